@@ -1,0 +1,14 @@
+# CMake generated Testfile for 
+# Source directory: /work/main
+# Build directory: /work/main/build
+# 
+# This file includes the relevant testing commands required for 
+# testing this directory and lists subdirectories to be tested as well.
+subdirs("theory")
+subdirs("monte_carlo")
+subdirs("gpu")
+subdirs("probes")
+subdirs("reports")
+subdirs("cli")
+subdirs("tests")
+subdirs("bench")

@@ -1,0 +1,64 @@
+#pragma once
+// Attention maps F = c(N) * phi(lambda * T), T = X Q K^T X^T, with every constant explicit (THEORY.md), and the
+// exact Frobenius norms of F and of its derivatives in the scores, in Q and in K (fact 7).
+
+#include "attncheck/theory/common.hpp"
+#include "attncheck/theory/pointwise.hpp"
+
+#include <optional>
+#include <string>
+
+namespace attncheck::theory {
+
+enum class ActivationKind {
+  softmax,    // row-wise softmax
+  pointwise,  // h applied entrywise (x^p, relu, gelu, ...)
+  matpow,     // the matrix power (lambda T)^p: the other reading of "(.)^p"; value only
+};
+
+struct Activation {
+  ActivationKind kind = ActivationKind::softmax;
+  Pointwise h = Pointwise::identity;  // for pointwise
+  int p = 1;                          // exponent for Pointwise::poly and for matpow
+};
+
+// c(N) = factor * N^(-n_exponent): none (1, 0), 1/sqrt(N) (1, 0.5), 1/k (1/k, 0), the relu paper's N^-alpha.
+struct OuterScale {
+  double factor = 1;
+  double n_exponent = 0;
+  double at(Index n) const;
+};
+
+struct AttentionMap {
+  Activation activation;
+  double inner = 1;  // lambda, e.g. 1/sqrt(d)
+  OuterScale outer;
+};
+
+// Human-readable formula, e.g. "F = N^-0.5 * (T/sqrt(4))^3 (elementwise)"; d is used to print lambda nicely.
+std::string describe(const AttentionMap& map, Index d);
+
+// lambda * X Q K^T X^T (dense; for the exact routines and tests, not for large N).
+Matrix scores(const Matrix& X, const Matrix& Q, const Matrix& K, double inner);
+
+// F itself, dense.
+Matrix apply(const AttentionMap& map, const Matrix& X, const Matrix& Q, const Matrix& K);
+
+struct AttentionNorms {
+  double value_fro = 0;            // ||F||_F
+  std::optional<double> dS_fro;    // ||dF/dS||_F with S = lambda T (the Jacobian in the scores); none for matpow
+  std::optional<double> dQ_fro;    // ||dF/dQ||_F, the full N^2 x (D d) Jacobian; none for matpow
+  std::optional<double> dK_fro;    // ||dF/dK||_F; none for matpow
+};
+
+// Closed forms of fact 7, O(N^2 d) time and O(N d) memory beyond F's rows: no Jacobian is formed.
+AttentionNorms attention_norms(const AttentionMap& map, const Matrix& X, const Matrix& Q, const Matrix& K);
+
+enum class Parameter { Q, K };
+
+// d vec(F) / d vec(P) built entry by entry through the chain rule dF/dS * dS/dP, (N^2) x (D d), row-major vec.
+// For tests of the closed forms on small cases; refuses more than 2^24 entries.
+Matrix explicit_parameter_jacobian(const AttentionMap& map, const Matrix& X, const Matrix& Q, const Matrix& K,
+                                   Parameter parameter);
+
+}  // namespace attncheck::theory
