@@ -1,0 +1,29 @@
+#pragma once
+// Every subcommand registers itself from its own file, so adding one never touches main.cpp.
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <stdexcept>
+#include <string>
+
+namespace attncheck::cli {
+
+// Exit codes of every subcommand (DESIGN.md): 0 all checked claims hold, 1 a claim or bound is violated,
+// 2 usage or input error.
+inline constexpr int kExitHolds = 0;
+inline constexpr int kExitViolated = 1;
+inline constexpr int kExitUsage = 2;
+
+// Thrown for bad values the parser cannot catch itself; main prints the message and exits 2.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Adds the subcommand's options to `command` and returns the function that runs it (its exit code).
+using SubcommandSetup = std::function<std::function<int()>(CLI::App& command)>;
+
+bool register_subcommand(std::string name, std::string description, SubcommandSetup setup);
+
+}  // namespace attncheck::cli

@@ -1,0 +1,16 @@
+# attncheck_library(NAME PUBLIC_DEPS a b ... PRIVATE_DEPS c d ...)
+# A library from the folder's src/*.cpp (an interface library while the folder has headers only), with the
+# folder's include/ as its public include path.
+function(attncheck_library name)
+  cmake_parse_arguments(ARG "" "" "PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
+  file(GLOB sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/src/*.cpp)
+  if(sources)
+    add_library(${name} ${sources})
+    target_include_directories(${name} PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/include)
+    target_link_libraries(${name} PUBLIC ${ARG_PUBLIC_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
+  else()
+    add_library(${name} INTERFACE)
+    target_include_directories(${name} INTERFACE ${CMAKE_CURRENT_SOURCE_DIR}/include)
+    target_link_libraries(${name} INTERFACE ${ARG_PUBLIC_DEPS})
+  endif()
+endfunction()

@@ -1,0 +1,44 @@
+#pragma once
+// The one interface every Monte Carlo backend (CPU, CUDA) implements: a sweep point and a range of sample
+// indices in, one row of per-sample estimand values out, in sample order. Sample k always uses the random
+// stream (point seed, subsequence k), so results do not depend on the backend's threads or batching.
+
+#include "attncheck/theory/attention.hpp"
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace attncheck::monte_carlo {
+
+enum class Estimand : int {
+  value = 0,      // ||F||_F
+  dQ,             // ||dF/dQ||_F (full N^2 x (D d) Jacobian)
+  dK,             // ||dF/dK||_F
+  dS,             // ||dF/dS||_F, S = lambda T
+  score_var,      // mean over i != j of s_ij^2 (E s_ij = 0, so an unbiased estimate of Var(s_ij)); C8
+};
+inline constexpr int kEstimandCount = 5;
+
+struct SweepPoint {
+  theory::Index N = 0, D = 0, d = 0;
+  double sigma_x = 1, sigma_t = 1;  // standard deviations
+  theory::AttentionMap map;
+  std::uint64_t seed = 0;           // the point's own seed (derive_point_seed of the run seed)
+};
+
+// NaN where an estimand was not requested.
+using SampleValues = std::array<double, kEstimandCount>;
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  // Appends the values of samples first, first + 1, ..., first + count - 1 to `out`, in that order.
+  virtual void evaluate(const SweepPoint& point, const std::vector<Estimand>& estimands, std::uint64_t first,
+                        std::uint64_t count, std::vector<SampleValues>& out) = 0;
+};
+
+}  // namespace attncheck::monte_carlo
