@@ -96,22 +96,34 @@ Matrix apply(const AttentionMap& map, const Matrix& X, const Matrix& Q, const Ma
 
 AttentionNorms attention_norms(const AttentionMap& map, const Matrix& X, const Matrix& Q, const Matrix& K) {
   check_shapes(X, Q, K);
-  const Index n = X.rows();
-  const double c = map.outer.at(n);
-  const double lambda = map.inner;
-  AttentionNorms out;
   if (map.activation.kind == ActivationKind::matpow) {
+    AttentionNorms out;
     out.value_fro = apply(map, X, Q, K).norm();
     return out;
   }
-  const Matrix V = X * Q, U = X * K;
+  return attention_norms_from_projections(map, X, X * Q, X * K);
+}
+
+AttentionNorms attention_norms_from_projections(const AttentionMap& map, const Matrix& X, const Matrix& V,
+                                                const Matrix& U, bool causal) {
+  const Index n = X.rows();
+  if (n == 0 || V.rows() != n || U.rows() != n || V.cols() != U.cols() || V.cols() == 0) {
+    throw InputError(fmt::format("projection shapes do not match: X is {}x{}, V is {}x{}, U is {}x{}", X.rows(),
+                                 X.cols(), V.rows(), V.cols(), U.rows(), U.cols()));
+  }
+  if (map.activation.kind == ActivationKind::matpow) {
+    throw InputError("the matrix-power reading needs Q and K themselves: use attention_norms");
+  }
+  const double c = map.outer.at(n);
+  const double lambda = map.inner;
   const Vector x_sq = X.rowwise().squaredNorm(), u_sq = U.rowwise().squaredNorm(), v_sq = V.rowwise().squaredNorm();
   double value_sq = 0, dS_sq = 0, dQ_sq = 0, dK_sq = 0;
   Vector s_row(n), a_row(n);
   for (Index i = 0; i < n; ++i) {
-    s_row.noalias() = lambda * (U * V.row(i).transpose());
+    const Index visible = causal ? i + 1 : n;
+    s_row.head(visible).noalias() = lambda * (U.topRows(visible) * V.row(i).transpose());
     if (map.activation.kind == ActivationKind::pointwise) {
-      for (Index j = 0; j < n; ++j) {
+      for (Index j = 0; j < visible; ++j) {
         const double f = pointwise_value(map.activation.h, map.activation.p, s_row[j]);
         const double g = pointwise_derivative(map.activation.h, map.activation.p, s_row[j]);
         value_sq += f * f;
@@ -121,20 +133,25 @@ AttentionNorms attention_norms(const AttentionMap& map, const Matrix& X, const M
       }
       continue;
     }
-    softmax_row({s_row.data(), static_cast<std::size_t>(n)}, {a_row.data(), static_cast<std::size_t>(n)}, i);
-    const RowSoftmaxNorms row = row_norms_from_probabilities({a_row.data(), static_cast<std::size_t>(n)});
+    // Masked entries have probability exactly 0, so the visible prefix carries every term.
+    const std::span<double> a{a_row.data(), static_cast<std::size_t>(visible)};
+    softmax_row({s_row.data(), static_cast<std::size_t>(visible)}, a, i);
+    const RowSoftmaxNorms row = row_norms_from_probabilities(a);
     value_sq += row.softmax_sq;
     dS_sq += row.jacobian_sq;
     // Differences u_j - ubar_i are formed explicitly: expanding the square cancels when a row is near one-hot.
-    const Eigen::RowVectorXd u_bar = a_row.transpose() * U, x_bar = a_row.transpose() * X;
+    const auto a_visible = a_row.head(visible);
+    const Eigen::RowVectorXd u_bar = a_visible.transpose() * U.topRows(visible);
+    const Eigen::RowVectorXd x_bar = a_visible.transpose() * X.topRows(visible);
     double q_sum = 0, k_sum = 0;
-    for (Index j = 0; j < n; ++j) {
+    for (Index j = 0; j < visible; ++j) {
       q_sum += a_row[j] * a_row[j] * (U.row(j) - u_bar).squaredNorm();
       k_sum += a_row[j] * a_row[j] * (X.row(j) - x_bar).squaredNorm();
     }
     dQ_sq += x_sq[i] * q_sum;
     dK_sq += v_sq[i] * k_sum;
   }
+  AttentionNorms out;
   out.value_fro = c * std::sqrt(value_sq);
   out.dS_fro = c * std::sqrt(dS_sq);
   out.dQ_fro = c * std::abs(lambda) * std::sqrt(dQ_sq);

@@ -54,6 +54,13 @@ struct AttentionNorms {
 // Closed forms of fact 7, O(N^2 d) time and O(N d) memory beyond F's rows: no Jacobian is formed.
 AttentionNorms attention_norms(const AttentionMap& map, const Matrix& X, const Matrix& Q, const Matrix& K);
 
+// The same closed forms from the projections V = X W_Q + b_Q and U = X W_K + b_K (rows v_i, u_j): they need
+// only X, V and U, so biases are included by passing the biased projections. The derivatives are in W_Q and
+// W_K (not in the biases). With `causal`, entries j > i are masked: -inf logits for softmax, absent (0) for
+// the elementwise maps. Not for matpow (value only): use attention_norms.
+AttentionNorms attention_norms_from_projections(const AttentionMap& map, const Matrix& X, const Matrix& V,
+                                                const Matrix& U, bool causal = false);
+
 enum class Parameter { Q, K };
 
 // d vec(F) / d vec(P) built entry by entry through the chain rule dF/dS * dS/dP, (N^2) x (D d), row-major vec.
