@@ -1,0 +1,176 @@
+#include "attncheck/reports/matrix_io.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace attncheck::reports {
+
+using theory::InputError;
+using theory::Matrix;
+
+namespace {
+
+[[noreturn]] void fail(const std::filesystem::path& path, const std::string& what) {
+  throw InputError(fmt::format("{}: {}", path.string(), what));
+}
+
+void check_fits(const std::filesystem::path& path, std::uint64_t rows, std::uint64_t cols, std::uint64_t max_bytes) {
+  if (rows == 0 || cols == 0) fail(path, fmt::format("the matrix is empty ({} x {})", rows, cols));
+  if (cols > max_bytes / sizeof(double) / rows) {
+    fail(path, fmt::format("a {} x {} matrix of doubles needs {:.3g} GiB, more than the {:.3g} GiB available",
+                           rows, cols, static_cast<double>(rows) * static_cast<double>(cols) * 8 / (1 << 30),
+                           static_cast<double>(max_bytes) / (1 << 30)));
+  }
+}
+
+// The header is a Python dict literal; only the three keys NumPy always writes are needed.
+std::string header_field(const std::filesystem::path& path, const std::string& header, const std::string& key,
+                         const std::string& value_pattern) {
+  const std::regex pattern("['\"]" + key + "['\"]\\s*:\\s*(" + value_pattern + ")");
+  std::smatch match;
+  if (!std::regex_search(header, match, pattern)) fail(path, fmt::format("npy header has no valid '{}' field", key));
+  return match[1].str();
+}
+
+template <class Real>
+Real load_swapped(const char* bytes, bool swap) {
+  using Bits = std::conditional_t<sizeof(Real) == 4, std::uint32_t, std::uint64_t>;
+  Bits bits;
+  std::memcpy(&bits, bytes, sizeof(Bits));
+  if (swap) {  // std::byteswap is C++23
+    Bits reversed = 0;
+    for (std::size_t k = 0; k < sizeof(Bits); ++k) reversed = (reversed << 8) | ((bits >> (8 * k)) & 0xFF);
+    bits = reversed;
+  }
+  return std::bit_cast<Real>(bits);
+}
+
+Matrix read_npy(const std::filesystem::path& path, std::ifstream& in, std::uint64_t file_size, std::uint64_t max_bytes) {
+  char magic[8];
+  if (!in.read(magic, 8) || std::memcmp(magic, "\x93NUMPY", 6) != 0) fail(path, "not an .npy file (bad magic)");
+  const int major = static_cast<unsigned char>(magic[6]);
+  std::uint64_t header_len = 0;
+  unsigned char len_bytes[4] = {0, 0, 0, 0};
+  const int len_size = major == 1 ? 2 : 4;
+  if (major < 1 || major > 3) fail(path, fmt::format("unsupported .npy version {}", major));
+  if (!in.read(reinterpret_cast<char*>(len_bytes), len_size)) fail(path, "truncated .npy header");
+  for (int k = len_size - 1; k >= 0; --k) header_len = header_len * 256 + len_bytes[k];
+  const std::uint64_t data_offset = 8 + static_cast<std::uint64_t>(len_size) + header_len;
+  if (data_offset > file_size) fail(path, fmt::format("npy header length {} runs past the end of the file", header_len));
+  std::string header(header_len, '\0');
+  in.read(header.data(), static_cast<std::streamsize>(header_len));
+
+  const std::string descr = header_field(path, header, "descr", "'[^']*'|\"[^\"]*\"");
+  const std::string type = descr.substr(1, descr.size() - 2);
+  const bool fortran = header_field(path, header, "fortran_order", "True|False") == "True";
+  const std::string shape_text = header_field(path, header, "shape", "\\([^)]*\\)");
+  std::vector<std::uint64_t> shape;
+  const std::regex digits("\\d+");
+  for (std::sregex_iterator it(shape_text.begin(), shape_text.end(), digits), end; it != end; ++it) {
+    const std::string digits_text = it->str();
+    std::uint64_t extent = 0;
+    const auto result = std::from_chars(digits_text.data(), digits_text.data() + digits_text.size(), extent);
+    if (result.ec != std::errc()) fail(path, fmt::format("npy shape {} is out of range", shape_text));
+    shape.push_back(extent);
+  }
+  if (shape.size() != 2) fail(path, fmt::format("npy array has shape {}, expected a 2-D matrix", shape_text));
+
+  std::size_t item = 0;
+  bool is_float32 = false;
+  if (type == "<f8" || type == ">f8" || type == "=f8") {
+    item = 8;
+  } else if (type == "<f4" || type == ">f4" || type == "=f4") {
+    item = 4;
+    is_float32 = true;
+  } else {
+    fail(path, fmt::format("npy dtype '{}' is not float32 or float64", type));
+  }
+  const bool swap = (type[0] == '>') != (std::endian::native == std::endian::big);
+  const auto rows = shape[0], cols = shape[1];
+  check_fits(path, rows, cols, max_bytes);
+  const std::uint64_t data_bytes = rows * cols * item;
+  if (file_size - data_offset != data_bytes) {
+    fail(path, fmt::format("npy data is {} bytes, but shape {} of {} needs {}", file_size - data_offset, shape_text,
+                           type, data_bytes));
+  }
+  std::vector<char> raw(data_bytes);
+  if (!in.read(raw.data(), static_cast<std::streamsize>(data_bytes))) fail(path, "could not read the npy data");
+  Matrix out(static_cast<theory::Index>(rows), static_cast<theory::Index>(cols));
+  for (std::uint64_t k = 0; k < rows * cols; ++k) {
+    const char* at = raw.data() + k * item;
+    const double value = is_float32 ? load_swapped<float>(at, swap) : load_swapped<double>(at, swap);
+    const std::uint64_t r = fortran ? k % rows : k / cols, c = fortran ? k / rows : k % cols;
+    out(static_cast<theory::Index>(r), static_cast<theory::Index>(c)) = value;
+  }
+  return out;
+}
+
+double parse_csv_number(const std::filesystem::path& path, std::string_view token, std::size_t line, std::size_t column) {
+  std::string lowered(token);
+  std::transform(lowered.begin(), lowered.end(), lowered.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  if (lowered == "inf" || lowered == "+inf" || lowered == "infinity") return std::numeric_limits<double>::infinity();
+  if (lowered == "-inf" || lowered == "-infinity") return -std::numeric_limits<double>::infinity();
+  if (lowered == "nan") return std::numeric_limits<double>::quiet_NaN();
+  double value = 0;
+  const char* first = token.data();
+  if (!token.empty() && *first == '+') ++first;
+  const auto [end, error] = std::from_chars(first, token.data() + token.size(), value);
+  if (error != std::errc() || end != token.data() + token.size()) {
+    fail(path, fmt::format("line {}, column {}: '{}' is not a number", line, column, token));
+  }
+  return value;
+}
+
+Matrix read_csv(const std::filesystem::path& path, std::ifstream& in, std::uint64_t max_bytes) {
+  std::vector<double> values;
+  std::uint64_t cols = 0, rows = 0;
+  std::string line;
+  for (std::size_t line_number = 1; std::getline(in, line); ++line_number) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos || line[line.find_first_not_of(" \t")] == '#') continue;
+    std::replace(line.begin(), line.end(), ',', ' ');
+    std::istringstream tokens(line);
+    std::string token;
+    std::uint64_t count = 0;
+    while (tokens >> token) values.push_back(parse_csv_number(path, token, line_number, ++count));
+    if (rows == 0) cols = count;
+    if (count != cols) {
+      fail(path, fmt::format("line {} has {} values, but the first row has {}", line_number, count, cols));
+    }
+    ++rows;
+    if (values.size() > max_bytes / sizeof(double)) check_fits(path, rows, cols, max_bytes);
+  }
+  check_fits(path, rows, cols, max_bytes);
+  Matrix out(static_cast<theory::Index>(rows), static_cast<theory::Index>(cols));
+  std::copy(values.begin(), values.end(), out.data());
+  return out;
+}
+
+}  // namespace
+
+Matrix read_matrix(const std::filesystem::path& path, std::uint64_t max_bytes) {
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(path, error)) fail(path, "no such file (or not a regular file)");
+  const std::uint64_t file_size = std::filesystem::file_size(path, error);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, fmt::format("cannot open: {}", std::strerror(errno)));
+  char first = 0;
+  in.get(first);
+  in.seekg(0);
+  if (first == '\x93') return read_npy(path, in, file_size, max_bytes);
+  return read_csv(path, in, max_bytes);
+}
+
+}  // namespace attncheck::reports
