@@ -1,0 +1,89 @@
+// Reading users' matrices: .npy in every supported layout and CSV, and every malformed case named.
+
+#include "npy_writer.hpp"
+
+#include "attncheck/reports/matrix_io.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <fstream>
+
+using namespace attncheck;
+
+namespace {
+const std::filesystem::path kDir = std::filesystem::temp_directory_path() / "attncheck-matrix-io-test";
+std::filesystem::path fresh(const std::string& name) {
+  std::filesystem::create_directories(kDir);
+  return kDir / name;
+}
+constexpr std::uint64_t kPlenty = 1ULL << 30;
+}  // namespace
+
+TEST_CASE("npy float64 and float32, C and Fortran order, both byte orders") {
+  const std::vector<double> values{1, 2, 3, 4, 5, 6};
+  const auto c64 = fresh("c64.npy");
+  testing::write_npy_raw(c64, "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3), }", testing::raw_bytes(values));
+  const theory::Matrix m = reports::read_matrix(c64, kPlenty);
+  REQUIRE(m.rows() == 2);
+  REQUIRE(m.cols() == 3);
+  CHECK(m(1, 0) == 4);
+  CHECK(m(0, 2) == 3);
+
+  const auto f32 = fresh("f32.npy");
+  testing::write_npy_raw(f32, "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }",
+                         testing::raw_bytes(std::vector<float>{1, 4, 2, 5, 3, 6}));
+  CHECK(reports::read_matrix(f32, kPlenty) == m);
+
+  std::string big_endian = testing::raw_bytes(values);
+  for (std::size_t k = 0; k < big_endian.size(); k += 8) std::reverse(big_endian.begin() + k, big_endian.begin() + k + 8);
+  const auto be = fresh("be.npy");
+  testing::write_npy_raw(be, "{'descr': '>f8', 'fortran_order': False, 'shape': (2, 3), }", big_endian);
+  CHECK(reports::read_matrix(be, kPlenty) == m);
+}
+
+TEST_CASE("CSV with commas or spaces, comments, and inf tokens") {
+  const auto path = fresh("m.csv");
+  std::ofstream(path) << "# logits\n1, 2.5, -inf\n  3e2 4 +5\r\n";
+  const theory::Matrix m = reports::read_matrix(path, kPlenty);
+  REQUIRE(m.rows() == 2);
+  CHECK(m(0, 2) == -INFINITY);
+  CHECK(m(1, 0) == 300);
+  CHECK(m(1, 2) == 5);
+}
+
+TEST_CASE("malformed files are errors naming the file and the problem") {
+  const auto check = [](const std::filesystem::path& path, const std::string& fragment) {
+    INFO(path);
+    CHECK_THROWS_WITH(reports::read_matrix(path, kPlenty),
+                      Catch::Contains(path.string()) && Catch::Contains(fragment));
+  };
+  check(kDir / "missing.npy", "no such file");
+  const auto header_past_end = fresh("long-header.npy");
+  testing::write_npy_raw(header_past_end, "{'descr': '<f8', 'fortran_order': False, 'shape': (1, 1), }", "", 60000);
+  check(header_past_end, "past the end");
+  const auto ints = fresh("int.npy");
+  testing::write_npy_raw(ints, "{'descr': '<i8', 'fortran_order': False, 'shape': (1, 1), }", std::string(8, '\0'));
+  check(ints, "'<i8' is not float32 or float64");
+  const auto short_data = fresh("short.npy");
+  testing::write_npy_raw(short_data, "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 2), }", std::string(24, '\0'));
+  check(short_data, "needs 32");
+  const auto vector = fresh("vector.npy");
+  testing::write_npy_raw(vector, "{'descr': '<f8', 'fortran_order': False, 'shape': (3,), }", std::string(24, '\0'));
+  check(vector, "expected a 2-D matrix");
+  const auto ragged = fresh("ragged.csv");
+  std::ofstream(ragged) << "1,2,3\n4,5\n";
+  check(ragged, "line 2 has 2 values");
+  const auto words = fresh("words.csv");
+  std::ofstream(words) << "1,2\n3,abc\n";
+  check(words, "line 2, column 2: 'abc' is not a number");
+  const auto empty = fresh("empty.csv");
+  std::ofstream(empty) << "\n# nothing\n";
+  check(empty, "empty");
+}
+
+TEST_CASE("a matrix larger than the memory budget is refused before it is read") {
+  const auto huge = fresh("huge.npy");
+  testing::write_npy_raw(huge, "{'descr': '<f8', 'fortran_order': False, 'shape': (100000, 100000), }", "");
+  CHECK_THROWS_WITH(reports::read_matrix(huge, 1ULL << 30), Catch::Contains("100000 x 100000") && Catch::Contains("GiB"));
+}

@@ -1,0 +1,171 @@
+// Fact 7: closed-form Jacobian norms in Q, K and the scores against explicitly built Jacobians and finite
+// differences, for every activation.
+
+#include "test_support.hpp"
+
+#include "attncheck/theory/attention.hpp"
+#include "attncheck/theory/softmax.hpp"
+
+#include <catch2/catch.hpp>
+#include <rapidcheck/catch.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+using namespace attncheck;
+using theory::ActivationKind;
+using theory::AttentionMap;
+using theory::Index;
+using theory::Matrix;
+using theory::Pointwise;
+
+namespace {
+
+std::vector<AttentionMap> every_differentiable_map(Index d) {
+  const double inner = 1 / std::sqrt(static_cast<double>(d));
+  std::vector<AttentionMap> maps;
+  maps.push_back({{ActivationKind::softmax}, inner, {}});
+  maps.push_back({{ActivationKind::softmax}, 0.7, {1, 0.5}});
+  for (int p = 1; p <= 4; ++p) maps.push_back({{ActivationKind::pointwise, Pointwise::poly, p}, inner, {1, 0.5}});
+  maps.push_back({{ActivationKind::pointwise, Pointwise::poly, 3}, 1.0, {inner, 0}});  // C5: sqrt(d) outside
+  for (auto h : {Pointwise::identity, Pointwise::relu, Pointwise::relu2, Pointwise::gelu, Pointwise::softplus,
+                 Pointwise::relu6, Pointwise::sigmoid}) {
+    maps.push_back({{ActivationKind::pointwise, h, 1}, inner, {1, 1.0}});  // relu paper: N^-1 h(.)
+  }
+  return maps;
+}
+
+struct Shapes {
+  Index n, D, d;
+  double sd;
+  std::uint64_t seed;
+};
+rc::Gen<Shapes> shapes() {
+  return rc::gen::apply([](int n, int D, int d, int sd_tenths, std::uint64_t seed) {
+    return Shapes{n, D, d, sd_tenths / 10.0, seed};
+  }, rc::gen::inRange(1, 6), rc::gen::inRange(1, 5), rc::gen::inRange(1, 4), rc::gen::inRange(3, 25),
+     rc::gen::arbitrary<std::uint64_t>());
+}
+
+// Dense F with an optional causal mask and biased projections, written independently of the closed forms.
+Matrix dense_attention(const AttentionMap& map, const Matrix& X, const Matrix& Q, const Matrix& K,
+                       const Eigen::RowVectorXd& bias_q, const Eigen::RowVectorXd& bias_k, bool causal) {
+  const Matrix V = (X * Q).rowwise() + bias_q, U = (X * K).rowwise() + bias_k;
+  Matrix S = map.inner * V * U.transpose();
+  const Index n = X.rows();
+  const double c = map.outer.at(n);
+  if (map.activation.kind == ActivationKind::softmax) {
+    if (causal) {
+      for (Index i = 0; i < n; ++i)
+        for (Index j = i + 1; j < n; ++j) S(i, j) = -std::numeric_limits<double>::infinity();
+    }
+    return c * theory::row_softmax(S);
+  }
+  Matrix F = S.unaryExpr([&](double s) { return c * theory::pointwise_value(map.activation.h, map.activation.p, s); });
+  if (causal) {
+    for (Index i = 0; i < n; ++i)
+      for (Index j = i + 1; j < n; ++j) F(i, j) = 0;
+  }
+  return F;
+}
+
+}  // namespace
+
+TEST_CASE("closed-form ||dF/dQ||, ||dF/dK||, ||dF/dS|| equal the explicit Jacobians to 1e-10") {
+  rc::prop("every activation and scale", [] {
+    const Shapes s = *shapes();
+    const Matrix X = testing::random_matrix(s.n, s.D, s.sd, s.seed, 0);
+    const Matrix Q = testing::random_matrix(s.D, s.d, 1.0, s.seed, 1);
+    const Matrix K = testing::random_matrix(s.D, s.d, 1.0, s.seed, 2);
+    for (const AttentionMap& map : every_differentiable_map(s.d)) {
+      const auto norms = theory::attention_norms(map, X, Q, K);
+      const double dq = theory::explicit_parameter_jacobian(map, X, Q, K, theory::Parameter::Q).norm();
+      const double dk = theory::explicit_parameter_jacobian(map, X, Q, K, theory::Parameter::K).norm();
+      // The explicit product dF/dS * dS/dP rounds at ~1e-16 of c ||dS/dP|| (and cancels on near one-hot softmax
+      // rows, where the closed form does not): that is the absolute floor beside the 1e-10 relative bound.
+      const AttentionMap scores_only{{ActivationKind::pointwise, Pointwise::identity, 1}, map.inner, map.outer};
+      const double floor_q = 1e-14 * theory::explicit_parameter_jacobian(scores_only, X, Q, K, theory::Parameter::Q).norm();
+      const double floor_k = 1e-14 * theory::explicit_parameter_jacobian(scores_only, X, Q, K, theory::Parameter::K).norm();
+      RC_ASSERT(norms.dQ_fro.has_value());
+      RC_ASSERT(std::abs(*norms.dQ_fro - dq) <= 1e-10 * dq + floor_q);
+      RC_ASSERT(std::abs(*norms.dK_fro - dk) <= 1e-10 * dk + floor_k);
+      RC_ASSERT(testing::relative_difference(norms.value_fro, theory::apply(map, X, Q, K).norm()) <= 1e-12);
+      const Matrix S = theory::scores(X, Q, K, map.inner);
+      const double c = map.outer.at(s.n);
+      const double ds = map.activation.kind == ActivationKind::softmax
+                            ? c * theory::softmax_norms(S).grad_fro
+                            : c * S.unaryExpr([&](double v) {
+                                    return theory::pointwise_derivative(map.activation.h, map.activation.p, v);
+                                  }).norm();
+      RC_ASSERT(testing::relative_difference(*norms.dS_fro, ds) <= 1e-12);
+    }
+  });
+}
+
+TEST_CASE("explicit parameter Jacobians agree with finite differences") {
+  const Matrix X = testing::random_matrix(4, 3, 1.0, 11, 0);
+  const Matrix Q = testing::random_matrix(3, 2, 1.0, 11, 1);
+  const Matrix K = testing::random_matrix(3, 2, 1.0, 11, 2);
+  for (const AttentionMap& map : every_differentiable_map(2)) {
+    INFO(theory::describe(map, 2));
+    const Matrix fd_q = testing::finite_difference_jacobian(
+        [&](const Matrix& q) { return theory::apply(map, X, q, K); }, Q);
+    const Matrix fd_k = testing::finite_difference_jacobian(
+        [&](const Matrix& k) { return theory::apply(map, X, Q, k); }, K);
+    const Matrix jq = theory::explicit_parameter_jacobian(map, X, Q, K, theory::Parameter::Q);
+    const Matrix jk = theory::explicit_parameter_jacobian(map, X, Q, K, theory::Parameter::K);
+    CHECK((fd_q - jq).norm() <= 1e-7 * std::max(1.0, jq.norm()));
+    CHECK((fd_k - jk).norm() <= 1e-7 * std::max(1.0, jk.norm()));
+  }
+}
+
+TEST_CASE("norms from biased projections with a causal mask agree with finite differences") {
+  const Index n = 5, D = 3, d = 2;
+  const Matrix X = testing::random_matrix(n, D, 1.0, 5, 0);
+  const Matrix Q = testing::random_matrix(D, d, 1.0, 5, 1);
+  const Matrix K = testing::random_matrix(D, d, 1.0, 5, 2);
+  const Matrix biases = testing::random_matrix(2, d, 0.5, 5, 3);
+  const Eigen::RowVectorXd bq = biases.row(0), bk = biases.row(1);
+  for (const bool causal : {false, true}) {
+    for (const AttentionMap& map : every_differentiable_map(d)) {
+      INFO(theory::describe(map, d) << (causal ? " causal" : ""));
+      const Matrix V = (X * Q).rowwise() + bq, U = (X * K).rowwise() + bk;
+      const auto norms = theory::attention_norms_from_projections(map, X, V, U, causal);
+      const double fd_q = testing::finite_difference_jacobian(
+          [&](const Matrix& q) { return dense_attention(map, X, q, K, bq, bk, causal); }, Q).norm();
+      const double fd_k = testing::finite_difference_jacobian(
+          [&](const Matrix& k) { return dense_attention(map, X, Q, k, bq, bk, causal); }, K).norm();
+      CHECK(testing::relative_difference(*norms.dQ_fro, fd_q) < 1e-7);
+      CHECK(testing::relative_difference(*norms.dK_fro, fd_k) < 1e-7);
+      CHECK(testing::relative_difference(norms.value_fro, dense_attention(map, X, Q, K, bq, bk, causal).norm()) < 1e-13);
+    }
+  }
+}
+
+TEST_CASE("the matrix-power reading is the matrix power, and grows like N^p where elementwise grows like N") {
+  const Matrix X = testing::random_matrix(3, 2, 1.0, 3, 0);
+  const Matrix Q = testing::random_matrix(2, 2, 1.0, 3, 1), K = testing::random_matrix(2, 2, 1.0, 3, 2);
+  const AttentionMap cube{{ActivationKind::matpow, Pointwise::identity, 3}, 0.5, {}};
+  const Matrix S = theory::scores(X, Q, K, 0.5);
+  CHECK((theory::apply(cube, X, Q, K) - S * S * S).norm() <= 1e-12 * (S * S * S).norm());
+  CHECK_FALSE(theory::attention_norms(cube, X, Q, K).dQ_fro.has_value());
+  // All-ones scores: the elementwise cube has ||.||_F = N, the matrix cube N^3.
+  const Matrix ones_x = Matrix::Ones(8, 1), one = Matrix::Ones(1, 1);
+  const AttentionMap elementwise{{ActivationKind::pointwise, Pointwise::poly, 3}, 1.0, {}};
+  CHECK(theory::attention_norms(elementwise, ones_x, one, one).value_fro == Approx(8.0));
+  CHECK(theory::attention_norms({{ActivationKind::matpow, Pointwise::identity, 3}, 1.0, {}}, ones_x, one, one).value_fro ==
+        Approx(512.0));
+}
+
+TEST_CASE("describe writes every constant") {
+  const AttentionMap c5{{ActivationKind::pointwise, Pointwise::poly, 3}, 1.0, {0.125, 0.5}};
+  CHECK(theory::describe(c5, 64) == "F = 0.125/sqrt(N) * (T)^3 (elementwise)");
+  const AttentionMap c3{{ActivationKind::pointwise, Pointwise::poly, 2}, 0.125, {}};
+  CHECK(theory::describe(c3, 64) == "F = (T/sqrt(64))^2 (elementwise)");
+}
+
+TEST_CASE("shape mismatches are errors naming the shapes") {
+  CHECK_THROWS_WITH(theory::attention_norms({}, Matrix::Ones(3, 2), Matrix::Ones(3, 2), Matrix::Ones(2, 2)),
+                    Catch::Contains("Q is 3x2"));
+}
