@@ -243,7 +243,10 @@ int run(const Options& o) {
       for (auto e : ps.series->estimands) {
         const std::string key = fmt::format("{};estimand={};run_seed={}", ps.key, mc::estimand_name(e), o.seed);
         for (const json& r : folder->records()) {
-          if (r.value("key", "") == key) finished.push_back(r);
+          if (r.value("key", "") == key) {
+            finished.push_back(r);
+            break;
+          }
         }
       }
     }
@@ -340,6 +343,9 @@ std::function<int()> setup(CLI::App& app) {
       "Exit codes: 0 every fitted series of the claims as the papers state them holds or is tight (inconclusive ones "
       "are reported on stderr and do not fail the run; the matrix-power reading of C3/C4 is reported but does not "
       "count); 1 a stated claim is violated; 2 bad usage or input.\n"
+      "Sampling: X, Q, K have i.i.d. N(0, sigma^2) entries (sigma = standard deviation); sample k of a point draws X "
+      "(row-major), then Q, then K from Philox4x32-10 (point seed, subsequence k), as cuRAND's curand_init(seed, k, 0). "
+      "The matrix-power reading uses S^p = lambda^p V (U^T V)^(p-1) U^T (V = XQ, U = XK): O(N d^2), any N, value only.\n"
       "Example: attncheck mc --claim C3 --N 16:4096:x2 --D 64 --d 64 --p 1,2,3 --out results/");
   return [o] { return run(*o); };
 }

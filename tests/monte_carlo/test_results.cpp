@@ -120,3 +120,47 @@ TEST_CASE("CSV cells with commas or quotes are quoted") {
   CHECK(text.find("\"F = a, \"\"b\"\"\"") != std::string::npos);
   CHECK(text.find(",1.5,2.5,") != std::string::npos);
 }
+
+TEST_CASE("the sampling policy says what stopped it") {
+  SweepPoint pt;
+  pt.N = 12;
+  pt.D = 3;
+  pt.d = 2;
+  pt.map.activation = {theory::ActivationKind::pointwise, theory::Pointwise::poly, 2};
+  pt.seed = 9;
+  CpuBackend backend(2, 8);
+  const std::vector<Estimand> value{Estimand::value};
+  SamplingPolicy fixed;
+  fixed.fixed = 37;
+  const PointOutcome a = run_point(backend, pt, value, fixed);
+  CHECK(a.samples == 37);
+  CHECK(a.stopped_by == "samples");
+
+  SamplingPolicy loose;  // 50% relative standard error is met at the first check
+  loose.rel_se = 0.5;
+  const PointOutcome b = run_point(backend, pt, value, loose);
+  CHECK(b.stopped_by == "rel-se");
+  CHECK(b.samples == loose.min_samples);
+  const MeanEstimate eb = b.norm[0].estimate();
+  CHECK(eb.se <= 0.5 * eb.mean);
+
+  SamplingPolicy strict;  // 1e-6 is out of reach within 200 samples
+  strict.rel_se = 1e-6;
+  strict.max_samples = 200;
+  const PointOutcome c = run_point(backend, pt, value, strict);
+  CHECK(c.stopped_by == "max-samples");
+  CHECK(c.samples == 200);
+
+  SamplingPolicy hurried = strict;
+  hurried.max_samples = 1000000;
+  hurried.max_seconds = 1e-9;
+  const PointOutcome d = run_point(backend, pt, value, hurried);
+  CHECK(d.stopped_by == "max-seconds");
+  CHECK(d.samples == hurried.min_samples);
+
+  // The same samples give the same statistics however the run was chunked.
+  SamplingPolicy fixed_200;
+  fixed_200.fixed = 200;
+  const PointOutcome e = run_point(backend, pt, value, fixed_200);
+  CHECK(e.norm[0].accumulator().mean() == c.norm[0].accumulator().mean());
+}
