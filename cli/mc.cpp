@@ -177,7 +177,8 @@ void print_human(const std::vector<json>& records, const json& series, const jso
                num(s["slope"], "{:.3f}"),
                s["slope_ci"].is_array() ? fmt::format("[{:.3f}, {:.3f}]", s["slope_ci"][0].get<double>(), s["slope_ci"][1].get<double>()) : "-",
                num(s["claimed_exponent"], "{:g}"), s["verdict"].is_string() ? s["verdict"].get<std::string>() : "-",
-               s.value("counts_for_exit", false) ? "yes" : "no (reported only)");
+               !s["verdict"].is_string() ? "- (no claimed exponent)"
+               : s.value("counts_for_exit", false) ? "yes" : "no (reported only)");
   }
 }
 

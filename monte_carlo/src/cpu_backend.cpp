@@ -66,6 +66,19 @@ void multiply_transposed(const Matrix& A, Index a0, Index rows, const Matrix& B,
 #endif
 }
 
+// The parallelism is ours (samples or row blocks of a sample): a GEMM library's own threads would nest inside
+// it. Set once, before the first product, whoever calls.
+void use_single_threaded_gemm() {
+  static const bool done = [] {
+    Eigen::setNbThreads(1);
+#if defined(ATTNCHECK_MC_OPENBLAS)
+    openblas_set_num_threads(1);
+#endif
+    return true;
+  }();
+  (void)done;
+}
+
 // A * B (or A^T * B): the projections X Q, X K and the d x d Gram matrices, through the same library.
 Matrix product(const Matrix& A, bool transpose_a, const Matrix& B) {
   const Index rows = transpose_a ? A.cols() : A.rows(), inner = transpose_a ? A.rows() : A.cols();
@@ -105,9 +118,52 @@ struct Shared {
   Index tile;
 };
 
-// One row block of an elementwise map: tiles lambda V_I U_J^T reduced by `terms` (s -> EntryTerms).
+// Sums over one row segment of a score tile: phi^2, phi'^2, phi'^2 ||u_j||^2, phi'^2 ||x_j||^2 (entry_terms.hpp).
 template <class Terms>
-NormSums<double> pointwise_block(const Shared& sh, Index i0, Terms terms) {
+inline void reduce_row(const Terms& terms, const double* s, const double* u_sq, const double* x_sq, Index n,
+                       double* sums) {
+  double value_sq = 0, deriv_sq = 0, dq = 0, dk = 0;
+#pragma omp simd reduction(+ : value_sq, deriv_sq, dq, dk)
+  for (Index j = 0; j < n; ++j) {
+    const EntryTerms<double> t = terms(s[j]);
+    value_sq += t.value_sq;
+    deriv_sq += t.deriv_sq;
+    dq += t.deriv_sq * u_sq[j];
+    dk += t.deriv_sq * x_sq[j];
+  }
+  sums[0] = value_sq;
+  sums[1] = deriv_sq;
+  sums[2] = dq;
+  sums[3] = dk;
+}
+
+template <int P>
+struct PolyTerms {
+  EntryTerms<double> operator()(double s) const { return poly_entry_terms<P>(s); }
+};
+
+// The polynomial rows, the benchmarked hot loop, are also compiled for AVX2 + FMA and chosen at run time: the
+// rest of the build targets baseline x86-64 so that one binary runs anywhere. (The choice changes the order of
+// the SIMD partial sums, i.e. the last bits, per machine; never per thread count.)
+using RowReducer = void (*)(const double*, const double*, const double*, Index, double*);
+template <int P>
+void reduce_poly_row_baseline(const double* s, const double* u_sq, const double* x_sq, Index n, double* sums) {
+  reduce_row(PolyTerms<P>{}, s, u_sq, x_sq, n, sums);
+}
+template <int P>
+__attribute__((target("avx2,fma"), flatten)) void reduce_poly_row_avx2(const double* s, const double* u_sq,
+                                                              const double* x_sq, Index n, double* sums) {
+  reduce_row(PolyTerms<P>{}, s, u_sq, x_sq, n, sums);
+}
+template <int P>
+RowReducer poly_row_reducer() {
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return avx2 ? &reduce_poly_row_avx2<P> : &reduce_poly_row_baseline<P>;
+}
+
+// One row block of an elementwise map: tiles lambda V_I U_J^T reduced row by row with `reduce`.
+template <class Reduce>
+NormSums<double> pointwise_block(const Shared& sh, Index i0, const Reduce& reduce) {
   const Index n = sh.V.rows();
   const Index ni = std::min(sh.tile, n - i0);
   Matrix S(ni, sh.tile);
@@ -115,25 +171,15 @@ NormSums<double> pointwise_block(const Shared& sh, Index i0, Terms terms) {
   for (Index j0 = 0; j0 < n; j0 += sh.tile) {
     const Index nj = std::min(sh.tile, n - j0);
     multiply_transposed(sh.V, i0, ni, sh.U, j0, nj, S);
-    const double* u_sq = sh.u_sq.data() + j0;
-    const double* x_sq = sh.x_sq.data() + j0;
     for (Index r = 0; r < ni; ++r) {
-      const double* s = S.row(r).data();
-      double value_sq = 0, deriv_sq = 0, dq = 0, dk = 0;
-#pragma omp simd reduction(+ : value_sq, deriv_sq, dq, dk)
-      for (Index j = 0; j < nj; ++j) {
-        const EntryTerms<double> t = terms(s[j]);
-        value_sq += t.value_sq;
-        deriv_sq += t.deriv_sq;
-        dq += t.deriv_sq * u_sq[j];
-        dk += t.deriv_sq * x_sq[j];
-      }
-      if (!std::isfinite(value_sq + deriv_sq + dq + dk)) throw_nan_score(S, ni, nj, i0, j0);
+      double sums[4];
+      reduce(S.row(r).data(), sh.u_sq.data() + j0, sh.x_sq.data() + j0, nj, sums);
+      if (!std::isfinite(sums[0] + sums[1] + sums[2] + sums[3])) throw_nan_score(S, ni, nj, i0, j0);
       PointwiseRowSums<double>& row = rows[static_cast<std::size_t>(r)];
-      row.value_sq += value_sq;
-      row.deriv_sq += deriv_sq;
-      row.dq_inner += dq;
-      row.dk_inner += dk;
+      row.value_sq += sums[0];
+      row.deriv_sq += sums[1];
+      row.dq_inner += sums[2];
+      row.dk_inner += sums[3];
     }
   }
   NormSums<double> block;
@@ -244,9 +290,8 @@ NormSums<double> tiled_sums(const Shared& sh, const EvaluationOptions& options, 
 
 template <int P>
 NormSums<double> poly_tiles(const Shared& sh, const EvaluationOptions& options) {
-  return tiled_sums(sh, options, [&](Index i0) {
-    return pointwise_block(sh, i0, [](double s) { return poly_entry_terms<P>(s); });
-  });
+  const RowReducer reduce = poly_row_reducer<P>();
+  return tiled_sums(sh, options, [&](Index i0) { return pointwise_block(sh, i0, reduce); });
 }
 
 NormSums<double> pointwise_tiles(const Shared& sh, const EvaluationOptions& options, Pointwise h, int p) {
@@ -260,9 +305,11 @@ NormSums<double> pointwise_tiles(const Shared& sh, const EvaluationOptions& opti
       default: break;
     }
   }
-  return tiled_sums(sh, options, [&](Index i0) {
-    return pointwise_block(sh, i0, [h, p](double s) { return pointwise_entry_terms(h, p, s); });
-  });
+  const auto terms = [h, p](double s) { return pointwise_entry_terms(h, p, s); };
+  const auto reduce = [&terms](const double* s, const double* u_sq, const double* x_sq, Index n, double* sums) {
+    reduce_row(terms, s, u_sq, x_sq, n, sums);
+  };
+  return tiled_sums(sh, options, [&](Index i0) { return pointwise_block(sh, i0, reduce); });
 }
 
 double matrix_power_fro_sq(const Matrix& V, const Matrix& U, double inner, int p) {
@@ -298,6 +345,7 @@ SampleValues evaluate_inputs(const theory::AttentionMap& map, const Matrix& X, c
                                  Q.rows(), Q.cols(), K.rows(), K.cols()));
   }
   if (options.tile < 1) throw InputError(fmt::format("tile size {} must be >= 1", options.tile));
+  use_single_threaded_gemm();
   const double lambda = map.inner, c = map.outer.at(n);
   const theory::Activation& act = map.activation;
   const bool need_value = wants(estimands, Estimand::value), need_dS = wants(estimands, Estimand::dS);
@@ -354,11 +402,7 @@ SampleValues evaluate_inputs(const theory::AttentionMap& map, const Matrix& X, c
 CpuBackend::CpuBackend(int threads, Index tile)
     : threads_(threads > 0 ? threads : omp_get_max_threads()), tile_(tile) {
   if (tile < 1) throw InputError(fmt::format("tile size {} must be >= 1", tile));
-  // Parallelism is ours (samples or row blocks); the GEMM library's own would nest inside it.
-  Eigen::setNbThreads(1);
-#if defined(ATTNCHECK_MC_OPENBLAS)
-  openblas_set_num_threads(1);
-#endif
+  use_single_threaded_gemm();
 }
 
 void CpuBackend::evaluate(const SweepPoint& point, const std::vector<Estimand>& estimands, std::uint64_t first,
