@@ -66,4 +66,11 @@ double expected_poly_fro_sq(const GaussianModel& m, Index n, int p, double outer
          (nn * (nn - 1) * offdiagonal_abs_moment(m, 2.0 * p) + nn * diagonal_abs_moment(m, 2.0 * p));
 }
 
+double expected_linear_parameter_jacobian_fro_sq(const GaussianModel& m, Index n, double outer) {
+  check_model(m);
+  const double nn = static_cast<double>(n), D = static_cast<double>(m.D), d = static_cast<double>(m.d);
+  const double sx2 = m.sigma_x * m.sigma_x, st2 = m.sigma_t * m.sigma_t;
+  return outer * outer * m.inner * m.inner * sx2 * sx2 * st2 * d * (nn * (nn - 1) * D * D + nn * D * (D + 2));
+}
+
 }  // namespace attncheck::theory

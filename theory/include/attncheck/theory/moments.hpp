@@ -40,4 +40,9 @@ double diagonal_even_moment_product(const GaussianModel& model, int p);
 // E||c * (lambda T)^{o p}||_F^2 with the elementwise power: c^2 [N(N-1) E s_off^{2p} + N E s_diag^{2p}].
 double expected_poly_fro_sq(const GaussianModel& model, Index n, int p, double outer);
 
+// E||dF/dQ||_F^2 (= E||dF/dK||_F^2 by symmetry) for the linear map F = c * lambda T (p = 1, phi' = 1):
+// ||dF/dQ||^2 = c^2 lambda^2 (sum_i ||x_i||^2)(sum_j ||K^T x_j||^2), and since K^T x ~ N(0, sigma_t^2 ||x||^2 I_d),
+// E = c^2 lambda^2 sigma_x^4 sigma_t^2 d [N(N-1) D^2 + N D(D+2)] (the i = j terms carry E||x||^4).
+double expected_linear_parameter_jacobian_fro_sq(const GaussianModel& model, Index n, double outer);
+
 }  // namespace attncheck::theory

@@ -1,0 +1,59 @@
+#pragma once
+// The CPU backend: Philox draws, Eigen GEMMs and tiled on-the-fly reductions of the score matrix.
+//
+// Sample k of a point draws from PhiloxStream(point.seed, k), in this fixed order: X (N x D, row-major),
+// then Q (D x d, row-major), then K (D x d, row-major); each matrix consumes whole normal pairs (an odd
+// count discards its last spare draw), so every backend that follows the order sees the same numbers.
+//
+// Paths, chosen per estimand:
+// - score-var, and every estimand of the linear maps (poly p = 1, identity): O(N d^2) from the Gram
+//   matrices (fact 6: ||S||_F^2 = lambda^2 <V^T V, U^T U>_F) and row norms; no score is formed.
+// - matrix-power reading (value only): S^p = lambda^p V (U^T V)^(p-1) U^T, so with M = lambda^p (U^T V)^(p-1),
+//   ||S^p||_F^2 = tr(M^T V^T V M U^T U): also O(N d^2 + p d^3), any N, no N x N matrix.
+// - every other map: score tiles of tile x tile entries, lambda V_I U_J^T by GEMM, reduced on the fly with
+//   the per-entry terms of entry_terms.hpp (softmax: a first pass for the row max, normalizer, ubar_i and
+//   xbar_i with online rescaling, a second for the probabilities). Memory O(N (D + d) + tile^2) per thread.
+// Threads: samples in parallel when a call has at least as many samples as threads, otherwise the row
+// blocks of one sample; partial sums are combined in a fixed order, so the values do not depend on threads.
+
+#include "attncheck/monte_carlo/backend.hpp"
+#include "attncheck/theory/common.hpp"
+
+namespace attncheck::monte_carlo {
+
+struct SampleInputs {
+  theory::Matrix X, Q, K;
+};
+
+// Sample k of the point, in the documented order.
+void draw_sample(const SweepPoint& point, std::uint64_t k, SampleInputs& out);
+
+// ||lambda V U^T||_F^2 = lambda^2 <V^T V, U^T U>_F (fact 6).
+double gram_frobenius_sq(const theory::Matrix& V, const theory::Matrix& U, double inner);
+
+struct EvaluationOptions {
+  theory::Index tile = 256;
+  int threads = 1;  // threads over the row blocks of this one sample
+};
+
+// The requested estimands of F on these inputs (NaN for those not requested). Throws theory::InputError for
+// an estimand the map does not have (derivatives of the matrix power) or a NaN score (naming where).
+SampleValues evaluate_inputs(const theory::AttentionMap& map, const theory::Matrix& X, const theory::Matrix& Q,
+                             const theory::Matrix& K, const std::vector<Estimand>& estimands,
+                             const EvaluationOptions& options = {});
+
+class CpuBackend final : public Backend {
+ public:
+  // threads <= 0: OpenMP's default (all cores).
+  explicit CpuBackend(int threads = 0, theory::Index tile = 256);
+  std::string name() const override { return "cpu"; }
+  int threads() const { return threads_; }
+  void evaluate(const SweepPoint& point, const std::vector<Estimand>& estimands, std::uint64_t first,
+                std::uint64_t count, std::vector<SampleValues>& out) override;
+
+ private:
+  int threads_;
+  theory::Index tile_;
+};
+
+}  // namespace attncheck::monte_carlo

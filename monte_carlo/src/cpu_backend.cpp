@@ -1,0 +1,347 @@
+#include "attncheck/monte_carlo/cpu_backend.hpp"
+
+#include "attncheck/monte_carlo/entry_terms.hpp"
+#include "attncheck/monte_carlo/random_stream.hpp"
+
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <limits>
+#include <mutex>
+
+namespace attncheck::monte_carlo {
+
+using theory::ActivationKind;
+using theory::Index;
+using theory::InputError;
+using theory::Matrix;
+using theory::Pointwise;
+using theory::Vector;
+
+namespace {
+
+bool wants(const std::vector<Estimand>& estimands, Estimand e) {
+  return std::find(estimands.begin(), estimands.end(), e) != estimands.end();
+}
+
+SampleValues nan_values() {
+  SampleValues v;
+  v.fill(std::numeric_limits<double>::quiet_NaN());
+  return v;
+}
+
+// Runs body(block) for every block, in parallel over `threads`, and rethrows the first exception.
+template <class Body>
+void for_each_block(Index blocks, int threads, Body&& body) {
+  std::exception_ptr failure;
+  std::mutex failure_mutex;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1)
+  for (Index b = 0; b < blocks; ++b) {
+    try {
+      body(b);
+    } catch (...) {
+      const std::lock_guard lock(failure_mutex);
+      if (!failure) failure = std::current_exception();
+    }
+  }
+  if (failure) std::rethrow_exception(failure);
+}
+
+[[noreturn]] void throw_nan_score(const Matrix& tile, Index rows, Index cols, Index i0, Index j0) {
+  for (Index r = 0; r < rows; ++r) {
+    for (Index c = 0; c < cols; ++c) {
+      if (std::isnan(tile(r, c))) {
+        throw InputError(fmt::format("NaN score at row {}, column {} (0-based)", i0 + r, j0 + c));
+      }
+    }
+  }
+  throw InputError(fmt::format("non-finite per-entry term in rows {}..{} (a score overflowed)", i0, i0 + rows - 1));
+}
+
+struct Shared {
+  const Matrix& X;
+  const Matrix& V;  // lambda X Q: the scale sits on V so that a tile is one GEMM
+  const Matrix& U;  // X K
+  Vector x_sq, u_sq, v_sq;  // row norms; v_sq of the unscaled X Q
+  Index tile;
+};
+
+// One row block of an elementwise map: tiles lambda V_I U_J^T reduced by `terms` (s -> EntryTerms).
+template <class Terms>
+NormSums<double> pointwise_block(const Shared& sh, Index i0, Terms terms) {
+  const Index n = sh.V.rows();
+  const Index ni = std::min(sh.tile, n - i0);
+  Matrix S(ni, sh.tile);
+  std::vector<PointwiseRowSums<double>> rows(static_cast<std::size_t>(ni));
+  for (Index j0 = 0; j0 < n; j0 += sh.tile) {
+    const Index nj = std::min(sh.tile, n - j0);
+    S.leftCols(nj).noalias() = sh.V.middleRows(i0, ni) * sh.U.middleRows(j0, nj).transpose();
+    const double* u_sq = sh.u_sq.data() + j0;
+    const double* x_sq = sh.x_sq.data() + j0;
+    for (Index r = 0; r < ni; ++r) {
+      const double* s = S.row(r).data();
+      double value_sq = 0, deriv_sq = 0, dq = 0, dk = 0;
+#pragma omp simd reduction(+ : value_sq, deriv_sq, dq, dk)
+      for (Index j = 0; j < nj; ++j) {
+        const EntryTerms<double> t = terms(s[j]);
+        value_sq += t.value_sq;
+        deriv_sq += t.deriv_sq;
+        dq += t.deriv_sq * u_sq[j];
+        dk += t.deriv_sq * x_sq[j];
+      }
+      if (!std::isfinite(value_sq + deriv_sq + dq + dk)) throw_nan_score(S, ni, nj, i0, j0);
+      PointwiseRowSums<double>& row = rows[static_cast<std::size_t>(r)];
+      row.value_sq += value_sq;
+      row.deriv_sq += deriv_sq;
+      row.dq_inner += dq;
+      row.dk_inner += dk;
+    }
+  }
+  NormSums<double> block;
+  for (Index r = 0; r < ni; ++r) {
+    finish_pointwise_row(block, rows[static_cast<std::size_t>(r)], sh.x_sq[i0 + r], sh.v_sq[i0 + r]);
+  }
+  return block;
+}
+
+// One row block of the row softmax. Pass 1 (online): row max and its first column, normalizer l_i,
+// sum of e^2 for the value, and ubar_i, xbar_i as e-weighted sums rescaled whenever the max moves.
+// Pass 2, only for dS, dQ, dK: the probabilities with the final max and normalizer.
+NormSums<double> softmax_block(const Shared& sh, Index i0, bool need_pass2, bool need_q, bool need_k) {
+  const Index n = sh.V.rows(), d = sh.U.cols(), D = sh.X.cols();
+  const Index ni = std::min(sh.tile, n - i0);
+  Matrix S(ni, sh.tile), E;
+  if (need_q || need_k) E.resize(ni, sh.tile);
+  Vector row_max = Vector::Constant(ni, -std::numeric_limits<double>::infinity());
+  Vector norm = Vector::Zero(ni), e_sq = Vector::Zero(ni);
+  std::vector<Index> top(static_cast<std::size_t>(ni), 0);
+  Matrix u_bar = Matrix::Zero(ni, need_q ? d : 0), x_bar = Matrix::Zero(ni, need_k ? D : 0);
+  for (Index j0 = 0; j0 < n; j0 += sh.tile) {
+    const Index nj = std::min(sh.tile, n - j0);
+    S.leftCols(nj).noalias() = sh.V.middleRows(i0, ni) * sh.U.middleRows(j0, nj).transpose();
+    for (Index r = 0; r < ni; ++r) {
+      const double* s = S.row(r).data();
+      Index arg = 0;
+      for (Index j = 1; j < nj; ++j) {
+        if (s[j] > s[arg]) arg = j;
+      }
+      const double tile_max = s[arg];
+      if (std::isnan(tile_max) || !std::isfinite(S.row(r).head(nj).sum())) throw_nan_score(S, ni, nj, i0, j0);
+      if (tile_max > row_max[r]) {
+        const double rescale = std::exp(row_max[r] - tile_max);  // 0 on the first tile
+        norm[r] *= rescale;
+        e_sq[r] *= rescale * rescale;
+        if (need_q) u_bar.row(r) *= rescale;
+        if (need_k) x_bar.row(r) *= rescale;
+        row_max[r] = tile_max;
+        top[static_cast<std::size_t>(r)] = j0 + arg;
+      }
+      double l = 0, l2 = 0;
+      const double m = row_max[r];
+      for (Index j = 0; j < nj; ++j) {
+        const double e = std::exp(s[j] - m);
+        l += e;
+        l2 += e * e;
+        if (need_q || need_k) E(r, j) = e;
+      }
+      norm[r] += l;
+      e_sq[r] += l2;
+    }
+    if (need_q) u_bar.noalias() += E.leftCols(nj) * sh.U.middleRows(j0, nj);
+    if (need_k) x_bar.noalias() += E.leftCols(nj) * sh.X.middleRows(j0, nj);
+  }
+  NormSums<double> block;
+  if (!need_pass2) {
+    for (Index r = 0; r < ni; ++r) block.value_sq += e_sq[r] / (norm[r] * norm[r]);
+    return block;
+  }
+  for (Index r = 0; r < ni; ++r) {
+    if (need_q) u_bar.row(r) /= norm[r];
+    if (need_k) x_bar.row(r) /= norm[r];
+  }
+  std::vector<SoftmaxRowSums<double>> rows(static_cast<std::size_t>(ni));
+  for (Index j0 = 0; j0 < n; j0 += sh.tile) {
+    const Index nj = std::min(sh.tile, n - j0);
+    S.leftCols(nj).noalias() = sh.V.middleRows(i0, ni) * sh.U.middleRows(j0, nj).transpose();
+    for (Index r = 0; r < ni; ++r) {
+      SoftmaxRowSums<double>& row = rows[static_cast<std::size_t>(r)];
+      const double m = row_max[r], l = norm[r];
+      const Index t = top[static_cast<std::size_t>(r)];
+      for (Index j = 0; j < nj; ++j) {
+        const double a = std::exp(S(r, j) - m) / l;
+        add_softmax_probability(row, a, j0 + j == t);
+        if (a == 0) continue;  // underflowed: no contribution to any sum
+        if (need_q) {
+          row.dq_inner += a * a * squared_distance(sh.U.row(j0 + j).data(), u_bar.row(r).data(), static_cast<int>(d));
+        }
+        if (need_k) {
+          row.dk_inner += a * a * squared_distance(sh.X.row(j0 + j).data(), x_bar.row(r).data(), static_cast<int>(D));
+        }
+      }
+    }
+  }
+  for (Index r = 0; r < ni; ++r) {
+    finish_softmax_row(block, rows[static_cast<std::size_t>(r)], sh.x_sq[i0 + r], sh.v_sq[i0 + r]);
+  }
+  return block;
+}
+
+template <class Terms>
+NormSums<double> tiled_sums(const Shared& sh, const EvaluationOptions& options, Terms&& block_sums) {
+  const Index n = sh.V.rows();
+  const Index blocks = (n + sh.tile - 1) / sh.tile;
+  std::vector<NormSums<double>> partial(static_cast<std::size_t>(blocks));
+  for_each_block(blocks, options.threads,
+                 [&](Index b) { partial[static_cast<std::size_t>(b)] = block_sums(b * sh.tile); });
+  NormSums<double> total;  // summed in block order: the same for any thread count
+  for (const auto& p : partial) {
+    total.value_sq += p.value_sq;
+    total.dS_sq += p.dS_sq;
+    total.dQ_sq += p.dQ_sq;
+    total.dK_sq += p.dK_sq;
+  }
+  return total;
+}
+
+template <int P>
+NormSums<double> poly_tiles(const Shared& sh, const EvaluationOptions& options) {
+  return tiled_sums(sh, options, [&](Index i0) {
+    return pointwise_block(sh, i0, [](double s) { return poly_entry_terms<P>(s); });
+  });
+}
+
+NormSums<double> pointwise_tiles(const Shared& sh, const EvaluationOptions& options, Pointwise h, int p) {
+  if (h == Pointwise::poly) {
+    switch (p) {
+      case 2: return poly_tiles<2>(sh, options);
+      case 3: return poly_tiles<3>(sh, options);
+      case 4: return poly_tiles<4>(sh, options);
+      case 5: return poly_tiles<5>(sh, options);
+      case 6: return poly_tiles<6>(sh, options);
+      default: break;
+    }
+  }
+  return tiled_sums(sh, options, [&](Index i0) {
+    return pointwise_block(sh, i0, [h, p](double s) { return pointwise_entry_terms(h, p, s); });
+  });
+}
+
+double matrix_power_fro_sq(const Matrix& V, const Matrix& U, double inner, int p) {
+  const Matrix cross = U.transpose() * V;  // d x d
+  Matrix M = Matrix::Identity(V.cols(), V.cols()) * std::pow(inner, p);
+  for (int k = 1; k < p; ++k) M = M * cross;
+  const Matrix gram_v = V.transpose() * V, gram_u = U.transpose() * U;
+  return (M.transpose() * gram_v * M).cwiseProduct(gram_u).sum();
+}
+
+}  // namespace
+
+void draw_sample(const SweepPoint& point, std::uint64_t k, SampleInputs& out) {
+  PhiloxStream stream(point.seed, k);
+  out.X.resize(point.N, point.D);
+  out.Q.resize(point.D, point.d);
+  out.K.resize(point.D, point.d);
+  stream.fill_normal(out.X.data(), out.X.data() + out.X.size(), point.sigma_x);
+  stream.fill_normal(out.Q.data(), out.Q.data() + out.Q.size(), point.sigma_t);
+  stream.fill_normal(out.K.data(), out.K.data() + out.K.size(), point.sigma_t);
+}
+
+double gram_frobenius_sq(const Matrix& V, const Matrix& U, double inner) {
+  const Matrix gram_v = V.transpose() * V, gram_u = U.transpose() * U;
+  return inner * inner * gram_v.cwiseProduct(gram_u).sum();
+}
+
+SampleValues evaluate_inputs(const theory::AttentionMap& map, const Matrix& X, const Matrix& Q, const Matrix& K,
+                             const std::vector<Estimand>& estimands, const EvaluationOptions& options) {
+  const Index n = X.rows();
+  if (n == 0 || Q.rows() != X.cols() || K.rows() != X.cols() || Q.cols() != K.cols() || Q.cols() == 0) {
+    throw InputError(fmt::format("shapes do not chain: X is {}x{}, Q is {}x{}, K is {}x{}", X.rows(), X.cols(),
+                                 Q.rows(), Q.cols(), K.rows(), K.cols()));
+  }
+  if (options.tile < 1) throw InputError(fmt::format("tile size {} must be >= 1", options.tile));
+  const double lambda = map.inner, c = map.outer.at(n);
+  const theory::Activation& act = map.activation;
+  const bool need_value = wants(estimands, Estimand::value), need_dS = wants(estimands, Estimand::dS);
+  const bool need_q = wants(estimands, Estimand::dQ), need_k = wants(estimands, Estimand::dK);
+  const bool need_var = wants(estimands, Estimand::score_var);
+  SampleValues out = nan_values();
+  const Matrix U = X * K;
+  const Matrix Vraw = X * Q;
+
+  if (need_var) {
+    if (n < 2) throw InputError("score-var needs N >= 2 (it averages over i != j)");
+    const double total = gram_frobenius_sq(Vraw, U, lambda);
+    const double diagonal = lambda * lambda * Vraw.cwiseProduct(U).rowwise().sum().squaredNorm();
+    out[static_cast<int>(Estimand::score_var)] = (total - diagonal) / (static_cast<double>(n) * (n - 1));
+  }
+  if (!(need_value || need_dS || need_q || need_k)) return out;
+
+  if (act.kind == ActivationKind::matpow) {
+    if (need_dS || need_q || need_k) {
+      throw InputError("the matrix-power reading is supported for the value estimand only");
+    }
+    if (act.p < 1) throw InputError(fmt::format("matrix power p = {} must be >= 1", act.p));
+    out[static_cast<int>(Estimand::value)] = c * std::sqrt(matrix_power_fro_sq(Vraw, U, lambda, act.p));
+    return out;
+  }
+
+  const Vector x_sq = X.rowwise().squaredNorm(), u_sq = U.rowwise().squaredNorm();
+  const Vector v_sq = Vraw.rowwise().squaredNorm();
+  const bool linear = act.kind == ActivationKind::pointwise &&
+                      (act.h == Pointwise::identity || (act.h == Pointwise::poly && act.p == 1));
+  NormSums<double> sums;
+  if (linear) {
+    sums.value_sq = need_value ? gram_frobenius_sq(Vraw, U, 1.0) * lambda * lambda : 0;
+    sums.dS_sq = static_cast<double>(n) * static_cast<double>(n);
+    sums.dQ_sq = x_sq.sum() * u_sq.sum();
+    sums.dK_sq = x_sq.sum() * v_sq.sum();
+  } else {
+    const Matrix V = lambda * Vraw;
+    const Shared sh{X, V, U, x_sq, u_sq, v_sq, options.tile};
+    if (act.kind == ActivationKind::softmax) {
+      sums = tiled_sums(sh, options, [&](Index i0) { return softmax_block(sh, i0, need_dS || need_q || need_k, need_q, need_k); });
+    } else {
+      if (act.h == Pointwise::poly && act.p < 0) throw InputError(fmt::format("power p = {} must be >= 0", act.p));
+      sums = pointwise_tiles(sh, options, act.h, act.p);
+    }
+  }
+  if (need_value) out[static_cast<int>(Estimand::value)] = c * std::sqrt(sums.value_sq);
+  if (need_dS) out[static_cast<int>(Estimand::dS)] = c * std::sqrt(sums.dS_sq);
+  if (need_q) out[static_cast<int>(Estimand::dQ)] = c * std::abs(lambda) * std::sqrt(sums.dQ_sq);
+  if (need_k) out[static_cast<int>(Estimand::dK)] = c * std::abs(lambda) * std::sqrt(sums.dK_sq);
+  return out;
+}
+
+CpuBackend::CpuBackend(int threads, Index tile)
+    : threads_(threads > 0 ? threads : omp_get_max_threads()), tile_(tile) {
+  if (tile < 1) throw InputError(fmt::format("tile size {} must be >= 1", tile));
+  // Parallelism is ours (samples or row blocks); Eigen's own would nest inside it.
+  Eigen::setNbThreads(1);
+}
+
+void CpuBackend::evaluate(const SweepPoint& point, const std::vector<Estimand>& estimands, std::uint64_t first,
+                          std::uint64_t count, std::vector<SampleValues>& out) {
+  const std::size_t base = out.size();
+  out.resize(base + count);
+  if (count == 0) return;
+  if (count >= static_cast<std::uint64_t>(threads_)) {
+    const EvaluationOptions serial{tile_, 1};
+    for_each_block(static_cast<Index>(count), threads_, [&](Index k) {
+      SampleInputs in;
+      draw_sample(point, first + static_cast<std::uint64_t>(k), in);
+      out[base + static_cast<std::size_t>(k)] = evaluate_inputs(point.map, in.X, in.Q, in.K, estimands, serial);
+    });
+    return;
+  }
+  const EvaluationOptions parallel{tile_, threads_};
+  SampleInputs in;
+  for (std::uint64_t k = 0; k < count; ++k) {
+    draw_sample(point, first + k, in);
+    out[base + k] = evaluate_inputs(point.map, in.X, in.Q, in.K, estimands, parallel);
+  }
+}
+
+}  // namespace attncheck::monte_carlo

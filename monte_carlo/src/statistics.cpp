@@ -1,0 +1,128 @@
+#include "attncheck/monte_carlo/statistics.hpp"
+
+#include <boost/math/distributions/chi_squared.hpp>
+#include <boost/math/distributions/normal.hpp>
+#include <boost/math/distributions/students_t.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace attncheck::monte_carlo {
+
+void Accumulator::add(double x) {
+  ++count_;
+  const double delta = x - mean_;
+  mean_ += delta / static_cast<double>(count_);
+  m2_ += delta * (x - mean_);
+}
+
+void Accumulator::merge(const Accumulator& other) {
+  if (other.count_ == 0) return;
+  if (count_ == 0) {
+    *this = other;
+    return;
+  }
+  const double n_a = static_cast<double>(count_), n_b = static_cast<double>(other.count_);
+  const double n = n_a + n_b;
+  const double delta = other.mean_ - mean_;
+  mean_ += delta * n_b / n;
+  m2_ += other.m2_ + delta * delta * n_a * n_b / n;
+  count_ += other.count_;
+}
+
+double Accumulator::variance() const { return count_ < 2 ? 0.0 : m2_ / static_cast<double>(count_ - 1); }
+
+double Accumulator::standard_error() const {
+  if (count_ < 2) return std::numeric_limits<double>::infinity();
+  return std::sqrt(variance() / static_cast<double>(count_));
+}
+
+double student_t_quantile(double dof, double level) {
+  const double upper = (1 + level) / 2;
+  if (!(dof > 0) || std::isinf(dof)) return boost::math::quantile(boost::math::normal_distribution<>{}, upper);
+  return boost::math::quantile(boost::math::students_t_distribution<>{dof}, upper);
+}
+
+BatchMeans::BatchMeans(int target_batches) : target_(std::max(target_batches, 2)) {}
+
+void BatchMeans::add(double x) {
+  if (batches_.empty() || batches_.back().count() == batch_size_) batches_.emplace_back();
+  batches_.back().add(x);
+  if (static_cast<int>(batches_.size()) > 2 * target_ && batches_.back().count() == batch_size_) {
+    std::vector<Accumulator> merged;
+    merged.reserve(batches_.size() / 2 + 1);
+    for (std::size_t k = 0; k + 1 < batches_.size(); k += 2) {
+      merged.push_back(batches_[k]);
+      merged.back().merge(batches_[k + 1]);
+    }
+    if (batches_.size() % 2 == 1) merged.push_back(batches_.back());
+    batches_ = std::move(merged);
+    batch_size_ *= 2;
+  }
+}
+
+int BatchMeans::full_batches() const {
+  int full = 0;
+  for (const auto& b : batches_) full += b.count() == batch_size_ ? 1 : 0;
+  return full;
+}
+
+double BatchMeans::standard_error() const {
+  Accumulator of_means;
+  for (const auto& b : batches_) {
+    if (b.count() == batch_size_) of_means.add(b.mean());
+  }
+  return of_means.standard_error();
+}
+
+bool BatchMeans::consistent_with(double plain_se, double level) const {
+  const int b = full_batches();
+  // With batches of one sample the two estimates coincide and say nothing.
+  if (b < 8 || batch_size_ < 2) return false;
+  const double se = standard_error();
+  if (!(plain_se > 0)) return se == 0;
+  const double dof = b - 1;
+  const boost::math::chi_squared_distribution<> law{dof};
+  const double ratio_sq = (se / plain_se) * (se / plain_se) * dof;
+  return ratio_sq >= boost::math::quantile(law, (1 - level) / 2) &&
+         ratio_sq <= boost::math::quantile(law, (1 + level) / 2);
+}
+
+double BatchMeans::max_batch_variance_share() const {
+  Accumulator all;
+  for (const auto& b : batches_) all.merge(b);
+  const double total = all.variance();
+  if (!(total > 0)) return 0;
+  double share = 0;
+  for (std::size_t left_out = 0; left_out < batches_.size(); ++left_out) {
+    if (batches_[left_out].count() != batch_size_) continue;
+    Accumulator rest;
+    for (std::size_t k = 0; k < batches_.size(); ++k) {
+      if (k != left_out) rest.merge(batches_[k]);
+    }
+    share = std::max(share, 1 - rest.variance() / total);
+  }
+  return share;
+}
+
+MeanEstimate MeanTracker::estimate() const {
+  MeanEstimate e;
+  e.samples = all_.count();
+  e.mean = all_.mean();
+  e.plain_se = all_.standard_error();
+  e.batch_se = batches_.standard_error();
+  e.se_reliable = batches_.consistent_with(e.plain_se) && batches_.max_batch_variance_share() <= 0.5;
+  e.se = e.se_reliable ? e.plain_se : std::max(e.plain_se, std::isfinite(e.batch_se) ? e.batch_se : e.plain_se);
+  if (e.samples >= 2) {
+    const double t = student_t_quantile(static_cast<double>(e.samples - 1), 0.95);
+    e.ci_lo = e.mean - t * e.se;
+    e.ci_hi = e.mean + t * e.se;
+  } else {
+    e.ci_lo = -std::numeric_limits<double>::infinity();
+    e.ci_hi = std::numeric_limits<double>::infinity();
+  }
+  return e;
+}
+
+}  // namespace attncheck::monte_carlo

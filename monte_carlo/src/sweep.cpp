@@ -1,0 +1,376 @@
+#include "attncheck/monte_carlo/sweep.hpp"
+
+#include "attncheck/monte_carlo/random_stream.hpp"
+#include "attncheck/theory/moments.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+namespace attncheck::monte_carlo {
+
+using theory::ActivationKind;
+using theory::Index;
+using theory::InputError;
+using theory::Pointwise;
+
+namespace {
+
+std::vector<std::string> split(const std::string& text, char sep) {
+  std::vector<std::string> parts;
+  std::string part;
+  std::istringstream in(text);
+  while (std::getline(in, part, sep)) parts.push_back(part);
+  if (!text.empty() && text.back() == sep) parts.emplace_back();
+  return parts;
+}
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
+}
+
+double parse_real(const std::string& raw, const std::string& option, const std::string& whole) {
+  const std::string text = trim(raw);
+  double value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc{} || end != text.data() + text.size() || !std::isfinite(value)) {
+    throw InputError(fmt::format("{}: '{}' in '{}' is not a number", option, raw, whole));
+  }
+  return value;
+}
+
+Index parse_positive_index(const std::string& raw, const std::string& option, const std::string& whole) {
+  const std::string text = trim(raw);
+  long long value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc{} || end != text.data() + text.size()) {
+    throw InputError(fmt::format("{}: '{}' in '{}' is not an integer", option, raw, whole));
+  }
+  if (value < 1) throw InputError(fmt::format("{}: {} in '{}' must be >= 1", option, value, whole));
+  return static_cast<Index>(value);
+}
+
+}  // namespace
+
+std::vector<Index> parse_index_grid(const std::string& text, const std::string& option) {
+  std::vector<Index> out;
+  if (text.find(':') != std::string::npos) {
+    const auto parts = split(text, ':');
+    if (parts.size() != 3 || trim(parts[2]).empty() || trim(parts[2])[0] != 'x') {
+      throw InputError(fmt::format("{}: '{}' is not start:stop:xFACTOR (e.g. 16:4096:x2)", option, text));
+    }
+    const Index start = parse_positive_index(parts[0], option, text);
+    const Index stop = parse_positive_index(parts[1], option, text);
+    const double factor = parse_real(trim(parts[2]).substr(1), option, text);
+    if (!(factor > 1)) throw InputError(fmt::format("{}: factor x{} in '{}' must be > 1", option, factor, text));
+    if (stop < start) throw InputError(fmt::format("{}: stop {} is below start {} in '{}'", option, stop, start, text));
+    double next = static_cast<double>(start);
+    while (std::llround(next) <= stop) {
+      const Index value = static_cast<Index>(std::llround(next));
+      if (out.empty() || value != out.back()) out.push_back(value);
+      next *= factor;
+      if (out.size() > 10000) throw InputError(fmt::format("{}: '{}' has more than 10000 values", option, text));
+    }
+    return out;
+  }
+  for (const auto& part : split(text, ',')) out.push_back(parse_positive_index(part, option, text));
+  if (out.empty()) throw InputError(fmt::format("{}: empty list", option));
+  return out;
+}
+
+std::vector<double> parse_real_list(const std::string& text, const std::string& option) {
+  std::vector<double> out;
+  for (const auto& part : split(text, ',')) out.push_back(parse_real(part, option, text));
+  if (out.empty()) throw InputError(fmt::format("{}: empty list", option));
+  return out;
+}
+
+const char* estimand_name(Estimand e) {
+  switch (e) {
+    case Estimand::value: return "value";
+    case Estimand::dQ: return "dQ";
+    case Estimand::dK: return "dK";
+    case Estimand::dS: return "dS";
+    case Estimand::score_var: return "score-var";
+  }
+  return "?";
+}
+
+std::vector<Estimand> parse_estimands(const std::string& text) {
+  std::vector<Estimand> out;
+  for (const auto& raw : split(text, ',')) {
+    const std::string name = trim(raw);
+    bool found = false;
+    for (int k = 0; k < kEstimandCount; ++k) {
+      if (name == estimand_name(static_cast<Estimand>(k))) {
+        if (std::find(out.begin(), out.end(), static_cast<Estimand>(k)) == out.end()) {
+          out.push_back(static_cast<Estimand>(k));
+        }
+        found = true;
+      }
+    }
+    if (!found) {
+      throw InputError(fmt::format("--estimand: '{}' is not one of value, dQ, dK, dS, score-var", name));
+    }
+  }
+  if (out.empty()) throw InputError("--estimand: empty list");
+  return out;
+}
+
+OuterRule parse_outer_scale(const std::string& raw) {
+  const std::string text = trim(raw);
+  OuterRule rule;
+  if (text == "none" || text == "1") return rule;
+  if (text == "1/sqrt(N)") {
+    rule.text = "1/sqrt(N)";
+    rule.n_exponent = 0.5;
+    return rule;
+  }
+  if (text.rfind("1/k:", 0) == 0) {
+    const double k = parse_real(text.substr(4), "--outer-scale", text);
+    if (!(k > 0)) throw InputError(fmt::format("--outer-scale: K = {} in '{}' must be > 0", k, text));
+    rule.text = fmt::format("1/k:{:g}", k);
+    rule.factor = 1 / k;
+    return rule;
+  }
+  if (text.rfind("N^-", 0) == 0) {
+    const double a = parse_real(text.substr(3), "--outer-scale", text);
+    rule.text = fmt::format("N^-{:g}", a);
+    rule.n_exponent = a;
+    return rule;
+  }
+  throw InputError(fmt::format("--outer-scale: '{}' is not one of none, 1/sqrt(N), 1/k:K (e.g. 1/k:8), N^-a (e.g. N^-1)",
+                               raw));
+}
+
+double InnerRule::at(Index d) const { return inverse_sqrt_d ? 1 / std::sqrt(static_cast<double>(d)) : value; }
+
+InnerRule parse_inner_scale(const std::string& raw) {
+  const std::string text = trim(raw);
+  if (text == "1/sqrt(d)") return {};
+  const double value = parse_real(text, "--inner-scale", raw);
+  if (value == 0) throw InputError("--inner-scale: 0 makes every score 0");
+  return {false, value};
+}
+
+theory::Activation parse_phi(const std::string& name, int p) {
+  theory::Activation a;
+  a.p = p;
+  if (name == "softmax") {
+    a.kind = ActivationKind::softmax;
+    return a;
+  }
+  if (name == "matpow") {
+    if (p < 1) throw InputError(fmt::format("--p: the matrix power needs p >= 1, got {}", p));
+    a.kind = ActivationKind::matpow;
+    return a;
+  }
+  a.kind = ActivationKind::pointwise;
+  static const std::pair<const char*, Pointwise> names[] = {
+      {"poly", Pointwise::poly},         {"identity", Pointwise::identity}, {"relu", Pointwise::relu},
+      {"relu2", Pointwise::relu2},       {"gelu", Pointwise::gelu},         {"softplus", Pointwise::softplus},
+      {"relu6", Pointwise::relu6},       {"sigmoid", Pointwise::sigmoid}};
+  for (const auto& [text, h] : names) {
+    if (name == text) {
+      a.h = h;
+      if (h == Pointwise::poly && p < 1) throw InputError(fmt::format("--p: poly needs p >= 1, got {}", p));
+      return a;
+    }
+  }
+  throw InputError(fmt::format(
+      "--phi: '{}' is not one of poly, matpow, softmax, relu, relu2, gelu, softplus, identity, relu6, sigmoid", name));
+}
+
+std::string phi_name(const theory::Activation& a) {
+  switch (a.kind) {
+    case ActivationKind::softmax: return "softmax";
+    case ActivationKind::matpow: return "matpow";
+    case ActivationKind::pointwise: break;
+  }
+  switch (a.h) {
+    case Pointwise::poly: return "poly";
+    case Pointwise::identity: return "identity";
+    case Pointwise::relu: return "relu";
+    case Pointwise::relu2: return "relu2";
+    case Pointwise::gelu: return "gelu";
+    case Pointwise::softplus: return "softplus";
+    case Pointwise::relu6: return "relu6";
+    case Pointwise::sigmoid: return "sigmoid";
+  }
+  return "?";
+}
+
+ClaimInfo claim_info(const std::string& id) {
+  if (id == "C3") return {"C3", "Thm 4.2 (4.3)", "Thm 4.2 (8)", "E||(X Q K^T X^T / sqrt d)^p||_F = O(N) for p >= 1"};
+  if (id == "C4") return {"C4", "Cor 4.3 (4.4)", "Cor 4.1 (9)", "with the factor 1/sqrt(N) in front: O(sqrt N)"};
+  if (id == "C5") {
+    return {"C5", "Thm 4.4 (4.5)", "Thm 4.3 (10)", "E||d/dQ ((X Q K^T X^T)^p / sqrt d)||_F = O(N) (sqrt(d) outside the power)"};
+  }
+  if (id == "C6") return {"C6", "Cor 4.5 (4.6)", "Cor 4.2 (11)", "with 1/sqrt(N): O(sqrt N), and the same for K"};
+  if (id == "C7") {
+    return {"C7", "relu paper, Sec. 3", "relu paper, Sec. 3",
+            "phi = N^-alpha h(s): alpha ~ 1 keeps E_j[phi_ij] = O(1/N), i.e. E||F||_F = O(N^(1-alpha))"};
+  }
+  if (id == "C8") return {"C8", "scaling paper, Prop. 5", "scaling paper, Prop. 5", "Var(q . k) = d_k"};
+  throw InputError(fmt::format("--claim: '{}' is not one of C3, C4, C5, C6, C7, C8 (C1, C2 are exact: attncheck bounds)", id));
+}
+
+std::vector<SeriesSpec> build_series(const SweepRequest& rq) {
+  std::vector<SeriesSpec> out;
+  for (int p : rq.p) {
+    if (p < 1 || p > 64) throw InputError(fmt::format("--p: {} must be between 1 and 64", p));
+  }
+  if (!rq.claim) {
+    if (!rq.phi) throw InputError("without --claim, give --phi (and optionally --inner-scale, --outer-scale, --estimand)");
+    for (int p : rq.p) {
+      SeriesSpec s;
+      s.activation = parse_phi(*rq.phi, p);
+      s.inner = rq.inner_scale ? parse_inner_scale(*rq.inner_scale) : InnerRule{};
+      s.outer = rq.outer_scale ? parse_outer_scale(*rq.outer_scale) : OuterRule{};
+      s.estimands = rq.estimands ? parse_estimands(*rq.estimands) : std::vector<Estimand>{Estimand::value};
+      s.claimed_exponent = rq.claimed_exponent;
+      if (s.activation.kind == ActivationKind::matpow) s.reading = "matrix";
+      if (s.activation.kind == ActivationKind::pointwise && s.activation.h == Pointwise::poly) s.reading = "elementwise";
+      out.push_back(s);
+      // p only matters for poly and matpow: one series is enough for the others.
+      const bool uses_p = s.activation.kind == ActivationKind::matpow ||
+                          (s.activation.kind == ActivationKind::pointwise && s.activation.h == Pointwise::poly);
+      if (!uses_p) break;
+    }
+    return out;
+  }
+  const std::string& id = *rq.claim;
+  claim_info(id);  // validates the id
+  if (rq.claimed_exponent) throw InputError(fmt::format("--claimed-exponent: --claim {} fixes the exponent", id));
+  const auto fixed = [&](const std::optional<std::string>& given, const char* option) {
+    if (given) throw InputError(fmt::format("{} {}: --claim {} fixes it as the paper states it; drop one", option, *given, id));
+  };
+  fixed(rq.inner_scale, "--inner-scale");
+  fixed(rq.outer_scale, "--outer-scale");
+  fixed(rq.estimands, "--estimand");
+  if (id != "C7") fixed(rq.phi, "--phi");
+
+  if (id == "C3" || id == "C4") {
+    for (int p : rq.p) {
+      for (const char* reading : {"elementwise", "matrix"}) {
+        SeriesSpec s;
+        s.claim = id;
+        s.reading = reading;
+        s.activation = parse_phi(std::string(reading) == "matrix" ? "matpow" : "poly", p);
+        s.outer = id == "C4" ? parse_outer_scale("1/sqrt(N)") : OuterRule{};
+        s.estimands = {Estimand::value};
+        s.claimed_exponent = id == "C4" ? 0.5 : 1.0;
+        s.counts_for_exit = std::string(reading) == "elementwise";
+        out.push_back(s);
+      }
+    }
+  } else if (id == "C5" || id == "C6") {
+    for (int p : rq.p) {
+      SeriesSpec s;
+      s.claim = id;
+      s.reading = "elementwise";
+      s.activation = parse_phi("poly", p);
+      s.inner = InnerRule{false, 1};
+      s.outer = id == "C6" ? parse_outer_scale("1/sqrt(N)") : OuterRule{};
+      s.outer.d_exponent = 0.5;
+      s.estimands = id == "C6" ? std::vector<Estimand>{Estimand::dQ, Estimand::dK} : std::vector<Estimand>{Estimand::dQ};
+      s.claimed_exponent = id == "C6" ? 0.5 : 1.0;
+      out.push_back(s);
+    }
+  } else if (id == "C7") {
+    const std::string h = rq.phi.value_or("relu");
+    if (h == "poly" || h == "matpow" || h == "softmax") {
+      throw InputError(fmt::format("--phi {}: C7 is about h in relu, relu2, gelu, softplus, identity, relu6, sigmoid", h));
+    }
+    for (double alpha : rq.alpha) {
+      SeriesSpec s;
+      s.claim = id;
+      s.activation = parse_phi(h, 1);
+      s.alpha = alpha;
+      s.outer = parse_outer_scale(fmt::format("N^-{}", alpha));
+      s.estimands = {Estimand::value};
+      s.claimed_exponent = 1 - alpha;
+      out.push_back(s);
+    }
+  } else if (id == "C8") {
+    SeriesSpec s;
+    s.claim = id;
+    s.activation = parse_phi("identity", 1);
+    s.inner = InnerRule{false, 1};
+    s.estimands = {Estimand::score_var};
+    s.claimed_exponent = 1.0;
+    s.fit_over_d = true;
+    out.push_back(s);
+  }
+  return out;
+}
+
+std::uint64_t point_seed(std::uint64_t run_seed, const std::string& key) {
+  std::uint64_t hash = 0xcbf29ce484222325ULL;  // FNV-1a 64
+  for (const unsigned char ch : key) {
+    hash ^= ch;
+    hash *= 0x100000001b3ULL;
+  }
+  return derive_point_seed(run_seed, hash);
+}
+
+PointSpec make_point(const SeriesSpec& series, Index N, Index D, Index d, double sigma_x, double sigma_t,
+                     std::uint64_t run_seed) {
+  if (!(sigma_x > 0) || !(sigma_t > 0)) {
+    throw InputError(fmt::format("--sigma-x {} and --sigma-t {} must be > 0", sigma_x, sigma_t));
+  }
+  PointSpec ps;
+  ps.series = &series;
+  SweepPoint& pt = ps.point;
+  pt.N = N;
+  pt.D = D;
+  pt.d = d;
+  pt.sigma_x = sigma_x;
+  pt.sigma_t = sigma_t;
+  pt.map.activation = series.activation;
+  pt.map.inner = series.inner.at(d);
+  pt.map.outer.factor = series.outer.factor * std::pow(static_cast<double>(d), -series.outer.d_exponent);
+  pt.map.outer.n_exponent = series.outer.n_exponent;
+  ps.key = fmt::format("phi={};p={};inner={:.17g};outer={:.17g}*N^-{:.17g};N={};D={};d={};sigma_x={:.17g};sigma_t={:.17g}",
+                       phi_name(series.activation), series.activation.p, pt.map.inner, pt.map.outer.factor,
+                       pt.map.outer.n_exponent, N, D, d, sigma_x, sigma_t);
+  pt.seed = point_seed(run_seed, ps.key);
+  return ps;
+}
+
+std::optional<double> exact_norm_sq(const PointSpec& ps, Estimand estimand) {
+  const SweepPoint& pt = ps.point;
+  const theory::GaussianModel model{pt.D, pt.d, pt.sigma_x, pt.sigma_t, pt.map.inner};
+  const double c = pt.map.outer.at(pt.N);
+  const theory::Activation& a = pt.map.activation;
+  const bool poly = a.kind == ActivationKind::pointwise && a.h == Pointwise::poly;
+  const bool linear = (poly && a.p == 1) || (a.kind == ActivationKind::pointwise && a.h == Pointwise::identity) ||
+                      (a.kind == ActivationKind::matpow && a.p == 1);
+  const double n = static_cast<double>(pt.N);
+  switch (estimand) {
+    case Estimand::value:
+      if (linear) return theory::expected_poly_fro_sq(model, pt.N, 1, c);
+      if (poly) return theory::expected_poly_fro_sq(model, pt.N, a.p, c);
+      return std::nullopt;
+    case Estimand::dS:
+      if (linear && a.kind != ActivationKind::matpow) return c * c * n * n;
+      if (poly) return theory::expected_poly_fro_sq(model, pt.N, a.p - 1, c * a.p);
+      return std::nullopt;
+    case Estimand::dQ:
+    case Estimand::dK:
+      if (linear && a.kind != ActivationKind::matpow) {
+        return theory::expected_linear_parameter_jacobian_fro_sq(model, pt.N, c);
+      }
+      return std::nullopt;
+    case Estimand::score_var: return theory::offdiagonal_abs_moment(model, 2.0);
+  }
+  return std::nullopt;
+}
+
+}  // namespace attncheck::monte_carlo

@@ -1,0 +1,160 @@
+#include "attncheck/monte_carlo/cpu_backend.hpp"
+#include "attncheck/monte_carlo/random_stream.hpp"
+#include "attncheck/theory/attention.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+using namespace attncheck;
+using namespace attncheck::monte_carlo;
+using theory::ActivationKind;
+using theory::Matrix;
+using theory::Pointwise;
+
+namespace {
+
+
+SweepPoint make(theory::Index N, theory::Index D, theory::Index d, theory::Activation act, double inner,
+                std::uint64_t seed, double sigma_x = 1, double sigma_t = 1) {
+  SweepPoint pt;
+  pt.N = N;
+  pt.D = D;
+  pt.d = d;
+  pt.sigma_x = sigma_x;
+  pt.sigma_t = sigma_t;
+  pt.map.activation = act;
+  pt.map.inner = inner;
+  pt.map.outer = {0.7, 0.5};
+  pt.seed = seed;
+  return pt;
+}
+
+void check_relative(double got, double want, double rel, const std::string& what) {
+  INFO(what << ": got " << got << ", want " << want);
+  CHECK(std::abs(got - want) <= rel * std::abs(want));
+}
+
+std::vector<theory::Activation> every_activation() {
+  std::vector<theory::Activation> out;
+  out.push_back({ActivationKind::softmax, Pointwise::identity, 1});
+  for (int p = 1; p <= 7; ++p) out.push_back({ActivationKind::pointwise, Pointwise::poly, p});
+  for (Pointwise h : {Pointwise::identity, Pointwise::relu, Pointwise::relu2, Pointwise::gelu, Pointwise::softplus,
+                      Pointwise::relu6, Pointwise::sigmoid}) {
+    out.push_back({ActivationKind::pointwise, h, 1});
+  }
+  for (int p = 1; p <= 3; ++p) out.push_back({ActivationKind::matpow, Pointwise::identity, p});
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("sample k draws X, then Q, then K from Philox subsequence k") {
+  const SweepPoint pt = make(5, 3, 2, {ActivationKind::softmax, Pointwise::identity, 1}, 1, 99, 2.0, 0.5);
+  SampleInputs in;
+  draw_sample(pt, 4, in);
+  // X takes 15 draws, i.e. 8 whole pairs (draw 15 is discarded), then Q and K take 6 each.
+  PhiloxStream again(99, 4);
+  std::vector<double> raw(2 * 14);
+  for (std::size_t k = 0; k < raw.size(); k += 2) {
+    const auto pair = again.next_normal_pair();
+    raw[k] = pair[0];
+    raw[k + 1] = pair[1];
+  }
+  CHECK(in.X(0, 0) == 2.0 * raw[0]);
+  CHECK(in.X(4, 2) == 2.0 * raw[14]);
+  CHECK(in.Q(0, 0) == 0.5 * raw[16]);
+  CHECK(in.Q(2, 1) == 0.5 * raw[21]);
+  CHECK(in.K(0, 0) == 0.5 * raw[22]);
+  CHECK(in.K(2, 1) == 0.5 * raw[27]);
+}
+
+TEST_CASE("per-sample values equal the dense closed forms of theory::attention_norms for every activation") {
+  // N = 37 with tile 8 leaves a ragged last tile in both directions; the large inner scale makes softmax rows
+  // nearly one-hot, the regime where expanding the squares would lose every digit.
+  for (const theory::Activation& act : every_activation()) {
+    for (double inner : {0.3, 4.0}) {
+      const SweepPoint pt = make(37, 5, 3, act, inner, 2024);
+      SampleInputs in;
+      draw_sample(pt, 3, in);
+      const bool matpow = act.kind == ActivationKind::matpow;
+      const std::vector<Estimand> estimands =
+          matpow ? std::vector<Estimand>{Estimand::value} : std::vector<Estimand>{Estimand::value, Estimand::dQ, Estimand::dK, Estimand::dS};
+      const SampleValues got = evaluate_inputs(pt.map, in.X, in.Q, in.K, estimands, {8, 1});
+      const theory::AttentionNorms want = theory::attention_norms(pt.map, in.X, in.Q, in.K);
+      const std::string name = theory::describe(pt.map, pt.d);
+      check_relative(got[0], want.value_fro, 1e-10, name + " value");
+      if (matpow) continue;
+      check_relative(got[static_cast<int>(Estimand::dQ)], *want.dQ_fro, 1e-10, name + " dQ");
+      check_relative(got[static_cast<int>(Estimand::dK)], *want.dK_fro, 1e-10, name + " dK");
+      check_relative(got[static_cast<int>(Estimand::dS)], *want.dS_fro, 1e-10, name + " dS");
+      CHECK(std::isnan(got[static_cast<int>(Estimand::score_var)]));
+    }
+  }
+}
+
+TEST_CASE("the Gram path of fact 6 equals the direct sum of squared scores") {
+  for (std::uint64_t k = 0; k < 5; ++k) {
+    const SweepPoint pt = make(50 + 7 * k, 6, 4, {ActivationKind::pointwise, Pointwise::poly, 1}, 0.5, 11, 1.5, 0.8);
+    SampleInputs in;
+    draw_sample(pt, k, in);
+    const Matrix V = in.X * in.Q, U = in.X * in.K;
+    const Matrix S = 0.5 * (V * U.transpose());
+    double direct = 0;
+    for (theory::Index i = 0; i < S.rows(); ++i) {
+      for (theory::Index j = 0; j < S.cols(); ++j) direct += S(i, j) * S(i, j);
+    }
+    check_relative(gram_frobenius_sq(V, U, 0.5), direct, 1e-12, "Gram vs direct");
+    // score-var is the mean of the off-diagonal squares.
+    double off = direct;
+    for (theory::Index i = 0; i < S.rows(); ++i) off -= S(i, i) * S(i, i);
+    off /= static_cast<double>(S.rows()) * (S.rows() - 1);
+    const SampleValues v = evaluate_inputs(pt.map, in.X, in.Q, in.K, {Estimand::score_var});
+    check_relative(v[static_cast<int>(Estimand::score_var)], off, 1e-12, "score-var");
+  }
+}
+
+TEST_CASE("values do not depend on the thread count or on how samples are batched") {
+  for (const theory::Activation& act : {theory::Activation{ActivationKind::softmax, Pointwise::identity, 1},
+                                        theory::Activation{ActivationKind::pointwise, Pointwise::poly, 3},
+                                        theory::Activation{ActivationKind::pointwise, Pointwise::gelu, 1}}) {
+    const SweepPoint pt = make(70, 4, 3, act, 0.5, 5);
+    const std::vector<Estimand> estimands{Estimand::value, Estimand::dQ, Estimand::dK, Estimand::dS};
+    std::vector<SampleValues> reference;
+    CpuBackend(1, 16).evaluate(pt, estimands, 10, 6, reference);
+    for (int threads : {2, 3, 8}) {
+      CpuBackend backend(threads, 16);
+      std::vector<SampleValues> all, one_by_one;
+      backend.evaluate(pt, estimands, 10, 6, all);        // samples in parallel
+      for (std::uint64_t k = 10; k < 16; ++k) backend.evaluate(pt, estimands, k, 1, one_by_one);  // tiles in parallel
+      for (std::size_t k = 0; k < reference.size(); ++k) {
+        for (int e = 0; e < 4; ++e) {
+          INFO("threads " << threads << ", sample " << k << ", estimand " << e);
+          CHECK(all[k][e] == reference[k][e]);
+          CHECK(one_by_one[k][e] == reference[k][e]);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("the matrix-power reading refuses derivative estimands, naming the reason") {
+  const SweepPoint pt = make(8, 3, 2, {ActivationKind::matpow, Pointwise::identity, 2}, 1, 1);
+  SampleInputs in;
+  draw_sample(pt, 0, in);
+  CHECK_THROWS_WITH(evaluate_inputs(pt.map, in.X, in.Q, in.K, {Estimand::dQ}),
+                    Catch::Contains("value estimand only"));
+}
+
+TEST_CASE("a NaN input is reported with its place, not averaged") {
+  const SweepPoint pt = make(20, 3, 2, {ActivationKind::pointwise, Pointwise::poly, 2}, 1, 1);
+  SampleInputs in;
+  draw_sample(pt, 0, in);
+  in.X(13, 1) = std::nan("");  // row 13 and column 13 of S; row 0 meets it first
+  CHECK_THROWS_WITH(evaluate_inputs(pt.map, in.X, in.Q, in.K, {Estimand::value}, {8, 1}), Catch::Contains("column 13"));
+  SweepPoint soft = pt;
+  soft.map.activation = {ActivationKind::softmax, Pointwise::identity, 1};
+  CHECK_THROWS_WITH(evaluate_inputs(soft.map, in.X, in.Q, in.K, {Estimand::dQ}, {8, 1}), Catch::Contains("column 13"));
+}

@@ -1,0 +1,97 @@
+#include "attncheck/monte_carlo/sweep.hpp"
+
+#include <catch2/catch.hpp>
+
+using namespace attncheck;
+using namespace attncheck::monte_carlo;
+
+TEST_CASE("grids parse as lists and as start:stop:xfactor") {
+  CHECK(parse_index_grid("16:4096:x2", "--N") == std::vector<theory::Index>{16, 32, 64, 128, 256, 512, 1024, 2048, 4096});
+  CHECK(parse_index_grid("10:100:x3", "--N") == std::vector<theory::Index>{10, 30, 90});
+  CHECK(parse_index_grid("8,64, 32", "--D") == std::vector<theory::Index>{8, 64, 32});
+  CHECK(parse_index_grid("7", "--d") == std::vector<theory::Index>{7});
+  CHECK_THROWS_WITH(parse_index_grid("16:8:x2", "--N"), Catch::Contains("--N") && Catch::Contains("below start"));
+  CHECK_THROWS_WITH(parse_index_grid("16:64:2", "--N"), Catch::Contains("start:stop:xFACTOR"));
+  CHECK_THROWS_WITH(parse_index_grid("16:64:x1", "--N"), Catch::Contains("x1"));
+  CHECK_THROWS_WITH(parse_index_grid("0,4", "--N"), Catch::Contains("must be >= 1"));
+  CHECK_THROWS_WITH(parse_index_grid("12,abc", "--D"), Catch::Contains("'abc'"));
+  CHECK(parse_real_list("0.5, 1,2e-1", "--alpha") == std::vector<double>{0.5, 1, 0.2});
+}
+
+TEST_CASE("outer and inner scales parse into explicit constants") {
+  CHECK(parse_outer_scale("none").n_exponent == 0);
+  CHECK(parse_outer_scale("1/sqrt(N)").n_exponent == 0.5);
+  CHECK(parse_outer_scale("1/k:8").factor == 0.125);
+  CHECK(parse_outer_scale("N^-0.75").n_exponent == 0.75);
+  CHECK(parse_outer_scale("N^-0.75").text == "N^-0.75");
+  CHECK_THROWS_WITH(parse_outer_scale("sqrt(N)"), Catch::Contains("'sqrt(N)'"));
+  CHECK(parse_inner_scale("1/sqrt(d)").at(16) == 0.25);
+  CHECK(parse_inner_scale("2.5").at(16) == 2.5);
+  CHECK_THROWS_WITH(parse_estimands("value,dX"), Catch::Contains("'dX'"));
+  CHECK_THROWS_WITH(parse_phi("tanh", 1), Catch::Contains("'tanh'"));
+}
+
+TEST_CASE("claim presets set the constants exactly as each theorem states them") {
+  SweepRequest rq;
+  rq.claim = "C3";
+  rq.p = {2};
+  auto c3 = build_series(rq);
+  REQUIRE(c3.size() == 2);  // both readings
+  CHECK(*c3[0].reading == "elementwise");
+  CHECK(*c3[1].reading == "matrix");
+  CHECK(c3[0].counts_for_exit);
+  CHECK_FALSE(c3[1].counts_for_exit);
+  const PointSpec pt = make_point(c3[0], 100, 16, 16, 1, 1, 1);
+  CHECK(pt.point.map.inner == 0.25);  // sqrt(d) inside the power
+  CHECK(pt.point.map.outer.at(100) == 1);
+  CHECK(*c3[0].claimed_exponent == 1);
+
+  rq.claim = "C6";
+  auto c6 = build_series(rq);
+  REQUIRE(c6.size() == 1);
+  const PointSpec q = make_point(c6[0], 100, 16, 16, 1, 1, 1);
+  CHECK(q.point.map.inner == 1);
+  CHECK(q.point.map.outer.at(100) == Approx(0.25 * 0.1).epsilon(1e-15));  // 1/sqrt(d) outside, 1/sqrt(N)
+  CHECK(c6[0].estimands == std::vector<Estimand>{Estimand::dQ, Estimand::dK});
+  CHECK(*c6[0].claimed_exponent == 0.5);
+
+  rq.claim = "C7";
+  rq.alpha = {1.0, 0.5};
+  auto c7 = build_series(rq);
+  REQUIRE(c7.size() == 2);
+  CHECK(*c7[1].claimed_exponent == 0.5);
+  CHECK(c7[0].outer.text == "N^-1");
+
+  rq.outer_scale = "none";
+  CHECK_THROWS_WITH(build_series(rq), Catch::Contains("--outer-scale none"));
+  rq.claim = "C9";
+  CHECK_THROWS_WITH(build_series(rq), Catch::Contains("'C9'"));
+}
+
+TEST_CASE("point seeds depend on the point, not on its position in the grid") {
+  SweepRequest rq;
+  rq.claim = "C4";
+  const auto series = build_series(rq);
+  const PointSpec a = make_point(series[0], 64, 8, 8, 1, 1, 42);
+  const PointSpec b = make_point(series[0], 64, 8, 8, 1, 1, 42);
+  const PointSpec c = make_point(series[0], 128, 8, 8, 1, 1, 42);
+  const PointSpec e = make_point(series[0], 64, 8, 8, 1, 1, 43);
+  CHECK(a.point.seed == b.point.seed);
+  CHECK(a.point.seed != c.point.seed);
+  CHECK(a.point.seed != e.point.seed);
+}
+
+TEST_CASE("exact references exist exactly where a closed form is known") {
+  SweepRequest rq;
+  rq.claim = "C3";
+  rq.p = {1, 3};
+  const auto series = build_series(rq);
+  const PointSpec elementwise3 = make_point(series[2], 32, 6, 4, 1, 1, 1);
+  CHECK(exact_norm_sq(elementwise3, Estimand::value).has_value());
+  const PointSpec matrix3 = make_point(series[3], 32, 6, 4, 1, 1, 1);
+  CHECK_FALSE(exact_norm_sq(matrix3, Estimand::value).has_value());
+  const PointSpec matrix1 = make_point(series[1], 32, 6, 4, 1, 1, 1);
+  CHECK(*exact_norm_sq(matrix1, Estimand::value) == Approx(*exact_norm_sq(make_point(series[0], 32, 6, 4, 1, 1, 1), Estimand::value)));
+  // THEORY.md fact 4 with lambda = 1/sqrt(d): E||S||^2 = N(N-1) D^2 + N (D^2 + 2D), unit sigmas.
+  CHECK(*exact_norm_sq(matrix1, Estimand::value) == Approx(32.0 * 31 * 36 + 32 * (36 + 12)).epsilon(1e-12));
+}
