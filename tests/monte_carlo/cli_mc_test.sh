@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# The `attncheck mc` command line: exit codes, --json fields, the results folder, --resume, bad values.
+# Usage: cli_mc_test.sh PATH/TO/attncheck
+set -uo pipefail
+bin=$1
+py=/usr/bin/python3
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+expect_exit() {  # expect_exit CODE MESSAGE-FRAGMENT -- args...
+  local want=$1 fragment=$2
+  shift 3
+  "$bin" "$@" >"$work/out" 2>"$work/err"
+  local got=$?
+  [ "$got" -eq "$want" ] || fail "exit $got, want $want: $*"
+  if [ -n "$fragment" ] && ! grep -qF -- "$fragment" "$work/err"; then
+    fail "stderr of '$*' does not mention '$fragment': $(cat "$work/err")"
+  fi
+}
+
+# --help documents the exit codes.
+"$bin" mc --help >"$work/help" 2>&1 || fail "--help exit $?"
+grep -q "Exit codes" "$work/help" || fail "--help does not document exit codes"
+
+# Bad values: exit 2, message names the value.
+expect_exit 2 "16:8:x2" -- mc --claim C3 --N 16:8:x2 --samples 10
+expect_exit 2 "abc" -- mc --claim C3 --N 8,16 --samples abc
+expect_exit 2 "C9" -- mc --claim C9
+expect_exit 2 "built without CUDA support" -- mc --claim C3 --N 8,16 --backend cuda --samples 10
+expect_exit 2 "--outer-scale none" -- mc --claim C3 --outer-scale none
+expect_exit 2 "tanh" -- mc --phi tanh --N 8,16 --samples 10
+expect_exit 2 "--sigma-x -1" -- mc --claim C3 --N 8,16 --sigma-x -1 --samples 10
+expect_exit 2 "value estimand only" -- mc --phi matpow --p 2 --estimand dQ --N 8,16 --samples 10
+expect_exit 2 "--resume needs --out" -- mc --claim C3 --resume
+
+# A holding claim: C4 elementwise, exit 0; --json on stdout with the series fields; files in --out.
+"$bin" mc --claim C4 --N 16:256:x2 --D 4 --d 4 --p 1,2 --samples 200 --json --out "$work/c4" \
+  >"$work/c4.json" 2>"$work/c4.err"
+code=$?
+[ "$code" -eq 0 ] || fail "C4 sweep exit $code: $(cat "$work/c4.err")"
+$py - "$work/c4.json" "$work/c4" <<'PY' || fail "JSON output or files"
+import json, sys, os
+out = json.load(open(sys.argv[1]))
+series = out["series"]
+assert len(series) == 4, len(series)  # p = 1, 2 times two readings
+for s in series:
+    for key in ("claim", "p", "phi", "scale", "slope", "slope_ci", "claimed_exponent", "verdict"):
+        assert key in s, key
+    assert len(s["slope_ci"]) == 2 and s["slope_ci"][0] <= s["slope"] <= s["slope_ci"][1]
+    assert s["verdict"] in ("holds", "tight", "violated", "inconclusive")
+    assert s["claimed_exponent"] == 0.5
+linear = [s for s in series if s["reading"] == "elementwise" and s["p"] == 1][0]
+assert linear["verdict"] in ("holds", "tight"), linear
+matrix_p2 = [s for s in series if s["reading"] == "matrix" and s["p"] == 2][0]
+assert matrix_p2["verdict"] == "violated", matrix_p2  # ||S^2|| grows like N^2 / sqrt(N)
+folder = sys.argv[2]
+lines = [json.loads(l) for l in open(os.path.join(folder, "points.jsonl"))]
+assert len(lines) == 4 * 5
+for key in ("N", "D", "d", "p", "phi", "scale", "estimand", "samples", "mean", "se", "mean_sq", "se_sq", "exact_sq",
+            "sigma_x", "sigma_t", "seed", "backend", "claim", "reading", "ci95", "z_exact_sq", "jensen_bound",
+            "se_reliable", "stopped_by", "run_seed", "threads", "wall_seconds", "formula", "inner", "alpha"):
+    assert key in lines[0], key
+fits = json.load(open(os.path.join(folder, "fits.json")))
+for key in ("version", "date", "machine", "backend", "threads", "run_seed", "command", "wall_seconds"):
+    assert key in fits["provenance"], key
+assert len(fits["series"]) == 4
+csv = open(os.path.join(folder, "points.csv")).read().splitlines()
+assert len(csv) == 21 and "ci95_lo" in csv[0].split(","), csv[0]
+PY
+
+# A violated stated claim: exit 1 (custom map with a claimed exponent the matrix cube exceeds).
+expect_exit 1 "" -- mc --phi matpow --p 3 --claimed-exponent 1 --N 16:128:x2 --D 4 --d 4 --samples 100
+
+# --resume: drop the last finished point, resume, and get the same numbers back; finished points are skipped.
+head -n 19 "$work/c4/points.jsonl" >"$work/c4/points.jsonl.cut" && mv "$work/c4/points.jsonl.cut" "$work/c4/points.jsonl"
+"$bin" mc --claim C4 --N 16:256:x2 --D 4 --d 4 --p 1,2 --samples 200 --json --out "$work/c4" --resume \
+  >"$work/c4b.json" 2>"$work/c4b.err" || fail "resume exit $?"
+grep -q "19 of 20 points were already" "$work/c4b.err" || fail "resume did not skip 19 points: $(cat "$work/c4b.err")"
+$py - "$work/c4.json" "$work/c4b.json" <<'PY' || fail "resumed results differ"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+assert [p["mean"] for p in a["points"]] == [p["mean"] for p in b["points"]]
+assert [s["slope"] for s in a["series"]] == [s["slope"] for s in b["series"]]
+PY
+[ "$(wc -l <"$work/c4/points.jsonl")" -eq 20 ] || fail "points.jsonl has $(wc -l <"$work/c4/points.jsonl") lines after resume"
+
+# Thread count does not change any number.
+"$bin" mc --phi softmax --estimand value,dQ,dK,dS --N 8,24 --D 3 --d 2 --p 1 --samples 40 --threads 1 --json >"$work/t1.json" || fail "threads 1"
+"$bin" mc --phi softmax --estimand value,dQ,dK,dS --N 8,24 --D 3 --d 2 --p 1 --samples 40 --threads 2 --json >"$work/t2.json" || fail "threads 2"
+$py - "$work/t1.json" "$work/t2.json" <<'PY' || fail "results depend on --threads"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+assert [(p["mean"], p["mean_sq"]) for p in a["points"]] == [(p["mean"], p["mean_sq"]) for p in b["points"]]
+assert a["points"][0]["threads"] == 1 and b["points"][0]["threads"] == 2
+PY
+
+# --samples auto stops on the relative standard error (or says what stopped it).
+"$bin" mc --claim C8 --N 32 --D 2 --d 2:32:x2 --samples auto --rel-se 0.02 --max-samples 20000 --json >"$work/c8.json" || fail "C8 exit $?"
+$py - "$work/c8.json" <<'PY' || fail "C8 auto sampling"
+import json, sys
+out = json.load(open(sys.argv[1]))
+for p in out["points"]:
+    assert p["stopped_by"] == "rel-se", p["stopped_by"]
+    assert p["se_sq"] <= 0.02 * p["mean_sq"]
+s = out["series"][0]
+assert s["claim"] == "C8" and s["fit_variable"] == "d" and s["verdict"] in ("holds", "tight"), s
+PY
+
+# Human output: a table with the fitted slopes and verdicts.
+"$bin" mc --claim C3 --N 16,32,64 --D 4 --d 4 --p 1 --samples 50 >"$work/human" 2>&1 || fail "human exit $?"
+grep -q "verdict" "$work/human" || fail "no verdict column in the table"
+grep -q "Thm 4.2 (4.3)" "$work/human" || fail "claim numbering missing"
+
+if [ "$failures" -ne 0 ]; then
+  echo "$failures failure(s)"
+  exit 1
+fi
+echo "all mc command-line checks passed"
