@@ -6,6 +6,10 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#if defined(ATTNCHECK_MC_OPENBLAS)
+#include <cblas.h>
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <exception>
@@ -50,6 +54,38 @@ void for_each_block(Index blocks, int threads, Body&& body) {
   if (failure) std::rethrow_exception(failure);
 }
 
+// C = A_rows * B_rows^T for row blocks of row-major matrices: the score tiles, the one product that
+// dominates the run time. OpenBLAS when the build selected it (bench/monte_carlo measures both), else Eigen.
+void multiply_transposed(const Matrix& A, Index a0, Index rows, const Matrix& B, Index b0, Index cols, Matrix& C) {
+#if defined(ATTNCHECK_MC_OPENBLAS)
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(rows), static_cast<blasint>(cols),
+              static_cast<blasint>(A.cols()), 1.0, A.data() + a0 * A.cols(), static_cast<blasint>(A.cols()),
+              B.data() + b0 * B.cols(), static_cast<blasint>(B.cols()), 0.0, C.data(), static_cast<blasint>(C.cols()));
+#else
+  C.topLeftCorner(rows, cols).noalias() = A.middleRows(a0, rows) * B.middleRows(b0, cols).transpose();
+#endif
+}
+
+// A * B (or A^T * B): the projections X Q, X K and the d x d Gram matrices, through the same library.
+Matrix product(const Matrix& A, bool transpose_a, const Matrix& B) {
+  const Index rows = transpose_a ? A.cols() : A.rows(), inner = transpose_a ? A.rows() : A.cols();
+  Matrix C(rows, B.cols());
+#if defined(ATTNCHECK_MC_OPENBLAS)
+  cblas_dgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans, CblasNoTrans, static_cast<blasint>(rows),
+              static_cast<blasint>(B.cols()), static_cast<blasint>(inner), 1.0, A.data(),
+              static_cast<blasint>(A.cols()), B.data(), static_cast<blasint>(B.cols()), 0.0, C.data(),
+              static_cast<blasint>(C.cols()));
+#else
+  (void)inner;
+  if (transpose_a) {
+    C.noalias() = A.transpose() * B;
+  } else {
+    C.noalias() = A * B;
+  }
+#endif
+  return C;
+}
+
 [[noreturn]] void throw_nan_score(const Matrix& tile, Index rows, Index cols, Index i0, Index j0) {
   for (Index r = 0; r < rows; ++r) {
     for (Index c = 0; c < cols; ++c) {
@@ -78,7 +114,7 @@ NormSums<double> pointwise_block(const Shared& sh, Index i0, Terms terms) {
   std::vector<PointwiseRowSums<double>> rows(static_cast<std::size_t>(ni));
   for (Index j0 = 0; j0 < n; j0 += sh.tile) {
     const Index nj = std::min(sh.tile, n - j0);
-    S.leftCols(nj).noalias() = sh.V.middleRows(i0, ni) * sh.U.middleRows(j0, nj).transpose();
+    multiply_transposed(sh.V, i0, ni, sh.U, j0, nj, S);
     const double* u_sq = sh.u_sq.data() + j0;
     const double* x_sq = sh.x_sq.data() + j0;
     for (Index r = 0; r < ni; ++r) {
@@ -121,7 +157,7 @@ NormSums<double> softmax_block(const Shared& sh, Index i0, bool need_pass2, bool
   Matrix u_bar = Matrix::Zero(ni, need_q ? d : 0), x_bar = Matrix::Zero(ni, need_k ? D : 0);
   for (Index j0 = 0; j0 < n; j0 += sh.tile) {
     const Index nj = std::min(sh.tile, n - j0);
-    S.leftCols(nj).noalias() = sh.V.middleRows(i0, ni) * sh.U.middleRows(j0, nj).transpose();
+    multiply_transposed(sh.V, i0, ni, sh.U, j0, nj, S);
     for (Index r = 0; r < ni; ++r) {
       const double* s = S.row(r).data();
       Index arg = 0;
@@ -165,7 +201,7 @@ NormSums<double> softmax_block(const Shared& sh, Index i0, bool need_pass2, bool
   std::vector<SoftmaxRowSums<double>> rows(static_cast<std::size_t>(ni));
   for (Index j0 = 0; j0 < n; j0 += sh.tile) {
     const Index nj = std::min(sh.tile, n - j0);
-    S.leftCols(nj).noalias() = sh.V.middleRows(i0, ni) * sh.U.middleRows(j0, nj).transpose();
+    multiply_transposed(sh.V, i0, ni, sh.U, j0, nj, S);
     for (Index r = 0; r < ni; ++r) {
       SoftmaxRowSums<double>& row = rows[static_cast<std::size_t>(r)];
       const double m = row_max[r], l = norm[r];
@@ -230,10 +266,10 @@ NormSums<double> pointwise_tiles(const Shared& sh, const EvaluationOptions& opti
 }
 
 double matrix_power_fro_sq(const Matrix& V, const Matrix& U, double inner, int p) {
-  const Matrix cross = U.transpose() * V;  // d x d
+  const Matrix cross = product(U, true, V);  // d x d
   Matrix M = Matrix::Identity(V.cols(), V.cols()) * std::pow(inner, p);
   for (int k = 1; k < p; ++k) M = M * cross;
-  const Matrix gram_v = V.transpose() * V, gram_u = U.transpose() * U;
+  const Matrix gram_v = product(V, true, V), gram_u = product(U, true, U);
   return (M.transpose() * gram_v * M).cwiseProduct(gram_u).sum();
 }
 
@@ -250,7 +286,7 @@ void draw_sample(const SweepPoint& point, std::uint64_t k, SampleInputs& out) {
 }
 
 double gram_frobenius_sq(const Matrix& V, const Matrix& U, double inner) {
-  const Matrix gram_v = V.transpose() * V, gram_u = U.transpose() * U;
+  const Matrix gram_v = product(V, true, V), gram_u = product(U, true, U);
   return inner * inner * gram_v.cwiseProduct(gram_u).sum();
 }
 
@@ -268,8 +304,8 @@ SampleValues evaluate_inputs(const theory::AttentionMap& map, const Matrix& X, c
   const bool need_q = wants(estimands, Estimand::dQ), need_k = wants(estimands, Estimand::dK);
   const bool need_var = wants(estimands, Estimand::score_var);
   SampleValues out = nan_values();
-  const Matrix U = X * K;
-  const Matrix Vraw = X * Q;
+  const Matrix U = product(X, false, K);
+  const Matrix Vraw = product(X, false, Q);
 
   if (need_var) {
     if (n < 2) throw InputError("score-var needs N >= 2 (it averages over i != j)");
@@ -318,8 +354,11 @@ SampleValues evaluate_inputs(const theory::AttentionMap& map, const Matrix& X, c
 CpuBackend::CpuBackend(int threads, Index tile)
     : threads_(threads > 0 ? threads : omp_get_max_threads()), tile_(tile) {
   if (tile < 1) throw InputError(fmt::format("tile size {} must be >= 1", tile));
-  // Parallelism is ours (samples or row blocks); Eigen's own would nest inside it.
+  // Parallelism is ours (samples or row blocks); the GEMM library's own would nest inside it.
   Eigen::setNbThreads(1);
+#if defined(ATTNCHECK_MC_OPENBLAS)
+  openblas_set_num_threads(1);
+#endif
 }
 
 void CpuBackend::evaluate(const SweepPoint& point, const std::vector<Estimand>& estimands, std::uint64_t first,

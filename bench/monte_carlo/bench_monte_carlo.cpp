@@ -1,0 +1,116 @@
+// CPU backend speed at the reference point: N = 1024, D = d = 64, F = (T/sqrt d)^3 elementwise,
+// estimands value + dQ, double precision. Reports, in one run:
+// - dgemm_*: the machine's DGEMM rate (1024^3, one thread) with OpenBLAS and with Eigen as built here;
+// - score_phase: one sample's evaluation on drawn inputs (projections, score tiles, reductions), one thread,
+//   counted as 2 N^2 d flops (the score GEMMs only), so its rate is comparable with DGEMM's;
+// - draw: the Philox normals of one sample;
+// - samples: whole samples per second through CpuBackend with all threads (what `attncheck mc` does).
+#include "attncheck/monte_carlo/cpu_backend.hpp"
+
+#include <benchmark/benchmark.h>
+
+#if defined(ATTNCHECK_BENCH_OPENBLAS)
+#include <cblas.h>
+#endif
+
+#include <omp.h>
+
+using namespace attncheck;
+using namespace attncheck::monte_carlo;
+
+namespace {
+
+constexpr theory::Index kN = 1024, kD = 64, kd = 64;
+
+SweepPoint reference_point() {
+  SweepPoint pt;
+  pt.N = kN;
+  pt.D = kD;
+  pt.d = kd;
+  pt.map.activation = {theory::ActivationKind::pointwise, theory::Pointwise::poly, 3};
+  pt.map.inner = 1 / std::sqrt(static_cast<double>(kd));
+  pt.seed = 12345;
+  return pt;
+}
+
+const std::vector<Estimand> kEstimands{Estimand::value, Estimand::dQ};
+
+void set_gemm_flops(benchmark::State& state, double flops_per_iteration) {
+  state.counters["GFLOPS"] =
+      benchmark::Counter(flops_per_iteration * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+#if defined(ATTNCHECK_BENCH_OPENBLAS)
+void dgemm_openblas(benchmark::State& state) {
+  openblas_set_num_threads(1);
+  const theory::Index n = state.range(0);
+  const theory::Matrix A = theory::Matrix::Random(n, n), B = theory::Matrix::Random(n, n);
+  theory::Matrix C(n, n);
+  for (auto _ : state) {
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0, A.data(), n, B.data(), n, 0.0, C.data(), n);
+    benchmark::DoNotOptimize(C.data());
+  }
+  set_gemm_flops(state, 2.0 * n * n * n);
+  state.SetLabel(openblas_get_corename());
+}
+BENCHMARK(dgemm_openblas)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
+#endif
+
+void dgemm_eigen(benchmark::State& state) {
+  Eigen::setNbThreads(1);
+  const theory::Index n = state.range(0);
+  const theory::Matrix A = theory::Matrix::Random(n, n), B = theory::Matrix::Random(n, n);
+  theory::Matrix C(n, n);
+  for (auto _ : state) {
+    C.noalias() = A * B;
+    benchmark::DoNotOptimize(C.data());
+  }
+  set_gemm_flops(state, 2.0 * n * n * n);
+}
+BENCHMARK(dgemm_eigen)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void score_phase(benchmark::State& state) {
+  CpuBackend configure(1);  // sets the GEMM libraries to one thread
+  const SweepPoint pt = reference_point();
+  SampleInputs in;
+  draw_sample(pt, 0, in);
+  const EvaluationOptions options{state.range(0), 1};
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(evaluate_inputs(pt.map, in.X, in.Q, in.K, kEstimands, options));
+  }
+  set_gemm_flops(state, 2.0 * kN * kN * kd);
+}
+BENCHMARK(score_phase)->Arg(128)->Arg(256)->Arg(512)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void draw(benchmark::State& state) {
+  const SweepPoint pt = reference_point();
+  SampleInputs in;
+  std::uint64_t k = 0;
+  for (auto _ : state) {
+    draw_sample(pt, k++, in);
+    benchmark::DoNotOptimize(in.X.data());
+  }
+}
+BENCHMARK(draw)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void samples(benchmark::State& state) {
+  CpuBackend backend(static_cast<int>(state.range(0)));
+  const SweepPoint pt = reference_point();
+  constexpr std::uint64_t kBatch = 32;
+  std::vector<SampleValues> out;
+  std::uint64_t first = 0;
+  for (auto _ : state) {
+    out.clear();
+    backend.evaluate(pt, kEstimands, first, kBatch, out);
+    first += kBatch;
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * kBatch));
+  state.counters["threads"] = static_cast<double>(backend.threads());
+}
+// Process CPU time too: on a shared machine, samples per CPU-second is the figure other loads disturb least.
+BENCHMARK(samples)->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond)->UseRealTime()->MeasureProcessCPUTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();
