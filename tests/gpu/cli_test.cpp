@@ -54,7 +54,8 @@ TEST_CASE("without a device, --backend cuda exits 2 naming the reason and auto s
   const auto cuda = run_attncheck("mc --claim C3 --N 8,16 --D 4 --d 4 --p 1 --samples 10 --backend cuda");
   INFO(cuda.err);
   CHECK(cuda.exit_code == 2);
-  CHECK(mentions(cuda.err, "--backend cuda: " + kNoCudaReason));
+  CHECK(mentions(cuda.err, "--backend cuda: "));
+  CHECK(mentions(cuda.err, kNoCudaReason));
 
   const auto automatic = run_attncheck("mc --claim C3 --N 8,16 --D 4 --d 4 --p 1 --samples 10 --backend auto --json");
   INFO(automatic.err);
