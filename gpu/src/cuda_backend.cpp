@@ -180,10 +180,46 @@ class CudaBackend final : public monte_carlo::Backend {
     }
     const BatchPlan plan = plan_batch(n, static_cast<std::int64_t>(std::min<std::uint64_t>(count, 1ULL << 40)),
                                       static_cast<std::int64_t>(score_bytes_ / sizeof(double)), memory_samples);
-    for (std::uint64_t done = 0; done < count;) {
-      const auto batch = static_cast<std::int64_t>(std::min<std::uint64_t>(plan.samples, count - done));
-      run_batch(point, request, first + done, batch, plan.strip_rows, out.data() + base + done);
-      done += static_cast<std::uint64_t>(batch);
+    // Batches are enqueued back to back and the host waits once per group of them: at large N a batch is
+    // one sample, and a wait per sample would leave the device idle while the host copies and launches.
+    const std::uint64_t group = static_cast<std::uint64_t>(plan.samples) *
+                                static_cast<std::uint64_t>(std::max<std::int64_t>(1, kSamplesPerWait / plan.samples));
+    for (std::uint64_t group_start = 0; group_start < count; group_start += group) {
+      const std::uint64_t group_count = std::min(group, count - group_start);
+      const auto batches = static_cast<std::int64_t>((group_count + plan.samples - 1) / plan.samples);
+      double* totals = totals_.reserve(static_cast<std::int64_t>(group_count) * kTotals);
+      unsigned long long* bad = bad_.reserve(batches);
+      static_assert(detail::kNoBadRow == ~0ULL, "the flags are reset by setting every byte");
+      check(cudaMemsetAsync(bad, 0xFF, static_cast<std::size_t>(batches) * sizeof *bad, stream_), "cudaMemsetAsync");
+      for (std::int64_t k = 0; k < batches; ++k) {
+        const std::uint64_t done = static_cast<std::uint64_t>(k * plan.samples);
+        const auto batch = static_cast<std::int64_t>(std::min<std::uint64_t>(plan.samples, group_count - done));
+        enqueue_batch(point, request, first + group_start + done, batch, plan.strip_rows,
+                      totals + static_cast<std::int64_t>(done) * kTotals, bad + k);
+      }
+      std::vector<double> host(static_cast<std::size_t>(group_count) * kTotals);
+      std::vector<unsigned long long> bad_rows(static_cast<std::size_t>(batches));
+      check(cudaMemcpyAsync(host.data(), totals, host.size() * sizeof(double), cudaMemcpyDeviceToHost, stream_),
+            "cudaMemcpyAsync");
+      check(cudaMemcpyAsync(bad_rows.data(), bad, bad_rows.size() * sizeof(unsigned long long),
+                            cudaMemcpyDeviceToHost, stream_),
+            "cudaMemcpyAsync");
+      check(cudaGetLastError(), "a kernel launch");
+      check(cudaStreamSynchronize(stream_), "the kernels of a batch");
+      for (std::int64_t k = 0; k < batches; ++k) {
+        const std::uint64_t done = static_cast<std::uint64_t>(k * plan.samples);
+        const auto batch = static_cast<std::int64_t>(std::min<std::uint64_t>(plan.samples, group_count - done));
+        const std::uint64_t batch_first = first + group_start + done;
+        const unsigned long long bad_row = bad_rows[static_cast<std::size_t>(k)];
+        if (bad_row != detail::kNoBadRow) {
+          throw InputError(fmt::format("non-finite score or per-entry term in sample {}, row {} (0-based): a score "
+                                       "overflowed or is NaN",
+                                       batch_first + bad_row / static_cast<std::uint64_t>(n),
+                                       bad_row % static_cast<std::uint64_t>(n)));
+        }
+        finish_batch(point, request, batch, host.data() + done * kTotals,
+                     out.data() + base + group_start + done);
+      }
     }
   }
 
@@ -197,8 +233,14 @@ class CudaBackend final : public monte_carlo::Backend {
     return sum + top_.bytes();
   }
 
-  void run_batch(const SweepPoint& point, const Request& req, std::uint64_t first, std::int64_t batch,
-                 std::int64_t strip_rows, SampleValues* out) {
+  // Per-sample totals of a batch, slot-major: slot s of sample b at s * batch + b.
+  enum Slot { kValueSq = 0, kDsSq, kDqSq, kDkSq, kGramDot, kDiagSq, kXSq, kUSq, kVSq, kPowerSq, kTotals };
+  // Samples whose results are copied back together (the runner's largest chunk).
+  static constexpr std::int64_t kSamplesPerWait = 1024;
+
+  // Enqueues a batch: its totals go to `totals` (batch * kTotals doubles), its non-finite flag to `bad`.
+  void enqueue_batch(const SweepPoint& point, const Request& req, std::uint64_t first, std::int64_t batch,
+                     std::int64_t strip_rows, double* totals, unsigned long long* bad) {
     const std::int64_t n = point.N, D = point.D, d = point.d;
     const NormalLayout layout{n * D, D * d, D * d};
     const Gemm gemm{blas_};
@@ -228,11 +270,7 @@ class CudaBackend final : public monte_carlo::Backend {
     norms.diag_sq = diag_sq_.reserve(batch * n);
     detail::row_norms(norms, stream_);
 
-    // Per-sample totals, copied back together: slots of kTotals doubles per sample.
-    enum Slot { kValueSq = 0, kDsSq, kDqSq, kDkSq, kGramDot, kDiagSq, kXSq, kUSq, kVSq, kPowerSq, kTotals };
-    double* totals = totals_.reserve(batch * kTotals);
-    double* slot_base = totals;
-    const auto slot = [&](Slot s) { return slot_base + s * batch; };  // slot-major: batch values per slot
+    const auto slot = [&](Slot s) { return totals + s * batch; };
 
     const bool gram_needed = req.score_var || (req.linear && req.value) || (req.matpow && req.value);
     double* gram_v = nullptr;
@@ -274,25 +312,16 @@ class CudaBackend final : public monte_carlo::Backend {
         detail::batched_dot(static_cast<int>(batch), d * d, cross, gram_u, slot(kPowerSq), stream_);
       }
     }
-    unsigned long long* bad = nullptr;
     if (req.any_norm() && !req.linear && !req.matpow) {
-      bad = reduce_strips(point, req, batch, strip_rows, norms, slot(kValueSq));
+      reduce_strips(point, req, batch, strip_rows, norms, slot(kValueSq), bad);
     }
+  }
 
-    std::vector<double> host(static_cast<std::size_t>(batch * kTotals));
-    check(cudaMemcpyAsync(host.data(), totals, host.size() * sizeof(double), cudaMemcpyDeviceToHost, stream_),
-          "cudaMemcpyAsync");
-    unsigned long long bad_row = detail::kNoBadRow;
-    if (bad != nullptr) {
-      check(cudaMemcpyAsync(&bad_row, bad, sizeof bad_row, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync");
-    }
-    check(cudaGetLastError(), "a kernel launch");
-    check(cudaStreamSynchronize(stream_), "the kernels of a batch");
-    if (bad_row != detail::kNoBadRow) {
-      throw InputError(fmt::format("non-finite score or per-entry term in sample {}, row {} (0-based): a score "
-                                   "overflowed or is NaN",
-                                   first + bad_row / static_cast<std::uint64_t>(n), bad_row % static_cast<std::uint64_t>(n)));
-    }
+  // The norms of a batch from its totals, copied back to the host.
+  void finish_batch(const SweepPoint& point, const Request& req, std::int64_t batch, const double* host,
+                    SampleValues* out) const {
+    const std::int64_t n = point.N;
+    const int p = point.map.activation.p;
     const auto at = [&](Slot s, std::int64_t b) { return host[static_cast<std::size_t>(s * batch + b)]; };
     const double lambda = point.map.inner, c = point.map.outer.at(n);
     for (std::int64_t b = 0; b < batch; ++b) {
@@ -322,17 +351,14 @@ class CudaBackend final : public monte_carlo::Backend {
   }
 
   // The strip path: writes per-sample value_sq, dS_sq, dQ_sq, dK_sq (four slots of `batch` doubles from
-  // `sums`) and returns the device flag of the first row with a non-finite score or term.
-  unsigned long long* reduce_strips(const SweepPoint& point, const Request& req, std::int64_t batch,
-                                    std::int64_t strip_rows, const detail::RowNormArgs& norms, double* sums) {
+  // `sums`) and lowers `bad` to the first b * n + i whose row has a non-finite score or term.
+  void reduce_strips(const SweepPoint& point, const Request& req, std::int64_t batch, std::int64_t strip_rows,
+                     const detail::RowNormArgs& norms, double* sums, unsigned long long* bad) {
     const std::int64_t n = point.N, D = point.D, d = point.d;
     const Gemm gemm{blas_};
     const auto N = CUBLAS_OP_N, T = CUBLAS_OP_T;
     double* V = const_cast<double*>(norms.V);
     detail::scale(V, batch * n * d, point.map.inner, stream_);  // a strip is then one GEMM: lambda v_i . u_j
-    unsigned long long* bad = bad_.reserve(1);
-    static_assert(detail::kNoBadRow == ~0ULL, "the flag is reset by setting every byte");
-    check(cudaMemsetAsync(bad, 0xFF, sizeof *bad, stream_), "cudaMemsetAsync");
 
     detail::StripArgs args;
     args.batch = static_cast<int>(batch);
@@ -367,7 +393,6 @@ class CudaBackend final : public monte_carlo::Backend {
       detail::softmax_strip(args, top, u_bar, x_bar, stream_);
     }
     detail::sum_rows(static_cast<int>(batch), n, detail::kRowSumWidth, args.row_sums, sums, stream_);
-    return bad;
   }
 
   int device_;
