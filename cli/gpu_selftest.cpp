@@ -1,0 +1,97 @@
+// attncheck gpu-selftest: the CUDA backend against the CPU backend, same seeds, fixed points (gpu/selftest.hpp).
+
+#include "subcommand.hpp"
+
+#ifdef ATTNCHECK_HAVE_CUDA
+#include "attncheck/gpu/cuda_backend.hpp"
+#include "attncheck/gpu/selftest.hpp"
+#include "attncheck/monte_carlo/cpu_backend.hpp"
+#endif
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+
+namespace attncheck::cli {
+namespace {
+
+struct SelftestOptions {
+  int device = 0;
+  int threads = 0;
+  std::uint64_t throughput_samples = 32;
+};
+
+int run(const SelftestOptions& o) {
+#ifndef ATTNCHECK_HAVE_CUDA
+  (void)o;
+  fmt::print(stderr,
+             "attncheck gpu-selftest: this attncheck was built without CUDA support (configure with "
+             "-DATTNCHECK_CUDA=ON on a machine with nvcc); nothing to test\n");
+  return kExitUsage;
+#else
+  const int count = gpu::cuda_device_count();
+  if (count == 0) {
+    fmt::print(stderr, "attncheck gpu-selftest: no CUDA device answers (no GPU, or no driver); nothing to test\n");
+    return kExitUsage;
+  }
+  if (o.device < 0 || o.device >= count) {
+    throw UsageError(fmt::format("--device {}: {} CUDA device(s) answer, numbered 0 to {}", o.device, count, count - 1));
+  }
+  fmt::print("device {}: {}\n", o.device, gpu::cuda_device_description(o.device));
+  const std::unique_ptr<monte_carlo::Backend> backend = gpu::make_cuda_backend(o.device);
+  const std::unique_ptr<monte_carlo::Backend> small = gpu::make_cuda_backend(o.device, {gpu::kSmallScoreBufferBytes});
+  monte_carlo::CpuBackend cpu(o.threads);
+  gpu::SelftestDevice device;
+  device.philox_words = [&](std::uint64_t seed, std::uint64_t first, int subsequences, int blocks, bool sequential) {
+    return gpu::device_philox_words(o.device, seed, first, subsequences, blocks, sequential);
+  };
+  device.draw_sample = [&](const monte_carlo::SweepPoint& point, std::uint64_t k) {
+    return gpu::device_draw_sample(o.device, point, k);
+  };
+  device.backend = backend.get();
+  device.small_buffer_backend = small.get();
+  const gpu::SelftestReport report = gpu::run_selftest(device, cpu, gpu::selftest_cases());
+  int failed = 0;
+  for (const gpu::CheckResult& check : report.checks) {
+    fmt::print("{} {}: {}\n", check.passed ? "ok  " : "FAIL", check.name, check.detail);
+    failed += check.passed ? 0 : 1;
+  }
+  if (o.throughput_samples > 0) {
+    using monte_carlo::Estimand;
+    for (const auto& estimands : {std::vector<Estimand>{Estimand::value},
+                                  std::vector<Estimand>{Estimand::value, Estimand::dQ, Estimand::dK, Estimand::dS}}) {
+      const gpu::Throughput t = gpu::measure_throughput(*backend, estimands, o.throughput_samples);
+      fmt::print("throughput, x^3, N = 4096, D = d = 64 [{}]: {:.0f} samples/s, score phase {:.1f} TFLOP/s "
+                 "(docs/gpu.md: roofline estimates to compare with)\n",
+                 t.estimands, t.samples_per_second, t.score_tflops);
+    }
+  }
+  fmt::print("{} of {} checks agree\n", report.checks.size() - failed, report.checks.size());
+  return report.passed() ? kExitHolds : kExitViolated;
+#endif
+}
+
+const bool registered = register_subcommand(
+    "gpu-selftest",
+    "Check the CUDA backend against the CPU backend: Philox words bit for bit, normals, every estimand and phi",
+    [](CLI::App& command) -> std::function<int()> {
+      auto options = std::make_shared<SelftestOptions>();
+      command.footer(
+          "Raw Philox words must be equal bit for bit, normals within 1e-12 sigma, per-sample estimates within 1e-6 "
+          "relative (both backends form scores in double; see docs/gpu.md). Then times x^3 at N = 4096, "
+          "D = d = 64 for comparison with the roofline estimate.\n"
+          "Exit codes: 0 every check agrees, 1 a check disagrees, 2 no CUDA device answers, this attncheck was built "
+          "without CUDA support, or bad usage.");
+      command.add_option("--device", options->device, "CUDA device to test")->capture_default_str();
+      command.add_option("--threads", options->threads, "CPU threads of the reference backend (0: all cores)")
+          ->capture_default_str()->check(CLI::Range(0, 4096));
+      command.add_option("--throughput-samples", options->throughput_samples,
+                         "samples timed at N = 4096, D = d = 64 (0: no timing)")
+          ->capture_default_str();
+      return [options] { return run(*options); };
+    });
+
+}  // namespace
+}  // namespace attncheck::cli

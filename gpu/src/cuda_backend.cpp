@@ -1,0 +1,472 @@
+// The CUDA backend's host side: validation, batching, cuBLAS calls and the final norms. Compiled by the host
+// compiler; every kernel sits behind the plain launchers of kernels.hpp.
+//
+// Per batch of samples (all on one stream, so nothing waits for the host until the results are copied):
+//   draw X, Q, K (cuRAND Philox, the CPU's order)  ->  V = X Q, U = X K (strided-batched DGEMM)
+//   -> row norms  ->  one of
+//      Gram path (score-var, identity and x^1, the matrix power): d x d Gram and cross matrices by DGEMM;
+//      strip path (every other map): for each strip of score rows, the strip by DGEMM into a buffer of about
+//        half the L2 cache, then one kernel reducing it with the per-entry terms (softmax: a kernel turning
+//        the strip into probabilities, u_bar = A U and x_bar = A X by DGEMM, then the reducing kernel)
+//   -> per-sample totals summed over rows in a fixed order -> copied back once per batch.
+
+#include "attncheck/gpu/cuda_backend.hpp"
+
+#include "attncheck/gpu/batch_plan.hpp"
+#include "attncheck/gpu/normal_layout.hpp"
+#include "kernels.hpp"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+namespace attncheck::gpu {
+
+using monte_carlo::Estimand;
+using monte_carlo::SampleValues;
+using monte_carlo::SweepPoint;
+using theory::ActivationKind;
+using theory::InputError;
+using theory::Pointwise;
+
+namespace {
+
+void check(cudaError_t status, const char* what) {
+  if (status == cudaSuccess) return;
+  throw CudaError(fmt::format("CUDA error in {}: {} ({})", what, cudaGetErrorString(status), cudaGetErrorName(status)));
+}
+
+void check(cublasStatus_t status, const char* what) {
+  if (status == CUBLAS_STATUS_SUCCESS) return;
+  throw CudaError(fmt::format("cuBLAS error in {}: {}", what, cublasGetStatusString(status)));
+}
+
+// Device memory that only grows: successive batches and points reuse it.
+template <class T>
+class DeviceArray {
+ public:
+  DeviceArray() = default;
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  ~DeviceArray() {
+    if (data_ != nullptr) cudaFree(data_);
+  }
+  T* reserve(std::int64_t count) {
+    const auto wanted = static_cast<std::size_t>(std::max<std::int64_t>(count, 1));
+    if (wanted > capacity_) {
+      if (data_ != nullptr) cudaFree(data_);
+      data_ = nullptr;
+      capacity_ = 0;
+      check(cudaMalloc(reinterpret_cast<void**>(&data_), wanted * sizeof(T)), "cudaMalloc");
+      capacity_ = wanted;
+    }
+    return data_;
+  }
+  std::size_t bytes() const { return capacity_ * sizeof(T); }
+
+ private:
+  T* data_ = nullptr;
+  std::size_t capacity_ = 0;
+};
+
+// Column-major strided-batched DGEMM, C_b = alpha op(A_b) op(B_b) + beta C_b. Row-major matrices are passed
+// as their column-major transposes: a row-major r x c matrix is a column-major c x r one with ld = c.
+struct Gemm {
+  cublasHandle_t handle;
+  void operator()(cublasOperation_t op_a, cublasOperation_t op_b, std::int64_t m, std::int64_t n, std::int64_t k,
+                  double alpha, const double* A, std::int64_t lda, std::int64_t stride_a, const double* B,
+                  std::int64_t ldb, std::int64_t stride_b, double* C, std::int64_t ldc, std::int64_t stride_c,
+                  std::int64_t batch) const {
+    const double beta = 0;
+    check(cublasDgemmStridedBatched(handle, op_a, op_b, static_cast<int>(m), static_cast<int>(n),
+                                    static_cast<int>(k), &alpha, A, static_cast<int>(lda), stride_a, B,
+                                    static_cast<int>(ldb), stride_b, &beta, C, static_cast<int>(ldc), stride_c,
+                                    static_cast<int>(batch)),
+          "cublasDgemmStridedBatched");
+  }
+};
+
+bool wants(const std::vector<Estimand>& estimands, Estimand e) {
+  return std::find(estimands.begin(), estimands.end(), e) != estimands.end();
+}
+
+// What a point asks for, checked as the CPU backend checks it (same conditions, same messages).
+struct Request {
+  bool value = false, dS = false, dQ = false, dK = false, score_var = false;
+  bool matpow = false, linear = false, softmax = false;
+  bool any_norm() const { return value || dS || dQ || dK; }
+};
+
+Request validate(const SweepPoint& point, const std::vector<Estimand>& estimands) {
+  if (point.N < 1 || point.D < 1 || point.d < 1) {
+    throw InputError(fmt::format("shapes do not chain: N = {}, D = {}, d = {} must all be >= 1", point.N, point.D,
+                                 point.d));
+  }
+  constexpr auto kIntMax = static_cast<theory::Index>(std::numeric_limits<int>::max());
+  if (point.N > kIntMax || point.D > kIntMax || point.d > kIntMax) {
+    throw InputError(fmt::format("N = {}, D = {}, d = {}: the CUDA backend takes sizes up to {}", point.N,
+                                 point.D, point.d, kIntMax));
+  }
+  Request r;
+  r.value = wants(estimands, Estimand::value);
+  r.dS = wants(estimands, Estimand::dS);
+  r.dQ = wants(estimands, Estimand::dQ);
+  r.dK = wants(estimands, Estimand::dK);
+  r.score_var = wants(estimands, Estimand::score_var);
+  const theory::Activation& act = point.map.activation;
+  if (r.score_var && point.N < 2) throw InputError("score-var needs N >= 2 (it averages over i != j)");
+  r.matpow = act.kind == ActivationKind::matpow;
+  r.softmax = act.kind == ActivationKind::softmax;
+  r.linear = act.kind == ActivationKind::pointwise &&
+             (act.h == Pointwise::identity || (act.h == Pointwise::poly && act.p == 1));
+  if (r.any_norm() && r.matpow) {
+    if (r.dS || r.dQ || r.dK) throw InputError("the matrix-power reading is supported for the value estimand only");
+    if (act.p < 1) throw InputError(fmt::format("matrix power p = {} must be >= 1", act.p));
+  }
+  if (r.any_norm() && act.kind == ActivationKind::pointwise && act.h == Pointwise::poly && act.p < 0) {
+    throw InputError(fmt::format("power p = {} must be >= 0", act.p));
+  }
+  return r;
+}
+
+class CudaBackend final : public monte_carlo::Backend {
+ public:
+  CudaBackend(int device, const CudaBackendOptions& options) : device_(device) {
+    check(cudaSetDevice(device_), "cudaSetDevice");
+    score_bytes_ = options.score_buffer_bytes;
+    if (score_bytes_ == 0) {
+      int l2_bytes = 0;
+      check(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device_), "cudaDeviceGetAttribute");
+      score_bytes_ = std::max<std::size_t>(static_cast<std::size_t>(l2_bytes) / 2, std::size_t{8} << 20);
+    }
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check(cublasCreate(&blas_), "cublasCreate");
+    check(cublasSetStream(blas_, stream_), "cublasSetStream");
+  }
+  ~CudaBackend() override {
+    if (blas_ != nullptr) cublasDestroy(blas_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string name() const override { return "cuda"; }
+
+  void evaluate(const SweepPoint& point, const std::vector<Estimand>& estimands, std::uint64_t first,
+                std::uint64_t count, std::vector<SampleValues>& out) override {
+    const std::size_t base = out.size();
+    out.resize(base + count);
+    if (count == 0) return;
+    const Request request = validate(point, estimands);
+    check(cudaSetDevice(device_), "cudaSetDevice");
+    const std::int64_t n = point.N, D = point.D, d = point.d;
+    const std::int64_t per_sample_bytes = 8 * (n * D + 2 * D * d + 2 * n * d + 8 * n + 5 * d * d);
+    std::size_t free_bytes = 0, total_bytes = 0;
+    check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+    // What this backend already holds is reusable; leave a quarter of the rest for cuBLAS and the driver.
+    const auto usable = static_cast<std::int64_t>(free_bytes / 4 * 3 + held_bytes());
+    const std::int64_t memory_samples = std::max<std::int64_t>(usable - static_cast<std::int64_t>(score_bytes_), 0) /
+                                        per_sample_bytes;
+    if (memory_samples < 1) {
+      throw CudaError(fmt::format("N = {}, D = {}, d = {} needs {:.1f} MiB of device memory per sample; device {} "
+                                  "has {:.1f} MiB free",
+                                  n, D, d, per_sample_bytes / 1048576.0, device_, free_bytes / 1048576.0));
+    }
+    const BatchPlan plan = plan_batch(n, static_cast<std::int64_t>(std::min<std::uint64_t>(count, 1ULL << 40)),
+                                      static_cast<std::int64_t>(score_bytes_ / sizeof(double)), memory_samples);
+    // Batches are enqueued back to back and the host waits once per group of them: at large N a batch is
+    // one sample, and a wait per sample would leave the device idle while the host copies and launches.
+    const std::uint64_t group = static_cast<std::uint64_t>(plan.samples) *
+                                static_cast<std::uint64_t>(std::max<std::int64_t>(1, kSamplesPerWait / plan.samples));
+    for (std::uint64_t group_start = 0; group_start < count; group_start += group) {
+      const std::uint64_t group_count = std::min(group, count - group_start);
+      const auto batches = static_cast<std::int64_t>((group_count + plan.samples - 1) / plan.samples);
+      double* totals = totals_.reserve(static_cast<std::int64_t>(group_count) * kTotals);
+      unsigned long long* bad = bad_.reserve(batches);
+      static_assert(detail::kNoBadRow == ~0ULL, "the flags are reset by setting every byte");
+      check(cudaMemsetAsync(bad, 0xFF, static_cast<std::size_t>(batches) * sizeof *bad, stream_), "cudaMemsetAsync");
+      for (std::int64_t k = 0; k < batches; ++k) {
+        const std::uint64_t done = static_cast<std::uint64_t>(k * plan.samples);
+        const auto batch = static_cast<std::int64_t>(std::min<std::uint64_t>(plan.samples, group_count - done));
+        enqueue_batch(point, request, first + group_start + done, batch, plan.strip_rows,
+                      totals + static_cast<std::int64_t>(done) * kTotals, bad + k);
+      }
+      std::vector<double> host(static_cast<std::size_t>(group_count) * kTotals);
+      std::vector<unsigned long long> bad_rows(static_cast<std::size_t>(batches));
+      check(cudaMemcpyAsync(host.data(), totals, host.size() * sizeof(double), cudaMemcpyDeviceToHost, stream_),
+            "cudaMemcpyAsync");
+      check(cudaMemcpyAsync(bad_rows.data(), bad, bad_rows.size() * sizeof(unsigned long long),
+                            cudaMemcpyDeviceToHost, stream_),
+            "cudaMemcpyAsync");
+      check(cudaGetLastError(), "a kernel launch");
+      check(cudaStreamSynchronize(stream_), "the kernels of a batch");
+      for (std::int64_t k = 0; k < batches; ++k) {
+        const std::uint64_t done = static_cast<std::uint64_t>(k * plan.samples);
+        const auto batch = static_cast<std::int64_t>(std::min<std::uint64_t>(plan.samples, group_count - done));
+        const std::uint64_t batch_first = first + group_start + done;
+        const unsigned long long bad_row = bad_rows[static_cast<std::size_t>(k)];
+        if (bad_row != detail::kNoBadRow) {
+          throw InputError(fmt::format("non-finite score or per-entry term in sample {}, row {} (0-based): a score "
+                                       "overflowed or is NaN",
+                                       batch_first + bad_row / static_cast<std::uint64_t>(n),
+                                       bad_row % static_cast<std::uint64_t>(n)));
+        }
+        finish_batch(point, request, batch, host.data() + done * kTotals,
+                     out.data() + base + group_start + done);
+      }
+    }
+  }
+
+ private:
+  std::size_t held_bytes() const {
+    std::size_t sum = 0;
+    for (const auto* a : {&X_, &Q_, &K_, &V_, &U_, &x_sq_, &v_sq_, &u_sq_, &diag_sq_, &row_sums_, &totals_, &gram_v_,
+                          &gram_u_, &cross_, &power_, &work_, &tile_, &u_bar_, &x_bar_}) {
+      sum += a->bytes();
+    }
+    return sum + top_.bytes();
+  }
+
+  // Per-sample totals of a batch, slot-major: slot s of sample b at s * batch + b.
+  enum Slot { kValueSq = 0, kDsSq, kDqSq, kDkSq, kGramDot, kDiagSq, kXSq, kUSq, kVSq, kPowerSq, kTotals };
+  // Samples whose results are copied back together (the runner's largest chunk).
+  static constexpr std::int64_t kSamplesPerWait = 1024;
+
+  // Enqueues a batch: its totals go to `totals` (batch * kTotals doubles), its non-finite flag to `bad`.
+  void enqueue_batch(const SweepPoint& point, const Request& req, std::uint64_t first, std::int64_t batch,
+                     std::int64_t strip_rows, double* totals, unsigned long long* bad) {
+    const std::int64_t n = point.N, D = point.D, d = point.d;
+    const NormalLayout layout{n * D, D * d, D * d};
+    const Gemm gemm{blas_};
+    const auto N = CUBLAS_OP_N, T = CUBLAS_OP_T;
+
+    double* X = X_.reserve(batch * n * D);
+    double* Q = Q_.reserve(batch * D * d);
+    double* K = K_.reserve(batch * D * d);
+    double* V = V_.reserve(batch * n * d);
+    double* U = U_.reserve(batch * n * d);
+    detail::draw_samples(point.seed, first, static_cast<int>(batch), layout, point.sigma_x, point.sigma_t, X, Q, K,
+                         stream_);
+    // V = X Q and U = X K, row-major n x d: column-major d x n = Q^T X^T, where Q^T is Q's row-major storage.
+    gemm(N, N, d, n, D, 1.0, Q, d, D * d, X, D, n * D, V, d, n * d, batch);
+    gemm(N, N, d, n, D, 1.0, K, d, D * d, X, D, n * D, U, d, n * d, batch);
+    detail::RowNormArgs norms;
+    norms.batch = static_cast<int>(batch);
+    norms.n = n;
+    norms.D = D;
+    norms.d = d;
+    norms.X = X;
+    norms.V = V;
+    norms.U = U;
+    norms.x_sq = x_sq_.reserve(batch * n);
+    norms.v_sq = v_sq_.reserve(batch * n);
+    norms.u_sq = u_sq_.reserve(batch * n);
+    norms.diag_sq = diag_sq_.reserve(batch * n);
+    detail::row_norms(norms, stream_);
+
+    const auto slot = [&](Slot s) { return totals + s * batch; };
+
+    const bool gram_needed = req.score_var || (req.linear && req.value) || (req.matpow && req.value);
+    double* gram_v = nullptr;
+    double* gram_u = nullptr;
+    if (gram_needed) {
+      // Gram matrices V^T V and U^T U of the unscaled projections (fact 6), d x d per sample.
+      gram_v = gram_v_.reserve(batch * d * d);
+      gram_u = gram_u_.reserve(batch * d * d);
+      gemm(N, T, d, d, n, 1.0, V, d, n * d, V, d, n * d, gram_v, d, d * d, batch);
+      gemm(N, T, d, d, n, 1.0, U, d, n * d, U, d, n * d, gram_u, d, d * d, batch);
+      detail::batched_dot(static_cast<int>(batch), d * d, gram_v, gram_u, slot(kGramDot), stream_);
+    }
+    if (req.score_var) detail::sum_rows(static_cast<int>(batch), n, 1, norms.diag_sq, slot(kDiagSq), stream_);
+    if (req.linear && req.any_norm()) {
+      detail::sum_rows(static_cast<int>(batch), n, 1, norms.x_sq, slot(kXSq), stream_);
+      detail::sum_rows(static_cast<int>(batch), n, 1, norms.u_sq, slot(kUSq), stream_);
+      detail::sum_rows(static_cast<int>(batch), n, 1, norms.v_sq, slot(kVSq), stream_);
+    }
+    const int p = point.map.activation.p;
+    if (req.matpow && req.value) {
+      if (p == 1) {
+        check(cudaMemcpyAsync(slot(kPowerSq), slot(kGramDot), batch * sizeof(double), cudaMemcpyDeviceToDevice,
+                              stream_),
+              "cudaMemcpyAsync");
+      } else {
+        // ||S^p||^2 = lambda^(2p) tr(M^T G_V M G_U) with M = (U^T V)^(p-1): d x d work, no N x N matrix.
+        double* cross = cross_.reserve(batch * d * d);
+        double* power = power_.reserve(batch * d * d);
+        double* work = work_.reserve(batch * d * d);
+        gemm(N, T, d, d, n, 1.0, U, d, n * d, V, d, n * d, cross, d, d * d, batch);
+        check(cudaMemcpyAsync(power, cross, batch * d * d * sizeof(double), cudaMemcpyDeviceToDevice, stream_),
+              "cudaMemcpyAsync");
+        for (int k = 2; k < p; ++k) {
+          gemm(N, N, d, d, d, 1.0, power, d, d * d, cross, d, d * d, work, d, d * d, batch);
+          std::swap(power, work);
+        }
+        gemm(N, N, d, d, d, 1.0, gram_v, d, d * d, power, d, d * d, work, d, d * d, batch);     // G_V M
+        gemm(T, N, d, d, d, 1.0, power, d, d * d, work, d, d * d, cross, d, d * d, batch);      // M^T G_V M
+        detail::batched_dot(static_cast<int>(batch), d * d, cross, gram_u, slot(kPowerSq), stream_);
+      }
+    }
+    if (req.any_norm() && !req.linear && !req.matpow) {
+      reduce_strips(point, req, batch, strip_rows, norms, slot(kValueSq), bad);
+    }
+  }
+
+  // The norms of a batch from its totals, copied back to the host.
+  void finish_batch(const SweepPoint& point, const Request& req, std::int64_t batch, const double* host,
+                    SampleValues* out) const {
+    const std::int64_t n = point.N;
+    const int p = point.map.activation.p;
+    const auto at = [&](Slot s, std::int64_t b) { return host[static_cast<std::size_t>(s * batch + b)]; };
+    const double lambda = point.map.inner, c = point.map.outer.at(n);
+    for (std::int64_t b = 0; b < batch; ++b) {
+      SampleValues& v = out[b];
+      v.fill(std::numeric_limits<double>::quiet_NaN());
+      if (req.score_var) {
+        const double total = lambda * lambda * at(kGramDot, b), diagonal = lambda * lambda * at(kDiagSq, b);
+        v[static_cast<int>(Estimand::score_var)] = (total - diagonal) / (static_cast<double>(n) * (n - 1));
+      }
+      if (!req.any_norm()) continue;
+      if (req.matpow) {
+        v[static_cast<int>(Estimand::value)] = c * std::pow(std::abs(lambda), p) * std::sqrt(at(kPowerSq, b));
+        continue;
+      }
+      double value_sq = at(kValueSq, b), dS_sq = at(kDsSq, b), dQ_sq = at(kDqSq, b), dK_sq = at(kDkSq, b);
+      if (req.linear) {  // phi linear: the Jacobians are constant, the value is the Gram identity (fact 6)
+        value_sq = req.value ? at(kGramDot, b) * lambda * lambda : 0;
+        dS_sq = static_cast<double>(n) * static_cast<double>(n);
+        dQ_sq = at(kXSq, b) * at(kUSq, b);
+        dK_sq = at(kXSq, b) * at(kVSq, b);
+      }
+      if (req.value) v[static_cast<int>(Estimand::value)] = c * std::sqrt(value_sq);
+      if (req.dS) v[static_cast<int>(Estimand::dS)] = c * std::sqrt(dS_sq);
+      if (req.dQ) v[static_cast<int>(Estimand::dQ)] = c * std::abs(lambda) * std::sqrt(dQ_sq);
+      if (req.dK) v[static_cast<int>(Estimand::dK)] = c * std::abs(lambda) * std::sqrt(dK_sq);
+    }
+  }
+
+  // The strip path: writes per-sample value_sq, dS_sq, dQ_sq, dK_sq (four slots of `batch` doubles from
+  // `sums`) and lowers `bad` to the first b * n + i whose row has a non-finite score or term.
+  void reduce_strips(const SweepPoint& point, const Request& req, std::int64_t batch, std::int64_t strip_rows,
+                     const detail::RowNormArgs& norms, double* sums, unsigned long long* bad) {
+    const std::int64_t n = point.N, D = point.D, d = point.d;
+    const Gemm gemm{blas_};
+    const auto N = CUBLAS_OP_N, T = CUBLAS_OP_T;
+    double* V = const_cast<double*>(norms.V);
+    detail::scale(V, batch * n * d, point.map.inner, stream_);  // a strip is then one GEMM: lambda v_i . u_j
+
+    detail::StripArgs args;
+    args.batch = static_cast<int>(batch);
+    args.n = n;
+    args.D = D;
+    args.d = d;
+    args.tile = tile_.reserve(batch * strip_rows * n);
+    args.X = norms.X;
+    args.U = norms.U;
+    args.x_sq = norms.x_sq;
+    args.u_sq = norms.u_sq;
+    args.v_sq = norms.v_sq;
+    args.row_sums = row_sums_.reserve(batch * n * detail::kRowSumWidth);
+    args.bad = bad;
+    std::int64_t* top = req.softmax ? top_.reserve(batch * strip_rows) : nullptr;
+    double* u_bar = req.softmax && req.dQ ? u_bar_.reserve(batch * strip_rows * d) : nullptr;
+    double* x_bar = req.softmax && req.dK ? x_bar_.reserve(batch * strip_rows * D) : nullptr;
+    for (std::int64_t row0 = 0; row0 < n; row0 += strip_rows) {
+      const std::int64_t rows = std::min(strip_rows, n - row0);
+      args.row0 = row0;
+      args.rows = rows;
+      // Strip (rows x n, row-major) = column-major n x rows = U^T-view times the strip's V rows.
+      gemm(T, N, n, rows, d, 1.0, norms.U, d, n * d, V + row0 * d, d, n * d, args.tile, n, rows * n, batch);
+      if (!req.softmax) {
+        detail::pointwise_strip(args, point.map.activation.h, point.map.activation.p, stream_);
+        continue;
+      }
+      detail::softmax_probabilities(args, top, stream_);
+      // u_bar = A U (rows x d, row-major) = column-major d x rows = U^T-view (d x n) times A^T-view (n x rows).
+      if (u_bar != nullptr) gemm(N, N, d, rows, n, 1.0, norms.U, d, n * d, args.tile, n, rows * n, u_bar, d, rows * d, batch);
+      if (x_bar != nullptr) gemm(N, N, D, rows, n, 1.0, norms.X, D, n * D, args.tile, n, rows * n, x_bar, D, rows * D, batch);
+      detail::softmax_strip(args, top, u_bar, x_bar, stream_);
+    }
+    detail::sum_rows(static_cast<int>(batch), n, detail::kRowSumWidth, args.row_sums, sums, stream_);
+  }
+
+  int device_;
+  std::size_t score_bytes_ = 0;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  DeviceArray<double> X_, Q_, K_, V_, U_, x_sq_, v_sq_, u_sq_, diag_sq_, row_sums_, totals_, gram_v_, gram_u_, cross_,
+      power_, work_, tile_, u_bar_, x_bar_;
+  DeviceArray<std::int64_t> top_;
+  DeviceArray<unsigned long long> bad_;
+};
+
+}  // namespace
+
+int cuda_device_count() {
+  int count = 0;
+  // No driver, no GPU, or a driver older than the runtime: all mean "use the CPU", never a failure.
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // leave no error behind for the next CUDA call
+    return 0;
+  }
+  return count;
+}
+
+std::string cuda_device_description(int device) {
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  return fmt::format("{} (sm_{}{}, {} SMs, {:.1f} GiB, L2 {:.0f} MiB)", prop.name, prop.major, prop.minor,
+                     prop.multiProcessorCount, prop.totalGlobalMem / 1073741824.0, prop.l2CacheSize / 1048576.0);
+}
+
+std::unique_ptr<monte_carlo::Backend> make_cuda_backend(int device, const CudaBackendOptions& options) {
+  const int count = cuda_device_count();
+  if (device < 0 || device >= count) {
+    throw CudaError(count == 0 ? fmt::format("no CUDA device answers (no GPU or no driver)")
+                               : fmt::format("CUDA device {} does not exist ({} device(s) answer)", device, count));
+  }
+  return std::make_unique<CudaBackend>(device, options);
+}
+
+namespace {
+template <class T>
+std::vector<T> copy_back(const T* device_data, std::size_t count) {
+  std::vector<T> host(count);
+  check(cudaMemcpy(host.data(), device_data, count * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  return host;
+}
+}  // namespace
+
+std::vector<std::uint32_t> device_philox_words(int device, std::uint64_t seed, std::uint64_t first,
+                                               int subsequences, int blocks, bool sequential) {
+  check(cudaSetDevice(device), "cudaSetDevice");
+  DeviceArray<std::uint32_t> words;
+  const std::int64_t count = static_cast<std::int64_t>(subsequences) * blocks * 4;
+  std::uint32_t* data = words.reserve(count);
+  detail::philox_words(seed, first, subsequences, blocks, sequential, data, nullptr);
+  check(cudaGetLastError(), "the Philox word kernel");
+  return copy_back(data, static_cast<std::size_t>(count));
+}
+
+DrawnSample device_draw_sample(int device, const SweepPoint& point, std::uint64_t k) {
+  check(cudaSetDevice(device), "cudaSetDevice");
+  const NormalLayout layout{point.N * point.D, point.D * point.d, point.D * point.d};
+  DeviceArray<double> X, Q, K;
+  double* x = X.reserve(layout.x_count);
+  double* q = Q.reserve(layout.q_count);
+  double* kk = K.reserve(layout.k_count);
+  detail::draw_samples(point.seed, k, 1, layout, point.sigma_x, point.sigma_t, x, q, kk, nullptr);
+  check(cudaGetLastError(), "the sampling kernel");
+  DrawnSample drawn;
+  drawn.X = copy_back(x, static_cast<std::size_t>(layout.x_count));
+  drawn.Q = copy_back(q, static_cast<std::size_t>(layout.q_count));
+  drawn.K = copy_back(kk, static_cast<std::size_t>(layout.k_count));
+  return drawn;
+}
+
+}  // namespace attncheck::gpu

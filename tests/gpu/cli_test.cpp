@@ -1,0 +1,71 @@
+// The command line where no CUDA device answers (this build machine, and any machine without a GPU):
+// gpu-selftest says so and exits 2, --backend cuda exits 2 naming the reason, --backend auto says on stderr
+// that it uses the CPU. With a device, these cases are the device tests' business.
+
+#include "run_command.hpp"
+
+#ifdef ATTNCHECK_HAVE_CUDA
+#include "attncheck/gpu/cuda_backend.hpp"
+#endif
+
+#include <catch2/catch.hpp>
+
+#include <string>
+
+using attncheck::testing::run_attncheck;
+
+namespace {
+
+bool device_answers() {
+#ifdef ATTNCHECK_HAVE_CUDA
+  return attncheck::gpu::cuda_device_count() > 0;
+#else
+  return false;
+#endif
+}
+
+#ifdef ATTNCHECK_HAVE_CUDA
+const std::string kNoCudaReason = "no CUDA device answers";
+#else
+const std::string kNoCudaReason = "built without CUDA support";
+#endif
+
+bool mentions(const std::string& text, const std::string& fragment) { return text.find(fragment) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("without a device, gpu-selftest says why and exits 2") {
+  if (device_answers()) {
+    WARN("a CUDA device answers: the no-device behaviour is not testable here");
+    return;
+  }
+  const auto result = run_attncheck("gpu-selftest");
+  INFO(result.err);
+  CHECK(result.exit_code == 2);
+  CHECK(mentions(result.err, kNoCudaReason));
+  CHECK(mentions(result.err, "nothing to test"));
+}
+
+TEST_CASE("without a device, --backend cuda exits 2 naming the reason and auto says it uses the CPU") {
+  if (device_answers()) {
+    WARN("a CUDA device answers: the no-device behaviour is not testable here");
+    return;
+  }
+  const auto cuda = run_attncheck("mc --claim C3 --N 8,16 --D 4 --d 4 --p 1 --samples 10 --backend cuda");
+  INFO(cuda.err);
+  CHECK(cuda.exit_code == 2);
+  CHECK(mentions(cuda.err, "--backend cuda: "));
+  CHECK(mentions(cuda.err, kNoCudaReason));
+
+  const auto automatic = run_attncheck("mc --claim C3 --N 8,16 --D 4 --d 4 --p 1 --samples 10 --backend auto --json");
+  INFO(automatic.err);
+  CHECK(automatic.exit_code == 0);
+  CHECK(mentions(automatic.err, "backend auto: " + kNoCudaReason.substr(0, 2)));
+  CHECK(mentions(automatic.err, "using the CPU"));
+  CHECK(mentions(automatic.out, "\"backend\": \"cpu\""));
+}
+
+TEST_CASE("gpu-selftest rejects unknown options with exit 2") {
+  const auto result = run_attncheck("gpu-selftest --no-such-option");
+  CHECK(result.exit_code == 2);
+}

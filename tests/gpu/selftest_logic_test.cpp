@@ -1,0 +1,196 @@
+// The self-test's comparisons, run on the CPU: CPU stand-ins for the device must pass, and each kind of
+// corruption (one flipped bit of one word, one perturbed normal, one estimate off by 1e-5) must fail and be
+// named.
+
+#include "attncheck/gpu/selftest.hpp"
+#include "attncheck/monte_carlo/cpu_backend.hpp"
+#include "attncheck/monte_carlo/random_stream.hpp"
+#include "attncheck/monte_carlo/sweep.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+#include <string>
+
+using namespace attncheck;
+using monte_carlo::Estimand;
+using monte_carlo::SampleValues;
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+std::vector<std::uint32_t> cpu_words(std::uint64_t seed, std::uint64_t first, int subsequences, int blocks) {
+  std::vector<std::uint32_t> out;
+  for (int s = 0; s < subsequences; ++s) {
+    monte_carlo::PhiloxStream stream(seed, first + static_cast<std::uint64_t>(s));
+    for (int c = 0; c < blocks; ++c) {
+      for (auto w : stream.next_block()) out.push_back(w);
+    }
+  }
+  return out;
+}
+
+gpu::DrawnSample cpu_draw(const monte_carlo::SweepPoint& point, std::uint64_t k) {
+  monte_carlo::SampleInputs in;
+  monte_carlo::draw_sample(point, k, in);
+  return {{in.X.data(), in.X.data() + in.X.size()}, {in.Q.data(), in.Q.data() + in.Q.size()},
+          {in.K.data(), in.K.data() + in.K.size()}};
+}
+
+// A backend that scales one estimand of one sample by (1 + factor): a device off by that much.
+class SkewedBackend final : public monte_carlo::Backend {
+ public:
+  SkewedBackend(monte_carlo::Backend& inner, std::size_t sample, Estimand estimand, double factor)
+      : inner_(inner), sample_(sample), estimand_(estimand), factor_(factor) {}
+  std::string name() const override { return "skewed"; }
+  void evaluate(const monte_carlo::SweepPoint& point, const std::vector<Estimand>& estimands, std::uint64_t first,
+                std::uint64_t count, std::vector<SampleValues>& out) override {
+    const std::size_t base = out.size();
+    inner_.evaluate(point, estimands, first, count, out);
+    if (sample_ < count) out[base + sample_][static_cast<int>(estimand_)] *= 1 + factor_;
+  }
+
+ private:
+  monte_carlo::Backend& inner_;
+  std::size_t sample_;
+  Estimand estimand_;
+  double factor_;
+};
+
+// The fixed cases small enough for the default suite (the N = 2560 ones take seconds on two cores).
+std::vector<gpu::SelftestCase> small_cases() {
+  std::vector<gpu::SelftestCase> cases = gpu::selftest_cases();
+  cases.erase(std::remove_if(cases.begin(), cases.end(), [](const auto& c) { return c.point.N > 512; }), cases.end());
+  return cases;
+}
+
+}  // namespace
+
+TEST_CASE("relative differences: NaN only matches NaN, infinities only themselves") {
+  CHECK(gpu::relative_difference(2.0, 2.0) == 0);
+  CHECK(gpu::relative_difference(0.0, 0.0) == 0);
+  CHECK(gpu::relative_difference(kNaN, kNaN) == 0);
+  CHECK(gpu::relative_difference(1.0, 1.0 + 1e-7) == Approx(1e-7 / (1 + 1e-7)).epsilon(1e-6));
+  CHECK(gpu::relative_difference(-4.0, 4.0) == 2.0);
+  CHECK(std::isinf(gpu::relative_difference(kNaN, 1.0)));
+  CHECK(std::isinf(gpu::relative_difference(1.0, kNaN)));
+  CHECK(std::isinf(gpu::relative_difference(kInf, 1e300)));
+  CHECK(gpu::relative_difference(kInf, kInf) == 0);
+}
+
+TEST_CASE("value comparison names the worst sample and estimand, and refuses different counts") {
+  SampleValues a{1.0, 2.0, 3.0, kNaN, kNaN}, b = a;
+  std::vector<SampleValues> cpu{a, a, a}, gpu_values{a, b, a};
+  gpu_values[1][2] = 3.0 * (1 + 3e-6);
+  gpu::ValueComparison cmp = gpu::compare_values(cpu, gpu_values);
+  CHECK(cmp.worst_sample == 1);
+  CHECK(cmp.worst_estimand == 2);
+  CHECK(cmp.max_relative == Approx(3e-6).epsilon(1e-3));
+  CHECK_FALSE(cmp.agree(1e-6));
+  CHECK(cmp.agree(1e-5));
+  gpu_values.pop_back();
+  CHECK_FALSE(gpu::compare_values(cpu, gpu_values).agree(1.0));
+  gpu_values = cpu;
+  gpu_values[2][4] = 0.5;  // a value where the CPU has none
+  CHECK_FALSE(gpu::compare_values(cpu, gpu_values).agree(1.0));
+}
+
+TEST_CASE("word comparison reports the first differing word by subsequence, block and word") {
+  const auto words = cpu_words(1234, 0, 3, 5);
+  CHECK_FALSE(gpu::first_word_difference(words, words, 5));
+  auto flipped = words;
+  flipped[(2 * 5 + 4) * 4 + 1] ^= 1u << 31;
+  const auto difference = gpu::first_word_difference(words, flipped, 5);
+  REQUIRE(difference);
+  CHECK(difference->find("subsequence 2, block 4, word 1") != std::string::npos);
+  CHECK(gpu::first_word_difference(words, {words.begin(), words.end() - 1}, 5));
+}
+
+TEST_CASE("the fixed cases cover every activation, every estimand and each batching regime") {
+  const auto cases = gpu::selftest_cases();
+  std::set<std::string> phis;
+  std::set<int> estimands;
+  bool odd_counts = false, strips = false, long_rows = false, batched = false, non_unit_sigma = false;
+  for (const auto& c : cases) {
+    phis.insert(monte_carlo::phi_name(c.point.map.activation));
+    for (Estimand e : c.estimands) estimands.insert(static_cast<int>(e));
+    odd_counts |= (c.point.N * c.point.D) % 2 == 1 && (c.point.D * c.point.d) % 2 == 1;
+    strips |= c.small_score_buffer;
+    long_rows |= c.point.N > 2048;  // the block-per-row kernels
+    batched |= c.samples >= 32 && c.point.N <= 64;
+    non_unit_sigma |= c.point.sigma_x != 1 && c.point.sigma_t != 1;
+  }
+  for (const char* phi : {"poly", "matpow", "softmax", "relu", "relu2", "gelu", "softplus", "identity", "relu6",
+                          "sigmoid"}) {
+    INFO(phi);
+    CHECK(phis.count(phi) == 1);
+  }
+  CHECK(estimands.size() == static_cast<std::size_t>(monte_carlo::kEstimandCount));
+  CHECK(odd_counts);
+  CHECK(strips);
+  CHECK(long_rows);
+  CHECK(batched);
+  CHECK(non_unit_sigma);
+}
+
+TEST_CASE("the self-test passes a device that is the CPU, and fails and names each corruption") {
+  monte_carlo::CpuBackend cpu(1, 256);
+  // The stand-in device evaluates with other tiles and threads, so its sums run in another order, as a GPU's.
+  monte_carlo::CpuBackend stand_in(2, 7);
+  gpu::SelftestDevice device;
+  device.philox_words = [](std::uint64_t seed, std::uint64_t first, int subsequences, int blocks, bool) {
+    return cpu_words(seed, first, subsequences, blocks);
+  };
+  device.draw_sample = cpu_draw;
+  device.backend = &stand_in;
+  device.small_buffer_backend = &stand_in;
+  const auto cases = small_cases();
+
+  const gpu::SelftestReport good = gpu::run_selftest(device, cpu, cases);
+  for (const auto& check : good.checks) {
+    INFO(check.name << ": " << check.detail);
+    CHECK(check.passed);
+  }
+  CHECK(good.passed());
+  CHECK(good.checks.size() == 4 + 6 + cases.size());  // word streams, normals, cases
+
+  SECTION("one flipped bit in the offset-initialized words") {
+    gpu::SelftestDevice bad = device;
+    bad.philox_words = [](std::uint64_t seed, std::uint64_t first, int subsequences, int blocks, bool sequential) {
+      auto words = cpu_words(seed, first, subsequences, blocks);
+      if (!sequential) words[4 * blocks * 3 + 4 * 7 + 2] ^= 1u;
+      return words;
+    };
+    const auto report = gpu::run_selftest(bad, cpu, {});
+    CHECK_FALSE(report.passed());
+    const auto failed = std::count_if(report.checks.begin(), report.checks.end(), [](const auto& c) {
+      return !c.passed && c.detail.find("subsequence 3, block 7, word 2") != std::string::npos;
+    });
+    CHECK(failed == 2);  // both seeds, the offset form only
+  }
+  SECTION("a normal off by 1e-10 sigma") {
+    gpu::SelftestDevice bad = device;
+    bad.draw_sample = [](const monte_carlo::SweepPoint& point, std::uint64_t k) {
+      gpu::DrawnSample drawn = cpu_draw(point, k);
+      drawn.K.back() += 1e-10 * point.sigma_t;
+      return drawn;
+    };
+    const auto report = gpu::run_selftest(bad, cpu, {small_cases().front()});
+    CHECK_FALSE(report.passed());
+  }
+  SECTION("one estimate off by 1e-5 relative") {
+    SkewedBackend skewed(stand_in, 1, Estimand::dK, 1e-5);
+    gpu::SelftestDevice bad = device;
+    bad.backend = &skewed;
+    const auto report = gpu::run_selftest(bad, cpu, {cases.front()});
+    CHECK_FALSE(report.passed());
+    const auto& last = report.checks.back();
+    CHECK_FALSE(last.passed);
+    CHECK(last.detail.find("at sample 1, dK") != std::string::npos);
+  }
+}
