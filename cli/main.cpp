@@ -68,6 +68,10 @@ int main(int argc, char** argv) {
   } catch (const std::bad_alloc&) {
     fmt::print(stderr, "attncheck: error: out of memory\n");
     return kExitUsage;
+  } catch (const std::exception& e) {
+    // Anything else (an unwritable output folder, a device failure) still ends with a message, not an abort.
+    fmt::print(stderr, "attncheck: error: {}\n", e.what());
+    return kExitUsage;
   }
   return kExitUsage;
 }
