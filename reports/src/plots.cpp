@@ -62,12 +62,12 @@ std::string style_clause(CurveStyle style, int index) {
 std::string gnuplot_script(const std::vector<PlotSpec>& plots, const std::string& output_suffix) {
   std::string script =
       "# Draws the report's plots; run `gnuplot plots.gp` in this folder.\n"
-      "set terminal svg size 720,450 noenhanced font 'sans,12' background '#ffffff'\n";
+      "set terminal svg size 720,520 noenhanced font 'sans,12' background '#ffffff'\n";
   for (std::size_t k = 0; k < plots.size(); ++k) {
     const PlotSpec& plot = plots[k];
     script += fmt::format("\n# {}\n", plot.title);
     // `reset` keeps the terminal; it clears whatever the previous plot set.
-    script += "reset\nset grid xtics ytics mxtics mytics linecolor rgb '#dddddd'\nset key top left box opaque\n";
+    script += "reset\nset grid xtics ytics mxtics mytics linecolor rgb '#dddddd'\nset key below left Left reverse\nset offsets graph 0.04, graph 0.04, graph 0.06, graph 0.06\n";
     script += fmt::format("set output {}\n", quoted(plot.name + ".svg" + output_suffix));
     script += fmt::format("set title {}\nset xlabel {}\nset ylabel {}\n", quoted(plot.title), quoted(plot.x_label),
                           quoted(plot.y_label));

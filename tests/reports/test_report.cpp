@@ -1,0 +1,179 @@
+#include "attncheck/reports/report.hpp"
+#include "attncheck/theory/common.hpp"
+
+#include "fixtures.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <regex>
+
+using namespace attncheck::reports;
+using namespace attncheck::reports::testing;
+using attncheck::theory::InputError;
+using Catch::Matchers::Contains;
+
+namespace {
+
+struct WrittenReport {
+  std::string html, markdown;
+  ReportSummary summary;
+};
+
+WrittenReport write_standard_report(const TempDir& dir, bool plots, const std::vector<FixtureSeries>& series) {
+  write_results_folder(dir.path() / "results", series);
+  ReportOptions options;
+  options.input = dir.path() / "results";
+  options.out = dir.path() / "report";
+  options.plots = plots;
+  options.gnuplot = plots ? "gnuplot" : "/nonexistent/gnuplot";
+  WrittenReport report;
+  report.summary = write_report(options);
+  report.html = read_text(dir.path() / "report" / "index.html");
+  report.markdown = read_text(dir.path() / "report" / "report.md");
+  return report;
+}
+
+}  // namespace
+
+TEST_CASE("the HTML report stands alone: no external resource, one inline SVG per series", "[report]") {
+  TempDir dir;
+  const auto series = standard_series();
+  const WrittenReport report = write_standard_report(dir, true, series);
+  CHECK(report.summary.plots == series.size());
+  CHECK(count_occurrences(report.html, "<svg") == series.size());
+  CHECK_THAT(report.html, !Contains("http://") && !Contains("https://"));
+  // Nothing is loaded from elsewhere: no scripts, stylesheets, images or frames by reference.
+  CHECK_THAT(report.html, !Contains("<script") && !Contains("<link") && !Contains("<img") && !Contains("<iframe"));
+  CHECK_THAT(report.html, !Contains(" src="));
+  CHECK_THAT(report.html, !Contains("@import") && !Contains("url(http"));
+  const std::regex outside_link(R"(href=["'](?!#))");
+  CHECK_FALSE(std::regex_search(report.html, outside_link));
+  // The Markdown shows the same plots as files beside it.
+  for (std::size_t i = 1; i <= series.size(); ++i) {
+    const std::string name = fmt::format("plots/series{:02}.svg", i);
+    CHECK_THAT(report.markdown, Contains("](" + name + ")"));
+    CHECK(fs::exists(dir.path() / "report" / name));
+  }
+}
+
+TEST_CASE("report.md carries every series' verdict and slope with its confidence interval", "[report]") {
+  TempDir dir;
+  const auto series = standard_series();
+  const WrittenReport report = write_standard_report(dir, true, series);
+  for (std::size_t i = 0; i < series.size(); ++i) {
+    const auto& s = series[i];
+    const std::string slope = fmt::format("{:.4g} [{:.4g}, {:.4g}]", s.slope, s.ci_lo, s.ci_hi);
+    // The summary row: the series number links to its section, then the slope with CI and the verdict.
+    const std::string row_start = fmt::format("| [{}](#series-{}) |", i + 1, i + 1);
+    const auto row = report.markdown.find(row_start);
+    REQUIRE(row != std::string::npos);
+    const std::string line = report.markdown.substr(row, report.markdown.find('\n', row) - row);
+    CHECK_THAT(line, Contains(slope) && Contains("| " + s.verdict + " |"));
+    CHECK_THAT(report.markdown, Contains(fmt::format("Verdict: {}. fitted slope {:.4g} with 95% CI [{:.4g}, {:.4g}]",
+                                                     s.verdict, s.slope, s.ci_lo, s.ci_hi)));
+    CHECK_THAT(report.html, Contains(fmt::format("<td class=\"verdict {0}\">{0}</td>", s.verdict)));
+  }
+  CHECK_THAT(report.markdown, Contains("4 series: 1 holds, 2 tight, 1 violated, 0 inconclusive."));
+  CHECK(report.summary.holds == 1);
+  CHECK(report.summary.tight == 2);
+  CHECK(report.summary.violated == 1);
+}
+
+TEST_CASE("each claim is stated with both numberings", "[report]") {
+  TempDir dir;
+  const WrittenReport report = write_standard_report(dir, false, standard_series());
+  CHECK_THAT(report.markdown, Contains("## Claim C3 (v1: Thm 4.2 (4.3) / v2: Thm 4.2 (8))"));
+  CHECK_THAT(report.markdown, Contains("E||(X Q K^T X^T / sqrt d)^p||_F = O(N)"));
+  CHECK_THAT(report.markdown, Contains("## Claim C4 (v1: Cor 4.3 (4.4) / v2: Cor 4.1 (9))"));
+  CHECK(report.markdown.find("## Claim C3") < report.markdown.find("## Claim C4"));
+}
+
+TEST_CASE("provenance appears for the run and for each series", "[report]") {
+  TempDir dir;
+  const WrittenReport report = write_standard_report(dir, false, standard_series());
+  for (const std::string& document : {report.markdown, report.html}) {
+    CHECK_THAT(document, Contains("attncheck version of the run"));
+    CHECK_THAT(document, Contains("0.1.0"));
+    CHECK_THAT(document, Contains("2025-01-15T10:20:30Z"));
+    CHECK_THAT(document, Contains("testhost (Example CPU 3000)"));
+    CHECK_THAT(document, Contains("attncheck mc --claim C3 --out results"));
+    CHECK_THAT(document, Contains("12.5 s"));
+  }
+  CHECK_THAT(report.markdown, Contains("- run seed: `1234`"));
+  CHECK_THAT(report.markdown, Contains("- backend: `cpu`"));
+  CHECK_THAT(report.markdown, Contains("- threads: `2`"));
+  // Per series: the seeds of its own points and the wall time they took.
+  CHECK_THAT(report.markdown, Contains("- point seeds: `N=16: 9200, N=32: 9201, N=64: 9202`"));
+  CHECK_THAT(report.markdown, Contains("- wall time of this series: `0.75 s`"));
+  CHECK(count_occurrences(report.markdown, "Provenance of this series:") == 4);
+}
+
+TEST_CASE("estimates carry their SE and CI, and the Jensen ratio appears where exact values exist", "[report]") {
+  TempDir dir;
+  const WrittenReport report = write_standard_report(dir, false, standard_series());
+  // N = 16 of C3 p = 1: 96.1 ± 0.4 against sqrt(9408) = 96.9948: ratio 0.99077 ± 0.00412.
+  CHECK_THAT(report.markdown, Contains("| 16 | 96.10 ± 0.40 | [95.316, 96.884] |"));
+  CHECK_THAT(report.markdown, Contains("| 9408 |"));
+  CHECK_THAT(report.markdown, Contains("| 96.994845 | 0.9908 ± 0.0041 |"));
+  // C4 at N = 64: 47.9 ± 0.14 against sqrt(2316) = 48.1248.
+  CHECK_THAT(report.markdown, Contains("| 48.124838 | 0.99533 ± 0.00291 |") || Contains("| 48.124838 | 0.9953 ± 0.0029 |"));
+  // Series without exact values say so instead of showing empty columns.
+  CHECK(count_occurrences(report.markdown, "No exact values are known for this series.") == 2);
+}
+
+TEST_CASE("the elementwise and matrix-power readings are shown side by side", "[report]") {
+  TempDir dir;
+  const WrittenReport report = write_standard_report(dir, false, standard_series());
+  CHECK_THAT(report.markdown, Contains("### Elementwise vs matrix-power reading of (.)^p"));
+  CHECK_THAT(report.markdown,
+             Contains("| 2 | value | 6, 4 | 1.012 [0.951, 1.073] | tight | 2.003 [1.962, 2.044] | violated |"));
+  CHECK_THAT(report.markdown, Contains("| 2 | 64 | 6500 ± 120 | 249000 ± 4200 | 38.31 |"));
+
+  TempDir alone;
+  auto without_matrix = standard_series();
+  without_matrix.erase(without_matrix.begin() + 2);
+  CHECK_THAT(write_standard_report(alone, false, without_matrix).markdown, !Contains("matrix-power reading"));
+}
+
+TEST_CASE("without plots the report is written without gnuplot, without gnuplot and says so", "[report]") {
+  TempDir dir;
+  const WrittenReport report = write_standard_report(dir, false, standard_series());
+  CHECK(report.summary.plots == 0);
+  CHECK(count_occurrences(report.html, "<svg") == 0);
+  CHECK_THAT(report.html, Contains("<strong>Notice:</strong> this report was written with --no-plots"));
+  CHECK_THAT(report.markdown, Contains("> **Notice:** this report was written with --no-plots"));
+  CHECK_FALSE(fs::exists(dir.path() / "report" / "plots"));
+}
+
+TEST_CASE("a missing gnuplot stops the report before anything is written", "[report][errors]") {
+  TempDir dir;
+  write_results_folder(dir.path() / "results", standard_series());
+  ReportOptions options;
+  options.input = dir.path() / "results";
+  options.out = dir.path() / "report";
+  options.gnuplot = "/nonexistent/gnuplot";
+  CHECK_THROWS_WITH(write_report(options), Contains("/nonexistent/gnuplot") && Contains("--no-plots"));
+  CHECK_FALSE(fs::exists(dir.path() / "report" / "index.html"));
+  CHECK_FALSE(fs::exists(dir.path() / "report" / "report.md"));
+}
+
+TEST_CASE("unreliable standard errors and a missing points.jsonl are pointed out", "[report]") {
+  TempDir dir;
+  FixtureSeries series;
+  write_results_folder(dir.path() / "results", {series});
+  json point = point_jsons(series)[2];
+  point["se_reliable"] = false;
+  write_text(dir.path() / "results" / "points.jsonl", points_text({series}) + point.dump() + "\n");
+  ReportOptions options;
+  options.input = dir.path() / "results";
+  options.out = dir.path() / "report";
+  options.plots = false;
+  write_report(options);
+  const std::string markdown = read_text(dir.path() / "report" / "report.md");
+  CHECK_THAT(markdown, Contains("standard error of at least one point is marked unreliable"));
+  CHECK_THAT(markdown, Contains("| NO |"));
+
+  fs::remove(dir.path() / "results" / "points.jsonl");
+  write_report(options);
+  CHECK_THAT(read_text(dir.path() / "report" / "report.md"), Contains("points.jsonl is missing"));
+}
