@@ -51,6 +51,8 @@ std::string style_clause(CurveStyle style, int index) {
       return fmt::format("using 1:2:3:4 with yerrorbars pointtype 7 pointsize 0.8 linecolor rgb '{}'", colour);
     case CurveStyle::points: return fmt::format("using 1:2 with points pointtype 6 pointsize 1 linecolor rgb '{}'", colour);
     case CurveStyle::line: return fmt::format("using 1:2 with lines linewidth 1.5 linecolor rgb '{}'", colour);
+    case CurveStyle::line_with_points:
+      return fmt::format("using 1:2 with linespoints pointtype 7 pointsize 0.6 linewidth 1.5 linecolor rgb '{}'", colour);
     case CurveStyle::dashed_line:
       return fmt::format("using 1:2 with lines dashtype 2 linewidth 1.5 linecolor rgb '{}'", colour);
   }
@@ -67,9 +69,13 @@ std::string gnuplot_script(const std::vector<PlotSpec>& plots, const std::string
     const PlotSpec& plot = plots[k];
     script += fmt::format("\n# {}\n", plot.title);
     // `reset` keeps the terminal; it clears whatever the previous plot set.
-    script += "reset\nset grid xtics ytics mxtics mytics linecolor rgb '#dddddd'\nset key below left Left reverse\nset offsets graph 0.04, graph 0.04, graph 0.06, graph 0.06\n";
+    script += "reset\nset grid xtics ytics mxtics mytics linecolor rgb '#dddddd'\nset key below left Left reverse\n";
+    // Room around the points so that the first and last are not drawn on the frame; a linear step axis stays
+    // where the data is (no negative steps).
+    script += plot.log_x ? "set offsets graph 0.04, graph 0.04, graph 0.06, graph 0.06\n"
+                         : "set offsets 0, 0, graph 0.06, graph 0.06\n";
     script += fmt::format("set output {}\n", quoted(plot.name + ".svg" + output_suffix));
-    script += fmt::format("set title {}\nset xlabel {}\nset ylabel {}\n", quoted(plot.title), quoted(plot.x_label),
+    script += fmt::format("set title {}\nset xlabel {} offset 0,0.6\nset ylabel {}\n", quoted(plot.title), quoted(plot.x_label),
                           quoted(plot.y_label));
     script += plot.log_x ? "set logscale x 2\n" : "unset logscale x\n";
     script += plot.log_y ? "set logscale y 10\nset format y '%g'\n" : "unset logscale y\n";

@@ -46,6 +46,8 @@ ReportSummary write_report(const ReportOptions& options) {
   // Read everything before writing anything, so that bad input leaves no half-made report behind.
   std::optional<ResultsFolder> results;
   if (inputs.results_folder) results = read_results_folder(*inputs.results_folder);
+  std::optional<std::vector<ProbeRecord>> probes;
+  if (inputs.probe_log) probes = read_probe_log(*inputs.probe_log);
 
   Document document;
   document.title = fmt::format("attncheck report: {}", options.input.filename().empty()
@@ -68,6 +70,10 @@ ReportSummary write_report(const ReportOptions& options) {
         case Verdict::inconclusive: ++summary.inconclusive; break;
       }
     }
+  }
+  if (probes) {
+    add_probe_section(*probes, *inputs.probe_log, options.plots, document, pending);
+    summary.probe_records = probes->size();
   }
 
   std::error_code error;

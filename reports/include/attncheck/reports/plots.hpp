@@ -14,6 +14,7 @@ enum class CurveStyle {
   points,
   line,         // straight segments between the points (a power law is straight on log-log axes)
   dashed_line,
+  line_with_points,  // measured values joined in order
 };
 
 struct Curve {
