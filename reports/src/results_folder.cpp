@@ -158,6 +158,53 @@ PointRecord read_point(const JsonFields& fields, int line) {
   return r;
 }
 
+// The line (1-based) where each element of the array under the top-level `key` starts, so that an error in
+// series[i] can name its line; nlohmann::json keeps no positions. Text inside strings is skipped.
+std::vector<int> top_level_array_element_lines(const std::string& text, std::string_view key) {
+  std::vector<int> lines;
+  int line = 1, depth = 0;
+  bool in_string = false, escaped = false, in_target = false, expect_element = false;
+  std::string current, last_string, pending_key;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false, last_string = current;
+      else current += c;
+      if (c == '\n') ++line;
+      continue;
+    }
+    if (c == '\n') ++line;
+    const bool blank = c == ' ' || c == '\t' || c == '\r' || c == '\n';
+    if (in_target && expect_element && depth == 2 && !blank && c != ']') {
+      lines.push_back(line);
+      expect_element = false;
+    }
+    switch (c) {
+      case '"': in_string = true, current.clear(); break;
+      case ':':
+        if (depth == 1) pending_key = last_string;
+        break;
+      case '{':
+      case '[':
+        ++depth;
+        if (depth == 2 && c == '[' && pending_key == key) in_target = expect_element = true;
+        break;
+      case '}':
+      case ']':
+        if (depth == 2 && in_target) in_target = false;
+        --depth;
+        break;
+      case ',':
+        if (depth == 1) pending_key.clear();
+        if (depth == 2 && in_target) expect_element = true;
+        break;
+      default: break;
+    }
+  }
+  return lines;
+}
+
 }  // namespace
 
 std::pair<Provenance, std::vector<Series>> parse_fits_json(const std::string& text, const std::string& name) {
@@ -166,8 +213,11 @@ std::pair<Provenance, std::vector<Series>> parse_fits_json(const std::string& te
   const Provenance provenance = read_provenance(JsonFields(top.at("provenance"), name + " provenance"));
   std::vector<Series> series;
   const detail::json& list = top.array("series");
+  const std::vector<int> lines = top_level_array_element_lines(text, "series");
   for (std::size_t i = 0; i < list.size(); ++i) {
-    series.push_back(read_series(JsonFields(list[i], fmt::format("{} series[{}]", name, i))));
+    const std::string where = i < lines.size() ? fmt::format("{} line {} (series[{}])", name, lines[i], i)
+                                                : fmt::format("{} series[{}]", name, i);
+    series.push_back(read_series(JsonFields(list[i], where)));
   }
   return {provenance, std::move(series)};
 }

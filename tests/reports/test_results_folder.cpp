@@ -6,6 +6,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 using namespace attncheck::reports;
 using namespace attncheck::reports::testing;
 using attncheck::theory::InputError;
@@ -128,11 +130,21 @@ TEST_CASE("a malformed fits.json is refused naming the file and the place", "[re
     CHECK_THAT(message, Contains(file.string() + " line "));
     CHECK_THAT(message, Contains("column"));
   }
-  SECTION("the series list names the entry") {
+  SECTION("an entry of the series list is named by its line and index") {
     json document = json::parse(fits_text(series));
     document["series"][1].erase("slope_ci");
-    write_text(file, document.dump(2));
-    CHECK_THAT(error_of(dir.path()), Contains(file.string() + " series[1]") && Contains("\"slope_ci\" is missing"));
+    document["series"][0]["formula"] = "a \"quoted\" [tricky] {formula},\nover two lines";
+    const std::string text = document.dump(2);
+    write_text(file, text);
+    // dump(2) opens each entry of the list on its own line, indented by four spaces.
+    std::size_t at = text.find("\"series\"");
+    for (int entry = 0; entry < 2; ++entry) at = text.find("\n    {", at + 1);
+    const auto line = 2 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n');
+    CHECK_THAT(error_of(dir.path()), Contains(fmt::format("{} line {} (series[1])", file.string(), line)) &&
+                                         Contains("\"slope_ci\" is missing"));
+    // Compact JSON: every entry on line 1.
+    write_text(file, document.dump());
+    CHECK_THAT(error_of(dir.path()), Contains(file.string() + " line 1 (series[1])"));
   }
   SECTION("lists of different lengths") {
     json document = json::parse(fits_text(series));
