@@ -243,6 +243,23 @@ PlotSpec series_plot(const Series& s, std::size_t index) {
   return plot;
 }
 
+// How far, as a factor, the stored line exp(intercept) N^slope lies from the estimates at their log-log
+// centroid. A least-squares line passes through it; a large factor means the intercept is not what the
+// report takes it for (a natural logarithm), so the drawn fit would mislead.
+std::optional<double> fit_miss_factor(const Series& s) {
+  double sum_log_n = 0, sum_log_y = 0;
+  int positive = 0;
+  for (std::size_t i = 0; i < s.N.size(); ++i) {
+    if (s.mean[i] <= 0) continue;
+    sum_log_n += std::log(static_cast<double>(s.N[i]));
+    sum_log_y += std::log(s.mean[i]);
+    ++positive;
+  }
+  if (positive == 0) return std::nullopt;
+  const double at_centroid = s.intercept + s.slope * sum_log_n / positive;
+  return std::exp(std::fabs(at_centroid - sum_log_y / positive));
+}
+
 // The elementwise and matrix-power readings of the same configuration, when both were run.
 struct ReadingPair {
   std::size_t elementwise, matrix;
@@ -373,6 +390,12 @@ void add_scaling_section(const ResultsFolder& results, bool with_plots, Document
       blocks.push_back(Heading{3, fmt::format("Series {}: {}", i + 1, s.key.label()), series_anchor(i)});
       blocks.push_back(Paragraph{fmt::format("Verdict: {}. {}", to_string(s.verdict), verdict_reason(s))});
       blocks.push_back(configuration_facts(s));
+      if (const auto miss = fit_miss_factor(s); miss && *miss > 2) {
+        blocks.push_back(Notice{fmt::format(
+            "the stored fit exp({}) N^{} misses the estimates by a factor {} at their centroid; a least-squares "
+            "line passes through it. Is the intercept a natural logarithm? The slope and verdict do not depend on it.",
+            format_number(s.intercept), format_number(s.slope), format_number(*miss, 3))});
+      }
       if (with_plots) {
         pending.plots.push_back(series_plot(s, i));
         pending.block_of_plot.push_back(blocks.size());

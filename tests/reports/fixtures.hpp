@@ -153,6 +153,7 @@ inline std::vector<FixtureSeries> standard_series() {
   p2_elementwise.se = {40, 70, 120};
   p2_elementwise.exact_sq = {std::nullopt, std::nullopt, std::nullopt};
   p2_elementwise.slope = 1.012, p2_elementwise.ci_lo = 0.951, p2_elementwise.ci_hi = 1.073;
+  p2_elementwise.intercept = 4.579;
   p2_elementwise.first_seed = 9100;
   FixtureSeries p2_matrix = p2_elementwise;
   p2_matrix.reading = "matrix";
@@ -161,6 +162,7 @@ inline std::vector<FixtureSeries> standard_series() {
   p2_matrix.mean = {15500, 62000, 249000};
   p2_matrix.se = {300, 1100, 4200};
   p2_matrix.slope = 2.003, p2_matrix.ci_lo = 1.962, p2_matrix.ci_hi = 2.044;
+  p2_matrix.intercept = 4.094;
   p2_matrix.verdict = "violated";
   p2_matrix.first_seed = 9200;
   FixtureSeries c4 = p1;

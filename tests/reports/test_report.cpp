@@ -177,3 +177,16 @@ TEST_CASE("unreliable standard errors and a missing points.jsonl are pointed out
   write_report(options);
   CHECK_THAT(read_text(dir.path() / "report" / "report.md"), Contains("points.jsonl is missing"));
 }
+
+TEST_CASE("a stored fit that misses the estimates is pointed out", "[report]") {
+  TempDir dir;
+  auto series = standard_series();
+  const WrittenReport consistent = write_standard_report(dir, false, series);
+  CHECK_THAT(consistent.markdown, !Contains("misses the estimates"));
+
+  TempDir other;
+  series[1].intercept = 4.579 / std::log(10.0);  // the same line with a base-10 intercept: off by e^(4.579 (1 - 1/ln 10))
+  const WrittenReport base10 = write_standard_report(other, false, series);
+  CHECK(count_occurrences(base10.markdown, "misses the estimates") == 1);
+  CHECK_THAT(base10.markdown, Contains("by a factor 13.3 at their centroid"));
+}
