@@ -97,7 +97,7 @@ std::string gnuplot_script(const std::vector<PlotSpec>& plots, const std::string
       }
       if (data.empty()) continue;  // gnuplot refuses a plot whose every curve is empty; skip empty ones
       script += fmt::format("{} << EOD\n{}EOD\n", block, data);
-      clauses.push_back(fmt::format("{} {} title {}", block, style_clause(curve.style, static_cast<int>(c)),
+      clauses.push_back(fmt::format("{} {} title {}", block, style_clause(curve.style, curve.colour >= 0 ? curve.colour : static_cast<int>(c)),
                                     quoted(curve.title)));
     }
     if (clauses.empty()) throw InputError(fmt::format("plot \"{}\" has no point that can be drawn", plot.title));

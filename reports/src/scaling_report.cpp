@@ -191,42 +191,49 @@ Table points_table(const Series& s) {
   return t;
 }
 
-PlotSpec series_plot(const Series& s, std::size_t index) {
-  PlotSpec plot;
-  plot.name = series_name(index);
-  plot.title = fmt::format("Series {}: {}", index + 1, s.key.label());
-  plot.x_label = "N (sequence length)";
-  plot.y_label = estimand_symbol(s.key.estimand);
-  Curve estimates{fmt::format("estimate {} with 95% CI", estimand_symbol(s.key.estimand)),
-                  CurveStyle::points_with_error_bars, {}, {}, {}, {}};
-  double sum_log_n = 0, sum_log_y = 0;
-  int positive = 0;
+Curve estimate_curve(const Series& s, std::string title) {
+  Curve estimates{std::move(title), CurveStyle::points_with_error_bars, {}, {}, {}, {}};
   for (std::size_t i = 0; i < s.N.size(); ++i) {
     const auto [lo, hi] = point_ci(s, i);
     estimates.x.push_back(static_cast<double>(s.N[i]));
     estimates.y.push_back(s.mean[i]);
     estimates.y_lo.push_back(lo);
     estimates.y_hi.push_back(hi);
+  }
+  return estimates;
+}
+
+// exp(log_at_1) N^slope over the series' range of N: two points, a straight line on log-log axes.
+Curve power_law(const Series& s, double log_at_1, double slope, std::string title, CurveStyle style) {
+  const double n_lo = static_cast<double>(s.N.front()), n_hi = static_cast<double>(s.N.back());
+  return Curve{std::move(title), style, {n_lo, n_hi},
+               {std::exp(log_at_1 + slope * std::log(n_lo)), std::exp(log_at_1 + slope * std::log(n_hi))}, {}, {}};
+}
+
+PlotSpec series_plot(const Series& s, std::size_t index) {
+  PlotSpec plot;
+  plot.name = series_name(index);
+  plot.title = fmt::format("Series {}: {}", index + 1, s.key.label());
+  plot.x_label = "N (sequence length)";
+  plot.y_label = estimand_symbol(s.key.estimand);
+  plot.curves.push_back(estimate_curve(s, fmt::format("estimate {} with 95% CI", estimand_symbol(s.key.estimand))));
+  double sum_log_n = 0, sum_log_y = 0;
+  int positive = 0;
+  for (std::size_t i = 0; i < s.N.size(); ++i) {
     if (s.mean[i] > 0) {
       sum_log_n += std::log(static_cast<double>(s.N[i]));
       sum_log_y += std::log(s.mean[i]);
       ++positive;
     }
   }
-  plot.curves.push_back(std::move(estimates));
-  const double n_lo = static_cast<double>(s.N.front()), n_hi = static_cast<double>(s.N.back());
-  const auto power_law = [&](double log_at_1, double slope, std::string title, CurveStyle style) {
-    return Curve{std::move(title), style, {n_lo, n_hi},
-                 {std::exp(log_at_1 + slope * std::log(n_lo)), std::exp(log_at_1 + slope * std::log(n_hi))}, {}, {}};
-  };
-  plot.curves.push_back(power_law(s.intercept, s.slope,
+  plot.curves.push_back(power_law(s, s.intercept, s.slope,
                                   fmt::format("fit: exp({}) N^{} (slope 95% CI {})", format_number(s.intercept),
                                               format_number(s.slope), format_interval(s.slope_ci_lo, s.slope_ci_hi)),
                                   CurveStyle::line));
   if (positive > 0) {
     // Anchored at the centroid of the estimates in log-log space, where a least-squares line also passes.
     const double centre_n = sum_log_n / positive, centre_y = sum_log_y / positive;
-    plot.curves.push_back(power_law(centre_y - s.claimed_exponent * centre_n, s.claimed_exponent,
+    plot.curves.push_back(power_law(s, centre_y - s.claimed_exponent * centre_n, s.claimed_exponent,
                                     fmt::format("claimed slope {} (through the centroid)", format_number(s.claimed_exponent)),
                                     CurveStyle::dashed_line));
   }
@@ -281,7 +288,7 @@ std::vector<ReadingPair> reading_pairs(const std::vector<Series>& series, const 
 }
 
 void add_reading_comparison(const std::vector<Series>& series, const std::vector<ReadingPair>& pairs,
-                            std::vector<Block>& blocks) {
+                            bool with_plots, std::vector<Block>& blocks, PendingFigures& pending) {
   blocks.push_back(Heading{3, "Elementwise vs matrix-power reading of (.)^p", ""});
   blocks.push_back(Paragraph{
       "THEORY.md: the proofs and the activation read (.)^p elementwise; read as a matrix power, ||S^p||_F grows "
@@ -307,6 +314,32 @@ void add_reading_comparison(const std::vector<Series>& series, const std::vector
     }
   }
   blocks.push_back(std::move(slopes));
+  if (with_plots) {
+    for (const ReadingPair& pair : pairs) {
+      const Series& e = series[pair.elementwise];
+      const Series& m = series[pair.matrix];
+      PlotSpec plot;
+      plot.name = fmt::format("readings{:02}", pending.plots.size() + 1);
+      plot.title = fmt::format("{} p={} {}, D={} d={}: elementwise vs matrix power", e.key.claim, e.key.p,
+                               e.key.estimand, e.key.D, e.key.d);
+      plot.x_label = "N (sequence length)";
+      plot.y_label = estimand_symbol(e.key.estimand);
+      for (const Series* reading : {&e, &m}) {
+        // A reading's points and its fit share one colour.
+        const int colour = reading == &e ? 0 : 1;
+        plot.curves.push_back(estimate_curve(*reading, fmt::format("{} reading, 95% CI", *reading->key.reading)));
+        plot.curves.back().colour = colour;
+        plot.curves.push_back(power_law(*reading, reading->intercept, reading->slope,
+                                        fmt::format("fit, slope {}", format_number(reading->slope)), CurveStyle::line));
+        plot.curves.back().colour = colour;
+      }
+      pending.plots.push_back(std::move(plot));
+      pending.block_of_plot.push_back(blocks.size());
+      blocks.push_back(Figure{"", "",
+                              fmt::format("Both readings of p = {} on one log-log plot, with their fitted lines.",
+                                          e.key.p)});
+    }
+  }
   blocks.push_back(std::move(values));
 }
 
@@ -384,7 +417,7 @@ void add_scaling_section(const ResultsFolder& results, bool with_plots, Document
     for (std::size_t i = 0; i < series.size(); ++i) {
       if (series[i].key.claim == claim) members.push_back(i);
     }
-    if (const auto pairs = reading_pairs(series, members); !pairs.empty()) add_reading_comparison(series, pairs, blocks);
+    if (const auto pairs = reading_pairs(series, members); !pairs.empty()) add_reading_comparison(series, pairs, with_plots, blocks, pending);
     for (std::size_t i : members) {
       const Series& s = series[i];
       blocks.push_back(Heading{3, fmt::format("Series {}: {}", i + 1, s.key.label()), series_anchor(i)});

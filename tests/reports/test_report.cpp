@@ -35,12 +35,15 @@ WrittenReport write_standard_report(const TempDir& dir, bool plots, const std::v
 
 }  // namespace
 
-TEST_CASE("the HTML report stands alone: no external resource, one inline SVG per series", "[report]") {
+TEST_CASE("the HTML report stands alone: no external resource, one inline SVG per plot", "[report]") {
   TempDir dir;
   const auto series = standard_series();
   const WrittenReport report = write_standard_report(dir, true, series);
-  CHECK(report.summary.plots == series.size());
-  CHECK(count_occurrences(report.html, "<svg") == series.size());
+  // One plot per series and one for the pair of readings of p = 2.
+  CHECK(report.summary.plots == series.size() + 1);
+  CHECK(count_occurrences(report.html, "<svg") == series.size() + 1);
+  CHECK(count_occurrences(report.html, "</svg>") == series.size() + 1);
+  CHECK_THAT(report.markdown, Contains("](plots/readings01.svg)"));
   CHECK_THAT(report.html, !Contains("http://") && !Contains("https://"));
   // Nothing is loaded from elsewhere: no scripts, stylesheets, images or frames by reference.
   CHECK_THAT(report.html, !Contains("<script") && !Contains("<link") && !Contains("<img") && !Contains("<iframe"));

@@ -22,6 +22,7 @@ struct Curve {
   CurveStyle style = CurveStyle::points;
   std::vector<double> x, y;
   std::vector<double> y_lo, y_hi;  // error bar ends, for points_with_error_bars
+  int colour = -1;                 // index into the palette; -1: the curve's place in the plot
 };
 
 struct PlotSpec {
