@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <system_error>
 
 namespace attncheck::reports {
@@ -37,6 +38,21 @@ Inputs find_inputs(const fs::path& input) {
     inputs.results_folder = input;
   }
   return inputs;
+}
+
+// plots/ belongs to the report: an SVG there that this run did not draw is left from an earlier report of other
+// results, and would be mistaken for part of this one.
+void remove_stale_plots(const fs::path& plot_folder, const std::vector<PlotSpec>& drawn) {
+  std::error_code error;
+  if (!fs::is_directory(plot_folder, error)) return;
+  std::vector<fs::path> stale;
+  for (const auto& entry : fs::directory_iterator(plot_folder, error)) {
+    if (entry.path().extension() != ".svg") continue;
+    const std::string stem = entry.path().stem().string();
+    const bool current = std::any_of(drawn.begin(), drawn.end(), [&](const PlotSpec& p) { return p.name == stem; });
+    if (!current) stale.push_back(entry.path());
+  }
+  for (const fs::path& path : stale) fs::remove(path, error);
 }
 
 }  // namespace
@@ -89,6 +105,7 @@ ReportSummary write_report(const ReportOptions& options) {
     figure.inline_svg = inline_svg(svgs[i], pending.plots[i].name + "-");
   }
   summary.plots = svgs.size();
+  remove_stale_plots(options.out / "plots", pending.plots);
   summary.markdown = options.out / "report.md";
   summary.html = options.out / "index.html";
   write_file_atomically(summary.markdown, render_markdown(document));

@@ -193,3 +193,19 @@ TEST_CASE("a stored fit that misses the estimates is pointed out", "[report]") {
   CHECK(count_occurrences(base10.markdown, "misses the estimates") == 1);
   CHECK_THAT(base10.markdown, Contains("by a factor 13.3 at their centroid"));
 }
+
+TEST_CASE("a report written over an older one keeps no plot of the older", "[report]") {
+  TempDir dir;
+  write_standard_report(dir, true, standard_series());
+  REQUIRE(fs::exists(dir.path() / "report" / "plots" / "series04.svg"));
+  write_text(dir.path() / "report" / "plots" / "notes.txt", "mine");
+  write_results_folder(dir.path() / "results", {FixtureSeries{}});
+  ReportOptions options;
+  options.input = dir.path() / "results";
+  options.out = dir.path() / "report";
+  CHECK(write_report(options).plots == 1);
+  CHECK(fs::exists(dir.path() / "report" / "plots" / "series01.svg"));
+  CHECK_FALSE(fs::exists(dir.path() / "report" / "plots" / "series04.svg"));
+  CHECK_FALSE(fs::exists(dir.path() / "report" / "plots" / "readings01.svg"));
+  CHECK(fs::exists(dir.path() / "report" / "plots" / "notes.txt"));  // only SVGs are the report's own
+}
