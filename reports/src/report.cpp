@@ -34,8 +34,9 @@ Inputs find_inputs(const fs::path& input) {
   if (fs::exists(input / "fits.json", error)) inputs.results_folder = input;
   if (fs::exists(input / kProbeLogName, error)) inputs.probe_log = input / kProbeLogName;
   if (!inputs.results_folder && !inputs.probe_log) {
-    // read_results_folder explains what is missing and how to get it.
-    inputs.results_folder = input;
+    throw InputError(fmt::format("{} is missing, and so is {}: the folder holds neither the results of "
+                                 "`attncheck mc --out` nor the log of `attncheck probe --watch`",
+                                 (input / "fits.json").string(), (input / kProbeLogName).string()));
   }
   return inputs;
 }
