@@ -57,12 +57,45 @@ class JsonFields {
     return text(key);
   }
 
-  // A scalar shown as written: text as is, numbers in JSON form (so 64-bit seeds keep every digit).
-  std::string scalar_text(const char* key) const {
-    const json& value = at(key);
+  // A value shown as written: text as is, numbers in JSON form (so 64-bit seeds keep every digit), objects as
+  // "name: value, ..." and null as "not recorded".
+  std::string scalar_text(const char* key) const { return display(at(key)); }
+
+  static std::string display(const json& value) {
     if (value.is_string()) return value.get<std::string>();
-    if (value.is_number() || value.is_boolean()) return value.dump();
-    fail(fmt::format("\"{}\" must be a number or text, got {}", key, shorten(value.dump())));
+    if (value.is_null()) return "not recorded";
+    if (value.is_object()) {
+      std::string out;
+      for (const auto& [name, item] : value.items()) out += (out.empty() ? "" : ", ") + name + ": " + display(item);
+      return out;
+    }
+    if (value.is_array()) {
+      std::string out;
+      for (const json& item : value) out += (out.empty() ? "" : ", ") + display(item);
+      return out;
+    }
+    return value.dump();
+  }
+
+  // A number, or NaN where the writer put null for a value it could not compute.
+  double number_or_nan(const char* key) const { return nan_for_null(at(key), key); }
+
+  std::vector<double> numbers_or_nan(const char* key) const {
+    std::vector<double> out;
+    for (const json& item : array(key)) out.push_back(nan_for_null(item, key));
+    return out;
+  }
+
+  // [lo, hi], either of which may be null (NaN).
+  std::pair<double, double> interval_or_nan(const char* key) const {
+    const json& value = at(key);
+    if (value.is_null()) return {std::nan(""), std::nan("")};
+    if (!value.is_array() || value.size() != 2) {
+      fail(fmt::format("\"{}\" must be [lo, hi], got {}", key, shorten(value.dump())));
+    }
+    const double lo = nan_for_null(value[0], key), hi = nan_for_null(value[1], key);
+    if (lo > hi) fail(fmt::format("\"{}\" = [{}, {}] has lo > hi", key, lo, hi));
+    return {lo, hi};
   }
 
   bool boolean(const char* key) const {
@@ -123,6 +156,10 @@ class JsonFields {
     const double x = value.get<double>();
     if (!std::isfinite(x)) fail(fmt::format("\"{}\" is not finite", key));
     return x;
+  }
+
+  double nan_for_null(const json& value, const char* key) const {
+    return value.is_null() ? std::nan("") : as_number(value, key);
   }
 
   long long as_integer(const json& value, const char* key) const {

@@ -13,10 +13,12 @@ std::string format_number(double x, int digits) {
 }
 
 std::string format_interval(double lo, double hi, int digits) {
+  if (!std::isfinite(lo) || !std::isfinite(hi)) return "-";
   return fmt::format("[{}, {}]", format_number(lo, digits), format_number(hi, digits));
 }
 
 std::string format_estimate(double estimate, double se) {
+  if (!std::isfinite(estimate)) return "-";
   if (!std::isfinite(se)) return fmt::format("{} ± ?", format_number(estimate, 6));
   if (se == 0) return fmt::format("{} ± 0", format_number(estimate, 6));
   const int se_exponent = static_cast<int>(std::floor(std::log10(std::fabs(se))));

@@ -80,7 +80,8 @@ ReportSummary write_report(const ReportOptions& options) {
     add_scaling_section(*results, options.plots, document, pending);
     summary.series = results->series.size();
     for (const Series& s : results->series) {
-      switch (s.verdict) {
+      if (!s.verdict) continue;
+      switch (*s.verdict) {
         case Verdict::holds: ++summary.holds; break;
         case Verdict::tight: ++summary.tight; break;
         case Verdict::violated: ++summary.violated; break;

@@ -80,8 +80,9 @@ Verdict read_verdict(const JsonFields& fields) {
   fields.fail(fmt::format("\"verdict\" must be holds, tight, violated or inconclusive, got \"{}\"", word));
 }
 
-void check_estimate(const JsonFields& fields, double mean, double se, const char* what) {
-  if (mean < 0) fields.fail(fmt::format("{} = {} is negative, but it estimates a norm", what, mean));
+void check_estimate(const JsonFields& fields, const SeriesKey& key, double mean, double se, const char* what) {
+  // Norms and second moments are never negative; a score-var sample is a score, which may be.
+  if (mean < 0 && key.estimand != "score-var") fields.fail(fmt::format("{} = {} is negative, but it estimates a norm or a second moment", what, mean));
   if (se < 0) fields.fail(fmt::format("standard error of {} = {} is negative", what, se));
 }
 
@@ -102,29 +103,49 @@ Series read_series(const JsonFields& fields) {
   Series s;
   s.key = read_key(fields);
   s.formula = fields.text("formula");
-  s.slope = fields.number("slope");
-  std::tie(s.slope_ci_lo, s.slope_ci_hi) = fields.interval("slope_ci");
-  s.intercept = fields.number("intercept");
-  s.claimed_exponent = fields.number("claimed_exponent");
-  s.tolerance = fields.number("tolerance");
-  if (s.tolerance < 0) fields.fail(fmt::format("\"tolerance\" = {} is negative", s.tolerance));
-  s.verdict = read_verdict(fields);
-  s.N = fields.integers("N");
-  s.mean = fields.numbers("mean");
-  s.se = fields.numbers("se");
-  s.exact_sq = fields.numbers_or_null("exact_sq");
-  if (s.N.empty()) fields.fail("\"N\" is empty: a series needs at least one point");
-  if (s.mean.size() != s.N.size() || s.se.size() != s.N.size() || s.exact_sq.size() != s.N.size()) {
-    fields.fail(fmt::format("\"N\", \"mean\", \"se\" and \"exact_sq\" must have one entry per point, got {}, {}, {}, {}",
-                            s.N.size(), s.mean.size(), s.se.size(), s.exact_sq.size()));
+  s.slope = fields.number_or_null("slope");
+  if (!fields.is_null("slope_ci")) s.slope_ci = fields.interval("slope_ci");
+  s.intercept = fields.number_or_null("intercept");
+  s.claimed_exponent = fields.number_or_null("claimed_exponent");
+  s.tolerance = fields.number_or_null("tolerance");
+  if (s.tolerance && *s.tolerance < 0) fields.fail(fmt::format("\"tolerance\" = {} is negative", *s.tolerance));
+  if (!fields.is_null("verdict")) s.verdict = read_verdict(fields);
+  if (s.slope.has_value() != s.slope_ci.has_value()) fields.fail("\"slope\" and \"slope_ci\" must both be given or both null");
+  s.x_variable = fields.is_null("fit_variable") ? "N" : fields.text("fit_variable");
+  if (s.x_variable != "N" && s.x_variable != "d") {
+    fields.fail(fmt::format("\"fit_variable\" must be \"N\" or \"d\", got \"{}\"", s.x_variable));
   }
-  for (std::size_t i = 0; i < s.N.size(); ++i) {
+  s.fit_of = fields.is_null("fit_of") ? "mean" : fields.text("fit_of");
+  if (s.fit_of != "mean" && s.fit_of != "mean_sq") {
+    fields.fail(fmt::format("\"fit_of\" must be \"mean\" or \"mean_sq\", got \"{}\"", s.fit_of));
+  }
+  s.N = fields.integers("N");
+  s.x = s.x_variable == "d" ? fields.integers("d_values") : s.N;
+  s.mean = fields.numbers_or_nan("mean");
+  s.se = fields.numbers_or_nan("se");
+  s.exact_sq = fields.numbers_or_null("exact_sq");
+  const std::size_t n = s.N.size();
+  s.mean_sq = fields.has("mean_sq") ? fields.numbers_or_nan("mean_sq") : std::vector<double>(n, std::nan(""));
+  s.se_sq = fields.has("se_sq") ? fields.numbers_or_nan("se_sq") : std::vector<double>(n, std::nan(""));
+  if (n == 0) fields.fail("\"N\" is empty: a series needs at least one point");
+  for (const auto& [name, size] : {std::pair<const char*, std::size_t>{"mean", s.mean.size()}, {"se", s.se.size()},
+                                   {"exact_sq", s.exact_sq.size()}, {"mean_sq", s.mean_sq.size()},
+                                   {"se_sq", s.se_sq.size()}, {"d_values", s.x.size()}}) {
+    if (size != n) {
+      fields.fail(fmt::format("\"{}\" has {} entries but \"N\" has {}: one entry per point is needed", name, size, n));
+    }
+  }
+  const std::string x_name = s.x_variable == "d" ? "d_values" : "N";
+  for (std::size_t i = 0; i < n; ++i) {
     if (s.N[i] < 1) fields.fail(fmt::format("N[{}] = {} must be >= 1", i, s.N[i]));
-    if (i > 0 && s.N[i] <= s.N[i - 1]) fields.fail(fmt::format("\"N\" must increase, but N[{}] = {} follows {}", i, s.N[i], s.N[i - 1]));
-    check_estimate(fields, s.mean[i], s.se[i], fmt::format("mean[{}]", i).c_str());
+    if (s.x[i] < 1) fields.fail(fmt::format("{}[{}] = {} must be >= 1", x_name, i, s.x[i]));
+    if (i > 0 && s.x[i] <= s.x[i - 1]) {
+      fields.fail(fmt::format("\"{}\" must increase, but {}[{}] = {} follows {}", x_name, x_name, i, s.x[i], s.x[i - 1]));
+    }
+    check_estimate(fields, s.key, s.mean[i], s.se[i], fmt::format("mean[{}]", i).c_str());
     if (s.exact_sq[i] && *s.exact_sq[i] < 0) fields.fail(fmt::format("exact_sq[{}] = {} is negative", i, *s.exact_sq[i]));
   }
-  s.points.assign(s.N.size(), std::nullopt);
+  s.points.assign(n, std::nullopt);
   return s;
 }
 
@@ -138,13 +159,13 @@ PointRecord read_point(const JsonFields& fields, int line) {
   if (r.N < 1) fields.fail(fmt::format("\"N\" = {} must be >= 1", r.N));
   r.samples = fields.integer("samples");
   if (r.samples < 1) fields.fail(fmt::format("\"samples\" = {} must be >= 1", r.samples));
-  r.mean = fields.number("mean");
-  r.se = fields.number("se");
-  check_estimate(fields, r.mean, r.se, "\"mean\"");
-  std::tie(r.ci95_lo, r.ci95_hi) = fields.interval("ci95");
-  r.mean_sq = fields.number("mean_sq");
-  r.se_sq = fields.number("se_sq");
-  check_estimate(fields, r.mean_sq, r.se_sq, "\"mean_sq\"");
+  r.mean = fields.number_or_nan("mean");
+  r.se = fields.number_or_nan("se");
+  check_estimate(fields, r.key, r.mean, r.se, "\"mean\"");
+  std::tie(r.ci95_lo, r.ci95_hi) = fields.interval_or_nan("ci95");
+  r.mean_sq = fields.number_or_nan("mean_sq");
+  r.se_sq = fields.number_or_nan("se_sq");
+  check_estimate(fields, SeriesKey{}, r.mean_sq, r.se_sq, "\"mean_sq\"");
   r.exact_sq = fields.number_or_null("exact_sq");
   r.z_exact_sq = fields.number_or_null("z_exact_sq");
   r.jensen_bound = fields.number_or_null("jensen_bound");
@@ -255,17 +276,22 @@ ResultsFolder read_results_folder(const fs::path& folder) {
   if (fs::exists(points_path, error)) {
     results.has_points_file = true;
     // A resumed sweep may repeat a point; the later line is the one that counts.
-    std::map<std::pair<std::size_t, long long>, PointRecord> by_series_and_n;
+    // A point belongs to a series when they agree on everything but the swept variable (N, or d for C8).
+    std::map<std::pair<std::size_t, long long>, PointRecord> by_series_and_x;
     for (PointRecord& point : parse_points_jsonl(read_text_file(points_path), points_path.string())) {
       for (std::size_t s = 0; s < results.series.size(); ++s) {
-        if (results.series[s].key == point.key) by_series_and_n.insert_or_assign({s, point.N}, point);
+        const Series& series = results.series[s];
+        const bool over_d = series.x_variable == "d";
+        SeriesKey key = point.key;
+        if (over_d) key.d = series.key.d;
+        if (key == series.key) by_series_and_x.insert_or_assign({s, over_d ? point.key.d : point.N}, point);
       }
     }
     for (std::size_t s = 0; s < results.series.size(); ++s) {
       Series& series = results.series[s];
-      for (std::size_t i = 0; i < series.N.size(); ++i) {
-        const auto found = by_series_and_n.find({s, series.N[i]});
-        if (found != by_series_and_n.end()) series.points[i] = found->second;
+      for (std::size_t i = 0; i < series.x.size(); ++i) {
+        const auto found = by_series_and_x.find({s, series.x[i]});
+        if (found != by_series_and_x.end() && found->second.N == series.N[i]) series.points[i] = found->second;
       }
     }
   }

@@ -115,7 +115,7 @@ TEST_CASE("estimates carry their SE and CI, and the Jensen ratio appears where e
   TempDir dir;
   const WrittenReport report = write_standard_report(dir, false, standard_series());
   // N = 16 of C3 p = 1: 96.1 ± 0.4 against sqrt(9408) = 96.9948: ratio 0.99077 ± 0.00412.
-  CHECK_THAT(report.markdown, Contains("| 16 | 96.10 ± 0.40 | [95.316, 96.884] |"));
+  CHECK_THAT(report.markdown, Contains("| 16 | 96.10 ± 0.40 | 9417 ± 77 | [95.316, 96.884] | 2000 |"));
   CHECK_THAT(report.markdown, Contains("| 9408 |"));
   CHECK_THAT(report.markdown, Contains("| 96.994845 | 0.9908 ± 0.0041 |"));
   // C4 at N = 64: 47.9 ± 0.14 against sqrt(2316) = 48.1248.
@@ -208,4 +208,81 @@ TEST_CASE("a report written over an older one keeps no plot of the older", "[rep
   CHECK_FALSE(fs::exists(dir.path() / "report" / "plots" / "series04.svg"));
   CHECK_FALSE(fs::exists(dir.path() / "report" / "plots" / "readings01.svg"));
   CHECK(fs::exists(dir.path() / "report" / "plots" / "notes.txt"));  // only SVGs are the report's own
+}
+
+TEST_CASE("the extra shapes attncheck mc writes: C8 fitted over d, no claimed exponent, no fit, null values",
+          "[report]") {
+  TempDir dir;
+  FixtureSeries c8;
+  c8.claim = "C8";
+  c8.reading = std::nullopt;
+  c8.phi = "identity";
+  c8.formula = "F = identity(T) (elementwise)";
+  c8.estimand = "score-var";
+  c8.N = {16, 16, 16};
+  c8.mean = {15.7, 22.3, 30.9};
+  c8.se = {0.26, 0.29, 0.38};
+  c8.exact_sq = {256.0, 512.0, 1024.0};
+  c8.slope = 0.979, c8.ci_lo = 0.90, c8.ci_hi = 1.058, c8.intercept = 4.2188;
+  c8.first_seed = 500;
+  FixtureSeries custom;
+  custom.claim = "custom";
+  custom.reading = std::nullopt;
+  custom.phi = "relu";
+  custom.formula = "F = relu(T/sqrt(4)) (elementwise)";
+  custom.exact_sq = {std::nullopt, std::nullopt, std::nullopt};
+  custom.first_seed = 600;
+  FixtureSeries unfitted = custom;
+  unfitted.estimand = "dQ";
+  unfitted.first_seed = 700;
+
+  json fits = json::parse(fits_text({c8, custom, unfitted}));
+  fits["provenance"]["machine"] = {{"cpu", "Example CPU 3000"}, {"hostname", "testhost"}};
+  json& s8 = fits["series"][0];
+  s8["fit_variable"] = "d";
+  s8["fit_of"] = "mean_sq";
+  s8["d_values"] = {4, 8, 16};
+  s8["mean_sq"] = {260.0, 515.0, 1020.0};
+  s8["se_sq"] = {9.0, 13.0, 25.0};
+  fits["series"][1]["claimed_exponent"] = nullptr;
+  fits["series"][1]["verdict"] = nullptr;
+  for (const char* key : {"slope", "slope_ci", "intercept", "claimed_exponent", "verdict"}) fits["series"][2][key] = nullptr;
+  fits["series"][2]["mean"][1] = nullptr;
+  fits["series"][2]["se"][1] = nullptr;
+
+  std::string points;
+  auto c8_points = point_jsons(c8);
+  for (std::size_t i = 0; i < c8_points.size(); ++i) {
+    c8_points[i]["d"] = s8["d_values"][i];
+    points += c8_points[i].dump() + "\n";
+  }
+  for (json point : point_jsons(custom)) points += point.dump() + "\n";
+  auto unfitted_points = point_jsons(unfitted);
+  unfitted_points[1]["mean"] = nullptr;
+  unfitted_points[1]["ci95"] = {nullptr, nullptr};
+  for (const json& point : unfitted_points) points += point.dump() + "\n";
+
+  const fs::path results = dir.path() / "results";
+  fs::create_directories(results);
+  write_text(results / "fits.json", fits.dump(2));
+  write_text(results / "points.jsonl", points);
+  ReportOptions options;
+  options.input = results;
+  options.out = dir.path() / "report";
+  const ReportSummary summary = write_report(options);
+  CHECK(summary.tight == 1);
+  CHECK(summary.plots == 3);
+  const std::string markdown = read_text(options.out / "report.md");
+  CHECK_THAT(markdown, Contains("- machine: `cpu: Example CPU 3000, hostname: testhost`"));
+  // C8: fitted over d, of the second moment; its points are joined by d.
+  CHECK_THAT(markdown, Contains("| score-var | 6, swept | 0.979 [0.9, 1.058] | 1 + 0.05 | tight |"));
+  CHECK_THAT(markdown, Contains("| 8 | 16 | 22.30 ± 0.29 | 515 ± 13 |"));
+  CHECK_THAT(markdown, Contains("- point seeds: `d=4: 500, d=8: 501, d=16: 502`"));
+  CHECK_THAT(read_text(options.out / "plots" / "plots.gp"), Contains("set xlabel 'd (head dimension)'"));
+  // Custom maps state no exponent; a series with too few points has no fit; a missing value shows as "-".
+  CHECK_THAT(markdown, Contains("| 0.996 [0.985, 1.007] | none stated | not checked |"));
+  CHECK_THAT(markdown, Contains("| no fit | none stated | not checked |"));
+  CHECK_THAT(markdown, Contains("3 series: 0 holds, 1 tight, 0 violated, 0 inconclusive, 2 not checked"));
+  CHECK_THAT(markdown, Contains("No slope: fewer than two points with a usable estimate"));
+  CHECK_THAT(markdown, Contains("| 32 | - |"));
 }

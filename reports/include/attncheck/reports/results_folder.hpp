@@ -11,8 +11,8 @@
 
 namespace attncheck::reports {
 
-// How the run that produced a folder was made (fits.json "provenance"). Scalars are kept as the text they
-// were written as, so a seed beyond 2^53 is not rounded.
+// How the run that produced a folder was made (fits.json "provenance"). Kept as text as written, so a seed
+// beyond 2^53 is not rounded; an object (e.g. machine: {hostname, cpu}) reads "hostname: ..., cpu: ...".
 struct Provenance {
   std::string version;
   std::string date;  // ISO 8601 UTC
@@ -50,6 +50,7 @@ struct PointRecord {
   double inner = 1;
   long long N = 0;
   long long samples = 0;
+  // NaN where the writer had no finite value.
   double mean = 0;  // estimate of E||F||_F
   double se = 0;
   double ci95_lo = 0, ci95_hi = 0;
@@ -71,22 +72,36 @@ struct PointRecord {
 enum class Verdict { holds, tight, violated, inconclusive };
 std::string_view to_string(Verdict verdict);
 
-// One entry of fits.json "series": the fit of log E||F||_F against log N and its verdict.
+// One entry of fits.json "series": the fit of log(estimate) against log(N) (or log(d), see x_variable) and its
+// verdict. Where the writer could not fit (fewer than two usable points) slope, CI and intercept are absent;
+// a custom map states no exponent, so it has no claimed exponent and no verdict.
 struct Series {
   SeriesKey key;
   std::string formula;
-  double slope = 0;
-  double slope_ci_lo = 0, slope_ci_hi = 0;  // 95%
-  double intercept = 0;  // natural log: the fitted line is exp(intercept) * N^slope
-  double claimed_exponent = 0;
-  double tolerance = 0;
-  Verdict verdict = Verdict::inconclusive;
+  std::optional<double> slope;
+  std::optional<std::pair<double, double>> slope_ci;  // 95%
+  std::optional<double> intercept;  // natural log: the fitted line is exp(intercept) * x^slope
+  std::optional<double> claimed_exponent;
+  std::optional<double> tolerance;
+  std::optional<Verdict> verdict;
+  // What the fit runs over: "N" (sequence length), or "d" (head dimension: C8, Var(q . k) = d_k), and of what:
+  // "mean" (E||F||_F) or "mean_sq" (the second moment). Extra keys of `attncheck mc`; "N"/"mean" without them.
+  std::string x_variable = "N";
+  std::string fit_of = "mean";
+  std::vector<long long> x;  // the values of x_variable
   std::vector<long long> N;
+  // Per point; NaN where the writer had no finite value.
   std::vector<double> mean;
   std::vector<double> se;
+  std::vector<double> mean_sq;  // NaN throughout when the writer gave none
+  std::vector<double> se_sq;
   std::vector<std::optional<double>> exact_sq;
-  // The points.jsonl record of each N, where the folder has one (same order as N).
+  // The points.jsonl record of each point, where the folder has one (same order as x).
   std::vector<std::optional<PointRecord>> points;
+
+  // The fitted quantity at point i and its standard error (mean/se or mean_sq/se_sq, per fit_of).
+  double fitted(std::size_t i) const { return fit_of == "mean_sq" ? mean_sq[i] : mean[i]; }
+  double fitted_se(std::size_t i) const { return fit_of == "mean_sq" ? se_sq[i] : se[i]; }
 };
 
 struct ResultsFolder {
