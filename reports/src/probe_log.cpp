@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <iterator>
 #include <map>
 #include <sstream>
 #include <tuple>
@@ -18,29 +19,44 @@ struct QuantityInfo {
   ProbeQuantity quantity;
   std::string_view key;
   std::string_view meaning;
-  std::string_view activation;  // the trained activation whose own ||A||_F this is
+  std::string_view activation;  // the trained activation whose own norm this is
+  bool gradient;                 // ||dA/dS||_F rather than ||A||_F
   bool required;
 };
+// In the order of ProbeQuantity.
 constexpr QuantityInfo kQuantities[] = {
-    {ProbeQuantity::softmax, "softmax_fro", "||A||_F, softmax", "softmax", true},
-    {ProbeQuantity::poly3_scaled, "poly3_scaled_fro", "||A||_F, x^3/sqrt(N)", "poly3_scaled", false},
-    {ProbeQuantity::poly3, "poly3_fro", "||A||_F, x^3", "poly3", false},
-    {ProbeQuantity::relu_n, "relu_n_fro", "||A||_F, relu/N", "relu_n", false},
-    {ProbeQuantity::grad, "grad_fro", "gradient norm (grad_fro)", "", true},
-    {ProbeQuantity::dWq, "dWq_fro", "||dA/dW_Q||_F", "", true},
-    {ProbeQuantity::dWk, "dWk_fro", "||dA/dW_K||_F", "", true},
+    {ProbeQuantity::softmax, "softmax_fro", "||A||_F, softmax", "softmax", false, true},
+    {ProbeQuantity::poly3_scaled, "poly3_scaled_fro", "||A||_F, x^3/sqrt(N)", "poly3_scaled", false, false},
+    {ProbeQuantity::poly3, "poly3_fro", "||A||_F, x^3", "poly3", false, false},
+    {ProbeQuantity::relu_n, "relu_n_fro", "||A||_F, relu/N", "relu_n", false, false},
+    {ProbeQuantity::grad, "grad_fro", "||dA/dS||_F, softmax", "softmax", true, true},
+    {ProbeQuantity::poly3_scaled_grad, "poly3_scaled_grad_fro", "||dA/dS||_F, x^3/sqrt(N)", "poly3_scaled", true, false},
+    {ProbeQuantity::poly3_grad, "poly3_grad_fro", "||dA/dS||_F, x^3", "poly3", true, false},
+    {ProbeQuantity::relu_n_grad, "relu_n_grad_fro", "||dA/dS||_F, relu/N", "relu_n", true, false},
+    {ProbeQuantity::dWq, "dWq_fro", "||dA/dW_Q||_F, softmax", "", false, true},
+    {ProbeQuantity::dWk, "dWk_fro", "||dA/dW_K||_F, softmax", "", false, true},
 };
+static_assert(std::size(kQuantities) == kProbeQuantityCount);
 const QuantityInfo& info(ProbeQuantity q) { return kQuantities[static_cast<int>(q)]; }
 }  // namespace
 
 std::string_view probe_key(ProbeQuantity quantity) { return info(quantity).key; }
 std::string_view probe_meaning(ProbeQuantity quantity) { return info(quantity).meaning; }
 
-std::optional<ProbeQuantity> own_attention_quantity(const std::string& activation) {
+namespace {
+std::optional<ProbeQuantity> own_quantity(const std::string& activation, bool gradient) {
   for (const QuantityInfo& q : kQuantities) {
-    if (!q.activation.empty() && q.activation == activation) return q.quantity;
+    if (!q.activation.empty() && q.activation == activation && q.gradient == gradient) return q.quantity;
   }
   return std::nullopt;
+}
+}  // namespace
+
+std::optional<ProbeQuantity> own_attention_quantity(const std::string& activation) {
+  return own_quantity(activation, false);
+}
+std::optional<ProbeQuantity> own_gradient_quantity(const std::string& activation) {
+  return own_quantity(activation, true);
 }
 
 std::vector<ProbeRecord> parse_probe_log(const std::string& text, const std::string& name) {
@@ -102,7 +118,7 @@ std::vector<ProbeSeries> summarize_probe_log(const std::vector<ProbeRecord>& rec
       step.heads = by_head.size();
       for (const auto& [layer_head, record] : by_head) {
         if (record->step) step.step = record->step;  // one checkpoint, one step
-        for (int q = 0; q < 7; ++q) {
+        for (int q = 0; q < kProbeQuantityCount; ++q) {
           if (!record->values[q]) continue;
           const double x = *record->values[q];
           auto& s = step.summaries[q];

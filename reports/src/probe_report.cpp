@@ -85,13 +85,15 @@ void add_probe_section(const std::vector<ProbeRecord>& records, const std::files
   const bool steps_known = std::all_of(models.begin(), models.end(), [](const ProbeSeries& m) { return m.steps_known; });
   PlotSpec own_norm{"probe-attention", "||A||_F of each model's own activation (mean over layers and heads)",
                     steps_known ? "training step" : "checkpoint (in the order of the log)", "||A||_F", false, true, {}};
-  PlotSpec own_grad{"probe-gradient", "gradient norm grad_fro (mean over layers and heads)", own_norm.x_label,
-                    "gradient norm (grad_fro)", false, true, {}};
+  PlotSpec own_grad{"probe-gradient", "||dA/dS||_F of each model's own activation (mean over layers and heads)",
+                    own_norm.x_label, "||dA/dS||_F", false, true, {}};
   for (const ProbeSeries& model : models) {
     if (const auto own = own_attention_quantity(model.activation)) {
       own_norm.curves.push_back(mean_curve(model, *own, "trained with " + model.activation, CurveStyle::line_with_points));
     }
-    own_grad.curves.push_back(mean_curve(model, ProbeQuantity::grad, "trained with " + model.activation, CurveStyle::line_with_points));
+    if (const auto own = own_gradient_quantity(model.activation)) {
+      own_grad.curves.push_back(mean_curve(model, *own, "trained with " + model.activation, CurveStyle::line_with_points));
+    }
   }
   blocks.push_back(Heading{3, "All models: attention norm and gradient norm against training", "probes-all"});
   if (own_norm.curves.empty()) {
@@ -102,8 +104,10 @@ void add_probe_section(const std::vector<ProbeRecord>& records, const std::files
     add_plot(own_norm, "||A||_F of each model's own activation against training (log y axis), as in the papers' Fig. 2.",
              with_plots, document, pending);
   }
-  add_plot(own_grad, "Gradient norm against training (log y axis), as in the papers' Fig. 3.", with_plots, document,
-           pending);
+  if (!own_grad.curves.empty()) {
+    add_plot(own_grad, "||dA/dS||_F of each model's own activation against training (log y axis), as in the papers' "
+             "Fig. 3.", with_plots, document, pending);
+  }
 
   for (std::size_t m = 0; m < models.size(); ++m) {
     const ProbeSeries& model = models[m];
@@ -122,18 +126,21 @@ void add_probe_section(const std::vector<ProbeRecord>& records, const std::files
     add_plot(norms, "||A||_F of every activation evaluated on this model's scores (solid: its own activation).",
              with_plots, document, pending);
     PlotSpec gradients{fmt::format("probe-model{}-gradient", m + 1),
-                       fmt::format("trained with {}: gradient norms", model.activation), x_label(model),
-                       "norm (mean over layers and heads)", false, true, {}};
-    for (ProbeQuantity q : kGradientQuantities) {
-      gradients.curves.push_back(mean_curve(model, q, std::string(probe_meaning(q)), CurveStyle::line_with_points));
+                       fmt::format("trained with {}: ||dA/dS||_F of each activation on its scores", model.activation),
+                       x_label(model), "||dA/dS||_F (mean over layers and heads)", false, true, {}};
+    for (ProbeQuantity q : kScoreGradientQuantities) {
+      gradients.curves.push_back(mean_curve(model, q, std::string(probe_meaning(q)),
+                                            own_gradient_quantity(model.activation) == q ? CurveStyle::line_with_points
+                                                                                         : CurveStyle::dashed_line));
     }
-    add_plot(gradients, "Gradient norms of this model against training.", with_plots, document, pending);
+    add_plot(gradients, "Jacobian norms in the scores of every activation on this model's scores (solid: its own).",
+             with_plots, document, pending);
 
     Table table;
     table.header = {"step", "checkpoint", "layer-heads"};
     std::vector<ProbeQuantity> present;
-    for (ProbeQuantity q : {ProbeQuantity::softmax, ProbeQuantity::poly3_scaled, ProbeQuantity::poly3,
-                            ProbeQuantity::relu_n, ProbeQuantity::grad, ProbeQuantity::dWq, ProbeQuantity::dWk}) {
+    for (int index = 0; index < kProbeQuantityCount; ++index) {
+      const auto q = static_cast<ProbeQuantity>(index);
       const bool any = std::any_of(model.steps.begin(), model.steps.end(),
                                    [q](const ProbeStep& s) { return s.summary(q).has_value(); });
       if (!any) continue;

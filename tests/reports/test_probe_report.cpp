@@ -27,6 +27,7 @@ json probe_line(const std::string& activation, std::optional<long long> step, in
           {"poly3_scaled_fro", 10 * softmax},
           {"poly3_fro", 80 * softmax},
           {"relu_n_fro", 0.5},
+          {"poly3_scaled_grad_fro", 7 * grad},
           {"activation", activation}};
 }
 
@@ -123,6 +124,14 @@ TEST_CASE("a probe log alone gives the training plots, one SVG each, and exact t
     // Step 0 of the softmax model: ||A||_F mean of 4 and 6, gradient mean of 1 and 3.
     CHECK_THAT(markdown, Contains("| 0 | softmax-0.safetensors | 2 | 5 [4, 6] | 50 [40, 60] | 400 [320, 480] | 0.5 [0.5, 0.5] | 2 [1, 3] |"));
     CHECK_THAT(markdown, Contains("| 100 | softmax-100.safetensors | 1 | 5 | 50 |"));
+    // Fig. 3: each model with the Jacobian of its own activation: softmax's grad_fro (mean 2 at step 0), the
+    // scaled cubic's poly3_scaled_grad_fro (7 x 2 = 14).
+    const std::string script = read_text(options.out / "plots" / "plots.gp");
+    const auto fig3 = script.find("# ||dA/dS||_F of each model's own activation");
+    REQUIRE(fig3 != std::string::npos);
+    const std::string fig3_script = script.substr(fig3, script.find("unset output", fig3) - fig3);
+    CHECK_THAT(fig3_script, Contains("0 2\n100 0.5\nEOD") && Contains("0 14\nEOD"));
+    CHECK_THAT(fig3_script, Contains("'trained with softmax'") && Contains("'trained with poly3_scaled'"));
   }
 }
 

@@ -10,26 +10,33 @@
 namespace attncheck::reports {
 
 // The norms a probe line may carry: ||A||_F of the attention map under each activation evaluated on the same
-// scores, and the gradient norms.
-enum class ProbeQuantity { softmax, poly3_scaled, poly3, relu_n, grad, dWq, dWk };
+// scores, the norm of its Jacobian in the scores (grad_fro is softmax's), and softmax's Jacobians in W_Q, W_K.
+enum class ProbeQuantity {
+  softmax, poly3_scaled, poly3, relu_n,
+  grad, poly3_scaled_grad, poly3_grad, relu_n_grad,
+  dWq, dWk,
+};
+inline constexpr int kProbeQuantityCount = 10;
 inline constexpr ProbeQuantity kAttentionQuantities[] = {ProbeQuantity::softmax, ProbeQuantity::poly3_scaled,
                                                          ProbeQuantity::poly3, ProbeQuantity::relu_n};
-inline constexpr ProbeQuantity kGradientQuantities[] = {ProbeQuantity::grad, ProbeQuantity::dWq, ProbeQuantity::dWk};
+inline constexpr ProbeQuantity kScoreGradientQuantities[] = {ProbeQuantity::grad, ProbeQuantity::poly3_scaled_grad,
+                                                             ProbeQuantity::poly3_grad, ProbeQuantity::relu_n_grad};
 
 // The JSON key ("softmax_fro", ...) and what it measures ("||A||_F, softmax", ...).
 std::string_view probe_key(ProbeQuantity quantity);
 std::string_view probe_meaning(ProbeQuantity quantity);
 
-// The quantity that is ||A||_F of a model trained with `activation` ("softmax", "poly3_scaled", "poly3",
-// "relu_n"), if the log has such a column.
+// ||A||_F and ||dA/dS||_F of the activation a model was trained with ("softmax", "poly3_scaled", "poly3",
+// "relu_n"); none for other names.
 std::optional<ProbeQuantity> own_attention_quantity(const std::string& activation);
+std::optional<ProbeQuantity> own_gradient_quantity(const std::string& activation);
 
 struct ProbeRecord {
   std::string checkpoint;
   std::optional<long long> step;
   long long layer = 0, head = 0, N = 0;
   std::optional<std::string> activation;  // what the model was trained with, where known
-  std::optional<double> values[7];        // indexed by ProbeQuantity
+  std::optional<double> values[kProbeQuantityCount];  // indexed by ProbeQuantity
   int line = 0;
 
   const std::optional<double>& value(ProbeQuantity q) const { return values[static_cast<int>(q)]; }
@@ -49,7 +56,7 @@ struct ProbeStep {
     double mean = 0, min = 0, max = 0;
     std::size_t count = 0;
   };
-  std::optional<Summary> summaries[7];  // indexed by ProbeQuantity; none when no head had the quantity
+  std::optional<Summary> summaries[kProbeQuantityCount];  // by ProbeQuantity; none when no head had it
 
   const std::optional<Summary>& summary(ProbeQuantity q) const { return summaries[static_cast<int>(q)]; }
 };
