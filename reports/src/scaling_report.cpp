@@ -409,8 +409,9 @@ void add_scaling_section(const ResultsFolder& results, bool with_plots, Document
 
   blocks.push_back(Heading{2, "Summary", "summary"});
   blocks.push_back(Paragraph{
-      "Each series is a Monte Carlo estimate of an expected norm at several sequence lengths N, with the "
-      "least-squares slope of log(estimate) against log(N) and its 95% confidence interval (CI). Verdicts "
+      "Each series is a Monte Carlo estimate of an expected norm at several sequence lengths N (for C8: of the "
+      "score variance at several head dimensions d), with the least-squares slope of log(estimate) against log(N) "
+      "(log(d)) and its 95% confidence interval (CI). Verdicts "
       "(THEORY.md): holds = the slope CI's upper end is at most the claimed exponent + tolerance; tight = the CI "
       "contains the claimed exponent; violated = the growth is faster than claimed; inconclusive = the CI is too "
       "wide. Estimates are written as estimate ± standard error (SE). The papers' N(0, sigma) is read with sigma "
