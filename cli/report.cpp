@@ -37,8 +37,11 @@ std::function<int()> setup(CLI::App& command) {
     const auto summary = attncheck::reports::write_report(options);
     fmt::print("wrote {} and {} ({} plots)\n", summary.html.string(), summary.markdown.string(), summary.plots);
     if (summary.series > 0) {
-      fmt::print("{} series: {} holds, {} tight, {} violated, {} inconclusive\n", summary.series, summary.holds,
-                 summary.tight, summary.violated, summary.inconclusive);
+      const std::size_t checked = summary.holds + summary.tight + summary.violated + summary.inconclusive;
+      fmt::print("{} series: {} holds, {} tight, {} violated, {} inconclusive{}\n", summary.series, summary.holds,
+                 summary.tight, summary.violated, summary.inconclusive,
+                 checked < summary.series ? fmt::format(", {} not checked (no claimed exponent)", summary.series - checked)
+                                          : "");
     }
     if (summary.probe_records > 0) fmt::print("{} probe records\n", summary.probe_records);
     return attncheck::cli::kExitHolds;
