@@ -1,0 +1,20 @@
+#pragma once
+// Every file the reports write is complete or absent: the content goes to a temporary file in the same
+// folder, which is flushed and then renamed over the target (rename is atomic within one file system).
+
+#include <filesystem>
+#include <string_view>
+
+namespace attncheck::reports {
+
+// Writes `content` to `path` atomically. Throws theory::InputError naming the path when it cannot.
+void write_file_atomically(const std::filesystem::path& path, std::string_view content);
+
+// A temporary name next to `path` (same folder, so the final rename stays on one file system), unique to
+// this process so that two writers never share one.
+std::filesystem::path temporary_sibling(const std::filesystem::path& path);
+
+// Renames `from` over `to`; throws theory::InputError naming both when it cannot.
+void replace_file(const std::filesystem::path& from, const std::filesystem::path& to);
+
+}  // namespace attncheck::reports

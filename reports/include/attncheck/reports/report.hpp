@@ -1,0 +1,54 @@
+#pragma once
+// `attncheck report`: a results folder (and/or a probe log) in, REPORT_DIR/index.html and REPORT_DIR/report.md
+// out, with the plots as REPORT_DIR/plots/*.svg (embedded inline in index.html) and the gnuplot script that
+// drew them (REPORT_DIR/plots/plots.gp).
+
+#include "attncheck/reports/document.hpp"
+#include "attncheck/reports/plots.hpp"
+#include "attncheck/reports/probe_log.hpp"
+#include "attncheck/reports/results_folder.hpp"
+
+#include <cstddef>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace attncheck::reports {
+
+inline constexpr const char* kProbeLogName = "attncheck-probe.jsonl";
+
+struct ReportOptions {
+  std::filesystem::path input;  // a results folder, or a probe log (.jsonl) on its own
+  std::filesystem::path out;    // REPORT_DIR
+  std::string gnuplot = "gnuplot";
+  // Without plots no gnuplot is needed; the report says so at the top.
+  bool plots = true;
+};
+
+struct ReportSummary {
+  std::filesystem::path html, markdown;
+  std::size_t series = 0;
+  std::size_t holds = 0, tight = 0, violated = 0, inconclusive = 0;
+  std::size_t probe_records = 0;
+  std::size_t plots = 0;
+};
+
+// Reads the input, renders the plots and writes both documents (each file atomically). Throws
+// theory::InputError for a missing or malformed input (naming the file and line) and when gnuplot is needed
+// but cannot be run.
+ReportSummary write_report(const ReportOptions& options);
+
+// The scaling part of a report, for one results folder: adds its blocks to `document` and the plots it needs
+// to `plots`; the Figure blocks refer to plots by index until the SVGs exist (see attach_figures).
+struct PendingFigures {
+  std::vector<PlotSpec> plots;
+  std::vector<std::size_t> block_of_plot;  // index into document.blocks of each plot's Figure
+};
+void add_scaling_section(const ResultsFolder& results, bool with_plots, Document& document, PendingFigures& pending);
+
+// The probe part (the papers' Figs. 2-3): per trained activation, the mean over layers and heads of ||A||_F
+// and of the gradient norms against the training step.
+void add_probe_section(const std::vector<ProbeRecord>& records, const std::filesystem::path& log, bool with_plots,
+                       Document& document, PendingFigures& pending);
+
+}  // namespace attncheck::reports

@@ -1,0 +1,65 @@
+#include "attncheck/reports/atomic_file.hpp"
+
+#include "attncheck/theory/common.hpp"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <system_error>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+namespace attncheck::reports {
+
+namespace fs = std::filesystem;
+using theory::InputError;
+
+fs::path temporary_sibling(const fs::path& path) {
+  return fs::path(path).concat(fmt::format(".tmp.{}", static_cast<long>(::getpid())));
+}
+
+void replace_file(const fs::path& from, const fs::path& to) {
+  std::error_code error;
+  fs::rename(from, to, error);
+  if (error) {
+    fs::remove(from, error);
+    throw InputError(fmt::format("cannot move {} into place as {}: {}", from.string(), to.string(),
+                                 error.message()));
+  }
+}
+
+void write_file_atomically(const fs::path& path, std::string_view content) {
+  const fs::path temporary = temporary_sibling(path);
+  // POSIX I/O rather than streams: the data must reach the disk (fsync) before the rename makes it visible.
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    throw InputError(fmt::format("cannot write {}: {}", temporary.string(), std::strerror(errno)));
+  }
+  const auto fail = [&](const char* what) {
+    const int saved = errno;
+    ::close(fd);
+    ::unlink(temporary.c_str());
+    throw InputError(fmt::format("cannot {} {}: {}", what, temporary.string(), std::strerror(saved)));
+  };
+  std::size_t written = 0;
+  while (written < content.size()) {
+    const ssize_t n = ::write(fd, content.data() + written, content.size() - written);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail("write");
+    }
+    written += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd) != 0) fail("flush");
+  if (::close(fd) != 0) {
+    const int saved = errno;
+    ::unlink(temporary.c_str());
+    throw InputError(fmt::format("cannot close {}: {}", temporary.string(), std::strerror(saved)));
+  }
+  replace_file(temporary, path);
+}
+
+}  // namespace attncheck::reports

@@ -1,0 +1,208 @@
+#pragma once
+// Typed access to the keys of one JSON object, with errors that say where the object came from
+// ("points.jsonl line 3", "fits.json series[2]") and which key is missing or of the wrong type.
+
+#include "attncheck/theory/common.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace attncheck::reports::detail {
+
+using nlohmann::json;
+
+class JsonFields {
+ public:
+  JsonFields(const json& object, std::string where) : object_(object), where_(std::move(where)) {
+    if (!object_.is_object()) fail(fmt::format("expected a JSON object, got {}", shorten(object_.dump())));
+  }
+
+  const std::string& where() const { return where_; }
+  bool has(const char* key) const { return object_.contains(key); }
+  bool is_null(const char* key) const { return !has(key) || object_.at(key).is_null(); }
+
+  const json& at(const char* key) const {
+    if (!has(key)) fail(fmt::format("key \"{}\" is missing", key));
+    return object_.at(key);
+  }
+
+  double number(const char* key) const { return as_number(at(key), key); }
+
+  std::optional<double> number_or_null(const char* key) const {
+    if (is_null(key)) return std::nullopt;
+    return as_number(at(key), key);
+  }
+
+  long long integer(const char* key) const { return as_integer(at(key), key); }
+
+  std::optional<long long> integer_or_null(const char* key) const {
+    if (is_null(key)) return std::nullopt;
+    return as_integer(at(key), key);
+  }
+
+  std::string text(const char* key) const {
+    const json& value = at(key);
+    if (!value.is_string()) fail(fmt::format("\"{}\" must be text, got {}", key, shorten(value.dump())));
+    return value.get<std::string>();
+  }
+
+  std::optional<std::string> text_or_null(const char* key) const {
+    if (is_null(key)) return std::nullopt;
+    return text(key);
+  }
+
+  // A value shown as written: text as is, numbers in JSON form (so 64-bit seeds keep every digit), objects as
+  // "name: value, ..." and null as "not recorded".
+  std::string scalar_text(const char* key) const { return display(at(key)); }
+
+  static std::string display(const json& value) {
+    if (value.is_string()) return value.get<std::string>();
+    if (value.is_null()) return "not recorded";
+    if (value.is_object()) {
+      std::string out;
+      for (const auto& [name, item] : value.items()) out += (out.empty() ? "" : ", ") + name + ": " + display(item);
+      return out;
+    }
+    if (value.is_array()) {
+      std::string out;
+      for (const json& item : value) out += (out.empty() ? "" : ", ") + display(item);
+      return out;
+    }
+    return value.dump();
+  }
+
+  // A number, or NaN where the writer put null for a value it could not compute.
+  double number_or_nan(const char* key) const { return nan_for_null(at(key), key); }
+
+  std::vector<double> numbers_or_nan(const char* key) const {
+    std::vector<double> out;
+    for (const json& item : array(key)) out.push_back(nan_for_null(item, key));
+    return out;
+  }
+
+  // [lo, hi], either of which may be null (NaN).
+  std::pair<double, double> interval_or_nan(const char* key) const {
+    const json& value = at(key);
+    if (value.is_null()) return {std::nan(""), std::nan("")};
+    if (!value.is_array() || value.size() != 2) {
+      fail(fmt::format("\"{}\" must be [lo, hi], got {}", key, shorten(value.dump())));
+    }
+    const double lo = nan_for_null(value[0], key), hi = nan_for_null(value[1], key);
+    if (lo > hi) fail(fmt::format("\"{}\" = [{}, {}] has lo > hi", key, lo, hi));
+    return {lo, hi};
+  }
+
+  bool boolean(const char* key) const {
+    const json& value = at(key);
+    if (!value.is_boolean()) fail(fmt::format("\"{}\" must be true or false, got {}", key, shorten(value.dump())));
+    return value.get<bool>();
+  }
+
+  std::pair<double, double> interval(const char* key) const {
+    const json& value = at(key);
+    if (!value.is_array() || value.size() != 2) {
+      fail(fmt::format("\"{}\" must be [lo, hi], got {}", key, shorten(value.dump())));
+    }
+    const double lo = as_number(value[0], key), hi = as_number(value[1], key);
+    if (lo > hi) fail(fmt::format("\"{}\" = [{}, {}] has lo > hi", key, lo, hi));
+    return {lo, hi};
+  }
+
+  const json& array(const char* key) const {
+    const json& value = at(key);
+    if (!value.is_array()) fail(fmt::format("\"{}\" must be a list, got {}", key, shorten(value.dump())));
+    return value;
+  }
+
+  std::vector<double> numbers(const char* key) const {
+    std::vector<double> out;
+    for (const json& item : array(key)) out.push_back(as_number(item, key));
+    return out;
+  }
+
+  std::vector<std::optional<double>> numbers_or_null(const char* key) const {
+    std::vector<std::optional<double>> out;
+    for (const json& item : array(key)) {
+      out.push_back(item.is_null() ? std::nullopt : std::optional<double>(as_number(item, key)));
+    }
+    return out;
+  }
+
+  std::vector<long long> integers(const char* key) const {
+    std::vector<long long> out;
+    for (const json& item : array(key)) out.push_back(as_integer(item, key));
+    return out;
+  }
+
+  [[noreturn]] void fail(const std::string& message) const {
+    throw theory::InputError(fmt::format("{}: {}", where_, message));
+  }
+
+ private:
+  static std::string shorten(std::string text) {
+    constexpr std::size_t limit = 60;
+    if (text.size() > limit) text = text.substr(0, limit) + "...";
+    return text;
+  }
+
+  double as_number(const json& value, const char* key) const {
+    if (!value.is_number()) fail(fmt::format("\"{}\" must be a number, got {}", key, shorten(value.dump())));
+    const double x = value.get<double>();
+    if (!std::isfinite(x)) fail(fmt::format("\"{}\" is not finite", key));
+    return x;
+  }
+
+  double nan_for_null(const json& value, const char* key) const {
+    return value.is_null() ? std::nan("") : as_number(value, key);
+  }
+
+  long long as_integer(const json& value, const char* key) const {
+    if (value.is_number_integer()) {
+      if (value.is_number_unsigned() && value.get<unsigned long long>() > 9223372036854775807ULL) {
+        fail(fmt::format("\"{}\" = {} is too large", key, value.dump()));
+      }
+      return value.get<long long>();
+    }
+    // Writers that go through doubles print 64 as 64.0; accept whole numbers, refuse fractions.
+    if (value.is_number_float()) {
+      const double x = value.get<double>();
+      if (std::isfinite(x) && x == std::floor(x) && std::fabs(x) < 9e15) return static_cast<long long>(x);
+    }
+    fail(fmt::format("\"{}\" must be a whole number, got {}", key, shorten(value.dump())));
+  }
+
+  const json& object_;
+  std::string where_;
+};
+
+// Parses one JSON text; a syntax error names `where` plus the line and column inside `text`.
+inline json parse_json(const std::string& text, const std::string& where, bool report_line) {
+  try {
+    return json::parse(text);
+  } catch (const json::parse_error& e) {
+    std::size_t line = 1, column = 1;
+    for (std::size_t i = 0; i + 1 < e.byte && i < text.size(); ++i) {
+      if (text[i] == '\n') {
+        ++line;
+        column = 1;
+      } else {
+        ++column;
+      }
+    }
+    const std::string reason = e.what();
+    const auto colon = reason.rfind(": ");
+    const std::string detail = colon == std::string::npos ? reason : reason.substr(colon + 2);
+    if (report_line) {
+      throw theory::InputError(fmt::format("{} line {} column {}: malformed JSON: {}", where, line, column, detail));
+    }
+    throw theory::InputError(fmt::format("{} column {}: malformed JSON: {}", where, column, detail));
+  }
+}
+
+}  // namespace attncheck::reports::detail

@@ -1,0 +1,118 @@
+#include "attncheck/reports/report.hpp"
+
+#include "attncheck/reports/atomic_file.hpp"
+#include "attncheck/theory/common.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <system_error>
+
+namespace attncheck::reports {
+
+namespace fs = std::filesystem;
+using theory::InputError;
+
+namespace {
+
+struct Inputs {
+  std::optional<fs::path> results_folder;  // has fits.json
+  std::optional<fs::path> probe_log;
+};
+
+Inputs find_inputs(const fs::path& input) {
+  std::error_code error;
+  if (!fs::exists(input, error)) throw InputError(fmt::format("{} does not exist", input.string()));
+  Inputs inputs;
+  if (!fs::is_directory(input, error)) {
+    if (input.extension() != ".jsonl") {
+      throw InputError(fmt::format("{} is neither a results folder nor a probe log (*.jsonl)", input.string()));
+    }
+    inputs.probe_log = input;
+    return inputs;
+  }
+  if (fs::exists(input / "fits.json", error)) inputs.results_folder = input;
+  if (fs::exists(input / kProbeLogName, error)) inputs.probe_log = input / kProbeLogName;
+  if (!inputs.results_folder && !inputs.probe_log) {
+    throw InputError(fmt::format("{} is missing, and so is {}: the folder holds neither the results of "
+                                 "`attncheck mc --out` nor the log of `attncheck probe --watch`",
+                                 (input / "fits.json").string(), (input / kProbeLogName).string()));
+  }
+  return inputs;
+}
+
+// plots/ belongs to the report: an SVG there that this run did not draw is left from an earlier report of other
+// results, and would be mistaken for part of this one.
+void remove_stale_plots(const fs::path& plot_folder, const std::vector<PlotSpec>& drawn) {
+  std::error_code error;
+  if (!fs::is_directory(plot_folder, error)) return;
+  std::vector<fs::path> stale;
+  for (const auto& entry : fs::directory_iterator(plot_folder, error)) {
+    if (entry.path().extension() != ".svg") continue;
+    const std::string stem = entry.path().stem().string();
+    const bool current = std::any_of(drawn.begin(), drawn.end(), [&](const PlotSpec& p) { return p.name == stem; });
+    if (!current) stale.push_back(entry.path());
+  }
+  for (const fs::path& path : stale) fs::remove(path, error);
+}
+
+}  // namespace
+
+ReportSummary write_report(const ReportOptions& options) {
+  const Inputs inputs = find_inputs(options.input);
+  // Read everything before writing anything, so that bad input leaves no half-made report behind.
+  std::optional<ResultsFolder> results;
+  if (inputs.results_folder) results = read_results_folder(*inputs.results_folder);
+  std::optional<std::vector<ProbeRecord>> probes;
+  if (inputs.probe_log) probes = read_probe_log(*inputs.probe_log);
+
+  Document document;
+  document.title = fmt::format("attncheck report: {}", options.input.filename().empty()
+                                                           ? options.input.parent_path().filename().string()
+                                                           : options.input.filename().string());
+  if (!options.plots) {
+    document.blocks.push_back(Notice{"this report was written with --no-plots: it has no plots (gnuplot was not "
+                                     "run); the tables hold every number."});
+  }
+  PendingFigures pending;
+  ReportSummary summary;
+  if (results) {
+    add_scaling_section(*results, options.plots, document, pending);
+    summary.series = results->series.size();
+    for (const Series& s : results->series) {
+      if (!s.verdict) continue;
+      switch (*s.verdict) {
+        case Verdict::holds: ++summary.holds; break;
+        case Verdict::tight: ++summary.tight; break;
+        case Verdict::violated: ++summary.violated; break;
+        case Verdict::inconclusive: ++summary.inconclusive; break;
+      }
+    }
+  }
+  if (probes) {
+    add_probe_section(*probes, *inputs.probe_log, options.plots, document, pending);
+    summary.probe_records = probes->size();
+  }
+
+  std::error_code error;
+  fs::create_directories(options.out, error);
+  if (error || !fs::is_directory(options.out, error)) {
+    throw InputError(fmt::format("cannot create the report folder {}: {}", options.out.string(),
+                                 error ? error.message() : "a file of that name is in the way"));
+  }
+  const std::vector<std::string> svgs = render_plots(pending.plots, options.out / "plots", options.gnuplot);
+  for (std::size_t i = 0; i < svgs.size(); ++i) {
+    Figure& figure = std::get<Figure>(document.blocks[pending.block_of_plot[i]]);
+    figure.file = "plots/" + pending.plots[i].name + ".svg";
+    figure.inline_svg = inline_svg(svgs[i], pending.plots[i].name + "-");
+  }
+  summary.plots = svgs.size();
+  remove_stale_plots(options.out / "plots", pending.plots);
+  summary.markdown = options.out / "report.md";
+  summary.html = options.out / "index.html";
+  write_file_atomically(summary.markdown, render_markdown(document));
+  write_file_atomically(summary.html, render_html(document));
+  return summary;
+}
+
+}  // namespace attncheck::reports

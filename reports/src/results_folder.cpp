@@ -1,0 +1,301 @@
+#include "attncheck/reports/results_folder.hpp"
+
+#include "json_fields.hpp"
+
+#include "attncheck/theory/common.hpp"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <system_error>
+#include <tuple>
+
+namespace attncheck::reports {
+
+namespace fs = std::filesystem;
+using detail::JsonFields;
+using theory::InputError;
+
+std::string SeriesKey::label() const {
+  std::string text = claim;
+  if (reading) text += " " + *reading;
+  text += fmt::format(" {} p={}", phi, p);
+  if (alpha) text += fmt::format(" alpha={}", *alpha);
+  if (scale != "none") text += " scale " + scale;
+  text += fmt::format(" {}, D={} d={}", estimand, D, d);
+  if (sigma_x != 1 || sigma_t != 1) text += fmt::format(" sigma_x={} sigma_t={}", sigma_x, sigma_t);
+  return text;
+}
+
+std::string_view to_string(Verdict verdict) {
+  switch (verdict) {
+    case Verdict::holds: return "holds";
+    case Verdict::tight: return "tight";
+    case Verdict::violated: return "violated";
+    case Verdict::inconclusive: return "inconclusive";
+  }
+  return "?";
+}
+
+std::string read_text_file(const fs::path& path) {
+  std::error_code error;
+  if (fs::is_directory(path, error)) throw InputError(fmt::format("{} is a folder, not a file", path.string()));
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(fmt::format("cannot read {}", path.string()));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw InputError(fmt::format("cannot read {}", path.string()));
+  return text.str();
+}
+
+namespace {
+
+SeriesKey read_key(const JsonFields& fields) {
+  SeriesKey key;
+  key.claim = fields.text("claim");
+  key.reading = fields.text_or_null("reading");
+  if (key.reading && *key.reading != "elementwise" && *key.reading != "matrix") {
+    fields.fail(fmt::format("\"reading\" must be \"elementwise\", \"matrix\" or null, got \"{}\"", *key.reading));
+  }
+  key.phi = fields.text("phi");
+  key.p = fields.integer("p");
+  key.alpha = fields.number_or_null("alpha");
+  key.scale = fields.text("scale");
+  key.D = fields.integer("D");
+  key.d = fields.integer("d");
+  if (key.D < 1 || key.d < 1) fields.fail(fmt::format("D = {} and d = {} must be >= 1", key.D, key.d));
+  key.estimand = fields.text("estimand");
+  key.sigma_x = fields.number("sigma_x");
+  key.sigma_t = fields.number("sigma_t");
+  return key;
+}
+
+Verdict read_verdict(const JsonFields& fields) {
+  const std::string word = fields.text("verdict");
+  for (Verdict v : {Verdict::holds, Verdict::tight, Verdict::violated, Verdict::inconclusive}) {
+    if (word == to_string(v)) return v;
+  }
+  fields.fail(fmt::format("\"verdict\" must be holds, tight, violated or inconclusive, got \"{}\"", word));
+}
+
+void check_estimate(const JsonFields& fields, const SeriesKey& key, double mean, double se, const char* what) {
+  // Norms and second moments are never negative; a score-var sample is a score, which may be.
+  if (mean < 0 && key.estimand != "score-var") fields.fail(fmt::format("{} = {} is negative, but it estimates a norm or a second moment", what, mean));
+  if (se < 0) fields.fail(fmt::format("standard error of {} = {} is negative", what, se));
+}
+
+Provenance read_provenance(const JsonFields& fields) {
+  Provenance p;
+  p.version = fields.scalar_text("version");
+  p.date = fields.scalar_text("date");
+  p.machine = fields.scalar_text("machine");
+  p.backend = fields.scalar_text("backend");
+  p.threads = fields.scalar_text("threads");
+  p.run_seed = fields.scalar_text("run_seed");
+  p.command = fields.scalar_text("command");
+  p.wall_seconds = fields.number_or_null("wall_seconds");
+  return p;
+}
+
+Series read_series(const JsonFields& fields) {
+  Series s;
+  s.key = read_key(fields);
+  s.formula = fields.text("formula");
+  s.slope = fields.number_or_null("slope");
+  if (!fields.is_null("slope_ci")) s.slope_ci = fields.interval("slope_ci");
+  s.intercept = fields.number_or_null("intercept");
+  s.claimed_exponent = fields.number_or_null("claimed_exponent");
+  s.tolerance = fields.number_or_null("tolerance");
+  if (s.tolerance && *s.tolerance < 0) fields.fail(fmt::format("\"tolerance\" = {} is negative", *s.tolerance));
+  if (!fields.is_null("verdict")) s.verdict = read_verdict(fields);
+  if (s.slope.has_value() != s.slope_ci.has_value()) fields.fail("\"slope\" and \"slope_ci\" must both be given or both null");
+  s.x_variable = fields.is_null("fit_variable") ? "N" : fields.text("fit_variable");
+  if (s.x_variable != "N" && s.x_variable != "d") {
+    fields.fail(fmt::format("\"fit_variable\" must be \"N\" or \"d\", got \"{}\"", s.x_variable));
+  }
+  s.fit_of = fields.is_null("fit_of") ? "mean" : fields.text("fit_of");
+  if (s.fit_of != "mean" && s.fit_of != "mean_sq") {
+    fields.fail(fmt::format("\"fit_of\" must be \"mean\" or \"mean_sq\", got \"{}\"", s.fit_of));
+  }
+  s.N = fields.integers("N");
+  s.x = s.x_variable == "d" ? fields.integers("d_values") : s.N;
+  s.mean = fields.numbers_or_nan("mean");
+  s.se = fields.numbers_or_nan("se");
+  s.exact_sq = fields.numbers_or_null("exact_sq");
+  const std::size_t n = s.N.size();
+  s.mean_sq = fields.has("mean_sq") ? fields.numbers_or_nan("mean_sq") : std::vector<double>(n, std::nan(""));
+  s.se_sq = fields.has("se_sq") ? fields.numbers_or_nan("se_sq") : std::vector<double>(n, std::nan(""));
+  if (n == 0) fields.fail("\"N\" is empty: a series needs at least one point");
+  for (const auto& [name, size] : {std::pair<const char*, std::size_t>{"mean", s.mean.size()}, {"se", s.se.size()},
+                                   {"exact_sq", s.exact_sq.size()}, {"mean_sq", s.mean_sq.size()},
+                                   {"se_sq", s.se_sq.size()}, {"d_values", s.x.size()}}) {
+    if (size != n) {
+      fields.fail(fmt::format("\"{}\" has {} entries but \"N\" has {}: one entry per point is needed", name, size, n));
+    }
+  }
+  const std::string x_name = s.x_variable == "d" ? "d_values" : "N";
+  for (std::size_t i = 0; i < n; ++i) {
+    if (s.N[i] < 1) fields.fail(fmt::format("N[{}] = {} must be >= 1", i, s.N[i]));
+    if (s.x[i] < 1) fields.fail(fmt::format("{}[{}] = {} must be >= 1", x_name, i, s.x[i]));
+    if (i > 0 && s.x[i] <= s.x[i - 1]) {
+      fields.fail(fmt::format("\"{}\" must increase, but {}[{}] = {} follows {}", x_name, x_name, i, s.x[i], s.x[i - 1]));
+    }
+    check_estimate(fields, s.key, s.mean[i], s.se[i], fmt::format("mean[{}]", i).c_str());
+    if (s.exact_sq[i] && *s.exact_sq[i] < 0) fields.fail(fmt::format("exact_sq[{}] = {} is negative", i, *s.exact_sq[i]));
+  }
+  s.points.assign(n, std::nullopt);
+  return s;
+}
+
+PointRecord read_point(const JsonFields& fields, int line) {
+  PointRecord r;
+  r.line = line;
+  r.key = read_key(fields);
+  r.formula = fields.text("formula");
+  r.inner = fields.number("inner");
+  r.N = fields.integer("N");
+  if (r.N < 1) fields.fail(fmt::format("\"N\" = {} must be >= 1", r.N));
+  r.samples = fields.integer("samples");
+  if (r.samples < 1) fields.fail(fmt::format("\"samples\" = {} must be >= 1", r.samples));
+  r.mean = fields.number_or_nan("mean");
+  r.se = fields.number_or_nan("se");
+  check_estimate(fields, r.key, r.mean, r.se, "\"mean\"");
+  std::tie(r.ci95_lo, r.ci95_hi) = fields.interval_or_nan("ci95");
+  r.mean_sq = fields.number_or_nan("mean_sq");
+  r.se_sq = fields.number_or_nan("se_sq");
+  check_estimate(fields, SeriesKey{}, r.mean_sq, r.se_sq, "\"mean_sq\"");
+  r.exact_sq = fields.number_or_null("exact_sq");
+  r.z_exact_sq = fields.number_or_null("z_exact_sq");
+  r.jensen_bound = fields.number_or_null("jensen_bound");
+  r.se_reliable = fields.boolean("se_reliable");
+  r.stopped_by = fields.text("stopped_by");
+  r.seed = fields.scalar_text("seed");
+  r.run_seed = fields.scalar_text("run_seed");
+  r.backend = fields.scalar_text("backend");
+  r.threads = fields.scalar_text("threads");
+  r.wall_seconds = fields.number("wall_seconds");
+  return r;
+}
+
+// The line (1-based) where each element of the array under the top-level `key` starts, so that an error in
+// series[i] can name its line; nlohmann::json keeps no positions. Text inside strings is skipped.
+std::vector<int> top_level_array_element_lines(const std::string& text, std::string_view key) {
+  std::vector<int> lines;
+  int line = 1, depth = 0;
+  bool in_string = false, escaped = false, in_target = false, expect_element = false;
+  std::string current, last_string, pending_key;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false, last_string = current;
+      else current += c;
+      if (c == '\n') ++line;
+      continue;
+    }
+    if (c == '\n') ++line;
+    const bool blank = c == ' ' || c == '\t' || c == '\r' || c == '\n';
+    if (in_target && expect_element && depth == 2 && !blank && c != ']') {
+      lines.push_back(line);
+      expect_element = false;
+    }
+    switch (c) {
+      case '"': in_string = true, current.clear(); break;
+      case ':':
+        if (depth == 1) pending_key = last_string;
+        break;
+      case '{':
+      case '[':
+        ++depth;
+        if (depth == 2 && c == '[' && pending_key == key) in_target = expect_element = true;
+        break;
+      case '}':
+      case ']':
+        if (depth == 2 && in_target) in_target = false;
+        --depth;
+        break;
+      case ',':
+        if (depth == 1) pending_key.clear();
+        if (depth == 2 && in_target) expect_element = true;
+        break;
+      default: break;
+    }
+  }
+  return lines;
+}
+
+}  // namespace
+
+std::pair<Provenance, std::vector<Series>> parse_fits_json(const std::string& text, const std::string& name) {
+  const detail::json document = detail::parse_json(text, name, true);
+  const JsonFields top(document, name);
+  const Provenance provenance = read_provenance(JsonFields(top.at("provenance"), name + " provenance"));
+  std::vector<Series> series;
+  const detail::json& list = top.array("series");
+  const std::vector<int> lines = top_level_array_element_lines(text, "series");
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const std::string where = i < lines.size() ? fmt::format("{} line {} (series[{}])", name, lines[i], i)
+                                                : fmt::format("{} series[{}]", name, i);
+    series.push_back(read_series(JsonFields(list[i], where)));
+  }
+  return {provenance, std::move(series)};
+}
+
+std::vector<PointRecord> parse_points_jsonl(const std::string& text, const std::string& name) {
+  std::vector<PointRecord> points;
+  std::istringstream in(text);
+  std::string line_text;
+  int line = 0;
+  while (std::getline(in, line_text)) {
+    ++line;
+    if (line_text.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = fmt::format("{} line {}", name, line);
+    const detail::json object = detail::parse_json(line_text, where, false);
+    points.push_back(read_point(JsonFields(object, where), line));
+  }
+  return points;
+}
+
+ResultsFolder read_results_folder(const fs::path& folder) {
+  std::error_code error;
+  if (!fs::exists(folder, error)) throw InputError(fmt::format("results folder {} does not exist", folder.string()));
+  if (!fs::is_directory(folder, error)) throw InputError(fmt::format("{} is not a folder", folder.string()));
+  const fs::path fits_path = folder / "fits.json";
+  if (!fs::exists(fits_path, error)) {
+    throw InputError(fmt::format("{} is missing: the results folder has no fitted series (is the sweep of "
+                                 "`attncheck mc --out {}` finished? --resume completes it)",
+                                 fits_path.string(), folder.string()));
+  }
+  ResultsFolder results;
+  results.folder = folder;
+  std::tie(results.provenance, results.series) = parse_fits_json(read_text_file(fits_path), fits_path.string());
+
+  const fs::path points_path = folder / "points.jsonl";
+  if (fs::exists(points_path, error)) {
+    results.has_points_file = true;
+    // A resumed sweep may repeat a point; the later line is the one that counts.
+    // A point belongs to a series when they agree on everything but the swept variable (N, or d for C8).
+    std::map<std::pair<std::size_t, long long>, PointRecord> by_series_and_x;
+    for (PointRecord& point : parse_points_jsonl(read_text_file(points_path), points_path.string())) {
+      for (std::size_t s = 0; s < results.series.size(); ++s) {
+        const Series& series = results.series[s];
+        const bool over_d = series.x_variable == "d";
+        SeriesKey key = point.key;
+        if (over_d) key.d = series.key.d;
+        if (key == series.key) by_series_and_x.insert_or_assign({s, over_d ? point.key.d : point.N}, point);
+      }
+    }
+    for (std::size_t s = 0; s < results.series.size(); ++s) {
+      Series& series = results.series[s];
+      for (std::size_t i = 0; i < series.x.size(); ++i) {
+        const auto found = by_series_and_x.find({s, series.x[i]});
+        if (found != by_series_and_x.end() && found->second.N == series.N[i]) series.points[i] = found->second;
+      }
+    }
+  }
+  return results;
+}
+
+}  // namespace attncheck::reports

@@ -1,0 +1,523 @@
+// The scaling section: per claim its statement, per fitted series the configuration, the log-log plot, the
+// points with exact values and Jensen ratios, the verdict and the provenance; a summary table first.
+
+#include "attncheck/reports/claims.hpp"
+#include "attncheck/reports/numbers.hpp"
+#include "attncheck/reports/report.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <optional>
+#include <set>
+
+namespace attncheck::reports {
+
+namespace {
+
+constexpr double kZ95 = 1.959963984540054;  // two-sided 95% normal quantile, for points without a stored CI
+
+std::string claim_title(const std::string& id) {
+  const auto claim = find_claim(id);
+  if (!claim) return id == "custom" ? "custom configuration (no claim of the papers)" : id + " (not in THEORY.md's table)";
+  return fmt::format("{} ({})", id, claim->numbering);
+}
+
+std::string estimand_symbol(const std::string& estimand) {
+  if (estimand == "value") return "E||F||_F";
+  if (estimand == "dQ") return "E||dF/dQ||_F";
+  if (estimand == "dK") return "E||dF/dK||_F";
+  if (estimand == "dS") return "E||dF/dS||_F";
+  if (estimand == "score-var") return "E|s_ij|";  // a sample is one score; its second moment is the variance
+  return "E||" + estimand + "||_F";
+}
+
+std::string series_anchor(std::size_t index) { return fmt::format("series-{}", index + 1); }
+std::string series_name(std::size_t index) { return fmt::format("series{:02}", index + 1); }
+
+// The 95% interval of the fitted quantity at point i: the stored Student-t interval of the mean where
+// points.jsonl has it, else estimate ± z SE.
+std::pair<double, double> point_ci(const Series& s, std::size_t i) {
+  if (s.fit_of == "mean" && s.points[i] && std::isfinite(s.points[i]->ci95_lo)) {
+    return {s.points[i]->ci95_lo, s.points[i]->ci95_hi};
+  }
+  return {s.fitted(i) - kZ95 * s.fitted_se(i), s.fitted(i) + kZ95 * s.fitted_se(i)};
+}
+
+std::string x_name(const Series& s) { return s.x_variable; }
+std::string x_axis_label(const Series& s) {
+  return s.x_variable == "d" ? "d (head dimension)" : "N (sequence length)";
+}
+
+// What the fit is of: E||F||_F, or the second moment when the series fits that (C8's Var(q . k)).
+std::string fitted_symbol(const Series& s) {
+  const std::string symbol = estimand_symbol(s.key.estimand);
+  if (s.fit_of != "mean_sq") return symbol;
+  return s.key.estimand == "score-var" ? "E[s_ij^2] = Var(s_ij)" : symbol + "^2 (second moment)";
+}
+
+std::string verdict_word(const Series& s) {
+  return s.verdict ? std::string(to_string(*s.verdict)) : "not checked";
+}
+
+std::string slope_text(const Series& s) {
+  if (!s.slope) return "no fit";
+  return fmt::format("{} {}", format_number(*s.slope), format_interval(s.slope_ci->first, s.slope_ci->second));
+}
+
+std::string claimed_text(const Series& s) {
+  if (!s.claimed_exponent) return "none stated";
+  return fmt::format("{} + {}", format_number(*s.claimed_exponent), s.tolerance ? format_number(*s.tolerance) : "?");
+}
+
+std::string verdict_reason(const Series& s) {
+  if (!s.slope) {
+    return fmt::format("No slope: fewer than two points with a usable estimate, so there is no fit in {}.", x_name(s));
+  }
+  const std::string fitted = fmt::format("fitted slope {} with 95% CI {}", format_number(*s.slope),
+                                         format_interval(s.slope_ci->first, s.slope_ci->second));
+  if (!s.claimed_exponent || !s.verdict) {
+    return fitted + ": this configuration states no exponent, so there is nothing to check.";
+  }
+  const double tolerance = s.tolerance.value_or(0);
+  const double bound = *s.claimed_exponent + tolerance;
+  const std::string numbers = fmt::format("{}; claimed exponent {} with tolerance {}", fitted,
+                                          format_number(*s.claimed_exponent), format_number(tolerance));
+  switch (*s.verdict) {
+    case Verdict::holds:
+      return numbers + fmt::format(": the CI's upper end {} is at most {} (claimed + tolerance), so the growth in {} "
+                                   "is no faster than claimed.",
+                                   format_number(s.slope_ci->second), format_number(bound), x_name(s));
+    case Verdict::tight:
+      return numbers + ": the CI contains the claimed exponent, so the claimed growth rate is reached.";
+    case Verdict::violated:
+      return numbers + fmt::format(": the CI lies above {} (claimed + tolerance), so the estimates grow faster in {} "
+                                   "than claimed.",
+                                   format_number(bound), x_name(s));
+    case Verdict::inconclusive:
+      return numbers + fmt::format(": the CI is too wide to decide; more samples or a wider {} range would settle it.",
+                                   x_name(s));
+  }
+  return numbers;
+}
+
+bool has_exact(const Series& s) {
+  return std::any_of(s.exact_sq.begin(), s.exact_sq.end(), [](const auto& e) { return e.has_value(); });
+}
+
+std::string range_text(long long lo, long long hi) { return lo == hi ? fmt::format("{}", lo) : fmt::format("{} to {}", lo, hi); }
+
+Facts configuration_facts(const Series& s) {
+  Facts f;
+  f.items.emplace_back("formula", s.formula);
+  f.items.emplace_back("activation phi", s.key.phi);
+  f.items.emplace_back("p", fmt::format("{}", s.key.p));
+  if (s.key.reading) f.items.emplace_back("reading of (.)^p", *s.key.reading);
+  if (s.key.alpha) f.items.emplace_back("alpha", format_number(*s.key.alpha));
+  f.items.emplace_back("outer scale c(N)", s.key.scale);
+  if (s.points[0]) f.items.emplace_back("inner scale lambda", format_number(s.points[0]->inner, 6));
+  f.items.emplace_back("estimand", fmt::format("{} ({})", s.key.estimand, estimand_symbol(s.key.estimand)));
+  if (s.x_variable == "d") {
+    f.items.emplace_back("D (model dim), d (head dim)", fmt::format("{}, swept", s.key.D));
+  } else {
+    f.items.emplace_back("D (model dim), d (head dim)", fmt::format("{}, {}", s.key.D, s.key.d));
+  }
+  f.items.emplace_back("sigma_x, sigma_t (standard deviations)",
+                       fmt::format("{}, {}", format_number(s.key.sigma_x), format_number(s.key.sigma_t)));
+  const auto grid = [](const std::vector<long long>& values) {
+    std::string text;
+    for (std::size_t i = 0; i < values.size(); ++i) text += (i ? ", " : "") + fmt::format("{}", values[i]);
+    return text;
+  };
+  if (s.x_variable == "d") {
+    f.items.emplace_back("d (head dimensions, the fit's variable)", grid(s.x));
+    std::vector<long long> lengths = s.N;
+    lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
+    f.items.emplace_back("N (sequence length)", grid(lengths));
+  } else {
+    f.items.emplace_back("N (sequence lengths)", grid(s.N));
+  }
+  if (s.fit_of == "mean_sq") f.items.emplace_back("fitted quantity", fitted_symbol(s));
+  long long fewest = 0, most = 0;
+  std::set<std::string> stops;
+  for (const auto& point : s.points) {
+    if (!point) continue;
+    fewest = fewest == 0 ? point->samples : std::min(fewest, point->samples);
+    most = std::max(most, point->samples);
+    stops.insert(point->stopped_by);
+  }
+  if (most > 0) {
+    std::string stopped;
+    for (const std::string& stop : stops) stopped += (stopped.empty() ? "" : ", ") + stop;
+    f.items.emplace_back("samples per point", fmt::format("{} (sampling stopped by: {})", range_text(fewest, most), stopped));
+  }
+  return f;
+}
+
+Facts series_provenance(const Series& s, const Provenance& run) {
+  Facts f;
+  std::set<std::string> backends, threads, run_seeds;
+  std::string seeds;
+  double wall = 0;
+  bool any_point = false;
+  for (std::size_t i = 0; i < s.N.size(); ++i) {
+    if (!s.points[i]) continue;
+    any_point = true;
+    const PointRecord& p = *s.points[i];
+    backends.insert(p.backend);
+    threads.insert(p.threads);
+    run_seeds.insert(p.run_seed);
+    seeds += (seeds.empty() ? "" : ", ") + fmt::format("{}={}: {}", x_name(s), s.x[i], p.seed);
+    wall += p.wall_seconds;
+  }
+  const auto joined = [](const std::set<std::string>& values, const std::string& fallback) {
+    if (values.empty()) return fallback;
+    std::string out;
+    for (const std::string& v : values) out += (out.empty() ? "" : ", ") + v;
+    return out;
+  };
+  f.items.emplace_back("attncheck version", run.version);
+  f.items.emplace_back("run seed", joined(run_seeds, run.run_seed));
+  if (any_point) f.items.emplace_back("point seeds", seeds);
+  f.items.emplace_back("backend", joined(backends, run.backend));
+  f.items.emplace_back("threads", joined(threads, run.threads));
+  f.items.emplace_back("machine", run.machine);
+  f.items.emplace_back("date (UTC)", run.date);
+  if (any_point) {
+    f.items.emplace_back("wall time of this series", fmt::format("{} s", format_number(wall, 4)));
+  } else {
+    f.items.emplace_back("wall time of this series", "not recorded (no points.jsonl)");
+  }
+  return f;
+}
+
+Table points_table(const Series& s) {
+  const bool exact = has_exact(s);
+  const bool detail = std::any_of(s.points.begin(), s.points.end(), [](const auto& p) { return p.has_value(); });
+  const auto second_moment = [&](std::size_t i) -> std::pair<double, double> {
+    if (std::isfinite(s.mean_sq[i])) return {s.mean_sq[i], s.se_sq[i]};
+    if (s.points[i]) return {s.points[i]->mean_sq, s.points[i]->se_sq};
+    return {std::nan(""), std::nan("")};
+  };
+  bool any_second_moment = false;
+  for (std::size_t i = 0; i < s.x.size(); ++i) any_second_moment = any_second_moment || std::isfinite(second_moment(i).first);
+  const std::string symbol = estimand_symbol(s.key.estimand);
+  Table t;
+  if (s.x_variable == "d") t.header.push_back("d");
+  t.header.insert(t.header.end(), {"N", symbol + " ± SE"});
+  if (any_second_moment) t.header.push_back("E||.||^2 ± SE (second moment)");
+  t.header.push_back("95% CI of " + fitted_symbol(s));
+  if (detail) t.header.push_back("samples");
+  if (exact) {
+    t.header.insert(t.header.end(), {"exact E||.||_F^2", "z of E||.||^2 vs exact", "Jensen bound sqrt(exact)",
+                                     "Jensen ratio E||.|| / sqrt(E||.||^2) ± SE"});
+  }
+  if (detail) t.header.insert(t.header.end(), {"SE reliable", "seed", "wall time (s)"});
+  for (std::size_t i = 0; i < s.x.size(); ++i) {
+    const auto [lo, hi] = point_ci(s, i);
+    const auto& point = s.points[i];
+    std::vector<std::string> row;
+    if (s.x_variable == "d") row.push_back(fmt::format("{}", s.x[i]));
+    row.insert(row.end(), {fmt::format("{}", s.N[i]), format_estimate(s.mean[i], s.se[i])});
+    const auto [m2, m2_se] = second_moment(i);
+    if (any_second_moment) row.push_back(format_estimate(m2, m2_se));
+    row.push_back(format_interval(lo, hi, 5));
+    if (detail) row.push_back(point ? fmt::format("{}", point->samples) : "-");
+    if (exact) {
+      if (const auto& e = s.exact_sq[i]; e && *e > 0) {
+        const double bound = std::sqrt(*e);
+        row.push_back(format_number(*e, 8));
+        row.push_back(point && point->z_exact_sq ? format_number(*point->z_exact_sq, 3)
+                      : m2_se > 0                ? format_number((m2 - *e) / m2_se, 3)
+                                                 : "-");
+        row.push_back(format_number(bound, 8));
+        row.push_back(format_estimate(s.mean[i] / bound, s.se[i] / bound));
+      } else {
+        row.insert(row.end(), {"-", "-", "-", "-"});
+      }
+    }
+    if (detail) {
+      row.push_back(point ? (point->se_reliable ? "yes" : "NO") : "-");
+      row.push_back(point ? point->seed : "-");
+      row.push_back(point ? format_number(point->wall_seconds, 3) : "-");
+    }
+    t.rows.push_back(std::move(row));
+  }
+  return t;
+}
+
+Curve estimate_curve(const Series& s, std::string title) {
+  Curve estimates{std::move(title), CurveStyle::points_with_error_bars, {}, {}, {}, {}};
+  for (std::size_t i = 0; i < s.x.size(); ++i) {
+    const auto [lo, hi] = point_ci(s, i);
+    estimates.x.push_back(static_cast<double>(s.x[i]));
+    estimates.y.push_back(s.fitted(i));
+    // Without an interval the bar collapses onto the point rather than vanish with it.
+    estimates.y_lo.push_back(std::isfinite(lo) ? lo : s.fitted(i));
+    estimates.y_hi.push_back(std::isfinite(hi) ? hi : s.fitted(i));
+  }
+  return estimates;
+}
+
+// exp(log_at_1) x^slope over the series' range of x: two points, a straight line on log-log axes.
+Curve power_law(const Series& s, double log_at_1, double slope, std::string title, CurveStyle style) {
+  const double lo = static_cast<double>(s.x.front()), hi = static_cast<double>(s.x.back());
+  return Curve{std::move(title), style, {lo, hi},
+               {std::exp(log_at_1 + slope * std::log(lo)), std::exp(log_at_1 + slope * std::log(hi))}, {}, {}};
+}
+
+// The centroid (mean log x, mean log y) of the positive estimates, through which a least-squares line passes.
+std::optional<std::pair<double, double>> log_centroid(const Series& s) {
+  double sum_log_x = 0, sum_log_y = 0;
+  int positive = 0;
+  for (std::size_t i = 0; i < s.x.size(); ++i) {
+    if (!(s.fitted(i) > 0) || !std::isfinite(s.fitted(i))) continue;
+    sum_log_x += std::log(static_cast<double>(s.x[i]));
+    sum_log_y += std::log(s.fitted(i));
+    ++positive;
+  }
+  if (positive == 0) return std::nullopt;
+  return std::make_pair(sum_log_x / positive, sum_log_y / positive);
+}
+
+PlotSpec series_plot(const Series& s, std::size_t index) {
+  PlotSpec plot;
+  plot.name = series_name(index);
+  plot.title = fmt::format("Series {}: {}", index + 1, s.key.label());
+  plot.x_label = x_axis_label(s);
+  plot.y_label = fitted_symbol(s);
+  plot.curves.push_back(estimate_curve(s, fmt::format("estimate {} with 95% CI", fitted_symbol(s))));
+  if (s.slope && s.intercept) {
+    plot.curves.push_back(power_law(s, *s.intercept, *s.slope,
+                                    fmt::format("fit: exp({}) {}^{} (slope 95% CI {})", format_number(*s.intercept),
+                                                x_name(s), format_number(*s.slope),
+                                                format_interval(s.slope_ci->first, s.slope_ci->second)),
+                                    CurveStyle::line));
+  }
+  const auto centre = log_centroid(s);
+  if (centre && s.claimed_exponent) {
+    plot.curves.push_back(power_law(s, centre->second - *s.claimed_exponent * centre->first, *s.claimed_exponent,
+                                    fmt::format("claimed slope {} (through the centroid)", format_number(*s.claimed_exponent)),
+                                    CurveStyle::dashed_line));
+  }
+  if (has_exact(s) && s.fit_of == "mean") {
+    Curve bound{"Jensen bound sqrt(exact E||.||^2)", CurveStyle::points, {}, {}, {}, {}};
+    for (std::size_t i = 0; i < s.x.size(); ++i) {
+      if (s.exact_sq[i] && *s.exact_sq[i] > 0) {
+        bound.x.push_back(static_cast<double>(s.x[i]));
+        bound.y.push_back(std::sqrt(*s.exact_sq[i]));
+      }
+    }
+    plot.curves.push_back(std::move(bound));
+  }
+  return plot;
+}
+
+// How far, as a factor, the stored line exp(intercept) x^slope lies from the estimates at their log-log
+// centroid. A least-squares line passes through it (a weighted one near it); a large factor means the
+// intercept is not what the report takes it for (a natural logarithm), so the drawn fit would mislead.
+std::optional<double> fit_miss_factor(const Series& s) {
+  const auto centre = log_centroid(s);
+  if (!centre || !s.slope || !s.intercept) return std::nullopt;
+  return std::exp(std::fabs(*s.intercept + *s.slope * centre->first - centre->second));
+}
+
+// The elementwise and matrix-power readings of the same configuration, when both were run.
+struct ReadingPair {
+  std::size_t elementwise, matrix;
+};
+
+std::vector<ReadingPair> reading_pairs(const std::vector<Series>& series, const std::vector<std::size_t>& members) {
+  std::vector<ReadingPair> pairs;
+  for (std::size_t a : members) {
+    if (series[a].key.reading != "elementwise") continue;
+    for (std::size_t b : members) {
+      if (series[b].key.reading != "matrix") continue;
+      SeriesKey ka = series[a].key, kb = series[b].key;
+      ka.reading = kb.reading;
+      ka.phi = kb.phi;  // the two readings differ in phi ("poly" vs "matpow") by construction
+      if (ka == kb) pairs.push_back({a, b});
+    }
+  }
+  return pairs;
+}
+
+void add_reading_comparison(const std::vector<Series>& series, const std::vector<ReadingPair>& pairs,
+                            bool with_plots, std::vector<Block>& blocks, PendingFigures& pending) {
+  blocks.push_back(Heading{3, "Elementwise vs matrix-power reading of (.)^p", ""});
+  blocks.push_back(Paragraph{
+      "THEORY.md: the proofs and the activation read (.)^p elementwise; read as a matrix power, ||S^p||_F grows "
+      "like N^p. Both readings of the same configuration side by side:"});
+  Table slopes;
+  slopes.header = {"p", "estimand", "D, d", "elementwise: slope [95% CI]", "verdict", "matrix power: slope [95% CI]",
+                   "verdict"};
+  Table values;
+  values.header = {"p", "N", "elementwise ± SE", "matrix power ± SE", "matrix / elementwise"};
+  for (const ReadingPair& pair : pairs) {
+    const Series& e = series[pair.elementwise];
+    const Series& m = series[pair.matrix];
+    slopes.rows.push_back({fmt::format("{}", e.key.p), e.key.estimand, fmt::format("{}, {}", e.key.D, e.key.d),
+                           slope_text(e), verdict_word(e), slope_text(m), verdict_word(m)});
+    for (std::size_t i = 0; i < e.N.size(); ++i) {
+      const auto j = std::find(m.N.begin(), m.N.end(), e.N[i]);
+      if (j == m.N.end()) continue;
+      const std::size_t k = static_cast<std::size_t>(j - m.N.begin());
+      const std::string ratio = e.mean[i] > 0 && std::isfinite(m.mean[k]) ? format_number(m.mean[k] / e.mean[i]) : "-";
+      values.rows.push_back({fmt::format("{}", e.key.p), fmt::format("{}", e.N[i]), format_estimate(e.mean[i], e.se[i]),
+                             format_estimate(m.mean[k], m.se[k]), ratio});
+    }
+  }
+  blocks.push_back(std::move(slopes));
+  if (with_plots) {
+    for (const ReadingPair& pair : pairs) {
+      const Series& e = series[pair.elementwise];
+      const Series& m = series[pair.matrix];
+      PlotSpec plot;
+      plot.name = fmt::format("readings{:02}", pending.plots.size() + 1);
+      plot.title = fmt::format("{} p={} {}, D={} d={}: elementwise vs matrix power", e.key.claim, e.key.p,
+                               e.key.estimand, e.key.D, e.key.d);
+      plot.x_label = "N (sequence length)";
+      plot.y_label = estimand_symbol(e.key.estimand);
+      for (const Series* reading : {&e, &m}) {
+        // A reading's points and its fit share one colour.
+        const int colour = reading == &e ? 0 : 1;
+        plot.curves.push_back(estimate_curve(*reading, fmt::format("{} reading, 95% CI", *reading->key.reading)));
+        plot.curves.back().colour = colour;
+        if (reading->slope && reading->intercept) {
+          plot.curves.push_back(power_law(*reading, *reading->intercept, *reading->slope,
+                                          fmt::format("fit, slope {}", format_number(*reading->slope)), CurveStyle::line));
+          plot.curves.back().colour = colour;
+        }
+      }
+      pending.plots.push_back(std::move(plot));
+      pending.block_of_plot.push_back(blocks.size());
+      blocks.push_back(Figure{"", "",
+                              fmt::format("Both readings of p = {} on one log-log plot, with their fitted lines.",
+                                          e.key.p)});
+    }
+  }
+  blocks.push_back(std::move(values));
+}
+
+}  // namespace
+
+void add_scaling_section(const ResultsFolder& results, bool with_plots, Document& document, PendingFigures& pending) {
+  const std::vector<Series>& series = results.series;
+  auto& blocks = document.blocks;
+
+  blocks.push_back(Heading{2, "Summary", "summary"});
+  blocks.push_back(Paragraph{
+      "Each series is a Monte Carlo estimate of an expected norm at several sequence lengths N (for C8: of the "
+      "score variance at several head dimensions d), with the least-squares slope of log(estimate) against log(N) "
+      "(log(d)) and its 95% confidence interval (CI). Verdicts "
+      "(THEORY.md): holds = the slope CI's upper end is at most the claimed exponent + tolerance; tight = the CI "
+      "contains the claimed exponent; violated = the growth is faster than claimed; inconclusive = the CI is too "
+      "wide. Estimates are written as estimate ± standard error (SE). The papers' N(0, sigma) is read with sigma "
+      "as the standard deviation."});
+  std::map<std::string, std::size_t> counts;
+  Table summary;
+  summary.header = {"series", "claim (v1 / v2)", "configuration", "estimand", "D, d", "fitted slope [95% CI]",
+                    "claimed exponent + tolerance", "verdict"};
+  for (std::size_t i = 0; i < series.size(); ++i) {
+    const Series& s = series[i];
+    ++counts[verdict_word(s)];
+    summary.rows.push_back({fmt::format("{}", i + 1), claim_title(s.key.claim), s.formula, s.key.estimand,
+                            s.x_variable == "d" ? fmt::format("{}, swept", s.key.D) : fmt::format("{}, {}", s.key.D, s.key.d),
+                            slope_text(s), claimed_text(s), verdict_word(s)});
+    summary.row_anchors.push_back(series_anchor(i));
+  }
+  if (series.empty()) {
+    blocks.push_back(Notice{fmt::format("{} lists no series.", (results.folder / "fits.json").string())});
+  } else {
+    std::string tally = fmt::format("{} series: {} holds, {} tight, {} violated, {} inconclusive", series.size(),
+                                    counts["holds"], counts["tight"], counts["violated"], counts["inconclusive"]);
+    if (counts["not checked"] > 0) tally += fmt::format(", {} not checked (no claimed exponent)", counts["not checked"]);
+    blocks.push_back(Paragraph{tally + "."});
+    blocks.push_back(std::move(summary));
+  }
+
+  const Provenance& run = results.provenance;
+  blocks.push_back(Heading{2, "Provenance", "provenance"});
+  Facts provenance;
+  provenance.items = {{"results folder", results.folder.string()},
+                      {"attncheck version of the run", run.version},
+                      {"date (UTC)", run.date},
+                      {"machine", run.machine},
+                      {"backend", run.backend},
+                      {"threads", run.threads},
+                      {"run seed", run.run_seed},
+                      {"command", run.command},
+                      {"wall time", run.wall_seconds ? fmt::format("{} s", format_number(*run.wall_seconds)) : "not recorded"},
+                      {"report written by", "attncheck " ATTNCHECK_VERSION}};
+  blocks.push_back(std::move(provenance));
+  if (!results.has_points_file) {
+    blocks.push_back(Notice{fmt::format(
+        "{} is missing: the report shows the fitted series only, without per-point samples, seeds, second moments "
+        "and z-scores.",
+        (results.folder / "points.jsonl").string())});
+  }
+
+  // Claims in the order of THEORY.md's table (C1..C9, then others), series in file order within a claim.
+  std::vector<std::string> claims;
+  for (const Series& s : series) {
+    if (std::find(claims.begin(), claims.end(), s.key.claim) == claims.end()) claims.push_back(s.key.claim);
+  }
+  std::sort(claims.begin(), claims.end(), [](const std::string& a, const std::string& b) {
+    return std::make_pair(!find_claim(a), a) < std::make_pair(!find_claim(b), b);
+  });
+  for (const std::string& claim : claims) {
+    blocks.push_back(Heading{2, "Claim " + claim_title(claim), "claim-" + claim});
+    if (const auto statement = find_claim(claim)) {
+      blocks.push_back(Paragraph{fmt::format("Statement: {}", statement->statement)});
+    }
+    std::vector<std::size_t> members;
+    for (std::size_t i = 0; i < series.size(); ++i) {
+      if (series[i].key.claim == claim) members.push_back(i);
+    }
+    if (const auto pairs = reading_pairs(series, members); !pairs.empty()) add_reading_comparison(series, pairs, with_plots, blocks, pending);
+    for (std::size_t i : members) {
+      const Series& s = series[i];
+      blocks.push_back(Heading{3, fmt::format("Series {}: {}", i + 1, s.key.label()), series_anchor(i)});
+      blocks.push_back(Paragraph{fmt::format("Verdict: {}. {}", verdict_word(s), verdict_reason(s))});
+      blocks.push_back(configuration_facts(s));
+      if (const auto miss = fit_miss_factor(s); miss && *miss > 2) {
+        blocks.push_back(Notice{fmt::format(
+            "the stored fit exp({}) {}^{} misses the estimates by a factor {} at their centroid; a least-squares "
+            "line passes through it. Is the intercept a natural logarithm? The slope and verdict do not depend on it.",
+            format_number(*s.intercept), x_name(s), format_number(*s.slope), format_number(*miss, 3))});
+      }
+      if (with_plots) {
+        pending.plots.push_back(series_plot(s, i));
+        pending.block_of_plot.push_back(blocks.size());
+        blocks.push_back(Figure{"", "",
+                                fmt::format("Series {}: {} against {} on log-log axes; bars are 95% CIs; solid line: "
+                                            "the fit; dashed: the claimed slope{}.",
+                                            i + 1, fitted_symbol(s), x_name(s),
+                                            has_exact(s) && s.fit_of == "mean" ? "; circles: sqrt of the exact second moment, an upper "
+                                                           "bound on the mean by Jensen's inequality"
+                                                         : "")});
+      }
+      blocks.push_back(points_table(s));
+      if (has_exact(s)) {
+        blocks.push_back(Paragraph{
+            "Jensen ratio: E||.||_F / sqrt(E||.||_F^2) with the exact second moment; at most 1 (Jensen), and near 1 "
+            "when the norm hardly fluctuates. The z column compares the estimated second moment with the exact one "
+            "(|z| > 4 would point at an error)."});
+      } else {
+        blocks.push_back(Paragraph{"No exact values are known for this series."});
+      }
+      const bool unreliable = std::any_of(s.points.begin(), s.points.end(),
+                                          [](const auto& p) { return p && !p->se_reliable; });
+      if (unreliable) {
+        blocks.push_back(Notice{"the standard error of at least one point is marked unreliable (heavy tails: the "
+                                "batch-means and plain SE disagree); its interval may be too narrow."});
+      }
+      blocks.push_back(Paragraph{"Provenance of this series:"});
+      blocks.push_back(series_provenance(s, run));
+    }
+  }
+}
+
+}  // namespace attncheck::reports

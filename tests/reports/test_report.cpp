@@ -1,0 +1,288 @@
+#include "attncheck/reports/report.hpp"
+#include "attncheck/theory/common.hpp"
+
+#include "fixtures.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <regex>
+
+using namespace attncheck::reports;
+using namespace attncheck::reports::testing;
+using attncheck::theory::InputError;
+using Catch::Matchers::Contains;
+
+namespace {
+
+struct WrittenReport {
+  std::string html, markdown;
+  ReportSummary summary;
+};
+
+WrittenReport write_standard_report(const TempDir& dir, bool plots, const std::vector<FixtureSeries>& series) {
+  write_results_folder(dir.path() / "results", series);
+  ReportOptions options;
+  options.input = dir.path() / "results";
+  options.out = dir.path() / "report";
+  options.plots = plots;
+  options.gnuplot = plots ? "gnuplot" : "/nonexistent/gnuplot";
+  WrittenReport report;
+  report.summary = write_report(options);
+  report.html = read_text(dir.path() / "report" / "index.html");
+  report.markdown = read_text(dir.path() / "report" / "report.md");
+  return report;
+}
+
+}  // namespace
+
+TEST_CASE("the HTML report stands alone: no external resource, one inline SVG per plot", "[report]") {
+  TempDir dir;
+  const auto series = standard_series();
+  const WrittenReport report = write_standard_report(dir, true, series);
+  // One plot per series and one for the pair of readings of p = 2.
+  CHECK(report.summary.plots == series.size() + 1);
+  CHECK(count_occurrences(report.html, "<svg") == series.size() + 1);
+  CHECK(count_occurrences(report.html, "</svg>") == series.size() + 1);
+  CHECK_THAT(report.markdown, Contains("](plots/readings01.svg)"));
+  CHECK_THAT(report.html, !Contains("http://") && !Contains("https://"));
+  // Nothing is loaded from elsewhere: no scripts, stylesheets, images or frames by reference.
+  CHECK_THAT(report.html, !Contains("<script") && !Contains("<link") && !Contains("<img") && !Contains("<iframe"));
+  CHECK_THAT(report.html, !Contains(" src="));
+  CHECK_THAT(report.html, !Contains("@import") && !Contains("url(http"));
+  const std::regex outside_link(R"(href=["'](?!#))");
+  CHECK_FALSE(std::regex_search(report.html, outside_link));
+  // The Markdown shows the same plots as files beside it.
+  for (std::size_t i = 1; i <= series.size(); ++i) {
+    const std::string name = fmt::format("plots/series{:02}.svg", i);
+    CHECK_THAT(report.markdown, Contains("](" + name + ")"));
+    CHECK(fs::exists(dir.path() / "report" / name));
+  }
+}
+
+TEST_CASE("report.md carries every series' verdict and slope with its confidence interval", "[report]") {
+  TempDir dir;
+  const auto series = standard_series();
+  const WrittenReport report = write_standard_report(dir, true, series);
+  for (std::size_t i = 0; i < series.size(); ++i) {
+    const auto& s = series[i];
+    const std::string slope = fmt::format("{:.4g} [{:.4g}, {:.4g}]", s.slope, s.ci_lo, s.ci_hi);
+    // The summary row: the series number links to its section, then the slope with CI and the verdict.
+    const std::string row_start = fmt::format("| [{}](#series-{}) |", i + 1, i + 1);
+    const auto row = report.markdown.find(row_start);
+    REQUIRE(row != std::string::npos);
+    const std::string line = report.markdown.substr(row, report.markdown.find('\n', row) - row);
+    CHECK_THAT(line, Contains(slope) && Contains("| " + s.verdict + " |"));
+    CHECK_THAT(report.markdown, Contains(fmt::format("Verdict: {}. fitted slope {:.4g} with 95% CI [{:.4g}, {:.4g}]",
+                                                     s.verdict, s.slope, s.ci_lo, s.ci_hi)));
+    CHECK_THAT(report.html, Contains(fmt::format("<td class=\"verdict {0}\">{0}</td>", s.verdict)));
+  }
+  CHECK_THAT(report.markdown, Contains("4 series: 1 holds, 2 tight, 1 violated, 0 inconclusive."));
+  CHECK(report.summary.holds == 1);
+  CHECK(report.summary.tight == 2);
+  CHECK(report.summary.violated == 1);
+}
+
+TEST_CASE("each claim is stated with both numberings", "[report]") {
+  TempDir dir;
+  const WrittenReport report = write_standard_report(dir, false, standard_series());
+  CHECK_THAT(report.markdown, Contains("## Claim C3 (v1: Thm 4.2 (4.3) / v2: Thm 4.2 (8))"));
+  CHECK_THAT(report.markdown, Contains("E||(X Q K^T X^T / sqrt d)^p||_F = O(N)"));
+  CHECK_THAT(report.markdown, Contains("## Claim C4 (v1: Cor 4.3 (4.4) / v2: Cor 4.1 (9))"));
+  CHECK(report.markdown.find("## Claim C3") < report.markdown.find("## Claim C4"));
+}
+
+TEST_CASE("provenance appears for the run and for each series", "[report]") {
+  TempDir dir;
+  const WrittenReport report = write_standard_report(dir, false, standard_series());
+  for (const std::string& document : {report.markdown, report.html}) {
+    CHECK_THAT(document, Contains("attncheck version of the run"));
+    CHECK_THAT(document, Contains("0.1.0"));
+    CHECK_THAT(document, Contains("2025-01-15T10:20:30Z"));
+    CHECK_THAT(document, Contains("testhost (Example CPU 3000)"));
+    CHECK_THAT(document, Contains("attncheck mc --claim C3 --out results"));
+    CHECK_THAT(document, Contains("12.5 s"));
+  }
+  CHECK_THAT(report.markdown, Contains("- run seed: `1234`"));
+  CHECK_THAT(report.markdown, Contains("- backend: `cpu`"));
+  CHECK_THAT(report.markdown, Contains("- threads: `2`"));
+  // Per series: the seeds of its own points and the wall time they took.
+  CHECK_THAT(report.markdown, Contains("- point seeds: `N=16: 9200, N=32: 9201, N=64: 9202`"));
+  CHECK_THAT(report.markdown, Contains("- wall time of this series: `0.75 s`"));
+  CHECK(count_occurrences(report.markdown, "Provenance of this series:") == 4);
+}
+
+TEST_CASE("estimates carry their SE and CI, and the Jensen ratio appears where exact values exist", "[report]") {
+  TempDir dir;
+  const WrittenReport report = write_standard_report(dir, false, standard_series());
+  // N = 16 of C3 p = 1: 96.1 ± 0.4 against sqrt(9408) = 96.9948: ratio 0.99077 ± 0.00412.
+  CHECK_THAT(report.markdown, Contains("| 16 | 96.10 ± 0.40 | 9417 ± 77 | [95.316, 96.884] | 2000 |"));
+  CHECK_THAT(report.markdown, Contains("| 9408 |"));
+  CHECK_THAT(report.markdown, Contains("| 96.994845 | 0.9908 ± 0.0041 |"));
+  // C4 at N = 64: 47.9 ± 0.14 against sqrt(2316) = 48.1248.
+  CHECK_THAT(report.markdown, Contains("| 48.124838 | 0.99533 ± 0.00291 |") || Contains("| 48.124838 | 0.9953 ± 0.0029 |"));
+  // Series without exact values say so instead of showing empty columns.
+  CHECK(count_occurrences(report.markdown, "No exact values are known for this series.") == 2);
+}
+
+TEST_CASE("the elementwise and matrix-power readings are shown side by side", "[report]") {
+  TempDir dir;
+  const WrittenReport report = write_standard_report(dir, false, standard_series());
+  CHECK_THAT(report.markdown, Contains("### Elementwise vs matrix-power reading of (.)^p"));
+  CHECK_THAT(report.markdown,
+             Contains("| 2 | value | 6, 4 | 1.012 [0.951, 1.073] | tight | 2.003 [1.962, 2.044] | violated |"));
+  CHECK_THAT(report.markdown, Contains("| 2 | 64 | 6500 ± 120 | 249000 ± 4200 | 38.31 |"));
+
+  TempDir alone;
+  auto without_matrix = standard_series();
+  without_matrix.erase(without_matrix.begin() + 2);
+  CHECK_THAT(write_standard_report(alone, false, without_matrix).markdown, !Contains("matrix-power reading"));
+}
+
+TEST_CASE("without plots the report is written without gnuplot, without gnuplot and says so", "[report]") {
+  TempDir dir;
+  const WrittenReport report = write_standard_report(dir, false, standard_series());
+  CHECK(report.summary.plots == 0);
+  CHECK(count_occurrences(report.html, "<svg") == 0);
+  CHECK_THAT(report.html, Contains("<strong>Notice:</strong> this report was written with --no-plots"));
+  CHECK_THAT(report.markdown, Contains("> **Notice:** this report was written with --no-plots"));
+  CHECK_FALSE(fs::exists(dir.path() / "report" / "plots"));
+}
+
+TEST_CASE("a missing gnuplot stops the report before anything is written", "[report][errors]") {
+  TempDir dir;
+  write_results_folder(dir.path() / "results", standard_series());
+  ReportOptions options;
+  options.input = dir.path() / "results";
+  options.out = dir.path() / "report";
+  options.gnuplot = "/nonexistent/gnuplot";
+  CHECK_THROWS_WITH(write_report(options), Contains("/nonexistent/gnuplot") && Contains("--no-plots"));
+  CHECK_FALSE(fs::exists(dir.path() / "report" / "index.html"));
+  CHECK_FALSE(fs::exists(dir.path() / "report" / "report.md"));
+}
+
+TEST_CASE("unreliable standard errors and a missing points.jsonl are pointed out", "[report]") {
+  TempDir dir;
+  FixtureSeries series;
+  write_results_folder(dir.path() / "results", {series});
+  json point = point_jsons(series)[2];
+  point["se_reliable"] = false;
+  write_text(dir.path() / "results" / "points.jsonl", points_text({series}) + point.dump() + "\n");
+  ReportOptions options;
+  options.input = dir.path() / "results";
+  options.out = dir.path() / "report";
+  options.plots = false;
+  write_report(options);
+  const std::string markdown = read_text(dir.path() / "report" / "report.md");
+  CHECK_THAT(markdown, Contains("standard error of at least one point is marked unreliable"));
+  CHECK_THAT(markdown, Contains("| NO |"));
+
+  fs::remove(dir.path() / "results" / "points.jsonl");
+  write_report(options);
+  CHECK_THAT(read_text(dir.path() / "report" / "report.md"), Contains("points.jsonl is missing"));
+}
+
+TEST_CASE("a stored fit that misses the estimates is pointed out", "[report]") {
+  TempDir dir;
+  auto series = standard_series();
+  const WrittenReport consistent = write_standard_report(dir, false, series);
+  CHECK_THAT(consistent.markdown, !Contains("misses the estimates"));
+
+  TempDir other;
+  series[1].intercept = 4.579 / std::log(10.0);  // the same line with a base-10 intercept: off by e^(4.579 (1 - 1/ln 10))
+  const WrittenReport base10 = write_standard_report(other, false, series);
+  CHECK(count_occurrences(base10.markdown, "misses the estimates") == 1);
+  CHECK_THAT(base10.markdown, Contains("by a factor 13.3 at their centroid"));
+}
+
+TEST_CASE("a report written over an older one keeps no plot of the older", "[report]") {
+  TempDir dir;
+  write_standard_report(dir, true, standard_series());
+  REQUIRE(fs::exists(dir.path() / "report" / "plots" / "series04.svg"));
+  write_text(dir.path() / "report" / "plots" / "notes.txt", "mine");
+  write_results_folder(dir.path() / "results", {FixtureSeries{}});
+  ReportOptions options;
+  options.input = dir.path() / "results";
+  options.out = dir.path() / "report";
+  CHECK(write_report(options).plots == 1);
+  CHECK(fs::exists(dir.path() / "report" / "plots" / "series01.svg"));
+  CHECK_FALSE(fs::exists(dir.path() / "report" / "plots" / "series04.svg"));
+  CHECK_FALSE(fs::exists(dir.path() / "report" / "plots" / "readings01.svg"));
+  CHECK(fs::exists(dir.path() / "report" / "plots" / "notes.txt"));  // only SVGs are the report's own
+}
+
+TEST_CASE("the extra shapes attncheck mc writes: C8 fitted over d, no claimed exponent, no fit, null values",
+          "[report]") {
+  TempDir dir;
+  FixtureSeries c8;
+  c8.claim = "C8";
+  c8.reading = std::nullopt;
+  c8.phi = "identity";
+  c8.formula = "F = identity(T) (elementwise)";
+  c8.estimand = "score-var";
+  c8.N = {16, 16, 16};
+  c8.mean = {15.7, 22.3, 30.9};
+  c8.se = {0.26, 0.29, 0.38};
+  c8.exact_sq = {256.0, 512.0, 1024.0};
+  c8.slope = 0.979, c8.ci_lo = 0.90, c8.ci_hi = 1.058, c8.intercept = 4.2188;
+  c8.first_seed = 500;
+  FixtureSeries custom;
+  custom.claim = "custom";
+  custom.reading = std::nullopt;
+  custom.phi = "relu";
+  custom.formula = "F = relu(T/sqrt(4)) (elementwise)";
+  custom.exact_sq = {std::nullopt, std::nullopt, std::nullopt};
+  custom.first_seed = 600;
+  FixtureSeries unfitted = custom;
+  unfitted.estimand = "dQ";
+  unfitted.first_seed = 700;
+
+  json fits = json::parse(fits_text({c8, custom, unfitted}));
+  fits["provenance"]["machine"] = {{"cpu", "Example CPU 3000"}, {"hostname", "testhost"}};
+  json& s8 = fits["series"][0];
+  s8["fit_variable"] = "d";
+  s8["fit_of"] = "mean_sq";
+  s8["d_values"] = {4, 8, 16};
+  s8["mean_sq"] = {260.0, 515.0, 1020.0};
+  s8["se_sq"] = {9.0, 13.0, 25.0};
+  fits["series"][1]["claimed_exponent"] = nullptr;
+  fits["series"][1]["verdict"] = nullptr;
+  for (const char* key : {"slope", "slope_ci", "intercept", "claimed_exponent", "verdict"}) fits["series"][2][key] = nullptr;
+  fits["series"][2]["mean"][1] = nullptr;
+  fits["series"][2]["se"][1] = nullptr;
+
+  std::string points;
+  auto c8_points = point_jsons(c8);
+  for (std::size_t i = 0; i < c8_points.size(); ++i) {
+    c8_points[i]["d"] = s8["d_values"][i];
+    points += c8_points[i].dump() + "\n";
+  }
+  for (json point : point_jsons(custom)) points += point.dump() + "\n";
+  auto unfitted_points = point_jsons(unfitted);
+  unfitted_points[1]["mean"] = nullptr;
+  unfitted_points[1]["ci95"] = {nullptr, nullptr};
+  for (const json& point : unfitted_points) points += point.dump() + "\n";
+
+  const fs::path results = dir.path() / "results";
+  fs::create_directories(results);
+  write_text(results / "fits.json", fits.dump(2));
+  write_text(results / "points.jsonl", points);
+  ReportOptions options;
+  options.input = results;
+  options.out = dir.path() / "report";
+  const ReportSummary summary = write_report(options);
+  CHECK(summary.tight == 1);
+  CHECK(summary.plots == 3);
+  const std::string markdown = read_text(options.out / "report.md");
+  CHECK_THAT(markdown, Contains("- machine: `cpu: Example CPU 3000, hostname: testhost`"));
+  // C8: fitted over d, of the second moment; its points are joined by d.
+  CHECK_THAT(markdown, Contains("| score-var | 6, swept | 0.979 [0.9, 1.058] | 1 + 0.05 | tight |"));
+  CHECK_THAT(markdown, Contains("| 8 | 16 | 22.30 ± 0.29 | 515 ± 13 |"));
+  CHECK_THAT(markdown, Contains("- point seeds: `d=4: 500, d=8: 501, d=16: 502`"));
+  CHECK_THAT(read_text(options.out / "plots" / "plots.gp"), Contains("set xlabel 'd (head dimension)'"));
+  // Custom maps state no exponent; a series with too few points has no fit; a missing value shows as "-".
+  CHECK_THAT(markdown, Contains("| 0.996 [0.985, 1.007] | none stated | not checked |"));
+  CHECK_THAT(markdown, Contains("| no fit | none stated | not checked |"));
+  CHECK_THAT(markdown, Contains("3 series: 0 holds, 1 tight, 0 violated, 0 inconclusive, 2 not checked"));
+  CHECK_THAT(markdown, Contains("No slope: fewer than two points with a usable estimate"));
+  CHECK_THAT(markdown, Contains("| 32 | - |"));
+}

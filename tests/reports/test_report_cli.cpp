@@ -1,0 +1,96 @@
+// `attncheck report` as a user runs it: exit codes and messages of the built program.
+
+#include "fixtures.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+
+#include <sys/wait.h>
+
+using namespace attncheck::reports::testing;
+using Catch::Matchers::Contains;
+
+namespace {
+
+struct Run {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string shell_quoted(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+Run run_report(const TempDir& dir, const std::string& arguments) {
+  const fs::path out = dir.path() / "stdout.txt", err = dir.path() / "stderr.txt";
+  const std::string command = fmt::format("{} report {} >{} 2>{}", shell_quoted(ATTNCHECK_PROGRAM), arguments,
+                                          shell_quoted(out.string()), shell_quoted(err.string()));
+  const int status = std::system(command.c_str());
+  Run run;
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  run.out = read_text(out);
+  run.err = read_text(err);
+  return run;
+}
+
+}  // namespace
+
+TEST_CASE("attncheck report writes both documents from the kept example folder and exits 0", "[cli]") {
+  TempDir dir;
+  const fs::path report = dir.path() / "report";
+  const Run run = run_report(dir, fmt::format("{} --out {}", shell_quoted(ATTNCHECK_REPORTS_DATA "/c3-small"),
+                                              shell_quoted(report.string())));
+  INFO(run.err);
+  CHECK(run.exit_code == 0);
+  CHECK_THAT(run.out, Contains("4 series: 1 holds, 2 tight, 1 violated, 0 inconclusive"));
+  CHECK(count_occurrences(read_text(report / "index.html"), "<svg") == 4 + 1);  // 4 series, 1 pair of readings
+  CHECK_THAT(read_text(report / "report.md"), Contains("## Summary"));
+}
+
+TEST_CASE("attncheck report exits 2 naming the file and line of malformed input", "[cli][errors]") {
+  TempDir dir;
+  const fs::path results = dir.path() / "results";
+  write_results_folder(results, {FixtureSeries{}});
+  write_text(results / "points.jsonl", points_text({FixtureSeries{}}) + "{\"claim\": \n");
+  const Run run = run_report(dir, fmt::format("{} --out {}", shell_quoted(results.string()),
+                                              shell_quoted((dir.path() / "report").string())));
+  CHECK(run.exit_code == 2);
+  CHECK_THAT(run.err, Contains("attncheck: error: " + (results / "points.jsonl").string() + " line 4"));
+  CHECK_FALSE(fs::exists(dir.path() / "report" / "index.html"));
+}
+
+TEST_CASE("attncheck report exits 2 for a missing folder, a folder without results and a missing gnuplot",
+          "[cli][errors]") {
+  TempDir dir;
+  const std::string out = shell_quoted((dir.path() / "report").string());
+  const Run missing = run_report(dir, fmt::format("{} --out {}", shell_quoted((dir.path() / "nope").string()), out));
+  CHECK(missing.exit_code == 2);
+  CHECK_THAT(missing.err, Contains("nope does not exist"));
+
+  fs::create_directories(dir.path() / "empty");
+  const Run empty = run_report(dir, fmt::format("{} --out {}", shell_quoted((dir.path() / "empty").string()), out));
+  CHECK(empty.exit_code == 2);
+  CHECK_THAT(empty.err, Contains("fits.json is missing, and so is") && Contains("attncheck-probe.jsonl"));
+
+  write_results_folder(dir.path() / "results", {FixtureSeries{}});
+  const Run no_gnuplot = run_report(
+      dir, fmt::format("{} --out {} --gnuplot /nonexistent/gnuplot", shell_quoted((dir.path() / "results").string()), out));
+  CHECK(no_gnuplot.exit_code == 2);
+  CHECK_THAT(no_gnuplot.err, Contains("cannot run gnuplot") && Contains("--no-plots"));
+
+  const Run without_plots = run_report(
+      dir, fmt::format("{} --out {} --gnuplot /nonexistent/gnuplot --no-plots",
+                       shell_quoted((dir.path() / "results").string()), out));
+  CHECK(without_plots.exit_code == 0);
+  CHECK_THAT(without_plots.out, Contains("(0 plots)"));
+}
+
+TEST_CASE("attncheck report without --out is a usage error", "[cli][errors]") {
+  TempDir dir;
+  const Run run = run_report(dir, shell_quoted(ATTNCHECK_REPORTS_DATA "/c3-small"));
+  CHECK(run.exit_code == 2);
+  CHECK_THAT(run.err, Contains("--out"));
+}
