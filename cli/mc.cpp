@@ -280,7 +280,9 @@ int run(const Options& o) {
                            {"run_seed", o.seed},
                            {"command", command_line()},
                            {"wall_seconds", wall}};
-  if (folder) folder->write_fits({{"provenance", provenance}, {"series", fitted}});
+  // fits.json describes the whole folder: with --resume a folder can gather several claims' runs, and a
+  // report of it must see all of their series.
+  if (folder) folder->write_fits({{"provenance", provenance}, {"series", mc::fit_series(folder->records(), o.tolerance)}});
   const int code = mc::exit_code_of(fitted);
   int inconclusive = 0;
   for (const json& s : fitted) inconclusive += s["verdict"] == "inconclusive" && s.value("counts_for_exit", false) ? 1 : 0;
@@ -337,8 +339,8 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--tile", o->tile, "Score tile size (tile x tile entries per thread)")->capture_default_str();
   app.add_option("--tolerance", o->tolerance, "Slack on the claimed exponent in the verdict")->capture_default_str();
   app.add_option("--backend", o->backend, "auto, cpu or cuda")->capture_default_str();
-  app.add_option("--out", o->out, "Folder for points.jsonl, points.csv (each point written when it finishes) and fits.json");
-  app.add_flag("--resume", o->resume, "Skip points already in --out (same point, estimand and --seed)");
+  app.add_option("--out", o->out, "Folder for points.jsonl, points.csv (each point written when it finishes) and fits.json (the fits of every series in the folder)");
+  app.add_flag("--resume", o->resume, "Keep the points already in --out and skip those this run would repeat (same point, estimand and --seed); runs of other claims accumulate in one folder");
   app.add_flag("--json", o->as_json, "One JSON object on stdout (provenance, points, series) instead of tables");
   app.footer(
       "Exit codes: 0 every fitted series of the claims as the papers state them holds or is tight (inconclusive ones "

@@ -87,6 +87,16 @@ assert [s["slope"] for s in a["series"]] == [s["slope"] for s in b["series"]]
 PY
 [ "$(wc -l <"$work/c4/points.jsonl")" -eq 20 ] || fail "points.jsonl has $(wc -l <"$work/c4/points.jsonl") lines after resume"
 
+# Another claim resumed into the same folder: its points join the folder and fits.json fits both claims.
+"$bin" mc --claim C3 --N 16:64:x2 --D 4 --d 4 --p 1 --samples 50 --out "$work/c4" --resume >/dev/null 2>&1 \
+  || fail "C3 into the C4 folder: exit $?"
+[ "$(wc -l <"$work/c4/points.jsonl")" -eq 26 ] || fail "points.jsonl has $(wc -l <"$work/c4/points.jsonl") lines, want 20 + 6"
+$py - "$work/c4/fits.json" <<'PY' || fail "fits.json does not cover every claim in the folder"
+import json, sys
+claims = sorted({s["claim"] for s in json.load(open(sys.argv[1]))["series"]})
+assert claims == ["C3", "C4"], claims
+PY
+
 # Thread count does not change any number.
 "$bin" mc --phi softmax --estimand value,dQ,dK,dS --N 8,24 --D 3 --d 2 --p 1 --samples 40 --threads 1 --json >"$work/t1.json" || fail "threads 1"
 "$bin" mc --phi softmax --estimand value,dQ,dK,dS --N 8,24 --D 3 --d 2 --p 1 --samples 40 --threads 2 --json >"$work/t2.json" || fail "threads 2"
