@@ -17,9 +17,16 @@ for activation in softmax poly3_scaled poly3; do
   trainer=$!
   # The watcher feeds the checkpoints a held-out digit, which the trainer writes first.
   while [ ! -f "$run/probe-tokens.txt" ] && kill -0 "$trainer" 2>/dev/null; do sleep 0.2; done
-  "$attncheck" probe --watch "$run" --tokens "$run/probe-tokens.txt" --interval 0.5 --until-idle 5 2>"$run/watch.log" &
+  "$attncheck" probe --watch "$run" --tokens "$run/probe-tokens.txt" --interval 0.5 2>"$run/watch.log" &
   watcher=$!
   wait "$trainer"
+  # Stop the watcher (as Ctrl-C would) once the last checkpoint is in its log.
+  last=$(ls "$run" | grep -E '^step-[0-9]+\.safetensors$' | sort | tail -1)
+  for _ in $(seq 1200); do
+    grep -q "\"checkpoint\":\"$last\"" "$run/attncheck-probe.jsonl" 2>/dev/null && break
+    sleep 0.1
+  done
+  kill -TERM "$watcher"
   wait "$watcher"
 done
 /usr/bin/python3 "$here/summarize_probe_log.py" "$out/softmax" "$out/poly3_scaled" "$out/poly3"

@@ -15,8 +15,14 @@ mkdir -p "$run"
 /usr/bin/python3 "$root/examples/train_digits.py" "$run" --activation poly3_scaled --steps 20 --save-every 10 &
 trainer=$!
 while [ ! -f "$run/probe-tokens.txt" ] && kill -0 "$trainer" 2>/dev/null; do sleep 0.1; done
-"$attncheck" probe --watch "$run" --tokens "$run/probe-tokens.txt" --interval 0.2 --until-idle 3 &
+"$attncheck" probe --watch "$run" --tokens "$run/probe-tokens.txt" --interval 0.2 &
 watcher=$!
 wait "$trainer"
+# The watcher runs until told to stop (as with Ctrl-C), once the last checkpoint is in its log.
+for _ in $(seq 600); do
+  grep -q '"checkpoint":"step-000020.safetensors"' "$run/attncheck-probe.jsonl" 2>/dev/null && break
+  sleep 0.1
+done
+kill -TERM "$watcher"
 wait "$watcher"
 exec /usr/bin/python3 "$root/tests/probes/example_check.py" "$attncheck" "$run"
