@@ -100,6 +100,9 @@ int run(const ProbeOptions& o) {
   const probes::ProbeInput input = make_input(o);
   if (!o.watch.empty()) {
     if (!o.model.empty()) throw UsageError("--watch DIR takes the folder instead of MODEL; give one of them");
+    if (o.json || o.csv || !o.attention_out.empty()) {
+      throw UsageError("--json, --csv and --attention-out describe one MODEL; --watch writes JSON lines to --out");
+    }
     if (o.interval <= 0) throw UsageError(fmt::format("--interval {} is not a positive number of seconds", o.interval));
     probes::WatchOptions watch;
     watch.folder = o.watch;

@@ -25,6 +25,8 @@ expect 2 "/no/such/model: no such file" -- "$attncheck" probe /no/such/model
 expect 2 "choose one input" -- "$attncheck" probe "$tiny/tiny-bert" --text "the cat" --random
 expect 2 "token id 999 at position 1" -- "$attncheck" probe "$tiny/tiny-bert" --tokens <(echo "2 999 3")
 expect 2 "layer 7 does not exist" -- "$attncheck" probe "$tiny/tiny-bert" --layers 7
+expect 2 "JSON lines to --out" -- "$attncheck" probe --watch "$tiny" --json
+expect 2 "not a folder to watch" -- "$attncheck" probe --watch /no/such/run --until-idle 0
 expect 2 "--tokens" -- "$attncheck" probe "$tiny/tiny-gpt2" --text "hello"
 expect 0 "layer +head" -- "$attncheck" probe "$tiny/tiny-bert" --text "the cats sat on the mat."
 expect 0 "Gaussian embeddings" -- "$attncheck" probe "$tiny/tiny-gpt2" --random --length 9
