@@ -154,7 +154,8 @@ const bool registered = register_subcommand(
       command.add_flag("--json", o->json, "a JSON list of objects, one per layer and head, on stdout");
       command.add_flag("--csv", o->csv, "CSV with a header line on stdout");
       command.add_option("--attention-out", o->attention_out,
-                         "write every measured layer's attention matrices ([heads, N, N], F64) to this safetensors file");
+                         "write the attention matrices of every layer up to the last measured one (tensor layer.L, "
+                         "[heads, N, N], F64) and the input ids to this safetensors file");
       command.add_option("--watch", o->watch,
                          "measure every checkpoint in this training folder and each new one as it appears");
       command.add_option("--interval", o->interval, "seconds between scans of the --watch folder")

@@ -29,7 +29,7 @@ TEST_CASE("WordPiece splits words, punctuation and accents as BERT does", "[toke
   CHECK_THROWS_WITH(WordPieceTokenizer(dir.path / "missing.txt", true), Catch::Contains("missing.txt"));
 }
 
-TEST_CASE("token files are whitespace-separated integers; anything else is named", "[tokenizer]") {
+TEST_CASE("token files are whitespace-separated integers and anything else is named", "[tokenizer]") {
   TempDir dir;
   std::ofstream(dir.path / "ok.txt") << "1 2\n3\t4\n";
   CHECK(read_token_file(dir.path / "ok.txt") == std::vector<std::int64_t>{1, 2, 3, 4});

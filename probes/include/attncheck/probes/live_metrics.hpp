@@ -68,8 +68,8 @@ struct ProbeResult {
 ProbeResult probe_model(const std::filesystem::path& model, const ProbeInput& input, const std::vector<int>& layers,
                         const std::vector<int>& heads, bool keep_layers = false);
 
-// Every measured layer's attention matrices, one F64 tensor "layer.L" of shape [heads, N, N], plus the
-// input ids: for comparisons with other implementations.
+// The attention matrices of every layer up to the last measured one, one F64 tensor "layer.L" of shape
+// [heads, N, N], plus the input ids: for comparisons with other implementations.
 void write_attention(const std::filesystem::path& path, const ProbeResult& result);
 
 }  // namespace attncheck::probes
