@@ -1,0 +1,170 @@
+// attncheck probe: live attention norms of a real checkpoint, per layer and head, against the theory.
+
+#include "subcommand.hpp"
+
+#include "attncheck/probes/live_metrics.hpp"
+#include "attncheck/probes/watch.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <csignal>
+#include <atomic>
+#include <cstdio>
+#include <iostream>
+
+namespace attncheck::cli {
+namespace {
+
+struct ProbeOptions {
+  std::string model;
+  std::string text;
+  std::string tokens;
+  bool random = false;
+  std::int64_t length = 128;
+  std::uint64_t seed = 0;
+  std::vector<int> layers, heads;
+  bool json = false, csv = false;
+  std::string attention_out;
+  std::string watch;
+  double interval = 5;
+  double until_idle = -1;
+  std::string out;
+};
+
+probes::ProbeInput make_input(const ProbeOptions& o) {
+  const int chosen = !o.text.empty() + !o.tokens.empty() + o.random;
+  if (chosen > 1) throw UsageError("choose one input: --text, --tokens or --random");
+  probes::ProbeInput input;
+  input.seed = o.seed;
+  input.random_length = o.length;
+  if (!o.text.empty()) {
+    input.kind = probes::ProbeInput::Kind::text;
+    input.text = o.text;
+  } else if (!o.tokens.empty()) {
+    input.kind = probes::ProbeInput::Kind::tokens;
+    input.tokens_file = o.tokens;
+  } else {
+    input.kind = probes::ProbeInput::Kind::random;
+  }
+  return input;
+}
+
+void print_table(const probes::ProbeResult& result, const probes::ProbeInput& input) {
+  const auto& c = result.config;
+  fmt::print("{} model: {} layers, {} heads of dimension {}, D = {}; trained attention: {}; {} attention\n",
+             c.architecture == probes::Architecture::bert ? "BERT" : "GPT-2", c.layers, c.heads, c.head_dim(),
+             c.hidden, c.attention_activation,
+             c.architecture == probes::Architecture::bert ? "bidirectional" : "causal");
+  if (input.kind == probes::ProbeInput::Kind::random) {
+    fmt::print("input: {} Gaussian embeddings, sigma = {:.4g} (RMS of the token embeddings), seed {}\n",
+               input.random_length, result.random_sigma, input.seed);
+  } else {
+    fmt::print("input: {} tokens: {}\n", result.ids.size(), fmt::join(result.ids, " "));
+  }
+  fmt::print("Norms are Frobenius norms of one head's map for this input; derivatives are in the weights W_Q, "
+             "W_K (biases included in the scores).\n"
+             "|A|/rtN: ||softmax(S)||_F / sqrt(N) (bound 1); |dA/dS| against the papers' 2 sqrt(N) and the tight "
+             "sqrt(N)/2; x3/rtN: ||S^3||_F / sqrt(N); relu/N: ||relu(S)||_F / N;\n"
+             "iid: sqrt(E||.||_F^2) of the i.i.d. Gaussian model with this layer's sigma_x, sigma_t.\n");
+  fmt::print("{:>5} {:>4} {:>5} {:>9} {:>7} {:>9} {:>8} {:>8} {:>10} {:>10} {:>8} {:>9} {:>9} {:>10} {:>10} "
+             "{:>9}\n",
+             "layer", "head", "N", "|A|_F", "|A|/rtN", "|dA/dS|_F", "/2rtN", "/rtN/2", "|dA/dWq|", "|dA/dWk|",
+             "max|s|", "|S|_F", "iid |S|", "x3/rtN", "iid x3/rtN", "relu/N");
+  for (const auto& m : result.heads) {
+    fmt::print("{:>5} {:>4} {:>5} {:>9.4f} {:>7.4f} {:>9.4f} {:>8.4f} {:>8.4f} {:>10.4g} {:>10.4g} {:>8.3f} "
+               "{:>9.4g} {:>9.4g} {:>10.4g} {:>10.4g} {:>9.4f}\n",
+               m.layer, m.head, m.N, m.softmax.value, m.softmax.value / m.sqrt_n, m.softmax.grad,
+               m.softmax.grad / m.grad_paper_bound, m.softmax.grad / m.grad_tight_bound, m.softmax.dWq, m.softmax.dWk,
+               m.score_max_abs, m.scores_fro, m.iid_scores_fro, m.poly3_scaled.value, m.iid_poly3_scaled_fro,
+               m.relu_n.value);
+  }
+}
+
+// Theorem 4.1's bounds are deterministic: a live value above them is a violation (exit 1).
+bool bounds_hold(const probes::ProbeResult& result) {
+  constexpr double kRoundoff = 1e-12;
+  for (const auto& m : result.heads) {
+    if (m.softmax.value > m.sqrt_n * (1 + kRoundoff) || m.softmax.grad > m.grad_tight_bound * (1 + kRoundoff)) {
+      fmt::print(stderr, "layer {} head {}: a softmax bound is exceeded\n", m.layer, m.head);
+      return false;
+    }
+  }
+  return true;
+}
+
+std::atomic<bool> stop_requested{false};
+
+int run(const ProbeOptions& o) {
+  if (o.json && o.csv) throw UsageError("choose one of --json and --csv");
+  const probes::ProbeInput input = make_input(o);
+  if (!o.watch.empty()) {
+    if (!o.model.empty()) throw UsageError("--watch DIR takes the folder instead of MODEL; give one of them");
+    if (o.json || o.csv || !o.attention_out.empty()) {
+      throw UsageError("--json, --csv and --attention-out describe one MODEL; --watch writes JSON lines to --out");
+    }
+    if (o.interval <= 0) throw UsageError(fmt::format("--interval {} is not a positive number of seconds", o.interval));
+    probes::WatchOptions watch;
+    watch.folder = o.watch;
+    watch.output = o.out.empty() ? std::filesystem::path(o.watch) / "attncheck-probe.jsonl"
+                                 : std::filesystem::path(o.out);
+    watch.interval_seconds = o.interval;
+    watch.until_idle_seconds = o.until_idle;
+    watch.input = input;
+    watch.layers = o.layers;
+    watch.heads = o.heads;
+    std::signal(SIGINT, [](int) { stop_requested = true; });
+    std::signal(SIGTERM, [](int) { stop_requested = true; });
+    const auto summary = probes::watch_folder(watch, stop_requested, [](const std::string& line) {
+      fmt::print(stderr, "{}\n", line);
+    });
+    fmt::print(stderr, "watched {}: {} checkpoints measured, {} refused; lines in {}\n", o.watch, summary.measured,
+               summary.refused, watch.output.string());
+    return kExitHolds;
+  }
+  if (o.model.empty()) throw UsageError("give MODEL (a folder or a .safetensors file) or --watch DIR");
+  const auto result = probes::probe_model(o.model, input, o.layers, o.heads, !o.attention_out.empty());
+  if (!o.attention_out.empty()) probes::write_attention(o.attention_out, result);
+  if (o.json) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& m : result.heads) list.push_back(probes::to_json(m));
+    std::cout << list.dump(1) << "\n";
+  } else if (o.csv) {
+    fmt::print("{}\n", fmt::join(probes::csv_columns(), ","));
+    for (const auto& m : result.heads) fmt::print("{}\n", fmt::join(probes::csv_values(m), ","));
+  } else {
+    print_table(result, input);
+  }
+  return bounds_hold(result) ? kExitHolds : kExitViolated;
+}
+
+const bool registered = register_subcommand(
+    "probe", "live per-layer, per-head attention norms of a safetensors checkpoint (BERT, GPT-2) against the theory",
+    [](CLI::App& command) -> std::function<int()> {
+      auto o = std::make_shared<ProbeOptions>();
+      command.add_option("MODEL", o->model, "model folder (config.json + safetensors) or a .safetensors file");
+      command.add_option("--text", o->text, "input sentence (BERT: WordPiece tokenizer from the model's vocab.txt)");
+      command.add_option("--tokens", o->tokens, "file of whitespace-separated token ids");
+      command.add_flag("--random", o->random,
+                       "Gaussian embeddings (the default input), sigma = RMS of the model's token embeddings");
+      command.add_option("--length", o->length, "number of positions for --random")->capture_default_str();
+      command.add_option("--seed", o->seed, "seed of the random input")->capture_default_str();
+      command.add_option("--layers", o->layers, "0-based layers to measure (default all)")->delimiter(',');
+      command.add_option("--heads", o->heads, "0-based heads to measure (default all)")->delimiter(',');
+      command.add_flag("--json", o->json, "a JSON list of objects, one per layer and head, on stdout");
+      command.add_flag("--csv", o->csv, "CSV with a header line on stdout");
+      command.add_option("--attention-out", o->attention_out,
+                         "write the attention matrices of every layer up to the last measured one (tensor layer.L, "
+                         "[heads, N, N], F64) and the input ids to this safetensors file");
+      command.add_option("--watch", o->watch,
+                         "measure every checkpoint in this training folder and each new one as it appears");
+      command.add_option("--interval", o->interval, "seconds between scans of the --watch folder")
+          ->capture_default_str();
+      command.add_option("--until-idle", o->until_idle,
+                         "stop watching after this many seconds without a new checkpoint (default: until Ctrl-C)");
+      command.add_option("--out", o->out, "JSON-lines file for --watch (default DIR/attncheck-probe.jsonl)");
+      return [o] { return run(*o); };
+    });
+
+}  // namespace
+}  // namespace attncheck::cli

@@ -1,0 +1,75 @@
+#pragma once
+// Live per-head attention norms of a checkpoint against the theory's bounds, the alternative activations on
+// the same scores, and the i.i.d. Gaussian model's exact prediction for the layer.
+
+#include "attncheck/probes/model.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace attncheck::probes {
+
+// ||F||_F, ||dF/dS||_F, ||dF/dW_Q||_F, ||dF/dW_K||_F of one activation on the head's scores S = inner V U^T
+// (derivatives in the weights, the biases entering through V and U).
+struct NormSet {
+  double value = 0, grad = 0, dWq = 0, dWk = 0;
+};
+
+struct HeadMetrics {
+  int layer = 0, head = 0;
+  std::int64_t N = 0;  // attended positions (causal: the keys the last query sees)
+  std::int64_t D = 0, d = 0;
+  bool causal = false;
+  double inner = 1;  // lambda in S = lambda V U^T
+  NormSet softmax;
+  double sqrt_n = 0, grad_paper_bound = 0, grad_tight_bound = 0;  // sqrt(N), 2 sqrt(N), sqrt(N)/2
+  // Score statistics over the attended entries.
+  double score_mean = 0, score_std = 0, score_max_abs = 0, scores_fro = 0;
+  NormSet linear_scaled;  // S / sqrt(N)
+  NormSet poly3_scaled;   // S^3 / sqrt(N), entrywise
+  NormSet poly3;          // S^3
+  NormSet relu_n;         // relu(S) / N
+  // The i.i.d. Gaussian model with this layer's measured scales (RMS of the entries of X and of W_Q, W_K),
+  // biases ignored: the exact root mean squares sqrt(E||.||_F^2) over the same attended entries.
+  double sigma_x = 0, sigma_t = 0;
+  double iid_scores_fro = 0, iid_poly3_scaled_fro = 0, iid_poly3_fro = 0;
+};
+
+HeadMetrics measure_head(const LayerInputs& layer, int layer_index, int head_index);
+
+nlohmann::json to_json(const HeadMetrics& metrics);
+// Column names and values in the same order, for CSV output.
+std::vector<std::string> csv_columns();
+std::vector<double> csv_values(const HeadMetrics& metrics);
+
+struct ProbeInput {
+  enum class Kind { text, tokens, random } kind = Kind::random;
+  std::string text;
+  std::filesystem::path tokens_file;
+  std::int64_t random_length = 128;
+  std::uint64_t seed = 0;
+};
+
+struct ProbeResult {
+  ModelConfig config;
+  std::vector<std::int64_t> ids;     // empty for random input
+  double random_sigma = 0;           // sigma of the Gaussian embeddings, for random input
+  std::vector<HeadMetrics> heads;    // in layer, head order
+  std::vector<LayerInputs> layers;   // kept only when asked (for the attention dump)
+};
+
+// Loads MODEL, builds the input, runs the forward pass and measures the selected layers and heads (all when
+// empty). Out-of-range layers or heads are InputErrors naming them.
+ProbeResult probe_model(const std::filesystem::path& model, const ProbeInput& input, const std::vector<int>& layers,
+                        const std::vector<int>& heads, bool keep_layers = false);
+
+// The attention matrices of every layer up to the last measured one, one F64 tensor "layer.L" of shape
+// [heads, N, N], plus the input ids: for comparisons with other implementations.
+void write_attention(const std::filesystem::path& path, const ProbeResult& result);
+
+}  // namespace attncheck::probes

@@ -1,0 +1,86 @@
+#pragma once
+// Transformer checkpoints as the probes see them: the architecture from config.json, the weights from
+// safetensors, and a double-precision forward pass that yields each layer's attention inputs per head.
+
+#include "attncheck/probes/safetensors.hpp"
+#include "attncheck/theory/attention.hpp"
+
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace attncheck::probes {
+
+enum class Architecture {
+  bert,  // BERT, MiniLM: post-LayerNorm encoder, bidirectional attention, separate query/key/value
+  gpt2,  // GPT-2: pre-LayerNorm decoder, causal mask, fused c_attn (Conv1D, weights stored [in, out])
+};
+
+struct ModelConfig {
+  Architecture architecture = Architecture::bert;
+  std::int64_t layers = 0, heads = 0, hidden = 0, intermediate = 0;
+  std::int64_t vocab = 0, max_positions = 0, type_vocab = 0;
+  double layer_norm_eps = 1e-12;
+  std::string hidden_act;                   // "gelu", "gelu_new", "relu", ...
+  bool scale_attn_weights = true;           // GPT-2: divide scores by sqrt(head dim)
+  bool scale_by_inverse_layer_idx = false;  // GPT-2: also divide by (layer + 1)
+  // The attention the model was trained with: config.json's "attention_activation" ("softmax" when absent,
+  // "poly3_scaled" for N^-1/2 (S)^3, "poly3" for (S)^3, entrywise). The forward pass propagates through it.
+  std::string attention_activation = "softmax";
+  std::string tensor_prefix;  // "bert.", "transformer." or empty
+  std::int64_t head_dim() const { return hidden / heads; }
+};
+
+// The map of the model's attention activation on scores S = inner * V U^T.
+theory::AttentionMap trained_attention_map(const std::string& attention_activation, double inner);
+
+// config.json beside the checkpoint (in the folder, or in the file's folder); the tensor prefix is found
+// from the checkpoint's names. Errors name the file and the key.
+ModelConfig read_model_config(const std::filesystem::path& config_json, const Checkpoint& checkpoint);
+std::filesystem::path config_path_for(const std::filesystem::path& model);
+
+// One head's attention inputs in one layer (theory's convention: V = X W_Q + b_Q, U = X W_K + b_K).
+struct HeadInputs {
+  Matrix V, U;          // N x d biased projections
+  Matrix W_Q, W_K;      // D x d slices of the weights (for the i.i.d. model's sigma_t)
+  Vector b_Q, b_K;      // d
+  Matrix attention;     // N x N: the map the forward pass applied (the trained activation)
+};
+
+struct LayerInputs {
+  Matrix X;  // N x D: the rows the projections act on (after ln_1 for GPT-2)
+  double inner = 1;
+  bool causal = false;
+  std::vector<HeadInputs> heads;
+};
+
+class TransformerModel {
+ public:
+  // MODEL is a folder (with config.json) or a .safetensors file (config.json beside it).
+  static TransformerModel load(const std::filesystem::path& model);
+
+  const ModelConfig& config() const { return config_; }
+  const Checkpoint& checkpoint() const { return checkpoint_; }
+
+  // Forward pass on token ids; returns the inputs of every layer up to the last one in `layers` (all when
+  // empty). Ids are checked against the vocabulary and the sequence length against the positions.
+  std::vector<LayerInputs> forward(std::span<const std::int64_t> ids, const std::vector<int>& layers = {}) const;
+  // Same from given embeddings (the summed token + position (+ type) embeddings, N x D), for --random.
+  std::vector<LayerInputs> forward_embeddings(Matrix embeddings, const std::vector<int>& layers = {}) const;
+  // RMS of the token-embedding entries: the sigma of the model's own embeddings.
+  double token_embedding_rms() const;
+
+ private:
+  TransformerModel(Checkpoint checkpoint, ModelConfig config)
+      : checkpoint_(std::move(checkpoint)), config_(std::move(config)) {}
+  std::string name(const std::string& suffix) const { return config_.tensor_prefix + suffix; }
+  Checkpoint checkpoint_;
+  ModelConfig config_;
+};
+
+// Row-wise LayerNorm with gain and bias.
+Matrix layer_norm(const Matrix& x, const Vector& gain, const Vector& bias, double eps);
+
+}  // namespace attncheck::probes

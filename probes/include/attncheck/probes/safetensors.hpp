@@ -1,0 +1,124 @@
+#pragma once
+// Reading (memory-mapped, validated) and writing of safetensors files: an 8-byte little-endian header length,
+// a JSON header {name: {dtype, shape, data_offsets}}, then the raw little-endian tensor bytes.
+// Every malformed input is an InputError naming the file and, where there is one, the tensor.
+
+#include "attncheck/theory/common.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace attncheck::probes {
+
+using theory::InputError;
+using theory::Matrix;
+using theory::Vector;
+
+enum class DType { F64, F32, F16, BF16, F8_E4M3, F8_E5M2, I64, I32, I16, I8, U64, U32, U16, U8, BOOL };
+
+std::size_t dtype_size(DType dtype);
+std::string_view dtype_name(DType dtype);
+std::optional<DType> parse_dtype(std::string_view name);
+
+// Value of one element in double precision (F16, BF16 and F8 are widened exactly).
+double element_to_double(DType dtype, const std::byte* element);
+
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<std::int64_t> shape;
+  std::size_t begin = 0;  // byte offsets into the data section (after the header)
+  std::size_t end = 0;
+  std::int64_t element_count() const;
+};
+
+struct SafetensorsHeader {
+  std::vector<TensorInfo> tensors;  // in file order of their data
+  std::map<std::string, std::string> metadata;
+  std::size_t data_begin = 0;  // 8 + header length
+};
+
+// Validates a whole file image: header length within the file, header a JSON object of well-formed entries,
+// known dtypes, byte counts equal to shape x dtype size, offsets inside the data and not overlapping, no
+// duplicate names. `source` names the file in messages. Needs no file: the fuzz target calls it directly.
+SafetensorsHeader parse_safetensors(std::span<const std::byte> image, const std::string& source);
+
+// A read-only memory mapping of a whole file (never copied).
+class MappedFile {
+ public:
+  explicit MappedFile(const std::filesystem::path& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  std::span<const std::byte> bytes() const { return {data_, size_}; }
+
+ private:
+  const std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+class SafetensorsFile {
+ public:
+  explicit SafetensorsFile(const std::filesystem::path& path);
+  const std::filesystem::path& path() const { return path_; }
+  const SafetensorsHeader& header() const { return header_; }
+  const TensorInfo* find(std::string_view name) const;
+  std::span<const std::byte> data(const TensorInfo& tensor) const;
+
+ private:
+  std::filesystem::path path_;
+  std::unique_ptr<MappedFile> mapping_;
+  SafetensorsHeader header_;
+  std::map<std::string, std::size_t, std::less<>> index_;
+};
+
+// One model's tensors: a single .safetensors file, or a folder holding model.safetensors or the shards listed
+// in model.safetensors.index.json. Accessors convert to double and check shapes, naming file and tensor.
+class Checkpoint {
+ public:
+  static Checkpoint open(const std::filesystem::path& file_or_folder);
+
+  bool contains(std::string_view name) const;
+  std::vector<std::string> names() const;
+  const TensorInfo& info(std::string_view name) const;
+  std::string where(std::string_view name) const;  // "tensor 'x' in file.safetensors"
+
+  // Whole tensor as a matrix: 2-D as is, 1-D as one row; the shape must be exactly `rows` x `cols` (-1: any).
+  Matrix matrix(std::string_view name, std::int64_t rows = -1, std::int64_t cols = -1) const;
+  Vector vector(std::string_view name, std::int64_t length = -1) const;
+  // Selected rows of a 2-D tensor, converting only those (an embedding lookup).
+  Matrix rows(std::string_view name, std::span<const std::int64_t> row_ids, std::int64_t cols = -1) const;
+  // Root mean square of all entries, streamed without a copy.
+  double root_mean_square(std::string_view name) const;
+
+ private:
+  struct Entry {
+    std::size_t file;
+    const TensorInfo* tensor;
+  };
+  const Entry& entry(std::string_view name) const;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, Entry, std::less<>> entries_;
+};
+
+// A tensor to write: values in row-major order, stored as F64 or F32.
+struct NamedTensor {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  std::vector<double> values;
+  DType dtype = DType::F64;
+};
+
+// Writes a complete file or nothing: a temporary file in the same folder, then rename.
+void write_safetensors(const std::filesystem::path& path, const std::vector<NamedTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace attncheck::probes

@@ -1,0 +1,258 @@
+#include "attncheck/probes/live_metrics.hpp"
+
+#include "attncheck/monte_carlo/random_stream.hpp"
+#include "attncheck/probes/tokenizer.hpp"
+#include "attncheck/theory/moments.hpp"
+#include "attncheck/theory/softmax.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+
+namespace attncheck::probes {
+
+namespace fs = std::filesystem;
+using theory::ActivationKind;
+using theory::AttentionMap;
+using theory::Index;
+using theory::Pointwise;
+
+namespace {
+
+NormSet norms_of(const AttentionMap& map, const LayerInputs& layer, const HeadInputs& head) {
+  const auto norms = theory::attention_norms_from_projections(map, layer.X, head.V, head.U, layer.causal);
+  return {norms.value_fro, *norms.dS_fro, *norms.dQ_fro, *norms.dK_fro};
+}
+
+AttentionMap pointwise_map(Pointwise h, int p, double inner, theory::OuterScale outer) {
+  AttentionMap map;
+  map.activation = {ActivationKind::pointwise, h, p};
+  map.inner = inner;
+  map.outer = outer;
+  return map;
+}
+
+// sqrt(E||c S^p||_F^2) over the attended entries: every entry for bidirectional attention, the lower
+// triangle with the diagonal for causal attention.
+double iid_root_mean_square(const theory::GaussianModel& model, Index n, int p, double outer, bool causal) {
+  if (!causal) return std::sqrt(theory::expected_poly_fro_sq(model, n, p, outer));
+  const double nn = static_cast<double>(n);
+  const double off = theory::offdiagonal_abs_moment(model, 2.0 * p);
+  const double diag = theory::diagonal_abs_moment(model, 2.0 * p);
+  return outer * std::sqrt(nn * (nn - 1) / 2 * off + nn * diag);
+}
+
+}  // namespace
+
+HeadMetrics measure_head(const LayerInputs& layer, int layer_index, int head_index) {
+  const HeadInputs& head = layer.heads.at(static_cast<std::size_t>(head_index));
+  HeadMetrics m;
+  m.layer = layer_index;
+  m.head = head_index;
+  m.N = layer.X.rows();
+  m.D = layer.X.cols();
+  m.d = head.V.cols();
+  m.causal = layer.causal;
+  m.inner = layer.inner;
+  const double lambda = layer.inner;
+  m.softmax = norms_of(AttentionMap{{ActivationKind::softmax, Pointwise::identity, 1}, lambda, {}}, layer, head);
+  const auto bounds = theory::softmax_bounds(m.N);
+  m.sqrt_n = bounds.softmax_paper;
+  m.grad_paper_bound = bounds.grad_paper;
+  m.grad_tight_bound = bounds.grad_tight;
+
+  const Matrix scores = lambda * (head.V * head.U.transpose());
+  double sum = 0, sum_sq = 0, max_abs = 0;
+  std::int64_t count = 0;
+  for (Index i = 0; i < m.N; ++i) {
+    const Index visible = layer.causal ? i + 1 : m.N;
+    for (Index j = 0; j < visible; ++j) {
+      const double s = scores(i, j);
+      sum += s;
+      sum_sq += s * s;
+      max_abs = std::max(max_abs, std::abs(s));
+      ++count;
+    }
+  }
+  m.score_mean = sum / static_cast<double>(count);
+  m.score_std = std::sqrt(std::max(0.0, sum_sq / static_cast<double>(count) - m.score_mean * m.score_mean));
+  m.score_max_abs = max_abs;
+  m.scores_fro = std::sqrt(sum_sq);
+
+  m.linear_scaled = norms_of(pointwise_map(Pointwise::identity, 1, lambda, {1, 0.5}), layer, head);
+  m.poly3_scaled = norms_of(pointwise_map(Pointwise::poly, 3, lambda, {1, 0.5}), layer, head);
+  m.poly3 = norms_of(pointwise_map(Pointwise::poly, 3, lambda, {1, 0}), layer, head);
+  m.relu_n = norms_of(pointwise_map(Pointwise::relu, 1, lambda, {1, 1}), layer, head);
+
+  m.sigma_x = std::sqrt(layer.X.squaredNorm() / static_cast<double>(layer.X.size()));
+  m.sigma_t = std::sqrt((head.W_Q.squaredNorm() + head.W_K.squaredNorm()) /
+                        static_cast<double>(head.W_Q.size() + head.W_K.size()));
+  const theory::GaussianModel model{m.D, m.d, m.sigma_x, m.sigma_t, lambda};
+  m.iid_scores_fro = iid_root_mean_square(model, m.N, 1, 1.0, m.causal);
+  m.iid_poly3_scaled_fro = iid_root_mean_square(model, m.N, 3, 1.0 / m.sqrt_n, m.causal);
+  m.iid_poly3_fro = iid_root_mean_square(model, m.N, 3, 1.0, m.causal);
+  return m;
+}
+
+namespace {
+struct Field {
+  const char* name;
+  double (*get)(const HeadMetrics&);
+};
+#define ATTNCHECK_FIELD(key, expr) Field{key, [](const HeadMetrics& m) { return static_cast<double>(expr); }}
+const Field kFields[] = {
+    ATTNCHECK_FIELD("layer", m.layer),
+    ATTNCHECK_FIELD("head", m.head),
+    ATTNCHECK_FIELD("N", m.N),
+    ATTNCHECK_FIELD("D", m.D),
+    ATTNCHECK_FIELD("d", m.d),
+    ATTNCHECK_FIELD("causal", m.causal),
+    ATTNCHECK_FIELD("inner", m.inner),
+    ATTNCHECK_FIELD("softmax_fro", m.softmax.value),
+    ATTNCHECK_FIELD("grad_fro", m.softmax.grad),
+    ATTNCHECK_FIELD("dWq_fro", m.softmax.dWq),
+    ATTNCHECK_FIELD("dWk_fro", m.softmax.dWk),
+    ATTNCHECK_FIELD("sqrt_N", m.sqrt_n),
+    ATTNCHECK_FIELD("softmax_over_sqrt_N", m.softmax.value / m.sqrt_n),
+    ATTNCHECK_FIELD("grad_over_2sqrt_N", m.softmax.grad / m.grad_paper_bound),
+    ATTNCHECK_FIELD("grad_over_half_sqrt_N", m.softmax.grad / m.grad_tight_bound),
+    ATTNCHECK_FIELD("score_mean", m.score_mean),
+    ATTNCHECK_FIELD("score_std", m.score_std),
+    ATTNCHECK_FIELD("score_max_abs", m.score_max_abs),
+    ATTNCHECK_FIELD("scores_fro", m.scores_fro),
+    ATTNCHECK_FIELD("linear_scaled_fro", m.linear_scaled.value),
+    ATTNCHECK_FIELD("linear_scaled_grad_fro", m.linear_scaled.grad),
+    ATTNCHECK_FIELD("poly3_scaled_fro", m.poly3_scaled.value),
+    ATTNCHECK_FIELD("poly3_scaled_grad_fro", m.poly3_scaled.grad),
+    ATTNCHECK_FIELD("poly3_scaled_dWq_fro", m.poly3_scaled.dWq),
+    ATTNCHECK_FIELD("poly3_scaled_dWk_fro", m.poly3_scaled.dWk),
+    ATTNCHECK_FIELD("poly3_fro", m.poly3.value),
+    ATTNCHECK_FIELD("poly3_grad_fro", m.poly3.grad),
+    ATTNCHECK_FIELD("poly3_dWq_fro", m.poly3.dWq),
+    ATTNCHECK_FIELD("poly3_dWk_fro", m.poly3.dWk),
+    ATTNCHECK_FIELD("relu_n_fro", m.relu_n.value),
+    ATTNCHECK_FIELD("relu_n_grad_fro", m.relu_n.grad),
+    ATTNCHECK_FIELD("sigma_x", m.sigma_x),
+    ATTNCHECK_FIELD("sigma_t", m.sigma_t),
+    ATTNCHECK_FIELD("iid_scores_fro", m.iid_scores_fro),
+    ATTNCHECK_FIELD("iid_poly3_scaled_fro", m.iid_poly3_scaled_fro),
+    ATTNCHECK_FIELD("iid_poly3_fro", m.iid_poly3_fro),
+};
+#undef ATTNCHECK_FIELD
+bool is_integer_field(const std::string& name) {
+  return name == "layer" || name == "head" || name == "N" || name == "D" || name == "d";
+}
+}  // namespace
+
+nlohmann::json to_json(const HeadMetrics& metrics) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& field : kFields) {
+    const double value = field.get(metrics);
+    if (std::string(field.name) == "causal") {
+      out[field.name] = metrics.causal;
+    } else if (is_integer_field(field.name)) {
+      out[field.name] = static_cast<std::int64_t>(value);
+    } else {
+      out[field.name] = value;
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> csv_columns() {
+  std::vector<std::string> out;
+  for (const auto& field : kFields) out.emplace_back(field.name);
+  return out;
+}
+
+std::vector<double> csv_values(const HeadMetrics& metrics) {
+  std::vector<double> out;
+  for (const auto& field : kFields) out.push_back(field.get(metrics));
+  return out;
+}
+
+ProbeResult probe_model(const fs::path& model_path, const ProbeInput& input, const std::vector<int>& layers,
+                        const std::vector<int>& heads, bool keep_layers) {
+  const TransformerModel model = TransformerModel::load(model_path);
+  ProbeResult result;
+  result.config = model.config();
+  for (int head : heads) {
+    if (head < 0 || head >= model.config().heads) {
+      throw InputError(fmt::format("head {} does not exist: the model has heads 0..{}", head, model.config().heads - 1));
+    }
+  }
+  std::vector<LayerInputs> computed;
+  switch (input.kind) {
+    case ProbeInput::Kind::text: {
+      if (model.config().architecture != Architecture::bert) {
+        throw InputError("--text needs a WordPiece vocabulary (BERT); GPT-2's byte-level BPE is not implemented: "
+                         "pass the ids with --tokens FILE");
+      }
+      const fs::path vocab = (fs::is_directory(model_path) ? model_path : model_path.parent_path()) / "vocab.txt";
+      bool lower_case = true;
+      const fs::path tokenizer_config = vocab.parent_path() / "tokenizer_config.json";
+      if (fs::exists(tokenizer_config)) {
+        std::ifstream in(tokenizer_config);
+        const auto json = nlohmann::json::parse(in, nullptr, false);
+        if (json.is_object() && json.contains("do_lower_case") && json["do_lower_case"].is_boolean()) {
+          lower_case = json["do_lower_case"].get<bool>();
+        }
+      }
+      result.ids = WordPieceTokenizer(vocab, lower_case).encode(input.text);
+      computed = model.forward(result.ids, layers);
+      break;
+    }
+    case ProbeInput::Kind::tokens:
+      result.ids = read_token_file(input.tokens_file);
+      computed = model.forward(result.ids, layers);
+      break;
+    case ProbeInput::Kind::random: {
+      if (input.random_length <= 0) {
+        throw InputError(fmt::format("random input length {} is not positive", input.random_length));
+      }
+      result.random_sigma = model.token_embedding_rms();
+      Matrix embeddings(input.random_length, model.config().hidden);
+      monte_carlo::PhiloxStream stream(input.seed, 0);
+      stream.fill_normal(embeddings.data(), embeddings.data() + embeddings.size(), result.random_sigma);
+      computed = model.forward_embeddings(std::move(embeddings), layers);
+      break;
+    }
+  }
+  for (std::size_t l = 0; l < computed.size(); ++l) {
+    const int layer = static_cast<int>(l);
+    if (!layers.empty() && std::find(layers.begin(), layers.end(), layer) == layers.end()) continue;
+    for (int head = 0; head < model.config().heads; ++head) {
+      if (!heads.empty() && std::find(heads.begin(), heads.end(), head) == heads.end()) continue;
+      result.heads.push_back(measure_head(computed[l], layer, head));
+    }
+  }
+  if (keep_layers) result.layers = std::move(computed);
+  return result;
+}
+
+void write_attention(const fs::path& path, const ProbeResult& result) {
+  std::vector<NamedTensor> tensors;
+  for (std::size_t l = 0; l < result.layers.size(); ++l) {
+    const auto& layer = result.layers[l];
+    const auto n = layer.X.rows();
+    NamedTensor tensor{fmt::format("layer.{}", l),
+                       {static_cast<std::int64_t>(layer.heads.size()), n, n},
+                       {},
+                       DType::F64};
+    for (const auto& head : layer.heads) {
+      tensor.values.insert(tensor.values.end(), head.attention.data(), head.attention.data() + head.attention.size());
+    }
+    tensors.push_back(std::move(tensor));
+  }
+  if (!result.ids.empty()) {
+    tensors.push_back({"input_ids",
+                       {static_cast<std::int64_t>(result.ids.size())},
+                       std::vector<double>(result.ids.begin(), result.ids.end()),
+                       DType::F64});
+  }
+  write_safetensors(path, tensors);
+}
+
+}  // namespace attncheck::probes

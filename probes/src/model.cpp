@@ -1,0 +1,327 @@
+#include "attncheck/probes/model.hpp"
+
+#include "attncheck/theory/pointwise.hpp"
+#include "attncheck/theory/softmax.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <limits>
+
+namespace attncheck::probes {
+
+namespace fs = std::filesystem;
+using theory::Index;
+
+theory::AttentionMap trained_attention_map(const std::string& attention_activation, double inner) {
+  theory::AttentionMap map;
+  map.inner = inner;
+  if (attention_activation == "softmax") return map;
+  map.activation = {theory::ActivationKind::pointwise, theory::Pointwise::poly, 3};
+  if (attention_activation == "poly3_scaled") {
+    map.outer = {1, 0.5};
+  } else if (attention_activation != "poly3") {
+    throw InputError(fmt::format("attention_activation '{}' is not one of softmax, poly3_scaled, poly3",
+                                 attention_activation));
+  }
+  return map;
+}
+
+fs::path config_path_for(const fs::path& model) {
+  if (!fs::is_directory(model)) return model.parent_path() / "config.json";
+  // A checkpoint sub-folder of a training run may rely on the run folder's config.json.
+  if (!fs::exists(model / "config.json") && fs::exists(model.parent_path() / "config.json")) {
+    return model.parent_path() / "config.json";
+  }
+  return model / "config.json";
+}
+
+namespace {
+
+std::int64_t positive_int(const nlohmann::json& config, const char* key, const fs::path& file) {
+  if (!config.contains(key)) throw InputError(fmt::format("{}: no \"{}\"", file.string(), key));
+  const auto& value = config[key];
+  if (!value.is_number_integer() || value.get<std::int64_t>() <= 0) {
+    throw InputError(fmt::format("{}: \"{}\" is {}, not a positive integer", file.string(), key, value.dump()));
+  }
+  return value.get<std::int64_t>();
+}
+
+template <class T>
+T value_or(const nlohmann::json& config, const char* key, T fallback, const fs::path& file) {
+  if (!config.contains(key) || config[key].is_null()) return fallback;
+  try {
+    return config[key].get<T>();
+  } catch (const nlohmann::json::exception&) {
+    throw InputError(fmt::format("{}: \"{}\" has the wrong type ({})", file.string(), key, config[key].dump()));
+  }
+}
+
+double gelu_tanh(double x) {
+  constexpr double kSqrt2OverPi = 0.79788456080286535588;
+  return 0.5 * x * (1.0 + std::tanh(kSqrt2OverPi * (x + 0.044715 * x * x * x)));
+}
+
+void apply_hidden_activation(Matrix& m, const std::string& act) {
+  if (act == "gelu") {
+    m = m.unaryExpr([](double x) { return theory::pointwise_value(theory::Pointwise::gelu, 1, x); });
+  } else if (act == "gelu_new" || act == "gelu_pytorch_tanh") {
+    m = m.unaryExpr(&gelu_tanh);
+  } else if (act == "relu") {
+    m = m.cwiseMax(0.0);
+  } else {
+    throw InputError(fmt::format("hidden activation '{}' is not supported (gelu, gelu_new, relu)", act));
+  }
+}
+
+// y = x W^T + b for nn.Linear weights stored [out, in].
+Matrix linear(const Matrix& x, const Matrix& weight_out_in, const Vector& bias) {
+  Matrix y = x * weight_out_in.transpose();
+  y.rowwise() += bias.transpose();
+  return y;
+}
+
+// The trained map applied to one head's scores; masked entries (causal, j > i) are 0.
+Matrix apply_attention(const theory::AttentionMap& map, const Matrix& scores, bool causal) {
+  const Index n = scores.rows();
+  Matrix out = Matrix::Zero(n, n);
+  const double c = map.outer.at(n);
+  for (Index i = 0; i < n; ++i) {
+    const Index visible = causal ? i + 1 : n;
+    if (map.activation.kind == theory::ActivationKind::softmax) {
+      theory::softmax_row({scores.row(i).data(), static_cast<std::size_t>(visible)},
+                          {out.row(i).data(), static_cast<std::size_t>(visible)}, i);
+    } else {
+      for (Index j = 0; j < visible; ++j) {
+        out(i, j) = c * theory::pointwise_value(map.activation.h, map.activation.p, scores(i, j));
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Matrix layer_norm(const Matrix& x, const Vector& gain, const Vector& bias, double eps) {
+  Matrix out(x.rows(), x.cols());
+  for (Index i = 0; i < x.rows(); ++i) {
+    const double mean = x.row(i).mean();
+    const double variance = (x.row(i).array() - mean).square().mean();
+    out.row(i) = ((x.row(i).array() - mean) / std::sqrt(variance + eps)).matrix();
+  }
+  out.array().rowwise() *= gain.transpose().array();
+  out.rowwise() += bias.transpose();
+  return out;
+}
+
+ModelConfig read_model_config(const fs::path& config_json, const Checkpoint& checkpoint) {
+  std::ifstream in(config_json);
+  if (!in) throw InputError(fmt::format("{}: cannot read the model's config.json", config_json.string()));
+  nlohmann::json config;
+  try {
+    config = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(fmt::format("{}: not valid JSON ({})", config_json.string(), e.what()));
+  }
+  if (!config.is_object()) throw InputError(fmt::format("{}: not a JSON object", config_json.string()));
+  ModelConfig out;
+  const std::string type = value_or<std::string>(config, "model_type", "", config_json);
+  if (type == "bert") {
+    out.architecture = Architecture::bert;
+    out.hidden = positive_int(config, "hidden_size", config_json);
+    out.heads = positive_int(config, "num_attention_heads", config_json);
+    out.layers = positive_int(config, "num_hidden_layers", config_json);
+    out.intermediate = positive_int(config, "intermediate_size", config_json);
+    out.vocab = positive_int(config, "vocab_size", config_json);
+    out.max_positions = positive_int(config, "max_position_embeddings", config_json);
+    out.type_vocab = value_or<std::int64_t>(config, "type_vocab_size", 2, config_json);
+    out.layer_norm_eps = value_or<double>(config, "layer_norm_eps", 1e-12, config_json);
+    out.hidden_act = value_or<std::string>(config, "hidden_act", "gelu", config_json);
+    const std::string position = value_or<std::string>(config, "position_embedding_type", "absolute", config_json);
+    if (position != "absolute") {
+      throw InputError(fmt::format("{}: position_embedding_type '{}' is not supported (absolute)",
+                                   config_json.string(), position));
+    }
+    for (const char* prefix : {"", "bert."}) {
+      if (checkpoint.contains(std::string(prefix) + "embeddings.word_embeddings.weight")) out.tensor_prefix = prefix;
+    }
+  } else if (type == "gpt2") {
+    out.architecture = Architecture::gpt2;
+    out.hidden = positive_int(config, "n_embd", config_json);
+    out.heads = positive_int(config, "n_head", config_json);
+    out.layers = positive_int(config, "n_layer", config_json);
+    out.intermediate = value_or<std::int64_t>(config, "n_inner", 4 * out.hidden, config_json);
+    out.vocab = positive_int(config, "vocab_size", config_json);
+    out.max_positions = positive_int(config, "n_positions", config_json);
+    out.layer_norm_eps = value_or<double>(config, "layer_norm_epsilon", 1e-5, config_json);
+    out.hidden_act = value_or<std::string>(config, "activation_function", "gelu_new", config_json);
+    out.scale_attn_weights = value_or<bool>(config, "scale_attn_weights", true, config_json);
+    out.scale_by_inverse_layer_idx = value_or<bool>(config, "scale_attn_by_inverse_layer_idx", false, config_json);
+    for (const char* prefix : {"", "transformer."}) {
+      if (checkpoint.contains(std::string(prefix) + "wte.weight")) out.tensor_prefix = prefix;
+    }
+  } else {
+    throw InputError(fmt::format("{}: model_type '{}' is not supported (bert, gpt2)", config_json.string(), type));
+  }
+  if (out.hidden % out.heads != 0) {
+    throw InputError(fmt::format("{}: hidden size {} is not a multiple of the {} heads", config_json.string(),
+                                 out.hidden, out.heads));
+  }
+  out.attention_activation = value_or<std::string>(config, "attention_activation", "softmax", config_json);
+  trained_attention_map(out.attention_activation, 1);  // refuses unknown names here, naming them
+  return out;
+}
+
+TransformerModel TransformerModel::load(const fs::path& model) {
+  Checkpoint checkpoint = Checkpoint::open(model);
+  ModelConfig config = read_model_config(config_path_for(model), checkpoint);
+  return TransformerModel(std::move(checkpoint), std::move(config));
+}
+
+double TransformerModel::token_embedding_rms() const {
+  return checkpoint_.root_mean_square(
+      name(config_.architecture == Architecture::bert ? "embeddings.word_embeddings.weight" : "wte.weight"));
+}
+
+std::vector<LayerInputs> TransformerModel::forward(std::span<const std::int64_t> ids,
+                                                   const std::vector<int>& layers) const {
+  const auto n = static_cast<std::int64_t>(ids.size());
+  if (n == 0) throw InputError("the input has no tokens");
+  if (n > config_.max_positions) {
+    throw InputError(fmt::format("the input has {} tokens, more than the model's {} positions", n,
+                                 config_.max_positions));
+  }
+  for (std::int64_t k = 0; k < n; ++k) {
+    if (ids[k] < 0 || ids[k] >= config_.vocab) {
+      throw InputError(fmt::format("token id {} at position {} is outside the vocabulary of {}", ids[k], k,
+                                   config_.vocab));
+    }
+  }
+  std::vector<std::int64_t> positions(static_cast<std::size_t>(n));
+  for (std::int64_t k = 0; k < n; ++k) positions[k] = k;
+  const std::int64_t D = config_.hidden;
+  Matrix embeddings;
+  if (config_.architecture == Architecture::bert) {
+    const std::vector<std::int64_t> types(static_cast<std::size_t>(n), 0);
+    embeddings = checkpoint_.rows(name("embeddings.word_embeddings.weight"), ids, D) +
+                 checkpoint_.rows(name("embeddings.position_embeddings.weight"), positions, D) +
+                 checkpoint_.rows(name("embeddings.token_type_embeddings.weight"), types, D);
+  } else {
+    embeddings = checkpoint_.rows(name("wte.weight"), ids, D) + checkpoint_.rows(name("wpe.weight"), positions, D);
+  }
+  return forward_embeddings(std::move(embeddings), layers);
+}
+
+std::vector<LayerInputs> TransformerModel::forward_embeddings(Matrix h, const std::vector<int>& layers) const {
+  const std::int64_t D = config_.hidden, H = config_.heads, d = config_.head_dim(), I = config_.intermediate;
+  const Index n = h.rows();
+  if (h.cols() != D) throw InputError(fmt::format("embeddings have {} columns, the model {}", h.cols(), D));
+  const bool bert = config_.architecture == Architecture::bert;
+  const double eps = config_.layer_norm_eps;
+  std::int64_t last = config_.layers - 1;
+  if (!layers.empty()) {
+    for (int layer : layers) {
+      if (layer < 0 || layer >= config_.layers) {
+        throw InputError(fmt::format("layer {} does not exist: the model has layers 0..{}", layer, config_.layers - 1));
+      }
+    }
+    last = *std::max_element(layers.begin(), layers.end());
+  }
+  if (bert) {
+    h = layer_norm(h, checkpoint_.vector(name("embeddings.LayerNorm.weight"), D),
+                   checkpoint_.vector(name("embeddings.LayerNorm.bias"), D), eps);
+  }
+  std::vector<LayerInputs> out;
+  for (std::int64_t l = 0; l <= last; ++l) {
+    LayerInputs layer;
+    layer.causal = !bert;
+    double inner = 1;
+    if (bert || config_.scale_attn_weights) inner /= std::sqrt(static_cast<double>(d));
+    if (!bert && config_.scale_by_inverse_layer_idx) inner /= static_cast<double>(l + 1);
+    layer.inner = inner;
+    // Weights as D x D' maps of rows (x -> x W), whatever the storage order.
+    Matrix W_q, W_k, W_v, W_o;
+    Vector b_q, b_k, b_v, b_o;
+    if (bert) {
+      const std::string p = fmt::format("encoder.layer.{}.", l);
+      layer.X = h;
+      W_q = checkpoint_.matrix(name(p + "attention.self.query.weight"), D, D).transpose();
+      W_k = checkpoint_.matrix(name(p + "attention.self.key.weight"), D, D).transpose();
+      W_v = checkpoint_.matrix(name(p + "attention.self.value.weight"), D, D).transpose();
+      W_o = checkpoint_.matrix(name(p + "attention.output.dense.weight"), D, D).transpose();
+      b_q = checkpoint_.vector(name(p + "attention.self.query.bias"), D);
+      b_k = checkpoint_.vector(name(p + "attention.self.key.bias"), D);
+      b_v = checkpoint_.vector(name(p + "attention.self.value.bias"), D);
+      b_o = checkpoint_.vector(name(p + "attention.output.dense.bias"), D);
+    } else {
+      const std::string p = fmt::format("h.{}.", l);
+      layer.X = layer_norm(h, checkpoint_.vector(name(p + "ln_1.weight"), D),
+                           checkpoint_.vector(name(p + "ln_1.bias"), D), eps);
+      const Matrix c_attn = checkpoint_.matrix(name(p + "attn.c_attn.weight"), D, 3 * D);
+      const Vector c_attn_b = checkpoint_.vector(name(p + "attn.c_attn.bias"), 3 * D);
+      W_q = c_attn.leftCols(D);
+      W_k = c_attn.middleCols(D, D);
+      W_v = c_attn.rightCols(D);
+      b_q = c_attn_b.head(D);
+      b_k = c_attn_b.segment(D, D);
+      b_v = c_attn_b.tail(D);
+      W_o = checkpoint_.matrix(name(p + "attn.c_proj.weight"), D, D);
+      b_o = checkpoint_.vector(name(p + "attn.c_proj.bias"), D);
+    }
+    const auto project = [&](const Matrix& W, const Vector& b) {
+      Matrix y = layer.X * W;
+      y.rowwise() += b.transpose();
+      return y;
+    };
+    const Matrix V_all = project(W_q, b_q), U_all = project(W_k, b_k), values = project(W_v, b_v);
+    const theory::AttentionMap map = trained_attention_map(config_.attention_activation, inner);
+    Matrix context(n, D);
+    for (std::int64_t head = 0; head < H; ++head) {
+      HeadInputs inputs;
+      inputs.V = V_all.middleCols(head * d, d);
+      inputs.U = U_all.middleCols(head * d, d);
+      inputs.W_Q = W_q.middleCols(head * d, d);
+      inputs.W_K = W_k.middleCols(head * d, d);
+      inputs.b_Q = b_q.segment(head * d, d);
+      inputs.b_K = b_k.segment(head * d, d);
+      inputs.attention = apply_attention(map, inner * (inputs.V * inputs.U.transpose()), layer.causal);
+      context.middleCols(head * d, d) = inputs.attention * values.middleCols(head * d, d);
+      layer.heads.push_back(std::move(inputs));
+    }
+    Matrix attended = context * W_o;
+    attended.rowwise() += b_o.transpose();
+    if (bert) {
+      const std::string p = fmt::format("encoder.layer.{}.", l);
+      const Matrix h1 = layer_norm(attended + h, checkpoint_.vector(name(p + "attention.output.LayerNorm.weight"), D),
+                                   checkpoint_.vector(name(p + "attention.output.LayerNorm.bias"), D), eps);
+      Matrix inter = linear(h1, checkpoint_.matrix(name(p + "intermediate.dense.weight"), I, D),
+                            checkpoint_.vector(name(p + "intermediate.dense.bias"), I));
+      apply_hidden_activation(inter, config_.hidden_act);
+      const Matrix mlp = linear(inter, checkpoint_.matrix(name(p + "output.dense.weight"), D, I),
+                                checkpoint_.vector(name(p + "output.dense.bias"), D));
+      h = layer_norm(mlp + h1, checkpoint_.vector(name(p + "output.LayerNorm.weight"), D),
+                     checkpoint_.vector(name(p + "output.LayerNorm.bias"), D), eps);
+    } else {
+      const std::string p = fmt::format("h.{}.", l);
+      h += attended;
+      const Matrix m = layer_norm(h, checkpoint_.vector(name(p + "ln_2.weight"), D),
+                                  checkpoint_.vector(name(p + "ln_2.bias"), D), eps);
+      Matrix inter = m * checkpoint_.matrix(name(p + "mlp.c_fc.weight"), D, I);
+      inter.rowwise() += checkpoint_.vector(name(p + "mlp.c_fc.bias"), I).transpose();
+      apply_hidden_activation(inter, config_.hidden_act);
+      Matrix mlp = inter * checkpoint_.matrix(name(p + "mlp.c_proj.weight"), I, D);
+      mlp.rowwise() += checkpoint_.vector(name(p + "mlp.c_proj.bias"), D).transpose();
+      h += mlp;
+    }
+    if (!h.allFinite()) {
+      throw InputError(fmt::format("hidden states after layer {} are not finite (the activations overflowed)", l));
+    }
+    out.push_back(std::move(layer));
+  }
+  return out;
+}
+
+}  // namespace attncheck::probes

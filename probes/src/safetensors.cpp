@@ -1,0 +1,515 @@
+#include "attncheck/probes/safetensors.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <set>
+
+namespace attncheck::probes {
+
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian");
+
+// Above this a header is not a model's: the reference implementation refuses headers over 100 MB too.
+constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
+
+template <class T>
+T load(const std::byte* p) {
+  T value;
+  std::memcpy(&value, p, sizeof(T));  // tensor data need not be aligned
+  return value;
+}
+
+double half_to_double(std::uint16_t bits) {
+  const int sign = bits >> 15, exponent = (bits >> 10) & 0x1f, mantissa = bits & 0x3ff;
+  double magnitude;
+  if (exponent == 0) {
+    magnitude = std::ldexp(mantissa, -24);
+  } else if (exponent == 31) {
+    magnitude = mantissa ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
+  } else {
+    magnitude = std::ldexp(mantissa + 1024, exponent - 25);
+  }
+  return sign ? -magnitude : magnitude;
+}
+
+// OCP FP8: E4M3 (bias 7, no infinities, S.1111.111 is NaN) and E5M2 (bias 15, IEEE-like).
+double fp8_to_double(std::uint8_t bits, int exponent_bits) {
+  const int mantissa_bits = 7 - exponent_bits;
+  const int bias = (1 << (exponent_bits - 1)) - 1;
+  const int sign = bits >> 7, exponent = (bits >> mantissa_bits) & ((1 << exponent_bits) - 1);
+  const int mantissa = bits & ((1 << mantissa_bits) - 1);
+  const int max_exponent = (1 << exponent_bits) - 1;
+  double magnitude;
+  if (exponent_bits == 4 && exponent == max_exponent && mantissa == 7) {
+    magnitude = std::numeric_limits<double>::quiet_NaN();
+  } else if (exponent_bits == 5 && exponent == max_exponent) {
+    magnitude = mantissa ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
+  } else if (exponent == 0) {
+    magnitude = std::ldexp(mantissa, 1 - bias - mantissa_bits);
+  } else {
+    magnitude = std::ldexp(mantissa + (1 << mantissa_bits), exponent - bias - mantissa_bits);
+  }
+  return sign ? -magnitude : magnitude;
+}
+
+struct DTypeRow {
+  DType dtype;
+  std::string_view name;
+  std::size_t size;
+};
+constexpr DTypeRow kDTypes[] = {
+    {DType::F64, "F64", 8},         {DType::F32, "F32", 4},         {DType::F16, "F16", 2},
+    {DType::BF16, "BF16", 2},       {DType::F8_E4M3, "F8_E4M3", 1}, {DType::F8_E5M2, "F8_E5M2", 1},
+    {DType::I64, "I64", 8},         {DType::I32, "I32", 4},         {DType::I16, "I16", 2},
+    {DType::I8, "I8", 1},           {DType::U64, "U64", 8},         {DType::U32, "U32", 4},
+    {DType::U16, "U16", 2},         {DType::U8, "U8", 1},           {DType::BOOL, "BOOL", 1},
+};
+
+const DTypeRow& row_of(DType dtype) {
+  for (const auto& row : kDTypes) {
+    if (row.dtype == dtype) return row;
+  }
+  throw std::logic_error("unknown dtype enumerator");
+}
+
+// The value of a JSON number as a byte count or dimension, or nothing if it is not a non-negative integer.
+std::optional<std::uint64_t> as_count(const nlohmann::json& value) {
+  if (value.is_number_unsigned()) return value.get<std::uint64_t>();
+  if (value.is_number_integer() && value.get<std::int64_t>() >= 0) return value.get<std::uint64_t>();
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::size_t dtype_size(DType dtype) { return row_of(dtype).size; }
+std::string_view dtype_name(DType dtype) { return row_of(dtype).name; }
+std::optional<DType> parse_dtype(std::string_view name) {
+  for (const auto& row : kDTypes) {
+    if (row.name == name) return row.dtype;
+  }
+  return std::nullopt;
+}
+
+double element_to_double(DType dtype, const std::byte* p) {
+  switch (dtype) {
+    case DType::F64: return load<double>(p);
+    case DType::F32: return load<float>(p);
+    case DType::F16: return half_to_double(load<std::uint16_t>(p));
+    case DType::BF16: {
+      const std::uint32_t bits = std::uint32_t{load<std::uint16_t>(p)} << 16;
+      return std::bit_cast<float>(bits);
+    }
+    case DType::F8_E4M3: return fp8_to_double(load<std::uint8_t>(p), 4);
+    case DType::F8_E5M2: return fp8_to_double(load<std::uint8_t>(p), 5);
+    case DType::I64: return static_cast<double>(load<std::int64_t>(p));
+    case DType::I32: return load<std::int32_t>(p);
+    case DType::I16: return load<std::int16_t>(p);
+    case DType::I8: return load<std::int8_t>(p);
+    case DType::U64: return static_cast<double>(load<std::uint64_t>(p));
+    case DType::U32: return load<std::uint32_t>(p);
+    case DType::U16: return load<std::uint16_t>(p);
+    case DType::U8: return load<std::uint8_t>(p);
+    case DType::BOOL: return load<std::uint8_t>(p) != 0 ? 1.0 : 0.0;
+  }
+  return 0;
+}
+
+std::int64_t TensorInfo::element_count() const {
+  std::int64_t count = 1;
+  for (auto dim : shape) count *= dim;
+  return count;
+}
+
+SafetensorsHeader parse_safetensors(std::span<const std::byte> image, const std::string& source) {
+  if (image.size() < 8) {
+    throw InputError(fmt::format("{}: {} bytes is too short for a safetensors file (an 8-byte header length "
+                                 "comes first)",
+                                 source, image.size()));
+  }
+  const std::uint64_t header_length = load<std::uint64_t>(image.data());
+  if (header_length > image.size() - 8) {
+    throw InputError(fmt::format("{}: header length {} runs beyond the end of the file ({} bytes)", source,
+                                 header_length, image.size()));
+  }
+  if (header_length > kMaxHeaderBytes) {
+    throw InputError(fmt::format("{}: header length {} exceeds the limit of {} bytes", source, header_length,
+                                 kMaxHeaderBytes));
+  }
+  const char* header_text = reinterpret_cast<const char*>(image.data() + 8);
+  // Duplicate names would be silently merged by the parser: catch them while parsing.
+  std::set<std::string> seen;
+  std::string duplicate;
+  const nlohmann::json::parser_callback_t catch_duplicates = [&](int depth, nlohmann::json::parse_event_t event,
+                                                                 nlohmann::json& parsed) {
+    if (event == nlohmann::json::parse_event_t::key && depth == 1 && parsed.is_string() &&
+        !seen.insert(parsed.get<std::string>()).second && duplicate.empty()) {
+      duplicate = parsed.get<std::string>();
+    }
+    return true;
+  };
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(header_text, header_text + header_length, catch_duplicates);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(fmt::format("{}: the header is not valid JSON ({})", source, e.what()));
+  }
+  if (!header.is_object()) {
+    throw InputError(fmt::format("{}: the header is JSON but not an object of tensors", source));
+  }
+  if (!duplicate.empty()) {
+    throw InputError(fmt::format("{}: tensor '{}' appears twice in the header", source, duplicate));
+  }
+  SafetensorsHeader out;
+  out.data_begin = 8 + static_cast<std::size_t>(header_length);
+  const std::size_t data_size = image.size() - out.data_begin;
+  for (const auto& item : header.items()) {
+    const std::string& name = item.key();
+    const nlohmann::json& entry = item.value();
+    if (name == "__metadata__") {
+      if (!entry.is_object()) throw InputError(fmt::format("{}: __metadata__ is not an object", source));
+      for (const auto& [key, value] : entry.items()) {
+        if (!value.is_string()) {
+          throw InputError(fmt::format("{}: __metadata__ entry '{}' is not a string", source, key));
+        }
+        out.metadata[key] = value.get<std::string>();
+      }
+      continue;
+    }
+    const auto fail = [&](const std::string& what) {
+      return InputError(fmt::format("{}: tensor '{}': {}", source, name, what));
+    };
+    if (!entry.is_object()) throw fail("entry is not an object");
+    for (const char* key : {"dtype", "shape", "data_offsets"}) {
+      if (!entry.contains(key)) throw fail(fmt::format("no \"{}\"", key));
+    }
+    TensorInfo tensor;
+    tensor.name = name;
+    const auto& dtype = entry["dtype"];
+    if (!dtype.is_string()) throw fail("dtype is not a string");
+    const auto parsed_dtype = parse_dtype(dtype.get<std::string>());
+    if (!parsed_dtype) throw fail(fmt::format("unknown dtype '{}'", dtype.get<std::string>()));
+    tensor.dtype = *parsed_dtype;
+    const auto& shape = entry["shape"];
+    if (!shape.is_array()) throw fail("shape is not an array");
+    // The element count is checked against the data size as it grows, so the product cannot overflow.
+    std::uint64_t elements = 1;
+    for (const auto& dim : shape) {
+      const auto size = as_count(dim);
+      if (!size) throw fail(fmt::format("shape entry {} is not a non-negative integer", dim.dump()));
+      if (*size != 0 && elements > data_size / *size) {
+        elements = std::numeric_limits<std::uint64_t>::max();
+      } else {
+        elements *= *size;
+      }
+      tensor.shape.push_back(static_cast<std::int64_t>(std::min<std::uint64_t>(*size, INT64_MAX)));
+    }
+    const auto& offsets = entry["data_offsets"];
+    if (!offsets.is_array() || offsets.size() != 2) throw fail("data_offsets is not an array of two offsets");
+    const auto begin = as_count(offsets[0]), end = as_count(offsets[1]);
+    if (!begin || !end) throw fail("data_offsets are not non-negative integers");
+    if (*begin > *end) throw fail(fmt::format("data_offsets [{}, {}] end before they begin", *begin, *end));
+    if (*end > data_size) {
+      throw fail(fmt::format("data_offsets [{}, {}] run beyond the {} data bytes in the file", *begin, *end,
+                             data_size));
+    }
+    const std::uint64_t size = dtype_size(tensor.dtype);
+    const std::uint64_t expected = elements > data_size ? std::numeric_limits<std::uint64_t>::max() : elements * size;
+    if (*end - *begin != expected) {
+      throw fail(fmt::format("shape {} of {} needs {} bytes but data_offsets [{}, {}] hold {}", shape.dump(),
+                             dtype_name(tensor.dtype),
+                             expected == std::numeric_limits<std::uint64_t>::max() ? std::string("more than the file's")
+                                                                                    : std::to_string(expected),
+                             *begin, *end, *end - *begin));
+    }
+    tensor.begin = *begin;
+    tensor.end = *end;
+    out.tensors.push_back(std::move(tensor));
+  }
+  std::sort(out.tensors.begin(), out.tensors.end(),
+            [](const TensorInfo& a, const TensorInfo& b) { return a.begin < b.begin || (a.begin == b.begin && a.end < b.end); });
+  for (std::size_t k = 1; k < out.tensors.size(); ++k) {
+    const auto& previous = out.tensors[k - 1];
+    const auto& current = out.tensors[k];
+    // Empty tensors occupy no bytes and cannot overlap anything.
+    if (current.begin < previous.end && current.begin != current.end) {
+      throw InputError(fmt::format("{}: tensors '{}' [{}, {}] and '{}' [{}, {}] overlap", source, previous.name,
+                                   previous.begin, previous.end, current.name, current.begin, current.end));
+    }
+  }
+  return out;
+}
+
+MappedFile::MappedFile(const std::filesystem::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw InputError(fmt::format("{}: cannot open: {}", path.string(), std::strerror(errno)));
+  struct stat status {};
+  if (::fstat(fd, &status) != 0 || !S_ISREG(status.st_mode)) {
+    ::close(fd);
+    throw InputError(fmt::format("{}: not a regular file", path.string()));
+  }
+  size_ = static_cast<std::size_t>(status.st_size);
+  if (size_ > 0) {
+    void* mapped = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (mapped == MAP_FAILED) {
+      ::close(fd);
+      throw InputError(fmt::format("{}: cannot map: {}", path.string(), std::strerror(errno)));
+    }
+    data_ = static_cast<const std::byte*>(mapped);
+  }
+  ::close(fd);
+}
+
+MappedFile::~MappedFile() {
+  if (data_) ::munmap(const_cast<std::byte*>(data_), size_);
+}
+
+SafetensorsFile::SafetensorsFile(const std::filesystem::path& path)
+    : path_(path), mapping_(std::make_unique<MappedFile>(path)) {
+  header_ = parse_safetensors(mapping_->bytes(), path.string());
+  for (std::size_t k = 0; k < header_.tensors.size(); ++k) index_.emplace(header_.tensors[k].name, k);
+}
+
+const TensorInfo* SafetensorsFile::find(std::string_view name) const {
+  const auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &header_.tensors[it->second];
+}
+
+std::span<const std::byte> SafetensorsFile::data(const TensorInfo& tensor) const {
+  return mapping_->bytes().subspan(header_.data_begin + tensor.begin, tensor.end - tensor.begin);
+}
+
+Checkpoint Checkpoint::open(const std::filesystem::path& file_or_folder) {
+  namespace fs = std::filesystem;
+  Checkpoint checkpoint;
+  std::error_code error;
+  if (!fs::exists(file_or_folder, error)) {
+    throw InputError(fmt::format("{}: no such file or folder", file_or_folder.string()));
+  }
+  std::vector<fs::path> shards;
+  std::map<std::string, std::string> weight_map;  // tensor -> shard file name, for sharded checkpoints
+  if (fs::is_directory(file_or_folder)) {
+    const fs::path index_path = file_or_folder / "model.safetensors.index.json";
+    if (fs::exists(index_path)) {
+      std::ifstream in(index_path);
+      nlohmann::json index;
+      try {
+        index = nlohmann::json::parse(in);
+      } catch (const nlohmann::json::exception& e) {
+        throw InputError(fmt::format("{}: not valid JSON ({})", index_path.string(), e.what()));
+      }
+      if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
+        throw InputError(fmt::format("{}: no \"weight_map\" object", index_path.string()));
+      }
+      std::set<std::string> files;
+      for (const auto& [tensor, file] : index["weight_map"].items()) {
+        if (!file.is_string()) {
+          throw InputError(fmt::format("{}: weight_map entry for '{}' is not a file name", index_path.string(), tensor));
+        }
+        const std::string shard = file.get<std::string>();
+        // Shards live beside the index; a path out of the folder is not a shard.
+        if (shard.empty() || shard.find('/') != std::string::npos || shard == "." || shard == "..") {
+          throw InputError(fmt::format("{}: shard '{}' of tensor '{}' is not a file name in the folder",
+                                       index_path.string(), shard, tensor));
+        }
+        weight_map[tensor] = shard;
+        files.insert(shard);
+      }
+      for (const auto& file : files) shards.push_back(file_or_folder / file);
+    } else if (fs::exists(file_or_folder / "model.safetensors")) {
+      shards.push_back(file_or_folder / "model.safetensors");
+    } else {
+      throw InputError(fmt::format("{}: neither model.safetensors nor model.safetensors.index.json is there",
+                                   file_or_folder.string()));
+    }
+  } else {
+    shards.push_back(file_or_folder);
+  }
+  for (const auto& shard : shards) {
+    checkpoint.files_.push_back(std::make_unique<SafetensorsFile>(shard));
+    const auto& file = *checkpoint.files_.back();
+    for (const auto& tensor : file.header().tensors) {
+      const auto [it, inserted] = checkpoint.entries_.emplace(tensor.name, Entry{checkpoint.files_.size() - 1, &tensor});
+      if (!inserted) {
+        throw InputError(fmt::format("tensor '{}' is in both {} and {}", tensor.name,
+                                     checkpoint.files_[it->second.file]->path().string(), shard.string()));
+      }
+    }
+  }
+  for (const auto& [tensor, shard] : weight_map) {
+    const auto it = checkpoint.entries_.find(tensor);
+    if (it == checkpoint.entries_.end() || checkpoint.files_[it->second.file]->path().filename() != shard) {
+      throw InputError(fmt::format("{}: tensor '{}' is listed in the index but missing from that shard",
+                                   (file_or_folder / shard).string(), tensor));
+    }
+  }
+  return checkpoint;
+}
+
+bool Checkpoint::contains(std::string_view name) const { return entries_.find(name) != entries_.end(); }
+
+std::vector<std::string> Checkpoint::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, entry] : entries_) out.push_back(name);
+  return out;
+}
+
+const Checkpoint::Entry& Checkpoint::entry(std::string_view name) const {
+  const auto it = entries_.find(name);
+  if (it == entries_.end()) {
+    std::string files;
+    for (const auto& file : files_) files += (files.empty() ? "" : ", ") + file->path().string();
+    throw InputError(fmt::format("tensor '{}' is missing from {}", name, files));
+  }
+  return it->second;
+}
+
+const TensorInfo& Checkpoint::info(std::string_view name) const { return *entry(name).tensor; }
+
+std::string Checkpoint::where(std::string_view name) const {
+  return fmt::format("tensor '{}' in {}", name, files_[entry(name).file]->path().string());
+}
+
+namespace {
+void fill_checked(const TensorInfo& tensor, std::span<const std::byte> bytes, std::int64_t first, std::int64_t count,
+                  double* out, const std::string& where) {
+  const std::size_t size = dtype_size(tensor.dtype);
+  for (std::int64_t k = 0; k < count; ++k) {
+    const double value = element_to_double(tensor.dtype, bytes.data() + (first + k) * size);
+    if (!std::isfinite(value)) {
+      throw InputError(fmt::format("{}: element {} is {}", where, first + k, value));
+    }
+    out[k] = value;
+  }
+}
+
+std::string shape_text(const std::vector<std::int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+}  // namespace
+
+Matrix Checkpoint::matrix(std::string_view name, std::int64_t rows, std::int64_t cols) const {
+  const auto& e = entry(name);
+  const TensorInfo& tensor = *e.tensor;
+  const std::int64_t r = tensor.shape.size() == 2 ? tensor.shape[0] : 1;
+  const std::int64_t c = tensor.shape.size() == 2 ? tensor.shape[1] : (tensor.shape.size() == 1 ? tensor.shape[0] : -1);
+  if (tensor.shape.size() > 2 || tensor.shape.empty() || (rows >= 0 && r != rows) || (cols >= 0 && c != cols)) {
+    throw InputError(fmt::format("{} has shape {}, expected [{}, {}]", where(name), shape_text(tensor.shape),
+                                 rows >= 0 ? std::to_string(rows) : "any", cols >= 0 ? std::to_string(cols) : "any"));
+  }
+  Matrix out(r, c);
+  fill_checked(tensor, files_[e.file]->data(tensor), 0, r * c, out.data(), where(name));
+  return out;
+}
+
+Vector Checkpoint::vector(std::string_view name, std::int64_t length) const {
+  const auto& e = entry(name);
+  const TensorInfo& tensor = *e.tensor;
+  if (tensor.shape.size() != 1 || (length >= 0 && tensor.shape[0] != length)) {
+    throw InputError(fmt::format("{} has shape {}, expected [{}]", where(name), shape_text(tensor.shape),
+                                 length >= 0 ? std::to_string(length) : "any"));
+  }
+  Vector out(tensor.shape[0]);
+  fill_checked(tensor, files_[e.file]->data(tensor), 0, tensor.shape[0], out.data(), where(name));
+  return out;
+}
+
+Matrix Checkpoint::rows(std::string_view name, std::span<const std::int64_t> row_ids, std::int64_t cols) const {
+  const auto& e = entry(name);
+  const TensorInfo& tensor = *e.tensor;
+  if (tensor.shape.size() != 2 || (cols >= 0 && tensor.shape[1] != cols)) {
+    throw InputError(fmt::format("{} has shape {}, expected [any, {}]", where(name), shape_text(tensor.shape),
+                                 cols >= 0 ? std::to_string(cols) : "any"));
+  }
+  const std::int64_t c = tensor.shape[1];
+  Matrix out(static_cast<Eigen::Index>(row_ids.size()), c);
+  const auto bytes = files_[e.file]->data(tensor);
+  for (std::size_t k = 0; k < row_ids.size(); ++k) {
+    if (row_ids[k] < 0 || row_ids[k] >= tensor.shape[0]) {
+      throw InputError(fmt::format("{}: row {} is outside its {} rows (a token or position id out of range)",
+                                   where(name), row_ids[k], tensor.shape[0]));
+    }
+    fill_checked(tensor, bytes, row_ids[k] * c, c, out.row(static_cast<Eigen::Index>(k)).data(), where(name));
+  }
+  return out;
+}
+
+double Checkpoint::root_mean_square(std::string_view name) const {
+  const auto& e = entry(name);
+  const TensorInfo& tensor = *e.tensor;
+  const auto bytes = files_[e.file]->data(tensor);
+  const std::int64_t count = tensor.element_count();
+  if (count == 0) throw InputError(fmt::format("{} is empty", where(name)));
+  const std::size_t size = dtype_size(tensor.dtype);
+  double sum = 0;
+  for (std::int64_t k = 0; k < count; ++k) {
+    const double value = element_to_double(tensor.dtype, bytes.data() + k * size);
+    if (!std::isfinite(value)) throw InputError(fmt::format("{}: element {} is {}", where(name), k, value));
+    sum += value * value;
+  }
+  return std::sqrt(sum / static_cast<double>(count));
+}
+
+void write_safetensors(const std::filesystem::path& path, const std::vector<NamedTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  nlohmann::json header = nlohmann::json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::size_t offset = 0;
+  for (const auto& tensor : tensors) {
+    std::int64_t count = 1;
+    for (auto dim : tensor.shape) count *= dim;
+    if (count != static_cast<std::int64_t>(tensor.values.size())) {
+      throw InputError(fmt::format("tensor '{}' has shape {} but {} values", tensor.name, shape_text(tensor.shape),
+                                   tensor.values.size()));
+    }
+    if (tensor.dtype != DType::F64 && tensor.dtype != DType::F32) {
+      throw InputError(fmt::format("tensor '{}': only F64 and F32 are written", tensor.name));
+    }
+    const std::size_t bytes = tensor.values.size() * dtype_size(tensor.dtype);
+    header[tensor.name] = {{"dtype", dtype_name(tensor.dtype)},
+                           {"shape", tensor.shape},
+                           {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string header_text = header.dump();
+  header_text.append((8 - header_text.size() % 8) % 8, ' ');  // keeps the data 8-byte aligned
+  const std::filesystem::path temporary = path.string() + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    if (!out) throw InputError(fmt::format("{}: cannot write", temporary.string()));
+    const std::uint64_t length = header_text.size();
+    out.write(reinterpret_cast<const char*>(&length), 8);
+    out.write(header_text.data(), static_cast<std::streamsize>(header_text.size()));
+    for (const auto& tensor : tensors) {
+      if (tensor.dtype == DType::F64) {
+        out.write(reinterpret_cast<const char*>(tensor.values.data()),
+                  static_cast<std::streamsize>(tensor.values.size() * sizeof(double)));
+      } else {
+        for (double v : tensor.values) {
+          const float f = static_cast<float>(v);
+          out.write(reinterpret_cast<const char*>(&f), sizeof f);
+        }
+      }
+    }
+    out.flush();
+    if (!out) {
+      std::filesystem::remove(temporary);
+      throw InputError(fmt::format("{}: write failed", temporary.string()));
+    }
+  }
+  std::filesystem::rename(temporary, path);
+}
+
+}  // namespace attncheck::probes

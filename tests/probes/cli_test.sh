@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# End-to-end checks of `attncheck probe`: outputs, exit codes and messages for bad input.
+# Usage: cli_test.sh ATTNCHECK TINY_MODELS_DIR
+set -uo pipefail
+attncheck=$1
+tiny=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# expect CODE PATTERN -- command...: exit code CODE and PATTERN (grep -E) somewhere in stdout+stderr.
+expect() {
+  local code=$1 pattern=$2
+  shift 3
+  local out rc
+  out=$("$@" 2>&1)
+  rc=$?
+  [ "$rc" -eq "$code" ] || fail "'$*' exited $rc, expected $code: $out"
+  grep -Eq -- "$pattern" <<<"$out" || fail "'$*' output lacks /$pattern/: $out"
+}
+
+expect 2 "give MODEL" -- "$attncheck" probe
+expect 2 "/no/such/model: no such file" -- "$attncheck" probe /no/such/model
+expect 2 "choose one input" -- "$attncheck" probe "$tiny/tiny-bert" --text "the cat" --random
+expect 2 "token id 999 at position 1" -- "$attncheck" probe "$tiny/tiny-bert" --tokens <(echo "2 999 3")
+expect 2 "layer 7 does not exist" -- "$attncheck" probe "$tiny/tiny-bert" --layers 7
+expect 2 "JSON lines to --out" -- "$attncheck" probe --watch "$tiny" --json
+expect 2 "not a folder to watch" -- "$attncheck" probe --watch /no/such/run --until-idle 0
+expect 2 "--tokens" -- "$attncheck" probe "$tiny/tiny-gpt2" --text "hello"
+expect 0 "layer +head" -- "$attncheck" probe "$tiny/tiny-bert" --text "the cats sat on the mat."
+expect 0 "Gaussian embeddings" -- "$attncheck" probe "$tiny/tiny-gpt2" --random --length 9
+
+# A truncated file: refused with exit 2, naming the file.
+head -c 3000 "$tiny/tiny-bert/model.safetensors" >"$work/model.safetensors"
+cp "$tiny/tiny-bert/config.json" "$work/"
+expect 2 "$work/model.safetensors" -- "$attncheck" probe "$work/model.safetensors"
+
+# JSON: one object per layer and head, 0-based, with the agreed keys.
+"$attncheck" probe "$tiny/tiny-bert" --text "the cats sat" --json >"$work/out.json" || fail "--json exited $?"
+/usr/bin/python3 - "$work/out.json" <<'PY' || fail "JSON output"
+import json, sys
+rows = json.load(open(sys.argv[1]))
+assert len(rows) == 2 * 4, len(rows)
+assert sorted({(r["layer"], r["head"]) for r in rows}) == [(l, h) for l in range(2) for h in range(4)]
+for r in rows:
+    for key in ["layer", "head", "N", "softmax_fro", "grad_fro", "dWq_fro", "dWk_fro", "poly3_scaled_fro"]:
+        assert key in r, key
+    assert r["N"] == 6, r["N"]  # [CLS] the cat ##s sat [SEP]
+PY
+
+# CSV with a header and the selected layer and heads only.
+lines=$("$attncheck" probe "$tiny/tiny-bert" --random --length 6 --layers 1 --heads 0,3 --csv | wc -l)
+[ "$lines" -eq 3 ] || fail "--csv printed $lines lines, expected 3"
+
+# --watch: measures the folder's checkpoints and stops when idle.
+mkdir -p "$work/run"
+cp "$tiny/tiny-bert/config.json" "$work/run/"
+cp "$tiny/tiny-bert/model.safetensors" "$work/run/step-100.safetensors"
+cp "$tiny/tiny-bert/model.safetensors" "$work/run/step-200.safetensors"
+"$attncheck" probe --watch "$work/run" --interval 0.1 --until-idle 0.5 --random --length 5 2>"$work/watch.err" ||
+  fail "--watch exited $?: $(cat "$work/watch.err")"
+lines=$(wc -l <"$work/run/attncheck-probe.jsonl")
+[ "$lines" -eq 16 ] || fail "--watch wrote $lines lines, expected 16 (2 checkpoints x 2 layers x 4 heads)"
+grep -q '"step":200' "$work/run/attncheck-probe.jsonl" || fail "--watch lines lack the step"
+
+if [ "$failures" -gt 0 ]; then
+  echo "$failures failures"
+  exit 1
+fi
+echo "all probe CLI checks passed"

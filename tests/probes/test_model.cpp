@@ -1,0 +1,203 @@
+#include <catch2/catch.hpp>
+
+#include "attncheck/probes/live_metrics.hpp"
+#include "attncheck/probes/model.hpp"
+#include "attncheck/probes/tokenizer.hpp"
+#include "attncheck/theory/moments.hpp"
+#include "tiny_models.hpp"
+
+#include <cmath>
+
+using namespace attncheck::probes;
+using namespace attncheck::probes::testing;
+using attncheck::theory::Index;
+
+TEST_CASE("WordPiece splits words, punctuation and accents as BERT does", "[tokenizer]") {
+  TempDir dir;
+  write_tiny_bert(dir.path);
+  const WordPieceTokenizer lower(dir.path / "vocab.txt", true);
+  // [CLS]=2 the=4 cat=5 ##s=9 sat=6 ,=11 on=7 mat=8 .=10 [SEP]=3
+  CHECK(lower.encode("The cats sat, on the MAT.") == std::vector<std::int64_t>{2, 4, 5, 9, 6, 11, 7, 4, 8, 10, 3});
+  CHECK(lower.encode("  unable\tcafé\n") == std::vector<std::int64_t>{2, 13, 14, 12, 3});
+  CHECK(lower.encode("dog") == std::vector<std::int64_t>{2, 1, 3});            // unknown word
+  CHECK(lower.encode("cat\x01" "s") == std::vector<std::int64_t>{2, 5, 9, 3});  // control characters dropped
+  CHECK(lower.encode("\xe4\xb8\xad" "cat") == std::vector<std::int64_t>{2, 15, 5, 3});  // CJK split off
+  CHECK(lower.encode(std::string(101, 'a')) == std::vector<std::int64_t>{2, 1, 3});
+  CHECK(lower.encode("") == std::vector<std::int64_t>{2, 3});
+  const WordPieceTokenizer cased(dir.path / "vocab.txt", false);
+  CHECK(cased.encode("The") == std::vector<std::int64_t>{2, 1, 3});
+  CHECK_THROWS_WITH(WordPieceTokenizer(dir.path / "missing.txt", true), Catch::Contains("missing.txt"));
+}
+
+TEST_CASE("token files are whitespace-separated integers and anything else is named", "[tokenizer]") {
+  TempDir dir;
+  std::ofstream(dir.path / "ok.txt") << "1 2\n3\t4\n";
+  CHECK(read_token_file(dir.path / "ok.txt") == std::vector<std::int64_t>{1, 2, 3, 4});
+  std::ofstream(dir.path / "bad.txt") << "1 2x 3";
+  CHECK_THROWS_WITH(read_token_file(dir.path / "bad.txt"), Catch::Contains("'2x' (entry 2)"));
+  std::ofstream(dir.path / "empty.txt") << "\n";
+  CHECK_THROWS_WITH(read_token_file(dir.path / "empty.txt"), Catch::Contains("no token ids"));
+}
+
+TEST_CASE("GPT-2 forward pass: causal rows are probability vectors and metrics match the matrices", "[model]") {
+  TempDir dir;
+  const TinyShape shape;
+  write_tiny_gpt2(dir.path / "model.safetensors", shape);
+  const auto model = TransformerModel::load(dir.path / "model.safetensors");
+  CHECK(model.config().architecture == Architecture::gpt2);
+  const std::vector<std::int64_t> ids{3, 1, 4, 1, 5, 9, 2, 6};
+  const auto layers = model.forward(ids);
+  REQUIRE(layers.size() == 2);
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    const auto& layer = layers[l];
+    CHECK(layer.causal);
+    CHECK(layer.inner == Approx(1 / std::sqrt(4.0)));
+    for (std::size_t h = 0; h < layer.heads.size(); ++h) {
+      const auto& head = layer.heads[h];
+      const Matrix& A = head.attention;
+      for (Index i = 0; i < A.rows(); ++i) {
+        CHECK(A.row(i).sum() == Approx(1.0).epsilon(1e-12));
+        for (Index j = i + 1; j < A.cols(); ++j) CHECK(A(i, j) == 0.0);
+      }
+      const auto m = measure_head(layer, static_cast<int>(l), static_cast<int>(h));
+      CHECK(m.N == 8);
+      CHECK(m.softmax.value == Approx(A.norm()).epsilon(1e-12));
+      CHECK(m.softmax.value <= m.sqrt_n);
+      CHECK(m.softmax.grad <= m.grad_tight_bound);
+      // S^3 / sqrt(N) over the lower triangle, from the projections directly.
+      const Matrix S = layer.inner * head.V * head.U.transpose();
+      double poly_sq = 0, relu_sq = 0, max_abs = 0;
+      for (Index i = 0; i < 8; ++i) {
+        for (Index j = 0; j <= i; ++j) {
+          poly_sq += std::pow(S(i, j), 6);
+          relu_sq += std::pow(std::max(S(i, j), 0.0), 2);
+          max_abs = std::max(max_abs, std::abs(S(i, j)));
+        }
+      }
+      CHECK(m.poly3.value == Approx(std::sqrt(poly_sq)).epsilon(1e-12));
+      CHECK(m.poly3_scaled.value == Approx(std::sqrt(poly_sq / 8)).epsilon(1e-12));
+      CHECK(m.relu_n.value == Approx(std::sqrt(relu_sq) / 8).epsilon(1e-12));
+      CHECK(m.score_max_abs == Approx(max_abs).epsilon(1e-14));
+      // Projections carry the biases: V = X W_Q + b_Q.
+      Matrix V = layer.X * head.W_Q;
+      V.rowwise() += head.b_Q.transpose();
+      CHECK((V - head.V).cwiseAbs().maxCoeff() < 1e-12);
+    }
+  }
+}
+
+TEST_CASE("the i.i.d. prediction counts the attended entries: all for BERT, the lower triangle for GPT-2",
+          "[model]") {
+  TempDir dir;
+  write_tiny_gpt2(dir.path / "gpt2" / "model.safetensors", {}, 3);
+  write_tiny_bert(dir.path / "bert", {}, 4);
+  const std::vector<std::int64_t> ids{2, 5, 6, 7, 4, 8, 3};
+  for (const char* name : {"gpt2", "bert"}) {
+    const auto model = TransformerModel::load(dir.path / name);
+    const auto layers = model.forward(ids);
+    const auto m = measure_head(layers[1], 1, 0);
+    const attncheck::theory::GaussianModel iid{m.D, m.d, m.sigma_x, m.sigma_t, m.inner};
+    const double n = 7, off = attncheck::theory::offdiagonal_abs_moment(iid, 2),
+                 diag = attncheck::theory::diagonal_abs_moment(iid, 2);
+    const double pairs = std::string(name) == "gpt2" ? n * (n - 1) / 2 : n * (n - 1);
+    CHECK(m.iid_scores_fro == Approx(std::sqrt(pairs * off + n * diag)).epsilon(1e-12));
+    const double off3 = attncheck::theory::offdiagonal_abs_moment(iid, 6),
+                 diag3 = attncheck::theory::diagonal_abs_moment(iid, 6);
+    CHECK(m.iid_poly3_scaled_fro == Approx(std::sqrt((pairs * off3 + n * diag3) / n)).epsilon(1e-12));
+    CHECK(m.sigma_x == Approx(std::sqrt(layers[1].X.squaredNorm() / layers[1].X.size())));
+  }
+}
+
+TEST_CASE("a model trained with x^3/sqrt(N) attention propagates through that map", "[model]") {
+  TempDir dir;
+  write_tiny_gpt2(dir.path / "soft" / "model.safetensors", {}, 5, "softmax");
+  write_tiny_gpt2(dir.path / "poly" / "model.safetensors", {}, 5, "poly3_scaled");
+  const std::vector<std::int64_t> ids{1, 2, 3, 4, 5};
+  const auto soft = TransformerModel::load(dir.path / "soft").forward(ids);
+  const auto poly_model = TransformerModel::load(dir.path / "poly");
+  CHECK(poly_model.config().attention_activation == "poly3_scaled");
+  const auto poly = poly_model.forward(ids);
+  // Layer 0 sees the same input; its map is N^-1/2 S^3 on the lower triangle.
+  CHECK((soft[0].X - poly[0].X).cwiseAbs().maxCoeff() == 0.0);
+  const auto& head = poly[0].heads[1];
+  const Matrix S = poly[0].inner * head.V * head.U.transpose();
+  for (Index i = 0; i < 5; ++i) {
+    for (Index j = 0; j < 5; ++j) {
+      const double expected = j <= i ? std::pow(S(i, j), 3) / std::sqrt(5.0) : 0.0;
+      CHECK(head.attention(i, j) == Approx(expected).epsilon(1e-12).margin(1e-300));
+    }
+  }
+  // Layer 1's input differs: the trained map, not softmax, carried the signal.
+  CHECK((soft[1].X - poly[1].X).cwiseAbs().maxCoeff() > 1e-3);
+}
+
+TEST_CASE("bad models and inputs are InputErrors naming the value", "[model]") {
+  TempDir dir;
+  const TinyShape shape;
+  write_tiny_gpt2(dir.path / "model.safetensors", shape);
+  const auto model = TransformerModel::load(dir.path);
+  const std::vector<std::int64_t> bad_id{1, 20};
+  CHECK_THROWS_WITH(model.forward(bad_id), Catch::Contains("token id 20 at position 1"));
+  const std::vector<std::int64_t> too_long(17, 1);
+  CHECK_THROWS_WITH(model.forward(too_long), Catch::Contains("17 tokens, more than the model's 16 positions"));
+  const std::vector<std::int64_t> ids{1, 2};
+  CHECK_THROWS_WITH(model.forward(ids, {2}), Catch::Contains("layer 2 does not exist"));
+  ProbeInput input;
+  input.random_length = 4;
+  CHECK_THROWS_WITH(probe_model(dir.path, input, {}, {5}), Catch::Contains("head 5 does not exist"));
+  input.kind = ProbeInput::Kind::text;
+  CHECK_THROWS_WITH(probe_model(dir.path, input, {}, {}), Catch::Contains("--tokens"));
+
+  SECTION("config problems") {
+    write_config(dir.path, {{"model_type", "llama"}});
+    CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("model_type 'llama'"));
+    write_config(dir.path, {{"model_type", "gpt2"}, {"n_embd", 8}, {"n_head", 3}, {"n_layer", 2},
+                            {"vocab_size", 20}, {"n_positions", 16}});
+    CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("not a multiple of the 3 heads"));
+    write_config(dir.path, {{"model_type", "gpt2"}, {"n_embd", 8}, {"n_head", 2}, {"n_layer", "two"}});
+    CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("\"n_layer\" is \"two\""));
+    write_config(dir.path, {{"model_type", "gpt2"}, {"n_embd", 8}, {"n_head", 2}, {"n_layer", 2},
+                            {"vocab_size", 20}, {"n_positions", 16}, {"attention_activation", "cubic"}});
+    CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("attention_activation 'cubic'"));
+    std::ofstream(dir.path / "config.json") << "{not json";
+    CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("config.json: not valid JSON"));
+    std::filesystem::remove(dir.path / "config.json");
+    CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("config.json"));
+  }
+  SECTION("a model with more layers than tensors") {
+    write_config(dir.path, {{"model_type", "gpt2"}, {"n_embd", 8}, {"n_head", 2}, {"n_layer", 3},
+                            {"vocab_size", 20}, {"n_positions", 16}});
+    CHECK_THROWS_WITH(TransformerModel::load(dir.path).forward(ids),
+                      Catch::Contains("tensor 'h.2.ln_1.") && Catch::Contains("is missing from"));
+  }
+  SECTION("a model whose tensors have the wrong shape") {
+    write_config(dir.path, {{"model_type", "gpt2"}, {"n_embd", 4}, {"n_head", 2}, {"n_layer", 2},
+                            {"vocab_size", 20}, {"n_positions", 16}});
+    CHECK_THROWS_WITH(TransformerModel::load(dir.path).forward(ids),
+                      Catch::Contains("tensor 'w") && Catch::Contains("expected [any, 4]"));
+  }
+}
+
+TEST_CASE("random input uses the embeddings' own scale and is reproducible by seed", "[model]") {
+  TempDir dir;
+  write_tiny_bert(dir.path);
+  ProbeInput input;
+  input.random_length = 6;
+  input.seed = 11;
+  const auto a = probe_model(dir.path, input, {1}, {0});
+  const auto b = probe_model(dir.path, input, {1}, {0});
+  REQUIRE(a.heads.size() == 1);
+  CHECK(a.heads[0].layer == 1);
+  CHECK(a.heads[0].N == 6);
+  CHECK(a.heads[0].softmax.value == b.heads[0].softmax.value);
+  CHECK(a.random_sigma == Approx(0.5).epsilon(0.1));  // the word embeddings were drawn with sd 0.5
+  input.seed = 12;
+  CHECK(probe_model(dir.path, input, {1}, {0}).heads[0].softmax.value != a.heads[0].softmax.value);
+  const auto json = to_json(a.heads[0]);
+  for (const char* key : {"layer", "head", "N", "softmax_fro", "grad_fro", "dWq_fro", "dWk_fro", "poly3_scaled_fro",
+                          "poly3_fro", "relu_n_fro", "iid_scores_fro"}) {
+    CHECK(json.contains(key));
+  }
+  CHECK(json["layer"].is_number_integer());
+  CHECK(csv_columns().size() == csv_values(a.heads[0]).size());
+}

@@ -1,0 +1,122 @@
+#include <catch2/catch.hpp>
+
+#include "attncheck/probes/watch.hpp"
+#include "tiny_models.hpp"
+
+#include <atomic>
+#include <fstream>
+#include <thread>
+
+using namespace attncheck::probes;
+using namespace attncheck::probes::testing;
+
+namespace {
+std::vector<nlohmann::json> read_lines(const fs::path& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+}  // namespace
+
+TEST_CASE("steps come from the last number in a checkpoint's name", "[watch]") {
+  CHECK(step_from_name("step-000300.safetensors") == 300);
+  CHECK(step_from_name("checkpoint-1500") == 1500);
+  CHECK(step_from_name("run2-step-40.safetensors") == 40);
+  CHECK_FALSE(step_from_name("final.safetensors"));
+  CHECK_FALSE(step_from_name("model-99999999999999999999"));
+}
+
+TEST_CASE("the watcher measures every complete checkpoint once, in step order, and resumes", "[watch]") {
+  TempDir dir;
+  const TinyShape shape;  // 2 layers x 2 heads
+  write_tiny_gpt2(dir.path / "step-20.safetensors", shape, 7);
+  write_tiny_gpt2(dir.path / "step-3.safetensors", shape, 8);
+  fs::create_directories(dir.path / "checkpoint-100");
+  write_tiny_gpt2(dir.path / "checkpoint-100" / "model.safetensors", shape, 9);
+  std::ofstream(dir.path / "step-7.safetensors") << "not a checkpoint";
+  std::ofstream(dir.path / "notes.txt") << "ignored";
+  const auto listed = list_checkpoints(dir.path);
+  REQUIRE(listed.size() == 4);
+  CHECK(listed[0].filename() == "step-3.safetensors");
+  CHECK(listed[3].filename() == "checkpoint-100");
+
+  WatchOptions options;
+  options.folder = dir.path;
+  options.output = dir.path / "attncheck-probe.jsonl";
+  options.interval_seconds = 0.05;
+  options.until_idle_seconds = 0.3;
+  options.input.random_length = 5;
+  std::atomic<bool> stop{false};
+  std::vector<std::string> messages;
+  const auto summary = watch_folder(options, stop, [&](const std::string& m) { messages.push_back(m); });
+  CHECK(summary.measured == 3);
+  CHECK(summary.refused == 1);
+  const auto lines = read_lines(options.output);
+  REQUIRE(lines.size() == 3 * 4);
+  CHECK(lines[0]["checkpoint"] == "step-3.safetensors");
+  CHECK(lines[0]["step"] == 3);
+  CHECK(lines[11]["checkpoint"] == "checkpoint-100");
+  CHECK(lines[11]["step"] == 100);
+  for (const auto& line : lines) {
+    for (const char* key : {"layer", "head", "N", "softmax_fro", "grad_fro", "dWq_fro", "dWk_fro", "poly3_scaled_fro",
+                            "poly3_fro", "relu_n_fro", "activation"}) {
+      CHECK(line.contains(key));
+    }
+    CHECK(line["activation"] == "softmax");
+  }
+  bool named_bad = false;
+  for (const auto& m : messages) named_bad |= m.find("step-7.safetensors") != std::string::npos;
+  CHECK(named_bad);
+
+  // A restarted watcher skips what the log already holds.
+  const auto again = watch_folder(options, stop, [](const std::string&) {});
+  CHECK(again.measured == 0);
+  CHECK(read_lines(options.output).size() == 12);
+}
+
+TEST_CASE("a checkpoint still being written is measured only once it is complete", "[watch]") {
+  TempDir dir;
+  write_tiny_gpt2(dir.path / "full.safetensors", {}, 10);
+  std::ifstream in(dir.path / "full.safetensors", std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  fs::remove(dir.path / "full.safetensors");
+  const fs::path growing = dir.path / "step-1.safetensors";
+  std::ofstream(growing, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+
+  WatchOptions options;
+  options.folder = dir.path;
+  options.output = dir.path / "log.jsonl";
+  options.interval_seconds = 0.05;
+  options.until_idle_seconds = 1.5;
+  options.input.random_length = 4;
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    std::ofstream(growing, std::ios::binary | std::ios::app) << bytes.substr(bytes.size() / 2);
+  });
+  const auto summary = watch_folder(options, stop, [](const std::string&) {});
+  writer.join();
+  CHECK(summary.measured == 1);
+  CHECK(read_lines(options.output).size() == 4);
+}
+
+TEST_CASE("stop ends the watch promptly", "[watch]") {
+  TempDir dir;
+  WatchOptions options;
+  options.folder = dir.path;
+  options.output = dir.path / "log.jsonl";
+  options.interval_seconds = 60;
+  std::atomic<bool> stop{false};
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    stop = true;
+  });
+  const auto start = std::chrono::steady_clock::now();
+  watch_folder(options, stop, [](const std::string&) {});
+  stopper.join();
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+  CHECK_THROWS_WITH(watch_folder({dir.path / "absent", dir.path / "x.jsonl"}, stop, [](const std::string&) {}),
+                    Catch::Contains("absent: not a folder"));
+}

@@ -1,0 +1,129 @@
+#pragma once
+// Small randomly initialized checkpoints written by the tests themselves (config.json + safetensors).
+
+#include "attncheck/monte_carlo/random_stream.hpp"
+#include "attncheck/probes/safetensors.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace attncheck::probes::testing {
+
+namespace fs = std::filesystem;
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    static int counter = 0;
+    path = fs::temp_directory_path() / fmt::format("attncheck-probes-{}-{}", ::getpid(), counter++);
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+class WeightWriter {
+ public:
+  explicit WeightWriter(std::uint64_t seed) : stream_(seed, 0) {}
+  void add(const std::string& name, std::vector<std::int64_t> shape, double sd, double mean = 0) {
+    std::int64_t count = 1;
+    for (auto dim : shape) count *= dim;
+    std::vector<double> values(static_cast<std::size_t>(count));
+    stream_.fill_normal(values.begin(), values.end(), sd);
+    for (auto& v : values) v += mean;
+    tensors_.push_back({name, std::move(shape), std::move(values), DType::F32});
+  }
+  std::vector<NamedTensor>& tensors() { return tensors_; }
+
+ private:
+  monte_carlo::PhiloxStream stream_;
+  std::vector<NamedTensor> tensors_;
+};
+
+struct TinyShape {
+  int layers = 2, heads = 2, hidden = 8, vocab = 20, positions = 16;
+};
+
+inline void write_config(const fs::path& folder, const nlohmann::json& config) {
+  std::ofstream(folder / "config.json") << config.dump();
+}
+
+// GPT-2 layout; `file` is the safetensors path, config.json goes beside it.
+inline void write_tiny_gpt2(const fs::path& file, const TinyShape& s = {}, std::uint64_t seed = 1,
+                            const std::string& attention_activation = "softmax") {
+  const int D = s.hidden;
+  fs::create_directories(file.parent_path());
+  WeightWriter w(seed);
+  w.add("wte.weight", {s.vocab, D}, 0.5);
+  w.add("wpe.weight", {s.positions, D}, 0.5);
+  for (int l = 0; l < s.layers; ++l) {
+    const std::string p = fmt::format("h.{}.", l);
+    w.add(p + "ln_1.weight", {D}, 0.1, 1);
+    w.add(p + "ln_1.bias", {D}, 0.1);
+    w.add(p + "attn.c_attn.weight", {D, 3 * D}, 0.6);
+    w.add(p + "attn.c_attn.bias", {3 * D}, 0.2);
+    w.add(p + "attn.c_proj.weight", {D, D}, 0.4);
+    w.add(p + "attn.c_proj.bias", {D}, 0.1);
+    w.add(p + "ln_2.weight", {D}, 0.1, 1);
+    w.add(p + "ln_2.bias", {D}, 0.1);
+    w.add(p + "mlp.c_fc.weight", {D, 4 * D}, 0.4);
+    w.add(p + "mlp.c_fc.bias", {4 * D}, 0.1);
+    w.add(p + "mlp.c_proj.weight", {4 * D, D}, 0.3);
+    w.add(p + "mlp.c_proj.bias", {D}, 0.1);
+  }
+  write_safetensors(file, w.tensors());
+  nlohmann::json config = {{"model_type", "gpt2"}, {"n_embd", D},          {"n_head", s.heads},
+                           {"n_layer", s.layers},  {"vocab_size", s.vocab}, {"n_positions", s.positions}};
+  if (attention_activation != "softmax") config["attention_activation"] = attention_activation;
+  write_config(file.parent_path(), config);
+}
+
+inline void write_tiny_bert(const fs::path& folder, const TinyShape& s = {}, std::uint64_t seed = 2) {
+  const int D = s.hidden, I = 2 * s.hidden;
+  WeightWriter w(seed);
+  w.add("embeddings.word_embeddings.weight", {s.vocab, D}, 0.5);
+  w.add("embeddings.position_embeddings.weight", {s.positions, D}, 0.5);
+  w.add("embeddings.token_type_embeddings.weight", {2, D}, 0.5);
+  w.add("embeddings.LayerNorm.weight", {D}, 0.1, 1);
+  w.add("embeddings.LayerNorm.bias", {D}, 0.1);
+  for (int l = 0; l < s.layers; ++l) {
+    const std::string p = fmt::format("encoder.layer.{}.", l);
+    for (const char* name : {"attention.self.query", "attention.self.key", "attention.self.value",
+                             "attention.output.dense"}) {
+      w.add(p + name + ".weight", {D, D}, 0.6);
+      w.add(p + name + ".bias", {D}, 0.2);
+    }
+    w.add(p + "intermediate.dense.weight", {I, D}, 0.4);
+    w.add(p + "intermediate.dense.bias", {I}, 0.1);
+    w.add(p + "output.dense.weight", {D, I}, 0.4);
+    w.add(p + "output.dense.bias", {D}, 0.1);
+    for (const char* name : {"attention.output.LayerNorm", "output.LayerNorm"}) {
+      w.add(p + name + ".weight", {D}, 0.1, 1);
+      w.add(p + name + ".bias", {D}, 0.1);
+    }
+  }
+  fs::create_directories(folder);
+  write_safetensors(folder / "model.safetensors", w.tensors());
+  write_config(folder, {{"model_type", "bert"},
+                        {"hidden_size", D},
+                        {"num_attention_heads", s.heads},
+                        {"num_hidden_layers", s.layers},
+                        {"intermediate_size", I},
+                        {"vocab_size", s.vocab},
+                        {"max_position_embeddings", s.positions}});
+  std::ofstream vocab(folder / "vocab.txt");
+  for (const char* word : {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "the", "cat", "sat", "on", "mat", "##s", ".", ",",
+                           "cafe", "un", "##able", "\xe4\xb8\xad"}) {
+    vocab << word << "\n";
+  }
+  for (int k = 16; k < s.vocab; ++k) vocab << "w" << k << "\n";
+}
+
+}  // namespace attncheck::probes::testing
