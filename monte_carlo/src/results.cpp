@@ -1,6 +1,7 @@
 #include "attncheck/monte_carlo/results.hpp"
 
 #include "attncheck/monte_carlo/fit.hpp"
+#include "attncheck/reports/atomic_file.hpp"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -185,17 +186,6 @@ int exit_code_of(const json& series) {
   return 0;
 }
 
-void write_atomically(const std::filesystem::path& path, const std::string& text) {
-  const std::filesystem::path tmp = path.string() + fmt::format(".tmp.{}", ::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) throw theory::InputError(fmt::format("cannot write {}", tmp.string()));
-  }
-  std::filesystem::rename(tmp, path);
-}
-
 ResultsFolder::ResultsFolder(std::filesystem::path dir, bool resume) : dir_(std::move(dir)) {
   std::error_code ec;
   std::filesystem::create_directories(dir_, ec);
@@ -230,11 +220,11 @@ void ResultsFolder::append(const std::vector<json>& records) {
 void ResultsFolder::flush() const {
   std::string lines;
   for (const json& r : records_) lines += r.dump() + "\n";
-  write_atomically(dir_ / "points.jsonl", lines);
-  write_atomically(dir_ / "points.csv", records_csv(records_));
+  reports::write_file_atomically(dir_ / "points.jsonl", lines);
+  reports::write_file_atomically(dir_ / "points.csv", records_csv(records_));
 }
 
-void ResultsFolder::write_fits(const json& fits) const { write_atomically(dir_ / "fits.json", fits.dump(2) + "\n"); }
+void ResultsFolder::write_fits(const json& fits) const { reports::write_file_atomically(dir_ / "fits.json", fits.dump(2) + "\n"); }
 
 std::string records_csv(const std::vector<json>& records) {
   std::string text;

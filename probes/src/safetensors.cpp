@@ -1,5 +1,7 @@
 #include "attncheck/probes/safetensors.hpp"
 
+#include "attncheck/reports/atomic_file.hpp"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
@@ -485,31 +487,21 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Name
   }
   std::string header_text = header.dump();
   header_text.append((8 - header_text.size() % 8) % 8, ' ');  // keeps the data 8-byte aligned
-  const std::filesystem::path temporary = path.string() + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out) throw InputError(fmt::format("{}: cannot write", temporary.string()));
-    const std::uint64_t length = header_text.size();
-    out.write(reinterpret_cast<const char*>(&length), 8);
-    out.write(header_text.data(), static_cast<std::streamsize>(header_text.size()));
-    for (const auto& tensor : tensors) {
-      if (tensor.dtype == DType::F64) {
-        out.write(reinterpret_cast<const char*>(tensor.values.data()),
-                  static_cast<std::streamsize>(tensor.values.size() * sizeof(double)));
-      } else {
-        for (double v : tensor.values) {
-          const float f = static_cast<float>(v);
-          out.write(reinterpret_cast<const char*>(&f), sizeof f);
-        }
+  std::string file;
+  const std::uint64_t length = header_text.size();
+  file.append(reinterpret_cast<const char*>(&length), 8);
+  file += header_text;
+  for (const auto& tensor : tensors) {
+    if (tensor.dtype == DType::F64) {
+      file.append(reinterpret_cast<const char*>(tensor.values.data()), tensor.values.size() * sizeof(double));
+    } else {
+      for (double v : tensor.values) {
+        const float f = static_cast<float>(v);
+        file.append(reinterpret_cast<const char*>(&f), sizeof f);
       }
     }
-    out.flush();
-    if (!out) {
-      std::filesystem::remove(temporary);
-      throw InputError(fmt::format("{}: write failed", temporary.string()));
-    }
   }
-  std::filesystem::rename(temporary, path);
+  reports::write_file_atomically(path, file);
 }
 
 }  // namespace attncheck::probes

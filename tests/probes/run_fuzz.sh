@@ -20,10 +20,10 @@ if ! "$clang" -fsanitize=fuzzer "$probe/t.cpp" -o "$probe/t" 2>/dev/null; then
   exit 77
 fi
 binary=$work/fuzz_safetensors
-sources=("$root/tests/probes/fuzz_safetensors.cpp" "$root/probes/src/safetensors.cpp")
-if [ ! -x "$binary" ] || [ -n "$(find "${sources[@]}" "$root/probes/include" -newer "$binary" -print -quit)" ]; then
+sources=("$root/tests/probes/fuzz_safetensors.cpp" "$root/probes/src/safetensors.cpp" "$root/reports/src/atomic_file.cpp")
+if [ ! -x "$binary" ] || [ -n "$(find "${sources[@]}" "$root/probes/include" "$root/reports/include" -newer "$binary" -print -quit)" ]; then
   "$clang" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-    -I"$root/probes/include" -I"$root/theory/include" -I/usr/include/eigen3 \
+    -I"$root/probes/include" -I"$root/reports/include" -I"$root/theory/include" -I/usr/include/eigen3 \
     "${sources[@]}" -lfmt -o "$binary.tmp"
   mv "$binary.tmp" "$binary"
 fi

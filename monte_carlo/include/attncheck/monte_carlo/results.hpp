@@ -30,10 +30,6 @@ nlohmann::json fit_series(const std::vector<nlohmann::json>& records, double tol
 // Exit code of the run: 1 when a series that states a paper's claim (counts_for_exit) is violated, else 0.
 int exit_code_of(const nlohmann::json& series);
 
-// Writes `text` to a temporary file next to `path` and renames it over `path`: readers see the old or the new
-// file, never a partial one.
-void write_atomically(const std::filesystem::path& path, const std::string& text);
-
 class ResultsFolder {
  public:
   // Creates `dir` if needed. With `resume`, loads DIR/points.jsonl so finished points can be skipped;

@@ -1,5 +1,5 @@
 #pragma once
-// Every file the reports write is complete or absent: the content goes to a temporary file in the same
+// Every file attncheck writes (reports, results folders, checkpoints) is complete or absent: the content goes to a temporary file in the same
 // folder, which is flushed and then renamed over the target (rename is atomic within one file system).
 
 #include <filesystem>
