@@ -14,6 +14,7 @@
 
 #include "attncheck/gpu/batch_plan.hpp"
 #include "attncheck/gpu/normal_layout.hpp"
+#include "attncheck/monte_carlo/sample_norms.hpp"
 #include "kernels.hpp"
 
 #include <cublas_v2.h>
@@ -29,11 +30,11 @@
 namespace attncheck::gpu {
 
 using monte_carlo::Estimand;
+using monte_carlo::EstimandRequest;
+using monte_carlo::SampleTotals;
 using monte_carlo::SampleValues;
 using monte_carlo::SweepPoint;
-using theory::ActivationKind;
 using theory::InputError;
-using theory::Pointwise;
 
 namespace {
 
@@ -92,18 +93,8 @@ struct Gemm {
   }
 };
 
-bool wants(const std::vector<Estimand>& estimands, Estimand e) {
-  return std::find(estimands.begin(), estimands.end(), e) != estimands.end();
-}
-
-// What a point asks for, checked as the CPU backend checks it (same conditions, same messages).
-struct Request {
-  bool value = false, dS = false, dQ = false, dK = false, score_var = false;
-  bool matpow = false, linear = false, softmax = false;
-  bool any_norm() const { return value || dS || dQ || dK; }
-};
-
-Request validate(const SweepPoint& point, const std::vector<Estimand>& estimands) {
+// Sizes the device code can index, then what the point asks for, checked as on every backend.
+EstimandRequest validate(const SweepPoint& point, const std::vector<Estimand>& estimands) {
   if (point.N < 1 || point.D < 1 || point.d < 1) {
     throw InputError(fmt::format("shapes do not chain: N = {}, D = {}, d = {} must all be >= 1", point.N, point.D,
                                  point.d));
@@ -113,26 +104,7 @@ Request validate(const SweepPoint& point, const std::vector<Estimand>& estimands
     throw InputError(fmt::format("N = {}, D = {}, d = {}: the CUDA backend takes sizes up to {}", point.N,
                                  point.D, point.d, kIntMax));
   }
-  Request r;
-  r.value = wants(estimands, Estimand::value);
-  r.dS = wants(estimands, Estimand::dS);
-  r.dQ = wants(estimands, Estimand::dQ);
-  r.dK = wants(estimands, Estimand::dK);
-  r.score_var = wants(estimands, Estimand::score_var);
-  const theory::Activation& act = point.map.activation;
-  if (r.score_var && point.N < 2) throw InputError("score-var needs N >= 2 (it averages over i != j)");
-  r.matpow = act.kind == ActivationKind::matpow;
-  r.softmax = act.kind == ActivationKind::softmax;
-  r.linear = act.kind == ActivationKind::pointwise &&
-             (act.h == Pointwise::identity || (act.h == Pointwise::poly && act.p == 1));
-  if (r.any_norm() && r.matpow) {
-    if (r.dS || r.dQ || r.dK) throw InputError("the matrix-power reading is supported for the value estimand only");
-    if (act.p < 1) throw InputError(fmt::format("matrix power p = {} must be >= 1", act.p));
-  }
-  if (r.any_norm() && act.kind == ActivationKind::pointwise && act.h == Pointwise::poly && act.p < 0) {
-    throw InputError(fmt::format("power p = {} must be >= 0", act.p));
-  }
-  return r;
+  return check_request(point.map, point.N, estimands);
 }
 
 class CudaBackend final : public monte_carlo::Backend {
@@ -163,7 +135,7 @@ class CudaBackend final : public monte_carlo::Backend {
     const std::size_t base = out.size();
     out.resize(base + count);
     if (count == 0) return;
-    const Request request = validate(point, estimands);
+    const EstimandRequest request = validate(point, estimands);
     check(cudaSetDevice(device_), "cudaSetDevice");
     const std::int64_t n = point.N, D = point.D, d = point.d;
     const std::int64_t per_sample_bytes = 8 * (n * D + 2 * D * d + 2 * n * d + 8 * n + 5 * d * d);
@@ -239,7 +211,7 @@ class CudaBackend final : public monte_carlo::Backend {
   static constexpr std::int64_t kSamplesPerWait = 1024;
 
   // Enqueues a batch: its totals go to `totals` (batch * kTotals doubles), its non-finite flag to `bad`.
-  void enqueue_batch(const SweepPoint& point, const Request& req, std::uint64_t first, std::int64_t batch,
+  void enqueue_batch(const SweepPoint& point, const EstimandRequest& req, std::uint64_t first, std::int64_t batch,
                      std::int64_t strip_rows, double* totals, unsigned long long* bad) {
     const std::int64_t n = point.N, D = point.D, d = point.d;
     const NormalLayout layout{n * D, D * d, D * d};
@@ -318,41 +290,25 @@ class CudaBackend final : public monte_carlo::Backend {
   }
 
   // The norms of a batch from its totals, copied back to the host.
-  void finish_batch(const SweepPoint& point, const Request& req, std::int64_t batch, const double* host,
+  void finish_batch(const SweepPoint& point, const EstimandRequest& req, std::int64_t batch, const double* host,
                     SampleValues* out) const {
-    const std::int64_t n = point.N;
-    const int p = point.map.activation.p;
     const auto at = [&](Slot s, std::int64_t b) { return host[static_cast<std::size_t>(s * batch + b)]; };
-    const double lambda = point.map.inner, c = point.map.outer.at(n);
     for (std::int64_t b = 0; b < batch; ++b) {
-      SampleValues& v = out[b];
-      v.fill(std::numeric_limits<double>::quiet_NaN());
-      if (req.score_var) {
-        const double total = lambda * lambda * at(kGramDot, b), diagonal = lambda * lambda * at(kDiagSq, b);
-        v[static_cast<int>(Estimand::score_var)] = (total - diagonal) / (static_cast<double>(n) * (n - 1));
-      }
-      if (!req.any_norm()) continue;
-      if (req.matpow) {
-        v[static_cast<int>(Estimand::value)] = c * std::pow(std::abs(lambda), p) * std::sqrt(at(kPowerSq, b));
-        continue;
-      }
-      double value_sq = at(kValueSq, b), dS_sq = at(kDsSq, b), dQ_sq = at(kDqSq, b), dK_sq = at(kDkSq, b);
-      if (req.linear) {  // phi linear: the Jacobians are constant, the value is the Gram identity (fact 6)
-        value_sq = req.value ? at(kGramDot, b) * lambda * lambda : 0;
-        dS_sq = static_cast<double>(n) * static_cast<double>(n);
-        dQ_sq = at(kXSq, b) * at(kUSq, b);
-        dK_sq = at(kXSq, b) * at(kVSq, b);
-      }
-      if (req.value) v[static_cast<int>(Estimand::value)] = c * std::sqrt(value_sq);
-      if (req.dS) v[static_cast<int>(Estimand::dS)] = c * std::sqrt(dS_sq);
-      if (req.dQ) v[static_cast<int>(Estimand::dQ)] = c * std::abs(lambda) * std::sqrt(dQ_sq);
-      if (req.dK) v[static_cast<int>(Estimand::dK)] = c * std::abs(lambda) * std::sqrt(dK_sq);
+      SampleTotals totals;
+      totals.entries = {at(kValueSq, b), at(kDsSq, b), at(kDqSq, b), at(kDkSq, b)};
+      totals.gram_dot = at(kGramDot, b);
+      totals.diagonal_sq = at(kDiagSq, b);
+      totals.x_sq = at(kXSq, b);
+      totals.u_sq = at(kUSq, b);
+      totals.v_sq = at(kVSq, b);
+      totals.matpow_sq = at(kPowerSq, b);
+      out[b] = sample_values(req, point.map, point.N, totals);
     }
   }
 
   // The strip path: writes per-sample value_sq, dS_sq, dQ_sq, dK_sq (four slots of `batch` doubles from
   // `sums`) and lowers `bad` to the first b * n + i whose row has a non-finite score or term.
-  void reduce_strips(const SweepPoint& point, const Request& req, std::int64_t batch, std::int64_t strip_rows,
+  void reduce_strips(const SweepPoint& point, const EstimandRequest& req, std::int64_t batch, std::int64_t strip_rows,
                      const detail::RowNormArgs& norms, double* sums, unsigned long long* bad) {
     const std::int64_t n = point.N, D = point.D, d = point.d;
     const Gemm gemm{blas_};

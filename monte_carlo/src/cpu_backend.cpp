@@ -2,6 +2,7 @@
 
 #include "attncheck/monte_carlo/entry_terms.hpp"
 #include "attncheck/monte_carlo/random_stream.hpp"
+#include "attncheck/monte_carlo/sample_norms.hpp"
 
 #include <fmt/format.h>
 #include <omp.h>
@@ -26,16 +27,6 @@ using theory::Pointwise;
 using theory::Vector;
 
 namespace {
-
-bool wants(const std::vector<Estimand>& estimands, Estimand e) {
-  return std::find(estimands.begin(), estimands.end(), e) != estimands.end();
-}
-
-SampleValues nan_values() {
-  SampleValues v;
-  v.fill(std::numeric_limits<double>::quiet_NaN());
-  return v;
-}
 
 // Runs body(block) for every block, in parallel over `threads`, and rethrows the first exception.
 template <class Body>
@@ -345,58 +336,34 @@ SampleValues evaluate_inputs(const theory::AttentionMap& map, const Matrix& X, c
                                  Q.rows(), Q.cols(), K.rows(), K.cols()));
   }
   if (options.tile < 1) throw InputError(fmt::format("tile size {} must be >= 1", options.tile));
+  const EstimandRequest request = check_request(map, n, estimands);
   use_single_threaded_gemm();
-  const double lambda = map.inner, c = map.outer.at(n);
+  const double lambda = map.inner;
   const theory::Activation& act = map.activation;
-  const bool need_value = wants(estimands, Estimand::value), need_dS = wants(estimands, Estimand::dS);
-  const bool need_q = wants(estimands, Estimand::dQ), need_k = wants(estimands, Estimand::dK);
-  const bool need_var = wants(estimands, Estimand::score_var);
-  SampleValues out = nan_values();
   const Matrix U = product(X, false, K);
   const Matrix Vraw = product(X, false, Q);
-
-  if (need_var) {
-    if (n < 2) throw InputError("score-var needs N >= 2 (it averages over i != j)");
-    const double total = gram_frobenius_sq(Vraw, U, lambda);
-    const double diagonal = lambda * lambda * Vraw.cwiseProduct(U).rowwise().sum().squaredNorm();
-    out[static_cast<int>(Estimand::score_var)] = (total - diagonal) / (static_cast<double>(n) * (n - 1));
-  }
-  if (!(need_value || need_dS || need_q || need_k)) return out;
-
-  if (act.kind == ActivationKind::matpow) {
-    if (need_dS || need_q || need_k) {
-      throw InputError("the matrix-power reading is supported for the value estimand only");
-    }
-    if (act.p < 1) throw InputError(fmt::format("matrix power p = {} must be >= 1", act.p));
-    out[static_cast<int>(Estimand::value)] = c * std::sqrt(matrix_power_fro_sq(Vraw, U, lambda, act.p));
-    return out;
-  }
-
-  const Vector x_sq = X.rowwise().squaredNorm(), u_sq = U.rowwise().squaredNorm();
-  const Vector v_sq = Vraw.rowwise().squaredNorm();
-  const bool linear = act.kind == ActivationKind::pointwise &&
-                      (act.h == Pointwise::identity || (act.h == Pointwise::poly && act.p == 1));
-  NormSums<double> sums;
-  if (linear) {
-    sums.value_sq = need_value ? gram_frobenius_sq(Vraw, U, 1.0) * lambda * lambda : 0;
-    sums.dS_sq = static_cast<double>(n) * static_cast<double>(n);
-    sums.dQ_sq = x_sq.sum() * u_sq.sum();
-    sums.dK_sq = x_sq.sum() * v_sq.sum();
-  } else {
-    const Matrix V = lambda * Vraw;
-    const Shared sh{X, V, U, x_sq, u_sq, v_sq, options.tile};
-    if (act.kind == ActivationKind::softmax) {
-      sums = tiled_sums(sh, options, [&](Index i0) { return softmax_block(sh, i0, need_dS || need_q || need_k, need_q, need_k); });
+  SampleTotals totals;
+  if (request.score_var || (request.linear && request.value)) totals.gram_dot = gram_frobenius_sq(Vraw, U, 1.0);
+  if (request.score_var) totals.diagonal_sq = Vraw.cwiseProduct(U).rowwise().sum().squaredNorm();
+  if (request.any_norm() && request.matpow) {
+    totals.matpow_sq = matrix_power_fro_sq(Vraw, U, 1.0, act.p);
+  } else if (request.any_norm()) {
+    const Vector x_sq = X.rowwise().squaredNorm(), u_sq = U.rowwise().squaredNorm();
+    const Vector v_sq = Vraw.rowwise().squaredNorm();
+    if (request.linear) {
+      totals.x_sq = x_sq.sum();
+      totals.u_sq = u_sq.sum();
+      totals.v_sq = v_sq.sum();
     } else {
-      if (act.h == Pointwise::poly && act.p < 0) throw InputError(fmt::format("power p = {} must be >= 0", act.p));
-      sums = pointwise_tiles(sh, options, act.h, act.p);
+      const Matrix V = lambda * Vraw;
+      const Shared sh{X, V, U, x_sq, u_sq, v_sq, options.tile};
+      const bool jacobians = request.dS || request.dQ || request.dK;
+      totals.entries = request.softmax ? tiled_sums(sh, options, [&](Index i0) {
+        return softmax_block(sh, i0, jacobians, request.dQ, request.dK);
+      }) : pointwise_tiles(sh, options, act.h, act.p);
     }
   }
-  if (need_value) out[static_cast<int>(Estimand::value)] = c * std::sqrt(sums.value_sq);
-  if (need_dS) out[static_cast<int>(Estimand::dS)] = c * std::sqrt(sums.dS_sq);
-  if (need_q) out[static_cast<int>(Estimand::dQ)] = c * std::abs(lambda) * std::sqrt(sums.dQ_sq);
-  if (need_k) out[static_cast<int>(Estimand::dK)] = c * std::abs(lambda) * std::sqrt(sums.dK_sq);
-  return out;
+  return sample_values(request, map, n, totals);
 }
 
 CpuBackend::CpuBackend(int threads, Index tile)

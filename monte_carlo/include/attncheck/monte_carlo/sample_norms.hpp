@@ -1,0 +1,37 @@
+#pragma once
+// What every backend shares around its kernels: the check of what a point asks for (same conditions, same
+// messages on the CPU and on the GPU) and the step from one sample's accumulated totals to its norms
+// (THEORY.md facts 6 and 7: constants c and lambda applied once, linear maps through the Gram identity).
+
+#include "attncheck/monte_carlo/backend.hpp"
+#include "attncheck/monte_carlo/entry_terms.hpp"
+
+#include <vector>
+
+namespace attncheck::monte_carlo {
+
+struct EstimandRequest {
+  bool value = false, dS = false, dQ = false, dK = false, score_var = false;
+  bool matpow = false;   // the matrix-power reading: value only
+  bool linear = false;   // identity or x^1: constant Jacobians, value by the Gram identity
+  bool softmax = false;
+  bool any_norm() const { return value || dS || dQ || dK; }
+};
+
+// Throws theory::InputError (naming the value) for requests no backend can answer.
+EstimandRequest check_request(const theory::AttentionMap& map, theory::Index n, const std::vector<Estimand>& estimands);
+
+// One sample's totals, before the constants c and lambda.
+struct SampleTotals {
+  NormSums<double> entries;  // per-entry sums of the non-linear maps (entry_terms.hpp)
+  double gram_dot = 0;       // <V^T V, U^T U> = ||V U^T||_F^2 (linear maps and score-var)
+  double diagonal_sq = 0;    // sum_i (v_i . u_i)^2 (score-var)
+  double x_sq = 0, u_sq = 0, v_sq = 0;  // sums of squared row norms of X, U, V (linear maps)
+  double matpow_sq = 0;      // ||(V U^T)^p||_F^2 (matrix power)
+};
+
+// The requested estimands of one sample; NaN in the others.
+SampleValues sample_values(const EstimandRequest& request, const theory::AttentionMap& map, theory::Index n,
+                           const SampleTotals& totals);
+
+}  // namespace attncheck::monte_carlo

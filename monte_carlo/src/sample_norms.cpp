@@ -1,0 +1,69 @@
+#include "attncheck/monte_carlo/sample_norms.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace attncheck::monte_carlo {
+
+using theory::ActivationKind;
+using theory::InputError;
+using theory::Pointwise;
+
+EstimandRequest check_request(const theory::AttentionMap& map, theory::Index n, const std::vector<Estimand>& estimands) {
+  const auto wants = [&](Estimand e) { return std::find(estimands.begin(), estimands.end(), e) != estimands.end(); };
+  EstimandRequest r;
+  r.value = wants(Estimand::value);
+  r.dS = wants(Estimand::dS);
+  r.dQ = wants(Estimand::dQ);
+  r.dK = wants(Estimand::dK);
+  r.score_var = wants(Estimand::score_var);
+  const theory::Activation& act = map.activation;
+  r.matpow = act.kind == ActivationKind::matpow;
+  r.softmax = act.kind == ActivationKind::softmax;
+  r.linear = act.kind == ActivationKind::pointwise &&
+             (act.h == Pointwise::identity || (act.h == Pointwise::poly && act.p == 1));
+  if (r.score_var && n < 2) throw InputError("score-var needs N >= 2 (it averages over i != j)");
+  if (r.any_norm() && r.matpow) {
+    if (r.dS || r.dQ || r.dK) throw InputError("the matrix-power reading is supported for the value estimand only");
+    if (act.p < 1) throw InputError(fmt::format("matrix power p = {} must be >= 1", act.p));
+  }
+  if (r.any_norm() && act.kind == ActivationKind::pointwise && act.h == Pointwise::poly && act.p < 0) {
+    throw InputError(fmt::format("power p = {} must be >= 0", act.p));
+  }
+  return r;
+}
+
+SampleValues sample_values(const EstimandRequest& r, const theory::AttentionMap& map, theory::Index n,
+                           const SampleTotals& t) {
+  SampleValues out;
+  out.fill(std::numeric_limits<double>::quiet_NaN());
+  const double lambda = map.inner, c = map.outer.at(n);
+  const double nn = static_cast<double>(n);
+  if (r.score_var) {
+    // E s_ij = 0, so the mean of s_ij^2 over i != j estimates Var(s_ij) without bias.
+    out[static_cast<int>(Estimand::score_var)] = lambda * lambda * (t.gram_dot - t.diagonal_sq) / (nn * (nn - 1));
+  }
+  if (!r.any_norm()) return out;
+  if (r.matpow) {
+    const int p = map.activation.p;
+    out[static_cast<int>(Estimand::value)] = c * std::pow(std::abs(lambda), p) * std::sqrt(t.matpow_sq);
+    return out;
+  }
+  NormSums<double> sums = t.entries;
+  if (r.linear) {  // phi' = 1 everywhere: the Jacobians are constant and ||S||_F^2 is the Gram identity (fact 6)
+    sums.value_sq = lambda * lambda * t.gram_dot;
+    sums.dS_sq = nn * nn;
+    sums.dQ_sq = t.x_sq * t.u_sq;
+    sums.dK_sq = t.x_sq * t.v_sq;
+  }
+  if (r.value) out[static_cast<int>(Estimand::value)] = c * std::sqrt(sums.value_sq);
+  if (r.dS) out[static_cast<int>(Estimand::dS)] = c * std::sqrt(sums.dS_sq);
+  if (r.dQ) out[static_cast<int>(Estimand::dQ)] = c * std::abs(lambda) * std::sqrt(sums.dQ_sq);
+  if (r.dK) out[static_cast<int>(Estimand::dK)] = c * std::abs(lambda) * std::sqrt(sums.dK_sq);
+  return out;
+}
+
+}  // namespace attncheck::monte_carlo
