@@ -81,6 +81,16 @@ void philox8(const PhiloxKey& key, std::uint64_t* c0, std::uint64_t* c1, std::ui
 
 // Lane i of w[0..3] gets counter + i for i < lanes; counter is advanced past the first n only.
 void lane_counters(PhiloxCounter& counter, std::size_t n, std::size_t lanes, std::uint64_t (*w)[kChunk]) {
+  if (counter.v[0] <= 0xFFFFFFFFu - lanes) {  // no carry into the second word: a loop the compiler vectorizes
+    for (std::size_t i = 0; i < lanes; ++i) {
+      w[0][i] = counter.v[0] + i;
+      w[1][i] = counter.v[1];
+      w[2][i] = counter.v[2];
+      w[3][i] = counter.v[3];
+    }
+    counter.v[0] += static_cast<std::uint32_t>(n);
+    return;
+  }
   PhiloxCounter c = counter;
   for (std::size_t i = 0; i < lanes; ++i) {
     for (int j = 0; j < 4; ++j) w[j][i] = c.v[j];
