@@ -5,6 +5,7 @@
 //   counted as 2 N^2 d flops (the score GEMMs only), so its rate is comparable with DGEMM's;
 // - draw: the Philox normals of one sample (on the process's Box-Muller path);
 // - normal_pairs/0, /1: one sample's worth of normal pairs on the scalar and on the AVX2 (libmvec) path;
+// - philox_words/0, /1: the Philox blocks under those pairs alone, scalar (Random123) and AVX2;
 // - samples: whole samples per second through CpuBackend with all threads (what `attncheck mc` does).
 #include "attncheck/monte_carlo/cpu_backend.hpp"
 #include "attncheck/monte_carlo/random_stream.hpp"
@@ -113,6 +114,26 @@ void normal_pairs(benchmark::State& state) {
   state.SetLabel(math == NormalMath::scalar ? "scalar" : "avx2");
 }
 BENCHMARK(normal_pairs)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The Philox words alone, same count, same two paths: what the vectorized Philox contributes.
+void philox_words(benchmark::State& state) {
+  const NormalMath math = state.range(0) == 0 ? NormalMath::scalar : NormalMath::avx2;
+  if (!normal_math_supported(math)) {
+    state.SkipWithError("no AVX2 + FMA (or no libmvec) here");
+    return;
+  }
+  constexpr std::size_t kBlocks = (kN * kD + 2 * kD * kd) / 2;
+  std::vector<std::uint32_t> words(4 * kBlocks);
+  const PhiloxKey key{{12345, 0}};
+  PhiloxCounter counter{{0, 0, 0, 0}};
+  for (auto _ : state) {
+    philox_blocks(math, key, counter, kBlocks, words.data());
+    benchmark::DoNotOptimize(words.data());
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * kBlocks));
+  state.SetLabel(math == NormalMath::scalar ? "scalar" : "avx2");
+}
+BENCHMARK(philox_words)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void samples(benchmark::State& state) {
   CpuBackend backend(static_cast<int>(state.range(0)));
