@@ -15,14 +15,17 @@ namespace attncheck::monte_carlo {
 
 namespace {
 
-// The reference: one block at a time through Random123 and glibc's scalar log, sin, cos. The baseline
-// x86-64 build has no FMA, and Box-Muller has no sum to contract anyway.
+std::array<double, 2> scalar_pair(double u, double angle, double sd) {
+  return box_muller_pair(std::log(u), std::sin(angle), std::cos(angle), sd);
+}
+
+// The reference: one block at a time through Random123 and glibc's scalar log, sin, cos.
 void normal_pairs_scalar(const PhiloxKey& key, PhiloxCounter& counter, std::size_t pairs, double sd, double* out) {
   for (std::size_t i = 0; i < pairs; ++i) {
     const PhiloxCounter w = r123::Philox4x32{}(counter, key);
     PhiloxStream::advance(counter);
     const BoxMullerUniforms uv = box_muller_uniforms(w.v[0], w.v[1], w.v[2], w.v[3]);
-    const auto pair = box_muller_pair(std::log(uv.u), std::sin(uv.angle), std::cos(uv.angle), sd);
+    const auto pair = scalar_pair(uv.u, uv.angle, sd);
     out[2 * i] = pair[0];
     out[2 * i + 1] = pair[1];
   }
@@ -114,9 +117,26 @@ void philox_blocks_avx2(const PhiloxKey& key, PhiloxCounter& counter, std::size_
   }
 }
 
+// Box-Muller on up to kChunk uniforms; lanes = n rounded up to whole libmvec lanes, all of them readable.
+void box_muller_chunk(const double* u, const double* angle, std::size_t n, std::size_t lanes, double sd,
+                      double* out) {
+  alignas(32) double log_u[kChunk], sin_a[kChunk], cos_a[kChunk];
+  for (std::size_t i = 0; i < lanes; i += 4) {
+    const __m256d a = _mm256_loadu_pd(angle + i);
+    _mm256_store_pd(log_u + i, _ZGVdN4v_log(_mm256_loadu_pd(u + i)));
+    _mm256_store_pd(sin_a + i, _ZGVdN4v_sin(a));
+    _mm256_store_pd(cos_a + i, _ZGVdN4v_cos(a));
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto pair = box_muller_pair(log_u[i], sin_a[i], cos_a[i], sd);
+    out[2 * i] = pair[0];
+    out[2 * i + 1] = pair[1];
+  }
+}
+
 void normal_pairs_avx2(const PhiloxKey& key, PhiloxCounter& counter, std::size_t pairs, double sd, double* out) {
   alignas(32) std::uint64_t w[4][kChunk];
-  alignas(32) double u[kChunk], angle[kChunk], log_u[kChunk], sin_a[kChunk], cos_a[kChunk];
+  alignas(32) double u[kChunk], angle[kChunk];
   for (std::size_t done = 0; done < pairs;) {
     const std::size_t n = std::min(kChunk, pairs - done), lanes = whole_lanes(n);
     lane_counters(counter, n, lanes, w);
@@ -128,18 +148,20 @@ void normal_pairs_avx2(const PhiloxKey& key, PhiloxCounter& counter, std::size_t
       u[i] = uv.u;
       angle[i] = uv.angle;
     }
-    for (std::size_t i = 0; i < lanes; i += 4) {
-      const __m256d a = _mm256_load_pd(angle + i);
-      _mm256_store_pd(log_u + i, _ZGVdN4v_log(_mm256_load_pd(u + i)));
-      _mm256_store_pd(sin_a + i, _ZGVdN4v_sin(a));
-      _mm256_store_pd(cos_a + i, _ZGVdN4v_cos(a));
-    }
-    double* dst = out + 2 * done;
-    for (std::size_t i = 0; i < n; ++i) {
-      const auto pair = box_muller_pair(log_u[i], sin_a[i], cos_a[i], sd);
-      dst[2 * i] = pair[0];
-      dst[2 * i + 1] = pair[1];
-    }
+    box_muller_chunk(u, angle, n, lanes, sd, out + 2 * done);
+    done += n;
+  }
+}
+
+void box_muller_pairs_avx2(const double* u, const double* angle, std::size_t pairs, double sd, double* out) {
+  alignas(32) double u_chunk[kChunk], angle_chunk[kChunk];
+  for (std::size_t done = 0; done < pairs;) {
+    const std::size_t n = std::min(kChunk, pairs - done), lanes = (n + 3) / 4 * 4;
+    std::copy(u + done, u + done + n, u_chunk);
+    std::copy(angle + done, angle + done + n, angle_chunk);
+    std::fill(u_chunk + n, u_chunk + lanes, 0.5);  // any argument will do for lanes that are dropped
+    std::fill(angle_chunk + n, angle_chunk + lanes, 1.0);
+    box_muller_chunk(u_chunk, angle_chunk, n, lanes, sd, out + 2 * done);
     done += n;
   }
 }
@@ -218,6 +240,21 @@ void normal_pairs(NormalMath math, const PhiloxKey& key, PhiloxCounter& counter,
 #endif
   }
   normal_pairs_scalar(key, counter, pairs, sd, out);
+}
+
+void box_muller_pairs(NormalMath math, const double* u, const double* angle, std::size_t pairs, double sd,
+                      double* out) {
+  if (takes_avx2(math)) {
+#if defined(ATTNCHECK_AVX2_NORMALS)
+    box_muller_pairs_avx2(u, angle, pairs, sd, out);
+    return;
+#endif
+  }
+  for (std::size_t i = 0; i < pairs; ++i) {
+    const auto pair = scalar_pair(u[i], angle[i], sd);
+    out[2 * i] = pair[0];
+    out[2 * i + 1] = pair[1];
+  }
 }
 
 }  // namespace attncheck::monte_carlo
