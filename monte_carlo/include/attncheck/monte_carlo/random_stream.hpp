@@ -57,7 +57,7 @@ bool normal_math_supported(NormalMath math);
 // The path of this process: avx2 when supported, unless the environment says ATTNCHECK_NORMALS=scalar.
 NormalMath normal_math();
 // Changes the path of the whole process (tests; reproducing another machine's bits). Not meant to race with
-// draws in flight. Throws std::invalid_argument when the CPU cannot take it.
+// draws in flight. Throws theory::InputError (a std::invalid_argument) when the CPU cannot take it.
 void set_normal_math(NormalMath math);
 
 // `blocks` Philox blocks from `counter` on (counter advanced past them) into words[0, 4 blocks), as
