@@ -3,9 +3,12 @@
 // - dgemm_*: the machine's DGEMM rate (1024^3, one thread) with OpenBLAS and with Eigen as built here;
 // - score_phase: one sample's evaluation on drawn inputs (projections, score tiles, reductions), one thread,
 //   counted as 2 N^2 d flops (the score GEMMs only), so its rate is comparable with DGEMM's;
-// - draw: the Philox normals of one sample;
+// - draw: the Philox normals of one sample (on the process's Box-Muller path);
+// - normal_pairs/0, /1: one sample's worth of normal pairs on the scalar and on the AVX2 (libmvec) path;
+// - philox_words/0, /1: the Philox blocks under those pairs alone, scalar (Random123) and AVX2;
 // - samples: whole samples per second through CpuBackend with all threads (what `attncheck mc` does).
 #include "attncheck/monte_carlo/cpu_backend.hpp"
+#include "attncheck/monte_carlo/random_stream.hpp"
 
 #include <benchmark/benchmark.h>
 
@@ -92,6 +95,45 @@ void draw(benchmark::State& state) {
   }
 }
 BENCHMARK(draw)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void normal_pairs(benchmark::State& state) {
+  const NormalMath math = state.range(0) == 0 ? NormalMath::scalar : NormalMath::avx2;
+  if (!normal_math_supported(math)) {
+    state.SkipWithError("no AVX2 + FMA (or no libmvec) here");
+    return;
+  }
+  constexpr std::size_t kPairs = (kN * kD + 2 * kD * kd) / 2;
+  std::vector<double> out(2 * kPairs);
+  const PhiloxKey key{{12345, 0}};
+  PhiloxCounter counter{{0, 0, 0, 0}};
+  for (auto _ : state) {
+    monte_carlo::normal_pairs(math, key, counter, kPairs, 1.0, out.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * kPairs));
+  state.SetLabel(math == NormalMath::scalar ? "scalar" : "avx2");
+}
+BENCHMARK(normal_pairs)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The Philox words alone, same count, same two paths: what the vectorized Philox contributes.
+void philox_words(benchmark::State& state) {
+  const NormalMath math = state.range(0) == 0 ? NormalMath::scalar : NormalMath::avx2;
+  if (!normal_math_supported(math)) {
+    state.SkipWithError("no AVX2 + FMA (or no libmvec) here");
+    return;
+  }
+  constexpr std::size_t kBlocks = (kN * kD + 2 * kD * kd) / 2;
+  std::vector<std::uint32_t> words(4 * kBlocks);
+  const PhiloxKey key{{12345, 0}};
+  PhiloxCounter counter{{0, 0, 0, 0}};
+  for (auto _ : state) {
+    philox_blocks(math, key, counter, kBlocks, words.data());
+    benchmark::DoNotOptimize(words.data());
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * kBlocks));
+  state.SetLabel(math == NormalMath::scalar ? "scalar" : "avx2");
+}
+BENCHMARK(philox_words)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void samples(benchmark::State& state) {
   CpuBackend backend(static_cast<int>(state.range(0)));

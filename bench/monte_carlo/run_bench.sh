@@ -39,6 +39,14 @@ for k, v in sorted(dgemm.items()):
 for k, v in sorted(scores.items()):
     print(f"  score phase, one thread, tile {k.split('/')[1]:>4s}: {v:7.1f} GFLOPS = {v / best_dgemm:5.1%} of the best DGEMM ({best_dgemm_name[6:]})")
 print(f"  Philox draws of one sample: {cpp['draw/real_time']['real_time']:.2f} ms")
+pair_ns = {cpp[k]["label"]: 1e9 / cpp[k]["items_per_second"] for k in cpp
+           if k.startswith("normal_pairs/") and "items_per_second" in cpp[k]}
+block_ns = {cpp[k]["label"]: 1e9 / cpp[k]["items_per_second"] for k in cpp
+            if k.startswith("philox_words/") and "items_per_second" in cpp[k]}
+for what, ns in (("normal pair (Philox + Box-Muller)", pair_ns), ("Philox block alone", block_ns)):
+    if ns:
+        print(f"  {what}: " + ", ".join(f"{v:.2f} ns {k}" for k, v in ns.items())
+              + (f" (scalar/avx2 = {ns['scalar'] / ns['avx2']:.1f}x)" if len(ns) == 2 else ""))
 def per_cpu_second(k):  # process CPU time of the whole batch, all threads
     b = cpp[k]
     return b["items_per_second"] * b["real_time"] / b["cpu_time"]

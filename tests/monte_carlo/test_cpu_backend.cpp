@@ -1,6 +1,7 @@
 #include "attncheck/monte_carlo/cpu_backend.hpp"
 #include "attncheck/monte_carlo/random_stream.hpp"
 #include "attncheck/theory/attention.hpp"
+#include "normal_math_guard.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -116,27 +117,58 @@ TEST_CASE("the Gram path of fact 6 equals the direct sum of squared scores") {
   }
 }
 
-TEST_CASE("values do not depend on the thread count or on how samples are batched") {
-  for (const theory::Activation& act : {theory::Activation{ActivationKind::softmax, Pointwise::identity, 1},
-                                        theory::Activation{ActivationKind::pointwise, Pointwise::poly, 3},
-                                        theory::Activation{ActivationKind::pointwise, Pointwise::gelu, 1}}) {
-    const SweepPoint pt = make(70, 4, 3, act, 0.5, 5);
-    const std::vector<Estimand> estimands{Estimand::value, Estimand::dQ, Estimand::dK, Estimand::dS};
-    std::vector<SampleValues> reference;
-    CpuBackend(1, 16).evaluate(pt, estimands, 10, 6, reference);
-    for (int threads : {2, 3, 8}) {
-      CpuBackend backend(threads, 16);
-      std::vector<SampleValues> all, one_by_one;
-      backend.evaluate(pt, estimands, 10, 6, all);        // samples in parallel
-      for (std::uint64_t k = 10; k < 16; ++k) backend.evaluate(pt, estimands, k, 1, one_by_one);  // tiles in parallel
-      for (std::size_t k = 0; k < reference.size(); ++k) {
-        for (int e = 0; e < 4; ++e) {
-          INFO("threads " << threads << ", sample " << k << ", estimand " << e);
-          CHECK(all[k][e] == reference[k][e]);
-          CHECK(one_by_one[k][e] == reference[k][e]);
+TEST_CASE("values do not depend on the thread count or on how samples are batched, on either Box-Muller path") {
+  for (NormalMath math : {NormalMath::scalar, NormalMath::avx2}) {
+    if (!normal_math_supported(math)) continue;
+    const NormalMathGuard guard(math);
+    INFO("Box-Muller path " << (math == NormalMath::avx2 ? "avx2" : "scalar"));
+    for (const theory::Activation& act : {theory::Activation{ActivationKind::softmax, Pointwise::identity, 1},
+                                          theory::Activation{ActivationKind::pointwise, Pointwise::poly, 3},
+                                          theory::Activation{ActivationKind::pointwise, Pointwise::gelu, 1}}) {
+      const SweepPoint pt = make(70, 4, 3, act, 0.5, 5);
+      const std::vector<Estimand> estimands{Estimand::value, Estimand::dQ, Estimand::dK, Estimand::dS};
+      std::vector<SampleValues> reference;
+      CpuBackend(1, 16).evaluate(pt, estimands, 10, 6, reference);
+      for (int threads : {2, 3, 8}) {
+        CpuBackend backend(threads, 16);
+        std::vector<SampleValues> all, one_by_one;
+        backend.evaluate(pt, estimands, 10, 6, all);        // samples in parallel
+        for (std::uint64_t k = 10; k < 16; ++k) backend.evaluate(pt, estimands, k, 1, one_by_one);  // tiles in parallel
+        for (std::size_t k = 0; k < reference.size(); ++k) {
+          for (int e = 0; e < 4; ++e) {
+            INFO("threads " << threads << ", sample " << k << ", estimand " << e);
+            CHECK(all[k][e] == reference[k][e]);
+            CHECK(one_by_one[k][e] == reference[k][e]);
+          }
         }
       }
     }
+  }
+}
+
+TEST_CASE("a machine without AVX2 gets the same values up to the last bits of the normals") {
+  if (!normal_math_supported(NormalMath::avx2)) {
+    WARN("no AVX2 + FMA (or no libmvec) here: only the scalar path exists");
+    return;
+  }
+  const SweepPoint pt = make(64, 8, 5, {ActivationKind::pointwise, Pointwise::poly, 3}, 0.5, 31);
+  const std::vector<Estimand> estimands{Estimand::value, Estimand::dQ, Estimand::dK, Estimand::dS};
+  std::vector<SampleValues> vec, ref;
+  SampleInputs vec_in, ref_in;
+  {
+    const NormalMathGuard guard(NormalMath::avx2);
+    CpuBackend(2, 16).evaluate(pt, estimands, 0, 4, vec);
+    draw_sample(pt, 3, vec_in);
+  }
+  {
+    const NormalMathGuard guard(NormalMath::scalar);
+    CpuBackend(2, 16).evaluate(pt, estimands, 0, 4, ref);
+    draw_sample(pt, 3, ref_in);
+  }
+  CHECK(vec_in.X != ref_in.X);  // the paths do differ in the last bits, so the comparison below is not vacuous
+  CHECK((vec_in.X - ref_in.X).cwiseAbs().maxCoeff() <= 1e-14 * ref_in.X.cwiseAbs().maxCoeff());
+  for (std::size_t k = 0; k < ref.size(); ++k) {
+    for (int e = 0; e < 4; ++e) check_relative(vec[k][e], ref[k][e], 1e-12, "sample " + std::to_string(k));
   }
 }
 
