@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -202,6 +203,21 @@ inline json parse_json(const std::string& text, const std::string& where, bool r
       throw theory::InputError(fmt::format("{} line {} column {}: malformed JSON: {}", where, line, column, detail));
     }
     throw theory::InputError(fmt::format("{} column {}: malformed JSON: {}", where, column, detail));
+  }
+}
+
+// Calls visit(fields, line) for every non-blank line of a JSON-lines text; `name` is the file named in errors.
+template <class Visit>
+void for_each_json_line(const std::string& text, const std::string& name, Visit&& visit) {
+  std::istringstream in(text);
+  std::string line_text;
+  int line = 0;
+  while (std::getline(in, line_text)) {
+    ++line;
+    if (line_text.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = fmt::format("{} line {}", name, line);
+    const json object = parse_json(line_text, where, false);
+    visit(JsonFields(object, where), line);
   }
 }
 

@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <iterator>
 #include <map>
-#include <sstream>
 #include <tuple>
 
 namespace attncheck::reports {
@@ -61,15 +60,7 @@ std::optional<ProbeQuantity> own_gradient_quantity(const std::string& activation
 
 std::vector<ProbeRecord> parse_probe_log(const std::string& text, const std::string& name) {
   std::vector<ProbeRecord> records;
-  std::istringstream in(text);
-  std::string line_text;
-  int line = 0;
-  while (std::getline(in, line_text)) {
-    ++line;
-    if (line_text.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = fmt::format("{} line {}", name, line);
-    const detail::json object = detail::parse_json(line_text, where, false);
-    const detail::JsonFields fields(object, where);
+  detail::for_each_json_line(text, name, [&](const detail::JsonFields& fields, int line) {
     ProbeRecord r;
     r.line = line;
     r.checkpoint = fields.text("checkpoint");
@@ -86,7 +77,7 @@ std::vector<ProbeRecord> parse_probe_log(const std::string& text, const std::str
       if (value && *value < 0) fields.fail(fmt::format("\"{}\" = {} is negative, but it is a norm", key, *value));
     }
     records.push_back(std::move(r));
-  }
+  });
   return records;
 }
 

@@ -245,16 +245,7 @@ std::pair<Provenance, std::vector<Series>> parse_fits_json(const std::string& te
 
 std::vector<PointRecord> parse_points_jsonl(const std::string& text, const std::string& name) {
   std::vector<PointRecord> points;
-  std::istringstream in(text);
-  std::string line_text;
-  int line = 0;
-  while (std::getline(in, line_text)) {
-    ++line;
-    if (line_text.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = fmt::format("{} line {}", name, line);
-    const detail::json object = detail::parse_json(line_text, where, false);
-    points.push_back(read_point(JsonFields(object, where), line));
-  }
+  detail::for_each_json_line(text, name, [&](const JsonFields& fields, int line) { points.push_back(read_point(fields, line)); });
   return points;
 }
 
