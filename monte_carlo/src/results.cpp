@@ -2,6 +2,7 @@
 
 #include "attncheck/monte_carlo/fit.hpp"
 #include "attncheck/reports/atomic_file.hpp"
+#include "attncheck/reports/input_file.hpp"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 
 namespace attncheck::monte_carlo {
 
+namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
@@ -193,7 +195,10 @@ ResultsFolder::ResultsFolder(std::filesystem::path dir, bool resume) : dir_(std:
     throw theory::InputError(fmt::format("--out {}: cannot create the folder ({})", dir_.string(), ec.message()));
   }
   if (!resume) return;
-  std::ifstream in(dir_ / "points.jsonl");
+  const fs::path points = dir_ / "points.jsonl";
+  std::error_code absent;
+  if (!fs::exists(points, absent)) return;
+  std::istringstream in(reports::read_text_file(points));
   std::string line;
   int number = 0;
   while (std::getline(in, line)) {

@@ -2,6 +2,7 @@
 
 #include "attncheck/monte_carlo/random_stream.hpp"
 #include "attncheck/probes/tokenizer.hpp"
+#include "attncheck/reports/input_file.hpp"
 #include "attncheck/theory/moments.hpp"
 #include "attncheck/theory/softmax.hpp"
 
@@ -9,7 +10,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 
 namespace attncheck::probes {
 
@@ -193,9 +193,8 @@ ProbeResult probe_model(const fs::path& model_path, const ProbeInput& input, con
       const fs::path vocab = (fs::is_directory(model_path) ? model_path : model_path.parent_path()) / "vocab.txt";
       bool lower_case = true;
       const fs::path tokenizer_config = vocab.parent_path() / "tokenizer_config.json";
-      if (fs::exists(tokenizer_config)) {
-        std::ifstream in(tokenizer_config);
-        const auto json = nlohmann::json::parse(in, nullptr, false);
+      if (std::error_code absent; fs::exists(tokenizer_config, absent)) {
+        const auto json = nlohmann::json::parse(reports::read_text_file(tokenizer_config), nullptr, false);
         if (json.is_object() && json.contains("do_lower_case") && json["do_lower_case"].is_boolean()) {
           lower_case = json["do_lower_case"].get<bool>();
         }

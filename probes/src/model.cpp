@@ -1,5 +1,7 @@
 #include "attncheck/probes/model.hpp"
 
+#include "attncheck/reports/input_file.hpp"
+
 #include "attncheck/theory/pointwise.hpp"
 #include "attncheck/theory/softmax.hpp"
 
@@ -8,7 +10,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <limits>
 
 namespace attncheck::probes {
@@ -118,11 +119,10 @@ Matrix layer_norm(const Matrix& x, const Vector& gain, const Vector& bias, doubl
 }
 
 ModelConfig read_model_config(const fs::path& config_json, const Checkpoint& checkpoint) {
-  std::ifstream in(config_json);
-  if (!in) throw InputError(fmt::format("{}: cannot read the model's config.json", config_json.string()));
+  const std::string text = reports::read_text_file(config_json);
   nlohmann::json config;
   try {
-    config = nlohmann::json::parse(in);
+    config = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw InputError(fmt::format("{}: not valid JSON ({})", config_json.string(), e.what()));
   }

@@ -1,16 +1,12 @@
 #include "attncheck/probes/watch.hpp"
 
+#include "attncheck/reports/input_file.hpp"
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
-#include <cstring>
-#include <fstream>
 #include <map>
 #include <set>
 #include <thread>
@@ -96,33 +92,13 @@ Fingerprint fingerprint(const fs::path& path) {
 
 std::set<std::string> names_in_log(const fs::path& log) {
   std::set<std::string> names;
-  std::ifstream in(log);
-  std::string line;
-  while (std::getline(in, line)) {
+  reports::InputFile(log).for_each_line([&](std::string_view line, std::size_t) {
     const auto json = nlohmann::json::parse(line, nullptr, false);
     if (json.is_object() && json.contains("checkpoint") && json["checkpoint"].is_string()) {
       names.insert(json["checkpoint"].get<std::string>());
     }
-  }
+  });
   return names;
-}
-
-// One write of whole lines with O_APPEND, so a reader never sees half a checkpoint's line.
-void append_lines(const fs::path& log, const std::string& lines) {
-  const int fd = ::open(log.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) throw InputError(fmt::format("{}: cannot open for appending: {}", log.string(), std::strerror(errno)));
-  std::size_t written = 0;
-  while (written < lines.size()) {
-    const ssize_t n = ::write(fd, lines.data() + written, lines.size() - written);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int saved = errno;
-      ::close(fd);
-      throw InputError(fmt::format("{}: write failed: {}", log.string(), std::strerror(saved)));
-    }
-    written += static_cast<std::size_t>(n);
-  }
-  ::close(fd);
 }
 
 }  // namespace
@@ -133,6 +109,7 @@ WatchSummary watch_folder(const WatchOptions& options, const std::atomic<bool>& 
     throw InputError(fmt::format("{}: not a folder to watch", options.folder.string()));
   }
   WatchSummary summary;
+  reports::require_appendable_file(options.output);
   std::set<std::string> done = names_in_log(options.output);
   std::map<std::string, Fingerprint> seen;      // fingerprint at the previous scan
   std::map<std::string, Fingerprint> refused;   // unreadable, until they change
@@ -156,7 +133,8 @@ WatchSummary watch_folder(const WatchOptions& options, const std::atomic<bool>& 
       if (bad != refused.end() && bad->second == now) continue;
       try {
         const ProbeResult result = probe_model(path, options.input, options.layers, options.heads);
-        append_lines(options.output, checkpoint_lines(name, result));
+        // One O_APPEND write of whole lines: a reader never sees half a checkpoint.
+        reports::append_to_file(options.output, checkpoint_lines(name, result));
         done.insert(name);
         ++summary.measured;
         log(fmt::format("probed {} ({} heads)", name, result.heads.size()));

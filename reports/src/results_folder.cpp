@@ -6,9 +6,7 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
 #include <map>
-#include <sstream>
 #include <system_error>
 #include <tuple>
 
@@ -37,17 +35,6 @@ std::string_view to_string(Verdict verdict) {
     case Verdict::inconclusive: return "inconclusive";
   }
   return "?";
-}
-
-std::string read_text_file(const fs::path& path) {
-  std::error_code error;
-  if (fs::is_directory(path, error)) throw InputError(fmt::format("{} is a folder, not a file", path.string()));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(fmt::format("cannot read {}", path.string()));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw InputError(fmt::format("cannot read {}", path.string()));
-  return text.str();
 }
 
 namespace {

@@ -23,7 +23,12 @@ expect() {
 expect 2 "give MODEL" -- "$attncheck" probe
 expect 2 "/no/such/model: no such file" -- "$attncheck" probe /no/such/model
 expect 2 "choose one input" -- "$attncheck" probe "$tiny/tiny-bert" --text "the cat" --random
-expect 2 "token id 999 at position 1" -- "$attncheck" probe "$tiny/tiny-bert" --tokens <(echo "2 999 3")
+echo "2 999 3" >"$work/bad-ids.txt"
+expect 2 "token id 999 at position 1" -- "$attncheck" probe "$tiny/tiny-bert" --tokens "$work/bad-ids.txt"
+# Anything but a regular file is refused at once, naming it (a FIFO is not waited on).
+mkfifo "$work/ids.fifo"
+expect 2 "ids.fifo: is a FIFO" -- timeout 10 "$attncheck" probe "$tiny/tiny-bert" --tokens "$work/ids.fifo"
+expect 2 "/dev/zero: is a character device" -- "$attncheck" probe "$tiny/tiny-bert" --tokens /dev/zero
 expect 2 "layer 7 does not exist" -- "$attncheck" probe "$tiny/tiny-bert" --layers 7
 expect 2 "JSON lines to --out" -- "$attncheck" probe --watch "$tiny" --json
 expect 2 "not a folder to watch" -- "$attncheck" probe --watch /no/such/run --until-idle 0

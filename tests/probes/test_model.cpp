@@ -6,6 +6,10 @@
 #include "attncheck/theory/moments.hpp"
 #include "tiny_models.hpp"
 
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cmath>
 
 using namespace attncheck::probes;
@@ -200,4 +204,41 @@ TEST_CASE("random input uses the embeddings' own scale and is reproducible by se
   }
   CHECK(json["layer"].is_number_integer());
   CHECK(csv_columns().size() == csv_values(a.heads[0]).size());
+}
+
+TEST_CASE("a checkpoint truncated by another process after it was opened is refused naming it, not a crash",
+          "[model][errors]") {
+  TempDir dir;
+  TinyShape shape;
+  shape.layers = 4;
+  shape.hidden = 32;
+  write_tiny_bert(dir.path, shape);
+  const fs::path weights = dir.path / "model.safetensors";
+  const auto model = TransformerModel::load(dir.path);  // header read; the weights are read layer by layer
+  const auto full = fs::file_size(weights);
+  // Another process cuts the file to a third while this one holds it open (a mapped read would die of SIGBUS).
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) ::_exit(::truncate(weights.c_str(), static_cast<off_t>(full / 3)) == 0 ? 0 : 1);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  const std::vector<std::int64_t> ids{2, 4, 5, 3};
+  CHECK_THROWS_WITH(model.forward(ids), Catch::Contains(weights.string()) && Catch::Contains("truncated"));
+}
+
+TEST_CASE("a config.json, vocabulary or index that is not a regular file is refused naming it", "[model][errors]") {
+  TempDir dir;
+  write_tiny_bert(dir.path);
+  fs::remove(dir.path / "vocab.txt");
+  REQUIRE(::mkfifo((dir.path / "vocab.txt").c_str(), 0600) == 0);
+  ProbeInput input;
+  input.kind = ProbeInput::Kind::text;
+  input.text = "the cat";
+  CHECK_THROWS_WITH(probe_model(dir.path, input, {}, {}), Catch::Contains("vocab.txt: is a FIFO"));
+  fs::remove(dir.path / "config.json");
+  fs::create_directories(dir.path / "config.json");
+  CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("config.json: is a folder"));
+  fs::create_directories(dir.path / "model.safetensors.index.json");
+  CHECK_THROWS_WITH(Checkpoint::open(dir.path), Catch::Contains("model.safetensors.index.json: is a folder"));
 }
