@@ -37,7 +37,7 @@ struct Options {
   std::uint64_t max_samples = 100000, seed = 1;
   int threads = 0;
   long long tile = 256;
-  bool resume = false, as_json = false;
+  bool resume = false, force = false, as_json = false;
 };
 
 std::string command_line() {
@@ -206,6 +206,8 @@ int run(const Options& o) {
   if (o.threads < 0) throw UsageError(fmt::format("--threads {}: must be >= 0 (0: all cores)", o.threads));
   if (o.tile < 1) throw UsageError(fmt::format("--tile {}: must be >= 1", o.tile));
   if (o.resume && !o.out) throw UsageError("--resume needs --out DIR (the folder to resume)");
+  if (o.force && !o.out) throw UsageError("--force needs --out DIR (the folder to overwrite)");
+  if (o.resume && o.force) throw UsageError("--resume keeps the points in --out, --force removes them: choose one");
   for (const auto& s : series) {
     if (s.fit_over_d && Ns.size() > 1 && ds.size() == 1) {
       fmt::print(stderr, "attncheck mc: note: C8 is a statement about d: sweep --d (e.g. --d 4:256:x2)\n");
@@ -233,7 +235,11 @@ int run(const Options& o) {
     }
   }
   std::optional<mc::ResultsFolder> folder;
-  if (o.out) folder.emplace(*o.out, o.resume);
+  if (o.out) {
+    folder.emplace(*o.out, o.resume  ? mc::FolderStart::resume
+                           : o.force ? mc::FolderStart::overwrite
+                                     : mc::FolderStart::fresh);
+  }
   std::vector<json> records;  // this run's, in sweep order (resumed points included)
   ProgressBar bar(points.size());
   std::size_t skipped = 0;
@@ -242,13 +248,7 @@ int run(const Options& o) {
     std::vector<json> finished;
     if (folder) {
       for (auto e : ps.series->estimands) {
-        const std::string key = fmt::format("{};estimand={};run_seed={}", ps.key, mc::estimand_name(e), o.seed);
-        for (const json& r : folder->records()) {
-          if (r.value("key", "") == key) {
-            finished.push_back(r);
-            break;
-          }
-        }
+        if (auto record = folder->finished(mc::record_key(ps, e, o.seed))) finished.push_back(std::move(*record));
       }
     }
     if (o.resume && finished.size() == ps.series->estimands.size()) {
@@ -282,7 +282,7 @@ int run(const Options& o) {
                            {"wall_seconds", wall}};
   // fits.json describes the whole folder: with --resume a folder can gather several claims' runs, and a
   // report of it must see all of their series.
-  if (folder) folder->write_fits({{"provenance", provenance}, {"series", mc::fit_series(folder->records(), o.tolerance)}});
+  if (folder) folder->write_fits(provenance, o.tolerance);
   const int code = mc::exit_code_of(fitted);
   int inconclusive = 0;
   for (const json& s : fitted) inconclusive += s["verdict"] == "inconclusive" && s.value("counts_for_exit", false) ? 1 : 0;
@@ -340,7 +340,11 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--tolerance", o->tolerance, "Slack on the claimed exponent in the verdict")->capture_default_str();
   app.add_option("--backend", o->backend, "auto, cpu or cuda")->capture_default_str();
   app.add_option("--out", o->out, "Folder for points.jsonl, points.csv (each point written when it finishes) and fits.json (the fits of every series in the folder)");
-  app.add_flag("--resume", o->resume, "Keep the points already in --out and skip those this run would repeat (same point, estimand and --seed); runs of other claims accumulate in one folder");
+  app.add_flag("--resume", o->resume,
+               "Keep the points already in --out and skip those this run would repeat (same point, estimand and "
+               "--seed); runs of other claims accumulate in one folder, and several runs may write it at once");
+  app.add_flag("--force", o->force, "Remove the points already in --out first (without --resume or --force, a folder "
+                                    "that holds points is refused)");
   app.add_flag("--json", o->as_json, "One JSON object on stdout (provenance, points, series) instead of tables");
   app.footer(
       "Exit codes: 0 every fitted series of the claims as the papers state them holds or is tight (inconclusive ones "

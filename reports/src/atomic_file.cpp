@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <system_error>
+#include <vector>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -19,6 +20,17 @@ using theory::InputError;
 
 fs::path temporary_sibling(const fs::path& path) {
   return fs::path(path).concat(fmt::format(".tmp.{}", static_cast<long>(::getpid())));
+}
+
+void remove_stale_temporaries(const fs::path& path) {
+  const std::string prefix = path.filename().string() + ".tmp.";
+  const fs::path folder = path.parent_path().empty() ? fs::path(".") : path.parent_path();
+  std::error_code error;
+  std::vector<fs::path> stale;
+  for (const auto& entry : fs::directory_iterator(folder, error)) {
+    if (entry.path().filename().string().rfind(prefix, 0) == 0) stale.push_back(entry.path());
+  }
+  for (const fs::path& file : stale) fs::remove(file, error);
 }
 
 void replace_file(const fs::path& from, const fs::path& to) {

@@ -97,6 +97,39 @@ claims = sorted({s["claim"] for s in json.load(open(sys.argv[1]))["series"]})
 assert claims == ["C3", "C4"], claims
 PY
 
+# A folder that holds points is not overwritten silently: refused without --resume or --force.
+cp "$work/c4/points.jsonl" "$work/c4-before.jsonl"
+expect_exit 2 "already holds 26 finished points" -- mc --claim C3 --N 16,32 --D 4 --d 4 --p 1 --samples 20 --out "$work/c4"
+cmp -s "$work/c4/points.jsonl" "$work/c4-before.jsonl" || fail "a refused run changed points.jsonl"
+expect_exit 2 "choose one" -- mc --claim C3 --N 16,32 --D 4 --d 4 --p 1 --samples 20 --out "$work/c4" --resume --force
+"$bin" mc --claim C3 --N 16,32 --D 4 --d 4 --p 1 --samples 20 --out "$work/c4" --force >/dev/null 2>&1 || fail "--force exit $?"
+[ "$(wc -l <"$work/c4/points.jsonl")" -eq 4 ] || fail "--force left $(wc -l <"$work/c4/points.jsonl") lines, want 4"
+
+# Two sweeps resumed into one folder at the same time keep every point of both (each appends 30 points, so
+# their read-merge-writes interleave), and a third run of the same grid as the first adds no duplicate.
+"$bin" mc --claim C4 --N 4:64:x2 --D 2,3 --d 2,3 --p 1 --samples 4 --out "$work/shared" --resume >/dev/null 2>"$work/w1.err" &
+first=$!
+"$bin" mc --claim C5 --N 4:64:x2 --D 2,3 --d 2,3 --p 1,2 --samples 4 --out "$work/shared" --resume >/dev/null 2>"$work/w2.err" &
+second=$!
+"$bin" mc --claim C4 --N 4:64:x2 --D 2,3 --d 2,3 --p 1 --samples 4 --out "$work/shared" --resume >/dev/null 2>"$work/w3.err" &
+third=$!
+wait $first || fail "first writer exit $?: $(cat "$work/w1.err")"
+wait $second || fail "second writer exit $?: $(cat "$work/w2.err")"
+wait $third || fail "third writer exit $?: $(cat "$work/w3.err")"
+$py - "$work/shared" <<'PY' || fail "concurrent writers lost or repeated points"
+import json, os, sys
+folder = sys.argv[1]
+keys = [json.loads(l)["key"] for l in open(os.path.join(folder, "points.jsonl"))]
+c4 = 2 * 5 * 2 * 2   # two readings x five N x two D x two d
+c5 = 2 * 5 * 2 * 2   # p = 1, 2 x five N x two D x two d
+assert len(keys) == len(set(keys)), "a key appears twice"
+assert len(keys) == c4 + c5, (len(keys), c4 + c5)
+fits = json.load(open(os.path.join(folder, "fits.json")))
+assert sorted({s["claim"] for s in fits["series"]}) == ["C4", "C5"]
+assert all(len(s["N"]) == 5 for s in fits["series"]), [len(s["N"]) for s in fits["series"]]
+assert not [f for f in os.listdir(folder) if ".tmp." in f]
+PY
+
 # Thread count does not change any number.
 "$bin" mc --phi softmax --estimand value,dQ,dK,dS --N 8,24 --D 3 --d 2 --p 1 --samples 40 --threads 1 --json >"$work/t1.json" || fail "threads 1"
 "$bin" mc --phi softmax --estimand value,dQ,dK,dS --N 8,24 --D 3 --d 2 --p 1 --samples 40 --threads 2 --json >"$work/t2.json" || fail "threads 2"

@@ -4,7 +4,11 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <fstream>
+#include <thread>
 #include <unistd.h>
 
 using namespace attncheck;
@@ -87,10 +91,10 @@ TEST_CASE("the results folder writes whole files and resumes from points.jsonl")
   const auto records = small_sweep(5, series);
   const auto dir = fresh_dir("folder");
   {
-    ResultsFolder folder(dir, false);
+    ResultsFolder folder(dir, FolderStart::fresh);
     folder.append({records[0], records[1]});
     folder.append({records[2]});
-    folder.write_fits({{"series", fit_series(folder.records(), 0.05)}});
+    folder.write_fits({{"command", "test"}}, 0.05);
   }
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     CHECK(entry.path().filename().string().find(".tmp") == std::string::npos);
@@ -102,12 +106,91 @@ TEST_CASE("the results folder writes whole files and resumes from points.jsonl")
   int rows = 0;
   while (std::getline(csv, row)) ++rows;
   CHECK(rows == 3);
-  ResultsFolder resumed(dir, true);
+  const json fits = json::parse(std::ifstream(dir / "fits.json"));
+  CHECK(fits["provenance"]["command"] == "test");
+  CHECK(fits["series"].size() == 1);  // three points of the first series
+  ResultsFolder resumed(dir, FolderStart::resume);
   CHECK(resumed.records().size() == 3);
   CHECK(resumed.finished(records[2]["key"].get<std::string>()));
   CHECK_FALSE(resumed.finished(records[3]["key"].get<std::string>()));
-  ResultsFolder restarted(dir, false);
-  CHECK(restarted.records().empty());
+  // A folder holding points is not silently overwritten: refused without --force, emptied with it.
+  CHECK_THROWS_WITH(ResultsFolder(dir, FolderStart::fresh),
+                    Catch::Contains("already holds 3 finished points") && Catch::Contains("--resume") &&
+                        Catch::Contains("--force"));
+  CHECK(resumed.records().size() == 3);
+  ResultsFolder forced(dir, FolderStart::overwrite);
+  CHECK(forced.records().empty());
+  CHECK_FALSE(std::filesystem::exists(dir / "points.jsonl"));
+  CHECK_FALSE(std::filesystem::exists(dir / "fits.json"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("two writers of one folder keep every point of both, and a repeated point counts once") {
+  std::vector<SeriesSpec> series;
+  const auto records = small_sweep(6, series);
+  REQUIRE(records.size() == 8);
+  const auto dir = fresh_dir("two-writers");
+  // Both open the folder before either writes, as two resumed processes do; their appends interleave.
+  ResultsFolder first(dir, FolderStart::resume), second(dir, FolderStart::resume);
+  first.append({records[0]});
+  second.append({records[4]});
+  first.append({records[1], records[2]});
+  second.append({records[5], records[6]});
+  first.append({records[3]});
+  second.append({records[7]});
+  // The same point finished by both (same key): one line, the later record.
+  json again = records[0];
+  again["wall_seconds"] = 123.0;
+  second.append({again});
+  first.write_fits({{"command", "first"}}, 0.05);
+
+  std::vector<std::string> keys;
+  std::ifstream in(dir / "points.jsonl");
+  for (std::string line; std::getline(in, line);) keys.push_back(json::parse(line)["key"].get<std::string>());
+  REQUIRE(keys.size() == records.size());
+  for (const json& r : records) CHECK(std::count(keys.begin(), keys.end(), r["key"].get<std::string>()) == 1);
+  ResultsFolder reader(dir, FolderStart::resume);
+  CHECK(reader.finished(records[0]["key"].get<std::string>())->at("wall_seconds") == 123.0);
+  // fits.json fits the merged file: both series with all four N.
+  const json fits = json::parse(std::ifstream(dir / "fits.json"));
+  REQUIRE(fits["series"].size() == 2);
+  for (const json& s : fits["series"]) CHECK(s["N"] == json({8, 16, 32, 64}));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("concurrent writers from many threads lose no point", "[concurrency]") {
+  std::vector<SeriesSpec> series;
+  const auto records = small_sweep(7, series);
+  const auto dir = fresh_dir("threads");
+  constexpr int kWriters = 4, kEach = 25;
+  std::vector<std::thread> writers;
+  for (int w = 0; w < kWriters; ++w) {
+    writers.emplace_back([&, w] {
+      ResultsFolder folder(dir, FolderStart::resume);  // each its own descriptor, as separate processes have
+      for (int k = 0; k < kEach; ++k) {
+        json record = records[static_cast<std::size_t>(k) % records.size()];
+        record["key"] = fmt::format("writer {} point {}", w, k);
+        folder.append({record});
+      }
+    });
+  }
+  for (auto& t : writers) t.join();
+  ResultsFolder reader(dir, FolderStart::resume);
+  CHECK(reader.records().size() == kWriters * kEach);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("the temporaries of a killed writer are removed when the folder is opened") {
+  const auto dir = fresh_dir("stale");
+  std::filesystem::create_directories(dir);
+  for (const char* name : {"points.jsonl.tmp.4242", "points.csv.tmp.77", "fits.json.tmp.1", "notes.tmp.1"}) {
+    std::ofstream(dir / name) << "half";
+  }
+  ResultsFolder folder(dir, FolderStart::fresh);
+  CHECK_FALSE(std::filesystem::exists(dir / "points.jsonl.tmp.4242"));
+  CHECK_FALSE(std::filesystem::exists(dir / "points.csv.tmp.77"));
+  CHECK_FALSE(std::filesystem::exists(dir / "fits.json.tmp.1"));
+  CHECK(std::filesystem::exists(dir / "notes.tmp.1"));  // not the folder's
   std::filesystem::remove_all(dir);
 }
 
