@@ -331,7 +331,7 @@ std::function<int()> setup(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--rel-se", o->rel_se, "auto: stop when se/mean <= this for every estimand (C8: of the mean square)")->capture_default_str();
   app.add_option("--max-samples", o->max_samples, "auto: at most this many samples per point")->capture_default_str();
-  app.add_option("--max-seconds", o->max_seconds, "auto: at most this much wall time per point")->capture_default_str();
+  app.add_option("--max-seconds", o->max_seconds, "auto: at most this much wall time per point (read after every sample from the second on)")->capture_default_str();
   app.add_option("--sigma-x", o->sigma_x, "Standard deviation of the entries of X")->capture_default_str();
   app.add_option("--sigma-t", o->sigma_t, "Standard deviation of the entries of Q and K")->capture_default_str();
   app.add_option("--seed", o->seed, "Run seed; each point's seed is derived from it and the point")->capture_default_str();

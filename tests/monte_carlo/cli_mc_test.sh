@@ -152,6 +152,19 @@ s = out["series"][0]
 assert s["claim"] == "C8" and s["fit_variable"] == "d" and s["verdict"] in ("holds", "tight"), s
 PY
 
+# --max-seconds bounds a point's wall time: at N = 4096 a sample takes about 0.1 s here, so the 64 samples once
+# drawn before the first check took seconds; now the clock is read after every sample.
+"$bin" mc --phi poly --p 3 --N 4096 --D 64 --d 64 --claimed-exponent 1 --max-seconds 0.3 --json >"$work/timed.json" \
+  2>"$work/timed.err" || fail "timed run exit $?: $(cat "$work/timed.err")"
+$py - "$work/timed.json" <<'PY' || fail "--max-seconds not honoured"
+import json, sys
+p = json.load(open(sys.argv[1]))["points"][0]
+assert p["stopped_by"] == "max-seconds", p["stopped_by"]
+assert 2 <= p["samples"] < 64, p["samples"]
+per_sample = p["wall_seconds"] / p["samples"]
+assert p["wall_seconds"] <= 0.3 + 2 * per_sample + 0.1, (p["wall_seconds"], per_sample)
+PY
+
 # Human output: a table with the fitted slopes and verdicts.
 "$bin" mc --claim C3 --N 16,32,64 --D 4 --d 4 --p 1 --samples 50 >"$work/human" 2>&1 || fail "human exit $?"
 grep -q "verdict" "$work/human" || fail "no verdict column in the table"
