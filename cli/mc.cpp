@@ -1,12 +1,14 @@
 // attncheck mc: Monte Carlo sweeps of the expectation claims C3-C8, exact references, log-log fits, verdicts.
 
 #include "backend_select.hpp"
+#include "number_options.hpp"
 #include "subcommand.hpp"
 
 #include "attncheck/monte_carlo/cpu_backend.hpp"
 #include "attncheck/monte_carlo/results.hpp"
 #include "attncheck/monte_carlo/runner.hpp"
 #include "attncheck/monte_carlo/sweep.hpp"
+#include "attncheck/reports/memory_budget.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -27,6 +29,9 @@ namespace {
 
 namespace mc = attncheck::monte_carlo;
 using nlohmann::json;
+
+// More samples than any point needs; the range keeps counts exact in the doubles of the statistics.
+constexpr std::int64_t kMaxSamples = std::int64_t{1} << 40;
 
 struct Options {
   std::optional<std::string> claim, phi, inner_scale, outer_scale, estimand, out;
@@ -77,22 +82,7 @@ std::string hostname() {
 
 mc::SamplingPolicy sampling_policy(const Options& o) {
   mc::SamplingPolicy policy;
-  if (o.samples != "auto") {
-    std::size_t used = 0;
-    long long m = 0;
-    try {
-      m = std::stoll(o.samples, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != o.samples.size() || m < 2) {
-      throw UsageError(fmt::format("--samples {}: give an integer >= 2 or 'auto'", o.samples));
-    }
-    policy.fixed = static_cast<std::uint64_t>(m);
-  }
-  if (!(o.rel_se > 0)) throw UsageError(fmt::format("--rel-se {}: must be > 0", o.rel_se));
-  if (!(o.max_seconds > 0)) throw UsageError(fmt::format("--max-seconds {}: must be > 0", o.max_seconds));
-  if (o.max_samples < 2) throw UsageError(fmt::format("--max-samples {}: must be >= 2", o.max_samples));
+  if (o.samples != "auto") policy.fixed = static_cast<std::uint64_t>(parse_integer(o.samples, "--samples (or auto)", 2, kMaxSamples));
   policy.rel_se = o.rel_se;
   policy.max_samples = o.max_samples;
   policy.min_samples = std::min<std::uint64_t>(64, o.max_samples);
@@ -192,19 +182,15 @@ int run(const Options& o) {
   request.estimands = o.estimand;
   request.claimed_exponent = o.claimed_exponent;
   request.p.clear();
-  for (double p : mc::parse_real_list(o.p, "--p")) {
-    if (p != std::floor(p)) throw UsageError(fmt::format("--p {}: exponents must be integers", p));
-    request.p.push_back(static_cast<int>(p));
-  }
+  for (std::int64_t p : parse_integer_list(o.p, "--p", 1, 64)) request.p.push_back(static_cast<int>(p));
   request.alpha = mc::parse_real_list(o.alpha, "--alpha");
+  for (double alpha : request.alpha) {
+    // N^-alpha under- or overflows long before; C7 is about alpha near 1.
+    if (std::fabs(alpha) > 8) throw UsageError(fmt::format("--alpha: {} is out of range: give values from -8 to 8", alpha));
+  }
   const std::vector<mc::SeriesSpec> series = mc::build_series(request);
   const auto Ns = mc::parse_index_grid(o.N, "--N"), Ds = mc::parse_index_grid(o.D, "--D"),
              ds = mc::parse_index_grid(o.d, "--d");
-  if (!(o.sigma_x > 0)) throw UsageError(fmt::format("--sigma-x {}: must be > 0", o.sigma_x));
-  if (!(o.sigma_t > 0)) throw UsageError(fmt::format("--sigma-t {}: must be > 0", o.sigma_t));
-  if (!(o.tolerance > 0)) throw UsageError(fmt::format("--tolerance {}: must be > 0", o.tolerance));
-  if (o.threads < 0) throw UsageError(fmt::format("--threads {}: must be >= 0 (0: all cores)", o.threads));
-  if (o.tile < 1) throw UsageError(fmt::format("--tile {}: must be >= 1", o.tile));
   if (o.resume && !o.out) throw UsageError("--resume needs --out DIR (the folder to resume)");
   if (o.force && !o.out) throw UsageError("--force needs --out DIR (the folder to overwrite)");
   if (o.resume && o.force) throw UsageError("--resume keeps the points in --out, --force removes them: choose one");
@@ -226,12 +212,29 @@ int run(const Options& o) {
   const int threads = cpu ? cpu->threads() : o.threads;
   const mc::RunContext context{o.seed, backend->name(), threads};
 
+  // A grid is a product: bounded before its points are built, or a few long lists would exhaust memory.
+  constexpr std::uint64_t kMaxPoints = 100000;
+  const std::uint64_t point_count = reports::saturating_product({series.size(), Ds.size(), ds.size(), Ns.size()});
+  if (point_count > kMaxPoints) {
+    throw UsageError(fmt::format("the sweep has {} series x {} D x {} d x {} N = {} points, more than {}", series.size(),
+                                 Ds.size(), ds.size(), Ns.size(), point_count, kMaxPoints));
+  }
   std::vector<mc::PointSpec> points;
   for (const auto& s : series) {
     for (auto D : Ds) {
       for (auto d : ds) {
         for (auto N : Ns) points.push_back(mc::make_point(s, N, D, d, o.sigma_x, o.sigma_t, o.seed));
       }
+    }
+  }
+  if (cpu) {
+    // Every point is checked before the first one runs: a size this machine cannot hold is a usage error now,
+    // not bad_alloc or the OOM killer hours into a sweep.
+    for (const mc::PointSpec& ps : points) {
+      reports::require_memory(cpu->bytes_needed(ps.point),
+                              fmt::format("N = {}, D = {}, d = {} with --tile {} on {} threads", ps.point.N,
+                                          ps.point.D, ps.point.d, o.tile, cpu->threads()),
+                              "; use smaller sizes, a smaller --tile or fewer --threads");
     }
   }
   std::optional<mc::ResultsFolder> folder;
@@ -326,18 +329,29 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--estimand", o->estimand,
                  "Comma list of value (||F||_F), dQ, dK (||dF/dQ||_F, ||dF/dK||_F, full Jacobians), dS (||dF/dS||_F), "
                  "score-var (Var(s_ij), i != j); default value");
-  app.add_option("--claimed-exponent", o->claimed_exponent, "Without --claim: the exponent to check the fitted slope against");
+  app.add_option("--claimed-exponent", o->claimed_exponent, "Without --claim: the exponent to check the fitted slope against")
+      ->check(real_in({-64, 64}));
   app.add_option("--samples", o->samples, "Samples per point: an integer, or auto (until --rel-se, --max-samples or --max-seconds)")
       ->capture_default_str();
-  app.add_option("--rel-se", o->rel_se, "auto: stop when se/mean <= this for every estimand (C8: of the mean square)")->capture_default_str();
-  app.add_option("--max-samples", o->max_samples, "auto: at most this many samples per point")->capture_default_str();
-  app.add_option("--max-seconds", o->max_seconds, "auto: at most this much wall time per point (read after every sample from the second on)")->capture_default_str();
-  app.add_option("--sigma-x", o->sigma_x, "Standard deviation of the entries of X")->capture_default_str();
-  app.add_option("--sigma-t", o->sigma_t, "Standard deviation of the entries of Q and K")->capture_default_str();
-  app.add_option("--seed", o->seed, "Run seed; each point's seed is derived from it and the point")->capture_default_str();
-  app.add_option("--threads", o->threads, "CPU threads (0: all cores); results do not depend on it")->capture_default_str();
-  app.add_option("--tile", o->tile, "Score tile size (tile x tile entries per thread)")->capture_default_str();
-  app.add_option("--tolerance", o->tolerance, "Slack on the claimed exponent in the verdict")->capture_default_str();
+  app.add_option("--rel-se", o->rel_se, "auto: stop when se/mean <= this for every estimand (C8: of the mean square)")
+      ->capture_default_str()->check(real_in({0, 1, true}));
+  app.add_option("--max-samples", o->max_samples, "auto: at most this many samples per point")
+      ->capture_default_str()->check(unsigned_in(2, kMaxSamples));
+  app.add_option("--max-seconds", o->max_seconds, "auto: at most this much wall time per point (read after every sample from the second on)")
+      ->capture_default_str()->check(real_in({0, 1e9, true}));
+  app.add_option("--sigma-x", o->sigma_x, "Standard deviation of the entries of X")
+      ->capture_default_str()->check(real_in({0, 1e100, true}));
+  app.add_option("--sigma-t", o->sigma_t, "Standard deviation of the entries of Q and K")
+      ->capture_default_str()->check(real_in({0, 1e100, true}));
+  app.add_option("--seed", o->seed, "Run seed; each point's seed is derived from it and the point")
+      ->capture_default_str()->check(unsigned_in(0, UINT64_MAX));
+  app.add_option("--threads", o->threads, "CPU threads (0: all cores); results do not depend on it")
+      ->capture_default_str()->check(integer_in(0, kMaxThreads));
+  // The real limit of the tile is the memory check; its side must fit the BLAS integer type.
+  app.add_option("--tile", o->tile, "Score tile size (tile x tile entries per thread)")
+      ->capture_default_str()->check(integer_in(1, INT32_MAX));
+  app.add_option("--tolerance", o->tolerance, "Slack on the claimed exponent in the verdict")
+      ->capture_default_str()->check(real_in({0, 1, true}));
   app.add_option("--backend", o->backend, "auto, cpu or cuda")->capture_default_str();
   app.add_option("--out", o->out, "Folder for points.jsonl, points.csv (each point written when it finishes) and fits.json (the fits of every series in the folder)");
   app.add_flag("--resume", o->resume,

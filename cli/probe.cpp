@@ -1,5 +1,6 @@
 // attncheck probe: live attention norms of a real checkpoint, per layer and head, against the theory.
 
+#include "number_options.hpp"
 #include "subcommand.hpp"
 
 #include "attncheck/probes/live_metrics.hpp"
@@ -12,6 +13,7 @@
 #include <atomic>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 namespace attncheck::cli {
 namespace {
@@ -28,7 +30,7 @@ struct ProbeOptions {
   std::string attention_out;
   std::string watch;
   double interval = 5;
-  double until_idle = -1;
+  std::optional<double> until_idle;
   std::string out;
 };
 
@@ -103,13 +105,12 @@ int run(const ProbeOptions& o) {
     if (o.json || o.csv || !o.attention_out.empty()) {
       throw UsageError("--json, --csv and --attention-out describe one MODEL; --watch writes JSON lines to --out");
     }
-    if (o.interval <= 0) throw UsageError(fmt::format("--interval {} is not a positive number of seconds", o.interval));
     probes::WatchOptions watch;
     watch.folder = o.watch;
     watch.output = o.out.empty() ? std::filesystem::path(o.watch) / "attncheck-probe.jsonl"
                                  : std::filesystem::path(o.out);
     watch.interval_seconds = o.interval;
-    watch.until_idle_seconds = o.until_idle;
+    watch.until_idle_seconds = o.until_idle.value_or(-1);
     watch.input = input;
     watch.layers = o.layers;
     watch.heads = o.heads;
@@ -147,10 +148,13 @@ const bool registered = register_subcommand(
       command.add_option("--tokens", o->tokens, "file of whitespace-separated token ids");
       command.add_flag("--random", o->random,
                        "Gaussian embeddings (the default input), sigma = RMS of the model's token embeddings");
-      command.add_option("--length", o->length, "number of positions for --random")->capture_default_str();
-      command.add_option("--seed", o->seed, "seed of the random input")->capture_default_str();
-      command.add_option("--layers", o->layers, "0-based layers to measure (default all)")->delimiter(',');
-      command.add_option("--heads", o->heads, "0-based heads to measure (default all)")->delimiter(',');
+      command.add_option("--length", o->length, "number of positions for --random (checked against memory)")
+          ->capture_default_str()->check(integer_in(1, INT64_MAX));
+      command.add_option("--seed", o->seed, "seed of the random input")->capture_default_str()->check(unsigned_in(0, UINT64_MAX));
+      command.add_option("--layers", o->layers, "0-based layers to measure (default all)")
+          ->delimiter(',')->check(integer_in(0, INT32_MAX));
+      command.add_option("--heads", o->heads, "0-based heads to measure (default all)")
+          ->delimiter(',')->check(integer_in(0, INT32_MAX));
       command.add_flag("--json", o->json, "a JSON list of objects, one per layer and head, on stdout");
       command.add_flag("--csv", o->csv, "CSV with a header line on stdout");
       command.add_option("--attention-out", o->attention_out,
@@ -159,9 +163,10 @@ const bool registered = register_subcommand(
       command.add_option("--watch", o->watch,
                          "measure every checkpoint in this training folder and each new one as it appears");
       command.add_option("--interval", o->interval, "seconds between scans of the --watch folder")
-          ->capture_default_str();
+          ->capture_default_str()->check(real_in({0, 86400, true}));
       command.add_option("--until-idle", o->until_idle,
-                         "stop watching after this many seconds without a new checkpoint (default: until Ctrl-C)");
+                         "stop watching after this many seconds without a new checkpoint (default: until Ctrl-C)")
+          ->check(real_in({0, 1e9}));
       command.add_option("--out", o->out, "JSON-lines file for --watch (default DIR/attncheck-probe.jsonl)");
       return [o] { return run(*o); };
     });

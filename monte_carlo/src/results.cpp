@@ -4,12 +4,14 @@
 #include "attncheck/reports/atomic_file.hpp"
 #include "attncheck/reports/folder_lock.hpp"
 #include "attncheck/reports/input_file.hpp"
+#include "attncheck/reports/results_folder.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <sstream>
 
 namespace attncheck::monte_carlo {
 
@@ -197,28 +199,30 @@ const char* const kCsvFile = "points.csv";
 const char* const kFitsFile = "fits.json";
 
 // The records of points.jsonl, one per key in order of first appearance, each the last line with that key.
+// Every line is first checked as the report reads it (docs/results-format.md), so that a damaged or foreign
+// file stops a resumed run naming its line instead of failing somewhere inside the fit.
 std::vector<json> read_points(const fs::path& file) {
+  const std::string text = reports::read_text_file(file);
+  reports::parse_points_jsonl(text, file.string());
   std::vector<json> records;
   std::map<std::string, std::size_t> index;
   std::size_t number = 0;
-  reports::InputFile(file).for_each_line([&](std::string_view line, std::size_t) {
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
     ++number;
-    if (line.find_first_not_of(" \t\r") == std::string_view::npos) return;
-    json record;
-    try {
-      record = json::parse(line);
-    } catch (const json::exception& e) {
-      throw theory::InputError(fmt::format("{} line {} is not JSON ({})", file.string(), number, e.what()));
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    json record = json::parse(line);
+    if (!record.contains("key") || !record["key"].is_string() ||
+        (record.contains("series_key") && !record["series_key"].is_string())) {
+      throw theory::InputError(fmt::format("{} line {}: \"key\" and \"series_key\" must be text", file.string(), number));
     }
-    const std::string key = record.is_object() ? record.value("key", "") : "";
-    if (key.empty()) throw theory::InputError(fmt::format("{} line {} has no \"key\"", file.string(), number));
-    const auto [at, added] = index.emplace(key, records.size());
+    const auto [at, added] = index.emplace(record["key"].get<std::string>(), records.size());
     if (added) {
       records.push_back(std::move(record));
     } else {
       records[at->second] = std::move(record);
     }
-  });
+  }
   return records;
 }
 

@@ -211,6 +211,7 @@ ProbeResult probe_model(const fs::path& model_path, const ProbeInput& input, con
       if (input.random_length <= 0) {
         throw InputError(fmt::format("random input length {} is not positive", input.random_length));
       }
+      model.require_memory_for(input.random_length, layers);
       result.random_sigma = model.token_embedding_rms();
       Matrix embeddings(input.random_length, model.config().hidden);
       monte_carlo::PhiloxStream stream(input.seed, 0);

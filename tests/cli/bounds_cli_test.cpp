@@ -86,11 +86,16 @@ TEST_CASE("bad usage and bad input exit 2 with a message naming the problem") {
     CHECK(result.exit_code == 2);
     CHECK_THAT(result.err, Catch::Contains(fragment));
   };
-  expect("bounds --N 0", "'0' is not a positive integer");
-  expect("bounds --N -4", "'-4' is not a positive integer");
+  expect("bounds --N 0", "--N: 0 is out of range");
+  expect("bounds --N -4", "--N: -4 is out of range");
   expect("bounds --N abc", "'abc'");
   expect("bounds", "--N");
   expect("bounds --N 3000000", "--N 3000000");  // 7e13 bytes per matrix: refused before allocating
+  // N^2 would wrap a 64-bit byte count: still refused by the memory check, not aborted by bad_alloc.
+  expect("bounds --N 2305843009213693952", "--N 2305843009213693952");
+  expect("bounds --N 1.5", "--N: '1.5' is not a whole number");
+  expect("bounds --N 8 --seed -1", "--seed: -1 is out of range");
+  expect("bounds --N 8 --threads 100000", "--threads: 100000 is out of range");
   expect("bounds --N 8 --family nope", "unknown --family 'nope'");
   expect("bounds --N 8 --trials 0", "--trials");
   expect("bounds --input " + (kDir / "absent.npy").string(), "absent.npy: no such file");

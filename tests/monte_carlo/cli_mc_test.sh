@@ -32,9 +32,22 @@ expect_exit 2 "C9" -- mc --claim C9
 expect_exit 2 "--backend cuda: " -- mc --claim C3 --N 8,16 --backend cuda --samples 10
 expect_exit 2 "--outer-scale none" -- mc --claim C3 --outer-scale none
 expect_exit 2 "tanh" -- mc --phi tanh --N 8,16 --samples 10
-expect_exit 2 "--sigma-x -1" -- mc --claim C3 --N 8,16 --sigma-x -1 --samples 10
+expect_exit 2 "--sigma-x: -1 is out of range" -- mc --claim C3 --N 8,16 --sigma-x -1 --samples 10
 expect_exit 2 "value estimand only" -- mc --phi matpow --p 2 --estimand dQ --N 8,16 --samples 10
 expect_exit 2 "--resume needs --out" -- mc --claim C3 --resume
+# Every numeric option names its bad value (once: -1 became 2^64 - 1, 1e300 became -2147483648, nan and inf
+# were taken).
+expect_exit 2 "--max-samples: -1 is out of range" -- mc --claim C3 --N 8,16 --max-samples -1
+expect_exit 2 "--p: 1e300 is out of range" -- mc --claim C3 --N 8,16 --p 1e300
+expect_exit 2 "--claimed-exponent: 'nan'" -- mc --phi poly --N 8,16 --claimed-exponent nan
+expect_exit 2 "--tolerance: 'inf'" -- mc --claim C3 --N 8,16 --tolerance inf
+expect_exit 2 "--seed: -1 is out of range" -- mc --claim C3 --N 8,16 --seed -1
+expect_exit 2 "--threads: 100000 is out of range" -- mc --claim C3 --N 8,16 --threads 100000
+expect_exit 2 "--alpha: 1e+308 is out of range" -- mc --claim C7 --N 8,16 --alpha 1e308
+# Sizes the machine cannot hold are refused before anything is allocated, naming them.
+expect_exit 2 "N = 4000000000000, D = 4, d = 4" -- mc --claim C3 --N 4000000000000 --D 4 --d 4 --samples 4
+expect_exit 2 "d = 4000000000000" -- mc --claim C3 --N 16 --D 4 --d 4000000000000 --samples 4
+expect_exit 2 "points, more than 100000" -- mc --claim C3 --N 1:10000:x1.001 --D 1:100:x1.05 --samples 4
 
 # A holding claim: C4 elementwise, exit 0; --json on stdout with the series fields; files in --out.
 "$bin" mc --claim C4 --N 16:256:x2 --D 4 --d 4 --p 1,2 --samples 200 --json --out "$work/c4" \

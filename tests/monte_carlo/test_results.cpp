@@ -226,7 +226,7 @@ class SlowBackend final : public Backend {
 };
 }  // namespace
 
-TEST_CASE("--max-seconds bounds a point's wall time: the clock is read after every slow sample") {
+TEST_CASE("a time limit bounds a point's wall time: the clock is read after every slow sample") {
   SweepPoint pt;
   pt.N = 12;
   pt.D = 3;

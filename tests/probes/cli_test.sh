@@ -33,6 +33,12 @@ expect 2 "layer 7 does not exist" -- "$attncheck" probe "$tiny/tiny-bert" --laye
 expect 2 "JSON lines to --out" -- "$attncheck" probe --watch "$tiny" --json
 expect 2 "not a folder to watch" -- "$attncheck" probe --watch /no/such/run --until-idle 0
 expect 2 "--tokens" -- "$attncheck" probe "$tiny/tiny-gpt2" --text "hello"
+# Sizes and numbers checked before anything is allocated, naming the value.
+expect 2 "forward pass over 1099511627776 positions" -- "$attncheck" probe "$tiny/tiny-bert" --random --length 1099511627776
+expect 2 "--length: -5 is out of range" -- "$attncheck" probe "$tiny/tiny-bert" --random --length -5
+expect 2 "--layers: -1 is out of range" -- "$attncheck" probe "$tiny/tiny-bert" --layers -1
+expect 2 "--interval: 'nan'" -- "$attncheck" probe --watch "$tiny" --interval nan
+expect 2 "--until-idle: -1 is out of range" -- "$attncheck" probe --watch "$tiny" --until-idle -1
 expect 0 "layer +head" -- "$attncheck" probe "$tiny/tiny-bert" --text "the cats sat on the mat."
 expect 0 "Gaussian embeddings" -- "$attncheck" probe "$tiny/tiny-gpt2" --random --length 9
 
