@@ -112,9 +112,31 @@ class ProgressBar {
   bool enabled_;
 };
 
-std::string with_se(const json& mean, const json& se) {
-  if (!mean.is_number()) return "-";
-  return fmt::format("{:.5g} ± {:.2g}", mean.get<double>(), se.is_number() ? se.get<double>() : NAN);
+// Records hold null where a value was not finite; the table shows that as a word with '!', never as a number,
+// and counts it for the note after the table.
+struct Flags {
+  int not_finite = 0, se_unknown = 0, jensen_overflow = 0;
+};
+
+std::string with_se(const json& mean, const json& se, Flags& flags) {
+  if (!mean.is_number()) {
+    ++flags.not_finite;
+    return "not finite!";
+  }
+  if (!se.is_number()) {
+    ++flags.se_unknown;
+    return fmt::format("{:.5g} ± ?!", mean.get<double>());
+  }
+  return fmt::format("{:.5g} ± {:.2g}", mean.get<double>(), se.get<double>());
+}
+
+// E||F|| / sqrt(exact E||F||^2): 0 only when the exact second moment overflowed to infinity.
+std::string jensen_cell(const json& ratio, const json& exact_sq, Flags& flags) {
+  if (ratio.is_number() && (ratio.get<double>() == 0 || !exact_sq.is_number())) {
+    ++flags.jensen_overflow;
+    return "overflow!";
+  }
+  return ratio.is_number() ? fmt::format("{:.4g}", ratio.get<double>()) : std::string("-");
 }
 
 std::string num(const json& v, const char* format = "{:.5g}") {
@@ -123,6 +145,7 @@ std::string num(const json& v, const char* format = "{:.5g}") {
 
 void print_human(const std::vector<json>& records, const json& series, const json& provenance,
                  const std::vector<std::string>& claims) {
+  Flags flags;
   for (const std::string& id : claims) {
     const mc::ClaimInfo info = mc::claim_info(id);
     fmt::print("{}: {} (v1) / {} (v2): {}\n", info.id, info.v1, info.v2, info.statement);
@@ -148,10 +171,22 @@ void print_human(const std::vector<json>& records, const json& series, const jso
                r["claim"].get<std::string>(), r["reading"].is_string() ? r["reading"].get<std::string>() : "-",
                r["phi"].get<std::string>(), r["p"].get<int>(), r["estimand"].get<std::string>(), r["N"].get<long long>(),
                r["D"].get<long long>(), r["d"].get<long long>(), r["samples"].get<long long>(),
-               with_se(r["mean"], r["se"]) + (reliable ? "" : " !"),
-               fmt::format("[{}, {}]", num(r["ci95"][0]), num(r["ci95"][1])), with_se(r["mean_sq"], r["se_sq"]),
-               num(r["exact_sq"]), num(r["z_exact_sq"], "{:+.2f}"), num(r["jensen_ratio"], "{:.4f}"),
+               with_se(r["mean"], r["se"], flags) + (reliable ? "" : " !"),
+               fmt::format("[{}, {}]", num(r["ci95"][0]), num(r["ci95"][1])), with_se(r["mean_sq"], r["se_sq"], flags),
+               num(r["exact_sq"]), r["se_sq"].is_number() ? num(r["z_exact_sq"], "{:+.2f}") : "-", jensen_cell(r["jensen_ratio"], r["exact_sq"], flags),
                r["stopped_by"].get<std::string>());
+  }
+  if (flags.not_finite > 0) {
+    fmt::print(stderr, "attncheck mc: note: {} estimates are not finite (marked not finite!): the map's values "
+                       "overflow double precision at these sizes\n", flags.not_finite);
+  }
+  if (flags.se_unknown > 0) {
+    fmt::print(stderr, "attncheck mc: note: {} standard errors are not finite (marked ?!): the squares of the "
+                       "samples overflow double precision, so the spread is unknown\n", flags.se_unknown);
+  }
+  if (flags.jensen_overflow > 0) {
+    fmt::print(stderr, "attncheck mc: note: {} Jensen ratios are not shown (marked overflow!): the exact E||F||^2 "
+                       "overflows double precision, so the ratio would print as 0\n", flags.jensen_overflow);
   }
   fmt::print("\nFits: least-squares slope of log E||F||_F against log N (C8: log E[s_ij^2] against log d), 95% CI; "
              "verdict as in THEORY.md with tolerance {:g}.\n\n",
@@ -263,8 +298,14 @@ int run(const Options& o) {
                                           ps.series->activation.p, ps.point.N, ps.point.D, ps.point.d);
     mc::SamplingPolicy point_policy = policy;
     point_policy.judge_squares = ps.series->fit_over_d;  // C8 fits E[s^2] itself
-    const mc::PointOutcome outcome = mc::run_point(*backend, ps.point, ps.series->estimands, point_policy,
-                                                   [&](std::uint64_t done, std::uint64_t planned) { bar.update(k, label, done, planned); });
+    mc::PointOutcome outcome;
+    try {
+      outcome = mc::run_point(*backend, ps.point, ps.series->estimands, point_policy,
+                              [&](std::uint64_t done, std::uint64_t planned) { bar.update(k, label, done, planned); });
+    } catch (const theory::InputError& e) {
+      bar.finish();
+      throw theory::InputError(fmt::format("point {}: {}", label, e.what()));
+    }
     std::vector<json> fresh;
     for (auto e : ps.series->estimands) fresh.push_back(mc::point_record(ps, e, outcome, context));
     if (folder) folder->append(fresh);

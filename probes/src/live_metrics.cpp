@@ -1,5 +1,6 @@
 #include "attncheck/probes/live_metrics.hpp"
 
+#include "attncheck/monte_carlo/bounds_survey.hpp"
 #include "attncheck/monte_carlo/random_stream.hpp"
 #include "attncheck/probes/tokenizer.hpp"
 #include "attncheck/reports/input_file.hpp"
@@ -93,7 +94,21 @@ HeadMetrics measure_head(const LayerInputs& layer, int layer_index, int head_ind
   m.iid_scores_fro = iid_root_mean_square(model, m.N, 1, 1.0, m.causal);
   m.iid_poly3_scaled_fro = iid_root_mean_square(model, m.N, 3, 1.0 / m.sqrt_n, m.causal);
   m.iid_poly3_fro = iid_root_mean_square(model, m.N, 3, 1.0, m.causal);
+  for (const auto& [name, value] : {std::pair<const char*, double>{"||softmax(S)||_F", m.softmax.value},
+                                    {"||grad softmax(S)||_F", m.softmax.grad},
+                                    {"||dA/dW_Q||_F", m.softmax.dWq},
+                                    {"||dA/dW_K||_F", m.softmax.dWk}}) {
+    if (!std::isfinite(value)) {
+      throw InputError(fmt::format("layer {} head {}: {} is {} (scores up to |s| = {:.3g}: the weights overflow "
+                                   "double precision)",
+                                   layer_index, head_index, name, value, m.score_max_abs));
+    }
+  }
   return m;
+}
+
+bool within_theorem_bounds(const HeadMetrics& m) {
+  return monte_carlo::within(m.softmax.value, m.sqrt_n) && monte_carlo::within(m.softmax.grad, m.grad_tight_bound);
 }
 
 namespace {

@@ -178,6 +178,15 @@ per_sample = p["wall_seconds"] / p["samples"]
 assert p["wall_seconds"] <= 0.3 + 2 * per_sample + 0.1, (p["wall_seconds"], per_sample)
 PY
 
+# Values that overflow are never printed as plain numbers: at p = 52 the exact E||F||^2 is infinite, so the
+# Jensen ratio (once printed as 0.0000) is flagged, and so is the standard error of the squares, with notes.
+"$bin" mc --phi poly --p 52 --N 16 --D 16 --d 16 --samples 10 >"$work/huge-p.txt" 2>"$work/huge-p.err" || fail "p = 52 exit $?"
+grep -q "overflow!" "$work/huge-p.txt" || fail "the overflowed Jensen ratio is not flagged: $(cat "$work/huge-p.txt")"
+grep -q "± ?!" "$work/huge-p.txt" || fail "the infinite standard error is not flagged: $(cat "$work/huge-p.txt")"
+grep -q "0.0000" "$work/huge-p.txt" && fail "a ratio printed as 0.0000: $(cat "$work/huge-p.txt")"
+grep -q "Jensen ratios are not shown" "$work/huge-p.err" || fail "no note on stderr: $(cat "$work/huge-p.err")"
+grep -q "standard errors are not finite" "$work/huge-p.err" || fail "no note on stderr: $(cat "$work/huge-p.err")"
+
 # Human output: a table with the fitted slopes and verdicts.
 "$bin" mc --claim C3 --N 16,32,64 --D 4 --d 4 --p 1 --samples 50 >"$work/human" 2>&1 || fail "human exit $?"
 grep -q "verdict" "$work/human" || fail "no verdict column in the table"

@@ -75,6 +75,19 @@ lines=$(wc -l <"$work/run/attncheck-probe.jsonl")
 [ "$lines" -eq 16 ] || fail "--watch wrote $lines lines, expected 16 (2 checkpoints x 2 layers x 4 heads)"
 grep -q '"step":200' "$work/run/attncheck-probe.jsonl" || fail "--watch lines lack the step"
 
+# --watch as a service: a truncated checkpoint is skipped with its reason, the others are measured, and the
+# exit code once it stops says a checkpoint was refused (2). An --out that is a folder is refused at once.
+head -c 3000 "$tiny/tiny-bert/model.safetensors" >"$work/run/step-300.safetensors"
+cp "$tiny/tiny-bert/model.safetensors" "$work/run/step-400.safetensors"
+"$attncheck" probe --watch "$work/run" --interval 0.1 --until-idle 0.5 --random --length 5 2>"$work/watch2.err"
+code=$?
+[ "$code" -eq 2 ] || fail "--watch with a truncated checkpoint exited $code, expected 2: $(cat "$work/watch2.err")"
+grep -q "skipped step-300.safetensors: .*step-300.safetensors" "$work/watch2.err" || fail "no reason for the skip: $(cat "$work/watch2.err")"
+lines=$(wc -l <"$work/run/attncheck-probe.jsonl")
+[ "$lines" -eq 24 ] || fail "--watch wrote $lines lines, expected 24 (the good step-400 measured after the bad one)"
+mkdir -p "$work/log-folder"
+expect 2 "log-folder: is a folder" -- "$attncheck" probe --watch "$work/run" --out "$work/log-folder" --until-idle 0
+
 if [ "$failures" -gt 0 ]; then
   echo "$failures failures"
   exit 1

@@ -3,7 +3,10 @@
 #include "attncheck/probes/live_metrics.hpp"
 #include "attncheck/probes/model.hpp"
 #include "attncheck/probes/tokenizer.hpp"
+#include "attncheck/probes/watch.hpp"
+#include "attncheck/reports/probe_log.hpp"
 #include "attncheck/theory/moments.hpp"
+#include "run_command.hpp"
 #include "tiny_models.hpp"
 
 #include <sys/stat.h>
@@ -241,4 +244,37 @@ TEST_CASE("a config.json, vocabulary or index that is not a regular file is refu
   CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("config.json: is a folder"));
   fs::create_directories(dir.path / "model.safetensors.index.json");
   CHECK_THROWS_WITH(Checkpoint::open(dir.path), Catch::Contains("model.safetensors.index.json: is a folder"));
+}
+
+TEST_CASE("values that overflow are flagged, never printed as plain numbers; the bounds still hold", "[model]") {
+  TempDir dir;
+  // Layer norm gains of 1e30 (near F32's limit) give finite scores near 1e60, whose cubes' squares overflow.
+  write_tiny_gpt2(dir.path / "model.safetensors", {}, 31, "softmax", 1e30);
+  ProbeInput input;
+  input.random_length = 6;
+  const auto result = probe_model(dir.path, input, {0}, {0});
+  REQUIRE(result.heads.size() == 1);
+  const HeadMetrics& m = result.heads[0];
+  CHECK(std::isinf(m.poly3.value));
+  CHECK(std::isfinite(m.softmax.value));
+  CHECK(within_theorem_bounds(m));
+  // The log line has null there, which the report reads as a missing optional value.
+  const auto line = nlohmann::json::parse(checkpoint_lines("step-1.safetensors", result));
+  CHECK(line["poly3_fro"].is_null());
+  const auto records = attncheck::reports::parse_probe_log(line.dump() + "\n", "log.jsonl");
+  CHECK_FALSE(records[0].value(attncheck::reports::ProbeQuantity::poly3).has_value());
+
+  const auto table = attncheck::testing::run_attncheck("probe " + dir.path.string() + " --random --length 6");
+  CHECK(table.exit_code == 0);
+  CHECK_THAT(table.out, Catch::Contains("inf!"));
+  CHECK_THAT(table.out, !Catch::Contains(" inf ") && !Catch::Contains(" nan "));
+  CHECK_THAT(table.err, Catch::Contains("not finite (marked inf! or nan!)"));
+  const auto csv = attncheck::testing::run_attncheck("probe " + dir.path.string() + " --random --length 6 --csv");
+  CHECK(csv.exit_code == 0);
+  CHECK_THAT(csv.out, !Catch::Contains("inf") && Catch::Contains(",,"));
+  CHECK_THAT(csv.err, Catch::Contains("left empty"));
+  const auto json = attncheck::testing::run_attncheck("probe " + dir.path.string() + " --random --length 6 --json");
+  CHECK(json.exit_code == 0);
+  CHECK(nlohmann::json::parse(json.out)[0]["poly3_fro"].is_null());
+  CHECK_THAT(json.err, Catch::Contains("written as null"));
 }
