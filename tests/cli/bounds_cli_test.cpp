@@ -9,6 +9,8 @@
 #include <cmath>
 #include <fstream>
 
+#include <sys/stat.h>
+
 using attncheck::testing::run_attncheck;
 
 namespace {
@@ -111,6 +113,13 @@ TEST_CASE("bad usage and bad input exit 2 with a message naming the problem") {
                                     std::string(100, '\0'));
   expect("bounds --input " + truncated.string(), "truncated.npy");
   expect("bounds --N 5 --input " + nan_csv.string(), "--N 5 disagrees");
+  // Not a regular file: refused at once (a FIFO is not waited on), naming it.
+  const auto fifo = fresh("logits.fifo");
+  std::filesystem::remove(fifo);
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  expect("bounds --input " + fifo.string(), "logits.fifo: is a FIFO");
+  expect("bounds --input " + kDir.string(), "is a folder");
+  expect("bounds --input /dev/zero", "/dev/zero: is a character device");
   const auto all_masked = fresh("masked.csv");
   std::ofstream(all_masked) << "-inf,-inf\n0,1\n";
   expect("bounds --input " + all_masked.string(), "every logit of row 0");

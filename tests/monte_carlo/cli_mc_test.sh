@@ -143,6 +143,29 @@ assert all(len(s["N"]) == 5 for s in fits["series"]), [len(s["N"]) for s in fits
 assert not [f for f in os.listdir(folder) if ".tmp." in f]
 PY
 
+# Writer -> reader: the folder the concurrent runs wrote is a valid report input; the report's summary agrees
+# with fits.json series by series, and draws one plot per series.
+"$bin" report "$work/shared" --out "$work/shared-report" >"$work/report.out" 2>"$work/report.err" \
+  || fail "report of an mc folder exit $?: $(cat "$work/report.err")"
+$py - "$work/shared" "$work/shared-report" "$work/report.out" <<'PY' || fail "the report does not match what mc wrote"
+import collections, json, os, re, sys
+folder, report, out = sys.argv[1:]
+series = json.load(open(os.path.join(folder, "fits.json")))["series"]
+counts = collections.Counter(s["verdict"] for s in series)
+summary = open(out).read()
+expected = "{} series: {} holds, {} tight, {} violated, {} inconclusive".format(
+    len(series), counts["holds"], counts["tight"], counts["violated"], counts["inconclusive"])
+assert expected in summary, (expected, summary)
+markdown = open(os.path.join(report, "report.md")).read()
+html = open(os.path.join(report, "index.html")).read()
+for s in series:
+    if s["slope"] is not None:
+        assert "{:.4g}".format(s["slope"]) in markdown, s["slope"]
+svgs = [f for f in os.listdir(os.path.join(report, "plots")) if re.fullmatch(r"series\d+\.svg", f)]
+assert len(svgs) == len(series), (len(svgs), len(series))
+assert html.count("<svg") >= len(series)
+PY
+
 # Thread count does not change any number.
 "$bin" mc --phi softmax --estimand value,dQ,dK,dS --N 8,24 --D 3 --d 2 --p 1 --samples 40 --threads 1 --json >"$work/t1.json" || fail "threads 1"
 "$bin" mc --phi softmax --estimand value,dQ,dK,dS --N 8,24 --D 3 --d 2 --p 1 --samples 40 --threads 2 --json >"$work/t2.json" || fail "threads 2"
