@@ -1,5 +1,7 @@
 #include "attncheck/reports/atomic_file.hpp"
 
+#include "attncheck/reports/input_file.hpp"
+
 #include "attncheck/theory/common.hpp"
 
 #include <fmt/format.h>
@@ -35,6 +37,12 @@ void remove_stale_temporaries(const fs::path& path) {
 
 void replace_file(const fs::path& from, const fs::path& to) {
   std::error_code error;
+  try {
+    require_regular_or_absent(to);
+  } catch (const InputError&) {
+    fs::remove(from, error);
+    throw;
+  }
   fs::rename(from, to, error);
   if (error) {
     fs::remove(from, error);
@@ -44,6 +52,7 @@ void replace_file(const fs::path& from, const fs::path& to) {
 }
 
 void write_file_atomically(const fs::path& path, std::string_view content) {
+  require_regular_or_absent(path);
   const fs::path temporary = temporary_sibling(path);
   // POSIX I/O rather than streams: the data must reach the disk (fsync) before the rename makes it visible.
   const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

@@ -176,6 +176,11 @@ void append_to_file(const fs::path& path, std::string_view text) {
   if (::close(fd) != 0) throw InputError(fmt::format("{}: cannot append: {}", path.string(), std::strerror(errno)));
 }
 
+void require_regular_or_absent(const fs::path& path) {
+  struct stat status {};
+  if (::stat(path.c_str(), &status) == 0 && !S_ISREG(status.st_mode)) refuse_kind(path, status.st_mode);
+}
+
 void require_appendable_file(const fs::path& path) { ::close(open_regular(path, O_WRONLY | O_APPEND | O_CREAT, nullptr)); }
 
 }  // namespace attncheck::reports

@@ -4,11 +4,13 @@
 // a signal (a crash, an abort, a sanitizer report), never by the timeout - and a run that exits 2 must say why.
 //
 // Each vector runs the command line (run_command_line, main's only call) in a forked child of this test, so
-// that 2,000 runs cost seconds rather than 2,000 program loads. What stays out, so that the run is bounded:
-// valid sizes are small (N <= 48, D, d <= 4, 16 positions) or absurd (2^40 and more, refused by the memory
-// check, or grids of more points than mc takes), never in between where a valid run legitimately takes
-// minutes; mc always gets its sizes (its default grid takes seconds) and `--samples auto` a small
-// --max-samples; --watch always an --until-idle and a short --interval.
+// that 2,000 runs cost seconds rather than 2,000 program loads. Outputs never point at real devices: a writer
+// that replaced its target would replace /dev/null itself (a FIFO of the test's own stands for every special
+// file; devices are only read). What stays out, so that the run is bounded: valid sizes are small (N <= 48,
+// D, d <= 4, 16 positions) or absurd (2^40 and more, refused by the memory check, or grids of more points
+// than mc takes), never in between where a valid run legitimately takes minutes; mc always gets its sizes (its
+// default grid takes seconds) and `--samples auto` a small --max-samples; --watch always an --until-idle and a
+// short --interval.
 
 #include "npy_writer.hpp"
 #include "subcommand.hpp"
@@ -289,7 +291,7 @@ class Generator {
     if (chance(40)) {
       args_.push_back("--out");
       args_.push_back(value({scratch("results"), path(f_.root / "shared-results")},
-                            {path(f_.folder / "points.jsonl"), path(f_.fifo), "/dev/null", path(f_.csv), path(f_.results)}));
+                            {path(f_.folder / "points.jsonl"), path(f_.fifo), path(f_.csv), path(f_.results)}));
       flag(chance(50) ? "--resume" : "--force", 40);
     }
     flag("--json", 30);
@@ -305,7 +307,7 @@ class Generator {
       args_.push_back(value({"0", "0.1"}, {"-1", "nan", "inf"}));
       args_.push_back("--interval");
       args_.push_back(value({"0.05", "0.01"}, {"0", "-1", "nan"}));
-      option("--out", {scratch("log.jsonl")}, {path(f_.folder), path(f_.fifo), "/dev/null", path(f_.probe_log)}, 60);
+      option("--out", {scratch("log.jsonl")}, {path(f_.folder), path(f_.fifo), path(f_.probe_log)}, 60);
       args_.insert(args_.end(), {"--random", "--length", "4"});
       return;
     }
@@ -333,7 +335,7 @@ class Generator {
     option("--layers", {"0", "1", "0,1"}, {"5", "-1", "x", "2147483648"}, 30);
     option("--heads", {"0", "1,3"}, {"9", "-2", "nan"}, 30);
     flag(chance(50) ? "--json" : "--csv", 40);
-    option("--attention-out", {scratch("attention.safetensors")}, {path(f_.folder), path(f_.fifo), "/dev/null"}, 15);
+    option("--attention-out", {scratch("attention.safetensors")}, {path(f_.folder), path(f_.fifo)}, 15);
   }
 
   void report() {
@@ -345,7 +347,7 @@ class Generator {
     }
     if (!hostile_ || chance(95)) {
       args_.push_back("--out");
-      args_.push_back(value({scratch("report")}, {path(f_.csv), "/dev/null", path(f_.fifo)}));
+      args_.push_back(value({scratch("report")}, {path(f_.csv), path(f_.fifo)}));
     }
     if (chance(90)) {
       args_.push_back("--no-plots");

@@ -288,3 +288,20 @@ TEST_CASE("the extra shapes attncheck mc writes: C8 fitted over d, no claimed ex
   CHECK_THAT(markdown, Contains("No slope: fewer than two points with a usable estimate"));
   CHECK_THAT(markdown, Contains("| 32 | - |"));
 }
+
+TEST_CASE("a report removes what a killed report left half-written", "[report]") {
+  TempDir dir;
+  fs::create_directories(dir.path() / "report" / "plots");
+  for (const char* name : {"report.md.tmp.4242", "index.html.tmp.17", "plots/series01.svg.tmp.4242",
+                           "plots/gnuplot.log.tmp.99", "plots/plots.gp.tmp.5"}) {
+    write_text(dir.path() / "report" / name, "half");
+  }
+  write_text(dir.path() / "report" / "notes.txt", "mine");
+  write_standard_report(dir, false, standard_series());
+  std::vector<std::string> left;
+  for (const auto& entry : fs::recursive_directory_iterator(dir.path() / "report")) {
+    left.push_back(fs::relative(entry.path(), dir.path() / "report").string());
+  }
+  std::sort(left.begin(), left.end());
+  CHECK(left == std::vector<std::string>{"index.html", "notes.txt", "plots", "report.md"});
+}

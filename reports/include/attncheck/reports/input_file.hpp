@@ -70,6 +70,10 @@ std::optional<FileIdentity> file_identity(const std::filesystem::path& path);
 // lines. A folder, FIFO or device at `path` is an InputError naming it.
 void append_to_file(const std::filesystem::path& path, std::string_view text);
 
+// Refuses (InputError naming it) a `path` that exists and is not a regular file: a writer that replaces its
+// target by rename would otherwise put a file in place of a device, a FIFO or, as root, /dev/null itself.
+void require_regular_or_absent(const std::filesystem::path& path);
+
 // Creates `path` when absent and refuses anything but a writable regular file, so that a long-running writer
 // fails at its start rather than after hours of work.
 void require_appendable_file(const std::filesystem::path& path);
