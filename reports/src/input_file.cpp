@@ -110,9 +110,7 @@ void InputFile::read_at(std::uint64_t offset, std::span<std::byte> buffer) const
   }
 }
 
-std::string InputFile::read_all() const {
-  std::string text;
-  text.reserve(identity_.size);
+void InputFile::for_each_chunk(const std::function<void(std::string_view)>& visit) const {
   char chunk[1 << 16];
   std::uint64_t offset = 0;
   for (;;) {
@@ -121,26 +119,23 @@ std::string InputFile::read_all() const {
       if (errno == EINTR) continue;
       throw InputError(fmt::format("{}: cannot read: {}", path_.string(), std::strerror(errno)));
     }
-    if (n == 0) return text;
-    text.append(chunk, static_cast<std::size_t>(n));
+    if (n == 0) return;
     offset += static_cast<std::uint64_t>(n);
+    visit(std::string_view(chunk, static_cast<std::size_t>(n)));
   }
+}
+
+std::string InputFile::read_all() const {
+  std::string text;
+  text.reserve(identity_.size);
+  for_each_chunk([&](std::string_view chunk) { text.append(chunk); });
+  return text;
 }
 
 void InputFile::for_each_line(const std::function<void(std::string_view, std::size_t)>& visit) const {
   std::string pending;
-  char chunk[1 << 16];
-  std::uint64_t offset = 0;
   std::size_t number = 0;
-  for (;;) {
-    const ssize_t n = ::pread(fd_, chunk, sizeof chunk, static_cast<off_t>(offset));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw InputError(fmt::format("{}: cannot read: {}", path_.string(), std::strerror(errno)));
-    }
-    if (n == 0) break;
-    offset += static_cast<std::uint64_t>(n);
-    std::string_view rest(chunk, static_cast<std::size_t>(n));
+  for_each_chunk([&](std::string_view rest) {
     for (auto end = rest.find('\n'); end != std::string_view::npos; end = rest.find('\n')) {
       pending.append(rest.substr(0, end));
       visit(pending, ++number);
@@ -148,7 +143,7 @@ void InputFile::for_each_line(const std::function<void(std::string_view, std::si
       rest.remove_prefix(end + 1);
     }
     pending.append(rest);
-  }
+  });
   if (!pending.empty()) visit(pending, ++number);
 }
 

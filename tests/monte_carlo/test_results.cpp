@@ -206,6 +206,17 @@ TEST_CASE("CSV cells with commas or quotes are quoted") {
 }
 
 namespace {
+// x^2 at N = 12, D = 3, d = 2: a point whose samples take microseconds.
+SweepPoint small_poly_point() {
+  SweepPoint pt;
+  pt.N = 12;
+  pt.D = 3;
+  pt.d = 2;
+  pt.map.activation = {theory::ActivationKind::pointwise, theory::Pointwise::poly, 2};
+  pt.seed = 9;
+  return pt;
+}
+
 // A backend whose every sample takes at least `seconds` of wall time (the values are those of the CPU backend).
 class SlowBackend final : public Backend {
  public:
@@ -227,12 +238,7 @@ class SlowBackend final : public Backend {
 }  // namespace
 
 TEST_CASE("a time limit bounds a point's wall time: the clock is read after every slow sample") {
-  SweepPoint pt;
-  pt.N = 12;
-  pt.D = 3;
-  pt.d = 2;
-  pt.map.activation = {theory::ActivationKind::pointwise, theory::Pointwise::poly, 2};
-  pt.seed = 9;
+  const SweepPoint pt = small_poly_point();
   SlowBackend slow(0.03);  // each sample >= 30 ms: the 64 samples once drawn before any check take >= 1.9 s
   SamplingPolicy policy;
   policy.rel_se = 1e-9;  // never met
@@ -253,12 +259,7 @@ TEST_CASE("a time limit bounds a point's wall time: the clock is read after ever
 }
 
 TEST_CASE("the sampling policy says what stopped it") {
-  SweepPoint pt;
-  pt.N = 12;
-  pt.D = 3;
-  pt.d = 2;
-  pt.map.activation = {theory::ActivationKind::pointwise, theory::Pointwise::poly, 2};
-  pt.seed = 9;
+  const SweepPoint pt = small_poly_point();
   CpuBackend backend(2, 8);
   const std::vector<Estimand> value{Estimand::value};
   SamplingPolicy fixed;

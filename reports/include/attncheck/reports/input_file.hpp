@@ -55,6 +55,8 @@ class InputFile {
   void for_each_line(const std::function<void(std::string_view line, std::size_t number)>& visit) const;
 
  private:
+  // Calls visit(bytes) for the file's content from the start to its end now, 64 KiB at a time.
+  void for_each_chunk(const std::function<void(std::string_view)>& visit) const;
   std::filesystem::path path_;
   int fd_ = -1;
   FileIdentity identity_;
