@@ -1,20 +1,19 @@
 // attncheck bounds: Theorem 4.1 checked exactly (closed forms, no finite differences) on matrix families.
 
+#include "number_options.hpp"
 #include "subcommand.hpp"
 
 #include "attncheck/monte_carlo/bounds_survey.hpp"
 #include "attncheck/reports/matrix_io.hpp"
+#include "attncheck/reports/memory_budget.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <omp.h>
 
-#include <charconv>
 #include <cmath>
-#include <fstream>
 #include <optional>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 namespace attncheck::cli {
@@ -22,18 +21,6 @@ namespace {
 
 namespace mc = attncheck::monte_carlo;
 using theory::Index;
-
-// What the kernel says can still be allocated without swapping; falls back to physical memory.
-std::uint64_t available_memory_bytes() {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  std::uint64_t kib = 0;
-  std::string unit;
-  while (meminfo >> key >> kib >> unit) {
-    if (key == "MemAvailable:") return kib * 1024;
-  }
-  return static_cast<std::uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
-}
 
 struct BoundsOptions {
   std::optional<long long> n;
@@ -61,9 +48,8 @@ std::string summary_text(const mc::WorstMatrixSummary& s) {
 
 int run(const BoundsOptions& options) {
   const int threads = options.threads > 0 ? options.threads : omp_get_max_threads();
-  const std::uint64_t budget = available_memory_bytes() / 10 * 8;
   std::optional<theory::Matrix> input;
-  if (!options.input.empty()) input = reports::read_matrix(options.input, budget);
+  if (!options.input.empty()) input = reports::read_matrix(options.input, reports::memory_budget_bytes());
   if (!input && !options.n) throw UsageError("give the matrix size with --N, or a matrix with --input FILE");
   const Index n = input ? input->rows() : static_cast<Index>(*options.n);
   if (input && options.n && *options.n != n) {
@@ -82,13 +68,9 @@ int run(const BoundsOptions& options) {
   }
   if (options.families.empty() && !input) families = mc::default_families();
   if (!families.empty()) {
-    const std::uint64_t needed = mc::survey_bytes(n, threads);
-    if (needed > budget) {
-      throw UsageError(fmt::format("--N {}: {} threads would hold {:.3g} GiB of {} x {} matrices, more than the "
-                                   "{:.3g} GiB of memory available; use a smaller N or fewer --threads",
-                                   n, threads, static_cast<double>(needed) / (1 << 30), n, n,
-                                   static_cast<double>(budget) / (1 << 30)));
-    }
+    reports::require_memory(mc::survey_bytes(n, threads),
+                            fmt::format("--N {}: {} x {} matrices held by {} threads", n, n, n, threads),
+                            "; use a smaller N or fewer --threads");
   }
 
   mc::SurveyOptions survey{n, options.trials, options.seed, threads, options.search_starts};
@@ -174,17 +156,6 @@ int run(const BoundsOptions& options) {
   return ok ? kExitHolds : kExitViolated;
 }
 
-const CLI::Validator positive_integer(
-    [](const std::string& text) -> std::string {
-      long long value = 0;
-      const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-      if (error != std::errc() || end != text.data() + text.size() || value < 1) {
-        return fmt::format("'{}' is not a positive integer", text);
-      }
-      return {};
-    },
-    "POSITIVE");
-
 const bool registered = register_subcommand(
     "bounds",
     "Check Theorem 4.1 exactly: ||softmax(A)||_F <= sqrt(N) and ||grad softmax(A)||_F <= 2 sqrt(N) (tight: sqrt(N)/2)",
@@ -196,15 +167,16 @@ const bool registered = register_subcommand(
           "the logits from --search-starts random starts, for each norm), and the --input matrix.\n"
           "Norms are exact closed forms (sum over rows of sum s^2 - 2 sum s^3 + (sum s^2)^2); no Jacobian is formed.\n"
           "Exit: 0 every bound holds, 1 a bound is violated, 2 bad usage or input.");
-      command.add_option("--N", options->n, "matrix size N (N x N logits)")->check(positive_integer);
+      // N's real limit is the memory check (N x N doubles per thread), made before anything is allocated.
+      command.add_option("--N", options->n, "matrix size N (N x N logits)")->check(integer_in(1, INT64_MAX));
       command.add_option("--trials", options->trials, "random matrices per family")
-          ->capture_default_str()->check(CLI::Range(1, 1000000));
+          ->capture_default_str()->check(integer_in(1, 1000000));
       command.add_option("--search-starts", options->search_starts, "random starts of the worst-case search")
-          ->capture_default_str()->check(CLI::Range(1, 100000));
+          ->capture_default_str()->check(integer_in(1, 100000));
       command.add_option("--family", options->families, "families to evaluate (default: all)")->take_all();
       command.add_option("--input", options->input, "a matrix of logits: .npy (float32/float64) or CSV; N = rows");
-      command.add_option("--seed", options->seed, "random seed")->capture_default_str();
-      command.add_option("--threads", options->threads, "threads (default: all cores)")->check(CLI::Range(1, 4096));
+      command.add_option("--seed", options->seed, "random seed")->capture_default_str()->check(unsigned_in(0, UINT64_MAX));
+      command.add_option("--threads", options->threads, "threads (default: all cores)")->check(integer_in(1, kMaxThreads));
       command.add_flag("--json", options->json, "one JSON object on stdout instead of the table");
       return [options] { return run(*options); };
     });

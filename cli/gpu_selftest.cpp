@@ -1,5 +1,6 @@
 // attncheck gpu-selftest: the CUDA backend against the CPU backend, same seeds, fixed points (gpu/selftest.hpp).
 
+#include "number_options.hpp"
 #include "subcommand.hpp"
 
 #ifdef ATTNCHECK_HAVE_CUDA
@@ -84,12 +85,13 @@ const bool registered = register_subcommand(
           "D = d = 64 for comparison with the roofline estimate.\n"
           "Exit codes: 0 every check agrees, 1 a check disagrees, 2 no CUDA device answers, this attncheck was built "
           "without CUDA support, or bad usage.");
-      command.add_option("--device", options->device, "CUDA device to test")->capture_default_str();
+      command.add_option("--device", options->device, "CUDA device to test")
+          ->capture_default_str()->check(integer_in(0, 1023));
       command.add_option("--threads", options->threads, "CPU threads of the reference backend (0: all cores)")
-          ->capture_default_str()->check(CLI::Range(0, 4096));
+          ->capture_default_str()->check(integer_in(0, kMaxThreads));
       command.add_option("--throughput-samples", options->throughput_samples,
                          "samples timed at N = 4096, D = d = 64 (0: no timing)")
-          ->capture_default_str();
+          ->capture_default_str()->check(unsigned_in(0, 1000000));
       return [options] { return run(*options); };
     });
 

@@ -1,12 +1,14 @@
 // attncheck mc: Monte Carlo sweeps of the expectation claims C3-C8, exact references, log-log fits, verdicts.
 
 #include "backend_select.hpp"
+#include "number_options.hpp"
 #include "subcommand.hpp"
 
 #include "attncheck/monte_carlo/cpu_backend.hpp"
 #include "attncheck/monte_carlo/results.hpp"
 #include "attncheck/monte_carlo/runner.hpp"
 #include "attncheck/monte_carlo/sweep.hpp"
+#include "attncheck/reports/memory_budget.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -28,6 +30,9 @@ namespace {
 namespace mc = attncheck::monte_carlo;
 using nlohmann::json;
 
+// More samples than any point needs; the range keeps counts exact in the doubles of the statistics.
+constexpr std::int64_t kMaxSamples = std::int64_t{1} << 40;
+
 struct Options {
   std::optional<std::string> claim, phi, inner_scale, outer_scale, estimand, out;
   std::string N = "16:1024:x2", D = "64", d = "64", p = "1,2,3", alpha = "1";
@@ -37,7 +42,7 @@ struct Options {
   std::uint64_t max_samples = 100000, seed = 1;
   int threads = 0;
   long long tile = 256;
-  bool resume = false, as_json = false;
+  bool resume = false, force = false, as_json = false;
 };
 
 std::string command_line() {
@@ -77,22 +82,7 @@ std::string hostname() {
 
 mc::SamplingPolicy sampling_policy(const Options& o) {
   mc::SamplingPolicy policy;
-  if (o.samples != "auto") {
-    std::size_t used = 0;
-    long long m = 0;
-    try {
-      m = std::stoll(o.samples, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != o.samples.size() || m < 2) {
-      throw UsageError(fmt::format("--samples {}: give an integer >= 2 or 'auto'", o.samples));
-    }
-    policy.fixed = static_cast<std::uint64_t>(m);
-  }
-  if (!(o.rel_se > 0)) throw UsageError(fmt::format("--rel-se {}: must be > 0", o.rel_se));
-  if (!(o.max_seconds > 0)) throw UsageError(fmt::format("--max-seconds {}: must be > 0", o.max_seconds));
-  if (o.max_samples < 2) throw UsageError(fmt::format("--max-samples {}: must be >= 2", o.max_samples));
+  if (o.samples != "auto") policy.fixed = static_cast<std::uint64_t>(parse_integer(o.samples, "--samples (or auto)", 2, kMaxSamples));
   policy.rel_se = o.rel_se;
   policy.max_samples = o.max_samples;
   policy.min_samples = std::min<std::uint64_t>(64, o.max_samples);
@@ -122,9 +112,31 @@ class ProgressBar {
   bool enabled_;
 };
 
-std::string with_se(const json& mean, const json& se) {
-  if (!mean.is_number()) return "-";
-  return fmt::format("{:.5g} ± {:.2g}", mean.get<double>(), se.is_number() ? se.get<double>() : NAN);
+// Records hold null where a value was not finite; the table shows that as a word with '!', never as a number,
+// and counts it for the note after the table.
+struct Flags {
+  int not_finite = 0, se_unknown = 0, jensen_overflow = 0;
+};
+
+std::string with_se(const json& mean, const json& se, Flags& flags) {
+  if (!mean.is_number()) {
+    ++flags.not_finite;
+    return "not finite!";
+  }
+  if (!se.is_number()) {
+    ++flags.se_unknown;
+    return fmt::format("{:.5g} ± ?!", mean.get<double>());
+  }
+  return fmt::format("{:.5g} ± {:.2g}", mean.get<double>(), se.get<double>());
+}
+
+// E||F|| / sqrt(exact E||F||^2): 0 only when the exact second moment overflowed to infinity.
+std::string jensen_cell(const json& ratio, const json& exact_sq, Flags& flags) {
+  if (ratio.is_number() && (ratio.get<double>() == 0 || !exact_sq.is_number())) {
+    ++flags.jensen_overflow;
+    return "overflow!";
+  }
+  return ratio.is_number() ? fmt::format("{:.4g}", ratio.get<double>()) : std::string("-");
 }
 
 std::string num(const json& v, const char* format = "{:.5g}") {
@@ -133,6 +145,7 @@ std::string num(const json& v, const char* format = "{:.5g}") {
 
 void print_human(const std::vector<json>& records, const json& series, const json& provenance,
                  const std::vector<std::string>& claims) {
+  Flags flags;
   for (const std::string& id : claims) {
     const mc::ClaimInfo info = mc::claim_info(id);
     fmt::print("{}: {} (v1) / {} (v2): {}\n", info.id, info.v1, info.v2, info.statement);
@@ -158,10 +171,22 @@ void print_human(const std::vector<json>& records, const json& series, const jso
                r["claim"].get<std::string>(), r["reading"].is_string() ? r["reading"].get<std::string>() : "-",
                r["phi"].get<std::string>(), r["p"].get<int>(), r["estimand"].get<std::string>(), r["N"].get<long long>(),
                r["D"].get<long long>(), r["d"].get<long long>(), r["samples"].get<long long>(),
-               with_se(r["mean"], r["se"]) + (reliable ? "" : " !"),
-               fmt::format("[{}, {}]", num(r["ci95"][0]), num(r["ci95"][1])), with_se(r["mean_sq"], r["se_sq"]),
-               num(r["exact_sq"]), num(r["z_exact_sq"], "{:+.2f}"), num(r["jensen_ratio"], "{:.4f}"),
+               with_se(r["mean"], r["se"], flags) + (reliable ? "" : " !"),
+               fmt::format("[{}, {}]", num(r["ci95"][0]), num(r["ci95"][1])), with_se(r["mean_sq"], r["se_sq"], flags),
+               num(r["exact_sq"]), r["se_sq"].is_number() ? num(r["z_exact_sq"], "{:+.2f}") : "-", jensen_cell(r["jensen_ratio"], r["exact_sq"], flags),
                r["stopped_by"].get<std::string>());
+  }
+  if (flags.not_finite > 0) {
+    fmt::print(stderr, "attncheck mc: note: {} estimates are not finite (marked not finite!): the map's values "
+                       "overflow double precision at these sizes\n", flags.not_finite);
+  }
+  if (flags.se_unknown > 0) {
+    fmt::print(stderr, "attncheck mc: note: {} standard errors are not finite (marked ?!): the squares of the "
+                       "samples overflow double precision, so the spread is unknown\n", flags.se_unknown);
+  }
+  if (flags.jensen_overflow > 0) {
+    fmt::print(stderr, "attncheck mc: note: {} Jensen ratios are not shown (marked overflow!): the exact E||F||^2 "
+                       "overflows double precision, so the ratio would print as 0\n", flags.jensen_overflow);
   }
   fmt::print("\nFits: least-squares slope of log E||F||_F against log N (C8: log E[s_ij^2] against log d), 95% CI; "
              "verdict as in THEORY.md with tolerance {:g}.\n\n",
@@ -192,20 +217,18 @@ int run(const Options& o) {
   request.estimands = o.estimand;
   request.claimed_exponent = o.claimed_exponent;
   request.p.clear();
-  for (double p : mc::parse_real_list(o.p, "--p")) {
-    if (p != std::floor(p)) throw UsageError(fmt::format("--p {}: exponents must be integers", p));
-    request.p.push_back(static_cast<int>(p));
-  }
+  for (std::int64_t p : parse_integer_list(o.p, "--p", 1, 64)) request.p.push_back(static_cast<int>(p));
   request.alpha = mc::parse_real_list(o.alpha, "--alpha");
+  for (double alpha : request.alpha) {
+    // N^-alpha under- or overflows long before; C7 is about alpha near 1.
+    if (std::fabs(alpha) > 8) throw UsageError(fmt::format("--alpha: {} is out of range: give values from -8 to 8", alpha));
+  }
   const std::vector<mc::SeriesSpec> series = mc::build_series(request);
   const auto Ns = mc::parse_index_grid(o.N, "--N"), Ds = mc::parse_index_grid(o.D, "--D"),
              ds = mc::parse_index_grid(o.d, "--d");
-  if (!(o.sigma_x > 0)) throw UsageError(fmt::format("--sigma-x {}: must be > 0", o.sigma_x));
-  if (!(o.sigma_t > 0)) throw UsageError(fmt::format("--sigma-t {}: must be > 0", o.sigma_t));
-  if (!(o.tolerance > 0)) throw UsageError(fmt::format("--tolerance {}: must be > 0", o.tolerance));
-  if (o.threads < 0) throw UsageError(fmt::format("--threads {}: must be >= 0 (0: all cores)", o.threads));
-  if (o.tile < 1) throw UsageError(fmt::format("--tile {}: must be >= 1", o.tile));
   if (o.resume && !o.out) throw UsageError("--resume needs --out DIR (the folder to resume)");
+  if (o.force && !o.out) throw UsageError("--force needs --out DIR (the folder to overwrite)");
+  if (o.resume && o.force) throw UsageError("--resume keeps the points in --out, --force removes them: choose one");
   for (const auto& s : series) {
     if (s.fit_over_d && Ns.size() > 1 && ds.size() == 1) {
       fmt::print(stderr, "attncheck mc: note: C8 is a statement about d: sweep --d (e.g. --d 4:256:x2)\n");
@@ -224,6 +247,13 @@ int run(const Options& o) {
   const int threads = cpu ? cpu->threads() : o.threads;
   const mc::RunContext context{o.seed, backend->name(), threads};
 
+  // A grid is a product: bounded before its points are built, or a few long lists would exhaust memory.
+  constexpr std::uint64_t kMaxPoints = 100000;
+  const std::uint64_t point_count = reports::saturating_product({series.size(), Ds.size(), ds.size(), Ns.size()});
+  if (point_count > kMaxPoints) {
+    throw UsageError(fmt::format("the sweep has {} series x {} D x {} d x {} N = {} points, more than {}", series.size(),
+                                 Ds.size(), ds.size(), Ns.size(), point_count, kMaxPoints));
+  }
   std::vector<mc::PointSpec> points;
   for (const auto& s : series) {
     for (auto D : Ds) {
@@ -232,8 +262,22 @@ int run(const Options& o) {
       }
     }
   }
+  if (cpu) {
+    // Every point is checked before the first one runs: a size this machine cannot hold is a usage error now,
+    // not bad_alloc or the OOM killer hours into a sweep.
+    for (const mc::PointSpec& ps : points) {
+      reports::require_memory(cpu->bytes_needed(ps.point),
+                              fmt::format("N = {}, D = {}, d = {} with --tile {} on {} threads", ps.point.N,
+                                          ps.point.D, ps.point.d, o.tile, cpu->threads()),
+                              "; use smaller sizes, a smaller --tile or fewer --threads");
+    }
+  }
   std::optional<mc::ResultsFolder> folder;
-  if (o.out) folder.emplace(*o.out, o.resume);
+  if (o.out) {
+    folder.emplace(*o.out, o.resume  ? mc::FolderStart::resume
+                           : o.force ? mc::FolderStart::overwrite
+                                     : mc::FolderStart::fresh);
+  }
   std::vector<json> records;  // this run's, in sweep order (resumed points included)
   ProgressBar bar(points.size());
   std::size_t skipped = 0;
@@ -242,13 +286,7 @@ int run(const Options& o) {
     std::vector<json> finished;
     if (folder) {
       for (auto e : ps.series->estimands) {
-        const std::string key = fmt::format("{};estimand={};run_seed={}", ps.key, mc::estimand_name(e), o.seed);
-        for (const json& r : folder->records()) {
-          if (r.value("key", "") == key) {
-            finished.push_back(r);
-            break;
-          }
-        }
+        if (auto record = folder->finished(mc::record_key(ps, e, o.seed))) finished.push_back(std::move(*record));
       }
     }
     if (o.resume && finished.size() == ps.series->estimands.size()) {
@@ -260,8 +298,14 @@ int run(const Options& o) {
                                           ps.series->activation.p, ps.point.N, ps.point.D, ps.point.d);
     mc::SamplingPolicy point_policy = policy;
     point_policy.judge_squares = ps.series->fit_over_d;  // C8 fits E[s^2] itself
-    const mc::PointOutcome outcome = mc::run_point(*backend, ps.point, ps.series->estimands, point_policy,
-                                                   [&](std::uint64_t done, std::uint64_t planned) { bar.update(k, label, done, planned); });
+    mc::PointOutcome outcome;
+    try {
+      outcome = mc::run_point(*backend, ps.point, ps.series->estimands, point_policy,
+                              [&](std::uint64_t done, std::uint64_t planned) { bar.update(k, label, done, planned); });
+    } catch (const theory::InputError& e) {
+      bar.finish();
+      throw theory::InputError(fmt::format("point {}: {}", label, e.what()));
+    }
     std::vector<json> fresh;
     for (auto e : ps.series->estimands) fresh.push_back(mc::point_record(ps, e, outcome, context));
     if (folder) folder->append(fresh);
@@ -282,7 +326,7 @@ int run(const Options& o) {
                            {"wall_seconds", wall}};
   // fits.json describes the whole folder: with --resume a folder can gather several claims' runs, and a
   // report of it must see all of their series.
-  if (folder) folder->write_fits({{"provenance", provenance}, {"series", mc::fit_series(folder->records(), o.tolerance)}});
+  if (folder) folder->write_fits(provenance, o.tolerance);
   const int code = mc::exit_code_of(fitted);
   int inconclusive = 0;
   for (const json& s : fitted) inconclusive += s["verdict"] == "inconclusive" && s.value("counts_for_exit", false) ? 1 : 0;
@@ -326,21 +370,36 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--estimand", o->estimand,
                  "Comma list of value (||F||_F), dQ, dK (||dF/dQ||_F, ||dF/dK||_F, full Jacobians), dS (||dF/dS||_F), "
                  "score-var (Var(s_ij), i != j); default value");
-  app.add_option("--claimed-exponent", o->claimed_exponent, "Without --claim: the exponent to check the fitted slope against");
+  app.add_option("--claimed-exponent", o->claimed_exponent, "Without --claim: the exponent to check the fitted slope against")
+      ->check(real_in({-64, 64}));
   app.add_option("--samples", o->samples, "Samples per point: an integer, or auto (until --rel-se, --max-samples or --max-seconds)")
       ->capture_default_str();
-  app.add_option("--rel-se", o->rel_se, "auto: stop when se/mean <= this for every estimand (C8: of the mean square)")->capture_default_str();
-  app.add_option("--max-samples", o->max_samples, "auto: at most this many samples per point")->capture_default_str();
-  app.add_option("--max-seconds", o->max_seconds, "auto: at most this much wall time per point")->capture_default_str();
-  app.add_option("--sigma-x", o->sigma_x, "Standard deviation of the entries of X")->capture_default_str();
-  app.add_option("--sigma-t", o->sigma_t, "Standard deviation of the entries of Q and K")->capture_default_str();
-  app.add_option("--seed", o->seed, "Run seed; each point's seed is derived from it and the point")->capture_default_str();
-  app.add_option("--threads", o->threads, "CPU threads (0: all cores); results do not depend on it")->capture_default_str();
-  app.add_option("--tile", o->tile, "Score tile size (tile x tile entries per thread)")->capture_default_str();
-  app.add_option("--tolerance", o->tolerance, "Slack on the claimed exponent in the verdict")->capture_default_str();
+  app.add_option("--rel-se", o->rel_se, "auto: stop when se/mean <= this for every estimand (C8: of the mean square)")
+      ->capture_default_str()->check(real_in({0, 1, true}));
+  app.add_option("--max-samples", o->max_samples, "auto: at most this many samples per point")
+      ->capture_default_str()->check(unsigned_in(2, kMaxSamples));
+  app.add_option("--max-seconds", o->max_seconds, "auto: at most this much wall time per point (read after every sample from the second on)")
+      ->capture_default_str()->check(real_in({0, 1e9, true}));
+  app.add_option("--sigma-x", o->sigma_x, "Standard deviation of the entries of X")
+      ->capture_default_str()->check(real_in({0, 1e100, true}));
+  app.add_option("--sigma-t", o->sigma_t, "Standard deviation of the entries of Q and K")
+      ->capture_default_str()->check(real_in({0, 1e100, true}));
+  app.add_option("--seed", o->seed, "Run seed; each point's seed is derived from it and the point")
+      ->capture_default_str()->check(unsigned_in(0, UINT64_MAX));
+  app.add_option("--threads", o->threads, "CPU threads (0: all cores); results do not depend on it")
+      ->capture_default_str()->check(integer_in(0, kMaxThreads));
+  // The real limit of the tile is the memory check; its side must fit the BLAS integer type.
+  app.add_option("--tile", o->tile, "Score tile size (tile x tile entries per thread)")
+      ->capture_default_str()->check(integer_in(1, INT32_MAX));
+  app.add_option("--tolerance", o->tolerance, "Slack on the claimed exponent in the verdict")
+      ->capture_default_str()->check(real_in({0, 1, true}));
   app.add_option("--backend", o->backend, "auto, cpu or cuda")->capture_default_str();
   app.add_option("--out", o->out, "Folder for points.jsonl, points.csv (each point written when it finishes) and fits.json (the fits of every series in the folder)");
-  app.add_flag("--resume", o->resume, "Keep the points already in --out and skip those this run would repeat (same point, estimand and --seed); runs of other claims accumulate in one folder");
+  app.add_flag("--resume", o->resume,
+               "Keep the points already in --out and skip those this run would repeat (same point, estimand and "
+               "--seed); runs of other claims accumulate in one folder, and several runs may write it at once");
+  app.add_flag("--force", o->force, "Remove the points already in --out first (without --resume or --force, a folder "
+                                    "that holds points is refused)");
   app.add_flag("--json", o->as_json, "One JSON object on stdout (provenance, points, series) instead of tables");
   app.footer(
       "Exit codes: 0 every fitted series of the claims as the papers state them holds or is tight (inconclusive ones "

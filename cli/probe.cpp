@@ -1,5 +1,6 @@
 // attncheck probe: live attention norms of a real checkpoint, per layer and head, against the theory.
 
+#include "number_options.hpp"
 #include "subcommand.hpp"
 
 #include "attncheck/probes/live_metrics.hpp"
@@ -8,10 +9,12 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cmath>
 #include <csignal>
 #include <atomic>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 namespace attncheck::cli {
 namespace {
@@ -28,7 +31,7 @@ struct ProbeOptions {
   std::string attention_out;
   std::string watch;
   double interval = 5;
-  double until_idle = -1;
+  std::optional<double> until_idle;
   std::string out;
 };
 
@@ -48,6 +51,29 @@ probes::ProbeInput make_input(const ProbeOptions& o) {
     input.kind = probes::ProbeInput::Kind::random;
   }
   return input;
+}
+
+// A column value as printed: a non-finite one (x^3 of large scores overflows double precision) is never shown
+// as a plain number but as the word with '!', and counted so that a note on stderr explains it.
+class Cells {
+ public:
+  std::string operator()(double value, const char* format) {
+    if (std::isfinite(value)) return fmt::format(fmt::runtime(format), value);
+    ++non_finite_;
+    return std::isnan(value) ? "nan!" : value > 0 ? "inf!" : "-inf!";
+  }
+  int non_finite() const { return non_finite_; }
+
+ private:
+  int non_finite_ = 0;
+};
+
+void note_non_finite(int count, const char* how) {
+  if (count == 0) return;
+  fmt::print(stderr,
+             "attncheck probe: note: {} values are not finite ({}): an activation of scores this large overflows "
+             "double precision; the softmax norms and bounds are unaffected\n",
+             count, how);
 }
 
 void print_table(const probes::ProbeResult& result, const probes::ProbeInput& input) {
@@ -71,26 +97,30 @@ void print_table(const probes::ProbeResult& result, const probes::ProbeInput& in
              "{:>9}\n",
              "layer", "head", "N", "|A|_F", "|A|/rtN", "|dA/dS|_F", "/2rtN", "/rtN/2", "|dA/dWq|", "|dA/dWk|",
              "max|s|", "|S|_F", "iid |S|", "x3/rtN", "iid x3/rtN", "relu/N");
+  Cells cell;
   for (const auto& m : result.heads) {
-    fmt::print("{:>5} {:>4} {:>5} {:>9.4f} {:>7.4f} {:>9.4f} {:>8.4f} {:>8.4f} {:>10.4g} {:>10.4g} {:>8.3f} "
-               "{:>9.4g} {:>9.4g} {:>10.4g} {:>10.4g} {:>9.4f}\n",
-               m.layer, m.head, m.N, m.softmax.value, m.softmax.value / m.sqrt_n, m.softmax.grad,
-               m.softmax.grad / m.grad_paper_bound, m.softmax.grad / m.grad_tight_bound, m.softmax.dWq, m.softmax.dWk,
-               m.score_max_abs, m.scores_fro, m.iid_scores_fro, m.poly3_scaled.value, m.iid_poly3_scaled_fro,
-               m.relu_n.value);
+    fmt::print("{:>5} {:>4} {:>5} {:>9} {:>7} {:>9} {:>8} {:>8} {:>10} {:>10} {:>8} {:>9} {:>9} {:>10} {:>10} "
+               "{:>9}\n",
+               m.layer, m.head, m.N, cell(m.softmax.value, "{:.4f}"), cell(m.softmax.value / m.sqrt_n, "{:.4f}"),
+               cell(m.softmax.grad, "{:.4f}"), cell(m.softmax.grad / m.grad_paper_bound, "{:.4f}"),
+               cell(m.softmax.grad / m.grad_tight_bound, "{:.4f}"), cell(m.softmax.dWq, "{:.4g}"),
+               cell(m.softmax.dWk, "{:.4g}"), cell(m.score_max_abs, "{:.3f}"), cell(m.scores_fro, "{:.4g}"),
+               cell(m.iid_scores_fro, "{:.4g}"), cell(m.poly3_scaled.value, "{:.4g}"),
+               cell(m.iid_poly3_scaled_fro, "{:.4g}"), cell(m.relu_n.value, "{:.4f}"));
   }
+  note_non_finite(cell.non_finite(), "marked inf! or nan!");
 }
 
 // Theorem 4.1's bounds are deterministic: a live value above them is a violation (exit 1).
 bool bounds_hold(const probes::ProbeResult& result) {
-  constexpr double kRoundoff = 1e-12;
+  bool hold = true;
   for (const auto& m : result.heads) {
-    if (m.softmax.value > m.sqrt_n * (1 + kRoundoff) || m.softmax.grad > m.grad_tight_bound * (1 + kRoundoff)) {
+    if (!probes::within_theorem_bounds(m)) {
       fmt::print(stderr, "layer {} head {}: a softmax bound is exceeded\n", m.layer, m.head);
-      return false;
+      hold = false;
     }
   }
-  return true;
+  return hold;
 }
 
 std::atomic<bool> stop_requested{false};
@@ -103,13 +133,12 @@ int run(const ProbeOptions& o) {
     if (o.json || o.csv || !o.attention_out.empty()) {
       throw UsageError("--json, --csv and --attention-out describe one MODEL; --watch writes JSON lines to --out");
     }
-    if (o.interval <= 0) throw UsageError(fmt::format("--interval {} is not a positive number of seconds", o.interval));
     probes::WatchOptions watch;
     watch.folder = o.watch;
     watch.output = o.out.empty() ? std::filesystem::path(o.watch) / "attncheck-probe.jsonl"
                                  : std::filesystem::path(o.out);
     watch.interval_seconds = o.interval;
-    watch.until_idle_seconds = o.until_idle;
+    watch.until_idle_seconds = o.until_idle.value_or(-1);
     watch.input = input;
     watch.layers = o.layers;
     watch.heads = o.heads;
@@ -118,20 +147,36 @@ int run(const ProbeOptions& o) {
     const auto summary = probes::watch_folder(watch, stop_requested, [](const std::string& line) {
       fmt::print(stderr, "{}\n", line);
     });
-    fmt::print(stderr, "watched {}: {} checkpoints measured, {} refused; lines in {}\n", o.watch, summary.measured,
-               summary.refused, watch.output.string());
-    return kExitHolds;
+    fmt::print(stderr, "watched {}: {} checkpoints measured ({} above a bound), {} refused; lines in {}\n", o.watch,
+               summary.measured, summary.exceeded, summary.refused, watch.output.string());
+    return summary.exit_code();
   }
   if (o.model.empty()) throw UsageError("give MODEL (a folder or a .safetensors file) or --watch DIR");
   const auto result = probes::probe_model(o.model, input, o.layers, o.heads, !o.attention_out.empty());
   if (!o.attention_out.empty()) probes::write_attention(o.attention_out, result);
   if (o.json) {
+    // JSON has no infinities: a non-finite value is written as null (and noted).
     nlohmann::json list = nlohmann::json::array();
-    for (const auto& m : result.heads) list.push_back(probes::to_json(m));
+    int non_finite = 0;
+    for (const auto& m : result.heads) {
+      for (double v : probes::csv_values(m)) non_finite += std::isfinite(v) ? 0 : 1;
+      list.push_back(probes::to_json(m));
+    }
     std::cout << list.dump(1) << "\n";
+    note_non_finite(non_finite, "written as null");
   } else if (o.csv) {
     fmt::print("{}\n", fmt::join(probes::csv_columns(), ","));
-    for (const auto& m : result.heads) fmt::print("{}\n", fmt::join(probes::csv_values(m), ","));
+    int non_finite = 0;
+    for (const auto& m : result.heads) {
+      std::vector<std::string> cells;
+      for (double v : probes::csv_values(m)) {
+        // An empty cell, which CSV readers take as missing, never a plain "inf".
+        non_finite += std::isfinite(v) ? 0 : 1;
+        cells.push_back(std::isfinite(v) ? fmt::format("{}", v) : std::string());
+      }
+      fmt::print("{}\n", fmt::join(cells, ","));
+    }
+    note_non_finite(non_finite, "left empty");
   } else {
     print_table(result, input);
   }
@@ -147,10 +192,13 @@ const bool registered = register_subcommand(
       command.add_option("--tokens", o->tokens, "file of whitespace-separated token ids");
       command.add_flag("--random", o->random,
                        "Gaussian embeddings (the default input), sigma = RMS of the model's token embeddings");
-      command.add_option("--length", o->length, "number of positions for --random")->capture_default_str();
-      command.add_option("--seed", o->seed, "seed of the random input")->capture_default_str();
-      command.add_option("--layers", o->layers, "0-based layers to measure (default all)")->delimiter(',');
-      command.add_option("--heads", o->heads, "0-based heads to measure (default all)")->delimiter(',');
+      command.add_option("--length", o->length, "number of positions for --random (checked against memory)")
+          ->capture_default_str()->check(integer_in(1, INT64_MAX));
+      command.add_option("--seed", o->seed, "seed of the random input")->capture_default_str()->check(unsigned_in(0, UINT64_MAX));
+      command.add_option("--layers", o->layers, "0-based layers to measure (default all)")
+          ->delimiter(',')->check(integer_in(0, INT32_MAX));
+      command.add_option("--heads", o->heads, "0-based heads to measure (default all)")
+          ->delimiter(',')->check(integer_in(0, INT32_MAX));
       command.add_flag("--json", o->json, "a JSON list of objects, one per layer and head, on stdout");
       command.add_flag("--csv", o->csv, "CSV with a header line on stdout");
       command.add_option("--attention-out", o->attention_out,
@@ -159,9 +207,10 @@ const bool registered = register_subcommand(
       command.add_option("--watch", o->watch,
                          "measure every checkpoint in this training folder and each new one as it appears");
       command.add_option("--interval", o->interval, "seconds between scans of the --watch folder")
-          ->capture_default_str();
+          ->capture_default_str()->check(real_in({0, 86400, true}));
       command.add_option("--until-idle", o->until_idle,
-                         "stop watching after this many seconds without a new checkpoint (default: until Ctrl-C)");
+                         "stop watching after this many seconds without a new checkpoint (default: until Ctrl-C)")
+          ->check(real_in({0, 1e9}));
       command.add_option("--out", o->out, "JSON-lines file for --watch (default DIR/attncheck-probe.jsonl)");
       return [o] { return run(*o); };
     });

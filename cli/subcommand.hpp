@@ -26,4 +26,9 @@ using SubcommandSetup = std::function<std::function<int()>(CLI::App& command)>;
 
 bool register_subcommand(std::string name, std::string description, SubcommandSetup setup);
 
+// Parses argv, runs the chosen subcommand and returns its exit code; every error, whatever its type, ends as a
+// message on stderr and exit code 2. main() is this call alone, so that tests can run the command line in a
+// child process without loading the program again.
+int run_command_line(int argc, char** argv);
+
 }  // namespace attncheck::cli

@@ -15,6 +15,7 @@
 #include "attncheck/gpu/batch_plan.hpp"
 #include "attncheck/gpu/normal_layout.hpp"
 #include "attncheck/monte_carlo/sample_norms.hpp"
+#include "attncheck/reports/memory_budget.hpp"
 #include "kernels.hpp"
 
 #include <cublas_v2.h>
@@ -138,13 +139,19 @@ class CudaBackend final : public monte_carlo::Backend {
     const EstimandRequest request = validate(point, estimands);
     check(cudaSetDevice(device_), "cudaSetDevice");
     const std::int64_t n = point.N, D = point.D, d = point.d;
-    const std::int64_t per_sample_bytes = 8 * (n * D + 2 * D * d + 2 * n * d + 8 * n + 5 * d * d);
+    // Saturating: an absurd N must read as too large for the device, not wrap to a small or negative size.
+    using reports::saturating_product;
+    const auto un = static_cast<std::uint64_t>(n), uD = static_cast<std::uint64_t>(D), ud = static_cast<std::uint64_t>(d);
+    const std::uint64_t per_sample_bytes = saturating_product(
+        {8, reports::saturating_sum({saturating_product({un, uD}), saturating_product({2, uD, ud}),
+                                     saturating_product({2, un, ud}), saturating_product({8, un}),
+                                     saturating_product({5, ud, ud})})});
     std::size_t free_bytes = 0, total_bytes = 0;
     check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
     // What this backend already holds is reusable; leave a quarter of the rest for cuBLAS and the driver.
-    const auto usable = static_cast<std::int64_t>(free_bytes / 4 * 3 + held_bytes());
-    const std::int64_t memory_samples = std::max<std::int64_t>(usable - static_cast<std::int64_t>(score_bytes_), 0) /
-                                        per_sample_bytes;
+    const std::uint64_t usable = free_bytes / 4 * 3 + held_bytes();
+    const auto memory_samples = static_cast<std::int64_t>(
+        std::min<std::uint64_t>((usable > score_bytes_ ? usable - score_bytes_ : 0) / per_sample_bytes, INT64_MAX));
     if (memory_samples < 1) {
       throw CudaError(fmt::format("N = {}, D = {}, d = {} needs {:.1f} MiB of device memory per sample; device {} "
                                   "has {:.1f} MiB free",

@@ -1,6 +1,8 @@
 #include "attncheck/monte_carlo/bounds_survey.hpp"
 
+#include "attncheck/monte_carlo/parallel.hpp"
 #include "attncheck/monte_carlo/random_stream.hpp"
+#include "attncheck/reports/memory_budget.hpp"
 #include "attncheck/theory/worst_case.hpp"
 
 #include <omp.h>
@@ -139,15 +141,15 @@ constexpr std::array<double, 4> kSearchStartScales{1.0, 3.0, 0.1, 10.0};
 Matrix worst_case_matrix(theory::RowObjective objective, const SurveyOptions& options) {
   const Index n = options.n;
   std::vector<theory::RowSearchResult> results(static_cast<std::size_t>(options.search_starts));
-#pragma omp parallel for schedule(dynamic) num_threads(options.threads > 0 ? options.threads : omp_get_max_threads())
-  for (int start = 0; start < options.search_starts; ++start) {
+  parallel_for(options.search_starts, options.threads > 0 ? options.threads : omp_get_max_threads(), [&](Index k) {
+    const int start = static_cast<int>(k);
     PhiloxStream stream = family_stream(options.seed, BoundsFamily::worst_case,
                                         static_cast<std::uint64_t>(start) * 2 +
                                             (objective == theory::RowObjective::jacobian_sq ? 1 : 0));
     std::vector<double> row(static_cast<std::size_t>(n));
     stream.fill_normal(row.begin(), row.end(), kSearchStartScales[static_cast<std::size_t>(start) % kSearchStartScales.size()]);
     results[static_cast<std::size_t>(start)] = theory::maximize_row(objective, std::move(row));
-  }
+  });
   const auto best = std::max_element(results.begin(), results.end(),
                                      [](const auto& a, const auto& b) { return a.objective < b.objective; });
   Matrix logits(n, n);
@@ -184,9 +186,10 @@ std::vector<BoundsFamily> default_families() {
 bool within(double value, double bound) { return value <= bound * (1 + kBoundRoundingSlack); }
 
 std::uint64_t survey_bytes(Index n, int threads) {
-  const auto entries = static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(n);
-  return entries * sizeof(double) * static_cast<std::uint64_t>(std::max(threads, 1)) +
-         static_cast<std::uint64_t>(n) * 64 * sizeof(double);
+  const auto rows = static_cast<std::uint64_t>(std::max<Index>(n, 0));
+  return reports::saturating_sum({reports::saturating_product({rows, rows, sizeof(double),
+                                                               static_cast<std::uint64_t>(std::max(threads, 1))}),
+                                  reports::saturating_product({rows, 64, sizeof(double)})});
 }
 
 FamilyResult survey_family(BoundsFamily family, const SurveyOptions& options) {
@@ -205,10 +208,10 @@ FamilyResult survey_family(BoundsFamily family, const SurveyOptions& options) {
   }
   const int trial_count = options.trials;
   std::vector<TrialResult> trials(static_cast<std::size_t>(trial_count));
-#pragma omp parallel for schedule(dynamic) num_threads(options.threads > 0 ? options.threads : omp_get_max_threads())
-  for (int trial = 0; trial < trial_count; ++trial) {
+  parallel_for(trial_count, options.threads > 0 ? options.threads : omp_get_max_threads(), [&](Index k) {
+    const int trial = static_cast<int>(k);
     trials[static_cast<std::size_t>(trial)] = evaluate_trial(make_matrix(family, options.n, options.seed, trial), trial);
-  }
+  });
   return reduce(family, trials);
 }
 

@@ -1,8 +1,10 @@
 #include "attncheck/monte_carlo/cpu_backend.hpp"
 
 #include "attncheck/monte_carlo/entry_terms.hpp"
+#include "attncheck/monte_carlo/parallel.hpp"
 #include "attncheck/monte_carlo/random_stream.hpp"
 #include "attncheck/monte_carlo/sample_norms.hpp"
+#include "attncheck/reports/memory_budget.hpp"
 
 #include <fmt/format.h>
 #include <omp.h>
@@ -13,9 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <exception>
 #include <limits>
-#include <mutex>
 
 namespace attncheck::monte_carlo {
 
@@ -27,23 +27,6 @@ using theory::Pointwise;
 using theory::Vector;
 
 namespace {
-
-// Runs body(block) for every block, in parallel over `threads`, and rethrows the first exception.
-template <class Body>
-void for_each_block(Index blocks, int threads, Body&& body) {
-  std::exception_ptr failure;
-  std::mutex failure_mutex;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1)
-  for (Index b = 0; b < blocks; ++b) {
-    try {
-      body(b);
-    } catch (...) {
-      const std::lock_guard lock(failure_mutex);
-      if (!failure) failure = std::current_exception();
-    }
-  }
-  if (failure) std::rethrow_exception(failure);
-}
 
 // C = A_rows * B_rows^T for row blocks of row-major matrices: the score tiles, the one product that
 // dominates the run time. OpenBLAS when the build selected it (bench/monte_carlo measures both), else Eigen.
@@ -267,7 +250,7 @@ NormSums<double> tiled_sums(const Shared& sh, const EvaluationOptions& options, 
   const Index n = sh.V.rows();
   const Index blocks = (n + sh.tile - 1) / sh.tile;
   std::vector<NormSums<double>> partial(static_cast<std::size_t>(blocks));
-  for_each_block(blocks, options.threads,
+  parallel_for(blocks, options.threads,
                  [&](Index b) { partial[static_cast<std::size_t>(b)] = block_sums(b * sh.tile); });
   NormSums<double> total;  // summed in block order: the same for any thread count
   for (const auto& p : partial) {
@@ -356,7 +339,8 @@ SampleValues evaluate_inputs(const theory::AttentionMap& map, const Matrix& X, c
       totals.v_sq = v_sq.sum();
     } else {
       const Matrix V = lambda * Vraw;
-      const Shared sh{X, V, U, x_sq, u_sq, v_sq, options.tile};
+      // A tile wider than N would only allocate columns no score fills.
+      const Shared sh{X, V, U, x_sq, u_sq, v_sq, std::min(options.tile, n)};
       const bool jacobians = request.dS || request.dQ || request.dK;
       totals.entries = request.softmax ? tiled_sums(sh, options, [&](Index i0) {
         return softmax_block(sh, i0, jacobians, request.dQ, request.dK);
@@ -372,6 +356,21 @@ CpuBackend::CpuBackend(int threads, Index tile)
   use_single_threaded_gemm();
 }
 
+std::uint64_t CpuBackend::bytes_needed(const SweepPoint& point) const {
+  using reports::saturating_product;
+  using reports::saturating_sum;
+  const auto u = [](Index v) { return static_cast<std::uint64_t>(std::max<Index>(v, 0)); };
+  const std::uint64_t n = u(point.N), D = u(point.D), d = u(point.d), tile = u(std::min(tile_, point.N));
+  // X; Q and K; V, U and lambda V; three row norms; the d x d products of the Gram and matrix-power paths.
+  const std::uint64_t sample = saturating_sum({saturating_product({n, D}), saturating_product({2, D, d}),
+                                               saturating_product({3, n, d}), saturating_product({3, n}),
+                                               saturating_product({6, d, d})});
+  // A row block: the score tile and softmax's exponentials, its u_bar and x_bar rows, per-row sums.
+  const std::uint64_t block = saturating_sum({saturating_product({2, tile, tile}), saturating_product({tile, d}),
+                                              saturating_product({tile, D}), saturating_product({8, tile})});
+  return saturating_product({sizeof(double), static_cast<std::uint64_t>(threads_), saturating_sum({sample, block})});
+}
+
 void CpuBackend::evaluate(const SweepPoint& point, const std::vector<Estimand>& estimands, std::uint64_t first,
                           std::uint64_t count, std::vector<SampleValues>& out) {
   const std::size_t base = out.size();
@@ -379,7 +378,7 @@ void CpuBackend::evaluate(const SweepPoint& point, const std::vector<Estimand>& 
   if (count == 0) return;
   if (count >= static_cast<std::uint64_t>(threads_)) {
     const EvaluationOptions serial{tile_, 1};
-    for_each_block(static_cast<Index>(count), threads_, [&](Index k) {
+    parallel_for(static_cast<Index>(count), threads_, [&](Index k) {
       SampleInputs in;
       draw_sample(point, first + static_cast<std::uint64_t>(k), in);
       out[base + static_cast<std::size_t>(k)] = evaluate_inputs(point.map, in.X, in.Q, in.K, estimands, serial);

@@ -2,18 +2,20 @@
 
 #include "attncheck/monte_carlo/fit.hpp"
 #include "attncheck/reports/atomic_file.hpp"
+#include "attncheck/reports/folder_lock.hpp"
+#include "attncheck/reports/input_file.hpp"
+#include "attncheck/reports/results_folder.hpp"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <map>
 #include <sstream>
 
 namespace attncheck::monte_carlo {
 
+namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
@@ -43,6 +45,10 @@ std::string csv_cell(const json& v) {
 }
 
 }  // namespace
+
+std::string record_key(const PointSpec& point, Estimand estimand, std::uint64_t run_seed) {
+  return fmt::format("{};estimand={};run_seed={}", point.key, estimand_name(estimand), run_seed);
+}
 
 json point_record(const PointSpec& ps, Estimand estimand, const PointOutcome& outcome, const RunContext& context) {
   const SeriesSpec& series = *ps.series;
@@ -90,7 +96,7 @@ json point_record(const PointSpec& ps, Estimand estimand, const PointOutcome& ou
   r["fit_variable"] = series.fit_over_d ? "d" : "N";
   r["fit_of"] = series.fit_over_d ? "mean_sq" : "mean";
   r["counts_for_exit"] = series.counts_for_exit;
-  r["key"] = fmt::format("{};estimand={};run_seed={}", ps.key, estimand_name(estimand), context.run_seed);
+  r["key"] = record_key(ps, estimand, context.run_seed);
   // Everything but the swept variable (N, or d for C8) and the sample count.
   r["series_key"] = fmt::format(
       "claim={};reading={};phi={};p={};alpha={};scale={};outer_factor={:.17g}*d^-{:g};inner={};D={};{};estimand={};"
@@ -186,45 +192,111 @@ int exit_code_of(const json& series) {
   return 0;
 }
 
-ResultsFolder::ResultsFolder(std::filesystem::path dir, bool resume) : dir_(std::move(dir)) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir_, ec);
-  if (ec || !std::filesystem::is_directory(dir_)) {
-    throw theory::InputError(fmt::format("--out {}: cannot create the folder ({})", dir_.string(), ec.message()));
-  }
-  if (!resume) return;
-  std::ifstream in(dir_ / "points.jsonl");
-  std::string line;
-  int number = 0;
-  while (std::getline(in, line)) {
+namespace {
+
+const char* const kPointsFile = "points.jsonl";
+const char* const kCsvFile = "points.csv";
+const char* const kFitsFile = "fits.json";
+
+// The records of points.jsonl, one per key in order of first appearance, each the last line with that key.
+// Every line is first checked as the report reads it (docs/results-format.md), so that a damaged or foreign
+// file stops a resumed run naming its line instead of failing somewhere inside the fit.
+std::vector<json> read_points(const fs::path& file) {
+  const std::string text = reports::read_text_file(file);
+  reports::parse_points_jsonl(text, file.string());
+  std::vector<json> records;
+  std::map<std::string, std::size_t> index;
+  std::size_t number = 0;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
     ++number;
-    if (line.empty()) continue;
-    try {
-      records_.push_back(json::parse(line));
-    } catch (const json::exception& e) {
-      throw theory::InputError(fmt::format("--resume: {} line {} is not JSON ({})", (dir_ / "points.jsonl").string(),
-                                           number, e.what()));
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    json record = json::parse(line);
+    if (!record.contains("key") || !record["key"].is_string() ||
+        (record.contains("series_key") && !record["series_key"].is_string())) {
+      throw theory::InputError(fmt::format("{} line {}: \"key\" and \"series_key\" must be text", file.string(), number));
     }
+    const auto [at, added] = index.emplace(record["key"].get<std::string>(), records.size());
+    if (added) {
+      records.push_back(std::move(record));
+    } else {
+      records[at->second] = std::move(record);
+    }
+  }
+  return records;
+}
+
+}  // namespace
+
+ResultsFolder::ResultsFolder(fs::path dir, FolderStart start) : dir_(std::move(dir)) {
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  if (ec || !fs::is_directory(dir_, ec)) {
+    throw theory::InputError(fmt::format("--out {}: cannot create the folder ({})", dir_.string(),
+                                         ec ? ec.message() : "a file of that name is in the way"));
+  }
+  const reports::FolderLock lock(dir_);
+  for (const char* name : {kPointsFile, kCsvFile, kFitsFile}) reports::remove_stale_temporaries(dir_ / name);
+  reload();
+  if (start == FolderStart::fresh && !records_.empty()) {
+    throw theory::InputError(fmt::format("--out {}: the folder already holds {} finished points ({}); add to them "
+                                         "with --resume, or replace them with --force",
+                                         dir_.string(), records_.size(), (dir_ / kPointsFile).string()));
+  }
+  if (start == FolderStart::overwrite) {
+    for (const char* name : {kPointsFile, kCsvFile, kFitsFile}) fs::remove(dir_ / name, ec);
+    records_.clear();
+    loaded_.reset();
   }
 }
 
-bool ResultsFolder::finished(const std::string& key) const {
-  return std::any_of(records_.begin(), records_.end(), [&](const json& r) { return r.value("key", "") == key; });
+void ResultsFolder::reload() {
+  const fs::path file = dir_ / kPointsFile;
+  std::error_code absent;
+  if (!fs::exists(file, absent)) {
+    records_.clear();
+    loaded_.reset();
+    return;
+  }
+  const auto identity = reports::file_identity(file);
+  if (identity && loaded_ && *identity == *loaded_) return;
+  records_ = read_points(file);
+  loaded_ = identity;
+}
+
+std::optional<json> ResultsFolder::finished(const std::string& key) {
+  reload();
+  for (const json& r : records_) {
+    if (r.value("key", "") == key) return r;
+  }
+  return std::nullopt;
 }
 
 void ResultsFolder::append(const std::vector<json>& records) {
-  records_.insert(records_.end(), records.begin(), records.end());
-  flush();
-}
-
-void ResultsFolder::flush() const {
+  const reports::FolderLock lock(dir_);
+  reload();
+  for (const json& record : records) {
+    const std::string key = record.value("key", "");
+    const auto same = std::find_if(records_.begin(), records_.end(), [&](const json& r) { return r.value("key", "") == key; });
+    if (same != records_.end()) {
+      *same = record;
+    } else {
+      records_.push_back(record);
+    }
+  }
   std::string lines;
   for (const json& r : records_) lines += r.dump() + "\n";
-  reports::write_file_atomically(dir_ / "points.jsonl", lines);
-  reports::write_file_atomically(dir_ / "points.csv", records_csv(records_));
+  reports::write_file_atomically(dir_ / kPointsFile, lines);
+  reports::write_file_atomically(dir_ / kCsvFile, records_csv(records_));
+  loaded_ = reports::file_identity(dir_ / kPointsFile);
 }
 
-void ResultsFolder::write_fits(const json& fits) const { reports::write_file_atomically(dir_ / "fits.json", fits.dump(2) + "\n"); }
+void ResultsFolder::write_fits(const json& provenance, double tolerance) {
+  const reports::FolderLock lock(dir_);
+  reload();
+  reports::write_file_atomically(dir_ / kFitsFile,
+                                 json{{"provenance", provenance}, {"series", fit_series(records_, tolerance)}}.dump(2) + "\n");
+}
 
 std::string records_csv(const std::vector<json>& records) {
   std::string text;

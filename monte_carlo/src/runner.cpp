@@ -6,6 +6,17 @@
 
 namespace attncheck::monte_carlo {
 
+namespace {
+
+// The time limit is checked between evaluations of at most this much expected work, so that a point overruns
+// --max-seconds by at most one evaluation: this long, or one sample when a single sample takes longer.
+constexpr double kTimeCheckSeconds = 0.05;
+
+// Samples a standard error needs: an auto run stopped by the clock still draws this many.
+constexpr std::uint64_t kMinimumSamples = 2;
+
+}  // namespace
+
 PointOutcome run_point(Backend& backend, const SweepPoint& point, const std::vector<Estimand>& estimands,
                        const SamplingPolicy& policy, const std::function<void(std::uint64_t, std::uint64_t)>& progress) {
   const auto start = std::chrono::steady_clock::now();
@@ -13,16 +24,10 @@ PointOutcome run_point(Backend& backend, const SweepPoint& point, const std::vec
   PointOutcome out;
   const std::uint64_t planned = policy.fixed ? *policy.fixed : 0;
   const std::uint64_t cap = policy.fixed ? *policy.fixed : std::max<std::uint64_t>(policy.max_samples, 1);
+  const bool timed = !policy.fixed && std::isfinite(policy.max_seconds);
   std::vector<SampleValues> values;
-  while (out.samples < cap) {
-    // Chunks grow with the sample count (a fixed schedule, so auto runs are reproducible) and stay small
-    // enough for the time limit and the progress bar to be checked often.
-    std::uint64_t chunk = std::clamp<std::uint64_t>(out.samples / 2, 16, 1024);
-    if (!policy.fixed && out.samples < policy.min_samples) chunk = policy.min_samples - out.samples;
-    chunk = std::min(chunk, cap - out.samples);
-    values.clear();
-    backend.evaluate(point, estimands, out.samples, chunk, values);
-    for (const SampleValues& v : values) {
+  const auto add = [&](const std::vector<SampleValues>& drawn) {
+    for (const SampleValues& v : drawn) {
       for (Estimand e : estimands) {
         const int k = static_cast<int>(e);
         const double norm = e == Estimand::score_var ? std::sqrt(v[k]) : v[k];
@@ -30,27 +35,53 @@ PointOutcome run_point(Backend& backend, const SweepPoint& point, const std::vec
         out.norm_sq[k].add(e == Estimand::score_var ? v[k] : norm * norm);
       }
     }
-    out.samples += chunk;
-    if (progress) progress(out.samples, planned);
-    if (policy.fixed) continue;
-    if (out.samples >= policy.min_samples) {
-      bool precise = true;
-      for (Estimand e : estimands) {
-        const int k = static_cast<int>(e);
-        const MeanEstimate m = policy.judge_squares ? out.norm_sq[k].estimate() : out.norm[k].estimate();
-        if (!(m.se <= policy.rel_se * std::abs(m.mean))) precise = false;
+  };
+  double seconds_per_sample = 0;  // measured; 0 until the first evaluation
+  bool out_of_time = false;
+  while (out.samples < cap && !out_of_time) {
+    // The precision is judged after chunks of a fixed schedule (growing with the sample count), so that an auto
+    // run stops at the same sample count on any machine and with any thread count.
+    std::uint64_t chunk = std::clamp<std::uint64_t>(out.samples / 2, 16, 1024);
+    if (!policy.fixed && out.samples < policy.min_samples) chunk = policy.min_samples - out.samples;
+    chunk = std::min(chunk, cap - out.samples);
+    // Within a chunk the time limit is checked after every evaluation of as many samples as fit in
+    // kTimeCheckSeconds (one at first); the values do not depend on how a chunk is split.
+    const std::uint64_t chunk_end = out.samples + chunk;
+    while (out.samples < chunk_end) {
+      std::uint64_t count = chunk_end - out.samples;
+      if (timed) {
+        const double budget = std::min(kTimeCheckSeconds, std::max(policy.max_seconds - elapsed(), 0.0));
+        const double fit = seconds_per_sample > 0 ? budget / seconds_per_sample : 1;
+        count = std::clamp<std::uint64_t>(static_cast<std::uint64_t>(std::min(fit, 1e18)), 1, count);
       }
-      if (precise) {
-        out.stopped_by = "rel-se";
+      const double before = elapsed();
+      values.clear();
+      backend.evaluate(point, estimands, out.samples, count, values);
+      add(values);
+      out.samples += count;
+      seconds_per_sample = (elapsed() - before) / static_cast<double>(count);
+      if (progress) progress(out.samples, planned);
+      if (timed && out.samples >= kMinimumSamples && out.samples < cap && elapsed() >= policy.max_seconds) {
+        out_of_time = true;
         break;
       }
     }
-    if (elapsed() >= policy.max_seconds) {
-      out.stopped_by = "max-seconds";
+    // A chunk completed just as the time ran out is still judged: if it is precise enough, that stopped it.
+    if (policy.fixed || out.samples < chunk_end || out.samples < policy.min_samples) continue;
+    bool precise = true;
+    for (Estimand e : estimands) {
+      const int k = static_cast<int>(e);
+      const MeanEstimate m = policy.judge_squares ? out.norm_sq[k].estimate() : out.norm[k].estimate();
+      if (!(m.se <= policy.rel_se * std::abs(m.mean))) precise = false;
+    }
+    if (precise) {
+      out.stopped_by = "rel-se";
       break;
     }
   }
-  if (out.stopped_by.empty()) out.stopped_by = policy.fixed ? "samples" : "max-samples";
+  if (out.stopped_by.empty()) {
+    out.stopped_by = policy.fixed ? "samples" : out_of_time ? "max-seconds" : "max-samples";
+  }
   out.wall_seconds = elapsed();
   return out;
 }

@@ -1,7 +1,9 @@
 #include "attncheck/probes/live_metrics.hpp"
 
+#include "attncheck/monte_carlo/bounds_survey.hpp"
 #include "attncheck/monte_carlo/random_stream.hpp"
 #include "attncheck/probes/tokenizer.hpp"
+#include "attncheck/reports/input_file.hpp"
 #include "attncheck/theory/moments.hpp"
 #include "attncheck/theory/softmax.hpp"
 
@@ -9,7 +11,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 
 namespace attncheck::probes {
 
@@ -93,7 +94,21 @@ HeadMetrics measure_head(const LayerInputs& layer, int layer_index, int head_ind
   m.iid_scores_fro = iid_root_mean_square(model, m.N, 1, 1.0, m.causal);
   m.iid_poly3_scaled_fro = iid_root_mean_square(model, m.N, 3, 1.0 / m.sqrt_n, m.causal);
   m.iid_poly3_fro = iid_root_mean_square(model, m.N, 3, 1.0, m.causal);
+  for (const auto& [name, value] : {std::pair<const char*, double>{"||softmax(S)||_F", m.softmax.value},
+                                    {"||grad softmax(S)||_F", m.softmax.grad},
+                                    {"||dA/dW_Q||_F", m.softmax.dWq},
+                                    {"||dA/dW_K||_F", m.softmax.dWk}}) {
+    if (!std::isfinite(value)) {
+      throw InputError(fmt::format("layer {} head {}: {} is {} (scores up to |s| = {:.3g}: the weights overflow "
+                                   "double precision)",
+                                   layer_index, head_index, name, value, m.score_max_abs));
+    }
+  }
   return m;
+}
+
+bool within_theorem_bounds(const HeadMetrics& m) {
+  return monte_carlo::within(m.softmax.value, m.sqrt_n) && monte_carlo::within(m.softmax.grad, m.grad_tight_bound);
 }
 
 namespace {
@@ -193,9 +208,8 @@ ProbeResult probe_model(const fs::path& model_path, const ProbeInput& input, con
       const fs::path vocab = (fs::is_directory(model_path) ? model_path : model_path.parent_path()) / "vocab.txt";
       bool lower_case = true;
       const fs::path tokenizer_config = vocab.parent_path() / "tokenizer_config.json";
-      if (fs::exists(tokenizer_config)) {
-        std::ifstream in(tokenizer_config);
-        const auto json = nlohmann::json::parse(in, nullptr, false);
+      if (std::error_code absent; fs::exists(tokenizer_config, absent)) {
+        const auto json = nlohmann::json::parse(reports::read_text_file(tokenizer_config), nullptr, false);
         if (json.is_object() && json.contains("do_lower_case") && json["do_lower_case"].is_boolean()) {
           lower_case = json["do_lower_case"].get<bool>();
         }
@@ -212,6 +226,7 @@ ProbeResult probe_model(const fs::path& model_path, const ProbeInput& input, con
       if (input.random_length <= 0) {
         throw InputError(fmt::format("random input length {} is not positive", input.random_length));
       }
+      model.require_memory_for(input.random_length, layers);
       result.random_sigma = model.token_embedding_rms();
       Matrix embeddings(input.random_length, model.config().hidden);
       monte_carlo::PhiloxStream stream(input.seed, 0);

@@ -1,5 +1,8 @@
 #include "attncheck/probes/model.hpp"
 
+#include "attncheck/reports/input_file.hpp"
+#include "attncheck/reports/memory_budget.hpp"
+
 #include "attncheck/theory/pointwise.hpp"
 #include "attncheck/theory/softmax.hpp"
 
@@ -8,7 +11,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <limits>
 
 namespace attncheck::probes {
@@ -118,11 +120,10 @@ Matrix layer_norm(const Matrix& x, const Vector& gain, const Vector& bias, doubl
 }
 
 ModelConfig read_model_config(const fs::path& config_json, const Checkpoint& checkpoint) {
-  std::ifstream in(config_json);
-  if (!in) throw InputError(fmt::format("{}: cannot read the model's config.json", config_json.string()));
+  const std::string text = reports::read_text_file(config_json);
   nlohmann::json config;
   try {
-    config = nlohmann::json::parse(in);
+    config = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw InputError(fmt::format("{}: not valid JSON ({})", config_json.string(), e.what()));
   }
@@ -215,10 +216,35 @@ std::vector<LayerInputs> TransformerModel::forward(std::span<const std::int64_t>
   return forward_embeddings(std::move(embeddings), layers);
 }
 
+void TransformerModel::require_memory_for(std::int64_t positions, const std::vector<int>& layers) const {
+  using reports::saturating_product;
+  using reports::saturating_sum;
+  const auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(std::max<std::int64_t>(v, 0)); };
+  const std::uint64_t n = u(positions), D = u(config_.hidden), H = u(config_.heads), d = u(config_.head_dim()),
+                      I = u(config_.intermediate);
+  // Layers past the model's are refused elsewhere, by name.
+  const std::uint64_t kept = std::min(
+      u(config_.layers), layers.empty() ? u(config_.layers) : u(std::int64_t{*std::max_element(layers.begin(), layers.end())} + 1));
+  // Every kept layer: its input rows, and per head the projections, the weight slices and the N x N attention.
+  const std::uint64_t per_layer = saturating_sum(
+      {saturating_product({n, D}), saturating_product({H, saturating_sum({saturating_product({n, n}),
+                                                                           saturating_product({2, n, d}),
+                                                                           saturating_product({2, D, d}), 2 * d})})});
+  // The layer being computed: its projections, MLP rows and weights, and a few N x N score matrices at once.
+  const std::uint64_t working = saturating_sum({saturating_product({n, saturating_sum({8 * D, 2 * I})}),
+                                                saturating_product({4, D, D}), saturating_product({2, D, I}),
+                                                saturating_product({4, n, n})});
+  reports::require_memory(saturating_product({sizeof(double), saturating_sum({saturating_product({kept, per_layer}), working})}),
+                          fmt::format("a forward pass over {} positions keeping {} layers of {} heads (D = {})", n, kept,
+                                      H, D),
+                          "; use fewer positions or --layers");
+}
+
 std::vector<LayerInputs> TransformerModel::forward_embeddings(Matrix h, const std::vector<int>& layers) const {
   const std::int64_t D = config_.hidden, H = config_.heads, d = config_.head_dim(), I = config_.intermediate;
   const Index n = h.rows();
   if (h.cols() != D) throw InputError(fmt::format("embeddings have {} columns, the model {}", h.cols(), D));
+  require_memory_for(n, layers);
   const bool bert = config_.architecture == Architecture::bert;
   const double eps = config_.layer_norm_eps;
   std::int64_t last = config_.layers - 1;

@@ -7,7 +7,6 @@
 #include <nlohmann/json.hpp>
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,7 +15,6 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <set>
 
@@ -137,22 +135,29 @@ std::int64_t TensorInfo::element_count() const {
   return count;
 }
 
-SafetensorsHeader parse_safetensors(std::span<const std::byte> image, const std::string& source) {
-  if (image.size() < 8) {
+namespace {
+
+// The header length must leave room for itself in a file of `file_size` bytes and stay below the limit.
+void check_header_length(std::uint64_t header_length, std::uint64_t file_size, const std::string& source) {
+  if (file_size < 8) {
     throw InputError(fmt::format("{}: {} bytes is too short for a safetensors file (an 8-byte header length "
                                  "comes first)",
-                                 source, image.size()));
+                                 source, file_size));
   }
-  const std::uint64_t header_length = load<std::uint64_t>(image.data());
-  if (header_length > image.size() - 8) {
+  if (header_length > file_size - 8) {
     throw InputError(fmt::format("{}: header length {} runs beyond the end of the file ({} bytes)", source,
-                                 header_length, image.size()));
+                                 header_length, file_size));
   }
   if (header_length > kMaxHeaderBytes) {
     throw InputError(fmt::format("{}: header length {} exceeds the limit of {} bytes", source, header_length,
                                  kMaxHeaderBytes));
   }
-  const char* header_text = reinterpret_cast<const char*>(image.data() + 8);
+}
+
+// The JSON header (its length already checked) of a file of `file_size` bytes.
+SafetensorsHeader parse_header(std::string_view header_bytes, std::uint64_t file_size, const std::string& source) {
+  const char* header_text = header_bytes.data();
+  const std::uint64_t header_length = header_bytes.size();
   // Duplicate names would be silently merged by the parser: catch them while parsing.
   std::set<std::string> seen;
   std::string duplicate;
@@ -178,7 +183,7 @@ SafetensorsHeader parse_safetensors(std::span<const std::byte> image, const std:
   }
   SafetensorsHeader out;
   out.data_begin = 8 + static_cast<std::size_t>(header_length);
-  const std::size_t data_size = image.size() - out.data_begin;
+  const std::uint64_t data_size = file_size - out.data_begin;
   for (const auto& item : header.items()) {
     const std::string& name = item.key();
     const nlohmann::json& entry = item.value();
@@ -256,33 +261,23 @@ SafetensorsHeader parse_safetensors(std::span<const std::byte> image, const std:
   return out;
 }
 
-MappedFile::MappedFile(const std::filesystem::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw InputError(fmt::format("{}: cannot open: {}", path.string(), std::strerror(errno)));
-  struct stat status {};
-  if (::fstat(fd, &status) != 0 || !S_ISREG(status.st_mode)) {
-    ::close(fd);
-    throw InputError(fmt::format("{}: not a regular file", path.string()));
-  }
-  size_ = static_cast<std::size_t>(status.st_size);
-  if (size_ > 0) {
-    void* mapped = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (mapped == MAP_FAILED) {
-      ::close(fd);
-      throw InputError(fmt::format("{}: cannot map: {}", path.string(), std::strerror(errno)));
-    }
-    data_ = static_cast<const std::byte*>(mapped);
-  }
-  ::close(fd);
+}  // namespace
+
+SafetensorsHeader parse_safetensors(std::span<const std::byte> image, const std::string& source) {
+  const std::uint64_t header_length = image.size() < 8 ? 0 : load<std::uint64_t>(image.data());
+  check_header_length(header_length, image.size(), source);
+  return parse_header({reinterpret_cast<const char*>(image.data() + 8), static_cast<std::size_t>(header_length)},
+                      image.size(), source);
 }
 
-MappedFile::~MappedFile() {
-  if (data_) ::munmap(const_cast<std::byte*>(data_), size_);
-}
-
-SafetensorsFile::SafetensorsFile(const std::filesystem::path& path)
-    : path_(path), mapping_(std::make_unique<MappedFile>(path)) {
-  header_ = parse_safetensors(mapping_->bytes(), path.string());
+SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : file_(path) {
+  const std::string source = path.string();
+  std::uint64_t header_length = 0;
+  if (file_.size() >= 8) file_.read_at(0, std::as_writable_bytes(std::span(&header_length, 1)));
+  check_header_length(header_length, file_.size(), source);
+  std::string header(static_cast<std::size_t>(header_length), '\0');
+  file_.read_at(8, std::as_writable_bytes(std::span(header)));
+  header_ = parse_header(header, file_.size(), source);
   for (std::size_t k = 0; k < header_.tensors.size(); ++k) index_.emplace(header_.tensors[k].name, k);
 }
 
@@ -291,8 +286,11 @@ const TensorInfo* SafetensorsFile::find(std::string_view name) const {
   return it == index_.end() ? nullptr : &header_.tensors[it->second];
 }
 
-std::span<const std::byte> SafetensorsFile::data(const TensorInfo& tensor) const {
-  return mapping_->bytes().subspan(header_.data_begin + tensor.begin, tensor.end - tensor.begin);
+void SafetensorsFile::read(const TensorInfo& tensor, std::uint64_t offset, std::span<std::byte> out) const {
+  if (offset > tensor.end - tensor.begin || out.size() > tensor.end - tensor.begin - offset) {
+    throw std::logic_error(fmt::format("bytes {}..{} are outside tensor '{}'", offset, offset + out.size(), tensor.name));
+  }
+  file_.read_at(header_.data_begin + tensor.begin + offset, out);
 }
 
 Checkpoint Checkpoint::open(const std::filesystem::path& file_or_folder) {
@@ -304,13 +302,13 @@ Checkpoint Checkpoint::open(const std::filesystem::path& file_or_folder) {
   }
   std::vector<fs::path> shards;
   std::map<std::string, std::string> weight_map;  // tensor -> shard file name, for sharded checkpoints
-  if (fs::is_directory(file_or_folder)) {
+  if (fs::is_directory(file_or_folder, error)) {
     const fs::path index_path = file_or_folder / "model.safetensors.index.json";
-    if (fs::exists(index_path)) {
-      std::ifstream in(index_path);
+    if (fs::exists(index_path, error)) {
+      const std::string text = reports::read_text_file(index_path);
       nlohmann::json index;
       try {
-        index = nlohmann::json::parse(in);
+        index = nlohmann::json::parse(text);
       } catch (const nlohmann::json::exception& e) {
         throw InputError(fmt::format("{}: not valid JSON ({})", index_path.string(), e.what()));
       }
@@ -332,7 +330,7 @@ Checkpoint Checkpoint::open(const std::filesystem::path& file_or_folder) {
         files.insert(shard);
       }
       for (const auto& file : files) shards.push_back(file_or_folder / file);
-    } else if (fs::exists(file_or_folder / "model.safetensors")) {
+    } else if (fs::exists(file_or_folder / "model.safetensors", error)) {
       shards.push_back(file_or_folder / "model.safetensors");
     } else {
       throw InputError(fmt::format("{}: neither model.safetensors nor model.safetensors.index.json is there",
@@ -387,16 +385,29 @@ std::string Checkpoint::where(std::string_view name) const {
 }
 
 namespace {
-void fill_checked(const TensorInfo& tensor, std::span<const std::byte> bytes, std::int64_t first, std::int64_t count,
-                  double* out, const std::string& where) {
+// Calls visit(index, value) for elements first .. first + count - 1, read in chunks of at most 1 MiB, so that
+// converting a tensor never holds its raw bytes whole. Non-finite values are refused naming the element.
+template <class Visit>
+void for_each_element(const SafetensorsFile& file, const TensorInfo& tensor, std::int64_t first, std::int64_t count,
+                      const std::string& where, Visit&& visit) {
   const std::size_t size = dtype_size(tensor.dtype);
-  for (std::int64_t k = 0; k < count; ++k) {
-    const double value = element_to_double(tensor.dtype, bytes.data() + (first + k) * size);
-    if (!std::isfinite(value)) {
-      throw InputError(fmt::format("{}: element {} is {}", where, first + k, value));
+  const std::int64_t per_chunk = static_cast<std::int64_t>((std::size_t{1} << 20) / size);
+  std::vector<std::byte> chunk(static_cast<std::size_t>(std::min(count, per_chunk)) * size);
+  for (std::int64_t start = 0; start < count; start += per_chunk) {
+    const std::int64_t n = std::min(per_chunk, count - start);
+    const std::span<std::byte> bytes(chunk.data(), static_cast<std::size_t>(n) * size);
+    file.read(tensor, static_cast<std::uint64_t>(first + start) * size, bytes);
+    for (std::int64_t k = 0; k < n; ++k) {
+      const double value = element_to_double(tensor.dtype, bytes.data() + static_cast<std::size_t>(k) * size);
+      if (!std::isfinite(value)) throw InputError(fmt::format("{}: element {} is {}", where, first + start + k, value));
+      visit(start + k, value);
     }
-    out[k] = value;
   }
+}
+
+void fill_checked(const SafetensorsFile& file, const TensorInfo& tensor, std::int64_t first, std::int64_t count,
+                  double* out, const std::string& where) {
+  for_each_element(file, tensor, first, count, where, [out](std::int64_t k, double value) { out[k] = value; });
 }
 
 std::string shape_text(const std::vector<std::int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
@@ -412,7 +423,7 @@ Matrix Checkpoint::matrix(std::string_view name, std::int64_t rows, std::int64_t
                                  rows >= 0 ? std::to_string(rows) : "any", cols >= 0 ? std::to_string(cols) : "any"));
   }
   Matrix out(r, c);
-  fill_checked(tensor, files_[e.file]->data(tensor), 0, r * c, out.data(), where(name));
+  fill_checked(*files_[e.file], tensor, 0, r * c, out.data(), where(name));
   return out;
 }
 
@@ -424,7 +435,7 @@ Vector Checkpoint::vector(std::string_view name, std::int64_t length) const {
                                  length >= 0 ? std::to_string(length) : "any"));
   }
   Vector out(tensor.shape[0]);
-  fill_checked(tensor, files_[e.file]->data(tensor), 0, tensor.shape[0], out.data(), where(name));
+  fill_checked(*files_[e.file], tensor, 0, tensor.shape[0], out.data(), where(name));
   return out;
 }
 
@@ -437,13 +448,12 @@ Matrix Checkpoint::rows(std::string_view name, std::span<const std::int64_t> row
   }
   const std::int64_t c = tensor.shape[1];
   Matrix out(static_cast<Eigen::Index>(row_ids.size()), c);
-  const auto bytes = files_[e.file]->data(tensor);
   for (std::size_t k = 0; k < row_ids.size(); ++k) {
     if (row_ids[k] < 0 || row_ids[k] >= tensor.shape[0]) {
       throw InputError(fmt::format("{}: row {} is outside its {} rows (a token or position id out of range)",
                                    where(name), row_ids[k], tensor.shape[0]));
     }
-    fill_checked(tensor, bytes, row_ids[k] * c, c, out.row(static_cast<Eigen::Index>(k)).data(), where(name));
+    fill_checked(*files_[e.file], tensor, row_ids[k] * c, c, out.row(static_cast<Eigen::Index>(k)).data(), where(name));
   }
   return out;
 }
@@ -451,16 +461,10 @@ Matrix Checkpoint::rows(std::string_view name, std::span<const std::int64_t> row
 double Checkpoint::root_mean_square(std::string_view name) const {
   const auto& e = entry(name);
   const TensorInfo& tensor = *e.tensor;
-  const auto bytes = files_[e.file]->data(tensor);
   const std::int64_t count = tensor.element_count();
   if (count == 0) throw InputError(fmt::format("{} is empty", where(name)));
-  const std::size_t size = dtype_size(tensor.dtype);
   double sum = 0;
-  for (std::int64_t k = 0; k < count; ++k) {
-    const double value = element_to_double(tensor.dtype, bytes.data() + k * size);
-    if (!std::isfinite(value)) throw InputError(fmt::format("{}: element {} is {}", where(name), k, value));
-    sum += value * value;
-  }
+  for_each_element(*files_[e.file], tensor, 0, count, where(name), [&sum](std::int64_t, double value) { sum += value * value; });
   return std::sqrt(sum / static_cast<double>(count));
 }
 

@@ -1,11 +1,12 @@
 #include "attncheck/probes/tokenizer.hpp"
 
+#include "attncheck/reports/input_file.hpp"
 #include "attncheck/theory/common.hpp"
 
 #include <fmt/format.h>
 
 #include <charconv>
-#include <fstream>
+#include <sstream>
 
 namespace attncheck::probes {
 
@@ -86,14 +87,11 @@ char32_t lower_and_strip(char32_t c) {
 
 WordPieceTokenizer::WordPieceTokenizer(const std::filesystem::path& vocab_txt, bool lower_case)
     : vocab_path_(vocab_txt), lower_case_(lower_case) {
-  std::ifstream in(vocab_txt);
-  if (!in) throw InputError(fmt::format("{}: cannot read the vocabulary", vocab_txt.string()));
-  std::string line;
   std::int64_t next = 0;
-  while (std::getline(in, line)) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    vocab_.emplace(line, next++);
-  }
+  reports::InputFile(vocab_txt).for_each_line([&](std::string_view line, std::size_t) {
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    vocab_.emplace(std::string(line), next++);
+  });
   for (const char* special : {"[CLS]", "[SEP]", "[UNK]"}) id(special);
 }
 
@@ -165,8 +163,7 @@ std::vector<std::int64_t> WordPieceTokenizer::encode(std::string_view text) cons
 }
 
 std::vector<std::int64_t> read_token_file(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError(fmt::format("{}: cannot read the token file", path.string()));
+  std::istringstream in(reports::read_text_file(path));
   std::vector<std::int64_t> ids;
   std::string word;
   while (in >> word) {

@@ -1,18 +1,13 @@
 #include "attncheck/probes/watch.hpp"
 
+#include "attncheck/reports/input_file.hpp"
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
-#include <cstring>
-#include <fstream>
 #include <map>
-#include <set>
 #include <thread>
 
 namespace attncheck::probes {
@@ -53,7 +48,8 @@ std::vector<fs::path> list_checkpoints(const fs::path& folder) {
   return out;
 }
 
-std::string checkpoint_lines(const std::string& checkpoint_name, const ProbeResult& result) {
+std::string checkpoint_lines(const std::string& checkpoint_name, const ProbeResult& result,
+                             const std::string& fingerprint) {
   std::string lines;
   const auto step = step_from_name(checkpoint_name);
   for (const auto& metrics : result.heads) {
@@ -61,90 +57,88 @@ std::string checkpoint_lines(const std::string& checkpoint_name, const ProbeResu
     line["checkpoint"] = checkpoint_name;
     line["step"] = step ? nlohmann::json(*step) : nlohmann::json(nullptr);
     line["activation"] = result.config.attention_activation;
+    if (!fingerprint.empty()) line["checkpoint_fingerprint"] = fingerprint;
     lines += line.dump();
     lines += '\n';
   }
   return lines;
 }
 
-namespace {
-
-// Size and modification time of a checkpoint (all files of a folder), to tell a finished file from one
-// still being written.
-struct Fingerprint {
-  std::uintmax_t size = 0;
+std::string checkpoint_fingerprint(const fs::path& path) {
+  std::uint64_t size = 0, inodes = 0xcbf29ce484222325ULL;
   std::int64_t mtime = 0;
-  bool operator==(const Fingerprint&) const = default;
-};
-
-Fingerprint fingerprint(const fs::path& path) {
-  Fingerprint f;
-  std::error_code error;
   const auto add = [&](const fs::path& file) {
-    f.size += fs::file_size(file, error);
-    f.mtime = std::max<std::int64_t>(f.mtime, fs::last_write_time(file, error).time_since_epoch().count());
-  };
-  if (fs::is_directory(path, error)) {
-    for (const auto& entry : fs::directory_iterator(path, error)) {
-      if (entry.is_regular_file(error)) add(entry.path());
+    const auto identity = reports::file_identity(file);
+    if (!identity) return;
+    size += identity->size;
+    mtime = std::max(mtime, identity->mtime_ns);
+    // FNV-1a over the inodes (in directory order, which is stable for an unchanged folder).
+    for (std::uint64_t part : {identity->device, identity->inode}) {
+      inodes = (inodes ^ part) * 0x100000001b3ULL;
     }
+  };
+  std::error_code error;
+  if (fs::is_directory(path, error)) {
+    std::vector<fs::path> files;
+    for (const auto& entry : fs::directory_iterator(path, error)) files.push_back(entry.path());
+    std::sort(files.begin(), files.end());
+    for (const auto& file : files) add(file);
   } else {
     add(path);
   }
-  return f;
+  return fmt::format("{}:{}:{:016x}", size, mtime, inodes);
 }
 
-std::set<std::string> names_in_log(const fs::path& log) {
-  std::set<std::string> names;
-  std::ifstream in(log);
-  std::string line;
-  while (std::getline(in, line)) {
+namespace {
+
+// Checkpoint name -> fingerprint of its last lines in the log ("" for lines written without one).
+std::map<std::string, std::string> measured_in_log(const fs::path& log) {
+  std::map<std::string, std::string> names;
+  reports::InputFile(log).for_each_line([&](std::string_view line, std::size_t) {
     const auto json = nlohmann::json::parse(line, nullptr, false);
     if (json.is_object() && json.contains("checkpoint") && json["checkpoint"].is_string()) {
-      names.insert(json["checkpoint"].get<std::string>());
+      const auto fingerprint = json.find("checkpoint_fingerprint");
+      names[json["checkpoint"].get<std::string>()] =
+          fingerprint != json.end() && fingerprint->is_string() ? fingerprint->get<std::string>() : "";
     }
-  }
+  });
   return names;
-}
-
-// One write of whole lines with O_APPEND, so a reader never sees half a checkpoint's line.
-void append_lines(const fs::path& log, const std::string& lines) {
-  const int fd = ::open(log.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) throw InputError(fmt::format("{}: cannot open for appending: {}", log.string(), std::strerror(errno)));
-  std::size_t written = 0;
-  while (written < lines.size()) {
-    const ssize_t n = ::write(fd, lines.data() + written, lines.size() - written);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int saved = errno;
-      ::close(fd);
-      throw InputError(fmt::format("{}: write failed: {}", log.string(), std::strerror(saved)));
-    }
-    written += static_cast<std::size_t>(n);
-  }
-  ::close(fd);
 }
 
 }  // namespace
 
 WatchSummary watch_folder(const WatchOptions& options, const std::atomic<bool>& stop,
                           const std::function<void(const std::string&)>& log) {
-  if (!fs::is_directory(options.folder)) {
+  std::error_code error;
+  if (!fs::is_directory(options.folder, error)) {
     throw InputError(fmt::format("{}: not a folder to watch", options.folder.string()));
   }
   WatchSummary summary;
-  std::set<std::string> done = names_in_log(options.output);
-  std::map<std::string, Fingerprint> seen;      // fingerprint at the previous scan
-  std::map<std::string, Fingerprint> refused;   // unreadable, until they change
+  reports::require_appendable_file(options.output);
+  // Logged with a fingerprint: measured again when it changes; logged without one (older logs): done.
+  std::map<std::string, std::string> done = measured_in_log(options.output);
+  std::map<std::string, std::string> seen;     // fingerprint at the previous scan
+  std::map<std::string, std::string> refused;  // unusable, until they change
   using Clock = std::chrono::steady_clock;
   auto last_activity = Clock::now();
   const auto interval = std::chrono::duration<double>(options.interval_seconds);
+  std::string listing_problem;
   while (!stop) {
-    for (const auto& path : list_checkpoints(options.folder)) {
+    std::vector<fs::path> checkpoints;
+    try {
+      checkpoints = list_checkpoints(options.folder);
+      listing_problem.clear();
+    } catch (const std::exception& e) {
+      // The folder may come back (a remount, a sync); say so once and keep scanning.
+      if (listing_problem != e.what()) log(fmt::format("cannot list {}: {}", options.folder.string(), e.what()));
+      listing_problem = e.what();
+    }
+    for (const auto& path : checkpoints) {
       if (stop) break;
       const std::string name = path.filename().string();
-      if (done.count(name)) continue;
-      const Fingerprint now = fingerprint(path);
+      const std::string now = checkpoint_fingerprint(path);
+      const auto logged = done.find(name);
+      if (logged != done.end() && (logged->second.empty() || logged->second == now)) continue;
       const auto previous = seen.find(name);
       const bool stable = previous != seen.end() && previous->second == now;
       seen[name] = now;
@@ -154,18 +148,28 @@ WatchSummary watch_folder(const WatchOptions& options, const std::atomic<bool>& 
       }
       const auto bad = refused.find(name);
       if (bad != refused.end() && bad->second == now) continue;
+      last_activity = Clock::now();
+      std::string lines;
+      bool within = true;
       try {
         const ProbeResult result = probe_model(path, options.input, options.layers, options.heads);
-        append_lines(options.output, checkpoint_lines(name, result));
-        done.insert(name);
-        ++summary.measured;
-        log(fmt::format("probed {} ({} heads)", name, result.heads.size()));
-      } catch (const InputError& e) {
+        for (const HeadMetrics& m : result.heads) within = within && within_theorem_bounds(m);
+        lines = checkpoint_lines(name, result, now);
+        log(fmt::format("{} {} ({} heads){}", logged != done.end() ? "probed again (replaced)" : "probed", name,
+                        result.heads.size(), within ? "" : ": a softmax bound of Theorem 4.1 is EXCEEDED"));
+      } catch (const std::exception& e) {
+        // One bad checkpoint must not end a watch that runs for a whole training: report it, go on.
         refused[name] = now;
         ++summary.refused;
         log(fmt::format("skipped {}: {}", name, e.what()));
+        continue;
       }
-      last_activity = Clock::now();
+      // One O_APPEND write of whole lines: a reader never sees half a checkpoint. A log that cannot be
+      // written ends the watch (exit 2): measuring on without recording would lose every result.
+      reports::append_to_file(options.output, lines);
+      done[name] = now;
+      ++summary.measured;
+      if (!within) ++summary.exceeded;
     }
     if (options.until_idle_seconds >= 0 &&
         Clock::now() - last_activity >= std::chrono::duration<double>(options.until_idle_seconds)) {

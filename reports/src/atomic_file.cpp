@@ -1,5 +1,7 @@
 #include "attncheck/reports/atomic_file.hpp"
 
+#include "attncheck/reports/input_file.hpp"
+
 #include "attncheck/theory/common.hpp"
 
 #include <fmt/format.h>
@@ -8,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <system_error>
+#include <vector>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -21,8 +24,25 @@ fs::path temporary_sibling(const fs::path& path) {
   return fs::path(path).concat(fmt::format(".tmp.{}", static_cast<long>(::getpid())));
 }
 
+void remove_stale_temporaries(const fs::path& path) {
+  const std::string prefix = path.filename().string() + ".tmp.";
+  const fs::path folder = path.parent_path().empty() ? fs::path(".") : path.parent_path();
+  std::error_code error;
+  std::vector<fs::path> stale;
+  for (const auto& entry : fs::directory_iterator(folder, error)) {
+    if (entry.path().filename().string().rfind(prefix, 0) == 0) stale.push_back(entry.path());
+  }
+  for (const fs::path& file : stale) fs::remove(file, error);
+}
+
 void replace_file(const fs::path& from, const fs::path& to) {
   std::error_code error;
+  try {
+    require_regular_or_absent(to);
+  } catch (const InputError&) {
+    fs::remove(from, error);
+    throw;
+  }
   fs::rename(from, to, error);
   if (error) {
     fs::remove(from, error);
@@ -32,6 +52,7 @@ void replace_file(const fs::path& from, const fs::path& to) {
 }
 
 void write_file_atomically(const fs::path& path, std::string_view content) {
+  require_regular_or_absent(path);
   const fs::path temporary = temporary_sibling(path);
   // POSIX I/O rather than streams: the data must reach the disk (fsync) before the rename makes it visible.
   const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

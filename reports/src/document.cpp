@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
+#include <string_view>
+
 namespace attncheck::reports {
 
 namespace {
@@ -13,15 +17,54 @@ struct Overloaded : Ts... {
 template <class... Ts>
 Overloaded(Ts...) -> Overloaded<Ts...>;
 
-// A table cell must stay on one line and must not end the cell early.
-std::string markdown_cell(const std::string& text) {
+// Text that renders as itself: report text carries strings read from files (checkpoint names, paths,
+// commands), so nothing in it may become HTML, a link, an image, code, emphasis, a new block or a table cell
+// boundary. Control characters (newlines above all) become spaces, and the characters that would start markup
+// are backslash-escaped, which CommonMark renders as the character itself. Underscores between letters or
+// digits open no emphasis and stay as they are, so that names like sigma_x remain readable.
+// In a table cell (`cell`) a pipe would end the cell, while line-start markers mean nothing.
+std::string markdown_text(const std::string& raw, bool cell = false) {
+  std::string text = raw;
+  for (char& c : text) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
+  }
+  text.erase(0, text.find_first_not_of(' '));  // four leading spaces would make a code block
+  const auto alnum = [&](std::size_t i) { return i < text.size() && std::isalnum(static_cast<unsigned char>(text[i])); };
   std::string out;
-  for (char c : text) {
-    if (c == '|') out += "\\|";
-    else if (c == '\n') out += ' ';
-    else out += c;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    const char next = i + 1 < text.size() ? text[i + 1] : '\0';
+    const bool escape = std::string_view("\\`*<>&").find(c) != std::string_view::npos || (c == '|' && cell) ||
+                        (c == '_' && !(i > 0 && alnum(i - 1) && alnum(i + 1))) ||
+                        (c == '!' && next == '[') || (c == ']' && (next == '(' || next == '[')) ||
+                        (i == 0 && !cell && std::string_view("[#+-=~").find(c) != std::string_view::npos);
+    if (escape) out += '\\';
+    out += c;
+  }
+  // "1. " or "1) " at the start would open an ordered list.
+  const auto digits_end = out.find_first_not_of("0123456789");
+  if (!cell && digits_end != std::string::npos && digits_end > 0 && (out[digits_end] == '.' || out[digits_end] == ')') &&
+      (digits_end + 1 == out.size() || out[digits_end + 1] == ' ')) {
+    out.insert(digits_end, 1, '\\');
   }
   return out;
+}
+
+// A code span shows its content verbatim (no escapes, no HTML), so only its fence needs care: one backtick
+// more than the longest run inside, and spaces inside the fence when the content touches it.
+std::string markdown_code(const std::string& text) {
+  std::string content = text;
+  for (char& c : content) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
+  }
+  std::size_t longest = 0, run = 0;
+  for (char c : content) {
+    run = c == '`' ? run + 1 : 0;
+    longest = std::max(longest, run);
+  }
+  const std::string fence(longest + 1, '`');
+  const bool pad = !content.empty() && (content.front() == '`' || content.back() == '`');
+  return fence + (pad ? " " : "") + content + (pad ? " " : "") + fence;
 }
 
 std::string verdict_class(const std::string& cell) {
@@ -72,30 +115,36 @@ std::string render_markdown(const Document& document) {
     std::visit(Overloaded{
                    [&](const Heading& h) {
                      if (!h.anchor.empty()) out += fmt::format("<a id=\"{}\"></a>\n", h.anchor);
-                     out += fmt::format("{} {}\n", std::string(static_cast<std::size_t>(h.level), '#'), h.text);
+                     out += fmt::format("{} {}\n", std::string(static_cast<std::size_t>(h.level), '#'),
+                                        markdown_text(h.text));
                    },
-                   [&](const Paragraph& p) { out += p.text + "\n"; },
-                   [&](const Notice& n) { out += fmt::format("> **Notice:** {}\n", n.text); },
+                   [&](const Paragraph& p) { out += markdown_text(p.text) + "\n"; },
+                   [&](const Notice& n) { out += fmt::format("> **Notice:** {}\n", markdown_text(n.text)); },
                    [&](const Facts& f) {
-                     for (const auto& [name, value] : f.items) out += fmt::format("- {}: `{}`\n", name, value);
+                     for (const auto& [name, value] : f.items) {
+                       out += fmt::format("- {}: {}\n", markdown_text(name), markdown_code(value));
+                     }
                    },
                    [&](const Table& t) {
                      out += "|";
-                     for (const std::string& h : t.header) out += " " + markdown_cell(h) + " |";
+                     for (const std::string& h : t.header) out += " " + markdown_text(h, true) + " |";
                      out += "\n|";
                      for (std::size_t i = 0; i < t.header.size(); ++i) out += " --- |";
                      out += "\n";
                      for (std::size_t r = 0; r < t.rows.size(); ++r) {
                        out += "|";
                        for (std::size_t c = 0; c < t.rows[r].size(); ++c) {
-                         const std::string cell = markdown_cell(t.rows[r][c]);
+                         const std::string cell = markdown_text(t.rows[r][c], true);
                          const bool linked = c == 0 && r < t.row_anchors.size() && !t.row_anchors[r].empty();
                          out += " " + (linked ? fmt::format("[{}](#{})", cell, t.row_anchors[r]) : cell) + " |";
                        }
                        out += "\n";
                      }
                    },
-                   [&](const Figure& f) { out += fmt::format("![{}]({})\n\n*{}*\n", f.caption, f.file, f.caption); },
+                   [&](const Figure& f) {
+                     const std::string caption = markdown_text(f.caption);
+                     out += fmt::format("![{}]({})\n\n*{}*\n", caption, f.file, caption);
+                   },
                },
                block);
   }

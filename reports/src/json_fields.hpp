@@ -8,6 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <initializer_list>
+#include <span>
+#include <string_view>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -56,6 +59,44 @@ class JsonFields {
   std::optional<std::string> text_or_null(const char* key) const {
     if (is_null(key)) return std::nullopt;
     return text(key);
+  }
+
+  // Text that must be one of the words the writer uses (an estimand, a phi, ...): anything else is not from
+  // attncheck and is refused here, before it can reach a report or a plot script.
+  using Words = std::span<const std::string_view>;
+  std::string word(const char* key, Words allowed) const {
+    std::string value = text(key);
+    check_word(key, value, allowed);
+    return value;
+  }
+  std::string word(const char* key, std::initializer_list<std::string_view> allowed) const {
+    return word(key, Words(allowed.begin(), allowed.size()));
+  }
+
+  std::optional<std::string> word_or_null(const char* key, Words allowed) const {
+    if (is_null(key)) return std::nullopt;
+    return word(key, allowed);
+  }
+  std::optional<std::string> word_or_null(const char* key, std::initializer_list<std::string_view> allowed) const {
+    return word_or_null(key, Words(allowed.begin(), allowed.size()));
+  }
+
+  void check_word(const char* key, const std::string& value, Words allowed) const {
+    std::string list;
+    for (std::string_view word : allowed) {
+      if (value == word) return;
+      list += fmt::format("{}\"{}\"", list.empty() ? "" : ", ", word);
+    }
+    fail(fmt::format("\"{}\" must be one of {}, got {}", key, list, shorten(json(value).dump())));
+  }
+
+  // A whole number >= 0 (a seed, a thread count) as written, so that a 64-bit seed keeps every digit.
+  std::string count_text(const char* key) const {
+    const json& value = at(key);
+    if (!value.is_number_unsigned() && !(value.is_number_integer() && value.get<long long>() >= 0)) {
+      fail(fmt::format("\"{}\" must be a whole number >= 0, got {}", key, shorten(value.dump())));
+    }
+    return value.dump();
   }
 
   // A value shown as written: text as is, numbers in JSON form (so 64-bit seeds keep every digit), objects as

@@ -1,14 +1,14 @@
 #include "attncheck/reports/matrix_io.hpp"
 
+#include "attncheck/reports/input_file.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <bit>
-#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <regex>
 #include <sstream>
@@ -57,20 +57,27 @@ Real load_swapped(const char* bytes, bool swap) {
   return std::bit_cast<Real>(bits);
 }
 
-Matrix read_npy(const std::filesystem::path& path, std::ifstream& in, std::uint64_t file_size, std::uint64_t max_bytes) {
+std::span<std::byte> bytes_of(void* data, std::size_t size) { return {static_cast<std::byte*>(data), size}; }
+
+Matrix read_npy(const InputFile& in, std::uint64_t max_bytes) {
+  const std::filesystem::path& path = in.path();
+  const std::uint64_t file_size = in.size();
   char magic[8];
-  if (!in.read(magic, 8) || std::memcmp(magic, "\x93NUMPY", 6) != 0) fail(path, "not an .npy file (bad magic)");
+  if (file_size < 8) fail(path, "not an .npy file (too short)");
+  in.read_at(0, bytes_of(magic, 8));
+  if (std::memcmp(magic, "\x93NUMPY", 6) != 0) fail(path, "not an .npy file (bad magic)");
   const int major = static_cast<unsigned char>(magic[6]);
   std::uint64_t header_len = 0;
   unsigned char len_bytes[4] = {0, 0, 0, 0};
   const int len_size = major == 1 ? 2 : 4;
   if (major < 1 || major > 3) fail(path, fmt::format("unsupported .npy version {}", major));
-  if (!in.read(reinterpret_cast<char*>(len_bytes), len_size)) fail(path, "truncated .npy header");
+  if (file_size < 8 + static_cast<std::uint64_t>(len_size)) fail(path, "truncated .npy header");
+  in.read_at(8, bytes_of(len_bytes, static_cast<std::size_t>(len_size)));
   for (int k = len_size - 1; k >= 0; --k) header_len = header_len * 256 + len_bytes[k];
   const std::uint64_t data_offset = 8 + static_cast<std::uint64_t>(len_size) + header_len;
   if (data_offset > file_size) fail(path, fmt::format("npy header length {} runs past the end of the file", header_len));
   std::string header(header_len, '\0');
-  in.read(header.data(), static_cast<std::streamsize>(header_len));
+  in.read_at(8 + static_cast<std::uint64_t>(len_size), bytes_of(header.data(), header.size()));
 
   const std::string descr = header_field(path, header, "descr", "'[^']*'|\"[^\"]*\"");
   const std::string type = descr.substr(1, descr.size() - 2);
@@ -106,7 +113,7 @@ Matrix read_npy(const std::filesystem::path& path, std::ifstream& in, std::uint6
                            type, data_bytes));
   }
   std::vector<char> raw(data_bytes);
-  if (!in.read(raw.data(), static_cast<std::streamsize>(data_bytes))) fail(path, "could not read the npy data");
+  in.read_at(data_offset, bytes_of(raw.data(), raw.size()));
   Matrix out(static_cast<theory::Index>(rows), static_cast<theory::Index>(cols));
   for (std::uint64_t k = 0; k < rows * cols; ++k) {
     const char* at = raw.data() + k * item;
@@ -133,13 +140,14 @@ double parse_csv_number(const std::filesystem::path& path, std::string_view toke
   return value;
 }
 
-Matrix read_csv(const std::filesystem::path& path, std::ifstream& in, std::uint64_t max_bytes) {
+Matrix read_csv(const InputFile& in, std::uint64_t max_bytes) {
+  const std::filesystem::path& path = in.path();
   std::vector<double> values;
   std::uint64_t cols = 0, rows = 0;
-  std::string line;
-  for (std::size_t line_number = 1; std::getline(in, line); ++line_number) {
+  in.for_each_line([&](std::string_view text, std::size_t line_number) {
+    std::string line(text);
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.find_first_not_of(" \t") == std::string::npos || line[line.find_first_not_of(" \t")] == '#') continue;
+    if (line.find_first_not_of(" \t") == std::string::npos || line[line.find_first_not_of(" \t")] == '#') return;
     std::replace(line.begin(), line.end(), ',', ' ');
     std::istringstream tokens(line);
     std::string token;
@@ -151,7 +159,7 @@ Matrix read_csv(const std::filesystem::path& path, std::ifstream& in, std::uint6
     }
     ++rows;
     if (values.size() > max_bytes / sizeof(double)) check_fits(path, rows, cols, max_bytes);
-  }
+  });
   check_fits(path, rows, cols, max_bytes);
   Matrix out(static_cast<theory::Index>(rows), static_cast<theory::Index>(cols));
   std::copy(values.begin(), values.end(), out.data());
@@ -161,16 +169,11 @@ Matrix read_csv(const std::filesystem::path& path, std::ifstream& in, std::uint6
 }  // namespace
 
 Matrix read_matrix(const std::filesystem::path& path, std::uint64_t max_bytes) {
-  std::error_code error;
-  if (!std::filesystem::is_regular_file(path, error)) fail(path, "no such file (or not a regular file)");
-  const std::uint64_t file_size = std::filesystem::file_size(path, error);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, fmt::format("cannot open: {}", std::strerror(errno)));
+  const InputFile in(path);
   char first = 0;
-  in.get(first);
-  in.seekg(0);
-  if (first == '\x93') return read_npy(path, in, file_size, max_bytes);
-  return read_csv(path, in, max_bytes);
+  if (in.size() > 0) in.read_at(0, bytes_of(&first, 1));
+  if (first == '\x93') return read_npy(in, max_bytes);
+  return read_csv(in, max_bytes);
 }
 
 }  // namespace attncheck::reports

@@ -25,12 +25,23 @@ using theory::InputError;
 
 namespace {
 
-// Gnuplot single-quoted strings take everything literally except the quote itself, written twice.
+// Text that stays on its script line: a control character (above all a newline) would end the quoted string
+// or the comment it sits in, and gnuplot would run what follows as a command - system() included. Titles and
+// labels carry text read from results folders and probe logs, so every one passes through here.
+std::string one_line(const std::string& text) {
+  std::string out = text;
+  for (char& c : out) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
+  }
+  return out;
+}
+
+// Gnuplot single-quoted strings take everything literally (no backquote substitution, no escapes) except the
+// quote itself, written twice.
 std::string quoted(const std::string& text) {
   std::string out = "'";
-  for (char c : text) {
+  for (char c : one_line(text)) {
     if (c == '\'') out += "''";
-    else if (c == '\n') out += ' ';
     else out += c;
   }
   return out + "'";
@@ -67,7 +78,7 @@ std::string gnuplot_script(const std::vector<PlotSpec>& plots, const std::string
       "set terminal svg size 720,520 noenhanced font 'sans,12' background '#ffffff'\n";
   for (std::size_t k = 0; k < plots.size(); ++k) {
     const PlotSpec& plot = plots[k];
-    script += fmt::format("\n# {}\n", plot.title);
+    script += fmt::format("\n# {}\n", one_line(plot.title));
     // `reset` keeps the terminal; it clears whatever the previous plot set.
     script += "reset\nset grid xtics ytics mxtics mytics linecolor rgb '#dddddd'\nset key below left Left reverse\n";
     // Room around the points so that the first and last are not drawn on the frame; a linear step axis stays

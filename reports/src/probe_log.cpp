@@ -69,7 +69,8 @@ std::vector<ProbeRecord> parse_probe_log(const std::string& text, const std::str
     r.head = fields.integer("head");
     r.N = fields.integer("N");
     if (r.N < 1) fields.fail(fmt::format("\"N\" = {} must be >= 1", r.N));
-    r.activation = fields.text_or_null("activation");
+    // What probe --watch writes: config.json's attention_activation, or a name whose norm the log has a column for.
+    r.activation = fields.word_or_null("activation", {"softmax", "poly3_scaled", "poly3", "relu_n"});
     for (const QuantityInfo& q : kQuantities) {
       const std::string key(q.key);
       auto& value = r.values[static_cast<int>(q.quantity)];

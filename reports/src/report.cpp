@@ -1,6 +1,7 @@
 #include "attncheck/reports/report.hpp"
 
 #include "attncheck/reports/atomic_file.hpp"
+#include "attncheck/reports/folder_lock.hpp"
 #include "attncheck/theory/common.hpp"
 
 #include <fmt/format.h>
@@ -42,12 +43,18 @@ Inputs find_inputs(const fs::path& input) {
 }
 
 // plots/ belongs to the report: an SVG there that this run did not draw is left from an earlier report of other
-// results, and would be mistaken for part of this one.
+// results, and would be mistaken for part of this one. Temporaries there are a killed run's (this one holds the
+// folder's lock).
 void remove_stale_plots(const fs::path& plot_folder, const std::vector<PlotSpec>& drawn) {
   std::error_code error;
   if (!fs::is_directory(plot_folder, error)) return;
   std::vector<fs::path> stale;
   for (const auto& entry : fs::directory_iterator(plot_folder, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.find(".tmp.") != std::string::npos) {
+      stale.push_back(entry.path());
+      continue;
+    }
     if (entry.path().extension() != ".svg") continue;
     const std::string stem = entry.path().stem().string();
     const bool current = std::any_of(drawn.begin(), drawn.end(), [&](const PlotSpec& p) { return p.name == stem; });
@@ -100,6 +107,10 @@ ReportSummary write_report(const ReportOptions& options) {
     throw InputError(fmt::format("cannot create the report folder {}: {}", options.out.string(),
                                  error ? error.message() : "a file of that name is in the way"));
   }
+  // Two reports into one folder take turns, and what a killed one left half-written is removed.
+  const FolderLock lock(options.out);
+  remove_stale_temporaries(options.out / "report.md");
+  remove_stale_temporaries(options.out / "index.html");
   const std::vector<std::string> svgs = render_plots(pending.plots, options.out / "plots", options.gnuplot);
   for (std::size_t i = 0; i < svgs.size(); ++i) {
     Figure& figure = std::get<Figure>(document.blocks[pending.block_of_plot[i]]);

@@ -6,9 +6,10 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
+#include <charconv>
+#include <cmath>
+
 #include <map>
-#include <sstream>
 #include <system_error>
 #include <tuple>
 
@@ -39,45 +40,55 @@ std::string_view to_string(Verdict verdict) {
   return "?";
 }
 
-std::string read_text_file(const fs::path& path) {
-  std::error_code error;
-  if (fs::is_directory(path, error)) throw InputError(fmt::format("{} is a folder, not a file", path.string()));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(fmt::format("cannot read {}", path.string()));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw InputError(fmt::format("cannot read {}", path.string()));
-  return text.str();
-}
-
 namespace {
+
+// The words of docs/results-format.md: whatever else a field holds did not come from attncheck.
+constexpr std::string_view kClaims[] = {"C3", "C4", "C5", "C6", "C7", "C8", "custom"};
+constexpr std::string_view kReadings[] = {"elementwise", "matrix"};
+constexpr std::string_view kPhis[] = {"poly", "matpow", "softmax", "relu", "relu2",
+                                                           "gelu", "softplus", "identity", "relu6", "sigmoid"};
+constexpr std::string_view kEstimands[] = {"value", "dQ", "dK", "dS", "score-var"};
+constexpr std::string_view kStops[] = {"samples", "rel-se", "max-samples", "max-seconds"};
+constexpr std::string_view kBackends[] = {"cpu", "cuda"};
+
+// "none", "1/sqrt(N)", "1/k:K" or "N^-a" with K, a finite numbers.
+void check_scale(const JsonFields& fields, const std::string& scale) {
+  const auto number_after = [&](std::string_view prefix) {
+    if (scale.rfind(prefix, 0) != 0) return false;
+    const std::string_view rest = std::string_view(scale).substr(prefix.size());
+    double value = 0;
+    const auto [end, error] = std::from_chars(rest.data(), rest.data() + rest.size(), value);
+    return !rest.empty() && error == std::errc() && end == rest.data() + rest.size() && std::isfinite(value);
+  };
+  if (scale == "none" || scale == "1/sqrt(N)" || number_after("1/k:") || number_after("N^-")) return;
+  fields.fail(fmt::format("\"scale\" must be \"none\", \"1/sqrt(N)\", \"1/k:K\" or \"N^-a\" with numbers K, a, got {}",
+                          nlohmann::json(scale).dump()));
+}
 
 SeriesKey read_key(const JsonFields& fields) {
   SeriesKey key;
-  key.claim = fields.text("claim");
-  key.reading = fields.text_or_null("reading");
-  if (key.reading && *key.reading != "elementwise" && *key.reading != "matrix") {
-    fields.fail(fmt::format("\"reading\" must be \"elementwise\", \"matrix\" or null, got \"{}\"", *key.reading));
-  }
-  key.phi = fields.text("phi");
+  key.claim = fields.word("claim", kClaims);
+  key.reading = fields.word_or_null("reading", kReadings);
+  key.phi = fields.word("phi", kPhis);
   key.p = fields.integer("p");
   key.alpha = fields.number_or_null("alpha");
   key.scale = fields.text("scale");
+  check_scale(fields, key.scale);
   key.D = fields.integer("D");
   key.d = fields.integer("d");
   if (key.D < 1 || key.d < 1) fields.fail(fmt::format("D = {} and d = {} must be >= 1", key.D, key.d));
-  key.estimand = fields.text("estimand");
+  key.estimand = fields.word("estimand", kEstimands);
   key.sigma_x = fields.number("sigma_x");
   key.sigma_t = fields.number("sigma_t");
   return key;
 }
 
 Verdict read_verdict(const JsonFields& fields) {
-  const std::string word = fields.text("verdict");
+  const std::string word = fields.word("verdict", {"holds", "tight", "violated", "inconclusive"});
   for (Verdict v : {Verdict::holds, Verdict::tight, Verdict::violated, Verdict::inconclusive}) {
     if (word == to_string(v)) return v;
   }
-  fields.fail(fmt::format("\"verdict\" must be holds, tight, violated or inconclusive, got \"{}\"", word));
+  fields.fail("unreachable verdict");
 }
 
 void check_estimate(const JsonFields& fields, const SeriesKey& key, double mean, double se, const char* what) {
@@ -91,9 +102,9 @@ Provenance read_provenance(const JsonFields& fields) {
   p.version = fields.scalar_text("version");
   p.date = fields.scalar_text("date");
   p.machine = fields.scalar_text("machine");
-  p.backend = fields.scalar_text("backend");
-  p.threads = fields.scalar_text("threads");
-  p.run_seed = fields.scalar_text("run_seed");
+  p.backend = fields.word("backend", kBackends);
+  p.threads = fields.count_text("threads");
+  p.run_seed = fields.count_text("run_seed");
   p.command = fields.scalar_text("command");
   p.wall_seconds = fields.number_or_null("wall_seconds");
   return p;
@@ -111,14 +122,8 @@ Series read_series(const JsonFields& fields) {
   if (s.tolerance && *s.tolerance < 0) fields.fail(fmt::format("\"tolerance\" = {} is negative", *s.tolerance));
   if (!fields.is_null("verdict")) s.verdict = read_verdict(fields);
   if (s.slope.has_value() != s.slope_ci.has_value()) fields.fail("\"slope\" and \"slope_ci\" must both be given or both null");
-  s.x_variable = fields.is_null("fit_variable") ? "N" : fields.text("fit_variable");
-  if (s.x_variable != "N" && s.x_variable != "d") {
-    fields.fail(fmt::format("\"fit_variable\" must be \"N\" or \"d\", got \"{}\"", s.x_variable));
-  }
-  s.fit_of = fields.is_null("fit_of") ? "mean" : fields.text("fit_of");
-  if (s.fit_of != "mean" && s.fit_of != "mean_sq") {
-    fields.fail(fmt::format("\"fit_of\" must be \"mean\" or \"mean_sq\", got \"{}\"", s.fit_of));
-  }
+  s.x_variable = fields.word_or_null("fit_variable", {"N", "d"}).value_or("N");
+  s.fit_of = fields.word_or_null("fit_of", {"mean", "mean_sq"}).value_or("mean");
   s.N = fields.integers("N");
   s.x = s.x_variable == "d" ? fields.integers("d_values") : s.N;
   s.mean = fields.numbers_or_nan("mean");
@@ -170,11 +175,11 @@ PointRecord read_point(const JsonFields& fields, int line) {
   r.z_exact_sq = fields.number_or_null("z_exact_sq");
   r.jensen_bound = fields.number_or_null("jensen_bound");
   r.se_reliable = fields.boolean("se_reliable");
-  r.stopped_by = fields.text("stopped_by");
-  r.seed = fields.scalar_text("seed");
-  r.run_seed = fields.scalar_text("run_seed");
-  r.backend = fields.scalar_text("backend");
-  r.threads = fields.scalar_text("threads");
+  r.stopped_by = fields.word("stopped_by", kStops);
+  r.seed = fields.count_text("seed");
+  r.run_seed = fields.count_text("run_seed");
+  r.backend = fields.word("backend", kBackends);
+  r.threads = fields.count_text("threads");
   r.wall_seconds = fields.number("wall_seconds");
   return r;
 }

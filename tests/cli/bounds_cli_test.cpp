@@ -9,6 +9,8 @@
 #include <cmath>
 #include <fstream>
 
+#include <sys/stat.h>
+
 using attncheck::testing::run_attncheck;
 
 namespace {
@@ -86,11 +88,16 @@ TEST_CASE("bad usage and bad input exit 2 with a message naming the problem") {
     CHECK(result.exit_code == 2);
     CHECK_THAT(result.err, Catch::Contains(fragment));
   };
-  expect("bounds --N 0", "'0' is not a positive integer");
-  expect("bounds --N -4", "'-4' is not a positive integer");
+  expect("bounds --N 0", "--N: 0 is out of range");
+  expect("bounds --N -4", "--N: -4 is out of range");
   expect("bounds --N abc", "'abc'");
   expect("bounds", "--N");
   expect("bounds --N 3000000", "--N 3000000");  // 7e13 bytes per matrix: refused before allocating
+  // N^2 would wrap a 64-bit byte count: still refused by the memory check, not aborted by bad_alloc.
+  expect("bounds --N 2305843009213693952", "--N 2305843009213693952");
+  expect("bounds --N 1.5", "--N: '1.5' is not a whole number");
+  expect("bounds --N 8 --seed -1", "--seed: -1 is out of range");
+  expect("bounds --N 8 --threads 100000", "--threads: 100000 is out of range");
   expect("bounds --N 8 --family nope", "unknown --family 'nope'");
   expect("bounds --N 8 --trials 0", "--trials");
   expect("bounds --input " + (kDir / "absent.npy").string(), "absent.npy: no such file");
@@ -106,6 +113,13 @@ TEST_CASE("bad usage and bad input exit 2 with a message naming the problem") {
                                     std::string(100, '\0'));
   expect("bounds --input " + truncated.string(), "truncated.npy");
   expect("bounds --N 5 --input " + nan_csv.string(), "--N 5 disagrees");
+  // Not a regular file: refused at once (a FIFO is not waited on), naming it.
+  const auto fifo = fresh("logits.fifo");
+  std::filesystem::remove(fifo);
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  expect("bounds --input " + fifo.string(), "logits.fifo: is a FIFO");
+  expect("bounds --input " + kDir.string(), "is a folder");
+  expect("bounds --input /dev/zero", "/dev/zero: is a character device");
   const auto all_masked = fresh("masked.csv");
   std::ofstream(all_masked) << "-inf,-inf\n0,1\n";
   expect("bounds --input " + all_masked.string(), "every logit of row 0");

@@ -32,9 +32,22 @@ expect_exit 2 "C9" -- mc --claim C9
 expect_exit 2 "--backend cuda: " -- mc --claim C3 --N 8,16 --backend cuda --samples 10
 expect_exit 2 "--outer-scale none" -- mc --claim C3 --outer-scale none
 expect_exit 2 "tanh" -- mc --phi tanh --N 8,16 --samples 10
-expect_exit 2 "--sigma-x -1" -- mc --claim C3 --N 8,16 --sigma-x -1 --samples 10
+expect_exit 2 "--sigma-x: -1 is out of range" -- mc --claim C3 --N 8,16 --sigma-x -1 --samples 10
 expect_exit 2 "value estimand only" -- mc --phi matpow --p 2 --estimand dQ --N 8,16 --samples 10
 expect_exit 2 "--resume needs --out" -- mc --claim C3 --resume
+# Every numeric option names its bad value (once: -1 became 2^64 - 1, 1e300 became -2147483648, nan and inf
+# were taken).
+expect_exit 2 "--max-samples: -1 is out of range" -- mc --claim C3 --N 8,16 --max-samples -1
+expect_exit 2 "--p: 1e300 is out of range" -- mc --claim C3 --N 8,16 --p 1e300
+expect_exit 2 "--claimed-exponent: 'nan'" -- mc --phi poly --N 8,16 --claimed-exponent nan
+expect_exit 2 "--tolerance: 'inf'" -- mc --claim C3 --N 8,16 --tolerance inf
+expect_exit 2 "--seed: -1 is out of range" -- mc --claim C3 --N 8,16 --seed -1
+expect_exit 2 "--threads: 100000 is out of range" -- mc --claim C3 --N 8,16 --threads 100000
+expect_exit 2 "--alpha: 1e+308 is out of range" -- mc --claim C7 --N 8,16 --alpha 1e308
+# Sizes the machine cannot hold are refused before anything is allocated, naming them.
+expect_exit 2 "N = 4000000000000, D = 4, d = 4" -- mc --claim C3 --N 4000000000000 --D 4 --d 4 --samples 4
+expect_exit 2 "d = 4000000000000" -- mc --claim C3 --N 16 --D 4 --d 4000000000000 --samples 4
+expect_exit 2 "points, more than 100000" -- mc --claim C3 --N 1:10000:x1.001 --D 1:100:x1.05 --samples 4
 
 # A holding claim: C4 elementwise, exit 0; --json on stdout with the series fields; files in --out.
 "$bin" mc --claim C4 --N 16:256:x2 --D 4 --d 4 --p 1,2 --samples 200 --json --out "$work/c4" \
@@ -97,6 +110,62 @@ claims = sorted({s["claim"] for s in json.load(open(sys.argv[1]))["series"]})
 assert claims == ["C3", "C4"], claims
 PY
 
+# A folder that holds points is not overwritten silently: refused without --resume or --force.
+cp "$work/c4/points.jsonl" "$work/c4-before.jsonl"
+expect_exit 2 "already holds 26 finished points" -- mc --claim C3 --N 16,32 --D 4 --d 4 --p 1 --samples 20 --out "$work/c4"
+cmp -s "$work/c4/points.jsonl" "$work/c4-before.jsonl" || fail "a refused run changed points.jsonl"
+expect_exit 2 "choose one" -- mc --claim C3 --N 16,32 --D 4 --d 4 --p 1 --samples 20 --out "$work/c4" --resume --force
+"$bin" mc --claim C3 --N 16,32 --D 4 --d 4 --p 1 --samples 20 --out "$work/c4" --force >/dev/null 2>&1 || fail "--force exit $?"
+[ "$(wc -l <"$work/c4/points.jsonl")" -eq 4 ] || fail "--force left $(wc -l <"$work/c4/points.jsonl") lines, want 4"
+
+# Two sweeps resumed into one folder at the same time keep every point of both (each appends 30 points, so
+# their read-merge-writes interleave), and a third run of the same grid as the first adds no duplicate.
+"$bin" mc --claim C4 --N 4:64:x2 --D 2,3 --d 2,3 --p 1 --samples 4 --out "$work/shared" --resume >/dev/null 2>"$work/w1.err" &
+first=$!
+"$bin" mc --claim C5 --N 4:64:x2 --D 2,3 --d 2,3 --p 1,2 --samples 4 --out "$work/shared" --resume >/dev/null 2>"$work/w2.err" &
+second=$!
+"$bin" mc --claim C4 --N 4:64:x2 --D 2,3 --d 2,3 --p 1 --samples 4 --out "$work/shared" --resume >/dev/null 2>"$work/w3.err" &
+third=$!
+wait $first || fail "first writer exit $?: $(cat "$work/w1.err")"
+wait $second || fail "second writer exit $?: $(cat "$work/w2.err")"
+wait $third || fail "third writer exit $?: $(cat "$work/w3.err")"
+$py - "$work/shared" <<'PY' || fail "concurrent writers lost or repeated points"
+import json, os, sys
+folder = sys.argv[1]
+keys = [json.loads(l)["key"] for l in open(os.path.join(folder, "points.jsonl"))]
+c4 = 2 * 5 * 2 * 2   # two readings x five N x two D x two d
+c5 = 2 * 5 * 2 * 2   # p = 1, 2 x five N x two D x two d
+assert len(keys) == len(set(keys)), "a key appears twice"
+assert len(keys) == c4 + c5, (len(keys), c4 + c5)
+fits = json.load(open(os.path.join(folder, "fits.json")))
+assert sorted({s["claim"] for s in fits["series"]}) == ["C4", "C5"]
+assert all(len(s["N"]) == 5 for s in fits["series"]), [len(s["N"]) for s in fits["series"]]
+assert not [f for f in os.listdir(folder) if ".tmp." in f]
+PY
+
+# Writer -> reader: the folder the concurrent runs wrote is a valid report input; the report's summary agrees
+# with fits.json series by series, and draws one plot per series.
+"$bin" report "$work/shared" --out "$work/shared-report" >"$work/report.out" 2>"$work/report.err" \
+  || fail "report of an mc folder exit $?: $(cat "$work/report.err")"
+$py - "$work/shared" "$work/shared-report" "$work/report.out" <<'PY' || fail "the report does not match what mc wrote"
+import collections, json, os, re, sys
+folder, report, out = sys.argv[1:]
+series = json.load(open(os.path.join(folder, "fits.json")))["series"]
+counts = collections.Counter(s["verdict"] for s in series)
+summary = open(out).read()
+expected = "{} series: {} holds, {} tight, {} violated, {} inconclusive".format(
+    len(series), counts["holds"], counts["tight"], counts["violated"], counts["inconclusive"])
+assert expected in summary, (expected, summary)
+markdown = open(os.path.join(report, "report.md")).read()
+html = open(os.path.join(report, "index.html")).read()
+for s in series:
+    if s["slope"] is not None:
+        assert "{:.4g}".format(s["slope"]) in markdown, s["slope"]
+svgs = [f for f in os.listdir(os.path.join(report, "plots")) if re.fullmatch(r"series\d+\.svg", f)]
+assert len(svgs) == len(series), (len(svgs), len(series))
+assert html.count("<svg") >= len(series)
+PY
+
 # Thread count does not change any number.
 "$bin" mc --phi softmax --estimand value,dQ,dK,dS --N 8,24 --D 3 --d 2 --p 1 --samples 40 --threads 1 --json >"$work/t1.json" || fail "threads 1"
 "$bin" mc --phi softmax --estimand value,dQ,dK,dS --N 8,24 --D 3 --d 2 --p 1 --samples 40 --threads 2 --json >"$work/t2.json" || fail "threads 2"
@@ -118,6 +187,28 @@ for p in out["points"]:
 s = out["series"][0]
 assert s["claim"] == "C8" and s["fit_variable"] == "d" and s["verdict"] in ("holds", "tight"), s
 PY
+
+# --max-seconds bounds a point's wall time: at N = 4096 a sample takes about 0.1 s here, so the 64 samples once
+# drawn before the first check took seconds; now the clock is read after every sample.
+"$bin" mc --phi poly --p 3 --N 4096 --D 64 --d 64 --claimed-exponent 1 --max-seconds 0.3 --json >"$work/timed.json" \
+  2>"$work/timed.err" || fail "timed run exit $?: $(cat "$work/timed.err")"
+$py - "$work/timed.json" <<'PY' || fail "--max-seconds not honoured"
+import json, sys
+p = json.load(open(sys.argv[1]))["points"][0]
+assert p["stopped_by"] == "max-seconds", p["stopped_by"]
+assert 2 <= p["samples"] < 64, p["samples"]
+per_sample = p["wall_seconds"] / p["samples"]
+assert p["wall_seconds"] <= 0.3 + 2 * per_sample + 0.1, (p["wall_seconds"], per_sample)
+PY
+
+# Values that overflow are never printed as plain numbers: at p = 52 the exact E||F||^2 is infinite, so the
+# Jensen ratio (once printed as 0.0000) is flagged, and so is the standard error of the squares, with notes.
+"$bin" mc --phi poly --p 52 --N 16 --D 16 --d 16 --samples 10 >"$work/huge-p.txt" 2>"$work/huge-p.err" || fail "p = 52 exit $?"
+grep -q "overflow!" "$work/huge-p.txt" || fail "the overflowed Jensen ratio is not flagged: $(cat "$work/huge-p.txt")"
+grep -q "± ?!" "$work/huge-p.txt" || fail "the infinite standard error is not flagged: $(cat "$work/huge-p.txt")"
+grep -q "0.0000" "$work/huge-p.txt" && fail "a ratio printed as 0.0000: $(cat "$work/huge-p.txt")"
+grep -q "Jensen ratios are not shown" "$work/huge-p.err" || fail "no note on stderr: $(cat "$work/huge-p.err")"
+grep -q "standard errors are not finite" "$work/huge-p.err" || fail "no note on stderr: $(cat "$work/huge-p.err")"
 
 # Human output: a table with the fitted slopes and verdicts.
 "$bin" mc --claim C3 --N 16,32,64 --D 4 --d 4 --p 1 --samples 50 >"$work/human" 2>&1 || fail "human exit $?"

@@ -1,10 +1,12 @@
 #include "attncheck/monte_carlo/cpu_backend.hpp"
+#include "attncheck/monte_carlo/parallel.hpp"
 #include "attncheck/monte_carlo/random_stream.hpp"
 #include "attncheck/theory/attention.hpp"
 #include "normal_math_guard.hpp"
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -189,4 +191,33 @@ TEST_CASE("a NaN input is reported with its place, not averaged") {
   SweepPoint soft = pt;
   soft.map.activation = {ActivationKind::softmax, Pointwise::identity, 1};
   CHECK_THROWS_WITH(evaluate_inputs(soft.map, in.X, in.Q, in.K, {Estimand::dQ}, {8, 1}), Catch::Contains("column 13"));
+}
+
+TEST_CASE("the backend's memory estimate grows with the point and saturates instead of wrapping") {
+  CpuBackend backend(2, 64);
+  SweepPoint small;
+  small.N = 1024;
+  small.D = small.d = 64;
+  SweepPoint large = small;
+  large.N = 4096;
+  const std::uint64_t bytes = backend.bytes_needed(small);
+  // At least each thread's X, V, U and one 64 x 64 tile; the 4x longer point needs more.
+  CHECK(bytes >= 2 * 8 * (1024 * (64 + 2 * 64) + 64 * 64));
+  CHECK(backend.bytes_needed(large) > bytes);
+  SweepPoint absurd = small;
+  absurd.N = std::int64_t{1} << 61;
+  absurd.d = std::int64_t{1} << 40;
+  CHECK(backend.bytes_needed(absurd) == UINT64_MAX);
+}
+
+TEST_CASE("an exception inside a parallel loop reaches the caller instead of terminating the program") {
+  std::vector<int> done(64, 0);
+  CHECK_THROWS_WITH(parallel_for(64, 4,
+                                 [&](theory::Index k) {
+                                   done[static_cast<std::size_t>(k)] = 1;
+                                   if (k == 17) throw theory::InputError("iteration 17 failed");
+                                 }),
+                    "iteration 17 failed");
+  CHECK(std::count(done.begin(), done.end(), 1) == 64);  // the others still ran
+  CHECK_THROWS_AS(parallel_for(8, 2, [](theory::Index) { throw std::bad_alloc(); }), std::bad_alloc);
 }

@@ -4,7 +4,12 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <fstream>
+#include <chrono>
+#include <thread>
 #include <unistd.h>
 
 using namespace attncheck;
@@ -87,10 +92,10 @@ TEST_CASE("the results folder writes whole files and resumes from points.jsonl")
   const auto records = small_sweep(5, series);
   const auto dir = fresh_dir("folder");
   {
-    ResultsFolder folder(dir, false);
+    ResultsFolder folder(dir, FolderStart::fresh);
     folder.append({records[0], records[1]});
     folder.append({records[2]});
-    folder.write_fits({{"series", fit_series(folder.records(), 0.05)}});
+    folder.write_fits({{"command", "test"}}, 0.05);
   }
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     CHECK(entry.path().filename().string().find(".tmp") == std::string::npos);
@@ -102,12 +107,91 @@ TEST_CASE("the results folder writes whole files and resumes from points.jsonl")
   int rows = 0;
   while (std::getline(csv, row)) ++rows;
   CHECK(rows == 3);
-  ResultsFolder resumed(dir, true);
+  const json fits = json::parse(std::ifstream(dir / "fits.json"));
+  CHECK(fits["provenance"]["command"] == "test");
+  CHECK(fits["series"].size() == 1);  // three points of the first series
+  ResultsFolder resumed(dir, FolderStart::resume);
   CHECK(resumed.records().size() == 3);
   CHECK(resumed.finished(records[2]["key"].get<std::string>()));
   CHECK_FALSE(resumed.finished(records[3]["key"].get<std::string>()));
-  ResultsFolder restarted(dir, false);
-  CHECK(restarted.records().empty());
+  // A folder holding points is not silently overwritten: refused without --force, emptied with it.
+  CHECK_THROWS_WITH(ResultsFolder(dir, FolderStart::fresh),
+                    Catch::Contains("already holds 3 finished points") && Catch::Contains("--resume") &&
+                        Catch::Contains("--force"));
+  CHECK(resumed.records().size() == 3);
+  ResultsFolder forced(dir, FolderStart::overwrite);
+  CHECK(forced.records().empty());
+  CHECK_FALSE(std::filesystem::exists(dir / "points.jsonl"));
+  CHECK_FALSE(std::filesystem::exists(dir / "fits.json"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("two writers of one folder keep every point of both, and a repeated point counts once") {
+  std::vector<SeriesSpec> series;
+  const auto records = small_sweep(6, series);
+  REQUIRE(records.size() == 8);
+  const auto dir = fresh_dir("two-writers");
+  // Both open the folder before either writes, as two resumed processes do; their appends interleave.
+  ResultsFolder first(dir, FolderStart::resume), second(dir, FolderStart::resume);
+  first.append({records[0]});
+  second.append({records[4]});
+  first.append({records[1], records[2]});
+  second.append({records[5], records[6]});
+  first.append({records[3]});
+  second.append({records[7]});
+  // The same point finished by both (same key): one line, the later record.
+  json again = records[0];
+  again["wall_seconds"] = 123.0;
+  second.append({again});
+  first.write_fits({{"command", "first"}}, 0.05);
+
+  std::vector<std::string> keys;
+  std::ifstream in(dir / "points.jsonl");
+  for (std::string line; std::getline(in, line);) keys.push_back(json::parse(line)["key"].get<std::string>());
+  REQUIRE(keys.size() == records.size());
+  for (const json& r : records) CHECK(std::count(keys.begin(), keys.end(), r["key"].get<std::string>()) == 1);
+  ResultsFolder reader(dir, FolderStart::resume);
+  CHECK(reader.finished(records[0]["key"].get<std::string>())->at("wall_seconds") == 123.0);
+  // fits.json fits the merged file: both series with all four N.
+  const json fits = json::parse(std::ifstream(dir / "fits.json"));
+  REQUIRE(fits["series"].size() == 2);
+  for (const json& s : fits["series"]) CHECK(s["N"] == json({8, 16, 32, 64}));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("concurrent writers from many threads lose no point", "[concurrency]") {
+  std::vector<SeriesSpec> series;
+  const auto records = small_sweep(7, series);
+  const auto dir = fresh_dir("threads");
+  constexpr int kWriters = 4, kEach = 25;
+  std::vector<std::thread> writers;
+  for (int w = 0; w < kWriters; ++w) {
+    writers.emplace_back([&, w] {
+      ResultsFolder folder(dir, FolderStart::resume);  // each its own descriptor, as separate processes have
+      for (int k = 0; k < kEach; ++k) {
+        json record = records[static_cast<std::size_t>(k) % records.size()];
+        record["key"] = fmt::format("writer {} point {}", w, k);
+        folder.append({record});
+      }
+    });
+  }
+  for (auto& t : writers) t.join();
+  ResultsFolder reader(dir, FolderStart::resume);
+  CHECK(reader.records().size() == kWriters * kEach);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("the temporaries of a killed writer are removed when the folder is opened") {
+  const auto dir = fresh_dir("stale");
+  std::filesystem::create_directories(dir);
+  for (const char* name : {"points.jsonl.tmp.4242", "points.csv.tmp.77", "fits.json.tmp.1", "notes.tmp.1"}) {
+    std::ofstream(dir / name) << "half";
+  }
+  ResultsFolder folder(dir, FolderStart::fresh);
+  CHECK_FALSE(std::filesystem::exists(dir / "points.jsonl.tmp.4242"));
+  CHECK_FALSE(std::filesystem::exists(dir / "points.csv.tmp.77"));
+  CHECK_FALSE(std::filesystem::exists(dir / "fits.json.tmp.1"));
+  CHECK(std::filesystem::exists(dir / "notes.tmp.1"));  // not the folder's
   std::filesystem::remove_all(dir);
 }
 
@@ -121,13 +205,61 @@ TEST_CASE("CSV cells with commas or quotes are quoted") {
   CHECK(text.find(",1.5,2.5,") != std::string::npos);
 }
 
-TEST_CASE("the sampling policy says what stopped it") {
+namespace {
+// x^2 at N = 12, D = 3, d = 2: a point whose samples take microseconds.
+SweepPoint small_poly_point() {
   SweepPoint pt;
   pt.N = 12;
   pt.D = 3;
   pt.d = 2;
   pt.map.activation = {theory::ActivationKind::pointwise, theory::Pointwise::poly, 2};
   pt.seed = 9;
+  return pt;
+}
+
+// A backend whose every sample takes at least `seconds` of wall time (the values are those of the CPU backend).
+class SlowBackend final : public Backend {
+ public:
+  explicit SlowBackend(double seconds) : seconds_(seconds) {}
+  std::string name() const override { return "slow"; }
+  void evaluate(const SweepPoint& point, const std::vector<Estimand>& estimands, std::uint64_t first,
+                std::uint64_t count, std::vector<SampleValues>& out) override {
+    calls.push_back(count);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds_ * static_cast<double>(count));
+    cpu_.evaluate(point, estimands, first, count, out);
+    while (std::chrono::steady_clock::now() < until) std::this_thread::sleep_until(until);
+  }
+  std::vector<std::uint64_t> calls;
+
+ private:
+  double seconds_;
+  CpuBackend cpu_{1, 8};
+};
+}  // namespace
+
+TEST_CASE("a time limit bounds a point's wall time: the clock is read after every slow sample") {
+  const SweepPoint pt = small_poly_point();
+  SlowBackend slow(0.03);  // each sample >= 30 ms: the 64 samples once drawn before any check take >= 1.9 s
+  SamplingPolicy policy;
+  policy.rel_se = 1e-9;  // never met
+  policy.max_seconds = 0.2;
+  const PointOutcome outcome = run_point(slow, pt, {Estimand::value}, policy);
+  CHECK(outcome.stopped_by == "max-seconds");
+  // Samples of >= 30 ms, the clock read after each: the first to end past 0.2 s is the last, so at most 7.
+  CHECK(outcome.samples >= 2);
+  CHECK(outcome.samples <= 7);
+  CHECK(outcome.wall_seconds >= 0.2);
+  for (std::uint64_t count : slow.calls) CHECK(count == 1);  // a sample takes longer than the 50 ms slice
+  // The values are those of the same samples drawn without a time limit.
+  CpuBackend cpu(1, 8);
+  SamplingPolicy fixed;
+  fixed.fixed = outcome.samples;
+  CHECK(run_point(cpu, pt, {Estimand::value}, fixed).norm[0].accumulator().mean() ==
+        outcome.norm[0].accumulator().mean());
+}
+
+TEST_CASE("the sampling policy says what stopped it") {
+  const SweepPoint pt = small_poly_point();
   CpuBackend backend(2, 8);
   const std::vector<Estimand> value{Estimand::value};
   SamplingPolicy fixed;
@@ -156,7 +288,7 @@ TEST_CASE("the sampling policy says what stopped it") {
   hurried.max_seconds = 1e-9;
   const PointOutcome d = run_point(backend, pt, value, hurried);
   CHECK(d.stopped_by == "max-seconds");
-  CHECK(d.samples == hurried.min_samples);
+  CHECK(d.samples == 2);  // the clock is read after each sample once a standard error is possible
 
   // The same samples give the same statistics however the run was chunked.
   SamplingPolicy fixed_200;

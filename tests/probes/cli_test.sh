@@ -23,11 +23,22 @@ expect() {
 expect 2 "give MODEL" -- "$attncheck" probe
 expect 2 "/no/such/model: no such file" -- "$attncheck" probe /no/such/model
 expect 2 "choose one input" -- "$attncheck" probe "$tiny/tiny-bert" --text "the cat" --random
-expect 2 "token id 999 at position 1" -- "$attncheck" probe "$tiny/tiny-bert" --tokens <(echo "2 999 3")
+echo "2 999 3" >"$work/bad-ids.txt"
+expect 2 "token id 999 at position 1" -- "$attncheck" probe "$tiny/tiny-bert" --tokens "$work/bad-ids.txt"
+# Anything but a regular file is refused at once, naming it (a FIFO is not waited on).
+mkfifo "$work/ids.fifo"
+expect 2 "ids.fifo: is a FIFO" -- timeout 10 "$attncheck" probe "$tiny/tiny-bert" --tokens "$work/ids.fifo"
+expect 2 "/dev/zero: is a character device" -- "$attncheck" probe "$tiny/tiny-bert" --tokens /dev/zero
 expect 2 "layer 7 does not exist" -- "$attncheck" probe "$tiny/tiny-bert" --layers 7
 expect 2 "JSON lines to --out" -- "$attncheck" probe --watch "$tiny" --json
 expect 2 "not a folder to watch" -- "$attncheck" probe --watch /no/such/run --until-idle 0
 expect 2 "--tokens" -- "$attncheck" probe "$tiny/tiny-gpt2" --text "hello"
+# Sizes and numbers checked before anything is allocated, naming the value.
+expect 2 "forward pass over 1099511627776 positions" -- "$attncheck" probe "$tiny/tiny-bert" --random --length 1099511627776
+expect 2 "--length: -5 is out of range" -- "$attncheck" probe "$tiny/tiny-bert" --random --length -5
+expect 2 "--layers: -1 is out of range" -- "$attncheck" probe "$tiny/tiny-bert" --layers -1
+expect 2 "--interval: 'nan'" -- "$attncheck" probe --watch "$tiny" --interval nan
+expect 2 "--until-idle: -1 is out of range" -- "$attncheck" probe --watch "$tiny" --until-idle -1
 expect 0 "layer +head" -- "$attncheck" probe "$tiny/tiny-bert" --text "the cats sat on the mat."
 expect 0 "Gaussian embeddings" -- "$attncheck" probe "$tiny/tiny-gpt2" --random --length 9
 
@@ -63,6 +74,19 @@ cp "$tiny/tiny-bert/model.safetensors" "$work/run/step-200.safetensors"
 lines=$(wc -l <"$work/run/attncheck-probe.jsonl")
 [ "$lines" -eq 16 ] || fail "--watch wrote $lines lines, expected 16 (2 checkpoints x 2 layers x 4 heads)"
 grep -q '"step":200' "$work/run/attncheck-probe.jsonl" || fail "--watch lines lack the step"
+
+# --watch as a service: a truncated checkpoint is skipped with its reason, the others are measured, and the
+# exit code once it stops says a checkpoint was refused (2). An --out that is a folder is refused at once.
+head -c 3000 "$tiny/tiny-bert/model.safetensors" >"$work/run/step-300.safetensors"
+cp "$tiny/tiny-bert/model.safetensors" "$work/run/step-400.safetensors"
+"$attncheck" probe --watch "$work/run" --interval 0.1 --until-idle 0.5 --random --length 5 2>"$work/watch2.err"
+code=$?
+[ "$code" -eq 2 ] || fail "--watch with a truncated checkpoint exited $code, expected 2: $(cat "$work/watch2.err")"
+grep -q "skipped step-300.safetensors: .*step-300.safetensors" "$work/watch2.err" || fail "no reason for the skip: $(cat "$work/watch2.err")"
+lines=$(wc -l <"$work/run/attncheck-probe.jsonl")
+[ "$lines" -eq 24 ] || fail "--watch wrote $lines lines, expected 24 (the good step-400 measured after the bad one)"
+mkdir -p "$work/log-folder"
+expect 2 "log-folder: is a folder" -- "$attncheck" probe --watch "$work/run" --out "$work/log-folder" --until-idle 0
 
 if [ "$failures" -gt 0 ]; then
   echo "$failures failures"

@@ -20,7 +20,8 @@ if ! "$clang" -fsanitize=fuzzer "$probe/t.cpp" -o "$probe/t" 2>/dev/null; then
   exit 77
 fi
 binary=$work/fuzz_safetensors
-sources=("$root/tests/probes/fuzz_safetensors.cpp" "$root/probes/src/safetensors.cpp" "$root/reports/src/atomic_file.cpp")
+sources=("$root/tests/probes/fuzz_safetensors.cpp" "$root/probes/src/safetensors.cpp" "$root/reports/src/atomic_file.cpp"
+         "$root/reports/src/input_file.cpp")
 if [ ! -x "$binary" ] || [ -n "$(find "${sources[@]}" "$root/probes/include" "$root/reports/include" -newer "$binary" -print -quit)" ]; then
   "$clang" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
     -I"$root/probes/include" -I"$root/reports/include" -I"$root/theory/include" -I/usr/include/eigen3 \

@@ -3,10 +3,20 @@
 #include "attncheck/probes/live_metrics.hpp"
 #include "attncheck/probes/model.hpp"
 #include "attncheck/probes/tokenizer.hpp"
+#include "attncheck/probes/watch.hpp"
+#include "attncheck/reports/probe_log.hpp"
 #include "attncheck/theory/moments.hpp"
+#include "run_command.hpp"
 #include "tiny_models.hpp"
 
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cmath>
+#include <fstream>
+#include <thread>
 
 using namespace attncheck::probes;
 using namespace attncheck::probes::testing;
@@ -200,4 +210,123 @@ TEST_CASE("random input uses the embeddings' own scale and is reproducible by se
   }
   CHECK(json["layer"].is_number_integer());
   CHECK(csv_columns().size() == csv_values(a.heads[0]).size());
+}
+
+TEST_CASE("a checkpoint truncated by another process after it was opened is refused naming it, not a crash",
+          "[model][errors]") {
+  TempDir dir;
+  TinyShape shape;
+  shape.layers = 4;
+  shape.hidden = 32;
+  write_tiny_bert(dir.path, shape);
+  const fs::path weights = dir.path / "model.safetensors";
+  const auto model = TransformerModel::load(dir.path);  // header read; the weights are read layer by layer
+  const auto full = fs::file_size(weights);
+  // Another process cuts the file to a third while this one holds it open (a mapped read would die of SIGBUS).
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) ::_exit(::truncate(weights.c_str(), static_cast<off_t>(full / 3)) == 0 ? 0 : 1);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  const std::vector<std::int64_t> ids{2, 4, 5, 3};
+  CHECK_THROWS_WITH(model.forward(ids), Catch::Contains(weights.string()) && Catch::Contains("truncated"));
+}
+
+TEST_CASE("a config.json, vocabulary or index that is not a regular file is refused naming it", "[model][errors]") {
+  TempDir dir;
+  write_tiny_bert(dir.path);
+  fs::remove(dir.path / "vocab.txt");
+  REQUIRE(::mkfifo((dir.path / "vocab.txt").c_str(), 0600) == 0);
+  ProbeInput input;
+  input.kind = ProbeInput::Kind::text;
+  input.text = "the cat";
+  CHECK_THROWS_WITH(probe_model(dir.path, input, {}, {}), Catch::Contains("vocab.txt: is a FIFO"));
+  fs::remove(dir.path / "config.json");
+  fs::create_directories(dir.path / "config.json");
+  CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("config.json: is a folder"));
+  fs::create_directories(dir.path / "model.safetensors.index.json");
+  CHECK_THROWS_WITH(Checkpoint::open(dir.path), Catch::Contains("model.safetensors.index.json: is a folder"));
+}
+
+TEST_CASE("values that overflow are flagged, never printed as plain numbers; the bounds still hold", "[model]") {
+  TempDir dir;
+  // Layer norm gains of 1e30 (near F32's limit) give finite scores near 1e60, whose cubes' squares overflow.
+  write_tiny_gpt2(dir.path / "model.safetensors", {}, 31, "softmax", 1e30);
+  ProbeInput input;
+  input.random_length = 6;
+  const auto result = probe_model(dir.path, input, {0}, {0});
+  REQUIRE(result.heads.size() == 1);
+  const HeadMetrics& m = result.heads[0];
+  CHECK(std::isinf(m.poly3.value));
+  CHECK(std::isfinite(m.softmax.value));
+  CHECK(within_theorem_bounds(m));
+  // The log line has null there, which the report reads as a missing optional value.
+  const auto line = nlohmann::json::parse(checkpoint_lines("step-1.safetensors", result));
+  CHECK(line["poly3_fro"].is_null());
+  const auto records = attncheck::reports::parse_probe_log(line.dump() + "\n", "log.jsonl");
+  CHECK_FALSE(records[0].value(attncheck::reports::ProbeQuantity::poly3).has_value());
+
+  const auto table = attncheck::testing::run_attncheck("probe " + dir.path.string() + " --random --length 6");
+  CHECK(table.exit_code == 0);
+  CHECK_THAT(table.out, Catch::Contains("inf!"));
+  CHECK_THAT(table.out, !Catch::Contains(" inf ") && !Catch::Contains(" nan "));
+  CHECK_THAT(table.err, Catch::Contains("not finite (marked inf! or nan!)"));
+  const auto csv = attncheck::testing::run_attncheck("probe " + dir.path.string() + " --random --length 6 --csv");
+  CHECK(csv.exit_code == 0);
+  CHECK_THAT(csv.out, !Catch::Contains("inf") && Catch::Contains(",,"));
+  CHECK_THAT(csv.err, Catch::Contains("left empty"));
+  const auto json = attncheck::testing::run_attncheck("probe " + dir.path.string() + " --random --length 6 --json");
+  CHECK(json.exit_code == 0);
+  CHECK(nlohmann::json::parse(json.out)[0]["poly3_fro"].is_null());
+  CHECK_THAT(json.err, Catch::Contains("written as null"));
+}
+
+TEST_CASE("attncheck probe survives its checkpoint being cut short while it reads it: exit 0 or 2, never a signal",
+          "[model][errors]") {
+  TempDir dir;
+  TinyShape shape;  // 24 layers read one after the other: about 13 MB of F32 weights
+  shape.layers = 24;
+  shape.heads = 4;
+  shape.hidden = 128;
+  write_tiny_bert(dir.path, shape);
+  const fs::path weights = dir.path / "model.safetensors";
+  const fs::path out = dir.path / "out.txt", err = dir.path / "err.txt";
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::freopen(out.c_str(), "w", stdout);
+    ::freopen(err.c_str(), "w", stderr);
+    ::execl(ATTNCHECK_BINARY, ATTNCHECK_BINARY, "probe", dir.path.c_str(), "--random", "--length", "64",
+            static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  // Synchronize on the probe holding the file open (its header read, its layers not yet), then cut it to a tenth.
+  const auto opened = [&] {
+    std::error_code ignored;
+    for (const auto& fd : fs::directory_iterator(fmt::format("/proc/{}/fd", child), ignored)) {
+      if (fs::read_symlink(fd.path(), ignored) == weights) return true;
+    }
+    return false;
+  };
+  bool seen = false;
+  for (int k = 0; k < 30000 && !seen; ++k) {
+    seen = opened();
+    if (!seen) {
+      int status = 0;
+      if (::waitpid(child, &status, WNOHANG) == child) FAIL("the probe ended before it opened the checkpoint");
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  REQUIRE(seen);
+  REQUIRE(::truncate(weights.c_str(), static_cast<off_t>(fs::file_size(weights) / 10)) == 0);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  std::ifstream in(err);
+  const std::string message((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  INFO(message);
+  REQUIRE(WIFEXITED(status));  // not killed by SIGBUS, as a mapped read would be
+  const int code = WEXITSTATUS(status);
+  CHECK((code == 0 || code == 2));
+  if (code == 2) CHECK_THAT(message, Catch::Contains(weights.string()) && Catch::Contains("truncated"));
 }

@@ -7,6 +7,11 @@
 #include <fstream>
 #include <thread>
 
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+
 using namespace attncheck::probes;
 using namespace attncheck::probes::testing;
 
@@ -119,4 +124,108 @@ TEST_CASE("stop ends the watch promptly", "[watch]") {
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
   CHECK_THROWS_WITH(watch_folder({dir.path / "absent", dir.path / "x.jsonl"}, stop, [](const std::string&) {}),
                     Catch::Contains("absent: not a folder"));
+}
+
+namespace {
+WatchOptions quick_watch(const fs::path& folder, double until_idle = 0.4) {
+  WatchOptions options;
+  options.folder = folder;
+  options.output = folder / "attncheck-probe.jsonl";
+  options.interval_seconds = 0.05;
+  options.until_idle_seconds = until_idle;
+  options.input.random_length = 5;
+  return options;
+}
+
+// Writes a fresh checkpoint beside `path` and renames it over: a replacement under the same name (new inode).
+void replace_checkpoint(const fs::path& path, std::uint64_t seed) {
+  const fs::path fresh = path.parent_path() / "replacement" / path.filename();
+  write_tiny_gpt2(fresh, {}, seed);
+  fs::rename(fresh, path);
+  fs::remove_all(fresh.parent_path());
+}
+}  // namespace
+
+TEST_CASE("a bad checkpoint is skipped with its reason and the watch goes on; the exit code says so", "[watch]") {
+  TempDir dir;
+  write_tiny_gpt2(dir.path / "step-1.safetensors", {}, 1);
+  // Truncated: the header promises more bytes than the file holds.
+  write_tiny_gpt2(dir.path / "scratch" / "step-2.safetensors", {}, 2);
+  {
+    const auto full = fs::file_size(dir.path / "scratch" / "step-2.safetensors");
+    fs::copy_file(dir.path / "scratch" / "step-2.safetensors", dir.path / "step-2.safetensors");
+    fs::resize_file(dir.path / "step-2.safetensors", full / 2);
+  }
+  // Non-finite weights.
+  WeightWriter nan_weights(3);
+  nan_weights.add("wte.weight", {20, 8}, 0.5);
+  nan_weights.tensors()[0].values[5] = std::nan("");
+  write_safetensors(dir.path / "step-3.safetensors", nan_weights.tensors());
+  // A checkpoint folder whose config.json is a folder.
+  write_tiny_gpt2(dir.path / "checkpoint-4" / "model.safetensors", {}, 4);
+  fs::remove(dir.path / "checkpoint-4" / "config.json");
+  fs::create_directories(dir.path / "checkpoint-4" / "config.json");
+  write_tiny_gpt2(dir.path / "step-5.safetensors", {}, 5);
+
+  std::atomic<bool> stop{false};
+  std::vector<std::string> messages;
+  const auto summary = watch_folder(quick_watch(dir.path), stop, [&](const std::string& m) { messages.push_back(m); });
+  CHECK(summary.measured == 2);
+  CHECK(summary.refused == 3);
+  CHECK(summary.exit_code() == 2);
+  const auto said = [&](const std::string& a, const std::string& b) {
+    return std::any_of(messages.begin(), messages.end(), [&](const std::string& m) {
+      return m.find(a) != std::string::npos && m.find(b) != std::string::npos;
+    });
+  };
+  CHECK(said("skipped step-2.safetensors", "data_offsets"));
+  CHECK(said("skipped step-3.safetensors", "is nan"));
+  CHECK(said("skipped checkpoint-4", "config.json: is a folder"));
+  CHECK(said("probed step-5.safetensors", "heads"));
+  const auto lines = read_lines(dir.path / "attncheck-probe.jsonl");
+  CHECK(lines.size() == 2 * 4);
+  CHECK(lines.back()["checkpoint"] == "step-5.safetensors");
+}
+
+TEST_CASE("a checkpoint replaced under its name is measured again, also by a restarted watcher", "[watch]") {
+  TempDir dir;
+  const fs::path checkpoint = dir.path / "step-10.safetensors";
+  write_tiny_gpt2(checkpoint, {}, 21);
+  std::atomic<bool> stop{false};
+  int probed = 0;
+  // The replacement happens inside the watcher's own report of the first measurement: no timing involved.
+  const auto summary = watch_folder(quick_watch(dir.path), stop, [&](const std::string& m) {
+    if (m.rfind("probed", 0) == 0 && ++probed == 1) replace_checkpoint(checkpoint, 22);
+  });
+  CHECK(summary.measured == 2);
+  auto lines = read_lines(dir.path / "attncheck-probe.jsonl");
+  REQUIRE(lines.size() == 2 * 4);
+  CHECK(lines[0]["checkpoint_fingerprint"] != lines[4]["checkpoint_fingerprint"]);
+  CHECK(lines[0]["softmax_fro"] != lines[4]["softmax_fro"]);  // other weights, other norms
+
+  // Restarted: nothing new while the checkpoint is unchanged ...
+  CHECK(watch_folder(quick_watch(dir.path, 0.2), stop, [](const std::string&) {}).measured == 0);
+  // ... and a measurement when it was replaced while no watcher ran.
+  replace_checkpoint(checkpoint, 23);
+  CHECK(watch_folder(quick_watch(dir.path, 0.2), stop, [](const std::string&) {}).measured == 1);
+  CHECK(read_lines(dir.path / "attncheck-probe.jsonl").size() == 3 * 4);
+}
+
+TEST_CASE("the watch's exit code is the worst that happened", "[watch]") {
+  CHECK(WatchSummary{3, 0, 0}.exit_code() == 0);
+  CHECK(WatchSummary{3, 0, 1}.exit_code() == 1);
+  CHECK(WatchSummary{3, 1, 1}.exit_code() == 2);
+  CHECK(WatchSummary{0, 1, 0}.exit_code() == 2);
+}
+
+TEST_CASE("an output that is a folder or a FIFO is refused before watching", "[watch]") {
+  TempDir dir;
+  std::atomic<bool> stop{false};
+  WatchOptions options = quick_watch(dir.path, 0);
+  options.output = dir.path / "log-folder";
+  fs::create_directories(options.output);
+  CHECK_THROWS_WITH(watch_folder(options, stop, [](const std::string&) {}), Catch::Contains("log-folder: is a folder"));
+  options.output = dir.path / "log.fifo";
+  REQUIRE(::mkfifo(options.output.c_str(), 0600) == 0);
+  CHECK_THROWS_WITH(watch_folder(options, stop, [](const std::string&) {}), Catch::Contains("log.fifo: is a FIFO"));
 }

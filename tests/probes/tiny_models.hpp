@@ -56,8 +56,9 @@ inline void write_config(const fs::path& folder, const nlohmann::json& config) {
 }
 
 // GPT-2 layout; `file` is the safetensors path, config.json goes beside it.
+// `ln1_gain` scales the layer norms' gains in front of attention: a huge gain makes huge (finite) scores.
 inline void write_tiny_gpt2(const fs::path& file, const TinyShape& s = {}, std::uint64_t seed = 1,
-                            const std::string& attention_activation = "softmax") {
+                            const std::string& attention_activation = "softmax", double ln1_gain = 1) {
   const int D = s.hidden;
   fs::create_directories(file.parent_path());
   WeightWriter w(seed);
@@ -65,7 +66,7 @@ inline void write_tiny_gpt2(const fs::path& file, const TinyShape& s = {}, std::
   w.add("wpe.weight", {s.positions, D}, 0.5);
   for (int l = 0; l < s.layers; ++l) {
     const std::string p = fmt::format("h.{}.", l);
-    w.add(p + "ln_1.weight", {D}, 0.1, 1);
+    w.add(p + "ln_1.weight", {D}, 0.1 * ln1_gain, ln1_gain);
     w.add(p + "ln_1.bias", {D}, 0.1);
     w.add(p + "attn.c_attn.weight", {D, 3 * D}, 0.6);
     w.add(p + "attn.c_attn.bias", {3 * D}, 0.2);

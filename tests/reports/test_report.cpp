@@ -86,7 +86,9 @@ TEST_CASE("each claim is stated with both numberings", "[report]") {
   TempDir dir;
   const WrittenReport report = write_standard_report(dir, false, standard_series());
   CHECK_THAT(report.markdown, Contains("## Claim C3 (v1: Thm 4.2 (4.3) / v2: Thm 4.2 (8))"));
-  CHECK_THAT(report.markdown, Contains("E||(X Q K^T X^T / sqrt d)^p||_F = O(N)"));
+  // The underscore after the bars could open emphasis in Markdown, so it is escaped.
+  CHECK_THAT(report.markdown, Contains("E||(X Q K^T X^T / sqrt d)^p||\\_F = O(N)"));
+  CHECK_THAT(report.html, Contains("E||(X Q K^T X^T / sqrt d)^p||_F = O(N)"));
   CHECK_THAT(report.markdown, Contains("## Claim C4 (v1: Cor 4.3 (4.4) / v2: Cor 4.1 (9))"));
   CHECK(report.markdown.find("## Claim C3") < report.markdown.find("## Claim C4"));
 }
@@ -285,4 +287,21 @@ TEST_CASE("the extra shapes attncheck mc writes: C8 fitted over d, no claimed ex
   CHECK_THAT(markdown, Contains("3 series: 0 holds, 1 tight, 0 violated, 0 inconclusive, 2 not checked"));
   CHECK_THAT(markdown, Contains("No slope: fewer than two points with a usable estimate"));
   CHECK_THAT(markdown, Contains("| 32 | - |"));
+}
+
+TEST_CASE("a report removes what a killed report left half-written", "[report]") {
+  TempDir dir;
+  fs::create_directories(dir.path() / "report" / "plots");
+  for (const char* name : {"report.md.tmp.4242", "index.html.tmp.17", "plots/series01.svg.tmp.4242",
+                           "plots/gnuplot.log.tmp.99", "plots/plots.gp.tmp.5"}) {
+    write_text(dir.path() / "report" / name, "half");
+  }
+  write_text(dir.path() / "report" / "notes.txt", "mine");
+  write_standard_report(dir, false, standard_series());
+  std::vector<std::string> left;
+  for (const auto& entry : fs::recursive_directory_iterator(dir.path() / "report")) {
+    left.push_back(fs::relative(entry.path(), dir.path() / "report").string());
+  }
+  std::sort(left.begin(), left.end());
+  CHECK(left == std::vector<std::string>{"index.html", "notes.txt", "plots", "report.md"});
 }

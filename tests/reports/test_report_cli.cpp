@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 using namespace attncheck::reports::testing;
@@ -93,4 +94,26 @@ TEST_CASE("attncheck report without --out is a usage error", "[cli][errors]") {
   const Run run = run_report(dir, shell_quoted(ATTNCHECK_REPORTS_DATA "/c3-small"));
   CHECK(run.exit_code == 2);
   CHECK_THAT(run.err, Contains("--out"));
+}
+
+TEST_CASE("attncheck report exits 2 for hostile or non-regular input and runs nothing", "[cli][errors]") {
+  TempDir dir;
+  const fs::path results = dir.path() / "results";
+  FixtureSeries hostile;
+  hostile.scale = "none\nsystem('touch " + (dir.path() / "executed").string() + "')";
+  write_results_folder(results, {hostile});
+  const Run run = run_report(dir, fmt::format("{} --out {}", shell_quoted(results.string()),
+                                              shell_quoted((dir.path() / "report").string())));
+  CHECK(run.exit_code == 2);
+  CHECK_THAT(run.err, Contains((results / "fits.json").string() + " line ") && Contains("\"scale\" must be"));
+  CHECK_FALSE(fs::exists(dir.path() / "executed"));
+  CHECK_FALSE(fs::exists(dir.path() / "report"));
+
+  write_results_folder(results, {FixtureSeries{}});
+  fs::remove(results / "points.jsonl");
+  REQUIRE(::mkfifo((results / "points.jsonl").c_str(), 0600) == 0);
+  const Run fifo = run_report(dir, fmt::format("{} --out {}", shell_quoted(results.string()),
+                                               shell_quoted((dir.path() / "report").string())));
+  CHECK(fifo.exit_code == 2);
+  CHECK_THAT(fifo.err, Contains("points.jsonl: is a FIFO"));
 }

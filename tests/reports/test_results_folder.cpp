@@ -6,6 +6,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+
 #include <algorithm>
 
 using namespace attncheck::reports;
@@ -197,4 +199,21 @@ TEST_CASE("an atomic write leaves the whole file and no temporary", "[atomic]") 
   CHECK(files == 1);
   CHECK_THROWS_AS(write_file_atomically(dir.path() / "missing-folder" / "x.txt", "x"), InputError);
   CHECK_FALSE(fs::exists(dir.path() / "missing-folder"));
+}
+
+TEST_CASE("an atomic write never replaces a FIFO, a device or a folder with a file", "[atomic]") {
+  // The rename would: as root, an output path of /dev/null once turned /dev/null into a regular file. The
+  // test uses a FIFO of its own, never a real device.
+  TempDir dir;
+  const fs::path fifo = dir.path() / "attention.safetensors";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK_THROWS_WITH(write_file_atomically(fifo, "x"), Catch::Contains(fifo.string() + ": is a FIFO"));
+  struct stat status {};
+  REQUIRE(::stat(fifo.c_str(), &status) == 0);
+  CHECK(S_ISFIFO(status.st_mode));
+  fs::create_directories(dir.path() / "folder");
+  CHECK_THROWS_WITH(write_file_atomically(dir.path() / "folder", "x"), Catch::Contains("is a folder"));
+  std::size_t files = 0;
+  for ([[maybe_unused]] const auto& entry : fs::directory_iterator(dir.path())) ++files;
+  CHECK(files == 2);  // no temporary left
 }

@@ -66,8 +66,8 @@ FamilyResult survey_matrix(const theory::Matrix& logits);
 inline constexpr double kBoundRoundingSlack = 1e-12;
 bool within(double value, double bound);
 
-// Bytes the survey holds at once for N x N matrices with this many threads; the CLI refuses sizes that do
-// not fit in memory before allocating anything.
+// Bytes the survey holds at once for N x N matrices with this many threads (saturating, never wrapping); the
+// CLI refuses sizes that do not fit in memory before allocating anything.
 std::uint64_t survey_bytes(theory::Index n, int threads);
 
 }  // namespace attncheck::monte_carlo

@@ -48,6 +48,9 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(int threads = 0, theory::Index tile = 256);
   std::string name() const override { return "cpu"; }
   int threads() const { return threads_; }
+  // The most bytes an evaluate() call holds for this point: every thread's inputs, projections, d x d Gram
+  // matrices and score tiles (saturating: absurd sizes compare as too large, never wrap).
+  std::uint64_t bytes_needed(const SweepPoint& point) const;
   void evaluate(const SweepPoint& point, const std::vector<Estimand>& estimands, std::uint64_t first,
                 std::uint64_t count, std::vector<SampleValues>& out) override;
 

@@ -1,13 +1,15 @@
 #pragma once
 // The results folder of `attncheck mc` (docs/results-format.md): points.jsonl and points.csv, rewritten
-// atomically after every finished point, and fits.json with the fitted series and verdicts.
+// atomically after every finished point, and fits.json with the fitted series and verdicts of the whole folder.
 
 #include "attncheck/monte_carlo/runner.hpp"
 #include "attncheck/monte_carlo/sweep.hpp"
+#include "attncheck/reports/input_file.hpp"
 
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,9 @@ struct RunContext {
   std::string backend;
   int threads = 1;
 };
+
+// What identifies a finished (point, estimand) of a run seed in a results folder: "key" of its record.
+std::string record_key(const PointSpec& point, Estimand estimand, std::uint64_t run_seed);
 
 // One JSON object per (point, estimand) with every field of the format plus "key" (what --resume matches)
 // and "series_key" (what the fit groups by).
@@ -30,21 +35,38 @@ nlohmann::json fit_series(const std::vector<nlohmann::json>& records, double tol
 // Exit code of the run: 1 when a series that states a paper's claim (counts_for_exit) is violated, else 0.
 int exit_code_of(const nlohmann::json& series);
 
+// What `mc --out DIR` does with points already in DIR.
+enum class FolderStart {
+  fresh,      // refuse a folder that holds finished points (neither --resume nor --force)
+  resume,     // keep them; points this run repeats are skipped (--resume)
+  overwrite,  // remove them (and points.csv, fits.json) first (--force)
+};
+
+// Several processes may write one folder at once (runs of other claims resumed into it, or the same sweep
+// split over machines sharing the disk): every change is a read-merge-write of points.jsonl under the folder's
+// lock (reports/folder_lock.hpp), so a finished point of either process is never lost, and a point present
+// twice (same key) counts once, its last record kept.
 class ResultsFolder {
  public:
-  // Creates `dir` if needed. With `resume`, loads DIR/points.jsonl so finished points can be skipped;
-  // without it, earlier results in the folder are replaced when the first point finishes.
-  ResultsFolder(std::filesystem::path dir, bool resume);
-  bool finished(const std::string& key) const;
+  // Creates `dir` if needed and removes the temporaries a killed run left. Throws theory::InputError naming
+  // the folder for `fresh` when it already holds points.
+  ResultsFolder(std::filesystem::path dir, FolderStart start);
+  // The folder's records, one per key, as last read from disk.
   const std::vector<nlohmann::json>& records() const { return records_; }
+  // The record of a finished point, after re-reading points.jsonl if another process changed it.
+  std::optional<nlohmann::json> finished(const std::string& key);
+  // Adds the records (replacing any with the same key) to what the folder holds now, and rewrites
+  // points.jsonl and points.csv.
   void append(const std::vector<nlohmann::json>& records);
-  void write_fits(const nlohmann::json& fits) const;
+  // Fits every series of the folder's records as they are on disk now and writes fits.json with `provenance`.
+  void write_fits(const nlohmann::json& provenance, double tolerance);
   const std::filesystem::path& dir() const { return dir_; }
 
  private:
-  void flush() const;
+  void reload();  // under the lock or not: points.jsonl is only ever replaced whole
   std::filesystem::path dir_;
   std::vector<nlohmann::json> records_;
+  std::optional<reports::FileIdentity> loaded_;  // of the points.jsonl records_ came from
 };
 
 // Text of points.csv for these records (header + one row each).

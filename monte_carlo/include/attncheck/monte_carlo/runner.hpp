@@ -20,7 +20,10 @@ struct SamplingPolicy {
   bool judge_squares = false;          // ... of E||F||^2 instead of E||F|| (when the fit uses the squares, C8)
   std::uint64_t min_samples = 64;      // ... but never judged on fewer samples than this
   std::uint64_t max_samples = 100000;  // ... or this many samples
-  double max_seconds = std::numeric_limits<double>::infinity();  // ... or this much wall time per point
+  // ... or this much wall time per point: the clock is read after every evaluation of at most 50 ms of
+  // samples (one sample when one takes longer), from the second sample on (a standard error needs two), so a
+  // point overruns it by at most one such evaluation.
+  double max_seconds = std::numeric_limits<double>::infinity();
 };
 
 // Per estimand: statistics of ||F|| and of ||F||^2. For score-var the per-sample value is the mean square
@@ -32,7 +35,7 @@ struct PointOutcome {
   double wall_seconds = 0;
 };
 
-// progress(samples done, samples planned or 0 when open-ended) is called after each chunk.
+// progress(samples done, samples planned or 0 when open-ended) is called after each evaluation.
 PointOutcome run_point(Backend& backend, const SweepPoint& point, const std::vector<Estimand>& estimands,
                        const SamplingPolicy& policy,
                        const std::function<void(std::uint64_t, std::uint64_t)>& progress = {});

@@ -40,7 +40,13 @@ struct HeadMetrics {
   double iid_scores_fro = 0, iid_poly3_scaled_fro = 0, iid_poly3_fro = 0;
 };
 
+// Throws InputError naming layer and head when a norm the log requires (softmax's value and gradients) is not
+// finite: the checkpoint's scores overflow, and no bound can be checked on them.
 HeadMetrics measure_head(const LayerInputs& layer, int layer_index, int head_index);
+
+// Theorem 4.1 on this head: ||softmax(S)||_F <= sqrt(N) and ||grad softmax(S)||_F <= sqrt(N)/2 (the tight bound;
+// the papers' 2 sqrt(N) is weaker). Both are deterministic, so a value above them, beyond rounding, is a violation.
+bool within_theorem_bounds(const HeadMetrics& metrics);
 
 nlohmann::json to_json(const HeadMetrics& metrics);
 // Column names and values in the same order, for CSV output.

@@ -71,6 +71,9 @@ class TransformerModel {
   std::vector<LayerInputs> forward_embeddings(Matrix embeddings, const std::vector<int>& layers = {}) const;
   // RMS of the token-embedding entries: the sigma of the model's own embeddings.
   double token_embedding_rms() const;
+  // Refuses (InputError naming the sizes) a forward pass over `positions` positions, keeping the layers up to
+  // the last of `layers`, that would not fit in the memory available: checked before anything is allocated.
+  void require_memory_for(std::int64_t positions, const std::vector<int>& layers = {}) const;
 
  private:
   TransformerModel(Checkpoint checkpoint, ModelConfig config)

@@ -1,8 +1,10 @@
 #pragma once
-// Reading (memory-mapped, validated) and writing of safetensors files: an 8-byte little-endian header length,
-// a JSON header {name: {dtype, shape, data_offsets}}, then the raw little-endian tensor bytes.
+// Reading (validated; by pread, not mapped: see reports/input_file.hpp) and writing of safetensors files: an
+// 8-byte little-endian header length, a JSON header {name: {dtype, shape, data_offsets}}, then the raw
+// little-endian tensor bytes.
 // Every malformed input is an InputError naming the file and, where there is one, the tensor.
 
+#include "attncheck/reports/input_file.hpp"
 #include "attncheck/theory/common.hpp"
 
 #include <cstddef>
@@ -51,31 +53,20 @@ struct SafetensorsHeader {
 // duplicate names. `source` names the file in messages. Needs no file: the fuzz target calls it directly.
 SafetensorsHeader parse_safetensors(std::span<const std::byte> image, const std::string& source);
 
-// A read-only memory mapping of a whole file (never copied).
-class MappedFile {
- public:
-  explicit MappedFile(const std::filesystem::path& path);
-  ~MappedFile();
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-  std::span<const std::byte> bytes() const { return {data_, size_}; }
-
- private:
-  const std::byte* data_ = nullptr;
-  std::size_t size_ = 0;
-};
-
+// An open safetensors file: the header is read and validated at once, tensor bytes when asked for. The file
+// stays open, so a file replaced under its name still reads consistently; one truncated while it is read is an
+// InputError naming it.
 class SafetensorsFile {
  public:
   explicit SafetensorsFile(const std::filesystem::path& path);
-  const std::filesystem::path& path() const { return path_; }
+  const std::filesystem::path& path() const { return file_.path(); }
   const SafetensorsHeader& header() const { return header_; }
   const TensorInfo* find(std::string_view name) const;
-  std::span<const std::byte> data(const TensorInfo& tensor) const;
+  // Fills `out` with the tensor's bytes from byte `offset` of its data on.
+  void read(const TensorInfo& tensor, std::uint64_t offset, std::span<std::byte> out) const;
 
  private:
-  std::filesystem::path path_;
-  std::unique_ptr<MappedFile> mapping_;
+  reports::InputFile file_;
   SafetensorsHeader header_;
   std::map<std::string, std::size_t, std::less<>> index_;
 };

@@ -23,8 +23,11 @@ struct WatchOptions {
 };
 
 struct WatchSummary {
-  int measured = 0;
-  int refused = 0;  // complete but unreadable checkpoints (reported once each, retried if they change)
+  int measured = 0;  // measurements logged (a checkpoint replaced under its name counts again)
+  int refused = 0;   // complete but unusable checkpoints (reported once each, retried if they change)
+  int exceeded = 0;  // measured checkpoints with a head above Theorem 4.1's bounds
+  // How the watch ends: 2 when a checkpoint was refused, else 1 when a bound was exceeded, else 0.
+  int exit_code() const { return refused > 0 ? 2 : exceeded > 0 ? 1 : 0; }
 };
 
 // The training step in a checkpoint's name: the last run of digits ("step-000300.safetensors" -> 300,
@@ -35,12 +38,20 @@ std::optional<std::int64_t> step_from_name(const std::string& name);
 // index, ordered by step, then name.
 std::vector<std::filesystem::path> list_checkpoints(const std::filesystem::path& folder);
 
-// The JSON lines of one probed checkpoint, each a whole line ending in '\n'.
-std::string checkpoint_lines(const std::string& checkpoint_name, const ProbeResult& result);
+// The JSON lines of one probed checkpoint, each a whole line ending in '\n'. `fingerprint` (size, modification
+// time and inodes of its files) lets a restarted watcher see that a checkpoint was replaced under its name.
+std::string checkpoint_lines(const std::string& checkpoint_name, const ProbeResult& result,
+                             const std::string& fingerprint = "");
+
+// That fingerprint of a checkpoint file or folder now.
+std::string checkpoint_fingerprint(const std::filesystem::path& checkpoint);
 
 // Scans until `stop` becomes true or the folder has been idle for until_idle_seconds. A checkpoint is
-// measured once its size and modification time are unchanged across two scans and it reads without error;
-// names already in the log are skipped, so a restarted watcher resumes. `log` receives progress messages.
+// measured once its fingerprint is unchanged across two scans, and measured again when it is replaced under
+// the same name; checkpoints already in the log with their current fingerprint are skipped, so a restarted
+// watcher resumes. A checkpoint that cannot be measured (truncated, unreadable, a folder where config.json
+// should be, non-finite weights, too large) is skipped with its reason and the watch goes on. `log` receives
+// progress messages. An output that is not a writable regular file is an InputError before anything is done.
 WatchSummary watch_folder(const WatchOptions& options, const std::atomic<bool>& stop,
                           const std::function<void(const std::string&)>& log);
 

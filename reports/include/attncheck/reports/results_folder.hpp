@@ -3,6 +3,8 @@
 // contract names are read; unknown keys are ignored. Every error names the file and the line (JSON lines) or
 // the place in the document (fits.json), and is thrown as theory::InputError.
 
+#include "attncheck/reports/input_file.hpp"
+
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -117,8 +119,5 @@ ResultsFolder read_results_folder(const std::filesystem::path& folder);
 // Parsers of the two files on their own, for tests and other readers. `name` is used in messages.
 std::pair<Provenance, std::vector<Series>> parse_fits_json(const std::string& text, const std::string& name);
 std::vector<PointRecord> parse_points_jsonl(const std::string& text, const std::string& name);
-
-// The whole file as text; throws theory::InputError naming it when it cannot be read.
-std::string read_text_file(const std::filesystem::path& path);
 
 }  // namespace attncheck::reports

@@ -1,0 +1,30 @@
+#pragma once
+// Every OpenMP loop of the project runs through here: an exception that escaped an OpenMP region would call
+// std::terminate (an abort, never the error message and exit code 2 it was meant for), so each iteration's
+// exception is caught, and the first is rethrown on the calling thread once the loop is done.
+
+#include "attncheck/theory/common.hpp"
+
+#include <exception>
+#include <mutex>
+
+namespace attncheck::monte_carlo {
+
+// Runs body(k) for k = 0 .. count - 1 over `threads` threads (dynamic schedule, one iteration at a time).
+template <class Body>
+void parallel_for(theory::Index count, int threads, Body&& body) {
+  std::exception_ptr failure;
+  std::mutex failure_mutex;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1)
+  for (theory::Index k = 0; k < count; ++k) {
+    try {
+      body(k);
+    } catch (...) {
+      const std::lock_guard lock(failure_mutex);
+      if (!failure) failure = std::current_exception();
+    }
+  }
+  if (failure) std::rethrow_exception(failure);
+}
+
+}  // namespace attncheck::monte_carlo

@@ -1,0 +1,156 @@
+// Strings read from results folders and probe logs reach gnuplot only as quoted data, and report.md and
+// index.html only as text: an attacker's string executes nothing and makes no markup.
+
+#include "attncheck/reports/plots.hpp"
+#include "attncheck/reports/probe_log.hpp"
+#include "attncheck/reports/report.hpp"
+#include "attncheck/theory/common.hpp"
+
+#include "fixtures.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <sstream>
+
+using namespace attncheck::reports;
+using namespace attncheck::reports::testing;
+using attncheck::theory::InputError;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// A payload that, were it script text, would make gnuplot run a shell command creating `marker`.
+std::string gnuplot_payload(const fs::path& marker) {
+  return "x\nsystem('touch " + marker.string() + "')\r\nset output '" + marker.string() + "'\n# ";
+}
+
+// Markup that must come out as text.
+const std::string kMarkup =
+    "<script>alert(1)</script> [click](javascript:alert(2)) ![img](http://x/y.png) `code` *em* __b__ \n# heading\n| a |";
+
+ReportOptions options_for(const TempDir& dir, const fs::path& input, bool plots) {
+  ReportOptions options;
+  options.input = input;
+  options.out = dir.path() / "report";
+  options.plots = plots;
+  return options;
+}
+
+}  // namespace
+
+TEST_CASE("titles and labels reach gnuplot as quoted one-line strings, never as commands", "[plots][hostile]") {
+  TempDir dir;
+  const fs::path marker = dir.path() / "executed";
+  PlotSpec plot;
+  plot.name = "hostile";
+  plot.title = gnuplot_payload(marker);
+  plot.x_label = gnuplot_payload(marker);
+  plot.y_label = gnuplot_payload(marker);
+  plot.curves.push_back(Curve{gnuplot_payload(marker), CurveStyle::line, {1, 2}, {1, 4}, {}, {}});
+  const std::string script = gnuplot_script({plot}, ".tmp");
+  std::istringstream lines(script);
+  std::string line;
+  while (std::getline(lines, line)) {
+    INFO(line);
+    CHECK(line.rfind("system", 0) == std::string::npos);
+    CHECK(line.find('\r') == std::string::npos);
+  }
+  // And gnuplot itself agrees: it draws the plot and runs nothing.
+  const auto svgs = render_plots({plot}, dir.path() / "plots", "gnuplot");
+  REQUIRE(svgs.size() == 1);
+  CHECK_FALSE(fs::exists(marker));
+  CHECK_THAT(svgs[0], Contains("system(&apos;touch") || Contains("system('touch"));
+}
+
+TEST_CASE("a scale, phi, estimand or backend the tool never writes is refused naming file and line",
+          "[results][hostile]") {
+  TempDir dir;
+  const fs::path marker = dir.path() / "executed";
+  const fs::path results = dir.path() / "results";
+  FixtureSeries series;
+  series.scale = "none\nsystem('touch " + marker.string() + "')";
+  write_results_folder(results, {series});
+  CHECK_THROWS_WITH(write_report(options_for(dir, results, true)),
+                    Contains((results / "fits.json").string() + " line ") && Contains("\"scale\" must be"));
+  CHECK_FALSE(fs::exists(marker));
+  CHECK_FALSE(fs::exists(dir.path() / "report"));
+
+  for (const auto& [field, value] : std::vector<std::pair<std::string, std::string>>{
+           {"phi", "poly\n"}, {"estimand", "value "}, {"claim", "C9"}, {"stopped_by", "never"}, {"backend", "gpu"}}) {
+    INFO(field);
+    write_results_folder(results, {FixtureSeries{}});
+    std::string points;
+    for (json point : point_jsons(FixtureSeries{})) {
+      point[field] = value;
+      points += point.dump() + "\n";
+    }
+    write_text(results / "points.jsonl", points);
+    CHECK_THROWS_WITH(write_report(options_for(dir, results, false)),
+                      Contains((results / "points.jsonl").string() + " line 1") && Contains("\"" + field + "\" must be"));
+  }
+  for (const std::string scale : {"1/k:8", "N^-0.5", "1/sqrt(N)"}) {
+    FixtureSeries fine;
+    fine.scale = scale;
+    write_results_folder(results, {fine});
+    CHECK_NOTHROW(read_results_folder(results));
+  }
+}
+
+TEST_CASE("a probe log's activation must be one the watcher writes", "[probes][hostile]") {
+  const std::string line = json{{"checkpoint", "a"}, {"step", 1}, {"layer", 0}, {"head", 0}, {"N", 4},
+                                {"softmax_fro", 1.0}, {"grad_fro", 0.5}, {"dWq_fro", 1.0}, {"dWk_fro", 1.0},
+                                {"activation", "softmax\nsystem('id')"}}
+                               .dump();
+  CHECK_THROWS_WITH(parse_probe_log("\n" + line + "\n", "log.jsonl"),
+                    Contains("log.jsonl line 2") && Contains("\"activation\" must be one of"));
+}
+
+TEST_CASE("free text from the input is escaped in report.md and index.html", "[report][hostile]") {
+  TempDir dir;
+  const fs::path results = dir.path() / "results";
+  FixtureSeries series;
+  series.formula = kMarkup;
+  write_results_folder(results, {series});
+  json fits = json::parse(read_text(results / "fits.json"));
+  fits["provenance"]["command"] = kMarkup + " ``` `` ` ";
+  fits["provenance"]["machine"] = kMarkup;
+  write_text(results / "fits.json", fits.dump());
+  // A probe log beside the results, with the same markup as checkpoint names.
+  std::string log;
+  for (int step : {1, 2}) {
+    log += json{{"checkpoint", kMarkup + std::to_string(step)}, {"step", step}, {"layer", 0}, {"head", 0},
+                {"N", 4}, {"softmax_fro", 1.0}, {"grad_fro", 0.5}, {"dWq_fro", 1.0}, {"dWk_fro", 1.0},
+                {"activation", "softmax"}}
+               .dump() +
+           "\n";
+  }
+  write_text(results / kProbeLogName, log);
+  write_report(options_for(dir, results, false));
+  const std::string markdown = read_text(dir.path() / "report" / "report.md");
+  const std::string html = read_text(dir.path() / "report" / "index.html");
+
+  CHECK_THAT(html, !Contains("<script>") && !Contains("href=\"javascript") && !Contains("<img"));
+  CHECK_THAT(html, Contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+  // In Markdown text the markup characters are escaped (a table cell here), and no line of the input starts a
+  // block of its own.
+  CHECK_THAT(markdown, Contains("\\<script\\>alert(1)\\</script\\> [click\\](javascript:alert(2)) \\![img\\](http://x/y.png) "
+                                "\\`code\\` \\*em\\* \\_\\_b\\_\\_  # heading \\| a \\|"));
+  std::istringstream lines(markdown);
+  std::string line;
+  while (std::getline(lines, line)) {
+    INFO(line);
+    CHECK(line.rfind("# heading", 0) == std::string::npos);
+    CHECK(line.rfind("| a |", 0) == std::string::npos);
+    // Raw markup is left only inside the code spans of "- name: `value`" lines, where Markdown shows it verbatim.
+    const auto link = line.find("](javascript");
+    if (line.find("<script>") != std::string::npos || (link != std::string::npos && line[link - 1] != '\\')) {
+      const auto fence = line.find(": `");
+      REQUIRE(fence != std::string::npos);
+      CHECK(line.find_first_not_of(' ') == line.find("- "));
+      CHECK(line.find("<script>") > fence);
+    }
+  }
+  // The command is shown verbatim in a code span whose fence is longer than any backtick run in it.
+  CHECK_THAT(markdown, Contains("- command: ````<script>alert(1)</script>"));
+  CHECK_THAT(markdown, Contains("| a | ``` `` ` ````"));
+}

@@ -1,0 +1,30 @@
+#include <catch2/catch.hpp>
+
+#include "attncheck/reports/memory_budget.hpp"
+#include "attncheck/theory/common.hpp"
+
+using namespace attncheck::reports;
+
+TEST_CASE("byte counts saturate instead of wrapping", "[memory]") {
+  CHECK(saturating_product({3, 5, 8}) == 120);
+  CHECK(saturating_product({}) == 1);
+  CHECK(saturating_product({7, 0, kSaturated}) == 0);
+  // N = 2^61: N^2 * 8 wraps to 0 in 64 bits; saturated, it is the largest count.
+  const std::uint64_t n = std::uint64_t{1} << 61;
+  CHECK(n * n * 8 == 0);
+  CHECK(saturating_product({n, n, 8}) == kSaturated);
+  CHECK(saturating_product({std::uint64_t{1} << 32, std::uint64_t{1} << 31}) == std::uint64_t{1} << 63);
+  CHECK(saturating_sum({kSaturated - 1, 1}) == kSaturated);
+  CHECK(saturating_sum({kSaturated - 1, 2}) == kSaturated);
+  CHECK(saturating_sum({1, 2, 3}) == 6);
+}
+
+TEST_CASE("a size beyond the available memory is an input error naming it", "[memory]") {
+  CHECK(available_memory_bytes() > 0);
+  CHECK_NOTHROW(require_memory(1024, "a small buffer"));
+  CHECK_THROWS_WITH(require_memory(kSaturated, "--N 2305843009213693952", "; use a smaller N"),
+                    Catch::Contains("--N 2305843009213693952 needs more than") && Catch::Contains("GiB are available") &&
+                        Catch::Contains("; use a smaller N"));
+  // (Free memory changes from one call to the next: only sizes far from the budget are compared.)
+  CHECK_THROWS_AS(require_memory(4 * available_memory_bytes(), "x"), attncheck::theory::InputError);
+}
