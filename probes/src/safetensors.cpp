@@ -1,5 +1,6 @@
 #include "attncheck/probes/safetensors.hpp"
 
+#include "attncheck/probes/gguf.hpp"
 #include "attncheck/reports/atomic_file.hpp"
 
 #include <fmt/format.h>
@@ -136,6 +137,8 @@ std::int64_t TensorInfo::element_count() const {
   for (auto dim : shape) count *= dim;
   return count;
 }
+
+std::string_view type_name(const TensorInfo& tensor) { return tensor.block ? tensor.block->name : dtype_name(tensor.dtype); }
 
 SafetensorsHeader parse_safetensors(std::span<const std::byte> image, const std::string& source) {
   if (image.size() < 8) {
@@ -338,14 +341,19 @@ Checkpoint Checkpoint::open(const std::filesystem::path& file_or_folder) {
       throw InputError(fmt::format("{}: neither model.safetensors nor model.safetensors.index.json is there",
                                    file_or_folder.string()));
     }
+  } else if (file_or_folder.extension() == ".gguf") {
+    auto gguf = std::make_unique<GgufFile>(file_or_folder);
+    checkpoint.gguf_ = gguf.get();
+    checkpoint.files_.push_back(std::move(gguf));
   } else {
     shards.push_back(file_or_folder);
   }
-  for (const auto& shard : shards) {
-    checkpoint.files_.push_back(std::make_unique<SafetensorsFile>(shard));
-    const auto& file = *checkpoint.files_.back();
-    for (const auto& tensor : file.header().tensors) {
-      const auto [it, inserted] = checkpoint.entries_.emplace(tensor.name, Entry{checkpoint.files_.size() - 1, &tensor});
+  for (const auto& shard : shards) checkpoint.files_.push_back(std::make_unique<SafetensorsFile>(shard));
+  for (std::size_t index = 0; index < checkpoint.files_.size(); ++index) {
+    const auto& file = *checkpoint.files_[index];
+    const auto& shard = file.path();
+    for (const auto& tensor : file.tensors()) {
+      const auto [it, inserted] = checkpoint.entries_.emplace(tensor.name, Entry{index, &tensor});
       if (!inserted) {
         throw InputError(fmt::format("tensor '{}' is in both {} and {}", tensor.name,
                                      checkpoint.files_[it->second.file]->path().string(), shard.string()));
@@ -387,15 +395,25 @@ std::string Checkpoint::where(std::string_view name) const {
 }
 
 namespace {
+// Elements [first, first + count) of a tensor; for block formats both are whole blocks (whole rows).
 void fill_checked(const TensorInfo& tensor, std::span<const std::byte> bytes, std::int64_t first, std::int64_t count,
                   double* out, const std::string& where) {
-  const std::size_t size = dtype_size(tensor.dtype);
-  for (std::int64_t k = 0; k < count; ++k) {
-    const double value = element_to_double(tensor.dtype, bytes.data() + (first + k) * size);
-    if (!std::isfinite(value)) {
-      throw InputError(fmt::format("{}: element {} is {}", where, first + k, value));
+  if (tensor.block) {
+    const BlockFormat& block = *tensor.block;
+    if (!block.decode) {
+      throw InputError(fmt::format("{} has type {}, which is not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_1)", where,
+                                   block.name));
     }
-    out[k] = value;
+    const auto elements = static_cast<std::int64_t>(block.elements);
+    for (std::int64_t k = 0; k < count; k += elements) {
+      block.decode(bytes.data() + (first + k) / elements * block.bytes, out + k);
+    }
+  } else {
+    const std::size_t size = dtype_size(tensor.dtype);
+    for (std::int64_t k = 0; k < count; ++k) out[k] = element_to_double(tensor.dtype, bytes.data() + (first + k) * size);
+  }
+  for (std::int64_t k = 0; k < count; ++k) {
+    if (!std::isfinite(out[k])) throw InputError(fmt::format("{}: element {} is {}", where, first + k, out[k]));
   }
 }
 
@@ -454,12 +472,13 @@ double Checkpoint::root_mean_square(std::string_view name) const {
   const auto bytes = files_[e.file]->data(tensor);
   const std::int64_t count = tensor.element_count();
   if (count == 0) throw InputError(fmt::format("{} is empty", where(name)));
-  const std::size_t size = dtype_size(tensor.dtype);
+  // Row by row (whole blocks for block formats), so no copy of the tensor is made.
+  const std::int64_t row = tensor.shape.empty() ? 1 : std::max<std::int64_t>(tensor.shape.back(), 1);
+  std::vector<double> values(static_cast<std::size_t>(row));
   double sum = 0;
-  for (std::int64_t k = 0; k < count; ++k) {
-    const double value = element_to_double(tensor.dtype, bytes.data() + k * size);
-    if (!std::isfinite(value)) throw InputError(fmt::format("{}: element {} is {}", where(name), k, value));
-    sum += value * value;
+  for (std::int64_t first = 0; first < count; first += row) {
+    fill_checked(tensor, bytes, first, row, values.data(), where(name));
+    for (double value : values) sum += value * value;
   }
   return std::sqrt(sum / static_cast<double>(count));
 }

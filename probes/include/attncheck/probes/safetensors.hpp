@@ -31,14 +31,20 @@ std::optional<DType> parse_dtype(std::string_view name);
 // Value of one element in double precision (F16, BF16 and F8 are widened exactly).
 double element_to_double(DType dtype, const std::byte* element);
 
+struct BlockFormat;  // GGUF's block formats (gguf.hpp)
+
 struct TensorInfo {
   std::string name;
   DType dtype = DType::F32;
+  const BlockFormat* block = nullptr;  // set for GGUF's block-quantized (and other non-plain) types
   std::vector<std::int64_t> shape;
   std::size_t begin = 0;  // byte offsets into the data section (after the header)
   std::size_t end = 0;
   std::int64_t element_count() const;
 };
+
+// "F32", "Q4_1", ...: the tensor's storage type as its file names it.
+std::string_view type_name(const TensorInfo& tensor);
 
 struct SafetensorsHeader {
   std::vector<TensorInfo> tensors;  // in file order of their data
@@ -65,13 +71,23 @@ class MappedFile {
   std::size_t size_ = 0;
 };
 
-class SafetensorsFile {
+// One file of tensors, as Checkpoint reads it: safetensors or GGUF.
+class TensorFile {
+ public:
+  virtual ~TensorFile() = default;
+  virtual const std::filesystem::path& path() const = 0;
+  virtual const std::vector<TensorInfo>& tensors() const = 0;
+  virtual std::span<const std::byte> data(const TensorInfo& tensor) const = 0;
+};
+
+class SafetensorsFile : public TensorFile {
  public:
   explicit SafetensorsFile(const std::filesystem::path& path);
-  const std::filesystem::path& path() const { return path_; }
+  const std::filesystem::path& path() const override { return path_; }
+  const std::vector<TensorInfo>& tensors() const override { return header_.tensors; }
   const SafetensorsHeader& header() const { return header_; }
   const TensorInfo* find(std::string_view name) const;
-  std::span<const std::byte> data(const TensorInfo& tensor) const;
+  std::span<const std::byte> data(const TensorInfo& tensor) const override;
 
  private:
   std::filesystem::path path_;
@@ -80,11 +96,16 @@ class SafetensorsFile {
   std::map<std::string, std::size_t, std::less<>> index_;
 };
 
-// One model's tensors: a single .safetensors file, or a folder holding model.safetensors or the shards listed
-// in model.safetensors.index.json. Accessors convert to double and check shapes, naming file and tensor.
+class GgufFile;
+
+// One model's tensors: a single .safetensors or .gguf file, or a folder holding model.safetensors or the
+// shards listed in model.safetensors.index.json. Accessors convert to double and check shapes, naming file and
+// tensor.
 class Checkpoint {
  public:
   static Checkpoint open(const std::filesystem::path& file_or_folder);
+  // The GGUF file when the checkpoint is one (its metadata describe the model), else nullptr.
+  const GgufFile* gguf() const { return gguf_; }
 
   bool contains(std::string_view name) const;
   std::vector<std::string> names() const;
@@ -105,8 +126,9 @@ class Checkpoint {
     const TensorInfo* tensor;
   };
   const Entry& entry(std::string_view name) const;
-  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::vector<std::unique_ptr<TensorFile>> files_;
   std::map<std::string, Entry, std::less<>> entries_;
+  const GgufFile* gguf_ = nullptr;
 };
 
 // A tensor to write: values in row-major order, stored as F64 or F32.
