@@ -53,9 +53,13 @@ probes::ProbeInput make_input(const ProbeOptions& o) {
 void print_table(const probes::ProbeResult& result, const probes::ProbeInput& input) {
   const auto& c = result.config;
   fmt::print("{} model: {} layers, {} heads of dimension {}, D = {}; trained attention: {}; {} attention\n",
-             c.architecture == probes::Architecture::bert ? "BERT" : "GPT-2", c.layers, c.heads, c.head_dim(),
-             c.hidden, c.attention_activation,
-             c.architecture == probes::Architecture::bert ? "bidirectional" : "causal");
+             probes::architecture_name(c.architecture), c.layers, c.heads, c.head_dim(), c.hidden,
+             c.attention_activation, c.architecture == probes::Architecture::bert ? "bidirectional" : "causal");
+  if (c.architecture == probes::Architecture::llama) {
+    fmt::print("rotary positions (base {:g}, pairs {}); {} query heads share {} key/value heads: |dA/dWk| is one "
+               "head's, the JSON's dWk_group_fro its group's\n",
+               c.rope_theta, c.rope_interleaved ? "(2p, 2p+1)" : "(p, p+d/2)", c.heads, c.key_value_heads());
+  }
   if (input.kind == probes::ProbeInput::Kind::random) {
     fmt::print("input: {} Gaussian embeddings, sigma = {:.4g} (RMS of the token embeddings), seed {}\n",
                input.random_length, result.random_sigma, input.seed);
@@ -122,7 +126,7 @@ int run(const ProbeOptions& o) {
                summary.refused, watch.output.string());
     return kExitHolds;
   }
-  if (o.model.empty()) throw UsageError("give MODEL (a folder or a .safetensors file) or --watch DIR");
+  if (o.model.empty()) throw UsageError("give MODEL (a folder, a .safetensors or a .gguf file) or --watch DIR");
   const auto result = probes::probe_model(o.model, input, o.layers, o.heads, !o.attention_out.empty());
   if (!o.attention_out.empty()) probes::write_attention(o.attention_out, result);
   if (o.json) {
@@ -139,10 +143,11 @@ int run(const ProbeOptions& o) {
 }
 
 const bool registered = register_subcommand(
-    "probe", "live per-layer, per-head attention norms of a safetensors checkpoint (BERT, GPT-2) against the theory",
+    "probe", "live per-layer, per-head attention norms of a checkpoint (BERT, GPT-2, Llama; safetensors or GGUF) "
+    "against the theory",
     [](CLI::App& command) -> std::function<int()> {
       auto o = std::make_shared<ProbeOptions>();
-      command.add_option("MODEL", o->model, "model folder (config.json + safetensors) or a .safetensors file");
+      command.add_option("MODEL", o->model, "model folder (config.json + safetensors), a .safetensors or a .gguf file");
       command.add_option("--text", o->text, "input sentence (BERT: WordPiece tokenizer from the model's vocab.txt)");
       command.add_option("--tokens", o->tokens, "file of whitespace-separated token ids");
       command.add_flag("--random", o->random,

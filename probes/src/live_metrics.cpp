@@ -22,8 +22,13 @@ using theory::Pointwise;
 namespace {
 
 NormSet norms_of(const AttentionMap& map, const LayerInputs& layer, const HeadInputs& head) {
-  const auto norms = theory::attention_norms_from_projections(map, layer.X, head.V, head.U, layer.causal);
+  const auto norms = theory::attention_norms_from_projections(map, layer.X, head.V, head.U, layer.causal,
+                                                              layer.rotary ? &*layer.rotary : nullptr);
   return {norms.value_fro, *norms.dS_fro, *norms.dQ_fro, *norms.dK_fro};
+}
+
+double softmax_key_derivative(const LayerInputs& layer, const HeadInputs& head) {
+  return norms_of(AttentionMap{{ActivationKind::softmax, Pointwise::identity, 1}, layer.inner, {}}, layer, head).dWk;
 }
 
 AttentionMap pointwise_map(Pointwise h, int p, double inner, theory::OuterScale outer) {
@@ -46,6 +51,19 @@ double iid_root_mean_square(const theory::GaussianModel& model, Index n, int p, 
 
 }  // namespace
 
+void set_group_key_derivatives(const LayerInputs& layer, std::span<HeadMetrics> heads) {
+  for (auto& metrics : heads) {
+    double sum = 0;
+    for (std::size_t h = 0; h < layer.heads.size(); ++h) {
+      if (layer.heads[h].kv_head != metrics.kv_head) continue;
+      const auto it = std::find_if(heads.begin(), heads.end(), [&](const HeadMetrics& m) { return m.head == static_cast<int>(h); });
+      const double dWk = it != heads.end() ? it->softmax.dWk : softmax_key_derivative(layer, layer.heads[h]);
+      sum += dWk * dWk;
+    }
+    metrics.dWk_group = std::sqrt(sum);
+  }
+}
+
 HeadMetrics measure_head(const LayerInputs& layer, int layer_index, int head_index) {
   const HeadInputs& head = layer.heads.at(static_cast<std::size_t>(head_index));
   HeadMetrics m;
@@ -56,6 +74,7 @@ HeadMetrics measure_head(const LayerInputs& layer, int layer_index, int head_ind
   m.d = head.V.cols();
   m.causal = layer.causal;
   m.inner = layer.inner;
+  m.kv_head = head.kv_head;
   const double lambda = layer.inner;
   m.softmax = norms_of(AttentionMap{{ActivationKind::softmax, Pointwise::identity, 1}, lambda, {}}, layer, head);
   const auto bounds = theory::softmax_bounds(m.N);
@@ -114,6 +133,8 @@ const Field kFields[] = {
     ATTNCHECK_FIELD("grad_fro", m.softmax.grad),
     ATTNCHECK_FIELD("dWq_fro", m.softmax.dWq),
     ATTNCHECK_FIELD("dWk_fro", m.softmax.dWk),
+    ATTNCHECK_FIELD("kv_head", m.kv_head),
+    ATTNCHECK_FIELD("dWk_group_fro", m.dWk_group),
     ATTNCHECK_FIELD("sqrt_N", m.sqrt_n),
     ATTNCHECK_FIELD("softmax_over_sqrt_N", m.softmax.value / m.sqrt_n),
     ATTNCHECK_FIELD("grad_over_2sqrt_N", m.softmax.grad / m.grad_paper_bound),
@@ -142,7 +163,7 @@ const Field kFields[] = {
 };
 #undef ATTNCHECK_FIELD
 bool is_integer_field(const std::string& name) {
-  return name == "layer" || name == "head" || name == "N" || name == "D" || name == "d";
+  return name == "layer" || name == "head" || name == "N" || name == "D" || name == "d" || name == "kv_head";
 }
 }  // namespace
 
@@ -223,10 +244,13 @@ ProbeResult probe_model(const fs::path& model_path, const ProbeInput& input, con
   for (std::size_t l = 0; l < computed.size(); ++l) {
     const int layer = static_cast<int>(l);
     if (!layers.empty() && std::find(layers.begin(), layers.end(), layer) == layers.end()) continue;
+    const std::size_t first = result.heads.size();
     for (int head = 0; head < model.config().heads; ++head) {
       if (!heads.empty() && std::find(heads.begin(), heads.end(), head) == heads.end()) continue;
       result.heads.push_back(measure_head(computed[l], layer, head));
     }
+    const auto measured = std::span(result.heads).subspan(first);
+    set_group_key_derivatives(computed[l], measured);
   }
   if (keep_layers) result.layers = std::move(computed);
   return result;

@@ -2,12 +2,14 @@
 #include <rapidcheck/catch.h>
 
 #include "attncheck/probes/gguf.hpp"
+#include "attncheck/probes/model.hpp"
 #include "gguf_image.hpp"
 #include "tiny_models.hpp"
 
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <functional>
 
 using namespace attncheck::probes;
 using attncheck::probes::testing::GgufImage;
@@ -272,4 +274,56 @@ TEST_CASE("GGUF files are opened as checkpoints by their extension; a non-GGUF .
   const auto bad = write(dir.path / "fake.gguf", bytes_of({'{', '}', 0, 0, 0, 0, 0, 0, 0, 0}));
   CHECK_THROWS_WITH(Checkpoint::open(bad), Catch::Contains(bad.string() + ": not a GGUF file"));
   CHECK_THROWS_WITH(Checkpoint::open(dir.path / "absent.gguf"), Catch::Contains("no such file"));
+}
+
+TEST_CASE("Llama's architecture is read from GGUF metadata; what it cannot probe is refused by name") {
+  TempDir dir;
+  const auto make = [&](const std::function<void(GgufImage&)>& change) {
+    GgufImage g;
+    g.kv_string("general.architecture", "llama");
+    g.kv<std::uint32_t>("llama.block_count", 4, 2);
+    g.kv<std::uint32_t>("llama.context_length", 4, 64);
+    g.kv<std::uint32_t>("llama.embedding_length", 4, 8);
+    g.kv<std::uint32_t>("llama.feed_forward_length", 4, 16);
+    g.kv<std::uint32_t>("llama.attention.head_count", 4, 4);
+    g.kv<std::uint32_t>("llama.attention.head_count_kv", 4, 2);
+    g.kv<float>("llama.rope.freq_base", 6, 500.0f);
+    g.kv<float>("llama.attention.layer_norm_rms_epsilon", 6, 1e-5f);
+    change(g);
+    g.tensor("token_embd.weight", {8, 5}, 0, std::vector<std::byte>(8 * 5 * 4, std::byte{0}));
+    return write(dir.path / "model.gguf", g.bytes());
+  };
+  const auto model = TransformerModel::load(make([](GgufImage&) {}));
+  const auto& c = model.config();
+  CHECK(c.architecture == Architecture::llama);
+  CHECK(c.layers == 2);
+  CHECK(c.hidden == 8);
+  CHECK(c.heads == 4);
+  CHECK(c.key_value_heads() == 2);
+  CHECK(c.kv_head_of(0) == 0);
+  CHECK(c.kv_head_of(1) == 0);
+  CHECK(c.kv_head_of(2) == 1);
+  CHECK(c.head_dim() == 2);
+  CHECK(c.rope_theta == 500.0);
+  CHECK(c.rope_interleaved);
+  CHECK(c.vocab == 5);  // from token_embd when llama.vocab_size is absent
+  CHECK(c.max_positions == 64);
+  CHECK(c.layer_norm_eps == static_cast<double>(1e-5f));
+
+  CHECK_THROWS_WITH(TransformerModel::load(make([](GgufImage& g) { g.kv_string("general.architecture", "x"); })),
+                    Catch::Contains("metadata key 'general.architecture' appears twice"));
+  const auto other = [&](const std::string& architecture) {
+    GgufImage g;
+    g.kv_string("general.architecture", architecture);
+    return write(dir.path / "other.gguf", g.bytes());
+  };
+  CHECK_THROWS_WITH(TransformerModel::load(other("qwen2")),
+                    Catch::Contains("general.architecture 'qwen2' is not supported (llama)"));
+  CHECK_THROWS_WITH(TransformerModel::load(other("llama")), Catch::Contains("no metadata key 'llama.block_count'"));
+  CHECK_THROWS_WITH(TransformerModel::load(make([](GgufImage& g) { g.kv<std::uint32_t>("llama.rope.dimension_count", 4, 1); })),
+                    Catch::Contains("rotary embeddings on 1 of the 2 head dimensions are not supported"));
+  CHECK_THROWS_WITH(TransformerModel::load(make([](GgufImage& g) { g.kv_string("llama.rope.scaling.type", "yarn"); })),
+                    Catch::Contains("rope scaling 'yarn' is not supported"));
+  CHECK_THROWS_WITH(TransformerModel::load(make([](GgufImage& g) { g.kv<std::uint32_t>("llama.expert_count", 4, 8); })),
+                    Catch::Contains("mixtures of experts are not supported"));
 }

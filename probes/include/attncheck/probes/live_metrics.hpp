@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -26,7 +27,11 @@ struct HeadMetrics {
   std::int64_t D = 0, d = 0;
   bool causal = false;
   double inner = 1;  // lambda in S = lambda V U^T
+  std::int64_t kv_head = 0;  // the key head this query head shares (grouped-query attention), else itself
   NormSet softmax;
+  // ||d(A_h)_h / dW_K||_F over the query heads h sharing this head's key weights: the Jacobian of the group's
+  // stacked attention matrices in the shared W_K, whose square is the sum of the heads' squared softmax.dWk.
+  double dWk_group = 0;
   double sqrt_n = 0, grad_paper_bound = 0, grad_tight_bound = 0;  // sqrt(N), 2 sqrt(N), sqrt(N)/2
   // Score statistics over the attended entries.
   double score_mean = 0, score_std = 0, score_max_abs = 0, scores_fro = 0;
@@ -40,7 +45,10 @@ struct HeadMetrics {
   double iid_scores_fro = 0, iid_poly3_scaled_fro = 0, iid_poly3_fro = 0;
 };
 
+// Every norm except dWk_group, which needs the whole group: set_group_key_derivatives fills it for measured
+// heads of one layer (measuring the group's other heads' softmax dA/dW_K where they were not selected).
 HeadMetrics measure_head(const LayerInputs& layer, int layer_index, int head_index);
+void set_group_key_derivatives(const LayerInputs& layer, std::span<HeadMetrics> heads);
 
 nlohmann::json to_json(const HeadMetrics& metrics);
 // Column names and values in the same order, for CSV output.
