@@ -148,7 +148,8 @@ const bool registered = register_subcommand(
     [](CLI::App& command) -> std::function<int()> {
       auto o = std::make_shared<ProbeOptions>();
       command.add_option("MODEL", o->model, "model folder (config.json + safetensors), a .safetensors or a .gguf file");
-      command.add_option("--text", o->text, "input sentence (BERT: WordPiece tokenizer from the model's vocab.txt)");
+      command.add_option("--text", o->text, "input text: a GGUF file's own byte-level BPE, or beside the checkpoint vocab.txt (WordPiece), "
+                         "vocab.json + merges.txt (byte-level BPE) or tokenizer.json");
       command.add_option("--tokens", o->tokens, "file of whitespace-separated token ids");
       command.add_flag("--random", o->random,
                        "Gaussian embeddings (the default input), sigma = RMS of the model's token embeddings");

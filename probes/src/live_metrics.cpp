@@ -51,6 +51,31 @@ double iid_root_mean_square(const theory::GaussianModel& model, Index n, int p, 
 
 }  // namespace
 
+std::vector<std::int64_t> tokenize_for_model(const fs::path& model_path, const TransformerModel& model,
+                                             std::string_view text) {
+  if (const GgufFile* gguf = model.checkpoint().gguf()) return ByteLevelBpeTokenizer::from_gguf(gguf->header()).encode(text);
+  const fs::path folder = fs::is_directory(model_path) ? model_path : model_path.parent_path();
+  if (fs::exists(folder / "vocab.txt")) {
+    bool lower_case = true;
+    const fs::path tokenizer_config = folder / "tokenizer_config.json";
+    if (fs::exists(tokenizer_config)) {
+      std::ifstream in(tokenizer_config);
+      const auto json = nlohmann::json::parse(in, nullptr, false);
+      if (json.is_object() && json.contains("do_lower_case") && json["do_lower_case"].is_boolean()) {
+        lower_case = json["do_lower_case"].get<bool>();
+      }
+    }
+    return WordPieceTokenizer(folder / "vocab.txt", lower_case).encode(text);
+  }
+  if (fs::exists(folder / "vocab.json") && fs::exists(folder / "merges.txt")) {
+    return ByteLevelBpeTokenizer::from_files(folder / "vocab.json", folder / "merges.txt").encode(text);
+  }
+  if (fs::exists(folder / "tokenizer.json")) return encode_with_tokenizer_json(folder / "tokenizer.json", text);
+  throw InputError(fmt::format("{}: no tokenizer for --text (vocab.txt, vocab.json with merges.txt, or "
+                               "tokenizer.json); pass the ids with --tokens FILE",
+                               folder.string()));
+}
+
 void set_group_key_derivatives(const LayerInputs& layer, std::span<HeadMetrics> heads) {
   for (auto& metrics : heads) {
     double sum = 0;
@@ -206,25 +231,10 @@ ProbeResult probe_model(const fs::path& model_path, const ProbeInput& input, con
   }
   std::vector<LayerInputs> computed;
   switch (input.kind) {
-    case ProbeInput::Kind::text: {
-      if (model.config().architecture != Architecture::bert) {
-        throw InputError("--text needs a WordPiece vocabulary (BERT); GPT-2's byte-level BPE is not implemented: "
-                         "pass the ids with --tokens FILE");
-      }
-      const fs::path vocab = (fs::is_directory(model_path) ? model_path : model_path.parent_path()) / "vocab.txt";
-      bool lower_case = true;
-      const fs::path tokenizer_config = vocab.parent_path() / "tokenizer_config.json";
-      if (fs::exists(tokenizer_config)) {
-        std::ifstream in(tokenizer_config);
-        const auto json = nlohmann::json::parse(in, nullptr, false);
-        if (json.is_object() && json.contains("do_lower_case") && json["do_lower_case"].is_boolean()) {
-          lower_case = json["do_lower_case"].get<bool>();
-        }
-      }
-      result.ids = WordPieceTokenizer(vocab, lower_case).encode(input.text);
+    case ProbeInput::Kind::text:
+      result.ids = tokenize_for_model(model_path, model, input.text);
       computed = model.forward(result.ids, layers);
       break;
-    }
     case ProbeInput::Kind::tokens:
       result.ids = read_token_file(input.tokens_file);
       computed = model.forward(result.ids, layers);

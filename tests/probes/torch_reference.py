@@ -103,6 +103,10 @@ def read_model(folder):
             weights.update(read_safetensors(os.path.join(folder, shard)))
     else:
         weights = read_safetensors(os.path.join(folder, "model.safetensors"))
+    # Older checkpoints name LayerNorm parameters gamma and beta.
+    renamed = {"LayerNorm.gamma": "LayerNorm.weight", "LayerNorm.beta": "LayerNorm.bias"}
+    weights = {next((k[:-len(old)] + new for old, new in renamed.items() if k.endswith(old)), k): v
+               for k, v in weights.items()}
     return config, weights
 
 
@@ -419,7 +423,10 @@ def check_llama_norms(layers, metrics):
     """dW_Q, dW_K per query head and dW_K of each key head's group against autograd."""
     by_key = {(m["layer"], m["head"]): m for m in metrics}
     failures, worst = 0, 0.0
-    for l, layer in enumerate(layers):
+    # Autograd Jacobians cost a backward pass per attention entry: on a real model, the first and last layer.
+    checked = range(len(layers)) if len(layers) <= 4 else [0, len(layers) - 1]
+    for l in checked:
+        layer = layers[l]
         H, G, d = layer["heads"], layer["kv_heads"], layer["d"]
         share = H // G
         for g in sorted({0, G - 1}):
@@ -449,8 +456,8 @@ def check_llama_norms(layers, metrics):
                     if rel > 1e-9:
                         print(f"FAIL: layer {l} head {head}: {key} = {got[key]!r}, autograd {value!r} (rel {rel:.2e})")
                         failures += 1
-    print(f"norms vs autograd Jacobians (every head of the first and last key head's group per layer, and the "
-          f"groups' dW_K): max relative difference {worst:.3e}")
+    print(f"norms vs autograd Jacobians (layers {list(checked)}: every head of the first and last key head's "
+          f"group, and the groups' dW_K): max relative difference {worst:.3e}")
     return failures
 
 

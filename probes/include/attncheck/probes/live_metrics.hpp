@@ -71,6 +71,11 @@ struct ProbeResult {
   std::vector<LayerInputs> layers;   // kept only when asked (for the attention dump)
 };
 
+// The ids of `text` for MODEL: a GGUF file's own byte-level BPE; beside a safetensors checkpoint, vocab.txt
+// (WordPiece), vocab.json with merges.txt (byte-level BPE, GPT-2's pre-tokenizer) or tokenizer.json.
+std::vector<std::int64_t> tokenize_for_model(const std::filesystem::path& model, const TransformerModel& loaded,
+                                             std::string_view text);
+
 // Loads MODEL, builds the input, runs the forward pass and measures the selected layers and heads (all when
 // empty). Out-of-range layers or heads are InputErrors naming them.
 ProbeResult probe_model(const std::filesystem::path& model, const ProbeInput& input, const std::vector<int>& layers,
