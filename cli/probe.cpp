@@ -22,6 +22,7 @@ struct ProbeOptions {
   std::string tokens;
   bool random = false;
   std::int64_t length = 128;
+  bool length_given = false;
   std::uint64_t seed = 0;
   std::vector<int> layers, heads;
   bool json = false, csv = false;
@@ -38,6 +39,10 @@ probes::ProbeInput make_input(const ProbeOptions& o) {
   probes::ProbeInput input;
   input.seed = o.seed;
   input.random_length = o.length;
+  if (o.length_given && (!o.text.empty() || !o.tokens.empty())) {
+    if (o.length <= 0) throw UsageError(fmt::format("--length {} is not a positive number of tokens", o.length));
+    input.max_tokens = o.length;
+  }
   if (!o.text.empty()) {
     input.kind = probes::ProbeInput::Kind::text;
     input.text = o.text;
@@ -153,7 +158,10 @@ const bool registered = register_subcommand(
       command.add_option("--tokens", o->tokens, "file of whitespace-separated token ids");
       command.add_flag("--random", o->random,
                        "Gaussian embeddings (the default input), sigma = RMS of the model's token embeddings");
-      command.add_option("--length", o->length, "number of positions for --random")->capture_default_str();
+      command.add_option("--length", o->length,
+                         "number of positions for --random; with --text or --tokens, keep the first LENGTH tokens")
+          ->capture_default_str()
+          ->each([o](const std::string&) { o->length_given = true; });
       command.add_option("--seed", o->seed, "seed of the random input")->capture_default_str();
       command.add_option("--layers", o->layers, "0-based layers to measure (default all)")->delimiter(',');
       command.add_option("--heads", o->heads, "0-based heads to measure (default all)")->delimiter(',');

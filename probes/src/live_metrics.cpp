@@ -232,11 +232,16 @@ ProbeResult probe_model(const fs::path& model_path, const ProbeInput& input, con
   std::vector<LayerInputs> computed;
   switch (input.kind) {
     case ProbeInput::Kind::text:
-      result.ids = tokenize_for_model(model_path, model, input.text);
-      computed = model.forward(result.ids, layers);
-      break;
     case ProbeInput::Kind::tokens:
-      result.ids = read_token_file(input.tokens_file);
+      result.ids = input.kind == ProbeInput::Kind::text ? tokenize_for_model(model_path, model, input.text)
+                                                        : read_token_file(input.tokens_file);
+      if (input.max_tokens >= 0) {
+        if (static_cast<std::int64_t>(result.ids.size()) < input.max_tokens) {
+          throw InputError(fmt::format("the input has {} tokens, fewer than the {} asked for with --length",
+                                       result.ids.size(), input.max_tokens));
+        }
+        result.ids.resize(static_cast<std::size_t>(input.max_tokens));
+      }
       computed = model.forward(result.ids, layers);
       break;
     case ProbeInput::Kind::random: {

@@ -17,6 +17,18 @@ trap 'rm -rf "$work"' EXIT
   >"$work/hf.json" || { echo "FAIL: probe of the Hugging Face checkpoint exited $?"; exit 1; }
 "$attncheck" probe "$tiny/tiny-llama-f32.gguf" --tokens "$tiny/tiny-llama/tokens.txt" --json \
   --attention-out "$work/gguf.st" >"$work/gguf.json" || { echo "FAIL: probe of the GGUF file exited $?"; exit 1; }
+# --text: the GGUF file's own byte-level BPE and the checkpoint's vocab.json + merges.txt give the same ids.
+for model in "$tiny/tiny-llama-f32.gguf" "$tiny/tiny-llama"; do
+  "$attncheck" probe "$model" --text "the cats sat on the mat, 12345" | grep "^input: " >>"$work/text-ids" ||
+    { echo "FAIL: --text on $model"; exit 1; }
+done
+[ "$(sort -u "$work/text-ids" | wc -l)" -eq 1 ] || { echo "FAIL: --text gives different ids: $(cat "$work/text-ids")"; exit 1; }
+# Bad input: exit 2 with the reason.
+out=$("$attncheck" probe "$tiny/tiny-llama-q4_0.gguf" --text "the cat" --length 99 2>&1)
+[ $? -eq 2 ] && grep -q "fewer than the 99 asked for" <<<"$out" || { echo "FAIL: --length beyond the text: $out"; exit 1; }
+head -c 5000 "$tiny/tiny-llama-q4_0.gguf" >"$work/cut.gguf"
+out=$("$attncheck" probe "$work/cut.gguf" --random 2>&1)
+[ $? -eq 2 ] && grep -q "$work/cut.gguf" <<<"$out" || { echo "FAIL: a truncated GGUF file: $out"; exit 1; }
 exec /usr/bin/python3 - "$work" <<'PY'
 import json, os, struct, sys
 import numpy as np

@@ -60,6 +60,7 @@ struct ProbeInput {
   std::string text;
   std::filesystem::path tokens_file;
   std::int64_t random_length = 128;
+  std::int64_t max_tokens = -1;  // text or token input: keep the first max_tokens (an error when there are fewer)
   std::uint64_t seed = 0;
 };
 
