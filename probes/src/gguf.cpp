@@ -343,17 +343,7 @@ GgufHeader parse_gguf(std::span<const std::byte> image, const std::string& sourc
                                    source, tensor.name, sizes[k], offsets[k], data_size));
     }
   }
-  std::sort(out.tensors.begin(), out.tensors.end(), [](const TensorInfo& a, const TensorInfo& b) {
-    return a.begin < b.begin || (a.begin == b.begin && a.end < b.end);
-  });
-  for (std::size_t k = 1; k < out.tensors.size(); ++k) {
-    const auto& previous = out.tensors[k - 1];
-    const auto& current = out.tensors[k];
-    if (current.begin < previous.end && current.begin != current.end) {
-      throw InputError(fmt::format("{}: tensors '{}' [{}, {}) and '{}' [{}, {}) overlap", source, previous.name,
-                                   previous.begin, previous.end, current.name, current.begin, current.end));
-    }
-  }
+  sort_by_offset_without_overlaps(out.tensors, source);
   return out;
 }
 

@@ -245,18 +245,22 @@ SafetensorsHeader parse_safetensors(std::span<const std::byte> image, const std:
     tensor.end = *end;
     out.tensors.push_back(std::move(tensor));
   }
-  std::sort(out.tensors.begin(), out.tensors.end(),
+  sort_by_offset_without_overlaps(out.tensors, source);
+  return out;
+}
+
+void sort_by_offset_without_overlaps(std::vector<TensorInfo>& tensors, const std::string& source) {
+  std::sort(tensors.begin(), tensors.end(),
             [](const TensorInfo& a, const TensorInfo& b) { return a.begin < b.begin || (a.begin == b.begin && a.end < b.end); });
-  for (std::size_t k = 1; k < out.tensors.size(); ++k) {
-    const auto& previous = out.tensors[k - 1];
-    const auto& current = out.tensors[k];
+  for (std::size_t k = 1; k < tensors.size(); ++k) {
+    const auto& previous = tensors[k - 1];
+    const auto& current = tensors[k];
     // Empty tensors occupy no bytes and cannot overlap anything.
     if (current.begin < previous.end && current.begin != current.end) {
       throw InputError(fmt::format("{}: tensors '{}' [{}, {}] and '{}' [{}, {}] overlap", source, previous.name,
                                    previous.begin, previous.end, current.name, current.begin, current.end));
     }
   }
-  return out;
 }
 
 MappedFile::MappedFile(const std::filesystem::path& path) {

@@ -419,6 +419,18 @@ def llama_head_attention(layer, wq, bq, wk, bk):
     return torch.softmax(scores, dim=-1)
 
 
+def compare_norms(where, got, expected):
+    """The probe's norms against autograd's, relative 1e-9: (failures, largest relative difference)."""
+    failures, worst = 0, 0.0
+    for key, value in expected.items():
+        rel = abs(got[key] - value) / max(abs(value), 1e-300)
+        worst = max(worst, rel)
+        if rel > 1e-9:
+            print(f"FAIL: {where}: {key} = {got[key]!r}, autograd {value!r} (rel {rel:.2e})")
+            failures += 1
+    return failures, worst
+
+
 def check_llama_norms(layers, metrics):
     """dW_Q, dW_K per query head and dW_K of each key head's group against autograd."""
     by_key = {(m["layer"], m["head"]): m for m in metrics}
@@ -450,12 +462,8 @@ def check_llama_norms(layers, metrics):
                 if got["kv_head"] != g:
                     print(f"FAIL: layer {l} head {head}: kv_head {got['kv_head']}, expected {g}")
                     failures += 1
-                for key, value in expected.items():
-                    rel = abs(got[key] - value) / max(abs(value), 1e-300)
-                    worst = max(worst, rel)
-                    if rel > 1e-9:
-                        print(f"FAIL: layer {l} head {head}: {key} = {got[key]!r}, autograd {value!r} (rel {rel:.2e})")
-                        failures += 1
+                bad, rel = compare_norms(f"layer {l} head {head}", got, expected)
+                failures, worst = failures + bad, max(worst, rel)
     print(f"norms vs autograd Jacobians (layers {list(checked)}: every head of the first and last key head's "
           f"group, and the groups' dW_K): max relative difference {worst:.3e}")
     return failures
@@ -634,12 +642,8 @@ def compare(binary, model, probe_args):
                         "dWk_fro": float(torch.linalg.norm(d_wk)), "grad_fro": float(torch.linalg.norm(d_s)),
                         "poly3_scaled_fro": float(torch.linalg.norm(poly))}
             got = by_key[(l, head)]
-            for key, value in expected.items():
-                rel = abs(got[key] - value) / max(abs(value), 1e-300)
-                worst_rel = max(worst_rel, rel)
-                if rel > 1e-9:
-                    print(f"FAIL: layer {l} head {head}: {key} = {got[key]!r}, autograd {value!r} (rel {rel:.2e})")
-                    failures += 1
+            bad, rel = compare_norms(f"layer {l} head {head}", got, expected)
+            failures, worst_rel = failures + bad, max(worst_rel, rel)
             if got["N"] != n:
                 print(f"FAIL: layer {l} head {head}: N = {got['N']}, expected {n}")
                 failures += 1

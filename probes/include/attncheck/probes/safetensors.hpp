@@ -57,6 +57,9 @@ struct SafetensorsHeader {
 // duplicate names. `source` names the file in messages. Needs no file: the fuzz target calls it directly.
 SafetensorsHeader parse_safetensors(std::span<const std::byte> image, const std::string& source);
 
+// Orders a file's tensors by their data offsets and refuses two whose bytes overlap, naming both.
+void sort_by_offset_without_overlaps(std::vector<TensorInfo>& tensors, const std::string& source);
+
 // A read-only memory mapping of a whole file (never copied).
 class MappedFile {
  public:
