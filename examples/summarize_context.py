@@ -18,16 +18,16 @@ import statistics
 import subprocess
 import sys
 
-# (JSON key, label, divided by): the norms shown, each against the scale the theory gives it.
+# (JSON key, label): the norms whose growth with N is fitted and plotted.
 QUANTITIES = [
-    ("softmax_fro", "||A||_F", "sqrt(N)"),
-    ("grad_fro", "||grad softmax||_F", "sqrt(N)/2"),
-    ("dWq_fro", "||dA/dW_Q||_F", None),
-    ("dWk_fro", "||dA/dW_K||_F", None),
-    ("dWk_group_fro", "group ||dA/dW_K||_F", None),
-    ("linear_scaled_fro", "||S||_F/sqrt(N)", None),
-    ("poly3_scaled_fro", "||S^3||_F/sqrt(N)", None),
-    ("relu_n_fro", "||relu(S)||_F/N", None),
+    ("softmax_fro", "‖A‖_F"),
+    ("grad_fro", "‖∇softmax‖_F"),
+    ("dWq_fro", "‖dA/dW_Q‖_F"),
+    ("dWk_fro", "‖dA/dW_K‖_F"),
+    ("dWk_group_fro", "group ‖dA/dW_K‖_F"),
+    ("linear_scaled_fro", "‖S‖_F/√N"),
+    ("poly3_scaled_fro", "‖S³‖_F/√N"),
+    ("relu_n_fro", "‖relu(S)‖_F/N"),
 ]
 
 
@@ -72,7 +72,7 @@ def main(folder):
         for r in runs[n]:
             by_head[(r["layer"], r["head"])][n] = r
     medians = {}
-    for key, label, _ in QUANTITIES:
+    for key, label in QUANTITIES:
         medians[key] = [statistics.median(r[key] for r in runs[n]) for n in ns]
         per_head = [slope(ns, [h[n][key] for n in ns]) for h in by_head.values() if all(h[n][key] > 0 for n in ns)]
         q1, q2, q3 = quartiles(per_head)
@@ -88,18 +88,19 @@ def plot(folder, ns, runs, medians):
     with open(data, "w") as f:
         for k, n in enumerate(ns):
             a = [r["softmax_fro"] for r in runs[n]]
-            f.write(" ".join(f"{x:.10g}" for x in [n, min(a), max(a)] + [medians[key][k] for key, _, _ in QUANTITIES])
+            f.write(" ".join(f"{x:.10g}" for x in [n, min(a), max(a)] + [medians[key][k] for key, _ in QUANTITIES])
                     + "\n")
     # Columns: 1 N, 2-3 min/max ||A||, then the medians in QUANTITIES' order from column 4.
-    column = {key: 4 + k for k, (key, _, _) in enumerate(QUANTITIES)}
-    script = f"""set terminal svg size 900,560 dynamic font 'sans,13'
+    column = {key: 4 + k for k, (key, _) in enumerate(QUANTITIES)}
+    script = f"""set terminal svg size 860,640 dynamic font 'sans,13'
 set output '{os.path.join(folder, 'smollm2-context.svg')}'
 set logscale xy
 set xlabel 'N (tokens of the paragraph)'
 set ylabel 'Frobenius norm (median over the 270 heads)'
 set title 'SmolLM2-135M-Instruct: live norms against context length'
-set key outside right
+set key below maxrows 4
 set xtics ({', '.join(str(n) for n in ns)})
+set xrange [{ns[0] / 1.25}:{ns[-1] * 1.25}]
 set grid
 plot '{data}' using 1:2:3 with filledcurves lc rgb '#cfe0f5' title '||A||_F, min to max over heads', \\
      x**0.5 with lines dt 2 lc rgb 'black' title 'sqrt(N) (sup ||A||_F)', \\
