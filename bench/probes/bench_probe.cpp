@@ -1,5 +1,6 @@
 // Times one probe of MODEL on the first N tokens of a text file, by phase: opening the checkpoint, tokenizing,
-// the forward pass through every layer, and the norms of every head. Prints one JSON object (seconds).
+// the forward pass through every layer, and the norms of every head. Prints one JSON object: wall seconds, and
+// the forward's and norms' process CPU seconds (which other work on a shared machine disturbs less).
 // Usage: bench_probe MODEL TEXT_FILE N
 
 #include "attncheck/probes/live_metrics.hpp"
@@ -7,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <ctime>
 #include <fstream>
 #include <sstream>
 
@@ -30,8 +32,10 @@ int main(int argc, char** argv) {
     if (ids.size() < n) throw InputError(fmt::format("{} has only {} tokens", argv[2], ids.size()));
     ids.resize(n);
     const auto t2 = Clock::now();
+    const std::clock_t c2 = std::clock();
     const auto layers = model.forward(ids);
     const auto t3 = Clock::now();
+    const std::clock_t c3 = std::clock();
     double checksum = 0;
     for (std::size_t l = 0; l < layers.size(); ++l) {
       std::vector<HeadMetrics> heads;
@@ -40,9 +44,12 @@ int main(int argc, char** argv) {
       for (const auto& m : heads) checksum += m.softmax.value;
     }
     const auto t4 = Clock::now();
+    const std::clock_t c4 = std::clock();
+    const auto cpu = [](std::clock_t a, std::clock_t b) { return static_cast<double>(b - a) / CLOCKS_PER_SEC; };
     fmt::print("{{\"N\": {}, \"load_s\": {:.4f}, \"tokenize_s\": {:.4f}, \"forward_s\": {:.4f}, \"norms_s\": {:.4f}, "
-               "\"softmax_fro_sum\": {:.12g}}}\n",
-               n, seconds(t0, t1), seconds(t1, t2), seconds(t2, t3), seconds(t3, t4), checksum);
+               "\"forward_cpu_s\": {:.4f}, \"norms_cpu_s\": {:.4f}, \"softmax_fro_sum\": {:.12g}}}\n",
+               n, seconds(t0, t1), seconds(t1, t2), seconds(t2, t3), seconds(t3, t4), cpu(c2, c3), cpu(c3, c4),
+               checksum);
   } catch (const InputError& e) {
     fmt::print(stderr, "{}\n", e.what());
     return 2;

@@ -14,10 +14,11 @@ model, dump, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 ids = [int(x) for x in reference.read_safetensors(dump)["input_ids"]][:n]
 t0 = time.perf_counter()
 config, weights = reference.read_gguf(model)
-t1 = time.perf_counter()
+t1, c1 = time.perf_counter(), time.process_time()
 with reference.torch.no_grad():
     layers = reference.llama_layers(config, weights, ids)
-t2 = time.perf_counter()
-print(json.dumps({"N": n, "dequantize_s": t1 - t0, "forward_s": t2 - t1, "threads": reference.torch.get_num_threads(),
+t2, c2 = time.perf_counter(), time.process_time()
+print(json.dumps({"N": n, "dequantize_s": t1 - t0, "forward_s": t2 - t1, "forward_cpu_s": c2 - c1,
+                  "threads": reference.torch.get_num_threads(),
                   "softmax_fro_sum": float(sum(reference.torch.linalg.norm(l["attention"], dim=(1, 2)).sum()
                                                for l in layers))}))
