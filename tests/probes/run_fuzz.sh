@@ -22,17 +22,31 @@ if ! "$clang" -fsanitize=fuzzer "$probe/t.cpp" -o "$probe/t" 2>/dev/null; then
   exit 77
 fi
 binary=$work/fuzz_$target
-# Both readers share safetensors.cpp (element types, mapping); each has its own kept corpus.
-sources=("$root/tests/probes/fuzz_$target.cpp" "$root/probes/src/safetensors.cpp" "$root/probes/src/gguf.cpp"
-         "$root/reports/src/atomic_file.cpp")
 corpus=$root/tests/probes/fuzz_corpus
 [ "$target" = safetensors ] || corpus=${corpus}_$target
-if [ ! -x "$binary" ] || [ -n "$(find "${sources[@]}" "$root/probes/include" "$root/reports/include" -newer "$binary" -print -quit)" ]; then
-  "$clang" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-    -I"$root/probes/include" -I"$root/reports/include" -I"$root/theory/include" -I/usr/include/eigen3 \
-    "${sources[@]}" -lfmt -o "$binary.tmp"
+flags=(-std=c++20 -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
+       -I"$root/probes/include" -I"$root/reports/include" -I"$root/theory/include" -I/usr/include/eigen3)
+headers=("$root/probes/include" "$root/reports/include" "$root/theory/include")
+# The readers' sources are shared by both targets: compiled once (under a lock, as both tests may run at
+# once) and reused while newer than every source and header.
+mkdir -p "$work/objects"
+exec 8>"$work/objects.lock"
+flock 8
+objects=()
+for source in "$root/probes/src/safetensors.cpp" "$root/probes/src/gguf.cpp" "$root/reports/src/atomic_file.cpp" \
+              "$root/tests/probes/fuzz_$target.cpp"; do
+  object=$work/objects/$(basename "$source" .cpp).o
+  if [ ! -f "$object" ] || [ -n "$(find "$source" "${headers[@]}" -newer "$object" -print -quit)" ]; then
+    "$clang" "${flags[@]}" -c "$source" -o "$object.tmp"
+    mv "$object.tmp" "$object"
+  fi
+  objects+=("$object")
+done
+if [ ! -x "$binary" ] || [ -n "$(find "${objects[@]}" -newer "$binary" -print -quit)" ]; then
+  "$clang" -fsanitize=fuzzer,address,undefined "${objects[@]}" -lfmt -o "$binary.tmp"
   mv "$binary.tmp" "$binary"
 fi
+flock -u 8
 # New inputs go to the first folder, so the kept corpus in the source tree is read, never written.
 rm -rf "$work/corpus-$target"
 mkdir -p "$work/corpus-$target"

@@ -451,13 +451,13 @@ def check_llama_norms(layers, metrics):
             def stacked(w):
                 return torch.stack([llama_head_attention(layer, layer["wq"][h * d:(h + 1) * d],
                                                          layer["bq"][h * d:(h + 1) * d], w, bk) for h in group])
-            expected_group = float(torch.linalg.norm(torch.autograd.functional.jacobian(stacked, wk)))
+            expected_group = float(torch.linalg.norm(torch.autograd.functional.jacobian(stacked, wk, vectorize=True)))
             for head in group:
                 qs = slice(head * d, (head + 1) * d)
                 wq, bq = layer["wq"][qs], layer["bq"][qs]
                 a = llama_head_attention(layer, wq, bq, wk, bk)
-                d_wq = torch.autograd.functional.jacobian(lambda w: llama_head_attention(layer, w, bq, wk, bk), wq)
-                d_wk = torch.autograd.functional.jacobian(lambda w: llama_head_attention(layer, wq, bq, w, bk), wk)
+                d_wq = torch.autograd.functional.jacobian(lambda w: llama_head_attention(layer, w, bq, wk, bk), wq, vectorize=True)
+                d_wk = torch.autograd.functional.jacobian(lambda w: llama_head_attention(layer, wq, bq, w, bk), wk, vectorize=True)
                 expected = {"softmax_fro": float(torch.linalg.norm(a)), "dWq_fro": float(torch.linalg.norm(d_wq)),
                             "dWk_fro": float(torch.linalg.norm(d_wk)), "dWk_group_fro": expected_group}
                 got = by_key[(l, head)]
