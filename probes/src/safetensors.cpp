@@ -133,6 +133,8 @@ double element_to_double(DType dtype, const std::byte* p) {
 }
 
 std::int64_t TensorInfo::element_count() const {
+  // An empty tensor may declare huge other dimensions whose product would overflow: it has no elements.
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
   std::int64_t count = 1;
   for (auto dim : shape) count *= dim;
   return count;

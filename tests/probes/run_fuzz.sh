@@ -50,5 +50,6 @@ flock -u 8
 # New inputs go to the first folder, so the kept corpus in the source tree is read, never written.
 rm -rf "$work/corpus-$target"
 mkdir -p "$work/corpus-$target"
-"$binary" -max_total_time="$seconds" -max_len=4096 -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
+# A finding must fail the test: libFuzzer's own exit code for one is 77, which CTest reads as "skipped".
+"$binary" -error_exitcode=1 -max_total_time="$seconds" -max_len=4096 -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
   "$work/corpus-$target" "$corpus"

@@ -327,3 +327,13 @@ TEST_CASE("Llama's architecture is read from GGUF metadata; what it cannot probe
   CHECK_THROWS_WITH(TransformerModel::load(make([](GgufImage& g) { g.kv<std::uint32_t>("llama.expert_count", 4, 8); })),
                     Catch::Contains("mixtures of experts are not supported"));
 }
+
+TEST_CASE("An empty tensor with huge other dimensions has no elements (no overflow)") {
+  GgufImage g;
+  g.tensor("empty", {0, 1ull << 40, 1ull << 40, 1ull << 40}, 0, {});
+  const auto header = parse_gguf(g.bytes(), "model.gguf");
+  REQUIRE(header.tensors.size() == 1);
+  CHECK(header.tensors[0].element_count() == 0);
+  TensorInfo safetensors_like{"t", DType::F32, nullptr, {std::int64_t{1} << 40, std::int64_t{1} << 40, 0}, 0, 0};
+  CHECK(safetensors_like.element_count() == 0);
+}
