@@ -25,6 +25,7 @@ struct ProbeOptions {
   std::string tokens;
   bool random = false;
   std::int64_t length = 128;
+  bool length_given = false;
   std::uint64_t seed = 0;
   std::vector<int> layers, heads;
   bool json = false, csv = false;
@@ -41,6 +42,10 @@ probes::ProbeInput make_input(const ProbeOptions& o) {
   probes::ProbeInput input;
   input.seed = o.seed;
   input.random_length = o.length;
+  if (o.length_given && (!o.text.empty() || !o.tokens.empty())) {
+    if (o.length <= 0) throw UsageError(fmt::format("--length {} is not a positive number of tokens", o.length));
+    input.max_tokens = o.length;
+  }
   if (!o.text.empty()) {
     input.kind = probes::ProbeInput::Kind::text;
     input.text = o.text;
@@ -79,9 +84,13 @@ void note_non_finite(int count, const char* how) {
 void print_table(const probes::ProbeResult& result, const probes::ProbeInput& input) {
   const auto& c = result.config;
   fmt::print("{} model: {} layers, {} heads of dimension {}, D = {}; trained attention: {}; {} attention\n",
-             c.architecture == probes::Architecture::bert ? "BERT" : "GPT-2", c.layers, c.heads, c.head_dim(),
-             c.hidden, c.attention_activation,
-             c.architecture == probes::Architecture::bert ? "bidirectional" : "causal");
+             probes::architecture_name(c.architecture), c.layers, c.heads, c.head_dim(), c.hidden,
+             c.attention_activation, c.architecture == probes::Architecture::bert ? "bidirectional" : "causal");
+  if (c.architecture == probes::Architecture::llama) {
+    fmt::print("rotary positions (base {:g}, pairs {}); {} query heads share {} key/value heads: |dA/dWk| is one "
+               "head's, the JSON's dWk_group_fro its group's\n",
+               c.rope_theta, c.rope_interleaved ? "(2p, 2p+1)" : "(p, p+d/2)", c.heads, c.key_value_heads());
+  }
   if (input.kind == probes::ProbeInput::Kind::random) {
     fmt::print("input: {} Gaussian embeddings, sigma = {:.4g} (RMS of the token embeddings), seed {}\n",
                input.random_length, result.random_sigma, input.seed);
@@ -151,7 +160,7 @@ int run(const ProbeOptions& o) {
                summary.measured, summary.exceeded, summary.refused, watch.output.string());
     return summary.exit_code();
   }
-  if (o.model.empty()) throw UsageError("give MODEL (a folder or a .safetensors file) or --watch DIR");
+  if (o.model.empty()) throw UsageError("give MODEL (a folder, a .safetensors or a .gguf file) or --watch DIR");
   const auto result = probes::probe_model(o.model, input, o.layers, o.heads, !o.attention_out.empty());
   if (!o.attention_out.empty()) probes::write_attention(o.attention_out, result);
   if (o.json) {
@@ -184,16 +193,21 @@ int run(const ProbeOptions& o) {
 }
 
 const bool registered = register_subcommand(
-    "probe", "live per-layer, per-head attention norms of a safetensors checkpoint (BERT, GPT-2) against the theory",
+    "probe", "live per-layer, per-head attention norms of a checkpoint (BERT, GPT-2, Llama; safetensors or GGUF) "
+    "against the theory",
     [](CLI::App& command) -> std::function<int()> {
       auto o = std::make_shared<ProbeOptions>();
-      command.add_option("MODEL", o->model, "model folder (config.json + safetensors) or a .safetensors file");
-      command.add_option("--text", o->text, "input sentence (BERT: WordPiece tokenizer from the model's vocab.txt)");
+      command.add_option("MODEL", o->model, "model folder (config.json + safetensors), a .safetensors or a .gguf file");
+      command.add_option("--text", o->text, "input text: a GGUF file's own byte-level BPE, or beside the checkpoint vocab.txt (WordPiece), "
+                         "vocab.json + merges.txt (byte-level BPE) or tokenizer.json");
       command.add_option("--tokens", o->tokens, "file of whitespace-separated token ids");
       command.add_flag("--random", o->random,
                        "Gaussian embeddings (the default input), sigma = RMS of the model's token embeddings");
-      command.add_option("--length", o->length, "number of positions for --random (checked against memory)")
-          ->capture_default_str()->check(integer_in(1, INT64_MAX));
+      command.add_option("--length", o->length,
+                         "number of positions for --random; with --text or --tokens, keep the first LENGTH tokens")
+          ->capture_default_str()
+          ->check(integer_in(1, INT64_MAX))
+          ->each([o](const std::string&) { o->length_given = true; });
       command.add_option("--seed", o->seed, "seed of the random input")->capture_default_str()->check(unsigned_in(0, UINT64_MAX));
       command.add_option("--layers", o->layers, "0-based layers to measure (default all)")
           ->delimiter(',')->check(integer_in(0, INT32_MAX));

@@ -23,8 +23,13 @@ using theory::Pointwise;
 namespace {
 
 NormSet norms_of(const AttentionMap& map, const LayerInputs& layer, const HeadInputs& head) {
-  const auto norms = theory::attention_norms_from_projections(map, layer.X, head.V, head.U, layer.causal);
+  const auto norms = theory::attention_norms_from_projections(map, layer.X, head.V, head.U, layer.causal,
+                                                              layer.rotary ? &*layer.rotary : nullptr);
   return {norms.value_fro, *norms.dS_fro, *norms.dQ_fro, *norms.dK_fro};
+}
+
+double softmax_key_derivative(const LayerInputs& layer, const HeadInputs& head) {
+  return norms_of(AttentionMap{{ActivationKind::softmax, Pointwise::identity, 1}, layer.inner, {}}, layer, head).dWk;
 }
 
 AttentionMap pointwise_map(Pointwise h, int p, double inner, theory::OuterScale outer) {
@@ -47,6 +52,43 @@ double iid_root_mean_square(const theory::GaussianModel& model, Index n, int p, 
 
 }  // namespace
 
+std::vector<std::int64_t> tokenize_for_model(const fs::path& model_path, const TransformerModel& model,
+                                             std::string_view text) {
+  if (const GgufFile* gguf = model.checkpoint().gguf()) return ByteLevelBpeTokenizer::from_gguf(gguf->header()).encode(text);
+  const fs::path folder = fs::is_directory(model_path) ? model_path : model_path.parent_path();
+  if (fs::exists(folder / "vocab.txt")) {
+    bool lower_case = true;
+    const fs::path tokenizer_config = folder / "tokenizer_config.json";
+    if (std::error_code absent; fs::exists(tokenizer_config, absent)) {
+      const auto json = nlohmann::json::parse(reports::read_text_file(tokenizer_config), nullptr, false);
+      if (json.is_object() && json.contains("do_lower_case") && json["do_lower_case"].is_boolean()) {
+        lower_case = json["do_lower_case"].get<bool>();
+      }
+    }
+    return WordPieceTokenizer(folder / "vocab.txt", lower_case).encode(text);
+  }
+  if (fs::exists(folder / "vocab.json") && fs::exists(folder / "merges.txt")) {
+    return ByteLevelBpeTokenizer::from_files(folder / "vocab.json", folder / "merges.txt").encode(text);
+  }
+  if (fs::exists(folder / "tokenizer.json")) return encode_with_tokenizer_json(folder / "tokenizer.json", text);
+  throw InputError(fmt::format("{}: no tokenizer for --text (vocab.txt, vocab.json with merges.txt, or "
+                               "tokenizer.json); pass the ids with --tokens FILE",
+                               folder.string()));
+}
+
+void set_group_key_derivatives(const LayerInputs& layer, std::span<HeadMetrics> heads) {
+  for (auto& metrics : heads) {
+    double sum = 0;
+    for (std::size_t h = 0; h < layer.heads.size(); ++h) {
+      if (layer.heads[h].kv_head != metrics.kv_head) continue;
+      const auto it = std::find_if(heads.begin(), heads.end(), [&](const HeadMetrics& m) { return m.head == static_cast<int>(h); });
+      const double dWk = it != heads.end() ? it->softmax.dWk : softmax_key_derivative(layer, layer.heads[h]);
+      sum += dWk * dWk;
+    }
+    metrics.dWk_group = std::sqrt(sum);
+  }
+}
+
 HeadMetrics measure_head(const LayerInputs& layer, int layer_index, int head_index) {
   const HeadInputs& head = layer.heads.at(static_cast<std::size_t>(head_index));
   HeadMetrics m;
@@ -57,6 +99,7 @@ HeadMetrics measure_head(const LayerInputs& layer, int layer_index, int head_ind
   m.d = head.V.cols();
   m.causal = layer.causal;
   m.inner = layer.inner;
+  m.kv_head = head.kv_head;
   const double lambda = layer.inner;
   m.softmax = norms_of(AttentionMap{{ActivationKind::softmax, Pointwise::identity, 1}, lambda, {}}, layer, head);
   const auto bounds = theory::softmax_bounds(m.N);
@@ -129,6 +172,8 @@ const Field kFields[] = {
     ATTNCHECK_FIELD("grad_fro", m.softmax.grad),
     ATTNCHECK_FIELD("dWq_fro", m.softmax.dWq),
     ATTNCHECK_FIELD("dWk_fro", m.softmax.dWk),
+    ATTNCHECK_FIELD("kv_head", m.kv_head),
+    ATTNCHECK_FIELD("dWk_group_fro", m.dWk_group),
     ATTNCHECK_FIELD("sqrt_N", m.sqrt_n),
     ATTNCHECK_FIELD("softmax_over_sqrt_N", m.softmax.value / m.sqrt_n),
     ATTNCHECK_FIELD("grad_over_2sqrt_N", m.softmax.grad / m.grad_paper_bound),
@@ -157,7 +202,7 @@ const Field kFields[] = {
 };
 #undef ATTNCHECK_FIELD
 bool is_integer_field(const std::string& name) {
-  return name == "layer" || name == "head" || name == "N" || name == "D" || name == "d";
+  return name == "layer" || name == "head" || name == "N" || name == "D" || name == "d" || name == "kv_head";
 }
 }  // namespace
 
@@ -200,26 +245,17 @@ ProbeResult probe_model(const fs::path& model_path, const ProbeInput& input, con
   }
   std::vector<LayerInputs> computed;
   switch (input.kind) {
-    case ProbeInput::Kind::text: {
-      if (model.config().architecture != Architecture::bert) {
-        throw InputError("--text needs a WordPiece vocabulary (BERT); GPT-2's byte-level BPE is not implemented: "
-                         "pass the ids with --tokens FILE");
-      }
-      const fs::path vocab = (fs::is_directory(model_path) ? model_path : model_path.parent_path()) / "vocab.txt";
-      bool lower_case = true;
-      const fs::path tokenizer_config = vocab.parent_path() / "tokenizer_config.json";
-      if (std::error_code absent; fs::exists(tokenizer_config, absent)) {
-        const auto json = nlohmann::json::parse(reports::read_text_file(tokenizer_config), nullptr, false);
-        if (json.is_object() && json.contains("do_lower_case") && json["do_lower_case"].is_boolean()) {
-          lower_case = json["do_lower_case"].get<bool>();
-        }
-      }
-      result.ids = WordPieceTokenizer(vocab, lower_case).encode(input.text);
-      computed = model.forward(result.ids, layers);
-      break;
-    }
+    case ProbeInput::Kind::text:
     case ProbeInput::Kind::tokens:
-      result.ids = read_token_file(input.tokens_file);
+      result.ids = input.kind == ProbeInput::Kind::text ? tokenize_for_model(model_path, model, input.text)
+                                                        : read_token_file(input.tokens_file);
+      if (input.max_tokens >= 0) {
+        if (static_cast<std::int64_t>(result.ids.size()) < input.max_tokens) {
+          throw InputError(fmt::format("the input has {} tokens, fewer than the {} asked for with --length",
+                                       result.ids.size(), input.max_tokens));
+        }
+        result.ids.resize(static_cast<std::size_t>(input.max_tokens));
+      }
       computed = model.forward(result.ids, layers);
       break;
     case ProbeInput::Kind::random: {
@@ -238,10 +274,13 @@ ProbeResult probe_model(const fs::path& model_path, const ProbeInput& input, con
   for (std::size_t l = 0; l < computed.size(); ++l) {
     const int layer = static_cast<int>(l);
     if (!layers.empty() && std::find(layers.begin(), layers.end(), layer) == layers.end()) continue;
+    const std::size_t first = result.heads.size();
     for (int head = 0; head < model.config().heads; ++head) {
       if (!heads.empty() && std::find(heads.begin(), heads.end(), head) == heads.end()) continue;
       result.heads.push_back(measure_head(computed[l], layer, head));
     }
+    const auto measured = std::span(result.heads).subspan(first);
+    set_group_key_derivatives(computed[l], measured);
   }
   if (keep_layers) result.layers = std::move(computed);
   return result;

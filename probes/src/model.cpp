@@ -1,8 +1,8 @@
 #include "attncheck/probes/model.hpp"
 
+#include "adapters.hpp"
 #include "attncheck/reports/input_file.hpp"
 #include "attncheck/reports/memory_budget.hpp"
-
 #include "attncheck/theory/pointwise.hpp"
 #include "attncheck/theory/softmax.hpp"
 
@@ -17,6 +17,16 @@ namespace attncheck::probes {
 
 namespace fs = std::filesystem;
 using theory::Index;
+using detail::value_or;
+
+std::string_view architecture_name(Architecture architecture) {
+  switch (architecture) {
+    case Architecture::bert: return "BERT";
+    case Architecture::gpt2: return "GPT-2";
+    case Architecture::llama: return "Llama";
+  }
+  return "?";
+}
 
 theory::AttentionMap trained_attention_map(const std::string& attention_activation, double inner) {
   theory::AttentionMap map;
@@ -41,9 +51,7 @@ fs::path config_path_for(const fs::path& model) {
   return model / "config.json";
 }
 
-namespace {
-
-std::int64_t positive_int(const nlohmann::json& config, const char* key, const fs::path& file) {
+std::int64_t detail::positive_int(const nlohmann::json& config, const char* key, const fs::path& file) {
   if (!config.contains(key)) throw InputError(fmt::format("{}: no \"{}\"", file.string(), key));
   const auto& value = config[key];
   if (!value.is_number_integer() || value.get<std::int64_t>() <= 0) {
@@ -52,15 +60,9 @@ std::int64_t positive_int(const nlohmann::json& config, const char* key, const f
   return value.get<std::int64_t>();
 }
 
-template <class T>
-T value_or(const nlohmann::json& config, const char* key, T fallback, const fs::path& file) {
-  if (!config.contains(key) || config[key].is_null()) return fallback;
-  try {
-    return config[key].get<T>();
-  } catch (const nlohmann::json::exception&) {
-    throw InputError(fmt::format("{}: \"{}\" has the wrong type ({})", file.string(), key, config[key].dump()));
-  }
-}
+namespace {
+
+using detail::positive_int;
 
 double gelu_tanh(double x) {
   constexpr double kSqrt2OverPi = 0.79788456080286535588;
@@ -86,7 +88,8 @@ Matrix linear(const Matrix& x, const Matrix& weight_out_in, const Vector& bias) 
   return y;
 }
 
-// The trained map applied to one head's scores; masked entries (causal, j > i) are 0.
+}  // namespace
+
 Matrix apply_attention(const theory::AttentionMap& map, const Matrix& scores, bool causal) {
   const Index n = scores.rows();
   Matrix out = Matrix::Zero(n, n);
@@ -105,8 +108,6 @@ Matrix apply_attention(const theory::AttentionMap& map, const Matrix& scores, bo
   return out;
 }
 
-}  // namespace
-
 Matrix layer_norm(const Matrix& x, const Vector& gain, const Vector& bias, double eps) {
   Matrix out(x.rows(), x.cols());
   for (Index i = 0; i < x.rows(); ++i) {
@@ -116,6 +117,13 @@ Matrix layer_norm(const Matrix& x, const Vector& gain, const Vector& bias, doubl
   }
   out.array().rowwise() *= gain.transpose().array();
   out.rowwise() += bias.transpose();
+  return out;
+}
+
+Matrix rms_norm(const Matrix& x, const Vector& gain, double eps) {
+  Matrix out(x.rows(), x.cols());
+  for (Index i = 0; i < x.rows(); ++i) out.row(i) = x.row(i) / std::sqrt(x.row(i).squaredNorm() / static_cast<double>(x.cols()) + eps);
+  out.array().rowwise() *= gain.transpose().array();
   return out;
 }
 
@@ -149,6 +157,11 @@ ModelConfig read_model_config(const fs::path& config_json, const Checkpoint& che
     for (const char* prefix : {"", "bert."}) {
       if (checkpoint.contains(std::string(prefix) + "embeddings.word_embeddings.weight")) out.tensor_prefix = prefix;
     }
+    // Checkpoints saved by older code name the LayerNorm parameters gamma and beta.
+    if (checkpoint.contains(out.tensor_prefix + "embeddings.LayerNorm.gamma")) {
+      out.norm_gain = "gamma";
+      out.norm_bias = "beta";
+    }
   } else if (type == "gpt2") {
     out.architecture = Architecture::gpt2;
     out.hidden = positive_int(config, "n_embd", config_json);
@@ -164,10 +177,13 @@ ModelConfig read_model_config(const fs::path& config_json, const Checkpoint& che
     for (const char* prefix : {"", "transformer."}) {
       if (checkpoint.contains(std::string(prefix) + "wte.weight")) out.tensor_prefix = prefix;
     }
+  } else if (type == "llama") {
+    out = llama::config_from_json(config, config_json, checkpoint);
   } else {
-    throw InputError(fmt::format("{}: model_type '{}' is not supported (bert, gpt2)", config_json.string(), type));
+    throw InputError(fmt::format("{}: model_type '{}' is not supported (bert, gpt2, llama)", config_json.string(),
+                                 type));
   }
-  if (out.hidden % out.heads != 0) {
+  if (out.head_size == 0 && out.hidden % out.heads != 0) {
     throw InputError(fmt::format("{}: hidden size {} is not a multiple of the {} heads", config_json.string(),
                                  out.hidden, out.heads));
   }
@@ -178,13 +194,18 @@ ModelConfig read_model_config(const fs::path& config_json, const Checkpoint& che
 
 TransformerModel TransformerModel::load(const fs::path& model) {
   Checkpoint checkpoint = Checkpoint::open(model);
-  ModelConfig config = read_model_config(config_path_for(model), checkpoint);
+  ModelConfig config = checkpoint.gguf() ? llama::config_from_gguf(checkpoint.gguf()->header(), checkpoint)
+                                         : read_model_config(config_path_for(model), checkpoint);
   return TransformerModel(std::move(checkpoint), std::move(config));
 }
 
 double TransformerModel::token_embedding_rms() const {
-  return checkpoint_.root_mean_square(
-      name(config_.architecture == Architecture::bert ? "embeddings.word_embeddings.weight" : "wte.weight"));
+  switch (config_.architecture) {
+    case Architecture::bert: return checkpoint_.root_mean_square(name("embeddings.word_embeddings.weight"));
+    case Architecture::gpt2: return checkpoint_.root_mean_square(name("wte.weight"));
+    case Architecture::llama: return checkpoint_.root_mean_square(llama::embedding_name(config_));
+  }
+  return 0;
 }
 
 std::vector<LayerInputs> TransformerModel::forward(std::span<const std::int64_t> ids,
@@ -205,7 +226,9 @@ std::vector<LayerInputs> TransformerModel::forward(std::span<const std::int64_t>
   for (std::int64_t k = 0; k < n; ++k) positions[k] = k;
   const std::int64_t D = config_.hidden;
   Matrix embeddings;
-  if (config_.architecture == Architecture::bert) {
+  if (config_.architecture == Architecture::llama) {
+    embeddings = checkpoint_.rows(llama::embedding_name(config_), ids, D);
+  } else if (config_.architecture == Architecture::bert) {
     const std::vector<std::int64_t> types(static_cast<std::size_t>(n), 0);
     embeddings = checkpoint_.rows(name("embeddings.word_embeddings.weight"), ids, D) +
                  checkpoint_.rows(name("embeddings.position_embeddings.weight"), positions, D) +
@@ -256,9 +279,15 @@ std::vector<LayerInputs> TransformerModel::forward_embeddings(Matrix h, const st
     }
     last = *std::max_element(layers.begin(), layers.end());
   }
+  if (config_.architecture == Architecture::llama) {
+    if (n > config_.max_positions) {
+      throw InputError(fmt::format("the input has {} positions, more than the model's {}", n, config_.max_positions));
+    }
+    return llama::forward(checkpoint_, config_, std::move(h), last);
+  }
   if (bert) {
-    h = layer_norm(h, checkpoint_.vector(name("embeddings.LayerNorm.weight"), D),
-                   checkpoint_.vector(name("embeddings.LayerNorm.bias"), D), eps);
+    h = layer_norm(h, checkpoint_.vector(name("embeddings.LayerNorm." + config_.norm_gain), D),
+                   checkpoint_.vector(name("embeddings.LayerNorm." + config_.norm_bias), D), eps);
   }
   std::vector<LayerInputs> out;
   for (std::int64_t l = 0; l <= last; ++l) {
@@ -313,6 +342,7 @@ std::vector<LayerInputs> TransformerModel::forward_embeddings(Matrix h, const st
       inputs.W_K = W_k.middleCols(head * d, d);
       inputs.b_Q = b_q.segment(head * d, d);
       inputs.b_K = b_k.segment(head * d, d);
+      inputs.kv_head = head;
       inputs.attention = apply_attention(map, inner * (inputs.V * inputs.U.transpose()), layer.causal);
       context.middleCols(head * d, d) = inputs.attention * values.middleCols(head * d, d);
       layer.heads.push_back(std::move(inputs));
@@ -321,15 +351,15 @@ std::vector<LayerInputs> TransformerModel::forward_embeddings(Matrix h, const st
     attended.rowwise() += b_o.transpose();
     if (bert) {
       const std::string p = fmt::format("encoder.layer.{}.", l);
-      const Matrix h1 = layer_norm(attended + h, checkpoint_.vector(name(p + "attention.output.LayerNorm.weight"), D),
-                                   checkpoint_.vector(name(p + "attention.output.LayerNorm.bias"), D), eps);
+      const Matrix h1 = layer_norm(attended + h, checkpoint_.vector(name(p + "attention.output.LayerNorm." + config_.norm_gain), D),
+                                   checkpoint_.vector(name(p + "attention.output.LayerNorm." + config_.norm_bias), D), eps);
       Matrix inter = linear(h1, checkpoint_.matrix(name(p + "intermediate.dense.weight"), I, D),
                             checkpoint_.vector(name(p + "intermediate.dense.bias"), I));
       apply_hidden_activation(inter, config_.hidden_act);
       const Matrix mlp = linear(inter, checkpoint_.matrix(name(p + "output.dense.weight"), D, I),
                                 checkpoint_.vector(name(p + "output.dense.bias"), D));
-      h = layer_norm(mlp + h1, checkpoint_.vector(name(p + "output.LayerNorm.weight"), D),
-                     checkpoint_.vector(name(p + "output.LayerNorm.bias"), D), eps);
+      h = layer_norm(mlp + h1, checkpoint_.vector(name(p + "output.LayerNorm." + config_.norm_gain), D),
+                     checkpoint_.vector(name(p + "output.LayerNorm." + config_.norm_bias), D), eps);
     } else {
       const std::string p = fmt::format("h.{}.", l);
       h += attended;

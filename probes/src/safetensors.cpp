@@ -1,4 +1,5 @@
 #include "attncheck/probes/safetensors.hpp"
+#include "attncheck/probes/gguf.hpp"
 
 #include "attncheck/reports/atomic_file.hpp"
 
@@ -130,9 +131,27 @@ double element_to_double(DType dtype, const std::byte* p) {
 }
 
 std::int64_t TensorInfo::element_count() const {
+  // An empty tensor may declare huge other dimensions whose product would overflow: it has no elements.
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
   std::int64_t count = 1;
   for (auto dim : shape) count *= dim;
   return count;
+}
+
+std::string_view type_name(const TensorInfo& tensor) { return tensor.block ? tensor.block->name : dtype_name(tensor.dtype); }
+
+void sort_by_offset_without_overlaps(std::vector<TensorInfo>& tensors, const std::string& source) {
+  std::sort(tensors.begin(), tensors.end(),
+            [](const TensorInfo& a, const TensorInfo& b) { return a.begin < b.begin || (a.begin == b.begin && a.end < b.end); });
+  for (std::size_t k = 1; k < tensors.size(); ++k) {
+    const auto& previous = tensors[k - 1];
+    const auto& current = tensors[k];
+    // Empty tensors occupy no bytes and cannot overlap anything.
+    if (current.begin < previous.end && current.begin != current.end) {
+      throw InputError(fmt::format("{}: tensors '{}' [{}, {}] and '{}' [{}, {}] overlap", source, previous.name,
+                                   previous.begin, previous.end, current.name, current.begin, current.end));
+    }
+  }
 }
 
 namespace {
@@ -247,17 +266,7 @@ SafetensorsHeader parse_header(std::string_view header_bytes, std::uint64_t file
     tensor.end = *end;
     out.tensors.push_back(std::move(tensor));
   }
-  std::sort(out.tensors.begin(), out.tensors.end(),
-            [](const TensorInfo& a, const TensorInfo& b) { return a.begin < b.begin || (a.begin == b.begin && a.end < b.end); });
-  for (std::size_t k = 1; k < out.tensors.size(); ++k) {
-    const auto& previous = out.tensors[k - 1];
-    const auto& current = out.tensors[k];
-    // Empty tensors occupy no bytes and cannot overlap anything.
-    if (current.begin < previous.end && current.begin != current.end) {
-      throw InputError(fmt::format("{}: tensors '{}' [{}, {}] and '{}' [{}, {}] overlap", source, previous.name,
-                                   previous.begin, previous.end, current.name, current.begin, current.end));
-    }
-  }
+  sort_by_offset_without_overlaps(out.tensors, source);
   return out;
 }
 
@@ -336,17 +345,21 @@ Checkpoint Checkpoint::open(const std::filesystem::path& file_or_folder) {
       throw InputError(fmt::format("{}: neither model.safetensors nor model.safetensors.index.json is there",
                                    file_or_folder.string()));
     }
+  } else if (file_or_folder.extension() == ".gguf") {
+    auto gguf = std::make_unique<GgufFile>(file_or_folder);
+    checkpoint.gguf_ = gguf.get();
+    checkpoint.files_.push_back(std::move(gguf));
   } else {
     shards.push_back(file_or_folder);
   }
-  for (const auto& shard : shards) {
-    checkpoint.files_.push_back(std::make_unique<SafetensorsFile>(shard));
-    const auto& file = *checkpoint.files_.back();
-    for (const auto& tensor : file.header().tensors) {
-      const auto [it, inserted] = checkpoint.entries_.emplace(tensor.name, Entry{checkpoint.files_.size() - 1, &tensor});
+  for (const auto& shard : shards) checkpoint.files_.push_back(std::make_unique<SafetensorsFile>(shard));
+  for (std::size_t index = 0; index < checkpoint.files_.size(); ++index) {
+    const auto& file = *checkpoint.files_[index];
+    for (const auto& tensor : file.tensors()) {
+      const auto [it, inserted] = checkpoint.entries_.emplace(tensor.name, Entry{index, &tensor});
       if (!inserted) {
         throw InputError(fmt::format("tensor '{}' is in both {} and {}", tensor.name,
-                                     checkpoint.files_[it->second.file]->path().string(), shard.string()));
+                                     checkpoint.files_[it->second.file]->path().string(), file.path().string()));
       }
     }
   }
@@ -385,27 +398,50 @@ std::string Checkpoint::where(std::string_view name) const {
 }
 
 namespace {
-// Calls visit(index, value) for elements first .. first + count - 1, read in chunks of at most 1 MiB, so that
-// converting a tensor never holds its raw bytes whole. Non-finite values are refused naming the element.
+// Calls visit(index, value) for elements first .. first + count - 1, read in chunks of about 1 MiB, so that
+// converting a tensor never holds its raw bytes whole. For GGUF's block formats both are whole blocks (whole
+// rows), decoded as ggml does. Non-finite values are refused naming the element.
 template <class Visit>
-void for_each_element(const SafetensorsFile& file, const TensorInfo& tensor, std::int64_t first, std::int64_t count,
+void for_each_element(const TensorFile& file, const TensorInfo& tensor, std::int64_t first, std::int64_t count,
                       const std::string& where, Visit&& visit) {
-  const std::size_t size = dtype_size(tensor.dtype);
-  const std::int64_t per_chunk = static_cast<std::int64_t>((std::size_t{1} << 20) / size);
-  std::vector<std::byte> chunk(static_cast<std::size_t>(std::min(count, per_chunk)) * size);
-  for (std::int64_t start = 0; start < count; start += per_chunk) {
-    const std::int64_t n = std::min(per_chunk, count - start);
-    const std::span<std::byte> bytes(chunk.data(), static_cast<std::size_t>(n) * size);
-    file.read(tensor, static_cast<std::uint64_t>(first + start) * size, bytes);
+  std::int64_t unit_elements = 1;  // a block, or one plain element
+  std::size_t unit_bytes = 0;
+  if (tensor.block) {
+    if (!tensor.block->decode) {
+      throw InputError(fmt::format("{} has type {}, which is not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_1)", where,
+                                   tensor.block->name));
+    }
+    unit_elements = static_cast<std::int64_t>(tensor.block->elements);
+    unit_bytes = tensor.block->bytes;
+  } else {
+    unit_bytes = dtype_size(tensor.dtype);
+  }
+  const std::int64_t first_unit = first / unit_elements, units = count / unit_elements;
+  const std::int64_t per_chunk = std::max<std::int64_t>(1, static_cast<std::int64_t>((std::size_t{1} << 20) / unit_bytes));
+  std::vector<std::byte> chunk(static_cast<std::size_t>(std::min(units, per_chunk)) * unit_bytes);
+  std::vector<double> values(static_cast<std::size_t>(unit_elements));
+  for (std::int64_t start = 0; start < units; start += per_chunk) {
+    const std::int64_t n = std::min(per_chunk, units - start);
+    const std::span<std::byte> bytes(chunk.data(), static_cast<std::size_t>(n) * unit_bytes);
+    file.read(tensor, static_cast<std::uint64_t>(first_unit + start) * unit_bytes, bytes);
     for (std::int64_t k = 0; k < n; ++k) {
-      const double value = element_to_double(tensor.dtype, bytes.data() + static_cast<std::size_t>(k) * size);
-      if (!std::isfinite(value)) throw InputError(fmt::format("{}: element {} is {}", where, first + start + k, value));
-      visit(start + k, value);
+      const std::byte* unit = bytes.data() + static_cast<std::size_t>(k) * unit_bytes;
+      if (tensor.block) {
+        tensor.block->decode(unit, values.data());
+      } else {
+        values[0] = element_to_double(tensor.dtype, unit);
+      }
+      for (std::int64_t j = 0; j < unit_elements; ++j) {
+        const std::int64_t index = (start + k) * unit_elements + j;
+        const double value = values[static_cast<std::size_t>(j)];
+        if (!std::isfinite(value)) throw InputError(fmt::format("{}: element {} is {}", where, first + index, value));
+        visit(index, value);
+      }
     }
   }
 }
 
-void fill_checked(const SafetensorsFile& file, const TensorInfo& tensor, std::int64_t first, std::int64_t count,
+void fill_checked(const TensorFile& file, const TensorInfo& tensor, std::int64_t first, std::int64_t count,
                   double* out, const std::string& where) {
   for_each_element(file, tensor, first, count, where, [out](std::int64_t k, double value) { out[k] = value; });
 }

@@ -159,8 +159,25 @@ TEST_CASE("bad models and inputs are InputErrors naming the value", "[model]") {
   CHECK_THROWS_WITH(probe_model(dir.path, input, {}, {}), Catch::Contains("--tokens"));
 
   SECTION("config problems") {
+    write_config(dir.path, {{"model_type", "mistral"}});
+    CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("model_type 'mistral' is not supported"));
     write_config(dir.path, {{"model_type", "llama"}});
-    CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("model_type 'llama'"));
+    CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("config.json: no \"hidden_size\""));
+    const nlohmann::json llama = {{"model_type", "llama"}, {"hidden_size", 8}, {"num_attention_heads", 4},
+                                  {"num_key_value_heads", 3}, {"num_hidden_layers", 1}, {"intermediate_size", 8},
+                                  {"vocab_size", 20}, {"max_position_embeddings", 16}};
+    write_config(dir.path, llama);
+    CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("4 query heads cannot share 3 key/value heads"));
+    auto scaled = llama;
+    scaled["num_key_value_heads"] = 2;
+    scaled["rope_scaling"] = {{"type", "linear"}, {"factor", 2}};
+    write_config(dir.path, scaled);
+    CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("rope_scaling") && Catch::Contains("not supported"));
+    auto gelu = llama;
+    gelu["num_key_value_heads"] = 2;
+    gelu["hidden_act"] = "gelu";
+    write_config(dir.path, gelu);
+    CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("hidden_act 'gelu' is not supported for Llama"));
     write_config(dir.path, {{"model_type", "gpt2"}, {"n_embd", 8}, {"n_head", 3}, {"n_layer", 2},
                             {"vocab_size", 20}, {"n_positions", 16}});
     CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("not a multiple of the 3 heads"));

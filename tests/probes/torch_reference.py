@@ -4,14 +4,27 @@
   make-tiny DIR            writes small randomly initialized BERT and GPT-2 checkpoints (config.json +
                            safetensors; the GPT-2 one sharded, part of it in F16/BF16) into DIR/tiny-bert and
                            DIR/tiny-gpt2
+  make-tiny-llama DIR      writes one small random Llama (grouped queries, biased projections, a byte-level
+                           BPE vocabulary) as a Hugging Face checkpoint (DIR/tiny-llama: config.json, F32
+                           safetensors, vocab.json, merges.txt) and, with the `gguf` package, as GGUF files
+                           DIR/tiny-llama-TYPE.gguf for TYPE in f32 f16 bf16 q8_0 q4_0 q4_1 (queries and keys
+                           permuted to GGUF's interleaved rotary pairs, as llama.cpp's converter does)
   compare BIN MODEL ...    runs `BIN probe MODEL ... --json --attention-out F`, runs the same weights through
-                           PyTorch's own TransformerEncoderLayer / MultiheadAttention in float64, and checks
-                           every layer's and head's attention matrix (max |difference| <= 1e-5) and, for a
-                           sample of heads, ||A||_F, ||grad softmax||_F and ||dA/dW_Q||_F, ||dA/dW_K||_F
+                           PyTorch in float64 (BERT, GPT-2: PyTorch's own TransformerEncoderLayer /
+                           MultiheadAttention; Llama: a forward written here from the definition, the weights
+                           of a GGUF file dequantized by the `gguf` package), and checks every layer's and
+                           head's attention matrix (BERT, GPT-2: max |difference| <= 1e-5; Llama: every entry
+                           within 1e-10 relative) and, for a sample of heads, ||A||_F, ||grad softmax||_F and
+                           ||dA/dW_Q||_F, ||dA/dW_K||_F (and, with grouped queries, the group's ||dA/dW_K||_F)
                            against autograd Jacobians (relative 1e-9).
+  dequant BIN FILE.gguf [--rows K] [NAME ...]
+                           has BIN (the test program dump_gguf) write the named tensors (all supported ones by
+                           default; the first K rows of each with --rows) as F64 and checks them bit for bit
+                           against the `gguf` package's dequantization.
 
-Exit 0 pass, 1 mismatch, 77 skipped (PyTorch or NumPy absent). The safetensors format is read and written
-here by hand (8-byte little-endian header length, JSON header, raw bytes) so no extra package is needed.
+Exit 0 pass, 1 mismatch, 77 skipped (PyTorch, NumPy or gguf absent). The safetensors format is read and
+written here by hand (8-byte little-endian header length, JSON header, raw bytes) so no extra package is
+needed for it.
 """
 import json
 import math
@@ -90,6 +103,10 @@ def read_model(folder):
             weights.update(read_safetensors(os.path.join(folder, shard)))
     else:
         weights = read_safetensors(os.path.join(folder, "model.safetensors"))
+    # Older checkpoints name LayerNorm parameters gamma and beta.
+    renamed = {"LayerNorm.gamma": "LayerNorm.weight", "LayerNorm.beta": "LayerNorm.bias"}
+    weights = {next((k[:-len(old)] + new for old, new in renamed.items() if k.endswith(old)), k): v
+               for k, v in weights.items()}
     return config, weights
 
 
@@ -153,6 +170,342 @@ def make_tiny(folder):
         f.write(" ".join(str(x) for x in rng.integers(0, V, size=17)) + "\n")
     with open(os.path.join(bert_dir, "tokens.txt"), "w") as f:
         f.write(" ".join(str(x) for x in [2] + list(rng.integers(4, V, size=13)) + [3]) + "\n")
+
+
+def bytes_to_unicode():
+    """GPT-2's map of the 256 bytes to printable characters: printable Latin-1 bytes stand for themselves,
+    the others are moved to 256 + k in byte order."""
+    kept = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in kept:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return chars
+
+
+def tiny_bpe(size):
+    """A byte-level BPE vocabulary of `size` tokens: the 256 byte characters, then merges learned greedily
+    (most frequent pair, ties by the pair's text) from a small multilingual text split at spaces."""
+    chars = bytes_to_unicode()
+    text = ("the cat sat on the mat. the cats sat there, and then the other cat sat on the hat. "
+            "le chat est sur le tapis; über die Straße; naïve café. 12345 67890 the end")
+    words = [[chars[b] for b in (" " + w if k else w).encode("utf-8")] for k, w in enumerate(text.split(" "))]
+    vocab = [chars[b] for b in range(256)]
+    merges = []
+    while len(vocab) < size:
+        counts = {}
+        for w in words:
+            for a, b in zip(w, w[1:]):
+                counts[(a, b)] = counts.get((a, b), 0) + 1
+        if not counts:
+            break
+        pair = min(counts, key=lambda p: (-counts[p], p))
+        merges.append(pair)
+        vocab.append(pair[0] + pair[1])
+        for w in words:
+            k = 0
+            while k < len(w) - 1:
+                if (w[k], w[k + 1]) == pair:
+                    w[k:k + 2] = [pair[0] + pair[1]]
+                k += 1
+    return vocab, merges
+
+
+def permute_for_gguf(weight, heads):
+    """llama.cpp's converter: within each head, rows in the half-split order (p, p + d/2) become interleaved
+    (2p, 2p + 1), so that ggml's rotary pairs act on the same coordinates."""
+    rows = weight.shape[0]
+    return weight.reshape(heads, 2, rows // heads // 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
+
+
+LLAMA_GGUF_TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1"]
+
+
+def make_tiny_llama(folder):
+    rng = np.random.default_rng(20261122)
+    D, H, G, L, I, P, theta, eps = 32, 4, 2, 2, 64, 64, 500.0, 1e-5
+    d = D // H
+    vocab, merges = tiny_bpe(300)
+    V = len(vocab)
+    hf_dir = os.path.join(folder, "tiny-llama")
+    os.makedirs(hf_dir, exist_ok=True)
+    config = {"model_type": "llama", "hidden_size": D, "num_attention_heads": H, "num_key_value_heads": G,
+              "num_hidden_layers": L, "intermediate_size": I, "vocab_size": V, "max_position_embeddings": P,
+              "rms_norm_eps": eps, "rope_theta": theta, "hidden_act": "silu", "attention_bias": True,
+              "tie_word_embeddings": True}
+    json.dump(config, open(os.path.join(hf_dir, "config.json"), "w"))
+
+    def normal(*shape, scale=0.5):
+        return rng.normal(0.0, scale, size=shape)
+
+    t = {"model.embed_tokens.weight": normal(V, D), "model.norm.weight": 1 + normal(D, scale=0.1)}
+    for layer in range(L):
+        p = f"model.layers.{layer}."
+        t[p + "input_layernorm.weight"] = 1 + normal(D, scale=0.1)
+        t[p + "post_attention_layernorm.weight"] = 1 + normal(D, scale=0.1)
+        for name, out in [("q_proj", H * d), ("k_proj", G * d), ("v_proj", G * d)]:
+            t[p + f"self_attn.{name}.weight"] = normal(out, D, scale=0.5)
+            t[p + f"self_attn.{name}.bias"] = normal(out, scale=0.3)
+        t[p + "self_attn.o_proj.weight"] = normal(D, H * d, scale=0.3)
+        t[p + "mlp.gate_proj.weight"] = normal(I, D, scale=0.3)
+        t[p + "mlp.up_proj.weight"] = normal(I, D, scale=0.3)
+        t[p + "mlp.down_proj.weight"] = normal(D, I, scale=0.2)
+    write_safetensors(os.path.join(hf_dir, "model.safetensors"), {k: (v, "F32") for k, v in t.items()})
+    json.dump({token: k for k, token in enumerate(vocab)}, open(os.path.join(hf_dir, "vocab.json"), "w"),
+              ensure_ascii=False)
+    with open(os.path.join(hf_dir, "merges.txt"), "w", encoding="utf-8") as f:
+        f.write("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges))
+    with open(os.path.join(hf_dir, "tokens.txt"), "w") as f:
+        f.write(" ".join(str(x) for x in rng.integers(0, V, size=23)) + "\n")
+
+    try:
+        import gguf
+        from gguf.quants import quantize
+    except ImportError as error:
+        print(f"no GGUF files: {error} (scripts/pyenv installs the gguf package)")
+        return
+    names = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+             "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+             "ffn_down": "mlp.down_proj", "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm"}
+    converted = {"token_embd.weight": t["model.embed_tokens.weight"], "output_norm.weight": t["model.norm.weight"]}
+    for layer in range(L):
+        for short, long in names.items():
+            for kind in ("weight", "bias"):
+                source = f"model.layers.{layer}.{long}.{kind}"
+                if source not in t:
+                    continue
+                value = t[source]
+                if short in ("attn_q", "attn_k"):
+                    value = permute_for_gguf(value, H if short == "attn_q" else G)
+                converted[f"blk.{layer}.{short}.{kind}"] = value
+    for type_name in LLAMA_GGUF_TYPES:
+        path = os.path.join(folder, f"tiny-llama-{type_name}.gguf")
+        writer = gguf.GGUFWriter(path + ".tmp", "llama")
+        writer.add_block_count(L)
+        writer.add_context_length(P)
+        writer.add_embedding_length(D)
+        writer.add_feed_forward_length(I)
+        writer.add_head_count(H)
+        writer.add_head_count_kv(G)
+        writer.add_rope_freq_base(theta)
+        writer.add_layer_norm_rms_eps(eps)
+        writer.add_rope_dimension_count(d)
+        writer.add_vocab_size(V)
+        writer.add_tokenizer_model("gpt2")
+        writer.add_tokenizer_pre("gpt2")
+        writer.add_token_list(vocab)
+        writer.add_token_merges([f"{a} {b}" for a, b in merges])
+        writer.add_add_bos_token(False)
+        qtype = getattr(gguf.GGMLQuantizationType, type_name.upper())
+        for name, value in converted.items():
+            value = value.astype(np.float32)
+            # Norms and biases stay F32, as llama.cpp's converter keeps 1-D tensors.
+            if value.ndim == 1 or type_name == "f32":
+                writer.add_tensor(name, value)
+            elif type_name == "f16":
+                writer.add_tensor(name, value.astype(np.float16))
+            else:
+                writer.add_tensor(name, quantize(value, qtype), raw_dtype=qtype)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        os.replace(path + ".tmp", path)
+
+
+def read_gguf(path):
+    """config (as a Hugging Face config.json would say it) and weights (Hugging Face names, float64, queries
+    and keys left in GGUF's interleaved order) of a Llama GGUF file, dequantized by the gguf package."""
+    import gguf
+    from gguf.quants import dequantize
+    reader = gguf.GGUFReader(path)
+    field = lambda key: reader.fields[key].contents()
+    config = {"model_type": "llama", "hidden_size": field("llama.embedding_length"),
+              "num_attention_heads": field("llama.attention.head_count"),
+              "num_key_value_heads": field("llama.attention.head_count_kv"),
+              "num_hidden_layers": field("llama.block_count"),
+              "rms_norm_eps": field("llama.attention.layer_norm_rms_epsilon"),
+              "rope_theta": field("llama.rope.freq_base"), "rope_interleaved": True}
+    names = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+             "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+             "ffn_down": "mlp.down_proj", "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm"}
+    weights = {}
+    for t in reader.tensors:
+        value = dequantize(t.data, t.tensor_type).astype(np.float64)
+        parts = t.name.split(".")
+        if parts[0] == "blk":
+            name = f"model.layers.{parts[1]}.{names[parts[2]]}.{parts[3]}"
+        elif t.name == "token_embd.weight":
+            name = "model.embed_tokens.weight"
+        else:
+            name = t.name
+        weights[name] = value
+    return config, weights
+
+
+def rotate(x, positions, theta, interleaved):
+    """Rotary embedding of x [n, heads, d] at `positions`: pair p turned by position * theta^(-2p/d)."""
+    d = x.shape[-1]
+    frequency = theta ** (-2.0 * torch.arange(d // 2, dtype=torch.float64) / d)
+    angle = positions[:, None].to(torch.float64) * frequency[None, :]
+    cos, sin = torch.cos(angle)[:, None, :], torch.sin(angle)[:, None, :]
+    first, second = (x[..., 0::2], x[..., 1::2]) if interleaved else (x[..., : d // 2], x[..., d // 2:])
+    a, b = first * cos - second * sin, first * sin + second * cos
+    out = torch.empty_like(x)
+    if interleaved:
+        out[..., 0::2], out[..., 1::2] = a, b
+    else:
+        out[..., : d // 2], out[..., d // 2:] = a, b
+    return out
+
+
+def llama_layers(config, weights, ids):
+    """The Llama forward in float64 from the definition: RMSNorm, rotary queries and keys, grouped-query causal
+    softmax attention, SwiGLU MLP. Returns per layer X, the attention [heads, n, n] and what the norm checks
+    need."""
+    D, H, L = config["hidden_size"], config["num_attention_heads"], config["num_hidden_layers"]
+    G = config.get("num_key_value_heads") or H
+    d = config.get("head_dim") or D // H
+    eps, theta = config.get("rms_norm_eps", 1e-6), config.get("rope_theta", 10000.0)
+    interleaved = config.get("rope_interleaved", False)
+    pre = "model." if "model.embed_tokens.weight" in weights else ""
+    w = lambda name: torch.tensor(weights[pre + name])
+    has = lambda name: pre + name in weights
+    n = len(ids)
+    positions = torch.arange(n)
+    h = w("embed_tokens.weight")[ids]
+
+    def rms(x, gain):
+        return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * gain
+
+    def linear(x, name):
+        y = x @ w(name + ".weight").T
+        return y + w(name + ".bias") if has(name + ".bias") else y
+
+    mask = torch.triu(torch.full((n, n), float("-inf")), diagonal=1)
+    out = []
+    for layer in range(L):
+        p = f"layers.{layer}."
+        x = rms(h, w(p + "input_layernorm.weight"))
+        q = rotate(linear(x, p + "self_attn.q_proj").view(n, H, d), positions, theta, interleaved)
+        k = rotate(linear(x, p + "self_attn.k_proj").view(n, G, d), positions, theta, interleaved)
+        v = linear(x, p + "self_attn.v_proj").view(n, G, d)
+        k_shared, v_shared = k.repeat_interleave(H // G, dim=1), v.repeat_interleave(H // G, dim=1)
+        scores = torch.einsum("ihc,jhc->hij", q, k_shared) / math.sqrt(d) + mask
+        attention = torch.softmax(scores, dim=-1)
+        context = torch.einsum("hij,jhc->ihc", attention, v_shared).reshape(n, H * d)
+        h = h + linear(context, p + "self_attn.o_proj")
+        m = rms(h, w(p + "post_attention_layernorm.weight"))
+        h = h + linear(F.silu(linear(m, p + "mlp.gate_proj")) * linear(m, p + "mlp.up_proj"), p + "mlp.down_proj")
+        bias = lambda name, rows: w(name + ".bias") if has(name + ".bias") else torch.zeros(rows)
+        out.append({"X": x, "attention": attention, "heads": H, "kv_heads": G, "d": d, "theta": theta,
+                    "interleaved": interleaved, "wq": w(p + "self_attn.q_proj.weight"),
+                    "wk": w(p + "self_attn.k_proj.weight"), "bq": bias(p + "self_attn.q_proj", H * d),
+                    "bk": bias(p + "self_attn.k_proj", G * d)})
+    return out
+
+
+def llama_head_attention(layer, wq, bq, wk, bk):
+    """One query head's causal softmax attention from its own and its key head's weight slices."""
+    x, d = layer["X"], layer["d"]
+    n = x.shape[0]
+    positions = torch.arange(n)
+    q = rotate((x @ wq.T + bq)[:, None, :], positions, layer["theta"], layer["interleaved"])[:, 0]
+    k = rotate((x @ wk.T + bk)[:, None, :], positions, layer["theta"], layer["interleaved"])[:, 0]
+    scores = q @ k.T / math.sqrt(d) + torch.triu(torch.full((n, n), float("-inf")), diagonal=1)
+    return torch.softmax(scores, dim=-1)
+
+
+def compare_norms(where, got, expected):
+    """The probe's norms against autograd's, relative 1e-9: (failures, largest relative difference)."""
+    failures, worst = 0, 0.0
+    for key, value in expected.items():
+        rel = abs(got[key] - value) / max(abs(value), 1e-300)
+        worst = max(worst, rel)
+        if rel > 1e-9:
+            print(f"FAIL: {where}: {key} = {got[key]!r}, autograd {value!r} (rel {rel:.2e})")
+            failures += 1
+    return failures, worst
+
+
+def check_llama_norms(layers, metrics):
+    """dW_Q, dW_K per query head and dW_K of each key head's group against autograd."""
+    by_key = {(m["layer"], m["head"]): m for m in metrics}
+    failures, worst = 0, 0.0
+    # Autograd Jacobians cost a backward pass per attention entry: on a real model, the first key head's group
+    # in the first and the last layer.
+    real = len(layers) > 4
+    checked = [0, len(layers) - 1] if real else range(len(layers))
+    for l in checked:
+        layer = layers[l]
+        H, G, d = layer["heads"], layer["kv_heads"], layer["d"]
+        share = H // G
+        for g in [0] if real else sorted({0, G - 1}):
+            ks = slice(g * d, (g + 1) * d)
+            wk, bk = layer["wk"][ks], layer["bk"][ks]
+            group = list(range(g * share, (g + 1) * share))
+
+            def stacked(w):
+                return torch.stack([llama_head_attention(layer, layer["wq"][h * d:(h + 1) * d],
+                                                         layer["bq"][h * d:(h + 1) * d], w, bk) for h in group])
+            expected_group = float(torch.linalg.norm(torch.autograd.functional.jacobian(stacked, wk, vectorize=True)))
+            for head in group:
+                qs = slice(head * d, (head + 1) * d)
+                wq, bq = layer["wq"][qs], layer["bq"][qs]
+                a = llama_head_attention(layer, wq, bq, wk, bk)
+                d_wq = torch.autograd.functional.jacobian(lambda w: llama_head_attention(layer, w, bq, wk, bk), wq, vectorize=True)
+                d_wk = torch.autograd.functional.jacobian(lambda w: llama_head_attention(layer, wq, bq, w, bk), wk, vectorize=True)
+                expected = {"softmax_fro": float(torch.linalg.norm(a)), "dWq_fro": float(torch.linalg.norm(d_wq)),
+                            "dWk_fro": float(torch.linalg.norm(d_wk)), "dWk_group_fro": expected_group}
+                got = by_key[(l, head)]
+                if got["kv_head"] != g:
+                    print(f"FAIL: layer {l} head {head}: kv_head {got['kv_head']}, expected {g}")
+                    failures += 1
+                bad, rel = compare_norms(f"layer {l} head {head}", got, expected)
+                failures, worst = failures + bad, max(worst, rel)
+    groups = "the first key head's group" if real else "the first and last key head's groups"
+    print(f"norms vs autograd Jacobians (layers {list(checked)}, every head of {groups}, and the groups' dW_K): "
+          f"max relative difference {worst:.3e}")
+    return failures
+
+
+def dequant(binary, path, args):
+    import gguf
+    from gguf.quants import dequantize
+    rows = None
+    if args[:1] == ["--rows"]:
+        rows, args = int(args[1]), args[2:]
+    with tempfile.TemporaryDirectory() as tmp:
+        dump = os.path.join(tmp, "dequantized.safetensors")
+        command = [binary, path, dump] + (["--rows", str(rows)] if rows else []) + args
+        run = subprocess.run(command, capture_output=True, text=True)
+        if run.returncode != 0:
+            print(f"FAIL: {' '.join(command)} exited {run.returncode}: {run.stderr}")
+            return 1
+        ours = read_safetensors(dump)
+    reader = gguf.GGUFReader(path)
+    failures, counts = 0, {}
+    for t in reader.tensors:
+        if t.name not in ours:
+            continue
+        reference = dequantize(t.data, t.tensor_type).astype(np.float64)
+        if rows:
+            reference = reference.reshape(-1, reference.shape[-1])[:rows]
+        mine = ours.pop(t.name).reshape(reference.shape)
+        # Bit for bit: the same float64 values, signs of zeros included.
+        if mine.tobytes() != reference.tobytes():
+            bad = int(np.sum(mine.view(np.uint64) != reference.view(np.uint64)))
+            print(f"FAIL: {t.name} ({t.tensor_type.name}): {bad} of {mine.size} values differ from gguf's")
+            failures += 1
+        counts[t.tensor_type.name] = counts.get(t.tensor_type.name, 0) + mine.size
+    if ours:
+        print(f"FAIL: tensors {sorted(ours)} are not in {path} according to gguf")
+        failures += 1
+    print(f"dequantized values bit-equal to gguf's: {counts}")
+    return 1 if failures else 0
 
 
 def tensor(weights, name):
@@ -236,7 +589,7 @@ def head_attention(x, wq, bq, wk, bk, causal):
 
 
 def compare(binary, model, probe_args):
-    config, weights = read_model(model)
+    config, weights = read_gguf(model) if model.endswith(".gguf") else read_model(model)
     with tempfile.TemporaryDirectory() as tmp:
         dump = os.path.join(tmp, "attention.safetensors")
         run = subprocess.run([binary, "probe", model, *probe_args, "--json", "--attention-out", dump],
@@ -247,6 +600,8 @@ def compare(binary, model, probe_args):
         metrics = json.loads(run.stdout)
         dumped = read_safetensors(dump)
     ids = [int(x) for x in dumped["input_ids"]]
+    if config["model_type"] == "llama":
+        return compare_llama(config, weights, ids, dumped, metrics)
     layers = torch_layers(config, weights, ids)
     failures = 0
     worst = 0.0
@@ -290,12 +645,8 @@ def compare(binary, model, probe_args):
                         "dWk_fro": float(torch.linalg.norm(d_wk)), "grad_fro": float(torch.linalg.norm(d_s)),
                         "poly3_scaled_fro": float(torch.linalg.norm(poly))}
             got = by_key[(l, head)]
-            for key, value in expected.items():
-                rel = abs(got[key] - value) / max(abs(value), 1e-300)
-                worst_rel = max(worst_rel, rel)
-                if rel > 1e-9:
-                    print(f"FAIL: layer {l} head {head}: {key} = {got[key]!r}, autograd {value!r} (rel {rel:.2e})")
-                    failures += 1
+            bad, rel = compare_norms(f"layer {l} head {head}", got, expected)
+            failures, worst_rel = failures + bad, max(worst_rel, rel)
             if got["N"] != n:
                 print(f"FAIL: layer {l} head {head}: N = {got['N']}, expected {n}")
                 failures += 1
@@ -303,10 +654,41 @@ def compare(binary, model, probe_args):
     return 1 if failures else 0
 
 
+def compare_llama(config, weights, ids, dumped, metrics):
+    layers = llama_layers(config, weights, ids)
+    failures, worst = 0, 0.0
+    for l, layer in enumerate(layers):
+        ours, ref = dumped[f"layer.{l}"], layer["attention"].numpy()
+        if ours.shape != ref.shape:
+            print(f"FAIL: layer {l}: attention shape {ours.shape}, PyTorch {ref.shape}")
+            return 1
+        # Entry by entry, relative to the reference (masked entries are 0 in both).
+        scale = np.where(ref == 0, 1.0, np.abs(ref))
+        rel = float(np.max(np.abs(ours - ref) / scale))
+        worst = max(worst, rel)
+        if rel > 1e-10:
+            print(f"FAIL: layer {l}: attention differs from PyTorch's by {rel:.3e} relative > 1e-10")
+            failures += 1
+    print(f"attention matrices: {len(layers)} layers x {layers[0]['heads']} heads, N = {len(ids)}, "
+          f"max relative |attncheck - PyTorch| = {worst:.3e}")
+    failures += check_llama_norms(layers, metrics)
+    return 1 if failures else 0
+
+
 def main(argv):
     if len(argv) >= 2 and argv[0] == "make-tiny":
         make_tiny(argv[1])
         return 0
+    if len(argv) >= 2 and argv[0] == "make-tiny-llama":
+        make_tiny_llama(argv[1])
+        return 0
+    if len(argv) >= 3 and argv[0] == "dequant":
+        try:
+            import gguf  # noqa: F401
+        except ImportError as error:
+            print(f"SKIPPED: {error} (scripts/pyenv installs the gguf package)")
+            return SKIP
+        return dequant(argv[1], argv[2], argv[3:])
     if len(argv) >= 3 and argv[0] == "compare":
         if not os.path.exists(argv[2]):
             print(f"SKIPPED: model {argv[2]} is not there (run scripts/fetch-minilm)")
@@ -314,6 +696,12 @@ def main(argv):
         if torch is None:
             print(f"SKIPPED: {torch_missing} (install python3-torch: scripts/setup probes)")
             return SKIP
+        if argv[2].endswith(".gguf"):
+            try:
+                import gguf  # noqa: F401
+            except ImportError as error:
+                print(f"SKIPPED: {error} (scripts/pyenv installs the gguf package)")
+                return SKIP
         return compare(argv[1], argv[2], argv[3:])
     print(__doc__)
     return 2

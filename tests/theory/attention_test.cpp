@@ -169,3 +169,165 @@ TEST_CASE("shape mismatches are errors naming the shapes") {
   CHECK_THROWS_WITH(theory::attention_norms({}, Matrix::Ones(3, 2), Matrix::Ones(3, 2), Matrix::Ones(2, 2)),
                     Catch::Contains("Q is 3x2"));
 }
+
+namespace {
+
+// The rotated projections of positions 0 .. N-1 and the attention map on them, written from the definition.
+struct RotaryCase {
+  Matrix X, Q, K, V, U;
+  Eigen::RowVectorXd bq, bk;
+  theory::Rotary rotary;
+};
+
+RotaryCase rotary_case(Index n, Index D, Index d, double sd, std::uint64_t seed, bool interleaved, double base) {
+  RotaryCase c{testing::random_matrix(n, D, sd, seed, 0), testing::random_matrix(D, d, 1.0, seed, 1),
+               testing::random_matrix(D, d, 1.0, seed, 2), {}, {}, testing::random_matrix(1, d, 0.5, seed, 3),
+               testing::random_matrix(1, d, 0.5, seed, 4),
+               interleaved ? theory::Rotary::interleaved(d, base) : theory::Rotary::half_split(d, base)};
+  c.V = (c.X * c.Q).rowwise() + c.bq;
+  c.U = (c.X * c.K).rowwise() + c.bk;
+  theory::apply_rotary(c.rotary, c.V);
+  theory::apply_rotary(c.rotary, c.U);
+  return c;
+}
+
+// R(t)^T w: the rotation back by t.
+Eigen::RowVectorXd rotated_back(const theory::Rotary& rotary, const Eigen::RowVectorXd& w, Index t) {
+  Matrix row = w;
+  theory::apply_rotary(rotary, row, -static_cast<double>(t));
+  return row.row(0);
+}
+
+// ||dF/dW||_F by the chain rule entry by entry, independently of the closed forms:
+// dS_ik/dW_Q[a][b] = lambda x_ia (R(i)^T u_k)_b and dS_ik/dW_K[a][b] = lambda x_ka (R(k)^T v_i)_b.
+double chain_rule_norm(const AttentionMap& map, const RotaryCase& c, bool causal, theory::Parameter parameter) {
+  const Index n = c.X.rows(), D = c.X.cols(), d = c.V.cols();
+  const Matrix S = map.inner * c.V * c.U.transpose();
+  const double scale = map.outer.at(n);
+  double sum = 0;
+  for (Index i = 0; i < n; ++i) {
+    const Index visible = causal ? i + 1 : n;
+    // dF_ij/dS_ik for the visible k.
+    Matrix dF_dS = Matrix::Zero(visible, visible);
+    if (map.activation.kind == ActivationKind::softmax) {
+      const Eigen::RowVectorXd a = theory::row_softmax(S.row(i).head(visible)).row(0);
+      // 1 - a_j as the sum of the other probabilities, so a near one-hot row keeps its small terms.
+      for (Index j = 0; j < visible; ++j) {
+        double others = 0;
+        for (Index k = 0; k < visible; ++k) others += k == j ? 0.0 : a[k];
+        for (Index k = 0; k < visible; ++k) dF_dS(j, k) = j == k ? a[j] * others : -a[j] * a[k];
+      }
+    } else {
+      for (Index j = 0; j < visible; ++j) {
+        dF_dS(j, j) = theory::pointwise_derivative(map.activation.h, map.activation.p, S(i, j));
+      }
+    }
+    // dS_ik/dW as D x d matrices.
+    std::vector<Matrix> dS(static_cast<std::size_t>(visible));
+    for (Index k = 0; k < visible; ++k) {
+      dS[static_cast<std::size_t>(k)] =
+          parameter == theory::Parameter::Q
+              ? Matrix(map.inner * c.X.row(i).transpose() * rotated_back(c.rotary, c.U.row(k), i))
+              : Matrix(map.inner * c.X.row(k).transpose() * rotated_back(c.rotary, c.V.row(i), k));
+    }
+    for (Index j = 0; j < visible; ++j) {
+      Matrix total = Matrix::Zero(D, d);
+      for (Index k = 0; k < visible; ++k) total += dF_dS(j, k) * dS[static_cast<std::size_t>(k)];
+      sum += (scale * total).squaredNorm();
+    }
+  }
+  return std::sqrt(sum);
+}
+
+}  // namespace
+
+TEST_CASE("rotary embeddings: pairs keep their lengths and scores depend on relative positions only") {
+  for (const bool interleaved : {true, false}) {
+    const auto rotary = interleaved ? theory::Rotary::interleaved(6, 10000) : theory::Rotary::half_split(6, 10000);
+    CHECK(rotary.first == std::vector<Index>(interleaved ? std::vector<Index>{0, 2, 4} : std::vector<Index>{0, 1, 2}));
+    CHECK(rotary.second == std::vector<Index>(interleaved ? std::vector<Index>{1, 3, 5} : std::vector<Index>{3, 4, 5}));
+    CHECK(rotary.frequency[1] == std::pow(10000.0, -2.0 / 6));
+    const Matrix q = testing::random_matrix(1, 6, 1.0, 3, 0), k = testing::random_matrix(1, 6, 1.0, 3, 1);
+    // Query at position 7, key at 3, then both shifted by 100: the same score.
+    Matrix q7 = q, k3 = k, q107 = q, k103 = k;
+    theory::apply_rotary(rotary, q7, 7);
+    theory::apply_rotary(rotary, k3, 3);
+    theory::apply_rotary(rotary, q107, 107);
+    theory::apply_rotary(rotary, k103, 103);
+    CHECK(q7.row(0).dot(k3.row(0)) == Approx(q107.row(0).dot(k103.row(0))).epsilon(1e-12));
+    CHECK(q7.row(0).dot(k3.row(0)) != Approx(q.row(0).dot(k.row(0))).epsilon(1e-3));
+    for (std::size_t p = 0; p < 3; ++p) {
+      const auto f = rotary.first[p], s = rotary.second[p];
+      CHECK(std::hypot(q7(0, f), q7(0, s)) == Approx(std::hypot(q(0, f), q(0, s))).epsilon(1e-14));
+    }
+  }
+  // The pair's rotation is R(t) = [[cos, -sin], [sin, cos]]: (1, 0) at angle pi/2 becomes (0, 1).
+  theory::Rotary quarter{{0}, {1}, {M_PI / 2}, 2};
+  Matrix e1{{1.0, 0.0}};
+  theory::apply_rotary(quarter, e1, 1);
+  CHECK(e1(0, 0) == Approx(0).margin(1e-16));
+  CHECK(e1(0, 1) == Approx(1).epsilon(1e-15));
+  Matrix odd(1, 3);
+  CHECK_THROWS_WITH(theory::apply_rotary(quarter, odd), Catch::Contains("dimension 2 applied to rows of 3"));
+}
+
+TEST_CASE("with rotary positions the closed forms equal the chain-rule Jacobians to 1e-10") {
+  rc::prop("softmax and elementwise maps, both pairings, causal or not, an unrotated coordinate when d is odd", [] {
+    const auto n = *rc::gen::inRange<Index>(1, 7);
+    const auto D = *rc::gen::inRange<Index>(1, 5);
+    const auto d = *rc::gen::inRange<Index>(2, 6);
+    const double sd = *rc::gen::inRange(3, 30) / 10.0;
+    const bool interleaved = *rc::gen::arbitrary<bool>(), causal = *rc::gen::arbitrary<bool>();
+    const double base = *rc::gen::element(10.0, 10000.0, 100000.0);
+    const RotaryCase c = rotary_case(n, D, d, sd, *rc::gen::arbitrary<std::uint64_t>(), interleaved, base);
+    for (const AttentionMap& map : every_differentiable_map(d)) {
+      const auto norms = theory::attention_norms_from_projections(map, c.X, c.V, c.U, causal, &c.rotary);
+      const double dq = chain_rule_norm(map, c, causal, theory::Parameter::Q);
+      const double dk = chain_rule_norm(map, c, causal, theory::Parameter::K);
+      // As above: the explicit sums round at ~1e-16 of c ||dS/dW|| (and cancel on near one-hot rows).
+      const AttentionMap scores_only{{ActivationKind::pointwise, Pointwise::identity, 1}, map.inner, map.outer};
+      const double floor_q = 1e-14 * chain_rule_norm(scores_only, c, causal, theory::Parameter::Q);
+      const double floor_k = 1e-14 * chain_rule_norm(scores_only, c, causal, theory::Parameter::K);
+      RC_ASSERT(std::abs(*norms.dQ_fro - dq) <= 1e-10 * dq + floor_q);
+      RC_ASSERT(std::abs(*norms.dK_fro - dk) <= 1e-10 * dk + floor_k);
+    }
+  });
+}
+
+TEST_CASE("rotary softmax dA/dW_K keeps its relative accuracy on near one-hot rows") {
+  // Scores scaled up until every row puts all but ~1e-9 of its mass on one key: the term is then tiny, and an
+  // expanded square would lose it to cancellation. The chain rule takes 1 - a_j as the sum of the others.
+  const RotaryCase c = rotary_case(6, 3, 4, 1.0, 41, true, 10000);
+  for (const double inner : {8.0, 12.0, 16.0}) {
+    const AttentionMap map{{ActivationKind::softmax}, inner, {}};
+    const auto norms = theory::attention_norms_from_projections(map, c.X, c.V, c.U, true, &c.rotary);
+    const double dk = chain_rule_norm(map, c, true, theory::Parameter::K);
+    INFO("inner " << inner << ": closed form " << *norms.dK_fro << ", chain rule " << dk);
+    CHECK(dk < 1e-3 * chain_rule_norm({{ActivationKind::pointwise, Pointwise::identity, 1}, inner, {}}, c, true,
+                                      theory::Parameter::K));
+    CHECK(testing::relative_difference(*norms.dK_fro, dk) < 1e-9);
+  }
+}
+
+TEST_CASE("rotary closed forms agree with finite differences of the rotated attention") {
+  const Index n = 5, D = 3, d = 4;
+  const RotaryCase c = rotary_case(n, D, d, 1.0, 9, false, 100);
+  const auto attention = [&](const Matrix& Q, const Matrix& K) {
+    Matrix V = (c.X * Q).rowwise() + c.bq, U = (c.X * K).rowwise() + c.bk;
+    theory::apply_rotary(c.rotary, V);
+    theory::apply_rotary(c.rotary, U);
+    Matrix S = (V * U.transpose()) / std::sqrt(static_cast<double>(d));
+    for (Index i = 0; i < n; ++i)
+      for (Index j = i + 1; j < n; ++j) S(i, j) = -std::numeric_limits<double>::infinity();
+    return theory::row_softmax(S);
+  };
+  const AttentionMap map{{ActivationKind::softmax}, 1 / std::sqrt(static_cast<double>(d)), {}};
+  const auto norms = theory::attention_norms_from_projections(map, c.X, c.V, c.U, true, &c.rotary);
+  const double fd_q = testing::finite_difference_jacobian([&](const Matrix& q) { return attention(q, c.K); }, c.Q).norm();
+  const double fd_k = testing::finite_difference_jacobian([&](const Matrix& k) { return attention(c.Q, k); }, c.K).norm();
+  CHECK(testing::relative_difference(*norms.dQ_fro, fd_q) < 1e-7);
+  CHECK(testing::relative_difference(*norms.dK_fro, fd_k) < 1e-7);
+  // Without the rotation in the key derivative the value would differ: the rotation matters here.
+  const auto unrotated = theory::attention_norms_from_projections(map, c.X, c.V, c.U, true);
+  CHECK(testing::relative_difference(*unrotated.dK_fro, fd_k) > 1e-3);
+}

@@ -4,7 +4,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <span>
 #include <vector>
 
 namespace attncheck::theory {
@@ -104,8 +106,85 @@ AttentionNorms attention_norms(const AttentionMap& map, const Matrix& X, const M
   return attention_norms_from_projections(map, X, X * Q, X * K);
 }
 
+Rotary Rotary::interleaved(Index d, double base) {
+  Rotary out;
+  out.dimension = d;
+  for (Index p = 0; p < d / 2; ++p) {
+    out.first.push_back(2 * p);
+    out.second.push_back(2 * p + 1);
+    out.frequency.push_back(std::pow(base, -2.0 * static_cast<double>(p) / static_cast<double>(d)));
+  }
+  return out;
+}
+
+Rotary Rotary::half_split(Index d, double base) {
+  Rotary out;
+  out.dimension = d;
+  for (Index p = 0; p < d / 2; ++p) {
+    out.first.push_back(p);
+    out.second.push_back(p + d / 2);
+    out.frequency.push_back(std::pow(base, -2.0 * static_cast<double>(p) / static_cast<double>(d)));
+  }
+  return out;
+}
+
+void apply_rotary(const Rotary& rotary, Matrix& rows, double first_position) {
+  if (rows.cols() != rotary.dimension) {
+    throw InputError(fmt::format("rotary embedding of dimension {} applied to rows of {}", rotary.dimension,
+                                 rows.cols()));
+  }
+  for (Index k = 0; k < rows.rows(); ++k) {
+    const double position = first_position + static_cast<double>(k);
+    for (std::size_t p = 0; p < rotary.frequency.size(); ++p) {
+      const double angle = position * rotary.frequency[p];
+      const double c = std::cos(angle), s = std::sin(angle);
+      const double a = rows(k, rotary.first[p]), b = rows(k, rotary.second[p]);
+      rows(k, rotary.first[p]) = c * a - s * b;
+      rows(k, rotary.second[p]) = s * a + c * b;
+    }
+  }
+}
+
+namespace {
+
+// Softmax's ||dA/dW_K||_F^2 / lambda^2 for row i under rotary positions (docs/THEORY.md). With
+// B(k, l) = (x_k . x_l) C_i(k - l), C_i(m) = sum_p |v_i,p|^2 cos(m theta_p) (+ the unrotated coordinates' share),
+// the row's term is sum_j a_j^2 ||z_j - zbar||^2 in the feature space where <z_k, z_l> = B(k, l). Measured from the
+// row's most probable key r (H(k, l) = B(k, l) - B(k, r) - B(r, l) + B(r, r), which vanishes on r's row and
+// column), no term cancels when the row is near one-hot: the sums skip r, whose weight would otherwise cancel.
+double rotary_key_term(const Matrix& gram, std::span<const double> a, std::span<const double> c) {
+  const auto visible = static_cast<Index>(a.size());
+  const Index r = static_cast<Index>(std::max_element(a.begin(), a.end()) - a.begin());
+  const auto B = [&](Index k, Index l) { return gram(k, l) * c[static_cast<std::size_t>(std::abs(k - l))]; };
+  const double b_rr = B(r, r);
+  Vector g(visible), weights = Eigen::Map<const Vector>(a.data(), visible);
+  weights[r] = 0;
+  for (Index j = 0; j < visible; ++j) g[j] = B(j, r);
+  const double others = weights.sum();  // 1 - a_r, summed from the small terms
+  const double weighted_g = weights.dot(g);
+  Vector h_a(visible);  // (H a)_j over l != r
+  for (Index j = 0; j < visible; ++j) {
+    double sum = 0;
+    const double* gram_row = gram.row(j).data();
+    for (Index l = 0; l < j; ++l) sum += weights[l] * gram_row[l] * c[static_cast<std::size_t>(j - l)];
+    for (Index l = j; l < visible; ++l) sum += weights[l] * gram_row[l] * c[static_cast<std::size_t>(l - j)];
+    h_a[j] = sum - (g[j] - b_rr) * others - weighted_g;
+  }
+  h_a[r] = 0;
+  const double a_h_a = weights.dot(h_a);
+  double term = a[static_cast<std::size_t>(r)] * a[static_cast<std::size_t>(r)] * a_h_a;
+  for (Index j = 0; j < visible; ++j) {
+    if (j == r) continue;
+    const double h_jj = B(j, j) - 2 * g[j] + b_rr;
+    term += a[static_cast<std::size_t>(j)] * a[static_cast<std::size_t>(j)] * (h_jj - 2 * h_a[j] + a_h_a);
+  }
+  return std::max(term, 0.0);  // a sum of squares; rounding must not make it negative
+}
+
+}  // namespace
+
 AttentionNorms attention_norms_from_projections(const AttentionMap& map, const Matrix& X, const Matrix& V,
-                                                const Matrix& U, bool causal) {
+                                                const Matrix& U, bool causal, const Rotary* rotary) {
   const Index n = X.rows();
   if (n == 0 || V.rows() != n || U.rows() != n || V.cols() != U.cols() || V.cols() == 0) {
     throw InputError(fmt::format("projection shapes do not match: X is {}x{}, V is {}x{}, U is {}x{}", X.rows(),
@@ -119,6 +198,30 @@ AttentionNorms attention_norms_from_projections(const AttentionMap& map, const M
   const Vector x_sq = X.rowwise().squaredNorm(), u_sq = U.rowwise().squaredNorm(), v_sq = V.rowwise().squaredNorm();
   double value_sq = 0, dS_sq = 0, dQ_sq = 0, dK_sq = 0;
   Vector s_row(n), a_row(n);
+  // Rotary softmax keys: the Gram matrix of X and the cosines cos(m theta_p), m = 0 .. N-1, once per call.
+  const bool rotary_keys = rotary && map.activation.kind == ActivationKind::softmax;
+  Matrix gram, cosines;
+  Vector c_row;
+  std::vector<Index> unpaired;
+  if (rotary_keys) {
+    if (rotary->dimension != V.cols()) {
+      throw InputError(fmt::format("rotary embedding of dimension {} for heads of dimension {}", rotary->dimension,
+                                   V.cols()));
+    }
+    gram = X * X.transpose();
+    cosines.resize(n, static_cast<Index>(rotary->frequency.size()));
+    for (Index m = 0; m < n; ++m) {
+      for (Index p = 0; p < cosines.cols(); ++p) cosines(m, p) = std::cos(static_cast<double>(m) * rotary->frequency[p]);
+    }
+    c_row.resize(n);
+    std::vector<bool> paired(static_cast<std::size_t>(V.cols()), false);
+    for (std::size_t p = 0; p < rotary->frequency.size(); ++p) {
+      paired[static_cast<std::size_t>(rotary->first[p])] = paired[static_cast<std::size_t>(rotary->second[p])] = true;
+    }
+    for (Index k = 0; k < V.cols(); ++k) {
+      if (!paired[static_cast<std::size_t>(k)]) unpaired.push_back(k);
+    }
+  }
   for (Index i = 0; i < n; ++i) {
     const Index visible = causal ? i + 1 : n;
     s_row.head(visible).noalias() = lambda * (U.topRows(visible) * V.row(i).transpose());
@@ -143,13 +246,24 @@ AttentionNorms attention_norms_from_projections(const AttentionMap& map, const M
     const auto a_visible = a_row.head(visible);
     const Eigen::RowVectorXd u_bar = a_visible.transpose() * U.topRows(visible);
     const Eigen::RowVectorXd x_bar = a_visible.transpose() * X.topRows(visible);
-    double q_sum = 0, k_sum = 0;
-    for (Index j = 0; j < visible; ++j) {
-      q_sum += a_row[j] * a_row[j] * (U.row(j) - u_bar).squaredNorm();
-      k_sum += a_row[j] * a_row[j] * (X.row(j) - x_bar).squaredNorm();
-    }
+    double q_sum = 0;
+    for (Index j = 0; j < visible; ++j) q_sum += a_row[j] * a_row[j] * (U.row(j) - u_bar).squaredNorm();
     dQ_sq += x_sq[i] * q_sum;
-    dK_sq += v_sq[i] * k_sum;
+    if (rotary_keys) {
+      Vector pair_sq(cosines.cols());
+      for (Index p = 0; p < pair_sq.size(); ++p) {
+        pair_sq[p] = V(i, rotary->first[p]) * V(i, rotary->first[p]) + V(i, rotary->second[p]) * V(i, rotary->second[p]);
+      }
+      double unrotated = 0;
+      for (Index k : unpaired) unrotated += V(i, k) * V(i, k);
+      c_row.head(visible) = (cosines.topRows(visible) * pair_sq).array() + unrotated;
+      dK_sq += rotary_key_term(gram, {a_row.data(), static_cast<std::size_t>(visible)},
+                               {c_row.data(), static_cast<std::size_t>(visible)});
+    } else {
+      double k_sum = 0;
+      for (Index j = 0; j < visible; ++j) k_sum += a_row[j] * a_row[j] * (X.row(j) - x_bar).squaredNorm();
+      dK_sq += v_sq[i] * k_sum;
+    }
   }
   AttentionNorms out;
   out.value_fro = c * std::sqrt(value_sq);

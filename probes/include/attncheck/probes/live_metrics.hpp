@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -26,7 +27,11 @@ struct HeadMetrics {
   std::int64_t D = 0, d = 0;
   bool causal = false;
   double inner = 1;  // lambda in S = lambda V U^T
+  std::int64_t kv_head = 0;  // the key head this query head shares (grouped-query attention), else itself
   NormSet softmax;
+  // ||d(A_h)_h / dW_K||_F over the query heads h sharing this head's key weights: the Jacobian of the group's
+  // stacked attention matrices in the shared W_K, whose square is the sum of the heads' squared softmax.dWk.
+  double dWk_group = 0;
   double sqrt_n = 0, grad_paper_bound = 0, grad_tight_bound = 0;  // sqrt(N), 2 sqrt(N), sqrt(N)/2
   // Score statistics over the attended entries.
   double score_mean = 0, score_std = 0, score_max_abs = 0, scores_fro = 0;
@@ -40,9 +45,12 @@ struct HeadMetrics {
   double iid_scores_fro = 0, iid_poly3_scaled_fro = 0, iid_poly3_fro = 0;
 };
 
+// Every norm except dWk_group, which needs the whole group: set_group_key_derivatives fills it for measured
+// heads of one layer (measuring the group's other heads' softmax dA/dW_K where they were not selected).
 // Throws InputError naming layer and head when a norm the log requires (softmax's value and gradients) is not
 // finite: the checkpoint's scores overflow, and no bound can be checked on them.
 HeadMetrics measure_head(const LayerInputs& layer, int layer_index, int head_index);
+void set_group_key_derivatives(const LayerInputs& layer, std::span<HeadMetrics> heads);
 
 // Theorem 4.1 on this head: ||softmax(S)||_F <= sqrt(N) and ||grad softmax(S)||_F <= sqrt(N)/2 (the tight bound;
 // the papers' 2 sqrt(N) is weaker). Both are deterministic, so a value above them, beyond rounding, is a violation.
@@ -58,6 +66,7 @@ struct ProbeInput {
   std::string text;
   std::filesystem::path tokens_file;
   std::int64_t random_length = 128;
+  std::int64_t max_tokens = -1;  // text or token input: keep the first max_tokens (an error when there are fewer)
   std::uint64_t seed = 0;
 };
 
@@ -68,6 +77,11 @@ struct ProbeResult {
   std::vector<HeadMetrics> heads;    // in layer, head order
   std::vector<LayerInputs> layers;   // kept only when asked (for the attention dump)
 };
+
+// The ids of `text` for MODEL: a GGUF file's own byte-level BPE; beside a safetensors checkpoint, vocab.txt
+// (WordPiece), vocab.json with merges.txt (byte-level BPE, GPT-2's pre-tokenizer) or tokenizer.json.
+std::vector<std::int64_t> tokenize_for_model(const std::filesystem::path& model, const TransformerModel& loaded,
+                                             std::string_view text);
 
 // Loads MODEL, builds the input, runs the forward pass and measures the selected layers and heads (all when
 // empty). Out-of-range layers or heads are InputErrors naming them.

@@ -1,12 +1,14 @@
 #pragma once
-// Transformer checkpoints as the probes see them: the architecture from config.json, the weights from
-// safetensors, and a double-precision forward pass that yields each layer's attention inputs per head.
+// Transformer checkpoints as the probes see them: the architecture from config.json (or a GGUF file's
+// metadata), the weights from safetensors or GGUF, and a double-precision forward pass that yields each
+// layer's attention inputs per head.
 
 #include "attncheck/probes/safetensors.hpp"
 #include "attncheck/theory/attention.hpp"
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -16,7 +18,10 @@ namespace attncheck::probes {
 enum class Architecture {
   bert,  // BERT, MiniLM: post-LayerNorm encoder, bidirectional attention, separate query/key/value
   gpt2,  // GPT-2: pre-LayerNorm decoder, causal mask, fused c_attn (Conv1D, weights stored [in, out])
+  llama, // Llama: pre-RMSNorm decoder, causal, rotary positions, grouped-query attention, SwiGLU MLP
 };
+
+std::string_view architecture_name(Architecture architecture);  // "BERT", "GPT-2", "Llama"
 
 struct ModelConfig {
   Architecture architecture = Architecture::bert;
@@ -29,8 +34,18 @@ struct ModelConfig {
   // The attention the model was trained with: config.json's "attention_activation" ("softmax" when absent,
   // "poly3_scaled" for N^-1/2 (S)^3, "poly3" for (S)^3, entrywise). The forward pass propagates through it.
   std::string attention_activation = "softmax";
-  std::string tensor_prefix;  // "bert.", "transformer." or empty
-  std::int64_t head_dim() const { return hidden / heads; }
+  std::string tensor_prefix;  // "bert.", "transformer.", "model." or empty
+  // BERT: the LayerNorm parameters' names ("weight"/"bias", or the older "gamma"/"beta").
+  std::string norm_gain = "weight", norm_bias = "bias";
+  // Llama: the query heads share kv_heads key/value heads (query head h uses kv head h / (heads / kv_heads)).
+  std::int64_t kv_heads = 0;     // 0: as many as the query heads
+  std::int64_t head_size = 0;    // 0: hidden / heads
+  double rope_theta = 10000;     // rotary frequencies rope_theta^(-2p/d)
+  bool rope_interleaved = false; // pairs (2p, 2p+1) as in GGUF; else (p, p + d/2) as in Hugging Face checkpoints
+  bool gguf = false;             // tensor names as llama.cpp writes them
+  std::int64_t head_dim() const { return head_size > 0 ? head_size : hidden / heads; }
+  std::int64_t key_value_heads() const { return kv_heads > 0 ? kv_heads : heads; }
+  std::int64_t kv_head_of(std::int64_t head) const { return head / (heads / key_value_heads()); }
 };
 
 // The map of the model's attention activation on scores S = inner * V U^T.
@@ -43,22 +58,24 @@ std::filesystem::path config_path_for(const std::filesystem::path& model);
 
 // One head's attention inputs in one layer (theory's convention: V = X W_Q + b_Q, U = X W_K + b_K).
 struct HeadInputs {
-  Matrix V, U;          // N x d biased projections
+  Matrix V, U;          // N x d biased projections (rotated to their positions under rotary embeddings)
   Matrix W_Q, W_K;      // D x d slices of the weights (for the i.i.d. model's sigma_t)
   Vector b_Q, b_K;      // d
   Matrix attention;     // N x N: the map the forward pass applied (the trained activation)
+  std::int64_t kv_head = 0;  // the key/value head this query head reads (itself without grouped queries)
 };
 
 struct LayerInputs {
-  Matrix X;  // N x D: the rows the projections act on (after ln_1 for GPT-2)
+  Matrix X;  // N x D: the rows the projections act on (after ln_1 for GPT-2, the attention RMSNorm for Llama)
   double inner = 1;
   bool causal = false;
+  std::optional<theory::Rotary> rotary;  // positions 0 .. N-1
   std::vector<HeadInputs> heads;
 };
 
 class TransformerModel {
  public:
-  // MODEL is a folder (with config.json) or a .safetensors file (config.json beside it).
+  // MODEL is a folder (with config.json), a .safetensors file (config.json beside it) or a .gguf file.
   static TransformerModel load(const std::filesystem::path& model);
 
   const ModelConfig& config() const { return config_; }
@@ -85,5 +102,10 @@ class TransformerModel {
 
 // Row-wise LayerNorm with gain and bias.
 Matrix layer_norm(const Matrix& x, const Vector& gain, const Vector& bias, double eps);
+// Row-wise RMSNorm: x / sqrt(mean(x^2) + eps) * gain.
+Matrix rms_norm(const Matrix& x, const Vector& gain, double eps);
+
+// The map applied to one head's scores; masked entries (causal, j > i) are 0.
+Matrix apply_attention(const theory::AttentionMap& map, const Matrix& scores, bool causal);
 
 }  // namespace attncheck::probes

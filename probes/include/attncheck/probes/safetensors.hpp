@@ -33,14 +33,20 @@ std::optional<DType> parse_dtype(std::string_view name);
 // Value of one element in double precision (F16, BF16 and F8 are widened exactly).
 double element_to_double(DType dtype, const std::byte* element);
 
+struct BlockFormat;  // GGUF's block formats (gguf.hpp)
+
 struct TensorInfo {
   std::string name;
   DType dtype = DType::F32;
+  const BlockFormat* block = nullptr;  // set for GGUF's block-quantized (and other non-plain) types
   std::vector<std::int64_t> shape;
   std::size_t begin = 0;  // byte offsets into the data section (after the header)
   std::size_t end = 0;
   std::int64_t element_count() const;
 };
+
+// "F32", "Q4_1", ...: the tensor's storage type as its file names it.
+std::string_view type_name(const TensorInfo& tensor);
 
 struct SafetensorsHeader {
   std::vector<TensorInfo> tensors;  // in file order of their data
@@ -53,17 +59,29 @@ struct SafetensorsHeader {
 // duplicate names. `source` names the file in messages. Needs no file: the fuzz target calls it directly.
 SafetensorsHeader parse_safetensors(std::span<const std::byte> image, const std::string& source);
 
-// An open safetensors file: the header is read and validated at once, tensor bytes when asked for. The file
-// stays open, so a file replaced under its name still reads consistently; one truncated while it is read is an
-// InputError naming it.
-class SafetensorsFile {
+// Orders a file's tensors by their data offsets and refuses two whose bytes overlap, naming both.
+void sort_by_offset_without_overlaps(std::vector<TensorInfo>& tensors, const std::string& source);
+
+// One open file of tensors, as Checkpoint reads it: safetensors or GGUF. The header is read and validated at
+// once, tensor bytes when asked for. The file stays open, so a file replaced under its name still reads
+// consistently; one truncated while it is read is an InputError naming it.
+class TensorFile {
+ public:
+  virtual ~TensorFile() = default;
+  virtual const std::filesystem::path& path() const = 0;
+  virtual const std::vector<TensorInfo>& tensors() const = 0;
+  // Fills `out` with the tensor's bytes from byte `offset` of its data on.
+  virtual void read(const TensorInfo& tensor, std::uint64_t offset, std::span<std::byte> out) const = 0;
+};
+
+class SafetensorsFile : public TensorFile {
  public:
   explicit SafetensorsFile(const std::filesystem::path& path);
-  const std::filesystem::path& path() const { return file_.path(); }
+  const std::filesystem::path& path() const override { return file_.path(); }
+  const std::vector<TensorInfo>& tensors() const override { return header_.tensors; }
   const SafetensorsHeader& header() const { return header_; }
   const TensorInfo* find(std::string_view name) const;
-  // Fills `out` with the tensor's bytes from byte `offset` of its data on.
-  void read(const TensorInfo& tensor, std::uint64_t offset, std::span<std::byte> out) const;
+  void read(const TensorInfo& tensor, std::uint64_t offset, std::span<std::byte> out) const override;
 
  private:
   reports::InputFile file_;
@@ -71,11 +89,16 @@ class SafetensorsFile {
   std::map<std::string, std::size_t, std::less<>> index_;
 };
 
-// One model's tensors: a single .safetensors file, or a folder holding model.safetensors or the shards listed
-// in model.safetensors.index.json. Accessors convert to double and check shapes, naming file and tensor.
+class GgufFile;
+
+// One model's tensors: a single .safetensors or .gguf file, or a folder holding model.safetensors or the
+// shards listed in model.safetensors.index.json. Accessors convert to double and check shapes, naming file and
+// tensor.
 class Checkpoint {
  public:
   static Checkpoint open(const std::filesystem::path& file_or_folder);
+  // The GGUF file when the checkpoint is one (its metadata describe the model), else nullptr.
+  const GgufFile* gguf() const { return gguf_; }
 
   bool contains(std::string_view name) const;
   std::vector<std::string> names() const;
@@ -96,8 +119,9 @@ class Checkpoint {
     const TensorInfo* tensor;
   };
   const Entry& entry(std::string_view name) const;
-  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::vector<std::unique_ptr<TensorFile>> files_;
   std::map<std::string, Entry, std::less<>> entries_;
+  const GgufFile* gguf_ = nullptr;
 };
 
 // A tensor to write: values in row-major order, stored as F64 or F32.

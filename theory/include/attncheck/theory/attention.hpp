@@ -7,6 +7,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace attncheck::theory {
 
@@ -54,12 +55,35 @@ struct AttentionNorms {
 // Closed forms of fact 7, O(N^2 d) time and O(N d) memory beyond F's rows: no Jacobian is formed.
 AttentionNorms attention_norms(const AttentionMap& map, const Matrix& X, const Matrix& Q, const Matrix& K);
 
+// Rotary position embeddings (RoPE): the query and key of position t are rotated, pair p of coordinates
+// (first[p], second[p]) by the angle t * frequency[p] (R(t) = [[cos, -sin], [sin, cos]] on the pair);
+// coordinates in no pair are left as they are. Then s_ij = v_i . u_j depends on the positions through t_j - t_i
+// only. The two layouts in use differ only in which coordinates pair up, with frequency base^(-2p/d) for
+// pair p = 0 .. d/2 - 1 in both:
+struct Rotary {
+  std::vector<Index> first, second;
+  std::vector<double> frequency;
+  Index dimension = 0;  // d, the coordinates of one head
+  // ggml's (GGUF Llama): pairs (2p, 2p + 1).
+  static Rotary interleaved(Index d, double base);
+  // Hugging Face's rotate_half (and GPT-NeoX's): pairs (p, p + d/2).
+  static Rotary half_split(Index d, double base);
+};
+
+// Row k of `rows` (a query or key of one head) rotated to position first_position + k.
+void apply_rotary(const Rotary& rotary, Matrix& rows, double first_position = 0);
+
 // The same closed forms from the projections V = X W_Q + b_Q and U = X W_K + b_K (rows v_i, u_j): they need
 // only X, V and U, so biases are included by passing the biased projections. The derivatives are in W_Q and
 // W_K (not in the biases). With `causal`, entries j > i are masked: -inf logits for softmax, absent (0) for
 // the elementwise maps. Not for matpow (value only): use attention_norms.
+// With `rotary`, V and U are the rotated projections of positions 0 .. N-1 (v_i = R(i) (W_Q^T x_i + b_Q)).
+// Rotations keep lengths, so every norm is that of the rotated projections except softmax's dF/dW_K, where
+// the row's probabilities mix keys of different positions; it is then evaluated in O(N^3) (docs/THEORY.md,
+// "Rotary positions and grouped queries").
 AttentionNorms attention_norms_from_projections(const AttentionMap& map, const Matrix& X, const Matrix& V,
-                                                const Matrix& U, bool causal = false);
+                                                const Matrix& U, bool causal = false,
+                                                const Rotary* rotary = nullptr);
 
 enum class Parameter { Q, K };
 

@@ -1,0 +1,397 @@
+#include "attncheck/probes/gguf.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <set>
+
+namespace attncheck::probes {
+
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "GGUF files are read as little-endian");
+
+constexpr std::uint32_t kMagic = 0x46554747;  // "GGUF" read as a little-endian word
+constexpr int kMaxDimensions = 4;             // GGML_MAX_DIMS
+constexpr int kMaxArrayDepth = 16;
+
+float half_at(const std::byte* p) { return static_cast<float>(element_to_double(DType::F16, p)); }
+
+// ggml's reference dequantization, in float32 (each product of a half-precision scale and a small integer is
+// exact in float32; Q4_1's added minimum is rounded to float32 as ggml rounds it), then widened exactly.
+void decode_q8_0(const std::byte* block, double* out) {
+  const float d = half_at(block);
+  for (int j = 0; j < 32; ++j) out[j] = static_cast<float>(static_cast<std::int8_t>(block[2 + j])) * d;
+}
+
+void decode_q4_0(const std::byte* block, double* out) {
+  const float d = half_at(block);
+  for (int j = 0; j < 16; ++j) {
+    const auto q = std::to_integer<int>(block[2 + j]);
+    out[j] = static_cast<float>((q & 0x0f) - 8) * d;
+    out[j + 16] = static_cast<float>((q >> 4) - 8) * d;
+  }
+}
+
+void decode_q4_1(const std::byte* block, double* out) {
+  const float d = half_at(block), m = half_at(block + 2);
+  for (int j = 0; j < 16; ++j) {
+    const auto q = std::to_integer<int>(block[4 + j]);
+    const float low = static_cast<float>(q & 0x0f) * d, high = static_cast<float>(q >> 4) * d;
+    out[j] = low + m;
+    out[j + 16] = high + m;
+  }
+}
+
+// Every ggml type GGUF files use today (ggml.h's numbering; the gaps are types ggml has retired). F32, F16 and
+// BF16 are read as plain element types; the rest are blocks.
+constexpr BlockFormat kFormats[] = {
+    {"F32", 0, 1, 4},          {"F16", 1, 1, 2},         {"Q4_0", 2, 32, 18, decode_q4_0},
+    {"Q4_1", 3, 32, 20, decode_q4_1}, {"Q5_0", 6, 32, 22}, {"Q5_1", 7, 32, 24},
+    {"Q8_0", 8, 32, 34, decode_q8_0}, {"Q8_1", 9, 32, 40}, {"Q2_K", 10, 256, 84},
+    {"Q3_K", 11, 256, 110},    {"Q4_K", 12, 256, 144},   {"Q5_K", 13, 256, 176},
+    {"Q6_K", 14, 256, 210},    {"Q8_K", 15, 256, 292},   {"IQ2_XXS", 16, 256, 66},
+    {"IQ2_XS", 17, 256, 74},   {"IQ3_XXS", 18, 256, 98}, {"IQ1_S", 19, 256, 50},
+    {"IQ4_NL", 20, 32, 18},    {"IQ3_S", 21, 256, 110},  {"IQ2_S", 22, 256, 82},
+    {"IQ4_XS", 23, 256, 136},  {"I8", 24, 1, 1},         {"I16", 25, 1, 2},
+    {"I32", 26, 1, 4},         {"I64", 27, 1, 8},        {"F64", 28, 1, 8},
+    {"IQ1_M", 29, 256, 56},    {"BF16", 30, 1, 2},       {"TQ1_0", 34, 256, 54},
+    {"TQ2_0", 35, 256, 66},    {"MXFP4", 39, 32, 17},
+};
+
+std::optional<DType> plain_dtype(std::uint32_t ggml_type) {
+  switch (ggml_type) {
+    case 0: return DType::F32;
+    case 1: return DType::F16;
+    case 30: return DType::BF16;
+    default: return std::nullopt;
+  }
+}
+
+// Fills a buffer with the bytes at an offset of the file (or of an image in memory).
+using ReadAt = std::function<void(std::uint64_t offset, std::span<std::byte> out)>;
+
+// A bounds-checked cursor over a file of `size` bytes, read through a window of at least 1 MiB so that the
+// thousands of small metadata values (a tokenizer's vocabulary) cost few reads; every failure names the file and
+// what was being read.
+class Cursor {
+ public:
+  Cursor(std::uint64_t size, ReadAt read_at, const std::string& source)
+      : size_(size), read_at_(std::move(read_at)), source_(source) {}
+
+  std::uint64_t size() const { return size_; }
+  std::uint64_t offset() const { return at_; }
+  std::uint64_t remaining() const { return size_ - at_; }
+
+  template <class T>
+  T read(const std::string& what) {
+    need(sizeof(T), what);
+    T value;
+    std::memcpy(&value, window(sizeof(T)), sizeof(T));
+    at_ += sizeof(T);
+    return value;
+  }
+
+  std::string read_string(const std::string& what) {
+    const auto length = read<std::uint64_t>(what + " (its length)");
+    need(length, fmt::format("{} ({} bytes)", what, length));
+    const auto bytes = static_cast<std::size_t>(length);
+    std::string out(reinterpret_cast<const char*>(window(bytes)), bytes);
+    at_ += bytes;
+    return out;
+  }
+
+  InputError error(const std::string& what) const { return InputError(fmt::format("{}: {}", source_, what)); }
+
+ private:
+  static constexpr std::size_t kWindowBytes = std::size_t{1} << 20;
+
+  void need(std::uint64_t bytes, const std::string& what) const {
+    if (bytes > remaining()) {
+      throw error(fmt::format("{} at byte {} runs beyond the end of the file ({} bytes)", what, at_, size_));
+    }
+  }
+  // The `bytes` bytes at the cursor (already checked to be in the file), refilling the window when needed.
+  const std::byte* window(std::size_t bytes) {
+    if (at_ < window_begin_ || at_ + bytes > window_begin_ + buffer_.size()) {
+      const auto length = static_cast<std::size_t>(std::min<std::uint64_t>(std::max(bytes, kWindowBytes), remaining()));
+      buffer_.resize(length);
+      read_at_(at_, buffer_);
+      window_begin_ = at_;
+    }
+    return buffer_.data() + (at_ - window_begin_);
+  }
+  std::uint64_t size_;
+  ReadAt read_at_;
+  const std::string& source_;
+  std::uint64_t at_ = 0;
+  std::uint64_t window_begin_ = 0;
+  std::vector<std::byte> buffer_;
+};
+
+// The fewest bytes one value of a type can take: bounds array counts before anything is allocated.
+std::uint64_t smallest_size(GgufType type) {
+  switch (type) {
+    case GgufType::u8: case GgufType::i8: case GgufType::boolean: return 1;
+    case GgufType::u16: case GgufType::i16: return 2;
+    case GgufType::u32: case GgufType::i32: case GgufType::f32: return 4;
+    case GgufType::u64: case GgufType::i64: case GgufType::f64: case GgufType::string: return 8;
+    case GgufType::array: return 12;
+  }
+  return 1;
+}
+
+bool known_type(std::uint32_t type) { return type <= static_cast<std::uint32_t>(GgufType::f64); }
+
+GgufValue read_value(Cursor& in, GgufType type, const std::string& key, int depth) {
+  GgufValue value;
+  value.type = type;
+  const std::string what = fmt::format("the value of '{}'", key);
+  switch (type) {
+    case GgufType::u8: value.data = std::uint64_t{in.read<std::uint8_t>(what)}; break;
+    case GgufType::i8: value.data = std::int64_t{in.read<std::int8_t>(what)}; break;
+    case GgufType::u16: value.data = std::uint64_t{in.read<std::uint16_t>(what)}; break;
+    case GgufType::i16: value.data = std::int64_t{in.read<std::int16_t>(what)}; break;
+    case GgufType::u32: value.data = std::uint64_t{in.read<std::uint32_t>(what)}; break;
+    case GgufType::i32: value.data = std::int64_t{in.read<std::int32_t>(what)}; break;
+    case GgufType::f32: value.data = double{in.read<float>(what)}; break;
+    case GgufType::boolean: value.data = in.read<std::uint8_t>(what) != 0; break;
+    case GgufType::string: value.data = in.read_string(what); break;
+    case GgufType::u64: value.data = in.read<std::uint64_t>(what); break;
+    case GgufType::i64: value.data = in.read<std::int64_t>(what); break;
+    case GgufType::f64: value.data = in.read<double>(what); break;
+    case GgufType::array: {
+      if (depth >= kMaxArrayDepth) {
+        throw in.error(fmt::format("'{}': arrays nested more than {} deep", key, kMaxArrayDepth));
+      }
+      const auto element_type = in.read<std::uint32_t>(what + " (its element type)");
+      if (!known_type(element_type)) {
+        throw in.error(fmt::format("'{}': unknown array element type {}", key, element_type));
+      }
+      value.element_type = static_cast<GgufType>(element_type);
+      const auto count = in.read<std::uint64_t>(what + " (its length)");
+      if (count > in.remaining() / smallest_size(value.element_type)) {
+        throw in.error(fmt::format("'{}': an array of {} {} values cannot fit in the {} bytes left", key, count,
+                                   gguf_type_name(value.element_type), in.remaining()));
+      }
+      std::vector<GgufValue> elements;
+      elements.reserve(static_cast<std::size_t>(count));
+      for (std::uint64_t k = 0; k < count; ++k) {
+        elements.push_back(read_value(in, value.element_type, key, depth + 1));
+      }
+      value.data = std::move(elements);
+      break;
+    }
+  }
+  return value;
+}
+
+}  // namespace
+
+const BlockFormat* block_format(std::uint32_t ggml_type) {
+  for (const auto& format : kFormats) {
+    if (format.ggml_type == ggml_type) return &format;
+  }
+  return nullptr;
+}
+
+std::string_view gguf_type_name(GgufType type) {
+  constexpr std::string_view kNames[] = {"UINT8", "INT8",  "UINT16", "INT16",  "UINT32", "INT32", "FLOAT32",
+                                         "BOOL",  "STRING", "ARRAY", "UINT64", "INT64",  "FLOAT64"};
+  const auto index = static_cast<std::size_t>(type);
+  return index < std::size(kNames) ? kNames[index] : "unknown";
+}
+
+const GgufValue* GgufHeader::find(std::string_view key) const {
+  const auto it = metadata.find(key);
+  return it == metadata.end() ? nullptr : &it->second;
+}
+
+namespace {
+const GgufValue& required(const GgufHeader& header, std::string_view key) {
+  const GgufValue* value = header.find(key);
+  if (!value) throw InputError(fmt::format("{}: no metadata key '{}'", header.source, key));
+  return *value;
+}
+
+InputError wrong_type(const GgufHeader& header, std::string_view key, const GgufValue& value, std::string_view wanted) {
+  return InputError(fmt::format("{}: metadata '{}' is {}, not {}", header.source, key, gguf_type_name(value.type),
+                                wanted));
+}
+}  // namespace
+
+std::uint64_t GgufHeader::unsigned_integer(std::string_view key) const {
+  const GgufValue& value = required(*this, key);
+  if (const auto* u = std::get_if<std::uint64_t>(&value.data)) return *u;
+  if (const auto* i = std::get_if<std::int64_t>(&value.data)) {
+    if (*i >= 0) return static_cast<std::uint64_t>(*i);
+    throw InputError(fmt::format("{}: metadata '{}' is {}, not a non-negative integer", source, key, *i));
+  }
+  throw wrong_type(*this, key, value, "an integer");
+}
+
+double GgufHeader::number(std::string_view key) const {
+  const GgufValue& value = required(*this, key);
+  if (const auto* x = std::get_if<double>(&value.data)) return *x;
+  throw wrong_type(*this, key, value, "a FLOAT32 or FLOAT64 number");
+}
+
+bool GgufHeader::boolean(std::string_view key) const {
+  const GgufValue& value = required(*this, key);
+  if (const auto* b = std::get_if<bool>(&value.data)) return *b;
+  throw wrong_type(*this, key, value, "a BOOL");
+}
+
+const std::string& GgufHeader::string(std::string_view key) const {
+  const GgufValue& value = required(*this, key);
+  if (const auto* s = std::get_if<std::string>(&value.data)) return *s;
+  throw wrong_type(*this, key, value, "a STRING");
+}
+
+std::vector<std::string> GgufHeader::strings(std::string_view key) const {
+  const GgufValue& value = required(*this, key);
+  const auto* elements = std::get_if<std::vector<GgufValue>>(&value.data);
+  if (!elements || value.element_type != GgufType::string) throw wrong_type(*this, key, value, "an ARRAY of STRING");
+  std::vector<std::string> out;
+  out.reserve(elements->size());
+  for (const auto& element : *elements) out.push_back(std::get<std::string>(element.data));
+  return out;
+}
+
+namespace {
+GgufHeader parse(Cursor& in, const std::string& source) {
+  GgufHeader out;
+  out.source = source;
+  const auto magic = in.read<std::uint32_t>("the magic number");
+  if (magic != kMagic) {
+    throw in.error(fmt::format("not a GGUF file (it starts with 0x{:08x}, not the magic \"GGUF\")", magic));
+  }
+  out.version = in.read<std::uint32_t>("the version");
+  if (out.version == 1) throw in.error("GGUF version 1 is not supported (versions 2 and 3 are)");
+  if (out.version != 2 && out.version != 3) {
+    if ((out.version & 0xffff) == 0 && __builtin_bswap32(out.version) <= 3) {
+      throw in.error("a big-endian GGUF file, which is not supported (little-endian versions 2 and 3 are)");
+    }
+    throw in.error(fmt::format("unknown GGUF version {} (versions 2 and 3 are supported)", out.version));
+  }
+  const auto tensor_count = in.read<std::uint64_t>("the tensor count");
+  const auto kv_count = in.read<std::uint64_t>("the metadata count");
+  // A key/value takes at least 13 bytes, a tensor info at least 28: counts beyond the file are malformed.
+  if (kv_count > in.remaining() / 13) {
+    throw in.error(fmt::format("{} metadata entries cannot fit in the {} bytes left", kv_count, in.remaining()));
+  }
+  for (std::uint64_t k = 0; k < kv_count; ++k) {
+    std::string key = in.read_string(fmt::format("metadata key {}", k));
+    const auto type = in.read<std::uint32_t>(fmt::format("the type of '{}'", key));
+    if (!known_type(type)) throw in.error(fmt::format("'{}': unknown value type {}", key, type));
+    GgufValue value = read_value(in, static_cast<GgufType>(type), key, 0);
+    if (out.metadata.contains(key)) throw in.error(fmt::format("metadata key '{}' appears twice", key));
+    out.metadata.emplace(std::move(key), std::move(value));
+  }
+  if (const GgufValue* alignment = out.find("general.alignment")) {
+    const auto* value = std::get_if<std::uint64_t>(&alignment->data);
+    if (alignment->type != GgufType::u32 || !value || *value == 0 || !std::has_single_bit(*value)) {
+      throw in.error("general.alignment is not a UINT32 power of two");
+    }
+    out.alignment = *value;
+  }
+  if (tensor_count > in.remaining() / 28) {
+    throw in.error(fmt::format("{} tensor infos cannot fit in the {} bytes left", tensor_count, in.remaining()));
+  }
+  std::set<std::string, std::less<>> names;
+  std::vector<std::uint64_t> offsets, sizes;
+  for (std::uint64_t k = 0; k < tensor_count; ++k) {
+    TensorInfo tensor;
+    tensor.name = in.read_string(fmt::format("the name of tensor {}", k));
+    const auto fail = [&](const std::string& what) {
+      return in.error(fmt::format("tensor '{}': {}", tensor.name, what));
+    };
+    if (!names.insert(tensor.name).second) throw in.error(fmt::format("tensor '{}' appears twice", tensor.name));
+    const auto dimensions = in.read<std::uint32_t>(fmt::format("the dimension count of tensor '{}'", tensor.name));
+    if (dimensions < 1 || dimensions > kMaxDimensions) {
+      throw fail(fmt::format("{} dimensions (1 to {} are allowed)", dimensions, kMaxDimensions));
+    }
+    std::vector<std::uint64_t> ne(dimensions);
+    for (auto& dim : ne) dim = in.read<std::uint64_t>(fmt::format("a dimension of tensor '{}'", tensor.name));
+    const auto type = in.read<std::uint32_t>(fmt::format("the type of tensor '{}'", tensor.name));
+    const BlockFormat* format = block_format(type);
+    if (!format) throw fail(fmt::format("unknown ggml type {}", type));
+    const auto offset = in.read<std::uint64_t>(fmt::format("the offset of tensor '{}'", tensor.name));
+    if (ne[0] % format->elements != 0) {
+      throw fail(fmt::format("rows of {} elements are not whole blocks of {} ({})", ne[0], format->elements,
+                             format->name));
+    }
+    // Sizes are compared with the file's as they grow, so the products cannot overflow.
+    const std::uint64_t limit = in.size();
+    std::uint64_t bytes = ne[0] / format->elements * format->bytes;
+    bool too_large = ne[0] > limit;
+    for (std::size_t j = 1; j < ne.size() && !too_large; ++j) {
+      if (ne[j] != 0 && bytes > limit / ne[j]) too_large = true;
+      bytes *= ne[j];
+    }
+    for (auto dim : ne) too_large = too_large || dim > static_cast<std::uint64_t>(INT64_MAX);
+    if (too_large) throw fail(fmt::format("dimensions [{}] need more bytes than the file has", fmt::join(ne, ", ")));
+    if (offset % out.alignment != 0) {
+      throw fail(fmt::format("offset {} is not a multiple of the alignment {}", offset, out.alignment));
+    }
+    if (auto dtype = plain_dtype(type)) {
+      tensor.dtype = *dtype;
+    } else {
+      tensor.block = format;
+    }
+    for (auto it = ne.rbegin(); it != ne.rend(); ++it) tensor.shape.push_back(static_cast<std::int64_t>(*it));
+    tensor.begin = static_cast<std::size_t>(std::min<std::uint64_t>(offset, limit + 1));
+    tensor.end = static_cast<std::size_t>(std::min<std::uint64_t>(offset, limit + 1) + bytes);
+    if (offset > limit) tensor.end = tensor.begin;  // reported below, as beyond the data
+    offsets.push_back(offset);
+    sizes.push_back(bytes);
+    out.tensors.push_back(std::move(tensor));
+  }
+  const std::uint64_t infos_end = in.offset();
+  const std::uint64_t data_begin = (infos_end + out.alignment - 1) / out.alignment * out.alignment;
+  if (data_begin > in.size() && !out.tensors.empty()) {
+    throw in.error(fmt::format("the data section would start at byte {}, beyond the end of the file ({} bytes)",
+                               data_begin, in.size()));
+  }
+  out.data_begin = static_cast<std::size_t>(std::min<std::uint64_t>(data_begin, in.size()));
+  const std::size_t data_size = in.size() - out.data_begin;
+  for (std::size_t k = 0; k < out.tensors.size(); ++k) {
+    const auto& tensor = out.tensors[k];
+    if (offsets[k] > data_size || tensor.end > data_size) {
+      throw InputError(fmt::format("{}: tensor '{}': {} bytes at offset {} run beyond the {} data bytes in the file",
+                                   source, tensor.name, sizes[k], offsets[k], data_size));
+    }
+  }
+  sort_by_offset_without_overlaps(out.tensors, source);
+  return out;
+}
+
+}  // namespace
+
+GgufHeader parse_gguf(std::span<const std::byte> image, const std::string& source) {
+  Cursor in(image.size(), [image](std::uint64_t offset, std::span<std::byte> out) {
+    std::memcpy(out.data(), image.data() + offset, out.size());
+  }, source);
+  return parse(in, source);
+}
+
+GgufFile::GgufFile(const std::filesystem::path& path) : file_(path) {
+  const std::string source = path.string();
+  Cursor in(file_.size(), [this](std::uint64_t offset, std::span<std::byte> out) { file_.read_at(offset, out); },
+            source);
+  header_ = parse(in, source);
+}
+
+void GgufFile::read(const TensorInfo& tensor, std::uint64_t offset, std::span<std::byte> out) const {
+  if (offset > tensor.end - tensor.begin || out.size() > tensor.end - tensor.begin - offset) {
+    throw std::logic_error(fmt::format("bytes {}..{} are outside tensor '{}'", offset, offset + out.size(), tensor.name));
+  }
+  file_.read_at(header_.data_begin + tensor.begin + offset, out);
+}
+
+}  // namespace attncheck::probes

@@ -1,0 +1,214 @@
+// The Llama adapter: pre-RMSNorm decoder blocks, rotary positions, grouped-query attention, SwiGLU MLP, from
+// GGUF files (llama.cpp's names and metadata) or Hugging Face safetensors checkpoints (config.json).
+
+#include "adapters.hpp"
+
+#include <cmath>
+
+namespace attncheck::probes::llama {
+
+namespace fs = std::filesystem;
+using theory::Index;
+
+namespace {
+
+void check_shape(const ModelConfig& c, const std::string& source) {
+  if (c.heads % c.key_value_heads() != 0) {
+    throw InputError(fmt::format("{}: {} query heads cannot share {} key/value heads evenly", source, c.heads,
+                                 c.key_value_heads()));
+  }
+  if (c.head_dim() <= 0 || c.head_dim() % 2 != 0) {
+    throw InputError(fmt::format("{}: head dimension {} is not a positive even number (rotary pairs)", source,
+                                 c.head_dim()));
+  }
+  if (!(c.rope_theta > 0) || !std::isfinite(c.rope_theta)) {
+    throw InputError(fmt::format("{}: rotary base {} is not a positive number", source, c.rope_theta));
+  }
+  if (!(c.layer_norm_eps >= 0) || !std::isfinite(c.layer_norm_eps)) {
+    throw InputError(fmt::format("{}: RMSNorm epsilon {} is not a non-negative number", source, c.layer_norm_eps));
+  }
+}
+
+// Tensor names of one layer's parts, in the checkpoint's own naming.
+struct Names {
+  std::string attention_norm, q, k, v, o, mlp_norm, gate, up, down;
+};
+
+Names layer_names(const ModelConfig& c, std::int64_t layer) {
+  if (c.gguf) {
+    const std::string p = fmt::format("blk.{}.", layer);
+    return {p + "attn_norm", p + "attn_q", p + "attn_k", p + "attn_v", p + "attn_output",
+            p + "ffn_norm",  p + "ffn_gate", p + "ffn_up", p + "ffn_down"};
+  }
+  const std::string p = fmt::format("{}layers.{}.", c.tensor_prefix, layer);
+  return {p + "input_layernorm",          p + "self_attn.q_proj", p + "self_attn.k_proj",
+          p + "self_attn.v_proj",         p + "self_attn.o_proj", p + "post_attention_layernorm",
+          p + "mlp.gate_proj",            p + "mlp.up_proj",      p + "mlp.down_proj"};
+}
+
+// y = x W^T (+ b when the checkpoint has the bias) for weights stored [out, in].
+Matrix project(const Checkpoint& checkpoint, const Matrix& x, const std::string& name, std::int64_t out) {
+  Matrix y = x * checkpoint.matrix(name + ".weight", out, x.cols()).transpose();
+  if (checkpoint.contains(name + ".bias")) y.rowwise() += checkpoint.vector(name + ".bias", out).transpose();
+  return y;
+}
+
+Vector bias_or_zero(const Checkpoint& checkpoint, const std::string& name, std::int64_t length) {
+  return checkpoint.contains(name + ".bias") ? checkpoint.vector(name + ".bias", length) : Vector::Zero(length);
+}
+
+}  // namespace
+
+ModelConfig config_from_gguf(const GgufHeader& header, const Checkpoint& checkpoint) {
+  const std::string& architecture = header.string("general.architecture");
+  if (architecture != "llama") {
+    throw InputError(fmt::format("{}: general.architecture '{}' is not supported (llama)", header.source,
+                                 architecture));
+  }
+  const auto integer = [&](const std::string& key) {
+    const auto value = header.unsigned_integer("llama." + key);
+    if (value == 0 || value > static_cast<std::uint64_t>(INT32_MAX)) {
+      throw InputError(fmt::format("{}: metadata 'llama.{}' is {}, not a positive size", header.source, key, value));
+    }
+    return static_cast<std::int64_t>(value);
+  };
+  const auto optional_integer = [&](const std::string& key, std::int64_t fallback) {
+    return header.find("llama." + key) ? integer(key) : fallback;
+  };
+  ModelConfig c;
+  c.architecture = Architecture::llama;
+  c.gguf = true;
+  c.rope_interleaved = true;
+  c.hidden_act = "silu";
+  c.layers = integer("block_count");
+  c.hidden = integer("embedding_length");
+  c.intermediate = integer("feed_forward_length");
+  c.heads = integer("attention.head_count");
+  c.kv_heads = optional_integer("attention.head_count_kv", c.heads);
+  c.max_positions = integer("context_length");
+  c.head_size = optional_integer("attention.key_length", c.hidden / c.heads);
+  if (optional_integer("attention.value_length", c.head_size) != c.head_size) {
+    throw InputError(fmt::format("{}: key and value heads of different lengths are not supported", header.source));
+  }
+  if (optional_integer("rope.dimension_count", c.head_size) != c.head_size) {
+    throw InputError(fmt::format("{}: rotary embeddings on {} of the {} head dimensions are not supported (all)",
+                                 header.source, integer("rope.dimension_count"), c.head_size));
+  }
+  if (header.find("llama.rope.scaling.type") && header.string("llama.rope.scaling.type") != "none") {
+    throw InputError(fmt::format("{}: rope scaling '{}' is not supported", header.source,
+                                 header.string("llama.rope.scaling.type")));
+  }
+  if (header.find("llama.expert_count") && header.unsigned_integer("llama.expert_count") > 0) {
+    throw InputError(fmt::format("{}: mixtures of experts are not supported", header.source));
+  }
+  c.rope_theta = header.find("llama.rope.freq_base") ? header.number("llama.rope.freq_base") : 10000.0;
+  c.layer_norm_eps = header.number("llama.attention.layer_norm_rms_epsilon");
+  const auto& embedding = checkpoint.info("token_embd.weight");
+  c.vocab = header.find("llama.vocab_size") ? integer("vocab_size")
+                                           : (embedding.shape.empty() ? 0 : embedding.shape.front());
+  check_shape(c, header.source);
+  return c;
+}
+
+ModelConfig config_from_json(const nlohmann::json& config, const fs::path& file, const Checkpoint& checkpoint) {
+  using detail::positive_int;
+  using detail::value_or;
+  ModelConfig c;
+  c.architecture = Architecture::llama;
+  c.hidden = positive_int(config, "hidden_size", file);
+  c.heads = positive_int(config, "num_attention_heads", file);
+  c.layers = positive_int(config, "num_hidden_layers", file);
+  c.intermediate = positive_int(config, "intermediate_size", file);
+  c.vocab = positive_int(config, "vocab_size", file);
+  c.max_positions = positive_int(config, "max_position_embeddings", file);
+  c.kv_heads = config.contains("num_key_value_heads") && !config["num_key_value_heads"].is_null()
+                   ? positive_int(config, "num_key_value_heads", file)
+                   : c.heads;
+  c.head_size = config.contains("head_dim") && !config["head_dim"].is_null() ? positive_int(config, "head_dim", file)
+                                                                             : c.hidden / c.heads;
+  c.layer_norm_eps = value_or<double>(config, "rms_norm_eps", 1e-6, file);
+  c.hidden_act = value_or<std::string>(config, "hidden_act", "silu", file);
+  if (c.hidden_act != "silu") {
+    throw InputError(fmt::format("{}: hidden_act '{}' is not supported for Llama (silu)", file.string(), c.hidden_act));
+  }
+  if (value_or<bool>(config, "mlp_bias", false, file)) {
+    throw InputError(fmt::format("{}: mlp_bias is not supported", file.string()));
+  }
+  // Older configs give rope_theta and rope_scaling; newer ones one rope_parameters object.
+  c.rope_theta = value_or<double>(config, "rope_theta", 10000.0, file);
+  if (config.contains("rope_scaling") && !config["rope_scaling"].is_null()) {
+    throw InputError(fmt::format("{}: rope_scaling {} is not supported", file.string(), config["rope_scaling"].dump()));
+  }
+  if (config.contains("rope_parameters") && config["rope_parameters"].is_object()) {
+    const auto& rope = config["rope_parameters"];
+    const std::string type = value_or<std::string>(rope, "rope_type", "default", file);
+    if (type != "default") throw InputError(fmt::format("{}: rope_type '{}' is not supported", file.string(), type));
+    c.rope_theta = value_or<double>(rope, "rope_theta", c.rope_theta, file);
+  }
+  for (const char* prefix : {"", "model."}) {
+    if (checkpoint.contains(std::string(prefix) + "embed_tokens.weight")) c.tensor_prefix = prefix;
+  }
+  check_shape(c, file.string());
+  return c;
+}
+
+std::string embedding_name(const ModelConfig& c) { return c.gguf ? "token_embd.weight" : c.tensor_prefix + "embed_tokens.weight"; }
+
+std::vector<LayerInputs> forward(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h, std::int64_t last) {
+  const std::int64_t D = c.hidden, H = c.heads, G = c.key_value_heads(), d = c.head_dim(), I = c.intermediate;
+  const Index n = h.rows();
+  const theory::Rotary rotary = c.rope_interleaved ? theory::Rotary::interleaved(d, c.rope_theta)
+                                                   : theory::Rotary::half_split(d, c.rope_theta);
+  const double inner = 1 / std::sqrt(static_cast<double>(d));
+  const theory::AttentionMap map = trained_attention_map(c.attention_activation, inner);
+  std::vector<LayerInputs> out;
+  for (std::int64_t l = 0; l <= last; ++l) {
+    const Names names = layer_names(c, l);
+    LayerInputs layer;
+    layer.causal = true;
+    layer.inner = inner;
+    layer.rotary = rotary;
+    layer.X = rms_norm(h, checkpoint.vector(names.attention_norm + ".weight", D), c.layer_norm_eps);
+    const Matrix W_q = checkpoint.matrix(names.q + ".weight", H * d, D);
+    const Matrix W_k = checkpoint.matrix(names.k + ".weight", G * d, D);
+    const Vector b_q = bias_or_zero(checkpoint, names.q, H * d), b_k = bias_or_zero(checkpoint, names.k, G * d);
+    Matrix queries = layer.X * W_q.transpose(), keys = layer.X * W_k.transpose();
+    queries.rowwise() += b_q.transpose();
+    keys.rowwise() += b_k.transpose();
+    const Matrix values = project(checkpoint, layer.X, names.v, G * d);
+    std::vector<Matrix> rotated_keys;
+    for (std::int64_t g = 0; g < G; ++g) {
+      rotated_keys.push_back(keys.middleCols(g * d, d));
+      theory::apply_rotary(rotary, rotated_keys.back());
+    }
+    Matrix context(n, H * d);
+    for (std::int64_t head = 0; head < H; ++head) {
+      const std::int64_t g = c.kv_head_of(head);
+      HeadInputs inputs;
+      inputs.kv_head = g;
+      inputs.V = queries.middleCols(head * d, d);
+      theory::apply_rotary(rotary, inputs.V);
+      inputs.U = rotated_keys[static_cast<std::size_t>(g)];
+      // Weights as D x d maps of rows (x -> x W).
+      inputs.W_Q = W_q.middleRows(head * d, d).transpose();
+      inputs.W_K = W_k.middleRows(g * d, d).transpose();
+      inputs.b_Q = b_q.segment(head * d, d);
+      inputs.b_K = b_k.segment(g * d, d);
+      inputs.attention = apply_attention(map, inner * (inputs.V * inputs.U.transpose()), true);
+      context.middleCols(head * d, d) = inputs.attention * values.middleCols(g * d, d);
+      layer.heads.push_back(std::move(inputs));
+    }
+    h += project(checkpoint, context, names.o, D);
+    const Matrix m = rms_norm(h, checkpoint.vector(names.mlp_norm + ".weight", D), c.layer_norm_eps);
+    const Matrix gate = project(checkpoint, m, names.gate, I), up = project(checkpoint, m, names.up, I);
+    const Matrix inter = gate.unaryExpr([](double x) { return x / (1 + std::exp(-x)); }).cwiseProduct(up);
+    h += project(checkpoint, inter, names.down, D);
+    if (!h.allFinite()) {
+      throw InputError(fmt::format("hidden states after layer {} are not finite (the activations overflowed)", l));
+    }
+    out.push_back(std::move(layer));
+  }
+  return out;
+}
+
+}  // namespace attncheck::probes::llama

@@ -1,0 +1,366 @@
+#include <catch2/catch.hpp>
+#include <rapidcheck/catch.h>
+
+#include "attncheck/probes/gguf.hpp"
+#include "attncheck/probes/model.hpp"
+#include "gguf_image.hpp"
+#include "tiny_models.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <functional>
+
+using namespace attncheck::probes;
+using attncheck::probes::testing::GgufImage;
+using attncheck::probes::testing::TempDir;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<std::byte> bytes_of(std::initializer_list<int> values) {
+  std::vector<std::byte> out;
+  for (int v : values) out.push_back(static_cast<std::byte>(v));
+  return out;
+}
+
+template <class T>
+std::vector<std::byte> raw(const std::vector<T>& values) {
+  std::vector<std::byte> out(values.size() * sizeof(T));
+  std::memcpy(out.data(), values.data(), out.size());
+  return out;
+}
+
+// Q4_0: scale 0.5 (half 0x3800); byte j holds j (low nibble, element j) and 15 - j (high, element j + 16).
+std::vector<std::byte> q4_0_block() {
+  auto out = bytes_of({0x00, 0x38});
+  for (int j = 0; j < 16; ++j) out.push_back(static_cast<std::byte>(j | ((15 - j) << 4)));
+  return out;
+}
+double q4_0_value(int k) { return k < 16 ? (k - 8) * 0.5 : ((15 - (k - 16)) - 8) * 0.5; }
+
+// Q4_1: scale 2^-14 (half 0x0400), minimum 2000 (half 0x67d0): 2000 + q 2^-14 rounded to float32 (ulp 2^-13
+// there), as ggml computes it; in double it would be exact.
+std::vector<std::byte> q4_1_block() {
+  auto out = bytes_of({0x00, 0x04, 0xd0, 0x67});
+  for (int j = 0; j < 16; ++j) out.push_back(static_cast<std::byte>(j | ((15 - j) << 4)));
+  return out;
+}
+double q4_1_value(int k) {
+  const int q = k < 16 ? k : 15 - (k - 16);
+  return static_cast<double>(2000.0f + static_cast<float>(q) * std::ldexp(1.0f, -14));
+}
+
+// Q8_0: scale 0.125 (half 0x3000), quants -16 + 3 j.
+std::vector<std::byte> q8_0_block() {
+  auto out = bytes_of({0x00, 0x30});
+  for (int j = 0; j < 32; ++j) out.push_back(static_cast<std::byte>(static_cast<std::int8_t>(-16 + 3 * j)));
+  return out;
+}
+double q8_0_value(int k) { return (-16 + 3 * k) * 0.125; }
+
+// A valid file with metadata of every value type and one tensor of every supported type.
+GgufImage valid_image() {
+  GgufImage g;
+  g.kv_string("general.architecture", "llama");
+  g.kv<std::uint8_t>("u8", 0, 200);
+  g.kv<std::int8_t>("i8", 1, -5);
+  g.kv<std::uint16_t>("u16", 2, 60000);
+  g.kv<std::int16_t>("i16", 3, -300);
+  g.kv<std::uint32_t>("llama.block_count", 4, 7);
+  g.kv<std::int32_t>("i32", 5, -70000);
+  g.kv<float>("llama.rope.freq_base", 6, 100000.0f);
+  g.kv<std::uint8_t>("flag", 7, 1);
+  g.kv<std::uint64_t>("u64", 10, 1ull << 40);
+  g.kv<std::int64_t>("i64", 11, -(1ll << 40));
+  g.kv<double>("f64", 12, 0.1);
+  g.kv_strings("tokenizer.ggml.tokens", {"a", "b", "\xc4\xa0the"});
+  {  // an array of arrays of INT32: [[1, 2], []]
+    std::vector<std::byte> value;
+    GgufImage::append(value, std::uint32_t{9});
+    GgufImage::append(value, std::uint64_t{2});
+    GgufImage::append(value, std::uint32_t{5});
+    GgufImage::append(value, std::uint64_t{2});
+    GgufImage::append(value, std::int32_t{1});
+    GgufImage::append(value, std::int32_t{2});
+    GgufImage::append(value, std::uint32_t{5});
+    GgufImage::append(value, std::uint64_t{0});
+    g.kv_raw("nested", 9, value);
+  }
+  g.tensor("f32", {3, 2}, 0, raw<float>({1, 2, 3, 4, 5, 6}));
+  g.tensor("f16", {2}, 1, bytes_of({0x00, 0x3c, 0x00, 0xc1}));  // 1, -2.5
+  g.tensor("bf16", {2}, 30, bytes_of({0x80, 0x3f, 0x49, 0x40}));  // 1, 3.140625
+  auto q4_0 = q4_0_block(), q4_1 = q4_1_block(), q8_0 = q8_0_block();
+  g.tensor("q4_0", {32}, 2, q4_0);
+  g.tensor("q4_1", {32}, 3, q4_1);
+  auto two_rows = bytes_of({0x00, 0x00});  // first row: scale 0, so every value is 0 whatever the quants
+  two_rows.resize(34, std::byte{7});
+  two_rows.insert(two_rows.end(), q8_0.begin(), q8_0.end());
+  g.tensor("q8_0", {32, 2}, 8, two_rows);
+  g.tensor("q4_k", {256}, 12, std::vector<std::byte>(144, std::byte{1}));
+  return g;
+}
+
+void expect_refused(const std::vector<std::byte>& image, const std::string& fragment) {
+  try {
+    parse_gguf(image, "model.gguf");
+    FAIL("no error for input that should be refused: " << fragment);
+  } catch (const InputError& e) {
+    const std::string message = e.what();
+    INFO(message);
+    CHECK(message.find("model.gguf") != std::string::npos);
+    CHECK(message.find(fragment) != std::string::npos);
+  }
+}
+
+fs::path write(const fs::path& path, const std::vector<std::byte>& bytes) {
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
+                                               static_cast<std::streamsize>(bytes.size()));
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("GGUF metadata of every value type is read back with its type") {
+  const auto header = parse_gguf(valid_image().bytes(), "model.gguf");
+  CHECK(header.version == 3);
+  CHECK(header.alignment == 32);
+  CHECK(header.string("general.architecture") == "llama");
+  CHECK(header.unsigned_integer("u8") == 200);
+  CHECK(std::get<std::int64_t>(header.find("i8")->data) == -5);
+  CHECK(header.unsigned_integer("u16") == 60000);
+  CHECK(std::get<std::int64_t>(header.find("i16")->data) == -300);
+  CHECK(header.unsigned_integer("llama.block_count") == 7);
+  CHECK(std::get<std::int64_t>(header.find("i32")->data) == -70000);
+  CHECK(header.number("llama.rope.freq_base") == 100000.0);
+  CHECK(header.boolean("flag"));
+  CHECK(header.unsigned_integer("u64") == (1ull << 40));
+  CHECK(std::get<std::int64_t>(header.find("i64")->data) == -(1ll << 40));
+  CHECK(header.number("f64") == 0.1);
+  CHECK(header.strings("tokenizer.ggml.tokens") == std::vector<std::string>{"a", "b", "\xc4\xa0the"});
+  const auto& nested = std::get<std::vector<GgufValue>>(header.find("nested")->data);
+  REQUIRE(nested.size() == 2);
+  CHECK(std::get<std::vector<GgufValue>>(nested[0].data).size() == 2);
+  CHECK(std::get<std::int64_t>(std::get<std::vector<GgufValue>>(nested[0].data)[1].data) == 2);
+  CHECK(std::get<std::vector<GgufValue>>(nested[1].data).empty());
+
+  CHECK_THROWS_WITH(header.unsigned_integer("absent"), Catch::Contains("model.gguf: no metadata key 'absent'"));
+  CHECK_THROWS_WITH(header.unsigned_integer("i8"), Catch::Contains("'i8' is -5, not a non-negative integer"));
+  CHECK_THROWS_WITH(header.number("general.architecture"), Catch::Contains("'general.architecture' is STRING"));
+  CHECK_THROWS_WITH(header.strings("nested"), Catch::Contains("not an ARRAY of STRING"));
+  CHECK_THROWS_WITH(header.string("u8"), Catch::Contains("'u8' is UINT8, not a STRING"));
+}
+
+TEST_CASE("GGUF tensors: shapes outermost first, plain types and blocks dequantized as ggml does") {
+  TempDir dir;
+  const auto file = write(dir.path / "model.gguf", valid_image().bytes());
+  const auto checkpoint = Checkpoint::open(file);
+  REQUIRE(checkpoint.gguf() != nullptr);
+  CHECK(checkpoint.info("f32").shape == std::vector<std::int64_t>{2, 3});
+  const Matrix m = checkpoint.matrix("f32", 2, 3);
+  CHECK(m(0, 0) == 1);
+  CHECK(m(0, 2) == 3);
+  CHECK(m(1, 0) == 4);
+  CHECK(checkpoint.vector("f16", 2) == Vector{{1.0, -2.5}});
+  CHECK(checkpoint.vector("bf16", 2) == Vector{{1.0, 3.140625}});
+  const Vector q4_0 = checkpoint.vector("q4_0", 32), q4_1 = checkpoint.vector("q4_1", 32);
+  for (int k = 0; k < 32; ++k) {
+    INFO("element " << k);
+    CHECK(q4_0[k] == q4_0_value(k));
+    CHECK(q4_1[k] == q4_1_value(k));
+  }
+  // Q4_1's float32 rounding: 2000 + 3 * 2^-14 lies halfway between floats and rounds to even, 2000 + 2^-12.
+  CHECK(q4_1[3] == 2000.0 + std::ldexp(1.0, -12));
+  const std::int64_t second[] = {1, 0};
+  const Matrix rows = checkpoint.rows("q8_0", second, 32);
+  for (int k = 0; k < 32; ++k) {
+    CHECK(rows(0, k) == q8_0_value(k));
+    CHECK(rows(1, k) == 0.0);
+  }
+  const double rms = checkpoint.root_mean_square("q4_0");
+  double sum = 0;
+  for (int k = 0; k < 32; ++k) sum += q4_0_value(k) * q4_0_value(k);
+  CHECK(rms == Approx(std::sqrt(sum / 32)).epsilon(1e-15));
+  // A known type that is not supported is refused when read, by name.
+  CHECK_THROWS_WITH(checkpoint.vector("q4_k"),
+                    Catch::Contains("tensor 'q4_k' in " + file.string()) && Catch::Contains("type Q4_K"));
+  CHECK(type_name(checkpoint.info("q4_k")) == "Q4_K");
+  CHECK(type_name(checkpoint.info("bf16")) == "BF16");
+}
+
+TEST_CASE("Malformed GGUF files are refused, naming the file and what is wrong") {
+  const auto valid = valid_image();
+  auto with = [&](auto change) {
+    GgufImage g = valid;
+    change(g);
+    return g.bytes();
+  };
+  expect_refused(with([](GgufImage& g) { g.magic = 0x12345678; }), "not a GGUF file");
+  expect_refused(with([](GgufImage& g) { g.version = 1; }), "version 1 is not supported");
+  expect_refused(with([](GgufImage& g) { g.version = 0x03000000; }), "big-endian");
+  expect_refused(with([](GgufImage& g) { g.version = 7; }), "unknown GGUF version 7");
+  expect_refused(with([](GgufImage& g) { g.declared_kv_count = 1ll << 60; }), "metadata entries cannot fit");
+  expect_refused(with([](GgufImage& g) { g.declared_tensor_count = 1ll << 60; }), "tensor infos cannot fit");
+  expect_refused(with([](GgufImage& g) { g.kv<std::uint32_t>("bad", 13, 0); }), "'bad': unknown value type 13");
+  expect_refused(with([](GgufImage& g) { g.kv<std::uint8_t>("u8", 0, 1); }), "metadata key 'u8' appears twice");
+  expect_refused(with([](GgufImage& g) {
+                   std::vector<std::byte> value;
+                   GgufImage::append(value, std::uint32_t{4});
+                   GgufImage::append(value, std::uint64_t{1} << 40);
+                   g.kv_raw("long", 9, value);
+                 }),
+                 "'long': an array of 1099511627776 UINT32 values cannot fit");
+  expect_refused(with([](GgufImage& g) {
+                   std::vector<std::byte> value;
+                   for (int k = 0; k < 40; ++k) {
+                     GgufImage::append(value, std::uint32_t{9});
+                     GgufImage::append(value, std::uint64_t{1});
+                   }
+                   g.kv_raw("deep", 9, value);
+                 }),
+                 "'deep': arrays nested more than 16 deep");
+  expect_refused(with([](GgufImage& g) { g.kv<std::uint32_t>("general.alignment", 4, 48); }),
+                 "general.alignment is not a UINT32 power of two");
+  expect_refused(with([](GgufImage& g) { g.tensor("f32", {1}, 0, raw<float>({1})); }), "tensor 'f32' appears twice");
+  expect_refused(with([](GgufImage& g) { g.tensor("five", {1, 1, 1, 1, 1}, 0, raw<float>({1})); }),
+                 "tensor 'five': 5 dimensions");
+  expect_refused(with([](GgufImage& g) { g.tensor("none", {}, 0, {}); }), "tensor 'none': 0 dimensions");
+  expect_refused(with([](GgufImage& g) { g.tensor("odd", {1}, 99, {}); }), "tensor 'odd': unknown ggml type 99");
+  expect_refused(with([](GgufImage& g) { g.tensor("part", {16}, 2, q4_0_block()); }),
+                 "tensor 'part': rows of 16 elements are not whole blocks of 32 (Q4_0)");
+  expect_refused(with([](GgufImage& g) { g.tensor("huge", {1ull << 40, 1ull << 40}, 0, {}); }),
+                 "tensor 'huge': dimensions [1099511627776, 1099511627776] need more bytes");
+  expect_refused(with([](GgufImage& g) { g.tensor("skew", {1}, 0, raw<float>({1}), 4); }),
+                 "tensor 'skew': offset 4 is not a multiple of the alignment 32");
+  expect_refused(with([](GgufImage& g) { g.tensor("past", {1}, 0, raw<float>({1}), 1 << 20); }),
+                 "tensor 'past': 4 bytes at offset 1048576 run beyond");
+  expect_refused(with([](GgufImage& g) { g.tensor("over", {8}, 0, raw<float>({1, 2, 3, 4, 5, 6, 7, 8}), 0); }),
+                 "overlap");
+}
+
+TEST_CASE("Every truncation of a GGUF file is refused with a message naming the file") {
+  const auto image = valid_image().bytes();
+  // The data of the last tensor ends the file, so every proper prefix is missing bytes the header promises.
+  for (std::size_t length = 0; length < image.size(); ++length) {
+    INFO("length " << length);
+    const std::vector<std::byte> prefix(image.begin(), image.begin() + static_cast<std::ptrdiff_t>(length));
+    CHECK_THROWS_WITH(parse_gguf(prefix, "model.gguf"), Catch::StartsWith("model.gguf: "));
+  }
+}
+
+TEST_CASE("A single changed byte never crashes the GGUF reader") {
+  const auto image = valid_image().bytes();
+  rc::prop("parse or InputError, and every decoded element of a parsed file is readable", [&] {
+    auto changed = image;
+    const auto at = *rc::gen::inRange<std::size_t>(0, changed.size());
+    changed[at] = static_cast<std::byte>(*rc::gen::arbitrary<std::uint8_t>());
+    try {
+      const auto header = parse_gguf(changed, "model.gguf");
+      for (const auto& tensor : header.tensors) {
+        RC_ASSERT(tensor.end <= changed.size() - header.data_begin);
+        const std::size_t expected_bytes =
+            tensor.block ? static_cast<std::size_t>(tensor.element_count()) / tensor.block->elements * tensor.block->bytes
+                         : static_cast<std::size_t>(tensor.element_count()) * dtype_size(tensor.dtype);
+        RC_ASSERT(tensor.end - tensor.begin == expected_bytes);
+      }
+    } catch (const InputError& e) {
+      RC_ASSERT(std::string(e.what()).starts_with("model.gguf: "));
+    }
+  });
+}
+
+TEST_CASE("GGUF files are opened as checkpoints by their extension; a non-GGUF .gguf file is refused") {
+  TempDir dir;
+  const auto bad = write(dir.path / "fake.gguf", bytes_of({'{', '}', 0, 0, 0, 0, 0, 0, 0, 0}));
+  CHECK_THROWS_WITH(Checkpoint::open(bad), Catch::Contains(bad.string() + ": not a GGUF file"));
+  CHECK_THROWS_WITH(Checkpoint::open(dir.path / "absent.gguf"), Catch::Contains("no such file"));
+}
+
+TEST_CASE("Llama's architecture is read from GGUF metadata; what it cannot probe is refused by name") {
+  TempDir dir;
+  const auto make = [&](const std::function<void(GgufImage&)>& change) {
+    GgufImage g;
+    g.kv_string("general.architecture", "llama");
+    g.kv<std::uint32_t>("llama.block_count", 4, 2);
+    g.kv<std::uint32_t>("llama.context_length", 4, 64);
+    g.kv<std::uint32_t>("llama.embedding_length", 4, 8);
+    g.kv<std::uint32_t>("llama.feed_forward_length", 4, 16);
+    g.kv<std::uint32_t>("llama.attention.head_count", 4, 4);
+    g.kv<std::uint32_t>("llama.attention.head_count_kv", 4, 2);
+    g.kv<float>("llama.rope.freq_base", 6, 500.0f);
+    g.kv<float>("llama.attention.layer_norm_rms_epsilon", 6, 1e-5f);
+    change(g);
+    g.tensor("token_embd.weight", {8, 5}, 0, std::vector<std::byte>(8 * 5 * 4, std::byte{0}));
+    return write(dir.path / "model.gguf", g.bytes());
+  };
+  const auto model = TransformerModel::load(make([](GgufImage&) {}));
+  const auto& c = model.config();
+  CHECK(c.architecture == Architecture::llama);
+  CHECK(c.layers == 2);
+  CHECK(c.hidden == 8);
+  CHECK(c.heads == 4);
+  CHECK(c.key_value_heads() == 2);
+  CHECK(c.kv_head_of(0) == 0);
+  CHECK(c.kv_head_of(1) == 0);
+  CHECK(c.kv_head_of(2) == 1);
+  CHECK(c.head_dim() == 2);
+  CHECK(c.rope_theta == 500.0);
+  CHECK(c.rope_interleaved);
+  CHECK(c.vocab == 5);  // from token_embd when llama.vocab_size is absent
+  CHECK(c.max_positions == 64);
+  CHECK(c.layer_norm_eps == static_cast<double>(1e-5f));
+
+  CHECK_THROWS_WITH(TransformerModel::load(make([](GgufImage& g) { g.kv_string("general.architecture", "x"); })),
+                    Catch::Contains("metadata key 'general.architecture' appears twice"));
+  const auto other = [&](const std::string& architecture) {
+    GgufImage g;
+    g.kv_string("general.architecture", architecture);
+    return write(dir.path / "other.gguf", g.bytes());
+  };
+  CHECK_THROWS_WITH(TransformerModel::load(other("qwen2")),
+                    Catch::Contains("general.architecture 'qwen2' is not supported (llama)"));
+  CHECK_THROWS_WITH(TransformerModel::load(other("llama")), Catch::Contains("no metadata key 'llama.block_count'"));
+  CHECK_THROWS_WITH(TransformerModel::load(make([](GgufImage& g) { g.kv<std::uint32_t>("llama.rope.dimension_count", 4, 1); })),
+                    Catch::Contains("rotary embeddings on 1 of the 2 head dimensions are not supported"));
+  CHECK_THROWS_WITH(TransformerModel::load(make([](GgufImage& g) { g.kv_string("llama.rope.scaling.type", "yarn"); })),
+                    Catch::Contains("rope scaling 'yarn' is not supported"));
+  CHECK_THROWS_WITH(TransformerModel::load(make([](GgufImage& g) { g.kv<std::uint32_t>("llama.expert_count", 4, 8); })),
+                    Catch::Contains("mixtures of experts are not supported"));
+}
+
+TEST_CASE("An empty tensor with huge other dimensions has no elements (no overflow)") {
+  GgufImage g;
+  g.tensor("empty", {0, 1ull << 40, 1ull << 40, 1ull << 40}, 0, {});
+  const auto header = parse_gguf(g.bytes(), "model.gguf");
+  REQUIRE(header.tensors.size() == 1);
+  CHECK(header.tensors[0].element_count() == 0);
+  TensorInfo safetensors_like{"t", DType::F32, nullptr, {std::int64_t{1} << 40, std::int64_t{1} << 40, 0}, 0, 0};
+  CHECK(safetensors_like.element_count() == 0);
+}
+
+TEST_CASE("A GGUF file read from disk through its read window matches the image; one truncated after it was "
+          "opened is refused naming it, not a crash") {
+  TempDir dir;
+  GgufImage g = valid_image();
+  // 40000 tokens of 40 bytes: the metadata span several read windows, and a string straddles their borders.
+  std::vector<std::string> tokens;
+  for (int k = 0; k < 40000; ++k) tokens.push_back(fmt::format("{:040d}", k));
+  g.kv_strings("tokenizer.ggml.merges", tokens);
+  const auto image = g.bytes();
+  REQUIRE(image.size() > (std::size_t{3} << 20));
+  const auto path = write(dir.path / "model.gguf", image);
+  const auto from_image = parse_gguf(image, path.string());
+  const auto checkpoint = Checkpoint::open(path);
+  REQUIRE(checkpoint.gguf() != nullptr);
+  const GgufHeader& from_file = checkpoint.gguf()->header();
+  CHECK(from_file.data_begin == from_image.data_begin);
+  CHECK(from_file.strings("tokenizer.ggml.merges") == tokens);
+  CHECK(from_file.metadata.size() == from_image.metadata.size());
+  CHECK(checkpoint.matrix("f32", 2, 3)(1, 2) == 6.0);
+  CHECK(checkpoint.vector("q4_1", 32)(5) == q4_1_value(5));
+  REQUIRE(::truncate(path.c_str(), static_cast<off_t>(from_image.data_begin + 8)) == 0);
+  CHECK_THROWS_WITH(checkpoint.matrix("q8_0"), Catch::Contains(path.string()) && Catch::Contains("truncated"));
+}
