@@ -94,10 +94,14 @@ double BatchMeans::standard_error() const {
   return of_means.standard_error();
 }
 
+bool BatchMeans::can_judge() const {
+  // With batches of one sample the two estimates coincide and say nothing.
+  return full_batches() >= 8 && batch_size_ >= 2;
+}
+
 bool BatchMeans::consistent_with(double plain_se, double level) const {
   const int b = full_batches();
-  // With batches of one sample the two estimates coincide and say nothing.
-  if (b < 8 || batch_size_ < 2) return false;
+  if (!can_judge()) return false;
   const double se = standard_error();
   if (!(plain_se > 0)) return se == 0;
   const double dof = b - 1;
@@ -134,7 +138,15 @@ MeanEstimate MeanTracker::estimate() const {
   e.variance_relative_se = all_.variance_relative_se();
   // A sample without spread has an exact mean (se 0); the fourth-moment check has nothing to judge there.
   const bool variance_known = all_.m2() == 0 || e.variance_relative_se <= kMaxVarianceRelativeSe;
-  e.se_reliable = batches_.consistent_with(e.plain_se) && batches_.max_batch_variance_share() <= 0.5 && variance_known;
+  if (!batches_.consistent_with(e.plain_se)) {
+    e.unreliable_because = !batches_.can_judge() ? "too few samples to judge the standard error"
+                                                       : "batch means disagree with the plain standard error";
+  } else if (batches_.max_batch_variance_share() > 0.5) {
+    e.unreliable_because = "one batch carries most of the variance";
+  } else if (!variance_known) {
+    e.unreliable_because = "a few samples carry the variance (heavy tails)";
+  }
+  e.se_reliable = e.unreliable_because == nullptr;
   e.se = e.se_reliable ? e.plain_se : std::max(e.plain_se, std::isfinite(e.batch_se) ? e.batch_se : e.plain_se);
   if (e.samples >= 2) {
     const double t = student_t_quantile(static_cast<double>(e.samples - 1), 0.95);

@@ -117,6 +117,27 @@ double diagonal_parameter_weight_product(const GaussianModel& m, int p) {
          rising_even_product(D, 2 * p) * odd_double_factorial(2 * p - 3) * rising_even_product(d, p);
 }
 
+const char* score_model_name(ScoreModel model) {
+  switch (model) {
+    case ScoreModel::projected: return "projected";
+    case ScoreModel::projected_layernorm: return "qk-layernorm";
+    case ScoreModel::unit_pairs: return "iid-unit";
+    case ScoreModel::sign_coupled_pairs: return "sign-coupled";
+  }
+  return "?";
+}
+
+double score_variance(ScoreModel model, const GaussianModel& m) {
+  const double lambda_sq = m.inner * m.inner, d = static_cast<double>(m.d);
+  switch (model) {
+    case ScoreModel::projected: return offdiagonal_abs_moment(m, 2);
+    case ScoreModel::projected_layernorm: return layernorm_score_abs_moment(m, 2);
+    case ScoreModel::unit_pairs: return lambda_sq * d;
+    case ScoreModel::sign_coupled_pairs: return 3 * lambda_sq * d;
+  }
+  return std::nan("");
+}
+
 double entry_sum(Index n, double off, double diag) {
   const double nn = static_cast<double>(n);
   return nn * (nn - 1) * off + nn * diag;
@@ -144,6 +165,7 @@ EntryExpectations entry_expectations(const Activation& activation, const Gaussia
                                      bool diagonal) {
   EntryExpectations e;
   if (activation.kind != ActivationKind::pointwise) return e;
+  if (scores != ScoreModel::projected && scores != ScoreModel::projected_layernorm) return e;  // no N x N matrix
   const bool layernorm = scores == ScoreModel::projected_layernorm;
   // E|s|^q, and lambda^{2a} E[|t|^{2a} ||x_i||^{2b} ||u_j||^{2b}] (projected model only).
   const auto abs_moment = [&](double q) {

@@ -50,6 +50,8 @@ class BatchMeans {
   explicit BatchMeans(int target_batches = 16);
   void add(double x);
   int full_batches() const;
+  // Enough batches of more than one sample for the checks below to say anything.
+  bool can_judge() const;
   double standard_error() const;  // from the full batches; infinity for fewer than 2 of them
   bool consistent_with(double plain_se, double level = 0.999) const;
   // Largest fraction of the total variance that disappears when one full batch is left out.
@@ -78,6 +80,7 @@ struct MeanEstimate {
   // Batch means agree with the plain SE, no batch carries more than half of the variance, and the variance is
   // known to kMaxVarianceRelativeSe.
   bool se_reliable = true;
+  const char* unreliable_because = nullptr;  // the first check that failed, in words
 };
 
 // Both statistics of one stream of per-sample values.

@@ -21,13 +21,26 @@ struct GaussianModel {
   double inner = 1;      // lambda
 };
 
-// How the scores are formed from the projections v_i = Q^T x_i and u_j = K^T x_j.
+// How the scores are formed. The first two form an N x N matrix from the projections v_i = Q^T x_i and
+// u_j = K^T x_j; the last two are the scaling paper's (C8) pairs of vectors q, k in R^d, drawn directly.
 enum class ScoreModel {
   projected,            // s_ij = lambda v_i . u_j: the papers' model
   projected_layernorm,  // qk-layernorm (the relu paper's setup): v_i and u_j each pass through LayerNorm at
                         // initialisation (centred over their d entries, divided by the root mean square of
                         // the centred entries; no epsilon), then s_ij = lambda LN(v_i) . LN(u_j)
+  unit_pairs,           // q, k with i.i.d. N(0, 1) entries, independent of each other: s = lambda q . k
+  sign_coupled_pairs,   // k with i.i.d. N(0, 1) entries and q_i = eps_i k_i, eps_i independent random signs:
+                        // zero-mean, unit-variance, zero covariances (the proposition's literal hypothesis), but
+                        // q and k dependent
 };
+// Short names for records and keys: projected, qk-layernorm, iid-unit, sign-coupled.
+const char* score_model_name(ScoreModel model);
+
+// Var(s) of one off-diagonal score (one pair for the pair models), exactly: projected lambda^2 (sigma_x sigma_t)^4 D^2 d
+// (fact 3); qk-layernorm lambda^2 d^2 / (d - 1); i.i.d. unit pairs lambda^2 d (the proposition); sign-coupled pairs
+// 3 lambda^2 d (q . k = sum eps_i k_i^2, uncorrelated terms with E k^4 = 3: the proposition's hypothesis is not
+// enough). The pair models ignore sigma_x, sigma_t and D.
+double score_variance(ScoreModel model, const GaussianModel& gaussian);
 
 // E[chi2_k^r] = 2^r Gamma(k/2 + r) / Gamma(k/2), any real r > -k/2, and its logarithm.
 double log_chi_squared_moment(double k, double r);
