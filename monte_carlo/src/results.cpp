@@ -69,6 +69,16 @@ MeanEstimate floored_second_moment(const MeanTracker& tracker, const std::option
   return e;
 }
 
+// (estimate - exact) / se, with se no smaller than the rounding of the per-sample sums (1e-12 of the value): a
+// quantity that does not vary between samples (||dS|| of a linear map, |s| = sqrt(2) under qk-layernorm at d = 2)
+// has a standard error of rounding noise, not of sampling.
+json z_score(double estimate, double se, double exact) {
+  const double floor = 1e-12 * std::max(std::abs(exact), std::abs(estimate));
+  const double used = std::max(se, floor);
+  if (!(used > 0)) return estimate == exact ? json(0.0) : json(nullptr);
+  return number_or_null((estimate - exact) / used);
+}
+
 json law_json(const std::optional<ExactLaw>& law) {
   if (!law) return nullptr;
   return {{"of", law->of}, {"bound", law->bound}, {"exponent", optional_or_null(law->exponent)},
@@ -119,9 +129,9 @@ json point_record(const PointSpec& ps, Estimand estimand, const PointOutcome& ou
   r["ci95_sq"] = {number_or_null(sq.ci_lo), number_or_null(sq.ci_hi)};
   r["se_sq_floor"] = optional_or_null(floor_se);
   r["exact_sq"] = optional_or_null(exact.second);
-  r["z_exact_sq"] = exact.second && sq.se > 0 ? number_or_null((sq.mean - *exact.second) / sq.se) : json(nullptr);
+  r["z_exact_sq"] = exact.second ? z_score(sq.mean, sq.se, *exact.second) : json(nullptr);
   r["exact_mean"] = optional_or_null(exact.mean);
-  r["z_exact_mean"] = exact.mean && norm.se > 0 ? number_or_null((norm.mean - *exact.mean) / norm.se) : json(nullptr);
+  r["z_exact_mean"] = exact.mean ? z_score(norm.mean, norm.se, *exact.mean) : json(nullptr);
   r["exact_out_of_range"] = exact.out_of_range;
   const bool norm_estimand = is_norm(estimand);
   r["jensen_bound"] = exact.second && norm_estimand ? json(std::sqrt(*exact.second)) : json(nullptr);
