@@ -24,6 +24,7 @@ std::string SeriesKey::label() const {
   text += fmt::format(" {} p={}", phi, p);
   if (alpha) text += fmt::format(" alpha={}", *alpha);
   if (scale != "none") text += " scale " + scale;
+  if (scores != "projected") text += " scores " + scores;
   text += fmt::format(" {}, D={} d={}", estimand, D, d);
   if (sigma_x != 1 || sigma_t != 1) text += fmt::format(" sigma_x={} sigma_t={}", sigma_x, sigma_t);
   return text;
@@ -69,6 +70,7 @@ SeriesKey read_key(const JsonFields& fields) {
   key.estimand = fields.text("estimand");
   key.sigma_x = fields.number("sigma_x");
   key.sigma_t = fields.number("sigma_t");
+  if (const auto scores = fields.text_or_null("scores")) key.scores = *scores;
   return key;
 }
 
@@ -81,8 +83,10 @@ Verdict read_verdict(const JsonFields& fields) {
 }
 
 void check_estimate(const JsonFields& fields, const SeriesKey& key, double mean, double se, const char* what) {
-  // Norms and second moments are never negative; a score-var sample is a score, which may be.
-  if (mean < 0 && key.estimand != "score-var") fields.fail(fmt::format("{} = {} is negative, but it estimates a norm or a second moment", what, mean));
+  // Norms and second moments are never negative; a score-var sample is a score, and a row sum of an activation
+  // with negative values (identity, gelu) a sum of them, which may be.
+  const bool signed_estimate = key.estimand == "score-var" || key.estimand == "row-sum" || key.estimand == "row-mean";
+  if (mean < 0 && !signed_estimate) fields.fail(fmt::format("{} = {} is negative, but it estimates a norm or a second moment", what, mean));
   if (se < 0) fields.fail(fmt::format("standard error of {} = {} is negative", what, se));
 }
 
@@ -110,6 +114,22 @@ Series read_series(const JsonFields& fields) {
   s.tolerance = fields.number_or_null("tolerance");
   if (s.tolerance && *s.tolerance < 0) fields.fail(fmt::format("\"tolerance\" = {} is negative", *s.tolerance));
   if (!fields.is_null("verdict")) s.verdict = read_verdict(fields);
+  s.basis = fields.text_or_null("basis");
+  if (s.basis && *s.basis != "exact" && *s.basis != "asymptotic-fit") {
+    fields.fail(fmt::format("\"basis\" must be \"exact\", \"asymptotic-fit\" or null, got \"{}\"", *s.basis));
+  }
+  s.verdict_rule = fields.text_or_null("verdict_rule");
+  s.verdict_reason = fields.text_or_null("verdict_reason");
+  s.finding = fields.text_or_null("finding");
+  if (fields.has("counts_for_exit") && fields.at("counts_for_exit").is_boolean()) {
+    s.counts_for_exit = fields.at("counts_for_exit").get<bool>();
+  }
+  if (!fields.is_null("diagnostic")) {
+    const JsonFields diagnostic(fields.at("diagnostic"), fields.where() + " diagnostic");
+    s.jensen_first = diagnostic.number_or_null("jensen_ratio_first");
+    s.jensen_last = diagnostic.number_or_null("jensen_ratio_last");
+    s.jensen_source = diagnostic.text_or_null("jensen_ratio_source").value_or("");
+  }
   if (s.slope.has_value() != s.slope_ci.has_value()) fields.fail("\"slope\" and \"slope_ci\" must both be given or both null");
   s.x_variable = fields.is_null("fit_variable") ? "N" : fields.text("fit_variable");
   if (s.x_variable != "N" && s.x_variable != "d") {
@@ -125,11 +145,13 @@ Series read_series(const JsonFields& fields) {
   s.se = fields.numbers_or_nan("se");
   s.exact_sq = fields.numbers_or_null("exact_sq");
   const std::size_t n = s.N.size();
+  s.exact_mean = fields.has("exact_mean") ? fields.numbers_or_null("exact_mean") : std::vector<std::optional<double>>(n);
   s.mean_sq = fields.has("mean_sq") ? fields.numbers_or_nan("mean_sq") : std::vector<double>(n, std::nan(""));
   s.se_sq = fields.has("se_sq") ? fields.numbers_or_nan("se_sq") : std::vector<double>(n, std::nan(""));
   if (n == 0) fields.fail("\"N\" is empty: a series needs at least one point");
   for (const auto& [name, size] : {std::pair<const char*, std::size_t>{"mean", s.mean.size()}, {"se", s.se.size()},
-                                   {"exact_sq", s.exact_sq.size()}, {"mean_sq", s.mean_sq.size()},
+                                   {"exact_sq", s.exact_sq.size()}, {"exact_mean", s.exact_mean.size()},
+                                   {"mean_sq", s.mean_sq.size()},
                                    {"se_sq", s.se_sq.size()}, {"d_values", s.x.size()}}) {
     if (size != n) {
       fields.fail(fmt::format("\"{}\" has {} entries but \"N\" has {}: one entry per point is needed", name, size, n));
@@ -168,8 +190,11 @@ PointRecord read_point(const JsonFields& fields, int line) {
   check_estimate(fields, SeriesKey{}, r.mean_sq, r.se_sq, "\"mean_sq\"");
   r.exact_sq = fields.number_or_null("exact_sq");
   r.z_exact_sq = fields.number_or_null("z_exact_sq");
+  r.exact_mean = fields.number_or_null("exact_mean");
+  r.z_exact_mean = fields.number_or_null("z_exact_mean");
   r.jensen_bound = fields.number_or_null("jensen_bound");
   r.se_reliable = fields.boolean("se_reliable");
+  r.unreliable_because = fields.text_or_null("unreliable_because");
   r.stopped_by = fields.text("stopped_by");
   r.seed = fields.scalar_text("seed");
   r.run_seed = fields.scalar_text("run_seed");
