@@ -6,6 +6,7 @@
 #include "attncheck/monte_carlo/cpu_backend.hpp"
 #include "attncheck/monte_carlo/results.hpp"
 #include "attncheck/monte_carlo/runner.hpp"
+#include "attncheck/monte_carlo/sample_norms.hpp"
 #include "attncheck/monte_carlo/sweep.hpp"
 
 #include <fmt/format.h>
@@ -272,6 +273,7 @@ int run(const Options& o) {
   if (o.out) folder.emplace(*o.out, o.resume);
   std::vector<json> records;  // this run's, in sweep order (resumed points included)
   ProgressBar bar(points.size());
+  std::unique_ptr<mc::CpuBackend> cpu_fallback;
   std::size_t skipped = 0;
   for (std::size_t k = 0; k < points.size(); ++k) {
     const mc::PointSpec& ps = points[k];
@@ -296,10 +298,22 @@ int run(const Options& o) {
                                           ps.series->activation.p, ps.point.N, ps.point.D, ps.point.d);
     mc::SamplingPolicy point_policy = policy;
     point_policy.judge_squares = ps.series->fit_over_d;  // C8 fits E[s^2] itself
-    const mc::PointOutcome outcome = mc::run_point(*backend, ps.point, ps.series->estimands, point_policy,
+    // Row sums, qk-layernorm and C8's pairs are computed on the CPU only; the rest of the run stays on the device.
+    mc::Backend* point_backend = backend.get();
+    mc::RunContext point_context = context;
+    if (backend->name() != "cpu" &&
+        !mc::check_request(ps.point.map, ps.point.scores, ps.point.N, ps.point.d, ps.series->estimands).cuda_supported()) {
+      if (!cpu_fallback) {
+        cpu_fallback = std::make_unique<mc::CpuBackend>(o.threads, static_cast<theory::Index>(o.tile));
+        fmt::print(stderr, "attncheck mc: row sums, qk-layernorm and C8's pairs run on the CPU backend\n");
+      }
+      point_backend = cpu_fallback.get();
+      point_context = {o.seed, cpu_fallback->name(), cpu_fallback->threads()};
+    }
+    const mc::PointOutcome outcome = mc::run_point(*point_backend, ps.point, ps.series->estimands, point_policy,
                                                    [&](std::uint64_t done, std::uint64_t planned) { bar.update(k, label, done, planned); });
     std::vector<json> fresh;
-    for (auto e : ps.series->estimands) fresh.push_back(mc::point_record(ps, e, outcome, context));
+    for (auto e : ps.series->estimands) fresh.push_back(mc::point_record(ps, e, outcome, point_context));
     if (folder) folder->append(fresh);
     records.insert(records.end(), fresh.begin(), fresh.end());
   }
@@ -355,7 +369,10 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--claim", o->claim,
                  "Preset exactly as the paper states it: C3 (E||(T/sqrt d)^p||_F = O(N), both readings of ^p), "
                  "C4 (with 1/sqrt(N): O(sqrt N)), C5 (E||d/dQ (T^p/sqrt d)||_F = O(N)), C6 (with 1/sqrt(N), Q and K: "
-                 "O(sqrt N)), C7 (relu paper: N^-alpha h(T/sqrt d), O(N^(1-alpha))), C8 (Var(q.k) = d_k, swept over d)")
+                 "O(sqrt N)), C7 (relu paper: row sums of N^-alpha h(q.k/sqrt d) are O(1) at alpha = 1 and grow like "
+                 "N^(1-alpha) below, with and without qk-layernorm; the Frobenius norm as a secondary series), C8 "
+                 "(Var(q.k) = d_k over --d: i.i.d. entries, the literal zero-covariance hypothesis, the projected "
+                 "model). C9 is handled separately")
       ->check(CLI::IsMember({"C3", "C4", "C5", "C6", "C7", "C8", "C9"}));
   app.add_option("--N", o->N, "Sequence lengths: list (16,64,256) or start:stop:xfactor (16:4096:x2)")->capture_default_str();
   app.add_option("--D", o->D, "Model dimensions (list or grid)")->capture_default_str();
@@ -369,8 +386,9 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--outer-scale", o->outer_scale, "c(N): none (default), 1/sqrt(N), 1/k:K (e.g. 1/k:8), N^-a (e.g. N^-1)");
   app.add_option("--estimand", o->estimand,
                  "Comma list of value (||F||_F), dQ, dK (||dF/dQ||_F, ||dF/dK||_F, full Jacobians), dS (||dF/dS||_F), "
-                 "score-var (Var(s_ij), i != j); default value");
-  app.add_option("--claimed-exponent", o->claimed_exponent, "Without --claim: the exponent to check the fitted slope against");
+                 "score-var (Var(s_ij), i != j), row-sum (mean over rows of sum_j F_ij), row-mean (row-sum / N); "
+                 "default value");
+  app.add_option("--claimed-exponent", o->claimed_exponent, "Without --claim: the claimed exponent a of E||F|| = O(N^a)");
   app.add_option("--samples", o->samples, "Samples per point: an integer, or auto (until --rel-se, --max-samples or --max-seconds)")
       ->capture_default_str();
   app.add_option("--rel-se", o->rel_se, "auto: stop when se/mean <= this for every estimand (C8: of the mean square)")->capture_default_str();
@@ -381,15 +399,21 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--seed", o->seed, "Run seed; each point's seed is derived from it and the point")->capture_default_str();
   app.add_option("--threads", o->threads, "CPU threads (0: all cores); results do not depend on it")->capture_default_str();
   app.add_option("--tile", o->tile, "Score tile size (tile x tile entries per thread)")->capture_default_str();
-  app.add_option("--tolerance", o->tolerance, "Slack on the claimed exponent in the verdict")->capture_default_str();
+  app.add_option("--tolerance", o->tolerance, "Slack on the claimed exponent in the asymptotic-fit verdict")->capture_default_str();
   app.add_option("--backend", o->backend, "auto, cpu or cuda")->capture_default_str();
   app.add_option("--out", o->out, "Folder for points.jsonl, points.csv (each point written when it finishes) and fits.json (the fits of every series in the folder)");
   app.add_flag("--resume", o->resume, "Keep the points already in --out and skip those this run would repeat (same point, estimand and --seed); runs of other claims accumulate in one folder");
   app.add_flag("--json", o->as_json, "One JSON object on stdout (provenance, points, series) instead of tables");
   app.footer(
-      "Exit codes: 0 every fitted series of the claims as the papers state them holds or is tight (inconclusive ones "
-      "are reported on stderr and do not fail the run; the matrix-power reading of C3/C4 is reported but does not "
-      "count); 1 a stated claim is violated; 2 bad usage or input.\n"
+      "Verdicts (docs/THEORY.md): each names its basis, exact (the exponent of a closed form of E||F||^2, or of the "
+      "expectation itself, decides; Monte Carlo confirms it by z-scores) or asymptotic-fit (the local exponent over "
+      "the last two doublings of N, widened by how much it still moves, cross-checked with sqrt(mean ||F||^2)); "
+      "the fit over all N is a finite-N diagnostic.\n"
+      "Exit codes: 0 every series of the claims as the papers state them holds or is tight (inconclusive ones "
+      "are reported on stderr with the N or samples that would settle them, and do not fail the run; the "
+      "matrix-power reading of C3/C4, C7's Frobenius norm and C8's projected model are reported but do not count); "
+      "1 a stated claim is violated (C8: the proposition as stated, with zero covariances only, is); 2 bad usage or "
+      "input.\n"
       "Sampling: X, Q, K have i.i.d. N(0, sigma^2) entries (sigma = standard deviation); sample k of a point draws X "
       "(row-major), then Q, then K from Philox4x32-10 (point seed, subsequence k), as cuRAND's curand_init(seed, k, 0). "
       "The matrix-power reading uses S^p = lambda^p V (U^T V)^(p-1) U^T (V = XQ, U = XK): O(N d^2), any N, value only.\n"
