@@ -200,9 +200,10 @@ void print_human(const std::vector<json>& records, const json& series, const jso
     if (s["finding"].is_string()) fmt::print("    finding: {}\n", s["finding"].get<std::string>());
     const json& exact = s["exact"];
     if (exact.is_object() && exact["max_abs_z"].is_number()) {
-      fmt::print("    Monte Carlo vs closed form: max |z| = {:.2f} over {} points with a reliable SE ({} not judged: heavy "
-                 "tails){}\n",
-                 exact["max_abs_z"].get<double>(), exact["judged_points"].get<int>(), exact["unjudged_points"].get<int>(),
+      const int unjudged = exact["unjudged_points"].get<int>();
+      fmt::print("    Monte Carlo vs closed form: max |z| = {:.2f} over {} points with a reliable SE{}{}\n",
+                 exact["max_abs_z"].get<double>(), exact["judged_points"].get<int>(),
+                 unjudged ? fmt::format(" ({} not judged: heavy tails)", unjudged) : std::string(),
                  exact["confirmed"].get<bool>() ? "" : " - DISAGREES: a failure of the tool, not of the claim");
     }
     const json& diagnostic = s["diagnostic"];

@@ -47,6 +47,24 @@ std::string csv_cell(const json& v) {
 
 namespace {
 
+// The map as the claims write it, or, for score-var, the variance it estimates under its score model.
+std::string point_formula(const SweepPoint& pt, Estimand estimand) {
+  using theory::ScoreModel;
+  if (estimand == Estimand::score_var) {
+    const std::string scale = pt.map.inner == 1 ? "" : fmt::format("{:g} ", pt.map.inner);
+    switch (pt.scores) {
+      case ScoreModel::unit_pairs: return fmt::format("Var({}q . k), q, k in R^d with i.i.d. N(0, 1) entries", scale);
+      case ScoreModel::sign_coupled_pairs:
+        return fmt::format("Var({}q . k), k in R^d with i.i.d. N(0, 1) entries, q_i = eps_i k_i (random signs)", scale);
+      case ScoreModel::projected_layernorm:
+        return fmt::format("Var({}LN(Q^T x_i) . LN(K^T x_j)), i != j", scale);
+      case ScoreModel::projected: return fmt::format("Var({}q . k), q = Q^T x_i, k = K^T x_j, i != j", scale);
+    }
+  }
+  const std::string map = theory::describe(pt.map, pt.d);
+  return pt.scores == theory::ScoreModel::projected_layernorm ? map + " with qk-layernorm" : map;
+}
+
 bool is_norm(Estimand e) { return e == Estimand::value || e == Estimand::dQ || e == Estimand::dK || e == Estimand::dS; }
 
 // The second-moment estimate, its standard error widened to the exact floor of Var(||F||^2) where one is known:
@@ -115,7 +133,7 @@ json point_record(const PointSpec& ps, Estimand estimand, const PointOutcome& ou
   r["scores"] = theory::score_model_name(pt.scores);
   r["inner"] = pt.map.inner;
   r["outer_factor"] = pt.map.outer.factor;
-  r["formula"] = theory::describe(pt.map, pt.d);
+  r["formula"] = point_formula(pt, estimand);
   r["N"] = pt.N;
   r["D"] = pt.D;
   r["d"] = pt.d;

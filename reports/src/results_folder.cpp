@@ -121,6 +121,7 @@ Series read_series(const JsonFields& fields) {
   s.verdict_rule = fields.text_or_null("verdict_rule");
   s.verdict_reason = fields.text_or_null("verdict_reason");
   s.finding = fields.text_or_null("finding");
+  s.claims_value = fields.text_or_null("claim_form").value_or("exponent") == "equality";
   if (fields.has("counts_for_exit") && fields.at("counts_for_exit").is_boolean()) {
     s.counts_for_exit = fields.at("counts_for_exit").get<bool>();
   }

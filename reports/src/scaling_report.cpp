@@ -87,6 +87,7 @@ std::string slope_text(const Series& s) {
 }
 
 std::string claimed_text(const Series& s) {
+  if (s.claims_value) return "the value itself: Var(q . k) = d_k";
   if (!s.claimed_exponent) return "none stated";
   return fmt::format("{} + {}", format_number(*s.claimed_exponent), s.tolerance ? format_number(*s.tolerance) : "?");
 }

@@ -96,6 +96,7 @@ struct Series {
   std::optional<std::string> verdict_rule;
   std::optional<std::string> verdict_reason;
   std::optional<std::string> finding;  // C8: what each model is
+  bool claims_value = false;           // "claim_form": "equality" (C8's Var(q . k) = d_k), not an exponent
   bool counts_for_exit = true;
   // The global fit (slope, slope_ci) is the finite-N diagnostic; beside it the Jensen ratio
   // E||F|| / sqrt(E||F||^2) at the first and last point, exact or estimated.
