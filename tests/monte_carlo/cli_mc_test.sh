@@ -109,6 +109,20 @@ assert s["verdict"] == "violated" and s["basis"] == "asymptotic-fit", s
 assert s["local_exponent"]["interval"][0] > 0.35 and s["cross_check"]["interval"][0] > 0.35, s
 PY
 
+# At the default budget (--samples auto: 1% per point) over the default N = 16..1024: a claim 0.2 below the true
+# exponent is violated (E||(T/4)^2||_F grows like N, claimed N^0.8), and a true claim decided by the asymptotic fit
+# (||softmax(S)||_F <= sqrt(N), claimed N^0.5) is not. About 3 s.
+"$bin" mc --phi poly --p 2 --claimed-exponent 0.8 --D 16 --d 16 --json >"$work/false08.json" 2>/dev/null
+[ $? -eq 1 ] || fail "claim 0.8 for E||(T/4)^2||: want exit 1"
+"$bin" mc --phi softmax --claimed-exponent 0.5 --D 16 --d 16 --json >"$work/softmax.json" 2>/dev/null
+[ $? -eq 0 ] || fail "claim 0.5 for ||softmax||: want exit 0"
+$py - "$work/false08.json" "$work/softmax.json" <<'PY' || fail "default-budget verdicts"
+import json, sys
+false, true = (json.load(open(p))["series"][0] for p in sys.argv[1:])
+assert false["verdict"] == "violated" and false["basis"] == "asymptotic-fit", false
+assert true["verdict"] in ("holds", "tight") and true["basis"] == "asymptotic-fit", true
+PY
+
 # C7 as the relu paper states it: row sums of N^-alpha relu(S), with and without qk-layernorm: O(1) at alpha = 1,
 # growing like N at alpha = 0, both exact, and Monte Carlo agrees with E[row sum] (|z| < 4). About 2 s.
 "$bin" mc --claim C7 --alpha 0,1 --N 16:256:x2 --D 8 --d 8 --samples 300 --json >"$work/c7.json" 2>"$work/c7.err"
