@@ -392,7 +392,7 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--claimed-exponent", o->claimed_exponent, "Without --claim: the claimed exponent a of E||F|| = O(N^a)");
   app.add_option("--samples", o->samples, "Samples per point: an integer, or auto (until --rel-se, --max-samples or --max-seconds)")
       ->capture_default_str();
-  app.add_option("--rel-se", o->rel_se, "auto: stop when se/mean <= this for every estimand (C8: of the mean square)")->capture_default_str();
+  app.add_option("--rel-se", o->rel_se, "auto: stop when se/mean <= this, with a reliable se, for every estimand (C8: of the mean square)")->capture_default_str();
   app.add_option("--max-samples", o->max_samples, "auto: at most this many samples per point")->capture_default_str();
   app.add_option("--max-seconds", o->max_seconds, "auto: at most this much wall time per point")->capture_default_str();
   app.add_option("--sigma-x", o->sigma_x, "Standard deviation of the entries of X")->capture_default_str();
