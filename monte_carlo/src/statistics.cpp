@@ -136,15 +136,18 @@ MeanEstimate MeanTracker::estimate() const {
   e.batch_se = batches_.standard_error();
   e.effective_samples = all_.effective_samples();
   e.variance_relative_se = all_.variance_relative_se();
-  // A sample without spread has an exact mean (se 0); the fourth-moment check has nothing to judge there.
-  const bool variance_known = all_.m2() == 0 || e.variance_relative_se <= kMaxVarianceRelativeSe;
-  if (!batches_.consistent_with(e.plain_se)) {
-    e.unreliable_because = !batches_.can_judge() ? "too few samples to judge the standard error"
-                                                       : "batch means disagree with the plain standard error";
-  } else if (batches_.max_batch_variance_share() > 0.5) {
-    e.unreliable_because = "one batch carries most of the variance";
-  } else if (!variance_known) {
-    e.unreliable_because = "a few samples carry the variance (heavy tails)";
+  // A quantity that does not vary between samples (beyond the rounding of its sums, 1e-12 of its size) has an
+  // exact mean: none of the checks below has anything to judge there.
+  const bool constant = e.samples >= 2 && std::sqrt(all_.variance()) <= 1e-12 * std::abs(e.mean);
+  if (!constant) {
+    if (!batches_.consistent_with(e.plain_se)) {
+      e.unreliable_because = !batches_.can_judge() ? "too few samples to judge the standard error"
+                                                   : "batch means disagree with the plain standard error";
+    } else if (batches_.max_batch_variance_share() > 0.5) {
+      e.unreliable_because = "one batch carries most of the variance";
+    } else if (!(e.variance_relative_se <= kMaxVarianceRelativeSe)) {
+      e.unreliable_because = "a few samples carry the variance (heavy tails)";
+    }
   }
   e.se_reliable = e.unreliable_because == nullptr;
   e.se = e.se_reliable ? e.plain_se : std::max(e.plain_se, std::isfinite(e.batch_se) ? e.batch_se : e.plain_se);

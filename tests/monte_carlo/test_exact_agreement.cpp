@@ -135,23 +135,18 @@ TEST_CASE("score-var estimates Var(s_ij) = lambda^2 (sigma_x sigma_t)^4 D^2 d (C
 
 namespace {
 
-// The records of one preset series over a grid of N, sampled as `attncheck mc --samples auto` does (1% relative
-// standard error, at most max_samples), with the reliability and z-scores the results folder reports.
-std::vector<nlohmann::json> preset_records(const SweepRequest& request, std::size_t series_index,
-                                           const std::vector<theory::Index>& Ns, theory::Index D, theory::Index d,
-                                           std::uint64_t run_seed, std::uint64_t max_samples) {
-  const std::vector<SeriesSpec> series = build_series(request);
-  const SeriesSpec& s = series.at(series_index);
+// The records of one series at each N (D, d and the sigmas fixed), sampled by the policy, with the reliability
+// and z-scores the results folder reports, plus "z_plain": the z a plain standard error would give.
+std::vector<nlohmann::json> sampled_records(const SeriesSpec& s, const std::vector<theory::Index>& Ns, theory::Index D,
+                                            theory::Index d, double sigma_x, double sigma_t, std::uint64_t run_seed,
+                                            const SamplingPolicy& policy) {
   CpuBackend backend(2, 64);
-  SamplingPolicy policy;
-  policy.max_samples = max_samples;
   std::vector<nlohmann::json> records;
   for (theory::Index n : Ns) {
-    const PointSpec ps = make_point(s, n, D, d, 1, 1, run_seed);
+    const PointSpec ps = make_point(s, n, D, d, sigma_x, sigma_t, run_seed);
     const PointOutcome outcome = run_point(backend, ps.point, s.estimands, policy);
     for (Estimand e : s.estimands) {
       nlohmann::json r = point_record(ps, e, outcome, {run_seed, "cpu", 2});
-      // The z a plain standard error would give, for comparison.
       const MeanEstimate raw = outcome.norm_sq[static_cast<int>(e)].estimate();
       r["z_plain"] = r["exact_sq"].is_number() ? (raw.mean - r["exact_sq"].get<double>()) / raw.plain_se : NAN;
       records.push_back(r);
@@ -160,19 +155,58 @@ std::vector<nlohmann::json> preset_records(const SweepRequest& request, std::siz
   return records;
 }
 
+SamplingPolicy fixed_samples(std::uint64_t samples) {
+  SamplingPolicy policy;
+  policy.fixed = samples;
+  return policy;
+}
+
+struct Agreement {
+  int compared = 0;  // estimands with a closed form
+  int judged = 0;    // of those, with a reliable standard error: |z| < 4 is required there
+};
+
+// Every estimand of every series against its closed form (the second moment, or the expectation itself for row
+// sums), where one exists.
+Agreement check_against_exact(const std::vector<SeriesSpec>& series, const std::vector<theory::Index>& Ns,
+                              theory::Index D, theory::Index d, double sigma_x, double sigma_t, std::uint64_t samples,
+                              std::uint64_t run_seed) {
+  Agreement a;
+  for (const SeriesSpec& s : series) {
+    for (const auto& r : sampled_records(s, Ns, D, d, sigma_x, sigma_t, run_seed, fixed_samples(samples))) {
+      const bool row = r["estimand"] == "row-sum" || r["estimand"] == "row-mean";
+      const nlohmann::json& z = r[row ? "z_exact_mean" : "z_exact_sq"];
+      if (!z.is_number()) continue;
+      ++a.compared;
+      INFO(r["formula"].get<std::string>() << " " << r["estimand"].get<std::string>() << ", N = " << r["N"] << ", d = "
+                                            << d << ": z = " << z << ", exact " << r[row ? "exact_mean" : "exact_sq"]
+                                            << ", reliable " << r[row ? "se_mean_reliable" : "se_sq_reliable"]);
+      if (r[row ? "se_mean_reliable" : "se_sq_reliable"].get<bool>()) {
+        ++a.judged;
+        CHECK(std::abs(z.get<double>()) < kMaxZ);
+      }
+    }
+  }
+  return a;
+}
+
 }  // namespace
 
 TEST_CASE("heavy tails at p = 4: no point marked reliable is off its exact E||F||^2 by more than 4 standard errors") {
   // C3 elementwise at D = 16, d = 4 (where a plain standard error gave z = -4.9 on a point marked reliable), four
-  // run seeds, N = 8..128: every z of a point whose second moment is marked reliable stays within 4; the plain
-  // standard errors put one beyond 4. About 6 s.
+  // run seeds, N = 8..128, sampled as --samples auto does (1% relative standard error, here at most 50000): every
+  // z of a point whose second moment is marked reliable stays within 4; the plain standard errors put one beyond
+  // 4. About 6 s.
   SweepRequest rq;
   rq.claim = "C3";
   rq.p = {4};
+  const SeriesSpec elementwise = build_series(rq).at(0);
+  SamplingPolicy policy;
+  policy.max_samples = 50000;
   int reliable = 0, points = 0;
   double worst_plain = 0;
   for (std::uint64_t seed = 1; seed <= 4; ++seed) {
-    for (const auto& r : preset_records(rq, 0, {8, 16, 32, 64, 128}, 16, 4, seed, 50000)) {
+    for (const auto& r : sampled_records(elementwise, {8, 16, 32, 64, 128}, 16, 4, 1, 1, seed, policy)) {
       ++points;
       worst_plain = std::max(worst_plain, std::abs(r["z_plain"].get<double>()));
       INFO("seed " << seed << ", N = " << r["N"] << ": z = " << r["z_exact_sq"] << ", plain z = " << r["z_plain"]
@@ -189,54 +223,20 @@ TEST_CASE("heavy tails at p = 4: no point marked reliable is off its exact E||F|
   CHECK(worst_plain > 4);
 }
 
-namespace {
-
-// Samples a custom series (`attncheck mc --phi ... --estimand ...`) at fixed N, D, d and checks every estimand's
-// z against its closed form (the second moment, or the expectation itself for row sums): |z| < 4 on points whose
-// standard error is reliable, and the number of such points.
-int check_custom(SweepRequest rq, const std::vector<theory::Index>& Ns, theory::Index D, theory::Index d,
-                 std::uint64_t samples, std::uint64_t run_seed) {
-  const std::vector<SeriesSpec> series = build_series(rq);
-  CpuBackend backend(2, 8);
-  SamplingPolicy policy;
-  policy.fixed = samples;
-  int judged = 0;
-  for (const SeriesSpec& s : series) {
-    for (theory::Index n : Ns) {
-      const PointSpec ps = make_point(s, n, D, d, 1.1, 0.9, run_seed);
-      const PointOutcome outcome = run_point(backend, ps.point, s.estimands, policy);
-      for (Estimand e : s.estimands) {
-        const nlohmann::json r = point_record(ps, e, outcome, {run_seed, "cpu", 2});
-        const bool row = e == Estimand::row_sum || e == Estimand::row_mean;
-        const nlohmann::json& z = r[row ? "z_exact_mean" : "z_exact_sq"];
-        INFO(r["formula"].get<std::string>() << " " << r["estimand"].get<std::string>() << " scores "
-                                              << r["scores"].get<std::string>() << ", N = " << n << ": z = " << z
-                                              << ", exact " << r[row ? "exact_mean" : "exact_sq"] << ", reliable "
-                                              << r[row ? "se_mean_reliable" : "se_sq_reliable"]);
-        REQUIRE(z.is_number());
-        if (r[row ? "se_mean_reliable" : "se_sq_reliable"].get<bool>()) {
-          ++judged;
-          CHECK(std::abs(z.get<double>()) < kMaxZ);
-        }
-      }
-    }
-  }
-  return judged;
-}
-
-}  // namespace
-
 TEST_CASE("fact 9: E||dF/dQ||^2 and E||dF/dK||^2 of (T/sqrt d)^p for p = 2, 3 agree with Monte Carlo") {
   SweepRequest rq;
   rq.phi = "poly";
   rq.p = {2};
   rq.estimands = "dQ,dK,dS,value";
   // 2 N x 4 estimands; at D = 6, d = 3 a few of them are too heavy-tailed to judge.
-  CHECK(check_custom(rq, {5, 12}, 6, 3, 20000, 901) >= 5);
+  Agreement a = check_against_exact(build_series(rq), {5, 12}, 6, 3, 1.1, 0.9, 20000, 901);
+  CHECK(a.compared == 8);
+  CHECK(a.judged >= 5);
   // p = 3 is heavy-tailed at small D and d; at D = d = 64 all four Jacobians are judged. About 2 s.
   rq.p = {3};
   rq.estimands = "dQ,dK";
-  CHECK(check_custom(rq, {4, 16}, 64, 64, 20000, 901) == 4);
+  a = check_against_exact(build_series(rq), {4, 16}, 64, 64, 1.1, 0.9, 20000, 901);
+  CHECK(a.judged == 4);
 }
 
 TEST_CASE("relu and relu^2: E||F||^2, the Jacobians and E[row sum] agree with Monte Carlo") {
@@ -244,13 +244,15 @@ TEST_CASE("relu and relu^2: E||F||^2, the Jacobians and E[row sum] agree with Mo
   rq.estimands = "value,dQ,dK,dS,row-sum,row-mean";
   for (const char* h : {"relu", "relu2"}) {
     rq.phi = h;
-    CHECK(check_custom(rq, {7, 16}, 5, 4, 6000, 902) >= 6);  // of 12
+    const Agreement a = check_against_exact(build_series(rq), {7, 16}, 5, 4, 1.1, 0.9, 6000, 902);
+    CHECK(a.compared == 12);
+    CHECK(a.judged >= 6);
   }
-  rq.phi = "identity";
   rq.estimands = "row-sum";
-  CHECK(check_custom(rq, {9}, 5, 4, 4000, 903) == 1);  // E[row sum] = 0
+  rq.phi = "identity";
+  CHECK(check_against_exact(build_series(rq), {9}, 5, 4, 1.1, 0.9, 4000, 903).judged == 1);  // E[row sum] = 0
   rq.phi = "sigmoid";
-  CHECK(check_custom(rq, {9}, 5, 4, 4000, 904) == 1);  // E sigmoid(s) = 1/2
+  CHECK(check_against_exact(build_series(rq), {9}, 5, 4, 1.1, 0.9, 4000, 904).judged == 1);  // E sigmoid(s) = 1/2
 }
 
 TEST_CASE("qk-layernorm: E||relu(S)||^2, E[row sum] and Var(s) agree with Monte Carlo, s = lambda d cos(theta)") {
@@ -259,51 +261,33 @@ TEST_CASE("qk-layernorm: E||relu(S)||^2, E[row sum] and Var(s) agree with Monte 
   rq.alpha = std::vector<double>{0.5};
   for (const char* h : {"relu", "relu2", "identity", "sigmoid"}) {
     rq.phi = h;
-    const auto series = build_series(rq);
-    REQUIRE(series[0].scores == theory::ScoreModel::projected_layernorm);
-    CpuBackend backend(2, 8);
-    SamplingPolicy policy;
-    policy.fixed = 4000;
+    const SeriesSpec with_layernorm = build_series(rq).at(0);
+    REQUIRE(with_layernorm.scores == theory::ScoreModel::projected_layernorm);
     for (theory::Index d : {2, 3, 8}) {
-      const PointSpec ps = make_point(series[0], 11, 5, d, 1.3, 0.7, 905);
-      const PointOutcome outcome = run_point(backend, ps.point, series[0].estimands, policy);
-      for (Estimand e : series[0].estimands) {
-        const nlohmann::json r = point_record(ps, e, outcome, {905, "cpu", 2});
-        const bool row = e != Estimand::value;
-        INFO(h << " d = " << d << " " << r["estimand"].get<std::string>() << ": z = " << r[row ? "z_exact_mean" : "z_exact_sq"]);
-        if (!row && r["exact_sq"].is_null()) continue;  // sigmoid has no closed E||F||^2
-        REQUIRE(r[row ? "z_exact_mean" : "z_exact_sq"].is_number());
-        CHECK(std::abs(r[row ? "z_exact_mean" : "z_exact_sq"].get<double>()) < kMaxZ);
-      }
+      const Agreement a = check_against_exact({with_layernorm}, {11}, 5, d, 1.3, 0.7, 4000, 905);
+      INFO(h << ", d = " << d);
+      CHECK(a.compared == (std::string(h) == "sigmoid" ? 2 : 3));  // sigmoid has no closed E||F||^2
+      CHECK(a.judged == a.compared);
     }
   }
-  // Var(s) under qk-layernorm through the score-var path: lambda^2 d^2 / (d - 1).
+  // Var(s) under qk-layernorm through the score-var path: lambda^2 d^2 / (d - 1) = 5 / 4 at d = 5.
   SweepRequest custom;
   custom.phi = "identity";
   custom.estimands = "score-var";
-  auto spec = build_series(custom).at(0);
+  SeriesSpec spec = build_series(custom).at(0);
   spec.scores = theory::ScoreModel::projected_layernorm;
-  CpuBackend backend(2, 8);
-  SamplingPolicy policy;
-  policy.fixed = 3000;
-  const PointSpec ps = make_point(spec, 9, 4, 5, 1, 1, 906);
-  const nlohmann::json r = point_record(ps, Estimand::score_var, run_point(backend, ps.point, spec.estimands, policy), {906, "cpu", 2});
-  CHECK(r["exact_sq"].get<double>() == Approx(5.0 / 4).epsilon(1e-13));
-  CHECK(std::abs(r["z_exact_sq"].get<double>()) < kMaxZ);
+  const auto records = sampled_records(spec, {9}, 4, 5, 1, 1, 906, fixed_samples(3000));
+  CHECK(records.at(0)["exact_sq"].get<double>() == Approx(5.0 / 4).epsilon(1e-13));
+  CHECK(std::abs(records.at(0)["z_exact_sq"].get<double>()) < kMaxZ);
 }
 
 TEST_CASE("C8's pairs: Var(q . k) = d_k for i.i.d. unit entries and 3 d_k for q_i = eps_i k_i") {
   SweepRequest rq;
   rq.claim = "C8";
   const auto series = build_series(rq);
-  CpuBackend backend(2, 8);
-  SamplingPolicy policy;
-  policy.fixed = 2000;
   for (std::size_t k = 0; k < 2; ++k) {
     for (theory::Index d : {1, 4, 16}) {
-      const PointSpec ps = make_point(series[k], 32, 3, d, 1, 1, 907);
-      const nlohmann::json r =
-          point_record(ps, Estimand::score_var, run_point(backend, ps.point, series[k].estimands, policy), {907, "cpu", 2});
+      const nlohmann::json r = sampled_records(series[k], {32}, 3, d, 1, 1, 907, fixed_samples(2000)).at(0);
       INFO(r["scores"].get<std::string>() << " d = " << d << ": " << r["mean_sq"] << " +- " << r["se_sq"]);
       CHECK(r["exact_sq"].get<double>() == (k == 0 ? 1 : 3) * static_cast<double>(d));
       CHECK(std::abs(r["z_exact_sq"].get<double>()) < kMaxZ);

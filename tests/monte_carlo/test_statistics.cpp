@@ -92,6 +92,16 @@ TEST_CASE("batch means trust light tails and flag a single dominating sample") {
   CHECK_FALSE(few.estimate().se_reliable);  // too few batches to judge: not claimed reliable
 }
 
+TEST_CASE("a quantity constant up to rounding has a reliable (zero) standard error") {
+  // ||dF/dS||_F of a linear map is c N every sample; only the rounding of its sums varies.
+  MeanTracker constant;
+  for (int k = 0; k < 100; ++k) constant.add(512.0 * (1 + (k % 3 - 1) * 1e-16));
+  CHECK(constant.estimate().se_reliable);
+  MeanTracker once;
+  once.add(512.0);
+  CHECK_FALSE(once.estimate().se_reliable);  // one sample says nothing about its spread
+}
+
 TEST_CASE("a heavy tail is caught by the fourth moment") {
   // Pareto tail index 2.5: finite variance, infinite fourth moment; the few largest of two thousand draws carry
   // most of the sample variance, so the variance (and the standard error) is poorly determined.
