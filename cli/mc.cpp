@@ -333,7 +333,11 @@ int run(const Options& o) {
                            {"wall_seconds", wall}};
   // fits.json describes the whole folder: with --resume a folder can gather several claims' runs, and a
   // report of it must see all of their series.
-  if (folder) folder->write_fits({{"provenance", provenance}, {"series", mc::fit_series(folder->records(), o.tolerance)}});
+  if (folder) {
+    folder->write_fits({{"format_version", mc::kResultsFormatVersion},
+                        {"provenance", provenance},
+                        {"series", mc::fit_series(folder->records(), o.tolerance)}});
+  }
   const int code = mc::exit_code_of(fitted);
 
   std::vector<std::string> claims;

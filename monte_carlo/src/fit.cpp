@@ -219,7 +219,13 @@ Verdict decide(const std::vector<EvidencePoint>& points, const std::optional<Exa
       v.reason = "no exact value to compare with the claimed one";
       return v;
     }
-    if (differs.empty()) return decided(rules::equality_holds, "the exact value equals the claimed value at every point");
+    if (differs.empty()) {
+      const EvidencePoint& last = points.back();
+      return decided(rules::equality_holds,
+                     fmt::format("the exact value equals the claimed value at every point (at {} = {:g}: {:.6g}, measured "
+                                 "{:.6g} +- {:.2g})",
+                                 xn, last.x, last.claimed_value.value_or(NAN), last.mean, last.se));
+    }
     return decided(rules::equality_violated, differs);
   }
   if (!claim.exponent) return v;  // a custom map states no exponent

@@ -72,6 +72,7 @@ for key in ("N", "D", "d", "p", "phi", "scale", "estimand", "samples", "mean", "
             "se_reliable", "stopped_by", "run_seed", "threads", "wall_seconds", "formula", "inner", "alpha"):
     assert key in lines[0], key
 fits = json.load(open(os.path.join(folder, "fits.json")))
+assert fits["format_version"] == 2, fits.get("format_version")
 for key in ("version", "date", "machine", "backend", "threads", "run_seed", "command", "wall_seconds"):
     assert key in fits["provenance"], key
 assert len(fits["series"]) == 4
