@@ -105,13 +105,14 @@ std::string describe(const LocalExponent& e, const std::string& what, const std:
   }
   text += fmt::format(": [{}, {}]", fixed3(e.lo), fixed3(e.hi));
   if (!e.unreliable.empty()) {
-    text += fmt::format("; the standard error is not reliable at {} = {} (a few samples dominate the variance)", x_name,
-                        x_list(e.unreliable));
+    text += fmt::format("; the standard error is not reliable at {} = {} (too few samples to judge it, or a few "
+                        "samples carrying the variance)",
+                        x_name, x_list(e.unreliable));
   }
   return text;
 }
 
-// The largest x of the grid's progression (x_max r^k) at which the interval, its systematic part shrinking like
+// The first x of the grid's progression x_max r^k at which the interval, its systematic part shrinking like
 // x^(-1/2), would clear a + tolerance; none when the sampling part alone is too wide (more samples needed).
 std::optional<double> settling_x(const LocalExponent& e, double boundary) {
   const double margin = std::abs(e.exponent - boundary), sampling = kZ95 * e.se;
@@ -259,7 +260,8 @@ Verdict decide(const std::vector<EvidencePoint>& points, const std::optional<Exa
   }
   if (!e.unreliable.empty()) {
     return decided(rules::fit_inconclusive,
-                   evidence + fmt::format(": more samples at {} = {} (heavy tails) would settle it", xn, x_list(e.unreliable)));
+                   evidence + fmt::format(": more samples at {} = {} would settle it, unless their tails are too heavy",
+                                          xn, x_list(e.unreliable)));
   }
   if (e.lo > boundary) {
     if (!claim.cross_check) return decided(rules::fit_violated, evidence);
