@@ -105,7 +105,13 @@ EstimandRequest validate(const SweepPoint& point, const std::vector<Estimand>& e
     throw InputError(fmt::format("N = {}, D = {}, d = {}: the CUDA backend takes sizes up to {}", point.N,
                                  point.D, point.d, kIntMax));
   }
-  return check_request(point.map, point.N, estimands);
+  const EstimandRequest request = check_request(point.map, point.scores, point.N, point.d, estimands);
+  if (!request.cuda_supported()) {
+    throw InputError(fmt::format("scores {}{}: the CUDA backend computes the papers' projected scores without row "
+                                 "sums; use --backend cpu",
+                                 theory::score_model_name(point.scores), request.any_row_sum() ? " with row sums" : ""));
+  }
+  return request;
 }
 
 class CudaBackend final : public monte_carlo::Backend {

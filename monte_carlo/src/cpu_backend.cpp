@@ -262,6 +262,32 @@ NormSums<double> tiled_sums(const Shared& sh, const EvaluationOptions& options, 
   return total;
 }
 
+// sum_ij phi(s_ij) of an elementwise map, tile by tile; block totals summed in block order.
+double pointwise_entry_total(const Shared& sh, const EvaluationOptions& options, Pointwise h, int p) {
+  const Index n = sh.V.rows();
+  const Index blocks = (n + sh.tile - 1) / sh.tile;
+  std::vector<double> partial(static_cast<std::size_t>(blocks), 0.0);
+  parallel_for(blocks, options.threads, [&](Index b) {
+    const Index i0 = b * sh.tile, ni = std::min(sh.tile, n - i0);
+    Matrix S(ni, sh.tile);
+    double total = 0;
+    for (Index j0 = 0; j0 < n; j0 += sh.tile) {
+      const Index nj = std::min(sh.tile, n - j0);
+      multiply_transposed(sh.V, i0, ni, sh.U, j0, nj, S);
+      for (Index r = 0; r < ni; ++r) {
+        double row = 0;
+        for (Index j = 0; j < nj; ++j) row += theory::pointwise_value(h, p, S(r, j));
+        if (!std::isfinite(row)) throw_nan_score(S, ni, nj, i0, j0);
+        total += row;
+      }
+    }
+    partial[static_cast<std::size_t>(b)] = total;
+  });
+  double total = 0;
+  for (double t : partial) total += t;
+  return total;
+}
+
 template <int P>
 NormSums<double> poly_tiles(const Shared& sh, const EvaluationOptions& options) {
   const RowReducer reduce = poly_row_reducer<P>();
@@ -296,6 +322,33 @@ double matrix_power_fro_sq(const Matrix& V, const Matrix& U, double inner, int p
 
 }  // namespace
 
+void layer_normalize_rows(Matrix& rows) {
+  const double width = static_cast<double>(rows.cols());
+  for (Index r = 0; r < rows.rows(); ++r) {
+    auto row = rows.row(r);
+    row.array() -= row.mean();
+    const double root_mean_square = std::sqrt(row.squaredNorm() / width);
+    if (!(root_mean_square > 0)) throw InputError(fmt::format("qk-layernorm: row {} has no spread to normalize", r));
+    row /= root_mean_square;
+  }
+}
+
+double pair_sample_mean_square(const SweepPoint& point, std::uint64_t k) {
+  PhiloxStream stream(point.seed, k);
+  Matrix keys(point.N, point.d), queries(point.N, point.d);
+  stream.fill_normal(keys.data(), keys.data() + keys.size(), 1.0);
+  if (point.scores == theory::ScoreModel::sign_coupled_pairs) {
+    for (Index e = 0; e < queries.size(); ++e) {
+      const auto w = stream.next_block();
+      const double uniform = box_muller_uniforms(w[0], w[1], w[2], w[3]).u;
+      queries.data()[e] = uniform < 0.5 ? keys.data()[e] : -keys.data()[e];
+    }
+  } else {
+    stream.fill_normal(queries.data(), queries.data() + queries.size(), 1.0);
+  }
+  return queries.cwiseProduct(keys).rowwise().sum().squaredNorm() / static_cast<double>(point.N);
+}
+
 void draw_sample(const SweepPoint& point, std::uint64_t k, SampleInputs& out) {
   PhiloxStream stream(point.seed, k);
   out.X.resize(point.N, point.D);
@@ -319,13 +372,32 @@ SampleValues evaluate_inputs(const theory::AttentionMap& map, const Matrix& X, c
                                  Q.rows(), Q.cols(), K.rows(), K.cols()));
   }
   if (options.tile < 1) throw InputError(fmt::format("tile size {} must be >= 1", options.tile));
-  const EstimandRequest request = check_request(map, n, estimands);
+  if (options.scores != theory::ScoreModel::projected && options.scores != theory::ScoreModel::projected_layernorm) {
+    throw InputError(fmt::format("scores {}: pairs are drawn by the backend, not formed from X, Q, K",
+                                 theory::score_model_name(options.scores)));
+  }
+  const EstimandRequest request = check_request(map, options.scores, n, Q.cols(), estimands);
   use_single_threaded_gemm();
   const double lambda = map.inner;
   const theory::Activation& act = map.activation;
-  const Matrix U = product(X, false, K);
-  const Matrix Vraw = product(X, false, Q);
+  Matrix U = product(X, false, K);
+  Matrix Vraw = product(X, false, Q);
+  if (request.layernorm) {
+    layer_normalize_rows(Vraw);
+    layer_normalize_rows(U);
+  }
   SampleTotals totals;
+  if (request.any_row_sum()) {
+    if (request.softmax) {
+      totals.entry_total = static_cast<double>(n);  // every row of probabilities sums to 1
+    } else if (request.linear) {
+      totals.entry_total = lambda * Vraw.colwise().sum().dot(U.colwise().sum());
+    } else {
+      const Matrix V = lambda * Vraw;
+      const Vector none = Vector::Zero(n);
+      totals.entry_total = pointwise_entry_total({X, V, U, none, none, none, options.tile}, options, act.h, act.p);
+    }
+  }
   if (request.score_var || (request.linear && request.value)) totals.gram_dot = gram_frobenius_sq(Vraw, U, 1.0);
   if (request.score_var) totals.diagonal_sq = Vraw.cwiseProduct(U).rowwise().sum().squaredNorm();
   if (request.any_norm() && request.matpow) {
@@ -376,8 +448,17 @@ void CpuBackend::evaluate(const SweepPoint& point, const std::vector<Estimand>& 
   const std::size_t base = out.size();
   out.resize(base + count);
   if (count == 0) return;
+  const EstimandRequest request = check_request(point.map, point.scores, point.N, point.d, estimands);
+  if (request.pairs) {
+    parallel_for(static_cast<Index>(count), threads_, [&](Index k) {
+      SampleTotals totals;
+      totals.pairs_sq_mean = pair_sample_mean_square(point, first + static_cast<std::uint64_t>(k));
+      out[base + static_cast<std::size_t>(k)] = sample_values(request, point.map, point.N, totals);
+    });
+    return;
+  }
   if (count >= static_cast<std::uint64_t>(threads_)) {
-    const EvaluationOptions serial{tile_, 1};
+    const EvaluationOptions serial{tile_, 1, point.scores};
     parallel_for(static_cast<Index>(count), threads_, [&](Index k) {
       SampleInputs in;
       draw_sample(point, first + static_cast<std::uint64_t>(k), in);
@@ -385,7 +466,7 @@ void CpuBackend::evaluate(const SweepPoint& point, const std::vector<Estimand>& 
     });
     return;
   }
-  const EvaluationOptions parallel{tile_, threads_};
+  const EvaluationOptions parallel{tile_, threads_, point.scores};
   SampleInputs in;
   for (std::uint64_t k = 0; k < count; ++k) {
     draw_sample(point, first + k, in);

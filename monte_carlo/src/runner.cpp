@@ -72,7 +72,9 @@ PointOutcome run_point(Backend& backend, const SweepPoint& point, const std::vec
     for (Estimand e : estimands) {
       const int k = static_cast<int>(e);
       const MeanEstimate m = policy.judge_squares ? out.norm_sq[k].estimate() : out.norm[k].estimate();
-      if (!(m.se <= policy.rel_se * std::abs(m.mean))) precise = false;
+      // A standard error that is itself unreliable (too few samples to judge it, heavy tails) is not yet
+      // evidence of precision: keep sampling until it is, or until the limits.
+      if (!(m.se <= policy.rel_se * std::abs(m.mean)) || !m.se_reliable) precise = false;
     }
     if (precise) {
       out.stopped_by = "rel-se";

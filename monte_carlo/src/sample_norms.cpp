@@ -12,7 +12,8 @@ using theory::ActivationKind;
 using theory::InputError;
 using theory::Pointwise;
 
-EstimandRequest check_request(const theory::AttentionMap& map, theory::Index n, const std::vector<Estimand>& estimands) {
+EstimandRequest check_request(const theory::AttentionMap& map, theory::ScoreModel scores, theory::Index n,
+                              theory::Index d, const std::vector<Estimand>& estimands) {
   const auto wants = [&](Estimand e) { return std::find(estimands.begin(), estimands.end(), e) != estimands.end(); };
   EstimandRequest r;
   r.value = wants(Estimand::value);
@@ -20,12 +21,26 @@ EstimandRequest check_request(const theory::AttentionMap& map, theory::Index n, 
   r.dQ = wants(Estimand::dQ);
   r.dK = wants(Estimand::dK);
   r.score_var = wants(Estimand::score_var);
+  r.row_sum = wants(Estimand::row_sum);
+  r.row_mean = wants(Estimand::row_mean);
   const theory::Activation& act = map.activation;
   r.matpow = act.kind == ActivationKind::matpow;
   r.softmax = act.kind == ActivationKind::softmax;
   r.linear = act.kind == ActivationKind::pointwise &&
              (act.h == Pointwise::identity || (act.h == Pointwise::poly && act.p == 1));
-  if (r.score_var && n < 2) throw InputError("score-var needs N >= 2 (it averages over i != j)");
+  r.layernorm = scores == theory::ScoreModel::projected_layernorm;
+  r.pairs = scores == theory::ScoreModel::unit_pairs || scores == theory::ScoreModel::sign_coupled_pairs;
+  if (r.pairs && (r.any_norm() || r.any_row_sum())) {
+    throw InputError(fmt::format("scores {}: pairs (q, k) drawn directly have only the score-var estimand",
+                                 theory::score_model_name(scores)));
+  }
+  if (r.layernorm && (r.dQ || r.dK)) {
+    throw InputError("qk-layernorm: the Q and K Jacobians would need LayerNorm's own Jacobian; estimands value, dS, "
+                     "row-sum, row-mean and score-var only");
+  }
+  if (r.layernorm && d < 2) throw InputError(fmt::format("qk-layernorm needs d >= 2 (d = {} leaves nothing after centring)", d));
+  if (r.matpow && r.any_row_sum()) throw InputError("the matrix-power reading has no row sums (value estimand only)");
+  if (r.score_var && n < 2 && !r.pairs) throw InputError("score-var needs N >= 2 (it averages over i != j)");
   if (r.any_norm() && r.matpow) {
     if (r.dS || r.dQ || r.dK) throw InputError("the matrix-power reading is supported for the value estimand only");
     if (act.p < 1) throw InputError(fmt::format("matrix power p = {} must be >= 1", act.p));
@@ -44,8 +59,12 @@ SampleValues sample_values(const EstimandRequest& r, const theory::AttentionMap&
   const double nn = static_cast<double>(n);
   if (r.score_var) {
     // E s_ij = 0, so the mean of s_ij^2 over i != j estimates Var(s_ij) without bias.
-    out[static_cast<int>(Estimand::score_var)] = lambda * lambda * (t.gram_dot - t.diagonal_sq) / (nn * (nn - 1));
+    out[static_cast<int>(Estimand::score_var)] =
+        lambda * lambda * (r.pairs ? t.pairs_sq_mean : (t.gram_dot - t.diagonal_sq) / (nn * (nn - 1)));
   }
+  // Every row of F carries the same law, so the mean over the rows estimates E[row sum] with N rows per sample.
+  if (r.row_sum) out[static_cast<int>(Estimand::row_sum)] = c * t.entry_total / nn;
+  if (r.row_mean) out[static_cast<int>(Estimand::row_mean)] = c * t.entry_total / (nn * nn);
   if (!r.any_norm()) return out;
   if (r.matpow) {
     const int p = map.activation.p;

@@ -11,10 +11,17 @@
 namespace attncheck::monte_carlo {
 
 void Accumulator::add(double x) {
+  const double n_before = static_cast<double>(count_);
   ++count_;
+  const double n = static_cast<double>(count_);
   const double delta = x - mean_;
-  mean_ += delta / static_cast<double>(count_);
-  m2_ += delta * (x - mean_);
+  const double delta_n = delta / n;
+  const double delta_n_sq = delta_n * delta_n;
+  const double term = delta * delta_n * n_before;
+  mean_ += delta_n;
+  m4_ += term * delta_n_sq * (n * n - 3 * n + 3) + 6 * delta_n_sq * m2_ - 4 * delta_n * m3_;
+  m3_ += term * delta_n * (n - 2) - 3 * delta_n * m2_;
+  m2_ += term;
 }
 
 void Accumulator::merge(const Accumulator& other) {
@@ -26,9 +33,20 @@ void Accumulator::merge(const Accumulator& other) {
   const double n_a = static_cast<double>(count_), n_b = static_cast<double>(other.count_);
   const double n = n_a + n_b;
   const double delta = other.mean_ - mean_;
+  const double delta_sq = delta * delta;
+  m4_ += other.m4_ + delta_sq * delta_sq * n_a * n_b * (n_a * n_a - n_a * n_b + n_b * n_b) / (n * n * n) +
+         6 * delta_sq * (n_a * n_a * other.m2_ + n_b * n_b * m2_) / (n * n) + 4 * delta * (n_a * other.m3_ - n_b * m3_) / n;
+  m3_ += other.m3_ + delta_sq * delta * n_a * n_b * (n_a - n_b) / (n * n) + 3 * delta * (n_a * other.m2_ - n_b * m2_) / n;
   mean_ += delta * n_b / n;
-  m2_ += other.m2_ + delta * delta * n_a * n_b / n;
+  m2_ += other.m2_ + delta_sq * n_a * n_b / n;
   count_ += other.count_;
+}
+
+double Accumulator::effective_samples() const { return m4_ > 0 ? m2_ * m2_ / m4_ : 0.0; }
+
+double Accumulator::variance_relative_se() const {
+  if (count_ < 2 || !(m2_ > 0)) return std::numeric_limits<double>::infinity();
+  return std::sqrt(std::max(0.0, m4_ / (m2_ * m2_) - 1 / static_cast<double>(count_)));
 }
 
 double Accumulator::variance() const { return count_ < 2 ? 0.0 : m2_ / static_cast<double>(count_ - 1); }
@@ -76,10 +94,14 @@ double BatchMeans::standard_error() const {
   return of_means.standard_error();
 }
 
+bool BatchMeans::can_judge() const {
+  // With batches of one sample the two estimates coincide and say nothing.
+  return full_batches() >= 8 && batch_size_ >= 2;
+}
+
 bool BatchMeans::consistent_with(double plain_se, double level) const {
   const int b = full_batches();
-  // With batches of one sample the two estimates coincide and say nothing.
-  if (b < 8 || batch_size_ < 2) return false;
+  if (!can_judge()) return false;
   const double se = standard_error();
   if (!(plain_se > 0)) return se == 0;
   const double dof = b - 1;
@@ -112,7 +134,22 @@ MeanEstimate MeanTracker::estimate() const {
   e.mean = all_.mean();
   e.plain_se = all_.standard_error();
   e.batch_se = batches_.standard_error();
-  e.se_reliable = batches_.consistent_with(e.plain_se) && batches_.max_batch_variance_share() <= 0.5;
+  e.effective_samples = all_.effective_samples();
+  e.variance_relative_se = all_.variance_relative_se();
+  // A quantity that does not vary between samples (beyond the rounding of its sums, 1e-12 of its size) has an
+  // exact mean: none of the checks below has anything to judge there.
+  const bool constant = e.samples >= 2 && std::sqrt(all_.variance()) <= 1e-12 * std::abs(e.mean);
+  if (!constant) {
+    if (!batches_.consistent_with(e.plain_se)) {
+      e.unreliable_because = !batches_.can_judge() ? "too few samples to judge the standard error"
+                                                   : "batch means disagree with the plain standard error";
+    } else if (batches_.max_batch_variance_share() > 0.5) {
+      e.unreliable_because = "one batch carries most of the variance";
+    } else if (!(e.variance_relative_se <= kMaxVarianceRelativeSe)) {
+      e.unreliable_because = "a few samples carry the variance (heavy tails)";
+    }
+  }
+  e.se_reliable = e.unreliable_because == nullptr;
   e.se = e.se_reliable ? e.plain_se : std::max(e.plain_se, std::isfinite(e.batch_se) ? e.batch_se : e.plain_se);
   if (e.samples >= 2) {
     const double t = student_t_quantile(static_cast<double>(e.samples - 1), 0.95);

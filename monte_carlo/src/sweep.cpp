@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <sstream>
 
@@ -98,6 +99,8 @@ const char* estimand_name(Estimand e) {
     case Estimand::dK: return "dK";
     case Estimand::dS: return "dS";
     case Estimand::score_var: return "score-var";
+    case Estimand::row_sum: return "row-sum";
+    case Estimand::row_mean: return "row-mean";
   }
   return "?";
 }
@@ -116,7 +119,7 @@ std::vector<Estimand> parse_estimands(const std::string& text) {
       }
     }
     if (!found) {
-      throw InputError(fmt::format("--estimand: '{}' is not one of value, dQ, dK, dS, score-var", name));
+      throw InputError(fmt::format("--estimand: '{}' is not one of value, dQ, dK, dS, score-var, row-sum, row-mean", name));
     }
   }
   if (out.empty()) throw InputError("--estimand: empty list");
@@ -206,18 +209,51 @@ std::string phi_name(const theory::Activation& a) {
   return "?";
 }
 
+std::optional<double> SeriesSpec::claimed_for(Estimand estimand) const {
+  if (!claimed_exponent) return std::nullopt;
+  return estimand == Estimand::row_mean ? *claimed_exponent - 1 : *claimed_exponent;  // row mean = row sum / N
+}
+
+bool SeriesSpec::counts_for_exit_of(Estimand estimand) const {
+  return counts_for_exit && std::find(secondary.begin(), secondary.end(), estimand) == secondary.end();
+}
+
 ClaimInfo claim_info(const std::string& id) {
-  if (id == "C3") return {"C3", "Thm 4.2 (4.3)", "Thm 4.2 (8)", "E||(X Q K^T X^T / sqrt d)^p||_F = O(N) for p >= 1"};
-  if (id == "C4") return {"C4", "Cor 4.3 (4.4)", "Cor 4.1 (9)", "with the factor 1/sqrt(N) in front: O(sqrt N)"};
-  if (id == "C5") {
-    return {"C5", "Thm 4.4 (4.5)", "Thm 4.3 (10)", "E||d/dQ ((X Q K^T X^T)^p / sqrt d)||_F = O(N) (sqrt(d) outside the power)"};
+  if (id == "C3") {
+    return {"C3", "Thm 4.2 (4.3)", "Thm 4.2 (8)", "E||(X Q K^T X^T / sqrt d)^p||_F = O(N) for p >= 1",
+            "D^p (sigma_x sigma_t)^{2p} (sqrt(d) inside the power)"};
   }
-  if (id == "C6") return {"C6", "Cor 4.5 (4.6)", "Cor 4.2 (11)", "with 1/sqrt(N): O(sqrt N), and the same for K"};
+  if (id == "C4") {
+    return {"C4", "Cor 4.3 (4.4)", "Cor 4.1 (9)", "with the factor 1/sqrt(N) in front: O(sqrt N)",
+            "D^p (sigma_x sigma_t)^{2p} (sqrt(d) inside the power)"};
+  }
+  if (id == "C5") {
+    return {"C5", "Thm 4.4 (4.5)", "Thm 4.3 (10)",
+            "E||d/dQ ((X Q K^T X^T)^p / sqrt d)||_F = O(N) (sqrt(d) outside the power)",
+            "sigma_x^{2p} sigma_t^{2p-1} D^p d^{(p-1)/2} (sqrt(d) outside the power)"};
+  }
+  if (id == "C6") {
+    return {"C6", "Cor 4.5 (4.6)", "Cor 4.2 (11)", "with 1/sqrt(N): O(sqrt N), and the same for K",
+            "sigma_x^{2p} sigma_t^{2p-1} D^p d^{(p-1)/2} (sqrt(d) outside the power)"};
+  }
   if (id == "C7") {
     return {"C7", "relu paper, Sec. 3", "relu paper, Sec. 3",
-            "phi = N^-alpha h(s): alpha ~ 1 keeps E_j[phi_ij] = O(1/N), i.e. E||F||_F = O(N^(1-alpha))"};
+            "at initialisation, with qk-layernorm, phi = L^-alpha h(q.k/sqrt d): with alpha = 1 the mean attention "
+            "weight E_j[phi_ij] is O(1/L), so row sums stay O(1); the factor L^-1 is necessary (with alpha < 1 row "
+            "sums grow like L^(1-alpha)). Checked as E[row sum] = O(L^(1-alpha)) and E[row mean] = O(L^-alpha), with "
+            "and without qk-layernorm; the Frobenius norm is a secondary series",
+            ""};
   }
-  if (id == "C8") return {"C8", "scaling paper, Prop. 5", "scaling paper, Prop. 5", "Var(q . k) = d_k"};
+  if (id == "C8") {
+    return {"C8", "scaling paper, Prop. 5", "scaling paper, Prop. 5",
+            "q, k with zero-mean, unit-variance entries and zero covariances: Var(q . k) = d_k. Checked for i.i.d. "
+            "entries (the proposition's intent), for the literal hypothesis (q_i = eps_i k_i: zero covariances, "
+            "dependent), and for the projected model q = Q^T x, k = K^T x' of a transformer at initialisation",
+            ""};
+  }
+  if (id == "C9") {
+    throw InputError("--claim C9: the cross-normalization claims are handled separately (not yet checked by mc)");
+  }
   throw InputError(fmt::format("--claim: '{}' is not one of C3, C4, C5, C6, C7, C8 (C1, C2 are exact: attncheck bounds)", id));
 }
 
@@ -288,25 +324,37 @@ std::vector<SeriesSpec> build_series(const SweepRequest& rq) {
     if (h == "poly" || h == "matpow" || h == "softmax") {
       throw InputError(fmt::format("--phi {}: C7 is about h in relu, relu2, gelu, softplus, identity, relu6, sigmoid", h));
     }
-    for (double alpha : rq.alpha) {
-      SeriesSpec s;
-      s.claim = id;
-      s.activation = parse_phi(h, 1);
-      s.alpha = alpha;
-      s.outer = parse_outer_scale(fmt::format("N^-{}", alpha));
-      s.estimands = {Estimand::value};
-      s.claimed_exponent = 1 - alpha;
-      out.push_back(s);
+    // alpha = 1 is the claim; 0 and 0.5 show that the factor L^-1 is needed (row sums then grow).
+    for (double alpha : rq.alpha.value_or(std::vector<double>{0.0, 0.5, 1.0})) {
+      for (const auto scores : {theory::ScoreModel::projected_layernorm, theory::ScoreModel::projected}) {
+        SeriesSpec s;
+        s.claim = id;
+        s.activation = parse_phi(h, 1);
+        s.alpha = alpha;
+        s.outer = parse_outer_scale(fmt::format("N^-{}", alpha));
+        s.scores = scores;
+        s.estimands = {Estimand::row_sum, Estimand::row_mean, Estimand::value};
+        s.secondary = {Estimand::value};
+        s.claimed_exponent = 1 - alpha;
+        out.push_back(s);
+      }
     }
   } else if (id == "C8") {
-    SeriesSpec s;
-    s.claim = id;
-    s.activation = parse_phi("identity", 1);
-    s.inner = InnerRule{false, 1};
-    s.estimands = {Estimand::score_var};
-    s.claimed_exponent = 1.0;
-    s.fit_over_d = true;
-    out.push_back(s);
+    for (const auto scores : {theory::ScoreModel::unit_pairs, theory::ScoreModel::sign_coupled_pairs,
+                              theory::ScoreModel::projected}) {
+      SeriesSpec s;
+      s.claim = id;
+      s.activation = parse_phi("identity", 1);
+      s.inner = InnerRule{false, 1};
+      s.scores = scores;
+      s.estimands = {Estimand::score_var};
+      s.claimed_exponent = 1.0;
+      s.fit_over_d = true;
+      // The projected model is reported as what it is: its entries are neither unit-variance nor independent.
+      s.claims_variance_equals_d = scores != theory::ScoreModel::projected;
+      s.counts_for_exit = scores != theory::ScoreModel::projected;
+      out.push_back(s);
+    }
   }
   return out;
 }
@@ -337,40 +385,148 @@ PointSpec make_point(const SeriesSpec& series, Index N, Index D, Index d, double
   pt.map.inner = series.inner.at(d);
   pt.map.outer.factor = series.outer.factor * std::pow(static_cast<double>(d), -series.outer.d_exponent);
   pt.map.outer.n_exponent = series.outer.n_exponent;
+  pt.scores = series.scores;
   ps.key = fmt::format("phi={};p={};inner={:.17g};outer={:.17g}*N^-{:.17g};N={};D={};d={};sigma_x={:.17g};sigma_t={:.17g}",
                        phi_name(series.activation), series.activation.p, pt.map.inner, pt.map.outer.factor,
                        pt.map.outer.n_exponent, N, D, d, sigma_x, sigma_t);
+  // The papers' model keeps the key (and the seed) it always had.
+  if (series.scores != theory::ScoreModel::projected) ps.key += fmt::format(";scores={}", theory::score_model_name(series.scores));
   pt.seed = point_seed(run_seed, ps.key);
   return ps;
 }
 
-std::optional<double> exact_norm_sq(const PointSpec& ps, Estimand estimand) {
+namespace {
+
+theory::GaussianModel model_of(const SweepPoint& pt) { return {pt.D, pt.d, pt.sigma_x, pt.sigma_t, pt.map.inner}; }
+
+// The off-diagonal and diagonal expectations of one entry; for the matrix power they exist at p = 1 only,
+// where it is the identity.
+std::pair<theory::EntryExpectations, theory::EntryExpectations> entry_pair(const SweepPoint& pt) {
+  theory::Activation a = pt.map.activation;
+  if (a.kind == ActivationKind::matpow && a.p == 1) a = {ActivationKind::pointwise, Pointwise::identity, 1};
+  const theory::GaussianModel model = model_of(pt);
+  return {theory::entry_expectations(a, model, pt.scores, false), theory::entry_expectations(a, model, pt.scores, true)};
+}
+
+std::optional<double> both(const std::optional<double>& off, const std::optional<double>& diag,
+                           const std::function<double(double, double)>& combine) {
+  if (!off || !diag) return std::nullopt;
+  return combine(*off, *diag);
+}
+
+}  // namespace
+
+ExactMoments exact_moments(const PointSpec& ps, Estimand estimand) {
   const SweepPoint& pt = ps.point;
-  const theory::GaussianModel model{pt.D, pt.d, pt.sigma_x, pt.sigma_t, pt.map.inner};
+  ExactMoments out;
   const double c = pt.map.outer.at(pt.N);
-  const theory::Activation& a = pt.map.activation;
-  const bool poly = a.kind == ActivationKind::pointwise && a.h == Pointwise::poly;
-  const bool linear = (poly && a.p == 1) || (a.kind == ActivationKind::pointwise && a.h == Pointwise::identity) ||
-                      (a.kind == ActivationKind::matpow && a.p == 1);
   const double n = static_cast<double>(pt.N);
-  switch (estimand) {
-    case Estimand::value:
-      if (linear) return theory::expected_poly_fro_sq(model, pt.N, 1, c);
-      if (poly) return theory::expected_poly_fro_sq(model, pt.N, a.p, c);
-      return std::nullopt;
-    case Estimand::dS:
-      if (linear && a.kind != ActivationKind::matpow) return c * c * n * n;
-      if (poly) return theory::expected_poly_fro_sq(model, pt.N, a.p - 1, c * a.p);
-      return std::nullopt;
-    case Estimand::dQ:
-    case Estimand::dK:
-      if (linear && a.kind != ActivationKind::matpow) {
-        return theory::expected_linear_parameter_jacobian_fro_sq(model, pt.N, c);
-      }
-      return std::nullopt;
-    case Estimand::score_var: return theory::offdiagonal_abs_moment(model, 2.0);
+  const bool softmax = pt.map.activation.kind == ActivationKind::softmax;
+  if (estimand == Estimand::score_var) {
+    out.second = theory::score_variance(pt.scores, model_of(pt));
+  } else if (softmax && (estimand == Estimand::row_sum || estimand == Estimand::row_mean)) {
+    out.mean = estimand == Estimand::row_sum ? c : c / n;  // every row of probabilities sums to 1
+  } else {
+    const auto [off, diag] = entry_pair(pt);
+    const auto sum = [&](double o, double g) { return theory::entry_sum(pt.N, o, g); };
+    const auto second = [&](const std::optional<double>& o, const std::optional<double>& g,
+                            const std::optional<double>& o4, const std::optional<double>& g4) {
+      out.second = both(o, g, sum);
+      if (out.second) *out.second *= c * c;
+      const auto fourth = both(o4, g4, sum);
+      if (out.second && fourth) out.second_variance_floor = std::max(0.0, c * c * c * c * *fourth - *out.second * *out.second);
+    };
+    switch (estimand) {
+      case Estimand::value: second(off.value_sq, diag.value_sq, off.value_4, diag.value_4); break;
+      case Estimand::dS: second(off.deriv_sq, diag.deriv_sq, off.deriv_4, diag.deriv_4); break;
+      case Estimand::dQ:
+      case Estimand::dK: second(off.q_weight, diag.q_weight, off.q_weight_sq, diag.q_weight_sq); break;
+      case Estimand::row_sum:
+      case Estimand::row_mean:
+        // One row holds N - 1 off-diagonal entries and its diagonal one.
+        out.mean = both(off.value, diag.value, [&](double o, double g) { return c * ((n - 1) * o + g); });
+        if (out.mean && estimand == Estimand::row_mean) *out.mean /= n;
+        break;
+      case Estimand::score_var: break;
+    }
   }
-  return std::nullopt;
+  for (std::optional<double>* x : {&out.mean, &out.second, &out.second_variance_floor}) {
+    if (*x && !std::isfinite(**x)) {
+      out.out_of_range = true;
+      x->reset();
+    }
+  }
+  if (!out.second) out.second_variance_floor.reset();
+  return out;
+}
+
+std::optional<double> exact_norm_sq(const PointSpec& ps, Estimand estimand) { return exact_moments(ps, estimand).second; }
+
+std::optional<ExactLaw> exact_law(const PointSpec& ps, Estimand estimand) {
+  const SweepPoint& pt = ps.point;
+  const double factor = pt.map.outer.factor;  // c(N) = factor N^-n_exponent
+  const double n_exponent = pt.map.outer.n_exponent;
+  ExactLaw law;
+  if (estimand == Estimand::score_var) {
+    const double var = theory::score_variance(pt.scores, model_of(pt));
+    if (!std::isfinite(var) || pt.scores == theory::ScoreModel::projected_layernorm) return std::nullopt;
+    law.of = "Var(s)";
+    law.bound = false;
+    // Var(s) = lambda^2 K d for the projected and pair models (K free of d): in d, lambda = 1/sqrt(d) cancels d.
+    if (ps.series && ps.series->fit_over_d) {
+      law.exponent = ps.series->inner.inverse_sqrt_d ? 0.0 : 1.0;
+      law.constant = var / std::pow(static_cast<double>(pt.d), *law.exponent);
+    } else {
+      law.exponent = 0.0;
+      law.constant = var;
+    }
+    return law;
+  }
+  if (pt.map.activation.kind == ActivationKind::softmax) {
+    if (estimand != Estimand::row_sum && estimand != Estimand::row_mean) return std::nullopt;
+    law.of = estimand == Estimand::row_sum ? "E[row sum]" : "E[row mean]";
+    law.bound = false;
+    law.exponent = -n_exponent - (estimand == Estimand::row_mean ? 1 : 0);
+    law.constant = factor;
+    return law;
+  }
+  const auto [off, diag] = entry_pair(pt);
+  if (estimand == Estimand::row_sum || estimand == Estimand::row_mean) {
+    if (!off.value || !diag.value) return std::nullopt;
+    law.of = estimand == Estimand::row_sum ? "E[row sum]" : "E[row mean]";
+    law.bound = false;
+    const double shift = estimand == Estimand::row_mean ? -1 : 0;
+    // E[row sum] = c(N) ((N - 1) off + diag).
+    if (*off.value != 0) {
+      law.exponent = 1 - n_exponent + shift;
+      law.constant = factor * *off.value;
+    } else if (*diag.value != 0) {
+      law.exponent = -n_exponent + shift;
+      law.constant = factor * *diag.value;
+    }
+    return law;
+  }
+  std::optional<double> o, g;
+  switch (estimand) {
+    case Estimand::value: o = off.value_sq, g = diag.value_sq; break;
+    case Estimand::dS: o = off.deriv_sq, g = diag.deriv_sq; break;
+    case Estimand::dQ:
+    case Estimand::dK: o = off.q_weight, g = diag.q_weight; break;
+    default: break;
+  }
+  if (!o || !g || !std::isfinite(*o) || !std::isfinite(*g)) return std::nullopt;
+  law.of = "sqrt(E||F||^2)";
+  law.bound = true;
+  // sqrt(c(N)^2 (N(N-1) off + N diag)): N^(1 - n_exponent) when off > 0, else N^(1/2 - n_exponent).
+  const double scale = std::abs(factor);
+  if (*o > 0) {
+    law.exponent = 1 - n_exponent;
+    law.constant = scale * std::sqrt(*o);
+  } else if (*g > 0) {
+    law.exponent = 0.5 - n_exponent;
+    law.constant = scale * std::sqrt(*g);
+  }
+  return law;
 }
 
 }  // namespace attncheck::monte_carlo

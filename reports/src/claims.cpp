@@ -18,12 +18,16 @@ constexpr std::array<ClaimStatement, 9> kClaims{{
     {"C6", "v1: Cor 4.5 (4.6) / v2: Cor 4.2 (11)",
      "with 1/sqrt(N): O(sqrt N); \"an analogous estimate holds for K\""},
     {"C7", "relu paper, Sec. 3",
-     "phi = L^{-alpha} h(.), h in {relu, relu^2, gelu, softplus, identity, relu6, sigmoid}; alpha ~ 1 keeps "
-     "E_j[alpha_ij] = O(1/L)"},
+     "at initialisation, with qk-layernorm, phi = L^{-alpha} h(.) for h in {relu, relu^2, gelu, softplus, identity, "
+     "relu6, sigmoid}: with alpha = 1 the expected attention weight E_j[alpha_ij] is O(1/L), so row sums stay O(1); "
+     "the factor L^{-1} is necessary (without it row sums grow like L). Checked on E[row sum] and E[row mean], with "
+     "and without qk-layernorm; the Frobenius norm is a secondary series"},
     {"C8", "scaling paper, Prop. 5",
-     "q, k with independent zero-mean unit-variance entries: Var(q . k) = d_k"},
+     "q, k with zero-mean, unit-variance entries and zero covariances: Var(q . k) = d_k. Checked for i.i.d. entries, "
+     "for the literal hypothesis (q_i = eps_i k_i: zero covariances, dependent) and for the projected model q = Q^T x"},
     {"C9", "cross-normalization RFP",
-     "softmax(c K Q^T) softmax^T(V) (softmax over columns of V) and the mix alpha*softmax^T(V) + (1-alpha)*V"},
+     "softmax(c K Q^T) softmax^T(V) (softmax over columns of V) and the mix alpha*softmax^T(V) + (1-alpha)*V; "
+     "handled separately (not yet checked)"},
 }};
 }  // namespace
 

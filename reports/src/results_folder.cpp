@@ -25,6 +25,7 @@ std::string SeriesKey::label() const {
   text += fmt::format(" {} p={}", phi, p);
   if (alpha) text += fmt::format(" alpha={}", *alpha);
   if (scale != "none") text += " scale " + scale;
+  if (scores != "projected") text += " scores " + scores;
   text += fmt::format(" {}, D={} d={}", estimand, D, d);
   if (sigma_x != 1 || sigma_t != 1) text += fmt::format(" sigma_x={} sigma_t={}", sigma_x, sigma_t);
   return text;
@@ -47,7 +48,8 @@ constexpr std::string_view kClaims[] = {"C3", "C4", "C5", "C6", "C7", "C8", "cus
 constexpr std::string_view kReadings[] = {"elementwise", "matrix"};
 constexpr std::string_view kPhis[] = {"poly", "matpow", "softmax", "relu", "relu2",
                                                            "gelu", "softplus", "identity", "relu6", "sigmoid"};
-constexpr std::string_view kEstimands[] = {"value", "dQ", "dK", "dS", "score-var"};
+constexpr std::string_view kEstimands[] = {"value", "dQ", "dK", "dS", "score-var", "row-sum", "row-mean"};
+constexpr std::string_view kScoreModels[] = {"projected", "qk-layernorm", "iid-unit", "sign-coupled"};
 constexpr std::string_view kStops[] = {"samples", "rel-se", "max-samples", "max-seconds"};
 constexpr std::string_view kBackends[] = {"cpu", "cuda"};
 
@@ -80,6 +82,7 @@ SeriesKey read_key(const JsonFields& fields) {
   key.estimand = fields.word("estimand", kEstimands);
   key.sigma_x = fields.number("sigma_x");
   key.sigma_t = fields.number("sigma_t");
+  if (const auto scores = fields.word_or_null("scores", kScoreModels)) key.scores = *scores;
   return key;
 }
 
@@ -92,8 +95,10 @@ Verdict read_verdict(const JsonFields& fields) {
 }
 
 void check_estimate(const JsonFields& fields, const SeriesKey& key, double mean, double se, const char* what) {
-  // Norms and second moments are never negative; a score-var sample is a score, which may be.
-  if (mean < 0 && key.estimand != "score-var") fields.fail(fmt::format("{} = {} is negative, but it estimates a norm or a second moment", what, mean));
+  // Norms and second moments are never negative; a score-var sample is a score, and a row sum of an activation
+  // with negative values (identity, gelu) a sum of them, which may be.
+  const bool signed_estimate = key.estimand == "score-var" || key.estimand == "row-sum" || key.estimand == "row-mean";
+  if (mean < 0 && !signed_estimate) fields.fail(fmt::format("{} = {} is negative, but it estimates a norm or a second moment", what, mean));
   if (se < 0) fields.fail(fmt::format("standard error of {} = {} is negative", what, se));
 }
 
@@ -121,6 +126,20 @@ Series read_series(const JsonFields& fields) {
   s.tolerance = fields.number_or_null("tolerance");
   if (s.tolerance && *s.tolerance < 0) fields.fail(fmt::format("\"tolerance\" = {} is negative", *s.tolerance));
   if (!fields.is_null("verdict")) s.verdict = read_verdict(fields);
+  s.basis = fields.word_or_null("basis", {"exact", "asymptotic-fit"});
+  s.verdict_rule = fields.text_or_null("verdict_rule");
+  s.verdict_reason = fields.text_or_null("verdict_reason");
+  s.finding = fields.text_or_null("finding");
+  s.claims_value = fields.word_or_null("claim_form", {"exponent", "equality"}).value_or("exponent") == "equality";
+  if (fields.has("counts_for_exit") && fields.at("counts_for_exit").is_boolean()) {
+    s.counts_for_exit = fields.at("counts_for_exit").get<bool>();
+  }
+  if (!fields.is_null("diagnostic")) {
+    const JsonFields diagnostic(fields.at("diagnostic"), fields.where() + " diagnostic");
+    s.jensen_first = diagnostic.number_or_null("jensen_ratio_first");
+    s.jensen_last = diagnostic.number_or_null("jensen_ratio_last");
+    s.jensen_source = diagnostic.word_or_null("jensen_ratio_source", {"exact", "estimated"}).value_or("");
+  }
   if (s.slope.has_value() != s.slope_ci.has_value()) fields.fail("\"slope\" and \"slope_ci\" must both be given or both null");
   s.x_variable = fields.word_or_null("fit_variable", {"N", "d"}).value_or("N");
   s.fit_of = fields.word_or_null("fit_of", {"mean", "mean_sq"}).value_or("mean");
@@ -130,11 +149,13 @@ Series read_series(const JsonFields& fields) {
   s.se = fields.numbers_or_nan("se");
   s.exact_sq = fields.numbers_or_null("exact_sq");
   const std::size_t n = s.N.size();
+  s.exact_mean = fields.has("exact_mean") ? fields.numbers_or_null("exact_mean") : std::vector<std::optional<double>>(n);
   s.mean_sq = fields.has("mean_sq") ? fields.numbers_or_nan("mean_sq") : std::vector<double>(n, std::nan(""));
   s.se_sq = fields.has("se_sq") ? fields.numbers_or_nan("se_sq") : std::vector<double>(n, std::nan(""));
   if (n == 0) fields.fail("\"N\" is empty: a series needs at least one point");
   for (const auto& [name, size] : {std::pair<const char*, std::size_t>{"mean", s.mean.size()}, {"se", s.se.size()},
-                                   {"exact_sq", s.exact_sq.size()}, {"mean_sq", s.mean_sq.size()},
+                                   {"exact_sq", s.exact_sq.size()}, {"exact_mean", s.exact_mean.size()},
+                                   {"mean_sq", s.mean_sq.size()},
                                    {"se_sq", s.se_sq.size()}, {"d_values", s.x.size()}}) {
     if (size != n) {
       fields.fail(fmt::format("\"{}\" has {} entries but \"N\" has {}: one entry per point is needed", name, size, n));
@@ -173,8 +194,11 @@ PointRecord read_point(const JsonFields& fields, int line) {
   check_estimate(fields, SeriesKey{}, r.mean_sq, r.se_sq, "\"mean_sq\"");
   r.exact_sq = fields.number_or_null("exact_sq");
   r.z_exact_sq = fields.number_or_null("z_exact_sq");
+  r.exact_mean = fields.number_or_null("exact_mean");
+  r.z_exact_mean = fields.number_or_null("z_exact_mean");
   r.jensen_bound = fields.number_or_null("jensen_bound");
   r.se_reliable = fields.boolean("se_reliable");
+  r.unreliable_because = fields.text_or_null("unreliable_because");
   r.stopped_by = fields.word("stopped_by", kStops);
   r.seed = fields.count_text("seed");
   r.run_seed = fields.count_text("run_seed");

@@ -31,6 +31,8 @@ std::string estimand_symbol(const std::string& estimand) {
   if (estimand == "dK") return "E||dF/dK||_F";
   if (estimand == "dS") return "E||dF/dS||_F";
   if (estimand == "score-var") return "E|s_ij|";  // a sample is one score; its second moment is the variance
+  if (estimand == "row-sum") return "E[row sum of F]";
+  if (estimand == "row-mean") return "E[row mean of F]";
   return "E||" + estimand + "||_F";
 }
 
@@ -62,17 +64,38 @@ std::string verdict_word(const Series& s) {
   return s.verdict ? std::string(to_string(*s.verdict)) : "not checked";
 }
 
+// What the verdict rests on. Folders written before verdicts named a basis were decided by the global fit.
+std::string basis_text(const Series& s) {
+  if (!s.verdict) return "-";
+  return s.basis.value_or("finite-N fit (older results)");
+}
+
+std::string verdict_with_basis(const Series& s) {
+  if (!s.verdict) return verdict_word(s);
+  return fmt::format("{} ({})", verdict_word(s), basis_text(s));
+}
+
+std::string jensen_drift_text(const Series& s) {
+  if (!s.jensen_first || !s.jensen_last) return "-";
+  return fmt::format("{} -> {} ({})", format_number(*s.jensen_first, 3), format_number(*s.jensen_last, 3),
+                     s.jensen_source.empty() ? "estimated" : s.jensen_source);
+}
+
 std::string slope_text(const Series& s) {
   if (!s.slope) return "no fit";
   return fmt::format("{} {}", format_number(*s.slope), format_interval(s.slope_ci->first, s.slope_ci->second));
 }
 
 std::string claimed_text(const Series& s) {
+  if (s.claims_value) return "the value itself: Var(q . k) = d_k";
   if (!s.claimed_exponent) return "none stated";
   return fmt::format("{} + {}", format_number(*s.claimed_exponent), s.tolerance ? format_number(*s.tolerance) : "?");
 }
 
 std::string verdict_reason(const Series& s) {
+  if (s.verdict_reason) {
+    return fmt::format("Rule ({}): {}. Evidence: {}.", s.basis.value_or("?"), s.verdict_rule.value_or("-"), *s.verdict_reason);
+  }
   if (!s.slope) {
     return fmt::format("No slope: fewer than two points with a usable estimate, so there is no fit in {}.", x_name(s));
   }
@@ -105,6 +128,10 @@ std::string verdict_reason(const Series& s) {
 
 bool has_exact(const Series& s) {
   return std::any_of(s.exact_sq.begin(), s.exact_sq.end(), [](const auto& e) { return e.has_value(); });
+}
+
+bool has_exact_mean(const Series& s) {
+  return std::any_of(s.exact_mean.begin(), s.exact_mean.end(), [](const auto& e) { return e.has_value(); });
 }
 
 std::string range_text(long long lo, long long hi) { return lo == hi ? fmt::format("{}", lo) : fmt::format("{} to {}", lo, hi); }
@@ -214,6 +241,8 @@ Table points_table(const Series& s) {
     t.header.insert(t.header.end(), {"exact E||.||_F^2", "z of E||.||^2 vs exact", "Jensen bound sqrt(exact)",
                                      "Jensen ratio E||.|| / sqrt(E||.||^2) ± SE"});
   }
+  const bool exact_mean = has_exact_mean(s);
+  if (exact_mean) t.header.insert(t.header.end(), {"exact " + symbol, "z of the estimate vs exact"});
   if (detail) t.header.insert(t.header.end(), {"SE reliable", "seed", "wall time (s)"});
   for (std::size_t i = 0; i < s.x.size(); ++i) {
     const auto [lo, hi] = point_ci(s, i);
@@ -236,6 +265,16 @@ Table points_table(const Series& s) {
         row.push_back(format_estimate(s.mean[i] / bound, s.se[i] / bound));
       } else {
         row.insert(row.end(), {"-", "-", "-", "-"});
+      }
+    }
+    if (exact_mean) {
+      if (const auto& e = s.exact_mean[i]) {
+        row.push_back(format_number(*e, 8));
+        row.push_back(point && point->z_exact_mean ? format_number(*point->z_exact_mean, 3)
+                      : s.se[i] > 0               ? format_number((s.mean[i] - *e) / s.se[i], 3)
+                                                  : "-");
+      } else {
+        row.insert(row.end(), {"-", "-"});
       }
     }
     if (detail) {
@@ -285,13 +324,13 @@ std::optional<std::pair<double, double>> log_centroid(const Series& s) {
 PlotSpec series_plot(const Series& s, std::size_t index) {
   PlotSpec plot;
   plot.name = series_name(index);
-  plot.title = fmt::format("Series {}: {}", index + 1, s.key.label());
+  plot.title = fmt::format("Series {}: {} - {}", index + 1, s.key.label(), verdict_with_basis(s));
   plot.x_label = x_axis_label(s);
   plot.y_label = fitted_symbol(s);
   plot.curves.push_back(estimate_curve(s, fmt::format("estimate {} with 95% CI", fitted_symbol(s))));
   if (s.slope && s.intercept) {
     plot.curves.push_back(power_law(s, *s.intercept, *s.slope,
-                                    fmt::format("fit: exp({}) {}^{} (slope 95% CI {})", format_number(*s.intercept),
+                                    fmt::format("finite-N fit (diagnostic): exp({}) {}^{} (slope 95% CI {})", format_number(*s.intercept),
                                                 x_name(s), format_number(*s.slope),
                                                 format_interval(s.slope_ci->first, s.slope_ci->second)),
                                     CurveStyle::line));
@@ -409,23 +448,28 @@ void add_scaling_section(const ResultsFolder& results, bool with_plots, Document
 
   blocks.push_back(Heading{2, "Summary", "summary"});
   blocks.push_back(Paragraph{
-      "Each series is a Monte Carlo estimate of an expected norm at several sequence lengths N (for C8: of the "
-      "score variance at several head dimensions d), with the least-squares slope of log(estimate) against log(N) "
-      "(log(d)) and its 95% confidence interval (CI). Verdicts "
-      "(THEORY.md): holds = the slope CI's upper end is at most the claimed exponent + tolerance; tight = the CI "
-      "contains the claimed exponent; violated = the growth is faster than claimed; inconclusive = the CI is too "
-      "wide. Estimates are written as estimate ± standard error (SE). The papers' N(0, sigma) is read with sigma "
+      "Each series is a Monte Carlo estimate of an expected norm (C7: of a row sum or row mean) at several sequence "
+      "lengths N (C8: of the score variance at several head dimensions d). Every verdict names its basis "
+      "(THEORY.md, \"What a verdict is\"): exact = the exponent of a closed form of E||F||^2 (or of the expectation "
+      "itself) as N grows, computed, not fitted, with Monte Carlo confirming the closed form by z-scores; "
+      "asymptotic-fit = the local exponent over the last two doublings of N, widened by how much it still moves and "
+      "cross-checked with sqrt(mean of ||F||^2). The least-squares slope over all N with its 95% confidence interval "
+      "(CI) is a finite-N diagnostic, shown with the drift of the Jensen ratio E||F|| / sqrt(E||F||^2); it never "
+      "decides. Estimates are written as estimate ± standard error (SE). The papers' N(0, sigma) is read with sigma "
       "as the standard deviation."});
   std::map<std::string, std::size_t> counts;
   Table summary;
-  summary.header = {"series", "claim (v1 / v2)", "configuration", "estimand", "D, d", "fitted slope [95% CI]",
-                    "claimed exponent + tolerance", "verdict"};
+  summary.header = {"series", "claim (v1 / v2)", "configuration", "estimand", "D, d", "claimed exponent + tolerance",
+                    "verdict", "basis", "counted", "finite-N fit (diagnostic): slope [95% CI]", "Jensen ratio drift"};
   for (std::size_t i = 0; i < series.size(); ++i) {
     const Series& s = series[i];
     ++counts[verdict_word(s)];
-    summary.rows.push_back({fmt::format("{}", i + 1), claim_title(s.key.claim), s.formula, s.key.estimand,
+    summary.rows.push_back({fmt::format("{}", i + 1), claim_title(s.key.claim),
+                            s.key.scores == "projected" ? s.formula : s.formula + " (scores: " + s.key.scores + ")",
+                            s.key.estimand,
                             s.x_variable == "d" ? fmt::format("{}, swept", s.key.D) : fmt::format("{}, {}", s.key.D, s.key.d),
-                            slope_text(s), claimed_text(s), verdict_word(s)});
+                            claimed_text(s), verdict_word(s), basis_text(s), s.counts_for_exit ? "yes" : "no (reported only)",
+                            slope_text(s), jensen_drift_text(s)});
     summary.row_anchors.push_back(series_anchor(i));
   }
   if (series.empty()) {
@@ -480,7 +524,15 @@ void add_scaling_section(const ResultsFolder& results, bool with_plots, Document
     for (std::size_t i : members) {
       const Series& s = series[i];
       blocks.push_back(Heading{3, fmt::format("Series {}: {}", i + 1, s.key.label()), series_anchor(i)});
-      blocks.push_back(Paragraph{fmt::format("Verdict: {}. {}", verdict_word(s), verdict_reason(s))});
+      blocks.push_back(Paragraph{fmt::format("Verdict: {} (basis: {}{}). {}", verdict_word(s), basis_text(s),
+                                             s.counts_for_exit ? "" : "; reported only, not counted for the exit code",
+                                             verdict_reason(s))});
+      if (s.finding) blocks.push_back(Paragraph{fmt::format("Finding: {}.", *s.finding)});
+      if (s.slope) {
+        blocks.push_back(Paragraph{fmt::format("Finite-N fit (diagnostic, never decides): slope {}; Jensen ratio "
+                                               "E||F|| / sqrt(E||F||^2) from the first to the last point: {}.",
+                                               slope_text(s), jensen_drift_text(s))});
+      }
       blocks.push_back(configuration_facts(s));
       if (const auto miss = fit_miss_factor(s); miss && *miss > 2) {
         blocks.push_back(Notice{fmt::format(
@@ -492,9 +544,9 @@ void add_scaling_section(const ResultsFolder& results, bool with_plots, Document
         pending.plots.push_back(series_plot(s, i));
         pending.block_of_plot.push_back(blocks.size());
         blocks.push_back(Figure{"", "",
-                                fmt::format("Series {}: {} against {} on log-log axes; bars are 95% CIs; solid line: "
-                                            "the fit; dashed: the claimed slope{}.",
-                                            i + 1, fitted_symbol(s), x_name(s),
+                                fmt::format("Series {} (verdict {}): {} against {} on log-log axes; bars are 95% CIs; "
+                                            "solid line: the finite-N fit (diagnostic); dashed: the claimed slope{}.",
+                                            i + 1, verdict_with_basis(s), fitted_symbol(s), x_name(s),
                                             has_exact(s) && s.fit_of == "mean" ? "; circles: sqrt of the exact second moment, an upper "
                                                            "bound on the mean by Jensen's inequality"
                                                          : "")});

@@ -28,6 +28,25 @@ TEST_CASE("accumulator gives the textbook mean, variance and standard error") {
   CHECK(std::isinf(Accumulator{}.standard_error()));
 }
 
+TEST_CASE("fourth moments: how many samples carry the variance") {
+  // Nine zeros and a one: deviations -0.1 (nine times) and 0.9, so sum d^2 = 0.9 and sum d^4 = 0.6570.
+  Accumulator one_carries;
+  for (int k = 0; k < 10; ++k) one_carries.add(k == 7 ? 1.0 : 0.0);
+  CHECK(one_carries.m4() == Approx(9 * 1e-4 + 0.6561).epsilon(1e-13));
+  CHECK(one_carries.effective_samples() == Approx(0.81 / 0.657).epsilon(1e-12));
+  // Equal deviations (+-1 alternately): every sample carries the same share, kurtosis 1, variance exactly known.
+  Accumulator even;
+  for (int k = 0; k < 100; ++k) even.add(k % 2 == 0 ? 1.0 : -1.0);
+  CHECK(even.effective_samples() == Approx(100).epsilon(1e-12));
+  CHECK(even.variance_relative_se() == Approx(0).margin(1e-7));
+  // Normal samples: kurtosis 3, so the variance is known to sqrt(2 / n) (8 standard errors of that estimate).
+  PhiloxStream stream(11, 0);
+  Accumulator normal;
+  for (int k = 0; k < 20000; ++k) normal.add(stream.next_normal_pair()[0]);
+  CHECK(normal.variance_relative_se() == Approx(std::sqrt(2.0 / 20000)).epsilon(0.1));
+  CHECK(std::isinf(Accumulator{}.variance_relative_se()));
+}
+
 TEST_CASE("merging the accumulators of two shards equals one pass over the whole stream") {
   rc::prop("merge(shard A, shard B) == one run", [](const std::vector<int>& raw, unsigned cut_seed) {
     std::vector<double> xs;
@@ -39,6 +58,7 @@ TEST_CASE("merging the accumulators of two shards equals one pass over the whole
     RC_ASSERT(merged.count() == whole.count());
     RC_ASSERT(close(merged.mean(), whole.mean(), 1e-12));
     RC_ASSERT(std::abs(merged.m2() - whole.m2()) <= 1e-9 * std::max(whole.m2(), 1.0));
+    RC_ASSERT(std::abs(merged.m4() - whole.m4()) <= 1e-8 * std::max(whole.m4(), 1.0));
   });
 }
 
@@ -70,6 +90,32 @@ TEST_CASE("batch means trust light tails and flag a single dominating sample") {
   MeanTracker few;
   for (int k = 0; k < 10; ++k) few.add(normal(gen));
   CHECK_FALSE(few.estimate().se_reliable);  // too few batches to judge: not claimed reliable
+}
+
+TEST_CASE("a quantity constant up to rounding has a reliable (zero) standard error") {
+  // ||dF/dS||_F of a linear map is c N every sample; only the rounding of its sums varies.
+  MeanTracker constant;
+  for (int k = 0; k < 100; ++k) constant.add(512.0 * (1 + (k % 3 - 1) * 1e-16));
+  CHECK(constant.estimate().se_reliable);
+  MeanTracker once;
+  once.add(512.0);
+  CHECK_FALSE(once.estimate().se_reliable);  // one sample says nothing about its spread
+}
+
+TEST_CASE("a heavy tail is caught by the fourth moment") {
+  // Pareto tail index 2.5: finite variance, infinite fourth moment; the few largest of two thousand draws carry
+  // most of the sample variance, so the variance (and the standard error) is poorly determined.
+  PhiloxStream stream(19, 0);
+  MeanTracker pareto;
+  for (int k = 0; k < 2000; ++k) {
+    const double u = stream.next_normal_pair()[0];
+    const double uniform = 0.5 * std::erfc(-u / std::sqrt(2.0));  // Phi(u): uniform on (0, 1)
+    pareto.add(std::pow(1 - uniform, -1 / 2.5));
+  }
+  const MeanEstimate e = pareto.estimate();
+  INFO("effective samples " << e.effective_samples << ", variance known to " << e.variance_relative_se);
+  CHECK(e.variance_relative_se > kMaxVarianceRelativeSe);
+  CHECK_FALSE(e.se_reliable);
 }
 
 TEST_CASE("batch means keep a bounded number of batches of equal size") {

@@ -56,16 +56,38 @@ TEST_CASE("claim presets set the constants exactly as each theorem states them")
   CHECK(*c6[0].claimed_exponent == 0.5);
 
   rq.claim = "C7";
-  rq.alpha = {1.0, 0.5};
+  rq.alpha = std::vector<double>{1.0, 0.5};
   auto c7 = build_series(rq);
-  REQUIRE(c7.size() == 2);
-  CHECK(*c7[1].claimed_exponent == 0.5);
+  REQUIRE(c7.size() == 4);  // each alpha with and without qk-layernorm
+  CHECK(c7[0].scores == theory::ScoreModel::projected_layernorm);
+  CHECK(c7[1].scores == theory::ScoreModel::projected);
   CHECK(c7[0].outer.text == "N^-1");
+  CHECK(*c7[2].claimed_for(Estimand::row_sum) == 0.5);
+  CHECK(*c7[2].claimed_for(Estimand::row_mean) == -0.5);  // the row mean is the row sum over N
+  CHECK(*c7[2].claimed_for(Estimand::value) == 0.5);
+  CHECK(c7[0].estimands == std::vector<Estimand>{Estimand::row_sum, Estimand::row_mean, Estimand::value});
+  CHECK(c7[0].counts_for_exit_of(Estimand::row_sum));
+  CHECK_FALSE(c7[0].counts_for_exit_of(Estimand::value));  // the Frobenius norm is a secondary series
+  rq.alpha.reset();
+  CHECK(build_series(rq).size() == 6);  // alpha 0, 0.5, 1 by default
+
+  rq.claim = "C8";
+  const auto c8 = build_series(rq);
+  REQUIRE(c8.size() == 3);
+  CHECK(c8[0].scores == theory::ScoreModel::unit_pairs);
+  CHECK(c8[1].scores == theory::ScoreModel::sign_coupled_pairs);
+  CHECK(c8[2].scores == theory::ScoreModel::projected);
+  CHECK(c8[0].claims_variance_equals_d);
+  CHECK(c8[1].counts_for_exit);
+  CHECK_FALSE(c8[2].claims_variance_equals_d);
+  CHECK_FALSE(c8[2].counts_for_exit);  // the projected model is reported as what it is
+  rq.claim = "C7";
 
   rq.outer_scale = "none";
   CHECK_THROWS_WITH(build_series(rq), Catch::Contains("--outer-scale none"));
+  rq.outer_scale.reset();
   rq.claim = "C9";
-  CHECK_THROWS_WITH(build_series(rq), Catch::Contains("'C9'"));
+  CHECK_THROWS_WITH(build_series(rq), Catch::Contains("handled separately"));
 }
 
 TEST_CASE("point seeds depend on the point, not on its position in the grid") {
@@ -94,4 +116,79 @@ TEST_CASE("exact references exist exactly where a closed form is known") {
   CHECK(*exact_norm_sq(matrix1, Estimand::value) == Approx(*exact_norm_sq(make_point(series[0], 32, 6, 4, 1, 1, 1), Estimand::value)));
   // THEORY.md fact 4 with lambda = 1/sqrt(d): E||S||^2 = N(N-1) D^2 + N (D^2 + 2D), unit sigmas.
   CHECK(*exact_norm_sq(matrix1, Estimand::value) == Approx(32.0 * 31 * 36 + 32 * (36 + 12)).epsilon(1e-12));
+}
+
+TEST_CASE("the papers' model keeps its point keys; other score models get their own") {
+  SweepRequest rq;
+  rq.claim = "C7";
+  rq.alpha = std::vector<double>{1.0};
+  const auto c7 = build_series(rq);
+  const PointSpec with_ln = make_point(c7[0], 64, 8, 8, 1, 1, 42);
+  const PointSpec without = make_point(c7[1], 64, 8, 8, 1, 1, 42);
+  CHECK(without.key.find("scores") == std::string::npos);
+  CHECK(with_ln.key.find(";scores=qk-layernorm") != std::string::npos);
+  CHECK(with_ln.point.seed != without.point.seed);
+  CHECK(with_ln.point.scores == theory::ScoreModel::projected_layernorm);
+}
+
+TEST_CASE("exact laws: the exponent of each closed form as N grows, computed") {
+  SweepRequest rq;
+  rq.claim = "C4";
+  rq.p = {3};
+  const auto c4 = build_series(rq);
+  const PointSpec pt = make_point(c4[0], 64, 8, 1, 1, 1, 1);
+  const auto law = exact_law(pt, Estimand::value);
+  REQUIRE(law);
+  CHECK(*law->exponent == 0.5);
+  CHECK(law->bound);
+  // sqrt(E||F||^2) -> sqrt(m_off) N^0.5 with m_off = (2p-1)!! [D]_p^2 [d]_p / d^p = 15 * 960^2 * 15 for D = 8, d = 1.
+  CHECK(law->constant == Approx(std::sqrt(15.0 * 960 * 960 * 15)).epsilon(1e-12));
+  CHECK_FALSE(exact_law(make_point(c4[1], 64, 8, 1, 1, 1, 1), Estimand::value));  // matrix power: none
+
+  rq.claim = "C6";
+  const auto c6 = build_series(rq);
+  const auto jacobian = exact_law(make_point(c6[0], 64, 8, 4, 1, 1, 1), Estimand::dK);
+  REQUIRE(jacobian);
+  CHECK(*jacobian->exponent == 0.5);
+
+  rq.claim = "C7";
+  rq.alpha = std::vector<double>{1.0, 0.0};
+  const auto c7 = build_series(rq);
+  const auto row = exact_law(make_point(c7[0], 64, 8, 8, 1, 1, 1), Estimand::row_sum);
+  REQUIRE(row);
+  CHECK_FALSE(row->bound);
+  CHECK(*row->exponent == 0);  // relu, alpha = 1: O(1)
+  CHECK(*exact_law(make_point(c7[0], 64, 8, 8, 1, 1, 1), Estimand::row_mean)->exponent == -1);
+  CHECK(*exact_law(make_point(c7[2], 64, 8, 8, 1, 1, 1), Estimand::row_sum)->exponent == 1);  // alpha = 0
+  rq.phi = "identity";
+  const auto identity = build_series(rq);
+  CHECK_FALSE(exact_law(make_point(identity[0], 64, 8, 8, 1, 1, 1), Estimand::row_sum)->exponent);  // E = 0
+  rq.phi = "gelu";
+  CHECK_FALSE(exact_law(make_point(build_series(rq)[0], 64, 8, 8, 1, 1, 1), Estimand::row_sum));
+
+  rq.phi.reset();
+  rq.alpha.reset();
+  rq.claim = "C8";
+  const auto c8 = build_series(rq);
+  const PointSpec sign = make_point(c8[1], 32, 4, 16, 1, 1, 1);
+  CHECK(*exact_norm_sq(sign, Estimand::score_var) == 48);  // 3 d_k
+  CHECK(*exact_norm_sq(make_point(c8[0], 32, 4, 16, 1, 1, 1), Estimand::score_var) == 16);
+  CHECK(*exact_norm_sq(make_point(c8[2], 32, 4, 16, 1, 1, 1), Estimand::score_var) == Approx(16.0 * 16));  // D^2 d
+  CHECK(*exact_law(sign, Estimand::score_var)->exponent == 1);
+}
+
+TEST_CASE("the variance floor of the second-moment estimator, and values beyond a double") {
+  SweepRequest rq;
+  rq.claim = "C3";
+  rq.p = {4};
+  const auto c3 = build_series(rq);
+  const ExactMoments m = exact_moments(make_point(c3[0], 8, 16, 4, 1, 1, 1), Estimand::value);
+  REQUIRE(m.second);
+  REQUIRE(m.second_variance_floor);
+  // At N = 8, D = 16, d = 4, p = 4 the same-entry terms alone give Var(||F||^2) >= 6646 (E||F||^2)^2.
+  CHECK(*m.second_variance_floor / (*m.second * *m.second) == Approx(6646.19).epsilon(1e-5));
+  rq.p = {64};
+  const ExactMoments huge = exact_moments(make_point(build_series(rq)[0], 64, 64, 64, 1, 1, 1), Estimand::value);
+  CHECK_FALSE(huge.second);
+  CHECK(huge.out_of_range);
 }

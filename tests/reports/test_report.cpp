@@ -19,8 +19,8 @@ struct WrittenReport {
   ReportSummary summary;
 };
 
-WrittenReport write_standard_report(const TempDir& dir, bool plots, const std::vector<FixtureSeries>& series) {
-  write_results_folder(dir.path() / "results", series);
+// The report of dir/results, written to dir/report.
+WrittenReport report_of_results(const TempDir& dir, bool plots) {
   ReportOptions options;
   options.input = dir.path() / "results";
   options.out = dir.path() / "report";
@@ -31,6 +31,20 @@ WrittenReport write_standard_report(const TempDir& dir, bool plots, const std::v
   report.html = read_text(dir.path() / "report" / "index.html");
   report.markdown = read_text(dir.path() / "report" / "report.md");
   return report;
+}
+
+WrittenReport write_standard_report(const TempDir& dir, bool plots, const std::vector<FixtureSeries>& series) {
+  write_results_folder(dir.path() / "results", series);
+  return report_of_results(dir, plots);
+}
+
+// A results folder written as given (fixtures edited into the shapes under test), and its report with plots.
+WrittenReport write_report_of(const TempDir& dir, const json& fits, const std::string& points) {
+  const fs::path results = dir.path() / "results";
+  fs::create_directories(results);
+  write_text(results / "fits.json", fits.dump(2));
+  write_text(results / "points.jsonl", points);
+  return report_of_results(dir, true);
 }
 
 }  // namespace
@@ -72,8 +86,11 @@ TEST_CASE("report.md carries every series' verdict and slope with its confidence
     REQUIRE(row != std::string::npos);
     const std::string line = report.markdown.substr(row, report.markdown.find('\n', row) - row);
     CHECK_THAT(line, Contains(slope) && Contains("| " + s.verdict + " |"));
-    CHECK_THAT(report.markdown, Contains(fmt::format("Verdict: {}. fitted slope {:.4g} with 95% CI [{:.4g}, {:.4g}]",
-                                                     s.verdict, s.slope, s.ci_lo, s.ci_hi)));
+    // These fixtures predate the basis: their verdict came from the global fit, and the report says so.
+    CHECK_THAT(report.markdown,
+               Contains(fmt::format("Verdict: {} (basis: finite-N fit (older results)). fitted slope {:.4g} with 95% CI "
+                                    "[{:.4g}, {:.4g}]",
+                                    s.verdict, s.slope, s.ci_lo, s.ci_hi)));
     CHECK_THAT(report.html, Contains(fmt::format("<td class=\"verdict {0}\">{0}</td>", s.verdict)));
   }
   CHECK_THAT(report.markdown, Contains("4 series: 1 holds, 2 tight, 1 violated, 0 inconclusive."));
@@ -264,26 +281,19 @@ TEST_CASE("the extra shapes attncheck mc writes: C8 fitted over d, no claimed ex
   unfitted_points[1]["ci95"] = {nullptr, nullptr};
   for (const json& point : unfitted_points) points += point.dump() + "\n";
 
-  const fs::path results = dir.path() / "results";
-  fs::create_directories(results);
-  write_text(results / "fits.json", fits.dump(2));
-  write_text(results / "points.jsonl", points);
-  ReportOptions options;
-  options.input = results;
-  options.out = dir.path() / "report";
-  const ReportSummary summary = write_report(options);
-  CHECK(summary.tight == 1);
-  CHECK(summary.plots == 3);
-  const std::string markdown = read_text(options.out / "report.md");
+  const WrittenReport report = write_report_of(dir, fits, points);
+  CHECK(report.summary.tight == 1);
+  CHECK(report.summary.plots == 3);
+  const std::string& markdown = report.markdown;
   CHECK_THAT(markdown, Contains("- machine: `cpu: Example CPU 3000, hostname: testhost`"));
   // C8: fitted over d, of the second moment; its points are joined by d.
-  CHECK_THAT(markdown, Contains("| score-var | 6, swept | 0.979 [0.9, 1.058] | 1 + 0.05 | tight |"));
+  CHECK_THAT(markdown, Contains("| score-var | 6, swept | 1 + 0.05 | tight | finite-N fit (older results) | yes | 0.979 [0.9, 1.058] |"));
   CHECK_THAT(markdown, Contains("| 8 | 16 | 22.30 ± 0.29 | 515 ± 13 |"));
   CHECK_THAT(markdown, Contains("- point seeds: `d=4: 500, d=8: 501, d=16: 502`"));
-  CHECK_THAT(read_text(options.out / "plots" / "plots.gp"), Contains("set xlabel 'd (head dimension)'"));
+  CHECK_THAT(read_text(dir.path() / "report" / "plots" / "plots.gp"), Contains("set xlabel 'd (head dimension)'"));
   // Custom maps state no exponent; a series with too few points has no fit; a missing value shows as "-".
-  CHECK_THAT(markdown, Contains("| 0.996 [0.985, 1.007] | none stated | not checked |"));
-  CHECK_THAT(markdown, Contains("| no fit | none stated | not checked |"));
+  CHECK_THAT(markdown, Contains("| none stated | not checked | - | yes | 0.996 [0.985, 1.007] |"));
+  CHECK_THAT(markdown, Contains("| none stated | not checked | - | yes | no fit |"));
   CHECK_THAT(markdown, Contains("3 series: 0 holds, 1 tight, 0 violated, 0 inconclusive, 2 not checked"));
   CHECK_THAT(markdown, Contains("No slope: fewer than two points with a usable estimate"));
   CHECK_THAT(markdown, Contains("| 32 | - |"));
@@ -304,4 +314,55 @@ TEST_CASE("a report removes what a killed report left half-written", "[report]")
   }
   std::sort(left.begin(), left.end());
   CHECK(left == std::vector<std::string>{"index.html", "notes.txt", "plots", "report.md"});
+}
+
+TEST_CASE("a verdict names its basis in the summary, the series text and the figure; the diagnostic sits beside it",
+          "[report]") {
+  TempDir dir;
+  FixtureSeries c4;
+  c4.claim = "C4";
+  c4.first_seed = 800;
+  FixtureSeries rows = c4;
+  rows.claim = "C7";
+  rows.reading = std::nullopt;
+  rows.phi = "identity";
+  rows.estimand = "row-sum";
+  rows.mean = {-0.02, 0.01, -0.005};  // E[row sum] = 0 for the identity: estimates of either sign
+  rows.exact_sq = {std::nullopt, std::nullopt, std::nullopt};
+  rows.first_seed = 900;
+  json fits = json::parse(fits_text({c4, rows}));
+  json& s = fits["series"][0];
+  s["basis"] = "exact";
+  s["verdict"] = "tight";
+  s["verdict_rule"] = "the exponent e of the exact quantity as N -> infinity (computed from the closed form, not fitted) equals a";
+  s["verdict_reason"] = "sqrt(E||F||^2) ~ 14400 N^0.5: e = 0.5 equals a";
+  s["diagnostic"] = {{"basis", "finite-N fit (diagnostic)"}, {"jensen_ratio_first", 0.317}, {"jensen_ratio_last", 0.615},
+                     {"jensen_ratio_source", "exact"}};
+  json& r = fits["series"][1];
+  r["basis"] = "exact";
+  r["verdict"] = "holds";
+  r["verdict_reason"] = "E[row sum] is 0 for every N";
+  r["scores"] = "qk-layernorm";
+  r["counts_for_exit"] = true;
+  r["exact_mean"] = {0.0, 0.0, 0.0};
+  std::string points;
+  for (json point : point_jsons(c4)) points += point.dump() + "\n";
+  for (json point : point_jsons(rows)) {
+    point["scores"] = "qk-layernorm";
+    point["exact_mean"] = 0.0;
+    point["z_exact_mean"] = point["mean"].get<double>() / point["se"].get<double>();
+    points += point.dump() + "\n";
+  }
+  const std::string markdown = write_report_of(dir, fits, points).markdown;
+  CHECK_THAT(markdown, Contains("| 0.5 + 0.05 | tight | exact | yes |"));
+  CHECK_THAT(markdown, Contains("| 0.317 -> 0.615 (exact) |"));
+  CHECK_THAT(markdown, Contains("Verdict: tight (basis: exact). Rule (exact): the exponent e of the exact quantity as N -> "
+                                "infinity (computed from the closed form, not fitted) equals a. Evidence: sqrt(E||F||^2) ~ "
+                                "14400 N^0.5: e = 0.5 equals a."));
+  CHECK_THAT(markdown, Contains("Finite-N fit (diagnostic, never decides): slope"));
+  CHECK_THAT(read_text(dir.path() / "report" / "plots" / "plots.gp"), Contains("tight (exact)"));
+  // The row sums: their own score model in the key, the exact expectation and its z per point.
+  CHECK_THAT(markdown, Contains("scores qk-layernorm"));
+  CHECK_THAT(markdown, Contains("exact E[row sum of F]"));
+  CHECK_THAT(markdown, Contains("| -0.02"));
 }

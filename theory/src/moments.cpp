@@ -5,65 +5,146 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <limits>
 #include <numbers>
 
 namespace attncheck::theory {
 
 namespace {
+
 void check_model(const GaussianModel& m) {
   if (m.D < 1 || m.d < 1) throw InputError(fmt::format("D = {} and d = {} must be >= 1", m.D, m.d));
   if (!(m.sigma_x > 0) || !(m.sigma_t > 0)) {
     throw InputError(fmt::format("sigma_x = {} and sigma_t = {} must be > 0", m.sigma_x, m.sigma_t));
   }
 }
-double scale_power(const GaussianModel& m, double q) {
-  return std::pow(std::abs(m.inner), q) * std::pow(m.sigma_x * m.sigma_t, 2 * q);
-}
+
 double rising_even_product(double k, int terms) {  // k (k+2) ... (k + 2 terms - 2)
   double product = 1;
   for (int j = 0; j < terms; ++j) product *= k + 2.0 * j;
   return product;
 }
-}  // namespace
 
-double chi_squared_moment(double k, double r) {
-  // tgamma_ratio keeps large k (D in the thousands) from overflowing Gamma itself.
-  return std::pow(2.0, r) * boost::math::tgamma_ratio(k / 2 + r, k / 2);
+double odd_double_factorial(int n) {  // n!! for odd n >= -1, with (-1)!! = 1
+  return n <= 0 ? 1.0 : boost::math::double_factorial<double>(static_cast<unsigned>(n));
 }
 
-double abs_normal_moment(double q) {
-  return std::pow(2.0, q / 2) * boost::math::tgamma((q + 1) / 2) / std::sqrt(std::numbers::pi);
+// exp of a logarithm, +infinity beyond the range of a double (std::exp would say so too, but with ERANGE).
+double exp_or_infinity(double log_value) {
+  if (log_value > std::log(std::numeric_limits<double>::max())) return std::numeric_limits<double>::infinity();
+  return std::exp(log_value);
+}
+
+double log_abs(double x) { return std::log(std::abs(x)); }
+
+}  // namespace
+
+double log_chi_squared_moment(double k, double r) {
+  // lgamma's difference loses a few digits when k is large; the ratio itself keeps them while it is finite
+  // (out of range it comes back as 0 or infinity instead of throwing, and lgamma takes over).
+  using namespace boost::math::policies;
+  const double ratio = boost::math::tgamma_delta_ratio(k / 2, r, make_policy(overflow_error<ignore_error>()));
+  if (std::isfinite(ratio) && ratio > 0 && std::isfinite(1 / ratio)) return r * std::numbers::ln2 - std::log(ratio);
+  return r * std::numbers::ln2 + boost::math::lgamma(k / 2 + r) - boost::math::lgamma(k / 2);
+}
+
+double chi_squared_moment(double k, double r) { return exp_or_infinity(log_chi_squared_moment(k, r)); }
+
+double log_abs_normal_moment(double q) {
+  return q / 2 * std::numbers::ln2 + boost::math::lgamma((q + 1) / 2) - 0.5 * std::log(std::numbers::pi);
+}
+
+double abs_normal_moment(double q) { return exp_or_infinity(log_abs_normal_moment(q)); }
+
+double log_projection_moment(const GaussianModel& model, bool diagonal, double a, double b) {
+  check_model(model);
+  const double D = static_cast<double>(model.D), d = static_cast<double>(model.d);
+  const double log_sx = std::log(model.sigma_x), log_st = std::log(model.sigma_t);
+  const double m = a + b;
+  const double common = log_abs_normal_moment(2 * a) + 2 * a * log_st;
+  if (diagonal) {
+    return common + 2 * m * log_st + log_chi_squared_moment(d, m) + 4 * m * log_sx + log_chi_squared_moment(D, 2 * m);
+  }
+  const double x_moment = 2 * m * log_sx + log_chi_squared_moment(D, m);             // E||x_i||^{2m}
+  const double u_moment = 2 * m * log_st + x_moment + log_chi_squared_moment(d, m);  // E||u_j||^{2m}
+  return common + x_moment + u_moment;
 }
 
 double offdiagonal_abs_moment(const GaussianModel& m, double q) {
-  check_model(m);
-  const double a = chi_squared_moment(static_cast<double>(m.D), q / 2);
-  return scale_power(m, q) * abs_normal_moment(q) * a * a * chi_squared_moment(static_cast<double>(m.d), q / 2);
+  return exp_or_infinity(q * log_abs(m.inner) + log_projection_moment(m, false, q / 2, 0));
 }
 
 double diagonal_abs_moment(const GaussianModel& m, double q) {
+  return exp_or_infinity(q * log_abs(m.inner) + log_projection_moment(m, true, q / 2, 0));
+}
+
+double layernorm_score_abs_moment(const GaussianModel& m, double q) {
   check_model(m);
-  return scale_power(m, q) * abs_normal_moment(q) * chi_squared_moment(static_cast<double>(m.d), q / 2) *
-         chi_squared_moment(static_cast<double>(m.D), q);
+  if (m.d < 2) throw InputError(fmt::format("qk-layernorm needs d >= 2 (d = {} leaves nothing after centring)", m.d));
+  const double d = static_cast<double>(m.d);
+  const double log_cosine = boost::math::lgamma((q + 1) / 2) + boost::math::lgamma((d - 1) / 2) -
+                            0.5 * std::log(std::numbers::pi) - boost::math::lgamma((q + d - 1) / 2);
+  return exp_or_infinity(q * log_abs(m.inner * d) + log_cosine);
 }
 
 double offdiagonal_even_moment_product(const GaussianModel& m, int p) {
   check_model(m);
   const double big = rising_even_product(static_cast<double>(m.D), p);
-  return scale_power(m, 2.0 * p) * boost::math::double_factorial<double>(2 * p - 1) * big * big *
-         rising_even_product(static_cast<double>(m.d), p);
+  return std::pow(std::abs(m.inner), 2.0 * p) * std::pow(m.sigma_x * m.sigma_t, 4.0 * p) * odd_double_factorial(2 * p - 1) *
+         big * big * rising_even_product(static_cast<double>(m.d), p);
 }
 
 double diagonal_even_moment_product(const GaussianModel& m, int p) {
   check_model(m);
-  return scale_power(m, 2.0 * p) * boost::math::double_factorial<double>(2 * p - 1) *
+  return std::pow(std::abs(m.inner), 2.0 * p) * std::pow(m.sigma_x * m.sigma_t, 4.0 * p) * odd_double_factorial(2 * p - 1) *
          rising_even_product(static_cast<double>(m.d), p) * rising_even_product(static_cast<double>(m.D), 2 * p);
 }
 
-double expected_poly_fro_sq(const GaussianModel& m, Index n, int p, double outer) {
+double offdiagonal_parameter_weight_product(const GaussianModel& m, int p) {
+  check_model(m);
+  const double D = static_cast<double>(m.D), d = static_cast<double>(m.d);
+  const double lambda_sq = m.inner * m.inner, sx = m.sigma_x, st = m.sigma_t;
+  return lambda_sq * p * p * std::pow(lambda_sq * std::pow(sx, 4) * std::pow(st, 4), p - 1) * std::pow(sx, 4) * st * st *
+         rising_even_product(D, p) * rising_even_product(d, p) * rising_even_product(D, p - 1) *
+         (odd_double_factorial(2 * p - 1) + odd_double_factorial(2 * p - 3) * (D - 1));
+}
+
+double diagonal_parameter_weight_product(const GaussianModel& m, int p) {
+  check_model(m);
+  const double D = static_cast<double>(m.D), d = static_cast<double>(m.d);
+  const double lambda_sq = m.inner * m.inner;
+  return lambda_sq * p * p * std::pow(lambda_sq, p - 1) * std::pow(m.sigma_t, 4 * p - 2) * std::pow(m.sigma_x, 4 * p) *
+         rising_even_product(D, 2 * p) * odd_double_factorial(2 * p - 3) * rising_even_product(d, p);
+}
+
+const char* score_model_name(ScoreModel model) {
+  switch (model) {
+    case ScoreModel::projected: return "projected";
+    case ScoreModel::projected_layernorm: return "qk-layernorm";
+    case ScoreModel::unit_pairs: return "iid-unit";
+    case ScoreModel::sign_coupled_pairs: return "sign-coupled";
+  }
+  return "?";
+}
+
+double score_variance(ScoreModel model, const GaussianModel& m) {
+  const double lambda_sq = m.inner * m.inner, d = static_cast<double>(m.d);
+  switch (model) {
+    case ScoreModel::projected: return offdiagonal_abs_moment(m, 2);
+    case ScoreModel::projected_layernorm: return layernorm_score_abs_moment(m, 2);
+    case ScoreModel::unit_pairs: return lambda_sq * d;
+    case ScoreModel::sign_coupled_pairs: return 3 * lambda_sq * d;
+  }
+  return std::nan("");
+}
+
+double entry_sum(Index n, double off, double diag) {
   const double nn = static_cast<double>(n);
-  return outer * outer *
-         (nn * (nn - 1) * offdiagonal_abs_moment(m, 2.0 * p) + nn * diagonal_abs_moment(m, 2.0 * p));
+  return nn * (nn - 1) * off + nn * diag;
+}
+
+double expected_poly_fro_sq(const GaussianModel& m, Index n, int p, double outer) {
+  return outer * outer * entry_sum(n, offdiagonal_abs_moment(m, 2.0 * p), diagonal_abs_moment(m, 2.0 * p));
 }
 
 double expected_linear_parameter_jacobian_fro_sq(const GaussianModel& m, Index n, double outer) {
@@ -71,6 +152,77 @@ double expected_linear_parameter_jacobian_fro_sq(const GaussianModel& m, Index n
   const double nn = static_cast<double>(n), D = static_cast<double>(m.D), d = static_cast<double>(m.d);
   const double sx2 = m.sigma_x * m.sigma_x, st2 = m.sigma_t * m.sigma_t;
   return outer * outer * m.inner * m.inner * sx2 * sx2 * st2 * d * (nn * (nn - 1) * D * D + nn * D * (D + 2));
+}
+
+double expected_poly_parameter_jacobian_fro_sq(const GaussianModel& m, Index n, int p, double outer) {
+  const Activation poly{ActivationKind::pointwise, Pointwise::poly, p};
+  const auto off = entry_expectations(poly, m, ScoreModel::projected, false).q_weight;
+  const auto diag = entry_expectations(poly, m, ScoreModel::projected, true).q_weight;
+  return outer * outer * entry_sum(n, *off, *diag);
+}
+
+EntryExpectations entry_expectations(const Activation& activation, const GaussianModel& model, ScoreModel scores,
+                                     bool diagonal) {
+  EntryExpectations e;
+  if (activation.kind != ActivationKind::pointwise) return e;
+  if (scores != ScoreModel::projected && scores != ScoreModel::projected_layernorm) return e;  // no N x N matrix
+  const bool layernorm = scores == ScoreModel::projected_layernorm;
+  // E|s|^q, and lambda^{2a} E[|t|^{2a} ||x_i||^{2b} ||u_j||^{2b}] (projected model only).
+  const auto abs_moment = [&](double q) {
+    if (layernorm) return layernorm_score_abs_moment(model, q);
+    return diagonal ? diagonal_abs_moment(model, q) : offdiagonal_abs_moment(model, q);
+  };
+  const auto weight = [&](double a, double b) -> std::optional<double> {
+    if (layernorm) return std::nullopt;  // LayerNorm's own Jacobian is not part of fact 7
+    return exp_or_infinity(2 * a * log_abs(model.inner) + log_projection_moment(model, diagonal, a, b));
+  };
+  const auto scaled = [](std::optional<double> x, double factor) -> std::optional<double> {
+    if (!x) return std::nullopt;
+    return *x * factor;
+  };
+  const double lambda_sq = model.inner * model.inner;
+  switch (activation.h) {
+    case Pointwise::identity:
+    case Pointwise::poly: {
+      const int p = activation.h == Pointwise::identity ? 1 : activation.p;
+      if (p < 1) return e;
+      const double pp = static_cast<double>(p) * p;
+      e.value = p % 2 == 1 ? 0.0 : abs_moment(p);  // s is symmetric: odd moments vanish
+      e.value_sq = abs_moment(2.0 * p);
+      e.value_4 = abs_moment(4.0 * p);
+      e.deriv_sq = pp * abs_moment(2.0 * p - 2);
+      e.deriv_4 = pp * pp * abs_moment(4.0 * p - 4);
+      e.q_weight = scaled(weight(p - 1, 1), pp * lambda_sq);
+      e.q_weight_sq = scaled(weight(2.0 * p - 2, 2), pp * pp * lambda_sq * lambda_sq);
+      return e;
+    }
+    case Pointwise::relu:
+      e.value = abs_moment(1) / 2;
+      e.value_sq = abs_moment(2) / 2;
+      e.value_4 = abs_moment(4) / 2;
+      e.deriv_sq = 0.5;
+      e.deriv_4 = 0.5;
+      e.q_weight = scaled(weight(0, 1), lambda_sq / 2);
+      e.q_weight_sq = scaled(weight(0, 2), lambda_sq * lambda_sq / 2);
+      return e;
+    case Pointwise::relu2:  // h = s^2 on s > 0, h' = 2s there
+      e.value = abs_moment(2) / 2;
+      e.value_sq = abs_moment(4) / 2;
+      e.value_4 = abs_moment(8) / 2;
+      e.deriv_sq = 4 * abs_moment(2) / 2;
+      e.deriv_4 = 16 * abs_moment(4) / 2;
+      e.q_weight = scaled(weight(1, 1), 4 * lambda_sq / 2);
+      e.q_weight_sq = scaled(weight(2, 2), 16 * lambda_sq * lambda_sq / 2);
+      return e;
+    case Pointwise::sigmoid:
+      e.value = 0.5;
+      return e;
+    case Pointwise::gelu:
+    case Pointwise::softplus:
+    case Pointwise::relu6:
+      return e;
+  }
+  return e;
 }
 
 }  // namespace attncheck::theory

@@ -4,6 +4,7 @@
 // stream (point seed, subsequence k), so results do not depend on the backend's threads or batching.
 
 #include "attncheck/theory/attention.hpp"
+#include "attncheck/theory/moments.hpp"
 
 #include <array>
 #include <cstdint>
@@ -19,13 +20,16 @@ enum class Estimand : int {
   dK,             // ||dF/dK||_F
   dS,             // ||dF/dS||_F, S = lambda T
   score_var,      // mean over i != j of s_ij^2 (E s_ij = 0, so an unbiased estimate of Var(s_ij)); C8
+  row_sum,        // mean over rows i of sum_j F_ij (C7: the relu paper's row sums)
+  row_mean,       // row_sum / N: the mean attention weight E_j[F_ij] of a row
 };
-inline constexpr int kEstimandCount = 5;
+inline constexpr int kEstimandCount = 7;
 
 struct SweepPoint {
   theory::Index N = 0, D = 0, d = 0;
   double sigma_x = 1, sigma_t = 1;  // standard deviations
   theory::AttentionMap map;
+  theory::ScoreModel scores = theory::ScoreModel::projected;
   std::uint64_t seed = 0;           // the point's own seed (derive_point_seed of the run seed)
 };
 

@@ -5,11 +5,18 @@
 // then Q (D x d, row-major), then K (D x d, row-major); each matrix consumes whole normal pairs (an odd
 // count discards its last spare draw), so every backend that follows the order sees the same numbers.
 //
+// C8's pair models (theory::ScoreModel::unit_pairs, sign_coupled_pairs) draw, for sample k, the N key vectors
+// (N x d N(0, 1) entries, row-major), then either the N query vectors the same way (unit pairs) or one block per
+// entry for its sign (sign-coupled: eps = +1 when the block's first 53-bit uniform is below 1/2).
+//
 // Paths, chosen per estimand:
 // - score-var, and every estimand of the linear maps (poly p = 1, identity): O(N d^2) from the Gram
 //   matrices (fact 6: ||S||_F^2 = lambda^2 <V^T V, U^T U>_F) and row norms; no score is formed.
 // - matrix-power reading (value only): S^p = lambda^p V (U^T V)^(p-1) U^T, so with M = lambda^p (U^T V)^(p-1),
 //   ||S^p||_F^2 = tr(M^T V^T V M U^T U): also O(N d^2 + p d^3), any N, no N x N matrix.
+// - qk-layernorm: the rows of X Q and X K are layer-normalized first; every path above then applies to them.
+// - row sums (row-sum, row-mean): sum_ij phi(s_ij), for the linear maps lambda (sum_i v_i) . (sum_j u_j), for softmax
+//   N, otherwise a tiled pass of its own.
 // - every other map: score tiles of tile x tile entries, lambda V_I U_J^T by GEMM, reduced on the fly with
 //   the per-entry terms of entry_terms.hpp (softmax: a first pass for the row max, normalizer, ubar_i and
 //   xbar_i with online rescaling, a second for the probabilities). Memory O(N (D + d) + tile^2) per thread.
@@ -34,7 +41,15 @@ double gram_frobenius_sq(const theory::Matrix& V, const theory::Matrix& U, doubl
 struct EvaluationOptions {
   theory::Index tile = 256;
   int threads = 1;  // threads over the row blocks of this one sample
+  theory::ScoreModel scores = theory::ScoreModel::projected;  // projected or projected_layernorm
 };
+
+// LayerNorm at initialisation on every row (no scale, shift or epsilon): centred, divided by the root mean
+// square of the centred entries. Throws theory::InputError naming a row without spread.
+void layer_normalize_rows(theory::Matrix& rows);
+
+// (q . k)^2 averaged over the N pairs of sample k of a pair model (before lambda).
+double pair_sample_mean_square(const SweepPoint& point, std::uint64_t k);
 
 // The requested estimands of F on these inputs (NaN for those not requested). Throws theory::InputError for
 // an estimand the map does not have (derivatives of the matrix power) or a NaN score (naming where).

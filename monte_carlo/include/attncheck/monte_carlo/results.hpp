@@ -15,6 +15,9 @@
 
 namespace attncheck::monte_carlo {
 
+// fits.json "format_version": 2 since every verdict names its basis (docs/results-format.md); absent before.
+inline constexpr int kResultsFormatVersion = 2;
+
 struct RunContext {
   std::uint64_t run_seed = 0;
   std::string backend;

@@ -11,15 +11,21 @@
 namespace attncheck::monte_carlo {
 
 struct EstimandRequest {
-  bool value = false, dS = false, dQ = false, dK = false, score_var = false;
-  bool matpow = false;   // the matrix-power reading: value only
-  bool linear = false;   // identity or x^1: constant Jacobians, value by the Gram identity
+  bool value = false, dS = false, dQ = false, dK = false, score_var = false, row_sum = false, row_mean = false;
+  bool matpow = false;     // the matrix-power reading: value only
+  bool linear = false;     // identity or x^1: constant Jacobians, value by the Gram identity
   bool softmax = false;
+  bool layernorm = false;  // qk-layernorm on the projections (value, dS, row sums and score-var only)
+  bool pairs = false;      // C8's pairs (q, k) drawn directly: score-var only
   bool any_norm() const { return value || dS || dQ || dK; }
+  bool any_row_sum() const { return row_sum || row_mean; }
+  // What the CUDA kernels compute: the papers' projected scores, norms and score-var.
+  bool cuda_supported() const { return !layernorm && !pairs && !any_row_sum(); }
 };
 
 // Throws theory::InputError (naming the value) for requests no backend can answer.
-EstimandRequest check_request(const theory::AttentionMap& map, theory::Index n, const std::vector<Estimand>& estimands);
+EstimandRequest check_request(const theory::AttentionMap& map, theory::ScoreModel scores, theory::Index n,
+                              theory::Index d, const std::vector<Estimand>& estimands);
 
 // One sample's totals, before the constants c and lambda.
 struct SampleTotals {
@@ -28,6 +34,8 @@ struct SampleTotals {
   double diagonal_sq = 0;    // sum_i (v_i . u_i)^2 (score-var)
   double x_sq = 0, u_sq = 0, v_sq = 0;  // sums of squared row norms of X, U, V (linear maps)
   double matpow_sq = 0;      // ||(V U^T)^p||_F^2 (matrix power)
+  double entry_total = 0;    // sum_ij phi(s_ij), before c (row sums)
+  double pairs_sq_mean = 0;  // mean over the sample's pairs of (q . k)^2, before lambda (C8's pair models)
 };
 
 // The requested estimands of one sample; NaN in the others.

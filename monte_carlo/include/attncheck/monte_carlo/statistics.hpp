@@ -6,8 +6,9 @@
 
 namespace attncheck::monte_carlo {
 
-// Count, mean and sum of squared deviations (Welford; Chan et al. for merging): merging the accumulators of
-// two shards gives the accumulator of the concatenated stream, up to rounding.
+// Count, mean and sums of squared, cubed and fourth-power deviations (Welford and Pebay's one-pass updates;
+// Chan et al. and Pebay for merging): merging the accumulators of two shards gives the accumulator of the
+// concatenated stream, up to rounding.
 class Accumulator {
  public:
   void add(double x);
@@ -15,13 +16,21 @@ class Accumulator {
   std::uint64_t count() const { return count_; }
   double mean() const { return mean_; }
   double m2() const { return m2_; }
+  double m4() const { return m4_; }
   double variance() const;        // unbiased sample variance; 0 for fewer than 2 values
   double standard_error() const;  // sqrt(variance / count); infinity for fewer than 2 values
+  // How many samples carry the variance: (sum of squared deviations)^2 / (sum of fourth powers), between 1 (one
+  // sample carries all of it) and the count (all deviations equal); count / kurtosis. 0 without spread.
+  double effective_samples() const;
+  // Relative standard error of the sample variance itself, sqrt(1 / effective_samples - 1 / count), i.e.
+  // sqrt((kurtosis - 1) / count): how well the variance behind the standard error is known. Infinity for fewer
+  // than 2 values or without spread.
+  double variance_relative_se() const;
 
  private:
   std::uint64_t count_ = 0;
   double mean_ = 0;
-  double m2_ = 0;
+  double m2_ = 0, m3_ = 0, m4_ = 0;
 };
 
 // Two-sided Student-t quantile t_{dof, (1 + level)/2} (Boost.Math); dof may be fractional, <= 0 means normal.
@@ -41,6 +50,8 @@ class BatchMeans {
   explicit BatchMeans(int target_batches = 16);
   void add(double x);
   int full_batches() const;
+  // Enough batches of more than one sample for the checks below to say anything.
+  bool can_judge() const;
   double standard_error() const;  // from the full batches; infinity for fewer than 2 of them
   bool consistent_with(double plain_se, double level = 0.999) const;
   // Largest fraction of the total variance that disappears when one full batch is left out.
@@ -52,6 +63,10 @@ class BatchMeans {
   std::vector<Accumulator> batches_;
 };
 
+// A standard error is trusted when the variance it rests on is known to this relative standard error: a few
+// samples carrying the variance (heavy tails) make the variance, hence the standard error, poorly determined.
+inline constexpr double kMaxVarianceRelativeSe = 0.2;
+
 // Everything reported about one Monte Carlo mean.
 struct MeanEstimate {
   std::uint64_t samples = 0;
@@ -60,7 +75,12 @@ struct MeanEstimate {
   double plain_se = 0;
   double batch_se = 0;  // infinity when there are too few batches
   double ci_lo = 0, ci_hi = 0;  // 95% Student-t interval with se
+  double effective_samples = 0;      // Accumulator::effective_samples
+  double variance_relative_se = 0;   // Accumulator::variance_relative_se
+  // Batch means agree with the plain SE, no batch carries more than half of the variance, and the variance is
+  // known to kMaxVarianceRelativeSe.
   bool se_reliable = true;
+  const char* unreliable_because = nullptr;  // the first check that failed, in words
 };
 
 // Both statistics of one stream of per-sample values.

@@ -2,6 +2,7 @@
 // Sweep grids, the claim presets of THEORY.md and the exact reference values of every sweep point.
 
 #include "attncheck/monte_carlo/backend.hpp"
+#include "attncheck/monte_carlo/fit.hpp"
 
 #include <optional>
 #include <string>
@@ -45,14 +46,22 @@ struct SeriesSpec {
   std::optional<double> alpha;         // C7's N^-alpha
   InnerRule inner;
   OuterRule outer;
+  theory::ScoreModel scores = theory::ScoreModel::projected;
   std::vector<Estimand> estimands;
-  std::optional<double> claimed_exponent;  // of E||F|| (of E||F||^2 for C8) in the swept variable
+  // Of E||F|| (E[row sum] for row sums; E||F||^2 for C8) in the swept variable; row-mean's is one less.
+  std::optional<double> claimed_exponent;
   bool fit_over_d = false;                 // C8: Var(q.k) = d_k is a statement about d
+  bool claims_variance_equals_d = false;   // C8's pairs: the claim is the value d_k itself, not an exponent
   bool counts_for_exit = true;             // the claim as the papers state it; the matrix reading does not
+  std::vector<Estimand> secondary;         // reported beside the claim, never counted (C7's Frobenius norm)
+
+  std::optional<double> claimed_for(Estimand estimand) const;
+  bool counts_for_exit_of(Estimand estimand) const;
 };
 
 struct ClaimInfo {
   std::string id, v1, v2, statement;
+  std::string constant_growth;  // how the O(.) constant grows with D, d and the sigmas; empty where not stated
 };
 // The claim's numbering in both versions of the paper and its statement; throws for an unknown id.
 ClaimInfo claim_info(const std::string& id);
@@ -64,7 +73,7 @@ struct SweepRequest {
   std::optional<std::string> phi;
   std::optional<std::string> inner_scale, outer_scale;
   std::optional<std::string> estimands;
-  std::vector<double> alpha{1.0};
+  std::optional<std::vector<double>> alpha;  // C7: 0, 0.5 and 1 unless given
   std::optional<double> claimed_exponent;  // custom runs only
 };
 // Throws theory::InputError when a preset field is also given explicitly, naming both.
@@ -82,8 +91,22 @@ std::uint64_t point_seed(std::uint64_t run_seed, const std::string& key);
 PointSpec make_point(const SeriesSpec& series, theory::Index N, theory::Index D, theory::Index d, double sigma_x,
                      double sigma_t, std::uint64_t run_seed);
 
-// Exact E||F||_F^2 of the estimand where a closed form is known (THEORY.md facts 3-4, fact 7 at p = 1);
-// for score-var, the exact Var(s_ij), i != j.
+// What is known exactly about one estimand at one point (THEORY.md facts 3-4, 7, 9, the relu and qk-layernorm
+// moments). A closed form whose value exceeds a double is absent with out_of_range set.
+struct ExactMoments {
+  std::optional<double> mean;    // E[value] where the expectation itself is known: row sums, row means
+  std::optional<double> second;  // E||F||_F^2; for score-var, Var(s_ij) (i != j)
+  // A lower bound on Var(||F||_F^2) (the variance of one sample of the second-moment estimator): all N^4 pair
+  // terms E[f_ij^2 f_kl^2] are >= 0, so E||F||^4 >= sum_ij E f_ij^4, whence Var >= sum_ij E f_ij^4 - (E||F||^2)^2.
+  std::optional<double> second_variance_floor;
+  bool out_of_range = false;
+};
+ExactMoments exact_moments(const PointSpec& point, Estimand estimand);
+// exact_moments(point, estimand).second.
 std::optional<double> exact_norm_sq(const PointSpec& point, Estimand estimand);
+
+// How the exactly known quantity of the point's series grows in its swept variable (N, or d for C8), from the
+// closed form.
+std::optional<ExactLaw> exact_law(const PointSpec& point, Estimand estimand);
 
 }  // namespace attncheck::monte_carlo

@@ -39,6 +39,9 @@ struct SeriesKey {
   std::string estimand;
   double sigma_x = 1;
   double sigma_t = 1;
+  // How the scores are formed: "projected" (the papers' model; also when the key is absent), "qk-layernorm",
+  // "iid-unit", "sign-coupled".
+  std::string scores = "projected";
 
   bool operator==(const SeriesKey&) const = default;
   // Short human name, e.g. "C3 elementwise poly p=2 value, D=64 d=64".
@@ -60,8 +63,11 @@ struct PointRecord {
   double se_sq = 0;
   std::optional<double> exact_sq;
   std::optional<double> z_exact_sq;
+  std::optional<double> exact_mean;    // where the expectation itself is known (row sums)
+  std::optional<double> z_exact_mean;
   std::optional<double> jensen_bound;
   bool se_reliable = true;
+  std::optional<std::string> unreliable_because;
   std::string stopped_by;
   std::string seed;
   std::string run_seed;
@@ -86,6 +92,18 @@ struct Series {
   std::optional<double> claimed_exponent;
   std::optional<double> tolerance;
   std::optional<Verdict> verdict;
+  // What the verdict rests on ("exact" or "asymptotic-fit"), the rule it applied and its numbers; absent in
+  // folders written before verdicts named their basis (their verdict came from the global fit).
+  std::optional<std::string> basis;
+  std::optional<std::string> verdict_rule;
+  std::optional<std::string> verdict_reason;
+  std::optional<std::string> finding;  // C8: what each model is
+  bool claims_value = false;           // "claim_form": "equality" (C8's Var(q . k) = d_k), not an exponent
+  bool counts_for_exit = true;
+  // The global fit (slope, slope_ci) is the finite-N diagnostic; beside it the Jensen ratio
+  // E||F|| / sqrt(E||F||^2) at the first and last point, exact or estimated.
+  std::optional<double> jensen_first, jensen_last;
+  std::string jensen_source;
   // What the fit runs over: "N" (sequence length), or "d" (head dimension: C8, Var(q . k) = d_k), and of what:
   // "mean" (E||F||_F) or "mean_sq" (the second moment). Extra keys of `attncheck mc`; "N"/"mean" without them.
   std::string x_variable = "N";
@@ -98,6 +116,7 @@ struct Series {
   std::vector<double> mean_sq;  // NaN throughout when the writer gave none
   std::vector<double> se_sq;
   std::vector<std::optional<double>> exact_sq;
+  std::vector<std::optional<double>> exact_mean;  // the exact expectation (row sums); none where absent
   // The points.jsonl record of each point, where the folder has one (same order as x).
   std::vector<std::optional<PointRecord>> points;
 
