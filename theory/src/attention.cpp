@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <span>
 #include <vector>
 
 namespace attncheck::theory {
@@ -104,8 +105,75 @@ AttentionNorms attention_norms(const AttentionMap& map, const Matrix& X, const M
   return attention_norms_from_projections(map, X, X * Q, X * K);
 }
 
-AttentionNorms attention_norms_from_projections(const AttentionMap& map, const Matrix& X, const Matrix& V,
-                                                const Matrix& U, bool causal) {
+namespace {
+
+// One row's share of ||F||^2 and ||dF/dS||^2 from its attended scores `s`. On return `weights` holds, per
+// attended entry, what the parameter derivatives need: the probability (softmax) or h'(s)^2 (elementwise).
+struct RowTerms {
+  double value_sq = 0, dS_sq = 0;
+};
+
+RowTerms row_terms(const AttentionMap& map, std::span<const double> s, std::span<double> weights, Index row) {
+  RowTerms terms;
+  if (map.activation.kind == ActivationKind::pointwise) {
+    for (std::size_t j = 0; j < s.size(); ++j) {
+      const double f = pointwise_value(map.activation.h, map.activation.p, s[j]);
+      const double g = pointwise_derivative(map.activation.h, map.activation.p, s[j]);
+      terms.value_sq += f * f;
+      weights[j] = g * g;
+      terms.dS_sq += g * g;
+    }
+    return terms;
+  }
+  if (map.activation.kind != ActivationKind::softmax) {
+    throw InputError("the matrix-power reading needs Q and K themselves: use attention_norms");
+  }
+  if (s.empty()) {
+    throw InputError(fmt::format("row {} (0-based) attends to nothing: softmax is undefined there", row));
+  }
+  // Masked entries have probability exactly 0, so the attended entries carry every term.
+  softmax_row(s, weights, row);
+  const RowSoftmaxNorms norms = row_norms_from_probabilities(weights);
+  return {norms.softmax_sq, norms.jacobian_sq};
+}
+
+struct NormSums {
+  double value_sq = 0, dS_sq = 0, dQ_sq = 0, dK_sq = 0;
+};
+
+// Adds row i: U_att, X_att hold the rows u_j, x_j of the keys row i attends to, u_sq_att, x_sq_att their squared
+// norms; s_row and w_row are scratch of at least that many entries.
+void add_row(const AttentionMap& map, Index i, const Eigen::Ref<const Matrix>& U_att,
+             const Eigen::Ref<const Matrix>& X_att, const Eigen::Ref<const Vector>& u_sq_att,
+             const Eigen::Ref<const Vector>& x_sq_att, const Matrix& V, double x_sq_i, double v_sq_i, Vector& s_row,
+             Vector& w_row, NormSums& sums) {
+  const Index visible = U_att.rows();
+  s_row.head(visible).noalias() = map.inner * (U_att * V.row(i).transpose());
+  const RowTerms terms = row_terms(map, {s_row.data(), static_cast<std::size_t>(visible)},
+                                   {w_row.data(), static_cast<std::size_t>(visible)}, i);
+  sums.value_sq += terms.value_sq;
+  sums.dS_sq += terms.dS_sq;
+  if (map.activation.kind == ActivationKind::pointwise) {
+    for (Index j = 0; j < visible; ++j) {
+      sums.dQ_sq += w_row[j] * x_sq_i * u_sq_att[j];
+      sums.dK_sq += w_row[j] * x_sq_att[j] * v_sq_i;
+    }
+    return;
+  }
+  // Differences u_j - ubar_i are formed explicitly: expanding the square cancels when a row is near one-hot.
+  const auto a = w_row.head(visible);
+  const Eigen::RowVectorXd u_bar = a.transpose() * U_att;
+  const Eigen::RowVectorXd x_bar = a.transpose() * X_att;
+  double q_sum = 0, k_sum = 0;
+  for (Index j = 0; j < visible; ++j) {
+    q_sum += a[j] * a[j] * (U_att.row(j) - u_bar).squaredNorm();
+    k_sum += a[j] * a[j] * (X_att.row(j) - x_bar).squaredNorm();
+  }
+  sums.dQ_sq += x_sq_i * q_sum;
+  sums.dK_sq += v_sq_i * k_sum;
+}
+
+void check_projections(const AttentionMap& map, const Matrix& X, const Matrix& V, const Matrix& U) {
   const Index n = X.rows();
   if (n == 0 || V.rows() != n || U.rows() != n || V.cols() != U.cols() || V.cols() == 0) {
     throw InputError(fmt::format("projection shapes do not match: X is {}x{}, V is {}x{}, U is {}x{}", X.rows(),
@@ -114,48 +182,84 @@ AttentionNorms attention_norms_from_projections(const AttentionMap& map, const M
   if (map.activation.kind == ActivationKind::matpow) {
     throw InputError("the matrix-power reading needs Q and K themselves: use attention_norms");
   }
+}
+
+AttentionNorms norms_of_sums(const AttentionMap& map, Index n, const NormSums& sums) {
   const double c = map.outer.at(n);
-  const double lambda = map.inner;
-  const Vector x_sq = X.rowwise().squaredNorm(), u_sq = U.rowwise().squaredNorm(), v_sq = V.rowwise().squaredNorm();
-  double value_sq = 0, dS_sq = 0, dQ_sq = 0, dK_sq = 0;
-  Vector s_row(n), a_row(n);
-  for (Index i = 0; i < n; ++i) {
-    const Index visible = causal ? i + 1 : n;
-    s_row.head(visible).noalias() = lambda * (U.topRows(visible) * V.row(i).transpose());
-    if (map.activation.kind == ActivationKind::pointwise) {
-      for (Index j = 0; j < visible; ++j) {
-        const double f = pointwise_value(map.activation.h, map.activation.p, s_row[j]);
-        const double g = pointwise_derivative(map.activation.h, map.activation.p, s_row[j]);
-        value_sq += f * f;
-        dS_sq += g * g;
-        dQ_sq += g * g * x_sq[i] * u_sq[j];
-        dK_sq += g * g * x_sq[j] * v_sq[i];
-      }
-      continue;
-    }
-    // Masked entries have probability exactly 0, so the visible prefix carries every term.
-    const std::span<double> a{a_row.data(), static_cast<std::size_t>(visible)};
-    softmax_row({s_row.data(), static_cast<std::size_t>(visible)}, a, i);
-    const RowSoftmaxNorms row = row_norms_from_probabilities(a);
-    value_sq += row.softmax_sq;
-    dS_sq += row.jacobian_sq;
-    // Differences u_j - ubar_i are formed explicitly: expanding the square cancels when a row is near one-hot.
-    const auto a_visible = a_row.head(visible);
-    const Eigen::RowVectorXd u_bar = a_visible.transpose() * U.topRows(visible);
-    const Eigen::RowVectorXd x_bar = a_visible.transpose() * X.topRows(visible);
-    double q_sum = 0, k_sum = 0;
-    for (Index j = 0; j < visible; ++j) {
-      q_sum += a_row[j] * a_row[j] * (U.row(j) - u_bar).squaredNorm();
-      k_sum += a_row[j] * a_row[j] * (X.row(j) - x_bar).squaredNorm();
-    }
-    dQ_sq += x_sq[i] * q_sum;
-    dK_sq += v_sq[i] * k_sum;
+  AttentionNorms out;
+  out.value_fro = c * std::sqrt(sums.value_sq);
+  out.dS_fro = c * std::sqrt(sums.dS_sq);
+  out.dQ_fro = c * std::abs(map.inner) * std::sqrt(sums.dQ_sq);
+  out.dK_fro = c * std::abs(map.inner) * std::sqrt(sums.dK_sq);
+  return out;
+}
+
+void check_mask(const AttendedMask& attended, Index rows, Index cols) {
+  if (attended.rows() != rows || attended.cols() != cols) {
+    throw InputError(fmt::format("the mask is {}x{}, but the scores are {}x{}", attended.rows(), attended.cols(),
+                                 rows, cols));
   }
+}
+
+}  // namespace
+
+AttentionNorms attention_norms_from_projections(const AttentionMap& map, const Matrix& X, const Matrix& V,
+                                                const Matrix& U, bool causal) {
+  check_projections(map, X, V, U);
+  const Index n = X.rows();
+  const Vector x_sq = X.rowwise().squaredNorm(), u_sq = U.rowwise().squaredNorm(), v_sq = V.rowwise().squaredNorm();
+  NormSums sums;
+  Vector s_row(n), w_row(n);
+  for (Index i = 0; i < n; ++i) {
+    // The attended keys of a causal row are a prefix, so they are used in place.
+    const Index visible = causal ? i + 1 : n;
+    add_row(map, i, U.topRows(visible), X.topRows(visible), u_sq.head(visible), x_sq.head(visible), V, x_sq[i],
+            v_sq[i], s_row, w_row, sums);
+  }
+  return norms_of_sums(map, n, sums);
+}
+
+AttentionNorms attention_norms_from_projections(const AttentionMap& map, const Matrix& X, const Matrix& V,
+                                                const Matrix& U, const AttendedMask& attended) {
+  check_projections(map, X, V, U);
+  const Index n = X.rows();
+  check_mask(attended, n, n);
+  const Vector x_sq = X.rowwise().squaredNorm(), u_sq = U.rowwise().squaredNorm(), v_sq = V.rowwise().squaredNorm();
+  NormSums sums;
+  Vector s_row(n), w_row(n);
+  std::vector<Index> keys;
+  keys.reserve(static_cast<std::size_t>(n));
+  for (Index i = 0; i < n; ++i) {
+    keys.clear();
+    for (Index j = 0; j < n; ++j) {
+      if (attended(i, j)) keys.push_back(j);
+    }
+    const Matrix U_att = U(keys, Eigen::all), X_att = X(keys, Eigen::all);
+    const Vector u_sq_att = u_sq(keys), x_sq_att = x_sq(keys);
+    add_row(map, i, U_att, X_att, u_sq_att, x_sq_att, V, x_sq[i], v_sq[i], s_row, w_row, sums);
+  }
+  return norms_of_sums(map, n, sums);
+}
+
+AttentionNorms score_map_norms(const AttentionMap& map, const Matrix& scores, const AttendedMask* attended) {
+  const Index rows = scores.rows(), cols = scores.cols();
+  if (rows == 0 || cols == 0) throw InputError("the scores are empty");
+  if (attended) check_mask(*attended, rows, cols);
+  std::vector<double> s_row(static_cast<std::size_t>(cols)), w_row(static_cast<std::size_t>(cols));
+  double value_sq = 0, dS_sq = 0;
+  for (Index i = 0; i < rows; ++i) {
+    std::size_t visible = 0;
+    for (Index j = 0; j < cols; ++j) {
+      if (!attended || (*attended)(i, j)) s_row[visible++] = scores(i, j);
+    }
+    const RowTerms terms = row_terms(map, {s_row.data(), visible}, {w_row.data(), visible}, i);
+    value_sq += terms.value_sq;
+    dS_sq += terms.dS_sq;
+  }
+  const double c = map.outer.at(rows);
   AttentionNorms out;
   out.value_fro = c * std::sqrt(value_sq);
   out.dS_fro = c * std::sqrt(dS_sq);
-  out.dQ_fro = c * std::abs(lambda) * std::sqrt(dQ_sq);
-  out.dK_fro = c * std::abs(lambda) * std::sqrt(dK_sq);
   return out;
 }
 
