@@ -53,16 +53,20 @@ std::vector<fs::path> list_checkpoints(const fs::path& folder) {
   return out;
 }
 
+std::string probe_log_line(const HeadMetrics& metrics, const std::string& checkpoint,
+                           std::optional<std::int64_t> step, const std::string& activation) {
+  nlohmann::json line = to_json(metrics);
+  line["checkpoint"] = checkpoint;
+  line["step"] = step ? nlohmann::json(*step) : nlohmann::json(nullptr);
+  line["activation"] = activation;
+  return line.dump() + '\n';
+}
+
 std::string checkpoint_lines(const std::string& checkpoint_name, const ProbeResult& result) {
   std::string lines;
   const auto step = step_from_name(checkpoint_name);
   for (const auto& metrics : result.heads) {
-    nlohmann::json line = to_json(metrics);
-    line["checkpoint"] = checkpoint_name;
-    line["step"] = step ? nlohmann::json(*step) : nlohmann::json(nullptr);
-    line["activation"] = result.config.attention_activation;
-    lines += line.dump();
-    lines += '\n';
+    lines += probe_log_line(metrics, checkpoint_name, step, result.config.attention_activation);
   }
   return lines;
 }
@@ -107,8 +111,9 @@ std::set<std::string> names_in_log(const fs::path& log) {
   return names;
 }
 
-// One write of whole lines with O_APPEND, so a reader never sees half a checkpoint's line.
-void append_lines(const fs::path& log, const std::string& lines) {
+}  // namespace
+
+void append_log_lines(const fs::path& log, const std::string& lines) {
   const int fd = ::open(log.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) throw InputError(fmt::format("{}: cannot open for appending: {}", log.string(), std::strerror(errno)));
   std::size_t written = 0;
@@ -124,8 +129,6 @@ void append_lines(const fs::path& log, const std::string& lines) {
   }
   ::close(fd);
 }
-
-}  // namespace
 
 WatchSummary watch_folder(const WatchOptions& options, const std::atomic<bool>& stop,
                           const std::function<void(const std::string&)>& log) {
@@ -156,7 +159,7 @@ WatchSummary watch_folder(const WatchOptions& options, const std::atomic<bool>& 
       if (bad != refused.end() && bad->second == now) continue;
       try {
         const ProbeResult result = probe_model(path, options.input, options.layers, options.heads);
-        append_lines(options.output, checkpoint_lines(name, result));
+        append_log_lines(options.output, checkpoint_lines(name, result));
         done.insert(name);
         ++summary.measured;
         log(fmt::format("probed {} ({} heads)", name, result.heads.size()));

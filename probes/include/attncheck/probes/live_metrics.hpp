@@ -38,9 +38,22 @@ struct HeadMetrics {
   // biases ignored: the exact root mean squares sqrt(E||.||_F^2) over the same attended entries.
   double sigma_x = 0, sigma_t = 0;
   double iid_scores_fro = 0, iid_poly3_scaled_fro = 0, iid_poly3_fro = 0;
+  // Measured from the scores alone: the weights are unknown, so are the norms in W_Q, W_K, D, d, lambda and
+  // the i.i.d. model; to_json leaves them out.
+  bool from_scores = false;
 };
 
 HeadMetrics measure_head(const LayerInputs& layer, int layer_index, int head_index);
+
+// One head from its N x N scores S (lambda already applied): the norms of every activation and of their
+// Jacobians in S, and the score statistics. `attended` masks as in LayerInputs.
+HeadMetrics measure_scores(const Matrix& scores, int layer_index, int head_index, bool causal,
+                           const std::optional<theory::AttendedMask>& attended = std::nullopt);
+
+// A layer's attention inputs from X (N x D) and the weights of all heads as maps of rows, q = x W_Q + b_Q with
+// W_Q of D x (heads d) (head h owns columns h d .. h d + d - 1); empty biases are zeros.
+LayerInputs split_heads(Matrix X, const Matrix& W_Q, const Matrix& W_K, const Vector& b_Q, const Vector& b_K,
+                        int heads, double inner, bool causal);
 
 nlohmann::json to_json(const HeadMetrics& metrics);
 // Column names and values in the same order, for CSV output.

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -53,6 +54,9 @@ struct LayerInputs {
   Matrix X;  // N x D: the rows the projections act on (after ln_1 for GPT-2)
   double inner = 1;
   bool causal = false;
+  // Entries attended when the mask is neither "all" nor causal (padding): then it is the whole mask, with any
+  // causal part already in it.
+  std::optional<theory::AttendedMask> attended;
   std::vector<HeadInputs> heads;
 };
 

@@ -35,8 +35,16 @@ std::optional<std::int64_t> step_from_name(const std::string& name);
 // index, ordered by step, then name.
 std::vector<std::filesystem::path> list_checkpoints(const std::filesystem::path& folder);
 
+// One line of the log, ending in '\n': a head's metrics with the checkpoint's name, its training step (null
+// when unknown) and the activation the model was trained with.
+std::string probe_log_line(const HeadMetrics& metrics, const std::string& checkpoint,
+                           std::optional<std::int64_t> step, const std::string& activation);
+
 // The JSON lines of one probed checkpoint, each a whole line ending in '\n'.
 std::string checkpoint_lines(const std::string& checkpoint_name, const ProbeResult& result);
+
+// Appends whole lines to the log in one write with O_APPEND, so a reader never sees half of them; creates it.
+void append_log_lines(const std::filesystem::path& log, const std::string& lines);
 
 // Scans until `stop` becomes true or the folder has been idle for until_idle_seconds. A checkpoint is
 // measured once its size and modification time are unchanged across two scans and it reads without error;
