@@ -3,19 +3,15 @@
 #include "backend_select.hpp"
 #include "subcommand.hpp"
 
-#include "attncheck/monte_carlo/cpu_backend.hpp"
-#include "attncheck/monte_carlo/results.hpp"
-#include "attncheck/monte_carlo/runner.hpp"
+#include "attncheck/monte_carlo/commands.hpp"
 #include "attncheck/monte_carlo/sweep.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <ctime>
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -48,63 +44,13 @@ std::string command_line() {
   return out;
 }
 
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      const auto colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
-    }
-  }
-  return "unknown";
-}
-
-std::string utc_now() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buffer[32];
-  std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buffer;
-}
-
-std::string hostname() {
-  char name[256] = {};
-  ::gethostname(name, sizeof name - 1);
-  return name;
-}
-
-mc::SamplingPolicy sampling_policy(const Options& o) {
-  mc::SamplingPolicy policy;
-  if (o.samples != "auto") {
-    std::size_t used = 0;
-    long long m = 0;
-    try {
-      m = std::stoll(o.samples, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != o.samples.size() || m < 2) {
-      throw UsageError(fmt::format("--samples {}: give an integer >= 2 or 'auto'", o.samples));
-    }
-    policy.fixed = static_cast<std::uint64_t>(m);
-  }
-  if (!(o.rel_se > 0)) throw UsageError(fmt::format("--rel-se {}: must be > 0", o.rel_se));
-  if (!(o.max_seconds > 0)) throw UsageError(fmt::format("--max-seconds {}: must be > 0", o.max_seconds));
-  if (o.max_samples < 2) throw UsageError(fmt::format("--max-samples {}: must be >= 2", o.max_samples));
-  policy.rel_se = o.rel_se;
-  policy.max_samples = o.max_samples;
-  policy.min_samples = std::min<std::uint64_t>(64, o.max_samples);
-  policy.max_seconds = o.max_seconds;
-  return policy;
-}
-
 class ProgressBar {
  public:
-  explicit ProgressBar(std::size_t points) : points_(points), enabled_(::isatty(::fileno(stderr)) == 1) {}
-  void update(std::size_t point, const std::string& label, std::uint64_t done, std::uint64_t planned) {
+  ProgressBar() : enabled_(::isatty(::fileno(stderr)) == 1) {}
+  void update(std::size_t point, std::size_t points, const std::string& label, std::uint64_t done,
+              std::uint64_t planned) {
     if (!enabled_) return;
+    points_ = points;
     const double fraction = (static_cast<double>(point) +
                              (planned ? static_cast<double>(done) / static_cast<double>(planned) : 0.0)) /
                             static_cast<double>(points_);
@@ -118,7 +64,7 @@ class ProgressBar {
   }
 
  private:
-  std::size_t points_;
+  std::size_t points_ = 1;
   bool enabled_;
 };
 
@@ -183,127 +129,57 @@ void print_human(const std::vector<json>& records, const json& series, const jso
 }
 
 int run(const Options& o) {
-  const auto start = std::chrono::steady_clock::now();
-  mc::SweepRequest request;
+  mc::McRequest request;
   request.claim = o.claim;
   request.phi = o.phi;
   request.inner_scale = o.inner_scale;
   request.outer_scale = o.outer_scale;
-  request.estimands = o.estimand;
+  request.estimand = o.estimand;
+  request.out = o.out;
+  request.N = o.N;
+  request.D = o.D;
+  request.d = o.d;
+  request.p = o.p;
+  request.alpha = o.alpha;
+  request.samples = o.samples;
   request.claimed_exponent = o.claimed_exponent;
-  request.p.clear();
-  for (double p : mc::parse_real_list(o.p, "--p")) {
-    if (p != std::floor(p)) throw UsageError(fmt::format("--p {}: exponents must be integers", p));
-    request.p.push_back(static_cast<int>(p));
-  }
-  request.alpha = mc::parse_real_list(o.alpha, "--alpha");
-  const std::vector<mc::SeriesSpec> series = mc::build_series(request);
-  const auto Ns = mc::parse_index_grid(o.N, "--N"), Ds = mc::parse_index_grid(o.D, "--D"),
-             ds = mc::parse_index_grid(o.d, "--d");
-  if (!(o.sigma_x > 0)) throw UsageError(fmt::format("--sigma-x {}: must be > 0", o.sigma_x));
-  if (!(o.sigma_t > 0)) throw UsageError(fmt::format("--sigma-t {}: must be > 0", o.sigma_t));
-  if (!(o.tolerance > 0)) throw UsageError(fmt::format("--tolerance {}: must be > 0", o.tolerance));
-  if (o.threads < 0) throw UsageError(fmt::format("--threads {}: must be >= 0 (0: all cores)", o.threads));
-  if (o.tile < 1) throw UsageError(fmt::format("--tile {}: must be >= 1", o.tile));
-  if (o.resume && !o.out) throw UsageError("--resume needs --out DIR (the folder to resume)");
-  for (const auto& s : series) {
-    if (s.fit_over_d && Ns.size() > 1 && ds.size() == 1) {
-      fmt::print(stderr, "attncheck mc: note: C8 is a statement about d: sweep --d (e.g. --d 4:256:x2)\n");
-    }
-    for (auto e : s.estimands) {
-      if (e == mc::Estimand::score_var) {
-        for (auto n : Ns) {
-          if (n < 2) throw UsageError(fmt::format("--N {}: score-var needs N >= 2", n));
-        }
-      }
-    }
-  }
-  const mc::SamplingPolicy policy = sampling_policy(o);
-  const std::unique_ptr<mc::Backend> backend = select_backend(o.backend, o.threads, static_cast<theory::Index>(o.tile));
-  const auto* cpu = dynamic_cast<const mc::CpuBackend*>(backend.get());
-  const int threads = cpu ? cpu->threads() : o.threads;
-  const mc::RunContext context{o.seed, backend->name(), threads};
-
-  std::vector<mc::PointSpec> points;
-  for (const auto& s : series) {
-    for (auto D : Ds) {
-      for (auto d : ds) {
-        for (auto N : Ns) points.push_back(mc::make_point(s, N, D, d, o.sigma_x, o.sigma_t, o.seed));
-      }
-    }
-  }
-  std::optional<mc::ResultsFolder> folder;
-  if (o.out) folder.emplace(*o.out, o.resume);
-  std::vector<json> records;  // this run's, in sweep order (resumed points included)
-  ProgressBar bar(points.size());
-  std::size_t skipped = 0;
-  for (std::size_t k = 0; k < points.size(); ++k) {
-    const mc::PointSpec& ps = points[k];
-    std::vector<json> finished;
-    if (folder) {
-      for (auto e : ps.series->estimands) {
-        const std::string key = fmt::format("{};estimand={};run_seed={}", ps.key, mc::estimand_name(e), o.seed);
-        for (const json& r : folder->records()) {
-          if (r.value("key", "") == key) {
-            finished.push_back(r);
-            break;
-          }
-        }
-      }
-    }
-    if (o.resume && finished.size() == ps.series->estimands.size()) {
-      records.insert(records.end(), finished.begin(), finished.end());
-      ++skipped;
-      continue;
-    }
-    const std::string label = fmt::format("{} {} p={} N={} D={} d={}", ps.series->claim, mc::phi_name(ps.series->activation),
-                                          ps.series->activation.p, ps.point.N, ps.point.D, ps.point.d);
-    mc::SamplingPolicy point_policy = policy;
-    point_policy.judge_squares = ps.series->fit_over_d;  // C8 fits E[s^2] itself
-    const mc::PointOutcome outcome = mc::run_point(*backend, ps.point, ps.series->estimands, point_policy,
-                                                   [&](std::uint64_t done, std::uint64_t planned) { bar.update(k, label, done, planned); });
-    std::vector<json> fresh;
-    for (auto e : ps.series->estimands) fresh.push_back(mc::point_record(ps, e, outcome, context));
-    if (folder) folder->append(fresh);
-    records.insert(records.end(), fresh.begin(), fresh.end());
-  }
+  request.rel_se = o.rel_se;
+  request.max_seconds = o.max_seconds;
+  request.sigma_x = o.sigma_x;
+  request.sigma_t = o.sigma_t;
+  request.tolerance = o.tolerance;
+  request.max_samples = o.max_samples;
+  request.seed = o.seed;
+  request.threads = o.threads;
+  request.tile = o.tile;
+  request.resume = o.resume;
+  request.command = command_line();
+  ProgressBar bar;
+  mc::McHooks hooks;
+  hooks.make_backend = [&](const mc::McRequest& r) {
+    return select_backend(o.backend, r.threads, static_cast<theory::Index>(r.tile));
+  };
+  hooks.note = [](const std::string& note) { fmt::print(stderr, "attncheck mc: note: {}\n", note); };
+  hooks.progress = [&](std::size_t point, std::size_t points, const std::string& label, std::uint64_t done,
+                       std::uint64_t planned) { bar.update(point, points, label, done, planned); };
+  const mc::McOutcome outcome = mc::run_mc(request, hooks);
   bar.finish();
-  if (skipped) fmt::print(stderr, "attncheck mc: --resume: {} of {} points were already in {}\n", skipped, points.size(), *o.out);
-
-  const json fitted = mc::fit_series(records, o.tolerance);
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const json provenance = {{"version", std::string(ATTNCHECK_VERSION)},
-                           {"date", utc_now()},
-                           {"machine", {{"hostname", hostname()}, {"cpu", cpu_model()}}},
-                           {"backend", backend->name()},
-                           {"threads", threads},
-                           {"run_seed", o.seed},
-                           {"command", command_line()},
-                           {"wall_seconds", wall}};
-  // fits.json describes the whole folder: with --resume a folder can gather several claims' runs, and a
-  // report of it must see all of their series.
-  if (folder) folder->write_fits({{"provenance", provenance}, {"series", mc::fit_series(folder->records(), o.tolerance)}});
-  const int code = mc::exit_code_of(fitted);
-  int inconclusive = 0;
-  for (const json& s : fitted) inconclusive += s["verdict"] == "inconclusive" && s.value("counts_for_exit", false) ? 1 : 0;
-
-  std::vector<std::string> claims;
-  for (const auto& s : series) {
-    if (s.claim != "custom" && (claims.empty() || claims.back() != s.claim)) claims.push_back(s.claim);
+  if (outcome.skipped) {
+    fmt::print(stderr, "attncheck mc: --resume: {} of {} points were already in {}\n", outcome.skipped, outcome.points,
+               *o.out);
   }
   if (o.as_json) {
-    std::cout << json{{"provenance", provenance}, {"points", records}, {"series", fitted}, {"exit_code", code}}.dump(2)
-              << "\n";
+    std::cout << outcome.to_json().dump(2) << "\n";
   } else {
-    print_human(records, fitted, provenance, claims);
+    print_human(outcome.records, outcome.series, outcome.provenance, outcome.claims);
   }
-  if (inconclusive) {
+  if (outcome.inconclusive) {
     fmt::print(stderr,
                "attncheck mc: {} series inconclusive (slope interval too wide or straddling claimed + tolerance): "
                "not counted as violated; widen the N range or lower --rel-se\n",
-               inconclusive);
+               outcome.inconclusive);
   }
-  return code == 1 ? kExitViolated : kExitHolds;
+  return outcome.exit_code == 1 ? kExitViolated : kExitHolds;
 }
 
 std::function<int()> setup(CLI::App& app) {
