@@ -176,14 +176,17 @@ class AttentionRecorder:
     training_only: measure only forward passes in training mode (evaluation passes are neither steps nor
     recorded).
 
-    Steps: until step() is first called, every training-mode forward of `model` is a step; once it is called,
-    steps are counted by step() and the first training-mode forward of a recorded step is measured.
+    count: what a step is. "forwards": every training-mode forward of `model`. "steps": what step() ends (call it
+    once per optimizer step); only the first training-mode forward of a recorded step is measured, so several
+    forward passes per step (gradient accumulation) are one step. "auto": "forwards" until step() is first
+    called, then "steps" (call it from the first step on; with gradient accumulation use "steps").
+    current_step is the step the next forward pass belongs to.
     A call the recorder cannot measure (cross-attention, masks that change the scores, NaN weights, a softmax
     row with nothing to attend to) is skipped with one warning per layer; training goes on.
     """
 
     def __init__(self, model, every=10, out="attncheck-probe.jsonl", *, sample=0, activation="softmax",
-                 training_only=True):
+                 training_only=True, count="auto"):
         if not isinstance(model, torch.nn.Module):
             raise ValueError(f"model is a {type(model).__name__}, not a torch.nn.Module")
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
@@ -192,6 +195,8 @@ class AttentionRecorder:
             raise ValueError(f"sample = {sample!r} must be a non-negative integer")
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation '{activation}' is not one of {', '.join(ACTIVATIONS)}")
+        if count not in ("auto", "forwards", "steps"):
+            raise ValueError(f"count '{count}' is not one of auto, forwards, steps")
         out = os.fspath(out)
         if os.path.isdir(out) or not out.endswith(".jsonl"):
             out = os.path.join(out, "attncheck-probe.jsonl")
@@ -199,8 +204,10 @@ class AttentionRecorder:
             os.makedirs(os.path.dirname(out), exist_ok=True)
         self.model, self.every, self.out, self.sample = model, every, out, sample
         self.activation, self.training_only = activation, training_only
+        self.count = count
         self.current_step = 0
-        self._counting_steps = False  # set by the first step()
+        self._counting_steps = count == "steps"  # else forward passes are counted (until step() is called)
+        self._training_forwards = 0
         self._recorded_step = None    # the step whose forward was measured
         self._recording = False
         self._pending = []
@@ -241,9 +248,15 @@ class AttentionRecorder:
 
     def step(self):
         """Ends a training step: the next forward passes belong to the next step."""
+        if self.count == "forwards":
+            raise ValueError("count='forwards' counts forward passes as steps: step() is for count='steps' or 'auto'")
         self._flush()
-        self._counting_steps = True
-        self.current_step += 1
+        if self._counting_steps:
+            self.current_step += 1
+        else:
+            # count='auto' switches to counting calls: the forward passes before this one call were step 0.
+            self._counting_steps = True
+            self.current_step = 1 if self._training_forwards else 0
 
     def flush(self):
         """Writes the lines measured so far."""
@@ -289,8 +302,10 @@ class AttentionRecorder:
             self._recorded_step = self.current_step
             self._flush()
         self._recording = False
-        if (model.training or not self.training_only) and not self._counting_steps:
-            self.current_step += 1
+        if model.training or not self.training_only:
+            self._training_forwards += 1
+            if not self._counting_steps:
+                self.current_step += 1
 
     def _measure(self, layer, args, kwargs, output):
         try:

@@ -43,6 +43,11 @@ def train(model, steps, recorder=None, call_step=False, batch=3, n=9):
     return losses, [p.grad.clone() for p in model.parameters()], [p.detach().clone() for p in model.parameters()]
 
 
+def _weights(mha, e=16):
+    """w_q, w_k, b_q, b_k of a MultiheadAttention as maps of rows."""
+    return (mha.in_proj_weight[:e].T, mha.in_proj_weight[e:2 * e].T, mha.in_proj_bias[:e], mha.in_proj_bias[e:2 * e])
+
+
 def read_log(path):
     with open(path) as f:
         return [json.loads(line) for line in f]
@@ -99,13 +104,28 @@ def test_steps_count_training_forwards_or_step_calls(tmp_path):
         assert recorder.current_step == 25
     assert sorted({line["step"] for line in read_log(tmp_path / "auto.jsonl")}) == [0, 10, 20]
 
-    with AttentionRecorder(model, every=10, out=tmp_path / "manual.jsonl") as recorder:
-        for _ in range(21):
-            for _ in range(3):  # gradient accumulation: three forwards per step, one recorded
-                model(torch.randn(2, 5, 16))
+    # One forward per step, step() after it: the same steps as counting forwards.
+    with AttentionRecorder(model, every=10, out=tmp_path / "calls.jsonl") as recorder:
+        for _ in range(25):
+            model(torch.randn(2, 5, 16))
             recorder.step()
-    lines = read_log(tmp_path / "manual.jsonl")
-    assert sorted(line["step"] for line in lines) == [0] * 4 + [10] * 4 + [20] * 4
+        assert recorder.current_step == 25
+    assert sorted({line["step"] for line in read_log(tmp_path / "calls.jsonl")}) == [0, 10, 20]
+
+    # Gradient accumulation: three forwards per step, the first of each recorded step measured.
+    inputs = [torch.randn(2, 5, 16) for _ in range(3)]
+    with AttentionRecorder(model, every=2, out=tmp_path / "accumulated.jsonl", count="steps") as recorder:
+        for _ in range(5):
+            for x in inputs:
+                model(x)
+            recorder.step()
+        assert recorder.current_step == 5
+        with pytest.raises(ValueError, match="count='forwards' counts forward passes"):
+            AttentionRecorder(model, out=tmp_path / "x.jsonl", count="forwards").step()
+    lines = read_log(tmp_path / "accumulated.jsonl")
+    assert [line["step"] for line in lines] == [0] * 4 + [2] * 4 + [4] * 4
+    first = attncheck.attention_norms(inputs[0][0], *_weights(model.layers[0].self_attn), heads=4)
+    assert all(line["softmax_fro"] == first[line["head"]]["softmax_fro"] for line in lines[:4])
 
 
 def test_the_report_plots_a_recorded_run_over_steps(tmp_path):
