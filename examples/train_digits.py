@@ -151,6 +151,19 @@ def batches(seed, train_size, batch):
         yield rng.choice(train_size, batch, replace=False)
 
 
+def train_step(model, optimizer, recorder, ids, labels):
+    """One optimizer step on a batch (and the recorder's step, if there is one); returns the batch's loss."""
+    loss = F.cross_entropy(model(ids), labels)
+    optimizer.zero_grad()
+    loss.backward()
+    # Clipping keeps the unscaled x^3 run finite long enough to be measured; it is the same for all three.
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    if recorder is not None:
+        recorder.step()
+    return loss
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run", help="output folder for the probe log, config.json and checkpoints")
@@ -193,14 +206,7 @@ def main():
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     for step, batch in zip(range(1, args.steps + 1), batches(args.seed, len(x_train), args.batch)):
         batch = torch.tensor(batch)
-        loss = F.cross_entropy(model(x_train[batch]), y_train[batch])
-        optimizer.zero_grad()
-        loss.backward()
-        # Clipping keeps the unscaled x^3 run finite long enough to be measured; it is the same for all three.
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        if recorder is not None:
-            recorder.step()
+        loss = train_step(model, optimizer, recorder, x_train[batch], y_train[batch])
         if not math.isfinite(loss.item()):
             print(f"{args.activation}: loss is {loss.item()} at step {step}; stopping", file=sys.stderr)
             break

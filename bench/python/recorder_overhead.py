@@ -34,7 +34,6 @@ def main():
     args = parser.parse_args()
     sys.path.insert(0, os.path.join(os.path.abspath(args.build), "python"))
     import torch
-    import torch.nn.functional as F
     import train_digits
     from attncheck.torch import AttentionRecorder
 
@@ -70,13 +69,7 @@ def main():
     def run_block(model, optimizer, recorder, batches):
         start = time.perf_counter()
         for batch in batches:
-            loss = F.cross_entropy(model(x_train[batch]), y_train[batch])
-            optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            if recorder is not None:
-                recorder.step()
+            train_digits.train_step(model, optimizer, recorder, x_train[batch], y_train[batch])
         return time.perf_counter() - start
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -48,6 +48,18 @@ rc::Gen<Shapes> shapes() {
      rc::gen::arbitrary<std::uint64_t>());
 }
 
+// A head's input, projections and biases (N(0, 1), biases N(0, 0.25)) from one seed.
+struct BiasedHead {
+  Matrix X, Q, K;
+  Eigen::RowVectorXd bq, bk;
+};
+
+BiasedHead biased_head(Index n, Index D, Index d, std::uint64_t seed) {
+  const Matrix biases = testing::random_matrix(2, d, 0.5, seed, 3);
+  return {testing::random_matrix(n, D, 1.0, seed, 0), testing::random_matrix(D, d, 1.0, seed, 1),
+          testing::random_matrix(D, d, 1.0, seed, 2), biases.row(0), biases.row(1)};
+}
+
 // Which entries a dense reference keeps: j <= i when causal, and the explicit mask when given.
 bool kept(Index i, Index j, bool causal, const theory::AttendedMask* attended) {
   return (!causal || j <= i) && (!attended || (*attended)(i, j));
@@ -126,12 +138,8 @@ TEST_CASE("explicit parameter Jacobians agree with finite differences") {
 }
 
 TEST_CASE("norms from biased projections with a causal mask agree with finite differences") {
-  const Index n = 5, D = 3, d = 2;
-  const Matrix X = testing::random_matrix(n, D, 1.0, 5, 0);
-  const Matrix Q = testing::random_matrix(D, d, 1.0, 5, 1);
-  const Matrix K = testing::random_matrix(D, d, 1.0, 5, 2);
-  const Matrix biases = testing::random_matrix(2, d, 0.5, 5, 3);
-  const Eigen::RowVectorXd bq = biases.row(0), bk = biases.row(1);
+  const Index d = 2;
+  const auto [X, Q, K, bq, bk] = biased_head(5, 3, d, 5);
   for (const bool causal : {false, true}) {
     for (const AttentionMap& map : every_differentiable_map(d)) {
       INFO(theory::describe(map, d) << (causal ? " causal" : ""));
@@ -149,12 +157,8 @@ TEST_CASE("norms from biased projections with a causal mask agree with finite di
 }
 
 TEST_CASE("norms with an explicit mask agree with finite differences, and the causal mask written out is causal") {
-  const Index n = 6, D = 3, d = 2;
-  const Matrix X = testing::random_matrix(n, D, 1.0, 7, 0);
-  const Matrix Q = testing::random_matrix(D, d, 1.0, 7, 1);
-  const Matrix K = testing::random_matrix(D, d, 1.0, 7, 2);
-  const Matrix biases = testing::random_matrix(2, d, 0.5, 7, 3);
-  const Eigen::RowVectorXd bq = biases.row(0), bk = biases.row(1);
+  const Index n = 6, d = 2;
+  const auto [X, Q, K, bq, bk] = biased_head(n, 3, d, 7);
   const Matrix V = (X * Q).rowwise() + bq, U = (X * K).rowwise() + bk;
   // Padding of the last two keys, plus one more hole, so rows attend to different sets (none to nothing).
   theory::AttendedMask padded = theory::AttendedMask::Constant(n, n, true);
