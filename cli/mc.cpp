@@ -4,21 +4,16 @@
 #include "number_options.hpp"
 #include "subcommand.hpp"
 
-#include "attncheck/monte_carlo/cpu_backend.hpp"
-#include "attncheck/monte_carlo/results.hpp"
-#include "attncheck/monte_carlo/runner.hpp"
-#include "attncheck/monte_carlo/sample_norms.hpp"
+#include "attncheck/monte_carlo/commands.hpp"
+#include "attncheck/monte_carlo/fit.hpp"
 #include "attncheck/monte_carlo/sweep.hpp"
-#include "attncheck/reports/memory_budget.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <ctime>
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -30,9 +25,6 @@ namespace {
 
 namespace mc = attncheck::monte_carlo;
 using nlohmann::json;
-
-// More samples than any point needs; the range keeps counts exact in the doubles of the statistics.
-constexpr std::int64_t kMaxSamples = std::int64_t{1} << 40;
 
 struct Options {
   std::optional<std::string> claim, phi, inner_scale, outer_scale, estimand, out;
@@ -55,48 +47,13 @@ std::string command_line() {
   return out;
 }
 
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      const auto colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
-    }
-  }
-  return "unknown";
-}
-
-std::string utc_now() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buffer[32];
-  std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buffer;
-}
-
-std::string hostname() {
-  char name[256] = {};
-  ::gethostname(name, sizeof name - 1);
-  return name;
-}
-
-mc::SamplingPolicy sampling_policy(const Options& o) {
-  mc::SamplingPolicy policy;
-  if (o.samples != "auto") policy.fixed = static_cast<std::uint64_t>(parse_integer(o.samples, "--samples (or auto)", 2, kMaxSamples));
-  policy.rel_se = o.rel_se;
-  policy.max_samples = o.max_samples;
-  policy.min_samples = std::min<std::uint64_t>(64, o.max_samples);
-  policy.max_seconds = o.max_seconds;
-  return policy;
-}
-
 class ProgressBar {
  public:
-  explicit ProgressBar(std::size_t points) : points_(points), enabled_(::isatty(::fileno(stderr)) == 1) {}
-  void update(std::size_t point, const std::string& label, std::uint64_t done, std::uint64_t planned) {
+  ProgressBar() : enabled_(::isatty(::fileno(stderr)) == 1) {}
+  void update(std::size_t point, std::size_t points, const std::string& label, std::uint64_t done,
+              std::uint64_t planned) {
     if (!enabled_) return;
+    points_ = points;
     const double fraction = (static_cast<double>(point) +
                              (planned ? static_cast<double>(done) / static_cast<double>(planned) : 0.0)) /
                             static_cast<double>(points_);
@@ -110,7 +67,7 @@ class ProgressBar {
   }
 
  private:
-  std::size_t points_;
+  std::size_t points_ = 1;
   bool enabled_;
 };
 
@@ -247,151 +204,58 @@ void print_human(const std::vector<json>& records, const json& series, const jso
 }
 
 int run(const Options& o) {
-  const auto start = std::chrono::steady_clock::now();
-  mc::SweepRequest request;
+  mc::McRequest request;
   request.claim = o.claim;
   request.phi = o.phi;
   request.inner_scale = o.inner_scale;
   request.outer_scale = o.outer_scale;
-  request.estimands = o.estimand;
+  request.estimand = o.estimand;
+  request.out = o.out;
+  request.N = o.N;
+  request.D = o.D;
+  request.d = o.d;
+  request.p = o.p;
+  request.alpha = o.alpha;
+  request.samples = o.samples;
   request.claimed_exponent = o.claimed_exponent;
-  request.p.clear();
-  for (std::int64_t p : parse_integer_list(o.p, "--p", 1, 64)) request.p.push_back(static_cast<int>(p));
-  if (o.alpha) request.alpha = mc::parse_real_list(*o.alpha, "--alpha");
-  for (double alpha : request.alpha.value_or(std::vector<double>{})) {
-    // N^-alpha under- or overflows long before; C7 is about alpha near 1.
-    if (std::fabs(alpha) > 8) throw UsageError(fmt::format("--alpha: {} is out of range: give values from -8 to 8", alpha));
-  }
-  const std::vector<mc::SeriesSpec> series = mc::build_series(request);
-  const auto Ns = mc::parse_index_grid(o.N, "--N"), Ds = mc::parse_index_grid(o.D, "--D"),
-             ds = mc::parse_index_grid(o.d, "--d");
-  if (o.resume && !o.out) throw UsageError("--resume needs --out DIR (the folder to resume)");
-  if (o.force && !o.out) throw UsageError("--force needs --out DIR (the folder to overwrite)");
-  if (o.resume && o.force) throw UsageError("--resume keeps the points in --out, --force removes them: choose one");
-  for (const auto& s : series) {
-    if (s.fit_over_d && Ns.size() > 1 && ds.size() == 1) {
-      fmt::print(stderr, "attncheck mc: note: C8 is a statement about d: sweep --d (e.g. --d 4:256:x2)\n");
-    }
-    for (auto e : s.estimands) {
-      if (e == mc::Estimand::score_var) {
-        for (auto n : Ns) {
-          if (n < 2) throw UsageError(fmt::format("--N {}: score-var needs N >= 2", n));
-        }
-      }
-    }
-  }
-  const mc::SamplingPolicy policy = sampling_policy(o);
-  const std::unique_ptr<mc::Backend> backend = select_backend(o.backend, o.threads, static_cast<theory::Index>(o.tile));
-  const auto* cpu = dynamic_cast<const mc::CpuBackend*>(backend.get());
-  const int threads = cpu ? cpu->threads() : o.threads;
-  const mc::RunContext context{o.seed, backend->name(), threads};
-
-  // A grid is a product: bounded before its points are built, or a few long lists would exhaust memory.
-  constexpr std::uint64_t kMaxPoints = 100000;
-  const std::uint64_t point_count = reports::saturating_product({series.size(), Ds.size(), ds.size(), Ns.size()});
-  if (point_count > kMaxPoints) {
-    throw UsageError(fmt::format("the sweep has {} series x {} D x {} d x {} N = {} points, more than {}", series.size(),
-                                 Ds.size(), ds.size(), Ns.size(), point_count, kMaxPoints));
-  }
-  std::vector<mc::PointSpec> points;
-  for (const auto& s : series) {
-    for (auto D : Ds) {
-      for (auto d : ds) {
-        for (auto N : Ns) points.push_back(mc::make_point(s, N, D, d, o.sigma_x, o.sigma_t, o.seed));
-      }
-    }
-  }
-  if (cpu) {
-    // Every point is checked before the first one runs: a size this machine cannot hold is a usage error now,
-    // not bad_alloc or the OOM killer hours into a sweep.
-    for (const mc::PointSpec& ps : points) {
-      reports::require_memory(cpu->bytes_needed(ps.point),
-                              fmt::format("N = {}, D = {}, d = {} with --tile {} on {} threads", ps.point.N,
-                                          ps.point.D, ps.point.d, o.tile, cpu->threads()),
-                              "; use smaller sizes, a smaller --tile or fewer --threads");
-    }
-  }
-  std::optional<mc::ResultsFolder> folder;
-  if (o.out) {
-    folder.emplace(*o.out, o.resume  ? mc::FolderStart::resume
-                           : o.force ? mc::FolderStart::overwrite
-                                     : mc::FolderStart::fresh);
-  }
-  std::vector<json> records;  // this run's, in sweep order (resumed points included)
-  ProgressBar bar(points.size());
-  std::unique_ptr<mc::CpuBackend> cpu_fallback;
-  std::size_t skipped = 0;
-  for (std::size_t k = 0; k < points.size(); ++k) {
-    const mc::PointSpec& ps = points[k];
-    std::vector<json> finished;
-    if (folder) {
-      for (auto e : ps.series->estimands) {
-        if (auto record = folder->finished(mc::record_key(ps, e, o.seed))) finished.push_back(std::move(*record));
-      }
-    }
-    if (o.resume && finished.size() == ps.series->estimands.size()) {
-      records.insert(records.end(), finished.begin(), finished.end());
-      ++skipped;
-      continue;
-    }
-    const std::string label = fmt::format("{} {} p={} N={} D={} d={}", ps.series->claim, mc::phi_name(ps.series->activation),
-                                          ps.series->activation.p, ps.point.N, ps.point.D, ps.point.d);
-    mc::SamplingPolicy point_policy = policy;
-    point_policy.judge_squares = ps.series->fit_over_d;  // C8 fits E[s^2] itself
-    // Row sums, qk-layernorm and C8's pairs are computed on the CPU only; the rest of the run stays on the device.
-    mc::Backend* point_backend = backend.get();
-    mc::RunContext point_context = context;
-    if (backend->name() != "cpu" &&
-        !mc::check_request(ps.point.map, ps.point.scores, ps.point.N, ps.point.d, ps.series->estimands).cuda_supported()) {
-      if (!cpu_fallback) {
-        cpu_fallback = std::make_unique<mc::CpuBackend>(o.threads, static_cast<theory::Index>(o.tile));
-        fmt::print(stderr, "attncheck mc: row sums, qk-layernorm and C8's pairs run on the CPU backend\n");
-      }
-      point_backend = cpu_fallback.get();
-      point_context = {o.seed, cpu_fallback->name(), cpu_fallback->threads()};
-    }
-    mc::PointOutcome outcome;
-    try {
-      outcome = mc::run_point(*point_backend, ps.point, ps.series->estimands, point_policy,
-                              [&](std::uint64_t done, std::uint64_t planned) { bar.update(k, label, done, planned); });
-    } catch (const theory::InputError& e) {
-      bar.finish();
-      throw theory::InputError(fmt::format("point {}: {}", label, e.what()));
-    }
-    std::vector<json> fresh;
-    for (auto e : ps.series->estimands) fresh.push_back(mc::point_record(ps, e, outcome, point_context));
-    if (folder) folder->append(fresh);
-    records.insert(records.end(), fresh.begin(), fresh.end());
+  request.rel_se = o.rel_se;
+  request.max_seconds = o.max_seconds;
+  request.sigma_x = o.sigma_x;
+  request.sigma_t = o.sigma_t;
+  request.tolerance = o.tolerance;
+  request.max_samples = o.max_samples;
+  request.seed = o.seed;
+  request.threads = o.threads;
+  request.tile = o.tile;
+  request.resume = o.resume;
+  request.force = o.force;
+  request.command = command_line();
+  ProgressBar bar;
+  mc::McHooks hooks;
+  hooks.make_backend = [&](const mc::McRequest& r) {
+    return select_backend(o.backend, r.threads, static_cast<theory::Index>(r.tile));
+  };
+  hooks.note = [](const std::string& note) { fmt::print(stderr, "attncheck mc: note: {}\n", note); };
+  hooks.progress = [&](std::size_t point, std::size_t points, const std::string& label, std::uint64_t done,
+                       std::uint64_t planned) { bar.update(point, points, label, done, planned); };
+  mc::McOutcome outcome;
+  try {
+    outcome = mc::run_mc(request, hooks);
+  } catch (...) {
+    bar.finish();  // the error message starts on a clean line
+    throw;
   }
   bar.finish();
-  if (skipped) fmt::print(stderr, "attncheck mc: --resume: {} of {} points were already in {}\n", skipped, points.size(), *o.out);
-
-  const json fitted = mc::fit_series(records, o.tolerance);
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const json provenance = {{"version", std::string(ATTNCHECK_VERSION)},
-                           {"date", utc_now()},
-                           {"machine", {{"hostname", hostname()}, {"cpu", cpu_model()}}},
-                           {"backend", backend->name()},
-                           {"threads", threads},
-                           {"run_seed", o.seed},
-                           {"command", command_line()},
-                           {"wall_seconds", wall}};
-  // fits.json describes the whole folder: with --resume a folder can gather several claims' runs, and a
-  // report of it must see all of their series.
-  if (folder) folder->write_fits(provenance, o.tolerance);
-  const int code = mc::exit_code_of(fitted);
-
-  std::vector<std::string> claims;
-  for (const auto& s : series) {
-    if (s.claim != "custom" && (claims.empty() || claims.back() != s.claim)) claims.push_back(s.claim);
+  if (outcome.skipped) {
+    fmt::print(stderr, "attncheck mc: --resume: {} of {} points were already in {}\n", outcome.skipped, outcome.points,
+               *o.out);
   }
   if (o.as_json) {
-    std::cout << json{{"provenance", provenance}, {"points", records}, {"series", fitted}, {"exit_code", code}}.dump(2)
-              << "\n";
+    std::cout << outcome.to_json().dump(2) << "\n";
   } else {
-    print_human(records, fitted, provenance, claims);
+    print_human(outcome.records, outcome.series, outcome.provenance, outcome.claims);
   }
-  for (const json& s : fitted) {
+  for (const json& s : outcome.series) {
     if (s["verdict"] == "inconclusive" && s.value("counts_for_exit", false)) {
       fmt::print(stderr, "attncheck mc: inconclusive (not a failure): {} {} p={} {}{}: {}\n", s["claim"].get<std::string>(),
                  s["phi"].get<std::string>(), s["p"].get<int>(), s["estimand"].get<std::string>(),
@@ -406,8 +270,7 @@ int run(const Options& o) {
                  s["estimand"].get<std::string>(), mc::kMaxExactAbsZ);
     }
   }
-
-  return code == 1 ? kExitViolated : kExitHolds;
+  return outcome.exit_code == 1 ? kExitViolated : kExitHolds;
 }
 
 std::function<int()> setup(CLI::App& app) {
@@ -435,19 +298,19 @@ std::function<int()> setup(CLI::App& app) {
                  "score-var (Var(s_ij), i != j), row-sum (mean over rows of sum_j F_ij), row-mean (row-sum / N); "
                  "default value");
   app.add_option("--claimed-exponent", o->claimed_exponent, "Without --claim: the claimed exponent a of E||F|| = O(N^a)")
-      ->check(real_in({-64, 64}));
+      ->check(real_in(mc::kClaimedExponentRange));
   app.add_option("--samples", o->samples, "Samples per point: an integer, or auto (until --rel-se, --max-samples or --max-seconds)")
       ->capture_default_str();
   app.add_option("--rel-se", o->rel_se, "auto: stop when se/mean <= this, with a reliable se, for every estimand (C8: of the mean square)")
-      ->capture_default_str()->check(real_in({0, 1, true}));
+      ->capture_default_str()->check(real_in(mc::kRelativeErrorRange));
   app.add_option("--max-samples", o->max_samples, "auto: at most this many samples per point")
-      ->capture_default_str()->check(unsigned_in(2, kMaxSamples));
+      ->capture_default_str()->check(unsigned_in(2, mc::kMaxSamples));
   app.add_option("--max-seconds", o->max_seconds, "auto: at most this much wall time per point (read after every sample from the second on)")
-      ->capture_default_str()->check(real_in({0, 1e9, true}));
+      ->capture_default_str()->check(real_in(mc::kSecondsRange));
   app.add_option("--sigma-x", o->sigma_x, "Standard deviation of the entries of X")
-      ->capture_default_str()->check(real_in({0, 1e100, true}));
+      ->capture_default_str()->check(real_in(mc::kSigmaRange));
   app.add_option("--sigma-t", o->sigma_t, "Standard deviation of the entries of Q and K")
-      ->capture_default_str()->check(real_in({0, 1e100, true}));
+      ->capture_default_str()->check(real_in(mc::kSigmaRange));
   app.add_option("--seed", o->seed, "Run seed; each point's seed is derived from it and the point")
       ->capture_default_str()->check(unsigned_in(0, UINT64_MAX));
   app.add_option("--threads", o->threads, "CPU threads (0: all cores); results do not depend on it")
@@ -456,7 +319,7 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--tile", o->tile, "Score tile size (tile x tile entries per thread)")
       ->capture_default_str()->check(integer_in(1, INT32_MAX));
   app.add_option("--tolerance", o->tolerance, "Slack on the claimed exponent in the asymptotic-fit verdict")
-      ->capture_default_str()->check(real_in({0, 1, true}));
+      ->capture_default_str()->check(real_in(mc::kToleranceRange));
   app.add_option("--backend", o->backend, "auto, cpu or cuda")->capture_default_str();
   app.add_option("--out", o->out, "Folder for points.jsonl, points.csv (each point written when it finishes) and fits.json (the fits of every series in the folder)");
   app.add_flag("--resume", o->resume,

@@ -1,93 +1,22 @@
 #include "number_options.hpp"
 
-#include "subcommand.hpp"
-
 #include <fmt/format.h>
-
-#include <charconv>
-#include <cmath>
-#include <sstream>
 
 namespace attncheck::cli {
 
-namespace {
-
-std::string_view trimmed(std::string_view text) {
-  const auto first = text.find_first_not_of(" \t");
-  if (first == std::string_view::npos) return {};
-  return text.substr(first, text.find_last_not_of(" \t") - first + 1);
-}
-
-// The whole text as a number of type T (an optional leading '+' allowed), or nothing.
-template <class T>
-std::optional<T> whole(std::string_view text) {
-  text = trimmed(text);
-  if (!text.empty() && text.front() == '+') text.remove_prefix(1);
-  T value{};
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || error != std::errc() || end != text.data() + text.size()) return std::nullopt;
-  return value;
-}
-
-std::string real_message(const std::string& text, RealRange range) {
-  const auto value = whole<double>(text);
-  const std::string wanted = fmt::format("a finite number {} {:g} and <= {:g}", range.above_min ? ">" : ">=",
-                                         range.min, range.max);
-  if (!value || !std::isfinite(*value)) return fmt::format("'{}' is not {}", text, wanted);
-  if (*value < range.min || (range.above_min && *value == range.min) || *value > range.max) {
-    return fmt::format("{} is out of range: give {}", text, wanted);
-  }
-  return {};
-}
-
-template <class T>
-std::string integer_message(const std::string& text, T min, T max) {
-  const auto value = whole<T>(text);
-  const std::string wanted = fmt::format("a whole number from {} to {}", min, max);
-  if (!value) {
-    // Negative text for an unsigned range, or digits past the type: say out of range rather than "not a number".
-    const auto as_real = whole<double>(text);
-    if (as_real && std::isfinite(*as_real) && *as_real == std::floor(*as_real)) {
-      return fmt::format("{} is out of range: give {}", text, wanted);
-    }
-    return fmt::format("'{}' is not {}", text, wanted);
-  }
-  if (*value < min || *value > max) return fmt::format("{} is out of range: give {}", text, wanted);
-  return {};
-}
-
-}  // namespace
-
 CLI::Validator real_in(RealRange range) {
-  return CLI::Validator([range](std::string& text) { return real_message(text, range); },
+  return CLI::Validator([range](std::string& text) { return monte_carlo::real_problem(text, range); },
                         fmt::format("in {}{:g}, {:g}]", range.above_min ? "(" : "[", range.min, range.max));
 }
 
 CLI::Validator integer_in(std::int64_t min, std::int64_t max) {
-  return CLI::Validator([min, max](std::string& text) { return integer_message(text, min, max); },
+  return CLI::Validator([min, max](std::string& text) { return monte_carlo::integer_problem(text, min, max); },
                         fmt::format("in [{}, {}]", min, max));
 }
 
 CLI::Validator unsigned_in(std::uint64_t min, std::uint64_t max) {
-  return CLI::Validator([min, max](std::string& text) { return integer_message(text, min, max); },
+  return CLI::Validator([min, max](std::string& text) { return monte_carlo::unsigned_problem(text, min, max); },
                         fmt::format("in [{}, {}]", min, max));
-}
-
-std::int64_t parse_integer(const std::string& text, const std::string& option, std::int64_t min, std::int64_t max) {
-  const std::string problem = integer_message(text, min, max);
-  if (!problem.empty()) throw UsageError(fmt::format("{}: {}", option, problem));
-  return *whole<std::int64_t>(text);
-}
-
-std::vector<std::int64_t> parse_integer_list(const std::string& text, const std::string& option, std::int64_t min,
-                                             std::int64_t max) {
-  std::vector<std::int64_t> values;
-  std::istringstream parts(text);
-  for (std::string part; std::getline(parts, part, ',');) values.push_back(parse_integer(part, option, min, max));
-  if (values.empty() || (!text.empty() && text.back() == ',')) {
-    throw UsageError(fmt::format("{}: '{}' is not a comma-separated list of whole numbers", option, text));
-  }
-  return values;
 }
 
 }  // namespace attncheck::cli

@@ -5,6 +5,9 @@
 // CLI11 runs these validators on the text, before converting it, so "-1" never wraps to 2^64 - 1 and "1e300"
 // never reaches an int.
 
+#include "attncheck/monte_carlo/commands.hpp"
+#include "attncheck/monte_carlo/option_ranges.hpp"
+
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
@@ -14,11 +17,11 @@
 
 namespace attncheck::cli {
 
-// A closed range of finite reals; `above_min` makes the lower end open (a value must exceed it).
-struct RealRange {
-  double min, max;
-  bool above_min = false;
-};
+using monte_carlo::parse_integer;
+using monte_carlo::parse_integer_list;
+using monte_carlo::RealRange;
+// parse_integer and parse_integer_list check numbers inside a text option (lists such as --p 1,2,3, or
+// --samples 500 | auto) the same way; the message names the option and the value.
 
 // A finite real in `range` (e.g. {0, 1e9, true}: positive seconds).
 CLI::Validator real_in(RealRange range);
@@ -26,13 +29,7 @@ CLI::Validator real_in(RealRange range);
 CLI::Validator integer_in(std::int64_t min, std::int64_t max);
 CLI::Validator unsigned_in(std::uint64_t min, std::uint64_t max);
 
-// The same checks for numbers inside a text option (lists such as --p 1,2,3, or --samples 500 | auto); the
-// message names `option` and the value.
-std::int64_t parse_integer(const std::string& text, const std::string& option, std::int64_t min, std::int64_t max);
-std::vector<std::int64_t> parse_integer_list(const std::string& text, const std::string& option, std::int64_t min,
-                                             std::int64_t max);
-
-// Ranges shared by several subcommands.
-inline constexpr std::int64_t kMaxThreads = 1024;  // far above any machine's cores; more only adds overhead
+// Ranges shared by several subcommands (and by the library functions the Python package calls).
+inline constexpr std::int64_t kMaxThreads = monte_carlo::kMaxThreads;
 
 }  // namespace attncheck::cli

@@ -1,10 +1,10 @@
 #!/usr/bin/python3
-"""Summarize `attncheck probe --watch` logs of the digits runs: for each run and checkpoint step, the norm of
-the attention map the model was trained with (softmax: ||softmax(S)||_F, x^3/sqrt(N): ||S^3||_F/sqrt(N),
-x^3: ||S^3||_F), as mean +- standard error over all layers and heads, with its ratio to sqrt(N); then the
-papers' qualitative claim checked on the last common step: x^3 far above softmax (ratio > 10) and
-x^3/sqrt(N) close to it (ratio within [1/10, 10]). The thresholds are this script's, stated so they can be
-argued with.
+"""Summarize the probe logs of the digits runs (written live by the recorder or by `attncheck probe --watch`):
+for each run and logged step, the norm of the attention map the model was trained with (softmax:
+||softmax(S)||_F, x^3/sqrt(N): ||S^3||_F/sqrt(N), x^3: ||S^3||_F), as mean +- standard error over all layers
+and heads, with its ratio to sqrt(N); then the papers' qualitative claim checked on the last common step: x^3
+far above softmax (ratio > 10) and x^3/sqrt(N) close to it (ratio within [1/10, 10]). The thresholds are this
+script's, stated so they can be argued with.
 
   /usr/bin/python3 examples/summarize_probe_log.py RUN_DIR [RUN_DIR ...]
 """
@@ -41,7 +41,7 @@ def main(runs):
         activation, by_step = load(run)
         key = OWN_NORM[activation]
         print(f"{run}: trained with {LABEL[activation]}; ||A||_F of that map per step "
-              f"(mean +- standard error over {len(next(iter(by_step.values())))} heads; N from the probe input)")
+              f"(mean +- standard error over {len(next(iter(by_step.values())))} heads; N: the measured sequence's length)")
         print(f"{'step':>7} {'N':>4} {'||A||_F':>20} {'/sqrt(N)':>9} {'min':>9} {'max':>9}")
         for step in sorted(by_step):
             rows = by_step[step]
@@ -56,7 +56,7 @@ def main(runs):
         soft = last["softmax"][1]
         cube = last["poly3"][1] / soft
         scaled = last["poly3_scaled"][1] / soft
-        print(f"final checkpoints: ||x^3||_F / ||softmax||_F = {cube:.3g}, "
+        print(f"last logged step: ||x^3||_F / ||softmax||_F = {cube:.3g}, "
               f"||x^3/sqrt(N)||_F / ||softmax||_F = {scaled:.3g}")
         holds = cube > 10 and 0.1 <= scaled <= 10
         print("papers' qualitative finding (x^3 far above softmax, x^3/sqrt(N) close to it): "

@@ -23,13 +23,50 @@ using theory::Pointwise;
 namespace {
 
 NormSet norms_of(const AttentionMap& map, const LayerInputs& layer, const HeadInputs& head) {
-  const auto norms = theory::attention_norms_from_projections(map, layer.X, head.V, head.U, layer.causal,
-                                                              layer.rotary ? &*layer.rotary : nullptr);
+  if (layer.attended && layer.rotary) {
+    throw InputError("rotary positions under a padding mask are not supported: the rotary key term needs the keys "
+                     "as a causal prefix or all of them");
+  }
+  const auto norms = layer.attended
+                         ? theory::attention_norms_from_projections(map, layer.X, head.V, head.U, *layer.attended)
+                         : theory::attention_norms_from_projections(map, layer.X, head.V, head.U, layer.causal,
+                                                                    layer.rotary ? &*layer.rotary : nullptr);
   return {norms.value_fro, *norms.dS_fro, *norms.dQ_fro, *norms.dK_fro};
 }
 
 double softmax_key_derivative(const LayerInputs& layer, const HeadInputs& head) {
   return norms_of(AttentionMap{{ActivationKind::softmax, Pointwise::identity, 1}, layer.inner, {}}, layer, head).dWk;
+}
+
+bool is_attended(Index i, Index j, bool causal, const std::optional<theory::AttendedMask>& attended) {
+  return attended ? (*attended)(i, j) : (!causal || j <= i);
+}
+
+struct ScoreStatistics {
+  double mean = 0, std = 0, max_abs = 0, fro = 0;
+};
+
+// Over the attended entries only.
+ScoreStatistics score_statistics(const Matrix& scores, bool causal, const std::optional<theory::AttendedMask>& attended) {
+  double sum = 0, sum_sq = 0, max_abs = 0;
+  std::int64_t count = 0;
+  for (Index i = 0; i < scores.rows(); ++i) {
+    for (Index j = 0; j < scores.cols(); ++j) {
+      if (!is_attended(i, j, causal, attended)) continue;
+      const double s = scores(i, j);
+      sum += s;
+      sum_sq += s * s;
+      max_abs = std::max(max_abs, std::abs(s));
+      ++count;
+    }
+  }
+  ScoreStatistics out;
+  if (count == 0) return out;
+  out.mean = sum / static_cast<double>(count);
+  out.std = std::sqrt(std::max(0.0, sum_sq / static_cast<double>(count) - out.mean * out.mean));
+  out.max_abs = max_abs;
+  out.fro = std::sqrt(sum_sq);
+  return out;
 }
 
 AttentionMap pointwise_map(Pointwise h, int p, double inner, theory::OuterScale outer) {
@@ -41,13 +78,41 @@ AttentionMap pointwise_map(Pointwise h, int p, double inner, theory::OuterScale 
 }
 
 // sqrt(E||c S^p||_F^2) over the attended entries: every entry for bidirectional attention, the lower
-// triangle with the diagonal for causal attention.
-double iid_root_mean_square(const theory::GaussianModel& model, Index n, int p, double outer, bool causal) {
-  if (!causal) return std::sqrt(theory::expected_poly_fro_sq(model, n, p, outer));
+// triangle with the diagonal for causal attention, the mask's diagonal and off-diagonal entries otherwise
+// (their moments differ).
+double iid_root_mean_square(const theory::GaussianModel& model, Index n, int p, double outer, bool causal,
+                            const std::optional<theory::AttendedMask>& attended) {
+  if (!causal && !attended) return std::sqrt(theory::expected_poly_fro_sq(model, n, p, outer));
   const double nn = static_cast<double>(n);
+  double diagonal = nn, off_diagonal = nn * (nn - 1) / 2;
+  if (attended) {
+    diagonal = static_cast<double>(attended->matrix().diagonal().count());
+    off_diagonal = static_cast<double>(attended->count()) - diagonal;
+  }
   const double off = theory::offdiagonal_abs_moment(model, 2.0 * p);
   const double diag = theory::diagonal_abs_moment(model, 2.0 * p);
-  return outer * std::sqrt(nn * (nn - 1) / 2 * off + nn * diag);
+  return outer * std::sqrt(off_diagonal * off + diagonal * diag);
+}
+
+// The activations probed beside the trained one, on the same scores: S/sqrt(N), S^3/sqrt(N), S^3, relu(S)/N.
+AttentionMap linear_scaled_map(double inner) { return pointwise_map(Pointwise::identity, 1, inner, {1, 0.5}); }
+AttentionMap poly3_scaled_map(double inner) { return pointwise_map(Pointwise::poly, 3, inner, {1, 0.5}); }
+AttentionMap poly3_map(double inner) { return pointwise_map(Pointwise::poly, 3, inner, {1, 0}); }
+AttentionMap relu_n_map(double inner) { return pointwise_map(Pointwise::relu, 1, inner, {1, 1}); }
+AttentionMap softmax_map(double inner) { return AttentionMap{{ActivationKind::softmax, Pointwise::identity, 1}, inner, {}}; }
+
+void set_bounds(HeadMetrics& m) {
+  const auto bounds = theory::softmax_bounds(m.N);
+  m.sqrt_n = bounds.softmax_paper;
+  m.grad_paper_bound = bounds.grad_paper;
+  m.grad_tight_bound = bounds.grad_tight;
+}
+
+void set_score_statistics(HeadMetrics& m, const ScoreStatistics& statistics) {
+  m.score_mean = statistics.mean;
+  m.score_std = statistics.std;
+  m.score_max_abs = statistics.max_abs;
+  m.scores_fro = statistics.fro;
 }
 
 }  // namespace
@@ -101,42 +166,22 @@ HeadMetrics measure_head(const LayerInputs& layer, int layer_index, int head_ind
   m.inner = layer.inner;
   m.kv_head = head.kv_head;
   const double lambda = layer.inner;
-  m.softmax = norms_of(AttentionMap{{ActivationKind::softmax, Pointwise::identity, 1}, lambda, {}}, layer, head);
-  const auto bounds = theory::softmax_bounds(m.N);
-  m.sqrt_n = bounds.softmax_paper;
-  m.grad_paper_bound = bounds.grad_paper;
-  m.grad_tight_bound = bounds.grad_tight;
+  m.softmax = norms_of(softmax_map(lambda), layer, head);
+  set_bounds(m);
+  set_score_statistics(m, score_statistics(lambda * (head.V * head.U.transpose()), layer.causal, layer.attended));
 
-  const Matrix scores = lambda * (head.V * head.U.transpose());
-  double sum = 0, sum_sq = 0, max_abs = 0;
-  std::int64_t count = 0;
-  for (Index i = 0; i < m.N; ++i) {
-    const Index visible = layer.causal ? i + 1 : m.N;
-    for (Index j = 0; j < visible; ++j) {
-      const double s = scores(i, j);
-      sum += s;
-      sum_sq += s * s;
-      max_abs = std::max(max_abs, std::abs(s));
-      ++count;
-    }
-  }
-  m.score_mean = sum / static_cast<double>(count);
-  m.score_std = std::sqrt(std::max(0.0, sum_sq / static_cast<double>(count) - m.score_mean * m.score_mean));
-  m.score_max_abs = max_abs;
-  m.scores_fro = std::sqrt(sum_sq);
-
-  m.linear_scaled = norms_of(pointwise_map(Pointwise::identity, 1, lambda, {1, 0.5}), layer, head);
-  m.poly3_scaled = norms_of(pointwise_map(Pointwise::poly, 3, lambda, {1, 0.5}), layer, head);
-  m.poly3 = norms_of(pointwise_map(Pointwise::poly, 3, lambda, {1, 0}), layer, head);
-  m.relu_n = norms_of(pointwise_map(Pointwise::relu, 1, lambda, {1, 1}), layer, head);
+  m.linear_scaled = norms_of(linear_scaled_map(lambda), layer, head);
+  m.poly3_scaled = norms_of(poly3_scaled_map(lambda), layer, head);
+  m.poly3 = norms_of(poly3_map(lambda), layer, head);
+  m.relu_n = norms_of(relu_n_map(lambda), layer, head);
 
   m.sigma_x = std::sqrt(layer.X.squaredNorm() / static_cast<double>(layer.X.size()));
   m.sigma_t = std::sqrt((head.W_Q.squaredNorm() + head.W_K.squaredNorm()) /
                         static_cast<double>(head.W_Q.size() + head.W_K.size()));
   const theory::GaussianModel model{m.D, m.d, m.sigma_x, m.sigma_t, lambda};
-  m.iid_scores_fro = iid_root_mean_square(model, m.N, 1, 1.0, m.causal);
-  m.iid_poly3_scaled_fro = iid_root_mean_square(model, m.N, 3, 1.0 / m.sqrt_n, m.causal);
-  m.iid_poly3_fro = iid_root_mean_square(model, m.N, 3, 1.0, m.causal);
+  m.iid_scores_fro = iid_root_mean_square(model, m.N, 1, 1.0, m.causal, layer.attended);
+  m.iid_poly3_scaled_fro = iid_root_mean_square(model, m.N, 3, 1.0 / m.sqrt_n, m.causal, layer.attended);
+  m.iid_poly3_fro = iid_root_mean_square(model, m.N, 3, 1.0, m.causal, layer.attended);
   for (const auto& [name, value] : {std::pair<const char*, double>{"||softmax(S)||_F", m.softmax.value},
                                     {"||grad softmax(S)||_F", m.softmax.grad},
                                     {"||dA/dW_Q||_F", m.softmax.dWq},
@@ -150,6 +195,73 @@ HeadMetrics measure_head(const LayerInputs& layer, int layer_index, int head_ind
   return m;
 }
 
+HeadMetrics measure_scores(const Matrix& scores, int layer_index, int head_index, bool causal,
+                           const std::optional<theory::AttendedMask>& attended) {
+  if (scores.rows() != scores.cols()) {
+    throw InputError(fmt::format("the scores are {}x{}: self-attention scores are N x N", scores.rows(), scores.cols()));
+  }
+  std::optional<theory::AttendedMask> mask = attended;
+  if (!mask && causal) {
+    mask = theory::AttendedMask::Constant(scores.rows(), scores.cols(), false);
+    for (Index i = 0; i < scores.rows(); ++i) mask->row(i).head(i + 1) = true;
+  }
+  const theory::AttendedMask* mask_or_all = mask ? &*mask : nullptr;
+  const auto norms = [&](const AttentionMap& map) {
+    const auto n = theory::score_map_norms(map, scores, mask_or_all);
+    return NormSet{n.value_fro, *n.dS_fro, 0, 0};
+  };
+  HeadMetrics m;
+  m.from_scores = true;
+  m.layer = layer_index;
+  m.head = head_index;
+  m.N = scores.rows();
+  m.causal = causal;
+  m.softmax = norms(softmax_map(1));
+  set_bounds(m);
+  set_score_statistics(m, score_statistics(scores, causal, attended));
+  m.linear_scaled = norms(linear_scaled_map(1));
+  m.poly3_scaled = norms(poly3_scaled_map(1));
+  m.poly3 = norms(poly3_map(1));
+  m.relu_n = norms(relu_n_map(1));
+  return m;
+}
+
+LayerInputs split_heads(Matrix X, const Matrix& W_Q, const Matrix& W_K, const Vector& b_Q, const Vector& b_K,
+                        int heads, double inner, bool causal) {
+  const Index D = X.cols();
+  if (heads < 1) throw InputError(fmt::format("heads = {} must be >= 1", heads));
+  if (W_Q.rows() != D || W_K.rows() != D || W_Q.cols() != W_K.cols()) {
+    throw InputError(fmt::format("shapes do not chain: x is {}x{}, w_q is {}x{}, w_k is {}x{} (need w_q, w_k of "
+                                 "D x (heads d) with D = {})",
+                                 X.rows(), D, W_Q.rows(), W_Q.cols(), W_K.rows(), W_K.cols(), D));
+  }
+  if (W_Q.cols() == 0 || W_Q.cols() % heads != 0) {
+    throw InputError(fmt::format("w_q has {} columns, not a positive multiple of heads = {}", W_Q.cols(), heads));
+  }
+  for (const auto& [bias, name] : {std::pair{&b_Q, "b_q"}, std::pair{&b_K, "b_k"}}) {
+    if (bias->size() != 0 && bias->size() != W_Q.cols()) {
+      throw InputError(fmt::format("{} has {} entries, w_q {} columns", name, bias->size(), W_Q.cols()));
+    }
+  }
+  const Index d = W_Q.cols() / heads;
+  LayerInputs layer;
+  layer.X = std::move(X);
+  layer.inner = inner;
+  layer.causal = causal;
+  for (int head = 0; head < heads; ++head) {
+    HeadInputs inputs;
+    inputs.kv_head = head;  // no grouped queries: each head reads its own key
+    inputs.W_Q = W_Q.middleCols(head * d, d);
+    inputs.W_K = W_K.middleCols(head * d, d);
+    inputs.b_Q = b_Q.size() ? Vector(b_Q.segment(head * d, d)) : Vector::Zero(d);
+    inputs.b_K = b_K.size() ? Vector(b_K.segment(head * d, d)) : Vector::Zero(d);
+    inputs.V = (layer.X * inputs.W_Q).rowwise() + inputs.b_Q.transpose();
+    inputs.U = (layer.X * inputs.W_K).rowwise() + inputs.b_K.transpose();
+    layer.heads.push_back(std::move(inputs));
+  }
+  return layer;
+}
+
 bool within_theorem_bounds(const HeadMetrics& m) {
   return monte_carlo::within(m.softmax.value, m.sqrt_n) && monte_carlo::within(m.softmax.grad, m.grad_tight_bound);
 }
@@ -158,22 +270,25 @@ namespace {
 struct Field {
   const char* name;
   double (*get)(const HeadMetrics&);
+  bool needs_weights = false;  // unknown when measured from the scores alone
 };
 #define ATTNCHECK_FIELD(key, expr) Field{key, [](const HeadMetrics& m) { return static_cast<double>(expr); }}
+#define ATTNCHECK_WEIGHTS_FIELD(key, expr) \
+  Field{key, [](const HeadMetrics& m) { return static_cast<double>(expr); }, true}
 const Field kFields[] = {
     ATTNCHECK_FIELD("layer", m.layer),
     ATTNCHECK_FIELD("head", m.head),
     ATTNCHECK_FIELD("N", m.N),
-    ATTNCHECK_FIELD("D", m.D),
-    ATTNCHECK_FIELD("d", m.d),
+    ATTNCHECK_WEIGHTS_FIELD("D", m.D),
+    ATTNCHECK_WEIGHTS_FIELD("d", m.d),
     ATTNCHECK_FIELD("causal", m.causal),
-    ATTNCHECK_FIELD("inner", m.inner),
+    ATTNCHECK_WEIGHTS_FIELD("inner", m.inner),
     ATTNCHECK_FIELD("softmax_fro", m.softmax.value),
     ATTNCHECK_FIELD("grad_fro", m.softmax.grad),
-    ATTNCHECK_FIELD("dWq_fro", m.softmax.dWq),
-    ATTNCHECK_FIELD("dWk_fro", m.softmax.dWk),
-    ATTNCHECK_FIELD("kv_head", m.kv_head),
-    ATTNCHECK_FIELD("dWk_group_fro", m.dWk_group),
+    ATTNCHECK_WEIGHTS_FIELD("dWq_fro", m.softmax.dWq),
+    ATTNCHECK_WEIGHTS_FIELD("dWk_fro", m.softmax.dWk),
+    ATTNCHECK_WEIGHTS_FIELD("kv_head", m.kv_head),
+    ATTNCHECK_WEIGHTS_FIELD("dWk_group_fro", m.dWk_group),
     ATTNCHECK_FIELD("sqrt_N", m.sqrt_n),
     ATTNCHECK_FIELD("softmax_over_sqrt_N", m.softmax.value / m.sqrt_n),
     ATTNCHECK_FIELD("grad_over_2sqrt_N", m.softmax.grad / m.grad_paper_bound),
@@ -186,21 +301,22 @@ const Field kFields[] = {
     ATTNCHECK_FIELD("linear_scaled_grad_fro", m.linear_scaled.grad),
     ATTNCHECK_FIELD("poly3_scaled_fro", m.poly3_scaled.value),
     ATTNCHECK_FIELD("poly3_scaled_grad_fro", m.poly3_scaled.grad),
-    ATTNCHECK_FIELD("poly3_scaled_dWq_fro", m.poly3_scaled.dWq),
-    ATTNCHECK_FIELD("poly3_scaled_dWk_fro", m.poly3_scaled.dWk),
+    ATTNCHECK_WEIGHTS_FIELD("poly3_scaled_dWq_fro", m.poly3_scaled.dWq),
+    ATTNCHECK_WEIGHTS_FIELD("poly3_scaled_dWk_fro", m.poly3_scaled.dWk),
     ATTNCHECK_FIELD("poly3_fro", m.poly3.value),
     ATTNCHECK_FIELD("poly3_grad_fro", m.poly3.grad),
-    ATTNCHECK_FIELD("poly3_dWq_fro", m.poly3.dWq),
-    ATTNCHECK_FIELD("poly3_dWk_fro", m.poly3.dWk),
+    ATTNCHECK_WEIGHTS_FIELD("poly3_dWq_fro", m.poly3.dWq),
+    ATTNCHECK_WEIGHTS_FIELD("poly3_dWk_fro", m.poly3.dWk),
     ATTNCHECK_FIELD("relu_n_fro", m.relu_n.value),
     ATTNCHECK_FIELD("relu_n_grad_fro", m.relu_n.grad),
-    ATTNCHECK_FIELD("sigma_x", m.sigma_x),
-    ATTNCHECK_FIELD("sigma_t", m.sigma_t),
-    ATTNCHECK_FIELD("iid_scores_fro", m.iid_scores_fro),
-    ATTNCHECK_FIELD("iid_poly3_scaled_fro", m.iid_poly3_scaled_fro),
-    ATTNCHECK_FIELD("iid_poly3_fro", m.iid_poly3_fro),
+    ATTNCHECK_WEIGHTS_FIELD("sigma_x", m.sigma_x),
+    ATTNCHECK_WEIGHTS_FIELD("sigma_t", m.sigma_t),
+    ATTNCHECK_WEIGHTS_FIELD("iid_scores_fro", m.iid_scores_fro),
+    ATTNCHECK_WEIGHTS_FIELD("iid_poly3_scaled_fro", m.iid_poly3_scaled_fro),
+    ATTNCHECK_WEIGHTS_FIELD("iid_poly3_fro", m.iid_poly3_fro),
 };
 #undef ATTNCHECK_FIELD
+#undef ATTNCHECK_WEIGHTS_FIELD
 bool is_integer_field(const std::string& name) {
   return name == "layer" || name == "head" || name == "N" || name == "D" || name == "d" || name == "kv_head";
 }
@@ -209,6 +325,7 @@ bool is_integer_field(const std::string& name) {
 nlohmann::json to_json(const HeadMetrics& metrics) {
   nlohmann::json out = nlohmann::json::object();
   for (const auto& field : kFields) {
+    if (metrics.from_scores && field.needs_weights) continue;
     const double value = field.get(metrics);
     if (std::string(field.name) == "causal") {
       out[field.name] = metrics.causal;

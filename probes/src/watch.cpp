@@ -48,15 +48,28 @@ std::vector<fs::path> list_checkpoints(const fs::path& folder) {
   return out;
 }
 
+namespace {
+nlohmann::json log_entry(const HeadMetrics& metrics, const std::string& checkpoint, std::optional<std::int64_t> step,
+                         const std::string& activation) {
+  nlohmann::json line = to_json(metrics);
+  line["checkpoint"] = checkpoint;
+  line["step"] = step ? nlohmann::json(*step) : nlohmann::json(nullptr);
+  line["activation"] = activation;
+  return line;
+}
+}  // namespace
+
+std::string probe_log_line(const HeadMetrics& metrics, const std::string& checkpoint,
+                           std::optional<std::int64_t> step, const std::string& activation) {
+  return log_entry(metrics, checkpoint, step, activation).dump() + '\n';
+}
+
 std::string checkpoint_lines(const std::string& checkpoint_name, const ProbeResult& result,
                              const std::string& fingerprint) {
   std::string lines;
   const auto step = step_from_name(checkpoint_name);
   for (const auto& metrics : result.heads) {
-    nlohmann::json line = to_json(metrics);
-    line["checkpoint"] = checkpoint_name;
-    line["step"] = step ? nlohmann::json(*step) : nlohmann::json(nullptr);
-    line["activation"] = result.config.attention_activation;
+    nlohmann::json line = log_entry(metrics, checkpoint_name, step, result.config.attention_activation);
     if (!fingerprint.empty()) line["checkpoint_fingerprint"] = fingerprint;
     lines += line.dump();
     lines += '\n';

@@ -20,7 +20,7 @@ struct QuantityInfo {
   std::string_view meaning;
   std::string_view activation;  // the trained activation whose own norm this is
   bool gradient;                 // ||dA/dS||_F rather than ||A||_F
-  bool required;
+  bool required;                 // the norms in W_Q, W_K are absent from lines measured on scores alone
 };
 // In the order of ProbeQuantity.
 constexpr QuantityInfo kQuantities[] = {
@@ -32,8 +32,8 @@ constexpr QuantityInfo kQuantities[] = {
     {ProbeQuantity::poly3_scaled_grad, "poly3_scaled_grad_fro", "||dA/dS||_F, x^3/sqrt(N)", "poly3_scaled", true, false},
     {ProbeQuantity::poly3_grad, "poly3_grad_fro", "||dA/dS||_F, x^3", "poly3", true, false},
     {ProbeQuantity::relu_n_grad, "relu_n_grad_fro", "||dA/dS||_F, relu/N", "relu_n", true, false},
-    {ProbeQuantity::dWq, "dWq_fro", "||dA/dW_Q||_F, softmax", "", false, true},
-    {ProbeQuantity::dWk, "dWk_fro", "||dA/dW_K||_F, softmax", "", false, true},
+    {ProbeQuantity::dWq, "dWq_fro", "||dA/dW_Q||_F, softmax", "", false, false},
+    {ProbeQuantity::dWk, "dWk_fro", "||dA/dW_K||_F, softmax", "", false, false},
 };
 static_assert(std::size(kQuantities) == kProbeQuantityCount);
 const QuantityInfo& info(ProbeQuantity q) { return kQuantities[static_cast<int>(q)]; }

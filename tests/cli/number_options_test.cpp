@@ -49,7 +49,7 @@ TEST_CASE("numbers inside text options are checked the same way, naming the opti
   CHECK_THROWS_WITH(parse_integer_list("1e300", "--p", 1, 64), Catch::Contains("--p: 1e300 is out of range"));
   CHECK_THROWS_WITH(parse_integer_list("2.5", "--p", 1, 64), Catch::Contains("--p: '2.5' is not a whole number"));
   CHECK_THROWS_WITH(parse_integer_list("1,", "--p", 1, 64), Catch::Contains("--p"));
-  CHECK_THROWS_AS(parse_integer_list("", "--p", 1, 64), UsageError);
+  CHECK_THROWS_AS(parse_integer_list("", "--p", 1, 64), attncheck::theory::InputError);  // exit 2, like UsageError
   CHECK(parse_integer("500", "--samples", 2, 1000) == 500);
   CHECK_THROWS_WITH(parse_integer("-1", "--samples", 2, 1000), Catch::Contains("--samples: -1 is out of range"));
 }

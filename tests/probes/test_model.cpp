@@ -352,3 +352,73 @@ TEST_CASE("attncheck probe survives its checkpoint being cut short while it read
                             (Catch::Contains("truncated") || Catch::Contains("run beyond")));
   }
 }
+
+TEST_CASE("a layer split from weights given as maps of rows measures what the model's forward pass measures",
+          "[model]") {
+  TempDir dir;
+  write_tiny_gpt2(dir.path / "model.safetensors", {}, 6);
+  const std::vector<std::int64_t> ids{4, 2, 7, 1, 3, 6};
+  const auto layers = TransformerModel::load(dir.path / "model.safetensors").forward(ids);
+  const LayerInputs& layer = layers[1];
+  const auto heads = static_cast<int>(layer.heads.size());
+  const Index d = layer.heads[0].W_Q.cols();
+  Matrix W_Q(layer.X.cols(), heads * d), W_K(layer.X.cols(), heads * d);
+  Vector b_Q(heads * d), b_K(heads * d);
+  for (int h = 0; h < heads; ++h) {
+    W_Q.middleCols(h * d, d) = layer.heads[h].W_Q;
+    W_K.middleCols(h * d, d) = layer.heads[h].W_K;
+    b_Q.segment(h * d, d) = layer.heads[h].b_Q;
+    b_K.segment(h * d, d) = layer.heads[h].b_K;
+  }
+  const LayerInputs split = split_heads(layer.X, W_Q, W_K, b_Q, b_K, heads, layer.inner, true);
+  for (int h = 0; h < heads; ++h) {
+    const auto from_model = to_json(measure_head(layer, 1, h)), from_split = to_json(measure_head(split, 1, h));
+    for (const auto& [key, value] : from_model.items()) {
+      INFO(key);
+      if (value.is_boolean()) {
+        CHECK(from_split[key] == value);
+      } else {
+        CHECK(from_split[key].get<double>() == Approx(value.get<double>()).epsilon(1e-13).margin(1e-300));
+      }
+    }
+  }
+  // The causal mask written out gives the same numbers; the i.i.d. model counts the same entries.
+  LayerInputs masked = split;
+  masked.attended = attncheck::theory::AttendedMask::Constant(6, 6, false);
+  for (Index i = 0; i < 6; ++i) masked.attended->row(i).head(i + 1) = true;
+  CHECK(to_json(measure_head(masked, 1, 0)) == to_json(measure_head(split, 1, 0)));
+
+  CHECK_THROWS_WITH(split_heads(layer.X, W_Q, W_K, b_Q, b_K, 3, 1.0, false),
+                    Catch::Contains("w_q has 8 columns, not a positive multiple of heads = 3"));
+  CHECK_THROWS_WITH(split_heads(layer.X, W_Q, W_K, Vector::Zero(3), b_K, heads, 1.0, false),
+                    Catch::Contains("b_q has 3 entries, w_q 8 columns"));
+}
+
+TEST_CASE("a head measured from its scores alone has the score norms of the full measurement and no weight norms",
+          "[model]") {
+  TempDir dir;
+  write_tiny_bert(dir.path, {}, 8);
+  const std::vector<std::int64_t> ids{2, 5, 6, 7, 4, 3};
+  const auto layers = TransformerModel::load(dir.path).forward(ids);
+  LayerInputs layer = layers[0];
+  // Padding of the last key: every query ignores it.
+  layer.attended = attncheck::theory::AttendedMask::Constant(6, 6, true);
+  layer.attended->col(5) = false;
+  const auto& head = layer.heads[1];
+  const auto full = to_json(measure_head(layer, 0, 1));
+  const HeadMetrics from_scores =
+      measure_scores(layer.inner * head.V * head.U.transpose(), 0, 1, false, layer.attended);
+  const auto scores_only = to_json(from_scores);
+  for (const char* key : {"softmax_fro", "grad_fro", "poly3_scaled_fro", "poly3_scaled_grad_fro", "poly3_fro",
+                          "relu_n_fro", "score_mean", "score_std", "score_max_abs", "scores_fro", "sqrt_N"}) {
+    INFO(key);
+    CHECK(scores_only[key].get<double>() == Approx(full[key].get<double>()).epsilon(1e-13));
+  }
+  for (const char* key : {"dWq_fro", "dWk_fro", "poly3_dWq_fro", "D", "d", "inner", "sigma_x", "iid_scores_fro"}) {
+    CHECK_FALSE(scores_only.contains(key));
+  }
+  // The padded key really is out: with it, softmax's norm differs.
+  CHECK(measure_scores(layer.inner * head.V * head.U.transpose(), 0, 1, false).softmax.value !=
+        Approx(from_scores.softmax.value).epsilon(1e-6));
+  CHECK_THROWS_WITH(measure_scores(Matrix::Ones(2, 3), 0, 0, false), Catch::Contains("the scores are 2x3"));
+}

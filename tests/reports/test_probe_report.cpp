@@ -55,6 +55,14 @@ TEST_CASE("probe lines are read with optional columns, and bad lines are named",
   CHECK_FALSE(records[1].value(ProbeQuantity::relu_n).has_value());
   CHECK_FALSE(records[1].activation.has_value());
 
+  // Lines measured on scores alone have no norms in W_Q and W_K.
+  json scores_only = probe_line("softmax", 100, 0, 0, 4, 1);
+  scores_only.erase("dWq_fro");
+  scores_only.erase("dWk_fro");
+  const auto without_weights = parse_probe_log(lines({scores_only}), "log.jsonl");
+  CHECK_FALSE(without_weights[0].value(ProbeQuantity::dWq).has_value());
+  CHECK(*without_weights[0].value(ProbeQuantity::grad) == 1);
+
   json no_grad = probe_line("softmax", 100, 0, 0, 4, 1);
   no_grad.erase("grad_fro");
   CHECK_THROWS_WITH(parse_probe_log(lines({minimal, no_grad}), "log.jsonl"),

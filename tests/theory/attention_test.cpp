@@ -48,25 +48,42 @@ rc::Gen<Shapes> shapes() {
      rc::gen::arbitrary<std::uint64_t>());
 }
 
-// Dense F with an optional causal mask and biased projections, written independently of the closed forms.
+// A head's input, projections and biases (N(0, 1), biases N(0, 0.25)) from one seed.
+struct BiasedHead {
+  Matrix X, Q, K;
+  Eigen::RowVectorXd bq, bk;
+};
+
+BiasedHead biased_head(Index n, Index D, Index d, std::uint64_t seed) {
+  const Matrix biases = testing::random_matrix(2, d, 0.5, seed, 3);
+  return {testing::random_matrix(n, D, 1.0, seed, 0), testing::random_matrix(D, d, 1.0, seed, 1),
+          testing::random_matrix(D, d, 1.0, seed, 2), biases.row(0), biases.row(1)};
+}
+
+// Which entries a dense reference keeps: j <= i when causal, and the explicit mask when given.
+bool kept(Index i, Index j, bool causal, const theory::AttendedMask* attended) {
+  return (!causal || j <= i) && (!attended || (*attended)(i, j));
+}
+
+// Dense F with an optional causal or explicit mask and biased projections, written independently of the
+// closed forms.
 Matrix dense_attention(const AttentionMap& map, const Matrix& X, const Matrix& Q, const Matrix& K,
-                       const Eigen::RowVectorXd& bias_q, const Eigen::RowVectorXd& bias_k, bool causal) {
+                       const Eigen::RowVectorXd& bias_q, const Eigen::RowVectorXd& bias_k, bool causal,
+                       const theory::AttendedMask* attended = nullptr) {
   const Matrix V = (X * Q).rowwise() + bias_q, U = (X * K).rowwise() + bias_k;
   Matrix S = map.inner * V * U.transpose();
   const Index n = X.rows();
   const double c = map.outer.at(n);
   if (map.activation.kind == ActivationKind::softmax) {
-    if (causal) {
-      for (Index i = 0; i < n; ++i)
-        for (Index j = i + 1; j < n; ++j) S(i, j) = -std::numeric_limits<double>::infinity();
-    }
+    for (Index i = 0; i < n; ++i)
+      for (Index j = 0; j < n; ++j)
+        if (!kept(i, j, causal, attended)) S(i, j) = -std::numeric_limits<double>::infinity();
     return c * theory::row_softmax(S);
   }
   Matrix F = S.unaryExpr([&](double s) { return c * theory::pointwise_value(map.activation.h, map.activation.p, s); });
-  if (causal) {
-    for (Index i = 0; i < n; ++i)
-      for (Index j = i + 1; j < n; ++j) F(i, j) = 0;
-  }
+  for (Index i = 0; i < n; ++i)
+    for (Index j = 0; j < n; ++j)
+      if (!kept(i, j, causal, attended)) F(i, j) = 0;
   return F;
 }
 
@@ -121,12 +138,8 @@ TEST_CASE("explicit parameter Jacobians agree with finite differences") {
 }
 
 TEST_CASE("norms from biased projections with a causal mask agree with finite differences") {
-  const Index n = 5, D = 3, d = 2;
-  const Matrix X = testing::random_matrix(n, D, 1.0, 5, 0);
-  const Matrix Q = testing::random_matrix(D, d, 1.0, 5, 1);
-  const Matrix K = testing::random_matrix(D, d, 1.0, 5, 2);
-  const Matrix biases = testing::random_matrix(2, d, 0.5, 5, 3);
-  const Eigen::RowVectorXd bq = biases.row(0), bk = biases.row(1);
+  const Index d = 2;
+  const auto [X, Q, K, bq, bk] = biased_head(5, 3, d, 5);
   for (const bool causal : {false, true}) {
     for (const AttentionMap& map : every_differentiable_map(d)) {
       INFO(theory::describe(map, d) << (causal ? " causal" : ""));
@@ -141,6 +154,63 @@ TEST_CASE("norms from biased projections with a causal mask agree with finite di
       CHECK(testing::relative_difference(norms.value_fro, dense_attention(map, X, Q, K, bq, bk, causal).norm()) < 1e-13);
     }
   }
+}
+
+TEST_CASE("norms with an explicit mask agree with finite differences, and the causal mask written out is causal") {
+  const Index n = 6, d = 2;
+  const auto [X, Q, K, bq, bk] = biased_head(n, 3, d, 7);
+  const Matrix V = (X * Q).rowwise() + bq, U = (X * K).rowwise() + bk;
+  // Padding of the last two keys, plus one more hole, so rows attend to different sets (none to nothing).
+  theory::AttendedMask padded = theory::AttendedMask::Constant(n, n, true);
+  padded.rightCols(2) = false;
+  padded(2, 1) = false;
+  theory::AttendedMask lower = theory::AttendedMask::Constant(n, n, false);
+  for (Index i = 0; i < n; ++i) lower.row(i).head(i + 1) = true;
+  for (const AttentionMap& map : every_differentiable_map(d)) {
+    INFO(theory::describe(map, d));
+    const auto norms = theory::attention_norms_from_projections(map, X, V, U, padded);
+    const double fd_q = testing::finite_difference_jacobian(
+        [&](const Matrix& q) { return dense_attention(map, X, q, K, bq, bk, false, &padded); }, Q).norm();
+    const double fd_k = testing::finite_difference_jacobian(
+        [&](const Matrix& k) { return dense_attention(map, X, Q, k, bq, bk, false, &padded); }, K).norm();
+    CHECK(testing::relative_difference(*norms.dQ_fro, fd_q) < 1e-7);
+    CHECK(testing::relative_difference(*norms.dK_fro, fd_k) < 1e-7);
+    const Matrix dense = dense_attention(map, X, Q, K, bq, bk, false, &padded);
+    CHECK(testing::relative_difference(norms.value_fro, dense.norm()) < 1e-13);
+
+    // The same entries in the same order: the explicit lower triangle gives the causal path's numbers.
+    const auto causal = theory::attention_norms_from_projections(map, X, V, U, true);
+    const auto written_out = theory::attention_norms_from_projections(map, X, V, U, lower);
+    CHECK(written_out.value_fro == causal.value_fro);
+    CHECK(*written_out.dS_fro == *causal.dS_fro);
+    CHECK(*written_out.dQ_fro == *causal.dQ_fro);
+    CHECK(*written_out.dK_fro == *causal.dK_fro);
+
+    // From the scores alone: the same value and score Jacobian, no parameter Jacobians.
+    const Matrix S = map.inner * V * U.transpose();
+    const auto from_scores = theory::score_map_norms(map, S, &padded);
+    CHECK(testing::relative_difference(from_scores.value_fro, norms.value_fro) < 1e-14);
+    CHECK(testing::relative_difference(*from_scores.dS_fro, *norms.dS_fro) < 1e-14);
+    CHECK_FALSE(from_scores.dQ_fro.has_value());
+  }
+}
+
+TEST_CASE("a softmax row that attends to nothing, and a mask of the wrong shape, are errors naming them") {
+  const Matrix X = testing::random_matrix(3, 2, 1.0, 9, 0);
+  const Matrix V = testing::random_matrix(3, 2, 1.0, 9, 1), U = testing::random_matrix(3, 2, 1.0, 9, 2);
+  theory::AttendedMask attended = theory::AttendedMask::Constant(3, 3, true);
+  attended.row(1) = false;
+  const AttentionMap softmax{{ActivationKind::softmax}, 1.0, {}};
+  CHECK_THROWS_WITH(theory::attention_norms_from_projections(softmax, X, V, U, attended),
+                    Catch::Contains("row 1 (0-based) attends to nothing"));
+  // Elementwise maps have nothing to normalize: an empty row just contributes nothing.
+  const AttentionMap cube{{ActivationKind::pointwise, Pointwise::poly, 3}, 1.0, {}};
+  theory::AttendedMask without_row_1 = theory::AttendedMask::Constant(3, 3, true);
+  CHECK(theory::attention_norms_from_projections(cube, X, V, U, attended).value_fro ==
+        Approx(std::sqrt(std::pow(theory::attention_norms_from_projections(cube, X, V, U, without_row_1).value_fro, 2) -
+                         (V.row(1) * U.transpose()).array().pow(3).square().sum())));
+  CHECK_THROWS_WITH(theory::attention_norms_from_projections(softmax, X, V, U, theory::AttendedMask::Constant(3, 2, true)),
+                    Catch::Contains("the mask is 3x2, but the scores are 3x3"));
 }
 
 TEST_CASE("the matrix-power reading is the matrix power, and grows like N^p where elementwise grows like N") {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -181,10 +182,120 @@ double rotary_key_term(const Matrix& gram, std::span<const double> a, std::span<
   return std::max(term, 0.0);  // a sum of squares; rounding must not make it negative
 }
 
+// Softmax's keys under rotary positions: the Gram matrix of X, the cosines cos(m theta_p) for m = 0 .. N-1 and
+// the coordinates in no pair, computed once per call.
+struct RotaryKeys {
+  RotaryKeys(const Rotary& rotary, const Matrix& X, Index head_dimension) : rotary(rotary), gram(X * X.transpose()) {
+    if (rotary.dimension != head_dimension) {
+      throw InputError(fmt::format("rotary embedding of dimension {} for heads of dimension {}", rotary.dimension,
+                                   head_dimension));
+    }
+    const Index n = X.rows();
+    cosines.resize(n, static_cast<Index>(rotary.frequency.size()));
+    for (Index m = 0; m < n; ++m) {
+      for (Index p = 0; p < cosines.cols(); ++p) cosines(m, p) = std::cos(static_cast<double>(m) * rotary.frequency[p]);
+    }
+    std::vector<bool> paired(static_cast<std::size_t>(head_dimension), false);
+    for (std::size_t p = 0; p < rotary.frequency.size(); ++p) {
+      paired[static_cast<std::size_t>(rotary.first[p])] = paired[static_cast<std::size_t>(rotary.second[p])] = true;
+    }
+    for (Index k = 0; k < head_dimension; ++k) {
+      if (!paired[static_cast<std::size_t>(k)]) unpaired.push_back(k);
+    }
+  }
+
+  // Row i's ||dA/dW_K||^2 / lambda^2 from its probabilities `a` over the keys 0 .. a.size() - 1 (a causal prefix
+  // or every key: the cosines need the keys' positions in order).
+  double key_term(const Matrix& V, Index i, std::span<const double> a) const {
+    const auto visible = static_cast<Index>(a.size());
+    Vector pair_sq(cosines.cols());
+    for (Index p = 0; p < pair_sq.size(); ++p) {
+      pair_sq[p] = V(i, rotary.first[p]) * V(i, rotary.first[p]) + V(i, rotary.second[p]) * V(i, rotary.second[p]);
+    }
+    double unrotated = 0;
+    for (Index k : unpaired) unrotated += V(i, k) * V(i, k);
+    const Vector c_row = (cosines.topRows(visible) * pair_sq).array() + unrotated;
+    return rotary_key_term(gram, a, {c_row.data(), static_cast<std::size_t>(visible)});
+  }
+
+  const Rotary& rotary;
+  Matrix gram, cosines;
+  std::vector<Index> unpaired;
+};
+
 }  // namespace
 
-AttentionNorms attention_norms_from_projections(const AttentionMap& map, const Matrix& X, const Matrix& V,
-                                                const Matrix& U, bool causal, const Rotary* rotary) {
+namespace {
+
+// One row's share of ||F||^2 and ||dF/dS||^2 from its attended scores `s`. On return `weights` holds, per
+// attended entry, what the parameter derivatives need: the probability (softmax) or h'(s)^2 (elementwise).
+struct RowTerms {
+  double value_sq = 0, dS_sq = 0;
+};
+
+RowTerms row_terms(const AttentionMap& map, std::span<const double> s, std::span<double> weights, Index row) {
+  RowTerms terms;
+  if (map.activation.kind == ActivationKind::pointwise) {
+    for (std::size_t j = 0; j < s.size(); ++j) {
+      const double f = pointwise_value(map.activation.h, map.activation.p, s[j]);
+      const double g = pointwise_derivative(map.activation.h, map.activation.p, s[j]);
+      terms.value_sq += f * f;
+      weights[j] = g * g;
+      terms.dS_sq += g * g;
+    }
+    return terms;
+  }
+  if (map.activation.kind != ActivationKind::softmax) {
+    throw InputError("the matrix-power reading needs Q and K themselves: use attention_norms");
+  }
+  if (s.empty()) {
+    throw InputError(fmt::format("row {} (0-based) attends to nothing: softmax is undefined there", row));
+  }
+  // Masked entries have probability exactly 0, so the attended entries carry every term.
+  softmax_row(s, weights, row);
+  const RowSoftmaxNorms norms = row_norms_from_probabilities(weights);
+  return {norms.softmax_sq, norms.jacobian_sq};
+}
+
+struct NormSums {
+  double value_sq = 0, dS_sq = 0, dQ_sq = 0, dK_sq = 0;
+};
+
+// Adds row i: U_att, X_att hold the rows u_j, x_j of the keys row i attends to, u_sq_att, x_sq_att their squared
+// norms; s_row and w_row are scratch of at least that many entries.
+void add_row(const AttentionMap& map, Index i, const Eigen::Ref<const Matrix>& U_att,
+             const Eigen::Ref<const Matrix>& X_att, const Eigen::Ref<const Vector>& u_sq_att,
+             const Eigen::Ref<const Vector>& x_sq_att, const Matrix& V, double x_sq_i, double v_sq_i, Vector& s_row,
+             Vector& w_row, NormSums& sums, const RotaryKeys* rotary_keys = nullptr) {
+  const Index visible = U_att.rows();
+  s_row.head(visible).noalias() = map.inner * (U_att * V.row(i).transpose());
+  const RowTerms terms = row_terms(map, {s_row.data(), static_cast<std::size_t>(visible)},
+                                   {w_row.data(), static_cast<std::size_t>(visible)}, i);
+  sums.value_sq += terms.value_sq;
+  sums.dS_sq += terms.dS_sq;
+  if (map.activation.kind == ActivationKind::pointwise) {
+    for (Index j = 0; j < visible; ++j) {
+      sums.dQ_sq += w_row[j] * x_sq_i * u_sq_att[j];
+      sums.dK_sq += w_row[j] * x_sq_att[j] * v_sq_i;
+    }
+    return;
+  }
+  // Differences u_j - ubar_i are formed explicitly: expanding the square cancels when a row is near one-hot.
+  const auto a = w_row.head(visible);
+  const Eigen::RowVectorXd u_bar = a.transpose() * U_att;
+  const Eigen::RowVectorXd x_bar = a.transpose() * X_att;
+  double q_sum = 0, k_sum = 0;
+  for (Index j = 0; j < visible; ++j) {
+    q_sum += a[j] * a[j] * (U_att.row(j) - u_bar).squaredNorm();
+    if (!rotary_keys) k_sum += a[j] * a[j] * (X_att.row(j) - x_bar).squaredNorm();
+  }
+  sums.dQ_sq += x_sq_i * q_sum;
+  // Rotary keys mix positions, so no rotation factors out of dA/dW_K (docs/THEORY.md).
+  sums.dK_sq += rotary_keys ? rotary_keys->key_term(V, i, {w_row.data(), static_cast<std::size_t>(visible)})
+                            : v_sq_i * k_sum;
+}
+
+void check_projections(const AttentionMap& map, const Matrix& X, const Matrix& V, const Matrix& U) {
   const Index n = X.rows();
   if (n == 0 || V.rows() != n || U.rows() != n || V.cols() != U.cols() || V.cols() == 0) {
     throw InputError(fmt::format("projection shapes do not match: X is {}x{}, V is {}x{}, U is {}x{}", X.rows(),
@@ -193,83 +304,86 @@ AttentionNorms attention_norms_from_projections(const AttentionMap& map, const M
   if (map.activation.kind == ActivationKind::matpow) {
     throw InputError("the matrix-power reading needs Q and K themselves: use attention_norms");
   }
+}
+
+AttentionNorms norms_of_sums(const AttentionMap& map, Index n, const NormSums& sums) {
   const double c = map.outer.at(n);
-  const double lambda = map.inner;
+  AttentionNorms out;
+  out.value_fro = c * std::sqrt(sums.value_sq);
+  out.dS_fro = c * std::sqrt(sums.dS_sq);
+  out.dQ_fro = c * std::abs(map.inner) * std::sqrt(sums.dQ_sq);
+  out.dK_fro = c * std::abs(map.inner) * std::sqrt(sums.dK_sq);
+  return out;
+}
+
+void check_mask(const AttendedMask& attended, Index rows, Index cols) {
+  if (attended.rows() != rows || attended.cols() != cols) {
+    throw InputError(fmt::format("the mask is {}x{}, but the scores are {}x{}", attended.rows(), attended.cols(),
+                                 rows, cols));
+  }
+}
+
+}  // namespace
+
+AttentionNorms attention_norms_from_projections(const AttentionMap& map, const Matrix& X, const Matrix& V,
+                                                const Matrix& U, bool causal, const Rotary* rotary) {
+  check_projections(map, X, V, U);
+  const Index n = X.rows();
   const Vector x_sq = X.rowwise().squaredNorm(), u_sq = U.rowwise().squaredNorm(), v_sq = V.rowwise().squaredNorm();
-  double value_sq = 0, dS_sq = 0, dQ_sq = 0, dK_sq = 0;
-  Vector s_row(n), a_row(n);
-  // Rotary softmax keys: the Gram matrix of X and the cosines cos(m theta_p), m = 0 .. N-1, once per call.
-  const bool rotary_keys = rotary && map.activation.kind == ActivationKind::softmax;
-  Matrix gram, cosines;
-  Vector c_row;
-  std::vector<Index> unpaired;
-  if (rotary_keys) {
-    if (rotary->dimension != V.cols()) {
-      throw InputError(fmt::format("rotary embedding of dimension {} for heads of dimension {}", rotary->dimension,
-                                   V.cols()));
-    }
-    gram = X * X.transpose();
-    cosines.resize(n, static_cast<Index>(rotary->frequency.size()));
-    for (Index m = 0; m < n; ++m) {
-      for (Index p = 0; p < cosines.cols(); ++p) cosines(m, p) = std::cos(static_cast<double>(m) * rotary->frequency[p]);
-    }
-    c_row.resize(n);
-    std::vector<bool> paired(static_cast<std::size_t>(V.cols()), false);
-    for (std::size_t p = 0; p < rotary->frequency.size(); ++p) {
-      paired[static_cast<std::size_t>(rotary->first[p])] = paired[static_cast<std::size_t>(rotary->second[p])] = true;
-    }
-    for (Index k = 0; k < V.cols(); ++k) {
-      if (!paired[static_cast<std::size_t>(k)]) unpaired.push_back(k);
-    }
-  }
+  std::optional<RotaryKeys> rotary_keys;
+  if (rotary && map.activation.kind == ActivationKind::softmax) rotary_keys.emplace(*rotary, X, V.cols());
+  NormSums sums;
+  Vector s_row(n), w_row(n);
   for (Index i = 0; i < n; ++i) {
+    // The attended keys of a causal row are a prefix, so they are used in place.
     const Index visible = causal ? i + 1 : n;
-    s_row.head(visible).noalias() = lambda * (U.topRows(visible) * V.row(i).transpose());
-    if (map.activation.kind == ActivationKind::pointwise) {
-      for (Index j = 0; j < visible; ++j) {
-        const double f = pointwise_value(map.activation.h, map.activation.p, s_row[j]);
-        const double g = pointwise_derivative(map.activation.h, map.activation.p, s_row[j]);
-        value_sq += f * f;
-        dS_sq += g * g;
-        dQ_sq += g * g * x_sq[i] * u_sq[j];
-        dK_sq += g * g * x_sq[j] * v_sq[i];
-      }
-      continue;
-    }
-    // Masked entries have probability exactly 0, so the visible prefix carries every term.
-    const std::span<double> a{a_row.data(), static_cast<std::size_t>(visible)};
-    softmax_row({s_row.data(), static_cast<std::size_t>(visible)}, a, i);
-    const RowSoftmaxNorms row = row_norms_from_probabilities(a);
-    value_sq += row.softmax_sq;
-    dS_sq += row.jacobian_sq;
-    // Differences u_j - ubar_i are formed explicitly: expanding the square cancels when a row is near one-hot.
-    const auto a_visible = a_row.head(visible);
-    const Eigen::RowVectorXd u_bar = a_visible.transpose() * U.topRows(visible);
-    const Eigen::RowVectorXd x_bar = a_visible.transpose() * X.topRows(visible);
-    double q_sum = 0;
-    for (Index j = 0; j < visible; ++j) q_sum += a_row[j] * a_row[j] * (U.row(j) - u_bar).squaredNorm();
-    dQ_sq += x_sq[i] * q_sum;
-    if (rotary_keys) {
-      Vector pair_sq(cosines.cols());
-      for (Index p = 0; p < pair_sq.size(); ++p) {
-        pair_sq[p] = V(i, rotary->first[p]) * V(i, rotary->first[p]) + V(i, rotary->second[p]) * V(i, rotary->second[p]);
-      }
-      double unrotated = 0;
-      for (Index k : unpaired) unrotated += V(i, k) * V(i, k);
-      c_row.head(visible) = (cosines.topRows(visible) * pair_sq).array() + unrotated;
-      dK_sq += rotary_key_term(gram, {a_row.data(), static_cast<std::size_t>(visible)},
-                               {c_row.data(), static_cast<std::size_t>(visible)});
-    } else {
-      double k_sum = 0;
-      for (Index j = 0; j < visible; ++j) k_sum += a_row[j] * a_row[j] * (X.row(j) - x_bar).squaredNorm();
-      dK_sq += v_sq[i] * k_sum;
-    }
+    add_row(map, i, U.topRows(visible), X.topRows(visible), u_sq.head(visible), x_sq.head(visible), V, x_sq[i],
+            v_sq[i], s_row, w_row, sums, rotary_keys ? &*rotary_keys : nullptr);
   }
+  return norms_of_sums(map, n, sums);
+}
+
+AttentionNorms attention_norms_from_projections(const AttentionMap& map, const Matrix& X, const Matrix& V,
+                                                const Matrix& U, const AttendedMask& attended) {
+  check_projections(map, X, V, U);
+  const Index n = X.rows();
+  check_mask(attended, n, n);
+  const Vector x_sq = X.rowwise().squaredNorm(), u_sq = U.rowwise().squaredNorm(), v_sq = V.rowwise().squaredNorm();
+  NormSums sums;
+  Vector s_row(n), w_row(n);
+  std::vector<Index> keys;
+  keys.reserve(static_cast<std::size_t>(n));
+  for (Index i = 0; i < n; ++i) {
+    keys.clear();
+    for (Index j = 0; j < n; ++j) {
+      if (attended(i, j)) keys.push_back(j);
+    }
+    const Matrix U_att = U(keys, Eigen::all), X_att = X(keys, Eigen::all);
+    const Vector u_sq_att = u_sq(keys), x_sq_att = x_sq(keys);
+    add_row(map, i, U_att, X_att, u_sq_att, x_sq_att, V, x_sq[i], v_sq[i], s_row, w_row, sums);
+  }
+  return norms_of_sums(map, n, sums);
+}
+
+AttentionNorms score_map_norms(const AttentionMap& map, const Matrix& scores, const AttendedMask* attended) {
+  const Index rows = scores.rows(), cols = scores.cols();
+  if (rows == 0 || cols == 0) throw InputError("the scores are empty");
+  if (attended) check_mask(*attended, rows, cols);
+  std::vector<double> s_row(static_cast<std::size_t>(cols)), w_row(static_cast<std::size_t>(cols));
+  double value_sq = 0, dS_sq = 0;
+  for (Index i = 0; i < rows; ++i) {
+    std::size_t visible = 0;
+    for (Index j = 0; j < cols; ++j) {
+      if (!attended || (*attended)(i, j)) s_row[visible++] = scores(i, j);
+    }
+    const RowTerms terms = row_terms(map, {s_row.data(), visible}, {w_row.data(), visible}, i);
+    value_sq += terms.value_sq;
+    dS_sq += terms.dS_sq;
+  }
+  const double c = map.outer.at(rows);
   AttentionNorms out;
   out.value_fro = c * std::sqrt(value_sq);
   out.dS_fro = c * std::sqrt(dS_sq);
-  out.dQ_fro = c * std::abs(lambda) * std::sqrt(dQ_sq);
-  out.dK_fro = c * std::abs(lambda) * std::sqrt(dK_sq);
   return out;
 }
 

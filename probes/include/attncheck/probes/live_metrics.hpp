@@ -43,6 +43,9 @@ struct HeadMetrics {
   // biases ignored: the exact root mean squares sqrt(E||.||_F^2) over the same attended entries.
   double sigma_x = 0, sigma_t = 0;
   double iid_scores_fro = 0, iid_poly3_scaled_fro = 0, iid_poly3_fro = 0;
+  // Measured from the scores alone: the weights are unknown, so are the norms in W_Q, W_K, D, d, lambda and
+  // the i.i.d. model; to_json leaves them out.
+  bool from_scores = false;
 };
 
 // Every norm except dWk_group, which needs the whole group: set_group_key_derivatives fills it for measured
@@ -55,6 +58,16 @@ void set_group_key_derivatives(const LayerInputs& layer, std::span<HeadMetrics> 
 // Theorem 4.1 on this head: ||softmax(S)||_F <= sqrt(N) and ||grad softmax(S)||_F <= sqrt(N)/2 (the tight bound;
 // the papers' 2 sqrt(N) is weaker). Both are deterministic, so a value above them, beyond rounding, is a violation.
 bool within_theorem_bounds(const HeadMetrics& metrics);
+
+// One head from its N x N scores S (lambda already applied): the norms of every activation and of their
+// Jacobians in S, and the score statistics. `attended` masks as in LayerInputs.
+HeadMetrics measure_scores(const Matrix& scores, int layer_index, int head_index, bool causal,
+                           const std::optional<theory::AttendedMask>& attended = std::nullopt);
+
+// A layer's attention inputs from X (N x D) and the weights of all heads as maps of rows, q = x W_Q + b_Q with
+// W_Q of D x (heads d) (head h owns columns h d .. h d + d - 1); empty biases are zeros.
+LayerInputs split_heads(Matrix X, const Matrix& W_Q, const Matrix& W_K, const Vector& b_Q, const Vector& b_K,
+                        int heads, double inner, bool causal);
 
 nlohmann::json to_json(const HeadMetrics& metrics);
 // Column names and values in the same order, for CSV output.

@@ -70,6 +70,9 @@ struct LayerInputs {
   double inner = 1;
   bool causal = false;
   std::optional<theory::Rotary> rotary;  // positions 0 .. N-1
+  // Entries attended when the mask is neither "all" nor causal (padding): then it is the whole mask, with any
+  // causal part already in it.
+  std::optional<theory::AttendedMask> attended;
   std::vector<HeadInputs> heads;
 };
 

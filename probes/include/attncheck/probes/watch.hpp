@@ -38,6 +38,11 @@ std::optional<std::int64_t> step_from_name(const std::string& name);
 // index, ordered by step, then name.
 std::vector<std::filesystem::path> list_checkpoints(const std::filesystem::path& folder);
 
+// One line of the log, ending in '\n': a head's metrics with the checkpoint's name, its training step (null
+// when unknown) and the activation the model was trained with.
+std::string probe_log_line(const HeadMetrics& metrics, const std::string& checkpoint,
+                           std::optional<std::int64_t> step, const std::string& activation);
+
 // The JSON lines of one probed checkpoint, each a whole line ending in '\n'. `fingerprint` (size, modification
 // time and inodes of its files) lets a restarted watcher see that a checkpoint was replaced under its name.
 std::string checkpoint_lines(const std::string& checkpoint_name, const ProbeResult& result,

@@ -73,6 +73,10 @@ struct Rotary {
 // Row k of `rows` (a query or key of one head) rotated to position first_position + k.
 void apply_rotary(const Rotary& rotary, Matrix& rows, double first_position = 0);
 
+// Which entries (i, j) of the N x N scores take part (true) and which are masked (false), for masks that are
+// neither "all" nor causal (padding, block masks).
+using AttendedMask = Eigen::Array<bool, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
 // The same closed forms from the projections V = X W_Q + b_Q and U = X W_K + b_K (rows v_i, u_j): they need
 // only X, V and U, so biases are included by passing the biased projections. The derivatives are in W_Q and
 // W_K (not in the biases). With `causal`, entries j > i are masked: -inf logits for softmax, absent (0) for
@@ -84,6 +88,13 @@ void apply_rotary(const Rotary& rotary, Matrix& rows, double first_position = 0)
 AttentionNorms attention_norms_from_projections(const AttentionMap& map, const Matrix& X, const Matrix& V,
                                                 const Matrix& U, bool causal = false,
                                                 const Rotary* rotary = nullptr);
+// Same with an explicit N x N mask; a softmax row that attends to nothing is an InputError naming the row.
+AttentionNorms attention_norms_from_projections(const AttentionMap& map, const Matrix& X, const Matrix& V,
+                                                const Matrix& U, const AttendedMask& attended);
+
+// ||F||_F and ||dF/dS||_F from the scores S themselves (lambda already applied, so map.inner is not used), for
+// callers that have no weights: dQ_fro and dK_fro stay empty. `attended` (optional) masks as above.
+AttentionNorms score_map_norms(const AttentionMap& map, const Matrix& scores, const AttendedMask* attended = nullptr);
 
 enum class Parameter { Q, K };
 

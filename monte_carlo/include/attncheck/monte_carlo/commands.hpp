@@ -1,0 +1,90 @@
+#pragma once
+// `attncheck bounds` and `attncheck mc` as functions: the command line and the Python package both call these,
+// so their JSON is the same. Bad requests are theory::InputErrors with the command line's messages, which
+// name options as the command line spells them.
+
+#include "attncheck/monte_carlo/backend.hpp"
+#include "attncheck/monte_carlo/option_ranges.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace attncheck::monte_carlo {
+
+// Ranges of `bounds` and `mc` options, shared by the command line's validators and the checks here.
+inline constexpr int kMaxBoundsTrials = 1000000;
+inline constexpr int kMaxSearchStarts = 100000;
+inline constexpr int kMaxThreads = 1024;  // far above any machine's cores; more only adds overhead
+// More samples than any point needs; the range keeps counts exact in the doubles of the statistics.
+inline constexpr std::int64_t kMaxSamples = std::int64_t{1} << 40;
+// The real-valued options' ranges.
+inline constexpr RealRange kSigmaRange{0, 1e100, true};
+inline constexpr RealRange kToleranceRange{0, 1, true};
+inline constexpr RealRange kRelativeErrorRange{0, 1, true};
+inline constexpr RealRange kSecondsRange{0, 1e9, true};
+inline constexpr RealRange kClaimedExponentRange{-64, 64};
+// A grid is a product: bounded before its points are built, or a few long lists would exhaust memory.
+inline constexpr std::uint64_t kMaxPoints = 100000;
+
+struct BoundsRequest {
+  std::optional<long long> n;        // --N; the rows of `input` when absent
+  int trials = 8;                    // --trials
+  int search_starts = 8;             // --search-starts
+  std::vector<std::string> families; // --family; all but the input when empty and no input is given
+  std::string input;                 // --input FILE (.npy or CSV), empty for none
+  std::uint64_t seed = 1;            // --seed
+  int threads = 0;                   // --threads; 0: OpenMP's default
+};
+
+// The object `attncheck bounds --json` prints: N, holds, claims, paper_bounds_hold, tight_bound_holds, the
+// largest ratios, seed, trials, threads, input and every family's maxima, bounds, ratios, verdicts and worst
+// matrices. Sizes whose matrices would not fit in the available memory are refused before allocating.
+nlohmann::json run_bounds(const BoundsRequest& request);
+
+// What `attncheck mc` is asked, option by option as the command line spells them; presets fill the rest.
+struct McRequest {
+  std::optional<std::string> claim, phi, inner_scale, outer_scale, estimand, out;
+  std::string N = "16:1024:x2", D = "64", d = "64", p = "1,2,3";
+  std::optional<std::string> alpha;  // C7's exponents; the preset's when absent
+  std::string samples = "auto";
+  std::optional<double> claimed_exponent;
+  double rel_se = 0.01, max_seconds = 600, sigma_x = 1, sigma_t = 1, tolerance = 0.05;
+  std::uint64_t max_samples = 100000, seed = 1;
+  int threads = 0;
+  long long tile = 256;
+  bool resume = false, force = false;  // keep the points already in `out`, or remove them
+  std::string command;  // how the run was started, for the provenance
+};
+
+struct McHooks {
+  // Makes the backend once the request has been checked (`threads` and `tile` as requested).
+  std::function<std::unique_ptr<Backend>(const McRequest&)> make_backend;
+  // Remarks on the request that do not stop it (C8 swept over N only, points moved to the CPU backend).
+  std::function<void(const std::string&)> note;
+  // After each chunk of samples: point index, number of points, the point's label, samples done and planned
+  // (0 when open-ended). May throw to abandon the run; finished points are already in the folder.
+  std::function<void(std::size_t, std::size_t, const std::string&, std::uint64_t, std::uint64_t)> progress;
+};
+
+struct McOutcome {
+  nlohmann::json provenance;
+  std::vector<nlohmann::json> records;  // this run's points, in sweep order (resumed ones included)
+  nlohmann::json series;                // the fits of this run's points, with verdicts
+  int exit_code = 0;                    // 1 when a claim as the papers state it is violated
+  std::size_t points = 0, skipped = 0;  // sweep points, and those --resume found finished
+  int inconclusive = 0;                 // series that count for the exit code but are inconclusive
+  std::vector<std::string> claims;      // the claims run, in order ("custom" runs name none)
+
+  // {"provenance", "points", "series", "exit_code"}: what `attncheck mc --json` prints.
+  nlohmann::json to_json() const;
+};
+
+McOutcome run_mc(const McRequest& request, const McHooks& hooks);
+
+}  // namespace attncheck::monte_carlo

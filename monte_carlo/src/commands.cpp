@@ -1,0 +1,329 @@
+#include "attncheck/monte_carlo/commands.hpp"
+
+#include "attncheck/monte_carlo/bounds_survey.hpp"
+#include "attncheck/monte_carlo/cpu_backend.hpp"
+#include "attncheck/monte_carlo/option_ranges.hpp"
+#include "attncheck/monte_carlo/results.hpp"
+#include "attncheck/monte_carlo/runner.hpp"
+#include "attncheck/monte_carlo/sample_norms.hpp"
+#include "attncheck/monte_carlo/sweep.hpp"
+#include "attncheck/reports/matrix_io.hpp"
+#include "attncheck/reports/memory_budget.hpp"
+
+#include <fmt/format.h>
+#include <omp.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <fstream>
+
+namespace attncheck::monte_carlo {
+
+using nlohmann::json;
+using theory::Index;
+using theory::InputError;
+
+namespace {
+
+json summary_json(const WorstMatrixSummary& s) {
+  return {{"trial", s.trial},
+          {"min_logit", s.min_logit},
+          {"max_logit", s.max_logit},
+          {"worst_row_top_probabilities", {s.worst_row_top1, s.worst_row_top2}},
+          {"worst_row_jacobian_sq", s.worst_row_jacobian_sq}};
+}
+
+}  // namespace
+
+json run_bounds(const BoundsRequest& request) {
+  if (request.n) check_integer("--N", *request.n, 1, INT64_MAX);
+  check_integer("--trials", request.trials, 1, kMaxBoundsTrials);
+  check_integer("--search-starts", request.search_starts, 1, kMaxSearchStarts);
+  if (request.threads != 0) check_integer("--threads", request.threads, 1, kMaxThreads);
+  const int threads = request.threads > 0 ? request.threads : omp_get_max_threads();
+  std::optional<theory::Matrix> input;
+  if (!request.input.empty()) input = reports::read_matrix(request.input, reports::memory_budget_bytes());
+  if (!input && !request.n) throw InputError("give the matrix size with --N, or a matrix with --input FILE");
+  const Index n = input ? input->rows() : static_cast<Index>(*request.n);
+  if (input && request.n && *request.n != n) {
+    throw InputError(fmt::format("--N {} disagrees with --input {}, which has {} rows", *request.n, request.input, n));
+  }
+
+  std::vector<BoundsFamily> families;
+  for (const std::string& name : request.families) {
+    const auto family = parse_family(name);
+    if (!family || *family == BoundsFamily::input) {
+      std::string known;
+      for (auto f : default_families()) known += (known.empty() ? "" : ", ") + family_name(f);
+      throw InputError(fmt::format("unknown --family '{}' (known: {})", name, known));
+    }
+    families.push_back(*family);
+  }
+  if (request.families.empty() && !input) families = default_families();
+  if (!families.empty()) {
+    reports::require_memory(survey_bytes(n, threads), fmt::format("--N {}: {} x {} matrices held by {} threads", n, n, n, threads),
+                            "; use a smaller N or fewer --threads");
+  }
+
+  SurveyOptions survey{n, request.trials, request.seed, threads, request.search_starts};
+  std::vector<FamilyResult> results;
+  for (const auto family : families) results.push_back(survey_family(family, survey));
+  if (input) {
+    try {
+      results.push_back(survey_matrix(*input));
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("{}: {}", request.input, e.what()));
+    }
+  }
+
+  const theory::SoftmaxBounds bounds = theory::softmax_bounds(n);
+  bool all_hold = true, tight_holds = true;
+  double max_softmax_ratio = 0, max_grad_tight_ratio = 0;
+  json family_list = json::array();
+  for (const auto& r : results) {
+    const bool holds = within(r.max_softmax_fro, bounds.softmax_paper) && within(r.max_grad_fro, bounds.grad_paper);
+    const bool within_tight = within(r.max_grad_fro, bounds.grad_tight);
+    all_hold = all_hold && holds;
+    tight_holds = tight_holds && within_tight;
+    max_softmax_ratio = std::max(max_softmax_ratio, r.max_softmax_fro / bounds.softmax_paper);
+    max_grad_tight_ratio = std::max(max_grad_tight_ratio, r.max_grad_fro / bounds.grad_tight);
+    family_list.push_back({{"family", family_name(r.family)},
+                           {"trials", r.trials},
+                           {"max_softmax_fro", r.max_softmax_fro},
+                           {"max_grad_fro", r.max_grad_fro},
+                           {"bound_softmax", bounds.softmax_paper},
+                           {"bound_grad_paper", bounds.grad_paper},
+                           {"bound_grad_tight", bounds.grad_tight},
+                           {"ratio_softmax", r.max_softmax_fro / bounds.softmax_paper},
+                           {"ratio_grad_paper", r.max_grad_fro / bounds.grad_paper},
+                           {"ratio_grad_tight", r.max_grad_fro / bounds.grad_tight},
+                           {"holds", holds},
+                           {"within_tight_bound", within_tight},
+                           {"worst_softmax_matrix", summary_json(r.worst_softmax)},
+                           {"worst_grad_matrix", summary_json(r.worst_grad)}});
+  }
+  return {{"N", n},
+          {"holds", all_hold && tight_holds},
+          {"claims",
+           {{"C1", "||softmax(A)||_F <= sqrt(N): v1 Thm 4.1 (4.1) / v2 Thm 4.1 (6)"},
+            {"C2", "||grad softmax(A)||_F <= 2 sqrt(N): v1 Thm 4.1 (4.2) / v2 Thm 4.1 (7)"}}},
+          {"paper_bounds_hold", all_hold},
+          {"tight_bound_holds", tight_holds},
+          {"max_ratio_softmax", max_softmax_ratio},
+          {"max_ratio_grad_tight", max_grad_tight_ratio},
+          {"seed", request.seed},
+          {"trials", request.trials},
+          {"threads", threads},
+          {"input", request.input.empty() ? json(nullptr) : json(request.input)},
+          {"families", family_list}};
+}
+
+namespace {
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
+    }
+  }
+  return "unknown";
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buffer[32];
+  std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buffer;
+}
+
+std::string hostname() {
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  return name;
+}
+
+SamplingPolicy sampling_policy(const McRequest& o) {
+  SamplingPolicy policy;
+  if (o.samples != "auto") policy.fixed = static_cast<std::uint64_t>(parse_integer(o.samples, "--samples (or auto)", 2, kMaxSamples));
+  check_real("--rel-se", o.rel_se, kRelativeErrorRange);
+  check_real("--max-seconds", o.max_seconds, kSecondsRange);
+  if (o.max_samples < 2 || o.max_samples > static_cast<std::uint64_t>(kMaxSamples)) {
+    throw InputError(fmt::format("--max-samples: {} is out of range: give a whole number from 2 to {}", o.max_samples,
+                                 kMaxSamples));
+  }
+  policy.rel_se = o.rel_se;
+  policy.max_samples = o.max_samples;
+  policy.min_samples = std::min<std::uint64_t>(64, o.max_samples);
+  policy.max_seconds = o.max_seconds;
+  return policy;
+}
+
+}  // namespace
+
+json McOutcome::to_json() const {
+  return {{"provenance", provenance}, {"points", records}, {"series", series}, {"exit_code", exit_code}};
+}
+
+McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto note = [&](const std::string& text) {
+    if (hooks.note) hooks.note(text);
+  };
+  SweepRequest request;
+  request.claim = o.claim;
+  request.phi = o.phi;
+  request.inner_scale = o.inner_scale;
+  request.outer_scale = o.outer_scale;
+  request.estimands = o.estimand;
+  request.claimed_exponent = o.claimed_exponent;
+  request.p.clear();
+  for (std::int64_t p : parse_integer_list(o.p, "--p", 1, 64)) request.p.push_back(static_cast<int>(p));
+  if (o.alpha) {
+    request.alpha = parse_real_list(*o.alpha, "--alpha");
+    for (double alpha : *request.alpha) {
+      // N^-alpha under- or overflows long before; C7 is about alpha near 1.
+      if (std::fabs(alpha) > 8) throw InputError(fmt::format("--alpha: {} is out of range: give values from -8 to 8", alpha));
+    }
+  }
+  const std::vector<SeriesSpec> series = build_series(request);
+  const auto Ns = parse_index_grid(o.N, "--N"), Ds = parse_index_grid(o.D, "--D"), ds = parse_index_grid(o.d, "--d");
+  // The command line's validators check these ranges on the text; callers of the library get the same answer.
+  check_real("--sigma-x", o.sigma_x, kSigmaRange);
+  check_real("--sigma-t", o.sigma_t, kSigmaRange);
+  check_real("--tolerance", o.tolerance, kToleranceRange);
+  if (o.claimed_exponent) check_real("--claimed-exponent", *o.claimed_exponent, kClaimedExponentRange);
+  check_integer("--threads", o.threads, 0, kMaxThreads);
+  check_integer("--tile", o.tile, 1, INT32_MAX);
+  if (o.resume && !o.out) throw InputError("--resume needs --out DIR (the folder to resume)");
+  if (o.force && !o.out) throw InputError("--force needs --out DIR (the folder to overwrite)");
+  if (o.resume && o.force) throw InputError("--resume keeps the points in --out, --force removes them: choose one");
+  bool noted_over_N = false;
+  for (const auto& s : series) {
+    if (s.fit_over_d && Ns.size() > 1 && ds.size() == 1 && !noted_over_N) {
+      note("C8 is a statement about d: sweep --d (e.g. --d 4:256:x2)");
+      noted_over_N = true;
+    }
+    for (auto e : s.estimands) {
+      if (e == Estimand::score_var) {
+        for (auto n : Ns) {
+          if (n < 2) throw InputError(fmt::format("--N {}: score-var needs N >= 2", n));
+        }
+      }
+    }
+  }
+  const SamplingPolicy policy = sampling_policy(o);
+  const std::unique_ptr<Backend> backend =
+      hooks.make_backend ? hooks.make_backend(o) : std::make_unique<CpuBackend>(o.threads, static_cast<Index>(o.tile));
+  const auto* cpu = dynamic_cast<const CpuBackend*>(backend.get());
+  const int threads = cpu ? cpu->threads() : o.threads;
+  const RunContext context{o.seed, backend->name(), threads};
+
+  const std::uint64_t point_count = reports::saturating_product({series.size(), Ds.size(), ds.size(), Ns.size()});
+  if (point_count > kMaxPoints) {
+    throw InputError(fmt::format("the sweep has {} series x {} D x {} d x {} N = {} points, more than {}", series.size(),
+                                 Ds.size(), ds.size(), Ns.size(), point_count, kMaxPoints));
+  }
+  std::vector<PointSpec> points;
+  for (const auto& s : series) {
+    for (auto D : Ds) {
+      for (auto d : ds) {
+        for (auto N : Ns) points.push_back(make_point(s, N, D, d, o.sigma_x, o.sigma_t, o.seed));
+      }
+    }
+  }
+  if (cpu) {
+    // Every point is checked before the first one runs: a size this machine cannot hold is a usage error now,
+    // not bad_alloc or the OOM killer hours into a sweep.
+    for (const PointSpec& ps : points) {
+      reports::require_memory(cpu->bytes_needed(ps.point),
+                              fmt::format("N = {}, D = {}, d = {} with --tile {} on {} threads", ps.point.N,
+                                          ps.point.D, ps.point.d, o.tile, cpu->threads()),
+                              "; use smaller sizes, a smaller --tile or fewer --threads");
+    }
+  }
+  McOutcome outcome;
+  outcome.points = points.size();
+  std::optional<ResultsFolder> folder;
+  if (o.out) {
+    folder.emplace(*o.out, o.resume  ? FolderStart::resume
+                           : o.force ? FolderStart::overwrite
+                                     : FolderStart::fresh);
+  }
+  std::unique_ptr<CpuBackend> cpu_fallback;
+  for (std::size_t k = 0; k < points.size(); ++k) {
+    const PointSpec& ps = points[k];
+    std::vector<json> finished;
+    if (folder) {
+      for (auto e : ps.series->estimands) {
+        if (auto record = folder->finished(record_key(ps, e, o.seed))) finished.push_back(std::move(*record));
+      }
+    }
+    if (o.resume && finished.size() == ps.series->estimands.size()) {
+      outcome.records.insert(outcome.records.end(), finished.begin(), finished.end());
+      ++outcome.skipped;
+      continue;
+    }
+    const std::string label = fmt::format("{} {} p={} N={} D={} d={}", ps.series->claim, phi_name(ps.series->activation),
+                                          ps.series->activation.p, ps.point.N, ps.point.D, ps.point.d);
+    SamplingPolicy point_policy = policy;
+    point_policy.judge_squares = ps.series->fit_over_d;  // C8 fits E[s^2] itself
+    // Row sums, qk-layernorm and C8's pairs are computed on the CPU only; the rest of the run stays on the device.
+    Backend* point_backend = backend.get();
+    RunContext point_context = context;
+    if (backend->name() != "cpu" &&
+        !check_request(ps.point.map, ps.point.scores, ps.point.N, ps.point.d, ps.series->estimands).cuda_supported()) {
+      if (!cpu_fallback) {
+        cpu_fallback = std::make_unique<CpuBackend>(o.threads, static_cast<Index>(o.tile));
+        note("row sums, qk-layernorm and C8's pairs run on the CPU backend");
+      }
+      point_backend = cpu_fallback.get();
+      point_context = {o.seed, cpu_fallback->name(), cpu_fallback->threads()};
+    }
+    PointOutcome point_outcome;
+    try {
+      point_outcome = run_point(*point_backend, ps.point, ps.series->estimands, point_policy,
+                                [&](std::uint64_t done, std::uint64_t planned) {
+                                  if (hooks.progress) hooks.progress(k, points.size(), label, done, planned);
+                                });
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("point {}: {}", label, e.what()));
+    }
+    std::vector<json> fresh;
+    for (auto e : ps.series->estimands) fresh.push_back(point_record(ps, e, point_outcome, point_context));
+    if (folder) folder->append(fresh);
+    outcome.records.insert(outcome.records.end(), fresh.begin(), fresh.end());
+  }
+
+  outcome.series = fit_series(outcome.records, o.tolerance);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  outcome.provenance = {{"version", std::string(ATTNCHECK_VERSION)},
+                        {"date", utc_now()},
+                        {"machine", {{"hostname", hostname()}, {"cpu", cpu_model()}}},
+                        {"backend", backend->name()},
+                        {"threads", threads},
+                        {"run_seed", o.seed},
+                        {"command", o.command},
+                        {"wall_seconds", wall}};
+  // fits.json describes the whole folder: with --resume a folder can gather several claims' runs, and a
+  // report of it must see all of their series.
+  if (folder) folder->write_fits(outcome.provenance, o.tolerance);
+  outcome.exit_code = exit_code_of(outcome.series);
+  for (const json& s : outcome.series) {
+    outcome.inconclusive += s["verdict"] == "inconclusive" && s.value("counts_for_exit", false) ? 1 : 0;
+  }
+  for (const auto& s : series) {
+    if (s.claim != "custom" && (outcome.claims.empty() || outcome.claims.back() != s.claim)) {
+      outcome.claims.push_back(s.claim);
+    }
+  }
+  return outcome;
+}
+
+}  // namespace attncheck::monte_carlo

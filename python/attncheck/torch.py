@@ -1,0 +1,361 @@
+"""Attention norms measured inside a PyTorch training run, written as the log `attncheck probe --watch` writes.
+
+    from attncheck.torch import AttentionRecorder
+
+    with AttentionRecorder(model, every=10, out="runs/x/attncheck-probe.jsonl") as recorder:
+        for batch, labels in data:
+            loss = loss_fn(model(batch), labels)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            recorder.step()          # optional: without it, every training-mode forward is a step
+
+and `attncheck report runs/x` plots every layer's norms over the training steps.
+
+The recorder attaches to every torch.nn.MultiheadAttention used as self-attention, and to any module given to
+register() with an adapter. It measures on a copy of one sequence of the batch (`sample`), in float64, after the
+module has run, under torch.no_grad(): the model's outputs and gradients are those it computes without the
+recorder, bit for bit.
+"""
+
+import math
+import os
+import warnings
+
+import numpy as np
+import torch
+
+from . import ACTIVATIONS, _core, _measure
+
+__all__ = ["AttentionRecorder"]
+
+
+def _numpy(tensor):
+    """A float64 NumPy copy of a tensor on any device, outside autograd."""
+    return tensor.detach().to(device="cpu", dtype=torch.float64).numpy()
+
+
+def _pick(tensor, sample, batched_ndim):
+    """The sample's slice of a tensor whose batched form has `batched_ndim` axes (batch first)."""
+    return tensor[sample] if tensor.dim() == batched_ndim else tensor
+
+
+class _Skip(Exception):
+    """A call the recorder does not measure, and why (said once per layer)."""
+
+
+def _multihead_attention_adapter(module, args, kwargs, output, sample):
+    """What a torch.nn.MultiheadAttention call gives the theory: x, W_Q, W_K (maps of rows), biases, heads, mask."""
+    names = ("query", "key", "value", "key_padding_mask", "need_weights", "attn_mask", "average_attn_weights",
+             "is_causal")
+    call = dict(zip(names, args))
+    call.update(kwargs)
+    query, key = call["query"], call["key"]
+    if key is not query and not (key.shape == query.shape and key.stride() == query.stride()
+                                 and key.data_ptr() == query.data_ptr()):
+        raise _Skip("cross-attention (key is not the query) is not measured: the theory's maps are self-attention")
+    if module.bias_k is not None or module.add_zero_attn:
+        raise _Skip("add_bias_kv and add_zero_attn add keys the theory's maps do not have")
+    batched = query.dim() == 3
+    if batched:
+        x = query[sample] if module.batch_first else query[:, sample]
+    else:
+        x = query
+    n, embed = x.shape
+    if module._qkv_same_embed_dim:
+        w_q, w_k = module.in_proj_weight[:embed], module.in_proj_weight[embed:2 * embed]
+    else:
+        w_q, w_k = module.q_proj_weight, module.k_proj_weight
+    b_q = b_k = None
+    if module.in_proj_bias is not None:
+        b_q, b_k = module.in_proj_bias[:embed], module.in_proj_bias[embed:2 * embed]
+
+    attended = torch.ones(n, n, dtype=torch.bool)
+    causal = bool(call.get("is_causal") or False)
+    attn_mask = call.get("attn_mask")
+    if attn_mask is not None:
+        if attn_mask.dim() == 3:  # (batch * heads, N, N)
+            per_head = attn_mask[sample * module.num_heads:(sample + 1) * module.num_heads] if batched else attn_mask
+            if not bool((per_head == per_head[0]).all()):
+                raise _Skip("a 3-D attn_mask that differs between heads is not measured")
+            attn_mask = per_head[0]
+        attended &= _allowed(attn_mask.detach().cpu(), "attn_mask")
+    padding = call.get("key_padding_mask")
+    if padding is not None:
+        padding = _pick(padding, sample, 2)
+        attended &= _allowed(padding.detach().cpu(), "key_padding_mask")[None, :]
+    lower = torch.ones(n, n, dtype=torch.bool).tril()
+    if causal:
+        attended &= lower
+    mask = None
+    if bool(attended.all()):
+        pass
+    elif bool((attended == lower).all()):
+        causal = True
+    else:
+        mask = attended.numpy()
+    return dict(x=x, w_q=w_q.T, w_k=w_k.T, b_q=b_q, b_k=b_k, heads=module.num_heads, causal=causal, mask=mask,
+                activation="softmax")
+
+
+def _allowed(mask, name):
+    """PyTorch's masks say what is left out (True, or -inf added); the theory's say what takes part."""
+    if mask.dtype == torch.bool:
+        return ~mask
+    finite = torch.isfinite(mask)
+    if bool((mask[finite] != 0).any()) or bool((mask[~finite] > 0).any()):
+        raise _Skip(f"a float {name} with values other than 0 and -inf adds to the scores: not the maps measured")
+    return finite
+
+
+class _Layer:
+    def __init__(self, index, name, module, adapter, with_sample):
+        self.index, self.name, self.module, self.adapter, self.with_sample = index, name, module, adapter, with_sample
+        self.warned = False
+        self.own_forward = module.__dict__.get("forward")  # an instance attribute that was there before ours
+        self.wrapper = None
+
+
+def _inert_hook(*args):
+    """What a copy or a pickle of a recorded model gets in place of the recorder's hooks: it is not recorded."""
+    return None
+
+
+def _inert_hook_of():
+    return _inert_hook
+
+
+class _Hook:
+    def __init__(self, function):
+        self.function = function
+
+    def __call__(self, *args):
+        return self.function(*args)
+
+    def __deepcopy__(self, memo):
+        return _inert_hook
+
+    def __reduce__(self):
+        return _inert_hook_of, ()
+
+
+class _RecordedForward:
+    """A module's forward, then the recorder's measurement of the call. A copy of the module (copy.deepcopy,
+    pickle) gets its own plain forward back, so it computes with its own weights and is not recorded."""
+
+    def __init__(self, recorder, layer):
+        self.recorder, self.layer = recorder, layer
+        self.original = layer.module.forward
+
+    def __call__(self, *args, **kwargs):
+        output = self.original(*args, **kwargs)
+        if self.layer.wrapper is self and self.recorder._recording:
+            self.recorder._measure(self.layer, args, kwargs, output)
+        return output
+
+    def __deepcopy__(self, memo):
+        copy = memo.get(id(self.layer.module))
+        return copy.forward if copy is not None else self.original
+
+    def __reduce__(self):
+        return getattr, (self.layer.module, "forward")
+
+
+class AttentionRecorder:
+    """Records the attention norms of a model's layers every `every` steps into `out`.
+
+    model: a torch.nn.Module; every torch.nn.MultiheadAttention in it that is called as self-attention is
+    measured (layers are numbered in the order of model.named_modules(), then of register()).
+    every: record steps 0, every, 2 every, ...
+    out: the JSON-lines log (a name ending in .jsonl), or a folder for FOLDER/attncheck-probe.jsonl as
+    `attncheck probe --watch FOLDER` writes it; created if needed. Lines are appended, one write per step, as the
+    watcher appends them; a step's lines carry checkpoint "step-NNNNNN" and its step.
+    sample: which sequence of each batch is measured.
+    activation: the activation the registered modules use unless their adapter says (one of
+    attncheck.ACTIVATIONS); MultiheadAttention is softmax.
+    training_only: measure only forward passes in training mode (evaluation passes are neither steps nor
+    recorded).
+
+    count: what a step is. "forwards": every training-mode forward of `model`. "steps": what step() ends (call it
+    once per optimizer step); only the first training-mode forward of a recorded step is measured, so several
+    forward passes per step (gradient accumulation) are one step. "auto": "forwards" until step() is first
+    called, then "steps" (call it from the first step on; with gradient accumulation use "steps").
+    current_step is the step the next forward pass belongs to.
+    A call the recorder cannot measure (cross-attention, masks that change the scores, NaN weights, a softmax
+    row with nothing to attend to) is skipped with one warning per layer; training goes on.
+    """
+
+    def __init__(self, model, every=10, out="attncheck-probe.jsonl", *, sample=0, activation="softmax",
+                 training_only=True, count="auto"):
+        if not isinstance(model, torch.nn.Module):
+            raise ValueError(f"model is a {type(model).__name__}, not a torch.nn.Module")
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise ValueError(f"every = {every!r} must be a positive integer")
+        if isinstance(sample, bool) or not isinstance(sample, int) or sample < 0:
+            raise ValueError(f"sample = {sample!r} must be a non-negative integer")
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation '{activation}' is not one of {', '.join(ACTIVATIONS)}")
+        if count not in ("auto", "forwards", "steps"):
+            raise ValueError(f"count '{count}' is not one of auto, forwards, steps")
+        out = os.fspath(out)
+        if os.path.isdir(out) or not out.endswith(".jsonl"):
+            out = os.path.join(out, "attncheck-probe.jsonl")
+        if os.path.dirname(out):
+            os.makedirs(os.path.dirname(out), exist_ok=True)
+        self.model, self.every, self.out, self.sample = model, every, out, sample
+        self.activation, self.training_only = activation, training_only
+        self.count = count
+        self.current_step = 0
+        self._counting_steps = count == "steps"  # else forward passes are counted (until step() is called)
+        self._training_forwards = 0
+        self._recorded_step = None    # the step whose forward was measured
+        self._recording = False
+        self._pending = []
+        self._layers = []
+        self._handles = [model.register_forward_pre_hook(_Hook(self._before_model)),
+                         model.register_forward_hook(_Hook(self._after_model))]
+        for name, module in model.named_modules():
+            if isinstance(module, torch.nn.MultiheadAttention):
+                self._attach(module, name or type(module).__name__, _multihead_attention_adapter, with_sample=True)
+
+    @property
+    def layers(self):
+        """(layer index, module name) of every measured module, as the log numbers them."""
+        return [(layer.index, layer.name) for layer in self._layers]
+
+    def register(self, module, adapter, name=None):
+        """Measures `module` too. adapter(module, args, kwargs, output) is called after each recorded forward of
+        the module and returns None (nothing to measure this time) or a dict with either
+
+          x (N, D) or (batch, N, D), w_q and w_k (D, heads * d_head) with q = x @ w_q + b_q (for an nn.Linear:
+          linear.weight.T), optionally b_q, b_k, heads (1), causal (False), mask ((N, N) or (batch, N, N)
+          booleans, True where a query attends to a key), scale (1/sqrt(d_head)), activation,
+
+        or scores ((heads, N, N) or (batch, heads, N, N): what the activation is applied to), optionally causal,
+        mask and activation; from scores alone the norms in W_Q and W_K are not known and are left out.
+        A tuple (x, w_q, w_k, b_q, b_k, heads) is read as the first form.
+        """
+        if not isinstance(module, torch.nn.Module):
+            raise ValueError(f"module is a {type(module).__name__}, not a torch.nn.Module")
+        if not callable(adapter):
+            raise ValueError("adapter must be callable as adapter(module, args, kwargs, output)")
+        if any(layer.module is module for layer in self._layers):
+            raise ValueError(f"{name or type(module).__name__} is already recorded")
+        if name is None:
+            name = next((n for n, m in self.model.named_modules() if m is module), type(module).__name__)
+        self._attach(module, name, adapter, with_sample=False)
+        return self
+
+    def step(self):
+        """Ends a training step: the next forward passes belong to the next step."""
+        if self.count == "forwards":
+            raise ValueError("count='forwards' counts forward passes as steps: step() is for count='steps' or 'auto'")
+        self._flush()
+        if self._counting_steps:
+            self.current_step += 1
+        else:
+            # count='auto' switches to counting calls: the forward passes before this one call were step 0.
+            self._counting_steps = True
+            self.current_step = 1 if self._training_forwards else 0
+
+    def flush(self):
+        """Writes the lines measured so far."""
+        self._flush()
+
+    def close(self):
+        """Writes what is pending and detaches from the model: the modules are as they were."""
+        self._flush()
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        for layer in self._layers:
+            if layer.module.__dict__.get("forward") is layer.wrapper:
+                if layer.own_forward is None:
+                    del layer.module.forward
+                else:
+                    layer.module.forward = layer.own_forward
+            layer.wrapper = None  # a wrapper someone else kept calling is a plain forward from now on
+        self._layers = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    # --- inside the model's forward ---
+
+    def _attach(self, module, name, adapter, with_sample):
+        layer = _Layer(len(self._layers), name, module, adapter, with_sample)
+        layer.wrapper = _RecordedForward(self, layer)
+        module.forward = layer.wrapper
+        self._layers.append(layer)
+
+    def _before_model(self, model, args):
+        counts = model.training or not self.training_only
+        self._recording = (counts and self.current_step % self.every == 0
+                           and not (self._counting_steps and self._recorded_step == self.current_step))
+
+    def _after_model(self, model, args, output):
+        if self._recording:
+            self._recorded_step = self.current_step
+            self._flush()
+        self._recording = False
+        if model.training or not self.training_only:
+            self._training_forwards += 1
+            if not self._counting_steps:
+                self.current_step += 1
+
+    def _measure(self, layer, args, kwargs, output):
+        try:
+            with torch.no_grad():
+                if layer.with_sample:
+                    spec = layer.adapter(layer.module, args, kwargs, output, self.sample)
+                else:
+                    spec = layer.adapter(layer.module, args, kwargs, output)
+                if spec is None:
+                    return
+                lines = self._lines(layer, spec)
+        except (_Skip, ValueError, IndexError) as reason:
+            if not layer.warned:
+                layer.warned = True
+                warnings.warn(f"attncheck: layer {layer.index} ({layer.name}) not recorded at step "
+                              f"{self.current_step}: {reason}", RuntimeWarning, stacklevel=2)
+            return
+        self._pending.append(lines)
+
+    def _lines(self, layer, spec):
+        if isinstance(spec, tuple):
+            spec = dict(zip(("x", "w_q", "w_k", "b_q", "b_k", "heads"), spec))
+        activation = spec.get("activation", self.activation)
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation '{activation}' is not one of {', '.join(ACTIVATIONS)}")
+        mask = spec.get("mask")
+        if "scores" in spec:
+            scores = spec["scores"]
+            scores = _pick(scores, self.sample, 4) if isinstance(scores, torch.Tensor) else np.asarray(scores)
+            if isinstance(scores, torch.Tensor):
+                scores = _numpy(scores)
+            if scores.ndim == 2:
+                scores = scores[None]
+            if isinstance(mask, torch.Tensor):
+                mask = _pick(mask, self.sample, 3).detach().cpu().numpy()
+            heads = _core.measure_scores(scores, causal=bool(spec.get("causal", False)), mask=mask, layer=layer.index)
+        else:
+            x = spec["x"]
+            if isinstance(x, torch.Tensor):
+                x = _numpy(_pick(x, self.sample, 3))
+            if isinstance(mask, torch.Tensor):
+                mask = _pick(mask, self.sample, 3).detach().cpu().numpy()
+            tensors = [spec["w_q"], spec["w_k"], spec.get("b_q"), spec.get("b_k")]
+            w_q, w_k, b_q, b_k = (_numpy(t) if isinstance(t, torch.Tensor) else t for t in tensors)
+            heads = _measure(x, w_q, w_k, b_q, b_k, spec.get("heads", 1), spec.get("causal", False), mask,
+                             spec.get("scale"), layer.index)
+        checkpoint = f"step-{self.current_step:06d}"
+        return "".join(head.log_line(checkpoint, self.current_step, activation) for head in heads)
+
+    def _flush(self):
+        if self._pending:
+            text, self._pending = "".join(self._pending), []
+            _core.append_log_lines(self.out, text)

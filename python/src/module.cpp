@@ -1,0 +1,409 @@
+// attncheck._core: the exact routines, the probe's per-head metrics and the bounds and mc commands for Python.
+// Arrays are read where they lie (any strides, float32 or float64) and the computations run without the GIL;
+// the package's Python layer (attncheck/__init__.py) turns tensors into arrays and documents the functions.
+
+#include "attncheck/monte_carlo/commands.hpp"
+#include "attncheck/probes/live_metrics.hpp"
+#include "attncheck/probes/watch.hpp"
+#include "attncheck/reports/input_file.hpp"
+#include "attncheck/theory/softmax.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace py = pybind11;
+using nlohmann::json;
+
+namespace attncheck::python {
+namespace {
+
+using theory::Index;
+using theory::InputError;
+using theory::Matrix;
+using theory::Vector;
+
+py::object to_python(const json& value) {
+  switch (value.type()) {
+    case json::value_t::null: return py::none();
+    case json::value_t::boolean: return py::bool_(value.get<bool>());
+    case json::value_t::number_integer: return py::int_(value.get<std::int64_t>());
+    case json::value_t::number_unsigned: return py::int_(value.get<std::uint64_t>());
+    case json::value_t::number_float: return py::float_(value.get<double>());
+    case json::value_t::string: return py::str(value.get<std::string>());
+    case json::value_t::array: {
+      py::list list;
+      for (const json& item : value) list.append(to_python(item));
+      return std::move(list);
+    }
+    default: {
+      py::dict dict;
+      for (const auto& [key, item] : value.items()) dict[py::str(key)] = to_python(item);
+      return std::move(dict);
+    }
+  }
+}
+
+std::string shape_text(const py::array& array) {
+  std::string text;
+  for (py::ssize_t k = 0; k < array.ndim(); ++k) text += (k ? ", " : "") + std::to_string(array.shape(k));
+  return "(" + text + (array.ndim() == 1 ? ",)" : ")");
+}
+
+// A float32 or float64 array read through its strides, so no layout needs a copy.
+class RealArray {
+ public:
+  RealArray(const py::array& array, const char* name) : name_(name) {
+    if (array.dtype().is(py::dtype::of<double>())) {
+      single_ = false;
+    } else if (array.dtype().is(py::dtype::of<float>())) {
+      single_ = true;
+    } else {
+      throw InputError(fmt::format("{} has dtype {}: give float32 or float64", name, std::string(py::str(array.dtype()))));
+    }
+    data_ = static_cast<const char*>(array.data());
+    for (py::ssize_t k = 0; k < array.ndim(); ++k) {
+      shape_.push_back(array.shape(k));
+      strides_.push_back(array.strides(k));
+    }
+  }
+  const std::string& name() const { return name_; }
+  py::ssize_t ndim() const { return static_cast<py::ssize_t>(shape_.size()); }
+  py::ssize_t shape(py::ssize_t k) const { return shape_[static_cast<std::size_t>(k)]; }
+  py::ssize_t stride(py::ssize_t k) const { return strides_[static_cast<std::size_t>(k)]; }
+  bool single() const { return single_; }
+  const char* data() const { return data_; }
+  double at(py::ssize_t offset) const {
+    return single_ ? static_cast<double>(*reinterpret_cast<const float*>(data_ + offset))
+                   : *reinterpret_cast<const double*>(data_ + offset);
+  }
+  // The 2-D array (or its last two axes at `offset`) as a row-major double matrix; NaN and inf are errors.
+  Matrix matrix(py::ssize_t offset = 0) const {
+    const py::ssize_t rows = shape(ndim() - 2), cols = shape(ndim() - 1);
+    Matrix out(rows, cols);
+    for (py::ssize_t i = 0; i < rows; ++i) {
+      for (py::ssize_t j = 0; j < cols; ++j) {
+        const double v = at(offset + i * stride(ndim() - 2) + j * stride(ndim() - 1));
+        if (!std::isfinite(v)) throw InputError(fmt::format("{} has {} at ({}, {})", name_, v, i, j));
+        out(i, j) = v;
+      }
+    }
+    return out;
+  }
+  Vector vector() const {
+    Vector out(shape(0));
+    for (py::ssize_t i = 0; i < shape(0); ++i) {
+      out[i] = at(i * stride(0));
+      if (!std::isfinite(out[i])) throw InputError(fmt::format("{} has {} at ({},)", name_, out[i], i));
+    }
+    return out;
+  }
+
+ private:
+  std::string name_;
+  bool single_ = false;
+  const char* data_ = nullptr;
+  std::vector<py::ssize_t> shape_, strides_;
+};
+
+RealArray real_array(const py::array& array, const char* name, py::ssize_t ndim) {
+  if (array.ndim() != ndim) {
+    throw InputError(fmt::format("{} must be {}-D: got shape {}", name, ndim, shape_text(array)));
+  }
+  return RealArray(array, name);
+}
+
+// A boolean array of the given shape (broadcast views with zero strides are fine), true = attended.
+theory::AttendedMask attended_mask(const py::array& mask, py::ssize_t rows, py::ssize_t cols) {
+  if (!mask.dtype().is(py::dtype::of<bool>())) {
+    throw InputError(fmt::format("mask has dtype {}: give a boolean array, True where a query attends to a key",
+                                 std::string(py::str(mask.dtype()))));
+  }
+  if (mask.ndim() != 2 || mask.shape(0) != rows || mask.shape(1) != cols) {
+    throw InputError(fmt::format("mask has shape {}, the scores ({}, {})", shape_text(mask), rows, cols));
+  }
+  theory::AttendedMask out(rows, cols);
+  const char* data = static_cast<const char*>(mask.data());
+  for (py::ssize_t i = 0; i < rows; ++i) {
+    for (py::ssize_t j = 0; j < cols; ++j) out(i, j) = *(data + i * mask.strides(0) + j * mask.strides(1)) != 0;
+  }
+  return out;
+}
+
+// The batch index of flat matrix b over the leading axes, for messages: "(2, 0)".
+std::string batch_index(const RealArray& a, py::ssize_t b) {
+  std::vector<py::ssize_t> index(static_cast<std::size_t>(a.ndim() - 2));
+  for (py::ssize_t k = a.ndim() - 3; k >= 0; --k) {
+    index[static_cast<std::size_t>(k)] = b % a.shape(k);
+    b /= a.shape(k);
+  }
+  std::string text;
+  for (std::size_t k = 0; k < index.size(); ++k) text += (k ? ", " : "") + std::to_string(index[k]);
+  return "(" + text + (index.size() == 1 ? ",)" : ")");
+}
+
+py::ssize_t batch_offset(const RealArray& a, py::ssize_t b) {
+  py::ssize_t offset = 0;
+  for (py::ssize_t k = a.ndim() - 3; k >= 0; --k) {
+    offset += (b % a.shape(k)) * a.stride(k);
+    b /= a.shape(k);
+  }
+  return offset;
+}
+
+py::dict softmax_norms(const py::array& logits_array, const std::optional<py::array>& mask_array) {
+  if (logits_array.ndim() < 2) {
+    throw InputError(fmt::format("logits must be a matrix (N, M) or a batch (..., N, M): got shape {}",
+                                 shape_text(logits_array)));
+  }
+  const RealArray logits(logits_array, "logits");
+  const py::ssize_t nd = logits.ndim(), rows = logits.shape(nd - 2), cols = logits.shape(nd - 1);
+  if (rows == 0 || cols == 0) throw InputError(fmt::format("logits of shape {} are empty", shape_text(logits_array)));
+  if (mask_array) {
+    if (!mask_array->dtype().is(py::dtype::of<bool>())) {
+      throw InputError(fmt::format("mask has dtype {}: give a boolean array, True where an entry takes part",
+                                   std::string(py::str(mask_array->dtype()))));
+    }
+    if (mask_array->ndim() != nd) {
+      throw InputError(fmt::format("mask has shape {}, the logits {}", shape_text(*mask_array), shape_text(logits_array)));
+    }
+    for (py::ssize_t k = 0; k < nd; ++k) {
+      if (mask_array->shape(k) != logits.shape(k)) {
+        throw InputError(fmt::format("mask has shape {}, the logits {}", shape_text(*mask_array), shape_text(logits_array)));
+      }
+    }
+  }
+  py::ssize_t batch = 1;
+  for (py::ssize_t k = 0; k < nd - 2; ++k) batch *= logits.shape(k);
+  std::vector<double> row_softmax_sq(static_cast<std::size_t>(batch * rows)), row_jacobian_sq(row_softmax_sq.size());
+  const char* mask_data = mask_array ? static_cast<const char*>(mask_array->data()) : nullptr;
+  std::vector<py::ssize_t> mask_strides;
+  for (py::ssize_t k = 0; mask_array && k < nd; ++k) mask_strides.push_back(mask_array->strides(k));
+  {
+    py::gil_scoped_release release;
+    std::vector<double> row(static_cast<std::size_t>(cols));
+    const py::ssize_t row_stride = logits.stride(nd - 2), col_stride = logits.stride(nd - 1);
+    // float64 rows with unit stride and no mask are read in place; others are gathered one row at a time.
+    const bool in_place = !logits.single() && col_stride == static_cast<py::ssize_t>(sizeof(double)) && !mask_data;
+    for (py::ssize_t b = 0; b < batch; ++b) {
+      const py::ssize_t offset = batch_offset(logits, b);
+      py::ssize_t mask_offset = 0;
+      for (py::ssize_t k = nd - 3, rest = b; mask_data && k >= 0; --k) {
+        mask_offset += (rest % logits.shape(k)) * mask_strides[static_cast<std::size_t>(k)];
+        rest /= logits.shape(k);
+      }
+      for (py::ssize_t i = 0; i < rows; ++i) {
+        const py::ssize_t start = offset + i * row_stride;
+        std::span<const double> values;
+        if (in_place) {
+          values = {reinterpret_cast<const double*>(logits.data() + start), static_cast<std::size_t>(cols)};
+        } else {
+          for (py::ssize_t j = 0; j < cols; ++j) {
+            const bool kept = !mask_data || *(mask_data + mask_offset + i * mask_strides[static_cast<std::size_t>(nd - 2)] +
+                                              j * mask_strides[static_cast<std::size_t>(nd - 1)]) != 0;
+            row[static_cast<std::size_t>(j)] = kept ? logits.at(start + j * col_stride) : -INFINITY;
+          }
+          values = row;
+        }
+        theory::RowSoftmaxNorms norms;
+        try {
+          norms = theory::row_softmax_norms(values, i);
+        } catch (const InputError& e) {
+          if (nd == 2) throw;
+          throw InputError(fmt::format("logits{}: {}", batch_index(logits, b), e.what()));
+        }
+        row_softmax_sq[static_cast<std::size_t>(b * rows + i)] = norms.softmax_sq;
+        row_jacobian_sq[static_cast<std::size_t>(b * rows + i)] = norms.jacobian_sq;
+      }
+    }
+  }
+  std::vector<py::ssize_t> batch_shape(logits_array.shape(), logits_array.shape() + nd - 2), row_shape = batch_shape;
+  row_shape.push_back(rows);
+  py::array_t<double> softmax_fro(batch_shape), grad_fro(batch_shape), row_softmax_fro(row_shape), row_grad_fro(row_shape);
+  double* total_softmax = softmax_fro.mutable_data();
+  double* total_grad = grad_fro.mutable_data();
+  for (py::ssize_t b = 0; b < batch; ++b) {
+    double softmax_sq = 0, jacobian_sq = 0;
+    for (py::ssize_t i = 0; i < rows; ++i) {
+      const auto k = static_cast<std::size_t>(b * rows + i);
+      softmax_sq += row_softmax_sq[k];
+      jacobian_sq += row_jacobian_sq[k];
+      row_softmax_fro.mutable_data()[k] = std::sqrt(row_softmax_sq[k]);
+      row_grad_fro.mutable_data()[k] = std::sqrt(row_jacobian_sq[k]);
+    }
+    total_softmax[b] = std::sqrt(softmax_sq);
+    total_grad[b] = std::sqrt(jacobian_sq);
+  }
+  const theory::SoftmaxBounds bounds = theory::softmax_bounds(rows);
+  const auto scalar_or_array = [&](const py::array_t<double>& a) -> py::object {
+    if (nd == 2) return py::float_(*a.data());
+    return a;
+  };
+  py::dict out;
+  out["N"] = rows;
+  out["M"] = cols;
+  out["softmax_fro"] = scalar_or_array(softmax_fro);
+  out["grad_fro"] = scalar_or_array(grad_fro);
+  out["row_softmax_fro"] = row_softmax_fro;
+  out["row_grad_fro"] = row_grad_fro;
+  out["sqrt_N"] = bounds.softmax_paper;
+  py::array_t<double> over_sqrt_n(batch_shape), over_paper(batch_shape), over_tight(batch_shape);
+  for (py::ssize_t b = 0; b < batch; ++b) {
+    over_sqrt_n.mutable_data()[b] = total_softmax[b] / bounds.softmax_paper;
+    over_paper.mutable_data()[b] = total_grad[b] / bounds.grad_paper;
+    over_tight.mutable_data()[b] = total_grad[b] / bounds.grad_tight;
+  }
+  out["softmax_over_sqrt_N"] = scalar_or_array(over_sqrt_n);
+  out["grad_over_2sqrt_N"] = scalar_or_array(over_paper);
+  out["grad_over_half_sqrt_N"] = scalar_or_array(over_tight);
+  return out;
+}
+
+std::vector<probes::HeadMetrics> measure(const py::array& x_array, const py::array& w_q_array,
+                                         const py::array& w_k_array, const std::optional<py::array>& b_q_array,
+                                         const std::optional<py::array>& b_k_array, int heads, bool causal,
+                                         const std::optional<py::array>& mask_array, std::optional<double> scale,
+                                         int layer) {
+  const RealArray x = real_array(x_array, "x", 2), w_q = real_array(w_q_array, "w_q", 2),
+                  w_k = real_array(w_k_array, "w_k", 2);
+  std::optional<RealArray> b_q, b_k;
+  if (b_q_array) b_q.emplace(real_array(*b_q_array, "b_q", 1));
+  if (b_k_array) b_k.emplace(real_array(*b_k_array, "b_k", 1));
+  std::optional<theory::AttendedMask> attended;
+  if (mask_array) attended = attended_mask(*mask_array, x.shape(0), x.shape(0));
+  if (heads < 1) throw InputError(fmt::format("heads = {} must be >= 1", heads));
+  if (scale && !std::isfinite(*scale)) throw InputError(fmt::format("scale = {} is not finite", *scale));
+  py::gil_scoped_release release;
+  const Matrix W_Q = w_q.matrix(), W_K = w_k.matrix();
+  const Vector B_Q = b_q ? b_q->vector() : Vector(), B_K = b_k ? b_k->vector() : Vector();
+  if (x.shape(0) == 0 || x.shape(1) == 0) throw InputError(fmt::format("x of shape ({}, {}) is empty", x.shape(0), x.shape(1)));
+  const double d = W_Q.cols() % heads == 0 ? static_cast<double>(W_Q.cols() / heads) : 1;
+  probes::LayerInputs inputs =
+      probes::split_heads(x.matrix(), W_Q, W_K, B_Q, B_K, heads, scale ? *scale : 1 / std::sqrt(d), causal);
+  if (attended) {
+    if (causal) {
+      for (Index i = 0; i < attended->rows(); ++i) attended->row(i).tail(attended->cols() - i - 1) = false;
+    }
+    inputs.attended = std::move(attended);
+  }
+  std::vector<probes::HeadMetrics> out;
+  for (int head = 0; head < heads; ++head) out.push_back(probes::measure_head(inputs, layer, head));
+  return out;
+}
+
+std::vector<probes::HeadMetrics> measure_scores(const py::array& scores_array, bool causal,
+                                                const std::optional<py::array>& mask_array, int layer) {
+  const RealArray scores = real_array(scores_array, "scores", 3);
+  std::optional<theory::AttendedMask> attended;
+  if (mask_array) attended = attended_mask(*mask_array, scores.shape(1), scores.shape(2));
+  py::gil_scoped_release release;
+  if (attended && causal) {
+    for (Index i = 0; i < attended->rows(); ++i) attended->row(i).tail(attended->cols() - i - 1) = false;
+  }
+  std::vector<probes::HeadMetrics> out;
+  for (py::ssize_t head = 0; head < scores.shape(0); ++head) {
+    out.push_back(probes::measure_scores(scores.matrix(head * scores.stride(0)), layer, static_cast<int>(head), causal,
+                                         attended));
+  }
+  return out;
+}
+
+py::dict bounds(std::optional<long long> n, const std::vector<std::string>& families, const std::string& input,
+                int trials, int search_starts, std::uint64_t seed, int threads) {
+  json out;
+  {
+    py::gil_scoped_release release;
+    out = monte_carlo::run_bounds({n, trials, search_starts, families, input, seed, threads});
+  }
+  return to_python(out);
+}
+
+py::dict mc(const monte_carlo::McRequest& request) {
+  monte_carlo::McHooks hooks;
+  std::vector<std::string> notes;
+  hooks.note = [&](const std::string& note) { notes.push_back(note); };
+  // Ctrl-C reaches Python only while it holds the GIL: look after every chunk of samples.
+  hooks.progress = [](std::size_t, std::size_t, const std::string&, std::uint64_t, std::uint64_t) {
+    py::gil_scoped_acquire acquire;
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+  };
+  json out;
+  {
+    py::gil_scoped_release release;
+    out = monte_carlo::run_mc(request, hooks).to_json();
+  }
+  py::dict result = to_python(out);
+  if (!notes.empty()) {
+    py::list list;
+    for (const auto& note : notes) list.append(note);
+    result["notes"] = list;
+  }
+  return result;
+}
+
+}  // namespace
+}  // namespace attncheck::python
+
+PYBIND11_MODULE(_core, m) {
+  using namespace attncheck;
+  using namespace attncheck::python;
+  m.doc() = "attncheck's exact routines and commands; use them through the attncheck package.";
+  m.attr("__version__") = ATTNCHECK_VERSION;
+
+  py::class_<probes::HeadMetrics>(m, "_Head")
+      .def("as_dict", [](const probes::HeadMetrics& h) { return to_python(probes::to_json(h)); })
+      .def("log_line", [](const probes::HeadMetrics& h, const std::string& checkpoint, std::optional<std::int64_t> step,
+                          const std::string& activation) { return probes::probe_log_line(h, checkpoint, step, activation); },
+           py::arg("checkpoint"), py::arg("step"), py::arg("activation"));
+
+  m.def("softmax_norms", &softmax_norms, py::arg("logits"), py::arg("mask") = py::none());
+  m.def("measure", &measure, py::arg("x"), py::arg("w_q"), py::arg("w_k"), py::arg("b_q") = py::none(),
+        py::arg("b_k") = py::none(), py::arg("heads") = 1, py::arg("causal") = false, py::arg("mask") = py::none(),
+        py::arg("scale") = py::none(), py::arg("layer") = 0);
+  m.def("measure_scores", &measure_scores, py::arg("scores"), py::arg("causal") = false, py::arg("mask") = py::none(),
+        py::arg("layer") = 0);
+  m.def("append_log_lines", [](const std::string& path, const std::string& lines) {
+    py::gil_scoped_release release;
+    reports::append_to_file(path, lines);
+  });
+  m.def("bounds", &bounds, py::arg("N"), py::arg("families"), py::arg("input"), py::arg("trials"),
+        py::arg("search_starts"), py::arg("seed"), py::arg("threads"));
+
+  py::class_<monte_carlo::McRequest>(m, "_McRequest")
+      .def(py::init<>())
+      .def_readwrite("claim", &monte_carlo::McRequest::claim)
+      .def_readwrite("phi", &monte_carlo::McRequest::phi)
+      .def_readwrite("inner_scale", &monte_carlo::McRequest::inner_scale)
+      .def_readwrite("outer_scale", &monte_carlo::McRequest::outer_scale)
+      .def_readwrite("estimand", &monte_carlo::McRequest::estimand)
+      .def_readwrite("out", &monte_carlo::McRequest::out)
+      .def_readwrite("N", &monte_carlo::McRequest::N)
+      .def_readwrite("D", &monte_carlo::McRequest::D)
+      .def_readwrite("d", &monte_carlo::McRequest::d)
+      .def_readwrite("p", &monte_carlo::McRequest::p)
+      .def_readwrite("alpha", &monte_carlo::McRequest::alpha)
+      .def_readwrite("samples", &monte_carlo::McRequest::samples)
+      .def_readwrite("claimed_exponent", &monte_carlo::McRequest::claimed_exponent)
+      .def_readwrite("rel_se", &monte_carlo::McRequest::rel_se)
+      .def_readwrite("max_seconds", &monte_carlo::McRequest::max_seconds)
+      .def_readwrite("sigma_x", &monte_carlo::McRequest::sigma_x)
+      .def_readwrite("sigma_t", &monte_carlo::McRequest::sigma_t)
+      .def_readwrite("tolerance", &monte_carlo::McRequest::tolerance)
+      .def_readwrite("max_samples", &monte_carlo::McRequest::max_samples)
+      .def_readwrite("seed", &monte_carlo::McRequest::seed)
+      .def_readwrite("threads", &monte_carlo::McRequest::threads)
+      .def_readwrite("tile", &monte_carlo::McRequest::tile)
+      .def_readwrite("resume", &monte_carlo::McRequest::resume)
+      .def_readwrite("force", &monte_carlo::McRequest::force)
+      .def_readwrite("command", &monte_carlo::McRequest::command);
+  m.def("mc", &mc, py::arg("request"));
+}

@@ -1,0 +1,44 @@
+"""Shared pieces of the package's tests: the built program, and dense PyTorch references of every attention map
+the probe measures (autograd differentiates them, so no closed form of ours enters the references)."""
+import math
+import os
+import subprocess
+
+import pytest
+
+PROGRAM = os.environ.get("ATTNCHECK_PROGRAM", "")
+
+
+def run_program(*args, check=True):
+    """Runs the built `attncheck` with these arguments; the CompletedProcess (text output)."""
+    if not PROGRAM:
+        pytest.skip("ATTNCHECK_PROGRAM (the built attncheck) is not set")
+    result = subprocess.run([PROGRAM, *map(str, args)], capture_output=True, text=True)
+    if check and result.returncode not in (0, 1):
+        raise AssertionError(f"attncheck {' '.join(map(str, args))}: exit {result.returncode}: {result.stderr}")
+    return result
+
+
+# The maps the probe reports, by the prefix of their keys: softmax (the keys softmax_fro, grad_fro, dWq_fro, dWk_fro),
+# S/sqrt(N), S^3/sqrt(N), S^3 and relu(S)/N, each as (name, function of the masked scores, N).
+def dense_maps(torch):
+    def softmax(scores, attended, n):
+        return torch.softmax(scores.masked_fill(~attended, -math.inf), dim=-1)
+
+    def elementwise(h, outer):
+        return lambda scores, attended, n: torch.where(attended, h(scores) * outer(n), torch.zeros_like(scores))
+
+    return {
+        "softmax": softmax,
+        "linear_scaled": elementwise(lambda s: s, lambda n: n ** -0.5),
+        "poly3_scaled": elementwise(lambda s: s ** 3, lambda n: n ** -0.5),
+        "poly3": elementwise(lambda s: s ** 3, lambda n: 1.0),
+        "relu_n": elementwise(torch.relu, lambda n: 1.0 / n),
+    }
+
+
+def key(prefix, quantity):
+    """The JSON key of a quantity (value, grad, dWq, dWk) of a map: softmax's are bare (softmax_fro, grad_fro...)."""
+    if prefix == "softmax":
+        return {"value": "softmax_fro", "grad": "grad_fro", "dWq": "dWq_fro", "dWk": "dWk_fro"}[quantity]
+    return f"{prefix}_fro" if quantity == "value" else f"{prefix}_{quantity}_fro"

@@ -1,0 +1,131 @@
+"""attncheck.attention_norms against PyTorch autograd (float64): every norm of every map the probe reports, in the
+scores and in the weights, with biases, several heads, a causal mask and a padding mask, to 1e-10 relative."""
+import math
+
+import numpy as np
+import pytest
+
+import attncheck
+from conftest import dense_maps, key
+
+RNG_SEED = 20261121
+# The maps whose norms in W_Q and W_K the probe reports (the others: value and score Jacobian only).
+WEIGHT_NORMS = ("softmax", "poly3_scaled", "poly3")
+
+
+def random_layer(rng, n=7, D=5, heads=2, d=3):
+    return (rng.standard_normal((n, D)), 0.6 * rng.standard_normal((D, heads * d)), 0.6 * rng.standard_normal((D, heads * d)),
+            0.3 * rng.standard_normal(heads * d), 0.3 * rng.standard_normal(heads * d))
+
+
+def autograd_reference(torch, x, w_q, w_k, b_q, b_k, heads, attended, scale=None):
+    """Per head, every key the parity covers, from dense maps and torch.autograd.functional.jacobian."""
+    jacobian = torch.autograd.functional.jacobian
+    x, w_q, w_k, b_q, b_k = (torch.tensor(a, dtype=torch.float64) for a in (x, w_q, w_k, b_q, b_k))
+    keep = torch.tensor(attended)
+    n = x.shape[0]
+    d = w_q.shape[1] // heads
+    scale = 1 / math.sqrt(d) if scale is None else scale
+    out = []
+    for h in range(heads):
+        cols = slice(h * d, (h + 1) * d)
+        wq, wk, bq, bk = w_q[:, cols], w_k[:, cols], b_q[cols], b_k[cols]
+
+        def scores(wq_, wk_):
+            return scale * (x @ wq_ + bq) @ (x @ wk_ + bk).T
+
+        s = scores(wq, wk)
+        row = {}
+        for prefix, f in dense_maps(torch).items():
+            row[key(prefix, "value")] = f(s, keep, n).norm().item()
+            row[key(prefix, "grad")] = jacobian(lambda t: f(t, keep, n), s).norm().item()
+            if prefix in WEIGHT_NORMS:
+                row[key(prefix, "dWq")] = jacobian(lambda w: f(scores(w, wk), keep, n), wq).norm().item()
+                row[key(prefix, "dWk")] = jacobian(lambda w: f(scores(wq, w), keep, n), wk).norm().item()
+        attended_scores = s[keep].numpy()
+        row["score_mean"] = attended_scores.mean()
+        row["score_std"] = attended_scores.std()
+        row["score_max_abs"] = np.abs(attended_scores).max()
+        row["scores_fro"] = np.linalg.norm(attended_scores)
+        out.append(row)
+    return out
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("padding", [False, True])
+def test_every_norm_equals_autograd_to_1e_10(causal, padding):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(RNG_SEED + 2 * causal + padding)
+    n, heads = 7, 2
+    x, w_q, w_k, b_q, b_k = random_layer(rng, n=n, heads=heads)
+    mask = None
+    attended = np.ones((n, n), dtype=bool)
+    if padding:
+        mask = np.ones((n, n), dtype=bool)
+        mask[:, -2:] = False  # the last two keys are padding
+        mask[3, 1] = False
+        attended &= mask
+    if causal:
+        attended &= np.tril(np.ones((n, n), dtype=bool))
+    ours = attncheck.attention_norms(x, w_q, w_k, b_q, b_k, heads=heads, causal=causal, mask=mask)
+    reference = autograd_reference(torch, x, w_q, w_k, b_q, b_k, heads, attended)
+    assert len(ours) == heads
+    for h in range(heads):
+        assert ours[h]["head"] == h and ours[h]["N"] == n and ours[h]["d"] == 3 and ours[h]["D"] == 5
+        assert ours[h]["causal"] is causal
+        assert ours[h]["inner"] == 1 / math.sqrt(3)
+        for name, expected in reference[h].items():
+            assert ours[h][name] == pytest.approx(expected, rel=1e-10, abs=0), name
+        assert ours[h]["softmax_over_sqrt_N"] == ours[h]["softmax_fro"] / math.sqrt(n)
+        assert ours[h]["grad_over_half_sqrt_N"] == ours[h]["grad_fro"] / (math.sqrt(n) / 2)
+
+
+def test_scale_and_activation_are_carried_and_inputs_may_be_any_layout_or_tensor():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(RNG_SEED + 7)
+    x, w_q, w_k, b_q, b_k = random_layer(rng, n=6, heads=1, d=4)
+    x32, w_q32, w_k32 = (a.astype(np.float32) for a in (x, w_q, w_k))
+    expected = attncheck.attention_norms(x32.astype(np.float64), w_q32.astype(np.float64), w_k32.astype(np.float64),
+                                         b_q, b_k, scale=0.3, activation="poly3_scaled")
+    assert expected[0]["inner"] == 0.3 and expected[0]["activation"] == "poly3_scaled"
+    linear_q = torch.nn.Linear(5, 4).double()
+    with torch.no_grad():
+        linear_q.weight.copy_(torch.tensor(w_q32.T))  # nn.Linear stores (out, in): the recorder's transposition
+    variants = [
+        (x32, w_q32, w_k32),
+        (np.asfortranarray(x32), np.asfortranarray(w_q32), w_k32),
+        (torch.tensor(x32, requires_grad=True), linear_q.weight.T, torch.tensor(w_k32)),
+    ]
+    for xs, wq, wk in variants:
+        got = attncheck.attention_norms(xs, wq, wk, b_q, b_k, scale=0.3, activation="poly3_scaled")
+        assert got == expected
+    reference = autograd_reference(torch, x32.astype(np.float64), w_q32.astype(np.float64), w_k32.astype(np.float64),
+                                   b_q, b_k, 1, np.ones((6, 6), dtype=bool), scale=0.3)
+    assert expected[0]["poly3_scaled_dWq_fro"] == pytest.approx(reference[0]["poly3_scaled_dWq_fro"], rel=1e-10)
+
+
+def test_bad_input_is_a_value_error_naming_it():
+    rng = np.random.default_rng(RNG_SEED + 8)
+    x, w_q, w_k, b_q, b_k = random_layer(rng, n=4, heads=2, d=2)
+    with pytest.raises(ValueError, match=r"x must be 2-D: got shape \(1, 4, 5\)"):
+        attncheck.attention_norms(x[None], w_q, w_k)
+    with pytest.raises(ValueError, match="w_q has 4 columns, not a positive multiple of heads = 3"):
+        attncheck.attention_norms(x, w_q, w_k, heads=3)
+    with pytest.raises(ValueError, match="shapes do not chain: x is 4x5, w_q is 4x4"):
+        attncheck.attention_norms(x, w_q[:4], w_k)
+    with pytest.raises(ValueError, match="b_q has 3 entries, w_q 4 columns"):
+        attncheck.attention_norms(x, w_q, w_k, b_q[:3], heads=2)
+    bad = x.copy()
+    bad[1, 2] = np.nan
+    with pytest.raises(ValueError, match=r"x has nan at \(1, 2\)"):
+        attncheck.attention_norms(bad, w_q, w_k)
+    with pytest.raises(ValueError, match="activation 'gelu' is not one of softmax, poly3_scaled, poly3, relu_n"):
+        attncheck.attention_norms(x, w_q, w_k, activation="gelu")
+    nothing = np.ones((4, 4), dtype=bool)
+    nothing[2] = False
+    with pytest.raises(ValueError, match=r"row 2 \(0-based\) attends to nothing"):
+        attncheck.attention_norms(x, w_q, w_k, mask=nothing)
+    with pytest.raises(ValueError, match="mask has dtype int64"):
+        attncheck.attention_norms(x, w_q, w_k, mask=np.ones((4, 4), dtype=np.int64))
+    with pytest.raises(ValueError, match=r"heads = 0 must be >= 1"):
+        attncheck.attention_norms(x, w_q, w_k, heads=0)

@@ -1,0 +1,89 @@
+"""attncheck.bounds and attncheck.mc return what `attncheck bounds --json` and `attncheck mc --json` print, and
+refuse what the command line refuses with its messages."""
+import json
+import os
+import signal
+import threading
+
+import numpy as np
+import pytest
+
+import attncheck
+from conftest import run_program
+
+
+def test_bounds_equals_the_command_line_json(tmp_path):
+    expected = json.loads(run_program("bounds", "--N", 24, "--trials", 2, "--search-starts", 3, "--seed", 7,
+                                      "--threads", 2, "--json").stdout)
+    assert attncheck.bounds(24, trials=2, search_starts=3, seed=7, threads=2) == expected
+    assert expected["holds"] is True and len(expected["families"]) == 8
+
+    logits = np.random.default_rng(3).standard_normal((9, 9)) * 5
+    path = tmp_path / "logits.npy"
+    np.save(path, logits)
+    expected = json.loads(run_program("bounds", "--input", path, "--family", "constant", "two-equal-top",
+                                      "--threads", 1, "--json").stdout)
+    got = attncheck.bounds(families=["constant", "two-equal-top"], input=path, threads=1)
+    assert got == expected
+    assert [f["family"] for f in got["families"]] == ["constant", "two-equal-top", "input"]
+    # The input family's norms are the matrix's own.
+    assert got["families"][2]["max_grad_fro"] == pytest.approx(attncheck.softmax_norms(logits)["grad_fro"], rel=1e-14)
+
+
+def test_mc_equals_the_command_line_json_but_for_wall_times_and_the_command(tmp_path):
+    args = dict(N="8,16,32", D=4, d=4, p=[1, 3], samples=64, threads=2, seed=5)
+    expected = json.loads(run_program("mc", "--claim", "C4", "--N", "8,16,32", "--D", 4, "--d", 4, "--p", "1,3",
+                                      "--samples", 64, "--threads", 2, "--seed", 5, "--backend", "cpu",
+                                      "--json").stdout)
+    got = attncheck.mc("C4", out=tmp_path / "results", **args)
+    assert got["series"] == expected["series"]
+    assert got["exit_code"] == expected["exit_code"]
+    strip = lambda points: [{k: v for k, v in p.items() if k != "wall_seconds"} for p in points]
+    assert strip(got["points"]) == strip(expected["points"])
+    assert len(got["points"]) == 2 * 2 * 3  # both readings of ^p, p = 1, 3, three N
+    for k in ("backend", "threads", "run_seed", "version"):
+        assert got["provenance"][k] == expected["provenance"][k]
+    assert got["provenance"]["command"].startswith("attncheck.mc(claim='C4'")
+    written = [json.loads(line) for line in open(tmp_path / "results" / "points.jsonl")]
+    assert strip(written) == strip(got["points"])
+    assert (tmp_path / "results" / "fits.json").exists()
+    # Resuming the folder finishes nothing anew: the same points, read back.
+    resumed = attncheck.mc("C4", out=tmp_path / "results", resume=True, **args)
+    assert resumed["points"] == got["points"]
+
+
+def test_mc_passes_on_the_command_lines_notes():
+    result = attncheck.mc("C8", N="8,16", D=4, d=4, samples=16, threads=1)
+    assert result["notes"] == ["C8 is a statement about d: sweep --d (e.g. --d 4:256:x2)"]
+
+
+@pytest.mark.parametrize("python_call, command_line", [
+    (lambda: attncheck.bounds(8, families=["nope"]), ["bounds", "--N", "8", "--family", "nope"]),
+    (lambda: attncheck.bounds(8, input="/nonexistent/logits.npy"), ["bounds", "--N", "8", "--input", "/nonexistent/logits.npy"]),
+    (lambda: attncheck.bounds(0), ["bounds", "--N", "0"]),
+    (lambda: attncheck.bounds(8, trials=0), ["bounds", "--N", "8", "--trials", "0"]),
+    (lambda: attncheck.bounds(), ["bounds"]),
+    (lambda: attncheck.mc("C3", samples=1), ["mc", "--claim", "C3", "--samples", "1"]),
+    (lambda: attncheck.mc("C3", phi="relu"), ["mc", "--claim", "C3", "--phi", "relu"]),
+    (lambda: attncheck.mc("C3", N="16:8:x2"), ["mc", "--claim", "C3", "--N", "16:8:x2"]),
+    (lambda: attncheck.mc(phi="poly", sigma_x=-1), ["mc", "--phi", "poly", "--sigma-x", "-1"]),
+    (lambda: attncheck.mc("C3", resume=True), ["mc", "--claim", "C3", "--resume"]),
+])
+def test_bad_requests_raise_value_error_with_the_command_lines_message(python_call, command_line):
+    result = run_program(*command_line, check=False)
+    assert result.returncode == 2
+    message = result.stderr.splitlines()[0].removeprefix("attncheck: error: ")
+    with pytest.raises(ValueError) as error:
+        python_call()
+    assert str(error.value) == message
+
+
+def test_ctrl_c_stops_a_long_mc_run():
+    # A run of about a minute; SIGINT after 0.3 s must end it between chunks with KeyboardInterrupt.
+    timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            attncheck.mc(phi="poly", N=256, D=16, d=16, p=1, samples=10 ** 7, threads=1)
+    finally:
+        timer.cancel()

@@ -1,0 +1,267 @@
+"""attncheck.torch.AttentionRecorder: leaves training bit for bit as it is, measures what PyTorch's attention is,
+records on the steps it says, writes the log `attncheck report` plots, and detaches cleanly."""
+import copy
+import io
+import json
+import math
+import shutil
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import attncheck  # noqa: E402
+from attncheck.torch import AttentionRecorder  # noqa: E402
+from conftest import run_program  # noqa: E402
+
+SEED = 20261121
+
+
+def encoder(layers=2, d_model=16, heads=4, dropout=0.1):
+    torch.manual_seed(SEED)
+    layer = torch.nn.TransformerEncoderLayer(d_model, heads, dim_feedforward=32, dropout=dropout, batch_first=True)
+    return torch.nn.TransformerEncoder(layer, layers)
+
+
+def train(model, steps, recorder=None, call_step=False, batch=3, n=9):
+    """A few Adam steps on fixed random data; the losses and the final gradients and weights."""
+    torch.manual_seed(SEED + 1)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    data = torch.randn(steps, batch, n, 16)
+    causal = torch.nn.Transformer.generate_square_subsequent_mask(n)  # float, -inf above the diagonal
+    losses = []
+    for step in range(steps):
+        loss = model(data[step], mask=causal).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if recorder is not None and call_step:
+            recorder.step()
+        losses.append(loss.detach().clone())
+    return losses, [p.grad.clone() for p in model.parameters()], [p.detach().clone() for p in model.parameters()]
+
+
+def _weights(mha, e=16):
+    """w_q, w_k, b_q, b_k of a MultiheadAttention as maps of rows."""
+    return (mha.in_proj_weight[:e].T, mha.in_proj_weight[e:2 * e].T, mha.in_proj_bias[:e], mha.in_proj_bias[e:2 * e])
+
+
+def read_log(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+def test_training_is_bit_for_bit_the_same_with_the_recorder(tmp_path):
+    plain = train(encoder(), 12)
+    with AttentionRecorder(encoder(), every=5, out=tmp_path / "run") as recorder:
+        recorded = train(recorder.model, 12, recorder)
+    for a, b in zip(plain, recorded):
+        for x, y in zip(a, b):
+            assert torch.equal(x, y)
+    lines = read_log(tmp_path / "run" / "attncheck-probe.jsonl")
+    assert sorted({line["step"] for line in lines}) == [0, 5, 10]
+    assert len(lines) == 3 * 2 * 4  # steps x layers x heads
+    assert {line["checkpoint"] for line in lines} == {"step-000000", "step-000005", "step-000010"}
+    assert all(line["causal"] and line["activation"] == "softmax" and line["N"] == 9 for line in lines)
+
+
+def test_the_lines_are_attention_norms_of_the_layer_and_match_pytorchs_own_attention(tmp_path):
+    model = encoder(layers=1, dropout=0.0)
+    mha = model.layers[0].self_attn
+    x = torch.randn(2, 7, 16)
+    padding = torch.tensor([[False] * 5 + [True] * 2, [False] * 7])  # sequence 0 has two padded keys
+    log = tmp_path / "log.jsonl"
+    with AttentionRecorder(model, every=1, out=log, sample=0):
+        model(x, src_key_padding_mask=padding)
+    lines = read_log(log)
+    assert [line["head"] for line in lines] == [0, 1, 2, 3]
+    keep = np.ones((7, 7), dtype=bool)
+    keep[:, 5:] = False
+    e = 16
+    expected = attncheck.attention_norms(x[0], mha.in_proj_weight[:e].T, mha.in_proj_weight[e:2 * e].T,
+                                         mha.in_proj_bias[:e], mha.in_proj_bias[e:2 * e], heads=4, mask=keep)
+    for line, head in zip(lines, expected):
+        assert {k: v for k, v in line.items() if k not in ("checkpoint", "step")} == head
+        assert line["step"] == 0 and line["checkpoint"] == "step-000000"
+    # PyTorch's attention probabilities of the same call, head by head.
+    with torch.no_grad():
+        _, weights = mha(x, x, x, key_padding_mask=padding, need_weights=True, average_attn_weights=False)
+    for line in lines:
+        assert line["softmax_fro"] == pytest.approx(weights[0, line["head"]].double().norm().item(), rel=1e-6)
+
+
+def test_steps_count_training_forwards_or_step_calls(tmp_path):
+    model = encoder(layers=1)
+    with AttentionRecorder(model, every=10, out=tmp_path / "auto.jsonl") as recorder:
+        for _ in range(25):
+            model(torch.randn(2, 5, 16))
+        model.eval()
+        with torch.no_grad():
+            model(torch.randn(2, 5, 16))  # evaluation: neither a step nor recorded
+        model.train()
+        assert recorder.current_step == 25
+    assert sorted({line["step"] for line in read_log(tmp_path / "auto.jsonl")}) == [0, 10, 20]
+
+    # One forward per step, step() after it: the same steps as counting forwards.
+    with AttentionRecorder(model, every=10, out=tmp_path / "calls.jsonl") as recorder:
+        for _ in range(25):
+            model(torch.randn(2, 5, 16))
+            recorder.step()
+        assert recorder.current_step == 25
+    assert sorted({line["step"] for line in read_log(tmp_path / "calls.jsonl")}) == [0, 10, 20]
+
+    # Gradient accumulation: three forwards per step, the first of each recorded step measured.
+    inputs = [torch.randn(2, 5, 16) for _ in range(3)]
+    with AttentionRecorder(model, every=2, out=tmp_path / "accumulated.jsonl", count="steps") as recorder:
+        for _ in range(5):
+            for x in inputs:
+                model(x)
+            recorder.step()
+        assert recorder.current_step == 5
+        with pytest.raises(ValueError, match="count='forwards' counts forward passes"):
+            AttentionRecorder(model, out=tmp_path / "x.jsonl", count="forwards").step()
+    lines = read_log(tmp_path / "accumulated.jsonl")
+    assert [line["step"] for line in lines] == [0] * 4 + [2] * 4 + [4] * 4
+    first = attncheck.attention_norms(inputs[0][0], *_weights(model.layers[0].self_attn), heads=4)
+    assert all(line["softmax_fro"] == first[line["head"]]["softmax_fro"] for line in lines[:4])
+
+
+def test_the_report_plots_a_recorded_run_over_steps(tmp_path):
+    run = tmp_path / "run"
+    with AttentionRecorder(encoder(), every=4, out=run) as recorder:
+        train(recorder.model, 9, recorder, call_step=True)
+    plots = [] if shutil.which("gnuplot") else ["--no-plots"]
+    result = run_program("report", run, "--out", tmp_path / "report", *plots)
+    assert result.returncode == 0, result.stderr
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "- lines: `24`" in report and "- checkpoints: `3`" in report  # 3 steps x 2 layers x 4 heads
+    mean = {}
+    for line in read_log(run / "attncheck-probe.jsonl"):
+        mean.setdefault(line["step"], []).append(line["softmax_fro"])
+    for step in (0, 4, 8):
+        # The table's row of the step: its checkpoint, 8 layer-heads and the mean ||A||_F of softmax.
+        row = f"| {step} | step-{step:06d} | 8 | {np.mean(mean[step]):.4g} ["
+        assert row in report
+    if not plots:
+        assert (tmp_path / "report" / "plots" / "probe-model1-attention.svg").stat().st_size > 0
+
+
+def test_close_detaches_and_copies_of_a_recorded_model_are_plain(tmp_path):
+    model = encoder(layers=1, dropout=0.0)
+    mha = model.layers[0].self_attn
+    log = tmp_path / "log.jsonl"
+    recorder = AttentionRecorder(model, every=1, out=log)
+    assert "forward" in mha.__dict__ and recorder.layers == [(0, "layers.0.self_attn")]
+
+    # A copy computes with its own weights and is not recorded; a pickled model loads as a plain one.
+    twin = copy.deepcopy(model)
+    with torch.no_grad():
+        twin.layers[0].self_attn.in_proj_weight.mul_(2)
+    x = torch.randn(1, 4, 16)
+    plain = copy.deepcopy(model)
+    recorder.close()
+    assert not torch.equal(twin(x), plain(x))
+    assert not log.exists()  # neither copy wrote a line
+    buffer = io.BytesIO()
+    recorder = AttentionRecorder(model, every=1, out=log)
+    torch.save(model, buffer)
+    recorder.close()
+    buffer.seek(0)
+    loaded = torch.load(buffer)
+    assert "forward" not in mha.__dict__
+    assert not model._forward_hooks and not model._forward_pre_hooks
+    model(x)
+    loaded(x)
+    assert not log.exists()
+    assert torch.equal(loaded(x), model(x))
+
+
+class SelfAttention(torch.nn.Module):
+    """Attention written by hand, as in examples/train_digits.py: x^3/sqrt(N) on the scaled scores."""
+
+    def __init__(self, hidden=8, heads=2):
+        super().__init__()
+        self.heads = heads
+        self.query, self.key = torch.nn.Linear(hidden, hidden), torch.nn.Linear(hidden, hidden)
+
+    def scores(self, h):
+        b, n, _ = h.shape
+        split = lambda t: t.view(b, n, self.heads, -1).transpose(1, 2)
+        q, k = split(self.query(h)), split(self.key(h))
+        return q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+
+    def forward(self, h):
+        return self.scores(h) ** 3 / math.sqrt(h.shape[1])
+
+
+def test_registered_modules_from_weights_or_from_scores(tmp_path):
+    module = SelfAttention()
+    h = torch.randn(2, 6, 8)
+    weights = lambda m, args, kwargs, out: dict(x=args[0], w_q=m.query.weight.T, w_k=m.key.weight.T, b_q=m.query.bias,
+                                                b_k=m.key.bias, heads=m.heads, activation="poly3_scaled")
+    log = tmp_path / "log.jsonl"
+    with AttentionRecorder(module, every=1, out=log) as recorder:
+        recorder.register(module, weights)
+        module(h)
+    by_weights = read_log(log)
+    expected = attncheck.attention_norms(h[0], module.query.weight.T, module.key.weight.T, module.query.bias,
+                                         module.key.bias, heads=2, activation="poly3_scaled")
+    assert [{k: v for k, v in line.items() if k not in ("checkpoint", "step")} for line in by_weights] == expected
+    # The map the module computes is the poly3_scaled one of the log.
+    with torch.no_grad():
+        maps = module(h)[0]
+    for line in by_weights:
+        assert line["poly3_scaled_fro"] == pytest.approx(maps[line["head"]].double().norm().item(), rel=1e-5)
+
+    scores_log = tmp_path / "scores.jsonl"
+    with AttentionRecorder(module, every=1, out=scores_log, activation="poly3_scaled") as recorder:
+        recorder.register(module, lambda m, args, kwargs, out: {"scores": m.scores(args[0])})
+        module(h)
+    by_scores = read_log(scores_log)
+    for a, b in zip(by_scores, by_weights):
+        assert "dWq_fro" not in a and "D" not in a
+        for k in ("softmax_fro", "grad_fro", "poly3_scaled_fro", "poly3_scaled_grad_fro", "relu_n_fro", "score_std"):
+            assert a[k] == pytest.approx(b[k], rel=1e-6)
+    assert run_program("report", scores_log, "--out", tmp_path / "report", "--no-plots").returncode == 0
+
+
+def test_calls_it_cannot_measure_are_skipped_with_one_warning_and_training_goes_on(tmp_path):
+    torch.manual_seed(SEED)
+    decoder = torch.nn.TransformerDecoderLayer(16, 4, dim_feedforward=32, dropout=0.0, batch_first=True)
+    log = tmp_path / "log.jsonl"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with AttentionRecorder(decoder, every=1, out=log) as recorder:
+            assert recorder.layers == [(0, "self_attn"), (1, "multihead_attn")]
+            for _ in range(3):
+                decoder(torch.randn(1, 5, 16), torch.randn(1, 7, 16))
+    messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert len(messages) == 1 and "layer 1 (multihead_attn)" in messages[0] and "cross-attention" in messages[0]
+    assert {line["layer"] for line in read_log(log)} == {0}
+    assert len(read_log(log)) == 3 * 4
+
+    biased = torch.zeros(5, 5)
+    biased[0, 1] = 0.5  # an additive bias, not a mask
+    model = encoder(layers=1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with AttentionRecorder(model, every=1, out=tmp_path / "biased.jsonl"):
+            model(torch.randn(1, 5, 16), mask=biased)
+    assert any("values other than 0 and -inf" in str(w.message) for w in caught)
+    assert not (tmp_path / "biased.jsonl").exists()
+
+
+def test_bad_settings_are_value_errors(tmp_path):
+    model = encoder(layers=1)
+    with pytest.raises(ValueError, match="every = 0 must be a positive integer"):
+        AttentionRecorder(model, every=0, out=tmp_path / "x.jsonl")
+    with pytest.raises(ValueError, match="activation 'gelu' is not one of softmax, poly3_scaled, poly3, relu_n"):
+        AttentionRecorder(model, out=tmp_path / "x.jsonl", activation="gelu")
+    with pytest.raises(ValueError, match="model is a list, not a torch.nn.Module"):
+        AttentionRecorder([model], out=tmp_path / "x.jsonl")
+    with AttentionRecorder(model, out=tmp_path / "x.jsonl") as recorder:
+        with pytest.raises(ValueError, match="already recorded"):
+            recorder.register(model.layers[0].self_attn, lambda *a: None)
+    assert "forward" not in model.layers[0].self_attn.__dict__
