@@ -378,7 +378,7 @@ ProbeResult probe_model(const fs::path& model_path, const ProbeInput& input, con
       if (input.kind == ProbeInput::Kind::pixels) {
         pixels = read_pixels(input.pixels_file);
       } else {
-        const ImagePreprocessing preprocessing = read_preprocessing(model_path);
+        const ImagePreprocessing preprocessing = read_preprocessing(model_path, model.config());
         result.preprocessing = preprocessing.describe();
         pixels = preprocess_image(read_image(input.image_file), preprocessing);
       }

@@ -7,8 +7,9 @@
       graph with ONNX Runtime (float32) with every backbone layer's LayerNorm output (the rows the attention
       projections act on) and attention matrices exposed as outputs, runs `BIN probe MODEL_DIR --pixels ...
       --attention-out ...` (double precision, the weights converted by scripts/fetch-dinov2-small), and
-      checks that they agree: per layer, max |X difference| <= 2e-3 max |X| and max |attention difference|
-      <= 2e-4 (float32 rounding through 12 layers; the measured differences are printed).
+      checks that they agree: per layer, max |X difference| <= 2e-5 max |X| and max |attention difference|
+      <= 1e-4 (float32 rounding through 12 layers: measured 2.7e-6 and 1.6e-5 on this input; the measured
+      differences are printed).
   bench BIN MODEL_DIR MODEL.onnx [--repeat R]
       Wall time of the probe (one layer and head measured, all 12 layers computed) and of ONNX Runtime's
       forward on the same 224 x 224 input (N = 257 positions), in one run; medians of R runs.
@@ -89,9 +90,9 @@ def compare(binary, model_dir, onnx_path, size):
         x_rel = float(np.max(np.abs(x_ours - x_ref)) / np.max(np.abs(x_ref)))
         a_abs = float(np.max(np.abs(a_ours - a_ref)))
         worst_x, worst_a = max(worst_x, x_rel), max(worst_a, a_abs)
-        if x_rel > 2e-3 or a_abs > 2e-4:
-            print(f"FAIL: layer {l}: max |X difference| / max |X| = {x_rel:.3e} (limit 2e-3), "
-                  f"max |attention difference| = {a_abs:.3e} (limit 2e-4)")
+        if x_rel > 2e-5 or a_abs > 1e-4:
+            print(f"FAIL: layer {l}: max |X difference| / max |X| = {x_rel:.3e} (limit 2e-5), "
+                  f"max |attention difference| = {a_abs:.3e} (limit 1e-4)")
             failures += 1
     n = ours["layer.0"].shape[-1]
     print(f"DINOv2-small on china.jpg at {size} x {size} (N = {n}): {layers} layers x {ours['layer.0'].shape[0]} "
