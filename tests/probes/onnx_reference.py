@@ -11,13 +11,15 @@
       <= 1e-4 (float32 rounding through 12 layers: measured 2.7e-6 and 1.6e-5 on this input; the measured
       differences are printed).
   bench BIN MODEL_DIR MODEL.onnx [--repeat R]
-      Wall time of the probe (one layer and head measured, all 12 layers computed) and of ONNX Runtime's
-      forward on the same 224 x 224 input (N = 257 positions), in one run; medians of R runs.
+      Wall and CPU time of the whole probe command (load and convert the F32 weights, the forward through all
+      12 layers in double precision, the norms of one head) and of ONNX Runtime's forward (float32, session
+      already loaded) on the same 224 x 224 input (N = 257 positions), in one run; medians of R runs.
 
 Exit 0 pass, 1 mismatch, 77 skipped (onnx, onnxruntime, Pillow or the model absent).
 """
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -58,15 +60,18 @@ def dinov2_pixels(model_dir, size):
 
 
 def run_probe(binary, model_dir, pixels_file, dump, layers):
+    """Wall and CPU seconds of one probe run (CPU: the child's user + system time)."""
     command = [binary, "probe", model_dir, "--pixels", pixels_file, "--layers", str(layers - 1), "--heads", "0",
-               "--json", "--attention-out", dump]
+               "--json"] + (["--attention-out", dump] if dump else [])
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     run = subprocess.run(command, capture_output=True, text=True)
     elapsed = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if run.returncode != 0:
         print(f"FAIL: {' '.join(command)} exited {run.returncode}: {run.stderr}")
         sys.exit(1)
-    return elapsed
+    return elapsed, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def compare(binary, model_dir, onnx_path, size):
@@ -110,16 +115,19 @@ def bench(binary, model_dir, onnx_path, repeat):
     session.run(None, {"input_image": pixels[None]})
     ort_times, probe_times = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        pixels_file, dump = os.path.join(tmp, "pixels.npy"), os.path.join(tmp, "attention.safetensors")
+        pixels_file = os.path.join(tmp, "pixels.npy")
         np.save(pixels_file, pixels)
         for _ in range(repeat):
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             session.run(None, {"input_image": pixels[None]})
-            ort_times.append(time.perf_counter() - started)
-            probe_times.append(run_probe(binary, model_dir, pixels_file, dump, layers))
-    ort, probe = float(np.median(ort_times)), float(np.median(probe_times))
+            ort_times.append((time.perf_counter() - started, time.process_time() - cpu))
+            probe_times.append(run_probe(binary, model_dir, pixels_file, None, layers))
+    ort, probe = np.median(np.array(ort_times), axis=0), np.median(np.array(probe_times), axis=0)
     print(json.dumps({"model": "DINOv2-small", "N": 257, "repeat": repeat, "threads": 1,
-                      "onnxruntime_forward_s": ort, "probe_s": probe, "ratio": probe / ort}))
+                      "load_average_1min": os.getloadavg()[0],
+                      "onnxruntime_forward_wall_s": float(ort[0]), "onnxruntime_forward_cpu_s": float(ort[1]),
+                      "probe_wall_s": float(probe[0]), "probe_cpu_s": float(probe[1]),
+                      "wall_ratio": float(probe[0] / ort[0]), "cpu_ratio": float(probe[1] / ort[1])}))
     return 0
 
 
