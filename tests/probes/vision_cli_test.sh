@@ -52,6 +52,8 @@ expect 0 "no preprocessor_config.json, ImageNet defaults: resize to 32 x 32 bicu
 expect 2 "ViT takes images, not tokens" -- "$attncheck" probe "$vit" --tokens "$tiny/tiny-bert/tokens.txt"
 expect 2 "BERT takes tokens, not images" -- "$attncheck" probe "$tiny/tiny-bert" --pixels "$vit/pixels.npy"
 expect 2 "choose one input" -- "$attncheck" probe "$vit" --pixels "$vit/pixels.npy" --image "$work/image.ppm"
+expect 2 "an image's positions are 1 \+ its patches" -- "$attncheck" probe "$vit" --pixels "$vit/pixels.npy" --length 5
+expect 2 "BERT takes tokens, not images" -- "$attncheck" probe "$tiny/tiny-bert" --image "$work/image.ppm"
 /usr/bin/python3 -c "import numpy as np; np.save('$work/matrix.npy', np.zeros((4, 4)))"
 expect 2 "matrix.npy: npy array has shape \(4, 4\), expected 3 dimensions" -- "$attncheck" probe "$vit" --pixels "$work/matrix.npy"
 /usr/bin/python3 -c "import numpy as np; np.save('$work/two-channels.npy', np.zeros((2, 32, 32)))"
