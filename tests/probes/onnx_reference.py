@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """ONNX Runtime reference for `attncheck probe` on DINOv2-small.
 
-  compare BIN MODEL_DIR MODEL.onnx [--size S]
+  compare BIN MODEL_DIR MODEL.onnx [--size S] [--layers K]
       Preprocesses scikit-learn's sample photograph china.jpg as facebook/dinov2-small's processor does (the
       NumPy and Pillow reference of image_reference.py, center crop S, default 224), runs the original ONNX
       graph with ONNX Runtime (float32) with every backbone layer's LayerNorm output (the rows the attention
@@ -9,7 +9,7 @@
       --attention-out ...` (double precision, the weights converted by scripts/fetch-dinov2-small), and
       checks that they agree: per layer, max |X difference| <= 2e-5 max |X| and max |attention difference|
       <= 1e-4 (float32 rounding through 12 layers: measured 2.7e-6 and 1.6e-5 on this input; the measured
-      differences are printed).
+      differences are printed). --layers K compares the first K layers only (the probe computes no more).
   bench BIN MODEL_DIR MODEL.onnx [--repeat R]
       Wall and CPU time of the whole probe command (load and convert the F32 weights, the forward through all
       12 layers in double precision, the norms of one head) and of ONNX Runtime's forward (float32, session
@@ -40,6 +40,9 @@ from torch_reference import read_safetensors  # noqa: E402
 
 def session_with_layer_outputs(onnx_path, layers):
     model = onnx.load(onnx_path)
+    # The graph declares 224 x 224 inputs but computes every shape from the input's: other sizes run as well.
+    for dim, name in zip(model.graph.input[0].type.tensor_type.shape.dim[2:], ("height", "width")):
+        dim.dim_param = name
     names = []
     for l in range(layers):
         for name in (f"/backbone/encoder/layer.{l}/norm1/Add_1_output_0",
@@ -60,7 +63,8 @@ def dinov2_pixels(model_dir, size):
 
 
 def run_probe(binary, model_dir, pixels_file, dump, layers):
-    """Wall and CPU seconds of one probe run (CPU: the child's user + system time)."""
+    """Runs the probe through `layers` layers, measuring one head of the last; returns wall and CPU seconds
+    (CPU: the child's user + system time)."""
     command = [binary, "probe", model_dir, "--pixels", pixels_file, "--layers", str(layers - 1), "--heads", "0",
                "--json"] + (["--attention-out", dump] if dump else [])
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -74,8 +78,8 @@ def run_probe(binary, model_dir, pixels_file, dump, layers):
     return elapsed, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def compare(binary, model_dir, onnx_path, size):
-    layers = json.load(open(os.path.join(model_dir, "config.json")))["num_hidden_layers"]
+def compare(binary, model_dir, onnx_path, size, layers):
+    layers = layers or json.load(open(os.path.join(model_dir, "config.json")))["num_hidden_layers"]
     pixels = dinov2_pixels(model_dir, size)
     session, names = session_with_layer_outputs(onnx_path, layers)
     outputs = dict(zip(names, session.run(names, {"input_image": pixels[None]})))
@@ -142,7 +146,7 @@ def main(argv):
             return SKIP
     option = lambda name, default: int(argv[argv.index(name) + 1]) if name in argv else default
     if argv[0] == "compare":
-        return compare(binary, model_dir, onnx_path, option("--size", 224))
+        return compare(binary, model_dir, onnx_path, option("--size", 224), option("--layers", 0))
     return bench(binary, model_dir, onnx_path, option("--repeat", 3))
 
 
