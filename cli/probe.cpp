@@ -236,7 +236,8 @@ const bool registered = register_subcommand(
                          "ViT, DINOv2: an image file (PNG, JPEG, PPM, BMP), preprocessed as the checkpoint's "
                          "preprocessor_config.json says (ImageNet defaults when absent)");
       command.add_flag("--random", o->random,
-                       "Gaussian embeddings (the default input), sigma = RMS of the model's token embeddings");
+                       "Gaussian embeddings (the default input), sigma = RMS of the model's token embeddings (ViT, DINOv2: of its "
+                       "position embeddings)");
       command.add_option("--length", o->length,
                          "number of positions for --random; with --text or --tokens, keep the first LENGTH tokens")
           ->capture_default_str()
