@@ -96,8 +96,8 @@ int run_cross_norm(const BoundsOptions& options) {
   }
   for (const json& m : out["mix"]) {
     const double alpha = m["alpha"].get<double>();
-    fmt::print("\nmix alpha = {:g}: O = softmax(S) (alpha softmax_col(V) + (1 - alpha) V) along V = t V0 (S, V0 i.i.d. "
-               "N(0, 1), standard deviation 1)\n",
+    fmt::print("\nmix alpha = {:g}: O = softmax(S) (alpha softmax_col(V) + (1 - alpha) V) along V = t V0 (S and V0 "
+               "with i.i.d. N(0, 1) entries)\n",
                alpha);
     fmt::print("{:>8} {:>14} {:>14} {:>14}\n", "t", "||O||_F", "||dO/dV||_F", "||dO/dS||_F");
     for (const json& g : m["growth"]) {

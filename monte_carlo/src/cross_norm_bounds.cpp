@@ -158,7 +158,7 @@ MatrixPair make_pair(Family family, Index n, Index dv, std::uint64_t seed, int t
   throw InputError(std::string("internal: family ") + name_of(family) + " has no generator");
 }
 
-struct FamilyResult {
+struct FamilyMaxima {
   Family family = Family::gaussian_1;
   int trials = 0;
   Norms max{};
@@ -166,8 +166,8 @@ struct FamilyResult {
   json search = nullptr;  // the worst-case search's per-term results
 };
 
-FamilyResult reduce(Family family, const std::vector<Norms>& trials) {
-  FamilyResult out;
+FamilyMaxima reduce(Family family, const std::vector<Norms>& trials) {
+  FamilyMaxima out;
   out.family = family;
   out.trials = static_cast<int>(trials.size());
   for (std::size_t t = 0; t < trials.size(); ++t) {
@@ -185,7 +185,7 @@ FamilyResult reduce(Family family, const std::vector<Norms>& trials) {
 // of S and every column of V, is the worst matrix pair among those the search visited.
 constexpr std::array<double, 4> kSearchStartScales{1.0, 3.0, 0.1, 10.0};
 
-FamilyResult search_worst_case(Index n, Index dv, std::uint64_t seed, int starts, int threads) {
+FamilyMaxima search_worst_case(Index n, Index dv, std::uint64_t seed, int starts, int threads) {
   std::vector<Norms> trials;
   json search = json::object();
   for (const auto term : {theory::CrossNormTerm::grad_values, theory::CrossNormTerm::grad_scores}) {
@@ -215,7 +215,7 @@ FamilyResult search_worst_case(Index n, Index dv, std::uint64_t seed, int starts
         {"starts", starts},
         {"iterations", best->iterations}};
   }
-  FamilyResult out = reduce(Family::worst_case, trials);
+  FamilyMaxima out = reduce(Family::worst_case, trials);
   out.trials = starts;
   out.search = std::move(search);
   return out;
@@ -377,7 +377,7 @@ json run_cross_norm_bounds(const CrossNormBoundsRequest& request) {
                                       n, n, dv, threads),
                           "; use a smaller N or d_v, or fewer --threads");
 
-  std::vector<FamilyResult> results;
+  std::vector<FamilyMaxima> results;
   for (const Family family : families) {
     if (family == Family::worst_case) {
       results.push_back(search_worst_case(n, dv, request.seed, request.search_starts, threads));
