@@ -106,8 +106,8 @@ int run_cross_norm(const BoundsOptions& options) {
     }
     const json& step = m["growth_last_step"];
     if (m["output"] == "unbounded") {
-      fmt::print("  ||O||_F and ||dO/dS||_F: unbounded in V (no bound for alpha < 1): x{:.2f} and x{:.2f} from t = {:g} "
-                 "to {:g}, growing like t\n",
+      fmt::print("  ||O||_F and ||dO/dS||_F: unbounded in V (no bound for alpha < 1): x{:.2f} and x{:.2f} from "
+                 "t = {:g} to {:g}, growing like t\n",
                  step["output"].get<double>(), step["grad_scores"].get<double>(), step["from_t"].get<double>(),
                  step["to_t"].get<double>());
     } else {
@@ -124,7 +124,8 @@ int run_cross_norm(const BoundsOptions& options) {
 
 int run(const BoundsOptions& options) {
   if (options.cross_norm) return run_cross_norm(options);
-  for (const auto& [given, name] : {std::pair{options.dv.has_value(), "--dv"}, std::pair{!options.values.empty(), "--values"},
+  for (const auto& [given, name] : {std::pair{options.dv.has_value(), "--dv"},
+                                    std::pair{!options.values.empty(), "--values"},
                                     std::pair{options.mix.has_value(), "--mix"}}) {
     if (given) throw UsageError(fmt::format("{} is an option of --cross-norm (C9): add --cross-norm", name));
   }

@@ -192,7 +192,8 @@ FamilyMaxima search_worst_case(Index n, Index dv, std::uint64_t seed, int starts
     const bool values_term = term == theory::CrossNormTerm::grad_values;
     std::vector<theory::PairSearchResult> results(static_cast<std::size_t>(starts));
     parallel_for(starts, threads, [&](Index k) {
-      PhiloxStream stream = family_stream(seed, Family::worst_case, static_cast<std::uint64_t>(k) * 2 + (values_term ? 1 : 0));
+      const auto start = static_cast<std::uint64_t>(k) * 2 + (values_term ? 1 : 0);
+      PhiloxStream stream = family_stream(seed, Family::worst_case, start);
       const double scale = kSearchStartScales[static_cast<std::size_t>(k) % kSearchStartScales.size()];
       std::vector<double> score_logits(static_cast<std::size_t>(n)), value_logits(static_cast<std::size_t>(n));
       stream.fill_normal(score_logits.begin(), score_logits.end(), scale);
@@ -203,7 +204,8 @@ FamilyMaxima search_worst_case(Index n, Index dv, std::uint64_t seed, int starts
     const auto best = std::max_element(results.begin(), results.end(),
                                        [](const auto& a, const auto& b) { return a.objective < b.objective; });
     MatrixPair pair{Matrix(n, n), Matrix(n, dv)};
-    const Eigen::Map<const Eigen::VectorXd> score_row(best->score_logits.data(), n), value_column(best->value_logits.data(), n);
+    const Eigen::Map<const Eigen::VectorXd> score_row(best->score_logits.data(), n);
+    const Eigen::Map<const Eigen::VectorXd> value_column(best->value_logits.data(), n);
     for (Index i = 0; i < n; ++i) pair.scores.row(i) = score_row.transpose();
     for (Index k = 0; k < dv; ++k) pair.values.col(k) = value_column;
     trials.push_back(evaluate(pair.scores, pair.values));
@@ -339,8 +341,8 @@ json run_cross_norm_bounds(const CrossNormBoundsRequest& request) {
   }
   if (values_in) {
     if (values_in->rows() != n) {
-      throw InputError(fmt::format("shape mismatch: --values {} has {} rows (tokens), but N = {}{}", request.values_input,
-                                   values_in->rows(), n,
+      throw InputError(fmt::format("shape mismatch: --values {} has {} rows (tokens), but N = {}{}",
+                                   request.values_input, values_in->rows(), n,
                                    scores_in ? fmt::format(" (--input {} is {} x {})", request.scores_input, n, n)
                                              : request.n ? " (--N)" : ""));
     }
@@ -371,7 +373,8 @@ json run_cross_norm_bounds(const CrossNormBoundsRequest& request) {
   // A pair of matrices and the routines' temporaries (A, P, the mix, O) per thread, and the mix's growth family.
   const auto nn = static_cast<std::uint64_t>(n), ndv = static_cast<std::uint64_t>(dv);
   const std::uint64_t per_pair = reports::saturating_sum(
-      {reports::saturating_product({nn, nn, 2 * sizeof(double)}), reports::saturating_product({nn, ndv, 6 * sizeof(double)})});
+      {reports::saturating_product({nn, nn, 2 * sizeof(double)}),
+       reports::saturating_product({nn, ndv, 6 * sizeof(double)})});
   reports::require_memory(reports::saturating_product({per_pair, static_cast<std::uint64_t>(threads) + 1}),
                           fmt::format("--N {} --dv {}: {} x {} scores and {} x {} values held by {} threads", n, dv, n,
                                       n, n, dv, threads),
@@ -383,7 +386,8 @@ json run_cross_norm_bounds(const CrossNormBoundsRequest& request) {
       results.push_back(search_worst_case(n, dv, request.seed, request.search_starts, threads));
       continue;
     }
-    const bool deterministic = family == Family::one_hot || family == Family::tight_values || family == Family::tight_scores;
+    const bool deterministic =
+        family == Family::one_hot || family == Family::tight_values || family == Family::tight_scores;
     // near-tight cycles through the three constructions: three trials at least, so each one is represented.
     const int count = deterministic ? 1 : family == Family::near_tight ? std::max(3, request.trials) : request.trials;
     std::vector<Norms> trials(static_cast<std::size_t>(count));
@@ -401,7 +405,8 @@ json run_cross_norm_bounds(const CrossNormBoundsRequest& request) {
       results.push_back(reduce(Family::input, {evaluate(scores, values)}));
     } catch (const InputError& e) {
       const std::string files = scores_in && values_in
-                                    ? fmt::format("--input {} with --values {}", request.scores_input, request.values_input)
+                                    ? fmt::format("--input {} with --values {}", request.scores_input,
+                                                  request.values_input)
                                 : scores_in ? fmt::format("--input {}", request.scores_input)
                                             : fmt::format("--values {}", request.values_input);
       throw InputError(fmt::format("{}: {}", files, e.what()));

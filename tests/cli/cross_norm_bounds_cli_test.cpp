@@ -110,7 +110,8 @@ TEST_CASE("bounds --cross-norm with the user's scores and values: the theory rou
   const auto s_path = fresh("scores.npy"), v_path = fresh("values.npy");
   write_npy(s_path, scores);
   write_npy(v_path, values);
-  const auto result = run_attncheck("bounds --cross-norm --json --input " + s_path.string() + " --values " + v_path.string());
+  const auto result =
+      run_attncheck("bounds --cross-norm --json --input " + s_path.string() + " --values " + v_path.string());
   REQUIRE(result.exit_code == 0);
   const auto report = nlohmann::json::parse(result.out);
   CHECK(report["N"] == 4);
@@ -167,13 +168,15 @@ TEST_CASE("bounds --cross-norm --mix: unbounded for alpha < 1 along V = t V0, bo
   }
   const auto table = run_attncheck("bounds --cross-norm --N 16 --dv 4 --mix 0.5,1");
   CHECK(table.exit_code == 0);
-  CHECK_THAT(table.out, Catch::Contains("C9") && Catch::Contains("tight (exact)") && Catch::Contains("mix alpha = 0.5") &&
-                            Catch::Contains("unbounded in V") && Catch::Contains("sqrt(N d_v/8)"));
+  CHECK_THAT(table.out, Catch::Contains("C9") && Catch::Contains("tight (exact)") &&
+                            Catch::Contains("mix alpha = 0.5") && Catch::Contains("unbounded in V") &&
+                            Catch::Contains("sqrt(N d_v/8)"));
 }
 
 TEST_CASE("bounds --cross-norm: results do not depend on the thread count") {
-  const auto one = nlohmann::json::parse(run_attncheck("bounds --cross-norm --N 24 --dv 3 --trials 4 --json --threads 1").out);
-  const auto two = nlohmann::json::parse(run_attncheck("bounds --cross-norm --N 24 --dv 3 --trials 4 --json --threads 2").out);
+  const std::string arguments = "bounds --cross-norm --N 24 --dv 3 --trials 4 --json";
+  const auto one = nlohmann::json::parse(run_attncheck(arguments + " --threads 1").out);
+  const auto two = nlohmann::json::parse(run_attncheck(arguments + " --threads 2").out);
   CHECK(one["families"] == two["families"]);
   CHECK(one["mix"] == two["mix"]);
 }
@@ -197,11 +200,13 @@ TEST_CASE("bounds --cross-norm: bad usage and bad input exit 2 naming the bad va
   expect("bounds --N 8 --mix 0.5", "--mix is an option of --cross-norm");
   const auto values = fresh("v3x2.csv");
   std::ofstream(values) << "1,2\n3,4\n5,6\n";
-  expect("bounds --cross-norm --N 4 --values " + values.string(), "shape mismatch: --values " + values.string() + " has 3 rows");
+  expect("bounds --cross-norm --N 4 --values " + values.string(),
+         "shape mismatch: --values " + values.string() + " has 3 rows");
   expect("bounds --cross-norm --dv 5 --values " + values.string(), "--dv 5 disagrees with --values");
   const auto square = fresh("s4x4.csv");
   std::ofstream(square) << "0,0,0,0\n0,0,0,0\n0,0,0,0\n0,0,0,0\n";
-  expect("bounds --cross-norm --input " + square.string() + " --values " + values.string(), "has 3 rows (tokens), but N = 4");
+  expect("bounds --cross-norm --input " + square.string() + " --values " + values.string(),
+         "has 3 rows (tokens), but N = 4");
   const auto wide = fresh("s2x3.csv");
   std::ofstream(wide) << "0,0,0\n0,0,0\n";
   expect("bounds --cross-norm --input " + wide.string(), "must be square");

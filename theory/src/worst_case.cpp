@@ -97,7 +97,8 @@ PairSearchResult maximize_cross_norm_term(CrossNormTerm term, std::vector<double
   std::vector<double> a(n), p(n), trial_scores(n), trial_values(n), trial_a(n), trial_p(n), grad_a, grad_p;
   // The term is f(x, y) with (x, y) = (a, p) through the scores and (p, a) through the values.
   const auto evaluate_pair = [term](std::span<const double> a_row, std::span<const double> p_column) {
-    return term == CrossNormTerm::grad_scores ? cross_norm_term_sq(a_row, p_column) : cross_norm_term_sq(p_column, a_row);
+    return term == CrossNormTerm::grad_scores ? cross_norm_term_sq(a_row, p_column)
+                                              : cross_norm_term_sq(p_column, a_row);
   };
   softmax_row(result.score_logits, a);
   softmax_row(result.value_logits, p);
