@@ -27,8 +27,9 @@ void require_name(const JsonFields& fields, const char* key, const std::string& 
     return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
   });
   if (!plain) {
-    fields.fail(fmt::format("\"{}\" must be 1-64 letters, digits, '_', '-' or '.', got \"{}\"", key,
-                            name.size() > 64 ? name.substr(0, 64) + "..." : name));
+    // Dumped as JSON so that a control character in it is shown escaped, not printed.
+    fields.fail(fmt::format("\"{}\" must be 1-64 letters, digits, '_', '-' or '.', got {}", key,
+                            nlohmann::json(name.size() > 64 ? name.substr(0, 64) + "..." : name).dump()));
   }
 }
 
@@ -89,8 +90,8 @@ TrainingCurves parse_training_curves(const std::string& text, const std::string&
       TrainingPoint point;
       point.variant = fields.text("variant");
       if (!find_variant(point.variant)) {
-        fields.fail(fmt::format("variant \"{}\" is not declared by a \"variant\" line above",
-                                point.variant.substr(0, 64)));
+        fields.fail(fmt::format("variant {} is not declared by a \"variant\" line above",
+                                nlohmann::json(point.variant.substr(0, 64)).dump()));
       }
       point.seed = fields.integer("seed");
       point.step = fields.integer("step");
@@ -102,7 +103,8 @@ TrainingCurves parse_training_curves(const std::string& text, const std::string&
       const JsonFields values(fields.at("values"), fields.where() + " \"values\"");
       for (const auto& [metric, value] : fields.at("values").items()) {
         if (!find_metric(metric)) {
-          values.fail(fmt::format("metric \"{}\" is not declared by a \"metric\" line above", metric.substr(0, 64)));
+          values.fail(fmt::format("metric {} is not declared by a \"metric\" line above",
+                                  nlohmann::json(metric.substr(0, 64)).dump()));
         }
         if (const auto number = values.number_or_null(metric.c_str())) point.values[metric] = *number;
       }
@@ -111,8 +113,8 @@ TrainingCurves parse_training_curves(const std::string& text, const std::string&
   });
   if (!header) throw theory::InputError(fmt::format("{}: no \"curves\" record: the file is empty", name));
   if (!find_metric(curves.headline)) {
-    throw theory::InputError(fmt::format("{}: the headline metric \"{}\" is not declared by a \"metric\" line", name,
-                                         curves.headline.substr(0, 64)));
+    throw theory::InputError(fmt::format("{}: the headline metric {} is not declared by a \"metric\" line", name,
+                                         nlohmann::json(curves.headline.substr(0, 64)).dump()));
   }
   return curves;
 }
