@@ -20,7 +20,8 @@ from the closed forms of THEORY.md fact 11 (the same as attncheck's theory::cros
 writes RUN/attncheck-curves.jsonl (the training-curves format of docs/results-format.md; rewritten whole, to a
 temporary name then renamed, after every seed) and, for the first seed, each variant's final weights as
 RUN/final-VARIANT.safetensors with RUN/config.json and RUN/probe-tokens.txt (the held-out digit), which
-`attncheck probe RUN/final-VARIANT.safetensors --tokens RUN/probe-tokens.txt --cross-norm` measures.
+`attncheck probe RUN/final-VARIANT.safetensors --tokens RUN/probe-tokens.txt --cross-norm` measures (its
+forward pass is standard attention: for the cross-normalized models only layer 0 sees the inputs of training).
 Needs python3-torch and python3-sklearn (Debian).
 """
 import argparse
