@@ -279,8 +279,7 @@ void add_training_curves_section(const TrainingCurves& curves, const std::filesy
   for (std::size_t m = 0; m < curves.metrics.size(); ++m) {
     const CurveMetric& metric = curves.metrics[m];
     PlotSpec plot{fmt::format("curves-metric{}", m + 1), metric.label + " (mean ± standard error over seeds)",
-                  curves.x_label, metric.unit.empty() ? metric.label : metric.label + ": " + metric.unit, false,
-                  metric.log_y, {}};
+                  curves.x_label, metric.label, false, metric.log_y, {}};
     long long first = 0, last = 0;
     bool any = false;
     for (std::size_t v = 0; v < curves.variants.size(); ++v) {
@@ -305,10 +304,10 @@ void add_training_curves_section(const TrainingCurves& curves, const std::filesy
     if (with_plots && drawable) {
       pending.plots.push_back(std::move(plot));
       pending.block_of_plot.push_back(blocks.size());
-      blocks.push_back(Figure{"", "", fmt::format("{} against {}: the mean over seeds of each variant, shaded one "
+      blocks.push_back(Figure{"", "", fmt::format("{}{} against {}: the mean over seeds of each variant, shaded one "
                                                   "standard error either side{}.",
-                                                  metric.label, curves.x_label,
-                                                  metric.log_y ? " (log y axis)" : "")});
+                                                  metric.label, metric.unit.empty() ? "" : " (" + metric.unit + ")",
+                                                  curves.x_label, metric.log_y ? " (log y axis)" : "")});
     } else if (with_plots) {
       blocks.push_back(Notice{fmt::format("nothing to plot for \"{}\": no value fits its axis.", metric.label)});
     }
