@@ -118,7 +118,7 @@ TEST_CASE("exact references exist exactly where a closed form is known") {
   CHECK(*exact_norm_sq(matrix1, Estimand::value) == Approx(32.0 * 31 * 36 + 32 * (36 + 12)).epsilon(1e-12));
 }
 
-TEST_CASE("the papers' model keeps its point keys; other score models get their own") {
+TEST_CASE("the papers' model keeps its point keys: other score models get their own") {
   SweepRequest rq;
   rq.claim = "C7";
   rq.alpha = std::vector<double>{1.0};

@@ -266,7 +266,7 @@ TEST_CASE("a config.json, vocabulary or index that is not a regular file is refu
   CHECK_THROWS_WITH(Checkpoint::open(dir.path), Catch::Contains("model.safetensors.index.json: is a folder"));
 }
 
-TEST_CASE("values that overflow are flagged, never printed as plain numbers; the bounds still hold", "[model]") {
+TEST_CASE("values that overflow are flagged, never printed as plain numbers: the bounds still hold", "[model]") {
   TempDir dir;
   // Layer norm gains of 1e30 (near F32's limit) give finite scores near 1e60, whose cubes' squares overflow.
   write_tiny_gpt2(dir.path / "model.safetensors", {}, 31, "softmax", 1e30);
