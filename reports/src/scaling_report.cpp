@@ -33,6 +33,7 @@ std::string estimand_symbol(const std::string& estimand) {
   if (estimand == "score-var") return "E|s_ij|";  // a sample is one score; its second moment is the variance
   if (estimand == "row-sum") return "E[row sum of F]";
   if (estimand == "row-mean") return "E[row mean of F]";
+  if (estimand == "dV") return "E||dO/dV||_F";
   return "E||" + estimand + "||_F";
 }
 
@@ -143,6 +144,8 @@ Facts configuration_facts(const Series& s) {
   f.items.emplace_back("p", fmt::format("{}", s.key.p));
   if (s.key.reading) f.items.emplace_back("reading of (.)^p", *s.key.reading);
   if (s.key.alpha) f.items.emplace_back("alpha", format_number(*s.key.alpha));
+  if (s.key.mix) f.items.emplace_back("mix alpha (P = alpha softmax_col(V) + (1 - alpha) V)", format_number(*s.key.mix));
+  if (s.key.dv) f.items.emplace_back("d_v (value columns)", fmt::format("{}", *s.key.dv));
   f.items.emplace_back("outer scale c(N)", s.key.scale);
   if (s.points[0]) f.items.emplace_back("inner scale lambda", format_number(s.points[0]->inner, 6));
   f.items.emplace_back("estimand", fmt::format("{} ({})", s.key.estimand, estimand_symbol(s.key.estimand)));

@@ -28,11 +28,13 @@ struct Provenance {
 
 // The configuration that identifies one fitted series, shared by its points.
 struct SeriesKey {
-  std::string claim;                   // "C3".."C8" or "custom"
+  std::string claim;                   // "C3".."C9" or "custom"
   std::optional<std::string> reading;  // "elementwise" | "matrix"
   std::string phi;
   long long p = 1;
   std::optional<double> alpha;
+  std::optional<double> mix;           // C9's mix alpha of softmax_col(V) and V
+  std::optional<long long> dv;         // C9's value columns
   std::string scale;
   long long D = 0;
   long long d = 0;
