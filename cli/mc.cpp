@@ -112,7 +112,9 @@ bool is_row_sum(const json& r) { return r["estimand"] == "row-sum" || r["estiman
 
 // The reading column: C3/C4's reading of ^p, or C9's mix alpha.
 std::string reading_cell(const json& r) {
-  if (r.contains("mix") && r["mix"].is_number()) return fmt::format("mix alpha={:g}", r["mix"].get<double>());
+  if (r.contains("mix") && r["mix"].is_number()) {
+    return fmt::format("mix alpha={:g} dv={}", r["mix"].get<double>(), r.value("dv", json(0)).dump());
+  }
   return text_or(r["reading"]);
 }
 

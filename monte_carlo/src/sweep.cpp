@@ -280,6 +280,9 @@ std::vector<SeriesSpec> build_series(const SweepRequest& rq) {
       s.inner = rq.inner_scale ? parse_inner_scale(*rq.inner_scale) : InnerRule{};
       s.outer = rq.outer_scale ? parse_outer_scale(*rq.outer_scale) : OuterRule{};
       s.estimands = rq.estimands ? parse_estimands(*rq.estimands) : std::vector<Estimand>{Estimand::value};
+      if (std::find(s.estimands.begin(), s.estimands.end(), Estimand::dV) != s.estimands.end()) {
+        throw InputError("--estimand dV: the derivative in the values belongs to C9's cross-normalized output (--claim C9)");
+      }
       s.claimed_exponent = rq.claimed_exponent;
       if (s.activation.kind == ActivationKind::matpow) s.reading = "matrix";
       if (s.activation.kind == ActivationKind::pointwise && s.activation.h == Pointwise::poly) s.reading = "elementwise";
