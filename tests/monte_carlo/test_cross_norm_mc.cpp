@@ -5,6 +5,7 @@
 #include "attncheck/monte_carlo/commands.hpp"
 #include "attncheck/monte_carlo/cpu_backend.hpp"
 #include "attncheck/monte_carlo/fit.hpp"
+#include "attncheck/monte_carlo/sample_norms.hpp"
 #include "attncheck/monte_carlo/sweep.hpp"
 #include "attncheck/theory/cross_norm.hpp"
 #include "attncheck/theory/softmax.hpp"

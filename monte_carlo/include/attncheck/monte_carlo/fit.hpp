@@ -78,9 +78,9 @@ inline constexpr double kZ95 = 1.959963984540054;
 struct ExactLaw {
   std::string of;     // "sqrt(E||F||^2)", "E[row sum]", "E[row mean]", "Var(s)"
   bool bound = true;  // it bounds the fitted E||F|| from above (Jensen) rather than being the expectation itself
-  bool deterministic = false;  // it bounds every sample, for every input (C9's facts 10-11), not only the mean
   std::optional<double> exponent;  // absent: the quantity is 0 for every x
   double constant = 0;
+  bool deterministic = false;  // it bounds every sample, for every input (C9's facts 10-11), not only the mean
 };
 
 // One point of a series as the verdict reads it. NaN where a value is missing.
