@@ -278,8 +278,10 @@ int run(const Options& o) {
   }
   for (const json& s : outcome.series) {
     if (s["verdict"] == "inconclusive" && s.value("counts_for_exit", false)) {
-      fmt::print(stderr, "attncheck mc: inconclusive (not a failure): {} {} p={} {}{}: {}\n", s["claim"].get<std::string>(),
-                 s["phi"].get<std::string>(), s["p"].get<int>(), s["estimand"].get<std::string>(),
+      fmt::print(stderr, "attncheck mc: inconclusive (not a failure): {} {} p={}{} {}{}: {}\n", s["claim"].get<std::string>(),
+                 s["phi"].get<std::string>(), s["p"].get<int>(),
+                 s.contains("mix") && s["mix"].is_number() ? " " + reading_cell(s) : std::string(),
+                 s["estimand"].get<std::string>(),
                  s.value("scores", "projected") == "projected" ? "" : " " + s["scores"].get<std::string>(),
                  text_or(s["verdict_reason"]));
     }
