@@ -203,6 +203,8 @@ PointRecord read_point(const JsonFields& fields, int line) {
   r.exact_mean = fields.number_or_null("exact_mean");
   r.z_exact_mean = fields.number_or_null("z_exact_mean");
   r.jensen_bound = fields.number_or_null("jensen_bound");
+  r.sample_bound = fields.number_or_null("sample_bound");
+  r.sample_max = fields.number_or_null("sample_max");
   r.se_reliable = fields.boolean("se_reliable");
   r.unreliable_because = fields.text_or_null("unreliable_because");
   r.stopped_by = fields.word("stopped_by", kStops);

@@ -246,6 +246,8 @@ Table points_table(const Series& s) {
   }
   const bool exact_mean = has_exact_mean(s);
   if (exact_mean) t.header.insert(t.header.end(), {"exact " + symbol, "z of the estimate vs exact"});
+  const bool bounded = std::any_of(s.points.begin(), s.points.end(), [](const auto& p) { return p && p->sample_bound; });
+  if (bounded) t.header.insert(t.header.end(), {"largest sample", "deterministic bound (fact 11)"});
   if (detail) t.header.insert(t.header.end(), {"SE reliable", "seed", "wall time (s)"});
   for (std::size_t i = 0; i < s.x.size(); ++i) {
     const auto [lo, hi] = point_ci(s, i);
@@ -279,6 +281,10 @@ Table points_table(const Series& s) {
       } else {
         row.insert(row.end(), {"-", "-"});
       }
+    }
+    if (bounded) {
+      row.push_back(point && point->sample_max ? format_number(*point->sample_max, 6) : "not finite");
+      row.push_back(point && point->sample_bound ? format_number(*point->sample_bound, 6) : "-");
     }
     if (detail) {
       row.push_back(point ? (point->se_reliable ? "yes" : "NO") : "-");
@@ -560,6 +566,10 @@ void add_scaling_section(const ResultsFolder& results, bool with_plots, Document
             "Jensen ratio: E||.||_F / sqrt(E||.||_F^2) with the exact second moment; at most 1 (Jensen), and near 1 "
             "when the norm hardly fluctuates. The z column compares the estimated second moment with the exact one "
             "(|z| > 4 would point at an error)."});
+      } else if (std::any_of(s.points.begin(), s.points.end(), [](const auto& p) { return p && p->sample_bound; })) {
+        blocks.push_back(Paragraph{
+            "No closed form of the expectation is known; every input obeys the deterministic bound of THEORY.md facts "
+            "10-11, so every sample is checked against it (a sample above it would be a failure of the tool)."});
       } else {
         blocks.push_back(Paragraph{"No exact values are known for this series."});
       }

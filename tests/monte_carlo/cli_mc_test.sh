@@ -284,6 +284,7 @@ for s in series:
 markdown = open(os.path.join(report, "report.md")).read()
 assert "C9" in markdown and "cross-normalization" in markdown
 assert "mix alpha" in markdown and "E||dO/dV||_F" in markdown
+assert markdown.count("deterministic bound (fact 11)") == 3, markdown.count("deterministic bound (fact 11)")
 for s in series:
     assert "{:.4g}".format(s["slope"]) in markdown, s["slope"]
 PY

@@ -68,6 +68,8 @@ struct PointRecord {
   std::optional<double> exact_mean;    // where the expectation itself is known (row sums)
   std::optional<double> z_exact_mean;
   std::optional<double> jensen_bound;
+  // C9 at mix alpha = 1: the deterministic bound every sample obeys (facts 10-11) and the largest sample.
+  std::optional<double> sample_bound, sample_max;
   bool se_reliable = true;
   std::optional<std::string> unreliable_because;
   std::string stopped_by;
