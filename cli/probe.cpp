@@ -23,6 +23,8 @@ struct ProbeOptions {
   std::string model;
   std::string text;
   std::string tokens;
+  std::string pixels;
+  std::string image;
   bool random = false;
   std::int64_t length = 128;
   bool length_given = false;
@@ -37,8 +39,11 @@ struct ProbeOptions {
 };
 
 probes::ProbeInput make_input(const ProbeOptions& o) {
-  const int chosen = !o.text.empty() + !o.tokens.empty() + o.random;
-  if (chosen > 1) throw UsageError("choose one input: --text, --tokens or --random");
+  const int chosen = !o.text.empty() + !o.tokens.empty() + !o.pixels.empty() + !o.image.empty() + o.random;
+  if (chosen > 1) throw UsageError("choose one input: --text, --tokens, --pixels, --image or --random");
+  if (o.length_given && (!o.pixels.empty() || !o.image.empty())) {
+    throw UsageError("--length counts tokens or random positions; an image's positions are 1 + its patches");
+  }
   probes::ProbeInput input;
   input.seed = o.seed;
   input.random_length = o.length;
@@ -52,6 +57,12 @@ probes::ProbeInput make_input(const ProbeOptions& o) {
   } else if (!o.tokens.empty()) {
     input.kind = probes::ProbeInput::Kind::tokens;
     input.tokens_file = o.tokens;
+  } else if (!o.pixels.empty()) {
+    input.kind = probes::ProbeInput::Kind::pixels;
+    input.pixels_file = o.pixels;
+  } else if (!o.image.empty()) {
+    input.kind = probes::ProbeInput::Kind::image;
+    input.image_file = o.image;
   } else {
     input.kind = probes::ProbeInput::Kind::random;
   }
@@ -83,17 +94,34 @@ void note_non_finite(int count, const char* how) {
 
 void print_table(const probes::ProbeResult& result, const probes::ProbeInput& input) {
   const auto& c = result.config;
+  const bool vision = probes::is_vision(c.architecture);
   fmt::print("{} model: {} layers, {} heads of dimension {}, D = {}; trained attention: {}; {} attention\n",
              probes::architecture_name(c.architecture), c.layers, c.heads, c.head_dim(), c.hidden,
-             c.attention_activation, c.architecture == probes::Architecture::bert ? "bidirectional" : "causal");
+             c.attention_activation,
+             c.architecture == probes::Architecture::bert || vision ? "bidirectional" : "causal");
+  if (vision) {
+    fmt::print("{} x {} pixel patches{}\n", c.patch_size, c.patch_size,
+               c.architecture == probes::Architecture::dinov2
+                   ? fmt::format("; LayerScale; position embeddings for {0} x {0} pixels, interpolated bicubically "
+                                 "to other patch grids", c.image_size)
+                   : fmt::format("; position embeddings for {0} x {0} pixels", c.image_size));
+  }
   if (c.architecture == probes::Architecture::llama) {
     fmt::print("rotary positions (base {:g}, pairs {}); {} query heads share {} key/value heads: |dA/dWk| is one "
                "head's, the JSON's dWk_group_fro its group's\n",
                c.rope_theta, c.rope_interleaved ? "(2p, 2p+1)" : "(p, p+d/2)", c.heads, c.key_value_heads());
   }
   if (input.kind == probes::ProbeInput::Kind::random) {
-    fmt::print("input: {} Gaussian embeddings, sigma = {:.4g} (RMS of the token embeddings), seed {}\n",
-               input.random_length, result.random_sigma, input.seed);
+    fmt::print("input: {} Gaussian embeddings, sigma = {:.4g} (RMS of the {} embeddings), seed {}\n",
+               input.random_length, result.random_sigma, vision ? "position" : "token", input.seed);
+  } else if (input.kind == probes::ProbeInput::Kind::pixels || input.kind == probes::ProbeInput::Kind::image) {
+    const std::int64_t P = c.patch_size;
+    fmt::print("input: {} x {} pixels from {}: {} x {} patches, N = {} positions (CLS first, then the patches row by "
+               "row)\n",
+               result.image_height, result.image_width,
+               input.kind == probes::ProbeInput::Kind::pixels ? input.pixels_file.string() : input.image_file.string(),
+               result.image_height / P, result.image_width / P, 1 + (result.image_height / P) * (result.image_width / P));
+    if (!result.preprocessing.empty()) fmt::print("image preprocessing: {}\n", result.preprocessing);
   } else {
     fmt::print("input: {} tokens: {}\n", result.ids.size(), fmt::join(result.ids, " "));
   }
@@ -193,7 +221,7 @@ int run(const ProbeOptions& o) {
 }
 
 const bool registered = register_subcommand(
-    "probe", "live per-layer, per-head attention norms of a checkpoint (BERT, GPT-2, Llama; safetensors or GGUF) "
+    "probe", "live per-layer, per-head attention norms of a checkpoint (BERT, GPT-2, Llama, ViT, DINOv2; safetensors or GGUF) "
     "against the theory",
     [](CLI::App& command) -> std::function<int()> {
       auto o = std::make_shared<ProbeOptions>();
@@ -201,8 +229,15 @@ const bool registered = register_subcommand(
       command.add_option("--text", o->text, "input text: a GGUF file's own byte-level BPE, or beside the checkpoint vocab.txt (WordPiece), "
                          "vocab.json + merges.txt (byte-level BPE) or tokenizer.json");
       command.add_option("--tokens", o->tokens, "file of whitespace-separated token ids");
+      command.add_option("--pixels", o->pixels,
+                         "ViT, DINOv2: the model's pixel_values for one image, a channels x height x width float32 or "
+                         "float64 .npy file, already normalized");
+      command.add_option("--image", o->image,
+                         "ViT, DINOv2: an image file (PNG, JPEG, PPM, BMP), preprocessed as the checkpoint's "
+                         "preprocessor_config.json says (ImageNet defaults when absent)");
       command.add_flag("--random", o->random,
-                       "Gaussian embeddings (the default input), sigma = RMS of the model's token embeddings");
+                       "Gaussian embeddings (the default input), sigma = RMS of the model's token embeddings (ViT, DINOv2: of its "
+                       "position embeddings)");
       command.add_option("--length", o->length,
                          "number of positions for --random; with --text or --tokens, keep the first LENGTH tokens")
           ->capture_default_str()

@@ -2,6 +2,7 @@
 
 #include "attncheck/monte_carlo/bounds_survey.hpp"
 #include "attncheck/monte_carlo/random_stream.hpp"
+#include "attncheck/probes/image.hpp"
 #include "attncheck/probes/tokenizer.hpp"
 #include "attncheck/reports/input_file.hpp"
 #include "attncheck/theory/moments.hpp"
@@ -361,7 +362,34 @@ ProbeResult probe_model(const fs::path& model_path, const ProbeInput& input, con
     }
   }
   std::vector<LayerInputs> computed;
+  const bool vision = is_vision(model.config().architecture);
+  if (vision && (input.kind == ProbeInput::Kind::text || input.kind == ProbeInput::Kind::tokens)) {
+    throw InputError(fmt::format("{} takes images, not tokens: use --pixels, --image or --random",
+                                 architecture_name(model.config().architecture)));
+  }
+  if (!vision && (input.kind == ProbeInput::Kind::pixels || input.kind == ProbeInput::Kind::image)) {
+    throw InputError(fmt::format("{} takes tokens, not images: use --text, --tokens or --random",
+                                 architecture_name(model.config().architecture)));
+  }
   switch (input.kind) {
+    case ProbeInput::Kind::pixels:
+    case ProbeInput::Kind::image: {
+      Pixels pixels;
+      if (input.kind == ProbeInput::Kind::pixels) {
+        pixels = read_pixels(input.pixels_file);
+      } else {
+        const ImagePreprocessing preprocessing = read_preprocessing(model_path, model.config());
+        result.preprocessing = preprocessing.describe();
+        pixels = preprocess_image(read_image(input.image_file), preprocessing);
+      }
+      result.image_height = pixels.height;
+      result.image_width = pixels.width;
+      const std::int64_t P = model.config().patch_size;
+      model.require_memory_for(1 + (pixels.height / P) * (pixels.width / P), layers);
+      computed = model.forward_pixels(pixels, layers);
+      if (keep_layers) result.pixels = std::move(pixels);
+      break;
+    }
     case ProbeInput::Kind::text:
     case ProbeInput::Kind::tokens:
       result.ids = input.kind == ProbeInput::Kind::text ? tokenize_for_model(model_path, model, input.text)
@@ -416,12 +444,20 @@ void write_attention(const fs::path& path, const ProbeResult& result) {
       tensor.values.insert(tensor.values.end(), head.attention.data(), head.attention.data() + head.attention.size());
     }
     tensors.push_back(std::move(tensor));
+    tensors.push_back({fmt::format("inputs.{}", l),
+                       {static_cast<std::int64_t>(layer.X.rows()), static_cast<std::int64_t>(layer.X.cols())},
+                       std::vector<double>(layer.X.data(), layer.X.data() + layer.X.size()),
+                       DType::F64});
   }
   if (!result.ids.empty()) {
     tensors.push_back({"input_ids",
                        {static_cast<std::int64_t>(result.ids.size())},
                        std::vector<double>(result.ids.begin(), result.ids.end()),
                        DType::F64});
+  }
+  if (!result.pixels.values.empty()) {
+    tensors.push_back({"pixel_values", {result.pixels.channels, result.pixels.height, result.pixels.width},
+                       result.pixels.values, DType::F64});
   }
   write_safetensors(path, tensors);
 }

@@ -9,8 +9,13 @@
                            safetensors, vocab.json, merges.txt) and, with the `gguf` package, as GGUF files
                            DIR/tiny-llama-TYPE.gguf for TYPE in f32 f16 bf16 q8_0 q4_0 q4_1 (queries and keys
                            permuted to GGUF's interleaved rotary pairs, as llama.cpp's converter does)
+  make-tiny-vit DIR        writes a small random ViT (Hugging Face ViTForImageClassification names, "vit."
+                           prefix) and a small random DINOv2 (LayerScale; images of another patch grid than the
+                           position embeddings', so these are interpolated) into DIR/tiny-vit and DIR/tiny-dinov2,
+                           each with pixels.npy (float64 in Fortran order for the ViT, float32 for DINOv2)
   compare BIN MODEL ...    runs `BIN probe MODEL ... --json --attention-out F`, runs the same weights through
                            PyTorch in float64 (BERT, GPT-2: PyTorch's own TransformerEncoderLayer /
+                           MultiheadAttention; ViT, DINOv2: PyTorch's conv2d, interpolate (bicubic) and
                            MultiheadAttention; Llama: a forward written here from the definition, the weights
                            of a GGUF file dequantized by the `gguf` package), and checks every layer's and
                            head's attention matrix (BERT, GPT-2: max |difference| <= 1e-5; Llama: every entry
@@ -170,6 +175,114 @@ def make_tiny(folder):
         f.write(" ".join(str(x) for x in rng.integers(0, V, size=17)) + "\n")
     with open(os.path.join(bert_dir, "tokens.txt"), "w") as f:
         f.write(" ".join(str(x) for x in [2] + list(rng.integers(4, V, size=13)) + [3]) + "\n")
+
+
+def make_tiny_vit(folder):
+    rng = np.random.default_rng(20261123)
+
+    def normal(*shape, scale=0.5):
+        return rng.normal(0.0, scale, size=shape)
+
+    for kind in ("vit", "dinov2"):
+        out = os.path.join(folder, f"tiny-{kind}")
+        os.makedirs(out, exist_ok=True)
+        D, H, L, C = 16, 4, 2, 3
+        if kind == "vit":
+            P, image, I, pre = 8, 32, 32, "vit."
+            config = {"model_type": "vit", "hidden_size": D, "num_attention_heads": H, "num_hidden_layers": L,
+                      "intermediate_size": I, "hidden_act": "gelu", "layer_norm_eps": 1e-12, "image_size": image,
+                      "patch_size": P, "num_channels": C, "qkv_bias": True}
+            names = {"norm1": "layernorm_before", "norm2": "layernorm_after", "fc1": "intermediate.dense",
+                     "fc2": "output.dense"}
+            height, width = image, image
+        else:
+            P, image, I, pre = 6, 24, 32, ""
+            config = {"model_type": "dinov2", "hidden_size": D, "num_attention_heads": H, "num_hidden_layers": L,
+                      "mlp_ratio": I / D, "hidden_act": "gelu", "layer_norm_eps": 1e-6, "image_size": image,
+                      "patch_size": P, "num_channels": C, "layerscale_value": 1.0}
+            names = {"norm1": "norm1", "norm2": "norm2", "fc1": "mlp.fc1", "fc2": "mlp.fc2"}
+            # 5 x 7 patches (and 2 pixels past the last whole patch in each direction) against 4 x 4 trained.
+            height, width = 32, 44
+        json.dump(config, open(os.path.join(out, "config.json"), "w"))
+        grid = image // P
+        t = {pre + "embeddings.cls_token": normal(1, 1, D), pre + "embeddings.mask_token": normal(1, D),
+             pre + "embeddings.position_embeddings": normal(1, 1 + grid * grid, D),
+             pre + "embeddings.patch_embeddings.projection.weight": normal(D, C, P, P, scale=0.1),
+             pre + "embeddings.patch_embeddings.projection.bias": normal(D, scale=0.1),
+             pre + "layernorm.weight": 1 + normal(D, scale=0.1), pre + "layernorm.bias": normal(D, scale=0.1)}
+        for layer in range(L):
+            p = f"{pre}encoder.layer.{layer}."
+            for name, shape in [("attention.attention.query", (D, D)), ("attention.attention.key", (D, D)),
+                                ("attention.attention.value", (D, D)), ("attention.output.dense", (D, D)),
+                                (names["fc1"], (I, D)), (names["fc2"], (D, I))]:
+                t[p + name + ".weight"] = normal(*shape, scale=0.6)
+                t[p + name + ".bias"] = normal(shape[0], scale=0.2)
+            for name in ("norm1", "norm2"):
+                t[p + names[name] + ".weight"] = 1 + normal(D, scale=0.1)
+                t[p + names[name] + ".bias"] = normal(D, scale=0.1)
+            if kind == "dinov2":
+                t[p + "layer_scale1.lambda1"] = 1 + normal(D, scale=0.3)
+                t[p + "layer_scale2.lambda1"] = 1 + normal(D, scale=0.3)
+        write_safetensors(os.path.join(out, "model.safetensors"), {k: (v, "F32") for k, v in t.items()})
+        pixels = normal(C, height, width, scale=1.0)
+        np.save(os.path.join(out, "pixels.npy"),
+                np.asfortranarray(pixels) if kind == "vit" else pixels.astype(np.float32))
+
+
+def vision_layers(config, weights, pixels):
+    """Layer inputs X and per-head attention of a ViT or DINOv2, from PyTorch's conv2d, interpolate and
+    MultiheadAttention."""
+    dinov2 = config["model_type"] == "dinov2"
+    pre = next(p for p in ("vit.", "dinov2.", "") if p + "embeddings.cls_token" in weights)
+    D, H, L = config["hidden_size"], config["num_attention_heads"], config["num_hidden_layers"]
+    P = config["patch_size"]
+    eps = config.get("layer_norm_eps", 1e-6 if dinov2 else 1e-12)
+    e = pre + "embeddings."
+    x = torch.tensor(pixels)[None]
+    patches = F.conv2d(x, tensor(weights, e + "patch_embeddings.projection.weight"),
+                       tensor(weights, e + "patch_embeddings.projection.bias"), stride=P)
+    gh, gw = patches.shape[2], patches.shape[3]
+    h = torch.cat([tensor(weights, e + "cls_token")[0], patches.flatten(2).transpose(1, 2)[0]])
+    positions = tensor(weights, e + "position_embeddings")[0]
+    side = int(round(math.sqrt(positions.shape[0] - 1)))
+    grid = positions[1:]
+    if (gh, gw) != (side, side):
+        grid = grid.reshape(1, side, side, D).permute(0, 3, 1, 2)
+        grid = F.interpolate(grid, size=(gh, gw), mode="bicubic", align_corners=False)
+        grid = grid.permute(0, 2, 3, 1).reshape(gh * gw, D)
+    h = h + torch.cat([positions[:1], grid])
+    names = ({"norm1": "norm1", "norm2": "norm2", "fc1": "mlp.fc1", "fc2": "mlp.fc2"} if dinov2 else
+             {"norm1": "layernorm_before", "norm2": "layernorm_after", "fc1": "intermediate.dense",
+              "fc2": "output.dense"})
+    out = []
+    for layer in range(L):
+        p = f"{pre}encoder.layer.{layer}."
+        w = lambda name: tensor(weights, p + name)
+        x = F.layer_norm(h, (D,), w(names["norm1"] + ".weight"), w(names["norm1"] + ".bias"), eps)
+        wq, wk, wv = (w(f"attention.attention.{k}.weight") for k in ("query", "key", "value"))
+        bq, bk, bv = (w(f"attention.attention.{k}.bias") for k in ("query", "key", "value"))
+        attention_module = torch.nn.MultiheadAttention(D, H, dropout=0.0, batch_first=True)
+        attention_module.eval()
+        with torch.no_grad():
+            attention_module.in_proj_weight.copy_(torch.cat([wq, wk, wv]))
+            attention_module.in_proj_bias.copy_(torch.cat([bq, bk, bv]))
+            attention_module.out_proj.weight.copy_(w("attention.output.dense.weight"))
+            attention_module.out_proj.bias.copy_(w("attention.output.dense.bias"))
+            attended, attention = attention_module(x[None], x[None], x[None], need_weights=True,
+                                                   average_attn_weights=False)
+        attended = attended[0]
+        if dinov2:
+            attended = attended * w("layer_scale1.lambda1")
+        h = h + attended
+        m = F.layer_norm(h, (D,), w(names["norm2"] + ".weight"), w(names["norm2"] + ".bias"), eps)
+        mlp = F.linear(F.gelu(F.linear(m, w(names["fc1"] + ".weight"), w(names["fc1"] + ".bias"))),
+                       w(names["fc2"] + ".weight"), w(names["fc2"] + ".bias"))
+        if dinov2:
+            mlp = mlp * w("layer_scale2.lambda1")
+        h = h + mlp
+        out.append({"X": x.detach(), "attention": attention[0].detach(), "wq": wq, "wk": wk, "bq": bq, "bk": bk,
+                    "heads": H, "causal": False})
+    return out
 
 
 def bytes_to_unicode():
@@ -599,10 +712,24 @@ def compare(binary, model, probe_args):
             return 1
         metrics = json.loads(run.stdout)
         dumped = read_safetensors(dump)
-    ids = [int(x) for x in dumped["input_ids"]]
+    if config["model_type"] in ("vit", "dinov2"):
+        pixels = np.load(probe_args[probe_args.index("--pixels") + 1]).astype(np.float64)
+        layers = vision_layers(config, weights, pixels)
+        ids = range(layers[0]["X"].shape[0])
+        worst_x = 0.0
+        for l, layer in enumerate(layers):
+            diff = float(np.max(np.abs(dumped[f"inputs.{l}"] - layer["X"].numpy())))
+            worst_x = max(worst_x, diff)
+            if diff > 1e-10:
+                print(f"FAIL: layer {l}: max |X difference| {diff:.3e} > 1e-10 (the rows the projections act on)")
+                return 1
+        print(f"layer inputs X (after the LayerNorm before attention): max |attncheck - PyTorch| = {worst_x:.3e}")
+    else:
+        ids = [int(x) for x in dumped["input_ids"]]
     if config["model_type"] == "llama":
         return compare_llama(config, weights, ids, dumped, metrics)
-    layers = torch_layers(config, weights, ids)
+    if config["model_type"] not in ("vit", "dinov2"):
+        layers = torch_layers(config, weights, ids)
     failures = 0
     worst = 0.0
     for l, layer in enumerate(layers):
@@ -678,6 +805,9 @@ def compare_llama(config, weights, ids, dumped, metrics):
 def main(argv):
     if len(argv) >= 2 and argv[0] == "make-tiny":
         make_tiny(argv[1])
+        return 0
+    if len(argv) >= 2 and argv[0] == "make-tiny-vit":
+        make_tiny_vit(argv[1])
         return 0
     if len(argv) >= 2 and argv[0] == "make-tiny-llama":
         make_tiny_llama(argv[1])

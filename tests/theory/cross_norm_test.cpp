@@ -10,6 +10,8 @@
 #include <rapidcheck/catch.h>
 
 #include <cmath>
+#include <span>
+#include <vector>
 
 using namespace attncheck;
 using testing::finite_difference_jacobian;
@@ -154,4 +156,28 @@ TEST_CASE("bad inputs to the cross-normalization routines name the bad value") {
   CHECK_THROWS_WITH(theory::cross_norm_norms(Matrix::Constant(3, 3, 1.0 / 3), Matrix::Zero(4, 2)),
                     Catch::Contains("shapes disagree"));
   CHECK_THROWS_WITH(theory::mixed_values(values, std::nan("")), Catch::Contains("alpha"));
+}
+
+TEST_CASE("fact 11's per-(row, column) term: its sums over rows and columns are the two squared Jacobian norms") {
+  const Index n = 7, dv = 3;
+  const Matrix scores = random_matrix(n, n, 2.0, 51), values = random_matrix(n, dv, 2.0, 52);
+  const Matrix attention = theory::row_softmax(scores), probabilities = theory::column_softmax(values);
+  double through_scores = 0, through_values = 0;
+  for (Index i = 0; i < n; ++i) {
+    const Eigen::VectorXd a = attention.row(i).transpose();
+    for (Index k = 0; k < dv; ++k) {
+      const Eigen::VectorXd p = probabilities.col(k);
+      const std::span<const double> a_span(a.data(), n), p_span(p.data(), n);
+      through_scores += theory::cross_norm_term_sq(a_span, p_span);
+      through_values += theory::cross_norm_term_sq(p_span, a_span);
+    }
+  }
+  const auto norms = theory::cross_norm_norms(attention, values);
+  CHECK(relative_difference(std::sqrt(through_scores), norms.grad_scores_fro) < 1e-13);
+  CHECK(relative_difference(std::sqrt(through_values), norms.grad_values_fro) < 1e-13);
+  // The sup 1/8, at x = (1/2, 1/2, 0), y = e_1.
+  const std::vector<double> halves{0.5, 0.5, 0.0}, first{1.0, 0.0, 0.0};
+  CHECK(theory::cross_norm_term_sq(halves, first) == theory::kCrossNormTermSqSup);
+  CHECK_THROWS_WITH(theory::cross_norm_term_sq(halves, std::vector<double>{1.0, 0.0}),
+                    Catch::Contains("3 weights and 2 probabilities"));
 }

@@ -131,6 +131,21 @@ double cross_norm_projection_grad_sq(const Matrix& attention, const Matrix& mixe
   return total;
 }
 
+double cross_norm_term_sq(std::span<const double> weights, std::span<const double> probabilities) {
+  if (weights.size() != probabilities.size()) {
+    throw InputError(fmt::format("cross_norm_term_sq: {} weights and {} probabilities", weights.size(),
+                                 probabilities.size()));
+  }
+  double mean = 0;
+  for (std::size_t j = 0; j < weights.size(); ++j) mean += weights[j] * probabilities[j];
+  double total = 0;
+  for (std::size_t j = 0; j < weights.size(); ++j) {
+    const double entry = weights[j] * (probabilities[j] - mean);
+    total += entry * entry;
+  }
+  return total;
+}
+
 CrossNormBounds cross_norm_bounds(Index tokens, Index value_dim) {
   const double n = static_cast<double>(tokens), dv = static_cast<double>(value_dim);
   return {std::sqrt(dv), std::sqrt(dv) / 2, std::sqrt(n * dv), std::sqrt(n * dv / 8), std::sqrt(n * dv / 8)};

@@ -75,9 +75,11 @@ std::vector<std::string> csv_columns();
 std::vector<double> csv_values(const HeadMetrics& metrics);
 
 struct ProbeInput {
-  enum class Kind { text, tokens, random } kind = Kind::random;
+  enum class Kind { text, tokens, random, pixels, image } kind = Kind::random;
   std::string text;
   std::filesystem::path tokens_file;
+  std::filesystem::path pixels_file;  // .npy of channels x height x width, normalized (ViT, DINOv2)
+  std::filesystem::path image_file;   // PNG, JPEG, PPM, ... preprocessed as the checkpoint says (ViT, DINOv2)
   std::int64_t random_length = 128;
   std::int64_t max_tokens = -1;  // text or token input: keep the first max_tokens (an error when there are fewer)
   std::uint64_t seed = 0;
@@ -87,8 +89,11 @@ struct ProbeResult {
   ModelConfig config;
   std::vector<std::int64_t> ids;     // empty for random input
   double random_sigma = 0;           // sigma of the Gaussian embeddings, for random input
+  std::int64_t image_height = 0, image_width = 0;  // the pixels the model saw, for image input
+  std::string preprocessing;         // how an --image file became pixels, in words
   std::vector<HeadMetrics> heads;    // in layer, head order
   std::vector<LayerInputs> layers;   // kept only when asked (for the attention dump)
+  Pixels pixels;                     // the image as the model saw it, kept with the layers
 };
 
 // The ids of `text` for MODEL: a GGUF file's own byte-level BPE; beside a safetensors checkpoint, vocab.txt
@@ -102,7 +107,8 @@ ProbeResult probe_model(const std::filesystem::path& model, const ProbeInput& in
                         const std::vector<int>& heads, bool keep_layers = false);
 
 // The attention matrices of every layer up to the last measured one, one F64 tensor "layer.L" of shape
-// [heads, N, N], plus the input ids: for comparisons with other implementations.
+// [heads, N, N], the rows each layer's projections act on ("inputs.L", [N, D]), plus the input ids or the
+// image's pixel values ("pixel_values", [channels, height, width]): for comparisons with other implementations.
 void write_attention(const std::filesystem::path& path, const ProbeResult& result);
 
 }  // namespace attncheck::probes

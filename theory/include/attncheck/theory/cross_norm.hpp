@@ -7,6 +7,8 @@
 
 #include "attncheck/theory/common.hpp"
 
+#include <span>
+
 namespace attncheck::theory {
 
 // softmax over each column: column k of the result is a probability vector over the N rows.
@@ -48,6 +50,14 @@ CrossNormNorms cross_norm_norms_from_scores(const Matrix& scores, const Matrix& 
 // both sum_i row_weights_i sum_k ||column_rows^T g_ik||^2, O(N^2 d_v (d + 1)) with d = column_rows.cols().
 double cross_norm_projection_grad_sq(const Matrix& attention, const Matrix& mixed, const Vector& row_weights,
                                      const Matrix& column_rows);
+
+// One (row i, column k) term of fact 11, f(x, y) = sum_j x_j^2 (y_j - x . y)^2 for probability vectors x, y of
+// equal length. Both Jacobian norms are sums of it over i and k (alpha = 1, a_i = row i of A, p_k = column k of P):
+//   ||dO/dS||_F^2 = sum_{i,k} f(a_i, p_k)    (row i's softmax Jacobian applied to p_k)
+//   ||dO/dV||_F^2 = sum_{i,k} f(p_k, a_i)    (column k's softmax Jacobian M_k applied to a_i)
+// Its sup over all pairs is 1/8 (fact 11), reached at x = (1/2, 1/2, 0, ...), y = e_1.
+double cross_norm_term_sq(std::span<const double> weights, std::span<const double> probabilities);
+inline constexpr double kCrossNormTermSqSup = 0.125;
 
 // The deterministic bounds of facts 10-11 for N tokens and d_v value columns (each tight; alpha = 1).
 struct CrossNormBounds {
