@@ -87,7 +87,13 @@ TEST_CASE("claim presets set the constants exactly as each theorem states them")
   CHECK_THROWS_WITH(build_series(rq), Catch::Contains("--outer-scale none"));
   rq.outer_scale.reset();
   rq.claim = "C9";
-  CHECK_THROWS_WITH(build_series(rq), Catch::Contains("handled separately"));
+  const auto c9 = build_series(rq);
+  REQUIRE(c9.size() == 1);  // mix alpha = 1 unless --mix is given
+  CHECK(c9[0].mix == 1.0);
+  CHECK(c9[0].claimed_exponent == 0.5);
+  CHECK(c9[0].estimands == std::vector<Estimand>{Estimand::value, Estimand::dV, Estimand::dS, Estimand::dQ});
+  rq.mix = std::vector<double>{0, 0.5, 1};
+  CHECK(build_series(rq).size() == 3);
 }
 
 TEST_CASE("point seeds depend on the point, not on its position in the grid") {
