@@ -107,7 +107,7 @@ TEST_CASE("C9: the draw adds W_V after K and leaves X, Q, K as every other claim
   CHECK(b.W_V.cols() == 3);  // d_v defaults to d
 }
 
-TEST_CASE("C9 sweep: holds with basis exact at mix alpha = 1, every sample within its bound; never violated", "[c9]") {
+TEST_CASE("C9 sweep: holds with basis exact at mix alpha = 1, every sample within its bound, never violated", "[c9]") {
   McRequest request;
   request.claim = "C9";
   request.mix = "1,0";

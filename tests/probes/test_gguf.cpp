@@ -345,9 +345,9 @@ TEST_CASE("A GGUF file read from disk through its read window matches the image:
           "opened is refused naming it, not a crash") {
   TempDir dir;
   GgufImage g = valid_image();
-  // 40000 tokens of 40 bytes: the metadata span several read windows, and a string straddles their borders.
+  // 70000 tokens of 40 bytes: the metadata span several read windows, and a string straddles their borders.
   std::vector<std::string> tokens;
-  for (int k = 0; k < 40000; ++k) tokens.push_back(fmt::format("{:040d}", k));
+  for (int k = 0; k < 70000; ++k) tokens.push_back(fmt::format("{:040d}", k));
   g.kv_strings("tokenizer.ggml.merges", tokens);
   const auto image = g.bytes();
   REQUIRE(image.size() > (std::size_t{3} << 20));
