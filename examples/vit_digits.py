@@ -14,7 +14,7 @@ attention maps are exactly N x N). The attention map is A = f(S) of the scores S
   poly3 at scale c c * S^3 (--scales: the Figure 1 sweep)
 
   /usr/bin/python3 examples/vit_digits.py RUN [--activations softmax,poly3,...] [--seeds 0,1,2]
-      [--patch 2] [--steps 400] [--record 10] [--scales 0.01,0.1,1 --scale-patches 4,2,1 --sweep-seeds 0,1] [--upsample]
+      [--patch 2] [--steps 150] [--record 10] [--scales 0.01,0.1,1 --scale-patches 4,2,1 --sweep-seeds 0,1] [--upsample]
       [--heatmaps] [--recorder]
 
 writes RUN/vit-results.json (docs/results-format.md; rewritten atomically after every run, so an interrupted
@@ -245,8 +245,8 @@ def main():
     parser.add_argument("--activations", default=",".join(ACTIVATIONS))
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--patch", type=int, default=2, help="patch side of the activation runs (2: N = 16)")
-    parser.add_argument("--steps", type=int, default=400)
-    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=150)
+    parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--record", type=int, default=10, metavar="EVERY", help="measure every EVERY steps (0: never)")
     parser.add_argument("--scales", default="", help="c of c * x^3 for the Figure 1 sweep (empty: no sweep)")
@@ -292,20 +292,19 @@ def main():
         print(f"{run['experiment']}: {run['activation']}{scale} N={run['N']} seed {run['seed']}: {acc} "
               f"({run['wall_seconds']:.1f} s)", flush=True)
 
+    # Seed by seed, so that a sweep stopped early still has every activation and scale for the seeds it finished.
     n_main = (side // args.patch) ** 2
-    for activation in activations:
-        for seed in seeds:
-            first = seed == seeds[0]
+    for seed in sorted(set(seeds) | set(sweep_seeds if scales else [])):
+        first = seed == seeds[0]
+        for activation in activations if seed in seeds else []:
             recorder_out = log if args.recorder and first and activation in ("softmax", "poly3_scaled", "poly3") else None
             heatmap = os.path.join(args.run, f"attention-{activation}.safetensors") if args.heatmaps and first else None
             run = train(activation, outer_scale(activation, n_main), args.patch, seed, args, recorder_out, heatmap)
             save(dict(run, experiment="activations"))
-    for patch in number_list(args.scale_patches, int) if scales else []:
-        for c in scales:
-            for seed in sweep_seeds:
+        for patch in number_list(args.scale_patches, int) if scales and seed in sweep_seeds else []:
+            for c in scales:
                 sweep_args = argparse.Namespace(**dict(vars(args), record=0))
                 save(dict(train("poly3", c, patch, seed, sweep_args), experiment="scale-sweep"))
-
 
 if __name__ == "__main__":
     main()

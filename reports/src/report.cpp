@@ -19,6 +19,7 @@ namespace {
 struct Inputs {
   std::optional<fs::path> results_folder;  // has fits.json
   std::optional<fs::path> probe_log;
+  std::optional<fs::path> vit_results;  // examples/vit_digits.py's
 };
 
 Inputs find_inputs(const fs::path& input) {
@@ -34,10 +35,13 @@ Inputs find_inputs(const fs::path& input) {
   }
   if (fs::exists(input / "fits.json", error)) inputs.results_folder = input;
   if (fs::exists(input / kProbeLogName, error)) inputs.probe_log = input / kProbeLogName;
-  if (!inputs.results_folder && !inputs.probe_log) {
-    throw InputError(fmt::format("{} is missing, and so is {}: the folder holds neither the results of "
-                                 "`attncheck mc --out` nor the log of `attncheck probe --watch`",
-                                 (input / "fits.json").string(), (input / kProbeLogName).string()));
+  if (fs::exists(input / kVitResultsName, error)) inputs.vit_results = input / kVitResultsName;
+  if (!inputs.results_folder && !inputs.probe_log && !inputs.vit_results) {
+    throw InputError(fmt::format("{} is missing, and so are {} and {}: the folder holds neither the results of "
+                                 "`attncheck mc --out`, nor the log of `attncheck probe --watch`, nor those of "
+                                 "examples/vit_digits.py",
+                                 (input / "fits.json").string(), (input / kProbeLogName).string(),
+                                 (input / kVitResultsName).string()));
   }
   return inputs;
 }
@@ -72,6 +76,8 @@ ReportSummary write_report(const ReportOptions& options) {
   if (inputs.results_folder) results = read_results_folder(*inputs.results_folder);
   std::optional<std::vector<ProbeRecord>> probes;
   if (inputs.probe_log) probes = read_probe_log(*inputs.probe_log);
+  std::optional<VitResults> vit;
+  if (inputs.vit_results) vit = read_vit_results(*inputs.vit_results);
 
   Document document;
   document.title = fmt::format("attncheck report: {}", options.input.filename().empty()
@@ -95,6 +101,10 @@ ReportSummary write_report(const ReportOptions& options) {
         case Verdict::inconclusive: ++summary.inconclusive; break;
       }
     }
+  }
+  if (vit) {
+    add_vit_section(*vit, inputs.vit_results->parent_path(), options.plots, document, pending);
+    summary.vit_runs = vit->runs.size();
   }
   if (probes) {
     add_probe_section(*probes, *inputs.probe_log, options.plots, document, pending);

