@@ -375,7 +375,7 @@ void add_vit_section(const VitResults& results, const fs::path& folder, bool wit
     const bool agrees = z && std::fabs(*z) <= 2;
     findings.push_back(fmt::format(
         "x^3/sqrt(N) trains like softmax: {}. Accuracy {} against {} ({}; agreement means |z| <= 2).",
-        !z ? "undecided (one seed)" : agrees ? "agrees" : "does not agree", estimate_text(scaled->accuracy),
+        !z ? "undecided (one seed)" : agrees ? "agrees (no difference detected)" : "does not agree", estimate_text(scaled->accuracy),
         estimate_text(softmax->accuracy), z_text(z)));
   }
   if (softmax && unscaled) {

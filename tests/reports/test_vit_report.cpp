@@ -111,7 +111,7 @@ TEST_CASE("the ViT section computes Table 1, Fig. 1's best scales and states agr
   // Table 1: mean 0.92, SE 0.02 / sqrt(3) = 0.011547 -> two significant digits.
   CHECK_THAT(markdown, Contains("| softmax | 16 | 3 | 0 | 0.920 ± 0.012 |"));
   CHECK_THAT(markdown, Contains("| x^3 | 16 | 3 | 1 | 0.5150 ± 0.0050 |"));
-  CHECK_THAT(markdown, Contains("x^3/sqrt(N) trains like softmax: agrees"));
+  CHECK_THAT(markdown, Contains("x^3/sqrt(N) trains like softmax: agrees (no difference detected)"));
   CHECK_THAT(markdown, Contains("x^3 without a scale diverges or loses accuracy: agrees. 1 of 3 runs diverged"));
   // ||A||_F at step 10: 40 * 11 against 2 * 11 in every layer.
   CHECK_THAT(markdown, Contains("Layer 1: ||A||\\_F of x^3 is 20 times that of x^3/sqrt(N)"));
