@@ -15,10 +15,10 @@ attention maps are exactly N x N). The attention map is A = f(S) of the scores S
 
   /usr/bin/python3 examples/vit_digits.py RUN [--activations softmax,poly3,...] [--seeds 0,1,2]
       [--patch 2] [--steps 150] [--record 10] [--scales 0.01,0.1,1 --scale-patches 4,2,1 --sweep-seeds 0,1] [--upsample]
-      [--heatmaps] [--recorder]
+      [--heatmaps] [--recorder] [--append]
 
 writes RUN/vit-results.json (docs/results-format.md; rewritten atomically after every run, so an interrupted
-sweep keeps what it finished), which `attncheck report RUN` renders. --recorder also measures the seed-0 runs
+sweep keeps what it finished; --append adds to it), which `attncheck report RUN` renders. --recorder also measures the seed-0 runs
 of softmax, poly3_scaled and poly3 with attncheck's AttentionRecorder into RUN/attncheck-probe.jsonl (needs the
 attncheck package: build/python on PYTHONPATH or pip install .). --heatmaps writes, for each activation's seed-0
 run, the final attention maps of the first test digit to RUN/attention-ACTIVATION.safetensors in the layout of
@@ -223,7 +223,8 @@ def train(activation, scale, patch, seed, args, recorder_out=None, heatmap_out=N
         with torch.no_grad():
             model(x_test[:1], maps)
         write_safetensors(heatmap_out, {f"layer.{l}": a[0].double().numpy() for l, (s, a) in enumerate(maps)})
-    return {"activation": activation, "scale": scale, "N": n, "patch": patch, "seed": seed, "steps": args.steps,
+    return {"activation": activation, "scale": scale, "N": n, "patch": patch, "image_side": x_train.shape[-1],
+            "seed": seed, "steps": args.steps,
             "accuracy": test_accuracy, "test_size": len(y_test), "diverged_at": diverged_at,
             "wall_seconds": round(time.time() - start, 3), "trace": trace}
 
@@ -253,6 +254,8 @@ def main():
     parser.add_argument("--sweep-seeds", default=None, help="seeds of the sweep (default: --seeds)")
     parser.add_argument("--scale-patches", default="4,2,1", help="patch sides of the sweep")
     parser.add_argument("--upsample", action="store_true", help="16 x 16 images (N = 256 at patch 1)")
+    parser.add_argument("--append", action="store_true",
+                        help="add the runs to RUN's results (e.g. N = 256 runs to an 8 x 8 sweep) instead of replacing them")
     parser.add_argument("--heatmaps", action="store_true")
     parser.add_argument("--recorder", action="store_true")
     args = parser.parse_args()
@@ -283,10 +286,19 @@ def main():
                          "lr": args.lr, "optimizer": "Adam", "clip_grad_norm": 1.0, "record_every": args.record},
                "runs": []}
 
+    results_path = os.path.join(args.run, RESULTS_NAME)
+    if args.append and os.path.exists(results_path):
+        with open(results_path) as f:
+            earlier = json.load(f)
+        results["runs"] = earlier["runs"]
+        results["model"] = dict(earlier["model"], image_side=sorted({earlier["model"]["image_side"], side}))
+        results["provenance"]["command"] = earlier["provenance"]["command"] + " && " + results["provenance"]["command"]
+        started -= earlier["provenance"]["wall_seconds"]
+
     def save(run):
         results["runs"].append(run)
         results["provenance"]["wall_seconds"] = round(time.time() - started, 1)
-        write_atomically(os.path.join(args.run, RESULTS_NAME), (json.dumps(results) + "\n").encode())
+        write_atomically(results_path, (json.dumps(results) + "\n").encode())
         acc = "diverged" if run["accuracy"] is None else f"accuracy {run['accuracy']:.3f}"
         scale = "" if run["scale"] is None else f" c={run['scale']:.4g}"
         print(f"{run['experiment']}: {run['activation']}{scale} N={run['N']} seed {run['seed']}: {acc} "

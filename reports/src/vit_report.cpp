@@ -55,6 +55,8 @@ VitRun read_run(const JsonFields& fields) {
   run.seed = fields.integer("seed");
   run.steps = fields.integer("steps");
   run.test_size = fields.integer("test_size");
+  run.image_side = fields.integer_or_null("image_side");
+  if (run.image_side && *run.image_side < 1) fields.fail(fmt::format("\"image_side\" = {} must be >= 1", *run.image_side));
   if (run.N < 1 || run.patch < 1 || run.steps < 1 || run.test_size < 1 || run.seed < 0) {
     fields.fail(fmt::format("N = {}, patch = {}, steps = {} and test_size = {} must be >= 1 and seed = {} >= 0",
                             run.N, run.patch, run.steps, run.test_size, run.seed));
@@ -292,28 +294,39 @@ void add_vit_section(const VitResults& results, const fs::path& folder, bool wit
   }
 
   // Figure 1: accuracy against c for each N.
-  std::map<long long, std::map<double, std::vector<double>>> sweep;  // N -> c -> accuracies (diverged: absent)
-  std::map<long long, std::map<double, std::size_t>> sweep_diverged;
+  // (N, image side: 0 when not recorded) -> c -> accuracies (diverged: absent); the same N from 8 x 8 and from
+  // upsampled 16 x 16 digits are different experiments.
+  using SweepKey = std::pair<long long, long long>;
+  std::map<SweepKey, std::map<double, std::vector<double>>> sweep;
+  std::map<SweepKey, std::map<double, std::size_t>> sweep_diverged;
+  std::set<long long> sides;
   for (const VitRun& run : results.runs) {
     if (run.experiment != "scale-sweep") continue;
-    auto& values = sweep[run.N][*run.scale];
+    const SweepKey key{run.N, run.image_side.value_or(0)};
+    sides.insert(key.second);
+    auto& values = sweep[key][*run.scale];
     if (run.accuracy) values.push_back(*run.accuracy);
-    else ++sweep_diverged[run.N][*run.scale];
+    else ++sweep_diverged[key][*run.scale];
   }
-  std::vector<std::pair<long long, double>> best_scale;  // N, the c with the highest mean accuracy
+  const auto sweep_label = [&](const SweepKey& key) {
+    return sides.size() > 1 && key.second > 0 ? fmt::format("{} ({}x{} images)", key.first, key.second, key.second)
+                                              : fmt::format("{}", key.first);
+  };
+  std::vector<std::pair<std::pair<long long, long long>, double>> best_scale;  // (N, side), the best c
   if (!sweep.empty()) {
     blocks.push_back(Heading{3, "Figure 1: accuracy against the scale c of c x^3", "vit-scale"});
     PlotSpec plot{"vit-scale-sweep", "test accuracy against c of c x^3 (mean ± SE over seeds)", "c (log scale)",
                   "test accuracy", true, false, {}};
     Table table;
     table.header = {"N", "c", "1/sqrt(N)", "seeds", "diverged", "test accuracy (mean ± SE)"};
-    for (const auto& [n, by_scale] : sweep) {
-      Curve curve{fmt::format("N = {}", n), CurveStyle::points_with_error_bars, {}, {}, {}, {}};
+    for (const auto& [key, by_scale] : sweep) {
+      const long long n = key.first;
+      Curve curve{"N = " + sweep_label(key), CurveStyle::points_with_error_bars, {}, {}, {}, {}};
       double best = NAN, best_accuracy = -1;
       for (const auto& [c, values] : by_scale) {
         const MeanSe m = mean_se(values);
-        const std::size_t diverged = sweep_diverged[n][c];
-        table.rows.push_back({fmt::format("{}", n), format_number(c), format_number(1 / std::sqrt(double(n))),
+        const std::size_t diverged = sweep_diverged[key][c];
+        table.rows.push_back({sweep_label(key), format_number(c), format_number(1 / std::sqrt(double(n))),
                               fmt::format("{}", values.size() + diverged), fmt::format("{}", diverged),
                               estimate_text(m)});
         if (!m.count) continue;
@@ -324,7 +337,7 @@ void add_vit_section(const VitResults& results, const fs::path& folder, bool wit
         curve.y_hi.push_back(m.mean + se);
         if (m.mean > best_accuracy) best_accuracy = m.mean, best = c;
       }
-      if (std::isfinite(best)) best_scale.emplace_back(n, best);
+      if (std::isfinite(best)) best_scale.emplace_back(key, best);
       plot.curves.push_back(std::move(curve));
     }
     add_plot(std::move(plot), "Test accuracy against c (log axis) for each sequence length N, as in the papers' Fig. 1.",
@@ -332,8 +345,9 @@ void add_vit_section(const VitResults& results, const fs::path& folder, bool wit
     blocks.push_back(std::move(table));
     Table best_table;
     best_table.header = {"N", "best c (highest mean accuracy)", "1/sqrt(N)", "best c · sqrt(N)"};
-    for (const auto& [n, c] : best_scale) {
-      best_table.rows.push_back({fmt::format("{}", n), format_number(c), format_number(1 / std::sqrt(double(n))),
+    for (const auto& [key, c] : best_scale) {
+      const long long n = key.first;
+      best_table.rows.push_back({sweep_label(key), format_number(c), format_number(1 / std::sqrt(double(n))),
                                  format_number(c * std::sqrt(double(n)))});
     }
     blocks.push_back(std::move(best_table));
@@ -411,9 +425,9 @@ void add_vit_section(const VitResults& results, const fs::path& folder, bool wit
     for (std::size_t i = 1; i < best_scale.size(); ++i) shrinks = shrinks && best_scale[i].second <= best_scale[i - 1].second;
     const bool strictly = best_scale.back().second < best_scale.front().second;
     std::string where;
-    for (const auto& [n, c] : best_scale) {
-      where += fmt::format("{}N = {}: best c = {} = {} / sqrt(N)", where.empty() ? "" : "; ", n, format_number(c),
-                           format_number(c * std::sqrt(double(n)), 3));
+    for (const auto& [key, c] : best_scale) {
+      where += fmt::format("{}N = {}: best c = {} = {} / sqrt(N)", where.empty() ? "" : "; ", sweep_label(key),
+                           format_number(c), format_number(c * std::sqrt(double(key.first)), 3));
     }
     findings.push_back(fmt::format(
         "The best scale c shrinks as N grows (Fig. 1): {}. {}. The best c is the grid point of highest mean "

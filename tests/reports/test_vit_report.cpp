@@ -105,6 +105,12 @@ TEST_CASE("the ViT section computes Table 1, Fig. 1's best scales and states agr
       runs.push_back(vit_run("scale-sweep", "poly3", c, n, 0, best ? 0.9 : 0.5));
     }
   }
+  // Upsampled 16 x 16 digits at N = 256: named by their image size beside the 8 x 8 ones.
+  for (double c : {0.0625, 0.5}) {
+    json run = vit_run("scale-sweep", "poly3", c, 256, 0, c < 0.1 ? 0.8 : 0.3);
+    run["image_side"] = 16;
+    runs.push_back(run);
+  }
   const VitResults results = parse_vit_results(vit_document(runs).dump(), "vit-results.json");
   PendingFigures pending;
   const std::string markdown = render(results, dir.path(), pending);
@@ -116,6 +122,7 @@ TEST_CASE("the ViT section computes Table 1, Fig. 1's best scales and states agr
   // ||A||_F at step 10: 40 * 11 against 2 * 11 in every layer.
   CHECK_THAT(markdown, Contains("Layer 1: ||A||\\_F of x^3 is 20 times that of x^3/sqrt(N)"));
   CHECK_THAT(markdown, Contains("| 64 | 0.125 | 0.125 | 1 |"));  // best c at N = 64 is 1/sqrt(64)
+  CHECK_THAT(markdown, Contains("| 256 (16x16 images) | 0.0625 | 0.0625 | 1 |"));
   CHECK_THAT(markdown, Contains("The best scale c shrinks as N grows (Fig. 1): agrees"));
   // Figs. 2-3: a panel per layer and quantity, then Fig. 1.
   REQUIRE(pending.plots.size() == 5);
