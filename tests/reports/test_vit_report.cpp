@@ -120,7 +120,11 @@ TEST_CASE("the ViT section computes Table 1, Fig. 1's best scales and states agr
   CHECK_THAT(markdown, Contains("x^3/sqrt(N) trains like softmax: agrees (no difference detected)"));
   CHECK_THAT(markdown, Contains("x^3 without a scale diverges or loses accuracy: agrees. 1 of 3 runs diverged"));
   // ||A||_F at step 10: 40 * 11 against 2 * 11 in every layer.
-  CHECK_THAT(markdown, Contains("Layer 1: ||A||\\_F of x^3 is 20 times that of x^3/sqrt(N)"));
+  CHECK_THAT(markdown, Contains("Layer 1, ||A||\\_F at the last recorded step (mean over heads and seeds): x^3 440, "
+                                "x^3/sqrt(N) 22, softmax 11 (steps 10, 10, 10). The papers find x^3's far larger and "
+                                "the scale bringing it toward softmax's: agrees."));
+  CHECK_THAT(markdown, Contains("Layer 0, ||dA/dS||\\_F at the last recorded step (mean over heads and seeds): x^3 80, "
+                                "x^3/sqrt(N) 4, softmax 2"));
   CHECK_THAT(markdown, Contains("| 64 | 0.125 | 0.125 | 1 |"));  // best c at N = 64 is 1/sqrt(64)
   CHECK_THAT(markdown, Contains("| 256 (16x16 images) | 0.0625 | 0.0625 | 1 |"));
   CHECK_THAT(markdown, Contains("The best scale c shrinks as N grows (Fig. 1): agrees"));
@@ -142,6 +146,19 @@ TEST_CASE("the ViT section computes Table 1, Fig. 1's best scales and states agr
   const std::string opposite = render(parse_vit_results(vit_document(against).dump(), "v.json"), dir.path(), unused);
   CHECK_THAT(opposite, Contains("x^3/sqrt(N) trains like softmax: does not agree"));
   CHECK_THAT(opposite, Contains("x^3 without a scale diverges or loses accuracy: not reproduced at this scale"));
+  // Norms ordered against the papers: x^3/sqrt(N) farther from softmax than x^3.
+  std::vector<json> reversed;
+  for (const char* activation : {"softmax", "poly3", "poly3_scaled"}) {
+    json run = vit_run("activations", activation, std::string(activation) == "softmax" ? json(nullptr) : json(1.0), 16,
+                       0, 0.9);
+    for (auto& point : run["trace"]) {
+      point["attention_fro"] = std::string(activation) == "poly3_scaled" ? 100.0 : std::string(activation) == "poly3" ? 10.0 : 1.0;
+    }
+    reversed.push_back(run);
+  }
+  const std::string flipped = render(parse_vit_results(vit_document(reversed).dump(), "v.json"), dir.path(), unused);
+  CHECK_THAT(flipped, Contains("x^3 10, x^3/sqrt(N) 100, softmax 1 (steps 10, 10, 10). The papers find x^3's far "
+                               "larger and the scale bringing it toward softmax's: does not agree."));
 }
 
 TEST_CASE("attention heat maps are read from safetensors and drawn on a signed scale centred at 0", "[vit]") {
