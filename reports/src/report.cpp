@@ -103,7 +103,8 @@ ReportSummary write_report(const ReportOptions& options) {
     }
   }
   if (vit) {
-    add_vit_section(*vit, inputs.vit_results->parent_path(), options.plots, document, pending);
+    add_vit_section(*vit, inputs.vit_results->parent_path(), options.plots, document, pending, options.map_layer,
+                    options.map_head);
     summary.vit_runs = vit->runs.size();
   }
   if (probes) {

@@ -212,7 +212,7 @@ AttentionMatrix read_attention_matrix(const fs::path& path, const std::string& t
 }
 
 void add_vit_section(const VitResults& results, const fs::path& folder, bool with_plots, Document& document,
-                     PendingFigures& pending) {
+                     PendingFigures& pending, long long map_layer, long long map_head) {
   auto& blocks = document.blocks;
   blocks.push_back(Heading{2, "ViT on the digits: the papers' figures at small scale", "vit"});
   blocks.push_back(Facts{{{"results", (folder / kVitResultsName).string()},
@@ -360,13 +360,14 @@ void add_vit_section(const VitResults& results, const fs::path& folder, bool wit
     if (fs::exists(folder / fmt::format("attention-{}.safetensors", name), error)) maps.emplace_back(name);
   }
   if (!maps.empty()) {
-    blocks.push_back(Heading{3, "Figures 6-7: attention maps (layer 0, head 0, first test digit)", "vit-maps"});
+    blocks.push_back(Heading{3, fmt::format("Figures 6-7: attention maps (layer {}, head {}, first test digit)",
+                                            map_layer, map_head), "vit-maps"});
     for (const std::string& name : maps) {
       const fs::path file = folder / fmt::format("attention-{}.safetensors", name);
-      const AttentionMatrix matrix = read_attention_matrix(file, "layer.0", 0);
+      const AttentionMatrix matrix = read_attention_matrix(file, fmt::format("layer.{}", map_layer), map_head);
       const bool signed_scale = name != "softmax";
       PlotSpec plot{fmt::format("vit-map-{}", name),
-                    fmt::format("{}: attention of layer 0, head 0", activation_label(name)), "key j", "query i", false,
+                    fmt::format("{}: attention of layer {}, head {}", activation_label(name), map_layer, map_head), "key j", "query i", false,
                     false, {}, HeatMap{matrix.N, matrix.N, matrix.values, signed_scale}};
       add_plot(std::move(plot),
                fmt::format("{} ({}): {} colour scale.", activation_label(name), file.filename().string(),
