@@ -1,9 +1,11 @@
-// attncheck bounds: Theorem 4.1 checked exactly (closed forms, no finite differences) on matrix families.
+// attncheck bounds: Theorem 4.1 checked exactly (closed forms, no finite differences) on matrix families, and with
+// --cross-norm claim C9's bounds (THEORY.md facts 10-11) the same way.
 
 #include "number_options.hpp"
 #include "subcommand.hpp"
 
 #include "attncheck/monte_carlo/commands.hpp"
+#include "attncheck/monte_carlo/cross_norm_bounds.hpp"
 #include "attncheck/theory/softmax.hpp"
 
 #include <fmt/format.h>
@@ -28,6 +30,11 @@ struct BoundsOptions {
   std::uint64_t seed = 1;
   int threads = 0;
   bool json = false;
+  // --cross-norm (C9) and the options only it reads.
+  bool cross_norm = false;
+  std::optional<long long> dv;
+  std::string values;
+  std::optional<std::string> mix;
 };
 
 std::string summary_text(const json& s) {
@@ -36,7 +43,92 @@ std::string summary_text(const json& s) {
                      s["worst_row_top_probabilities"][0].get<double>(), s["worst_row_top_probabilities"][1].get<double>());
 }
 
+int run_cross_norm(const BoundsOptions& options) {
+  mc::CrossNormBoundsRequest request{options.n,      options.dv,     options.trials, options.search_starts,
+                                     options.families, options.input, options.values, options.mix.value_or("1"),
+                                     options.seed,   options.threads};
+  const json out = mc::run_cross_norm_bounds(request);
+  const bool ok = out["holds"].get<bool>();
+  if (options.json) {
+    fmt::print("{}\n", out.dump(2));
+    return ok ? kExitHolds : kExitViolated;
+  }
+  const json& b = out["bounds"];
+  fmt::print("C9 (cross-normalization RFP): O = softmax(S) softmax_col(V), P = softmax_col(V) (each of V's d_v columns "
+             "a probability vector over the tokens); facts 10-11 checked exactly (closed forms) for N = {}, d_v = {}, "
+             "mix alpha = 1{}\n",
+             out["N"].get<long long>(), out["d_v"].get<long long>(),
+             options.input.empty() && options.values.empty()
+                 ? ""
+                 : fmt::format(" (scores {}, values {})", options.input.empty() ? "uniform" : options.input,
+                               options.values.empty() ? "uniform" : options.values));
+  fmt::print("  bounds: ||P||_F <= sqrt(d_v) = {:.6g}; ||dP/dV||_F <= sqrt(d_v)/2 = {:.6g}; ||O||_F <= sqrt(N d_v) = "
+             "{:.6g}; ||dO/dV||_F <= sqrt(N d_v/8) = {:.6g}; ||dO/dS||_F <= sqrt(N d_v/8) = {:.6g}\n\n",
+             b["column_softmax_fro"].get<double>(), b["column_grad_fro"].get<double>(), b["output_fro"].get<double>(),
+             b["grad_values_fro"].get<double>(), b["grad_scores_fro"].get<double>());
+  if (!out["families"].empty()) {
+    fmt::print("largest value over the family's trials, as a fraction of its bound:\n");
+    fmt::print("{:<18} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10}  {}\n", "family", "trials", "||P||", "||dP/dV||",
+               "||O||", "||dO/dV||", "||dO/dS||", "verdict");
+    for (const json& f : out["families"]) {
+      const json& r = f["ratio"];
+      fmt::print("{:<18} {:>6} {:>10.6f} {:>10.6f} {:>10.6f} {:>10.6f} {:>10.6f}  {}\n", f["family"].get<std::string>(),
+                 f["trials"].get<int>(), r["column_softmax_fro"].get<double>(), r["column_grad_fro"].get<double>(),
+                 r["output_fro"].get<double>(), r["grad_values_fro"].get<double>(), r["grad_scores_fro"].get<double>(),
+                 f["holds"].get<bool>() ? "holds" : "VIOLATED");
+      if (f.contains("search")) {
+        for (const char* term : {"grad_values_term", "grad_scores_term"}) {
+          const json& t = f["search"][term];
+          fmt::print("{:<18}   search for one {} term: best {:.9f} = {:.6f} of the sup 1/8 ({} starts){}\n", "",
+                     std::string(term) == "grad_values_term" ? "||dO/dV||^2" : "||dO/dS||^2", t["best"].get<double>(),
+                     t["ratio"].get<double>(), t["starts"].get<int>(),
+                     t["within_sup"].get<bool>() ? "" : " - ABOVE 1/8, which contradicts fact 11");
+        }
+      }
+    }
+    fmt::print("\n");
+    for (const json& v : out["verdicts"]) {
+      const std::string verdict = v["verdict"].get<std::string>();
+      fmt::print("C9 {}: {} (exact), largest {:.6f} of the bound ({}){}\n", v["statement"].get<std::string>(), verdict,
+                 v["largest_ratio"].get<double>(), v["largest_in_family"].get<std::string>(),
+                 verdict == "tight" ? ": reached" : verdict == "holds" ? ": not reached by these families" : "");
+    }
+  }
+  for (const json& m : out["mix"]) {
+    const double alpha = m["alpha"].get<double>();
+    fmt::print("\nmix alpha = {:g}: O = softmax(S) (alpha softmax_col(V) + (1 - alpha) V) along V = t V0 (S and V0 "
+               "with i.i.d. N(0, 1) entries)\n",
+               alpha);
+    fmt::print("{:>8} {:>14} {:>14} {:>14}\n", "t", "||O||_F", "||dO/dV||_F", "||dO/dS||_F");
+    for (const json& g : m["growth"]) {
+      fmt::print("{:>8g} {:>14.6g} {:>14.6g} {:>14.6g}\n", g["t"].get<double>(), g["output_fro"].get<double>(),
+                 g["grad_values_fro"].get<double>(), g["grad_scores_fro"].get<double>());
+    }
+    const json& step = m["growth_last_step"];
+    if (m["output"] == "unbounded") {
+      fmt::print("  ||O||_F and ||dO/dS||_F: unbounded in V (no bound for alpha < 1): x{:.2f} and x{:.2f} from "
+                 "t = {:g} to {:g}, growing like t\n",
+                 step["output"].get<double>(), step["grad_scores"].get<double>(), step["from_t"].get<double>(),
+                 step["to_t"].get<double>());
+    } else {
+      fmt::print("  ||O||_F and ||dO/dS||_F: bounded (facts 10-11): x{:.2f} and x{:.2f} from t = {:g} to {:g}\n",
+                 step["output"].get<double>(), step["grad_scores"].get<double>(), step["from_t"].get<double>(),
+                 step["to_t"].get<double>());
+    }
+    fmt::print("  ||dO/dV||_F: bounded by {} = {:.6g}: {}, largest {:.6f} of it\n",
+               m["grad_values_bound_formula"].get<std::string>(), m["grad_values_bound"].get<double>(),
+               m["holds"].get<bool>() ? "holds" : "VIOLATED", m["max_ratio_grad_values"].get<double>());
+  }
+  return ok ? kExitHolds : kExitViolated;
+}
+
 int run(const BoundsOptions& options) {
+  if (options.cross_norm) return run_cross_norm(options);
+  for (const auto& [given, name] : {std::pair{options.dv.has_value(), "--dv"},
+                                    std::pair{!options.values.empty(), "--values"},
+                                    std::pair{options.mix.has_value(), "--mix"}}) {
+    if (given) throw UsageError(fmt::format("{} is an option of --cross-norm (C9): add --cross-norm", name));
+  }
   const json out = mc::run_bounds({options.n, options.trials, options.search_starts, options.families, options.input,
                                    options.seed, options.threads});
   const bool ok = out["holds"].get<bool>();
@@ -80,6 +172,9 @@ const bool registered = register_subcommand(
           "deviation), near-one-hot, two-equal-top (the tight case), constant, worst-case-search (gradient ascent on "
           "the logits from --search-starts random starts, for each norm), and the --input matrix.\n"
           "Norms are exact closed forms (sum over rows of sum s^2 - 2 sum s^3 + (sum s^2)^2); no Jacobian is formed.\n"
+          "With --cross-norm (C9): families gaussian-1e-3 .. gaussian-1e3 (scores and values i.i.d.), uniform, "
+          "one-hot, tight-values, tight-scores (fact 11's constructions), near-tight, worst-case-search (ascent on "
+          "one row of scores and one column of values for each Jacobian term), and --input / --values.\n"
           "Exit: 0 every bound holds, 1 a bound is violated, 2 bad usage or input.");
       // N's real limit is the memory check (N x N doubles per thread), made before anything is allocated.
       command.add_option("--N", options->n, "matrix size N (N x N logits)")->check(integer_in(1, INT64_MAX));
@@ -92,6 +187,15 @@ const bool registered = register_subcommand(
       command.add_option("--seed", options->seed, "random seed")->capture_default_str()->check(unsigned_in(0, UINT64_MAX));
       command.add_option("--threads", options->threads, "threads (default: all cores)")->check(integer_in(1, kMaxThreads));
       command.add_flag("--json", options->json, "one JSON object on stdout instead of the table");
+      command.add_flag("--cross-norm", options->cross_norm,
+                       "check C9 instead: O = softmax(S) softmax_col(V) (THEORY.md facts 10-11); --input is then the "
+                       "N x N scores");
+      command.add_option("--dv", options->dv, "with --cross-norm: value columns d_v (default 64, or --values' columns)")
+          ->check(integer_in(1, mc::kMaxValueDim));
+      command.add_option("--values", options->values, "with --cross-norm: a value matrix V, N x d_v (.npy or CSV)");
+      command.add_option("--mix", options->mix,
+                         "with --cross-norm: mix weights alpha in [0, 1], comma-separated, for alpha softmax_col(V) + "
+                         "(1 - alpha) V (default 1)");
       return [options] { return run(*options); };
     });
 

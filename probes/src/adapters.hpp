@@ -27,6 +27,12 @@ T value_or(const nlohmann::json& config, const char* key, T fallback, const std:
   }
 }
 
+// The model's MLP activation, in place: "gelu" (erf), "gelu_new"/"gelu_pytorch_tanh", "relu".
+void apply_hidden_activation(Matrix& m, const std::string& act);
+// y = x W^T (+ b when the checkpoint has NAME.bias) for NAME.weight stored [out, in] (nn.Linear).
+Matrix project(const Checkpoint& checkpoint, const Matrix& x, const std::string& name, std::int64_t out);
+Vector bias_or_zero(const Checkpoint& checkpoint, const std::string& name, std::int64_t length);
+
 }  // namespace attncheck::probes::detail
 
 namespace attncheck::probes::llama {
@@ -41,3 +47,16 @@ std::string embedding_name(const ModelConfig& config);
 std::vector<LayerInputs> forward(const Checkpoint& checkpoint, const ModelConfig& config, Matrix h, std::int64_t last);
 
 }  // namespace attncheck::probes::llama
+
+namespace attncheck::probes::vit {
+
+// The architecture from a Hugging Face config.json with model_type "vit" or "dinov2".
+ModelConfig config_from_json(const nlohmann::json& config, const std::filesystem::path& file,
+                             const Checkpoint& checkpoint);
+// The CLS token, the patch embeddings in row-major patch order and the position embeddings: N x D.
+Matrix embed(const Checkpoint& checkpoint, const ModelConfig& config, const Pixels& pixels);
+std::string position_embedding_name(const ModelConfig& config);
+// The layers 0 .. last from the embeddings.
+std::vector<LayerInputs> forward(const Checkpoint& checkpoint, const ModelConfig& config, Matrix h, std::int64_t last);
+
+}  // namespace attncheck::probes::vit

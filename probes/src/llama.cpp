@@ -9,6 +9,8 @@ namespace attncheck::probes::llama {
 
 namespace fs = std::filesystem;
 using theory::Index;
+using detail::bias_or_zero;
+using detail::project;
 
 namespace {
 
@@ -44,17 +46,6 @@ Names layer_names(const ModelConfig& c, std::int64_t layer) {
   return {p + "input_layernorm",          p + "self_attn.q_proj", p + "self_attn.k_proj",
           p + "self_attn.v_proj",         p + "self_attn.o_proj", p + "post_attention_layernorm",
           p + "mlp.gate_proj",            p + "mlp.up_proj",      p + "mlp.down_proj"};
-}
-
-// y = x W^T (+ b when the checkpoint has the bias) for weights stored [out, in].
-Matrix project(const Checkpoint& checkpoint, const Matrix& x, const std::string& name, std::int64_t out) {
-  Matrix y = x * checkpoint.matrix(name + ".weight", out, x.cols()).transpose();
-  if (checkpoint.contains(name + ".bias")) y.rowwise() += checkpoint.vector(name + ".bias", out).transpose();
-  return y;
-}
-
-Vector bias_or_zero(const Checkpoint& checkpoint, const std::string& name, std::int64_t length) {
-  return checkpoint.contains(name + ".bias") ? checkpoint.vector(name + ".bias", length) : Vector::Zero(length);
 }
 
 }  // namespace
@@ -195,7 +186,8 @@ std::vector<LayerInputs> forward(const Checkpoint& checkpoint, const ModelConfig
       inputs.b_Q = b_q.segment(head * d, d);
       inputs.b_K = b_k.segment(g * d, d);
       inputs.attention = apply_attention(map, inner * (inputs.V * inputs.U.transpose()), true);
-      context.middleCols(head * d, d) = inputs.attention * values.middleCols(g * d, d);
+      inputs.values = values.middleCols(g * d, d);
+      context.middleCols(head * d, d) = inputs.attention * inputs.values;
       layer.heads.push_back(std::move(inputs));
     }
     h += project(checkpoint, context, names.o, D);

@@ -24,9 +24,13 @@ std::string_view architecture_name(Architecture architecture) {
     case Architecture::bert: return "BERT";
     case Architecture::gpt2: return "GPT-2";
     case Architecture::llama: return "Llama";
+    case Architecture::vit: return "ViT";
+    case Architecture::dinov2: return "DINOv2";
   }
   return "?";
 }
+
+bool is_vision(Architecture architecture) { return architecture == Architecture::vit || architecture == Architecture::dinov2; }
 
 theory::AttentionMap trained_attention_map(const std::string& attention_activation, double inner) {
   theory::AttentionMap map;
@@ -60,16 +64,28 @@ std::int64_t detail::positive_int(const nlohmann::json& config, const char* key,
   return value.get<std::int64_t>();
 }
 
-namespace {
-
 using detail::positive_int;
+
+Matrix detail::project(const Checkpoint& checkpoint, const Matrix& x, const std::string& name, std::int64_t out) {
+  Matrix y = x * checkpoint.matrix(name + ".weight", out, x.cols()).transpose();
+  if (checkpoint.contains(name + ".bias")) y.rowwise() += checkpoint.vector(name + ".bias", out).transpose();
+  return y;
+}
+
+Vector detail::bias_or_zero(const Checkpoint& checkpoint, const std::string& name, std::int64_t length) {
+  return checkpoint.contains(name + ".bias") ? checkpoint.vector(name + ".bias", length) : Vector::Zero(length);
+}
+
+namespace {
 
 double gelu_tanh(double x) {
   constexpr double kSqrt2OverPi = 0.79788456080286535588;
   return 0.5 * x * (1.0 + std::tanh(kSqrt2OverPi * (x + 0.044715 * x * x * x)));
 }
 
-void apply_hidden_activation(Matrix& m, const std::string& act) {
+}  // namespace
+
+void detail::apply_hidden_activation(Matrix& m, const std::string& act) {
   if (act == "gelu") {
     m = m.unaryExpr([](double x) { return theory::pointwise_value(theory::Pointwise::gelu, 1, x); });
   } else if (act == "gelu_new" || act == "gelu_pytorch_tanh") {
@@ -80,6 +96,9 @@ void apply_hidden_activation(Matrix& m, const std::string& act) {
     throw InputError(fmt::format("hidden activation '{}' is not supported (gelu, gelu_new, relu)", act));
   }
 }
+
+namespace {
+using detail::apply_hidden_activation;
 
 // y = x W^T + b for nn.Linear weights stored [out, in].
 Matrix linear(const Matrix& x, const Matrix& weight_out_in, const Vector& bias) {
@@ -179,8 +198,10 @@ ModelConfig read_model_config(const fs::path& config_json, const Checkpoint& che
     }
   } else if (type == "llama") {
     out = llama::config_from_json(config, config_json, checkpoint);
+  } else if (type == "vit" || type == "dinov2") {
+    out = vit::config_from_json(config, config_json, checkpoint);
   } else {
-    throw InputError(fmt::format("{}: model_type '{}' is not supported (bert, gpt2, llama)", config_json.string(),
+    throw InputError(fmt::format("{}: model_type '{}' is not supported (bert, gpt2, llama, vit, dinov2)", config_json.string(),
                                  type));
   }
   if (out.head_size == 0 && out.hidden % out.heads != 0) {
@@ -204,12 +225,26 @@ double TransformerModel::token_embedding_rms() const {
     case Architecture::bert: return checkpoint_.root_mean_square(name("embeddings.word_embeddings.weight"));
     case Architecture::gpt2: return checkpoint_.root_mean_square(name("wte.weight"));
     case Architecture::llama: return checkpoint_.root_mean_square(llama::embedding_name(config_));
+    case Architecture::vit:
+    case Architecture::dinov2: return checkpoint_.root_mean_square(vit::position_embedding_name(config_));
   }
   return 0;
 }
 
+std::vector<LayerInputs> TransformerModel::forward_pixels(const Pixels& pixels, const std::vector<int>& layers) const {
+  if (!is_vision(config_.architecture)) {
+    throw InputError(fmt::format("{} takes tokens, not pixels: use --text, --tokens or --random",
+                                 architecture_name(config_.architecture)));
+  }
+  return forward_embeddings(vit::embed(checkpoint_, config_, pixels), layers);
+}
+
 std::vector<LayerInputs> TransformerModel::forward(std::span<const std::int64_t> ids,
                                                    const std::vector<int>& layers) const {
+  if (is_vision(config_.architecture)) {
+    throw InputError(fmt::format("{} takes images, not tokens: use --pixels, --image or --random",
+                                 architecture_name(config_.architecture)));
+  }
   const auto n = static_cast<std::int64_t>(ids.size());
   if (n == 0) throw InputError("the input has no tokens");
   if (n > config_.max_positions) {
@@ -251,7 +286,7 @@ void TransformerModel::require_memory_for(std::int64_t positions, const std::vec
   // Every kept layer: its input rows, and per head the projections, the weight slices and the N x N attention.
   const std::uint64_t per_layer = saturating_sum(
       {saturating_product({n, D}), saturating_product({H, saturating_sum({saturating_product({n, n}),
-                                                                           saturating_product({2, n, d}),
+                                                                           saturating_product({3, n, d}),
                                                                            saturating_product({2, D, d}), 2 * d})})});
   // The layer being computed: its projections, MLP rows and weights, and a few N x N score matrices at once.
   const std::uint64_t working = saturating_sum({saturating_product({n, saturating_sum({8 * D, 2 * I})}),
@@ -285,6 +320,7 @@ std::vector<LayerInputs> TransformerModel::forward_embeddings(Matrix h, const st
     }
     return llama::forward(checkpoint_, config_, std::move(h), last);
   }
+  if (is_vision(config_.architecture)) return vit::forward(checkpoint_, config_, std::move(h), last);
   if (bert) {
     h = layer_norm(h, checkpoint_.vector(name("embeddings.LayerNorm." + config_.norm_gain), D),
                    checkpoint_.vector(name("embeddings.LayerNorm." + config_.norm_bias), D), eps);
@@ -344,7 +380,8 @@ std::vector<LayerInputs> TransformerModel::forward_embeddings(Matrix h, const st
       inputs.b_K = b_k.segment(head * d, d);
       inputs.kv_head = head;
       inputs.attention = apply_attention(map, inner * (inputs.V * inputs.U.transpose()), layer.causal);
-      context.middleCols(head * d, d) = inputs.attention * values.middleCols(head * d, d);
+      inputs.values = values.middleCols(head * d, d);
+      context.middleCols(head * d, d) = inputs.attention * inputs.values;
       layer.heads.push_back(std::move(inputs));
     }
     Matrix attended = context * W_o;

@@ -463,6 +463,18 @@ Matrix Checkpoint::matrix(std::string_view name, std::int64_t rows, std::int64_t
   return out;
 }
 
+Matrix Checkpoint::flattened(std::string_view name, const std::vector<std::int64_t>& shape) const {
+  const auto& e = entry(name);
+  const TensorInfo& tensor = *e.tensor;
+  if (tensor.shape != shape || shape.empty() || shape.back() == 0) {
+    throw InputError(fmt::format("{} has shape {}, expected {}", where(name), shape_text(tensor.shape), shape_text(shape)));
+  }
+  const std::int64_t cols = shape.back(), rows = tensor.element_count() / cols;
+  Matrix out(rows, cols);
+  fill_checked(*files_[e.file], tensor, 0, rows * cols, out.data(), where(name));
+  return out;
+}
+
 Vector Checkpoint::vector(std::string_view name, std::int64_t length) const {
   const auto& e = entry(name);
   const TensorInfo& tensor = *e.tensor;

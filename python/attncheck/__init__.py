@@ -8,6 +8,7 @@ Bad input raises ValueError with the command line's message.
     softmax_norms(logits, mask=None)      ||softmax||_F and ||grad softmax||_F, exact, per row and in total
     attention_norms(x, w_q, w_k, ...)     per head what `attncheck probe` reports
     bounds(N, families=..., seed=...)     `attncheck bounds --json`
+    cross_norm_bounds(N, dv, mix=...)     `attncheck bounds --cross-norm --json` (claim C9)
     mc(claim=..., N=..., ...)             `attncheck mc --json`
 
 attncheck.torch.AttentionRecorder records a live PyTorch training run in the log `attncheck probe --watch`
@@ -20,7 +21,7 @@ import numpy as np
 
 from . import _core
 
-__all__ = ["softmax_norms", "attention_norms", "bounds", "mc", "ACTIVATIONS"]
+__all__ = ["softmax_norms", "attention_norms", "bounds", "cross_norm_bounds", "mc", "ACTIVATIONS"]
 __version__ = _core.__version__
 
 # The activations a model can be trained with that the probe log and `attncheck report` know by name:
@@ -141,6 +142,26 @@ def bounds(N=None, families=None, seed=1, *, trials=8, search_starts=8, input=No
         raise ValueError(f"--N: '{N}' is not a positive integer")
     return _core.bounds(None if N is None else int(N), list(families or []), "" if input is None else str(input),
                         int(trials), int(search_starts), int(seed), 0 if threads is None else int(threads))
+
+
+def cross_norm_bounds(N=None, dv=None, families=None, seed=1, *, mix=1, trials=8, search_starts=8, input=None,
+                      values=None, threads=None):
+    """Claim C9's bounds (THEORY.md facts 10-11) checked exactly: the dictionary `attncheck bounds --cross-norm
+    --json` prints.
+
+    N: tokens; dv: value columns (64, or the columns of `values`, when None); families: names as the command line
+    takes them (all when None); mix: the mix weight alpha in [0, 1] or a list of them; input: a .npy or CSV file of
+    N x N scores; values: a .npy or CSV file of N x d_v values; threads: None for all cores.
+    """
+    if isinstance(families, str):
+        families = [families]
+    for name, value in (("--N", N), ("--dv", dv)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
+            raise ValueError(f"{name}: '{value}' is not a positive integer")
+    return _core.cross_norm_bounds(None if N is None else int(N), None if dv is None else int(dv),
+                                   list(families or []), "" if input is None else str(input),
+                                   "" if values is None else str(values), _option_list(mix), int(trials),
+                                   int(search_starts), int(seed), 0 if threads is None else int(threads))
 
 
 def mc(claim=None, *, N="16:1024:x2", D="64", d="64", p="1,2,3", phi=None, alpha=None, inner_scale=None,

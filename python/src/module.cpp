@@ -3,6 +3,7 @@
 // the package's Python layer (attncheck/__init__.py) turns tensors into arrays and documents the functions.
 
 #include "attncheck/monte_carlo/commands.hpp"
+#include "attncheck/monte_carlo/cross_norm_bounds.hpp"
 #include "attncheck/probes/live_metrics.hpp"
 #include "attncheck/probes/watch.hpp"
 #include "attncheck/reports/input_file.hpp"
@@ -327,6 +328,18 @@ py::dict bounds(std::optional<long long> n, const std::vector<std::string>& fami
   return to_python(out);
 }
 
+py::dict cross_norm_bounds(std::optional<long long> n, std::optional<long long> dv,
+                           const std::vector<std::string>& families, const std::string& input, const std::string& values,
+                           const std::string& mix, int trials, int search_starts, std::uint64_t seed, int threads) {
+  json out;
+  {
+    py::gil_scoped_release release;
+    out = monte_carlo::run_cross_norm_bounds(
+        {n, dv, trials, search_starts, families, input, values, mix, seed, threads});
+  }
+  return to_python(out);
+}
+
 py::dict mc(const monte_carlo::McRequest& request) {
   monte_carlo::McHooks hooks;
   std::vector<std::string> notes;
@@ -377,6 +390,9 @@ PYBIND11_MODULE(_core, m) {
   });
   m.def("bounds", &bounds, py::arg("N"), py::arg("families"), py::arg("input"), py::arg("trials"),
         py::arg("search_starts"), py::arg("seed"), py::arg("threads"));
+  m.def("cross_norm_bounds", &cross_norm_bounds, py::arg("N"), py::arg("dv"), py::arg("families"), py::arg("input"),
+        py::arg("values"), py::arg("mix"), py::arg("trials"), py::arg("search_starts"), py::arg("seed"),
+        py::arg("threads"));
 
   py::class_<monte_carlo::McRequest>(m, "_McRequest")
       .def(py::init<>())
@@ -391,6 +407,8 @@ PYBIND11_MODULE(_core, m) {
       .def_readwrite("d", &monte_carlo::McRequest::d)
       .def_readwrite("p", &monte_carlo::McRequest::p)
       .def_readwrite("alpha", &monte_carlo::McRequest::alpha)
+      .def_readwrite("mix", &monte_carlo::McRequest::mix)
+      .def_readwrite("dv", &monte_carlo::McRequest::dv)
       .def_readwrite("samples", &monte_carlo::McRequest::samples)
       .def_readwrite("claimed_exponent", &monte_carlo::McRequest::claimed_exponent)
       .def_readwrite("rel_se", &monte_carlo::McRequest::rel_se)

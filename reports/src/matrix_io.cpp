@@ -59,7 +59,7 @@ Real load_swapped(const char* bytes, bool swap) {
 
 std::span<std::byte> bytes_of(void* data, std::size_t size) { return {static_cast<std::byte*>(data), size}; }
 
-Matrix read_npy(const InputFile& in, std::uint64_t max_bytes) {
+NpyArray read_npy_image(const InputFile& in, std::uint64_t max_bytes, std::size_t wanted_dimensions) {
   const std::filesystem::path& path = in.path();
   const std::uint64_t file_size = in.size();
   char magic[8];
@@ -92,7 +92,11 @@ Matrix read_npy(const InputFile& in, std::uint64_t max_bytes) {
     if (result.ec != std::errc()) fail(path, fmt::format("npy shape {} is out of range", shape_text));
     shape.push_back(extent);
   }
-  if (shape.size() != 2) fail(path, fmt::format("npy array has shape {}, expected a 2-D matrix", shape_text));
+  if (shape.size() != wanted_dimensions) {
+    fail(path, wanted_dimensions == 2 ? fmt::format("npy array has shape {}, expected a 2-D matrix", shape_text)
+                                      : fmt::format("npy array has shape {}, expected {} dimensions", shape_text,
+                                                    wanted_dimensions));
+  }
 
   std::size_t item = 0;
   bool is_float32 = false;
@@ -105,21 +109,52 @@ Matrix read_npy(const InputFile& in, std::uint64_t max_bytes) {
     fail(path, fmt::format("npy dtype '{}' is not float32 or float64", type));
   }
   const bool swap = (type[0] == '>') != (std::endian::native == std::endian::big);
-  const auto rows = shape[0], cols = shape[1];
+  // Rows are the first extent, columns all the others: the size check is the matrix one.
+  std::uint64_t rest = 1;
+  for (std::size_t k = 1; k < shape.size(); ++k) {
+    if (shape[k] != 0 && rest > std::numeric_limits<std::uint64_t>::max() / shape[k]) {
+      fail(path, fmt::format("npy shape {} is out of range", shape_text));
+    }
+    rest *= shape[k];
+  }
+  const std::uint64_t rows = shape.empty() ? 0 : shape[0], cols = rest;
   check_fits(path, rows, cols, max_bytes);
-  const std::uint64_t data_bytes = rows * cols * item;
+  const std::uint64_t count = rows * cols;
+  const std::uint64_t data_bytes = count * item;
   if (file_size - data_offset != data_bytes) {
     fail(path, fmt::format("npy data is {} bytes, but shape {} of {} needs {}", file_size - data_offset, shape_text,
                            type, data_bytes));
   }
   std::vector<char> raw(data_bytes);
   in.read_at(data_offset, bytes_of(raw.data(), raw.size()));
-  Matrix out(static_cast<theory::Index>(rows), static_cast<theory::Index>(cols));
-  for (std::uint64_t k = 0; k < rows * cols; ++k) {
+  NpyArray out;
+  out.shape = shape;
+  out.values.resize(count);
+  std::vector<std::uint64_t> c_strides(shape.size(), 1);
+  for (std::size_t axis = shape.size(); axis-- > 1;) c_strides[axis - 1] = c_strides[axis] * shape[axis];
+  for (std::uint64_t k = 0; k < count; ++k) {
     const char* at = raw.data() + k * item;
     const double value = is_float32 ? load_swapped<float>(at, swap) : load_swapped<double>(at, swap);
-    const std::uint64_t r = fortran ? k % rows : k / cols, c = fortran ? k / rows : k % cols;
-    out(static_cast<theory::Index>(r), static_cast<theory::Index>(c)) = value;
+    // Element k in storage order; its position in row-major (C) order.
+    std::uint64_t target = k;
+    if (fortran) {
+      std::uint64_t remaining = k;
+      target = 0;
+      for (std::size_t axis = 0; axis < shape.size(); ++axis) {
+        target += (remaining % shape[axis]) * c_strides[axis];
+        remaining /= shape[axis];
+      }
+    }
+    out.values[target] = value;
+  }
+  return out;
+}
+
+Matrix read_npy(const InputFile& in, std::uint64_t max_bytes) {
+  NpyArray array = read_npy_image(in, max_bytes, 2);
+  Matrix out(static_cast<theory::Index>(array.shape[0]), static_cast<theory::Index>(array.shape[1]));
+  for (theory::Index r = 0; r < out.rows(); ++r) {
+    for (theory::Index c = 0; c < out.cols(); ++c) out(r, c) = array.values[static_cast<std::size_t>(r * out.cols() + c)];
   }
   return out;
 }
@@ -174,6 +209,10 @@ Matrix read_matrix(const std::filesystem::path& path, std::uint64_t max_bytes) {
   if (in.size() > 0) in.read_at(0, bytes_of(&first, 1));
   if (first == '\x93') return read_npy(in, max_bytes);
   return read_csv(in, max_bytes);
+}
+
+NpyArray read_npy_array(const std::filesystem::path& path, std::size_t dimensions, std::uint64_t max_bytes) {
+  return read_npy_image(InputFile(path), max_bytes, dimensions);
 }
 
 }  // namespace attncheck::reports

@@ -67,6 +67,9 @@ std::string style_clause(CurveStyle style, int index) {
       return fmt::format("using 1:2 with linespoints pointtype 7 pointsize 0.6 linewidth 1.5 linecolor rgb '{}'", colour);
     case CurveStyle::dashed_line:
       return fmt::format("using 1:2 with lines dashtype 2 linewidth 1.5 linecolor rgb '{}'", colour);
+    case CurveStyle::band:
+      return fmt::format("using 1:3:4 with filledcurves fillcolor rgb '{}' fillstyle transparent solid 0.2 noborder",
+                         colour);
   }
   return "";
 }
@@ -124,7 +127,7 @@ std::string gnuplot_script(const std::vector<PlotSpec>& plots, const std::string
     std::vector<std::string> clauses;
     for (std::size_t c = 0; c < plot.curves.size(); ++c) {
       const Curve& curve = plot.curves[c];
-      const bool bars = curve.style == CurveStyle::points_with_error_bars;
+      const bool bars = curve.style == CurveStyle::points_with_error_bars || curve.style == CurveStyle::band;
       const std::string block = fmt::format("$plot{}_curve{}", k, c);
       std::string data;
       for (std::size_t i = 0; i < curve.x.size(); ++i) {

@@ -257,6 +257,14 @@ class Generator {
     option("--seed", {"0", "1", "18446744073709551615"}, {"-1", "18446744073709551616", "1.5"}, 30);
     option("--threads", {"1", "2", "3"}, {"0", "1025", "-2", "100000"}, 30);
     flag("--json", 30);
+    if (chance(30)) {
+      // C9: --input is then the scores; --values, --dv and --mix are its own options.
+      args_.push_back("--cross-norm");
+      option("--dv", {"1", "3", "8"}, {"0", "1048577", "-1", "nan", "2.5"}, 40);
+      option("--mix", {"1", "0,0.5,1", "0.25"}, {"1.5", "-0.1", "nan", "x", "", "0,,1"}, 40);
+      option("--values", {path(f_.csv), path(f_.npy)},
+             {path(f_.nan_csv), path(f_.absent), path(f_.folder), path(f_.fifo), "/dev/zero"}, 20);
+    }
   }
 
   void mc() {
@@ -269,7 +277,7 @@ class Generator {
       option("--outer-scale", {"none", "1/sqrt(N)", "1/k:8", "N^-1"}, {"1/k:0", "N^-nan", "N^-1e308", "?"}, 30);
       option("--estimand", {"value", "dQ", "dK", "dS", "value,dQ,dK,dS", "score-var"}, {"nope", ""}, 40);
     } else {
-      required("--claim", {"C3", "C4", "C5", "C6", "C7", "C8"}, {"C9", "c3", ""});
+      required("--claim", {"C3", "C4", "C5", "C6", "C7", "C8", "C9"}, {"C10", "c3", ""});
       option("--alpha", {"1", "0.5,1", "0"}, {"nan", "1e308", "9"}, 20);
     }
     // The default grid (N to 1024, D = d = 64) takes seconds: sizes are always given.

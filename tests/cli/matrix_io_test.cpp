@@ -42,6 +42,31 @@ TEST_CASE("npy float64 and float32, C and Fortran order, both byte orders") {
   CHECK(reports::read_matrix(be, kPlenty) == m);
 }
 
+TEST_CASE("npy arrays of three dimensions in C and Fortran order read the same, wrong ranks refused") {
+  // A 2 x 3 x 4 array with entry (i, j, k) = 100 i + 10 j + k, stored both ways.
+  std::vector<double> c_order, fortran_order;
+  for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < 3; ++j) {
+      for (int k = 0; k < 4; ++k) c_order.push_back(100 * i + 10 * j + k);
+    }
+  }
+  for (int k = 0; k < 4; ++k) {
+    for (int j = 0; j < 3; ++j) {
+      for (int i = 0; i < 2; ++i) fortran_order.push_back(100 * i + 10 * j + k);
+    }
+  }
+  const auto c = fresh("c3.npy"), f = fresh("f3.npy");
+  testing::write_npy_raw(c, "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3, 4), }", testing::raw_bytes(c_order));
+  testing::write_npy_raw(f, "{'descr': '<f8', 'fortran_order': True, 'shape': (2, 3, 4), }",
+                         testing::raw_bytes(fortran_order));
+  const reports::NpyArray from_c = reports::read_npy_array(c, 3, kPlenty);
+  CHECK(from_c.shape == std::vector<std::uint64_t>{2, 3, 4});
+  CHECK(from_c.values == c_order);
+  CHECK(reports::read_npy_array(f, 3, kPlenty).values == c_order);
+  CHECK_THROWS_WITH(reports::read_npy_array(c, 2, kPlenty), Catch::Contains("c3.npy") && Catch::Contains("expected a 2-D"));
+  CHECK_THROWS_WITH(reports::read_matrix(c, kPlenty), Catch::Contains("expected a 2-D matrix"));
+}
+
 TEST_CASE("CSV with commas or spaces, comments, and inf tokens") {
   const auto path = fresh("m.csv");
   std::ofstream(path) << "# logits\n1, 2.5, -inf\n  3e2 4 +5\r\n";

@@ -9,14 +9,23 @@
                            safetensors, vocab.json, merges.txt) and, with the `gguf` package, as GGUF files
                            DIR/tiny-llama-TYPE.gguf for TYPE in f32 f16 bf16 q8_0 q4_0 q4_1 (queries and keys
                            permuted to GGUF's interleaved rotary pairs, as llama.cpp's converter does)
+  make-tiny-vit DIR        writes a small random ViT (Hugging Face ViTForImageClassification names, "vit."
+                           prefix) and a small random DINOv2 (LayerScale; images of another patch grid than the
+                           position embeddings', so these are interpolated) into DIR/tiny-vit and DIR/tiny-dinov2,
+                           each with pixels.npy (float64 in Fortran order for the ViT, float32 for DINOv2)
   compare BIN MODEL ...    runs `BIN probe MODEL ... --json --attention-out F`, runs the same weights through
                            PyTorch in float64 (BERT, GPT-2: PyTorch's own TransformerEncoderLayer /
+                           MultiheadAttention; ViT, DINOv2: PyTorch's conv2d, interpolate (bicubic) and
                            MultiheadAttention; Llama: a forward written here from the definition, the weights
                            of a GGUF file dequantized by the `gguf` package), and checks every layer's and
                            head's attention matrix (BERT, GPT-2: max |difference| <= 1e-5; Llama: every entry
                            within 1e-10 relative) and, for a sample of heads, ||A||_F, ||grad softmax||_F and
                            ||dA/dW_Q||_F, ||dA/dW_K||_F (and, with grouped queries, the group's ||dA/dW_K||_F)
-                           against autograd Jacobians (relative 1e-9).
+                           against autograd Jacobians (relative 1e-9). With --cross-norm among the probe's
+                           arguments, also the cross-normalization what-if of those heads: ||O||_F and
+                           ||dO/dV||_F of O = A (mix softmax_col(V) + (1 - mix) V) on the head's own values, at
+                           every mix, against autograd (relative 1e-9), and on every head the mix-1 bounds
+                           ||O||_F <= sqrt(N d_v), ||dO/dV||_F <= sqrt(N d_v / 8).
   dequant BIN FILE.gguf [--rows K] [NAME ...]
                            has BIN (the test program dump_gguf) write the named tensors (all supported ones by
                            default; the first K rows of each with --rows) as F64 and checks them bit for bit
@@ -170,6 +179,114 @@ def make_tiny(folder):
         f.write(" ".join(str(x) for x in rng.integers(0, V, size=17)) + "\n")
     with open(os.path.join(bert_dir, "tokens.txt"), "w") as f:
         f.write(" ".join(str(x) for x in [2] + list(rng.integers(4, V, size=13)) + [3]) + "\n")
+
+
+def make_tiny_vit(folder):
+    rng = np.random.default_rng(20261123)
+
+    def normal(*shape, scale=0.5):
+        return rng.normal(0.0, scale, size=shape)
+
+    for kind in ("vit", "dinov2"):
+        out = os.path.join(folder, f"tiny-{kind}")
+        os.makedirs(out, exist_ok=True)
+        D, H, L, C = 16, 4, 2, 3
+        if kind == "vit":
+            P, image, I, pre = 8, 32, 32, "vit."
+            config = {"model_type": "vit", "hidden_size": D, "num_attention_heads": H, "num_hidden_layers": L,
+                      "intermediate_size": I, "hidden_act": "gelu", "layer_norm_eps": 1e-12, "image_size": image,
+                      "patch_size": P, "num_channels": C, "qkv_bias": True}
+            names = {"norm1": "layernorm_before", "norm2": "layernorm_after", "fc1": "intermediate.dense",
+                     "fc2": "output.dense"}
+            height, width = image, image
+        else:
+            P, image, I, pre = 6, 24, 32, ""
+            config = {"model_type": "dinov2", "hidden_size": D, "num_attention_heads": H, "num_hidden_layers": L,
+                      "mlp_ratio": I / D, "hidden_act": "gelu", "layer_norm_eps": 1e-6, "image_size": image,
+                      "patch_size": P, "num_channels": C, "layerscale_value": 1.0}
+            names = {"norm1": "norm1", "norm2": "norm2", "fc1": "mlp.fc1", "fc2": "mlp.fc2"}
+            # 5 x 7 patches (and 2 pixels past the last whole patch in each direction) against 4 x 4 trained.
+            height, width = 32, 44
+        json.dump(config, open(os.path.join(out, "config.json"), "w"))
+        grid = image // P
+        t = {pre + "embeddings.cls_token": normal(1, 1, D), pre + "embeddings.mask_token": normal(1, D),
+             pre + "embeddings.position_embeddings": normal(1, 1 + grid * grid, D),
+             pre + "embeddings.patch_embeddings.projection.weight": normal(D, C, P, P, scale=0.1),
+             pre + "embeddings.patch_embeddings.projection.bias": normal(D, scale=0.1),
+             pre + "layernorm.weight": 1 + normal(D, scale=0.1), pre + "layernorm.bias": normal(D, scale=0.1)}
+        for layer in range(L):
+            p = f"{pre}encoder.layer.{layer}."
+            for name, shape in [("attention.attention.query", (D, D)), ("attention.attention.key", (D, D)),
+                                ("attention.attention.value", (D, D)), ("attention.output.dense", (D, D)),
+                                (names["fc1"], (I, D)), (names["fc2"], (D, I))]:
+                t[p + name + ".weight"] = normal(*shape, scale=0.6)
+                t[p + name + ".bias"] = normal(shape[0], scale=0.2)
+            for name in ("norm1", "norm2"):
+                t[p + names[name] + ".weight"] = 1 + normal(D, scale=0.1)
+                t[p + names[name] + ".bias"] = normal(D, scale=0.1)
+            if kind == "dinov2":
+                t[p + "layer_scale1.lambda1"] = 1 + normal(D, scale=0.3)
+                t[p + "layer_scale2.lambda1"] = 1 + normal(D, scale=0.3)
+        write_safetensors(os.path.join(out, "model.safetensors"), {k: (v, "F32") for k, v in t.items()})
+        pixels = normal(C, height, width, scale=1.0)
+        np.save(os.path.join(out, "pixels.npy"),
+                np.asfortranarray(pixels) if kind == "vit" else pixels.astype(np.float32))
+
+
+def vision_layers(config, weights, pixels):
+    """Layer inputs X and per-head attention of a ViT or DINOv2, from PyTorch's conv2d, interpolate and
+    MultiheadAttention."""
+    dinov2 = config["model_type"] == "dinov2"
+    pre = next(p for p in ("vit.", "dinov2.", "") if p + "embeddings.cls_token" in weights)
+    D, H, L = config["hidden_size"], config["num_attention_heads"], config["num_hidden_layers"]
+    P = config["patch_size"]
+    eps = config.get("layer_norm_eps", 1e-6 if dinov2 else 1e-12)
+    e = pre + "embeddings."
+    x = torch.tensor(pixels)[None]
+    patches = F.conv2d(x, tensor(weights, e + "patch_embeddings.projection.weight"),
+                       tensor(weights, e + "patch_embeddings.projection.bias"), stride=P)
+    gh, gw = patches.shape[2], patches.shape[3]
+    h = torch.cat([tensor(weights, e + "cls_token")[0], patches.flatten(2).transpose(1, 2)[0]])
+    positions = tensor(weights, e + "position_embeddings")[0]
+    side = int(round(math.sqrt(positions.shape[0] - 1)))
+    grid = positions[1:]
+    if (gh, gw) != (side, side):
+        grid = grid.reshape(1, side, side, D).permute(0, 3, 1, 2)
+        grid = F.interpolate(grid, size=(gh, gw), mode="bicubic", align_corners=False)
+        grid = grid.permute(0, 2, 3, 1).reshape(gh * gw, D)
+    h = h + torch.cat([positions[:1], grid])
+    names = ({"norm1": "norm1", "norm2": "norm2", "fc1": "mlp.fc1", "fc2": "mlp.fc2"} if dinov2 else
+             {"norm1": "layernorm_before", "norm2": "layernorm_after", "fc1": "intermediate.dense",
+              "fc2": "output.dense"})
+    out = []
+    for layer in range(L):
+        p = f"{pre}encoder.layer.{layer}."
+        w = lambda name: tensor(weights, p + name)
+        x = F.layer_norm(h, (D,), w(names["norm1"] + ".weight"), w(names["norm1"] + ".bias"), eps)
+        wq, wk, wv = (w(f"attention.attention.{k}.weight") for k in ("query", "key", "value"))
+        bq, bk, bv = (w(f"attention.attention.{k}.bias") for k in ("query", "key", "value"))
+        attention_module = torch.nn.MultiheadAttention(D, H, dropout=0.0, batch_first=True)
+        attention_module.eval()
+        with torch.no_grad():
+            attention_module.in_proj_weight.copy_(torch.cat([wq, wk, wv]))
+            attention_module.in_proj_bias.copy_(torch.cat([bq, bk, bv]))
+            attention_module.out_proj.weight.copy_(w("attention.output.dense.weight"))
+            attention_module.out_proj.bias.copy_(w("attention.output.dense.bias"))
+            attended, attention = attention_module(x[None], x[None], x[None], need_weights=True,
+                                                   average_attn_weights=False)
+        attended = attended[0]
+        if dinov2:
+            attended = attended * w("layer_scale1.lambda1")
+        h = h + attended
+        m = F.layer_norm(h, (D,), w(names["norm2"] + ".weight"), w(names["norm2"] + ".bias"), eps)
+        mlp = F.linear(F.gelu(F.linear(m, w(names["fc1"] + ".weight"), w(names["fc1"] + ".bias"))),
+                       w(names["fc2"] + ".weight"), w(names["fc2"] + ".bias"))
+        if dinov2:
+            mlp = mlp * w("layer_scale2.lambda1")
+        h = h + mlp
+        out.append({"X": x.detach(), "attention": attention[0].detach(), "wq": wq, "wk": wk, "bq": bq, "bk": bk,
+                    "wv": wv, "bv": bv, "heads": H, "causal": False})
+    return out
 
 
 def bytes_to_unicode():
@@ -404,7 +521,8 @@ def llama_layers(config, weights, ids):
         out.append({"X": x, "attention": attention, "heads": H, "kv_heads": G, "d": d, "theta": theta,
                     "interleaved": interleaved, "wq": w(p + "self_attn.q_proj.weight"),
                     "wk": w(p + "self_attn.k_proj.weight"), "bq": bias(p + "self_attn.q_proj", H * d),
-                    "bk": bias(p + "self_attn.k_proj", G * d)})
+                    "bk": bias(p + "self_attn.k_proj", G * d), "wv": w(p + "self_attn.v_proj.weight"),
+                    "bv": bias(p + "self_attn.v_proj", G * d)})
     return out
 
 
@@ -419,6 +537,43 @@ def llama_head_attention(layer, wq, bq, wk, bk):
     return torch.softmax(scores, dim=-1)
 
 
+CROSS_NORM_MIXES = {"mix0": 0.0, "mix0_5": 0.5, "mix1": 1.0}
+
+
+def cross_norm_expected(attention, values):
+    """||O||_F and ||dO/dV||_F by autograd for O = A (mix softmax_col(V) + (1 - mix) V), keyed as the probe's JSON."""
+    expected = {}
+    for suffix, mix in CROSS_NORM_MIXES.items():
+        def output(v):
+            return attention @ (mix * torch.softmax(v, dim=0) + (1 - mix) * v)
+        expected["out_fro_" + suffix] = float(torch.linalg.norm(output(values)))
+        expected["dV_fro_" + suffix] = float(torch.linalg.norm(
+            torch.autograd.functional.jacobian(output, values, vectorize=True)))
+    return expected
+
+
+def check_cross_norm_bounds(metrics):
+    """Fact 11 on every head at mix 1; the probe's bound fields against sqrt(N d_v), sqrt(N d_v / 8)."""
+    failures, ratio = 0, 0.0
+    for m in metrics:
+        n, dv = m["N"], m["d_v"]
+        out_bound, dv_bound = math.sqrt(n * dv), math.sqrt(n * dv / 8)
+        where = f"layer {m['layer']} head {m['head']}"
+        if abs(m["cross_norm_out_bound"] - out_bound) > 1e-12 * out_bound or \
+                abs(m["cross_norm_dV_bound"] - dv_bound) > 1e-12 * dv_bound:
+            print(f"FAIL: {where}: bounds {m['cross_norm_out_bound']}, {m['cross_norm_dV_bound']}, expected "
+                  f"{out_bound}, {dv_bound}")
+            failures += 1
+        for key, bound in (("out_fro_mix1", out_bound), ("dV_fro_mix1", dv_bound)):
+            ratio = max(ratio, m[key] / bound)
+            if m[key] > bound * (1 + 1e-12):
+                print(f"FAIL: {where}: {key} = {m[key]!r} above its bound {bound!r}")
+                failures += 1
+    print(f"cross-normalized (mix 1) ||O||_F / sqrt(N d_v) and ||dO/dV||_F / sqrt(N d_v / 8), every head: "
+          f"largest {ratio:.4f} (bound 1)")
+    return failures
+
+
 def compare_norms(where, got, expected):
     """The probe's norms against autograd's, relative 1e-9: (failures, largest relative difference)."""
     failures, worst = 0, 0.0
@@ -431,7 +586,7 @@ def compare_norms(where, got, expected):
     return failures, worst
 
 
-def check_llama_norms(layers, metrics):
+def check_llama_norms(layers, metrics, cross_norm):
     """dW_Q, dW_K per query head and dW_K of each key head's group against autograd."""
     by_key = {(m["layer"], m["head"]): m for m in metrics}
     failures, worst = 0, 0.0
@@ -460,6 +615,8 @@ def check_llama_norms(layers, metrics):
                 d_wk = torch.autograd.functional.jacobian(lambda w: llama_head_attention(layer, wq, bq, w, bk), wk, vectorize=True)
                 expected = {"softmax_fro": float(torch.linalg.norm(a)), "dWq_fro": float(torch.linalg.norm(d_wq)),
                             "dWk_fro": float(torch.linalg.norm(d_wk)), "dWk_group_fro": expected_group}
+                if cross_norm:
+                    expected.update(cross_norm_expected(a, layer["X"] @ layer["wv"][ks].T + layer["bv"][ks]))
                 got = by_key[(l, head)]
                 if got["kv_head"] != g:
                     print(f"FAIL: layer {l} head {head}: kv_head {got['kv_head']}, expected {g}")
@@ -575,8 +732,8 @@ def torch_layers(config, weights, ids):
             _, attention = block.self_attn(x[None], x[None], x[None], attn_mask=mask, need_weights=True,
                                            average_attn_weights=False)
             h = block(h[None], src_mask=mask)[0]
-        out.append({"X": x, "attention": attention[0], "wq": wq, "wk": wk, "bq": bq, "bk": bk, "heads": H,
-                    "causal": not bert})
+        out.append({"X": x, "attention": attention[0], "wq": wq, "wk": wk, "bq": bq, "bk": bk, "wv": wv, "bv": bv,
+                    "heads": H, "causal": not bert})
     return out
 
 
@@ -599,10 +756,25 @@ def compare(binary, model, probe_args):
             return 1
         metrics = json.loads(run.stdout)
         dumped = read_safetensors(dump)
-    ids = [int(x) for x in dumped["input_ids"]]
+    cross_norm = "--cross-norm" in probe_args
+    if config["model_type"] in ("vit", "dinov2"):
+        pixels = np.load(probe_args[probe_args.index("--pixels") + 1]).astype(np.float64)
+        layers = vision_layers(config, weights, pixels)
+        ids = range(layers[0]["X"].shape[0])
+        worst_x = 0.0
+        for l, layer in enumerate(layers):
+            diff = float(np.max(np.abs(dumped[f"inputs.{l}"] - layer["X"].numpy())))
+            worst_x = max(worst_x, diff)
+            if diff > 1e-10:
+                print(f"FAIL: layer {l}: max |X difference| {diff:.3e} > 1e-10 (the rows the projections act on)")
+                return 1
+        print(f"layer inputs X (after the LayerNorm before attention): max |attncheck - PyTorch| = {worst_x:.3e}")
+    else:
+        ids = [int(x) for x in dumped["input_ids"]]
     if config["model_type"] == "llama":
-        return compare_llama(config, weights, ids, dumped, metrics)
-    layers = torch_layers(config, weights, ids)
+        return compare_llama(config, weights, ids, dumped, metrics, cross_norm)
+    if config["model_type"] not in ("vit", "dinov2"):
+        layers = torch_layers(config, weights, ids)
     failures = 0
     worst = 0.0
     for l, layer in enumerate(layers):
@@ -644,17 +816,22 @@ def compare(binary, model, probe_args):
             expected = {"softmax_fro": float(torch.linalg.norm(a)), "dWq_fro": float(torch.linalg.norm(d_wq)),
                         "dWk_fro": float(torch.linalg.norm(d_wk)), "grad_fro": float(torch.linalg.norm(d_s)),
                         "poly3_scaled_fro": float(torch.linalg.norm(poly))}
+            if cross_norm:
+                expected.update(cross_norm_expected(a, x @ layer["wv"][s].T + layer["bv"][s]))
             got = by_key[(l, head)]
             bad, rel = compare_norms(f"layer {l} head {head}", got, expected)
             failures, worst_rel = failures + bad, max(worst_rel, rel)
             if got["N"] != n:
                 print(f"FAIL: layer {l} head {head}: N = {got['N']}, expected {n}")
                 failures += 1
-    print(f"norms vs autograd Jacobians (first and last head per layer): max relative difference {worst_rel:.3e}")
+    print(f"norms vs autograd Jacobians (first and last head per layer{', cross-normalization what-if' if cross_norm else ''}): "
+          f"max relative difference {worst_rel:.3e}")
+    if cross_norm:
+        failures += check_cross_norm_bounds(metrics)
     return 1 if failures else 0
 
 
-def compare_llama(config, weights, ids, dumped, metrics):
+def compare_llama(config, weights, ids, dumped, metrics, cross_norm):
     layers = llama_layers(config, weights, ids)
     failures, worst = 0, 0.0
     for l, layer in enumerate(layers):
@@ -671,13 +848,18 @@ def compare_llama(config, weights, ids, dumped, metrics):
             failures += 1
     print(f"attention matrices: {len(layers)} layers x {layers[0]['heads']} heads, N = {len(ids)}, "
           f"max relative |attncheck - PyTorch| = {worst:.3e}")
-    failures += check_llama_norms(layers, metrics)
+    failures += check_llama_norms(layers, metrics, cross_norm)
+    if cross_norm:
+        failures += check_cross_norm_bounds(metrics)
     return 1 if failures else 0
 
 
 def main(argv):
     if len(argv) >= 2 and argv[0] == "make-tiny":
         make_tiny(argv[1])
+        return 0
+    if len(argv) >= 2 and argv[0] == "make-tiny-vit":
+        make_tiny_vit(argv[1])
         return 0
     if len(argv) >= 2 and argv[0] == "make-tiny-llama":
         make_tiny_llama(argv[1])

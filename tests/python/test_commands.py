@@ -87,3 +87,29 @@ def test_ctrl_c_stops_a_long_mc_run():
             attncheck.mc(phi="poly", N=256, D=16, d=16, p=1, samples=10 ** 7, threads=1)
     finally:
         timer.cancel()
+
+
+def test_cross_norm_bounds_equals_the_command_line_json(tmp_path):
+    expected = json.loads(run_program("bounds", "--cross-norm", "--N", 20, "--dv", 3, "--trials", 2,
+                                      "--search-starts", 3, "--seed", 7, "--mix", "0,0.5,1", "--threads", 2,
+                                      "--json").stdout)
+    got = attncheck.cross_norm_bounds(20, 3, trials=2, search_starts=3, seed=7, mix=[0, 0.5, 1], threads=2)
+    assert got == expected
+    assert [v["verdict"] for v in got["verdicts"]] == ["tight"] * 5
+    assert [m["output"] for m in got["mix"]] == ["unbounded", "unbounded", "bounded"]
+
+    values = np.random.default_rng(4).standard_normal((6, 2)) * 3
+    path = tmp_path / "values.npy"
+    np.save(path, values)
+    expected = json.loads(run_program("bounds", "--cross-norm", "--values", path, "--threads", 1, "--json").stdout)
+    assert attncheck.cross_norm_bounds(values=path, threads=1) == expected
+    assert expected["d_v"] == 2 and expected["families"][0]["family"] == "input"
+
+
+def test_cross_norm_bounds_refuses_what_the_command_line_refuses():
+    with pytest.raises(ValueError, match="--mix: 1.5 is out of range"):
+        attncheck.cross_norm_bounds(8, 2, mix=1.5)
+    with pytest.raises(ValueError, match="--dv: 0 is out of range"):
+        attncheck.cross_norm_bounds(8, 0)
+    with pytest.raises(ValueError, match="--dv: '2.5' is not a positive integer"):
+        attncheck.cross_norm_bounds(8, 2.5)

@@ -19,9 +19,12 @@ enum class Architecture {
   bert,  // BERT, MiniLM: post-LayerNorm encoder, bidirectional attention, separate query/key/value
   gpt2,  // GPT-2: pre-LayerNorm decoder, causal mask, fused c_attn (Conv1D, weights stored [in, out])
   llama, // Llama: pre-RMSNorm decoder, causal, rotary positions, grouped-query attention, SwiGLU MLP
+  vit,   // ViT (Hugging Face ViTModel): patch embeddings + CLS, pre-LayerNorm encoder, bidirectional attention
+  dinov2,  // DINOv2 (Dinov2Model): ViT with LayerScale and position embeddings interpolated to the patch grid
 };
 
-std::string_view architecture_name(Architecture architecture);  // "BERT", "GPT-2", "Llama"
+std::string_view architecture_name(Architecture architecture);  // "BERT", "GPT-2", "Llama", "ViT", "DINOv2"
+bool is_vision(Architecture architecture);                        // ViT or DINOv2: images in, no tokens
 
 struct ModelConfig {
   Architecture architecture = Architecture::bert;
@@ -43,6 +46,9 @@ struct ModelConfig {
   double rope_theta = 10000;     // rotary frequencies rope_theta^(-2p/d)
   bool rope_interleaved = false; // pairs (2p, 2p+1) as in GGUF; else (p, p + d/2) as in Hugging Face checkpoints
   bool gguf = false;             // tensor names as llama.cpp writes them
+  // ViT, DINOv2: square patches of patch_size pixels over images of num_channels channels; image_size is the
+  // side the position embeddings were trained for (DINOv2 interpolates them to other grids).
+  std::int64_t image_size = 0, patch_size = 0, channels = 0;
   std::int64_t head_dim() const { return head_size > 0 ? head_size : hidden / heads; }
   std::int64_t key_value_heads() const { return kv_heads > 0 ? kv_heads : heads; }
   std::int64_t kv_head_of(std::int64_t head) const { return head / (heads / key_value_heads()); }
@@ -62,6 +68,9 @@ struct HeadInputs {
   Matrix W_Q, W_K;      // D x d slices of the weights (for the i.i.d. model's sigma_t)
   Vector b_Q, b_K;      // d
   Matrix attention;     // N x N: the map the forward pass applied (the trained activation)
+  // N x d_v: the value projections X W_V + b_V this head's attention multiplies (its key/value head's under
+  // grouped queries); empty when the weights were given without them.
+  Matrix values;
   std::int64_t kv_head = 0;  // the key/value head this query head reads (itself without grouped queries)
 };
 
@@ -74,6 +83,13 @@ struct LayerInputs {
   // causal part already in it.
   std::optional<theory::AttendedMask> attended;
   std::vector<HeadInputs> heads;
+};
+
+// One image as the model takes it: channels x height x width values, row-major, already normalized.
+struct Pixels {
+  std::int64_t channels = 0, height = 0, width = 0;
+  std::vector<double> values;
+  double at(std::int64_t c, std::int64_t y, std::int64_t x) const { return values[static_cast<std::size_t>((c * height + y) * width + x)]; }
 };
 
 class TransformerModel {
@@ -89,7 +105,11 @@ class TransformerModel {
   std::vector<LayerInputs> forward(std::span<const std::int64_t> ids, const std::vector<int>& layers = {}) const;
   // Same from given embeddings (the summed token + position (+ type) embeddings, N x D), for --random.
   std::vector<LayerInputs> forward_embeddings(Matrix embeddings, const std::vector<int>& layers = {}) const;
-  // RMS of the token-embedding entries: the sigma of the model's own embeddings.
+  // ViT, DINOv2: the patch embeddings of an image with the CLS token and the position embeddings (N = 1 + the
+  // number of patches), then the forward pass.
+  std::vector<LayerInputs> forward_pixels(const Pixels& pixels, const std::vector<int>& layers = {}) const;
+  // RMS of the token-embedding entries (ViT, DINOv2: of the position embeddings): the sigma of the model's own
+  // embeddings.
   double token_embedding_rms() const;
   // Refuses (InputError naming the sizes) a forward pass over `positions` positions, keeping the layers up to
   // the last of `layers`, that would not fit in the memory available: checked before anything is allocated.

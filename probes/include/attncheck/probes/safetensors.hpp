@@ -108,6 +108,8 @@ class Checkpoint {
   // Whole tensor as a matrix: 2-D as is, 1-D as one row; the shape must be exactly `rows` x `cols` (-1: any).
   Matrix matrix(std::string_view name, std::int64_t rows = -1, std::int64_t cols = -1) const;
   Vector vector(std::string_view name, std::int64_t length = -1) const;
+  // A tensor of exactly `shape` (any number of dimensions) as rows of its last extent, in row-major order.
+  Matrix flattened(std::string_view name, const std::vector<std::int64_t>& shape) const;
   // Selected rows of a 2-D tensor, converting only those (an embedding lookup).
   Matrix rows(std::string_view name, std::span<const std::int64_t> row_ids, std::int64_t cols = -1) const;
   // Root mean square of all entries, streamed without a copy.

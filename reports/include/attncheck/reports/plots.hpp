@@ -15,13 +15,14 @@ enum class CurveStyle {
   line,         // straight segments between the points (a power law is straight on log-log axes)
   dashed_line,
   line_with_points,  // measured values joined in order
+  band,              // the area between y_lo and y_hi, translucent (an uncertainty band under a line)
 };
 
 struct Curve {
   std::string title;
   CurveStyle style = CurveStyle::points;
   std::vector<double> x, y;
-  std::vector<double> y_lo, y_hi;  // error bar ends, for points_with_error_bars
+  std::vector<double> y_lo, y_hi;  // error bar or band ends, for points_with_error_bars and band
   int colour = -1;                 // index into the palette; -1: the curve's place in the plot
 };
 

@@ -1,0 +1,241 @@
+// The vision adapter: Hugging Face ViTModel and Dinov2Model checkpoints. A stride-P convolution cuts the
+// image into patches (row-major: over height, then width), a CLS token goes first, position embeddings are
+// added (DINOv2: interpolated bicubically to the image's patch grid), then pre-LayerNorm encoder blocks with
+// bidirectional attention (DINOv2: each branch scaled by its LayerScale vector).
+
+#include "adapters.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+namespace attncheck::probes::vit {
+
+namespace fs = std::filesystem;
+using theory::Index;
+
+namespace {
+
+// Tensor names of one layer's parts, in the checkpoint's own naming.
+struct Names {
+  std::string norm_before, q, k, v, o, norm_after, mlp_in, mlp_out, scale_attention, scale_mlp;
+};
+
+Names layer_names(const ModelConfig& c, std::int64_t layer) {
+  const std::string p = fmt::format("{}encoder.layer.{}.", c.tensor_prefix, layer);
+  const std::string a = p + "attention.attention.";
+  if (c.architecture == Architecture::dinov2) {
+    return {p + "norm1", a + "query", a + "key", a + "value", p + "attention.output.dense", p + "norm2",
+            p + "mlp.fc1", p + "mlp.fc2", p + "layer_scale1.lambda1", p + "layer_scale2.lambda1"};
+  }
+  return {p + "layernorm_before", a + "query", a + "key", a + "value", p + "attention.output.dense",
+          p + "layernorm_after", p + "intermediate.dense", p + "output.dense", "", ""};
+}
+
+// Keys's cubic convolution kernel with a = -0.75 (PyTorch's bicubic, ONNX Resize's cubic_coeff_a default),
+// weights of the four samples at offsets -1, 0, 1, 2 from floor(x) for the fraction t.
+std::array<double, 4> cubic_weights(double t) {
+  constexpr double a = -0.75;
+  const auto near = [](double x) { return ((a + 2) * x - (a + 3)) * x * x + 1; };          // |x| <= 1
+  const auto far = [](double x) { return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a; };     // 1 < |x| < 2
+  return {far(t + 1), near(t), near(1 - t), far(2 - t)};
+}
+
+// Bicubic resampling of a grid of rows (in_h x in_w positions, row-major, D columns) to out_h x out_w, with
+// half-pixel centers and no antialiasing, clamping samples at the border: as torch.nn.functional.interpolate
+// (mode "bicubic", align_corners False) and ONNX Resize (cubic, half_pixel), which DINOv2 uses.
+Matrix resize_bicubic(const Matrix& grid, Index in_h, Index in_w, Index out_h, Index out_w) {
+  const auto taps = [](Index in, Index out) {
+    std::vector<std::pair<std::array<Index, 4>, std::array<double, 4>>> out_taps;
+    const double scale = static_cast<double>(in) / static_cast<double>(out);
+    for (Index o = 0; o < out; ++o) {
+      const double source = (static_cast<double>(o) + 0.5) * scale - 0.5;
+      const double base = std::floor(source);
+      std::array<Index, 4> index;
+      for (int k = 0; k < 4; ++k) index[k] = std::clamp<Index>(static_cast<Index>(base) - 1 + k, 0, in - 1);
+      out_taps.push_back({index, cubic_weights(source - base)});
+    }
+    return out_taps;
+  };
+  const auto rows = taps(in_h, out_h), cols = taps(in_w, out_w);
+  Matrix out = Matrix::Zero(out_h * out_w, grid.cols());
+  for (Index y = 0; y < out_h; ++y) {
+    for (Index x = 0; x < out_w; ++x) {
+      for (int i = 0; i < 4; ++i) {
+        for (int j = 0; j < 4; ++j) {
+          const double w = rows[y].second[i] * cols[x].second[j];
+          out.row(y * out_w + x) += w * grid.row(rows[y].first[i] * in_w + cols[x].first[j]);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+ModelConfig config_from_json(const nlohmann::json& config, const fs::path& file, const Checkpoint& checkpoint) {
+  using detail::positive_int;
+  using detail::value_or;
+  ModelConfig c;
+  const bool dinov2 = value_or<std::string>(config, "model_type", "", file) == "dinov2";
+  c.architecture = dinov2 ? Architecture::dinov2 : Architecture::vit;
+  c.hidden = positive_int(config, "hidden_size", file);
+  c.heads = positive_int(config, "num_attention_heads", file);
+  c.layers = positive_int(config, "num_hidden_layers", file);
+  if (dinov2) {
+    const double ratio = value_or<double>(config, "mlp_ratio", 4.0, file);
+    const double intermediate = ratio * static_cast<double>(c.hidden);
+    if (!(ratio > 0) || intermediate != std::floor(intermediate) || intermediate > 1e9) {
+      throw InputError(fmt::format("{}: mlp_ratio {} times hidden_size {} is not a positive whole number",
+                                   file.string(), ratio, c.hidden));
+    }
+    c.intermediate = static_cast<std::int64_t>(intermediate);
+    if (value_or<bool>(config, "use_swiglu_ffn", false, file)) {
+      throw InputError(fmt::format("{}: use_swiglu_ffn is not supported (the MLP of fc1, fc2)", file.string()));
+    }
+  } else {
+    c.intermediate = positive_int(config, "intermediate_size", file);
+  }
+  c.layer_norm_eps = value_or<double>(config, "layer_norm_eps", dinov2 ? 1e-6 : 1e-12, file);
+  if (!(c.layer_norm_eps >= 0) || !std::isfinite(c.layer_norm_eps)) {
+    throw InputError(fmt::format("{}: layer_norm_eps {} is not a non-negative number", file.string(), c.layer_norm_eps));
+  }
+  c.hidden_act = value_or<std::string>(config, "hidden_act", "gelu", file);
+  c.image_size = config.contains("image_size") ? positive_int(config, "image_size", file) : 224;
+  c.patch_size = config.contains("patch_size") ? positive_int(config, "patch_size", file) : (dinov2 ? 14 : 16);
+  c.channels = config.contains("num_channels") ? positive_int(config, "num_channels", file) : 3;
+  if (c.patch_size > c.image_size) {
+    throw InputError(fmt::format("{}: patch_size {} is larger than image_size {}", file.string(), c.patch_size,
+                                 c.image_size));
+  }
+  const std::int64_t grid = c.image_size / c.patch_size;
+  c.max_positions = 1 + grid * grid;
+  for (const char* prefix : {"", "vit.", "dinov2."}) {
+    if (checkpoint.contains(std::string(prefix) + "embeddings.cls_token")) c.tensor_prefix = prefix;
+  }
+  return c;
+}
+
+std::string position_embedding_name(const ModelConfig& c) { return c.tensor_prefix + "embeddings.position_embeddings"; }
+
+Matrix embed(const Checkpoint& checkpoint, const ModelConfig& c, const Pixels& pixels) {
+  const std::int64_t D = c.hidden, P = c.patch_size, C = c.channels;
+  if (pixels.channels != C) {
+    throw InputError(fmt::format("the image has {} channels, the model takes {}", pixels.channels, C));
+  }
+  if (pixels.height < P || pixels.width < P) {
+    throw InputError(fmt::format("the image is {} x {} pixels, smaller than one {} x {} patch", pixels.height,
+                                 pixels.width, P, P));
+  }
+  if (c.architecture == Architecture::vit && (pixels.height != c.image_size || pixels.width != c.image_size)) {
+    throw InputError(fmt::format("the image is {} x {} pixels; this ViT takes {} x {} (its position embeddings "
+                                 "are not interpolated)",
+                                 pixels.height, pixels.width, c.image_size, c.image_size));
+  }
+  for (std::size_t k = 0; k < pixels.values.size(); ++k) {
+    if (!std::isfinite(pixels.values[k])) {
+      throw InputError(fmt::format("pixel value {} at flat index {} (channel-major) is not finite", pixels.values[k], k));
+    }
+  }
+  // The convolution drops the pixels past the last whole patch, as PyTorch's stride-P convolution does.
+  const std::int64_t grid_h = pixels.height / P, grid_w = pixels.width / P, patches = grid_h * grid_w;
+  const std::int64_t n = 1 + patches;
+  const std::string e = c.tensor_prefix + "embeddings.";
+  // The convolution as one product: each patch flattened over (channel, row, column), as the kernel is.
+  const Matrix kernel = checkpoint.flattened(e + "patch_embeddings.projection.weight", {D, C, P, P})
+                            .reshaped<Eigen::RowMajor>(D, C * P * P);
+  Matrix patch_rows(patches, C * P * P);
+  for (std::int64_t py = 0; py < grid_h; ++py) {
+    for (std::int64_t px = 0; px < grid_w; ++px) {
+      Index column = 0;
+      for (std::int64_t ch = 0; ch < C; ++ch) {
+        for (std::int64_t i = 0; i < P; ++i) {
+          for (std::int64_t j = 0; j < P; ++j) patch_rows(py * grid_w + px, column++) = pixels.at(ch, py * P + i, px * P + j);
+        }
+      }
+    }
+  }
+  Matrix h(n, D);
+  h.row(0) = checkpoint.flattened(e + "cls_token", {1, 1, D});
+  h.bottomRows(patches) = patch_rows * kernel.transpose();
+  h.bottomRows(patches).rowwise() += checkpoint.vector(e + "patch_embeddings.projection.bias", D).transpose();
+
+  const auto& position_shape = checkpoint.info(position_embedding_name(c)).shape;
+  const std::int64_t stored = position_shape.size() == 3 ? position_shape[1] : 0;
+  const Matrix positions = checkpoint.flattened(position_embedding_name(c), {1, stored, D});
+  const std::int64_t trained = stored - 1;
+  const auto side = static_cast<std::int64_t>(std::llround(std::sqrt(static_cast<double>(std::max<std::int64_t>(trained, 0)))));
+  if (trained < 1 || side * side != trained) {
+    throw InputError(fmt::format("{}: {} position embeddings are not 1 + a square grid of patches",
+                                 checkpoint.where(position_embedding_name(c)), stored));
+  }
+  h.row(0) += positions.row(0);
+  if (grid_h == side && grid_w == side) {
+    h.bottomRows(patches) += positions.bottomRows(trained);
+  } else if (c.architecture == Architecture::dinov2) {
+    h.bottomRows(patches) += resize_bicubic(positions.bottomRows(trained), side, side, grid_h, grid_w);
+  } else {
+    throw InputError(fmt::format("the image's {} x {} patches do not match the model's {} x {} position embeddings",
+                                 grid_h, grid_w, side, side));
+  }
+  return h;
+}
+
+std::vector<LayerInputs> forward(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h, std::int64_t last) {
+  const std::int64_t D = c.hidden, H = c.heads, d = c.head_dim(), I = c.intermediate;
+  const Index n = h.rows();
+  const double inner = 1 / std::sqrt(static_cast<double>(d));
+  const theory::AttentionMap map = trained_attention_map(c.attention_activation, inner);
+  std::vector<LayerInputs> out;
+  for (std::int64_t l = 0; l <= last; ++l) {
+    const Names names = layer_names(c, l);
+    LayerInputs layer;
+    layer.causal = false;
+    layer.inner = inner;
+    layer.X = layer_norm(h, checkpoint.vector(names.norm_before + ".weight", D),
+                         checkpoint.vector(names.norm_before + ".bias", D), c.layer_norm_eps);
+    // Weights as D x D maps of rows (x -> x W), as the theory writes them.
+    const Matrix W_q = checkpoint.matrix(names.q + ".weight", D, D).transpose();
+    const Matrix W_k = checkpoint.matrix(names.k + ".weight", D, D).transpose();
+    const Vector b_q = detail::bias_or_zero(checkpoint, names.q, D), b_k = detail::bias_or_zero(checkpoint, names.k, D);
+    Matrix queries = layer.X * W_q, keys = layer.X * W_k;
+    queries.rowwise() += b_q.transpose();
+    keys.rowwise() += b_k.transpose();
+    const Matrix values = detail::project(checkpoint, layer.X, names.v, D);
+    Matrix context(n, D);
+    for (std::int64_t head = 0; head < H; ++head) {
+      HeadInputs inputs;
+      inputs.kv_head = head;
+      inputs.V = queries.middleCols(head * d, d);
+      inputs.U = keys.middleCols(head * d, d);
+      inputs.W_Q = W_q.middleCols(head * d, d);
+      inputs.W_K = W_k.middleCols(head * d, d);
+      inputs.b_Q = b_q.segment(head * d, d);
+      inputs.b_K = b_k.segment(head * d, d);
+      inputs.attention = apply_attention(map, inner * (inputs.V * inputs.U.transpose()), false);
+      inputs.values = values.middleCols(head * d, d);
+      context.middleCols(head * d, d) = inputs.attention * inputs.values;
+      layer.heads.push_back(std::move(inputs));
+    }
+    Matrix attended = detail::project(checkpoint, context, names.o, D);
+    if (!names.scale_attention.empty()) {
+      attended.array().rowwise() *= checkpoint.vector(names.scale_attention, D).transpose().array();
+    }
+    h += attended;
+    const Matrix m = layer_norm(h, checkpoint.vector(names.norm_after + ".weight", D),
+                                checkpoint.vector(names.norm_after + ".bias", D), c.layer_norm_eps);
+    Matrix inter = detail::project(checkpoint, m, names.mlp_in, I);
+    detail::apply_hidden_activation(inter, c.hidden_act);
+    Matrix mlp = detail::project(checkpoint, inter, names.mlp_out, D);
+    if (!names.scale_mlp.empty()) mlp.array().rowwise() *= checkpoint.vector(names.scale_mlp, D).transpose().array();
+    h += mlp;
+    if (!h.allFinite()) {
+      throw InputError(fmt::format("hidden states after layer {} are not finite (the activations overflowed)", l));
+    }
+    out.push_back(std::move(layer));
+  }
+  return out;
+}
+
+}  // namespace attncheck::probes::vit
