@@ -21,6 +21,7 @@ struct Inputs {
   std::optional<fs::path> results_folder;  // has fits.json
   std::optional<fs::path> probe_log;
   std::optional<fs::path> training_curves;
+  std::optional<fs::path> vit_results;  // examples/vit_digits.py's
 };
 
 Inputs find_inputs(const fs::path& input) {
@@ -42,12 +43,13 @@ Inputs find_inputs(const fs::path& input) {
   if (fs::exists(input / "fits.json", error)) inputs.results_folder = input;
   if (fs::exists(input / kProbeLogName, error)) inputs.probe_log = input / kProbeLogName;
   if (fs::exists(input / kTrainingCurvesName, error)) inputs.training_curves = input / kTrainingCurvesName;
-  if (!inputs.results_folder && !inputs.probe_log && !inputs.training_curves) {
-    throw InputError(fmt::format("{} is missing, and so are {} and {}: the folder holds neither the results of "
+  if (fs::exists(input / kVitResultsName, error)) inputs.vit_results = input / kVitResultsName;
+  if (!inputs.results_folder && !inputs.probe_log && !inputs.training_curves && !inputs.vit_results) {
+    throw InputError(fmt::format("{} is missing, and so are {}, {} and {}: the folder holds neither the results of "
                                  "`attncheck mc --out`, nor the log of `attncheck probe --watch`, nor training "
-                                 "curves",
+                                 "curves, nor the results of examples/vit_digits.py",
                                  (input / "fits.json").string(), (input / kProbeLogName).string(),
-                                 (input / kTrainingCurvesName).string()));
+                                 (input / kTrainingCurvesName).string(), (input / kVitResultsName).string()));
   }
   return inputs;
 }
@@ -84,6 +86,8 @@ ReportSummary write_report(const ReportOptions& options) {
   if (inputs.probe_log) probes = read_probe_log(*inputs.probe_log);
   std::optional<TrainingCurves> curves;
   if (inputs.training_curves) curves = read_training_curves(*inputs.training_curves);
+  std::optional<VitResults> vit;
+  if (inputs.vit_results) vit = read_vit_results(*inputs.vit_results);
 
   Document document;
   document.title = fmt::format("attncheck report: {}", options.input.filename().empty()
@@ -107,6 +111,11 @@ ReportSummary write_report(const ReportOptions& options) {
         case Verdict::inconclusive: ++summary.inconclusive; break;
       }
     }
+  }
+  if (vit) {
+    add_vit_section(*vit, inputs.vit_results->parent_path(), options.plots, document, pending, options.map_layer,
+                    options.map_head);
+    summary.vit_runs = vit->runs.size();
   }
   if (probes) {
     add_probe_section(*probes, *inputs.probe_log, options.plots, document, pending);
