@@ -3,11 +3,15 @@
 #include "number_options.hpp"
 #include "subcommand.hpp"
 
+#include "attncheck/probes/safetensors.hpp"
 #include "attncheck/reports/report.hpp"
 
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <memory>
+#include <string>
+#include <vector>
 
 namespace {
 
@@ -44,6 +48,10 @@ std::function<int()> setup(CLI::App& command) {
     options.plots = !arguments->no_plots;
     options.map_layer = arguments->map_layer;
     options.map_head = arguments->map_head;
+    options.read_attention_map = [](const std::filesystem::path& file, const std::string& tensor, long long head) {
+      const attncheck::theory::Matrix map = attncheck::probes::read_attention_head(file, tensor, head);
+      return attncheck::reports::AttentionMatrix{map.rows(), std::vector<double>(map.data(), map.data() + map.size())};
+    };
     const auto summary = attncheck::reports::write_report(options);
     fmt::print("wrote {} and {} ({} plots)\n", summary.html.string(), summary.markdown.string(), summary.plots);
     if (summary.series > 0) {

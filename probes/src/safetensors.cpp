@@ -556,4 +556,19 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Name
   reports::write_file_atomically(path, file);
 }
 
+Matrix read_attention_head(const std::filesystem::path& file, std::string_view tensor, std::int64_t head) {
+  const Checkpoint checkpoint = Checkpoint::open(file);
+  if (!checkpoint.contains(tensor)) {
+    throw InputError(fmt::format("{} has no tensor \"{}\"", file.string(), tensor));
+  }
+  const std::vector<std::int64_t> shape = checkpoint.info(tensor).shape;
+  if (shape.size() != 3 || shape[1] != shape[2] || shape[0] < 1 || shape[1] < 1) {
+    throw InputError(fmt::format("{} has shape {}, expected [heads, N, N]", checkpoint.where(tensor), shape_text(shape)));
+  }
+  if (head < 0 || head >= shape[0]) {
+    throw InputError(fmt::format("{}: head {} is not among its {} heads", checkpoint.where(tensor), head, shape[0]));
+  }
+  return checkpoint.flattened(tensor, shape).middleRows(head * shape[1], shape[1]);
+}
+
 }  // namespace attncheck::probes

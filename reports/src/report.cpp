@@ -113,8 +113,8 @@ ReportSummary write_report(const ReportOptions& options) {
     }
   }
   if (vit) {
-    add_vit_section(*vit, inputs.vit_results->parent_path(), options.plots, document, pending, options.map_layer,
-                    options.map_head);
+    add_vit_section(*vit, inputs.vit_results->parent_path(), options.plots, document, pending, options.read_attention_map,
+                    options.map_layer, options.map_head);
     summary.vit_runs = vit->runs.size();
   }
   if (probes) {

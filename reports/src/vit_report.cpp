@@ -10,6 +10,7 @@
 #include "json_fields.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <array>
@@ -164,55 +165,9 @@ VitResults parse_vit_results(const std::string& text, const std::string& name) {
 
 VitResults read_vit_results(const fs::path& path) { return parse_vit_results(read_text_file(path), path.string()); }
 
-// The few lines of safetensors this needs (the probes library's full reader sits above this one): an 8-byte
-// little-endian header length, a JSON header, then the tensors' bytes.
-AttentionMatrix read_attention_matrix(const fs::path& path, const std::string& tensor, long long head) {
-  const std::string bytes = read_text_file(path);
-  const std::string name = path.string();
-  if (bytes.size() < 8) throw InputError(fmt::format("{}: too short for a safetensors file", name));
-  std::uint64_t header_size = 0;
-  for (int i = 7; i >= 0; --i) header_size = (header_size << 8) | static_cast<unsigned char>(bytes[i]);
-  if (header_size > bytes.size() - 8) throw InputError(fmt::format("{}: header length {} exceeds the file", name, header_size));
-  const detail::json header = detail::parse_json(bytes.substr(8, header_size), name + " header", false);
-  if (!header.is_object() || !header.contains(tensor)) {
-    throw InputError(fmt::format("{} has no tensor \"{}\"", name, tensor));
-  }
-  const JsonFields entry(header.at(tensor), fmt::format("{} tensor {}", name, tensor));
-  const std::string dtype = entry.word("dtype", {"F64", "F32"});
-  const std::vector<long long> shape = entry.integers("shape");
-  const std::vector<long long> offsets = entry.integers("data_offsets");
-  if (shape.size() != 3 || shape[1] != shape[2] || shape[0] < 1 || shape[1] < 1 || offsets.size() != 2) {
-    entry.fail("expected shape [heads, N, N] and two data_offsets");
-  }
-  if (head < 0 || head >= shape[0]) entry.fail(fmt::format("head {} is not among its {} heads", head, shape[0]));
-  const std::size_t width = dtype == "F64" ? 8 : 4;
-  const auto n = static_cast<std::size_t>(shape[1]);
-  const std::size_t begin = 8 + header_size + static_cast<std::size_t>(offsets[0]);
-  if (offsets[0] < 0 || offsets[1] - offsets[0] != static_cast<long long>(shape[0] * n * n * width) ||
-      begin + static_cast<std::size_t>(offsets[1] - offsets[0]) > bytes.size()) {
-    entry.fail("data_offsets do not match the shape and the file");
-  }
-  AttentionMatrix matrix;
-  matrix.N = shape[1];
-  matrix.values.resize(n * n);
-  const std::size_t first = begin + static_cast<std::size_t>(head) * n * n * width;
-  for (std::size_t i = 0; i < n * n; ++i) {
-    // Little-endian on disk, as on every machine this builds for.
-    if (width == 8) {
-      double v;
-      std::memcpy(&v, bytes.data() + first + i * 8, 8);
-      matrix.values[i] = v;
-    } else {
-      float v;
-      std::memcpy(&v, bytes.data() + first + i * 4, 4);
-      matrix.values[i] = v;
-    }
-  }
-  return matrix;
-}
-
 void add_vit_section(const VitResults& results, const fs::path& folder, bool with_plots, Document& document,
-                     PendingFigures& pending, long long map_layer, long long map_head) {
+                     PendingFigures& pending, const AttentionMapReader& read_attention_map, long long map_layer,
+                     long long map_head) {
   auto& blocks = document.blocks;
   blocks.push_back(Heading{2, "ViT on the digits: the papers' figures at small scale", "vit"});
   blocks.push_back(Facts{{{"results", (folder / kVitResultsName).string()},
@@ -359,12 +314,15 @@ void add_vit_section(const VitResults& results, const fs::path& folder, bool wit
     std::error_code error;
     if (fs::exists(folder / fmt::format("attention-{}.safetensors", name), error)) maps.emplace_back(name);
   }
-  if (!maps.empty()) {
+  if (!maps.empty() && !read_attention_map) {
+    blocks.push_back(Notice{fmt::format("attention maps of {} are in {} but no safetensors reader was given: "
+                                        "`attncheck report` draws them", fmt::join(maps, ", "), folder.string())});
+  } else if (!maps.empty()) {
     blocks.push_back(Heading{3, fmt::format("Figures 6-7: attention maps (layer {}, head {}, first test digit)",
                                             map_layer, map_head), "vit-maps"});
     for (const std::string& name : maps) {
       const fs::path file = folder / fmt::format("attention-{}.safetensors", name);
-      const AttentionMatrix matrix = read_attention_matrix(file, fmt::format("layer.{}", map_layer), map_head);
+      const AttentionMatrix matrix = read_attention_map(file, fmt::format("layer.{}", map_layer), map_head);
       const bool signed_scale = name != "softmax";
       PlotSpec plot{fmt::format("vit-map-{}", name),
                     fmt::format("{}: attention of layer {}, head {}", activation_label(name), map_layer, map_head), "key j", "query i", false,

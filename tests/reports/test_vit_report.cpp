@@ -1,3 +1,4 @@
+#include "attncheck/probes/safetensors.hpp"
 #include "attncheck/reports/plots.hpp"
 #include "attncheck/reports/report.hpp"
 #include "attncheck/reports/vit_results.hpp"
@@ -13,6 +14,8 @@
 using namespace attncheck::reports;
 using namespace attncheck::reports::testing;
 using attncheck::theory::InputError;
+namespace probes = attncheck::probes;
+namespace theory = attncheck::theory;
 using Catch::Matchers::Contains;
 
 namespace {
@@ -37,9 +40,15 @@ json vit_document(const std::vector<json>& runs) {
           {"runs", runs}};
 }
 
+// What `attncheck report` passes in: the probes library's safetensors reader.
+AttentionMatrix read_map(const fs::path& file, const std::string& tensor, long long head) {
+  const theory::Matrix map = probes::read_attention_head(file, tensor, head);
+  return AttentionMatrix{map.rows(), std::vector<double>(map.data(), map.data() + map.size())};
+}
+
 std::string render(const VitResults& results, const fs::path& folder, PendingFigures& pending) {
   Document document;
-  add_vit_section(results, folder, true, document, pending);
+  add_vit_section(results, folder, true, document, pending, read_map);
   return render_markdown(document);
 }
 
@@ -166,15 +175,15 @@ TEST_CASE("attention heat maps are read from safetensors and drawn on a signed s
   const std::vector<double> maps = {0.5, -2.0, 1.0, 0.25,   // head 0
                                     9.0, 9.0, 9.0, 9.0};    // head 1
   write_maps(dir.path() / "attention-poly3_scaled.safetensors", "layer.0", 2, 2, maps);
-  const AttentionMatrix head1 = read_attention_matrix(dir.path() / "attention-poly3_scaled.safetensors", "layer.0", 1);
+  const AttentionMatrix head1 = read_map(dir.path() / "attention-poly3_scaled.safetensors", "layer.0", 1);
   CHECK(head1.N == 2);
   CHECK(head1.values == std::vector<double>{9, 9, 9, 9});
-  CHECK_THROWS_WITH(read_attention_matrix(dir.path() / "attention-poly3_scaled.safetensors", "layer.3", 0),
+  CHECK_THROWS_WITH(read_map(dir.path() / "attention-poly3_scaled.safetensors", "layer.3", 0),
                     Contains("no tensor \"layer.3\""));
-  CHECK_THROWS_WITH(read_attention_matrix(dir.path() / "attention-poly3_scaled.safetensors", "layer.0", 2),
+  CHECK_THROWS_WITH(read_map(dir.path() / "attention-poly3_scaled.safetensors", "layer.0", 2),
                     Contains("head 2 is not among its 2 heads"));
   write_text(dir.path() / "short.safetensors", std::string("\xff\xff\xff\xff\0\0\0\0{}", 10));
-  CHECK_THROWS_WITH(read_attention_matrix(dir.path() / "short.safetensors", "layer.0", 0), Contains("exceeds the file"));
+  CHECK_THROWS_WITH(read_map(dir.path() / "short.safetensors", "layer.0", 0), Contains("header length 4294967295"));
 
   PendingFigures pending;
   const VitResults results = parse_vit_results(vit_document({}).dump(), "vit-results.json");

@@ -126,6 +126,11 @@ class Checkpoint {
   const GgufFile* gguf_ = nullptr;
 };
 
+// Head `head` of a [heads, N, N] tensor (as `attncheck probe --attention-out` writes the attention maps) as an
+// N x N matrix. Throws InputError naming the file and tensor for a missing tensor, another shape or a head out of
+// range.
+Matrix read_attention_head(const std::filesystem::path& file, std::string_view tensor, std::int64_t head);
+
 // A tensor to write: values in row-major order, stored as F64 or F32.
 struct NamedTensor {
   std::string name;

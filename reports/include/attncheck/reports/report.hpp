@@ -28,6 +28,8 @@ struct ReportOptions {
   bool plots = true;
   // Which attention map the ViT section draws from each attention-ACTIVATION.safetensors.
   long long map_layer = 0, map_head = 0;
+  // Reads those maps; without it the ViT section lists the map files and draws none.
+  AttentionMapReader read_attention_map;
 };
 
 struct ReportSummary {
@@ -61,6 +63,7 @@ void add_probe_section(const std::vector<ProbeRecord>& records, const std::files
 // The ViT section (the papers' Figs. 1-3, 6-7 and Table 1) from examples/vit_digits.py's results in `folder`,
 // with the attention maps it finds there (attention-ACTIVATION.safetensors).
 void add_vit_section(const VitResults& results, const std::filesystem::path& folder, bool with_plots,
-                     Document& document, PendingFigures& pending, long long map_layer = 0, long long map_head = 0);
+                     Document& document, PendingFigures& pending, const AttentionMapReader& read_attention_map,
+                     long long map_layer = 0, long long map_head = 0);
 
 }  // namespace attncheck::reports

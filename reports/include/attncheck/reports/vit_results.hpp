@@ -3,6 +3,7 @@
 // transformer trained with the papers' activations, as the papers' Figures 1-3 and Table 1 need them.
 
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -43,6 +44,9 @@ struct AttentionMatrix {
   long long N = 0;
   std::vector<double> values;  // row-major N x N
 };
-AttentionMatrix read_attention_matrix(const std::filesystem::path& path, const std::string& tensor, long long head);
+// Reads head `head` of tensor `tensor` of a safetensors file. The safetensors reader lives in probes, above this
+// library, so `attncheck report` passes it in.
+using AttentionMapReader =
+    std::function<AttentionMatrix(const std::filesystem::path& path, const std::string& tensor, long long head)>;
 
 }  // namespace attncheck::reports
