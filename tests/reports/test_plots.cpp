@@ -42,7 +42,7 @@ TEST_CASE("a plot with nothing to draw is refused by name", "[plots][errors]") {
   CHECK_THROWS_WITH(gnuplot_script({plot}, ""), Contains("it's a test") && Contains("no point"));
 }
 
-TEST_CASE("gnuplot draws each plot as SVG, made fit to embed in HTML", "[plots]") {
+TEST_CASE("gnuplot draws each plot as SVG, made fit to embed in HTML, and as PNG beside it", "[plots]") {
   TempDir dir;
   PlotSpec second = two_curve_plot();
   second.name = "other";
@@ -51,9 +51,14 @@ TEST_CASE("gnuplot draws each plot as SVG, made fit to embed in HTML", "[plots]"
   CHECK(fs::exists(dir.path() / "plots" / "demo.svg"));
   CHECK(fs::exists(dir.path() / "plots" / "other.svg"));
   CHECK(fs::exists(dir.path() / "plots" / "plots.gp"));
+  for (const char* png : {"demo.png", "other.png"}) {
+    const std::string bytes = read_text(dir.path() / "plots" / png);
+    CHECK(bytes.size() > 1000);
+    CHECK(bytes.rfind("\x89PNG\r\n\x1a\n", 0) == 0);  // the PNG signature: a real image, not an error text
+  }
   std::size_t files = 0;
   for ([[maybe_unused]] const auto& entry : fs::directory_iterator(dir.path() / "plots")) ++files;
-  CHECK(files == 3);  // no temporary SVG and no gnuplot log left behind
+  CHECK(files == 5);  // no temporary SVG or PNG and no gnuplot log left behind
   CHECK_THAT(svgs[0], Contains("<svg"));
 
   const std::string embedded = inline_svg(svgs[0], "demo-");

@@ -63,7 +63,9 @@ TEST_CASE("the HTML report stands alone: no external resource, one inline SVG pe
   CHECK_THAT(report.html, !Contains("<script") && !Contains("<link") && !Contains("<img") && !Contains("<iframe"));
   CHECK_THAT(report.html, !Contains(" src="));
   CHECK_THAT(report.html, !Contains("@import") && !Contains("url(http"));
-  const std::regex outside_link(R"(href=["'](?!#))");
+  // The only links leave to the PNG copies of the plots, beside the page.
+  const std::regex outside_link(R"(href=["'](?!#|plots/[a-z0-9]+\.png["']))");
+  CHECK(count_occurrences(report.html, ".png\">PNG</a>") == series.size() + 1);
   CHECK_FALSE(std::regex_search(report.html, outside_link));
   // The Markdown shows the same plots as files beside it.
   for (std::size_t i = 1; i <= series.size(); ++i) {
@@ -321,6 +323,7 @@ TEST_CASE("a verdict names its basis in the summary, the series text and the fig
   TempDir dir;
   FixtureSeries c4;
   c4.claim = "C4";
+  c4.claimed = 0.5;
   c4.first_seed = 800;
   FixtureSeries rows = c4;
   rows.claim = "C7";
@@ -355,12 +358,13 @@ TEST_CASE("a verdict names its basis in the summary, the series text and the fig
   }
   const std::string markdown = write_report_of(dir, fits, points).markdown;
   CHECK_THAT(markdown, Contains("| 0.5 + 0.05 | tight | exact | yes |"));
-  CHECK_THAT(markdown, Contains("| 0.317 -> 0.615 (exact) |"));
-  CHECK_THAT(markdown, Contains("Verdict: tight (basis: exact). Rule (exact): the exponent e of the exact quantity as N -> "
+  // Markdown escapes '>' (it would open a quote block at a line's start).
+  CHECK_THAT(markdown, Contains("| 0.317 -\\> 0.615 (exact) |"));
+  CHECK_THAT(markdown, Contains("Verdict: tight (basis: exact). Rule (exact): the exponent e of the exact quantity as N -\\> "
                                 "infinity (computed from the closed form, not fitted) equals a. Evidence: sqrt(E||F||^2) ~ "
                                 "14400 N^0.5: e = 0.5 equals a."));
   CHECK_THAT(markdown, Contains("Finite-N fit (diagnostic, never decides): slope"));
-  CHECK_THAT(read_text(dir.path() / "report" / "plots" / "plots.gp"), Contains("tight (exact)"));
+  CHECK_THAT(read_text(dir.path() / "report" / "plots" / "plots.gp"), Contains("verdict: tight (basis: exact)"));
   // The row sums: their own score model in the key, the exact expectation and its z per point.
   CHECK_THAT(markdown, Contains("scores qk-layernorm"));
   CHECK_THAT(markdown, Contains("exact E[row sum of F]"));
