@@ -445,6 +445,11 @@ std::vector<PlotSpec> series_panels(const Series& s) {
       }
       if (!line.x.empty()) panel.curves.push_back(std::move(line));
     }
+    if (s.claims_value && s.claimed_exponent) {
+      // An equality claim (C8: Var(q . k) = d) states the constant too: the compensated values must sit at it.
+      panel.curves.push_back(Curve{fmt::format("claimed: value / {}^a = 1", x), CurveStyle::dashed_line,
+                                   {static_cast<double>(s.x.front()), static_cast<double>(s.x.back())}, {1, 1}, {}, {}, 1});
+    }
     panels.push_back(std::move(panel));
   }
 
