@@ -425,8 +425,7 @@ std::vector<PlotSpec> series_panels(const Series& s) {
 
   if (const auto a = compensating_exponent(s)) {
     PlotSpec panel;
-    panel.title = fmt::format("compensated by {}^{} ({}): flat = exponent {}", x, format_number(a->first), a->second,
-                              format_number(a->first));
+    panel.title = fmt::format("compensated by {}^{} ({})", x, format_number(a->first), a->second);
     panel.x_label = x_axis_label(s);
     panel.y_label = fmt::format("value / {}^{}", x, format_number(a->first));
     panel.log_y = false;
@@ -525,6 +524,60 @@ PlotSpec series_plot(const Series& s, std::size_t index) {
   plot.panels = series_panels(s);
   plot.columns = static_cast<int>(plot.panels.size());
   return plot;
+}
+
+// Series of one claim that differ only in p, in increasing p: drawn side by side, one column per p.
+std::vector<std::vector<std::size_t>> p_groups(const std::vector<Series>& series, const std::vector<std::size_t>& members) {
+  std::vector<std::vector<std::size_t>> groups;
+  for (std::size_t i : members) {
+    SeriesKey key = series[i].key;
+    key.p = 0;
+    auto group = std::find_if(groups.begin(), groups.end(), [&](const std::vector<std::size_t>& g) {
+      SeriesKey other = series[g.front()].key;
+      other.p = 0;
+      return other == key && series[g.front()].x_variable == series[i].x_variable;
+    });
+    if (group == groups.end()) groups.push_back({i});
+    else group->push_back(i);
+  }
+  std::erase_if(groups, [](const std::vector<std::size_t>& g) { return g.size() < 2; });
+  for (auto& g : groups) {
+    std::stable_sort(g.begin(), g.end(), [&](std::size_t a, std::size_t b) { return series[a].key.p < series[b].key.p; });
+  }
+  return groups;
+}
+
+// One figure per group: rows compensated / local slope / log-log, one column per p. Empty when a series of the
+// group lacks a panel (no exponent to compensate by, fewer than two points), which would break the grid.
+std::optional<PlotSpec> claim_figure(const std::vector<Series>& series, const std::vector<std::size_t>& group,
+                                     const std::string& name) {
+  std::vector<std::vector<PlotSpec>> columns;
+  for (std::size_t i : group) {
+    columns.push_back(series_panels(series[i]));
+    if (columns.back().size() != 3) return std::nullopt;
+  }
+  PlotSpec figure;
+  figure.name = name;
+  const SeriesKey& key = series[group.front()].key;
+  std::string label = key.label();
+  const std::string p_text = fmt::format(" p={}", key.p);
+  if (const auto at = label.find(p_text); at != std::string::npos) label.replace(at, p_text.size(), "");
+  figure.title = fmt::format("{}: one column per p", label);
+  std::string verdicts;
+  for (std::size_t i : group) {
+    const Series& s = series[i];
+    verdicts += fmt::format("{}p={} (series {}): {}", verdicts.empty() ? "" : "; ", s.key.p, i + 1, verdict_with_basis(s));
+  }
+  figure.notes = {verdicts};
+  for (std::size_t row = 0; row < 3; ++row) {
+    for (std::size_t c = 0; c < columns.size(); ++c) {
+      PlotSpec panel = columns[c][row];
+      panel.title = fmt::format("p={}: {}", series[group[c]].key.p, panel.title);
+      figure.panels.push_back(std::move(panel));
+    }
+  }
+  figure.columns = static_cast<int>(columns.size());
+  return figure;
 }
 
 // How far, as a factor, the stored line exp(intercept) x^slope lies from the estimates at their log-log
@@ -684,6 +737,7 @@ void add_scaling_section(const ResultsFolder& results, bool with_plots, Document
   std::sort(claims.begin(), claims.end(), [](const std::string& a, const std::string& b) {
     return std::make_pair(!find_claim(a), a) < std::make_pair(!find_claim(b), b);
   });
+  std::size_t claim_figures = 0;
   for (const std::string& claim : claims) {
     blocks.push_back(Heading{2, "Claim " + claim_title(claim), "claim-" + claim});
     if (const auto statement = find_claim(claim)) {
@@ -694,6 +748,20 @@ void add_scaling_section(const ResultsFolder& results, bool with_plots, Document
       if (series[i].key.claim == claim) members.push_back(i);
     }
     if (const auto pairs = reading_pairs(series, members); !pairs.empty()) add_reading_comparison(series, pairs, with_plots, blocks, pending);
+    if (with_plots) {
+      for (const auto& group : p_groups(series, members)) {
+        auto figure = claim_figure(series, group, fmt::format("claim{:02}", ++claim_figures));
+        if (!figure) continue;
+        pending.plots.push_back(std::move(*figure));
+        pending.block_of_plot.push_back(blocks.size());
+        blocks.push_back(Figure{"", "",
+                                fmt::format("Claim {} side by side, one column per p: top, the estimates divided by "
+                                            "N^a (flat means exponent a); middle, the local exponent with its 95% band "
+                                            "and the claimed a (dashed); bottom, log-log with the fits. Each series' "
+                                            "own figure below says more.",
+                                            claim)});
+      }
+    }
     for (std::size_t i : members) {
       const Series& s = series[i];
       blocks.push_back(Heading{3, fmt::format("Series {}: {}", i + 1, s.key.label()), series_anchor(i)});

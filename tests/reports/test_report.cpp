@@ -53,11 +53,21 @@ TEST_CASE("the HTML report stands alone: no external resource, one inline SVG pe
   TempDir dir;
   const auto series = standard_series();
   const WrittenReport report = write_standard_report(dir, true, series);
-  // One plot per series and one for the pair of readings of p = 2.
-  CHECK(report.summary.plots == series.size() + 1);
-  CHECK(count_occurrences(report.html, "<svg") == series.size() + 1);
-  CHECK(count_occurrences(report.html, "</svg>") == series.size() + 1);
+  // One plot per series, one for the pair of readings of p = 2 and one for C3's elementwise p = 1 and 2 side
+  // by side.
+  CHECK(report.summary.plots == series.size() + 2);
+  CHECK(count_occurrences(report.html, "<svg") == series.size() + 2);
+  CHECK(count_occurrences(report.html, "</svg>") == series.size() + 2);
   CHECK_THAT(report.markdown, Contains("](plots/readings01.svg)"));
+  CHECK_THAT(report.markdown, Contains("](plots/claim01.svg)"));
+  // The claim's figure: rows compensated, local slope, log-log; one column per p; the verdicts on it.
+  const std::string script = read_text(dir.path() / "report" / "plots" / "plots.gp");
+  CHECK_THAT(script, Contains("set multiplot layout 3,2 title 'C3 elementwise poly value, D=6 d=4: one column per p'"));
+  CHECK_THAT(script, Contains("set title 'p=2: compensated by N^1 (claimed a)' noenhanced"));
+  CHECK_THAT(script, Contains("set title 'p=1: local slope d log y / d log N' noenhanced"));
+  CHECK_THAT(script, Contains("p=1 (series 1): "));
+  // The series' own figures: the three panels side by side.
+  CHECK(count_occurrences(script, "set multiplot layout 1,3") == 2 * series.size());  // SVG and PNG
   CHECK_THAT(report.html, !Contains("http://") && !Contains("https://"));
   // Nothing is loaded from elsewhere: no scripts, stylesheets, images or frames by reference.
   CHECK_THAT(report.html, !Contains("<script") && !Contains("<link") && !Contains("<img") && !Contains("<iframe"));
@@ -65,7 +75,7 @@ TEST_CASE("the HTML report stands alone: no external resource, one inline SVG pe
   CHECK_THAT(report.html, !Contains("@import") && !Contains("url(http"));
   // The only links leave to the PNG copies of the plots, beside the page.
   const std::regex outside_link(R"(href=["'](?!#|plots/[a-z0-9]+\.png["']))");
-  CHECK(count_occurrences(report.html, ".png\">PNG</a>") == series.size() + 1);
+  CHECK(count_occurrences(report.html, ".png\">PNG</a>") == series.size() + 2);
   CHECK_FALSE(std::regex_search(report.html, outside_link));
   // The Markdown shows the same plots as files beside it.
   for (std::size_t i = 1; i <= series.size(); ++i) {
