@@ -76,6 +76,26 @@ std::string style_clause(CurveStyle style, int index) {
 
 bool has_ends(CurveStyle style) { return style == CurveStyle::points_with_error_bars || style == CurveStyle::band; }
 
+// Tick marks for a log axis spanning less than a decade, where gnuplot would label only the powers of ten
+// (often none): 1, 2, 5 times a power of ten, or every digit when those give fewer than three.
+std::string log_ticks_within_a_decade(double lo, double hi) {
+  for (const std::vector<double>& mantissas : {std::vector<double>{1, 2, 5}, std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8, 9}}) {
+    std::vector<double> ticks;
+    for (int k = static_cast<int>(std::floor(std::log10(lo))); k <= static_cast<int>(std::ceil(std::log10(hi))); ++k) {
+      for (const double m : mantissas) {
+        const double tick = m * std::pow(10.0, k);
+        if (tick >= lo && tick <= hi) ticks.push_back(tick);
+      }
+    }
+    if (ticks.size() >= 3 || mantissas.size() == 9) {
+      std::string out = "set ytics (";
+      for (std::size_t i = 0; i < ticks.size(); ++i) out += (i ? ", " : "") + fmt::format("{:g}", ticks[i]);
+      return ticks.empty() ? "set ytics autofreq\n" : out + ")\n";
+    }
+  }
+  return "set ytics autofreq\n";
+}
+
 struct PanelData {
   std::string blocks;                // the data blocks, defined once for both terminals
   std::vector<std::string> clauses;  // the plot command's clauses
@@ -129,8 +149,8 @@ std::string panel_commands(const PlotSpec& plot, const PanelData& data, bool in_
   // squeeze the points into a thin band.
   script += plot.log_x ? "set offsets graph 0.04, graph 0.04, 0, 0\n" : "set offsets 0, 0, 0, 0\n";
   script += fmt::format("set title {} noenhanced\n", quoted(plot.title));
-  script += fmt::format("set xlabel {} noenhanced offset 0,0.4\nset ylabel {} noenhanced\n", quoted(plot.x_label),
-                        quoted(plot.y_label));
+  script += fmt::format("set xlabel {} noenhanced offset 0,{}\nset ylabel {} noenhanced\n", quoted(plot.x_label),
+                        in_multiplot ? "0.4" : "0", quoted(plot.y_label));
   script += plot.log_x ? "set logscale x 2\nset format x '%g'\n" : "unset logscale x\nset format x '%g'\n";
   double lo = data.y_min, hi = data.y_max;
   if (plot.y_range) std::tie(lo, hi) = *plot.y_range;
@@ -138,14 +158,19 @@ std::string panel_commands(const PlotSpec& plot, const PanelData& data, bool in_
   if (plot.log_y) {
     script += "set logscale y 10\n";
     // 10^k labels where the axis spans a decade; within one, plain numbers (10^0.3 would read badly).
-    script += has_range && hi / lo >= 10 ? "set format y '10^{%L}'\nset mytics 10\n" : "set format y '%g'\nset mytics default\n";
     if (has_range && !plot.y_range) {
       const double pad = std::max(std::pow(hi / lo, 0.06), 1.03);
       lo /= pad;
       hi *= pad;
     }
+    if (has_range && hi / lo >= 10) {
+      script += "set format y '10^{%L}'\nset ytics autofreq\nset mytics 10\n";
+    } else {
+      script += "set format y '%g'\nset mytics default\n";
+      if (has_range) script += log_ticks_within_a_decade(lo, hi);
+    }
   } else {
-    script += "unset logscale y\nset format y '%g'\nset mytics default\n";
+    script += "unset logscale y\nset format y '%g'\nset ytics autofreq\nset mytics default\n";
     if (has_range && !plot.y_range) {
       const double pad = hi > lo ? 0.08 * (hi - lo) : std::max(0.05 * std::fabs(hi), 1e-12);
       lo -= pad;

@@ -118,6 +118,8 @@ TEST_CASE("a figure of panels is one multiplot, drawn as SVG and as PNG, with ba
   CHECK_THAT(script, Contains("noborder notitle"));
   // 10^k tick labels where the data spans decades, plain numbers within one.
   CHECK(count_occurrences(script, "set format y '10^{%L}'") == 2);
+  // Within a decade (3 to 5, padded to 2.91 to 5.16) gnuplot would label no tick: every digit is labelled.
+  CHECK(count_occurrences(script, "set ytics (3, 4, 5)") == 2);
   // Tight ranges: the linear panel ends 8% of its data's span (band 1.9 to 2.2) beyond it, the log panel a
   // factor (3000/30)^0.06 = 1.318 beyond its data: 30 / 1.318 = 22.76.
   CHECK_THAT(script, Contains("set yrange [1.8759999999999999:2.2240000000000002]"));
