@@ -77,7 +77,7 @@ std::string style_clause(CurveStyle style, int index) {
 bool has_ends(CurveStyle style) { return style == CurveStyle::points_with_error_bars || style == CurveStyle::band; }
 
 // Tick marks for a log axis spanning less than a decade, where gnuplot would label only the powers of ten
-// (often none): 1, 2, 5 times a power of ten, or every digit when those give fewer than three.
+// (often none): 1, 2, 5 times a power of ten, or every digit, or evenly spaced ticks, whichever first gives three.
 std::string log_ticks_within_a_decade(double lo, double hi) {
   for (const std::vector<double>& mantissas : {std::vector<double>{1, 2, 5}, std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8, 9}}) {
     std::vector<double> ticks;
@@ -87,13 +87,22 @@ std::string log_ticks_within_a_decade(double lo, double hi) {
         if (tick >= lo && tick <= hi) ticks.push_back(tick);
       }
     }
-    if (ticks.size() >= 3 || mantissas.size() == 9) {
+    if (ticks.size() >= 3) {
       std::string out = "set ytics (";
       for (std::size_t i = 0; i < ticks.size(); ++i) out += (i ? ", " : "") + fmt::format("{:g}", ticks[i]);
-      return ticks.empty() ? "set ytics autofreq\n" : out + ")\n";
+      return out + ")\n";
     }
   }
-  return "set ytics autofreq\n";
+  // Narrower still: evenly spaced ticks, 1, 2 or 5 times a power of ten apart.
+  const double rough = (hi - lo) / 4;
+  const double power = std::pow(10.0, std::floor(std::log10(rough)));
+  const double step = power * (rough / power < 2 ? 1 : rough / power < 5 ? 2 : 5);
+  std::string out = "set ytics (";
+  int count = 0;
+  for (double tick = std::ceil(lo / step) * step; tick <= hi && count < 12; tick += step, ++count) {
+    out += (count ? ", " : "") + fmt::format("{:g}", tick);
+  }
+  return count ? out + ")\n" : "set ytics autofreq\n";
 }
 
 struct PanelData {
