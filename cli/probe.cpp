@@ -31,6 +31,7 @@ struct ProbeOptions {
   std::uint64_t seed = 0;
   std::vector<int> layers, heads;
   bool json = false, csv = false;
+  bool cross_norm = false;
   std::string attention_out;
   std::string watch;
   double interval = 5;
@@ -92,7 +93,7 @@ void note_non_finite(int count, const char* how) {
              count, how);
 }
 
-void print_table(const probes::ProbeResult& result, const probes::ProbeInput& input) {
+void print_table(const probes::ProbeResult& result, const probes::ProbeInput& input, bool cross_norm) {
   const auto& c = result.config;
   const bool vision = probes::is_vision(c.architecture);
   fmt::print("{} model: {} layers, {} heads of dimension {}, D = {}; trained attention: {}; {} attention\n",
@@ -130,20 +131,43 @@ void print_table(const probes::ProbeResult& result, const probes::ProbeInput& in
              "|A|/rtN: ||softmax(S)||_F / sqrt(N) (bound 1); |dA/dS| against the papers' 2 sqrt(N) and the tight "
              "sqrt(N)/2; x3/rtN: ||S^3||_F / sqrt(N); relu/N: ||relu(S)||_F / N;\n"
              "iid: sqrt(E||.||_F^2) of the i.i.d. Gaussian model with this layer's sigma_x, sigma_t.\n");
+  if (cross_norm) {
+    fmt::print("Cross-normalization what-if (C9): O = A P with A = softmax(S) and P = mix alpha softmax_col(V) + "
+               "(1 - mix alpha) V,\nV = X W_V + b_V the head's values (d_v columns); |O|mX, |dO/dV|mX: ||O||_F "
+               "and ||dO/dV||_F at mix alpha X (0: standard attention);\n/rtNdv: ||O||_F / sqrt(N d_v) (bound 1 at "
+               "mix alpha 1), /rtNdv/8: ||dO/dV||_F / sqrt(N d_v / 8) (bound 1 at mix alpha 1).\n");
+  }
   fmt::print("{:>5} {:>4} {:>5} {:>9} {:>7} {:>9} {:>8} {:>8} {:>10} {:>10} {:>8} {:>9} {:>9} {:>10} {:>10} "
-             "{:>9}\n",
+             "{:>9}",
              "layer", "head", "N", "|A|_F", "|A|/rtN", "|dA/dS|_F", "/2rtN", "/rtN/2", "|dA/dWq|", "|dA/dWk|",
              "max|s|", "|S|_F", "iid |S|", "x3/rtN", "iid x3/rtN", "relu/N");
+  if (cross_norm) {
+    fmt::print(" {:>4} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}", "d_v", "|O|m0", "|dO/dV|m0", "|O|m.5",
+               "|dO/dV|m.5", "|O|m1", "/rtNdv", "|dO/dV|m1", "/rtNdv/8");
+  }
+  fmt::print("\n");
   Cells cell;
   for (const auto& m : result.heads) {
     fmt::print("{:>5} {:>4} {:>5} {:>9} {:>7} {:>9} {:>8} {:>8} {:>10} {:>10} {:>8} {:>9} {:>9} {:>10} {:>10} "
-               "{:>9}\n",
+               "{:>9}",
                m.layer, m.head, m.N, cell(m.softmax.value, "{:.4f}"), cell(m.softmax.value / m.sqrt_n, "{:.4f}"),
                cell(m.softmax.grad, "{:.4f}"), cell(m.softmax.grad / m.grad_paper_bound, "{:.4f}"),
                cell(m.softmax.grad / m.grad_tight_bound, "{:.4f}"), cell(m.softmax.dWq, "{:.4g}"),
                cell(m.softmax.dWk, "{:.4g}"), cell(m.score_max_abs, "{:.3f}"), cell(m.scores_fro, "{:.4g}"),
                cell(m.iid_scores_fro, "{:.4g}"), cell(m.poly3_scaled.value, "{:.4g}"),
                cell(m.iid_poly3_scaled_fro, "{:.4g}"), cell(m.relu_n.value, "{:.4f}"));
+    if (cross_norm) {
+      fmt::print(" {:>4}", m.d_v);
+      for (const auto& what_if : m.cross_norm) {
+        fmt::print(" {:>9} ", cell(what_if.output_fro, "{:.4g}"));
+        if (what_if.mix == 1.0) fmt::print("{:>9} ", cell(what_if.output_fro / m.cross_norm_output_bound, "{:.4f}"));
+        fmt::print("{:>9}", cell(what_if.grad_values_fro, "{:.4g}"));
+        if (what_if.mix == 1.0) {
+          fmt::print(" {:>9}", cell(what_if.grad_values_fro / m.cross_norm_grad_values_bound, "{:.4f}"));
+        }
+      }
+    }
+    fmt::print("\n");
   }
   note_non_finite(cell.non_finite(), "marked inf! or nan!");
 }
@@ -154,6 +178,10 @@ bool bounds_hold(const probes::ProbeResult& result) {
   for (const auto& m : result.heads) {
     if (!probes::within_theorem_bounds(m)) {
       fmt::print(stderr, "layer {} head {}: a softmax bound is exceeded\n", m.layer, m.head);
+      hold = false;
+    }
+    if (!probes::within_cross_norm_bounds(m)) {
+      fmt::print(stderr, "layer {} head {}: a cross-normalization bound (mix alpha 1) is exceeded\n", m.layer, m.head);
       hold = false;
     }
   }
@@ -167,8 +195,9 @@ int run(const ProbeOptions& o) {
   const probes::ProbeInput input = make_input(o);
   if (!o.watch.empty()) {
     if (!o.model.empty()) throw UsageError("--watch DIR takes the folder instead of MODEL; give one of them");
-    if (o.json || o.csv || !o.attention_out.empty()) {
-      throw UsageError("--json, --csv and --attention-out describe one MODEL; --watch writes JSON lines to --out");
+    if (o.json || o.csv || !o.attention_out.empty() || o.cross_norm) {
+      throw UsageError("--json, --csv, --attention-out and --cross-norm describe one MODEL; --watch writes JSON "
+                       "lines to --out");
     }
     probes::WatchOptions watch;
     watch.folder = o.watch;
@@ -189,7 +218,7 @@ int run(const ProbeOptions& o) {
     return summary.exit_code();
   }
   if (o.model.empty()) throw UsageError("give MODEL (a folder, a .safetensors or a .gguf file) or --watch DIR");
-  const auto result = probes::probe_model(o.model, input, o.layers, o.heads, !o.attention_out.empty());
+  const auto result = probes::probe_model(o.model, input, o.layers, o.heads, !o.attention_out.empty(), o.cross_norm);
   if (!o.attention_out.empty()) probes::write_attention(o.attention_out, result);
   if (o.json) {
     // JSON has no infinities: a non-finite value is written as null (and noted).
@@ -202,7 +231,7 @@ int run(const ProbeOptions& o) {
     std::cout << list.dump(1) << "\n";
     note_non_finite(non_finite, "written as null");
   } else if (o.csv) {
-    fmt::print("{}\n", fmt::join(probes::csv_columns(), ","));
+    fmt::print("{}\n", fmt::join(probes::csv_columns(o.cross_norm), ","));
     int non_finite = 0;
     for (const auto& m : result.heads) {
       std::vector<std::string> cells;
@@ -215,7 +244,7 @@ int run(const ProbeOptions& o) {
     }
     note_non_finite(non_finite, "left empty");
   } else {
-    print_table(result, input);
+    print_table(result, input, o.cross_norm);
   }
   return bounds_hold(result) ? kExitHolds : kExitViolated;
 }
@@ -250,6 +279,9 @@ const bool registered = register_subcommand(
           ->delimiter(',')->check(integer_in(0, INT32_MAX));
       command.add_flag("--json", o->json, "a JSON list of objects, one per layer and head, on stdout");
       command.add_flag("--csv", o->csv, "CSV with a header line on stdout");
+      command.add_flag("--cross-norm", o->cross_norm,
+                       "add the cross-normalization what-if (claim C9): ||O||_F and ||dO/dV||_F of softmax(S) P with "
+                       "P = mix alpha softmax_col(V) + (1 - mix alpha) V on the head's values, at mix alpha 0, 0.5, 1");
       command.add_option("--attention-out", o->attention_out,
                          "write the attention matrices of every layer up to the last measured one (tensor layer.L, "
                          "[heads, N, N], F64) and the input ids to this safetensors file");

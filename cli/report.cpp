@@ -21,7 +21,8 @@ std::function<int()> setup(CLI::App& command) {
   auto arguments = std::make_shared<ReportArguments>();
   command.add_option("input", arguments->input,
                      "results folder written by `attncheck mc --out` (fits.json, points.jsonl) and/or holding "
-                     "attncheck-probe.jsonl; or a probe log (.jsonl) on its own")
+                     "attncheck-probe.jsonl and/or attncheck-curves.jsonl (training curves); or a probe log or training "
+                     "curves (.jsonl) on their own")
       ->required();
   command.add_option("--out", arguments->out, "report folder: index.html, report.md, plots/")->required();
   command.add_option("--gnuplot", arguments->gnuplot, "gnuplot program that draws the plots")
@@ -44,6 +45,7 @@ std::function<int()> setup(CLI::App& command) {
                                           : "");
     }
     if (summary.probe_records > 0) fmt::print("{} probe records\n", summary.probe_records);
+    if (summary.curve_points > 0) fmt::print("{} training-curve points\n", summary.curve_points);
     return attncheck::cli::kExitHolds;
   };
 }

@@ -272,14 +272,14 @@ TEST_CASE("A single changed byte never crashes the GGUF reader") {
   });
 }
 
-TEST_CASE("GGUF files are opened as checkpoints by their extension; a non-GGUF .gguf file is refused") {
+TEST_CASE("GGUF files are opened as checkpoints by their extension: a non-GGUF .gguf file is refused") {
   TempDir dir;
   const auto bad = write(dir.path / "fake.gguf", bytes_of({'{', '}', 0, 0, 0, 0, 0, 0, 0, 0}));
   CHECK_THROWS_WITH(Checkpoint::open(bad), Catch::Contains(bad.string() + ": not a GGUF file"));
   CHECK_THROWS_WITH(Checkpoint::open(dir.path / "absent.gguf"), Catch::Contains("no such file"));
 }
 
-TEST_CASE("Llama's architecture is read from GGUF metadata; what it cannot probe is refused by name") {
+TEST_CASE("Llama's architecture is read from GGUF metadata: what it cannot probe is refused by name") {
   TempDir dir;
   const auto make = [&](const std::function<void(GgufImage&)>& change) {
     GgufImage g;
@@ -341,7 +341,7 @@ TEST_CASE("An empty tensor with huge other dimensions has no elements (no overfl
   CHECK(safetensors_like.element_count() == 0);
 }
 
-TEST_CASE("A GGUF file read from disk through its read window matches the image; one truncated after it was "
+TEST_CASE("A GGUF file read from disk through its read window matches the image: one truncated after it was "
           "opened is refused naming it, not a crash") {
   TempDir dir;
   GgufImage g = valid_image();

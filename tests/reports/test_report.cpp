@@ -328,7 +328,7 @@ TEST_CASE("a report removes what a killed report left half-written", "[report]")
   CHECK(left == std::vector<std::string>{"index.html", "notes.txt", "plots", "report.md"});
 }
 
-TEST_CASE("a verdict names its basis in the summary, the series text and the figure; the diagnostic sits beside it",
+TEST_CASE("a verdict names its basis in the summary, the series text and the figure: the diagnostic sits beside it",
           "[report]") {
   TempDir dir;
   FixtureSeries c4;

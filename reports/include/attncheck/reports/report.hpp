@@ -18,7 +18,8 @@ namespace attncheck::reports {
 inline constexpr const char* kProbeLogName = "attncheck-probe.jsonl";
 
 struct ReportOptions {
-  std::filesystem::path input;  // a results folder, or a probe log (.jsonl) on its own
+  // a results folder, or a probe log (.jsonl) or training curves (attncheck-curves.jsonl) on their own
+  std::filesystem::path input;
   std::filesystem::path out;    // REPORT_DIR
   std::string gnuplot = "gnuplot";
   // Without plots no gnuplot is needed; the report says so at the top.
@@ -30,6 +31,7 @@ struct ReportSummary {
   std::size_t series = 0;
   std::size_t holds = 0, tight = 0, violated = 0, inconclusive = 0;
   std::size_t probe_records = 0;
+  std::size_t curve_points = 0;  // training-curve points (attncheck-curves.jsonl)
   std::size_t plots = 0;
 };
 
