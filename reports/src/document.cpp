@@ -143,7 +143,8 @@ std::string render_markdown(const Document& document) {
                    },
                    [&](const Figure& f) {
                      const std::string caption = markdown_text(f.caption);
-                     out += fmt::format("![{}]({})\n\n*{}*\n", caption, f.file, caption);
+                     out += fmt::format("![{}]({})\n\n*{}*", caption, f.file, caption);
+                     out += f.png_file.empty() ? "\n" : fmt::format(" ([PNG]({}))\n", f.png_file);
                    },
                },
                block);
@@ -193,8 +194,11 @@ std::string render_html(const Document& document) {
                      out += "</tbody>\n</table>\n";
                    },
                    [&](const Figure& f) {
-                     out += fmt::format("<figure>\n{}\n<figcaption>{}</figcaption>\n</figure>\n", f.inline_svg,
-                                        escape_html(f.caption));
+                     const std::string png =
+                         f.png_file.empty() ? ""
+                                            : fmt::format(" <a href=\"{}\">PNG</a>", escape_html(f.png_file));
+                     out += fmt::format("<figure>\n{}\n<figcaption>{}{}</figcaption>\n</figure>\n", f.inline_svg,
+                                        escape_html(f.caption), png);
                    },
                },
                block);

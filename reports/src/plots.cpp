@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <tuple>
+#include <algorithm>
 #include <system_error>
 
 #include <fcntl.h>
@@ -68,8 +70,7 @@ std::string style_clause(CurveStyle style, int index) {
     case CurveStyle::dashed_line:
       return fmt::format("using 1:2 with lines dashtype 2 linewidth 1.5 linecolor rgb '{}'", colour);
     case CurveStyle::band:
-      return fmt::format("using 1:3:4 with filledcurves fillcolor rgb '{}' fillstyle transparent solid 0.2 noborder",
-                         colour);
+      return fmt::format("using 1:3:4 with filledcurves fillcolor rgb '{}' fillstyle transparent solid 0.22 noborder", colour);
   }
   return "";
 }
@@ -100,55 +101,185 @@ std::string heat_map_script(const HeatMap& map, const std::string& block) {
   return script;
 }
 
+bool has_ends(CurveStyle style) { return style == CurveStyle::points_with_error_bars || style == CurveStyle::band; }
+
+// Tick marks for a log axis spanning less than a decade, where gnuplot would label only the powers of ten
+// (often none): 1, 2, 5 times a power of ten, or every digit, or evenly spaced ticks, whichever first gives three.
+std::string log_ticks_within_a_decade(double lo, double hi) {
+  for (const std::vector<double>& mantissas : {std::vector<double>{1, 2, 5}, std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8, 9}}) {
+    std::vector<double> ticks;
+    for (int k = static_cast<int>(std::floor(std::log10(lo))); k <= static_cast<int>(std::ceil(std::log10(hi))); ++k) {
+      for (const double m : mantissas) {
+        const double tick = m * std::pow(10.0, k);
+        if (tick >= lo && tick <= hi) ticks.push_back(tick);
+      }
+    }
+    if (ticks.size() >= 3) {
+      std::string out = "set ytics (";
+      for (std::size_t i = 0; i < ticks.size(); ++i) out += (i ? ", " : "") + fmt::format("{:g}", ticks[i]);
+      return out + ")\n";
+    }
+  }
+  // Narrower still: evenly spaced ticks, 1, 2 or 5 times a power of ten apart.
+  const double rough = (hi - lo) / 4;
+  const double power = std::pow(10.0, std::floor(std::log10(rough)));
+  const double step = power * (rough / power < 2 ? 1 : rough / power < 5 ? 2 : 5);
+  std::string out = "set ytics (";
+  int count = 0;
+  for (double tick = std::ceil(lo / step) * step; tick <= hi && count < 12; tick += step, ++count) {
+    out += (count ? ", " : "") + fmt::format("{:g}", tick);
+  }
+  return count ? out + ")\n" : "set ytics autofreq\n";
+}
+
+struct PanelData {
+  std::string blocks;                // the data blocks, defined once for both terminals
+  std::vector<std::string> clauses;  // the plot command's clauses
+  double y_min = INFINITY, y_max = -INFINITY;
+};
+
+PanelData panel_data(const PlotSpec& plot, const std::string& block_prefix) {
+  PanelData out;
+  for (std::size_t c = 0; c < plot.curves.size(); ++c) {
+    const Curve& curve = plot.curves[c];
+    const bool ends = has_ends(curve.style);
+    const std::string block = fmt::format("{}_curve{}", block_prefix, c);
+    std::string data;
+    for (std::size_t i = 0; i < curve.x.size(); ++i) {
+      if (!plottable(curve.x[i], curve.y[i], plot)) continue;
+      data += number(curve.x[i]) + " " + number(curve.y[i]);
+      double lo = curve.y[i], hi = curve.y[i];
+      if (ends) {
+        // An end reaching zero or below has no place on a log axis; it is cut at a hundredth of the estimate.
+        lo = plot.log_y && curve.y_lo[i] <= 0 ? curve.y[i] / 100 : curve.y_lo[i];
+        hi = curve.y_hi[i];
+        data += " " + number(lo) + " " + number(hi);
+      }
+      for (const double y : {lo, hi}) {
+        if (std::isfinite(y) && (!plot.log_y || y > 0)) {
+          out.y_min = std::min(out.y_min, y);
+          out.y_max = std::max(out.y_max, y);
+        }
+      }
+      data += "\n";
+    }
+    if (data.empty()) continue;  // gnuplot refuses a plot whose every curve is empty; skip empty ones
+    out.blocks += fmt::format("{} << EOD\n{}EOD\n", block, data);
+    const std::string title = curve.title.empty() ? "notitle" : "title " + quoted(curve.title) + " noenhanced";
+    out.clauses.push_back(fmt::format("{} {} {}", block, style_clause(curve.style, curve.colour >= 0 ? curve.colour : static_cast<int>(c)),
+                                      title));
+  }
+  if (out.clauses.empty()) throw InputError(fmt::format("plot \"{}\" has no point that can be drawn", plot.title));
+  return out;
+}
+
+// The commands that draw one plot (or one panel of a multiplot) from its data blocks.
+std::string panel_commands(const PlotSpec& plot, const PanelData& data, bool in_multiplot) {
+  std::string script;
+  script += "set grid xtics ytics mxtics mytics linecolor rgb '#dddddd'\n";
+  // Below the panel, where it hides no data; one entry a line, so that long entries stay whole.
+  script += in_multiplot ? "set key below left Left reverse vertical maxrows 6 samplen 2 spacing 1.1\n"
+                         : "set key below left Left reverse\n";
+  // Room around the points so that the first and last are not drawn on the frame; a linear step axis stays
+  // where the data is (no negative steps). The y range is the data's, with a margin: a padded range would
+  // squeeze the points into a thin band.
+  script += plot.log_x ? "set offsets graph 0.04, graph 0.04, 0, 0\n" : "set offsets 0, 0, 0, 0\n";
+  script += fmt::format("set title {} noenhanced\n", quoted(plot.title));
+  script += fmt::format("set xlabel {} noenhanced offset 0,{}\nset ylabel {} noenhanced\n", quoted(plot.x_label),
+                        in_multiplot ? "0.4" : "0", quoted(plot.y_label));
+  script += plot.log_x ? "set logscale x 2\nset format x '%g'\n" : "unset logscale x\nset format x '%g'\n";
+  double lo = data.y_min, hi = data.y_max;
+  if (plot.y_range) std::tie(lo, hi) = *plot.y_range;
+  const bool has_range = std::isfinite(lo) && std::isfinite(hi) && (!plot.log_y || lo > 0);
+  if (plot.log_y) {
+    script += "set logscale y 10\n";
+    // 10^k labels where the axis spans a decade; within one, plain numbers (10^0.3 would read badly).
+    if (has_range && !plot.y_range) {
+      const double pad = std::max(std::pow(hi / lo, 0.06), 1.03);
+      lo /= pad;
+      hi *= pad;
+    }
+    if (has_range && hi / lo >= 10) {
+      script += "set format y '10^{%L}'\nset ytics autofreq\nset mytics 10\n";
+    } else {
+      script += "set format y '%g'\nset mytics default\n";
+      if (has_range) script += log_ticks_within_a_decade(lo, hi);
+    }
+  } else {
+    script += "unset logscale y\nset format y '%g'\nset ytics autofreq\nset mytics default\n";
+    if (has_range && !plot.y_range) {
+      const double pad = hi > lo ? 0.08 * (hi - lo) : std::max(0.05 * std::fabs(hi), 1e-12);
+      lo -= pad;
+      hi += pad;
+    }
+  }
+  script += has_range ? fmt::format("set yrange [{}:{}]\n", number(lo), number(hi)) : "set autoscale y\n";
+  script += "plot ";
+  for (std::size_t i = 0; i < data.clauses.size(); ++i) script += (i ? ", \\\n     " : "") + data.clauses[i];
+  return script + "\n";
+}
+
+struct Canvas {
+  int width, height;
+};
+
+Canvas canvas_of(const PlotSpec& plot) {
+  if (plot.panels.empty()) return {800, 560};
+  const int columns = std::max(1, plot.columns);
+  const int rows = static_cast<int>((plot.panels.size() + columns - 1) / columns);
+  return {460 * columns, 500 * rows + 30 * static_cast<int>(plot.notes.size()) + 50};
+}
+
 }  // namespace
 
 std::string gnuplot_script(const std::vector<PlotSpec>& plots, const std::string& output_suffix) {
-  std::string script =
-      "# Draws the report's plots; run `gnuplot plots.gp` in this folder.\n"
-      "set terminal svg size 720,520 noenhanced font 'sans,12' background '#ffffff'\n";
+  std::string script = "# Draws the report's plots as SVG and PNG; run `gnuplot plots.gp` in this folder.\n";
   for (std::size_t k = 0; k < plots.size(); ++k) {
     const PlotSpec& plot = plots[k];
     script += fmt::format("\n# {}\n", one_line(plot.title));
-    // `reset` keeps the terminal; it clears whatever the previous plot set.
-    script += "reset\nset grid xtics ytics mxtics mytics linecolor rgb '#dddddd'\nset key below left Left reverse\n";
-    // Room around the points so that the first and last are not drawn on the frame; a linear step axis stays
-    // where the data is (no negative steps).
-    script += plot.log_x ? "set offsets graph 0.04, graph 0.04, graph 0.06, graph 0.06\n"
-                         : "set offsets 0, 0, graph 0.06, graph 0.06\n";
-    script += fmt::format("set output {}\n", quoted(plot.name + ".svg" + output_suffix));
-    script += fmt::format("set title {}\nset xlabel {} offset 0,0.6\nset ylabel {}\n", quoted(plot.title), quoted(plot.x_label),
-                          quoted(plot.y_label));
-    if (plot.heat_map) {
-      script += heat_map_script(*plot.heat_map, fmt::format("$plot{}_matrix", k));
-      continue;
+    std::vector<PanelData> data;
+    if (plot.panels.empty()) {
+      data.push_back(panel_data(plot, fmt::format("$plot{}", k)));
+    } else {
+      for (std::size_t p = 0; p < plot.panels.size(); ++p) data.push_back(panel_data(plot.panels[p], fmt::format("$plot{}_panel{}", k, p)));
     }
-    script += plot.log_x ? "set logscale x 2\n" : "unset logscale x\n";
-    script += plot.log_y ? "set logscale y 10\nset format y '%g'\n" : "unset logscale y\n";
-    std::vector<std::string> clauses;
-    for (std::size_t c = 0; c < plot.curves.size(); ++c) {
-      const Curve& curve = plot.curves[c];
-      const bool bars = curve.style == CurveStyle::points_with_error_bars || curve.style == CurveStyle::band;
-      const std::string block = fmt::format("$plot{}_curve{}", k, c);
-      std::string data;
-      for (std::size_t i = 0; i < curve.x.size(); ++i) {
-        if (!plottable(curve.x[i], curve.y[i], plot)) continue;
-        data += number(curve.x[i]) + " " + number(curve.y[i]);
-        if (bars) {
-          // A bar reaching zero or below has no place on a log axis; it is cut at a hundredth of the estimate.
-          const double lo = plot.log_y && curve.y_lo[i] <= 0 ? curve.y[i] / 100 : curve.y_lo[i];
-          data += " " + number(lo) + " " + number(curve.y_hi[i]);
-        }
-        data += "\n";
+    for (const PanelData& d : data) script += d.blocks;
+    const Canvas canvas = canvas_of(plot);
+    // The same drawing twice: SVG for the page, PNG for slides and issues. Enhanced text is on for the 10^k
+    // tick labels only; every text from the report is written noenhanced.
+    const std::pair<const char*, std::string> terminals[] = {
+        {".svg", fmt::format("svg size {},{} enhanced font 'sans,14' background '#ffffff'", canvas.width, canvas.height)},
+        {".png", fmt::format("pngcairo size {},{} enhanced font 'sans,11' background '#ffffff'", canvas.width, canvas.height)}};
+    for (const auto& [extension, terminal] : terminals) {
+      // `reset` keeps the terminal; it clears whatever the previous plot set.
+      script += fmt::format("reset\nset terminal {}\nset output {}\n", terminal, quoted(plot.name + extension + output_suffix));
+      if (plot.heat_map) {
+        script += fmt::format("set title {} noenhanced\nset xlabel {} noenhanced\nset ylabel {} noenhanced\n",
+                              quoted(plot.title), quoted(plot.x_label), quoted(plot.y_label));
+        script += heat_map_script(*plot.heat_map, fmt::format("$plot{}_matrix", k));  // ends with unset output
+        continue;
       }
-      if (data.empty()) continue;  // gnuplot refuses a plot whose every curve is empty; skip empty ones
-      script += fmt::format("{} << EOD\n{}EOD\n", block, data);
-      clauses.push_back(fmt::format("{} {} title {}", block, style_clause(curve.style, curve.colour >= 0 ? curve.colour : static_cast<int>(c)),
-                                    quoted(curve.title)));
+      if (plot.panels.empty()) {
+        script += panel_commands(plot, data[0], false);
+      } else {
+        const int columns = std::max(1, plot.columns);
+        const int rows = static_cast<int>((plot.panels.size() + columns - 1) / columns);
+        std::string heading = quoted(plot.title);
+        for (const std::string& line : plot.notes) heading += " . \"\\n\" . " + quoted(line);
+        script += fmt::format("set multiplot layout {},{} title {} noenhanced font ',15'\n", rows, columns, heading);
+        // The panels' plot areas line up whatever their legends: the bottom margin is fixed for the longest.
+        std::size_t longest_key = 0;
+        for (const PlotSpec& panel : plot.panels) {
+          std::size_t entries = 0;
+          for (const Curve& curve : panel.curves) entries += curve.title.empty() ? 0 : 1;
+          longest_key = std::max(longest_key, std::min<std::size_t>(entries, 6));
+        }
+        script += fmt::format("set bmargin {}\n", 3 + 1.2 * static_cast<double>(longest_key));
+        for (std::size_t p = 0; p < plot.panels.size(); ++p) script += panel_commands(plot.panels[p], data[p], true);
+        script += "unset multiplot\n";
+      }
+      script += "unset output\n";
     }
-    if (clauses.empty()) throw InputError(fmt::format("plot \"{}\" has no point that can be drawn", plot.title));
-    script += "plot ";
-    for (std::size_t i = 0; i < clauses.size(); ++i) script += (i ? ", \\\n     " : "") + clauses[i];
-    script += "\nunset output\n";
   }
   return script;
 }
@@ -198,7 +329,9 @@ std::vector<std::string> render_plots(const std::vector<PlotSpec>& plots, const 
   }
   fs::remove(log_path, error);
   const auto remove_partial = [&] {
-    for (const PlotSpec& plot : plots) fs::remove(plot_folder / (plot.name + ".svg" + suffix), error);
+    for (const PlotSpec& plot : plots) {
+      for (const char* extension : {".svg", ".png"}) fs::remove(plot_folder / (plot.name + extension + suffix), error);
+    }
   };
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     remove_partial();
@@ -207,13 +340,20 @@ std::vector<std::string> render_plots(const std::vector<PlotSpec>& plots, const 
   }
   std::vector<std::string> svgs;
   for (const PlotSpec& plot : plots) {
-    const fs::path drawn = plot_folder / (plot.name + ".svg" + suffix);
-    if (!fs::exists(drawn, error)) {
-      remove_partial();
-      throw InputError(fmt::format("gnuplot (\"{}\") wrote no {}: {}", gnuplot_program, drawn.string(), log));
+    for (const char* extension : {".svg", ".png"}) {
+      const fs::path drawn = plot_folder / (plot.name + extension + suffix);
+      if (!fs::exists(drawn, error) || fs::file_size(drawn, error) == 0) {
+        remove_partial();
+        throw InputError(fmt::format("gnuplot (\"{}\") wrote no {}: {}", gnuplot_program, drawn.string(), log));
+      }
     }
-    svgs.push_back(read_text_file(drawn));
-    replace_file(drawn, plot_folder / (plot.name + ".svg"));
+    svgs.push_back(read_text_file(plot_folder / (plot.name + ".svg" + suffix)));
+  }
+  // Moved into place only once every file is drawn, so a failure leaves no half set.
+  for (const PlotSpec& plot : plots) {
+    for (const char* extension : {".svg", ".png"}) {
+      replace_file(plot_folder / (plot.name + extension + suffix), plot_folder / (plot.name + extension));
+    }
   }
   return svgs;
 }

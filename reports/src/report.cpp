@@ -54,7 +54,7 @@ Inputs find_inputs(const fs::path& input) {
   return inputs;
 }
 
-// plots/ belongs to the report: an SVG there that this run did not draw is left from an earlier report of other
+// plots/ belongs to the report: an SVG or PNG there that this run did not draw is left from an earlier report of other
 // results, and would be mistaken for part of this one. Temporaries there are a killed run's (this one holds the
 // folder's lock).
 void remove_stale_plots(const fs::path& plot_folder, const std::vector<PlotSpec>& drawn) {
@@ -67,7 +67,7 @@ void remove_stale_plots(const fs::path& plot_folder, const std::vector<PlotSpec>
       stale.push_back(entry.path());
       continue;
     }
-    if (entry.path().extension() != ".svg") continue;
+    if (entry.path().extension() != ".svg" && entry.path().extension() != ".png") continue;
     const std::string stem = entry.path().stem().string();
     const bool current = std::any_of(drawn.begin(), drawn.end(), [&](const PlotSpec& p) { return p.name == stem; });
     if (!current) stale.push_back(entry.path());
@@ -140,6 +140,7 @@ ReportSummary write_report(const ReportOptions& options) {
   for (std::size_t i = 0; i < svgs.size(); ++i) {
     Figure& figure = std::get<Figure>(document.blocks[pending.block_of_plot[i]]);
     figure.file = "plots/" + pending.plots[i].name + ".svg";
+    figure.png_file = "plots/" + pending.plots[i].name + ".png";
     figure.inline_svg = inline_svg(svgs[i], pending.plots[i].name + "-");
   }
   summary.plots = svgs.size();

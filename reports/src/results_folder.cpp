@@ -121,6 +121,19 @@ Provenance read_provenance(const JsonFields& fields) {
   return p;
 }
 
+std::optional<LocalExponentRecord> read_local_exponent(const JsonFields& fields, const char* key) {
+  if (fields.is_null(key)) return std::nullopt;
+  const JsonFields local(fields.at(key), fields.where() + " " + key);
+  LocalExponentRecord r;
+  if (local.has("window")) r.window = local.numbers("window");
+  r.exponent = local.number_or_null("exponent");
+  if (!local.is_null("interval")) {
+    const auto [lo, hi] = local.interval_or_nan("interval");
+    if (std::isfinite(lo) && std::isfinite(hi)) r.interval = std::make_pair(lo, hi);
+  }
+  return r;
+}
+
 Series read_series(const JsonFields& fields) {
   Series s;
   s.key = read_key(fields);
@@ -146,6 +159,8 @@ Series read_series(const JsonFields& fields) {
     s.jensen_last = diagnostic.number_or_null("jensen_ratio_last");
     s.jensen_source = diagnostic.word_or_null("jensen_ratio_source", {"exact", "estimated"}).value_or("");
   }
+  s.local_exponent = read_local_exponent(fields, "local_exponent");
+  s.cross_check = read_local_exponent(fields, "cross_check");
   if (s.slope.has_value() != s.slope_ci.has_value()) fields.fail("\"slope\" and \"slope_ci\" must both be given or both null");
   s.x_variable = fields.word_or_null("fit_variable", {"N", "d"}).value_or("N");
   s.fit_of = fields.word_or_null("fit_of", {"mean", "mean_sq"}).value_or("mean");

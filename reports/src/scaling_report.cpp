@@ -330,37 +330,263 @@ std::optional<std::pair<double, double>> log_centroid(const Series& s) {
   return std::make_pair(sum_log_x / positive, sum_log_y / positive);
 }
 
-PlotSpec series_plot(const Series& s, std::size_t index) {
-  PlotSpec plot;
-  plot.name = series_name(index);
-  plot.title = fmt::format("Series {}: {} - {}", index + 1, s.key.label(), verdict_with_basis(s));
-  plot.x_label = x_axis_label(s);
-  plot.y_label = fitted_symbol(s);
-  plot.curves.push_back(estimate_curve(s, fmt::format("estimate {} with 95% CI", fitted_symbol(s))));
+// The exponent the compensated panel divides by: the claimed one, else the finite-N fit's slope.
+std::optional<std::pair<double, std::string>> compensating_exponent(const Series& s) {
+  if (s.claimed_exponent) return std::make_pair(*s.claimed_exponent, std::string("claimed a"));
+  if (s.slope) return std::make_pair(*s.slope, std::string("fitted slope"));
+  return std::nullopt;
+}
+
+// y / x^a at each point with its 95% band; `se` is the standard error of y.
+void add_compensated(PlotSpec& panel, const Series& s, double a, const std::vector<double>& y, const std::vector<double>& se,
+                     const std::string& title, int colour) {
+  Curve band{"", CurveStyle::band, {}, {}, {}, {}, colour};
+  Curve values{title, CurveStyle::line_with_points, {}, {}, {}, {}, colour};
+  for (std::size_t i = 0; i < s.x.size(); ++i) {
+    if (!std::isfinite(y[i])) continue;
+    const double x = static_cast<double>(s.x[i]);
+    const double scale = std::pow(x, -a);
+    values.x.push_back(x);
+    values.y.push_back(y[i] * scale);
+    if (std::isfinite(se[i])) {
+      band.x.push_back(x);
+      band.y.push_back(y[i] * scale);
+      band.y_lo.push_back((y[i] - kZ95 * se[i]) * scale);
+      band.y_hi.push_back((y[i] + kZ95 * se[i]) * scale);
+    }
+  }
+  if (band.x.size() >= 2) panel.curves.push_back(std::move(band));
+  panel.curves.push_back(std::move(values));
+}
+
+// The slope of log y between neighbouring points, drawn at their geometric mean, with its delta-method
+// standard error sqrt((se_k/y_k)^2 + (se_{k-1}/y_{k-1})^2) / log(x_k/x_{k-1}): the local exponent, which
+// converges to the asymptotic one as x grows.
+void add_local_slopes(PlotSpec& panel, const Series& s, const std::vector<double>& y, const std::vector<double>* se,
+                      const std::string& title, CurveStyle style, int colour) {
+  Curve band{"", CurveStyle::band, {}, {}, {}, {}, colour};
+  Curve slopes{title, style, {}, {}, {}, {}, colour};
+  for (std::size_t i = 1; i < s.x.size(); ++i) {
+    if (!(y[i] > 0 && y[i - 1] > 0) || s.x[i] <= s.x[i - 1]) continue;
+    const double x0 = static_cast<double>(s.x[i - 1]), x1 = static_cast<double>(s.x[i]);
+    const double log_ratio = std::log(x1 / x0);
+    const double slope = std::log(y[i] / y[i - 1]) / log_ratio;
+    const double x = std::sqrt(x0 * x1);
+    slopes.x.push_back(x);
+    slopes.y.push_back(slope);
+    if (se && std::isfinite((*se)[i]) && std::isfinite((*se)[i - 1])) {
+      const double slope_se = std::hypot((*se)[i] / y[i], (*se)[i - 1] / y[i - 1]) / log_ratio;
+      band.x.push_back(x);
+      band.y.push_back(slope);
+      band.y_lo.push_back(slope - kZ95 * slope_se);
+      band.y_hi.push_back(slope + kZ95 * slope_se);
+    }
+  }
+  if (slopes.x.empty()) return;
+  if (band.x.size() >= 2) panel.curves.push_back(std::move(band));
+  panel.curves.push_back(std::move(slopes));
+}
+
+std::vector<double> square_roots(const std::vector<double>& m2) {
+  std::vector<double> out;
+  for (const double v : m2) out.push_back(v >= 0 ? std::sqrt(v) : std::nan(""));
+  return out;
+}
+
+// SE of sqrt(m2) by the delta method: se(m2) / (2 sqrt(m2)).
+std::vector<double> square_root_ses(const std::vector<double>& m2, const std::vector<double>& se_sq) {
+  std::vector<double> out;
+  for (std::size_t i = 0; i < m2.size(); ++i) out.push_back(m2[i] > 0 ? se_sq[i] / (2 * std::sqrt(m2[i])) : std::nan(""));
+  return out;
+}
+
+std::vector<double> exact_roots(const Series& s) {
+  std::vector<double> out;
+  for (const auto& e : s.exact_sq) out.push_back(e && *e > 0 ? std::sqrt(*e) : std::nan(""));
+  return out;
+}
+
+// What the figure says of the verdict: the word, its basis, and the numbers it rests on.
+std::vector<std::string> verdict_notes(const Series& s) {
+  std::string verdict = fmt::format("verdict: {} (basis: {})", verdict_word(s), basis_text(s));
+  if (s.claimed_exponent) verdict += fmt::format(", claimed exponent {}", claimed_text(s));
+  std::string evidence;
+  if (s.local_exponent && s.local_exponent->exponent && s.local_exponent->interval) {
+    evidence = fmt::format("local exponent {} {}", format_number(*s.local_exponent->exponent),
+                           format_interval(s.local_exponent->interval->first, s.local_exponent->interval->second));
+  }
+  if (s.slope) evidence += (evidence.empty() ? "" : "; ") + fmt::format("finite-N fit (diagnostic, never decides) {}", slope_text(s));
+  std::vector<std::string> notes{verdict};
+  if (!evidence.empty()) notes.push_back(evidence);
+  return notes;
+}
+
+// Per series three panels, each answering one question: is y / x^a flat (compensated), does the local slope
+// settle at a, and the log-log view of the estimates with the fits.
+std::vector<PlotSpec> series_panels(const Series& s) {
+  std::vector<PlotSpec> panels;
+  const std::string x = x_name(s);
+  const bool norms = s.fit_of == "mean";
+  const bool second_moments = norms && std::any_of(s.mean_sq.begin(), s.mean_sq.end(), [](double v) { return std::isfinite(v); });
+  const std::vector<double> fitted = norms ? s.mean : s.mean_sq;
+  const std::vector<double> fitted_se = norms ? s.se : s.se_sq;
+  const std::string symbol = norms ? estimand_symbol(s.key.estimand) : fitted_symbol(s);
+
+  if (const auto a = compensating_exponent(s)) {
+    PlotSpec panel;
+    panel.title = fmt::format("compensated by {}^{} ({})", x, format_number(a->first), a->second);
+    panel.x_label = x_axis_label(s);
+    panel.y_label = fmt::format("value / {}^{}", x, format_number(a->first));
+    panel.log_y = false;
+    add_compensated(panel, s, a->first, fitted, fitted_se, fmt::format("{} / {}^a, 95% band", symbol, x), 0);
+    if (second_moments) {
+      add_compensated(panel, s, a->first, square_roots(s.mean_sq), square_root_ses(s.mean_sq, s.se_sq),
+                      fmt::format("sqrt(E||.||^2) / {}^a, 95% band", x), 1);
+    }
+    if (has_exact(s) && norms) {
+      const std::vector<double> exact = exact_roots(s);
+      Curve line{fmt::format("sqrt(exact E||.||^2) / {}^a", x), CurveStyle::dashed_line, {}, {}, {}, {}, 6};
+      for (std::size_t i = 0; i < s.x.size(); ++i) {
+        if (!std::isfinite(exact[i])) continue;
+        line.x.push_back(static_cast<double>(s.x[i]));
+        line.y.push_back(exact[i] * std::pow(static_cast<double>(s.x[i]), -a->first));
+      }
+      if (!line.x.empty()) panel.curves.push_back(std::move(line));
+    }
+    if (s.claims_value && s.claimed_exponent) {
+      // An equality claim (C8: Var(q . k) = d) states the constant too: the compensated values must sit at it.
+      panel.curves.push_back(Curve{fmt::format("claimed: value / {}^a = 1", x), CurveStyle::dashed_line,
+                                   {static_cast<double>(s.x.front()), static_cast<double>(s.x.back())}, {1, 1}, {}, {}, 1});
+    }
+    panels.push_back(std::move(panel));
+  }
+
+  PlotSpec local;
+  local.title = fmt::format("local slope d log y / d log {}", x);
+  local.x_label = x_axis_label(s);
+  local.y_label = "local exponent";
+  local.log_y = false;
+  add_local_slopes(local, s, fitted, &fitted_se, fmt::format("of {}, 95% band", symbol), CurveStyle::line_with_points, 0);
+  if (has_exact(s) && norms) {
+    add_local_slopes(local, s, exact_roots(s), nullptr, "of sqrt(exact E||.||^2)", CurveStyle::dashed_line, 6);
+  }
+  if (!local.curves.empty()) {
+    if (s.local_exponent && s.local_exponent->exponent && s.local_exponent->interval && s.local_exponent->window.size() >= 2) {
+      const LocalExponentRecord& r = *s.local_exponent;
+      const double lo = r.window.front(), hi = r.window.back();
+      local.curves.push_back(Curve{"", CurveStyle::band, {lo, hi}, {*r.exponent, *r.exponent},
+                                   {r.interval->first, r.interval->first}, {r.interval->second, r.interval->second}, 2});
+      // Its numbers are in the figure's note; the legend stays short enough not to run into the next panel.
+      local.curves.push_back(Curve{"the verdict's local exponent and interval",
+                                   CurveStyle::line, {lo, hi}, {*r.exponent, *r.exponent}, {}, {}, 2});
+    }
+    if (s.claimed_exponent) {
+      local.curves.push_back(Curve{fmt::format("claimed a = {}", format_number(*s.claimed_exponent)), CurveStyle::dashed_line,
+                                   {static_cast<double>(s.x.front()), static_cast<double>(s.x.back())},
+                                   {*s.claimed_exponent, *s.claimed_exponent}, {}, {}, 1});
+    }
+    panels.push_back(std::move(local));
+  }
+
+  PlotSpec loglog;
+  loglog.title = "log-log";
+  loglog.x_label = x_axis_label(s);
+  loglog.y_label = fitted_symbol(s);
+  Curve estimates = estimate_curve(s, fmt::format("{}, 95% band", fitted_symbol(s)));
+  estimates.style = CurveStyle::band;
+  estimates.title.clear();
+  estimates.colour = 0;
+  loglog.curves.push_back(std::move(estimates));
+  loglog.curves.push_back(Curve{fmt::format("{}, 95% band", fitted_symbol(s)), CurveStyle::line_with_points,
+                                {s.x.begin(), s.x.end()}, fitted, {}, {}, 0});
   if (s.slope && s.intercept) {
-    plot.curves.push_back(power_law(s, *s.intercept, *s.slope,
-                                    fmt::format("finite-N fit (diagnostic): exp({}) {}^{} (slope 95% CI {})", format_number(*s.intercept),
-                                                x_name(s), format_number(*s.slope),
-                                                format_interval(s.slope_ci->first, s.slope_ci->second)),
-                                    CurveStyle::line));
+    loglog.curves.push_back(power_law(s, *s.intercept, *s.slope,
+                                      fmt::format("finite-N fit, slope {}", format_number(*s.slope)), CurveStyle::line));
+    loglog.curves.back().colour = 3;
   }
   const auto centre = log_centroid(s);
   if (centre && s.claimed_exponent) {
-    plot.curves.push_back(power_law(s, centre->second - *s.claimed_exponent * centre->first, *s.claimed_exponent,
-                                    fmt::format("claimed slope {} (through the centroid)", format_number(*s.claimed_exponent)),
-                                    CurveStyle::dashed_line));
+    loglog.curves.push_back(power_law(s, centre->second - *s.claimed_exponent * centre->first, *s.claimed_exponent,
+                                      fmt::format("claimed slope {}", format_number(*s.claimed_exponent)),
+                                      CurveStyle::dashed_line));
+    loglog.curves.back().colour = 1;
   }
-  if (has_exact(s) && s.fit_of == "mean") {
-    Curve bound{"Jensen bound sqrt(exact E||.||^2)", CurveStyle::points, {}, {}, {}, {}};
+  if (has_exact(s) && norms) {
+    const std::vector<double> exact = exact_roots(s);
+    Curve bound{"sqrt(exact E||.||^2) (Jensen bound)", CurveStyle::points, {}, {}, {}, {}, 6};
     for (std::size_t i = 0; i < s.x.size(); ++i) {
-      if (s.exact_sq[i] && *s.exact_sq[i] > 0) {
-        bound.x.push_back(static_cast<double>(s.x[i]));
-        bound.y.push_back(std::sqrt(*s.exact_sq[i]));
-      }
+      if (!std::isfinite(exact[i])) continue;
+      bound.x.push_back(static_cast<double>(s.x[i]));
+      bound.y.push_back(exact[i]);
     }
-    plot.curves.push_back(std::move(bound));
+    loglog.curves.push_back(std::move(bound));
   }
+  panels.push_back(std::move(loglog));
+  return panels;
+}
+
+PlotSpec series_plot(const Series& s, std::size_t index) {
+  PlotSpec plot;
+  plot.name = series_name(index);
+  plot.title = fmt::format("Series {}: {}", index + 1, s.key.label());
+  plot.notes = verdict_notes(s);
+  plot.panels = series_panels(s);
+  plot.columns = static_cast<int>(plot.panels.size());
   return plot;
+}
+
+// Series of one claim that differ only in p, in increasing p: drawn side by side, one column per p.
+std::vector<std::vector<std::size_t>> p_groups(const std::vector<Series>& series, const std::vector<std::size_t>& members) {
+  std::vector<std::vector<std::size_t>> groups;
+  for (std::size_t i : members) {
+    SeriesKey key = series[i].key;
+    key.p = 0;
+    auto group = std::find_if(groups.begin(), groups.end(), [&](const std::vector<std::size_t>& g) {
+      SeriesKey other = series[g.front()].key;
+      other.p = 0;
+      return other == key && series[g.front()].x_variable == series[i].x_variable;
+    });
+    if (group == groups.end()) groups.push_back({i});
+    else group->push_back(i);
+  }
+  std::erase_if(groups, [](const std::vector<std::size_t>& g) { return g.size() < 2; });
+  for (auto& g : groups) {
+    std::stable_sort(g.begin(), g.end(), [&](std::size_t a, std::size_t b) { return series[a].key.p < series[b].key.p; });
+  }
+  return groups;
+}
+
+// One figure per group: rows compensated / local slope / log-log, one column per p. Empty when a series of the
+// group lacks a panel (no exponent to compensate by, fewer than two points), which would break the grid.
+std::optional<PlotSpec> claim_figure(const std::vector<Series>& series, const std::vector<std::size_t>& group,
+                                     const std::string& name) {
+  std::vector<std::vector<PlotSpec>> columns;
+  for (std::size_t i : group) {
+    columns.push_back(series_panels(series[i]));
+    if (columns.back().size() != 3) return std::nullopt;
+  }
+  PlotSpec figure;
+  figure.name = name;
+  const SeriesKey& key = series[group.front()].key;
+  std::string label = key.label();
+  const std::string p_text = fmt::format(" p={}", key.p);
+  if (const auto at = label.find(p_text); at != std::string::npos) label.replace(at, p_text.size(), "");
+  figure.title = fmt::format("{}: one column per p", label);
+  std::string verdicts;
+  for (std::size_t i : group) {
+    const Series& s = series[i];
+    verdicts += fmt::format("{}p={} (series {}): {}", verdicts.empty() ? "" : "; ", s.key.p, i + 1, verdict_with_basis(s));
+  }
+  figure.notes = {verdicts};
+  for (std::size_t row = 0; row < 3; ++row) {
+    for (std::size_t c = 0; c < columns.size(); ++c) {
+      PlotSpec panel = columns[c][row];
+      panel.title = fmt::format("p={}: {}", series[group[c]].key.p, panel.title);
+      figure.panels.push_back(std::move(panel));
+    }
+  }
+  figure.columns = static_cast<int>(columns.size());
+  return figure;
 }
 
 // How far, as a factor, the stored line exp(intercept) x^slope lies from the estimates at their log-log
@@ -520,6 +746,7 @@ void add_scaling_section(const ResultsFolder& results, bool with_plots, Document
   std::sort(claims.begin(), claims.end(), [](const std::string& a, const std::string& b) {
     return std::make_pair(!find_claim(a), a) < std::make_pair(!find_claim(b), b);
   });
+  std::size_t claim_figures = 0;
   for (const std::string& claim : claims) {
     blocks.push_back(Heading{2, "Claim " + claim_title(claim), "claim-" + claim});
     if (const auto statement = find_claim(claim)) {
@@ -530,6 +757,20 @@ void add_scaling_section(const ResultsFolder& results, bool with_plots, Document
       if (series[i].key.claim == claim) members.push_back(i);
     }
     if (const auto pairs = reading_pairs(series, members); !pairs.empty()) add_reading_comparison(series, pairs, with_plots, blocks, pending);
+    if (with_plots) {
+      for (const auto& group : p_groups(series, members)) {
+        auto figure = claim_figure(series, group, fmt::format("claim{:02}", ++claim_figures));
+        if (!figure) continue;
+        pending.plots.push_back(std::move(*figure));
+        pending.block_of_plot.push_back(blocks.size());
+        blocks.push_back(Figure{"", "",
+                                fmt::format("Claim {} side by side, one column per p: top, the estimates divided by "
+                                            "N^a (flat means exponent a); middle, the local exponent with its 95% band "
+                                            "and the claimed a (dashed); bottom, log-log with the fits. Each series' "
+                                            "own figure below says more.",
+                                            claim)});
+      }
+    }
     for (std::size_t i : members) {
       const Series& s = series[i];
       blocks.push_back(Heading{3, fmt::format("Series {}: {}", i + 1, s.key.label()), series_anchor(i)});
@@ -552,13 +793,24 @@ void add_scaling_section(const ResultsFolder& results, bool with_plots, Document
       if (with_plots) {
         pending.plots.push_back(series_plot(s, i));
         pending.block_of_plot.push_back(blocks.size());
-        blocks.push_back(Figure{"", "",
-                                fmt::format("Series {} (verdict {}): {} against {} on log-log axes; bars are 95% CIs; "
-                                            "solid line: the finite-N fit (diagnostic); dashed: the claimed slope{}.",
-                                            i + 1, verdict_with_basis(s), fitted_symbol(s), x_name(s),
-                                            has_exact(s) && s.fit_of == "mean" ? "; circles: sqrt of the exact second moment, an upper "
-                                                           "bound on the mean by Jensen's inequality"
-                                                         : "")});
+        const auto a = compensating_exponent(s);
+        const std::string exact_part = has_exact(s) && s.fit_of == "mean"
+                                           ? "; black dashes: from the exact second moment (sqrt(E||F||^2), an upper bound on "
+                                             "E||F|| by Jensen's inequality), circles on the right"
+                                           : "";
+        blocks.push_back(Figure{
+            "", "",
+            fmt::format("Series {} (verdict {}). {}Middle: the local exponent, the slope of log {} between neighbouring "
+                        "points, with its 95% band; it converges to the exponent as {} grows; green: the local exponent "
+                        "over the last doublings that the verdict reads, with its interval; dashed: the claimed exponent. "
+                        "Right: {} against {} on log-log axes with its 95% band, the finite-N fit (diagnostic, never "
+                        "decides) and the claimed slope through the points' centroid{}.",
+                        i + 1, verdict_with_basis(s),
+                        a ? fmt::format("Left: the estimates divided by {}^{} ({}), with 95% bands: flat means the "
+                                        "exponent is {}, a drift is the finite-{} bias. ",
+                                        x_name(s), format_number(a->first), a->second, format_number(a->first), x_name(s))
+                          : std::string(),
+                        fitted_symbol(s), x_name(s), fitted_symbol(s), x_name(s), exact_part)});
       }
       blocks.push_back(points_table(s));
       if (has_exact(s)) {

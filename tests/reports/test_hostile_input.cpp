@@ -62,6 +62,45 @@ TEST_CASE("titles and labels reach gnuplot as quoted one-line strings, never as 
   CHECK_THAT(svgs[0], Contains("system(&apos;touch") || Contains("system('touch"));
 }
 
+TEST_CASE("a figure of panels keeps every text quoted and literal: titles, notes, labels and legends",
+          "[plots][hostile]") {
+  TempDir dir;
+  const fs::path marker = dir.path() / "executed";
+  // Enhanced-text markup besides the command payload: the tick labels use gnuplot's enhanced mode, so a text
+  // from the input that were not written noenhanced would be typeset (and its braces lost) instead of shown.
+  const std::string markup = "E^{up}_{down} @{/Symbol a}";
+  PlotSpec panel;
+  panel.title = gnuplot_payload(marker) + markup;
+  panel.x_label = gnuplot_payload(marker);
+  panel.y_label = markup;
+  panel.curves.push_back(Curve{gnuplot_payload(marker) + markup, CurveStyle::band, {1, 2, 4}, {1, 4, 16}, {0.5, 3, 15}, {2, 5, 17}});
+  panel.curves.push_back(Curve{markup, CurveStyle::line_with_points, {1, 2, 4}, {1, 4, 16}, {}, {}});
+  PlotSpec figure;
+  figure.name = "figure";
+  figure.title = gnuplot_payload(marker);
+  figure.notes = {gnuplot_payload(marker), markup};
+  figure.panels = {panel, panel};
+  figure.columns = 2;
+  const std::string script = gnuplot_script({figure}, ".tmp");
+  std::istringstream lines(script);
+  std::string line;
+  while (std::getline(lines, line)) {
+    INFO(line);
+    CHECK(line.rfind("system", 0) == std::string::npos);
+    CHECK(line.find('\r') == std::string::npos);
+    // Every line that carries a text from the input writes it noenhanced (comments aside: one line, inert).
+    if (line.rfind("#", 0) == 0) continue;
+    if (line.find("touch") != std::string::npos || line.find("/Symbol") != std::string::npos) {
+      CHECK_THAT(line, Contains("noenhanced"));
+    }
+  }
+  const auto svgs = render_plots({figure}, dir.path() / "plots", "gnuplot");
+  REQUIRE(svgs.size() == 1);
+  CHECK_FALSE(fs::exists(marker));
+  CHECK(fs::file_size(dir.path() / "plots" / "figure.png") > 0);
+  CHECK_THAT(svgs[0], Contains("E^{up}_{down} @{/Symbol a}"));
+}
+
 TEST_CASE("a scale, phi, estimand or backend the tool never writes is refused naming file and line",
           "[results][hostile]") {
   TempDir dir;

@@ -42,7 +42,7 @@ TEST_CASE("a plot with nothing to draw is refused by name", "[plots][errors]") {
   CHECK_THROWS_WITH(gnuplot_script({plot}, ""), Contains("it's a test") && Contains("no point"));
 }
 
-TEST_CASE("gnuplot draws each plot as SVG, made fit to embed in HTML", "[plots]") {
+TEST_CASE("gnuplot draws each plot as SVG, made fit to embed in HTML, and as PNG beside it", "[plots]") {
   TempDir dir;
   PlotSpec second = two_curve_plot();
   second.name = "other";
@@ -51,9 +51,14 @@ TEST_CASE("gnuplot draws each plot as SVG, made fit to embed in HTML", "[plots]"
   CHECK(fs::exists(dir.path() / "plots" / "demo.svg"));
   CHECK(fs::exists(dir.path() / "plots" / "other.svg"));
   CHECK(fs::exists(dir.path() / "plots" / "plots.gp"));
+  for (const char* png : {"demo.png", "other.png"}) {
+    const std::string bytes = read_text(dir.path() / "plots" / png);
+    CHECK(bytes.size() > 1000);
+    CHECK(bytes.rfind("\x89PNG\r\n\x1a\n", 0) == 0);  // the PNG signature: a real image, not an error text
+  }
   std::size_t files = 0;
   for ([[maybe_unused]] const auto& entry : fs::directory_iterator(dir.path() / "plots")) ++files;
-  CHECK(files == 3);  // no temporary SVG and no gnuplot log left behind
+  CHECK(files == 5);  // no temporary SVG or PNG and no gnuplot log left behind
   CHECK_THAT(svgs[0], Contains("<svg"));
 
   const std::string embedded = inline_svg(svgs[0], "demo-");
@@ -76,4 +81,48 @@ TEST_CASE("a failing gnuplot run is reported with its messages and leaves no SVG
   // `false` starts and exits 1 without drawing anything: a stand-in for gnuplot failing on the script.
   CHECK_THROWS_WITH(render_plots({two_curve_plot()}, dir.path(), "false"), Contains("failed on"));
   CHECK_FALSE(fs::exists(dir.path() / "demo.svg"));
+}
+
+TEST_CASE("a figure of panels is one multiplot, drawn as SVG and as PNG, with bands and tight ranges", "[plots]") {
+  PlotSpec compensated;
+  compensated.title = "compensated";
+  compensated.x_label = "N";
+  compensated.y_label = "value / N^1";
+  compensated.log_y = false;
+  compensated.curves.push_back(Curve{"", CurveStyle::band, {16, 32, 64}, {2, 2.1, 2.05}, {1.9, 2.0, 1.95}, {2.1, 2.2, 2.15}});
+  compensated.curves.push_back(Curve{"E||F||_F / N^a", CurveStyle::line_with_points, {16, 32, 64}, {2, 2.1, 2.05}, {}, {}});
+  PlotSpec loglog;
+  loglog.title = "log-log";
+  loglog.x_label = "N";
+  loglog.y_label = "E||F||_F";
+  loglog.curves.push_back(Curve{"estimate", CurveStyle::line_with_points, {16, 32, 64}, {30, 300, 3000}, {}, {}});
+  PlotSpec narrow = loglog;
+  narrow.title = "within a decade";
+  narrow.curves[0].y = {3, 4, 5};
+  PlotSpec figure;
+  figure.name = "claim";
+  figure.title = "Series 1";
+  figure.notes = {"verdict: tight (basis: exact)"};
+  figure.panels = {compensated, loglog, narrow};
+  figure.columns = 3;
+  const std::string script = gnuplot_script({figure}, ".tmp");
+  CHECK(count_occurrences(script, "set multiplot layout 1,3 title 'Series 1' . \"\\n\" . 'verdict: tight (basis: exact)'") == 2);
+  CHECK(count_occurrences(script, "unset multiplot") == 2);
+  CHECK_THAT(script, Contains("set terminal svg") && Contains("set output 'claim.svg.tmp'"));
+  CHECK_THAT(script, Contains("set terminal pngcairo") && Contains("set output 'claim.png.tmp'"));
+  // Each panel's data is written once and drawn by both terminals.
+  CHECK(count_occurrences(script, "<< EOD") == 4);
+  CHECK(count_occurrences(script, "set title 'compensated' noenhanced") == 2);
+  CHECK_THAT(script, Contains("using 1:3:4 with filledcurves"));
+  // The band has no legend entry; the line has one.
+  CHECK_THAT(script, Contains("noborder notitle"));
+  // 10^k tick labels where the data spans decades, plain numbers within one.
+  CHECK(count_occurrences(script, "set format y '10^{%L}'") == 2);
+  // Within a decade (3 to 5, padded to 2.91 to 5.16) gnuplot would label no tick: every digit is labelled.
+  CHECK(count_occurrences(script, "set ytics (3, 4, 5)") == 2);
+  // Tight ranges: the linear panel ends 8% of its data's span (band 1.9 to 2.2) beyond it, the log panel a
+  // factor (3000/30)^0.06 = 1.318 beyond its data: 30 / 1.318 = 22.76.
+  CHECK_THAT(script, Contains("set yrange [1.8759999999999999:2.2240000000000002]"));
+  const auto log_range = script.find("set yrange [22.");
+  CHECK(log_range != std::string::npos);
 }

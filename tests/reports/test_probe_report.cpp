@@ -155,7 +155,7 @@ TEST_CASE("a results folder with a probe log gives both parts", "[probes][report
   CHECK(summary.series == series.size());
   CHECK(summary.probe_records == 1);
   const std::string html = read_text(options.out / "index.html");
-  CHECK(count_occurrences(html, "<svg") == series.size() + 1 + 4);  // series, the pair of readings, probes
+  CHECK(count_occurrences(html, "<svg") == series.size() + 2 + 4);  // series, readings, a claim's ps, probes
   const std::string markdown = read_text(options.out / "report.md");
   CHECK(markdown.find("## Summary") < markdown.find("## Probes during training"));
 }

@@ -53,17 +53,29 @@ TEST_CASE("the HTML report stands alone: no external resource, one inline SVG pe
   TempDir dir;
   const auto series = standard_series();
   const WrittenReport report = write_standard_report(dir, true, series);
-  // One plot per series and one for the pair of readings of p = 2.
-  CHECK(report.summary.plots == series.size() + 1);
-  CHECK(count_occurrences(report.html, "<svg") == series.size() + 1);
-  CHECK(count_occurrences(report.html, "</svg>") == series.size() + 1);
+  // One plot per series, one for the pair of readings of p = 2 and one for C3's elementwise p = 1 and 2 side
+  // by side.
+  CHECK(report.summary.plots == series.size() + 2);
+  CHECK(count_occurrences(report.html, "<svg") == series.size() + 2);
+  CHECK(count_occurrences(report.html, "</svg>") == series.size() + 2);
   CHECK_THAT(report.markdown, Contains("](plots/readings01.svg)"));
+  CHECK_THAT(report.markdown, Contains("](plots/claim01.svg)"));
+  // The claim's figure: rows compensated, local slope, log-log; one column per p; the verdicts on it.
+  const std::string script = read_text(dir.path() / "report" / "plots" / "plots.gp");
+  CHECK_THAT(script, Contains("set multiplot layout 3,2 title 'C3 elementwise poly value, D=6 d=4: one column per p'"));
+  CHECK_THAT(script, Contains("set title 'p=2: compensated by N^1 (claimed a)' noenhanced"));
+  CHECK_THAT(script, Contains("set title 'p=1: local slope d log y / d log N' noenhanced"));
+  CHECK_THAT(script, Contains("p=1 (series 1): "));
+  // The series' own figures: the three panels side by side.
+  CHECK(count_occurrences(script, "set multiplot layout 1,3") == 2 * series.size());  // SVG and PNG
   CHECK_THAT(report.html, !Contains("http://") && !Contains("https://"));
   // Nothing is loaded from elsewhere: no scripts, stylesheets, images or frames by reference.
   CHECK_THAT(report.html, !Contains("<script") && !Contains("<link") && !Contains("<img") && !Contains("<iframe"));
   CHECK_THAT(report.html, !Contains(" src="));
   CHECK_THAT(report.html, !Contains("@import") && !Contains("url(http"));
-  const std::regex outside_link(R"(href=["'](?!#))");
+  // The only links leave to the PNG copies of the plots, beside the page.
+  const std::regex outside_link(R"(href=["'](?!#|plots/[a-z0-9]+\.png["']))");
+  CHECK(count_occurrences(report.html, ".png\">PNG</a>") == series.size() + 2);
   CHECK_FALSE(std::regex_search(report.html, outside_link));
   // The Markdown shows the same plots as files beside it.
   for (std::size_t i = 1; i <= series.size(); ++i) {
@@ -356,12 +368,13 @@ TEST_CASE("a verdict names its basis in the summary, the series text and the fig
   }
   const std::string markdown = write_report_of(dir, fits, points).markdown;
   CHECK_THAT(markdown, Contains("| 0.5 + 0.05 | tight | exact | yes |"));
-  CHECK_THAT(markdown, Contains("| 0.317 -\\> 0.615 (exact) |"));  // '>' escaped for Markdown
+  // Markdown escapes '>' (it would open a quote block at a line's start).
+  CHECK_THAT(markdown, Contains("| 0.317 -\\> 0.615 (exact) |"));
   CHECK_THAT(markdown, Contains("Verdict: tight (basis: exact). Rule (exact): the exponent e of the exact quantity as N -\\> "
                                 "infinity (computed from the closed form, not fitted) equals a. Evidence: sqrt(E||F||^2) ~ "
                                 "14400 N^0.5: e = 0.5 equals a."));
   CHECK_THAT(markdown, Contains("Finite-N fit (diagnostic, never decides): slope"));
-  CHECK_THAT(read_text(dir.path() / "report" / "plots" / "plots.gp"), Contains("tight (exact)"));
+  CHECK_THAT(read_text(dir.path() / "report" / "plots" / "plots.gp"), Contains("verdict: tight (basis: exact)"));
   // The row sums: their own score model in the key, the exact expectation and its z per point.
   CHECK_THAT(markdown, Contains("scores qk-layernorm"));
   CHECK_THAT(markdown, Contains("exact E[row sum of F]"));

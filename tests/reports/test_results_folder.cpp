@@ -188,6 +188,33 @@ TEST_CASE("unknown keys are ignored, as the format allows", "[results]") {
   CHECK(read_results_folder(dir.path()).series.size() == 1);
 }
 
+TEST_CASE("the local exponent a verdict reads is kept with its window and interval, or marked missing", "[results]") {
+  TempDir dir;
+  json document = json::parse(fits_text({FixtureSeries{}, FixtureSeries{}}));
+  document["series"][0]["local_exponent"] = {{"window", {16, 32, 64}}, {"exponent", 0.98}, {"sampling_half_width", 0.02},
+                                             {"systematic", 0.01}, {"interval", {0.95, 1.01}}, {"missing", nullptr}};
+  document["series"][0]["cross_check"] = nullptr;
+  // Too few points: the writer gives the window and why there is no interval.
+  document["series"][1]["local_exponent"] = {{"window", {64}}, {"missing", "one point in the window"}};
+  write_text(dir.path() / "fits.json", document.dump());
+  const auto series = read_results_folder(dir.path()).series;
+  REQUIRE(series.size() == 2);
+  REQUIRE(series[0].local_exponent);
+  CHECK(series[0].local_exponent->window == std::vector<double>{16, 32, 64});
+  CHECK(series[0].local_exponent->exponent == 0.98);
+  REQUIRE(series[0].local_exponent->interval);
+  CHECK(series[0].local_exponent->interval->first == 0.95);
+  CHECK(series[0].local_exponent->interval->second == 1.01);
+  CHECK_FALSE(series[0].cross_check);
+  REQUIRE(series[1].local_exponent);
+  CHECK_FALSE(series[1].local_exponent->exponent);
+  CHECK_FALSE(series[1].local_exponent->interval);
+
+  document["series"][0]["local_exponent"]["interval"] = {1.2, 0.9};
+  write_text(dir.path() / "fits.json", document.dump());
+  CHECK_THROWS_WITH(read_results_folder(dir.path()), Contains("local_exponent") && Contains("lo > hi"));
+}
+
 TEST_CASE("an atomic write leaves the whole file and no temporary", "[atomic]") {
   TempDir dir;
   const fs::path target = dir.path() / "out.txt";

@@ -39,6 +39,7 @@ struct Figure {
   std::string file;        // the SVG beside report.md, relative to the report folder
   std::string inline_svg;  // the same SVG fit for embedding in HTML (see inline_svg)
   std::string caption;
+  std::string png_file;  // the same figure as PNG (for slides and issues); empty when there is none
 };
 
 

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace attncheck::reports {
@@ -15,14 +16,14 @@ enum class CurveStyle {
   line,         // straight segments between the points (a power law is straight on log-log axes)
   dashed_line,
   line_with_points,  // measured values joined in order
-  band,              // the area between y_lo and y_hi, translucent (an uncertainty band under a line)
+  band,  // the shaded region between y_lo and y_hi (a confidence band); y is not drawn
 };
 
 struct Curve {
-  std::string title;
+  std::string title;  // the legend entry; empty: none
   CurveStyle style = CurveStyle::points;
   std::vector<double> x, y;
-  std::vector<double> y_lo, y_hi;  // error bar or band ends, for points_with_error_bars and band
+  std::vector<double> y_lo, y_hi;  // error bar ends or band edges, for points_with_error_bars and band
   int colour = -1;                 // index into the palette; -1: the curve's place in the plot
 };
 
@@ -36,19 +37,28 @@ struct HeatMap {
   bool signed_scale = false;
 };
 
+// One plot, or one figure of several panels (multiplot) when `panels` is not empty: then `title` heads the
+// figure, `notes` are written under it, and the panels' own name, axes and curves are used.
 struct PlotSpec {
-  std::string name;  // file stem: <plot folder>/<name>.svg
+  std::string name;  // file stem: <plot folder>/<name>.svg and <name>.png
   std::string title;
   std::string x_label, y_label;
   bool log_x = true, log_y = true;
   std::vector<Curve> curves;
   std::optional<HeatMap> heat_map;  // when set, drawn instead of the curves (log_x and log_y are ignored)
+  // The y range drawn; absent: gnuplot's autoscale with a margin. Tick labels on a log y axis read 10^k when
+  // the range spans a decade or more.
+  std::optional<std::pair<double, double>> y_range;
+  std::vector<std::string> notes;  // lines written on the figure under its title (e.g. the verdict and its basis)
+  std::vector<PlotSpec> panels;
+  int columns = 1;   // panels per row
 };
 
-// The gnuplot script that draws every plot into `<folder>/<name>.svg<suffix>`.
+// The gnuplot script that draws every plot into `<folder>/<name>.svg<suffix>` and `<folder>/<name>.png<suffix>`.
+// Every text of a plot is written noenhanced: only the script's own tick formats use gnuplot's enhanced text.
 std::string gnuplot_script(const std::vector<PlotSpec>& plots, const std::string& output_suffix);
 
-// Writes <plot_folder>/plots.gp and runs `gnuplot_program` on it, then moves each SVG into place; returns
+// Writes <plot_folder>/plots.gp and runs `gnuplot_program` on it, then moves each SVG and PNG into place; returns
 // the SVG texts in the order of `plots`. Throws theory::InputError when gnuplot cannot be started (naming
 // the program) or fails (with its messages).
 std::vector<std::string> render_plots(const std::vector<PlotSpec>& plots, const std::filesystem::path& plot_folder,

@@ -82,6 +82,14 @@ struct PointRecord {
 };
 
 enum class Verdict { holds, tight, violated, inconclusive };
+
+// fits.json "local_exponent" (or "cross_check"): the exponent over the last doublings of x that an
+// asymptotic-fit verdict rests on, with its interval (sampling half-width + systematic drift).
+struct LocalExponentRecord {
+  std::vector<double> window;                // the x used
+  std::optional<double> exponent;
+  std::optional<std::pair<double, double>> interval;  // absent where the writer gave none ("missing" says why)
+};
 std::string_view to_string(Verdict verdict);
 
 // One entry of fits.json "series": the fit of log(estimate) against log(N) (or log(d), see x_variable) and its
@@ -108,6 +116,8 @@ struct Series {
   // E||F|| / sqrt(E||F||^2) at the first and last point, exact or estimated.
   std::optional<double> jensen_first, jensen_last;
   std::string jensen_source;
+  std::optional<LocalExponentRecord> local_exponent;  // the primary quantity's (E||F||_F, or the fitted one)
+  std::optional<LocalExponentRecord> cross_check;     // sqrt(E||F||^2)'s, where the writer gives it
   // What the fit runs over: "N" (sequence length), or "d" (head dimension: C8, Var(q . k) = d_k), and of what:
   // "mean" (E||F||_F) or "mean_sq" (the second moment). Extra keys of `attncheck mc`; "N"/"mean" without them.
   std::string x_variable = "N";
