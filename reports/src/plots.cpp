@@ -169,7 +169,7 @@ PanelData panel_data(const PlotSpec& plot, const std::string& block_prefix) {
     out.clauses.push_back(fmt::format("{} {} {}", block, style_clause(curve.style, curve.colour >= 0 ? curve.colour : static_cast<int>(c)),
                                       title));
   }
-  if (out.clauses.empty()) throw InputError(fmt::format("plot \"{}\" has no point that can be drawn", plot.title));
+  if (out.clauses.empty() && !plot.heat_map) throw InputError(fmt::format("plot \"{}\" has no point that can be drawn", plot.title));
   return out;
 }
 
