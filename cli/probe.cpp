@@ -22,6 +22,7 @@ namespace {
 struct ProbeOptions {
   std::string model;
   std::string text;
+  bool text_given = false;  // an empty --text is a mistake, not a request for the default random input
   std::string tokens;
   std::string pixels;
   std::string image;
@@ -39,6 +40,9 @@ struct ProbeOptions {
 };
 
 probes::ProbeInput make_input(const ProbeOptions& o) {
+  if (o.text_given && o.text.empty()) {
+    throw UsageError("--text is empty: give the text to probe (--random for Gaussian input)");
+  }
   const int chosen = !o.text.empty() + !o.tokens.empty() + !o.pixels.empty() + !o.image.empty() + o.random;
   if (chosen > 1) throw UsageError("choose one input: --text, --tokens, --pixels, --image or --random");
   if (o.length_given && (!o.pixels.empty() || !o.image.empty())) {
@@ -47,6 +51,7 @@ probes::ProbeInput make_input(const ProbeOptions& o) {
   probes::ProbeInput input;
   input.seed = o.seed;
   input.random_length = o.length;
+  input.random_length_chosen = o.length_given;
   if (o.length_given && (!o.text.empty() || !o.tokens.empty())) {
     if (o.length <= 0) throw UsageError(fmt::format("--length {} is not a positive number of tokens", o.length));
     input.max_tokens = o.length;
@@ -113,7 +118,7 @@ void print_table(const probes::ProbeResult& result, const probes::ProbeInput& in
   }
   if (input.kind == probes::ProbeInput::Kind::random) {
     fmt::print("input: {} Gaussian embeddings, sigma = {:.4g} (RMS of the {} embeddings), seed {}\n",
-               input.random_length, result.random_sigma, vision ? "position" : "token", input.seed);
+               result.random_length, result.random_sigma, vision ? "position" : "token", input.seed);
   } else if (input.kind == probes::ProbeInput::Kind::pixels || input.kind == probes::ProbeInput::Kind::image) {
     const std::int64_t P = c.patch_size;
     fmt::print("input: {} x {} pixels from {}: {} x {} patches, N = {} positions (CLS first, then the patches row by "
@@ -225,10 +230,11 @@ const bool registered = register_subcommand(
     "against the theory",
     [](CLI::App& command) -> std::function<int()> {
       auto o = std::make_shared<ProbeOptions>();
-      command.add_option("MODEL", o->model, "model folder (config.json + safetensors), a .safetensors or a .gguf file");
-      command.add_option("--text", o->text, "input text: a GGUF file's own byte-level BPE, or beside the checkpoint vocab.txt (WordPiece), "
+      command.add_option("MODEL", o->model, "model folder (config.json + safetensors), a .safetensors or a .gguf file")
+          ->type_name("");
+      auto* text_option = command.add_option("--text", o->text, "input text: a GGUF file's own byte-level BPE, or beside the checkpoint vocab.txt (WordPiece), "
                          "vocab.json + merges.txt (byte-level BPE) or tokenizer.json");
-      command.add_option("--tokens", o->tokens, "file of whitespace-separated token ids");
+      command.add_option("--tokens", o->tokens, "file of whitespace-separated token ids")->type_name("FILE");
       command.add_option("--pixels", o->pixels,
                          "ViT, DINOv2: the model's pixel_values for one image, a channels x height x width float32 or "
                          "float64 .npy file, already normalized");
@@ -261,7 +267,10 @@ const bool registered = register_subcommand(
                          "stop watching after this many seconds without a new checkpoint (default: until Ctrl-C)")
           ->check(real_in({0, 1e9}));
       command.add_option("--out", o->out, "JSON-lines file for --watch (default DIR/attncheck-probe.jsonl)");
-      return [o] { return run(*o); };
+      return [o, text_option] {
+        o->text_given = text_option->count() > 0;
+        return run(*o);
+      };
     });
 
 }  // namespace

@@ -407,9 +407,19 @@ ProbeResult probe_model(const fs::path& model_path, const ProbeInput& input, con
       if (input.random_length <= 0) {
         throw InputError(fmt::format("random input length {} is not positive", input.random_length));
       }
-      model.require_memory_for(input.random_length, layers);
+      // Text models have learned or rotary positions up to max_positions: beyond them the forward pass
+      // would read past the position table (or extrapolate rotary angles the model never saw).
+      std::int64_t length = input.random_length;
+      if (!vision && !input.random_length_chosen) length = std::min(length, model.config().max_positions);
+      if (!vision && length > model.config().max_positions) {
+        throw InputError(fmt::format("--random --length {}: the input has {} positions, more than the model's {} "
+                                     "positions",
+                                     input.random_length, input.random_length, model.config().max_positions));
+      }
+      model.require_memory_for(length, layers);
+      result.random_length = length;
       result.random_sigma = model.token_embedding_rms();
-      Matrix embeddings(input.random_length, model.config().hidden);
+      Matrix embeddings(length, model.config().hidden);
       monte_carlo::PhiloxStream stream(input.seed, 0);
       stream.fill_normal(embeddings.data(), embeddings.data() + embeddings.size(), result.random_sigma);
       computed = model.forward_embeddings(std::move(embeddings), layers);

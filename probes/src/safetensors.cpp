@@ -159,16 +159,17 @@ namespace {
 // The header length must leave room for itself in a file of `file_size` bytes and stay below the limit.
 void check_header_length(std::uint64_t header_length, std::uint64_t file_size, const std::string& source) {
   if (file_size < 8) {
-    throw InputError(fmt::format("{}: {} bytes is too short for a safetensors file (an 8-byte header length "
+    throw InputError(fmt::format("{}: not a safetensors file: {} bytes is too short (an 8-byte header length "
                                  "comes first)",
                                  source, file_size));
   }
   if (header_length > file_size - 8) {
-    throw InputError(fmt::format("{}: header length {} runs beyond the end of the file ({} bytes)", source,
-                                 header_length, file_size));
+    throw InputError(fmt::format("{}: not a safetensors file: header length {} (its first 8 bytes, little-endian) "
+                                 "exceeds the file ({} bytes)",
+                                 source, header_length, file_size));
   }
   if (header_length > kMaxHeaderBytes) {
-    throw InputError(fmt::format("{}: header length {} exceeds the limit of {} bytes", source, header_length,
+    throw InputError(fmt::format("{}: not a safetensors file: header length {} exceeds the limit of {} bytes", source, header_length,
                                  kMaxHeaderBytes));
   }
 }

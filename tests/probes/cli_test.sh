@@ -34,7 +34,14 @@ expect 2 "JSON lines to --out" -- "$attncheck" probe --watch "$tiny" --json
 expect 2 "not a folder to watch" -- "$attncheck" probe --watch /no/such/run --until-idle 0
 expect 2 "--tokens" -- "$attncheck" probe "$tiny/tiny-gpt2" --text "hello"
 # Sizes and numbers checked before anything is allocated, naming the value.
-expect 2 "forward pass over 1099511627776 positions" -- "$attncheck" probe "$tiny/tiny-bert" --random --length 1099511627776
+# Random input longer than the model's positions is refused as text of that length is, naming both numbers.
+expect 2 "1099511627776 positions, more than the model's 24 positions" -- "$attncheck" probe "$tiny/tiny-bert" --random --length 1099511627776
+expect 2 "25 positions, more than the model's 24 positions" -- "$attncheck" probe "$tiny/tiny-bert" --random --length 25
+expect 0 "24 Gaussian embeddings" -- "$attncheck" probe "$tiny/tiny-bert" --random --length 24 --layers 0
+# An empty text is a mistake, not a silent switch to random input.
+expect 2 "--text is empty" -- "$attncheck" probe "$tiny/tiny-bert" --text ''
+# --help names the positional argument, not the help library's type placeholder.
+expect 0 "^  MODEL +model folder" -- "$attncheck" probe --help
 expect 2 "--length: -5 is out of range" -- "$attncheck" probe "$tiny/tiny-bert" --random --length -5
 expect 2 "--layers: -1 is out of range" -- "$attncheck" probe "$tiny/tiny-bert" --layers -1
 expect 2 "--interval: 'nan'" -- "$attncheck" probe --watch "$tiny" --interval nan
@@ -46,6 +53,9 @@ expect 0 "Gaussian embeddings" -- "$attncheck" probe "$tiny/tiny-gpt2" --random 
 head -c 3000 "$tiny/tiny-bert/model.safetensors" >"$work/model.safetensors"
 cp "$tiny/tiny-bert/config.json" "$work/"
 expect 2 "$work/model.safetensors" -- "$attncheck" probe "$work/model.safetensors"
+# A file that is not safetensors says so.
+printf 'hello, this is plain text and no model\n' >"$work/plain.safetensors"
+expect 2 "plain.safetensors: not a safetensors file: header length [0-9]+ .*exceeds the file \\([0-9]+ bytes\\)" -- "$attncheck" probe "$work/plain.safetensors"
 
 # JSON: one object per layer and head, 0-based, with the agreed keys.
 "$attncheck" probe "$tiny/tiny-bert" --text "the cats sat" --json >"$work/out.json" || fail "--json exited $?"

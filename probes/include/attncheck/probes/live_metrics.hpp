@@ -81,6 +81,7 @@ struct ProbeInput {
   std::filesystem::path pixels_file;  // .npy of channels x height x width, normalized (ViT, DINOv2)
   std::filesystem::path image_file;   // PNG, JPEG, PPM, ... preprocessed as the checkpoint says (ViT, DINOv2)
   std::int64_t random_length = 128;
+  bool random_length_chosen = true;  // false: the default, shortened to the model's positions when it has fewer
   std::int64_t max_tokens = -1;  // text or token input: keep the first max_tokens (an error when there are fewer)
   std::uint64_t seed = 0;
 };
@@ -89,6 +90,7 @@ struct ProbeResult {
   ModelConfig config;
   std::vector<std::int64_t> ids;     // empty for random input
   double random_sigma = 0;           // sigma of the Gaussian embeddings, for random input
+  std::int64_t random_length = 0;    // rows of Gaussian embeddings, for random input
   std::int64_t image_height = 0, image_width = 0;  // the pixels the model saw, for image input
   std::string preprocessing;         // how an --image file became pixels, in words
   std::vector<HeadMetrics> heads;    // in layer, head order
