@@ -153,6 +153,74 @@ void print_table(const probes::ProbeResult& result, const probes::ProbeInput& in
   note_non_finite(cell.non_finite(), "marked inf! or nan!");
 }
 
+const char* input_kind_name(probes::ProbeInput::Kind kind) {
+  switch (kind) {
+    case probes::ProbeInput::Kind::text: return "text";
+    case probes::ProbeInput::Kind::tokens: return "tokens";
+    case probes::ProbeInput::Kind::random: return "random";
+    case probes::ProbeInput::Kind::pixels: return "pixels";
+    case probes::ProbeInput::Kind::image: return "image";
+  }
+  return "unknown";
+}
+
+// One object that traces a result back to what produced it: the model and its configuration's hash, the
+// exact input, the tool's version, the verdict and its basis, then the per-head rows.
+nlohmann::json probe_document(const ProbeOptions& o, const probes::ProbeInput& input,
+                              const probes::ProbeResult& result, bool bounds_hold) {
+  const auto& c = result.config;
+  nlohmann::json model = {{"path", o.model},
+                          {"architecture", probes::architecture_name(c.architecture)},
+                          {"config_file", nullptr},
+                          {"config_sha256", nullptr},
+                          {"layers", c.layers},
+                          {"heads", c.heads},
+                          {"head_dim", c.head_dim()},
+                          {"hidden", c.hidden},
+                          {"attention_activation", c.attention_activation}};
+  if (!result.config_file.empty()) {
+    model["config_file"] = result.config_file.string();
+    model["config_sha256"] = result.config_sha256;
+  }
+  nlohmann::json in = {{"kind", input_kind_name(input.kind)}};
+  switch (input.kind) {
+    case probes::ProbeInput::Kind::text: in["text"] = input.text; break;
+    case probes::ProbeInput::Kind::tokens: in["file"] = input.tokens_file.string(); break;
+    case probes::ProbeInput::Kind::pixels: in["file"] = input.pixels_file.string(); break;
+    case probes::ProbeInput::Kind::image: in["file"] = input.image_file.string(); break;
+    case probes::ProbeInput::Kind::random:
+      in["seed"] = input.seed;
+      in["length"] = result.random_length;
+      in["sigma"] = result.random_sigma;
+      break;
+  }
+  if (input.kind == probes::ProbeInput::Kind::text || input.kind == probes::ProbeInput::Kind::tokens) {
+    in["token_ids"] = result.ids;
+    in["tokens"] = result.token_strings.empty() ? nlohmann::json(nullptr) : nlohmann::json(result.token_strings);
+  }
+  if (input.kind == probes::ProbeInput::Kind::pixels || input.kind == probes::ProbeInput::Kind::image) {
+    in["height"] = result.image_height;
+    in["width"] = result.image_width;
+    if (!result.preprocessing.empty()) in["preprocessing"] = result.preprocessing;
+  }
+  nlohmann::json above = nlohmann::json::array();
+  nlohmann::json heads = nlohmann::json::array();
+  for (const auto& m : result.heads) {
+    if (!probes::within_theorem_bounds(m)) above.push_back({{"layer", m.layer}, {"head", m.head}});
+    heads.push_back(probes::to_json(m));
+  }
+  return {{"model", std::move(model)},
+          {"input", std::move(in)},
+          {"tool", {{"name", "attncheck"}, {"version", ATTNCHECK_VERSION}}},
+          {"verdict",
+           {{"holds", bounds_hold},
+            {"basis", "exact"},
+            {"statement", "every measured head within Theorem 4.1's deterministic bounds: ||A||_F <= sqrt(N) and "
+                          "||grad softmax(S)||_F <= sqrt(N)/2 (the tight form of the papers' 2 sqrt(N))"},
+            {"heads_above_a_bound", std::move(above)}}},
+          {"heads", std::move(heads)}};
+}
+
 // Theorem 4.1's bounds are deterministic: a live value above them is a violation (exit 1).
 bool bounds_hold(const probes::ProbeResult& result) {
   bool hold = true;
@@ -196,15 +264,14 @@ int run(const ProbeOptions& o) {
   if (o.model.empty()) throw UsageError("give MODEL (a folder, a .safetensors or a .gguf file) or --watch DIR");
   const auto result = probes::probe_model(o.model, input, o.layers, o.heads, !o.attention_out.empty());
   if (!o.attention_out.empty()) probes::write_attention(o.attention_out, result);
+  const bool hold = bounds_hold(result);
   if (o.json) {
     // JSON has no infinities: a non-finite value is written as null (and noted).
-    nlohmann::json list = nlohmann::json::array();
     int non_finite = 0;
     for (const auto& m : result.heads) {
       for (double v : probes::csv_values(m)) non_finite += std::isfinite(v) ? 0 : 1;
-      list.push_back(probes::to_json(m));
     }
-    std::cout << list.dump(1) << "\n";
+    std::cout << probe_document(o, input, result, hold).dump(1) << "\n";
     note_non_finite(non_finite, "written as null");
   } else if (o.csv) {
     fmt::print("{}\n", fmt::join(probes::csv_columns(), ","));
@@ -222,7 +289,7 @@ int run(const ProbeOptions& o) {
   } else {
     print_table(result, input);
   }
-  return bounds_hold(result) ? kExitHolds : kExitViolated;
+  return hold ? kExitHolds : kExitViolated;
 }
 
 const bool registered = register_subcommand(

@@ -57,17 +57,62 @@ expect 2 "$work/model.safetensors" -- "$attncheck" probe "$work/model.safetensor
 printf 'hello, this is plain text and no model\n' >"$work/plain.safetensors"
 expect 2 "plain.safetensors: not a safetensors file: header length [0-9]+ .*exceeds the file \\([0-9]+ bytes\\)" -- "$attncheck" probe "$work/plain.safetensors"
 
-# JSON: one object per layer and head, 0-based, with the agreed keys.
-"$attncheck" probe "$tiny/tiny-bert" --text "the cats sat" --json >"$work/out.json" || fail "--json exited $?"
-/usr/bin/python3 - "$work/out.json" <<'PY' || fail "JSON output"
-import json, sys
-rows = json.load(open(sys.argv[1]))
+# JSON: one object that traces the result (model, config hash, input ids and strings, tool, verdict) with the
+# per-head rows under "heads", valid against docs/probe-output.schema.json; --attention-out writes I64 ids.
+schema="$(dirname "$0")/../../docs/probe-output.schema.json"
+"$attncheck" probe "$tiny/tiny-bert" --text "the cats sat" --json --attention-out "$work/attention.st" \
+  >"$work/out.json" || fail "--json exited $?"
+"$attncheck" probe "$tiny/tiny-gpt2" --random --length 7 --seed 11 --json >"$work/random.json" || fail "--random --json exited $?"
+printf '2 4 5 9 6 3\n' >"$work/ids.txt"
+"$attncheck" probe "$tiny/tiny-bert" --tokens "$work/ids.txt" --json --layers 1 >"$work/tokens.json" || fail "--tokens --json exited $?"
+/usr/bin/python3 - "$schema" "$work" "$tiny" <<'PY' || fail "JSON output"
+import hashlib, json, os, struct, sys
+import jsonschema
+schema_path, work, tiny = sys.argv[1:]
+schema = json.load(open(schema_path))
+jsonschema.Draft202012Validator.check_schema(schema)
+docs = {name: json.load(open(os.path.join(work, name))) for name in ("out.json", "random.json", "tokens.json")}
+for name, doc in docs.items():
+    jsonschema.validate(doc, schema, cls=jsonschema.Draft202012Validator)
+    assert doc["verdict"]["holds"] is True and doc["verdict"]["basis"] == "exact", (name, doc["verdict"])
+doc = docs["out.json"]
+rows = doc["heads"]
 assert len(rows) == 2 * 4, len(rows)
 assert sorted({(r["layer"], r["head"]) for r in rows}) == [(l, h) for l in range(2) for h in range(4)]
-for r in rows:
-    for key in ["layer", "head", "N", "softmax_fro", "grad_fro", "dWq_fro", "dWk_fro", "poly3_scaled_fro"]:
-        assert key in r, key
-    assert r["N"] == 6, r["N"]  # [CLS] the cat ##s sat [SEP]
+assert all(r["N"] == 6 for r in rows)  # [CLS] the cat ##s sat [SEP]
+config = os.path.join(tiny, "tiny-bert", "config.json")
+assert doc["model"]["config_sha256"] == hashlib.sha256(open(config, "rb").read()).hexdigest(), doc["model"]
+assert doc["model"]["architecture"] == "BERT" and doc["model"]["layers"] == 2, doc["model"]
+vocab = open(os.path.join(tiny, "tiny-bert", "vocab.txt")).read().split("\n")
+assert doc["input"]["text"] == "the cats sat", doc["input"]
+assert doc["input"]["tokens"] == ["[CLS]", "the", "cat", "##s", "sat", "[SEP]"], doc["input"]
+assert doc["input"]["tokens"] == [vocab[i] for i in doc["input"]["token_ids"]], doc["input"]
+assert all(type(i) is int for i in doc["input"]["token_ids"])
+assert docs["tokens.json"]["input"]["token_ids"] == doc["input"]["token_ids"], docs["tokens.json"]["input"]
+assert {r["layer"] for r in docs["tokens.json"]["heads"]} == {1}
+random = docs["random.json"]
+assert random["input"]["seed"] == 11 and random["input"]["length"] == 7, random["input"]
+assert random["model"]["config_sha256"] == hashlib.sha256(
+    open(os.path.join(tiny, "tiny-gpt2", "config.json"), "rb").read()).hexdigest()
+assert all(r["N"] == 7 for r in random["heads"])
+# Schema checks that can fail: a row without its keys, a token id as a float, a missing verdict.
+import copy
+for broken in (lambda d: d["heads"][0].pop("softmax_fro"), lambda d: d["input"]["token_ids"].__setitem__(0, 2.5),
+               lambda d: d.pop("verdict")):
+    bad = copy.deepcopy(doc)
+    broken(bad)
+    try:
+        jsonschema.validate(bad, schema, cls=jsonschema.Draft202012Validator)
+    except jsonschema.ValidationError:
+        continue
+    raise AssertionError("the schema accepted a broken document")
+blob = open(os.path.join(work, "attention.st"), "rb").read()
+(length,) = struct.unpack("<Q", blob[:8])
+entry = json.loads(blob[8:8 + length])["input_ids"]
+assert entry["dtype"] == "I64" and entry["shape"] == [6], entry
+begin, end = entry["data_offsets"]
+ids = list(struct.unpack("<6q", blob[8 + length + begin:8 + length + end]))
+assert ids == doc["input"]["token_ids"], ids
 PY
 
 # CSV with a header and the selected layer and heads only.

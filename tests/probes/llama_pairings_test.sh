@@ -37,11 +37,12 @@ def tensors(path):
     blob = open(path, "rb").read()
     (n,) = struct.unpack("<Q", blob[:8])
     header = json.loads(blob[8:8 + n])
-    return {k: np.frombuffer(blob[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]], "<f8")
+    return {k: np.frombuffer(blob[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]],
+                             {"F64": "<f8", "I64": "<i8"}[v["dtype"]])
             for k, v in header.items() if k != "__metadata__"}
 hf, gg = tensors(os.path.join(work, "hf.st")), tensors(os.path.join(work, "gguf.st"))
 worst = max(float(np.max(np.abs(hf[k] - gg[k]))) for k in hf if k.startswith("layer."))
-rows_hf, rows_gg = json.load(open(os.path.join(work, "hf.json"))), json.load(open(os.path.join(work, "gguf.json")))
+rows_hf, rows_gg = (json.load(open(os.path.join(work, name)))["heads"] for name in ("hf.json", "gguf.json"))
 worst_norm = max(abs(a[k] - b[k]) / max(abs(a[k]), 1e-300) for a, b in zip(rows_hf, rows_gg)
                  for k in ("softmax_fro", "grad_fro", "dWq_fro", "dWk_fro", "dWk_group_fro", "poly3_fro"))
 print(f"Hugging Face pairs vs GGUF pairs: max |attention difference| {worst:.3e}, max relative norm difference "

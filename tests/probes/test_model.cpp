@@ -295,7 +295,7 @@ TEST_CASE("values that overflow are flagged, never printed as plain numbers; the
   CHECK_THAT(csv.err, Catch::Contains("left empty"));
   const auto json = attncheck::testing::run_attncheck("probe " + dir.path.string() + " --random --length 6 --json");
   CHECK(json.exit_code == 0);
-  CHECK(nlohmann::json::parse(json.out)[0]["poly3_fro"].is_null());
+  CHECK(nlohmann::json::parse(json.out)["heads"][0]["poly3_fro"].is_null());
   CHECK_THAT(json.err, Catch::Contains("written as null"));
 }
 

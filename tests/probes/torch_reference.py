@@ -710,7 +710,7 @@ def compare(binary, model, probe_args):
         if run.returncode != 0:
             print(f"FAIL: attncheck probe exited {run.returncode}: {run.stderr}")
             return 1
-        metrics = json.loads(run.stdout)
+        metrics = json.loads(run.stdout)["heads"]
         dumped = read_safetensors(dump)
     if config["model_type"] in ("vit", "dinov2"):
         pixels = np.load(probe_args[probe_args.index("--pixels") + 1]).astype(np.float64)

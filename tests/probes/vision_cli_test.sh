@@ -35,7 +35,7 @@ expect 0 "Gaussian embeddings, sigma = .* \(RMS of the position embeddings\)" --
 out=$("$attncheck" probe "$vit" --pixels "$vit/pixels.npy" --json) || fail "--json exited $?"
 /usr/bin/python3 - "$out" <<'PY' || fail "JSON rows: $out"
 import json, sys
-rows = json.loads(sys.argv[1])
+rows = json.loads(sys.argv[1])["heads"]
 assert len(rows) == 8, len(rows)
 assert all(r["N"] == 17 and r["causal"] is False and r["D"] == 16 and r["d"] == 4 for r in rows), rows[0]
 assert all(r["softmax_over_sqrt_N"] <= 1 for r in rows)

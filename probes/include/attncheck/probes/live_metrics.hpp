@@ -88,7 +88,12 @@ struct ProbeInput {
 
 struct ProbeResult {
   ModelConfig config;
+  // The config.json the model was read with and its SHA-256, so that a result names its configuration; both
+  // empty for a GGUF file, whose configuration is its own metadata.
+  std::filesystem::path config_file;
+  std::string config_sha256;
   std::vector<std::int64_t> ids;     // empty for random input
+  std::vector<std::string> token_strings;  // the vocabulary's string of each id (empty without a vocabulary)
   double random_sigma = 0;           // sigma of the Gaussian embeddings, for random input
   std::int64_t random_length = 0;    // rows of Gaussian embeddings, for random input
   std::int64_t image_height = 0, image_width = 0;  // the pixels the model saw, for image input
@@ -102,6 +107,11 @@ struct ProbeResult {
 // (WordPiece), vocab.json with merges.txt (byte-level BPE, GPT-2's pre-tokenizer) or tokenizer.json.
 std::vector<std::int64_t> tokenize_for_model(const std::filesystem::path& model, const TransformerModel& loaded,
                                              std::string_view text);
+
+// The vocabulary's string of each id, from the same files tokenize_for_model reads (byte-level BPE strings as
+// the vocabulary writes them, e.g. 'Ġ' for a space); empty when MODEL has no vocabulary beside it.
+std::vector<std::string> token_strings_for_model(const std::filesystem::path& model, const TransformerModel& loaded,
+                                                 std::span<const std::int64_t> ids);
 
 // Loads MODEL, builds the input, runs the forward pass and measures the selected layers and heads (all when
 // empty). Out-of-range layers or heads are InputErrors naming them.
