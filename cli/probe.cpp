@@ -37,6 +37,7 @@ struct ProbeOptions {
   double interval = 5;
   std::optional<double> until_idle;
   std::string out;
+  std::vector<std::string> columns;
 };
 
 probes::ProbeInput make_input(const ProbeOptions& o) {
@@ -89,6 +90,77 @@ class Cells {
   int non_finite_ = 0;
 };
 
+// A column of the table: its --columns key, a header that says what it is, and a line saying what it is
+// measured against.
+struct TableColumn {
+  const char* key;
+  const char* header;
+  const char* format;
+  double (*value)(const probes::HeadMetrics&);
+  const char* meaning;
+};
+
+const std::vector<TableColumn>& all_table_columns() {
+  using M = probes::HeadMetrics;
+  static const std::vector<TableColumn> columns = {
+      {"A", "|A|_F", "{:.4f}", [](const M& m) { return m.softmax.value; }, "||softmax(S)||_F"},
+      {"A/sqrtN", "|A|_F/sqrt(N)", "{:.4f}", [](const M& m) { return m.softmax.value / m.sqrt_n; },
+       "against Theorem 4.1's bound sqrt(N): at most 1, 1 for one-hot rows"},
+      {"dA/dS", "|dA/dS|_F", "{:.4f}", [](const M& m) { return m.softmax.grad; }, "||grad softmax(S)||_F"},
+      {"dA/dS/(sqrtN/2)", "|dA/dS|_F/(sqrt(N)/2)", "{:.4f}",
+       [](const M& m) { return m.softmax.grad / m.grad_tight_bound; },
+       "against the tight bound sqrt(N)/2 (the exit code's test): at most 1"},
+      {"dA/dS/(2sqrtN)", "|dA/dS|_F/(2sqrt(N))", "{:.4f}",
+       [](const M& m) { return m.softmax.grad / m.grad_paper_bound; }, "against the papers' bound 2 sqrt(N)"},
+      {"dWq", "|dA/dWq|_F", "{:.4g}", [](const M& m) { return m.softmax.dWq; },
+       "||dA/dW_Q||_F, the Jacobian in the query weights (no bound to compare with)"},
+      {"dWk", "|dA/dWk|_F", "{:.4g}", [](const M& m) { return m.softmax.dWk; },
+       "||dA/dW_K||_F, the Jacobian in the key weights (no bound to compare with)"},
+      {"max|S|", "max|S|", "{:.3f}", [](const M& m) { return m.score_max_abs; }, "largest scaled score"},
+      {"S", "|S|_F", "{:.4g}", [](const M& m) { return m.scores_fro; }, "||S||_F of the scaled scores"},
+      {"iid S", "iid |S|_F", "{:.4g}", [](const M& m) { return m.iid_scores_fro; },
+       "sqrt(E||S||_F^2) of the i.i.d. Gaussian model with this layer's sigma_x, sigma_t"},
+      {"S^3/sqrtN", "|S^3|_F/sqrt(N)", "{:.4g}", [](const M& m) { return m.poly3_scaled.value; },
+       "what x^3/sqrt(N) attention would give on the same scores; compare with |A|_F"},
+      {"iid S^3/sqrtN", "iid |S^3|_F/sqrt(N)", "{:.4g}", [](const M& m) { return m.iid_poly3_scaled_fro; },
+       "the same for the i.i.d. Gaussian model with this layer's sigma_x, sigma_t"},
+      {"relu/N", "|relu(S)|_F/N", "{:.4f}", [](const M& m) { return m.relu_n.value; },
+       "what relu(x)/N attention would give on the same scores; compare with |A|_F"},
+  };
+  return columns;
+}
+
+const std::vector<std::string>& default_columns() {
+  static const std::vector<std::string> keys = {"A/sqrtN", "dA/dS/(sqrtN/2)", "dA/dS/(2sqrtN)", "S^3/sqrtN",
+                                                "relu/N"};
+  return keys;
+}
+
+std::string column_keys() {
+  std::vector<std::string> keys;
+  for (const auto& column : all_table_columns()) keys.emplace_back(column.key);
+  return fmt::format("{}", fmt::join(keys, ","));
+}
+
+const TableColumn& table_column(const std::string& key) {
+  for (const auto& column : all_table_columns()) {
+    if (key == column.key) return column;
+  }
+  throw UsageError(fmt::format("--columns: unknown column '{}' (known: {}, or all)", key, column_keys()));
+}
+
+// The --columns list as given (checked), every column for "all", the essential ratios when empty.
+std::vector<std::string> table_columns(const std::vector<std::string>& requested) {
+  if (requested.empty()) return default_columns();
+  if (requested.size() == 1 && requested[0] == "all") {
+    std::vector<std::string> keys;
+    for (const auto& column : all_table_columns()) keys.emplace_back(column.key);
+    return keys;
+  }
+  for (const auto& key : requested) table_column(key);
+  return requested;
+}
+
 void note_non_finite(int count, const char* how) {
   if (count == 0) return;
   fmt::print(stderr,
@@ -97,7 +169,8 @@ void note_non_finite(int count, const char* how) {
              count, how);
 }
 
-void print_table(const probes::ProbeResult& result, const probes::ProbeInput& input) {
+void print_table(const probes::ProbeResult& result, const probes::ProbeInput& input,
+                 const std::vector<std::string>& columns) {
   const auto& c = result.config;
   const bool vision = probes::is_vision(c.architecture);
   fmt::print("{} model: {} layers, {} heads of dimension {}, D = {}; trained attention: {}; {} attention\n",
@@ -131,25 +204,33 @@ void print_table(const probes::ProbeResult& result, const probes::ProbeInput& in
     fmt::print("input: {} tokens: {}\n", result.ids.size(), fmt::join(result.ids, " "));
   }
   fmt::print("Norms are Frobenius norms of one head's map for this input; derivatives are in the weights W_Q, "
-             "W_K (biases included in the scores).\n"
-             "|A|/rtN: ||softmax(S)||_F / sqrt(N) (bound 1); |dA/dS| against the papers' 2 sqrt(N) and the tight "
-             "sqrt(N)/2; x3/rtN: ||S^3||_F / sqrt(N); relu/N: ||relu(S)||_F / N;\n"
-             "iid: sqrt(E||.||_F^2) of the i.i.d. Gaussian model with this layer's sigma_x, sigma_t.\n");
-  fmt::print("{:>5} {:>4} {:>5} {:>9} {:>7} {:>9} {:>8} {:>8} {:>10} {:>10} {:>8} {:>9} {:>9} {:>10} {:>10} "
-             "{:>9}\n",
-             "layer", "head", "N", "|A|_F", "|A|/rtN", "|dA/dS|_F", "/2rtN", "/rtN/2", "|dA/dWq|", "|dA/dWk|",
-             "max|s|", "|S|_F", "iid |S|", "x3/rtN", "iid x3/rtN", "relu/N");
+             "W_K (biases included in the scores). A = softmax(S), S the scaled scores.\n");
+  std::vector<const TableColumn*> shown;
+  for (const auto& key : columns) shown.push_back(&table_column(key));
+  std::vector<std::vector<std::string>> cells;
   Cells cell;
   for (const auto& m : result.heads) {
-    fmt::print("{:>5} {:>4} {:>5} {:>9} {:>7} {:>9} {:>8} {:>8} {:>10} {:>10} {:>8} {:>9} {:>9} {:>10} {:>10} "
-               "{:>9}\n",
-               m.layer, m.head, m.N, cell(m.softmax.value, "{:.4f}"), cell(m.softmax.value / m.sqrt_n, "{:.4f}"),
-               cell(m.softmax.grad, "{:.4f}"), cell(m.softmax.grad / m.grad_paper_bound, "{:.4f}"),
-               cell(m.softmax.grad / m.grad_tight_bound, "{:.4f}"), cell(m.softmax.dWq, "{:.4g}"),
-               cell(m.softmax.dWk, "{:.4g}"), cell(m.score_max_abs, "{:.3f}"), cell(m.scores_fro, "{:.4g}"),
-               cell(m.iid_scores_fro, "{:.4g}"), cell(m.poly3_scaled.value, "{:.4g}"),
-               cell(m.iid_poly3_scaled_fro, "{:.4g}"), cell(m.relu_n.value, "{:.4f}"));
+    std::vector<std::string> line = {fmt::format("{}", m.layer), fmt::format("{}", m.head), fmt::format("{}", m.N)};
+    for (const auto* column : shown) line.push_back(cell(column->value(m), column->format));
+    cells.push_back(std::move(line));
   }
+  std::vector<std::string> headers = {"layer", "head", "N"};
+  for (const auto* column : shown) headers.push_back(column->header);
+  std::vector<std::size_t> widths;
+  for (std::size_t k = 0; k < headers.size(); ++k) {
+    std::size_t width = headers[k].size();
+    for (const auto& line : cells) width = std::max(width, line[k].size());
+    widths.push_back(width);
+  }
+  const auto print_line = [&](const std::vector<std::string>& line) {
+    std::string text;
+    for (std::size_t k = 0; k < line.size(); ++k) text += fmt::format("{}{:>{}}", k ? "  " : "", line[k], widths[k]);
+    fmt::print("{}\n", text);
+  };
+  print_line(headers);
+  for (const auto& line : cells) print_line(line);
+  for (const auto* column : shown) fmt::print("  {}: {}\n", column->header, column->meaning);
+  if (columns == default_columns()) fmt::print("  more columns: --columns all, or a comma list of {}\n", column_keys());
   note_non_finite(cell.non_finite(), "marked inf! or nan!");
 }
 
@@ -237,6 +318,12 @@ std::atomic<bool> stop_requested{false};
 
 int run(const ProbeOptions& o) {
   if (o.json && o.csv) throw UsageError("choose one of --json and --csv");
+  if (!o.columns.empty()) {
+    if (o.json || o.csv || !o.watch.empty()) {
+      throw UsageError("--columns chooses the table's columns; --json, --csv and --watch write every column");
+    }
+    table_columns(o.columns);  // an unknown name is refused before the model is read
+  }
   const probes::ProbeInput input = make_input(o);
   if (!o.watch.empty()) {
     if (!o.model.empty()) throw UsageError("--watch DIR takes the folder instead of MODEL; give one of them");
@@ -287,7 +374,7 @@ int run(const ProbeOptions& o) {
     }
     note_non_finite(non_finite, "left empty");
   } else {
-    print_table(result, input);
+    print_table(result, input, table_columns(o.columns));
   }
   return hold ? kExitHolds : kExitViolated;
 }
@@ -323,6 +410,10 @@ const bool registered = register_subcommand(
           ->delimiter(',')->check(integer_in(0, INT32_MAX));
       command.add_flag("--json", o->json, "a JSON list of objects, one per layer and head, on stdout");
       command.add_flag("--csv", o->csv, "CSV with a header line on stdout");
+      command.add_option("--columns", o->columns,
+                         "table columns, a comma list of " + column_keys() + ", or all (default: the ratios to the "
+                         "bounds, " + fmt::format("{}", fmt::join(default_columns(), ",")) + ")")
+          ->delimiter(',');
       command.add_option("--attention-out", o->attention_out,
                          "write the attention matrices of every layer up to the last measured one (tensor layer.L, "
                          "[heads, N, N], F64) and the input ids to this safetensors file");

@@ -47,6 +47,27 @@ expect 2 "--layers: -1 is out of range" -- "$attncheck" probe "$tiny/tiny-bert" 
 expect 2 "--interval: 'nan'" -- "$attncheck" probe --watch "$tiny" --interval nan
 expect 2 "--until-idle: -1 is out of range" -- "$attncheck" probe --watch "$tiny" --until-idle -1
 expect 0 "layer +head" -- "$attncheck" probe "$tiny/tiny-bert" --text "the cats sat on the mat."
+# The table: the essential ratios by default, every header explained under the table, --columns for the rest.
+"$attncheck" probe "$tiny/tiny-bert" --random --length 6 --layers 0 --heads 2 >"$work/table.txt" || fail "table exited $?"
+header=$(grep "^layer" "$work/table.txt")
+[ "$(wc -w <<<"$header")" -eq 8 ] || fail "default table header is not layer, head, N and 5 ratios: $header"
+for h in "|A|_F/sqrt(N)" "|dA/dS|_F/(sqrt(N)/2)" "|dA/dS|_F/(2sqrt(N))" "|S^3|_F/sqrt(N)" "|relu(S)|_F/N"; do
+  grep -qF -- "$h" <<<"$header" || fail "default table lacks $h: $header"
+  grep -qF -- "  $h: " "$work/table.txt" || fail "no line explains $h"
+done
+grep -qF "bound sqrt(N): at most 1" "$work/table.txt" || fail "no line says what |A|_F/sqrt(N) is against"
+grep -q "x3\|/rtN" <<<"$header" && fail "an abbreviated header is left: $header"
+all=$("$attncheck" probe "$tiny/tiny-bert" --random --length 6 --layers 0 --heads 2 --columns all | grep "^layer")
+[ "$(wc -w <<<"$all")" -eq 18 ] || fail "--columns all header has $(wc -w <<<"$all") words: $all"
+picked=$("$attncheck" probe "$tiny/tiny-bert" --random --length 6 --layers 0 --heads 2 --columns dWq,A | grep -A1 "^layer")
+grep -Eq "^layer +head +N +\|dA/dWq\|_F +\|A\|_F$" <<<"$picked" || fail "--columns dWq,A: $picked"
+# The |A|_F column is the JSON's softmax_fro, printed to 4 decimals.
+value=$(tail -1 <<<"$picked" | awk '{print $5}')
+json_value=$("$attncheck" probe "$tiny/tiny-bert" --random --length 6 --layers 0 --heads 2 --json |
+  /usr/bin/python3 -c 'import json, sys; print("%.4f" % json.load(sys.stdin)["heads"][0]["softmax_fro"])')
+[ "$value" = "$json_value" ] || fail "table |A|_F $value, JSON $json_value"
+expect 2 "--columns: unknown column 'bogus'" -- "$attncheck" probe "$tiny/tiny-bert" --columns A,bogus
+expect 2 "--columns chooses the table" -- "$attncheck" probe "$tiny/tiny-bert" --columns A --json
 expect 0 "Gaussian embeddings" -- "$attncheck" probe "$tiny/tiny-gpt2" --random --length 9
 
 # A truncated file: refused with exit 2, naming the file.
