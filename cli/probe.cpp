@@ -12,9 +12,12 @@
 #include <cmath>
 #include <csignal>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <optional>
+
+#include <unistd.h>
 
 namespace attncheck::cli {
 namespace {
@@ -314,6 +317,21 @@ bool bounds_hold(const probes::ProbeResult& result) {
   return hold;
 }
 
+// Heads measured so far, rewritten in place on a terminal's stderr; nothing when stderr is a file or pipe, so
+// logs and captured output stay clean.
+probes::ProbeProgress terminal_progress(std::string what) {
+  if (!isatty(STDERR_FILENO)) return {};
+  return [what = std::move(what), start = std::chrono::steady_clock::now()](std::int64_t done, std::int64_t total) {
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (done < total) {
+      fmt::print(stderr, "\r\033[K{}: {}/{} heads measured ({:.0f} s)", what, done, total, seconds);
+    } else {
+      fmt::print(stderr, "\r\033[K");
+    }
+    std::fflush(stderr);
+  };
+}
+
 std::atomic<bool> stop_requested{false};
 
 int run(const ProbeOptions& o) {
@@ -339,6 +357,7 @@ int run(const ProbeOptions& o) {
     watch.input = input;
     watch.layers = o.layers;
     watch.heads = o.heads;
+    watch.progress = terminal_progress("attncheck probe --watch: a checkpoint");
     std::signal(SIGINT, [](int) { stop_requested = true; });
     std::signal(SIGTERM, [](int) { stop_requested = true; });
     const auto summary = probes::watch_folder(watch, stop_requested, [](const std::string& line) {
@@ -349,7 +368,8 @@ int run(const ProbeOptions& o) {
     return summary.exit_code();
   }
   if (o.model.empty()) throw UsageError("give MODEL (a folder, a .safetensors or a .gguf file) or --watch DIR");
-  const auto result = probes::probe_model(o.model, input, o.layers, o.heads, !o.attention_out.empty());
+  const auto result = probes::probe_model(o.model, input, o.layers, o.heads, !o.attention_out.empty(),
+                                          terminal_progress("attncheck probe " + o.model));
   if (!o.attention_out.empty()) probes::write_attention(o.attention_out, result);
   const bool hold = bounds_hold(result);
   if (o.json) {

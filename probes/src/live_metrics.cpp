@@ -396,7 +396,7 @@ std::vector<double> csv_values(const HeadMetrics& metrics) {
 }
 
 ProbeResult probe_model(const fs::path& model_path, const ProbeInput& input, const std::vector<int>& layers,
-                        const std::vector<int>& heads, bool keep_layers) {
+                        const std::vector<int>& heads, bool keep_layers, const ProbeProgress& progress) {
   const TransformerModel model = TransformerModel::load(model_path);
   ProbeResult result;
   result.config = model.config();
@@ -475,13 +475,23 @@ ProbeResult probe_model(const fs::path& model_path, const ProbeInput& input, con
       break;
     }
   }
+  const auto selected = [](const std::vector<int>& chosen, int index) {
+    return chosen.empty() || std::find(chosen.begin(), chosen.end(), index) != chosen.end();
+  };
+  std::int64_t heads_total = 0;
+  for (std::size_t l = 0; l < computed.size(); ++l) {
+    if (!selected(layers, static_cast<int>(l))) continue;
+    for (int head = 0; head < model.config().heads; ++head) heads_total += selected(heads, head) ? 1 : 0;
+  }
+  if (progress) progress(0, heads_total);
   for (std::size_t l = 0; l < computed.size(); ++l) {
     const int layer = static_cast<int>(l);
-    if (!layers.empty() && std::find(layers.begin(), layers.end(), layer) == layers.end()) continue;
+    if (!selected(layers, layer)) continue;
     const std::size_t first = result.heads.size();
     for (int head = 0; head < model.config().heads; ++head) {
-      if (!heads.empty() && std::find(heads.begin(), heads.end(), head) == heads.end()) continue;
+      if (!selected(heads, head)) continue;
       result.heads.push_back(measure_head(computed[l], layer, head));
+      if (progress) progress(static_cast<std::int64_t>(result.heads.size()), heads_total);
     }
     const auto measured = std::span(result.heads).subspan(first);
     set_group_key_derivatives(computed[l], measured);

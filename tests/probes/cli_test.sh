@@ -136,6 +136,14 @@ ids = list(struct.unpack("<6q", blob[8 + length + begin:8 + length + end]))
 assert ids == doc["input"]["token_ids"], ids
 PY
 
+# Progress: on a terminal's stderr (script(1) gives the probe a pseudo-terminal) the heads measured so far, the
+# line cleared at the end; with stderr not a terminal, nothing.
+progress=$(script -qec "'$attncheck' probe '$tiny/tiny-bert' --random --length 6 >/dev/null" /dev/null)
+grep -q "0/8 heads measured" <<<"$progress" && grep -q "7/8 heads measured" <<<"$progress" ||
+  fail "no progress on a terminal: $progress"
+quiet=$("$attncheck" probe "$tiny/tiny-bert" --random --length 6 2>&1 >/dev/null)
+[ -z "$quiet" ] || fail "progress written to a stderr that is not a terminal: $quiet"
+
 # CSV with a header and the selected layer and heads only.
 lines=$("$attncheck" probe "$tiny/tiny-bert" --random --length 6 --layers 1 --heads 0,3 --csv | wc -l)
 [ "$lines" -eq 3 ] || fail "--csv printed $lines lines, expected 3"
@@ -147,6 +155,7 @@ cp "$tiny/tiny-bert/model.safetensors" "$work/run/step-100.safetensors"
 cp "$tiny/tiny-bert/model.safetensors" "$work/run/step-200.safetensors"
 "$attncheck" probe --watch "$work/run" --interval 0.1 --until-idle 0.5 --random --length 5 2>"$work/watch.err" ||
   fail "--watch exited $?: $(cat "$work/watch.err")"
+grep -q "heads measured" "$work/watch.err" && fail "--watch wrote progress to a file: $(cat "$work/watch.err")"
 lines=$(wc -l <"$work/run/attncheck-probe.jsonl")
 [ "$lines" -eq 16 ] || fail "--watch wrote $lines lines, expected 16 (2 checkpoints x 2 layers x 4 heads)"
 grep -q '"step":200' "$work/run/attncheck-probe.jsonl" || fail "--watch lines lack the step"
@@ -161,6 +170,11 @@ code=$?
 grep -q "skipped step-300.safetensors: .*step-300.safetensors" "$work/watch2.err" || fail "no reason for the skip: $(cat "$work/watch2.err")"
 lines=$(wc -l <"$work/run/attncheck-probe.jsonl")
 [ "$lines" -eq 24 ] || fail "--watch wrote $lines lines, expected 24 (the good step-400 measured after the bad one)"
+# --watch on a terminal shows the progress of each checkpoint.
+mkdir -p "$work/run-tty"
+cp "$tiny/tiny-bert/config.json" "$tiny/tiny-bert/model.safetensors" "$work/run-tty/"
+progress=$(script -qec "'$attncheck' probe --watch '$work/run-tty' --interval 0.1 --until-idle 0.5 --random --length 5" /dev/null)
+grep -q "a checkpoint: 7/8 heads measured" <<<"$progress" || fail "--watch shows no progress on a terminal: $progress"
 mkdir -p "$work/log-folder"
 expect 2 "log-folder: is a folder" -- "$attncheck" probe --watch "$work/run" --out "$work/log-folder" --until-idle 0
 

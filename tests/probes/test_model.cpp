@@ -314,7 +314,7 @@ TEST_CASE("attncheck probe survives its checkpoint being cut short while it read
   if (child == 0) {
     ::freopen(out.c_str(), "w", stdout);
     ::freopen(err.c_str(), "w", stderr);
-    ::execl(ATTNCHECK_BINARY, ATTNCHECK_BINARY, "probe", dir.path.c_str(), "--random", "--length", "64",
+    ::execl(ATTNCHECK_BINARY, ATTNCHECK_BINARY, "probe", dir.path.c_str(), "--random", "--length", "16",
             static_cast<char*>(nullptr));
     ::_exit(127);
   }
