@@ -5,6 +5,8 @@
 
 #include "attncheck/probes/live_metrics.hpp"
 #include "attncheck/probes/watch.hpp"
+#include "attncheck/monte_carlo/statistics.hpp"
+#include "attncheck/reports/input_file.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -25,6 +27,7 @@ namespace {
 struct ProbeOptions {
   std::string model;
   std::string text;
+  std::string text_file;
   bool text_given = false;  // an empty --text is a mistake, not a request for the default random input
   std::string tokens;
   std::string pixels;
@@ -47,8 +50,8 @@ probes::ProbeInput make_input(const ProbeOptions& o) {
   if (o.text_given && o.text.empty()) {
     throw UsageError("--text is empty: give the text to probe (--random for Gaussian input)");
   }
-  const int chosen = !o.text.empty() + !o.tokens.empty() + !o.pixels.empty() + !o.image.empty() + o.random;
-  if (chosen > 1) throw UsageError("choose one input: --text, --tokens, --pixels, --image or --random");
+  const int chosen = !o.text.empty() + !o.text_file.empty() + !o.tokens.empty() + !o.pixels.empty() + !o.image.empty() + o.random;
+  if (chosen > 1) throw UsageError("choose one input: --text, --text-file, --tokens, --pixels, --image or --random");
   if (o.length_given && (!o.pixels.empty() || !o.image.empty())) {
     throw UsageError("--length counts tokens or random positions; an image's positions are 1 + its patches");
   }
@@ -107,35 +110,34 @@ const std::vector<TableColumn>& all_table_columns() {
   using M = probes::HeadMetrics;
   static const std::vector<TableColumn> columns = {
       {"A", "|A|_F", "{:.4f}", [](const M& m) { return m.softmax.value; }, "||softmax(S)||_F"},
-      {"A/sqrtN", "|A|_F/sqrt(N)", "{:.4f}", [](const M& m) { return m.softmax.value / m.sqrt_n; },
+      {"A_sqrtN", "|A|_F/sqrt(N)", "{:.4f}", [](const M& m) { return m.softmax.value / m.sqrt_n; },
        "against Theorem 4.1's bound sqrt(N): at most 1, 1 for one-hot rows"},
-      {"dA/dS", "|dA/dS|_F", "{:.4f}", [](const M& m) { return m.softmax.grad; }, "||grad softmax(S)||_F"},
-      {"dA/dS/(sqrtN/2)", "|dA/dS|_F/(sqrt(N)/2)", "{:.4f}",
+      {"grad", "|dA/dS|_F", "{:.4f}", [](const M& m) { return m.softmax.grad; }, "||grad softmax(S)||_F"},
+      {"grad_tight", "|dA/dS|_F/(sqrt(N)/2)", "{:.4f}",
        [](const M& m) { return m.softmax.grad / m.grad_tight_bound; },
        "against the tight bound sqrt(N)/2 (the exit code's test): at most 1"},
-      {"dA/dS/(2sqrtN)", "|dA/dS|_F/(2sqrt(N))", "{:.4f}",
+      {"grad_paper", "|dA/dS|_F/(2sqrt(N))", "{:.4f}",
        [](const M& m) { return m.softmax.grad / m.grad_paper_bound; }, "against the papers' bound 2 sqrt(N)"},
       {"dWq", "|dA/dWq|_F", "{:.4g}", [](const M& m) { return m.softmax.dWq; },
        "||dA/dW_Q||_F, the Jacobian in the query weights (no bound to compare with)"},
       {"dWk", "|dA/dWk|_F", "{:.4g}", [](const M& m) { return m.softmax.dWk; },
        "||dA/dW_K||_F, the Jacobian in the key weights (no bound to compare with)"},
-      {"max|S|", "max|S|", "{:.3f}", [](const M& m) { return m.score_max_abs; }, "largest scaled score"},
+      {"max_S", "max|S|", "{:.3f}", [](const M& m) { return m.score_max_abs; }, "largest scaled score"},
       {"S", "|S|_F", "{:.4g}", [](const M& m) { return m.scores_fro; }, "||S||_F of the scaled scores"},
-      {"iid S", "iid |S|_F", "{:.4g}", [](const M& m) { return m.iid_scores_fro; },
+      {"iid_S", "iid |S|_F", "{:.4g}", [](const M& m) { return m.iid_scores_fro; },
        "sqrt(E||S||_F^2) of the i.i.d. Gaussian model with this layer's sigma_x, sigma_t"},
-      {"S^3/sqrtN", "|S^3|_F/sqrt(N)", "{:.4g}", [](const M& m) { return m.poly3_scaled.value; },
+      {"S3_sqrtN", "|S^3|_F/sqrt(N)", "{:.4g}", [](const M& m) { return m.poly3_scaled.value; },
        "what x^3/sqrt(N) attention would give on the same scores; compare with |A|_F"},
-      {"iid S^3/sqrtN", "iid |S^3|_F/sqrt(N)", "{:.4g}", [](const M& m) { return m.iid_poly3_scaled_fro; },
+      {"iid_S3_sqrtN", "iid |S^3|_F/sqrt(N)", "{:.4g}", [](const M& m) { return m.iid_poly3_scaled_fro; },
        "the same for the i.i.d. Gaussian model with this layer's sigma_x, sigma_t"},
-      {"relu/N", "|relu(S)|_F/N", "{:.4f}", [](const M& m) { return m.relu_n.value; },
+      {"relu_N", "|relu(S)|_F/N", "{:.4f}", [](const M& m) { return m.relu_n.value; },
        "what relu(x)/N attention would give on the same scores; compare with |A|_F"},
   };
   return columns;
 }
 
 const std::vector<std::string>& default_columns() {
-  static const std::vector<std::string> keys = {"A/sqrtN", "dA/dS/(sqrtN/2)", "dA/dS/(2sqrtN)", "S^3/sqrtN",
-                                                "relu/N"};
+  static const std::vector<std::string> keys = {"A_sqrtN", "grad_tight", "grad_paper", "S3_sqrtN", "relu_N"};
   return keys;
 }
 
@@ -170,6 +172,23 @@ void note_non_finite(int count, const char* how) {
              "attncheck probe: note: {} values are not finite ({}): an activation of scores this large overflows "
              "double precision; the softmax norms and bounds are unaffected\n",
              count, how);
+}
+
+// Right-aligned columns as wide as their widest cell or header.
+void print_columns(const std::vector<std::string>& headers, const std::vector<std::vector<std::string>>& cells) {
+  std::vector<std::size_t> widths;
+  for (std::size_t k = 0; k < headers.size(); ++k) {
+    std::size_t width = headers[k].size();
+    for (const auto& line : cells) width = std::max(width, line[k].size());
+    widths.push_back(width);
+  }
+  const auto print_line = [&](const std::vector<std::string>& line) {
+    std::string text;
+    for (std::size_t k = 0; k < line.size(); ++k) text += fmt::format("{}{:>{}}", k ? "  " : "", line[k], widths[k]);
+    fmt::print("{}\n", text);
+  };
+  print_line(headers);
+  for (const auto& line : cells) print_line(line);
 }
 
 void print_table(const probes::ProbeResult& result, const probes::ProbeInput& input,
@@ -219,19 +238,7 @@ void print_table(const probes::ProbeResult& result, const probes::ProbeInput& in
   }
   std::vector<std::string> headers = {"layer", "head", "N"};
   for (const auto* column : shown) headers.push_back(column->header);
-  std::vector<std::size_t> widths;
-  for (std::size_t k = 0; k < headers.size(); ++k) {
-    std::size_t width = headers[k].size();
-    for (const auto& line : cells) width = std::max(width, line[k].size());
-    widths.push_back(width);
-  }
-  const auto print_line = [&](const std::vector<std::string>& line) {
-    std::string text;
-    for (std::size_t k = 0; k < line.size(); ++k) text += fmt::format("{}{:>{}}", k ? "  " : "", line[k], widths[k]);
-    fmt::print("{}\n", text);
-  };
-  print_line(headers);
-  for (const auto& line : cells) print_line(line);
+  print_columns(headers, cells);
   for (const auto* column : shown) fmt::print("  {}: {}\n", column->header, column->meaning);
   if (columns == default_columns()) fmt::print("  more columns: --columns all, or a comma list of {}\n", column_keys());
   note_non_finite(cell.non_finite(), "marked inf! or nan!");
@@ -317,6 +324,143 @@ bool bounds_hold(const probes::ProbeResult& result) {
   return hold;
 }
 
+// The sentences of a --text-file, one per line (a final newline ends the last one); an empty line is an
+// error naming it, as an empty --text is.
+std::vector<std::string> read_sentences(const std::string& path) {
+  const std::string text = reports::read_text_file(path);
+  std::vector<std::string> sentences;
+  std::size_t begin = 0;
+  while (begin < text.size()) {
+    std::size_t end = text.find('\n', begin);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(begin, end - begin);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) {
+      throw UsageError(fmt::format("--text-file {}: line {} is empty (one sentence per line)", path,
+                                   sentences.size() + 1));
+    }
+    sentences.push_back(std::move(line));
+    begin = end + 1;
+  }
+  if (sentences.size() < 2) {
+    throw UsageError(fmt::format("--text-file {}: {} sentence(s); a standard error over sentences needs at least 2",
+                                 path, sentences.size()));
+  }
+  return sentences;
+}
+
+// Per layer and head, the mean and standard error over the sentences of every measured value.
+struct SentenceStatistics {
+  std::vector<std::string> keys;                                 // csv_columns()
+  std::vector<std::vector<monte_carlo::Accumulator>> per_head;  // [head row][key]
+};
+
+int run_text_file(const ProbeOptions& o, probes::ProbeProgress progress) {
+  const auto sentences = read_sentences(o.text_file);
+  SentenceStatistics stats{probes::csv_columns(), {}};
+  std::vector<probes::ProbeResult> results;
+  bool hold = true;
+  nlohmann::json above = nlohmann::json::array();
+  nlohmann::json sentence_list = nlohmann::json::array();
+  for (std::size_t k = 0; k < sentences.size(); ++k) {
+    probes::ProbeInput input;
+    input.kind = probes::ProbeInput::Kind::text;
+    input.text = sentences[k];
+    if (o.length_given) input.max_tokens = o.length;
+    // One forward pass per sentence: no padding, so no mask can leak between sentences of different lengths.
+    probes::ProbeResult result = probes::probe_model(o.model, input, o.layers, o.heads, false,
+                                                     progress ? [&, k](std::int64_t done, std::int64_t total) {
+                                                       progress(static_cast<std::int64_t>(k) * total + done,
+                                                                static_cast<std::int64_t>(sentences.size()) * total);
+                                                     } : probes::ProbeProgress{});
+    if (stats.per_head.empty()) stats.per_head.assign(result.heads.size(), std::vector<monte_carlo::Accumulator>(stats.keys.size()));
+    for (std::size_t h = 0; h < result.heads.size(); ++h) {
+      const auto values = probes::csv_values(result.heads[h]);
+      for (std::size_t v = 0; v < values.size(); ++v) stats.per_head[h][v].add(values[v]);
+      if (!probes::within_theorem_bounds(result.heads[h])) {
+        hold = false;
+        fmt::print(stderr, "sentence {} layer {} head {}: a softmax bound is exceeded\n", k + 1,
+                   result.heads[h].layer, result.heads[h].head);
+        above.push_back({{"sentence", k + 1}, {"layer", result.heads[h].layer}, {"head", result.heads[h].head}});
+      }
+    }
+    sentence_list.push_back({{"text", sentences[k]},
+                             {"token_ids", result.ids},
+                             {"tokens", result.token_strings.empty() ? nlohmann::json(nullptr)
+                                                                      : nlohmann::json(result.token_strings)}});
+    results.push_back(std::move(result));
+  }
+  const auto& first = results.front();
+  const auto index_of = [&](const std::string& key) {
+    return static_cast<std::size_t>(std::find(stats.keys.begin(), stats.keys.end(), key) - stats.keys.begin());
+  };
+  if (o.json) {
+    ProbeOptions described = o;
+    probes::ProbeInput input;
+    input.kind = probes::ProbeInput::Kind::text;
+    nlohmann::json document = probe_document(described, input, first, hold);
+    document["input"] = {{"kind", "text_file"}, {"file", o.text_file}, {"sentences", std::move(sentence_list)}};
+    document["verdict"]["heads_above_a_bound"] = std::move(above);
+    document["verdict"]["statement"] = "every measured head, on every sentence, within Theorem 4.1's deterministic "
+                                       "bounds: ||A||_F <= sqrt(N) and ||grad softmax(S)||_F <= sqrt(N)/2";
+    nlohmann::json heads = nlohmann::json::array();
+    for (std::size_t h = 0; h < stats.per_head.size(); ++h) {
+      // The keys as for one input, each the mean over the sentences; layer, head and the shapes are exact.
+      nlohmann::json row = probes::to_json(first.heads[h]);
+      nlohmann::json errors = nlohmann::json::object();
+      for (std::size_t v = 0; v < stats.keys.size(); ++v) {
+        const std::string& key = stats.keys[v];
+        if (!row.contains(key) || !row[key].is_number() || key == "layer" || key == "head" || key == "kv_head" ||
+            key == "D" || key == "d") {
+          continue;
+        }
+        const double mean = stats.per_head[h][v].mean(), se = stats.per_head[h][v].standard_error();
+        row[key] = std::isfinite(mean) ? nlohmann::json(mean) : nlohmann::json(nullptr);
+        errors[key] = std::isfinite(se) ? nlohmann::json(se) : nlohmann::json(nullptr);
+      }
+      row["sentences"] = sentences.size();
+      row["standard_error"] = std::move(errors);
+      heads.push_back(std::move(row));
+    }
+    document["heads"] = std::move(heads);
+    std::cout << document.dump(1) << "\n";
+    return hold ? kExitHolds : kExitViolated;
+  }
+  const auto& c = first.config;
+  fmt::print("{} model: {} layers, {} heads of dimension {}, D = {}; trained attention: {}\n",
+             probes::architecture_name(c.architecture), c.layers, c.heads, c.head_dim(), c.hidden,
+             c.attention_activation);
+  std::int64_t fewest = INT64_MAX, most = 0;
+  for (const auto& r : results) {
+    fewest = std::min<std::int64_t>(fewest, static_cast<std::int64_t>(r.ids.size()));
+    most = std::max<std::int64_t>(most, static_cast<std::int64_t>(r.ids.size()));
+  }
+  fmt::print("input: {} sentences from {}, {} to {} tokens each, one forward pass per sentence\n", sentences.size(),
+             o.text_file, fewest, most);
+  fmt::print("Each cell: mean over the sentences +- its standard error (sample standard deviation / sqrt({})).\n",
+             sentences.size());
+  const auto columns = table_columns(o.columns);
+  std::vector<std::string> headers = {"layer", "head", "mean N"};
+  for (const auto& key : columns) headers.push_back(table_column(key).header);
+  std::vector<std::vector<std::string>> cells;
+  Cells cell;
+  for (std::size_t h = 0; h < stats.per_head.size(); ++h) {
+    std::vector<std::string> line = {fmt::format("{}", first.heads[h].layer), fmt::format("{}", first.heads[h].head),
+                                     fmt::format("{:.1f}", stats.per_head[h][index_of("N")].mean())};
+    for (const auto& key : columns) {
+      const auto& column = table_column(key);
+      monte_carlo::Accumulator values;
+      for (const auto& r : results) values.add(column.value(r.heads[h]));
+      line.push_back(cell(values.mean(), column.format) + " +- " + cell(values.standard_error(), column.format));
+    }
+    cells.push_back(std::move(line));
+  }
+  print_columns(headers, cells);
+  for (const auto& key : columns) fmt::print("  {}: {}\n", table_column(key).header, table_column(key).meaning);
+  note_non_finite(cell.non_finite(), "marked inf! or nan!");
+  return hold ? kExitHolds : kExitViolated;
+}
+
 // Heads measured so far, rewritten in place on a terminal's stderr; nothing when stderr is a file or pipe, so
 // logs and captured output stay clean.
 probes::ProbeProgress terminal_progress(std::string what) {
@@ -345,6 +489,7 @@ int run(const ProbeOptions& o) {
   const probes::ProbeInput input = make_input(o);
   if (!o.watch.empty()) {
     if (!o.model.empty()) throw UsageError("--watch DIR takes the folder instead of MODEL; give one of them");
+    if (!o.text_file.empty()) throw UsageError("--watch takes one input: --text, --tokens, --image, --pixels or --random");
     if (o.json || o.csv || !o.attention_out.empty()) {
       throw UsageError("--json, --csv and --attention-out describe one MODEL; --watch writes JSON lines to --out");
     }
@@ -366,6 +511,14 @@ int run(const ProbeOptions& o) {
     fmt::print(stderr, "watched {}: {} checkpoints measured ({} above a bound), {} refused; lines in {}\n", o.watch,
                summary.measured, summary.exceeded, summary.refused, watch.output.string());
     return summary.exit_code();
+  }
+  if (!o.text_file.empty()) {
+    if (o.model.empty()) throw UsageError("--text-file needs MODEL");
+    if (o.csv || !o.attention_out.empty()) {
+      throw UsageError("--text-file prints the table or --json of means over its sentences; --csv and "
+                       "--attention-out take one input");
+    }
+    return run_text_file(o, terminal_progress("attncheck probe " + o.model));
   }
   if (o.model.empty()) throw UsageError("give MODEL (a folder, a .safetensors or a .gguf file) or --watch DIR");
   const auto result = probes::probe_model(o.model, input, o.layers, o.heads, !o.attention_out.empty(),
@@ -408,6 +561,10 @@ const bool registered = register_subcommand(
           ->type_name("");
       auto* text_option = command.add_option("--text", o->text, "input text: a GGUF file's own byte-level BPE, or beside the checkpoint vocab.txt (WordPiece), "
                          "vocab.json + merges.txt (byte-level BPE) or tokenizer.json");
+      command.add_option("--text-file", o->text_file,
+                         "one sentence per line, each probed with the model's tokenizer (one forward pass each); the "
+                         "table and --json give per layer and head the mean over the sentences and its standard error")
+          ->type_name("FILE");
       command.add_option("--tokens", o->tokens, "file of whitespace-separated token ids")->type_name("FILE");
       command.add_option("--pixels", o->pixels,
                          "ViT, DINOv2: the model's pixel_values for one image, a channels x height x width float32 or "

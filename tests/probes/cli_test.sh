@@ -136,6 +136,52 @@ ids = list(struct.unpack("<6q", blob[8 + length + begin:8 + length + end]))
 assert ids == doc["input"]["token_ids"], ids
 PY
 
+# --text-file: every line probed on its own; per layer and head the mean over the sentences and its standard
+# error, in the JSON and the table, equal to the means and standard errors of the single-sentence outputs.
+printf 'the cats sat\nthe cat sat on the mat.\nthe mat\n' >"$work/sentences.txt"
+"$attncheck" probe "$tiny/tiny-bert" --text-file "$work/sentences.txt" --json >"$work/sentences.json" ||
+  fail "--text-file --json exited $?"
+"$attncheck" probe "$tiny/tiny-bert" --text-file "$work/sentences.txt" --columns A_sqrtN >"$work/sentences.txt.table" ||
+  fail "--text-file table exited $?"
+k=0
+while IFS= read -r sentence; do
+  k=$((k + 1))
+  "$attncheck" probe "$tiny/tiny-bert" --text "$sentence" --json >"$work/sentence-$k.json" || fail "--text '$sentence' exited $?"
+done <"$work/sentences.txt"
+/usr/bin/python3 - "$schema" "$work" <<'PY' || fail "--text-file means and standard errors"
+import json, math, os, sys
+import jsonschema
+import numpy as np
+schema_path, work = sys.argv[1:]
+doc = json.load(open(os.path.join(work, "sentences.json")))
+jsonschema.validate(doc, json.load(open(schema_path)), cls=jsonschema.Draft202012Validator)
+singles = [json.load(open(os.path.join(work, f"sentence-{k}.json"))) for k in (1, 2, 3)]
+assert doc["input"]["kind"] == "text_file" and len(doc["input"]["sentences"]) == 3, doc["input"]
+assert [s["token_ids"] for s in doc["input"]["sentences"]] == [s["input"]["token_ids"] for s in singles]
+assert len(doc["heads"]) == 8
+table = {}
+for line in open(os.path.join(work, "sentences.txt.table")):
+    parts = line.split()
+    if len(parts) == 6 and parts[0].isdigit():
+        table[(int(parts[0]), int(parts[1]))] = (float(parts[3]), float(parts[5]))
+for k, row in enumerate(doc["heads"]):
+    assert row["sentences"] == 3
+    for key in ("N", "softmax_fro", "softmax_over_sqrt_N", "grad_over_half_sqrt_N", "dWq_fro", "poly3_scaled_fro"):
+        values = np.array([s["heads"][k][key] for s in singles], dtype=float)
+        mean, se = values.mean(), values.std(ddof=1) / math.sqrt(3)
+        assert abs(row[key] - mean) <= 1e-12 * abs(mean), (key, row[key], mean)
+        assert abs(row["standard_error"][key] - se) <= 1e-9 * abs(se) + 1e-15, (key, row["standard_error"][key], se)
+    mean, se = table[(row["layer"], row["head"])]
+    assert abs(mean - row["softmax_over_sqrt_N"]) <= 5e-5 and abs(se - row["standard_error"]["softmax_over_sqrt_N"]) <= 5e-5
+assert len(table) == 8, table
+PY
+printf 'the cats sat\n\nthe mat\n' >"$work/blank-line.txt"
+expect 2 "blank-line.txt: line 2 is empty" -- "$attncheck" probe "$tiny/tiny-bert" --text-file "$work/blank-line.txt"
+printf 'the cats sat\n' >"$work/one-line.txt"
+expect 2 "1 sentence\\(s\\); a standard error over sentences needs at least 2" -- "$attncheck" probe "$tiny/tiny-bert" --text-file "$work/one-line.txt"
+expect 2 "--csv and --attention-out take one input" -- "$attncheck" probe "$tiny/tiny-bert" --text-file "$work/sentences.txt" --csv
+expect 2 "choose one input" -- "$attncheck" probe "$tiny/tiny-bert" --text-file "$work/sentences.txt" --random
+
 # Progress: on a terminal's stderr (script(1) gives the probe a pseudo-terminal) the heads measured so far, the
 # line cleared at the end; with stderr not a terminal, nothing.
 progress=$(script -qec "'$attncheck' probe '$tiny/tiny-bert' --random --length 6 >/dev/null" /dev/null)
