@@ -191,6 +191,25 @@ void print_columns(const std::vector<std::string>& headers, const std::vector<st
   for (const auto& line : cells) print_line(line);
 }
 
+// A vocabulary string as printed: control characters (C0, DEL and UTF-8's C1) as \xNN, so that a vocabulary
+// file cannot send escape sequences to the terminal.
+std::string terminal_safe(const std::string& text) {
+  std::string out;
+  for (std::size_t k = 0; k < text.size(); ++k) {
+    const auto byte = static_cast<unsigned char>(text[k]);
+    const bool c1 = byte == 0xC2 && k + 1 < text.size() && static_cast<unsigned char>(text[k + 1]) >= 0x80 &&
+                    static_cast<unsigned char>(text[k + 1]) <= 0x9F;
+    if (byte < 0x20 || byte == 0x7F) {
+      out += fmt::format("\\x{:02x}", byte);
+    } else if (c1) {
+      out += fmt::format("\\x{:02x}", static_cast<unsigned char>(text[++k]));
+    } else {
+      out += text[k];
+    }
+  }
+  return out;
+}
+
 void print_table(const probes::ProbeResult& result, const probes::ProbeInput& input,
                  const std::vector<std::string>& columns) {
   const auto& c = result.config;
@@ -224,6 +243,11 @@ void print_table(const probes::ProbeResult& result, const probes::ProbeInput& in
     if (!result.preprocessing.empty()) fmt::print("image preprocessing: {}\n", result.preprocessing);
   } else {
     fmt::print("input: {} tokens: {}\n", result.ids.size(), fmt::join(result.ids, " "));
+    if (!result.token_strings.empty()) {
+      std::vector<std::string> shown;
+      for (const auto& token : result.token_strings) shown.push_back(terminal_safe(token));
+      fmt::print("tokens: {}\n", fmt::join(shown, " "));
+    }
   }
   fmt::print("Norms are Frobenius norms of one head's map for this input; derivatives are in the weights W_Q, "
              "W_K (biases included in the scores). A = softmax(S), S the scaled scores.\n");
@@ -395,10 +419,9 @@ int run_text_file(const ProbeOptions& o, probes::ProbeProgress progress) {
     return static_cast<std::size_t>(std::find(stats.keys.begin(), stats.keys.end(), key) - stats.keys.begin());
   };
   if (o.json) {
-    ProbeOptions described = o;
     probes::ProbeInput input;
     input.kind = probes::ProbeInput::Kind::text;
-    nlohmann::json document = probe_document(described, input, first, hold);
+    nlohmann::json document = probe_document(o, input, first, hold);
     document["input"] = {{"kind", "text_file"}, {"file", o.text_file}, {"sentences", std::move(sentence_list)}};
     document["verdict"]["heads_above_a_bound"] = std::move(above);
     document["verdict"]["statement"] = "every measured head, on every sentence, within Theorem 4.1's deterministic "

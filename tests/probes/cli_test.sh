@@ -182,6 +182,20 @@ expect 2 "1 sentence\\(s\\); a standard error over sentences needs at least 2" -
 expect 2 "--csv and --attention-out take one input" -- "$attncheck" probe "$tiny/tiny-bert" --text-file "$work/sentences.txt" --csv
 expect 2 "choose one input" -- "$attncheck" probe "$tiny/tiny-bert" --text-file "$work/sentences.txt" --random
 
+# The table names the tokens; a vocabulary string with control characters is printed escaped, never raw.
+mkdir -p "$work/escape-vocab"
+cp "$tiny/tiny-bert/config.json" "$tiny/tiny-bert/model.safetensors" "$work/escape-vocab/"
+/usr/bin/python3 - "$tiny/tiny-bert/vocab.txt" "$work/escape-vocab/vocab.txt" <<'PY'
+import sys
+lines = open(sys.argv[1]).read().split("\n")
+lines[7] = "\x1b[2Jon\u009b"
+open(sys.argv[2], "w").write("\n".join(lines))
+PY
+printf '2 7 3\n' >"$work/escape-ids.txt"
+"$attncheck" probe "$work/escape-vocab" --tokens "$work/escape-ids.txt" >"$work/escape.txt" || fail "escape-vocab probe exited $?"
+grep -qF 'tokens: [CLS] \x1b[2Jon\x9b [SEP]' "$work/escape.txt" || fail "token strings not escaped: $(grep tokens: "$work/escape.txt" | od -c | head)"
+grep -q $'\x1b' "$work/escape.txt" && fail "a raw escape character reached the table"
+
 # Progress: on a terminal's stderr (script(1) gives the probe a pseudo-terminal) the heads measured so far, the
 # line cleared at the end; with stderr not a terminal, nothing.
 progress=$(script -qec "'$attncheck' probe '$tiny/tiny-bert' --random --length 6 >/dev/null" /dev/null)
