@@ -599,7 +599,8 @@ const bool registered = register_subcommand(
                        "Gaussian embeddings (the default input), sigma = RMS of the model's token embeddings (ViT, DINOv2: of its "
                        "position embeddings)");
       command.add_option("--length", o->length,
-                         "number of positions for --random; with --text or --tokens, keep the first LENGTH tokens")
+                         "number of positions for --random (at most the model's; the default is shortened to them); with --text, "
+                         "--text-file or --tokens, keep the first LENGTH tokens")
           ->capture_default_str()
           ->check(integer_in(1, INT64_MAX))
           ->each([o](const std::string&) { o->length_given = true; });
@@ -608,7 +609,8 @@ const bool registered = register_subcommand(
           ->delimiter(',')->check(integer_in(0, INT32_MAX));
       command.add_option("--heads", o->heads, "0-based heads to measure (default all)")
           ->delimiter(',')->check(integer_in(0, INT32_MAX));
-      command.add_flag("--json", o->json, "a JSON list of objects, one per layer and head, on stdout");
+      command.add_flag("--json", o->json, "one JSON object on stdout: model (with config.json's SHA-256), input, tool version, verdict and the "
+                       "per-head rows under heads (docs/probe-output.schema.json)");
       command.add_flag("--csv", o->csv, "CSV with a header line on stdout");
       command.add_option("--columns", o->columns,
                          "table columns, a comma list of " + column_keys() + ", or all (default: the ratios to the "
