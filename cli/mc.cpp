@@ -1,4 +1,4 @@
-// attncheck mc: Monte Carlo sweeps of the expectation claims C3-C8, exact references, log-log fits, verdicts.
+// attncheck mc: Monte Carlo sweeps of the expectation claims C3-C9, exact references, log-log fits, verdicts.
 
 #include "backend_select.hpp"
 #include "number_options.hpp"
@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -29,7 +30,7 @@ using nlohmann::json;
 struct Options {
   std::optional<std::string> claim, phi, inner_scale, outer_scale, estimand, out;
   std::string N = "16:1024:x2", D = "64", d = "64", p = "1,2,3";
-  std::optional<std::string> alpha;
+  std::optional<std::string> alpha, mix, dv;
   std::string samples = "auto", backend = "auto";
   std::optional<double> claimed_exponent;
   double rel_se = 0.01, max_seconds = 600, sigma_x = 1, sigma_t = 1, tolerance = 0.05;
@@ -109,6 +110,14 @@ std::string text_or(const json& v, const std::string& fallback = "-") {
 
 bool is_row_sum(const json& r) { return r["estimand"] == "row-sum" || r["estimand"] == "row-mean"; }
 
+// The reading column: C3/C4's reading of ^p, or C9's mix alpha.
+std::string reading_cell(const json& r) {
+  if (r.contains("mix") && r["mix"].is_number()) {
+    return fmt::format("mix alpha={:g} dv={}", r["mix"].get<double>(), r.value("dv", json(0)).dump());
+  }
+  return text_or(r["reading"]);
+}
+
 void print_human(const std::vector<json>& records, const json& series, const json& provenance,
                  const std::vector<std::string>& claims) {
   Flags flags;
@@ -125,6 +134,11 @@ void print_human(const std::vector<json>& records, const json& series, const jso
                "deviation); run seed {}; backend {}, {} threads.\n",
                r0["sigma_x"].get<double>(), r0["sigma_t"].get<double>(), provenance["run_seed"].get<std::uint64_t>(),
                provenance["backend"].get<std::string>(), provenance["threads"].get<int>());
+    if (std::find(claims.begin(), claims.end(), "C9") != claims.end()) {
+      fmt::print("C9: W_V (D x dv) entries N(0, {:g}^2) as well; value = ||O||_F, dV = ||dO/dV||_F, dS = ||dO/dS||_F, "
+                 "dQ = ||dO/dW_Q||_F.\n",
+                 r0["sigma_t"].get<double>());
+    }
   }
   fmt::print(
       "\nEstimates per sweep point: the estimand's expectation (E||F||_F for norms, dimensionless; E[row sum] or "
@@ -139,7 +153,7 @@ void print_human(const std::vector<json>& records, const json& series, const jso
     const bool row = is_row_sum(r);
     const bool reliable = r.value(row ? "se_mean_reliable" : "se_sq_reliable", r.value("se_reliable", false));
     fmt::print("{:<6} {:<11} {:<8} {:>2} {:<9} {:<12} {:>6} {:>4} {:>4} {:>7}  {:<22} {:<21}  {:<24} {:<13} {:>7} {:>7}  {}\n",
-               r["claim"].get<std::string>(), text_or(r["reading"]), r["phi"].get<std::string>(), r["p"].get<int>(),
+               r["claim"].get<std::string>(), reading_cell(r), r["phi"].get<std::string>(), r["p"].get<int>(),
                r["estimand"].get<std::string>(), text_or(r.value("scores", json("projected"))), r["N"].get<long long>(),
                r["D"].get<long long>(), r["d"].get<long long>(), r["samples"].get<long long>(),
                with_se(r["mean"], r["se"], flags) + (r.value("se_mean_reliable", true) ? "" : " !"),
@@ -171,7 +185,7 @@ void print_human(const std::vector<json>& records, const json& series, const jso
   for (const json& s : series) {
     const bool equality = s.value("claim_form", "exponent") == "equality";
     fmt::print("{:<6} {:<11} {:<8} {:>2} {:<9} {:<12} {:<10} {:>4} {:>4} {:>7}  {:<12} {:<14} {}\n",
-               s["claim"].get<std::string>(), text_or(s["reading"]), s["phi"].get<std::string>(), s["p"].get<int>(),
+               s["claim"].get<std::string>(), reading_cell(s), s["phi"].get<std::string>(), s["p"].get<int>(),
                s["estimand"].get<std::string>(), text_or(s.value("scores", json("projected"))),
                s["scale"].get<std::string>(), s["D"].get<long long>(),
                s["fit_variable"] == "d" ? std::string("swept") : std::to_string(s["d"].get<long long>()),
@@ -188,6 +202,11 @@ void print_human(const std::vector<json>& records, const json& series, const jso
                  exact["max_abs_z"].get<double>(), exact["judged_points"].get<int>(),
                  unjudged ? fmt::format(" ({} not judged: heavy tails)", unjudged) : std::string(),
                  exact["confirmed"].get<bool>() ? "" : " - DISAGREES: a failure of the tool, not of the claim");
+    }
+    if (exact.is_object() && exact.value("bound_checked_points", 0) > 0) {
+      fmt::print("    deterministic bound (fact 11): largest sample / bound = {} over {} points{}\n",
+                 num(exact["max_sample_over_bound"], "{:.4f}"), exact["bound_checked_points"].get<int>(),
+                 exact["bound_exceeded_at"].empty() ? "" : " - A SAMPLE EXCEEDS IT: a failure of the tool, not of the claim");
     }
     const json& diagnostic = s["diagnostic"];
     std::string jensen;
@@ -216,6 +235,8 @@ int run(const Options& o) {
   request.d = o.d;
   request.p = o.p;
   request.alpha = o.alpha;
+  request.mix = o.mix;
+  request.dv = o.dv;
   request.samples = o.samples;
   request.claimed_exponent = o.claimed_exponent;
   request.rel_se = o.rel_se;
@@ -257,8 +278,10 @@ int run(const Options& o) {
   }
   for (const json& s : outcome.series) {
     if (s["verdict"] == "inconclusive" && s.value("counts_for_exit", false)) {
-      fmt::print(stderr, "attncheck mc: inconclusive (not a failure): {} {} p={} {}{}: {}\n", s["claim"].get<std::string>(),
-                 s["phi"].get<std::string>(), s["p"].get<int>(), s["estimand"].get<std::string>(),
+      fmt::print(stderr, "attncheck mc: inconclusive (not a failure): {} {} p={}{} {}{}: {}\n", s["claim"].get<std::string>(),
+                 s["phi"].get<std::string>(), s["p"].get<int>(),
+                 s.contains("mix") && s["mix"].is_number() ? " " + reading_cell(s) : std::string(),
+                 s["estimand"].get<std::string>(),
                  s.value("scores", "projected") == "projected" ? "" : " " + s["scores"].get<std::string>(),
                  text_or(s["verdict_reason"]));
     }
@@ -281,7 +304,9 @@ std::function<int()> setup(CLI::App& app) {
                  "O(sqrt N)), C7 (relu paper: row sums of N^-alpha h(q.k/sqrt d) are O(1) at alpha = 1 and grow like "
                  "N^(1-alpha) below, with and without qk-layernorm; the Frobenius norm as a secondary series), C8 "
                  "(Var(q.k) = d_k over --d: i.i.d. entries, the literal zero-covariance hypothesis, the projected "
-                 "model). C9 is handled separately")
+                 "model), C9 (cross-normalization: O = softmax(S) (alpha softmax_col(V) + (1 - alpha) V), ||O||_F, "
+                 "||dO/dV||_F, ||dO/dS||_F, ||dO/dW_Q||_F are O(sqrt N); at mix alpha = 1 a deterministic bound, "
+                 "checked on every sample)")
       ->check(CLI::IsMember({"C3", "C4", "C5", "C6", "C7", "C8", "C9"}));
   app.add_option("--N", o->N, "Sequence lengths: list (16,64,256) or start:stop:xfactor (16:4096:x2)")->capture_default_str();
   app.add_option("--D", o->D, "Model dimensions (list or grid)")->capture_default_str();
@@ -291,12 +316,16 @@ std::function<int()> setup(CLI::App& app) {
                  "Activation without --claim (C7: the h): poly (elementwise x^p), matpow (matrix power, value only), "
                  "softmax (row-wise), relu, relu2, gelu, softplus, identity, relu6, sigmoid");
   app.add_option("--alpha", o->alpha, "C7's exponent in N^-alpha (list; default 0,0.5,1: the claim at 1, the growth without it)");
+  app.add_option("--mix", o->mix,
+                 "C9's mix alpha of P = alpha softmax_col(V) + (1 - alpha) V (list of values in [0, 1]; default 1, the "
+                 "RFP's softmax(S) softmax^T(V)); one series each");
+  app.add_option("--dv", o->dv, "C9's value columns d_v of W_V (list or grid; default d)");
   app.add_option("--inner-scale", o->inner_scale, "lambda in F = c(N) phi(lambda T): 1/sqrt(d) (default) or a number");
   app.add_option("--outer-scale", o->outer_scale, "c(N): none (default), 1/sqrt(N), 1/k:K (e.g. 1/k:8), N^-a (e.g. N^-1)");
   app.add_option("--estimand", o->estimand,
                  "Comma list of value (||F||_F), dQ, dK (||dF/dQ||_F, ||dF/dK||_F, full Jacobians), dS (||dF/dS||_F), "
                  "score-var (Var(s_ij), i != j), row-sum (mean over rows of sum_j F_ij), row-mean (row-sum / N); "
-                 "default value");
+                 "default value. C9 fixes value, dV (||dO/dV||_F), dS and dQ");
   app.add_option("--claimed-exponent", o->claimed_exponent, "Without --claim: the claimed exponent a of E||F|| = O(N^a)")
       ->check(real_in(mc::kClaimedExponentRange));
   app.add_option("--samples", o->samples, "Samples per point: an integer, or auto (until --rel-se, --max-samples or --max-seconds)")
@@ -346,7 +375,7 @@ std::function<int()> setup(CLI::App& app) {
 }
 
 const bool registered = register_subcommand(
-    "mc", "Monte Carlo scaling of the expectation claims C3-C8: estimates, exact references, slopes and verdicts", setup);
+    "mc", "Monte Carlo scaling of the expectation claims C3-C9: estimates, exact references, slopes and verdicts", setup);
 
 }  // namespace
 }  // namespace attncheck::cli

@@ -38,6 +38,7 @@ struct ProbeOptions {
   std::uint64_t seed = 0;
   std::vector<int> layers, heads;
   bool json = false, csv = false;
+  bool cross_norm = false;
   std::string attention_out;
   std::string watch;
   double interval = 5;
@@ -211,7 +212,7 @@ std::string terminal_safe(const std::string& text) {
 }
 
 void print_table(const probes::ProbeResult& result, const probes::ProbeInput& input,
-                 const std::vector<std::string>& columns) {
+                 const std::vector<std::string>& columns, bool cross_norm) {
   const auto& c = result.config;
   const bool vision = probes::is_vision(c.architecture);
   fmt::print("{} model: {} layers, {} heads of dimension {}, D = {}; trained attention: {}; {} attention\n",
@@ -258,12 +259,37 @@ void print_table(const probes::ProbeResult& result, const probes::ProbeInput& in
   for (const auto& m : result.heads) {
     std::vector<std::string> line = {fmt::format("{}", m.layer), fmt::format("{}", m.head), fmt::format("{}", m.N)};
     for (const auto* column : shown) line.push_back(cell(column->value(m), column->format));
+    if (cross_norm) {
+      line.push_back(fmt::format("{}", m.d_v));
+      for (const auto& what_if : m.cross_norm) {
+        line.push_back(cell(what_if.output_fro, "{:.4g}"));
+        if (what_if.mix == 1.0) line.push_back(cell(what_if.output_fro / m.cross_norm_output_bound, "{:.4f}"));
+        line.push_back(cell(what_if.grad_values_fro, "{:.4g}"));
+        if (what_if.mix == 1.0) {
+          line.push_back(cell(what_if.grad_values_fro / m.cross_norm_grad_values_bound, "{:.4f}"));
+        }
+      }
+    }
     cells.push_back(std::move(line));
   }
   std::vector<std::string> headers = {"layer", "head", "N"};
   for (const auto* column : shown) headers.push_back(column->header);
+  if (cross_norm && !result.heads.empty()) {
+    headers.push_back("d_v");
+    for (const auto& what_if : result.heads.front().cross_norm) {
+      headers.push_back(fmt::format("|O|_F a={:g}", what_if.mix));
+      if (what_if.mix == 1.0) headers.push_back("|O|_F/sqrt(N d_v)");
+      headers.push_back(fmt::format("|dO/dV|_F a={:g}", what_if.mix));
+      if (what_if.mix == 1.0) headers.push_back("|dO/dV|_F/sqrt(N d_v/8)");
+    }
+  }
   print_columns(headers, cells);
   for (const auto* column : shown) fmt::print("  {}: {}\n", column->header, column->meaning);
+  if (cross_norm) {
+    fmt::print("  cross-normalization what-if (C9): O = A P with A = softmax(S) and P = a softmax_col(V) + (1 - a) V, "
+               "V = X W_V + b_V the head's values (d_v columns), at mix a (0: standard attention); "
+               "|O|_F/sqrt(N d_v) and |dO/dV|_F/sqrt(N d_v/8) against their tight bounds at a = 1: at most 1\n");
+  }
   if (columns == default_columns()) fmt::print("  more columns: --columns all, or a comma list of {}\n", column_keys());
   note_non_finite(cell.non_finite(), "marked inf! or nan!");
 }
@@ -321,7 +347,9 @@ nlohmann::json probe_document(const ProbeOptions& o, const probes::ProbeInput& i
   nlohmann::json above = nlohmann::json::array();
   nlohmann::json heads = nlohmann::json::array();
   for (const auto& m : result.heads) {
-    if (!probes::within_theorem_bounds(m)) above.push_back({{"layer", m.layer}, {"head", m.head}});
+    if (!probes::within_theorem_bounds(m) || !probes::within_cross_norm_bounds(m)) {
+      above.push_back({{"layer", m.layer}, {"head", m.head}});
+    }
     heads.push_back(probes::to_json(m));
   }
   return {{"model", std::move(model)},
@@ -330,8 +358,12 @@ nlohmann::json probe_document(const ProbeOptions& o, const probes::ProbeInput& i
           {"verdict",
            {{"holds", bounds_hold},
             {"basis", "exact"},
-            {"statement", "every measured head within Theorem 4.1's deterministic bounds: ||A||_F <= sqrt(N) and "
-                          "||grad softmax(S)||_F <= sqrt(N)/2 (the tight form of the papers' 2 sqrt(N))"},
+            {"statement", std::string("every measured head within Theorem 4.1's deterministic bounds: ||A||_F <= "
+                                      "sqrt(N) and ||grad softmax(S)||_F <= sqrt(N)/2 (the tight form of the "
+                                      "papers' 2 sqrt(N))") +
+                              (o.cross_norm ? "; and the cross-normalization bounds at mix alpha 1: ||O||_F <= "
+                                              "sqrt(N d_v), ||dO/dV||_F <= sqrt(N d_v / 8)"
+                                            : "")},
             {"heads_above_a_bound", std::move(above)}}},
           {"heads", std::move(heads)}};
 }
@@ -342,6 +374,10 @@ bool bounds_hold(const probes::ProbeResult& result) {
   for (const auto& m : result.heads) {
     if (!probes::within_theorem_bounds(m)) {
       fmt::print(stderr, "layer {} head {}: a softmax bound is exceeded\n", m.layer, m.head);
+      hold = false;
+    }
+    if (!probes::within_cross_norm_bounds(m)) {
+      fmt::print(stderr, "layer {} head {}: a cross-normalization bound (mix alpha 1) is exceeded\n", m.layer, m.head);
       hold = false;
     }
   }
@@ -381,7 +417,7 @@ struct SentenceStatistics {
 
 int run_text_file(const ProbeOptions& o, probes::ProbeProgress progress) {
   const auto sentences = read_sentences(o.text_file);
-  SentenceStatistics stats{probes::csv_columns(), {}};
+  SentenceStatistics stats{probes::csv_columns(o.cross_norm), {}};
   std::vector<probes::ProbeResult> results;
   bool hold = true;
   nlohmann::json above = nlohmann::json::array();
@@ -392,7 +428,7 @@ int run_text_file(const ProbeOptions& o, probes::ProbeProgress progress) {
     input.text = sentences[k];
     if (o.length_given) input.max_tokens = o.length;
     // One forward pass per sentence: no padding, so no mask can leak between sentences of different lengths.
-    probes::ProbeResult result = probes::probe_model(o.model, input, o.layers, o.heads, false,
+    probes::ProbeResult result = probes::probe_model(o.model, input, o.layers, o.heads, false, o.cross_norm,
                                                      progress ? [&, k](std::int64_t done, std::int64_t total) {
                                                        progress(static_cast<std::int64_t>(k) * total + done,
                                                                 static_cast<std::int64_t>(sentences.size()) * total);
@@ -401,7 +437,7 @@ int run_text_file(const ProbeOptions& o, probes::ProbeProgress progress) {
     for (std::size_t h = 0; h < result.heads.size(); ++h) {
       const auto values = probes::csv_values(result.heads[h]);
       for (std::size_t v = 0; v < values.size(); ++v) stats.per_head[h][v].add(values[v]);
-      if (!probes::within_theorem_bounds(result.heads[h])) {
+      if (!probes::within_theorem_bounds(result.heads[h]) || !probes::within_cross_norm_bounds(result.heads[h])) {
         hold = false;
         fmt::print(stderr, "sentence {} layer {} head {}: a softmax bound is exceeded\n", k + 1,
                    result.heads[h].layer, result.heads[h].head);
@@ -513,8 +549,9 @@ int run(const ProbeOptions& o) {
   if (!o.watch.empty()) {
     if (!o.model.empty()) throw UsageError("--watch DIR takes the folder instead of MODEL; give one of them");
     if (!o.text_file.empty()) throw UsageError("--watch takes one input: --text, --tokens, --image, --pixels or --random");
-    if (o.json || o.csv || !o.attention_out.empty()) {
-      throw UsageError("--json, --csv and --attention-out describe one MODEL; --watch writes JSON lines to --out");
+    if (o.json || o.csv || !o.attention_out.empty() || o.cross_norm) {
+      throw UsageError("--json, --csv, --attention-out and --cross-norm describe one MODEL; --watch writes JSON "
+                       "lines to --out");
     }
     probes::WatchOptions watch;
     watch.folder = o.watch;
@@ -544,7 +581,7 @@ int run(const ProbeOptions& o) {
     return run_text_file(o, terminal_progress("attncheck probe " + o.model));
   }
   if (o.model.empty()) throw UsageError("give MODEL (a folder, a .safetensors or a .gguf file) or --watch DIR");
-  const auto result = probes::probe_model(o.model, input, o.layers, o.heads, !o.attention_out.empty(),
+  const auto result = probes::probe_model(o.model, input, o.layers, o.heads, !o.attention_out.empty(), o.cross_norm,
                                           terminal_progress("attncheck probe " + o.model));
   if (!o.attention_out.empty()) probes::write_attention(o.attention_out, result);
   const bool hold = bounds_hold(result);
@@ -557,7 +594,7 @@ int run(const ProbeOptions& o) {
     std::cout << probe_document(o, input, result, hold).dump(1) << "\n";
     note_non_finite(non_finite, "written as null");
   } else if (o.csv) {
-    fmt::print("{}\n", fmt::join(probes::csv_columns(), ","));
+    fmt::print("{}\n", fmt::join(probes::csv_columns(o.cross_norm), ","));
     int non_finite = 0;
     for (const auto& m : result.heads) {
       std::vector<std::string> cells;
@@ -570,7 +607,7 @@ int run(const ProbeOptions& o) {
     }
     note_non_finite(non_finite, "left empty");
   } else {
-    print_table(result, input, table_columns(o.columns));
+    print_table(result, input, table_columns(o.columns), o.cross_norm);
   }
   return hold ? kExitHolds : kExitViolated;
 }
@@ -616,6 +653,9 @@ const bool registered = register_subcommand(
                          "table columns, a comma list of " + column_keys() + ", or all (default: the ratios to the "
                          "bounds, " + fmt::format("{}", fmt::join(default_columns(), ",")) + ")")
           ->delimiter(',');
+      command.add_flag("--cross-norm", o->cross_norm,
+                       "add the cross-normalization what-if (claim C9): ||O||_F and ||dO/dV||_F of softmax(S) P with "
+                       "P = mix alpha softmax_col(V) + (1 - mix alpha) V on the head's values, at mix alpha 0, 0.5, 1");
       command.add_option("--attention-out", o->attention_out,
                          "write the attention matrices of every layer up to the last measured one (tensor layer.L, "
                          "[heads, N, N], F64) and the input ids to this safetensors file");

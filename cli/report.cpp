@@ -1,5 +1,6 @@
 // attncheck report RESULTS_DIR --out REPORT_DIR: the scaling report (and probe plots) as HTML and Markdown.
 
+#include "number_options.hpp"
 #include "subcommand.hpp"
 
 #include "attncheck/reports/report.hpp"
@@ -15,25 +16,34 @@ struct ReportArguments {
   std::string out;
   std::string gnuplot = "gnuplot";
   bool no_plots = false;
+  long long map_layer = 0, map_head = 0;
 };
 
 std::function<int()> setup(CLI::App& command) {
   auto arguments = std::make_shared<ReportArguments>();
   command.add_option("input", arguments->input,
                      "results folder written by `attncheck mc --out` (fits.json, points.jsonl) and/or holding "
-                     "attncheck-probe.jsonl; or a probe log (.jsonl) on its own")
+                     "attncheck-probe.jsonl, attncheck-curves.jsonl (training curves) and/or vit-results.json "
+                     "(examples/vit_digits.py); or a probe log or training curves (.jsonl) on their own")
       ->required();
   command.add_option("--out", arguments->out, "report folder: index.html, report.md, plots/")->required();
   command.add_option("--gnuplot", arguments->gnuplot, "gnuplot program that draws the plots")
       ->capture_default_str();
   command.add_flag("--no-plots", arguments->no_plots,
                    "write the report without plots (no gnuplot needed); the report says so at the top");
+  command.add_option("--map-layer", arguments->map_layer,
+                     "layer of the attention maps drawn from a ViT results folder's attention-*.safetensors")
+      ->capture_default_str()->check(attncheck::cli::integer_in(0, INT32_MAX));
+  command.add_option("--map-head", arguments->map_head, "head of those attention maps")
+      ->capture_default_str()->check(attncheck::cli::integer_in(0, INT32_MAX));
   return [arguments] {
     attncheck::reports::ReportOptions options;
     options.input = arguments->input;
     options.out = arguments->out;
     options.gnuplot = arguments->gnuplot;
     options.plots = !arguments->no_plots;
+    options.map_layer = arguments->map_layer;
+    options.map_head = arguments->map_head;
     const auto summary = attncheck::reports::write_report(options);
     fmt::print("wrote {} and {} ({} plots)\n", summary.html.string(), summary.markdown.string(), summary.plots);
     if (summary.series > 0) {
@@ -44,6 +54,8 @@ std::function<int()> setup(CLI::App& command) {
                                           : "");
     }
     if (summary.probe_records > 0) fmt::print("{} probe records\n", summary.probe_records);
+    if (summary.curve_points > 0) fmt::print("{} training-curve points\n", summary.curve_points);
+    if (summary.vit_runs > 0) fmt::print("{} ViT training runs\n", summary.vit_runs);
     return attncheck::cli::kExitHolds;
   };
 }

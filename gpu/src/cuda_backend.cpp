@@ -105,7 +105,10 @@ EstimandRequest validate(const SweepPoint& point, const std::vector<Estimand>& e
     throw InputError(fmt::format("N = {}, D = {}, d = {}: the CUDA backend takes sizes up to {}", point.N,
                                  point.D, point.d, kIntMax));
   }
-  const EstimandRequest request = check_request(point.map, point.scores, point.N, point.d, estimands);
+  const EstimandRequest request = check_request(point, estimands);
+  if (request.cross_norm && (point.dv > kIntMax || point.dv > 65535)) {
+    throw InputError(fmt::format("--dv {}: the CUDA backend takes up to 65535 value columns", point.dv));
+  }
   if (!request.cuda_supported()) {
     throw InputError(fmt::format("scores {}{}: the CUDA backend computes the papers' projected scores without row "
                                  "sums; use --backend cpu",
@@ -144,6 +147,10 @@ class CudaBackend final : public monte_carlo::Backend {
     if (count == 0) return;
     const EstimandRequest request = validate(point, estimands);
     check(cudaSetDevice(device_), "cudaSetDevice");
+    if (request.cross_norm) {
+      evaluate_cross_norm(point, request, first, count, out.data() + base);
+      return;
+    }
     const std::int64_t n = point.N, D = point.D, d = point.d;
     // Saturating: an absurd N must read as too large for the device, not wrap to a small or negative size.
     using reports::saturating_product;
@@ -212,7 +219,8 @@ class CudaBackend final : public monte_carlo::Backend {
   std::size_t held_bytes() const {
     std::size_t sum = 0;
     for (const auto* a : {&X_, &Q_, &K_, &V_, &U_, &x_sq_, &v_sq_, &u_sq_, &diag_sq_, &row_sums_, &totals_, &gram_v_,
-                          &gram_u_, &cross_, &power_, &work_, &tile_, &u_bar_, &x_bar_}) {
+                          &gram_u_, &cross_, &power_, &work_, &tile_, &u_bar_, &x_bar_, &W_, &values_, &probabilities_,
+                          &mixed_, &output_, &softmax_output_}) {
       sum += a->bytes();
     }
     return sum + top_.bytes();
@@ -237,7 +245,7 @@ class CudaBackend final : public monte_carlo::Backend {
     double* V = V_.reserve(batch * n * d);
     double* U = U_.reserve(batch * n * d);
     detail::draw_samples(point.seed, first, static_cast<int>(batch), layout, point.sigma_x, point.sigma_t, X, Q, K,
-                         stream_);
+                         nullptr, stream_);
     // V = X Q and U = X K, row-major n x d: column-major d x n = Q^T X^T, where Q^T is Q's row-major storage.
     gemm(N, N, d, n, D, 1.0, Q, d, D * d, X, D, n * D, V, d, n * d, batch);
     gemm(N, N, d, n, D, 1.0, K, d, D * d, X, D, n * D, U, d, n * d, batch);
@@ -300,6 +308,138 @@ class CudaBackend final : public monte_carlo::Backend {
     if (req.any_norm() && !req.linear && !req.matpow) {
       reduce_strips(point, req, batch, strip_rows, norms, slot(kValueSq), bad);
     }
+  }
+
+  // C9 (THEORY.md fact 11): whole N x N attention matrices per sample, batches of as many samples as the device
+  // holds; per batch: draw X, W_Q, W_K, W_V -> V = X W_Q, U = X W_K, values = X W_V (DGEMM) -> scores lambda V U^T
+  // (DGEMM) -> row softmax in place -> column softmax and mix of the values -> O = A P_mix and A P (DGEMM) -> the
+  // per-row sums of theory::cross_norm_entry_terms -> per-sample totals, copied back once per batch.
+  void evaluate_cross_norm(const SweepPoint& point, const EstimandRequest& req, std::uint64_t first,
+                           std::uint64_t count, SampleValues* out) {
+    const std::int64_t n = point.N, D = point.D, d = point.d, dv = point.dv;
+    using reports::saturating_product;
+    using reports::saturating_sum;
+    const auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
+    const std::uint64_t per_sample_bytes = saturating_product(
+        {8, saturating_sum({saturating_product({u(n), u(D)}), saturating_product({2, u(D), u(d)}),
+                            saturating_product({u(D), u(dv)}), saturating_product({2, u(n), u(d)}),
+                            saturating_product({u(n), u(n)}), saturating_product({5, u(n), u(dv)}),
+                            saturating_product({10, u(n)})})});
+    std::size_t free_bytes = 0, total_bytes = 0;
+    check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+    const std::uint64_t usable = free_bytes / 4 * 3 + held_bytes();
+    const std::uint64_t memory_samples = usable / per_sample_bytes;
+    if (memory_samples < 1) {
+      throw CudaError(fmt::format("C9 at N = {}, D = {}, d = {}, dv = {} needs {:.1f} MiB of device memory per sample; "
+                                  "device {} has {:.1f} MiB free",
+                                  n, D, d, dv, per_sample_bytes / 1048576.0, device_, free_bytes / 1048576.0));
+    }
+    const auto most = static_cast<std::int64_t>(
+        std::min<std::uint64_t>({memory_samples, count, static_cast<std::uint64_t>(kMaxBatchSamples)}));
+    for (std::uint64_t done = 0; done < count; done += static_cast<std::uint64_t>(most)) {
+      const auto batch = static_cast<std::int64_t>(std::min<std::uint64_t>(most, count - done));
+      double* totals = totals_.reserve(batch * kTotals);
+      unsigned long long* bad = bad_.reserve(1);
+      check(cudaMemsetAsync(bad, 0xFF, sizeof *bad, stream_), "cudaMemsetAsync");
+      enqueue_cross_norm_batch(point, req, first + done, batch, totals, bad);
+      std::vector<double> host(static_cast<std::size_t>(batch * kTotals));
+      unsigned long long bad_row = detail::kNoBadRow;
+      check(cudaMemcpyAsync(host.data(), totals, host.size() * sizeof(double), cudaMemcpyDeviceToHost, stream_),
+            "cudaMemcpyAsync");
+      check(cudaMemcpyAsync(&bad_row, bad, sizeof bad_row, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync");
+      check(cudaGetLastError(), "a kernel launch");
+      check(cudaStreamSynchronize(stream_), "the kernels of a batch");
+      if (bad_row != detail::kNoBadRow) {
+        throw InputError(fmt::format("non-finite score, value or per-entry term in sample {}, row {} (0-based)",
+                                     first + done + bad_row / static_cast<std::uint64_t>(n),
+                                     bad_row % static_cast<std::uint64_t>(n)));
+      }
+      const auto at = [&](Slot s, std::int64_t b) { return host[static_cast<std::size_t>(s * batch + b)]; };
+      for (std::int64_t b = 0; b < batch; ++b) {
+        SampleTotals sample;
+        sample.entries = {at(kValueSq, b), at(kDsSq, b), at(kDqSq, b), 0.0};
+        sample.values_grad_sq = at(kDkSq, b);  // the fourth row-sum slot carries dO/dV for C9
+        out[done + static_cast<std::uint64_t>(b)] = sample_values(req, point.map, point.N, sample);
+      }
+    }
+  }
+
+  void enqueue_cross_norm_batch(const SweepPoint& point, const EstimandRequest& req, std::uint64_t first,
+                                std::int64_t batch, double* totals, unsigned long long* bad) {
+    const std::int64_t n = point.N, D = point.D, d = point.d, dv = point.dv;
+    const NormalLayout layout{n * D, D * d, D * d, D * dv};
+    const Gemm gemm{blas_};
+    const auto N = CUBLAS_OP_N, T = CUBLAS_OP_T;
+    double* X = X_.reserve(batch * n * D);
+    double* Q = Q_.reserve(batch * D * d);
+    double* K = K_.reserve(batch * D * d);
+    double* W = W_.reserve(batch * D * dv);
+    double* V = V_.reserve(batch * n * d);
+    double* U = U_.reserve(batch * n * d);
+    double* values = values_.reserve(batch * n * dv);
+    detail::draw_samples(point.seed, first, static_cast<int>(batch), layout, point.sigma_x, point.sigma_t, X, Q, K, W,
+                         stream_);
+    // Row-major n x c products X M are column-major c x n = M^T X^T, with M^T the row-major storage of M.
+    gemm(N, N, d, n, D, 1.0, Q, d, D * d, X, D, n * D, V, d, n * d, batch);
+    gemm(N, N, d, n, D, 1.0, K, d, D * d, X, D, n * D, U, d, n * d, batch);
+    gemm(N, N, dv, n, D, 1.0, W, dv, D * dv, X, D, n * D, values, dv, n * dv, batch);
+    detail::RowNormArgs norms;
+    norms.batch = static_cast<int>(batch);
+    norms.n = n;
+    norms.D = D;
+    norms.d = d;
+    norms.X = X;
+    norms.V = V;
+    norms.U = U;
+    norms.x_sq = x_sq_.reserve(batch * n);
+    norms.v_sq = v_sq_.reserve(batch * n);
+    norms.u_sq = u_sq_.reserve(batch * n);
+    norms.diag_sq = diag_sq_.reserve(batch * n);
+    detail::row_norms(norms, stream_);
+    detail::scale(V, batch * n * d, point.map.inner, stream_);
+    // The whole score matrix, rows row-major: the strip of all n rows.
+    detail::StripArgs strip;
+    strip.batch = static_cast<int>(batch);
+    strip.n = n;
+    strip.D = D;
+    strip.d = d;
+    strip.row0 = 0;
+    strip.rows = n;
+    strip.tile = tile_.reserve(batch * n * n);
+    strip.X = X;
+    strip.U = U;
+    strip.bad = bad;
+    gemm(T, N, n, n, d, 1.0, U, d, n * d, V, d, n * d, strip.tile, n, n * n, batch);
+    detail::softmax_probabilities(strip, top_.reserve(batch * n), stream_);
+    double* probabilities = probabilities_.reserve(batch * n * dv);
+    double* mixed = mixed_.reserve(batch * n * dv);
+    detail::cross_norm_values(static_cast<int>(batch), n, dv, *point.mix, values, probabilities, mixed, bad, stream_);
+    // O = A P_mix (n x dv, row-major) = column-major dv x n = P_mix^T-view (dv x n) times A^T-view (n x n).
+    double* output = output_.reserve(batch * n * dv);
+    gemm(N, N, dv, n, n, 1.0, mixed, dv, n * dv, strip.tile, n, n * n, output, dv, n * dv, batch);
+    double* softmax_output = output;
+    if (*point.mix != 1) {
+      softmax_output = softmax_output_.reserve(batch * n * dv);
+      gemm(N, N, dv, n, n, 1.0, probabilities, dv, n * dv, strip.tile, n, n * n, softmax_output, dv, n * dv, batch);
+    }
+    detail::CrossNormRowArgs rows;
+    rows.batch = static_cast<int>(batch);
+    rows.n = n;
+    rows.d = d;
+    rows.dv = dv;
+    rows.mix = *point.mix;
+    rows.with_query = req.dQ;
+    rows.attention = strip.tile;
+    rows.probabilities = probabilities;
+    rows.mixed = mixed;
+    rows.output = output;
+    rows.softmax_output = softmax_output;
+    rows.U = U;
+    rows.x_sq = norms.x_sq;
+    rows.row_sums = row_sums_.reserve(batch * n * detail::kRowSumWidth);
+    rows.bad = bad;
+    detail::cross_norm_rows(rows, stream_);
+    detail::sum_rows(static_cast<int>(batch), n, detail::kRowSumWidth, rows.row_sums, totals + kValueSq * batch, stream_);
   }
 
   // The norms of a batch from its totals, copied back to the host.
@@ -369,7 +509,7 @@ class CudaBackend final : public monte_carlo::Backend {
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   DeviceArray<double> X_, Q_, K_, V_, U_, x_sq_, v_sq_, u_sq_, diag_sq_, row_sums_, totals_, gram_v_, gram_u_, cross_,
-      power_, work_, tile_, u_bar_, x_bar_;
+      power_, work_, tile_, u_bar_, x_bar_, W_, values_, probabilities_, mixed_, output_, softmax_output_;
   DeviceArray<std::int64_t> top_;
   DeviceArray<unsigned long long> bad_;
 };
@@ -424,17 +564,19 @@ std::vector<std::uint32_t> device_philox_words(int device, std::uint64_t seed, s
 
 DrawnSample device_draw_sample(int device, const SweepPoint& point, std::uint64_t k) {
   check(cudaSetDevice(device), "cudaSetDevice");
-  const NormalLayout layout{point.N * point.D, point.D * point.d, point.D * point.d};
-  DeviceArray<double> X, Q, K;
+  const NormalLayout layout{point.N * point.D, point.D * point.d, point.D * point.d, point.mix ? point.D * point.dv : 0};
+  DeviceArray<double> X, Q, K, W;
   double* x = X.reserve(layout.x_count);
   double* q = Q.reserve(layout.q_count);
   double* kk = K.reserve(layout.k_count);
-  detail::draw_samples(point.seed, k, 1, layout, point.sigma_x, point.sigma_t, x, q, kk, nullptr);
+  double* w = W.reserve(layout.w_count);
+  detail::draw_samples(point.seed, k, 1, layout, point.sigma_x, point.sigma_t, x, q, kk, w, nullptr);
   check(cudaGetLastError(), "the sampling kernel");
   DrawnSample drawn;
   drawn.X = copy_back(x, static_cast<std::size_t>(layout.x_count));
   drawn.Q = copy_back(q, static_cast<std::size_t>(layout.q_count));
   drawn.K = copy_back(kk, static_cast<std::size_t>(layout.k_count));
+  drawn.W_V = copy_back(w, static_cast<std::size_t>(layout.w_count));
   return drawn;
 }
 

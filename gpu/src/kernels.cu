@@ -5,6 +5,7 @@
 #include "kernels.hpp"
 
 #include "attncheck/monte_carlo/entry_terms.hpp"
+#include "attncheck/theory/cross_norm_terms.hpp"
 
 #include <curand_kernel.h>
 
@@ -105,7 +106,7 @@ __device__ void store_row(const StripArgs& a, const RowPlace& place, const NormS
 }
 
 __global__ void draw_kernel(std::uint64_t seed, std::uint64_t first, int batch, NormalLayout layout,
-                            double sigma_x, double sigma_t, double* X, double* Q, double* K) {
+                            double sigma_x, double sigma_t, double* X, double* Q, double* K, double* W_V) {
   const int64_t pairs = layout.total_pairs();
   const int64_t chunks = (pairs + kPairsPerThread - 1) / kPairsPerThread;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -124,6 +125,9 @@ __global__ void draw_kernel(std::uint64_t seed, std::uint64_t first, int batch, 
         sd = sigma_t;
       } else if (slot.target == DrawTarget::K) {
         target = K + b * layout.k_count;
+        sd = sigma_t;
+      } else if (slot.target == DrawTarget::W_V) {
+        target = W_V + b * layout.w_count;
         sd = sigma_t;
       }
       target[slot.element] = sd * z.x;
@@ -251,6 +255,84 @@ __global__ void softmax_strip_kernel(StripArgs a, const int64_t* top, const doub
   store_row(a, place, sums);
 }
 
+// One block per (sample, value column): max, normalizer, then the probabilities and the mix.
+__global__ void cross_norm_values_kernel(int64_t n, int64_t dv, double mix, const double* values,
+                                         double* probabilities, double* mixed, unsigned long long* bad) {
+  __shared__ double scratch[kBlock / kWarp];
+  __shared__ int64_t scratch_column[kBlock / kWarp];
+  const int64_t b = blockIdx.x, k = blockIdx.y;
+  const double* v = values + b * n * dv + k;
+  double column_max = -INFINITY;
+  int64_t row = INT64_MAX;
+  int64_t first_bad = INT64_MAX;
+  for (int64_t j = threadIdx.x; j < n; j += kBlock) {
+    const double x = v[j * dv];
+    if (!isfinite(x) && j < first_bad) first_bad = j;
+    if (x > column_max) {
+      column_max = x;
+      row = j;
+    }
+  }
+  group_max_first<kBlock>(column_max, row, scratch, scratch_column);
+  if (first_bad != INT64_MAX) atomicMin(bad, static_cast<unsigned long long>(b * n + first_bad));
+  double norm = 0;
+  for (int64_t j = threadIdx.x; j < n; j += kBlock) norm += exp(v[j * dv] - column_max);
+  norm = group_sum<kBlock>(norm, scratch);
+  for (int64_t j = threadIdx.x; j < n; j += kBlock) {
+    const int64_t at = b * n * dv + j * dv + k;
+    const double p = exp(values[at] - column_max) / norm;
+    probabilities[at] = p;
+    mixed[at] = mix * p + (1 - mix) * values[at];
+  }
+}
+
+// One block per (sample, row i): the entries of dO/dV and dO/dS of the row through the shared per-entry terms,
+// then, for dQ, the d x dv matrix U^T G_i (column k of G_i is g_ik) one entry per thread step.
+__global__ void cross_norm_rows_kernel(CrossNormRowArgs a) {
+  __shared__ double scratch[kBlock / kWarp];
+  const int64_t row_id = blockIdx.x, b = row_id / a.n, i = row_id % a.n;
+  const double* attention = a.attention + b * a.n * a.n + i * a.n;
+  const double* p = a.probabilities + b * a.n * a.dv;
+  const double* q = a.mixed + b * a.n * a.dv;
+  const double* o = a.output + b * a.n * a.dv + i * a.dv;
+  const double* phat = a.softmax_output + b * a.n * a.dv + i * a.dv;
+  double values_sq = 0, scores_sq = 0, output_sq = 0, query_sq = 0;
+  for (int64_t j = threadIdx.x; j < a.n; j += kBlock) {
+    const double a_ij = attention[j];
+    for (int64_t k = 0; k < a.dv; ++k) {
+      const theory::CrossNormEntryTerms t =
+          theory::cross_norm_entry_terms(a_ij, p[j * a.dv + k], q[j * a.dv + k], o[k], phat[k], a.mix);
+      values_sq += t.grad_values * t.grad_values;
+      scores_sq += t.grad_scores * t.grad_scores;
+    }
+  }
+  for (int64_t k = threadIdx.x; k < a.dv; k += kBlock) output_sq += o[k] * o[k];
+  if (a.with_query) {
+    const double* U = a.U + b * a.n * a.d;
+    for (int64_t lk = threadIdx.x; lk < a.d * a.dv; lk += kBlock) {
+      const int64_t l = lk / a.dv, k = lk % a.dv;
+      double entry = 0;  // (U^T g_ik)_l = sum_j u_jl a_ij (q_jk - o_ik)
+      for (int64_t j = 0; j < a.n; ++j) {
+        entry += U[j * a.d + l] *
+                 theory::cross_norm_entry_terms(attention[j], p[j * a.dv + k], q[j * a.dv + k], o[k], phat[k], a.mix)
+                     .grad_scores;
+      }
+      query_sq += entry * entry;
+    }
+  }
+  values_sq = group_sum<kBlock>(values_sq, scratch);
+  scores_sq = group_sum<kBlock>(scores_sq, scratch);
+  output_sq = group_sum<kBlock>(output_sq, scratch);
+  query_sq = group_sum<kBlock>(query_sq, scratch);
+  if (threadIdx.x != 0) return;
+  double* out = a.row_sums + row_id * kRowSumWidth;
+  out[0] = output_sq;
+  out[1] = scores_sq;
+  out[2] = a.with_query ? a.x_sq[row_id] * query_sq : 0.0;
+  out[3] = values_sq;
+  if (!isfinite(out[0] + out[1] + out[2] + out[3])) atomicMin(a.bad, static_cast<unsigned long long>(row_id));
+}
+
 // One block per (sample, column w): a fixed split over threads and a fixed tree, so repeated runs agree.
 __global__ void sum_rows_kernel(std::int64_t n, int width, const double* in, double* out) {
   __shared__ double partial[kBlock];
@@ -330,11 +412,11 @@ void pointwise_with(const StripArgs& a, Terms terms, cudaStream_t stream) {
 }  // namespace
 
 void draw_samples(std::uint64_t seed, std::uint64_t first, int batch, const NormalLayout& layout, double sigma_x,
-                  double sigma_t, double* X, double* Q, double* K, cudaStream_t stream) {
+                  double sigma_t, double* X, double* Q, double* K, double* W_V, cudaStream_t stream) {
   const int64_t chunks = (layout.total_pairs() + kPairsPerThread - 1) / kPairsPerThread;
   const int64_t threads = static_cast<int64_t>(batch) * chunks;
   const int grid = std::min(blocks_for(threads), 1 << 16);  // grid-stride beyond that
-  draw_kernel<<<grid, kBlock, 0, stream>>>(seed, first, batch, layout, sigma_x, sigma_t, X, Q, K);
+  draw_kernel<<<grid, kBlock, 0, stream>>>(seed, first, batch, layout, sigma_x, sigma_t, X, Q, K, W_V);
 }
 
 void row_norms(const RowNormArgs& args, cudaStream_t stream) {
@@ -379,6 +461,16 @@ void softmax_strip(const StripArgs& args, const std::int64_t* top, const double*
   } else {
     softmax_strip_kernel<kBlock><<<static_cast<int>(rows), kBlock, 0, stream>>>(args, top, u_bar, x_bar);
   }
+}
+
+void cross_norm_values(int batch, std::int64_t n, std::int64_t dv, double mix, const double* values,
+                       double* probabilities, double* mixed, unsigned long long* bad, cudaStream_t stream) {
+  cross_norm_values_kernel<<<dim3(static_cast<unsigned>(batch), static_cast<unsigned>(dv)), kBlock, 0, stream>>>(
+      n, dv, mix, values, probabilities, mixed, bad);
+}
+
+void cross_norm_rows(const CrossNormRowArgs& args, cudaStream_t stream) {
+  cross_norm_rows_kernel<<<static_cast<unsigned>(static_cast<int64_t>(args.batch) * args.n), kBlock, 0, stream>>>(args);
 }
 
 void sum_rows(int batch, std::int64_t n, int width, const double* in, double* out, cudaStream_t stream) {

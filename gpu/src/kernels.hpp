@@ -18,9 +18,10 @@ inline constexpr unsigned long long kNoBadRow = ~0ULL;
 // Per-row totals are four doubles, in the order of monte_carlo::NormSums: value_sq, dS_sq, dQ_sq, dK_sq.
 inline constexpr int kRowSumWidth = 4;
 
-// X (batch x N x D), Q and K (batch x D x d) of samples first, ..., first + batch - 1, as draw_sample.
+// X (batch x N x D), Q and K (batch x D x d), and C9's W_V (batch x D x d_v; null when layout.w_count is 0) of
+// samples first, ..., first + batch - 1, as draw_sample.
 void draw_samples(std::uint64_t seed, std::uint64_t first, int batch, const NormalLayout& layout, double sigma_x,
-                  double sigma_t, double* X, double* Q, double* K, cudaStream_t stream);
+                  double sigma_t, double* X, double* Q, double* K, double* W_V, cudaStream_t stream);
 
 // Per row i of each sample: ||x_i||^2, ||v_i||^2, ||u_i||^2 and (v_i . u_i)^2, of the unscaled V = X Q.
 struct RowNormArgs {
@@ -56,6 +57,29 @@ void softmax_probabilities(const StripArgs& args, std::int64_t* top, cudaStream_
 // batch x rows x D; either may be null when its estimand is not wanted).
 void softmax_strip(const StripArgs& args, const std::int64_t* top, const double* u_bar, const double* x_bar,
                    cudaStream_t stream);
+
+// C9, one block per (sample, value column k) of `values` (batch x n x dv, row-major): `probabilities` gets the
+// column softmax and `mixed` mix * probabilities + (1 - mix) * values. A non-finite value lowers `bad` to its
+// b * n + j.
+void cross_norm_values(int batch, std::int64_t n, std::int64_t dv, double mix, const double* values,
+                       double* probabilities, double* mixed, unsigned long long* bad, cudaStream_t stream);
+
+// C9's per-row sums, one block per (sample, row i), from the attention A (batch x n x n, rows probabilities) and
+// the batch x n x dv matrices P (column softmax), P_mix, O = A P_mix and A P (= O at mix 1). Row i's four slots of
+// `row_sums` get, through theory::cross_norm_entry_terms: ||o_i||^2, sum_jk (dO/dS)^2, ||x_i||^2 sum_k ||U^T g_ik||^2
+// (dQ before lambda^2; 0 unless `with_query`) and sum_jk (dO/dV)^2.
+struct CrossNormRowArgs {
+  int batch = 0;
+  std::int64_t n = 0, d = 0, dv = 0;
+  double mix = 1;
+  bool with_query = false;
+  const double *attention = nullptr, *probabilities = nullptr, *mixed = nullptr, *output = nullptr,
+               *softmax_output = nullptr;
+  const double *U = nullptr, *x_sq = nullptr;  // batch x n x d (unscaled X K), batch x n
+  double* row_sums = nullptr;                  // batch x n x kRowSumWidth
+  unsigned long long* bad = nullptr;
+};
+void cross_norm_rows(const CrossNormRowArgs& args, cudaStream_t stream);
 
 // out[w * batch + b] = sum over i of in[(b * n + i) * width + w], in an order fixed by the launch shape
 // (column w of every sample is one contiguous slot of `batch` values).

@@ -119,6 +119,21 @@ std::vector<SelftestCase> selftest_cases() {
       make_point(2560, 64, 64, pointwise(Pointwise::poly, 3), 0, ++number), norms, 2);
   add("softmax, N = 2560 (block-per-row kernels, several strips)",
       make_point(2560, 64, 64, {ActivationKind::softmax, Pointwise::identity, 1}, 0, ++number), norms, 1);
+  // C9: O = softmax(S) P_mix, every estimand, each mix regime, odd sizes and rows longer than a block.
+  const std::vector<Estimand> cross_norms{Estimand::value, Estimand::dV, Estimand::dS, Estimand::dQ};
+  const auto cross_norm = [&](theory::Index N, theory::Index D, theory::Index d, theory::Index dv, double mix,
+                              double sigma_x, double sigma_t) {
+    SweepPoint point = make_point(N, D, d, {ActivationKind::softmax, Pointwise::identity, 1}, 0, ++number, sigma_x, sigma_t);
+    point.mix = mix;
+    point.dv = dv;
+    return point;
+  };
+  add("C9 mix alpha = 1, N = 64, dv = 12 (32 samples in one batch)", cross_norm(64, 16, 8, 12, 1.0, 1, 1), cross_norms, 32);
+  add("C9 mix alpha = 0.3, N = 257, D = 7, d = 5, dv = 3, sigma_x = 1.5, sigma_t = 0.7",
+      cross_norm(257, 7, 5, 3, 0.3, 1.5, 0.7), cross_norms, 4);
+  add("C9 mix alpha = 0, N = 40, dv = 1", cross_norm(40, 8, 4, 1, 0.0, 1, 1), cross_norms, 8);
+  add("C9 mix alpha = 1, N = 600, dv = 300 (columns longer than a block)", cross_norm(600, 16, 8, 300, 1.0, 1, 1),
+      {Estimand::value, Estimand::dV, Estimand::dS}, 1);
   return cases;
 }
 
@@ -213,7 +228,8 @@ SelftestReport run_selftest(const SelftestDevice& device, monte_carlo::Backend& 
         const double worst_x = max_abs_difference(flat(in.X), drawn.X) / point.sigma_x;
         const double worst_t = std::max(max_abs_difference(flat(in.Q), drawn.Q), max_abs_difference(flat(in.K), drawn.K)) /
                                point.sigma_t;
-        const double worst = std::max(worst_x, worst_t);
+        const double worst_w = max_abs_difference(flat(in.W_V), drawn.W_V) / point.sigma_t;
+        const double worst = std::max({worst_x, worst_t, worst_w});
         r.passed = worst <= kNormalTolerancePerSigma;
         r.detail = fmt::format("max |gpu - cpu| / sigma = {:.3g} (tolerance {:.0e})", worst, kNormalTolerancePerSigma);
       }));

@@ -192,8 +192,14 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
       if (std::fabs(alpha) > 8) throw InputError(fmt::format("--alpha: {} is out of range: give values from -8 to 8", alpha));
     }
   }
+  if (o.mix) request.mix = parse_real_list(*o.mix, "--mix");
+  if (o.dv && o.claim != std::optional<std::string>("C9")) {
+    throw InputError(fmt::format("--dv {}: value columns exist for C9's cross-normalized output only", *o.dv));
+  }
   const std::vector<SeriesSpec> series = build_series(request);
   const auto Ns = parse_index_grid(o.N, "--N"), Ds = parse_index_grid(o.D, "--D"), ds = parse_index_grid(o.d, "--d");
+  // 0 stands for "d": C9's default, and the only value the other claims have.
+  const std::vector<Index> dvs = o.dv ? parse_index_grid(*o.dv, "--dv") : std::vector<Index>{0};
   // The command line's validators check these ranges on the text; callers of the library get the same answer.
   check_real("--sigma-x", o.sigma_x, kSigmaRange);
   check_real("--sigma-t", o.sigma_t, kSigmaRange);
@@ -225,16 +231,19 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
   const int threads = cpu ? cpu->threads() : o.threads;
   const RunContext context{o.seed, backend->name(), threads};
 
-  const std::uint64_t point_count = reports::saturating_product({series.size(), Ds.size(), ds.size(), Ns.size()});
+  const std::uint64_t point_count =
+      reports::saturating_product({series.size(), Ds.size(), ds.size(), dvs.size(), Ns.size()});
   if (point_count > kMaxPoints) {
-    throw InputError(fmt::format("the sweep has {} series x {} D x {} d x {} N = {} points, more than {}", series.size(),
-                                 Ds.size(), ds.size(), Ns.size(), point_count, kMaxPoints));
+    throw InputError(fmt::format("the sweep has {} series x {} D x {} d x {} dv x {} N = {} points, more than {}",
+                                 series.size(), Ds.size(), ds.size(), dvs.size(), Ns.size(), point_count, kMaxPoints));
   }
   std::vector<PointSpec> points;
   for (const auto& s : series) {
     for (auto D : Ds) {
       for (auto d : ds) {
-        for (auto N : Ns) points.push_back(make_point(s, N, D, d, o.sigma_x, o.sigma_t, o.seed));
+        for (auto dv : dvs) {
+          for (auto N : Ns) points.push_back(make_point(s, N, D, d, o.sigma_x, o.sigma_t, o.seed, dv));
+        }
       }
     }
   }
@@ -270,15 +279,18 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
       ++outcome.skipped;
       continue;
     }
-    const std::string label = fmt::format("{} {} p={} N={} D={} d={}", ps.series->claim, phi_name(ps.series->activation),
-                                          ps.series->activation.p, ps.point.N, ps.point.D, ps.point.d);
+    const std::string label =
+        ps.point.mix ? fmt::format("C9 mix alpha={:g} N={} D={} d={} dv={}", *ps.point.mix, ps.point.N, ps.point.D,
+                                   ps.point.d, ps.point.dv)
+                     : fmt::format("{} {} p={} N={} D={} d={}", ps.series->claim, phi_name(ps.series->activation),
+                                   ps.series->activation.p, ps.point.N, ps.point.D, ps.point.d);
     SamplingPolicy point_policy = policy;
     point_policy.judge_squares = ps.series->fit_over_d;  // C8 fits E[s^2] itself
     // Row sums, qk-layernorm and C8's pairs are computed on the CPU only; the rest of the run stays on the device.
     Backend* point_backend = backend.get();
     RunContext point_context = context;
     if (backend->name() != "cpu" &&
-        !check_request(ps.point.map, ps.point.scores, ps.point.N, ps.point.d, ps.series->estimands).cuda_supported()) {
+        !check_request(ps.point, ps.series->estimands).cuda_supported()) {
       if (!cpu_fallback) {
         cpu_fallback = std::make_unique<CpuBackend>(o.threads, static_cast<Index>(o.tile));
         note("row sums, qk-layernorm and C8's pairs run on the CPU backend");

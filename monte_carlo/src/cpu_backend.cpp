@@ -5,6 +5,8 @@
 #include "attncheck/monte_carlo/random_stream.hpp"
 #include "attncheck/monte_carlo/sample_norms.hpp"
 #include "attncheck/reports/memory_budget.hpp"
+#include "attncheck/theory/cross_norm.hpp"
+#include "attncheck/theory/softmax.hpp"
 
 #include <fmt/format.h>
 #include <omp.h>
@@ -357,6 +359,30 @@ void draw_sample(const SweepPoint& point, std::uint64_t k, SampleInputs& out) {
   stream.fill_normal(out.X.data(), out.X.data() + out.X.size(), point.sigma_x);
   stream.fill_normal(out.Q.data(), out.Q.data() + out.Q.size(), point.sigma_t);
   stream.fill_normal(out.K.data(), out.K.data() + out.K.size(), point.sigma_t);
+  if (point.mix) {
+    out.W_V.resize(point.D, point.dv);
+    stream.fill_normal(out.W_V.data(), out.W_V.data() + out.W_V.size(), point.sigma_t);
+  }
+}
+
+SampleValues evaluate_cross_norm(const SweepPoint& point, const SampleInputs& in, const std::vector<Estimand>& estimands) {
+  const EstimandRequest request = check_request(point, estimands);
+  use_single_threaded_gemm();
+  const Matrix U = product(in.X, false, in.K);
+  const Matrix V = point.map.inner * product(in.X, false, in.Q);
+  const Matrix attention = theory::row_softmax(V * U.transpose());
+  const Matrix values = product(in.X, false, in.W_V);
+  const theory::CrossNormNorms norms = theory::cross_norm_norms(attention, values, *point.mix);
+  SampleTotals totals;
+  totals.entries.value_sq = norms.output_fro * norms.output_fro;
+  totals.entries.dS_sq = norms.grad_scores_fro * norms.grad_scores_fro;
+  totals.values_grad_sq = norms.grad_values_fro * norms.grad_values_fro;
+  if (request.dQ) {
+    // lambda stays out of the key rows here: sample_values applies it, as for every other map.
+    totals.entries.dQ_sq = theory::cross_norm_projection_grad_sq(attention, theory::mixed_values(values, *point.mix),
+                                                                 in.X.rowwise().squaredNorm(), U);
+  }
+  return sample_values(request, point.map, point.N, totals);
 }
 
 double gram_frobenius_sq(const Matrix& V, const Matrix& U, double inner) {
@@ -433,6 +459,16 @@ std::uint64_t CpuBackend::bytes_needed(const SweepPoint& point) const {
   using reports::saturating_sum;
   const auto u = [](Index v) { return static_cast<std::uint64_t>(std::max<Index>(v, 0)); };
   const std::uint64_t n = u(point.N), D = u(point.D), d = u(point.d), tile = u(std::min(tile_, point.N));
+  if (point.mix) {
+    // C9 holds the dense scores and attention, and about ten N x dv matrices (V, P, P_mix, O, A P, the
+    // projection derivative's rows), besides X, the weights and the projections.
+    const std::uint64_t dv = u(point.dv);
+    const std::uint64_t sample = saturating_sum({saturating_product({3, n, n}), saturating_product({10, n, dv}),
+                                                 saturating_product({n, D}), saturating_product({3, D, d}),
+                                                 saturating_product({D, dv}), saturating_product({3, n, d}),
+                                                 saturating_product({d, dv})});
+    return saturating_product({sizeof(double), static_cast<std::uint64_t>(threads_), sample});
+  }
   // X; Q and K; V, U and lambda V; three row norms; the d x d products of the Gram and matrix-power paths.
   const std::uint64_t sample = saturating_sum({saturating_product({n, D}), saturating_product({2, D, d}),
                                                saturating_product({3, n, d}), saturating_product({3, n}),
@@ -448,7 +484,15 @@ void CpuBackend::evaluate(const SweepPoint& point, const std::vector<Estimand>& 
   const std::size_t base = out.size();
   out.resize(base + count);
   if (count == 0) return;
-  const EstimandRequest request = check_request(point.map, point.scores, point.N, point.d, estimands);
+  const EstimandRequest request = check_request(point, estimands);
+  if (request.cross_norm) {
+    parallel_for(static_cast<Index>(count), threads_, [&](Index k) {
+      SampleInputs in;
+      draw_sample(point, first + static_cast<std::uint64_t>(k), in);
+      out[base + static_cast<std::size_t>(k)] = evaluate_cross_norm(point, in, estimands);
+    });
+    return;
+  }
   if (request.pairs) {
     parallel_for(static_cast<Index>(count), threads_, [&](Index k) {
       SampleTotals totals;

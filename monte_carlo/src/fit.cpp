@@ -178,6 +178,16 @@ Verdict decide(const std::vector<EvidencePoint>& points, const std::optional<Exa
     v.exact_max_abs_z = std::max(v.exact_max_abs_z.value_or(0.0), std::abs(*p.z_exact));
     if (std::abs(*p.z_exact) > kMaxExactAbsZ) v.exact_disagrees_at.push_back(p.x);
   }
+  for (const EvidencePoint& p : points) {
+    if (!p.sample_max || !p.sample_bound) continue;
+    ++v.bound_checked;
+    v.max_sample_over_bound = std::max(v.max_sample_over_bound.value_or(0.0), *p.sample_max / *p.sample_bound);
+    // Rounding of the per-sample sums only: a bound is sharp, so anything beyond is a wrong computation.
+    if (*p.sample_max > *p.sample_bound * (1 + 1e-12)) {
+      v.bound_exceeded_at.push_back(p.x);
+      v.exact_disagrees_at.push_back(p.x);
+    }
+  }
   std::vector<double> x, mean, se, root, root_se;
   std::vector<bool> mean_ok, sq_ok;
   for (const EvidencePoint& p : points) {
@@ -236,6 +246,16 @@ Verdict decide(const std::vector<EvidencePoint>& points, const std::optional<Exa
   if (law) {
     const std::string e_text = law->exponent ? fmt::format("{:g}", *law->exponent) : "-infinity (it is 0 for every " + xn + ")";
     const std::string what = fmt::format("{} ~ {:.6g} {}^{}", law->of, law->constant, xn, e_text);
+    if (law->deterministic && (!law->exponent || *law->exponent <= a + 1e-9)) {
+      return decided(rules::bound_holds,
+                     fmt::format("{} for every input: e = {} is at most a = {:g}; the largest sample is {:.3g} of its bound "
+                                 "over {} points{}",
+                                 what, e_text, a, v.max_sample_over_bound.value_or(NAN), v.bound_checked,
+                                 v.bound_exceeded_at.empty()
+                                     ? ""
+                                     : fmt::format(" (ABOVE it at {} = {}: a failure of the tool)", xn,
+                                                   x_list(v.bound_exceeded_at))));
+    }
     if (!law->exponent || *law->exponent < a - 1e-9) {
       return decided(rules::exact_holds, fmt::format("{}: e = {} is below a = {:g}", what, e_text, a));
     }

@@ -30,7 +30,8 @@ const std::vector<std::string> kCsvColumns{
     "mean", "se", "ci95_lo", "ci95_hi", "mean_sq", "se_sq", "exact_sq", "z_exact_sq", "jensen_bound", "se_reliable",
     "stopped_by", "sigma_x", "sigma_t", "seed", "run_seed", "backend", "threads", "wall_seconds", "claimed_exponent",
     "jensen_ratio", "key", "scores", "exact_mean", "z_exact_mean", "se_mean_reliable", "se_sq_reliable",
-    "effective_samples", "effective_samples_sq", "se_sq_floor", "unreliable_because"};
+    "effective_samples", "effective_samples_sq", "se_sq_floor", "unreliable_because", "mix", "dv", "sample_max",
+    "sample_bound"};
 
 std::string csv_cell(const json& v) {
   if (v.is_null()) return "";
@@ -67,11 +68,20 @@ std::string point_formula(const SweepPoint& pt, Estimand estimand) {
       case ScoreModel::projected: return fmt::format("Var({}q . k), q = Q^T x_i, k = K^T x_j, i != j", scale);
     }
   }
+  if (pt.mix) {
+    const std::string scale = fmt::format("{:g}", pt.map.inner);
+    const std::string values = *pt.mix == 1   ? "softmax_col(V)"
+                               : *pt.mix == 0 ? "V"
+                                              : fmt::format("({:g} softmax_col(V) + {:g} V)", *pt.mix, 1 - *pt.mix);
+    return fmt::format("O = softmax({} X W_Q W_K^T X^T) {}, V = X W_V (N x {})", scale, values, pt.dv);
+  }
   const std::string map = theory::describe(pt.map, pt.d);
   return pt.scores == theory::ScoreModel::projected_layernorm ? map + " with qk-layernorm" : map;
 }
 
-bool is_norm(Estimand e) { return e == Estimand::value || e == Estimand::dQ || e == Estimand::dK || e == Estimand::dS; }
+bool is_norm(Estimand e) {
+  return e == Estimand::value || e == Estimand::dQ || e == Estimand::dK || e == Estimand::dS || e == Estimand::dV;
+}
 
 // The second-moment estimate, its standard error widened to the exact floor of Var(||F||^2) where one is known:
 // a sample variance below that floor has not yet met the tail that carries the variance.
@@ -105,7 +115,8 @@ json z_score(double estimate, double se, double exact) {
 
 json law_json(const std::optional<ExactLaw>& law) {
   if (!law) return nullptr;
-  return {{"of", law->of}, {"bound", law->bound}, {"exponent", optional_or_null(law->exponent)},
+  return {{"of", law->of}, {"bound", law->bound}, {"deterministic", law->deterministic},
+          {"exponent", optional_or_null(law->exponent)},
           {"vanishes", !law->exponent.has_value()}, {"constant", number_or_null(law->constant)}};
 }
 
@@ -114,6 +125,7 @@ std::optional<ExactLaw> law_from_json(const json& j) {
   ExactLaw law;
   law.of = j.value("of", "");
   law.bound = j.value("bound", true);
+  law.deterministic = j.value("deterministic", false);
   if (j.contains("exponent") && j["exponent"].is_number()) law.exponent = j["exponent"].get<double>();
   law.constant = j.contains("constant") && j["constant"].is_number() ? j["constant"].get<double>() : NAN;
   return law;
@@ -135,6 +147,11 @@ json point_record(const PointSpec& ps, Estimand estimand, const PointOutcome& ou
   r["phi"] = phi_name(series.activation);
   r["p"] = series.activation.p;
   r["alpha"] = optional_or_null(series.alpha);
+  r["mix"] = optional_or_null(pt.mix);
+  r["dv"] = pt.mix ? json(pt.dv) : json(nullptr);
+  const std::optional<double> sample_bound = cross_norm_sample_bound(ps, estimand);
+  r["sample_bound"] = optional_or_null(sample_bound);
+  r["sample_max"] = sample_bound ? number_or_null(outcome.largest[k]) : json(nullptr);
   r["scale"] = series.outer.text;
   r["scores"] = theory::score_model_name(pt.scores);
   r["inner"] = pt.map.inner;
@@ -196,13 +213,14 @@ json point_record(const PointSpec& ps, Estimand estimand, const PointOutcome& ou
   // Everything but the swept variable (N, or d for C8) and the sample count.
   r["series_key"] = fmt::format(
       "claim={};reading={};phi={};p={};alpha={};scale={};outer_factor={:.17g}*d^-{:g};inner={};D={};{};estimand={};"
-      "sigma_x={:.17g};sigma_t={:.17g};run_seed={}{}",
+      "sigma_x={:.17g};sigma_t={:.17g};run_seed={}{}{}",
       series.claim, series.reading.value_or("-"), phi_name(series.activation), series.activation.p,
       series.alpha ? fmt::format("{:g}", *series.alpha) : "-", series.outer.text, series.outer.factor,
       series.outer.d_exponent, series.inner.inverse_sqrt_d ? "1/sqrt(d)" : fmt::format("{:.17g}", series.inner.value),
       pt.D, series.fit_over_d ? fmt::format("N={}", pt.N) : fmt::format("d={}", pt.d), estimand_name(estimand),
       pt.sigma_x, pt.sigma_t, context.run_seed,
-      pt.scores == theory::ScoreModel::projected ? "" : fmt::format(";scores={}", theory::score_model_name(pt.scores)));
+      pt.scores == theory::ScoreModel::projected ? "" : fmt::format(";scores={}", theory::score_model_name(pt.scores)),
+      pt.mix ? fmt::format(";mix={:.17g};dv={}", *pt.mix, pt.dv) : "");
   return r;
 }
 
@@ -268,7 +286,8 @@ json fit_series(const std::vector<json>& records, double tolerance) {
       return (*a)[over_d ? "d" : "N"].get<long long>() < (*b)[over_d ? "d" : "N"].get<long long>();
     });
     const std::string estimand = first.value("estimand", "value");
-    const bool norm_estimand = estimand == "value" || estimand == "dQ" || estimand == "dK" || estimand == "dS";
+    const bool norm_estimand =
+        estimand == "value" || estimand == "dQ" || estimand == "dK" || estimand == "dS" || estimand == "dV";
     const bool row_sums = estimand == "row-sum" || estimand == "row-mean";
     std::vector<double> x, y, se;
     std::vector<EvidencePoint> evidence;
@@ -309,6 +328,9 @@ json fit_series(const std::vector<json>& records, double tolerance) {
       p.z_judged = row_sums ? mean_ok : sq_ok;
       p.exact_value = optional_at(*r, "exact_sq");
       p.claimed_value = optional_at(*r, "claimed_value");
+      p.sample_bound = optional_at(*r, "sample_bound");
+      // A NaN sample is stored as null: with a bound present it must fail the check, not skip it.
+      if (p.sample_bound) p.sample_max = optional_at(*r, "sample_max").value_or(INFINITY);
       evidence.push_back(p);
       if (norm_estimand) {
         const auto exact_ratio = optional_at(*r, "jensen_ratio");
@@ -322,7 +344,7 @@ json fit_series(const std::vector<json>& records, double tolerance) {
       }
     }
     json s;
-    for (const char* field : {"claim", "reading", "phi", "p", "alpha", "scale", "scores", "D", "d", "estimand", "sigma_x",
+    for (const char* field : {"claim", "reading", "phi", "p", "alpha", "mix", "dv", "scale", "scores", "D", "d", "estimand", "sigma_x",
                               "sigma_t", "claimed_exponent", "claim_form", "counts_for_exit", "fit_variable", "fit_of",
                               "run_seed"}) {
       s[field] = first.contains(field) ? first[field] : json(nullptr);
@@ -381,6 +403,9 @@ json fit_series(const std::vector<json>& records, double tolerance) {
                             {"judged_points", v.exact_judged},
                             {"unjudged_points", v.exact_unjudged},
                             {"disagrees_at", v.exact_disagrees_at},
+                            {"bound_checked_points", v.bound_checked},
+                            {"max_sample_over_bound", optional_or_null(v.max_sample_over_bound)},
+                            {"bound_exceeded_at", v.bound_exceeded_at},
                             {"confirmed", v.exact_disagrees_at.empty()}}
                      : json(nullptr);
     const std::string finding = s["claim"] == "C8" ? c8_finding(s["scores"].get<std::string>(), v.word) : "";

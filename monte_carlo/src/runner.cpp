@@ -33,6 +33,10 @@ PointOutcome run_point(Backend& backend, const SweepPoint& point, const std::vec
         const double norm = e == Estimand::score_var ? std::sqrt(v[k]) : v[k];
         out.norm[k].add(norm);
         out.norm_sq[k].add(e == Estimand::score_var ? v[k] : norm * norm);
+        // A NaN sample must not hide behind max: it makes the largest NaN, so no bound check passes it.
+        out.largest[k] = out.norm[k].accumulator().count() == 1 || std::isnan(v[k]) ? v[k]
+                         : std::isnan(out.largest[k])                               ? out.largest[k]
+                                                                                    : std::max(out.largest[k], v[k]);
       }
     }
   };

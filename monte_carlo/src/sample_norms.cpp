@@ -1,5 +1,7 @@
 #include "attncheck/monte_carlo/sample_norms.hpp"
 
+#include "attncheck/monte_carlo/sweep.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -23,6 +25,9 @@ EstimandRequest check_request(const theory::AttentionMap& map, theory::ScoreMode
   r.score_var = wants(Estimand::score_var);
   r.row_sum = wants(Estimand::row_sum);
   r.row_mean = wants(Estimand::row_mean);
+  if (wants(Estimand::dV)) {
+    throw InputError("estimand dV is the derivative in the values of C9's cross-normalized output (--claim C9)");
+  }
   const theory::Activation& act = map.activation;
   r.matpow = act.kind == ActivationKind::matpow;
   r.softmax = act.kind == ActivationKind::softmax;
@@ -51,6 +56,32 @@ EstimandRequest check_request(const theory::AttentionMap& map, theory::ScoreMode
   return r;
 }
 
+EstimandRequest check_request(const SweepPoint& point, const std::vector<Estimand>& estimands) {
+  if (!point.mix) return check_request(point.map, point.scores, point.N, point.d, estimands);
+  EstimandRequest r;
+  r.cross_norm = true;
+  r.softmax = true;
+  for (const Estimand e : estimands) {
+    switch (e) {
+      case Estimand::value: r.value = true; break;
+      case Estimand::dV: r.dV = true; break;
+      case Estimand::dS: r.dS = true; break;
+      case Estimand::dQ: r.dQ = true; break;
+      default:
+        throw InputError(fmt::format("estimand {}: C9's cross-normalized output has the estimands value, dV, dS and dQ",
+                                     estimand_name(e)));
+    }
+  }
+  if (!(*point.mix >= 0 && *point.mix <= 1)) {
+    throw InputError(fmt::format("--mix {}: the mix alpha must lie in [0, 1]", *point.mix));
+  }
+  if (point.dv < 1) throw InputError(fmt::format("--dv {}: C9 needs at least one value column", point.dv));
+  if (point.map.activation.kind != ActivationKind::softmax || point.scores != theory::ScoreModel::projected) {
+    throw InputError("C9's cross-normalized output is defined for softmax attention on projected scores only");
+  }
+  return r;
+}
+
 SampleValues sample_values(const EstimandRequest& r, const theory::AttentionMap& map, theory::Index n,
                            const SampleTotals& t) {
   SampleValues out;
@@ -66,6 +97,13 @@ SampleValues sample_values(const EstimandRequest& r, const theory::AttentionMap&
   if (r.row_sum) out[static_cast<int>(Estimand::row_sum)] = c * t.entry_total / nn;
   if (r.row_mean) out[static_cast<int>(Estimand::row_mean)] = c * t.entry_total / (nn * nn);
   if (!r.any_norm()) return out;
+  if (r.cross_norm) {  // no outer constant: the row-stochastic A is the claim's whole attention
+    if (r.value) out[static_cast<int>(Estimand::value)] = std::sqrt(t.entries.value_sq);
+    if (r.dV) out[static_cast<int>(Estimand::dV)] = std::sqrt(t.values_grad_sq);
+    if (r.dS) out[static_cast<int>(Estimand::dS)] = std::sqrt(t.entries.dS_sq);
+    if (r.dQ) out[static_cast<int>(Estimand::dQ)] = std::abs(lambda) * std::sqrt(t.entries.dQ_sq);
+    return out;
+  }
   if (r.matpow) {
     const int p = map.activation.p;
     out[static_cast<int>(Estimand::value)] = c * std::pow(std::abs(lambda), p) * std::sqrt(t.matpow_sq);

@@ -1,6 +1,7 @@
 #include "attncheck/monte_carlo/sweep.hpp"
 
 #include "attncheck/monte_carlo/random_stream.hpp"
+#include "attncheck/theory/cross_norm.hpp"
 #include "attncheck/theory/moments.hpp"
 
 #include <fmt/format.h>
@@ -101,6 +102,7 @@ const char* estimand_name(Estimand e) {
     case Estimand::score_var: return "score-var";
     case Estimand::row_sum: return "row-sum";
     case Estimand::row_mean: return "row-mean";
+    case Estimand::dV: return "dV";
   }
   return "?";
 }
@@ -119,7 +121,7 @@ std::vector<Estimand> parse_estimands(const std::string& text) {
       }
     }
     if (!found) {
-      throw InputError(fmt::format("--estimand: '{}' is not one of value, dQ, dK, dS, score-var, row-sum, row-mean", name));
+      throw InputError(fmt::format("--estimand: '{}' is not one of value, dQ, dK, dS, score-var, row-sum, row-mean, dV", name));
     }
   }
   if (out.empty()) throw InputError("--estimand: empty list");
@@ -252,15 +254,23 @@ ClaimInfo claim_info(const std::string& id) {
             ""};
   }
   if (id == "C9") {
-    throw InputError("--claim C9: the cross-normalization claims are handled separately (not yet checked by mc)");
+    return {"C9", "cross-normalization RFP", "cross-normalization RFP",
+            "O = softmax(X W_Q W_K^T X^T / sqrt d) P_alpha with P_alpha = alpha softmax_col(X W_V) + (1 - alpha) X W_V "
+            "(mix alpha; alpha = 1 is softmax(S) softmax^T(V)): ||O||_F, ||dO/dV||_F, ||dO/dS||_F and ||dO/dW_Q||_F "
+            "are O(sqrt N). At alpha = 1 facts 10-11 bound every input: ||O||_F <= sqrt(N d_v), ||dO/dV||_F and "
+            "||dO/dS||_F <= sqrt(N d_v / 8); for alpha < 1 nothing bounds them in V",
+            ""};
   }
-  throw InputError(fmt::format("--claim: '{}' is not one of C3, C4, C5, C6, C7, C8 (C1, C2 are exact: attncheck bounds)", id));
+  throw InputError(fmt::format("--claim: '{}' is not one of C3, C4, C5, C6, C7, C8, C9 (C1, C2 are exact: attncheck bounds)", id));
 }
 
 std::vector<SeriesSpec> build_series(const SweepRequest& rq) {
   std::vector<SeriesSpec> out;
   for (int p : rq.p) {
     if (p < 1 || p > 64) throw InputError(fmt::format("--p: {} must be between 1 and 64", p));
+  }
+  if (rq.mix && rq.claim != std::optional<std::string>("C9")) {
+    throw InputError("--mix is C9's mix alpha of softmax_col(V) and V: give it with --claim C9");
   }
   if (!rq.claim) {
     if (!rq.phi) throw InputError("without --claim, give --phi (and optionally --inner-scale, --outer-scale, --estimand)");
@@ -270,6 +280,9 @@ std::vector<SeriesSpec> build_series(const SweepRequest& rq) {
       s.inner = rq.inner_scale ? parse_inner_scale(*rq.inner_scale) : InnerRule{};
       s.outer = rq.outer_scale ? parse_outer_scale(*rq.outer_scale) : OuterRule{};
       s.estimands = rq.estimands ? parse_estimands(*rq.estimands) : std::vector<Estimand>{Estimand::value};
+      if (std::find(s.estimands.begin(), s.estimands.end(), Estimand::dV) != s.estimands.end()) {
+        throw InputError("--estimand dV: the derivative in the values belongs to C9's cross-normalized output (--claim C9)");
+      }
       s.claimed_exponent = rq.claimed_exponent;
       if (s.activation.kind == ActivationKind::matpow) s.reading = "matrix";
       if (s.activation.kind == ActivationKind::pointwise && s.activation.h == Pointwise::poly) s.reading = "elementwise";
@@ -339,6 +352,17 @@ std::vector<SeriesSpec> build_series(const SweepRequest& rq) {
         out.push_back(s);
       }
     }
+  } else if (id == "C9") {
+    for (double mix : rq.mix.value_or(std::vector<double>{1.0})) {
+      if (!(mix >= 0 && mix <= 1)) throw InputError(fmt::format("--mix: {} is not in [0, 1]", mix));
+      SeriesSpec s;
+      s.claim = id;
+      s.activation = parse_phi("softmax", 1);
+      s.mix = mix;
+      s.estimands = {Estimand::value, Estimand::dV, Estimand::dS, Estimand::dQ};
+      s.claimed_exponent = 0.5;
+      out.push_back(s);
+    }
   } else if (id == "C8") {
     for (const auto scores : {theory::ScoreModel::unit_pairs, theory::ScoreModel::sign_coupled_pairs,
                               theory::ScoreModel::projected}) {
@@ -369,7 +393,7 @@ std::uint64_t point_seed(std::uint64_t run_seed, const std::string& key) {
 }
 
 PointSpec make_point(const SeriesSpec& series, Index N, Index D, Index d, double sigma_x, double sigma_t,
-                     std::uint64_t run_seed) {
+                     std::uint64_t run_seed, Index dv) {
   if (!(sigma_x > 0) || !(sigma_t > 0)) {
     throw InputError(fmt::format("--sigma-x {} and --sigma-t {} must be > 0", sigma_x, sigma_t));
   }
@@ -391,6 +415,11 @@ PointSpec make_point(const SeriesSpec& series, Index N, Index D, Index d, double
                        pt.map.outer.n_exponent, N, D, d, sigma_x, sigma_t);
   // The papers' model keeps the key (and the seed) it always had.
   if (series.scores != theory::ScoreModel::projected) ps.key += fmt::format(";scores={}", theory::score_model_name(series.scores));
+  if (series.mix) {
+    pt.mix = series.mix;
+    pt.dv = dv > 0 ? dv : d;
+    ps.key += fmt::format(";cross-norm;mix={:.17g};dv={}", *pt.mix, pt.dv);
+  }
   pt.seed = point_seed(run_seed, ps.key);
   return ps;
 }
@@ -419,6 +448,7 @@ std::optional<double> both(const std::optional<double>& off, const std::optional
 ExactMoments exact_moments(const PointSpec& ps, Estimand estimand) {
   const SweepPoint& pt = ps.point;
   ExactMoments out;
+  if (pt.mix || estimand == Estimand::dV) return out;
   const double c = pt.map.outer.at(pt.N);
   const double n = static_cast<double>(pt.N);
   const bool softmax = pt.map.activation.kind == ActivationKind::softmax;
@@ -447,7 +477,8 @@ ExactMoments exact_moments(const PointSpec& ps, Estimand estimand) {
         out.mean = both(off.value, diag.value, [&](double o, double g) { return c * ((n - 1) * o + g); });
         if (out.mean && estimand == Estimand::row_mean) *out.mean /= n;
         break;
-      case Estimand::score_var: break;
+      case Estimand::score_var:
+      case Estimand::dV: break;
     }
   }
   for (std::optional<double>* x : {&out.mean, &out.second, &out.second_variance_floor}) {
@@ -462,8 +493,31 @@ ExactMoments exact_moments(const PointSpec& ps, Estimand estimand) {
 
 std::optional<double> exact_norm_sq(const PointSpec& ps, Estimand estimand) { return exact_moments(ps, estimand).second; }
 
+std::optional<double> cross_norm_sample_bound(const PointSpec& ps, Estimand estimand) {
+  const SweepPoint& pt = ps.point;
+  if (!pt.mix || *pt.mix != 1) return std::nullopt;
+  const theory::CrossNormBounds bounds = theory::cross_norm_bounds(pt.N, pt.dv);
+  switch (estimand) {
+    case Estimand::value: return bounds.output;
+    case Estimand::dV: return bounds.grad_values;
+    case Estimand::dS: return bounds.grad_scores;
+    default: return std::nullopt;
+  }
+}
+
 std::optional<ExactLaw> exact_law(const PointSpec& ps, Estimand estimand) {
   const SweepPoint& pt = ps.point;
+  if (pt.mix) {
+    const auto bound = cross_norm_sample_bound(ps, estimand);
+    if (!bound) return std::nullopt;
+    ExactLaw law;
+    law.of = fmt::format("sup over inputs of ||{}||_F (fact 11)", estimand == Estimand::value ? "O" : estimand == Estimand::dV ? "dO/dV" : "dO/dS");
+    law.bound = true;
+    law.deterministic = true;
+    law.exponent = 0.5;  // sqrt(N d_v) or sqrt(N d_v / 8): the constant is the bound at N = 1
+    law.constant = *bound / std::sqrt(static_cast<double>(pt.N));
+    return law;
+  }
   const double factor = pt.map.outer.factor;  // c(N) = factor N^-n_exponent
   const double n_exponent = pt.map.outer.n_exponent;
   ExactLaw law;

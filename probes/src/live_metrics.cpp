@@ -6,6 +6,7 @@
 #include "attncheck/probes/tokenizer.hpp"
 #include "attncheck/reports/input_file.hpp"
 #include "attncheck/reports/sha256.hpp"
+#include "attncheck/theory/cross_norm.hpp"
 #include "attncheck/theory/moments.hpp"
 #include "attncheck/theory/softmax.hpp"
 
@@ -13,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace attncheck::probes {
 
@@ -102,6 +104,34 @@ AttentionMap poly3_scaled_map(double inner) { return pointwise_map(Pointwise::po
 AttentionMap poly3_map(double inner) { return pointwise_map(Pointwise::poly, 3, inner, {1, 0}); }
 AttentionMap relu_n_map(double inner) { return pointwise_map(Pointwise::relu, 1, inner, {1, 1}); }
 AttentionMap softmax_map(double inner) { return AttentionMap{{ActivationKind::softmax, Pointwise::identity, 1}, inner, {}}; }
+
+// Softmax on the head's scores whatever the trained activation: the what-if changes only what A multiplies.
+Matrix softmax_attention(const LayerInputs& layer, const HeadInputs& head) {
+  Matrix scores = layer.inner * (head.V * head.U.transpose());
+  for (Index i = 0; i < scores.rows(); ++i) {
+    for (Index j = 0; j < scores.cols(); ++j) {
+      if (!is_attended(i, j, layer.causal, layer.attended)) scores(i, j) = -std::numeric_limits<double>::infinity();
+    }
+  }
+  return theory::row_softmax(scores);
+}
+
+void set_cross_norm(HeadMetrics& m, const LayerInputs& layer, const HeadInputs& head) {
+  if (head.values.size() == 0) {
+    throw InputError(fmt::format("layer {} head {}: the value projections are unknown, so the cross-normalization "
+                                 "what-if cannot be measured",
+                                 m.layer, m.head));
+  }
+  const Matrix attention = softmax_attention(layer, head);
+  m.d_v = head.values.cols();
+  for (const double mix : kCrossNormMixes) {
+    const auto norms = theory::cross_norm_norms(attention, head.values, mix);
+    m.cross_norm.push_back({mix, norms.output_fro, norms.grad_values_fro});
+  }
+  const auto bounds = theory::cross_norm_bounds(m.N, m.d_v);
+  m.cross_norm_output_bound = bounds.output;
+  m.cross_norm_grad_values_bound = bounds.grad_values;
+}
 
 void set_bounds(HeadMetrics& m) {
   const auto bounds = theory::softmax_bounds(m.N);
@@ -199,7 +229,7 @@ void set_group_key_derivatives(const LayerInputs& layer, std::span<HeadMetrics> 
   }
 }
 
-HeadMetrics measure_head(const LayerInputs& layer, int layer_index, int head_index) {
+HeadMetrics measure_head(const LayerInputs& layer, int layer_index, int head_index, bool cross_norm) {
   const HeadInputs& head = layer.heads.at(static_cast<std::size_t>(head_index));
   HeadMetrics m;
   m.layer = layer_index;
@@ -227,6 +257,7 @@ HeadMetrics measure_head(const LayerInputs& layer, int layer_index, int head_ind
   m.iid_scores_fro = iid_root_mean_square(model, m.N, 1, 1.0, m.causal, layer.attended);
   m.iid_poly3_scaled_fro = iid_root_mean_square(model, m.N, 3, 1.0 / m.sqrt_n, m.causal, layer.attended);
   m.iid_poly3_fro = iid_root_mean_square(model, m.N, 3, 1.0, m.causal, layer.attended);
+  if (cross_norm) set_cross_norm(m, layer, head);
   for (const auto& [name, value] : {std::pair<const char*, double>{"||softmax(S)||_F", m.softmax.value},
                                     {"||grad softmax(S)||_F", m.softmax.grad},
                                     {"||dA/dW_Q||_F", m.softmax.dWq},
@@ -272,7 +303,7 @@ HeadMetrics measure_scores(const Matrix& scores, int layer_index, int head_index
 }
 
 LayerInputs split_heads(Matrix X, const Matrix& W_Q, const Matrix& W_K, const Vector& b_Q, const Vector& b_K,
-                        int heads, double inner, bool causal) {
+                        int heads, double inner, bool causal, const Matrix& W_V, const Vector& b_V) {
   const Index D = X.cols();
   if (heads < 1) throw InputError(fmt::format("heads = {} must be >= 1", heads));
   if (W_Q.rows() != D || W_K.rows() != D || W_Q.cols() != W_K.cols()) {
@@ -288,7 +319,15 @@ LayerInputs split_heads(Matrix X, const Matrix& W_Q, const Matrix& W_K, const Ve
       throw InputError(fmt::format("{} has {} entries, w_q {} columns", name, bias->size(), W_Q.cols()));
     }
   }
-  const Index d = W_Q.cols() / heads;
+  const bool with_values = W_V.size() != 0;
+  if (with_values && (W_V.rows() != D || W_V.cols() % heads != 0)) {
+    throw InputError(fmt::format("w_v is {}x{}: need D = {} rows and a multiple of heads = {} columns", W_V.rows(),
+                                 W_V.cols(), D, heads));
+  }
+  if (b_V.size() != 0 && (!with_values || b_V.size() != W_V.cols())) {
+    throw InputError(fmt::format("b_v has {} entries, w_v {} columns", b_V.size(), W_V.cols()));
+  }
+  const Index d = W_Q.cols() / heads, d_v = W_V.cols() / heads;
   LayerInputs layer;
   layer.X = std::move(X);
   layer.inner = inner;
@@ -302,6 +341,10 @@ LayerInputs split_heads(Matrix X, const Matrix& W_Q, const Matrix& W_K, const Ve
     inputs.b_K = b_K.size() ? Vector(b_K.segment(head * d, d)) : Vector::Zero(d);
     inputs.V = (layer.X * inputs.W_Q).rowwise() + inputs.b_Q.transpose();
     inputs.U = (layer.X * inputs.W_K).rowwise() + inputs.b_K.transpose();
+    if (with_values) {
+      inputs.values = layer.X * W_V.middleCols(head * d_v, d_v);
+      if (b_V.size()) inputs.values.rowwise() += b_V.segment(head * d_v, d_v).transpose();
+    }
     layer.heads.push_back(std::move(inputs));
   }
   return layer;
@@ -309,6 +352,15 @@ LayerInputs split_heads(Matrix X, const Matrix& W_Q, const Matrix& W_K, const Ve
 
 bool within_theorem_bounds(const HeadMetrics& m) {
   return monte_carlo::within(m.softmax.value, m.sqrt_n) && monte_carlo::within(m.softmax.grad, m.grad_tight_bound);
+}
+
+bool within_cross_norm_bounds(const HeadMetrics& m) {
+  for (const auto& what_if : m.cross_norm) {
+    if (what_if.mix != 1.0) continue;  // below mix 1 the norms grow with V: no bound to check
+    return monte_carlo::within(what_if.output_fro, m.cross_norm_output_bound) &&
+           monte_carlo::within(what_if.grad_values_fro, m.cross_norm_grad_values_bound);
+  }
+  return true;
 }
 
 namespace {
@@ -365,6 +417,24 @@ const Field kFields[] = {
 bool is_integer_field(const std::string& name) {
   return name == "layer" || name == "head" || name == "N" || name == "D" || name == "d" || name == "kv_head";
 }
+
+// "mix0", "mix0_5", "mix1": key suffixes without '.', so that every key is a plain identifier.
+std::string mix_suffix(double mix) {
+  std::string out = fmt::format("mix{:g}", mix);
+  std::replace(out.begin(), out.end(), '.', '_');
+  return out;
+}
+
+std::vector<std::pair<std::string, double>> cross_norm_fields(const HeadMetrics& m) {
+  std::vector<std::pair<std::string, double>> out{{"d_v", static_cast<double>(m.d_v)},
+                                                  {"cross_norm_out_bound", m.cross_norm_output_bound},
+                                                  {"cross_norm_dV_bound", m.cross_norm_grad_values_bound}};
+  for (const auto& what_if : m.cross_norm) {
+    out.emplace_back("out_fro_" + mix_suffix(what_if.mix), what_if.output_fro);
+    out.emplace_back("dV_fro_" + mix_suffix(what_if.mix), what_if.grad_values_fro);
+  }
+  return out;
+}
 }  // namespace
 
 nlohmann::json to_json(const HeadMetrics& metrics) {
@@ -380,23 +450,41 @@ nlohmann::json to_json(const HeadMetrics& metrics) {
       out[field.name] = value;
     }
   }
+  if (!metrics.cross_norm.empty()) {
+    for (const auto& [name, value] : cross_norm_fields(metrics)) {
+      if (name == "d_v") {
+        out[name] = metrics.d_v;
+      } else {
+        out[name] = value;
+      }
+    }
+  }
   return out;
 }
 
-std::vector<std::string> csv_columns() {
+std::vector<std::string> csv_columns(bool cross_norm) {
   std::vector<std::string> out;
   for (const auto& field : kFields) out.emplace_back(field.name);
+  if (cross_norm) {
+    HeadMetrics shape;
+    for (const double mix : kCrossNormMixes) shape.cross_norm.push_back({mix, 0, 0});
+    for (const auto& [name, value] : cross_norm_fields(shape)) out.push_back(name);
+  }
   return out;
 }
 
 std::vector<double> csv_values(const HeadMetrics& metrics) {
   std::vector<double> out;
   for (const auto& field : kFields) out.push_back(field.get(metrics));
+  if (!metrics.cross_norm.empty()) {
+    for (const auto& [name, value] : cross_norm_fields(metrics)) out.push_back(value);
+  }
   return out;
 }
 
 ProbeResult probe_model(const fs::path& model_path, const ProbeInput& input, const std::vector<int>& layers,
-                        const std::vector<int>& heads, bool keep_layers, const ProbeProgress& progress) {
+                        const std::vector<int>& heads, bool keep_layers, bool cross_norm,
+                        const ProbeProgress& progress) {
   const TransformerModel model = TransformerModel::load(model_path);
   ProbeResult result;
   result.config = model.config();
@@ -490,7 +578,7 @@ ProbeResult probe_model(const fs::path& model_path, const ProbeInput& input, con
     const std::size_t first = result.heads.size();
     for (int head = 0; head < model.config().heads; ++head) {
       if (!selected(heads, head)) continue;
-      result.heads.push_back(measure_head(computed[l], layer, head));
+      result.heads.push_back(measure_head(computed[l], layer, head, cross_norm));
       if (progress) progress(static_cast<std::int64_t>(result.heads.size()), heads_total);
     }
     const auto measured = std::span(result.heads).subspan(first);

@@ -186,7 +186,8 @@ std::vector<LayerInputs> forward(const Checkpoint& checkpoint, const ModelConfig
       inputs.b_Q = b_q.segment(head * d, d);
       inputs.b_K = b_k.segment(g * d, d);
       inputs.attention = apply_attention(map, inner * (inputs.V * inputs.U.transpose()), true);
-      context.middleCols(head * d, d) = inputs.attention * values.middleCols(g * d, d);
+      inputs.values = values.middleCols(g * d, d);
+      context.middleCols(head * d, d) = inputs.attention * inputs.values;
       layer.heads.push_back(std::move(inputs));
     }
     h += project(checkpoint, context, names.o, D);

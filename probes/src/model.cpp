@@ -286,7 +286,7 @@ void TransformerModel::require_memory_for(std::int64_t positions, const std::vec
   // Every kept layer: its input rows, and per head the projections, the weight slices and the N x N attention.
   const std::uint64_t per_layer = saturating_sum(
       {saturating_product({n, D}), saturating_product({H, saturating_sum({saturating_product({n, n}),
-                                                                           saturating_product({2, n, d}),
+                                                                           saturating_product({3, n, d}),
                                                                            saturating_product({2, D, d}), 2 * d})})});
   // The layer being computed: its projections, MLP rows and weights, and a few N x N score matrices at once.
   const std::uint64_t working = saturating_sum({saturating_product({n, saturating_sum({8 * D, 2 * I})}),
@@ -380,7 +380,8 @@ std::vector<LayerInputs> TransformerModel::forward_embeddings(Matrix h, const st
       inputs.b_K = b_k.segment(head * d, d);
       inputs.kv_head = head;
       inputs.attention = apply_attention(map, inner * (inputs.V * inputs.U.transpose()), layer.causal);
-      context.middleCols(head * d, d) = inputs.attention * values.middleCols(head * d, d);
+      inputs.values = values.middleCols(head * d, d);
+      context.middleCols(head * d, d) = inputs.attention * inputs.values;
       layer.heads.push_back(std::move(inputs));
     }
     Matrix attended = context * W_o;

@@ -214,7 +214,8 @@ std::vector<LayerInputs> forward(const Checkpoint& checkpoint, const ModelConfig
       inputs.b_Q = b_q.segment(head * d, d);
       inputs.b_K = b_k.segment(head * d, d);
       inputs.attention = apply_attention(map, inner * (inputs.V * inputs.U.transpose()), false);
-      context.middleCols(head * d, d) = inputs.attention * values.middleCols(head * d, d);
+      inputs.values = values.middleCols(head * d, d);
+      context.middleCols(head * d, d) = inputs.attention * inputs.values;
       layer.heads.push_back(std::move(inputs));
     }
     Matrix attended = detail::project(checkpoint, context, names.o, D);

@@ -407,6 +407,8 @@ PYBIND11_MODULE(_core, m) {
       .def_readwrite("d", &monte_carlo::McRequest::d)
       .def_readwrite("p", &monte_carlo::McRequest::p)
       .def_readwrite("alpha", &monte_carlo::McRequest::alpha)
+      .def_readwrite("mix", &monte_carlo::McRequest::mix)
+      .def_readwrite("dv", &monte_carlo::McRequest::dv)
       .def_readwrite("samples", &monte_carlo::McRequest::samples)
       .def_readwrite("claimed_exponent", &monte_carlo::McRequest::claimed_exponent)
       .def_readwrite("rel_se", &monte_carlo::McRequest::rel_se)

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -66,8 +67,37 @@ std::string style_clause(CurveStyle style, int index) {
       return fmt::format("using 1:2 with linespoints pointtype 7 pointsize 0.6 linewidth 1.5 linecolor rgb '{}'", colour);
     case CurveStyle::dashed_line:
       return fmt::format("using 1:2 with lines dashtype 2 linewidth 1.5 linecolor rgb '{}'", colour);
+    case CurveStyle::band:
+      return fmt::format("using 1:3:4 with filledcurves fillcolor rgb '{}' fillstyle transparent solid 0.2 noborder",
+                         colour);
   }
   return "";
+}
+
+std::string heat_map_script(const HeatMap& map, const std::string& block) {
+  if (map.rows < 1 || map.columns < 1 || map.values.size() != static_cast<std::size_t>(map.rows * map.columns)) {
+    throw InputError(fmt::format("a heat map of {} x {} cells has {} values", map.rows, map.columns, map.values.size()));
+  }
+  double largest = 0;
+  for (double v : map.values) {
+    if (!std::isfinite(v)) throw InputError("a heat map holds a value that is not finite");
+    largest = std::max(largest, std::fabs(v));
+  }
+  if (largest == 0) largest = 1;  // an all-zero map still gets a colour scale
+  std::string script = "set offsets 0, 0, 0, 0\nunset grid\nset size ratio -1\nset tics out\n";
+  script += fmt::format("set xrange [-0.5:{}]\nset yrange [{}:-0.5]\n", number(map.columns - 0.5), number(map.rows - 0.5));
+  script += map.signed_scale
+                ? fmt::format("set palette defined (-1 '#b2182b', -0.5 '#ef8a62', 0 '#f7f7f7', 0.5 '#67a9cf', "
+                              "1 '#2166ac')\nset cbrange [{}:{}]\n", number(-largest), number(largest))
+                : fmt::format("set palette defined (0 '#f7fbff', 0.5 '#6baed6', 1 '#08306b')\nset cbrange [0:{}]\n",
+                              number(largest));
+  std::string data;
+  for (long long i = 0; i < map.rows; ++i) {
+    for (long long j = 0; j < map.columns; ++j) data += (j ? " " : "") + number(map.values[i * map.columns + j]);
+    data += "\n";
+  }
+  script += fmt::format("{} << EOD\n{}EOD\nplot {} matrix with image notitle\nunset output\n", block, data, block);
+  return script;
 }
 
 }  // namespace
@@ -88,12 +118,16 @@ std::string gnuplot_script(const std::vector<PlotSpec>& plots, const std::string
     script += fmt::format("set output {}\n", quoted(plot.name + ".svg" + output_suffix));
     script += fmt::format("set title {}\nset xlabel {} offset 0,0.6\nset ylabel {}\n", quoted(plot.title), quoted(plot.x_label),
                           quoted(plot.y_label));
+    if (plot.heat_map) {
+      script += heat_map_script(*plot.heat_map, fmt::format("$plot{}_matrix", k));
+      continue;
+    }
     script += plot.log_x ? "set logscale x 2\n" : "unset logscale x\n";
     script += plot.log_y ? "set logscale y 10\nset format y '%g'\n" : "unset logscale y\n";
     std::vector<std::string> clauses;
     for (std::size_t c = 0; c < plot.curves.size(); ++c) {
       const Curve& curve = plot.curves[c];
-      const bool bars = curve.style == CurveStyle::points_with_error_bars;
+      const bool bars = curve.style == CurveStyle::points_with_error_bars || curve.style == CurveStyle::band;
       const std::string block = fmt::format("$plot{}_curve{}", k, c);
       std::string data;
       for (std::size_t i = 0; i < curve.x.size(); ++i) {

@@ -2,6 +2,7 @@
 
 #include "attncheck/reports/atomic_file.hpp"
 #include "attncheck/reports/folder_lock.hpp"
+#include "attncheck/reports/training_curves.hpp"
 #include "attncheck/theory/common.hpp"
 
 #include <fmt/format.h>
@@ -19,6 +20,8 @@ namespace {
 struct Inputs {
   std::optional<fs::path> results_folder;  // has fits.json
   std::optional<fs::path> probe_log;
+  std::optional<fs::path> training_curves;
+  std::optional<fs::path> vit_results;  // examples/vit_digits.py's
 };
 
 Inputs find_inputs(const fs::path& input) {
@@ -27,17 +30,26 @@ Inputs find_inputs(const fs::path& input) {
   Inputs inputs;
   if (!fs::is_directory(input, error)) {
     if (input.extension() != ".jsonl") {
-      throw InputError(fmt::format("{} is neither a results folder nor a probe log (*.jsonl)", input.string()));
+      throw InputError(fmt::format("{} is neither a results folder nor a probe log or training curves (*.jsonl)",
+                                   input.string()));
     }
-    inputs.probe_log = input;
+    if (input.filename() == kTrainingCurvesName) {
+      inputs.training_curves = input;
+    } else {
+      inputs.probe_log = input;
+    }
     return inputs;
   }
   if (fs::exists(input / "fits.json", error)) inputs.results_folder = input;
   if (fs::exists(input / kProbeLogName, error)) inputs.probe_log = input / kProbeLogName;
-  if (!inputs.results_folder && !inputs.probe_log) {
-    throw InputError(fmt::format("{} is missing, and so is {}: the folder holds neither the results of "
-                                 "`attncheck mc --out` nor the log of `attncheck probe --watch`",
-                                 (input / "fits.json").string(), (input / kProbeLogName).string()));
+  if (fs::exists(input / kTrainingCurvesName, error)) inputs.training_curves = input / kTrainingCurvesName;
+  if (fs::exists(input / kVitResultsName, error)) inputs.vit_results = input / kVitResultsName;
+  if (!inputs.results_folder && !inputs.probe_log && !inputs.training_curves && !inputs.vit_results) {
+    throw InputError(fmt::format("{} is missing, and so are {}, {} and {}: the folder holds neither the results of "
+                                 "`attncheck mc --out`, nor the log of `attncheck probe --watch`, nor training "
+                                 "curves, nor the results of examples/vit_digits.py",
+                                 (input / "fits.json").string(), (input / kProbeLogName).string(),
+                                 (input / kTrainingCurvesName).string(), (input / kVitResultsName).string()));
   }
   return inputs;
 }
@@ -72,6 +84,10 @@ ReportSummary write_report(const ReportOptions& options) {
   if (inputs.results_folder) results = read_results_folder(*inputs.results_folder);
   std::optional<std::vector<ProbeRecord>> probes;
   if (inputs.probe_log) probes = read_probe_log(*inputs.probe_log);
+  std::optional<TrainingCurves> curves;
+  if (inputs.training_curves) curves = read_training_curves(*inputs.training_curves);
+  std::optional<VitResults> vit;
+  if (inputs.vit_results) vit = read_vit_results(*inputs.vit_results);
 
   Document document;
   document.title = fmt::format("attncheck report: {}", options.input.filename().empty()
@@ -96,9 +112,18 @@ ReportSummary write_report(const ReportOptions& options) {
       }
     }
   }
+  if (vit) {
+    add_vit_section(*vit, inputs.vit_results->parent_path(), options.plots, document, pending, options.map_layer,
+                    options.map_head);
+    summary.vit_runs = vit->runs.size();
+  }
   if (probes) {
     add_probe_section(*probes, *inputs.probe_log, options.plots, document, pending);
     summary.probe_records = probes->size();
+  }
+  if (curves) {
+    add_training_curves_section(*curves, *inputs.training_curves, options.plots, document, pending);
+    summary.curve_points = curves->points.size();
   }
 
   std::error_code error;

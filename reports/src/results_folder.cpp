@@ -24,9 +24,11 @@ std::string SeriesKey::label() const {
   if (reading) text += " " + *reading;
   text += fmt::format(" {} p={}", phi, p);
   if (alpha) text += fmt::format(" alpha={}", *alpha);
+  if (mix) text += fmt::format(" mix alpha={}", *mix);
   if (scale != "none") text += " scale " + scale;
   if (scores != "projected") text += " scores " + scores;
   text += fmt::format(" {}, D={} d={}", estimand, D, d);
+  if (dv) text += fmt::format(" dv={}", *dv);
   if (sigma_x != 1 || sigma_t != 1) text += fmt::format(" sigma_x={} sigma_t={}", sigma_x, sigma_t);
   return text;
 }
@@ -44,11 +46,11 @@ std::string_view to_string(Verdict verdict) {
 namespace {
 
 // The words of docs/results-format.md: whatever else a field holds did not come from attncheck.
-constexpr std::string_view kClaims[] = {"C3", "C4", "C5", "C6", "C7", "C8", "custom"};
+constexpr std::string_view kClaims[] = {"C3", "C4", "C5", "C6", "C7", "C8", "C9", "custom"};
 constexpr std::string_view kReadings[] = {"elementwise", "matrix"};
 constexpr std::string_view kPhis[] = {"poly", "matpow", "softmax", "relu", "relu2",
                                                            "gelu", "softplus", "identity", "relu6", "sigmoid"};
-constexpr std::string_view kEstimands[] = {"value", "dQ", "dK", "dS", "score-var", "row-sum", "row-mean"};
+constexpr std::string_view kEstimands[] = {"value", "dQ", "dK", "dS", "score-var", "row-sum", "row-mean", "dV"};
 constexpr std::string_view kScoreModels[] = {"projected", "qk-layernorm", "iid-unit", "sign-coupled"};
 constexpr std::string_view kStops[] = {"samples", "rel-se", "max-samples", "max-seconds"};
 constexpr std::string_view kBackends[] = {"cpu", "cuda"};
@@ -74,6 +76,10 @@ SeriesKey read_key(const JsonFields& fields) {
   key.phi = fields.word("phi", kPhis);
   key.p = fields.integer("p");
   key.alpha = fields.number_or_null("alpha");
+  key.mix = fields.number_or_null("mix");
+  if (key.mix && !(*key.mix >= 0 && *key.mix <= 1)) fields.fail(fmt::format("\"mix\" = {} is not in [0, 1]", *key.mix));
+  key.dv = fields.integer_or_null("dv");
+  if (key.dv && *key.dv < 1) fields.fail(fmt::format("\"dv\" = {} must be >= 1", *key.dv));
   key.scale = fields.text("scale");
   check_scale(fields, key.scale);
   key.D = fields.integer("D");
@@ -197,6 +203,8 @@ PointRecord read_point(const JsonFields& fields, int line) {
   r.exact_mean = fields.number_or_null("exact_mean");
   r.z_exact_mean = fields.number_or_null("z_exact_mean");
   r.jensen_bound = fields.number_or_null("jensen_bound");
+  r.sample_bound = fields.number_or_null("sample_bound");
+  r.sample_max = fields.number_or_null("sample_max");
   r.se_reliable = fields.boolean("se_reliable");
   r.unreliable_because = fields.text_or_null("unreliable_because");
   r.stopped_by = fields.word("stopped_by", kStops);

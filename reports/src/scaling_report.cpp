@@ -33,6 +33,7 @@ std::string estimand_symbol(const std::string& estimand) {
   if (estimand == "score-var") return "E|s_ij|";  // a sample is one score; its second moment is the variance
   if (estimand == "row-sum") return "E[row sum of F]";
   if (estimand == "row-mean") return "E[row mean of F]";
+  if (estimand == "dV") return "E||dO/dV||_F";
   return "E||" + estimand + "||_F";
 }
 
@@ -143,6 +144,8 @@ Facts configuration_facts(const Series& s) {
   f.items.emplace_back("p", fmt::format("{}", s.key.p));
   if (s.key.reading) f.items.emplace_back("reading of (.)^p", *s.key.reading);
   if (s.key.alpha) f.items.emplace_back("alpha", format_number(*s.key.alpha));
+  if (s.key.mix) f.items.emplace_back("mix alpha (P = alpha softmax_col(V) + (1 - alpha) V)", format_number(*s.key.mix));
+  if (s.key.dv) f.items.emplace_back("d_v (value columns)", fmt::format("{}", *s.key.dv));
   f.items.emplace_back("outer scale c(N)", s.key.scale);
   if (s.points[0]) f.items.emplace_back("inner scale lambda", format_number(s.points[0]->inner, 6));
   f.items.emplace_back("estimand", fmt::format("{} ({})", s.key.estimand, estimand_symbol(s.key.estimand)));
@@ -243,6 +246,8 @@ Table points_table(const Series& s) {
   }
   const bool exact_mean = has_exact_mean(s);
   if (exact_mean) t.header.insert(t.header.end(), {"exact " + symbol, "z of the estimate vs exact"});
+  const bool bounded = std::any_of(s.points.begin(), s.points.end(), [](const auto& p) { return p && p->sample_bound; });
+  if (bounded) t.header.insert(t.header.end(), {"largest sample", "deterministic bound (fact 11)"});
   if (detail) t.header.insert(t.header.end(), {"SE reliable", "seed", "wall time (s)"});
   for (std::size_t i = 0; i < s.x.size(); ++i) {
     const auto [lo, hi] = point_ci(s, i);
@@ -276,6 +281,10 @@ Table points_table(const Series& s) {
       } else {
         row.insert(row.end(), {"-", "-"});
       }
+    }
+    if (bounded) {
+      row.push_back(point && point->sample_max ? format_number(*point->sample_max, 6) : "not finite");
+      row.push_back(point && point->sample_bound ? format_number(*point->sample_bound, 6) : "-");
     }
     if (detail) {
       row.push_back(point ? (point->se_reliable ? "yes" : "NO") : "-");
@@ -557,6 +566,10 @@ void add_scaling_section(const ResultsFolder& results, bool with_plots, Document
             "Jensen ratio: E||.||_F / sqrt(E||.||_F^2) with the exact second moment; at most 1 (Jensen), and near 1 "
             "when the norm hardly fluctuates. The z column compares the estimated second moment with the exact one "
             "(|z| > 4 would point at an error)."});
+      } else if (std::any_of(s.points.begin(), s.points.end(), [](const auto& p) { return p && p->sample_bound; })) {
+        blocks.push_back(Paragraph{
+            "No closed form of the expectation is known; every input obeys the deterministic bound of THEORY.md facts "
+            "10-11, so every sample is checked against it (a sample above it would be a failure of the tool)."});
       } else {
         blocks.push_back(Paragraph{"No exact values are known for this series."});
       }

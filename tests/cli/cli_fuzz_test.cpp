@@ -279,7 +279,7 @@ class Generator {
       option("--outer-scale", {"none", "1/sqrt(N)", "1/k:8", "N^-1"}, {"1/k:0", "N^-nan", "N^-1e308", "?"}, 30);
       option("--estimand", {"value", "dQ", "dK", "dS", "value,dQ,dK,dS", "score-var"}, {"nope", ""}, 40);
     } else {
-      required("--claim", {"C3", "C4", "C5", "C6", "C7", "C8"}, {"C9", "c3", ""});
+      required("--claim", {"C3", "C4", "C5", "C6", "C7", "C8", "C9"}, {"C10", "c3", ""});
       option("--alpha", {"1", "0.5,1", "0"}, {"nan", "1e308", "9"}, 20);
     }
     // The default grid (N to 1024, D = d = 64) takes seconds: sizes are always given.

@@ -38,8 +38,10 @@ std::vector<std::uint32_t> cpu_words(std::uint64_t seed, std::uint64_t first, in
 gpu::DrawnSample cpu_draw(const monte_carlo::SweepPoint& point, std::uint64_t k) {
   monte_carlo::SampleInputs in;
   monte_carlo::draw_sample(point, k, in);
-  return {{in.X.data(), in.X.data() + in.X.size()}, {in.Q.data(), in.Q.data() + in.Q.size()},
-          {in.K.data(), in.K.data() + in.K.size()}};
+  return {{in.X.data(), in.X.data() + in.X.size()},
+          {in.Q.data(), in.Q.data() + in.Q.size()},
+          {in.K.data(), in.K.data() + in.K.size()},
+          {in.W_V.data(), in.W_V.data() + in.W_V.size()}};
 }
 
 // A backend that scales one estimand of one sample by (1 + factor): a device off by that much.
@@ -130,10 +132,18 @@ TEST_CASE("the fixed cases cover every activation, every estimand and each batch
     INFO(phi);
     CHECK(phis.count(phi) == 1);
   }
-  // Every estimand the CUDA kernels compute (row sums and the other score models run on the CPU).
+  // Every estimand the CUDA kernels compute (row sums and the other score models run on the CPU), C9's dV included.
   CHECK(estimands == std::set<int>{static_cast<int>(Estimand::value), static_cast<int>(Estimand::dQ),
                                    static_cast<int>(Estimand::dK), static_cast<int>(Estimand::dS),
-                                   static_cast<int>(Estimand::score_var)});
+                                   static_cast<int>(Estimand::score_var), static_cast<int>(Estimand::dV)});
+  // C9 in each mix regime: the proposal (1), a mix, and standard attention's values (0).
+  std::set<double> mixes;
+  for (const gpu::SelftestCase& c : gpu::selftest_cases()) {
+    if (c.point.mix) mixes.insert(*c.point.mix);
+  }
+  CHECK(mixes.count(1.0) == 1);
+  CHECK(mixes.count(0.0) == 1);
+  CHECK(mixes.size() >= 3);
   CHECK(odd_counts);
   CHECK(strips);
   CHECK(long_rows);

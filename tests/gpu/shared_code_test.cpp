@@ -143,9 +143,9 @@ TEST_CASE("the compile-time powers of the kernels equal the run-time power to ro
 }
 
 TEST_CASE("normal pairs placed by NormalLayout, one pair per stream position, rebuild draw_sample bit for bit") {
-  rc::prop("any N, D, d, odd or even", [] {
+  rc::prop("any N, D, d, d_v (C9's W_V or none), odd or even", [] {
     const Index N = *rc::gen::inRange<Index>(1, 12), D = *rc::gen::inRange<Index>(1, 7),
-                d = *rc::gen::inRange<Index>(1, 7);
+                d = *rc::gen::inRange<Index>(1, 7), dv = *rc::gen::inRange<Index>(0, 6);
     const std::uint64_t seed = *rc::gen::arbitrary<std::uint64_t>(), k = *rc::gen::inRange<std::uint64_t>(0, 1000);
     monte_carlo::SweepPoint point;
     point.N = N;
@@ -154,17 +154,25 @@ TEST_CASE("normal pairs placed by NormalLayout, one pair per stream position, re
     point.sigma_x = 1.7;
     point.sigma_t = 0.3;
     point.seed = seed;
+    if (dv > 0) {
+      point.mix = 1;
+      point.dv = dv;
+    }
     monte_carlo::SampleInputs cpu;
     monte_carlo::draw_sample(point, k, cpu);
 
-    const gpu::NormalLayout layout{N * D, D * d, D * d};
+    const gpu::NormalLayout layout{N * D, D * d, D * d, D * dv};
     const double nan = std::numeric_limits<double>::quiet_NaN();
     Matrix X = Matrix::Constant(N, D, nan), Q = Matrix::Constant(D, d, nan), K = Matrix::Constant(D, d, nan);
+    Matrix W = Matrix::Constant(D, dv, nan);
     monte_carlo::PhiloxStream stream(seed, k);  // position `pair` of the stream, as curand_init(seed, k, 4 pair)
     for (std::int64_t pair = 0; pair < layout.total_pairs(); ++pair) {
       const auto z = stream.next_normal_pair();
       const gpu::NormalSlot slot = layout.slot(pair);
-      Matrix& target = slot.target == gpu::DrawTarget::X ? X : (slot.target == gpu::DrawTarget::Q ? Q : K);
+      Matrix& target = slot.target == gpu::DrawTarget::X   ? X
+                       : slot.target == gpu::DrawTarget::Q ? Q
+                       : slot.target == gpu::DrawTarget::K ? K
+                                                           : W;
       const double sd = slot.target == gpu::DrawTarget::X ? point.sigma_x : point.sigma_t;
       RC_ASSERT(slot.element + slot.count <= target.size());
       RC_ASSERT(std::isnan(target.data()[slot.element]));  // no element written twice
@@ -175,6 +183,8 @@ TEST_CASE("normal pairs placed by NormalLayout, one pair per stream position, re
     RC_ASSERT(X == cpu.X);
     RC_ASSERT(Q == cpu.Q);
     RC_ASSERT(K == cpu.K);
+    RC_ASSERT(W.size() == cpu.W_V.size());
+    if (dv > 0) RC_ASSERT(W == cpu.W_V);
   });
 }
 

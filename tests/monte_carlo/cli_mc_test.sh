@@ -27,7 +27,10 @@ grep -q "Exit codes" "$work/help" || fail "--help does not document exit codes"
 # Bad values: exit 2, message names the value.
 expect_exit 2 "16:8:x2" -- mc --claim C3 --N 16:8:x2 --samples 10
 expect_exit 2 "abc" -- mc --claim C3 --N 8,16 --samples abc
-expect_exit 2 "handled separately" -- mc --claim C9
+expect_exit 2 "--mix: 1.5" -- mc --claim C9 --N 4 --D 2 --d 2 --mix 1.5 --samples 4
+expect_exit 2 "--dv 3" -- mc --claim C3 --N 4 --D 2 --d 2 --dv 3 --samples 4
+expect_exit 2 "--mix" -- mc --claim C4 --N 4 --D 2 --d 2 --mix 1 --samples 4
+expect_exit 2 "--estimand dV" -- mc --phi softmax --estimand dV --N 4 --D 2 --d 2 --samples 4
 # Without CUDA support or without a device (tests/gpu checks the exact message of each build).
 expect_exit 2 "--backend cuda: " -- mc --claim C3 --N 8,16 --backend cuda --samples 10
 expect_exit 2 "--outer-scale none" -- mc --claim C3 --outer-scale none
@@ -258,6 +261,32 @@ for s in series:
 svgs = [f for f in os.listdir(os.path.join(report, "plots")) if re.fullmatch(r"series\d+\.svg", f)]
 assert len(svgs) == len(series), (len(svgs), len(series))
 assert html.count("<svg") >= len(series)
+PY
+
+# C9 writer -> reader: a folder of C9 series (mix alpha 1 and 0.5) is a valid report input, and the report shows
+# every C9 series with its mix alpha, verdict and basis; at mix alpha = 1 value, dV and dS hold with basis exact.
+"$bin" mc --claim C9 --mix 1,0.5 --N 4:32:x2 --D 4 --d 4 --dv 3 --samples 32 --out "$work/c9" >"$work/c9.out" 2>&1 \
+  || fail "C9 run exit $?: $(cat "$work/c9.out")"
+grep -q "mix alpha=1 dv=3" "$work/c9.out" || fail "the C9 table does not name the mix alpha"
+grep -q "deterministic bound (fact 11)" "$work/c9.out" || fail "the C9 verdicts do not report the bound check"
+"$bin" report "$work/c9" --out "$work/c9-report" >"$work/c9-report.out" 2>"$work/c9-report.err" \
+  || fail "report of a C9 folder exit $?: $(cat "$work/c9-report.err")"
+$py - "$work/c9" "$work/c9-report" <<'PY' || fail "the report does not show the C9 series"
+import json, os, sys
+folder, report = sys.argv[1:]
+series = json.load(open(os.path.join(folder, "fits.json")))["series"]
+assert len(series) == 8, len(series)
+for s in series:
+    assert s["claim"] == "C9" and s["verdict"] != "violated", s
+    if s["mix"] == 1 and s["estimand"] != "dQ":
+        assert (s["verdict"], s["basis"]) == ("holds", "exact"), s
+        assert s["exact"]["bound_checked_points"] == 4 and s["exact"]["max_sample_over_bound"] <= 1, s["exact"]
+markdown = open(os.path.join(report, "report.md")).read()
+assert "C9" in markdown and "cross-normalization" in markdown
+assert "mix alpha" in markdown and "E||dO/dV||_F" in markdown
+assert markdown.count("deterministic bound (fact 11)") == 3, markdown.count("deterministic bound (fact 11)")
+for s in series:
+    assert "{:.4g}".format(s["slope"]) in markdown, s["slope"]
 PY
 
 # Thread count does not change any number.

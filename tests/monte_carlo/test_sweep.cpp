@@ -87,7 +87,13 @@ TEST_CASE("claim presets set the constants exactly as each theorem states them")
   CHECK_THROWS_WITH(build_series(rq), Catch::Contains("--outer-scale none"));
   rq.outer_scale.reset();
   rq.claim = "C9";
-  CHECK_THROWS_WITH(build_series(rq), Catch::Contains("handled separately"));
+  const auto c9 = build_series(rq);
+  REQUIRE(c9.size() == 1);  // mix alpha = 1 unless --mix is given
+  CHECK(c9[0].mix == 1.0);
+  CHECK(c9[0].claimed_exponent == 0.5);
+  CHECK(c9[0].estimands == std::vector<Estimand>{Estimand::value, Estimand::dV, Estimand::dS, Estimand::dQ});
+  rq.mix = std::vector<double>{0, 0.5, 1};
+  CHECK(build_series(rq).size() == 3);
 }
 
 TEST_CASE("point seeds depend on the point, not on its position in the grid") {
@@ -118,7 +124,7 @@ TEST_CASE("exact references exist exactly where a closed form is known") {
   CHECK(*exact_norm_sq(matrix1, Estimand::value) == Approx(32.0 * 31 * 36 + 32 * (36 + 12)).epsilon(1e-12));
 }
 
-TEST_CASE("the papers' model keeps its point keys; other score models get their own") {
+TEST_CASE("the papers' model keeps its point keys: other score models get their own") {
   SweepRequest rq;
   rq.claim = "C7";
   rq.alpha = std::vector<double>{1.0};

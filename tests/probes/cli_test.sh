@@ -208,6 +208,30 @@ quiet=$("$attncheck" probe "$tiny/tiny-bert" --random --length 6 2>&1 >/dev/null
 lines=$("$attncheck" probe "$tiny/tiny-bert" --random --length 6 --layers 1 --heads 0,3 --csv | wc -l)
 [ "$lines" -eq 3 ] || fail "--csv printed $lines lines, expected 3"
 
+# --cross-norm: the what-if columns in the table, their keys in JSON and CSV, and refused with --watch.
+expect 0 "\|O\|_F a=1 +\|O\|_F/sqrt\(N d_v\) +\|dO/dV\|_F a=1 +\|dO/dV\|_F/sqrt\(N d_v/8\)" -- "$attncheck" probe "$tiny/tiny-gpt2" --random --length 7 --cross-norm
+"$attncheck" probe "$tiny/tiny-gpt2" --random --length 7 --cross-norm --json >"$work/cross.json" || fail "--cross-norm --json exited $?"
+/usr/bin/python3 - "$work/cross.json" "$schema" <<'PY' || fail "--cross-norm JSON output"
+import json, math, sys
+import jsonschema
+document = json.load(open(sys.argv[1]))
+jsonschema.validate(document, json.load(open(sys.argv[2])), cls=jsonschema.Draft202012Validator)
+assert "cross-normalization" in document["verdict"]["statement"], document["verdict"]
+rows = document["heads"]
+for r in rows:
+    assert r["d_v"] == r["d"], r
+    assert abs(r["cross_norm_out_bound"] - math.sqrt(7 * r["d_v"])) < 1e-12, r
+    for mix in ("mix0", "mix0_5", "mix1"):
+        assert r["out_fro_" + mix] > 0 and r["dV_fro_" + mix] > 0, r
+    assert r["out_fro_mix1"] <= r["cross_norm_out_bound"] and r["dV_fro_mix1"] <= r["cross_norm_dV_bound"], r
+PY
+header=$("$attncheck" probe "$tiny/tiny-gpt2" --random --length 7 --cross-norm --csv | head -1)
+[[ "$header" == *",d_v,cross_norm_out_bound,cross_norm_dV_bound,out_fro_mix0,dV_fro_mix0,out_fro_mix0_5,dV_fro_mix0_5,out_fro_mix1,dV_fro_mix1" ]] ||
+  fail "--cross-norm --csv header: $header"
+plain=$("$attncheck" probe "$tiny/tiny-gpt2" --random --length 7 --json)
+grep -q "out_fro_mix1" <<<"$plain" && fail "the default JSON has the what-if keys"
+expect 2 "--cross-norm describe one MODEL" -- "$attncheck" probe --watch "$tiny" --cross-norm
+
 # --watch: measures the folder's checkpoints and stops when idle.
 mkdir -p "$work/run"
 cp "$tiny/tiny-bert/config.json" "$work/run/"

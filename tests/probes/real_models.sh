@@ -44,13 +44,13 @@ case $case_name in
       output_norm.weight ;;
   smollm2-torch)
     model=$(fetch smollm2) || exit $?
-    exec "$python" "$here/torch_reference.py" compare "$attncheck" "$model" --text "$sentence" ;;
+    exec "$python" "$here/torch_reference.py" compare "$attncheck" "$model" --text "$sentence" --cross-norm ;;
   bert-tiny-tokenizer)
     model=$(fetch bert-tiny) || exit $?
     exec "$python" "$here/tokenizer_oracle.py" "$bin/bpe_encode" "$text" wordpiece "$model/tokenizer.json" ;;
   bert-tiny-torch)
     model=$(fetch bert-tiny) || exit $?
-    exec "$python" "$here/torch_reference.py" compare "$attncheck" "$model" --text "$sentence" ;;
+    exec "$python" "$here/torch_reference.py" compare "$attncheck" "$model" --text "$sentence" --cross-norm ;;
   *)
     echo "real_models.sh: unknown case $case_name" >&2
     exit 2 ;;

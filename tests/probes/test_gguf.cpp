@@ -272,14 +272,14 @@ TEST_CASE("A single changed byte never crashes the GGUF reader") {
   });
 }
 
-TEST_CASE("GGUF files are opened as checkpoints by their extension; a non-GGUF .gguf file is refused") {
+TEST_CASE("GGUF files are opened as checkpoints by their extension: a non-GGUF .gguf file is refused") {
   TempDir dir;
   const auto bad = write(dir.path / "fake.gguf", bytes_of({'{', '}', 0, 0, 0, 0, 0, 0, 0, 0}));
   CHECK_THROWS_WITH(Checkpoint::open(bad), Catch::Contains(bad.string() + ": not a GGUF file"));
   CHECK_THROWS_WITH(Checkpoint::open(dir.path / "absent.gguf"), Catch::Contains("no such file"));
 }
 
-TEST_CASE("Llama's architecture is read from GGUF metadata; what it cannot probe is refused by name") {
+TEST_CASE("Llama's architecture is read from GGUF metadata: what it cannot probe is refused by name") {
   TempDir dir;
   const auto make = [&](const std::function<void(GgufImage&)>& change) {
     GgufImage g;
@@ -341,13 +341,13 @@ TEST_CASE("An empty tensor with huge other dimensions has no elements (no overfl
   CHECK(safetensors_like.element_count() == 0);
 }
 
-TEST_CASE("A GGUF file read from disk through its read window matches the image; one truncated after it was "
+TEST_CASE("A GGUF file read from disk through its read window matches the image: one truncated after it was "
           "opened is refused naming it, not a crash") {
   TempDir dir;
   GgufImage g = valid_image();
-  // 40000 tokens of 40 bytes: the metadata span several read windows, and a string straddles their borders.
+  // 70000 tokens of 40 bytes: the metadata span several read windows, and a string straddles their borders.
   std::vector<std::string> tokens;
-  for (int k = 0; k < 40000; ++k) tokens.push_back(fmt::format("{:040d}", k));
+  for (int k = 0; k < 70000; ++k) tokens.push_back(fmt::format("{:040d}", k));
   g.kv_strings("tokenizer.ggml.merges", tokens);
   const auto image = g.bytes();
   REQUIRE(image.size() > (std::size_t{3} << 20));

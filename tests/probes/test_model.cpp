@@ -266,7 +266,7 @@ TEST_CASE("a config.json, vocabulary or index that is not a regular file is refu
   CHECK_THROWS_WITH(Checkpoint::open(dir.path), Catch::Contains("model.safetensors.index.json: is a folder"));
 }
 
-TEST_CASE("values that overflow are flagged, never printed as plain numbers; the bounds still hold", "[model]") {
+TEST_CASE("values that overflow are flagged, never printed as plain numbers: the bounds still hold", "[model]") {
   TempDir dir;
   // Layer norm gains of 1e30 (near F32's limit) give finite scores near 1e60, whose cubes' squares overflow.
   write_tiny_gpt2(dir.path / "model.safetensors", {}, 31, "softmax", 1e30);
@@ -421,4 +421,57 @@ TEST_CASE("a head measured from its scores alone has the score norms of the full
   CHECK(measure_scores(layer.inner * head.V * head.U.transpose(), 0, 1, false).softmax.value !=
         Approx(from_scores.softmax.value).epsilon(1e-6));
   CHECK_THROWS_WITH(measure_scores(Matrix::Ones(2, 3), 0, 0, false), Catch::Contains("the scores are 2x3"));
+}
+
+TEST_CASE("the cross-normalization what-if reads the forward pass's values, with split heads and masks alike",
+          "[model][cross_norm]") {
+  TempDir dir;
+  write_tiny_gpt2(dir.path / "model.safetensors", {}, 6);
+  const auto model = TransformerModel::load(dir.path / "model.safetensors");
+  const std::vector<std::int64_t> ids{4, 2, 7, 1, 3, 6};
+  const auto layers = model.forward(ids);
+  const LayerInputs& layer = layers[1];
+  const auto heads = static_cast<int>(layer.heads.size());
+  const Index D = layer.X.cols(), d = layer.heads[0].W_Q.cols();
+  const Matrix c_attn = model.checkpoint().matrix(model.config().tensor_prefix + "h.1.attn.c_attn.weight", D, 3 * D);
+  const Vector c_attn_b = model.checkpoint().vector(model.config().tensor_prefix + "h.1.attn.c_attn.bias", 3 * D);
+  const LayerInputs split = split_heads(layer.X, c_attn.leftCols(D), c_attn.middleCols(D, D), c_attn_b.head(D),
+                                        c_attn_b.segment(D, D), heads, layer.inner, true, c_attn.rightCols(D),
+                                        c_attn_b.tail(D));
+  for (int h = 0; h < heads; ++h) {
+    const HeadMetrics m = measure_head(layer, 1, h, true);
+    REQUIRE(m.cross_norm.size() == std::size(kCrossNormMixes));
+    CHECK(m.d_v == d);
+    // Mix alpha 0 is the model's own output: its softmax attention times its values.
+    CHECK(m.cross_norm[0].mix == 0);
+    CHECK(m.cross_norm[0].output_fro ==
+          Approx((layer.heads[h].attention * layer.heads[h].values).norm()).epsilon(1e-12));
+    // dO/dV = A (x) I at mix alpha 0, so its norm is sqrt(d_v) ||A||_F.
+    CHECK(m.cross_norm[0].grad_values_fro == Approx(std::sqrt(static_cast<double>(d)) * m.softmax.value).epsilon(1e-12));
+    CHECK(m.cross_norm_output_bound == Approx(std::sqrt(6.0 * static_cast<double>(d))).epsilon(1e-15));
+    CHECK(within_cross_norm_bounds(m));
+    const auto from_model = to_json(m), from_split = to_json(measure_head(split, 1, h, true));
+    for (const char* key : {"d_v", "out_fro_mix0", "dV_fro_mix0", "out_fro_mix0_5", "dV_fro_mix0_5", "out_fro_mix1",
+                            "dV_fro_mix1", "cross_norm_out_bound", "cross_norm_dV_bound"}) {
+      INFO(key);
+      REQUIRE(from_model.contains(key));
+      CHECK(from_split[key].get<double>() == Approx(from_model[key].get<double>()).epsilon(1e-13));
+    }
+    // Without --cross-norm the JSON keeps its usual keys only.
+    CHECK_FALSE(to_json(measure_head(layer, 1, h)).contains("out_fro_mix1"));
+  }
+  // The causal mask written out gives the same what-if.
+  LayerInputs masked = split;
+  masked.attended = attncheck::theory::AttendedMask::Constant(6, 6, false);
+  for (Index i = 0; i < 6; ++i) masked.attended->row(i).head(i + 1) = true;
+  CHECK(to_json(measure_head(masked, 1, 0, true)) == to_json(measure_head(split, 1, 0, true)));
+  // The column count follows the what-if; a head without values cannot have one.
+  CHECK(csv_columns(true).size() == csv_values(measure_head(layer, 1, 0, true)).size());
+  CHECK(csv_columns().size() == csv_values(measure_head(layer, 1, 0)).size());
+  const LayerInputs no_values = split_heads(layer.X, c_attn.leftCols(D), c_attn.middleCols(D, D), c_attn_b.head(D),
+                                            c_attn_b.segment(D, D), heads, layer.inner, true);
+  CHECK_THROWS_WITH(measure_head(no_values, 1, 0, true), Catch::Contains("value projections are unknown"));
+  CHECK_THROWS_WITH(split_heads(layer.X, c_attn.leftCols(D), c_attn.middleCols(D, D), c_attn_b.head(D),
+                                c_attn_b.segment(D, D), heads, layer.inner, true, c_attn.rightCols(D).leftCols(3)),
+                    Catch::Contains("w_v is 8x3"));
 }

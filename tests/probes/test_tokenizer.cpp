@@ -52,7 +52,7 @@ TEST_CASE("byte-level BPE refuses bad vocabularies and text, naming them") {
   CHECK_THROWS_WITH(tokenizer.encode("\xc3"), Catch::Contains("not valid UTF-8"));
 }
 
-TEST_CASE("vocab.json, merges.txt and tokenizer.json are read; what is not supported is refused by name") {
+TEST_CASE("vocab.json, merges.txt and tokenizer.json are read: what is not supported is refused by name") {
   attncheck::probes::testing::TempDir dir;
   std::ofstream(dir.path / "vocab.json") << R"({"a": 0, "b": 1, "ab": 2})";
   std::ofstream(dir.path / "merges.txt") << "#version: 0.2\na b\n";

@@ -146,7 +146,7 @@ void replace_checkpoint(const fs::path& path, std::uint64_t seed) {
 }
 }  // namespace
 
-TEST_CASE("a bad checkpoint is skipped with its reason and the watch goes on; the exit code says so", "[watch]") {
+TEST_CASE("a bad checkpoint is skipped with its reason and the watch goes on: the exit code says so", "[watch]") {
   TempDir dir;
   write_tiny_gpt2(dir.path / "step-1.safetensors", {}, 1);
   // Truncated: the header promises more bytes than the file holds.

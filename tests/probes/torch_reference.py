@@ -21,7 +21,11 @@
                            head's attention matrix (BERT, GPT-2: max |difference| <= 1e-5; Llama: every entry
                            within 1e-10 relative) and, for a sample of heads, ||A||_F, ||grad softmax||_F and
                            ||dA/dW_Q||_F, ||dA/dW_K||_F (and, with grouped queries, the group's ||dA/dW_K||_F)
-                           against autograd Jacobians (relative 1e-9).
+                           against autograd Jacobians (relative 1e-9). With --cross-norm among the probe's
+                           arguments, also the cross-normalization what-if of those heads: ||O||_F and
+                           ||dO/dV||_F of O = A (mix softmax_col(V) + (1 - mix) V) on the head's own values, at
+                           every mix, against autograd (relative 1e-9), and on every head the mix-1 bounds
+                           ||O||_F <= sqrt(N d_v), ||dO/dV||_F <= sqrt(N d_v / 8).
   dequant BIN FILE.gguf [--rows K] [NAME ...]
                            has BIN (the test program dump_gguf) write the named tensors (all supported ones by
                            default; the first K rows of each with --rows) as F64 and checks them bit for bit
@@ -281,7 +285,7 @@ def vision_layers(config, weights, pixels):
             mlp = mlp * w("layer_scale2.lambda1")
         h = h + mlp
         out.append({"X": x.detach(), "attention": attention[0].detach(), "wq": wq, "wk": wk, "bq": bq, "bk": bk,
-                    "heads": H, "causal": False})
+                    "wv": wv, "bv": bv, "heads": H, "causal": False})
     return out
 
 
@@ -517,7 +521,8 @@ def llama_layers(config, weights, ids):
         out.append({"X": x, "attention": attention, "heads": H, "kv_heads": G, "d": d, "theta": theta,
                     "interleaved": interleaved, "wq": w(p + "self_attn.q_proj.weight"),
                     "wk": w(p + "self_attn.k_proj.weight"), "bq": bias(p + "self_attn.q_proj", H * d),
-                    "bk": bias(p + "self_attn.k_proj", G * d)})
+                    "bk": bias(p + "self_attn.k_proj", G * d), "wv": w(p + "self_attn.v_proj.weight"),
+                    "bv": bias(p + "self_attn.v_proj", G * d)})
     return out
 
 
@@ -532,6 +537,43 @@ def llama_head_attention(layer, wq, bq, wk, bk):
     return torch.softmax(scores, dim=-1)
 
 
+CROSS_NORM_MIXES = {"mix0": 0.0, "mix0_5": 0.5, "mix1": 1.0}
+
+
+def cross_norm_expected(attention, values):
+    """||O||_F and ||dO/dV||_F by autograd for O = A (mix softmax_col(V) + (1 - mix) V), keyed as the probe's JSON."""
+    expected = {}
+    for suffix, mix in CROSS_NORM_MIXES.items():
+        def output(v):
+            return attention @ (mix * torch.softmax(v, dim=0) + (1 - mix) * v)
+        expected["out_fro_" + suffix] = float(torch.linalg.norm(output(values)))
+        expected["dV_fro_" + suffix] = float(torch.linalg.norm(
+            torch.autograd.functional.jacobian(output, values, vectorize=True)))
+    return expected
+
+
+def check_cross_norm_bounds(metrics):
+    """Fact 11 on every head at mix 1; the probe's bound fields against sqrt(N d_v), sqrt(N d_v / 8)."""
+    failures, ratio = 0, 0.0
+    for m in metrics:
+        n, dv = m["N"], m["d_v"]
+        out_bound, dv_bound = math.sqrt(n * dv), math.sqrt(n * dv / 8)
+        where = f"layer {m['layer']} head {m['head']}"
+        if abs(m["cross_norm_out_bound"] - out_bound) > 1e-12 * out_bound or \
+                abs(m["cross_norm_dV_bound"] - dv_bound) > 1e-12 * dv_bound:
+            print(f"FAIL: {where}: bounds {m['cross_norm_out_bound']}, {m['cross_norm_dV_bound']}, expected "
+                  f"{out_bound}, {dv_bound}")
+            failures += 1
+        for key, bound in (("out_fro_mix1", out_bound), ("dV_fro_mix1", dv_bound)):
+            ratio = max(ratio, m[key] / bound)
+            if m[key] > bound * (1 + 1e-12):
+                print(f"FAIL: {where}: {key} = {m[key]!r} above its bound {bound!r}")
+                failures += 1
+    print(f"cross-normalized (mix 1) ||O||_F / sqrt(N d_v) and ||dO/dV||_F / sqrt(N d_v / 8), every head: "
+          f"largest {ratio:.4f} (bound 1)")
+    return failures
+
+
 def compare_norms(where, got, expected):
     """The probe's norms against autograd's, relative 1e-9: (failures, largest relative difference)."""
     failures, worst = 0, 0.0
@@ -544,7 +586,7 @@ def compare_norms(where, got, expected):
     return failures, worst
 
 
-def check_llama_norms(layers, metrics):
+def check_llama_norms(layers, metrics, cross_norm):
     """dW_Q, dW_K per query head and dW_K of each key head's group against autograd."""
     by_key = {(m["layer"], m["head"]): m for m in metrics}
     failures, worst = 0, 0.0
@@ -573,6 +615,8 @@ def check_llama_norms(layers, metrics):
                 d_wk = torch.autograd.functional.jacobian(lambda w: llama_head_attention(layer, wq, bq, w, bk), wk, vectorize=True)
                 expected = {"softmax_fro": float(torch.linalg.norm(a)), "dWq_fro": float(torch.linalg.norm(d_wq)),
                             "dWk_fro": float(torch.linalg.norm(d_wk)), "dWk_group_fro": expected_group}
+                if cross_norm:
+                    expected.update(cross_norm_expected(a, layer["X"] @ layer["wv"][ks].T + layer["bv"][ks]))
                 got = by_key[(l, head)]
                 if got["kv_head"] != g:
                     print(f"FAIL: layer {l} head {head}: kv_head {got['kv_head']}, expected {g}")
@@ -688,8 +732,8 @@ def torch_layers(config, weights, ids):
             _, attention = block.self_attn(x[None], x[None], x[None], attn_mask=mask, need_weights=True,
                                            average_attn_weights=False)
             h = block(h[None], src_mask=mask)[0]
-        out.append({"X": x, "attention": attention[0], "wq": wq, "wk": wk, "bq": bq, "bk": bk, "heads": H,
-                    "causal": not bert})
+        out.append({"X": x, "attention": attention[0], "wq": wq, "wk": wk, "bq": bq, "bk": bk, "wv": wv, "bv": bv,
+                    "heads": H, "causal": not bert})
     return out
 
 
@@ -712,6 +756,7 @@ def compare(binary, model, probe_args):
             return 1
         metrics = json.loads(run.stdout)["heads"]
         dumped = read_safetensors(dump)
+    cross_norm = "--cross-norm" in probe_args
     if config["model_type"] in ("vit", "dinov2"):
         pixels = np.load(probe_args[probe_args.index("--pixels") + 1]).astype(np.float64)
         layers = vision_layers(config, weights, pixels)
@@ -727,7 +772,7 @@ def compare(binary, model, probe_args):
     else:
         ids = [int(x) for x in dumped["input_ids"]]
     if config["model_type"] == "llama":
-        return compare_llama(config, weights, ids, dumped, metrics)
+        return compare_llama(config, weights, ids, dumped, metrics, cross_norm)
     if config["model_type"] not in ("vit", "dinov2"):
         layers = torch_layers(config, weights, ids)
     failures = 0
@@ -771,17 +816,22 @@ def compare(binary, model, probe_args):
             expected = {"softmax_fro": float(torch.linalg.norm(a)), "dWq_fro": float(torch.linalg.norm(d_wq)),
                         "dWk_fro": float(torch.linalg.norm(d_wk)), "grad_fro": float(torch.linalg.norm(d_s)),
                         "poly3_scaled_fro": float(torch.linalg.norm(poly))}
+            if cross_norm:
+                expected.update(cross_norm_expected(a, x @ layer["wv"][s].T + layer["bv"][s]))
             got = by_key[(l, head)]
             bad, rel = compare_norms(f"layer {l} head {head}", got, expected)
             failures, worst_rel = failures + bad, max(worst_rel, rel)
             if got["N"] != n:
                 print(f"FAIL: layer {l} head {head}: N = {got['N']}, expected {n}")
                 failures += 1
-    print(f"norms vs autograd Jacobians (first and last head per layer): max relative difference {worst_rel:.3e}")
+    print(f"norms vs autograd Jacobians (first and last head per layer{', cross-normalization what-if' if cross_norm else ''}): "
+          f"max relative difference {worst_rel:.3e}")
+    if cross_norm:
+        failures += check_cross_norm_bounds(metrics)
     return 1 if failures else 0
 
 
-def compare_llama(config, weights, ids, dumped, metrics):
+def compare_llama(config, weights, ids, dumped, metrics, cross_norm):
     layers = llama_layers(config, weights, ids)
     failures, worst = 0, 0.0
     for l, layer in enumerate(layers):
@@ -798,7 +848,9 @@ def compare_llama(config, weights, ids, dumped, metrics):
             failures += 1
     print(f"attention matrices: {len(layers)} layers x {layers[0]['heads']} heads, N = {len(ids)}, "
           f"max relative |attncheck - PyTorch| = {worst:.3e}")
-    failures += check_llama_norms(layers, metrics)
+    failures += check_llama_norms(layers, metrics, cross_norm)
+    if cross_norm:
+        failures += check_cross_norm_bounds(metrics)
     return 1 if failures else 0
 
 

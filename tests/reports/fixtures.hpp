@@ -108,7 +108,7 @@ inline std::vector<json> point_jsons(const FixtureSeries& s) {
   for (std::size_t i = 0; i < s.N.size(); ++i) {
     json j = key_json(s);
     const double mean_sq = s.exact_sq[i] ? *s.exact_sq[i] * 1.001 : s.mean[i] * s.mean[i] * 1.01;
-    const double se_sq = 2 * s.mean[i] * s.se[i];
+    const double se_sq = 2 * std::abs(s.mean[i]) * s.se[i];  // delta method: se of mean^2 is 2 |mean| se
     j.update({{"inner", 0.5},
               {"N", s.N[i]},
               {"samples", 2000},

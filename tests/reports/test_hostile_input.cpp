@@ -76,7 +76,7 @@ TEST_CASE("a scale, phi, estimand or backend the tool never writes is refused na
   CHECK_FALSE(fs::exists(dir.path() / "report"));
 
   for (const auto& [field, value] : std::vector<std::pair<std::string, std::string>>{
-           {"phi", "poly\n"}, {"estimand", "value "}, {"claim", "C9"}, {"stopped_by", "never"}, {"backend", "gpu"}}) {
+           {"phi", "poly\n"}, {"estimand", "value "}, {"claim", "C10"}, {"stopped_by", "never"}, {"backend", "gpu"}}) {
     INFO(field);
     write_results_folder(results, {FixtureSeries{}});
     std::string points;

@@ -92,7 +92,7 @@ TEST_CASE("a file truncated after it was opened reads as an error naming it, not
                                                     Catch::Contains("ends at byte 100"));
 }
 
-TEST_CASE("a file replaced under its name has a new identity; appends add whole lines", "[input-file]") {
+TEST_CASE("a file replaced under its name has a new identity: appends add whole lines", "[input-file]") {
   TempDir dir;
   const fs::path path = dir.path() / "step-1.safetensors";
   write_text(path, "abc");

@@ -316,11 +316,12 @@ TEST_CASE("a report removes what a killed report left half-written", "[report]")
   CHECK(left == std::vector<std::string>{"index.html", "notes.txt", "plots", "report.md"});
 }
 
-TEST_CASE("a verdict names its basis in the summary, the series text and the figure; the diagnostic sits beside it",
+TEST_CASE("a verdict names its basis in the summary, the series text and the figure: the diagnostic sits beside it",
           "[report]") {
   TempDir dir;
   FixtureSeries c4;
   c4.claim = "C4";
+  c4.claimed = 0.5;
   c4.first_seed = 800;
   FixtureSeries rows = c4;
   rows.claim = "C7";
@@ -355,8 +356,8 @@ TEST_CASE("a verdict names its basis in the summary, the series text and the fig
   }
   const std::string markdown = write_report_of(dir, fits, points).markdown;
   CHECK_THAT(markdown, Contains("| 0.5 + 0.05 | tight | exact | yes |"));
-  CHECK_THAT(markdown, Contains("| 0.317 -> 0.615 (exact) |"));
-  CHECK_THAT(markdown, Contains("Verdict: tight (basis: exact). Rule (exact): the exponent e of the exact quantity as N -> "
+  CHECK_THAT(markdown, Contains("| 0.317 -\\> 0.615 (exact) |"));  // '>' escaped for Markdown
+  CHECK_THAT(markdown, Contains("Verdict: tight (basis: exact). Rule (exact): the exponent e of the exact quantity as N -\\> "
                                 "infinity (computed from the closed form, not fitted) equals a. Evidence: sqrt(E||F||^2) ~ "
                                 "14400 N^0.5: e = 0.5 equals a."));
   CHECK_THAT(markdown, Contains("Finite-N fit (diagnostic, never decides): slope"));

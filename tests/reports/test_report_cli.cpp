@@ -74,7 +74,8 @@ TEST_CASE("attncheck report exits 2 for a missing folder, a folder without resul
   fs::create_directories(dir.path() / "empty");
   const Run empty = run_report(dir, fmt::format("{} --out {}", shell_quoted((dir.path() / "empty").string()), out));
   CHECK(empty.exit_code == 2);
-  CHECK_THAT(empty.err, Contains("fits.json is missing, and so is") && Contains("attncheck-probe.jsonl"));
+  CHECK_THAT(empty.err, Contains("fits.json is missing, and so are") && Contains("attncheck-probe.jsonl") &&
+                             Contains("attncheck-curves.jsonl") && Contains("vit-results.json"));
 
   write_results_folder(dir.path() / "results", {FixtureSeries{}});
   const Run no_gnuplot = run_report(

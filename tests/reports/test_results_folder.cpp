@@ -53,7 +53,7 @@ TEST_CASE("a resumed sweep's repeated point counts once, with its last line", "[
   CHECK(results.series[0].points[0]->line == 4);
 }
 
-TEST_CASE("points.jsonl is optional; fits.json is not", "[results][errors]") {
+TEST_CASE("points.jsonl is optional: fits.json is not", "[results][errors]") {
   TempDir dir;
   write_results_folder(dir.path(), {FixtureSeries{}});
   fs::remove(dir.path() / "points.jsonl");

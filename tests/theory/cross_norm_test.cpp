@@ -20,7 +20,7 @@ using testing::relative_difference;
 using theory::Index;
 using theory::Matrix;
 
-TEST_CASE("column softmax: every column is a probability vector; fact 10's norms per column") {
+TEST_CASE("column softmax: every column is a probability vector: fact 10's norms per column") {
   const Matrix values = random_matrix(7, 3, 2.0, 11);
   const Matrix p = theory::column_softmax(values);
   for (Index k = 0; k < 3; ++k) CHECK(p.col(k).sum() == Approx(1).epsilon(1e-15));

@@ -1,5 +1,6 @@
 #include "attncheck/theory/cross_norm.hpp"
 
+#include "attncheck/theory/cross_norm_terms.hpp"
 #include "attncheck/theory/softmax.hpp"
 
 #include <fmt/format.h>
@@ -96,10 +97,10 @@ CrossNormNorms cross_norm_norms(const Matrix& attention, const Matrix& values, d
     for (Index j = 0; j < n; ++j) {
       const double a = attention(i, j);
       for (Index k = 0; k < dv; ++k) {
-        const double dv_entry = alpha * probabilities(j, k) * (a - softmax_output(i, k)) + (1 - alpha) * a;
-        grad_values_sq += dv_entry * dv_entry;
-        const double ds_entry = a * (mixed(j, k) - output(i, k));
-        grad_scores_sq += ds_entry * ds_entry;
+        const CrossNormEntryTerms t =
+            cross_norm_entry_terms(a, probabilities(j, k), mixed(j, k), output(i, k), softmax_output(i, k), alpha);
+        grad_values_sq += t.grad_values * t.grad_values;
+        grad_scores_sq += t.grad_scores * t.grad_scores;
       }
     }
   }

@@ -25,9 +25,9 @@ namespace attncheck::gpu {
 inline constexpr double kEstimateRelTolerance = 1e-6;
 inline constexpr double kNormalTolerancePerSigma = 1e-12;
 
-// X, Q, K of one sample, row-major, as a backend draws them.
+// X, Q, K (and C9's W_V, empty for other points) of one sample, row-major, as a backend draws them.
 struct DrawnSample {
-  std::vector<double> X, Q, K;
+  std::vector<double> X, Q, K, W_V;
 };
 
 struct SelftestCase {

@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,8 +23,9 @@ enum class Estimand : int {
   score_var,      // mean over i != j of s_ij^2 (E s_ij = 0, so an unbiased estimate of Var(s_ij)); C8
   row_sum,        // mean over rows i of sum_j F_ij (C7: the relu paper's row sums)
   row_mean,       // row_sum / N: the mean attention weight E_j[F_ij] of a row
+  dV,             // ||dO/dV||_F of C9's cross-normalized output O (the Jacobian in the values V = X W_V)
 };
-inline constexpr int kEstimandCount = 7;
+inline constexpr int kEstimandCount = 8;
 
 struct SweepPoint {
   theory::Index N = 0, D = 0, d = 0;
@@ -31,6 +33,11 @@ struct SweepPoint {
   theory::AttentionMap map;
   theory::ScoreModel scores = theory::ScoreModel::projected;
   std::uint64_t seed = 0;           // the point's own seed (derive_point_seed of the run seed)
+  // C9 (THEORY.md facts 10-11): set, the point is O = softmax(S) P_mix with P_mix = mix softmax_col(V) +
+  // (1 - mix) V and V = X W_V (N x dv): estimand value is ||O||_F, dV ||dO/dV||_F, dS ||dO/dS||_F and dQ
+  // ||dO/dW_Q||_F. Sample k then draws W_V (D x dv, sigma_t) after K.
+  std::optional<double> mix;
+  theory::Index dv = 0;
 };
 
 // NaN where an estimand was not requested.

@@ -52,6 +52,8 @@ struct McRequest {
   std::optional<std::string> claim, phi, inner_scale, outer_scale, estimand, out;
   std::string N = "16:1024:x2", D = "64", d = "64", p = "1,2,3";
   std::optional<std::string> alpha;  // C7's exponents; the preset's when absent
+  std::optional<std::string> mix;    // C9's mix alphas (list in [0, 1]); 1 when absent
+  std::optional<std::string> dv;     // C9's value columns (list or grid); d when absent
   std::string samples = "auto";
   std::optional<double> claimed_exponent;
   double rel_se = 0.01, max_seconds = 600, sigma_x = 1, sigma_t = 1, tolerance = 0.05;

@@ -2,7 +2,7 @@
 // The CPU backend: Philox draws, Eigen GEMMs and tiled on-the-fly reductions of the score matrix.
 //
 // Sample k of a point draws from PhiloxStream(point.seed, k), in this fixed order: X (N x D, row-major),
-// then Q (D x d, row-major), then K (D x d, row-major); each matrix consumes whole normal pairs (an odd
+// then Q (D x d, row-major), then K (D x d, row-major), then for C9 only W_V (D x dv, row-major); each matrix consumes whole normal pairs (an odd
 // count discards its last spare draw), so every backend that follows the order sees the same numbers.
 //
 // C8's pair models (theory::ScoreModel::unit_pairs, sign_coupled_pairs) draw, for sample k, the N key vectors
@@ -30,6 +30,7 @@ namespace attncheck::monte_carlo {
 
 struct SampleInputs {
   theory::Matrix X, Q, K;
+  theory::Matrix W_V;  // C9 only (point.mix set): D x dv, drawn after K with sigma_t
 };
 
 // Sample k of the point, in the documented order.
@@ -56,6 +57,12 @@ double pair_sample_mean_square(const SweepPoint& point, std::uint64_t k);
 SampleValues evaluate_inputs(const theory::AttentionMap& map, const theory::Matrix& X, const theory::Matrix& Q,
                              const theory::Matrix& K, const std::vector<Estimand>& estimands,
                              const EvaluationOptions& options = {});
+
+// C9's estimands of one drawn sample: S = lambda X W_Q (X W_K)^T, A = row_softmax(S), V = X W_V and
+// O = A P_mix, through theory/cross_norm.hpp's closed forms on the dense N x N attention (O(N^2 d_v) for value,
+// dV, dS; O(N^2 d_v d) for dQ). Throws theory::InputError for estimands C9 does not have.
+SampleValues evaluate_cross_norm(const SweepPoint& point, const SampleInputs& inputs,
+                                 const std::vector<Estimand>& estimands);
 
 class CpuBackend final : public Backend {
  public:

@@ -42,6 +42,10 @@ inline constexpr VerdictRule exact_tight{
     "exact", "tight",
     "the exponent e of the exact quantity as N -> infinity (computed from the closed form, not fitted) equals a"};
 inline constexpr VerdictRule exact_holds{"exact", "holds", "e is below a"};
+inline constexpr VerdictRule bound_holds{
+    "exact", "holds",
+    "a deterministic bound of order N^e with e <= a holds for every input (C9's facts 10-11), and every sample lies "
+    "below it"};
 inline constexpr VerdictRule exact_violated{
     "exact", "violated", "e is above a and the exact quantity is the expectation itself, not the bound sqrt(E||F||^2)"};
 inline constexpr VerdictRule equality_holds{"exact", "holds", "the exact value equals the claimed value at every point"};
@@ -56,8 +60,8 @@ inline constexpr VerdictRule fit_inconclusive{
     "otherwise, or when a point of the window has an unreliable standard error; the verdict names the N (or the "
     "samples) that would settle it"};
 }  // namespace rules
-inline constexpr std::array<const VerdictRule*, 9> kVerdictRules{
-    &rules::exact_tight,    &rules::exact_holds,  &rules::exact_violated, &rules::equality_holds,
+inline constexpr std::array<const VerdictRule*, 10> kVerdictRules{
+    &rules::exact_tight,    &rules::exact_holds,  &rules::bound_holds, &rules::exact_violated, &rules::equality_holds,
     &rules::equality_violated, &rules::fit_violated, &rules::fit_tight, &rules::fit_holds, &rules::fit_inconclusive};
 // What happens when the only closed form is a bound that grows faster than the claim (docs/THEORY.md).
 inline constexpr std::string_view kBoundSettlesNothing =
@@ -76,6 +80,7 @@ struct ExactLaw {
   bool bound = true;  // it bounds the fitted E||F|| from above (Jensen) rather than being the expectation itself
   std::optional<double> exponent;  // absent: the quantity is 0 for every x
   double constant = 0;
+  bool deterministic = false;  // it bounds every sample, for every input (C9's facts 10-11), not only the mean
 };
 
 // One point of a series as the verdict reads it. NaN where a value is missing.
@@ -89,6 +94,7 @@ struct EvidencePoint {
   bool z_judged = false;                      // that z rests on a reliable standard error
   std::optional<double> exact_value;          // equality claims: the exact value ...
   std::optional<double> claimed_value;        // ... and the claimed one
+  std::optional<double> sample_max, sample_bound;  // C9: the largest sample and the deterministic bound it obeys
 };
 
 // The local exponent over the largest x: the weighted least-squares slope of log y on log x over the window
@@ -130,6 +136,11 @@ struct Verdict {
   std::optional<double> exact_max_abs_z;
   int exact_judged = 0, exact_unjudged = 0;
   std::vector<double> exact_disagrees_at;  // x where a judged |z| > kMaxExactAbsZ: a failure of the tool
+  // Deterministic bounds: the points checked, the largest sample / bound, and where a sample exceeds its bound
+  // (a failure of the tool; it is also listed in exact_disagrees_at).
+  int bound_checked = 0;
+  std::optional<double> max_sample_over_bound;
+  std::vector<double> bound_exceeded_at;
 };
 
 // The verdict of one series: exact where `law` decides, else the asymptotic fit; see docs/THEORY.md.

@@ -30,6 +30,7 @@ struct SamplingPolicy {
 // of the off-diagonal scores m; it is tracked as ||F|| = sqrt(m), so that "mean_sq" estimates Var(s_ij).
 struct PointOutcome {
   std::array<MeanTracker, kEstimandCount> norm, norm_sq;
+  std::array<double, kEstimandCount> largest{};  // the largest sample of each estimand (C9's bounds check every one)
   std::uint64_t samples = 0;
   std::string stopped_by;  // "samples" | "rel-se" | "max-samples" | "max-seconds"
   double wall_seconds = 0;

@@ -17,7 +17,9 @@ struct EstimandRequest {
   bool softmax = false;
   bool layernorm = false;  // qk-layernorm on the projections (value, dS, row sums and score-var only)
   bool pairs = false;      // C8's pairs (q, k) drawn directly: score-var only
-  bool any_norm() const { return value || dS || dQ || dK; }
+  bool dV = false;
+  bool cross_norm = false;  // C9's O = softmax(S) P_mix: value, dV, dS and dQ only
+  bool any_norm() const { return value || dS || dQ || dK || dV; }
   bool any_row_sum() const { return row_sum || row_mean; }
   // What the CUDA kernels compute: the papers' projected scores, norms and score-var.
   bool cuda_supported() const { return !layernorm && !pairs && !any_row_sum(); }
@@ -26,6 +28,8 @@ struct EstimandRequest {
 // Throws theory::InputError (naming the value) for requests no backend can answer.
 EstimandRequest check_request(const theory::AttentionMap& map, theory::ScoreModel scores, theory::Index n,
                               theory::Index d, const std::vector<Estimand>& estimands);
+// The same for a whole point: C9's cross-normalized points (point.mix set) have their own estimands.
+EstimandRequest check_request(const SweepPoint& point, const std::vector<Estimand>& estimands);
 
 // One sample's totals, before the constants c and lambda.
 struct SampleTotals {
@@ -36,6 +40,8 @@ struct SampleTotals {
   double matpow_sq = 0;      // ||(V U^T)^p||_F^2 (matrix power)
   double entry_total = 0;    // sum_ij phi(s_ij), before c (row sums)
   double pairs_sq_mean = 0;  // mean over the sample's pairs of (q . k)^2, before lambda (C8's pair models)
+  // C9: ||O||_F^2, ||dO/dS||_F^2 and ||dO/dW_Q||_F^2 before lambda^2 in entries (value_sq, dS_sq, dQ_sq), and:
+  double values_grad_sq = 0;  // ||dO/dV||_F^2
 };
 
 // The requested estimands of one sample; NaN in the others.

@@ -44,6 +44,7 @@ struct SeriesSpec {
   std::optional<std::string> reading;  // "elementwise" | "matrix" for C3/C4
   theory::Activation activation;
   std::optional<double> alpha;         // C7's N^-alpha
+  std::optional<double> mix;           // C9's mix alpha of P = alpha softmax_col(V) + (1 - alpha) V
   InnerRule inner;
   OuterRule outer;
   theory::ScoreModel scores = theory::ScoreModel::projected;
@@ -74,6 +75,7 @@ struct SweepRequest {
   std::optional<std::string> inner_scale, outer_scale;
   std::optional<std::string> estimands;
   std::optional<std::vector<double>> alpha;  // C7: 0, 0.5 and 1 unless given
+  std::optional<std::vector<double>> mix;    // C9: 1 unless given, each in [0, 1]
   std::optional<double> claimed_exponent;  // custom runs only
 };
 // Throws theory::InputError when a preset field is also given explicitly, naming both.
@@ -88,11 +90,12 @@ struct PointSpec {
 // Point seed = derive_point_seed(run_seed, FNV-1a 64 of key): points keep their seed however the grid is
 // written or resumed.
 std::uint64_t point_seed(std::uint64_t run_seed, const std::string& key);
+// dv: C9's value columns (0: d); other claims have no values.
 PointSpec make_point(const SeriesSpec& series, theory::Index N, theory::Index D, theory::Index d, double sigma_x,
-                     double sigma_t, std::uint64_t run_seed);
+                     double sigma_t, std::uint64_t run_seed, theory::Index dv = 0);
 
 // What is known exactly about one estimand at one point (THEORY.md facts 3-4, 7, 9, the relu and qk-layernorm
-// moments). A closed form whose value exceeds a double is absent with out_of_range set.
+// moments; C9 has no closed-form moment, only the deterministic bounds of cross_norm_sample_bound). A closed form whose value exceeds a double is absent with out_of_range set.
 struct ExactMoments {
   std::optional<double> mean;    // E[value] where the expectation itself is known: row sums, row means
   std::optional<double> second;  // E||F||_F^2; for score-var, Var(s_ij) (i != j)
@@ -108,5 +111,9 @@ std::optional<double> exact_norm_sq(const PointSpec& point, Estimand estimand);
 // How the exactly known quantity of the point's series grows in its swept variable (N, or d for C8), from the
 // closed form.
 std::optional<ExactLaw> exact_law(const PointSpec& point, Estimand estimand);
+
+// C9 at mix alpha = 1: the bound every sample of the estimand obeys at this point (facts 10-11: sqrt(N d_v) for
+// value, sqrt(N d_v / 8) for dV and dS); none for dQ and for alpha < 1, where no bound exists.
+std::optional<double> cross_norm_sample_bound(const PointSpec& point, Estimand estimand);
 
 }  // namespace attncheck::monte_carlo

@@ -22,6 +22,14 @@ struct NormSet {
   double value = 0, grad = 0, dWq = 0, dWk = 0;
 };
 
+// ||O||_F and ||dO/dV||_F (the N d_v x N d_v Jacobian in the values) of O = A P_mix for one mix.
+struct CrossNormWhatIf {
+  double mix = 0;
+  double output_fro = 0, grad_values_fro = 0;
+};
+// Standard attention (mix alpha 0), halfway, and the proposal softmax(S) softmax^T(V) (mix alpha 1).
+inline constexpr double kCrossNormMixes[] = {0.0, 0.5, 1.0};
+
 struct HeadMetrics {
   int layer = 0, head = 0;
   std::int64_t N = 0;  // attended positions (causal: the keys the last query sees)
@@ -44,6 +52,14 @@ struct HeadMetrics {
   // biases ignored: the exact root mean squares sqrt(E||.||_F^2) over the same attended entries.
   double sigma_x = 0, sigma_t = 0;
   double iid_scores_fro = 0, iid_poly3_scaled_fro = 0, iid_poly3_fro = 0;
+  // Cross-normalization what-if (claim C9), filled only when asked: the head's own softmax attention A (the
+  // softmax of its scores, masked as the model masks them, whatever the trained activation) applied to
+  // P_mix = mix softmax_col(V) + (1 - mix) V, with V = X W_V + b_V the head's values and softmax_col over all
+  // N rows. One entry per mix in kCrossNormMixes; d_v = 0 and the list empty otherwise.
+  std::int64_t d_v = 0;
+  std::vector<CrossNormWhatIf> cross_norm;
+  double cross_norm_output_bound = 0;       // sqrt(N d_v): sup ||A softmax_col(V)||_F, tight
+  double cross_norm_grad_values_bound = 0;  // sqrt(N d_v / 8): sup ||dO/dV||_F at mix 1, tight
   // Measured from the scores alone: the weights are unknown, so are the norms in W_Q, W_K, D, d, lambda and
   // the i.i.d. model; to_json leaves them out.
   bool from_scores = false;
@@ -53,12 +69,16 @@ struct HeadMetrics {
 // heads of one layer (measuring the group's other heads' softmax dA/dW_K where they were not selected).
 // Throws InputError naming layer and head when a norm the log requires (softmax's value and gradients) is not
 // finite: the checkpoint's scores overflow, and no bound can be checked on them.
-HeadMetrics measure_head(const LayerInputs& layer, int layer_index, int head_index);
+// With `cross_norm`, also the cross-normalization what-if (InputError when the head has no values).
+HeadMetrics measure_head(const LayerInputs& layer, int layer_index, int head_index, bool cross_norm = false);
 void set_group_key_derivatives(const LayerInputs& layer, std::span<HeadMetrics> heads);
 
 // Theorem 4.1 on this head: ||softmax(S)||_F <= sqrt(N) and ||grad softmax(S)||_F <= sqrt(N)/2 (the tight bound;
 // the papers' 2 sqrt(N) is weaker). Both are deterministic, so a value above them, beyond rounding, is a violation.
 bool within_theorem_bounds(const HeadMetrics& metrics);
+// Fact 11 on the what-if at mix 1: ||O||_F <= sqrt(N d_v) and ||dO/dV||_F <= sqrt(N d_v / 8), deterministic too
+// (true when the what-if was not measured).
+bool within_cross_norm_bounds(const HeadMetrics& metrics);
 
 // One head from its N x N scores S (lambda already applied): the norms of every activation and of their
 // Jacobians in S, and the score statistics. `attended` masks as in LayerInputs.
@@ -66,13 +86,15 @@ HeadMetrics measure_scores(const Matrix& scores, int layer_index, int head_index
                            const std::optional<theory::AttendedMask>& attended = std::nullopt);
 
 // A layer's attention inputs from X (N x D) and the weights of all heads as maps of rows, q = x W_Q + b_Q with
-// W_Q of D x (heads d) (head h owns columns h d .. h d + d - 1); empty biases are zeros.
+// W_Q of D x (heads d) (head h owns columns h d .. h d + d - 1); empty biases are zeros. W_V (D x (heads d_v))
+// is optional: without it the heads have no values (and no cross-normalization what-if).
 LayerInputs split_heads(Matrix X, const Matrix& W_Q, const Matrix& W_K, const Vector& b_Q, const Vector& b_K,
-                        int heads, double inner, bool causal);
+                        int heads, double inner, bool causal, const Matrix& W_V = {}, const Vector& b_V = {});
 
 nlohmann::json to_json(const HeadMetrics& metrics);
-// Column names and values in the same order, for CSV output.
-std::vector<std::string> csv_columns();
+// Column names and values in the same order, for CSV output; the cross-normalization columns come last, with
+// `cross_norm` (csv_values adds them when the metrics have them).
+std::vector<std::string> csv_columns(bool cross_norm = false);
 std::vector<double> csv_values(const HeadMetrics& metrics);
 
 struct ProbeInput {
@@ -115,12 +137,13 @@ std::vector<std::string> token_strings_for_model(const std::filesystem::path& mo
                                                  std::span<const std::int64_t> ids);
 
 // Loads MODEL, builds the input, runs the forward pass and measures the selected layers and heads (all when
-// empty). Out-of-range layers or heads are InputErrors naming them.
-// `progress`, when set, is told after the forward pass and after each head how many of the heads to measure
-// are done (0 of them once the forward pass is over).
+// empty), with the cross-normalization what-if when `cross_norm`. Out-of-range layers or heads are InputErrors
+// naming them. `progress`, when set, is told after the forward pass and after each head how many of the heads
+// to measure are done (0 of them once the forward pass is over).
 using ProbeProgress = std::function<void(std::int64_t heads_done, std::int64_t heads_total)>;
 ProbeResult probe_model(const std::filesystem::path& model, const ProbeInput& input, const std::vector<int>& layers,
-                        const std::vector<int>& heads, bool keep_layers = false, const ProbeProgress& progress = {});
+                        const std::vector<int>& heads, bool keep_layers = false, bool cross_norm = false,
+                        const ProbeProgress& progress = {});
 
 // The attention matrices of every layer up to the last measured one, one F64 tensor "layer.L" of shape
 // [heads, N, N], the rows each layer's projections act on ("inputs.L", [N, D]), plus the input ids or the

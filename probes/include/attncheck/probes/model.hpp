@@ -68,6 +68,9 @@ struct HeadInputs {
   Matrix W_Q, W_K;      // D x d slices of the weights (for the i.i.d. model's sigma_t)
   Vector b_Q, b_K;      // d
   Matrix attention;     // N x N: the map the forward pass applied (the trained activation)
+  // N x d_v: the value projections X W_V + b_V this head's attention multiplies (its key/value head's under
+  // grouped queries); empty when the weights were given without them.
+  Matrix values;
   std::int64_t kv_head = 0;  // the key/value head this query head reads (itself without grouped queries)
 };
 

@@ -15,14 +15,25 @@ enum class CurveStyle {
   line,         // straight segments between the points (a power law is straight on log-log axes)
   dashed_line,
   line_with_points,  // measured values joined in order
+  band,              // the area between y_lo and y_hi, translucent (an uncertainty band under a line)
 };
 
 struct Curve {
   std::string title;
   CurveStyle style = CurveStyle::points;
   std::vector<double> x, y;
-  std::vector<double> y_lo, y_hi;  // error bar ends, for points_with_error_bars
+  std::vector<double> y_lo, y_hi;  // error bar or band ends, for points_with_error_bars and band
   int colour = -1;                 // index into the palette; -1: the curve's place in the plot
+};
+
+// A matrix drawn cell by cell instead of curves (an attention map: row i is query i, column j key j; row 0 at
+// the top).
+struct HeatMap {
+  long long rows = 0, columns = 0;
+  std::vector<double> values;  // row-major
+  // A diverging palette centred at 0 (red negative, white 0, blue positive), symmetric about 0, for signed
+  // maps; otherwise white (0) to dark blue (the largest value).
+  bool signed_scale = false;
 };
 
 struct PlotSpec {
@@ -31,6 +42,7 @@ struct PlotSpec {
   std::string x_label, y_label;
   bool log_x = true, log_y = true;
   std::vector<Curve> curves;
+  std::optional<HeatMap> heat_map;  // when set, drawn instead of the curves (log_x and log_y are ignored)
 };
 
 // The gnuplot script that draws every plot into `<folder>/<name>.svg<suffix>`.

@@ -7,6 +7,7 @@
 #include "attncheck/reports/plots.hpp"
 #include "attncheck/reports/probe_log.hpp"
 #include "attncheck/reports/results_folder.hpp"
+#include "attncheck/reports/vit_results.hpp"
 
 #include <cstddef>
 #include <filesystem>
@@ -18,11 +19,15 @@ namespace attncheck::reports {
 inline constexpr const char* kProbeLogName = "attncheck-probe.jsonl";
 
 struct ReportOptions {
-  std::filesystem::path input;  // a results folder, or a probe log (.jsonl) on its own
+  // a results folder (fits.json, attncheck-probe.jsonl, attncheck-curves.jsonl, vit-results.json), or a probe
+  // log (.jsonl) or training curves (attncheck-curves.jsonl) on their own
+  std::filesystem::path input;
   std::filesystem::path out;    // REPORT_DIR
   std::string gnuplot = "gnuplot";
   // Without plots no gnuplot is needed; the report says so at the top.
   bool plots = true;
+  // Which attention map the ViT section draws from each attention-ACTIVATION.safetensors.
+  long long map_layer = 0, map_head = 0;
 };
 
 struct ReportSummary {
@@ -30,6 +35,8 @@ struct ReportSummary {
   std::size_t series = 0;
   std::size_t holds = 0, tight = 0, violated = 0, inconclusive = 0;
   std::size_t probe_records = 0;
+  std::size_t curve_points = 0;  // training-curve points (attncheck-curves.jsonl)
+  std::size_t vit_runs = 0;
   std::size_t plots = 0;
 };
 
@@ -50,5 +57,10 @@ void add_scaling_section(const ResultsFolder& results, bool with_plots, Document
 // and of the gradient norms against the training step.
 void add_probe_section(const std::vector<ProbeRecord>& records, const std::filesystem::path& log, bool with_plots,
                        Document& document, PendingFigures& pending);
+
+// The ViT section (the papers' Figs. 1-3, 6-7 and Table 1) from examples/vit_digits.py's results in `folder`,
+// with the attention maps it finds there (attention-ACTIVATION.safetensors).
+void add_vit_section(const VitResults& results, const std::filesystem::path& folder, bool with_plots,
+                     Document& document, PendingFigures& pending, long long map_layer = 0, long long map_head = 0);
 
 }  // namespace attncheck::reports

@@ -28,11 +28,13 @@ struct Provenance {
 
 // The configuration that identifies one fitted series, shared by its points.
 struct SeriesKey {
-  std::string claim;                   // "C3".."C8" or "custom"
+  std::string claim;                   // "C3".."C9" or "custom"
   std::optional<std::string> reading;  // "elementwise" | "matrix"
   std::string phi;
   long long p = 1;
   std::optional<double> alpha;
+  std::optional<double> mix;           // C9's mix alpha of softmax_col(V) and V
+  std::optional<long long> dv;         // C9's value columns
   std::string scale;
   long long D = 0;
   long long d = 0;
@@ -66,6 +68,8 @@ struct PointRecord {
   std::optional<double> exact_mean;    // where the expectation itself is known (row sums)
   std::optional<double> z_exact_mean;
   std::optional<double> jensen_bound;
+  // C9 at mix alpha = 1: the deterministic bound every sample obeys (facts 10-11) and the largest sample.
+  std::optional<double> sample_bound, sample_max;
   bool se_reliable = true;
   std::optional<std::string> unreliable_because;
   std::string stopped_by;

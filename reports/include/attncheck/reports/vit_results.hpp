@@ -1,0 +1,48 @@
+#pragma once
+// The results of examples/vit_digits.py (RUN/vit-results.json, docs/results-format.md): a small vision
+// transformer trained with the papers' activations, as the papers' Figures 1-3 and Table 1 need them.
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace attncheck::reports {
+
+inline constexpr const char* kVitResultsName = "vit-results.json";
+
+struct VitTracePoint {
+  long long step = 0, layer = 0;
+  std::optional<double> attention_fro, jacobian_fro;  // mean over heads; null when not finite
+};
+
+struct VitRun {
+  std::string experiment;  // "activations" | "scale-sweep"
+  std::string activation;  // "softmax" | "poly3" | "poly3_scaled" | "identity" | "identity_scaled"
+  std::optional<double> scale;  // c of c * S^p; none for softmax
+  long long N = 0, patch = 0, seed = 0, steps = 0, test_size = 0;
+  std::optional<long long> image_side;  // 8, or 16 for upsampled digits (absent in the first results)
+  std::optional<double> accuracy;       // none when the run diverged
+  std::optional<long long> diverged_at;  // the step whose loss was not finite
+  std::vector<VitTracePoint> trace;
+};
+
+struct VitResults {
+  std::string command, date;
+  double wall_seconds = 0;
+  std::vector<VitRun> runs;
+};
+
+// Throws theory::InputError naming the file and run for anything malformed or out of range.
+VitResults parse_vit_results(const std::string& text, const std::string& name);
+VitResults read_vit_results(const std::filesystem::path& path);
+
+// One trained-attention map of `attncheck probe --attention-out` (or of the example's heat-map files): tensor
+// `tensor` ([heads, N, N], F64 or F32) of a safetensors file, head `head`.
+struct AttentionMatrix {
+  long long N = 0;
+  std::vector<double> values;  // row-major N x N
+};
+AttentionMatrix read_attention_matrix(const std::filesystem::path& path, const std::string& tensor, long long head);
+
+}  // namespace attncheck::reports
