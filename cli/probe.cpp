@@ -5,6 +5,8 @@
 
 #include "attncheck/probes/live_metrics.hpp"
 #include "attncheck/probes/watch.hpp"
+#include "attncheck/monte_carlo/statistics.hpp"
+#include "attncheck/reports/input_file.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -12,9 +14,12 @@
 #include <cmath>
 #include <csignal>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <optional>
+
+#include <unistd.h>
 
 namespace attncheck::cli {
 namespace {
@@ -22,6 +27,8 @@ namespace {
 struct ProbeOptions {
   std::string model;
   std::string text;
+  std::string text_file;
+  bool text_given = false;  // an empty --text is a mistake, not a request for the default random input
   std::string tokens;
   std::string pixels;
   std::string image;
@@ -37,17 +44,22 @@ struct ProbeOptions {
   double interval = 5;
   std::optional<double> until_idle;
   std::string out;
+  std::vector<std::string> columns;
 };
 
 probes::ProbeInput make_input(const ProbeOptions& o) {
-  const int chosen = !o.text.empty() + !o.tokens.empty() + !o.pixels.empty() + !o.image.empty() + o.random;
-  if (chosen > 1) throw UsageError("choose one input: --text, --tokens, --pixels, --image or --random");
+  if (o.text_given && o.text.empty()) {
+    throw UsageError("--text is empty: give the text to probe (--random for Gaussian input)");
+  }
+  const int chosen = !o.text.empty() + !o.text_file.empty() + !o.tokens.empty() + !o.pixels.empty() + !o.image.empty() + o.random;
+  if (chosen > 1) throw UsageError("choose one input: --text, --text-file, --tokens, --pixels, --image or --random");
   if (o.length_given && (!o.pixels.empty() || !o.image.empty())) {
     throw UsageError("--length counts tokens or random positions; an image's positions are 1 + its patches");
   }
   probes::ProbeInput input;
   input.seed = o.seed;
   input.random_length = o.length;
+  input.random_length_chosen = o.length_given;
   if (o.length_given && (!o.text.empty() || !o.tokens.empty())) {
     if (o.length <= 0) throw UsageError(fmt::format("--length {} is not a positive number of tokens", o.length));
     input.max_tokens = o.length;
@@ -85,6 +97,76 @@ class Cells {
   int non_finite_ = 0;
 };
 
+// A column of the table: its --columns key, a header that says what it is, and a line saying what it is
+// measured against.
+struct TableColumn {
+  const char* key;
+  const char* header;
+  const char* format;
+  double (*value)(const probes::HeadMetrics&);
+  const char* meaning;
+};
+
+const std::vector<TableColumn>& all_table_columns() {
+  using M = probes::HeadMetrics;
+  static const std::vector<TableColumn> columns = {
+      {"A", "|A|_F", "{:.4f}", [](const M& m) { return m.softmax.value; }, "||softmax(S)||_F"},
+      {"A_sqrtN", "|A|_F/sqrt(N)", "{:.4f}", [](const M& m) { return m.softmax.value / m.sqrt_n; },
+       "against Theorem 4.1's bound sqrt(N): at most 1, 1 for one-hot rows"},
+      {"grad", "|dA/dS|_F", "{:.4f}", [](const M& m) { return m.softmax.grad; }, "||grad softmax(S)||_F"},
+      {"grad_tight", "|dA/dS|_F/(sqrt(N)/2)", "{:.4f}",
+       [](const M& m) { return m.softmax.grad / m.grad_tight_bound; },
+       "against the tight bound sqrt(N)/2 (the exit code's test): at most 1"},
+      {"grad_paper", "|dA/dS|_F/(2sqrt(N))", "{:.4f}",
+       [](const M& m) { return m.softmax.grad / m.grad_paper_bound; }, "against the papers' bound 2 sqrt(N)"},
+      {"dWq", "|dA/dWq|_F", "{:.4g}", [](const M& m) { return m.softmax.dWq; },
+       "||dA/dW_Q||_F, the Jacobian in the query weights (no bound to compare with)"},
+      {"dWk", "|dA/dWk|_F", "{:.4g}", [](const M& m) { return m.softmax.dWk; },
+       "||dA/dW_K||_F, the Jacobian in the key weights (no bound to compare with)"},
+      {"max_S", "max|S|", "{:.3f}", [](const M& m) { return m.score_max_abs; }, "largest scaled score"},
+      {"S", "|S|_F", "{:.4g}", [](const M& m) { return m.scores_fro; }, "||S||_F of the scaled scores"},
+      {"iid_S", "iid |S|_F", "{:.4g}", [](const M& m) { return m.iid_scores_fro; },
+       "sqrt(E||S||_F^2) of the i.i.d. Gaussian model with this layer's sigma_x, sigma_t"},
+      {"S3_sqrtN", "|S^3|_F/sqrt(N)", "{:.4g}", [](const M& m) { return m.poly3_scaled.value; },
+       "what x^3/sqrt(N) attention would give on the same scores; compare with |A|_F"},
+      {"iid_S3_sqrtN", "iid |S^3|_F/sqrt(N)", "{:.4g}", [](const M& m) { return m.iid_poly3_scaled_fro; },
+       "the same for the i.i.d. Gaussian model with this layer's sigma_x, sigma_t"},
+      {"relu_N", "|relu(S)|_F/N", "{:.4f}", [](const M& m) { return m.relu_n.value; },
+       "what relu(x)/N attention would give on the same scores; compare with |A|_F"},
+  };
+  return columns;
+}
+
+const std::vector<std::string>& default_columns() {
+  static const std::vector<std::string> keys = {"A_sqrtN", "grad_tight", "grad_paper", "S3_sqrtN", "relu_N"};
+  return keys;
+}
+
+std::string column_keys() {
+  std::vector<std::string> keys;
+  for (const auto& column : all_table_columns()) keys.emplace_back(column.key);
+  return fmt::format("{}", fmt::join(keys, ","));
+}
+
+const TableColumn& table_column(const std::string& key) {
+  for (const auto& column : all_table_columns()) {
+    if (key == column.key) return column;
+  }
+  throw UsageError(fmt::format("--columns: unknown column '{}' (known: {}, or all)", key, column_keys()));
+}
+
+// The --columns list as given (checked), every column for "all", the essential ratios when empty.
+std::vector<std::string> table_columns(const std::vector<std::string>& requested) {
+  if (requested.empty()) return default_columns();
+  if (requested.size() == 1 && requested[0] == "all") {
+    std::vector<std::string> keys;
+    for (const auto& column : all_table_columns()) keys.emplace_back(column.key);
+    return keys;
+  }
+  for (const auto& key : requested) table_column(key);
+  return requested;
+}
+
 void note_non_finite(int count, const char* how) {
   if (count == 0) return;
   fmt::print(stderr,
@@ -93,7 +175,44 @@ void note_non_finite(int count, const char* how) {
              count, how);
 }
 
-void print_table(const probes::ProbeResult& result, const probes::ProbeInput& input, bool cross_norm) {
+// Right-aligned columns as wide as their widest cell or header.
+void print_columns(const std::vector<std::string>& headers, const std::vector<std::vector<std::string>>& cells) {
+  std::vector<std::size_t> widths;
+  for (std::size_t k = 0; k < headers.size(); ++k) {
+    std::size_t width = headers[k].size();
+    for (const auto& line : cells) width = std::max(width, line[k].size());
+    widths.push_back(width);
+  }
+  const auto print_line = [&](const std::vector<std::string>& line) {
+    std::string text;
+    for (std::size_t k = 0; k < line.size(); ++k) text += fmt::format("{}{:>{}}", k ? "  " : "", line[k], widths[k]);
+    fmt::print("{}\n", text);
+  };
+  print_line(headers);
+  for (const auto& line : cells) print_line(line);
+}
+
+// A vocabulary string as printed: control characters (C0, DEL and UTF-8's C1) as \xNN, so that a vocabulary
+// file cannot send escape sequences to the terminal.
+std::string terminal_safe(const std::string& text) {
+  std::string out;
+  for (std::size_t k = 0; k < text.size(); ++k) {
+    const auto byte = static_cast<unsigned char>(text[k]);
+    const bool c1 = byte == 0xC2 && k + 1 < text.size() && static_cast<unsigned char>(text[k + 1]) >= 0x80 &&
+                    static_cast<unsigned char>(text[k + 1]) <= 0x9F;
+    if (byte < 0x20 || byte == 0x7F) {
+      out += fmt::format("\\x{:02x}", byte);
+    } else if (c1) {
+      out += fmt::format("\\x{:02x}", static_cast<unsigned char>(text[++k]));
+    } else {
+      out += text[k];
+    }
+  }
+  return out;
+}
+
+void print_table(const probes::ProbeResult& result, const probes::ProbeInput& input,
+                 const std::vector<std::string>& columns, bool cross_norm) {
   const auto& c = result.config;
   const bool vision = probes::is_vision(c.architecture);
   fmt::print("{} model: {} layers, {} heads of dimension {}, D = {}; trained attention: {}; {} attention\n",
@@ -114,7 +233,7 @@ void print_table(const probes::ProbeResult& result, const probes::ProbeInput& in
   }
   if (input.kind == probes::ProbeInput::Kind::random) {
     fmt::print("input: {} Gaussian embeddings, sigma = {:.4g} (RMS of the {} embeddings), seed {}\n",
-               input.random_length, result.random_sigma, vision ? "position" : "token", input.seed);
+               result.random_length, result.random_sigma, vision ? "position" : "token", input.seed);
   } else if (input.kind == probes::ProbeInput::Kind::pixels || input.kind == probes::ProbeInput::Kind::image) {
     const std::int64_t P = c.patch_size;
     fmt::print("input: {} x {} pixels from {}: {} x {} patches, N = {} positions (CLS first, then the patches row by "
@@ -125,51 +244,128 @@ void print_table(const probes::ProbeResult& result, const probes::ProbeInput& in
     if (!result.preprocessing.empty()) fmt::print("image preprocessing: {}\n", result.preprocessing);
   } else {
     fmt::print("input: {} tokens: {}\n", result.ids.size(), fmt::join(result.ids, " "));
+    if (!result.token_strings.empty()) {
+      std::vector<std::string> shown;
+      for (const auto& token : result.token_strings) shown.push_back(terminal_safe(token));
+      fmt::print("tokens: {}\n", fmt::join(shown, " "));
+    }
   }
   fmt::print("Norms are Frobenius norms of one head's map for this input; derivatives are in the weights W_Q, "
-             "W_K (biases included in the scores).\n"
-             "|A|/rtN: ||softmax(S)||_F / sqrt(N) (bound 1); |dA/dS| against the papers' 2 sqrt(N) and the tight "
-             "sqrt(N)/2; x3/rtN: ||S^3||_F / sqrt(N); relu/N: ||relu(S)||_F / N;\n"
-             "iid: sqrt(E||.||_F^2) of the i.i.d. Gaussian model with this layer's sigma_x, sigma_t.\n");
-  if (cross_norm) {
-    fmt::print("Cross-normalization what-if (C9): O = A P with A = softmax(S) and P = mix alpha softmax_col(V) + "
-               "(1 - mix alpha) V,\nV = X W_V + b_V the head's values (d_v columns); |O|mX, |dO/dV|mX: ||O||_F "
-               "and ||dO/dV||_F at mix alpha X (0: standard attention);\n/rtNdv: ||O||_F / sqrt(N d_v) (bound 1 at "
-               "mix alpha 1), /rtNdv/8: ||dO/dV||_F / sqrt(N d_v / 8) (bound 1 at mix alpha 1).\n");
-  }
-  fmt::print("{:>5} {:>4} {:>5} {:>9} {:>7} {:>9} {:>8} {:>8} {:>10} {:>10} {:>8} {:>9} {:>9} {:>10} {:>10} "
-             "{:>9}",
-             "layer", "head", "N", "|A|_F", "|A|/rtN", "|dA/dS|_F", "/2rtN", "/rtN/2", "|dA/dWq|", "|dA/dWk|",
-             "max|s|", "|S|_F", "iid |S|", "x3/rtN", "iid x3/rtN", "relu/N");
-  if (cross_norm) {
-    fmt::print(" {:>4} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}", "d_v", "|O|m0", "|dO/dV|m0", "|O|m.5",
-               "|dO/dV|m.5", "|O|m1", "/rtNdv", "|dO/dV|m1", "/rtNdv/8");
-  }
-  fmt::print("\n");
+             "W_K (biases included in the scores). A = softmax(S), S the scaled scores.\n");
+  std::vector<const TableColumn*> shown;
+  for (const auto& key : columns) shown.push_back(&table_column(key));
+  std::vector<std::vector<std::string>> cells;
   Cells cell;
   for (const auto& m : result.heads) {
-    fmt::print("{:>5} {:>4} {:>5} {:>9} {:>7} {:>9} {:>8} {:>8} {:>10} {:>10} {:>8} {:>9} {:>9} {:>10} {:>10} "
-               "{:>9}",
-               m.layer, m.head, m.N, cell(m.softmax.value, "{:.4f}"), cell(m.softmax.value / m.sqrt_n, "{:.4f}"),
-               cell(m.softmax.grad, "{:.4f}"), cell(m.softmax.grad / m.grad_paper_bound, "{:.4f}"),
-               cell(m.softmax.grad / m.grad_tight_bound, "{:.4f}"), cell(m.softmax.dWq, "{:.4g}"),
-               cell(m.softmax.dWk, "{:.4g}"), cell(m.score_max_abs, "{:.3f}"), cell(m.scores_fro, "{:.4g}"),
-               cell(m.iid_scores_fro, "{:.4g}"), cell(m.poly3_scaled.value, "{:.4g}"),
-               cell(m.iid_poly3_scaled_fro, "{:.4g}"), cell(m.relu_n.value, "{:.4f}"));
+    std::vector<std::string> line = {fmt::format("{}", m.layer), fmt::format("{}", m.head), fmt::format("{}", m.N)};
+    for (const auto* column : shown) line.push_back(cell(column->value(m), column->format));
     if (cross_norm) {
-      fmt::print(" {:>4}", m.d_v);
+      line.push_back(fmt::format("{}", m.d_v));
       for (const auto& what_if : m.cross_norm) {
-        fmt::print(" {:>9} ", cell(what_if.output_fro, "{:.4g}"));
-        if (what_if.mix == 1.0) fmt::print("{:>9} ", cell(what_if.output_fro / m.cross_norm_output_bound, "{:.4f}"));
-        fmt::print("{:>9}", cell(what_if.grad_values_fro, "{:.4g}"));
+        line.push_back(cell(what_if.output_fro, "{:.4g}"));
+        if (what_if.mix == 1.0) line.push_back(cell(what_if.output_fro / m.cross_norm_output_bound, "{:.4f}"));
+        line.push_back(cell(what_if.grad_values_fro, "{:.4g}"));
         if (what_if.mix == 1.0) {
-          fmt::print(" {:>9}", cell(what_if.grad_values_fro / m.cross_norm_grad_values_bound, "{:.4f}"));
+          line.push_back(cell(what_if.grad_values_fro / m.cross_norm_grad_values_bound, "{:.4f}"));
         }
       }
     }
-    fmt::print("\n");
+    cells.push_back(std::move(line));
   }
+  std::vector<std::string> headers = {"layer", "head", "N"};
+  for (const auto* column : shown) headers.push_back(column->header);
+  if (cross_norm && !result.heads.empty()) {
+    headers.push_back("d_v");
+    for (const auto& what_if : result.heads.front().cross_norm) {
+      headers.push_back(fmt::format("|O|_F a={:g}", what_if.mix));
+      if (what_if.mix == 1.0) headers.push_back("|O|_F/sqrt(N d_v)");
+      headers.push_back(fmt::format("|dO/dV|_F a={:g}", what_if.mix));
+      if (what_if.mix == 1.0) headers.push_back("|dO/dV|_F/sqrt(N d_v/8)");
+    }
+  }
+  print_columns(headers, cells);
+  for (const auto* column : shown) fmt::print("  {}: {}\n", column->header, column->meaning);
+  if (cross_norm) {
+    fmt::print("  cross-normalization what-if (C9): O = A P with A = softmax(S) and P = a softmax_col(V) + (1 - a) V, "
+               "V = X W_V + b_V the head's values (d_v columns), at mix a (0: standard attention); "
+               "|O|_F/sqrt(N d_v) and |dO/dV|_F/sqrt(N d_v/8) against their tight bounds at a = 1: at most 1\n");
+  }
+  if (columns == default_columns()) fmt::print("  more columns: --columns all, or a comma list of {}\n", column_keys());
   note_non_finite(cell.non_finite(), "marked inf! or nan!");
+}
+
+const char* input_kind_name(probes::ProbeInput::Kind kind) {
+  switch (kind) {
+    case probes::ProbeInput::Kind::text: return "text";
+    case probes::ProbeInput::Kind::tokens: return "tokens";
+    case probes::ProbeInput::Kind::random: return "random";
+    case probes::ProbeInput::Kind::pixels: return "pixels";
+    case probes::ProbeInput::Kind::image: return "image";
+  }
+  return "unknown";
+}
+
+// One object that traces a result back to what produced it: the model and its configuration's hash, the
+// exact input, the tool's version, the verdict and its basis, then the per-head rows.
+nlohmann::json probe_document(const ProbeOptions& o, const probes::ProbeInput& input,
+                              const probes::ProbeResult& result, bool bounds_hold) {
+  const auto& c = result.config;
+  nlohmann::json model = {{"path", o.model},
+                          {"architecture", probes::architecture_name(c.architecture)},
+                          {"config_file", nullptr},
+                          {"config_sha256", nullptr},
+                          {"layers", c.layers},
+                          {"heads", c.heads},
+                          {"head_dim", c.head_dim()},
+                          {"hidden", c.hidden},
+                          {"attention_activation", c.attention_activation}};
+  if (!result.config_file.empty()) {
+    model["config_file"] = result.config_file.string();
+    model["config_sha256"] = result.config_sha256;
+  }
+  nlohmann::json in = {{"kind", input_kind_name(input.kind)}};
+  switch (input.kind) {
+    case probes::ProbeInput::Kind::text: in["text"] = input.text; break;
+    case probes::ProbeInput::Kind::tokens: in["file"] = input.tokens_file.string(); break;
+    case probes::ProbeInput::Kind::pixels: in["file"] = input.pixels_file.string(); break;
+    case probes::ProbeInput::Kind::image: in["file"] = input.image_file.string(); break;
+    case probes::ProbeInput::Kind::random:
+      in["seed"] = input.seed;
+      in["length"] = result.random_length;
+      in["sigma"] = result.random_sigma;
+      break;
+  }
+  if (input.kind == probes::ProbeInput::Kind::text || input.kind == probes::ProbeInput::Kind::tokens) {
+    in["token_ids"] = result.ids;
+    in["tokens"] = result.token_strings.empty() ? nlohmann::json(nullptr) : nlohmann::json(result.token_strings);
+  }
+  if (input.kind == probes::ProbeInput::Kind::pixels || input.kind == probes::ProbeInput::Kind::image) {
+    in["height"] = result.image_height;
+    in["width"] = result.image_width;
+    if (!result.preprocessing.empty()) in["preprocessing"] = result.preprocessing;
+  }
+  nlohmann::json above = nlohmann::json::array();
+  nlohmann::json heads = nlohmann::json::array();
+  for (const auto& m : result.heads) {
+    if (!probes::within_theorem_bounds(m) || !probes::within_cross_norm_bounds(m)) {
+      above.push_back({{"layer", m.layer}, {"head", m.head}});
+    }
+    heads.push_back(probes::to_json(m));
+  }
+  return {{"model", std::move(model)},
+          {"input", std::move(in)},
+          {"tool", {{"name", "attncheck"}, {"version", ATTNCHECK_VERSION}}},
+          {"verdict",
+           {{"holds", bounds_hold},
+            {"basis", "exact"},
+            {"statement", std::string("every measured head within Theorem 4.1's deterministic bounds: ||A||_F <= "
+                                      "sqrt(N) and ||grad softmax(S)||_F <= sqrt(N)/2 (the tight form of the "
+                                      "papers' 2 sqrt(N))") +
+                              (o.cross_norm ? "; and the cross-normalization bounds at mix alpha 1: ||O||_F <= "
+                                              "sqrt(N d_v), ||dO/dV||_F <= sqrt(N d_v / 8)"
+                                            : "")},
+            {"heads_above_a_bound", std::move(above)}}},
+          {"heads", std::move(heads)}};
 }
 
 // Theorem 4.1's bounds are deterministic: a live value above them is a violation (exit 1).
@@ -188,13 +384,171 @@ bool bounds_hold(const probes::ProbeResult& result) {
   return hold;
 }
 
+// The sentences of a --text-file, one per line (a final newline ends the last one); an empty line is an
+// error naming it, as an empty --text is.
+std::vector<std::string> read_sentences(const std::string& path) {
+  const std::string text = reports::read_text_file(path);
+  std::vector<std::string> sentences;
+  std::size_t begin = 0;
+  while (begin < text.size()) {
+    std::size_t end = text.find('\n', begin);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(begin, end - begin);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) {
+      throw UsageError(fmt::format("--text-file {}: line {} is empty (one sentence per line)", path,
+                                   sentences.size() + 1));
+    }
+    sentences.push_back(std::move(line));
+    begin = end + 1;
+  }
+  if (sentences.size() < 2) {
+    throw UsageError(fmt::format("--text-file {}: {} sentence(s); a standard error over sentences needs at least 2",
+                                 path, sentences.size()));
+  }
+  return sentences;
+}
+
+// Per layer and head, the mean and standard error over the sentences of every measured value.
+struct SentenceStatistics {
+  std::vector<std::string> keys;                                 // csv_columns()
+  std::vector<std::vector<monte_carlo::Accumulator>> per_head;  // [head row][key]
+};
+
+int run_text_file(const ProbeOptions& o, probes::ProbeProgress progress) {
+  const auto sentences = read_sentences(o.text_file);
+  SentenceStatistics stats{probes::csv_columns(o.cross_norm), {}};
+  std::vector<probes::ProbeResult> results;
+  bool hold = true;
+  nlohmann::json above = nlohmann::json::array();
+  nlohmann::json sentence_list = nlohmann::json::array();
+  for (std::size_t k = 0; k < sentences.size(); ++k) {
+    probes::ProbeInput input;
+    input.kind = probes::ProbeInput::Kind::text;
+    input.text = sentences[k];
+    if (o.length_given) input.max_tokens = o.length;
+    // One forward pass per sentence: no padding, so no mask can leak between sentences of different lengths.
+    probes::ProbeResult result = probes::probe_model(o.model, input, o.layers, o.heads, false, o.cross_norm,
+                                                     progress ? [&, k](std::int64_t done, std::int64_t total) {
+                                                       progress(static_cast<std::int64_t>(k) * total + done,
+                                                                static_cast<std::int64_t>(sentences.size()) * total);
+                                                     } : probes::ProbeProgress{});
+    if (stats.per_head.empty()) stats.per_head.assign(result.heads.size(), std::vector<monte_carlo::Accumulator>(stats.keys.size()));
+    for (std::size_t h = 0; h < result.heads.size(); ++h) {
+      const auto values = probes::csv_values(result.heads[h]);
+      for (std::size_t v = 0; v < values.size(); ++v) stats.per_head[h][v].add(values[v]);
+      if (!probes::within_theorem_bounds(result.heads[h]) || !probes::within_cross_norm_bounds(result.heads[h])) {
+        hold = false;
+        fmt::print(stderr, "sentence {} layer {} head {}: a softmax bound is exceeded\n", k + 1,
+                   result.heads[h].layer, result.heads[h].head);
+        above.push_back({{"sentence", k + 1}, {"layer", result.heads[h].layer}, {"head", result.heads[h].head}});
+      }
+    }
+    sentence_list.push_back({{"text", sentences[k]},
+                             {"token_ids", result.ids},
+                             {"tokens", result.token_strings.empty() ? nlohmann::json(nullptr)
+                                                                      : nlohmann::json(result.token_strings)}});
+    results.push_back(std::move(result));
+  }
+  const auto& first = results.front();
+  const auto index_of = [&](const std::string& key) {
+    return static_cast<std::size_t>(std::find(stats.keys.begin(), stats.keys.end(), key) - stats.keys.begin());
+  };
+  if (o.json) {
+    probes::ProbeInput input;
+    input.kind = probes::ProbeInput::Kind::text;
+    nlohmann::json document = probe_document(o, input, first, hold);
+    document["input"] = {{"kind", "text_file"}, {"file", o.text_file}, {"sentences", std::move(sentence_list)}};
+    document["verdict"]["heads_above_a_bound"] = std::move(above);
+    document["verdict"]["statement"] = "every measured head, on every sentence, within Theorem 4.1's deterministic "
+                                       "bounds: ||A||_F <= sqrt(N) and ||grad softmax(S)||_F <= sqrt(N)/2";
+    nlohmann::json heads = nlohmann::json::array();
+    for (std::size_t h = 0; h < stats.per_head.size(); ++h) {
+      // The keys as for one input, each the mean over the sentences; layer, head and the shapes are exact.
+      nlohmann::json row = probes::to_json(first.heads[h]);
+      nlohmann::json errors = nlohmann::json::object();
+      for (std::size_t v = 0; v < stats.keys.size(); ++v) {
+        const std::string& key = stats.keys[v];
+        if (!row.contains(key) || !row[key].is_number() || key == "layer" || key == "head" || key == "kv_head" ||
+            key == "D" || key == "d") {
+          continue;
+        }
+        const double mean = stats.per_head[h][v].mean(), se = stats.per_head[h][v].standard_error();
+        row[key] = std::isfinite(mean) ? nlohmann::json(mean) : nlohmann::json(nullptr);
+        errors[key] = std::isfinite(se) ? nlohmann::json(se) : nlohmann::json(nullptr);
+      }
+      row["sentences"] = sentences.size();
+      row["standard_error"] = std::move(errors);
+      heads.push_back(std::move(row));
+    }
+    document["heads"] = std::move(heads);
+    std::cout << document.dump(1) << "\n";
+    return hold ? kExitHolds : kExitViolated;
+  }
+  const auto& c = first.config;
+  fmt::print("{} model: {} layers, {} heads of dimension {}, D = {}; trained attention: {}\n",
+             probes::architecture_name(c.architecture), c.layers, c.heads, c.head_dim(), c.hidden,
+             c.attention_activation);
+  std::int64_t fewest = INT64_MAX, most = 0;
+  for (const auto& r : results) {
+    fewest = std::min<std::int64_t>(fewest, static_cast<std::int64_t>(r.ids.size()));
+    most = std::max<std::int64_t>(most, static_cast<std::int64_t>(r.ids.size()));
+  }
+  fmt::print("input: {} sentences from {}, {} to {} tokens each, one forward pass per sentence\n", sentences.size(),
+             o.text_file, fewest, most);
+  fmt::print("Each cell: mean over the sentences +- its standard error (sample standard deviation / sqrt({})).\n",
+             sentences.size());
+  const auto columns = table_columns(o.columns);
+  std::vector<std::string> headers = {"layer", "head", "mean N"};
+  for (const auto& key : columns) headers.push_back(table_column(key).header);
+  std::vector<std::vector<std::string>> cells;
+  Cells cell;
+  for (std::size_t h = 0; h < stats.per_head.size(); ++h) {
+    std::vector<std::string> line = {fmt::format("{}", first.heads[h].layer), fmt::format("{}", first.heads[h].head),
+                                     fmt::format("{:.1f}", stats.per_head[h][index_of("N")].mean())};
+    for (const auto& key : columns) {
+      const auto& column = table_column(key);
+      monte_carlo::Accumulator values;
+      for (const auto& r : results) values.add(column.value(r.heads[h]));
+      line.push_back(cell(values.mean(), column.format) + " +- " + cell(values.standard_error(), column.format));
+    }
+    cells.push_back(std::move(line));
+  }
+  print_columns(headers, cells);
+  for (const auto& key : columns) fmt::print("  {}: {}\n", table_column(key).header, table_column(key).meaning);
+  note_non_finite(cell.non_finite(), "marked inf! or nan!");
+  return hold ? kExitHolds : kExitViolated;
+}
+
+// Heads measured so far, rewritten in place on a terminal's stderr; nothing when stderr is a file or pipe, so
+// logs and captured output stay clean.
+probes::ProbeProgress terminal_progress(std::string what) {
+  if (!isatty(STDERR_FILENO)) return {};
+  return [what = std::move(what), start = std::chrono::steady_clock::now()](std::int64_t done, std::int64_t total) {
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (done < total) {
+      fmt::print(stderr, "\r\033[K{}: {}/{} heads measured ({:.0f} s)", what, done, total, seconds);
+    } else {
+      fmt::print(stderr, "\r\033[K");
+    }
+    std::fflush(stderr);
+  };
+}
+
 std::atomic<bool> stop_requested{false};
 
 int run(const ProbeOptions& o) {
   if (o.json && o.csv) throw UsageError("choose one of --json and --csv");
+  if (!o.columns.empty()) {
+    if (o.json || o.csv || !o.watch.empty()) {
+      throw UsageError("--columns chooses the table's columns; --json, --csv and --watch write every column");
+    }
+    table_columns(o.columns);  // an unknown name is refused before the model is read
+  }
   const probes::ProbeInput input = make_input(o);
   if (!o.watch.empty()) {
     if (!o.model.empty()) throw UsageError("--watch DIR takes the folder instead of MODEL; give one of them");
+    if (!o.text_file.empty()) throw UsageError("--watch takes one input: --text, --tokens, --image, --pixels or --random");
     if (o.json || o.csv || !o.attention_out.empty() || o.cross_norm) {
       throw UsageError("--json, --csv, --attention-out and --cross-norm describe one MODEL; --watch writes JSON "
                        "lines to --out");
@@ -208,6 +562,7 @@ int run(const ProbeOptions& o) {
     watch.input = input;
     watch.layers = o.layers;
     watch.heads = o.heads;
+    watch.progress = terminal_progress("attncheck probe --watch: a checkpoint");
     std::signal(SIGINT, [](int) { stop_requested = true; });
     std::signal(SIGTERM, [](int) { stop_requested = true; });
     const auto summary = probes::watch_folder(watch, stop_requested, [](const std::string& line) {
@@ -217,18 +572,26 @@ int run(const ProbeOptions& o) {
                summary.measured, summary.exceeded, summary.refused, watch.output.string());
     return summary.exit_code();
   }
+  if (!o.text_file.empty()) {
+    if (o.model.empty()) throw UsageError("--text-file needs MODEL");
+    if (o.csv || !o.attention_out.empty()) {
+      throw UsageError("--text-file prints the table or --json of means over its sentences; --csv and "
+                       "--attention-out take one input");
+    }
+    return run_text_file(o, terminal_progress("attncheck probe " + o.model));
+  }
   if (o.model.empty()) throw UsageError("give MODEL (a folder, a .safetensors or a .gguf file) or --watch DIR");
-  const auto result = probes::probe_model(o.model, input, o.layers, o.heads, !o.attention_out.empty(), o.cross_norm);
+  const auto result = probes::probe_model(o.model, input, o.layers, o.heads, !o.attention_out.empty(), o.cross_norm,
+                                          terminal_progress("attncheck probe " + o.model));
   if (!o.attention_out.empty()) probes::write_attention(o.attention_out, result);
+  const bool hold = bounds_hold(result);
   if (o.json) {
     // JSON has no infinities: a non-finite value is written as null (and noted).
-    nlohmann::json list = nlohmann::json::array();
     int non_finite = 0;
     for (const auto& m : result.heads) {
       for (double v : probes::csv_values(m)) non_finite += std::isfinite(v) ? 0 : 1;
-      list.push_back(probes::to_json(m));
     }
-    std::cout << list.dump(1) << "\n";
+    std::cout << probe_document(o, input, result, hold).dump(1) << "\n";
     note_non_finite(non_finite, "written as null");
   } else if (o.csv) {
     fmt::print("{}\n", fmt::join(probes::csv_columns(o.cross_norm), ","));
@@ -244,9 +607,9 @@ int run(const ProbeOptions& o) {
     }
     note_non_finite(non_finite, "left empty");
   } else {
-    print_table(result, input, o.cross_norm);
+    print_table(result, input, table_columns(o.columns), o.cross_norm);
   }
-  return bounds_hold(result) ? kExitHolds : kExitViolated;
+  return hold ? kExitHolds : kExitViolated;
 }
 
 const bool registered = register_subcommand(
@@ -254,10 +617,15 @@ const bool registered = register_subcommand(
     "against the theory",
     [](CLI::App& command) -> std::function<int()> {
       auto o = std::make_shared<ProbeOptions>();
-      command.add_option("MODEL", o->model, "model folder (config.json + safetensors), a .safetensors or a .gguf file");
-      command.add_option("--text", o->text, "input text: a GGUF file's own byte-level BPE, or beside the checkpoint vocab.txt (WordPiece), "
+      command.add_option("MODEL", o->model, "model folder (config.json + safetensors), a .safetensors or a .gguf file")
+          ->type_name("");
+      auto* text_option = command.add_option("--text", o->text, "input text: a GGUF file's own byte-level BPE, or beside the checkpoint vocab.txt (WordPiece), "
                          "vocab.json + merges.txt (byte-level BPE) or tokenizer.json");
-      command.add_option("--tokens", o->tokens, "file of whitespace-separated token ids");
+      command.add_option("--text-file", o->text_file,
+                         "one sentence per line, each probed with the model's tokenizer (one forward pass each); the "
+                         "table and --json give per layer and head the mean over the sentences and its standard error")
+          ->type_name("FILE");
+      command.add_option("--tokens", o->tokens, "file of whitespace-separated token ids")->type_name("FILE");
       command.add_option("--pixels", o->pixels,
                          "ViT, DINOv2: the model's pixel_values for one image, a channels x height x width float32 or "
                          "float64 .npy file, already normalized");
@@ -268,7 +636,8 @@ const bool registered = register_subcommand(
                        "Gaussian embeddings (the default input), sigma = RMS of the model's token embeddings (ViT, DINOv2: of its "
                        "position embeddings)");
       command.add_option("--length", o->length,
-                         "number of positions for --random; with --text or --tokens, keep the first LENGTH tokens")
+                         "number of positions for --random (at most the model's; the default is shortened to them); with --text, "
+                         "--text-file or --tokens, keep the first LENGTH tokens")
           ->capture_default_str()
           ->check(integer_in(1, INT64_MAX))
           ->each([o](const std::string&) { o->length_given = true; });
@@ -277,8 +646,13 @@ const bool registered = register_subcommand(
           ->delimiter(',')->check(integer_in(0, INT32_MAX));
       command.add_option("--heads", o->heads, "0-based heads to measure (default all)")
           ->delimiter(',')->check(integer_in(0, INT32_MAX));
-      command.add_flag("--json", o->json, "a JSON list of objects, one per layer and head, on stdout");
+      command.add_flag("--json", o->json, "one JSON object on stdout: model (with config.json's SHA-256), input, tool version, verdict and the "
+                       "per-head rows under heads (docs/probe-output.schema.json)");
       command.add_flag("--csv", o->csv, "CSV with a header line on stdout");
+      command.add_option("--columns", o->columns,
+                         "table columns, a comma list of " + column_keys() + ", or all (default: the ratios to the "
+                         "bounds, " + fmt::format("{}", fmt::join(default_columns(), ",")) + ")")
+          ->delimiter(',');
       command.add_flag("--cross-norm", o->cross_norm,
                        "add the cross-normalization what-if (claim C9): ||O||_F and ||dO/dV||_F of softmax(S) P with "
                        "P = mix alpha softmax_col(V) + (1 - mix alpha) V on the head's values, at mix alpha 0, 0.5, 1");
@@ -293,7 +667,10 @@ const bool registered = register_subcommand(
                          "stop watching after this many seconds without a new checkpoint (default: until Ctrl-C)")
           ->check(real_in({0, 1e9}));
       command.add_option("--out", o->out, "JSON-lines file for --watch (default DIR/attncheck-probe.jsonl)");
-      return [o] { return run(*o); };
+      return [o, text_option] {
+        o->text_given = text_option->count() > 0;
+        return run(*o);
+      };
     });
 
 }  // namespace

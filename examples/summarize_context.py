@@ -46,7 +46,9 @@ def main(folder):
     runs = {}
     for path in glob.glob(os.path.join(folder, "N-*.json")):
         n = int(re.search(r"N-(\d+)\.json$", path).group(1))
-        runs[n] = json.load(open(path))
+        document = json.load(open(path))
+        # Outputs saved before `probe --json` printed one object were the bare list of per-head rows.
+        runs[n] = document["heads"] if isinstance(document, dict) else document
     ns = sorted(runs)
     if len(ns) < 2:
         sys.exit(f"summarize_context.py: fewer than two N-*.json in {folder}")

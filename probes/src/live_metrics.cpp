@@ -5,6 +5,7 @@
 #include "attncheck/probes/image.hpp"
 #include "attncheck/probes/tokenizer.hpp"
 #include "attncheck/reports/input_file.hpp"
+#include "attncheck/reports/sha256.hpp"
 #include "attncheck/theory/cross_norm.hpp"
 #include "attncheck/theory/moments.hpp"
 #include "attncheck/theory/softmax.hpp"
@@ -170,6 +171,49 @@ std::vector<std::int64_t> tokenize_for_model(const fs::path& model_path, const T
   throw InputError(fmt::format("{}: no tokenizer for --text (vocab.txt, vocab.json with merges.txt, or "
                                "tokenizer.json); pass the ids with --tokens FILE",
                                folder.string()));
+}
+
+std::vector<std::string> token_strings_for_model(const fs::path& model_path, const TransformerModel& model,
+                                                 std::span<const std::int64_t> ids) {
+  std::vector<std::string> by_id;
+  const fs::path folder = fs::is_directory(model_path) ? model_path : model_path.parent_path();
+  const auto invert = [&](const nlohmann::json& vocab) {
+    if (!vocab.is_object()) return;
+    for (const auto& [token, id] : vocab.items()) {
+      if (!id.is_number_integer() || id.get<std::int64_t>() < 0 || id.get<std::int64_t>() > (1 << 24)) continue;
+      const auto k = static_cast<std::size_t>(id.get<std::int64_t>());
+      if (by_id.size() <= k) by_id.resize(k + 1);
+      by_id[k] = token;
+    }
+  };
+  if (const GgufFile* gguf = model.checkpoint().gguf()) {
+    if (gguf->header().find("tokenizer.ggml.tokens")) by_id = gguf->header().strings("tokenizer.ggml.tokens");
+  } else if (fs::exists(folder / "vocab.txt")) {
+    const std::string text = reports::read_text_file(folder / "vocab.txt");
+    std::size_t begin = 0;
+    while (begin < text.size()) {
+      std::size_t end = text.find('\n', begin);
+      if (end == std::string::npos) end = text.size();
+      std::string line = text.substr(begin, end - begin);
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      by_id.push_back(std::move(line));
+      begin = end + 1;
+    }
+  } else if (fs::exists(folder / "vocab.json")) {
+    invert(nlohmann::json::parse(reports::read_text_file(folder / "vocab.json"), nullptr, false));
+  } else if (fs::exists(folder / "tokenizer.json")) {
+    const auto json = nlohmann::json::parse(reports::read_text_file(folder / "tokenizer.json"), nullptr, false);
+    if (json.is_object() && json.contains("model") && json["model"].is_object() && json["model"].contains("vocab")) {
+      invert(json["model"]["vocab"]);
+    }
+  }
+  if (by_id.empty()) return {};
+  std::vector<std::string> strings;
+  for (std::int64_t id : ids) {
+    strings.push_back(id >= 0 && static_cast<std::size_t>(id) < by_id.size() ? by_id[static_cast<std::size_t>(id)]
+                                                                             : std::string());
+  }
+  return strings;
 }
 
 void set_group_key_derivatives(const LayerInputs& layer, std::span<HeadMetrics> heads) {
@@ -439,10 +483,15 @@ std::vector<double> csv_values(const HeadMetrics& metrics) {
 }
 
 ProbeResult probe_model(const fs::path& model_path, const ProbeInput& input, const std::vector<int>& layers,
-                        const std::vector<int>& heads, bool keep_layers, bool cross_norm) {
+                        const std::vector<int>& heads, bool keep_layers, bool cross_norm,
+                        const ProbeProgress& progress) {
   const TransformerModel model = TransformerModel::load(model_path);
   ProbeResult result;
   result.config = model.config();
+  if (!model.checkpoint().gguf()) {
+    result.config_file = config_path_for(model_path);
+    result.config_sha256 = reports::sha256_hex(reports::read_text_file(result.config_file));
+  }
   for (int head : heads) {
     if (head < 0 || head >= model.config().heads) {
       throw InputError(fmt::format("head {} does not exist: the model has heads 0..{}", head, model.config().heads - 1));
@@ -489,27 +538,48 @@ ProbeResult probe_model(const fs::path& model_path, const ProbeInput& input, con
         result.ids.resize(static_cast<std::size_t>(input.max_tokens));
       }
       computed = model.forward(result.ids, layers);
+      result.token_strings = token_strings_for_model(model_path, model, result.ids);
       break;
     case ProbeInput::Kind::random: {
       if (input.random_length <= 0) {
         throw InputError(fmt::format("random input length {} is not positive", input.random_length));
       }
-      model.require_memory_for(input.random_length, layers);
+      // Text models have learned or rotary positions up to max_positions: beyond them the forward pass
+      // would read past the position table (or extrapolate rotary angles the model never saw).
+      std::int64_t length = input.random_length;
+      if (!vision && !input.random_length_chosen) length = std::min(length, model.config().max_positions);
+      if (!vision && length > model.config().max_positions) {
+        throw InputError(fmt::format("--random --length {}: the input has {} positions, more than the model's {} "
+                                     "positions",
+                                     input.random_length, input.random_length, model.config().max_positions));
+      }
+      model.require_memory_for(length, layers);
+      result.random_length = length;
       result.random_sigma = model.token_embedding_rms();
-      Matrix embeddings(input.random_length, model.config().hidden);
+      Matrix embeddings(length, model.config().hidden);
       monte_carlo::PhiloxStream stream(input.seed, 0);
       stream.fill_normal(embeddings.data(), embeddings.data() + embeddings.size(), result.random_sigma);
       computed = model.forward_embeddings(std::move(embeddings), layers);
       break;
     }
   }
+  const auto selected = [](const std::vector<int>& chosen, int index) {
+    return chosen.empty() || std::find(chosen.begin(), chosen.end(), index) != chosen.end();
+  };
+  std::int64_t heads_total = 0;
+  for (std::size_t l = 0; l < computed.size(); ++l) {
+    if (!selected(layers, static_cast<int>(l))) continue;
+    for (int head = 0; head < model.config().heads; ++head) heads_total += selected(heads, head) ? 1 : 0;
+  }
+  if (progress) progress(0, heads_total);
   for (std::size_t l = 0; l < computed.size(); ++l) {
     const int layer = static_cast<int>(l);
-    if (!layers.empty() && std::find(layers.begin(), layers.end(), layer) == layers.end()) continue;
+    if (!selected(layers, layer)) continue;
     const std::size_t first = result.heads.size();
     for (int head = 0; head < model.config().heads; ++head) {
-      if (!heads.empty() && std::find(heads.begin(), heads.end(), head) == heads.end()) continue;
+      if (!selected(heads, head)) continue;
       result.heads.push_back(measure_head(computed[l], layer, head, cross_norm));
+      if (progress) progress(static_cast<std::int64_t>(result.heads.size()), heads_total);
     }
     const auto measured = std::span(result.heads).subspan(first);
     set_group_key_derivatives(computed[l], measured);
@@ -540,7 +610,7 @@ void write_attention(const fs::path& path, const ProbeResult& result) {
     tensors.push_back({"input_ids",
                        {static_cast<std::int64_t>(result.ids.size())},
                        std::vector<double>(result.ids.begin(), result.ids.end()),
-                       DType::F64});
+                       DType::I64});
   }
   if (!result.pixels.values.empty()) {
     tensors.push_back({"pixel_values", {result.pixels.channels, result.pixels.height, result.pixels.width},

@@ -159,16 +159,17 @@ namespace {
 // The header length must leave room for itself in a file of `file_size` bytes and stay below the limit.
 void check_header_length(std::uint64_t header_length, std::uint64_t file_size, const std::string& source) {
   if (file_size < 8) {
-    throw InputError(fmt::format("{}: {} bytes is too short for a safetensors file (an 8-byte header length "
+    throw InputError(fmt::format("{}: not a safetensors file: {} bytes is too short (an 8-byte header length "
                                  "comes first)",
                                  source, file_size));
   }
   if (header_length > file_size - 8) {
-    throw InputError(fmt::format("{}: header length {} runs beyond the end of the file ({} bytes)", source,
-                                 header_length, file_size));
+    throw InputError(fmt::format("{}: not a safetensors file: header length {} (its first 8 bytes, little-endian) "
+                                 "exceeds the file ({} bytes)",
+                                 source, header_length, file_size));
   }
   if (header_length > kMaxHeaderBytes) {
-    throw InputError(fmt::format("{}: header length {} exceeds the limit of {} bytes", source, header_length,
+    throw InputError(fmt::format("{}: not a safetensors file: header length {} exceeds the limit of {} bytes", source, header_length,
                                  kMaxHeaderBytes));
   }
 }
@@ -528,8 +529,17 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Name
       throw InputError(fmt::format("tensor '{}' has shape {} but {} values", tensor.name, shape_text(tensor.shape),
                                    tensor.values.size()));
     }
-    if (tensor.dtype != DType::F64 && tensor.dtype != DType::F32) {
-      throw InputError(fmt::format("tensor '{}': only F64 and F32 are written", tensor.name));
+    if (tensor.dtype != DType::F64 && tensor.dtype != DType::F32 && tensor.dtype != DType::I64) {
+      throw InputError(fmt::format("tensor '{}': only F64, F32 and I64 are written", tensor.name));
+    }
+    if (tensor.dtype == DType::I64) {
+      // Integers are held as doubles: exact only up to 2^53, so anything else would be written wrongly.
+      for (double v : tensor.values) {
+        if (!(std::abs(v) <= 9007199254740992.0) || v != std::trunc(v)) {
+          throw InputError(fmt::format("tensor '{}': {} is not an integer exactly representable for I64",
+                                       tensor.name, v));
+        }
+      }
     }
     const std::size_t bytes = tensor.values.size() * dtype_size(tensor.dtype);
     header[tensor.name] = {{"dtype", dtype_name(tensor.dtype)},
@@ -546,6 +556,11 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Name
   for (const auto& tensor : tensors) {
     if (tensor.dtype == DType::F64) {
       file.append(reinterpret_cast<const char*>(tensor.values.data()), tensor.values.size() * sizeof(double));
+    } else if (tensor.dtype == DType::I64) {
+      for (double v : tensor.values) {
+        const auto i = static_cast<std::int64_t>(v);
+        file.append(reinterpret_cast<const char*>(&i), sizeof i);
+      }
     } else {
       for (double v : tensor.values) {
         const float f = static_cast<float>(v);

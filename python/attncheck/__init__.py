@@ -106,8 +106,8 @@ def attention_norms(x, w_q, w_k, b_q=None, b_k=None, heads=1, activation="softma
     S = scale * q_h k_h^T with scale = 1/sqrt(d_head) unless given. causal masks j > i; mask (N, N) booleans,
     True where query i attends to key j, masks the rest (with causal, both apply).
 
-    Returns one dict per head, keyed like `attncheck probe --json`: layer (0), head, N, D, d, causal, inner (the
-    scale), softmax_fro (||A||_F), grad_fro (||dA/dS||_F), dWq_fro and dWk_fro (||dA/dW_Q||_F, ||dA/dW_K||_F,
+    Returns one dict per head, keyed like the rows under `heads` of `attncheck probe --json`: layer (0), head,
+    N, D, d, causal, inner (the scale), softmax_fro (||A||_F), grad_fro (||dA/dS||_F), dWq_fro and dWk_fro (||dA/dW_Q||_F, ||dA/dW_K||_F,
     in the head's weights, the biases entering through the scores), sqrt_N and the ratios to the bounds, score
     statistics over the attended entries, the same norms for S/sqrt(N), S^3/sqrt(N) (poly3_scaled_*), S^3
     (poly3_*) and relu(S)/N (relu_n_*), the i.i.d. Gaussian model's exact root mean squares (iid_*) with the

@@ -113,7 +113,7 @@ std::string joined(const std::vector<std::string>& args) {
 struct Fixtures {
   fs::path root;
   fs::path csv, npy, nan_csv, huge_npy, fifo, folder, absent, tokens, bad_tokens;
-  fs::path bert, gpt2, truncated_model, config_folder_model, run, probe_log, results, hostile_results, text_file;
+  fs::path bert, gpt2, truncated_model, config_folder_model, run, probe_log, results, hostile_results, text_file, sentences;
 
   explicit Fixtures(const fs::path& dir) : root(dir) {
     fs::create_directories(root);
@@ -138,6 +138,8 @@ struct Fixtures {
     std::ofstream(bad_tokens) << "2 999999999999999999999 x\n";
     text_file = root / "notes.txt";
     std::ofstream(text_file) << "not a results folder\n";
+    sentences = root / "sentences.txt";
+    std::ofstream(sentences) << "the cat sat\nthe cats sat on the mat.\n";
 
     using namespace attncheck::probes::testing;
     bert = root / "bert";
@@ -331,7 +333,7 @@ class Generator {
                             {path(f_.truncated_model), path(f_.config_folder_model), path(f_.absent), path(f_.fifo),
                              "/dev/zero", path(f_.folder), path(f_.csv)}));
     }
-    const int input = static_cast<int>(pick(3));
+    const int input = static_cast<int>(pick(4));
     if (input == 0 || (hostile_ && chance(5))) {
       args_.push_back("--text");
       args_.push_back(any({"the cat sat", "the cats sat on the mat.", "", "\xff\xfe bad utf-8 \xc3",
@@ -346,6 +348,11 @@ class Generator {
       option("--length", {"4", "16", "1"},
              {"0", "-5", "1099511627776", "200000", "nan", "1e300", "9223372036854775807"}, 80);
     }
+    if (input == 3 || (hostile_ && chance(5))) {
+      required("--text-file", {path(f_.sentences)},
+               {path(f_.text_file), path(f_.fifo), path(f_.folder), "/dev/zero", path(f_.absent), ""});
+    }
+    option("--columns", {"A_sqrtN,dWq", "all", "grad_tight"}, {"bogus", "", "A,,dWk", "all,A"}, 20);
     option("--seed", {"0", "3"}, {"-1", "18446744073709551616"}, 20);
     option("--layers", {"0", "1", "0,1"}, {"5", "-1", "x", "2147483648"}, 30);
     option("--heads", {"0", "1,3"}, {"9", "-2", "nan"}, 30);

@@ -34,42 +34,190 @@ expect 2 "JSON lines to --out" -- "$attncheck" probe --watch "$tiny" --json
 expect 2 "not a folder to watch" -- "$attncheck" probe --watch /no/such/run --until-idle 0
 expect 2 "--tokens" -- "$attncheck" probe "$tiny/tiny-gpt2" --text "hello"
 # Sizes and numbers checked before anything is allocated, naming the value.
-expect 2 "forward pass over 1099511627776 positions" -- "$attncheck" probe "$tiny/tiny-bert" --random --length 1099511627776
+# Random input longer than the model's positions is refused as text of that length is, naming both numbers.
+expect 2 "1099511627776 positions, more than the model's 24 positions" -- "$attncheck" probe "$tiny/tiny-bert" --random --length 1099511627776
+expect 2 "25 positions, more than the model's 24 positions" -- "$attncheck" probe "$tiny/tiny-bert" --random --length 25
+expect 0 "24 Gaussian embeddings" -- "$attncheck" probe "$tiny/tiny-bert" --random --length 24 --layers 0
+# An empty text is a mistake, not a silent switch to random input.
+expect 2 "--text is empty" -- "$attncheck" probe "$tiny/tiny-bert" --text ''
+# --help names the positional argument, not the help library's type placeholder.
+expect 0 "^  MODEL +model folder" -- "$attncheck" probe --help
 expect 2 "--length: -5 is out of range" -- "$attncheck" probe "$tiny/tiny-bert" --random --length -5
 expect 2 "--layers: -1 is out of range" -- "$attncheck" probe "$tiny/tiny-bert" --layers -1
 expect 2 "--interval: 'nan'" -- "$attncheck" probe --watch "$tiny" --interval nan
 expect 2 "--until-idle: -1 is out of range" -- "$attncheck" probe --watch "$tiny" --until-idle -1
 expect 0 "layer +head" -- "$attncheck" probe "$tiny/tiny-bert" --text "the cats sat on the mat."
+# The table: the essential ratios by default, every header explained under the table, --columns for the rest.
+"$attncheck" probe "$tiny/tiny-bert" --random --length 6 --layers 0 --heads 2 >"$work/table.txt" || fail "table exited $?"
+header=$(grep "^layer" "$work/table.txt")
+[ "$(wc -w <<<"$header")" -eq 8 ] || fail "default table header is not layer, head, N and 5 ratios: $header"
+for h in "|A|_F/sqrt(N)" "|dA/dS|_F/(sqrt(N)/2)" "|dA/dS|_F/(2sqrt(N))" "|S^3|_F/sqrt(N)" "|relu(S)|_F/N"; do
+  grep -qF -- "$h" <<<"$header" || fail "default table lacks $h: $header"
+  grep -qF -- "  $h: " "$work/table.txt" || fail "no line explains $h"
+done
+grep -qF "bound sqrt(N): at most 1" "$work/table.txt" || fail "no line says what |A|_F/sqrt(N) is against"
+grep -q "x3\|/rtN" <<<"$header" && fail "an abbreviated header is left: $header"
+all=$("$attncheck" probe "$tiny/tiny-bert" --random --length 6 --layers 0 --heads 2 --columns all | grep "^layer")
+[ "$(wc -w <<<"$all")" -eq 18 ] || fail "--columns all header has $(wc -w <<<"$all") words: $all"
+picked=$("$attncheck" probe "$tiny/tiny-bert" --random --length 6 --layers 0 --heads 2 --columns dWq,A | grep -A1 "^layer")
+grep -Eq "^layer +head +N +\|dA/dWq\|_F +\|A\|_F$" <<<"$picked" || fail "--columns dWq,A: $picked"
+# The |A|_F column is the JSON's softmax_fro, printed to 4 decimals.
+value=$(tail -1 <<<"$picked" | awk '{print $5}')
+json_value=$("$attncheck" probe "$tiny/tiny-bert" --random --length 6 --layers 0 --heads 2 --json |
+  /usr/bin/python3 -c 'import json, sys; print("%.4f" % json.load(sys.stdin)["heads"][0]["softmax_fro"])')
+[ "$value" = "$json_value" ] || fail "table |A|_F $value, JSON $json_value"
+expect 2 "--columns: unknown column 'bogus'" -- "$attncheck" probe "$tiny/tiny-bert" --columns A,bogus
+expect 2 "--columns chooses the table" -- "$attncheck" probe "$tiny/tiny-bert" --columns A --json
 expect 0 "Gaussian embeddings" -- "$attncheck" probe "$tiny/tiny-gpt2" --random --length 9
 
 # A truncated file: refused with exit 2, naming the file.
 head -c 3000 "$tiny/tiny-bert/model.safetensors" >"$work/model.safetensors"
 cp "$tiny/tiny-bert/config.json" "$work/"
 expect 2 "$work/model.safetensors" -- "$attncheck" probe "$work/model.safetensors"
+# A file that is not safetensors says so.
+printf 'hello, this is plain text and no model\n' >"$work/plain.safetensors"
+expect 2 "plain.safetensors: not a safetensors file: header length [0-9]+ .*exceeds the file \\([0-9]+ bytes\\)" -- "$attncheck" probe "$work/plain.safetensors"
 
-# JSON: one object per layer and head, 0-based, with the agreed keys.
-"$attncheck" probe "$tiny/tiny-bert" --text "the cats sat" --json >"$work/out.json" || fail "--json exited $?"
-/usr/bin/python3 - "$work/out.json" <<'PY' || fail "JSON output"
-import json, sys
-rows = json.load(open(sys.argv[1]))
+# JSON: one object that traces the result (model, config hash, input ids and strings, tool, verdict) with the
+# per-head rows under "heads", valid against docs/probe-output.schema.json; --attention-out writes I64 ids.
+schema="$(dirname "$0")/../../docs/probe-output.schema.json"
+"$attncheck" probe "$tiny/tiny-bert" --text "the cats sat" --json --attention-out "$work/attention.st" \
+  >"$work/out.json" || fail "--json exited $?"
+"$attncheck" probe "$tiny/tiny-gpt2" --random --length 7 --seed 11 --json >"$work/random.json" || fail "--random --json exited $?"
+printf '2 4 5 9 6 3\n' >"$work/ids.txt"
+"$attncheck" probe "$tiny/tiny-bert" --tokens "$work/ids.txt" --json --layers 1 >"$work/tokens.json" || fail "--tokens --json exited $?"
+/usr/bin/python3 - "$schema" "$work" "$tiny" <<'PY' || fail "JSON output"
+import hashlib, json, os, struct, sys
+import jsonschema
+schema_path, work, tiny = sys.argv[1:]
+schema = json.load(open(schema_path))
+jsonschema.Draft202012Validator.check_schema(schema)
+docs = {name: json.load(open(os.path.join(work, name))) for name in ("out.json", "random.json", "tokens.json")}
+for name, doc in docs.items():
+    jsonschema.validate(doc, schema, cls=jsonschema.Draft202012Validator)
+    assert doc["verdict"]["holds"] is True and doc["verdict"]["basis"] == "exact", (name, doc["verdict"])
+doc = docs["out.json"]
+rows = doc["heads"]
 assert len(rows) == 2 * 4, len(rows)
 assert sorted({(r["layer"], r["head"]) for r in rows}) == [(l, h) for l in range(2) for h in range(4)]
-for r in rows:
-    for key in ["layer", "head", "N", "softmax_fro", "grad_fro", "dWq_fro", "dWk_fro", "poly3_scaled_fro"]:
-        assert key in r, key
-    assert r["N"] == 6, r["N"]  # [CLS] the cat ##s sat [SEP]
+assert all(r["N"] == 6 for r in rows)  # [CLS] the cat ##s sat [SEP]
+config = os.path.join(tiny, "tiny-bert", "config.json")
+assert doc["model"]["config_sha256"] == hashlib.sha256(open(config, "rb").read()).hexdigest(), doc["model"]
+assert doc["model"]["architecture"] == "BERT" and doc["model"]["layers"] == 2, doc["model"]
+vocab = open(os.path.join(tiny, "tiny-bert", "vocab.txt")).read().split("\n")
+assert doc["input"]["text"] == "the cats sat", doc["input"]
+assert doc["input"]["tokens"] == ["[CLS]", "the", "cat", "##s", "sat", "[SEP]"], doc["input"]
+assert doc["input"]["tokens"] == [vocab[i] for i in doc["input"]["token_ids"]], doc["input"]
+assert all(type(i) is int for i in doc["input"]["token_ids"])
+assert docs["tokens.json"]["input"]["token_ids"] == doc["input"]["token_ids"], docs["tokens.json"]["input"]
+assert {r["layer"] for r in docs["tokens.json"]["heads"]} == {1}
+random = docs["random.json"]
+assert random["input"]["seed"] == 11 and random["input"]["length"] == 7, random["input"]
+assert random["model"]["config_sha256"] == hashlib.sha256(
+    open(os.path.join(tiny, "tiny-gpt2", "config.json"), "rb").read()).hexdigest()
+assert all(r["N"] == 7 for r in random["heads"])
+# Schema checks that can fail: a row without its keys, a token id as a float, a missing verdict.
+import copy
+for broken in (lambda d: d["heads"][0].pop("softmax_fro"), lambda d: d["input"]["token_ids"].__setitem__(0, 2.5),
+               lambda d: d.pop("verdict")):
+    bad = copy.deepcopy(doc)
+    broken(bad)
+    try:
+        jsonschema.validate(bad, schema, cls=jsonschema.Draft202012Validator)
+    except jsonschema.ValidationError:
+        continue
+    raise AssertionError("the schema accepted a broken document")
+blob = open(os.path.join(work, "attention.st"), "rb").read()
+(length,) = struct.unpack("<Q", blob[:8])
+entry = json.loads(blob[8:8 + length])["input_ids"]
+assert entry["dtype"] == "I64" and entry["shape"] == [6], entry
+begin, end = entry["data_offsets"]
+ids = list(struct.unpack("<6q", blob[8 + length + begin:8 + length + end]))
+assert ids == doc["input"]["token_ids"], ids
 PY
+
+# --text-file: every line probed on its own; per layer and head the mean over the sentences and its standard
+# error, in the JSON and the table, equal to the means and standard errors of the single-sentence outputs.
+printf 'the cats sat\nthe cat sat on the mat.\nthe mat\n' >"$work/sentences.txt"
+"$attncheck" probe "$tiny/tiny-bert" --text-file "$work/sentences.txt" --json >"$work/sentences.json" ||
+  fail "--text-file --json exited $?"
+"$attncheck" probe "$tiny/tiny-bert" --text-file "$work/sentences.txt" --columns A_sqrtN >"$work/sentences.txt.table" ||
+  fail "--text-file table exited $?"
+k=0
+while IFS= read -r sentence; do
+  k=$((k + 1))
+  "$attncheck" probe "$tiny/tiny-bert" --text "$sentence" --json >"$work/sentence-$k.json" || fail "--text '$sentence' exited $?"
+done <"$work/sentences.txt"
+/usr/bin/python3 - "$schema" "$work" <<'PY' || fail "--text-file means and standard errors"
+import json, math, os, sys
+import jsonschema
+import numpy as np
+schema_path, work = sys.argv[1:]
+doc = json.load(open(os.path.join(work, "sentences.json")))
+jsonschema.validate(doc, json.load(open(schema_path)), cls=jsonschema.Draft202012Validator)
+singles = [json.load(open(os.path.join(work, f"sentence-{k}.json"))) for k in (1, 2, 3)]
+assert doc["input"]["kind"] == "text_file" and len(doc["input"]["sentences"]) == 3, doc["input"]
+assert [s["token_ids"] for s in doc["input"]["sentences"]] == [s["input"]["token_ids"] for s in singles]
+assert len(doc["heads"]) == 8
+table = {}
+for line in open(os.path.join(work, "sentences.txt.table")):
+    parts = line.split()
+    if len(parts) == 6 and parts[0].isdigit():
+        table[(int(parts[0]), int(parts[1]))] = (float(parts[3]), float(parts[5]))
+for k, row in enumerate(doc["heads"]):
+    assert row["sentences"] == 3
+    for key in ("N", "softmax_fro", "softmax_over_sqrt_N", "grad_over_half_sqrt_N", "dWq_fro", "poly3_scaled_fro"):
+        values = np.array([s["heads"][k][key] for s in singles], dtype=float)
+        mean, se = values.mean(), values.std(ddof=1) / math.sqrt(3)
+        assert abs(row[key] - mean) <= 1e-12 * abs(mean), (key, row[key], mean)
+        assert abs(row["standard_error"][key] - se) <= 1e-9 * abs(se) + 1e-15, (key, row["standard_error"][key], se)
+    mean, se = table[(row["layer"], row["head"])]
+    assert abs(mean - row["softmax_over_sqrt_N"]) <= 5e-5 and abs(se - row["standard_error"]["softmax_over_sqrt_N"]) <= 5e-5
+assert len(table) == 8, table
+PY
+printf 'the cats sat\n\nthe mat\n' >"$work/blank-line.txt"
+expect 2 "blank-line.txt: line 2 is empty" -- "$attncheck" probe "$tiny/tiny-bert" --text-file "$work/blank-line.txt"
+printf 'the cats sat\n' >"$work/one-line.txt"
+expect 2 "1 sentence\\(s\\); a standard error over sentences needs at least 2" -- "$attncheck" probe "$tiny/tiny-bert" --text-file "$work/one-line.txt"
+expect 2 "--csv and --attention-out take one input" -- "$attncheck" probe "$tiny/tiny-bert" --text-file "$work/sentences.txt" --csv
+expect 2 "choose one input" -- "$attncheck" probe "$tiny/tiny-bert" --text-file "$work/sentences.txt" --random
+
+# The table names the tokens; a vocabulary string with control characters is printed escaped, never raw.
+mkdir -p "$work/escape-vocab"
+cp "$tiny/tiny-bert/config.json" "$tiny/tiny-bert/model.safetensors" "$work/escape-vocab/"
+/usr/bin/python3 - "$tiny/tiny-bert/vocab.txt" "$work/escape-vocab/vocab.txt" <<'PY'
+import sys
+lines = open(sys.argv[1]).read().split("\n")
+lines[7] = "\x1b[2Jon\u009b"
+open(sys.argv[2], "w").write("\n".join(lines))
+PY
+printf '2 7 3\n' >"$work/escape-ids.txt"
+"$attncheck" probe "$work/escape-vocab" --tokens "$work/escape-ids.txt" >"$work/escape.txt" || fail "escape-vocab probe exited $?"
+grep -qF 'tokens: [CLS] \x1b[2Jon\x9b [SEP]' "$work/escape.txt" || fail "token strings not escaped: $(grep tokens: "$work/escape.txt" | od -c | head)"
+grep -q $'\x1b' "$work/escape.txt" && fail "a raw escape character reached the table"
+
+# Progress: on a terminal's stderr (script(1) gives the probe a pseudo-terminal) the heads measured so far, the
+# line cleared at the end; with stderr not a terminal, nothing.
+progress=$(script -qec "'$attncheck' probe '$tiny/tiny-bert' --random --length 6 >/dev/null" /dev/null)
+grep -q "0/8 heads measured" <<<"$progress" && grep -q "7/8 heads measured" <<<"$progress" ||
+  fail "no progress on a terminal: $progress"
+quiet=$("$attncheck" probe "$tiny/tiny-bert" --random --length 6 2>&1 >/dev/null)
+[ -z "$quiet" ] || fail "progress written to a stderr that is not a terminal: $quiet"
 
 # CSV with a header and the selected layer and heads only.
 lines=$("$attncheck" probe "$tiny/tiny-bert" --random --length 6 --layers 1 --heads 0,3 --csv | wc -l)
 [ "$lines" -eq 3 ] || fail "--csv printed $lines lines, expected 3"
 
 # --cross-norm: the what-if columns in the table, their keys in JSON and CSV, and refused with --watch.
-expect 0 "\|O\|m1 +/rtNdv +\|dO/dV\|m1 +/rtNdv/8" -- "$attncheck" probe "$tiny/tiny-gpt2" --random --length 7 --cross-norm
+expect 0 "\|O\|_F a=1 +\|O\|_F/sqrt\(N d_v\) +\|dO/dV\|_F a=1 +\|dO/dV\|_F/sqrt\(N d_v/8\)" -- "$attncheck" probe "$tiny/tiny-gpt2" --random --length 7 --cross-norm
 "$attncheck" probe "$tiny/tiny-gpt2" --random --length 7 --cross-norm --json >"$work/cross.json" || fail "--cross-norm --json exited $?"
-/usr/bin/python3 - "$work/cross.json" <<'PY' || fail "--cross-norm JSON output"
+/usr/bin/python3 - "$work/cross.json" "$schema" <<'PY' || fail "--cross-norm JSON output"
 import json, math, sys
-rows = json.load(open(sys.argv[1]))
+import jsonschema
+document = json.load(open(sys.argv[1]))
+jsonschema.validate(document, json.load(open(sys.argv[2])), cls=jsonschema.Draft202012Validator)
+assert "cross-normalization" in document["verdict"]["statement"], document["verdict"]
+rows = document["heads"]
 for r in rows:
     assert r["d_v"] == r["d"], r
     assert abs(r["cross_norm_out_bound"] - math.sqrt(7 * r["d_v"])) < 1e-12, r
@@ -91,6 +239,7 @@ cp "$tiny/tiny-bert/model.safetensors" "$work/run/step-100.safetensors"
 cp "$tiny/tiny-bert/model.safetensors" "$work/run/step-200.safetensors"
 "$attncheck" probe --watch "$work/run" --interval 0.1 --until-idle 0.5 --random --length 5 2>"$work/watch.err" ||
   fail "--watch exited $?: $(cat "$work/watch.err")"
+grep -q "heads measured" "$work/watch.err" && fail "--watch wrote progress to a file: $(cat "$work/watch.err")"
 lines=$(wc -l <"$work/run/attncheck-probe.jsonl")
 [ "$lines" -eq 16 ] || fail "--watch wrote $lines lines, expected 16 (2 checkpoints x 2 layers x 4 heads)"
 grep -q '"step":200' "$work/run/attncheck-probe.jsonl" || fail "--watch lines lack the step"
@@ -105,6 +254,11 @@ code=$?
 grep -q "skipped step-300.safetensors: .*step-300.safetensors" "$work/watch2.err" || fail "no reason for the skip: $(cat "$work/watch2.err")"
 lines=$(wc -l <"$work/run/attncheck-probe.jsonl")
 [ "$lines" -eq 24 ] || fail "--watch wrote $lines lines, expected 24 (the good step-400 measured after the bad one)"
+# --watch on a terminal shows the progress of each checkpoint.
+mkdir -p "$work/run-tty"
+cp "$tiny/tiny-bert/config.json" "$tiny/tiny-bert/model.safetensors" "$work/run-tty/"
+progress=$(script -qec "'$attncheck' probe --watch '$work/run-tty' --interval 0.1 --until-idle 0.5 --random --length 5" /dev/null)
+grep -q "a checkpoint: 7/8 heads measured" <<<"$progress" || fail "--watch shows no progress on a terminal: $progress"
 mkdir -p "$work/log-folder"
 expect 2 "log-folder: is a folder" -- "$attncheck" probe --watch "$work/run" --out "$work/log-folder" --until-idle 0
 

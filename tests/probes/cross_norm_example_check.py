@@ -95,7 +95,7 @@ for variant, suffix, layers in (("softmax_v", "mix0", (0, 1)), ("cross_norm", "m
     if run_probe.returncode != 0:
         failures.append(f"probe on final-{variant}: exit {run_probe.returncode}: {run_probe.stderr}")
         continue
-    heads = json.loads(run_probe.stdout)
+    heads = json.loads(run_probe.stdout)["heads"]
     for layer in layers:
         for ours, theirs in (("out_fro", "out_fro_"), ("dV_fro", "dV_fro_")):
             values = [h[theirs + suffix] for h in heads if h["layer"] == layer]

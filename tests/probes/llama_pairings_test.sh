@@ -29,7 +29,7 @@ out=$("$attncheck" probe "$tiny/tiny-llama-q4_0.gguf" --text "the cat" --length 
 head -c 5000 "$tiny/tiny-llama-q4_0.gguf" >"$work/cut.gguf"
 out=$("$attncheck" probe "$work/cut.gguf" --random 2>&1)
 [ $? -eq 2 ] && grep -q "$work/cut.gguf" <<<"$out" || { echo "FAIL: a truncated GGUF file: $out"; exit 1; }
-exec /usr/bin/python3 - "$work" <<'PY'
+exec /usr/bin/python3 - "$work" "$0" <<'PY'
 import json, os, struct, sys
 import numpy as np
 work = sys.argv[1]
@@ -37,11 +37,19 @@ def tensors(path):
     blob = open(path, "rb").read()
     (n,) = struct.unpack("<Q", blob[:8])
     header = json.loads(blob[8:8 + n])
-    return {k: np.frombuffer(blob[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]], "<f8")
+    return {k: np.frombuffer(blob[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]],
+                             {"F64": "<f8", "I64": "<i8"}[v["dtype"]])
             for k, v in header.items() if k != "__metadata__"}
 hf, gg = tensors(os.path.join(work, "hf.st")), tensors(os.path.join(work, "gguf.st"))
 worst = max(float(np.max(np.abs(hf[k] - gg[k]))) for k in hf if k.startswith("layer."))
-rows_hf, rows_gg = json.load(open(os.path.join(work, "hf.json"))), json.load(open(os.path.join(work, "gguf.json")))
+documents = [json.load(open(os.path.join(work, name))) for name in ("hf.json", "gguf.json")]
+import jsonschema
+schema = json.load(open(os.path.join(os.path.dirname(sys.argv[2]), "..", "..", "docs", "probe-output.schema.json")))
+for document in documents:
+    jsonschema.validate(document, schema, cls=jsonschema.Draft202012Validator)
+# A GGUF file's configuration is its metadata: no config.json to hash.
+assert documents[1]["model"]["config_sha256"] is None and documents[0]["model"]["config_sha256"] is not None
+rows_hf, rows_gg = (document["heads"] for document in documents)
 worst_norm = max(abs(a[k] - b[k]) / max(abs(a[k]), 1e-300) for a, b in zip(rows_hf, rows_gg)
                  for k in ("softmax_fro", "grad_fro", "dWq_fro", "dWk_fro", "dWk_group_fro", "poly3_fro"))
 print(f"Hugging Face pairs vs GGUF pairs: max |attention difference| {worst:.3e}, max relative norm difference "

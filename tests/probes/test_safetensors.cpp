@@ -79,12 +79,16 @@ TEST_CASE("a well-formed header is parsed with shapes, dtypes and offsets", "[sa
 
 TEST_CASE("malformed files are refused with a message naming file and tensor", "[safetensors]") {
   const auto data = float_bytes({1, 2});
-  SECTION("too short") { expect_error(std::vector<std::byte>(5), "too short"); }
+  SECTION("too short") {
+    expect_error(std::vector<std::byte>(5), "not a safetensors file: 5 bytes is too short");
+  }
   SECTION("header length beyond the file") {
-    expect_error(image(R"({})", {}, 1000), "beyond the end of the file");
+    expect_error(image(R"({})", {}, 1000),
+                 "not a safetensors file: header length 1000 (its first 8 bytes, little-endian) exceeds the file "
+                 "(10 bytes)");
   }
   SECTION("header length that would overflow") {
-    expect_error(image(R"({})", {}, UINT64_MAX - 3), "beyond the end of the file");
+    expect_error(image(R"({})", {}, UINT64_MAX - 3), "not a safetensors file: header length 18446744073709551612");
   }
   SECTION("bad JSON") { expect_error(image(R"({"a": [)"), "not valid JSON"); }
   SECTION("JSON that is not an object") { expect_error(image(R"([1,2])"), "not an object"); }

@@ -754,7 +754,7 @@ def compare(binary, model, probe_args):
         if run.returncode != 0:
             print(f"FAIL: attncheck probe exited {run.returncode}: {run.stderr}")
             return 1
-        metrics = json.loads(run.stdout)
+        metrics = json.loads(run.stdout)["heads"]
         dumped = read_safetensors(dump)
     cross_norm = "--cross-norm" in probe_args
     if config["model_type"] in ("vit", "dinov2"):

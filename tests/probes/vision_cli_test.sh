@@ -33,9 +33,14 @@ expect 0 "LayerScale; position embeddings for 24 x 24 pixels, interpolated" -- "
 expect 0 "Gaussian embeddings, sigma = .* \(RMS of the position embeddings\)" -- "$attncheck" probe "$vit" --random --length 9
 # The JSON rows as for the other architectures: one per layer and head, N and the bound ratios.
 out=$("$attncheck" probe "$vit" --pixels "$vit/pixels.npy" --json) || fail "--json exited $?"
-/usr/bin/python3 - "$out" <<'PY' || fail "JSON rows: $out"
+/usr/bin/python3 - "$out" "$(dirname "$0")/../../docs/probe-output.schema.json" <<'PY' || fail "JSON rows: $out"
 import json, sys
-rows = json.loads(sys.argv[1])
+import jsonschema
+document = json.loads(sys.argv[1])
+jsonschema.validate(document, json.load(open(sys.argv[2])), cls=jsonschema.Draft202012Validator)
+assert document["input"]["kind"] == "pixels" and document["input"]["height"] == 32, document["input"]
+assert document["model"]["architecture"] == "ViT", document["model"]
+rows = document["heads"]
 assert len(rows) == 8, len(rows)
 assert all(r["N"] == 17 and r["causal"] is False and r["D"] == 16 and r["d"] == 4 for r in rows), rows[0]
 assert all(r["softmax_over_sqrt_N"] <= 1 for r in rows)

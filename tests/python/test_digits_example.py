@@ -38,7 +38,8 @@ def test_live_lines_equal_the_probe_of_the_checkpoint_of_the_same_step(tmp_path)
         digit = tokens[train[batch_of_update[step][0]]]  # the recorder measures the batch's first sequence
         ids = tmp_path / f"ids-{step}.txt"
         ids.write_text(" ".join(str(int(t)) for t in digit))
-        probed = json.loads(run_program("probe", run / f"step-{step:06d}.safetensors", "--tokens", ids, "--json").stdout)
+        probed = json.loads(run_program("probe", run / f"step-{step:06d}.safetensors", "--tokens", ids,
+                                        "--json").stdout)["heads"]
         recorded = [line for line in lines if line["step"] == step]
         assert [(p["layer"], p["head"]) for p in probed] == [(r["layer"], r["head"]) for r in recorded]
         for p, r in zip(probed, recorded):

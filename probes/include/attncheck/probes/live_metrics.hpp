@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -103,14 +104,21 @@ struct ProbeInput {
   std::filesystem::path pixels_file;  // .npy of channels x height x width, normalized (ViT, DINOv2)
   std::filesystem::path image_file;   // PNG, JPEG, PPM, ... preprocessed as the checkpoint says (ViT, DINOv2)
   std::int64_t random_length = 128;
+  bool random_length_chosen = true;  // false: the default, shortened to the model's positions when it has fewer
   std::int64_t max_tokens = -1;  // text or token input: keep the first max_tokens (an error when there are fewer)
   std::uint64_t seed = 0;
 };
 
 struct ProbeResult {
   ModelConfig config;
+  // The config.json the model was read with and its SHA-256, so that a result names its configuration; both
+  // empty for a GGUF file, whose configuration is its own metadata.
+  std::filesystem::path config_file;
+  std::string config_sha256;
   std::vector<std::int64_t> ids;     // empty for random input
+  std::vector<std::string> token_strings;  // the vocabulary's string of each id (empty without a vocabulary)
   double random_sigma = 0;           // sigma of the Gaussian embeddings, for random input
+  std::int64_t random_length = 0;    // rows of Gaussian embeddings, for random input
   std::int64_t image_height = 0, image_width = 0;  // the pixels the model saw, for image input
   std::string preprocessing;         // how an --image file became pixels, in words
   std::vector<HeadMetrics> heads;    // in layer, head order
@@ -123,11 +131,19 @@ struct ProbeResult {
 std::vector<std::int64_t> tokenize_for_model(const std::filesystem::path& model, const TransformerModel& loaded,
                                              std::string_view text);
 
+// The vocabulary's string of each id, from the same files tokenize_for_model reads (byte-level BPE strings as
+// the vocabulary writes them, e.g. 'Ġ' for a space); empty when MODEL has no vocabulary beside it.
+std::vector<std::string> token_strings_for_model(const std::filesystem::path& model, const TransformerModel& loaded,
+                                                 std::span<const std::int64_t> ids);
+
 // Loads MODEL, builds the input, runs the forward pass and measures the selected layers and heads (all when
 // empty), with the cross-normalization what-if when `cross_norm`. Out-of-range layers or heads are InputErrors
-// naming them.
+// naming them. `progress`, when set, is told after the forward pass and after each head how many of the heads
+// to measure are done (0 of them once the forward pass is over).
+using ProbeProgress = std::function<void(std::int64_t heads_done, std::int64_t heads_total)>;
 ProbeResult probe_model(const std::filesystem::path& model, const ProbeInput& input, const std::vector<int>& layers,
-                        const std::vector<int>& heads, bool keep_layers = false, bool cross_norm = false);
+                        const std::vector<int>& heads, bool keep_layers = false, bool cross_norm = false,
+                        const ProbeProgress& progress = {});
 
 // The attention matrices of every layer up to the last measured one, one F64 tensor "layer.L" of shape
 // [heads, N, N], the rows each layer's projections act on ("inputs.L", [N, D]), plus the input ids or the

@@ -20,6 +20,7 @@ struct WatchOptions {
   double until_idle_seconds = -1;      // < 0: until stopped
   ProbeInput input;
   std::vector<int> layers, heads;
+  ProbeProgress progress;  // passed to probe_model for each checkpoint
 };
 
 struct WatchSummary {
