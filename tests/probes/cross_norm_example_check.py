@@ -116,9 +116,11 @@ if sum(final_accuracy) / len(final_accuracy) <= threshold:
 markdown = open(os.path.join(report, "report.md")).read()
 if "Training curves: Softmax cross-normalization on digits" not in markdown:
     failures.append("the report has no training-curves section")
-svgs = [name for name in os.listdir(os.path.join(report, "plots")) if name.startswith("curves-metric")]
-if len(svgs) != len(metrics):
-    failures.append(f"{len(svgs)} training-curve plots for {len(metrics)} metrics")
+plots = os.listdir(os.path.join(report, "plots"))
+for extension in (".svg", ".png"):
+    drawn = [name for name in plots if name.startswith("curves-metric") and name.endswith(extension)]
+    if len(drawn) != len(metrics):
+        failures.append(f"{len(drawn)} training-curve {extension} plots for {len(metrics)} metrics")
 labels = {line["name"]: line["label"] for line in lines if line["record"] == "variant"}
 means = {}
 for variant in variants:
