@@ -231,6 +231,26 @@ class CudaBackend final : public monte_carlo::Backend {
   // Samples whose results are copied back together (the runner's largest chunk).
   static constexpr std::int64_t kSamplesPerWait = 1024;
 
+  // Enqueues the squared row norms of X, of V = X Q and of U = X K (and the diagonal scores) of a batch into the
+  // backend's buffers; the returned arguments name them for the kernels that follow.
+  detail::RowNormArgs enqueue_row_norms(std::int64_t batch, std::int64_t n, std::int64_t D, std::int64_t d, double* X,
+                                        double* V, double* U) {
+    detail::RowNormArgs norms;
+    norms.batch = static_cast<int>(batch);
+    norms.n = n;
+    norms.D = D;
+    norms.d = d;
+    norms.X = X;
+    norms.V = V;
+    norms.U = U;
+    norms.x_sq = x_sq_.reserve(batch * n);
+    norms.v_sq = v_sq_.reserve(batch * n);
+    norms.u_sq = u_sq_.reserve(batch * n);
+    norms.diag_sq = diag_sq_.reserve(batch * n);
+    detail::row_norms(norms, stream_);
+    return norms;
+  }
+
   // Enqueues a batch: its totals go to `totals` (batch * kTotals doubles), its non-finite flag to `bad`.
   void enqueue_batch(const SweepPoint& point, const EstimandRequest& req, std::uint64_t first, std::int64_t batch,
                      std::int64_t strip_rows, double* totals, unsigned long long* bad) {
@@ -249,19 +269,7 @@ class CudaBackend final : public monte_carlo::Backend {
     // V = X Q and U = X K, row-major n x d: column-major d x n = Q^T X^T, where Q^T is Q's row-major storage.
     gemm(N, N, d, n, D, 1.0, Q, d, D * d, X, D, n * D, V, d, n * d, batch);
     gemm(N, N, d, n, D, 1.0, K, d, D * d, X, D, n * D, U, d, n * d, batch);
-    detail::RowNormArgs norms;
-    norms.batch = static_cast<int>(batch);
-    norms.n = n;
-    norms.D = D;
-    norms.d = d;
-    norms.X = X;
-    norms.V = V;
-    norms.U = U;
-    norms.x_sq = x_sq_.reserve(batch * n);
-    norms.v_sq = v_sq_.reserve(batch * n);
-    norms.u_sq = u_sq_.reserve(batch * n);
-    norms.diag_sq = diag_sq_.reserve(batch * n);
-    detail::row_norms(norms, stream_);
+    const detail::RowNormArgs norms = enqueue_row_norms(batch, n, D, d, X, V, U);
 
     const auto slot = [&](Slot s) { return totals + s * batch; };
 
@@ -383,19 +391,7 @@ class CudaBackend final : public monte_carlo::Backend {
     gemm(N, N, d, n, D, 1.0, Q, d, D * d, X, D, n * D, V, d, n * d, batch);
     gemm(N, N, d, n, D, 1.0, K, d, D * d, X, D, n * D, U, d, n * d, batch);
     gemm(N, N, dv, n, D, 1.0, W, dv, D * dv, X, D, n * D, values, dv, n * dv, batch);
-    detail::RowNormArgs norms;
-    norms.batch = static_cast<int>(batch);
-    norms.n = n;
-    norms.D = D;
-    norms.d = d;
-    norms.X = X;
-    norms.V = V;
-    norms.U = U;
-    norms.x_sq = x_sq_.reserve(batch * n);
-    norms.v_sq = v_sq_.reserve(batch * n);
-    norms.u_sq = u_sq_.reserve(batch * n);
-    norms.diag_sq = diag_sq_.reserve(batch * n);
-    detail::row_norms(norms, stream_);
+    const detail::RowNormArgs norms = enqueue_row_norms(batch, n, D, d, X, V, U);
     detail::scale(V, batch * n * d, point.map.inner, stream_);
     // The whole score matrix, rows row-major: the strip of all n rows.
     detail::StripArgs strip;
