@@ -1,5 +1,6 @@
 // attncheck bounds end to end: verdicts, JSON fields, thread invariance, and exit code 2 for every bad input.
 
+#include "bounds_json.hpp"
 #include "npy_writer.hpp"
 #include "run_command.hpp"
 
@@ -11,6 +12,7 @@
 
 #include <sys/stat.h>
 
+using attncheck::testing::family;
 using attncheck::testing::run_attncheck;
 
 namespace {
@@ -18,13 +20,6 @@ const std::filesystem::path kDir = std::filesystem::temp_directory_path() / "att
 std::filesystem::path fresh(const std::string& name) {
   std::filesystem::create_directories(kDir);
   return kDir / name;
-}
-const nlohmann::json& family(const nlohmann::json& report, const std::string& name) {
-  for (const auto& f : report["families"]) {
-    if (f["family"] == name) return f;
-  }
-  FAIL("no family " << name);
-  throw;
 }
 }  // namespace
 

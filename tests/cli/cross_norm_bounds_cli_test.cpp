@@ -2,6 +2,7 @@
 // tight families and the worst-case search reaching the bounds, the mix's growth, and exit code 2 naming the bad
 // value for every bad input.
 
+#include "bounds_json.hpp"
 #include "npy_writer.hpp"
 #include "run_command.hpp"
 
@@ -13,6 +14,7 @@
 #include <cmath>
 #include <fstream>
 
+using attncheck::testing::family;
 using attncheck::testing::run_attncheck;
 using attncheck::theory::Matrix;
 
@@ -22,14 +24,6 @@ const std::filesystem::path kDir = std::filesystem::temp_directory_path() / "att
 std::filesystem::path fresh(const std::string& name) {
   std::filesystem::create_directories(kDir);
   return kDir / name;
-}
-
-const nlohmann::json& family(const nlohmann::json& report, const std::string& name) {
-  for (const auto& f : report["families"]) {
-    if (f["family"] == name) return f;
-  }
-  FAIL("no family " << name);
-  throw;
 }
 
 // Row-major float64 .npy of an Eigen matrix (Eigen stores column-major).
