@@ -133,7 +133,7 @@ class PhiloxStream {
 };
 
 // Seed of sweep point `point` of a run seeded with `seed`: SplitMix64 of (seed + golden-ratio * (point + 1)),
-// so neighbouring points and neighbouring seeds get unrelated streams. Documented in README.md.
+// so neighbouring points and neighbouring seeds get unrelated streams. Documented in docs/implementation.md.
 inline std::uint64_t derive_point_seed(std::uint64_t seed, std::uint64_t point) {
   std::uint64_t z = seed + 0x9E3779B97F4A7C15ULL * (point + 1);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
