@@ -2,6 +2,8 @@
 """Checks that README.md says only what is true of this tree.
 
   check_readme.py paths REPO_ROOT               every repository path the README cites exists
+  check_readme.py options REPO_ROOT ATTNCHECK   every --option the README writes after `attncheck SUBCOMMAND` is
+                                                in that subcommand's --help
   check_readme.py commands REPO_ROOT ATTNCHECK  every command of the "Verdicts per claim" table runs, exits as the
                                                 row says (0, or 1 where the row says "(exit 1)") and prints every
                                                 verdict word of the row's verdict column
@@ -33,6 +35,40 @@ def check_paths(root):
         print(f"only {len(cited)} paths found: the path pattern no longer matches README.md", file=sys.stderr)
         return 1
     return 1 if missing else 0
+
+
+def cited_invocations(text):
+    """(subcommand, options) for every `attncheck SUBCOMMAND ...` the README writes, in code spans and blocks."""
+    spans = re.findall(r"```[^\n]*\n(.*?)```", text, re.S) + re.findall(r"`([^`\n]+)`", text)
+    found = []
+    for span in spans:
+        for line in span.splitlines():
+            for match in re.finditer(r"\battncheck ([a-z][\w-]*)((?:(?!\battncheck ).)*)", line):
+                found.append((match.group(1), set(re.findall(r"(?<![\w-])(--[a-z][\w-]*)", match.group(2)))))
+    return found
+
+
+def check_options(root, attncheck):
+    helps, failures, checked = {}, 0, 0
+    for subcommand, options in cited_invocations(readme(root)):
+        if subcommand not in helps:
+            result = subprocess.run([attncheck, subcommand, "--help"], capture_output=True, text=True, timeout=60)
+            helps[subcommand] = result.stdout if result.returncode == 0 else None
+        if helps[subcommand] is None:
+            print(f"README.md cites `attncheck {subcommand}`, which is not a subcommand", file=sys.stderr)
+            failures += 1
+            continue
+        for option in sorted(options):
+            checked += 1
+            if not re.search(r"(?<![\w-])%s(?![\w-])" % re.escape(option), helps[subcommand]):
+                print(f"README.md cites `attncheck {subcommand} {option}`, which its --help does not list",
+                      file=sys.stderr)
+                failures += 1
+    print(f"{checked} options of {len(helps)} subcommands checked, {failures} failures")
+    if checked < 30:
+        print("too few options found: the pattern no longer matches README.md", file=sys.stderr)
+        return 1
+    return 1 if failures else 0
 
 
 def table_rows(text):
@@ -101,6 +137,8 @@ def check_commands(root, attncheck):
 def main(argv):
     if len(argv) == 3 and argv[1] == "paths":
         return check_paths(argv[2])
+    if len(argv) == 4 and argv[1] == "options":
+        return check_options(argv[2], argv[3])
     if len(argv) == 4 and argv[1] == "commands":
         return check_commands(argv[2], argv[3])
     print(__doc__, file=sys.stderr)
