@@ -2,6 +2,7 @@
 
 #include "attncheck/reports/atomic_file.hpp"
 #include "attncheck/reports/folder_lock.hpp"
+#include "attncheck/reports/head_maps.hpp"
 #include "attncheck/reports/training_curves.hpp"
 #include "attncheck/theory/common.hpp"
 
@@ -22,6 +23,19 @@ struct Inputs {
   std::optional<fs::path> probe_log;
   std::optional<fs::path> training_curves;
   std::optional<fs::path> vit_results;  // examples/vit_digits.py's
+  std::optional<fs::path> probe_output;  // `attncheck probe --json` output
+
+  // What a comparison of runs can hold: probe logs (alone or in run folders), or probe --json outputs.
+  std::string kind() const {
+    if (probe_output) return "a probe --json output";
+    if (results_folder) return "results of `attncheck mc`";
+    if (vit_results) return "results of examples/vit_digits.py";
+    if (training_curves && !probe_log) return "training curves";
+    return "a probe log";
+  }
+  bool comparable() const {
+    return (probe_output && !results_folder && !probe_log) || (probe_log && !results_folder && !vit_results);
+  }
 };
 
 Inputs find_inputs(const fs::path& input) {
@@ -29,8 +43,13 @@ Inputs find_inputs(const fs::path& input) {
   if (!fs::exists(input, error)) throw InputError(fmt::format("{} does not exist", input.string()));
   Inputs inputs;
   if (!fs::is_directory(input, error)) {
+    if (input.extension() == ".json" && input.filename() != kVitResultsName) {
+      inputs.probe_output = input;
+      return inputs;
+    }
     if (input.extension() != ".jsonl") {
-      throw InputError(fmt::format("{} is neither a results folder nor a probe log or training curves (*.jsonl)",
+      throw InputError(fmt::format("{} is neither a results folder nor a probe log or training curves (*.jsonl) nor "
+                                   "the output of `attncheck probe --json` (*.json)",
                                    input.string()));
     }
     if (input.filename() == kTrainingCurvesName) {
@@ -75,11 +94,46 @@ void remove_stale_plots(const fs::path& plot_folder, const std::vector<PlotSpec>
   for (const fs::path& path : stale) fs::remove(path, error);
 }
 
+
+Document start_document(std::string title, bool with_plots) {
+  Document document;
+  document.title = std::move(title);
+  if (!with_plots) {
+    document.blocks.push_back(Notice{"this report was written with --no-plots: it has no plots (gnuplot was not "
+                                     "run); the tables hold every number."});
+  }
+  return document;
+}
+
+// The name of a run in a comparison: its folder's name, or the file's name when it is not a run folder's log.
+std::string run_name(const fs::path& input) {
+  const fs::path trimmed = input.filename().empty() ? input.parent_path() : input;
+  if (trimmed.filename() == kProbeLogName && !trimmed.parent_path().filename().empty()) {
+    return trimmed.parent_path().filename().string();
+  }
+  return trimmed.filename().string();
+}
+
+// A report of several runs: all probe logs (their runs side by side in each plot) or all probe --json outputs
+// (a heat map each). Anything else has no common axis to compare on and is refused, naming the odd one out.
+ReportSummary write_comparison(const ReportOptions& options, const std::vector<fs::path>& paths,
+                               const std::vector<Inputs>& inputs);
+
+ReportSummary write_document(const ReportOptions& options, Document& document, PendingFigures& pending,
+                             ReportSummary summary);
+
 }  // namespace
 
 ReportSummary write_report(const ReportOptions& options) {
-  const Inputs inputs = find_inputs(options.input);
+  std::vector<fs::path> paths{options.input};
+  paths.insert(paths.end(), options.compare_with.begin(), options.compare_with.end());
+  std::vector<Inputs> all;
+  for (const fs::path& path : paths) all.push_back(find_inputs(path));
+  if (paths.size() > 1) return write_comparison(options, paths, all);
+  const Inputs& inputs = all.front();
   // Read everything before writing anything, so that bad input leaves no half-made report behind.
+  std::optional<ProbeOutput> probe_output;
+  if (inputs.probe_output) probe_output = read_probe_output(*inputs.probe_output);
   std::optional<ResultsFolder> results;
   if (inputs.results_folder) results = read_results_folder(*inputs.results_folder);
   std::optional<std::vector<ProbeRecord>> probes;
@@ -89,14 +143,10 @@ ReportSummary write_report(const ReportOptions& options) {
   std::optional<VitResults> vit;
   if (inputs.vit_results) vit = read_vit_results(*inputs.vit_results);
 
-  Document document;
-  document.title = fmt::format("attncheck report: {}", options.input.filename().empty()
-                                                           ? options.input.parent_path().filename().string()
-                                                           : options.input.filename().string());
-  if (!options.plots) {
-    document.blocks.push_back(Notice{"this report was written with --no-plots: it has no plots (gnuplot was not "
-                                     "run); the tables hold every number."});
-  }
+  Document document = start_document(fmt::format("attncheck report: {}", options.input.filename().empty()
+                                                                          ? options.input.parent_path().filename().string()
+                                                                          : options.input.filename().string()),
+                                      options.plots);
   PendingFigures pending;
   ReportSummary summary;
   if (results) {
@@ -125,7 +175,55 @@ ReportSummary write_report(const ReportOptions& options) {
     add_training_curves_section(*curves, *inputs.training_curves, options.plots, document, pending);
     summary.curve_points = curves->points.size();
   }
+  if (probe_output) {
+    add_head_map_section({*probe_output}, options.plots, document, pending);
+    summary.probe_outputs = 1;
+  }
+  return write_document(options, document, pending, summary);
+}
 
+namespace {
+
+ReportSummary write_comparison(const ReportOptions& options, const std::vector<fs::path>& paths,
+                               const std::vector<Inputs>& inputs) {
+  for (std::size_t i = 0; i < paths.size(); ++i) {
+    const bool same_kind = inputs[i].comparable() && (inputs[i].probe_output.has_value() == inputs[0].probe_output.has_value());
+    if (!same_kind) {
+      throw InputError(fmt::format(
+          "cannot compare {} ({}) with {} ({}): a report compares several probe logs (or run folders holding "
+          "{}), or several `attncheck probe --json` outputs; report other results one at a time",
+          paths[i].string(), inputs[i].kind(), paths[0].string(), inputs[0].kind(), kProbeLogName));
+    }
+  }
+  Document document = start_document(fmt::format("attncheck report comparing {} runs", paths.size()), options.plots);
+  PendingFigures pending;
+  ReportSummary summary;
+  if (inputs[0].probe_output) {
+    std::vector<ProbeOutput> outputs;
+    for (const Inputs& input : inputs) outputs.push_back(read_probe_output(*input.probe_output));
+    add_head_map_section(outputs, options.plots, document, pending);
+    summary.probe_outputs = outputs.size();
+  } else {
+    std::vector<ProbeLog> logs;
+    for (std::size_t i = 0; i < paths.size(); ++i) {
+      logs.push_back(ProbeLog{*inputs[i].probe_log, run_name(paths[i]), read_probe_log(*inputs[i].probe_log)});
+      summary.probe_records += logs.back().records.size();
+    }
+    for (std::size_t i = 0; i < logs.size(); ++i) {
+      for (std::size_t j = 0; j < i; ++j) {
+        if (logs[i].run == logs[j].run) {
+          throw InputError(fmt::format("{} and {} are both named {}: the runs compared need different names",
+                                       paths[j].string(), paths[i].string(), logs[i].run));
+        }
+      }
+    }
+    add_probe_section(logs, options.plots, document, pending);
+  }
+  return write_document(options, document, pending, summary);
+}
+
+ReportSummary write_document(const ReportOptions& options, Document& document, PendingFigures& pending,
+                             ReportSummary summary) {
   std::error_code error;
   fs::create_directories(options.out, error);
   if (error || !fs::is_directory(options.out, error)) {
@@ -151,5 +249,7 @@ ReportSummary write_report(const ReportOptions& options) {
   write_file_atomically(summary.html, render_html(document));
   return summary;
 }
+
+}  // namespace
 
 }  // namespace attncheck::reports
