@@ -239,9 +239,11 @@ void add_head_map_section(const std::vector<ProbeOutput>& outputs, bool with_plo
     facts.items.emplace_back("layers x heads", fmt::format("{} x {}", maps.layers.size(), maps.heads.size()));
     blocks.push_back(std::move(facts));
     if (with_plots) {
-      std::vector<std::string> notes{
-          fmt::format("model {} ({}), config sha256 {}", run.model_path, run.architecture, run.config_sha256.value_or("none")),
-          fmt::format("probe output sha256 {}", run.file_sha256)};
+      // One fact a line, the path cut from the left: a figure does not wrap its lines.
+      const std::string path = run.model_path.size() <= 70 ? run.model_path : "..." + run.model_path.substr(run.model_path.size() - 67);
+      std::vector<std::string> notes{fmt::format("model {} ({}, trained with {})", path, run.architecture, run.attention_activation),
+                                     fmt::format("config sha256 {}", run.config_sha256.value_or("none")),
+                                     fmt::format("probe output sha256 {}", run.file_sha256)};
       pending.plots.push_back(head_map_figure(fmt::format("head-map-{}", k + 1), "Softmax norms per head relative to "
                                               "their bounds", std::move(notes), maps));
       pending.block_of_plot.push_back(blocks.size());

@@ -98,20 +98,25 @@ std::string heat_map_block(const HeatMap& map, const std::string& block) {
   return fmt::format("{} << EOD\n{}EOD\n", block, data);
 }
 
-std::string heat_map_commands(const HeatMap& map, const std::string& block) {
+std::string heat_map_commands(const HeatMap& map, const std::string& block, bool in_figure) {
   double largest = 0;
   for (double v : map.values) {
     if (std::isfinite(v)) largest = std::max(largest, std::fabs(v));
   }
   if (largest == 0) largest = 1;  // an all-zero map still gets a colour scale
-  std::string script = "set offsets 0, 0, 0, 0\nunset grid\nunset key\nunset logscale\nset size ratio -1\nset tics out\n";
+  // Square cells: a lone map keeps them by its aspect ratio; a figure of maps by its panel areas' shape, which
+  // lines the maps up whether or not they carry the colour bar.
+  std::string script = fmt::format("set offsets 0, 0, 0, 0\nunset grid\nunset key\nunset logscale\n{}\nset tics out\n",
+                                   in_figure ? "set size noratio" : "set size ratio -1");
   // A tick on every cell, or on every k-th of a large map, at the cells' centres.
   const auto tick_step = [](long long cells) { return std::max(1LL, (cells + 15) / 16); };
   script += fmt::format("set format x '%g'\nset format y '%g'\nset format cb '%g'\nset xtics {} nomirror\n"
                         "set ytics {} nomirror\nset mxtics 1\nset mytics 1\n",
                         tick_step(map.columns), tick_step(map.rows));
-  // Room on the right for the colour bar's labels (a mark such as "1 = bound" is long).
-  script += map.colour_box ? "set colorbox\nset rmargin 16\n" : "unset colorbox\nset rmargin 4\n";
+  // A figure of maps places its panels itself (see figure_of_maps); a lone map needs room on the right for
+  // the colour bar's marks ("1 = bound" is long).
+  script += map.colour_box ? "set colorbox\n" : "unset colorbox\n";
+  if (!in_figure && !map.scale_marks.empty()) script += "set rmargin 16\n";
   script += fmt::format("set xrange [-0.5:{}]\nset yrange [{}:-0.5]\n", number(map.columns - 0.5), number(map.rows - 0.5));
   const auto tick_labels = [](const char* axis, const std::vector<std::string>& labels) {
     if (labels.empty()) return std::string();
@@ -262,31 +267,53 @@ std::string panel_commands(const PlotSpec& plot, const PanelData& data, bool in_
   return script + "\n";
 }
 
-std::string heat_map_panel(const PlotSpec& plot, const PanelData& data) {
+std::string heat_map_panel(const PlotSpec& plot, const PanelData& data, bool in_figure) {
   return fmt::format("set title {} noenhanced\nset xlabel {} noenhanced\nset ylabel {} noenhanced\n", quoted(plot.title),
                      quoted(plot.x_label), quoted(plot.y_label)) +
-         heat_map_commands(*plot.heat_map, data.clauses.at(0));
+         heat_map_commands(*plot.heat_map, data.clauses.at(0), in_figure);
 }
 
 struct Canvas {
   int width, height;
 };
 
+bool all_maps(const PlotSpec& plot) {
+  return !plot.panels.empty() &&
+         std::all_of(plot.panels.begin(), plot.panels.end(), [](const PlotSpec& p) { return p.heat_map.has_value(); });
+}
+
+// A figure of maps in pixels: cells are square, so the height follows the maps' shape and a wide map leaves
+// no empty band; the colour bar of the last column sits in a strip on the right.
+constexpr int kMapWidth = 400, kMapGap = 90, kMapLeft = 70, kMapRight = 150, kMapBelow = 70, kMapTitleLine = 26;
+
+int map_height(const PlotSpec& plot) {
+  const HeatMap& map = *plot.panels.front().heat_map;
+  return static_cast<int>(
+      std::clamp(kMapWidth * static_cast<double>(map.rows) / static_cast<double>(map.columns), 140.0, 720.0));
+}
+
+int map_title_height(const PlotSpec& plot) { return 40 + kMapTitleLine * static_cast<int>(plot.notes.size() + 1); }
+
 Canvas canvas_of(const PlotSpec& plot) {
-  const bool all_maps = !plot.panels.empty() && std::all_of(plot.panels.begin(), plot.panels.end(),
-                                                            [](const PlotSpec& p) { return p.heat_map.has_value(); });
-  if (all_maps) {
-    // Cells are square: the height follows the maps' shape, so that a wide map leaves no empty band.
-    const HeatMap& map = *plot.panels.front().heat_map;
-    const double map_height = std::clamp(400.0 * static_cast<double>(map.rows) / static_cast<double>(map.columns), 160.0, 720.0);
+  if (all_maps(plot)) {
     const int columns = std::max(1, plot.columns);
     const int rows = static_cast<int>((plot.panels.size() + columns - 1) / columns);
-    return {520 * columns, rows * static_cast<int>(map_height + 150) + 30 * static_cast<int>(plot.notes.size()) + 60};
+    return {kMapLeft + columns * kMapWidth + (columns - 1) * kMapGap + kMapRight,
+            map_title_height(plot) + rows * (map_height(plot) + kMapBelow + 30)};
   }
   if (plot.panels.empty()) return {800, 560};
   const int columns = std::max(1, plot.columns);
   const int rows = static_cast<int>((plot.panels.size() + columns - 1) / columns);
   return {460 * columns, 500 * rows + 30 * static_cast<int>(plot.notes.size()) + 50};
+}
+
+// The multiplot's fixed panel areas for a figure of maps (screen fractions), so that every map has the same
+// size whether or not it carries the colour bar; empty for other figures.
+std::string maps_layout(const PlotSpec& plot, const Canvas& canvas) {
+  if (!all_maps(plot)) return "";
+  const double w = canvas.width, h = canvas.height;
+  return fmt::format(" margins {:.4f},{:.4f},{:.4f},{:.4f} spacing {:.4f},{:.4f}", kMapLeft / w, 1 - kMapRight / w,
+                     kMapBelow / h, 1 - map_title_height(plot) / h, kMapGap / w, (kMapBelow + 30) / h);
 }
 
 }  // namespace
@@ -323,7 +350,7 @@ std::string gnuplot_script(const std::vector<PlotSpec>& plots, const std::string
       // `reset` keeps the terminal; it clears whatever the previous plot set.
       script += fmt::format("reset\nset terminal {}\nset output {}\n", terminal, quoted(plot.name + extension + output_suffix));
       if (plot.panels.empty() && plot.heat_map) {
-        script += heat_map_panel(plot, data[0]);
+        script += heat_map_panel(plot, data[0], false);
       } else if (plot.panels.empty()) {
         script += panel_commands(plot, data[0], false);
       } else {
@@ -331,7 +358,8 @@ std::string gnuplot_script(const std::vector<PlotSpec>& plots, const std::string
         const int rows = static_cast<int>((plot.panels.size() + columns - 1) / columns);
         std::string heading = quoted(plot.title);
         for (const std::string& line : plot.notes) heading += " . \"\\n\" . " + quoted(line);
-        script += fmt::format("set multiplot layout {},{} title {} noenhanced font ',15'\n", rows, columns, heading);
+        script += fmt::format("set multiplot layout {},{} title {} noenhanced font ',15'{}\n", rows, columns, heading,
+                              maps_layout(plot, canvas));
         // The panels' plot areas line up whatever their legends: the bottom margin is fixed for the longest.
         std::size_t longest_key = 0;
         for (const PlotSpec& panel : plot.panels) {
@@ -339,9 +367,9 @@ std::string gnuplot_script(const std::vector<PlotSpec>& plots, const std::string
           for (const Curve& curve : panel.curves) entries += curve.title.empty() ? 0 : 1;
           longest_key = std::max(longest_key, std::min<std::size_t>(entries, 6));
         }
-        script += fmt::format("set bmargin {}\n", 3 + 1.2 * static_cast<double>(longest_key));
+        if (!all_maps(plot)) script += fmt::format("set bmargin {}\n", 3 + 1.2 * static_cast<double>(longest_key));
         for (std::size_t p = 0; p < plot.panels.size(); ++p) {
-          script += plot.panels[p].heat_map ? heat_map_panel(plot.panels[p], data[p]) : panel_commands(plot.panels[p], data[p], true);
+          script += plot.panels[p].heat_map ? heat_map_panel(plot.panels[p], data[p], true) : panel_commands(plot.panels[p], data[p], true);
         }
         script += "unset multiplot\n";
       }
