@@ -161,9 +161,9 @@ void add_probe_section(const std::vector<ProbeLog>& logs, bool with_plots, Docum
   // The papers' Fig. 2 and Fig. 3: the models side by side, each with its own activation.
   const bool steps_known =
       std::all_of(models.begin(), models.end(), [](const Model& m) { return m.series.steps_known; });
-  PlotSpec own_norm{"probe-attention", "||A||_F of each model's own activation (mean over layers and heads)",
+  PlotSpec own_norm{"probe-attention", "||A||_F of each model's own activation (line: mean over layers and heads, band: min to max)",
                     steps_known ? "training step" : "checkpoint (in the order of the log)", "||A||_F", false, true, {}};
-  PlotSpec own_grad{"probe-gradient", "||dA/dS||_F of each model's own activation (mean over layers and heads)",
+  PlotSpec own_grad{"probe-gradient", "||dA/dS||_F of each model's own activation (line: mean over layers and heads, band: min to max)",
                     own_norm.x_label, "||dA/dS||_F", false, true, {}};
   for (const Model& model : models) {
     const int colour = activation_colour(model.series.activation);
