@@ -32,7 +32,7 @@ std::function<int()> setup(CLI::App& command) {
                      "(examples/vit_digits.py); or a probe log or training curves (.jsonl) on their own; or the "
                      "output of `attncheck probe --json` (.json: layer x head maps). Several runs are compared in "
                      "one report: probe logs (or run folders holding one), or probe --json outputs")
-      ->required()->type_name("INPUT...");
+      ->required()->type_name("INPUT");
   command.add_option("--out", arguments->out, "report folder: index.html, report.md, plots/")->required();
   command.add_option("--gnuplot", arguments->gnuplot, "gnuplot program that draws the plots")
       ->capture_default_str();
