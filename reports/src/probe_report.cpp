@@ -158,6 +158,25 @@ void add_probe_section(const std::vector<ProbeLog>& logs, bool with_plots, Docum
       "model; the model's own activation is the one it was trained with. Each activation has one colour in "
       "every plot of this report."});
 
+  if (logs.size() > 1) {
+    // The runs' end points in one table: what the plots below show over training, at the last checkpoint.
+    Table ends;
+    ends.header = {"run", "trained activation", "checkpoints", "last step", "own ||A||_F at the last step, mean [min, max]",
+                   "own ||dA/dS||_F at the last step, mean [min, max]"};
+    for (const Model& model : models) {
+      if (model.series.steps.empty()) continue;
+      const ProbeStep& last = model.series.steps.back();
+      const auto own_attention = own_attention_quantity(model.series.activation);
+      const auto own_gradient = own_gradient_quantity(model.series.activation);
+      ends.rows.push_back({logs[model.log].run, model.series.activation, fmt::format("{}", model.series.steps.size()),
+                           last.step ? fmt::format("{}", *last.step) : "-",
+                           own_attention ? summary_text(last.summary(*own_attention)) : "-",
+                           own_gradient ? summary_text(last.summary(*own_gradient)) : "-"});
+    }
+    blocks.push_back(Heading{3, "The runs at their last checkpoints", "probes-runs"});
+    blocks.push_back(std::move(ends));
+  }
+
   // The papers' Fig. 2 and Fig. 3: the models side by side, each with its own activation.
   const bool steps_known =
       std::all_of(models.begin(), models.end(), [](const Model& m) { return m.series.steps_known; });

@@ -275,6 +275,11 @@ TEST_CASE("runs compared: one colour per activation in every plot, and the band 
   CHECK_THAT(script, Contains("pointtype 5 pointsize 0.6 linewidth 1.5 dashtype 2 linecolor rgb '" +
                               *colours["softmax"].begin() + "' title 'softmax-again"));
 
+  // The runs' last checkpoints side by side: softmax-run at step 20 has ||A||_F 2, 2, 2, 6 over its heads.
+  const std::string markdown = read_text(options.out / "report.md");
+  CHECK_THAT(markdown, Contains("| softmax-run | softmax | 2 | 20 | 3 [2, 6] | 1 [1, 1] |"));
+  CHECK_THAT(markdown, Contains("| cubic-run | poly3_scaled | 2 | 20 | 9 | 3 |"));
+
   // The band of the first run in Fig. 2: step, mean, min, max over the four heads.
   const auto fig2 = script.find("# ||A||_F of each model's own activation");
   REQUIRE(fig2 != std::string::npos);
