@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <tuple>
 #include <algorithm>
 #include <system_error>
@@ -113,7 +114,7 @@ std::string heat_map_commands(const HeatMap& map, const std::string& block, bool
   script += fmt::format("set format x '%g'\nset format y '%g'\nset format cb '%g'\nset xtics {} nomirror\n"
                         "set ytics {} nomirror\nset mxtics 1\nset mytics 1\n",
                         tick_step(map.columns), tick_step(map.rows));
-  // A figure of maps places its panels itself (see figure_of_maps); a lone map needs room on the right for
+  // A figure of maps places its panels itself (see maps_layout); a lone map needs room on the right for
   // the colour bar's marks ("1 = bound" is long).
   script += map.colour_box ? "set colorbox\n" : "unset colorbox\n";
   if (!in_figure && !map.scale_marks.empty()) script += "set rmargin 16\n";
@@ -136,7 +137,7 @@ std::string heat_map_commands(const HeatMap& map, const std::string& block, bool
   script += fmt::format("set cblabel {} noenhanced\n", quoted(map.scale_label));
   std::string clause = fmt::format("{} matrix with image notitle", block);
   if (map.show_values) {
-    // Dark cells get white text: the palette's upper half is dark.
+    // Dark cells get white text: the upper half of the unsigned palette is dark.
     clause += fmt::format(", {0} matrix using 1:2:($3 != $3 ? '' : sprintf('%.2f', $3)):($3 > {1} ? 0xffffff : 0x000000) "
                           "with labels textcolor rgb variable font ',9' notitle",
                           block, number(lo + 0.55 * (hi - lo)));

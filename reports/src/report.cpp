@@ -94,7 +94,6 @@ void remove_stale_plots(const fs::path& plot_folder, const std::vector<PlotSpec>
   for (const fs::path& path : stale) fs::remove(path, error);
 }
 
-
 Document start_document(std::string title, bool with_plots) {
   Document document;
   document.title = std::move(title);
@@ -206,6 +205,11 @@ ReportSummary write_comparison(const ReportOptions& options, const std::vector<f
   } else {
     std::vector<ProbeLog> logs;
     for (std::size_t i = 0; i < paths.size(); ++i) {
+      if (inputs[i].training_curves) {
+        document.blocks.push_back(Notice{fmt::format("the training curves {} are not part of a comparison of probe "
+                                                     "logs; a report of that folder alone draws them.",
+                                                     inputs[i].training_curves->string())});
+      }
       logs.push_back(ProbeLog{*inputs[i].probe_log, run_name(paths[i]), read_probe_log(*inputs[i].probe_log)});
       summary.probe_records += logs.back().records.size();
     }
