@@ -33,8 +33,14 @@ struct Inputs {
     if (training_curves && !probe_log) return "training curves";
     return "a probe log";
   }
-  bool comparable() const {
-    return (probe_output && !results_folder && !probe_log) || (probe_log && !results_folder && !vit_results);
+  // Inputs of one kind can be compared; none: this input cannot be part of a comparison.
+  enum class Comparison { probe_outputs, probe_logs, scaling };
+  std::optional<Comparison> comparison() const {
+    if (probe_output) return Comparison::probe_outputs;
+    if (vit_results) return std::nullopt;
+    if (results_folder) return Comparison::scaling;
+    if (probe_log) return Comparison::probe_logs;
+    return std::nullopt;
   }
 };
 
@@ -94,6 +100,19 @@ void remove_stale_plots(const fs::path& plot_folder, const std::vector<PlotSpec>
   for (const fs::path& path : stale) fs::remove(path, error);
 }
 
+void count_verdicts(const ResultsFolder& results, ReportSummary& summary) {
+  summary.series += results.series.size();
+  for (const Series& s : results.series) {
+    if (!s.verdict) continue;
+    switch (*s.verdict) {
+      case Verdict::holds: ++summary.holds; break;
+      case Verdict::tight: ++summary.tight; break;
+      case Verdict::violated: ++summary.violated; break;
+      case Verdict::inconclusive: ++summary.inconclusive; break;
+    }
+  }
+}
+
 Document start_document(std::string title, bool with_plots) {
   Document document;
   document.title = std::move(title);
@@ -150,16 +169,7 @@ ReportSummary write_report(const ReportOptions& options) {
   ReportSummary summary;
   if (results) {
     add_scaling_section(*results, options.plots, document, pending);
-    summary.series = results->series.size();
-    for (const Series& s : results->series) {
-      if (!s.verdict) continue;
-      switch (*s.verdict) {
-        case Verdict::holds: ++summary.holds; break;
-        case Verdict::tight: ++summary.tight; break;
-        case Verdict::violated: ++summary.violated; break;
-        case Verdict::inconclusive: ++summary.inconclusive; break;
-      }
-    }
+    count_verdicts(*results, summary);
   }
   if (vit) {
     add_vit_section(*vit, inputs.vit_results->parent_path(), options.plots, document, pending, options.read_attention_map,
@@ -186,18 +196,47 @@ namespace {
 ReportSummary write_comparison(const ReportOptions& options, const std::vector<fs::path>& paths,
                                const std::vector<Inputs>& inputs) {
   for (std::size_t i = 0; i < paths.size(); ++i) {
-    const bool same_kind = inputs[i].comparable() && (inputs[i].probe_output.has_value() == inputs[0].probe_output.has_value());
-    if (!same_kind) {
+    if (!inputs[i].comparison() || inputs[i].comparison() != inputs[0].comparison()) {
       throw InputError(fmt::format(
           "cannot compare {} ({}) with {} ({}): a report compares several probe logs (or run folders holding "
-          "{}), or several `attncheck probe --json` outputs; report other results one at a time",
+          "{}), several `attncheck probe --json` outputs, or several results folders of `attncheck mc`; report "
+          "other results one at a time",
           paths[i].string(), inputs[i].kind(), paths[0].string(), inputs[0].kind(), kProbeLogName));
     }
   }
   Document document = start_document(fmt::format("attncheck report comparing {} runs", paths.size()), options.plots);
   PendingFigures pending;
   ReportSummary summary;
-  if (inputs[0].probe_output) {
+  if (inputs[0].comparison() == Inputs::Comparison::scaling) {
+    std::vector<ResultsFolder> folders;
+    for (const Inputs& input : inputs) folders.push_back(read_results_folder(*input.results_folder));
+    for (std::size_t k = 0; k < folders.size(); ++k) {
+      if (inputs[k].probe_log || inputs[k].training_curves) {
+        document.blocks.push_back(Notice{fmt::format("only the scaling results of {} are part of this comparison; a "
+                                                     "report of that folder alone draws the rest.",
+                                                     paths[k].string())});
+      }
+    }
+    for (std::size_t k = 0; k < folders.size(); ++k) {
+      document.blocks.push_back(Heading{1, fmt::format("Run {}: {}", k + 1, paths[k].string()), fmt::format("run-{}", k + 1)});
+      const std::size_t first_block = document.blocks.size(), first_plot = pending.plots.size();
+      add_scaling_section(folders[k], options.plots, document, pending);
+      count_verdicts(folders[k], summary);
+      // Each run's plots and link targets get the run's prefix, so that two runs' series 1 stay apart.
+      const std::string prefix = fmt::format("run{}-", k + 1);
+      for (std::size_t p = first_plot; p < pending.plots.size(); ++p) pending.plots[p].name = prefix + pending.plots[p].name;
+      for (std::size_t b = first_block; b < document.blocks.size(); ++b) {
+        if (auto* heading = std::get_if<Heading>(&document.blocks[b]); heading && !heading->anchor.empty()) {
+          heading->anchor = prefix + heading->anchor;
+        }
+        if (auto* table = std::get_if<Table>(&document.blocks[b])) {
+          for (std::string& anchor : table->row_anchors) {
+            if (!anchor.empty()) anchor = prefix + anchor;
+          }
+        }
+      }
+    }
+  } else if (inputs[0].probe_output) {
     std::vector<ProbeOutput> outputs;
     for (const Inputs& input : inputs) outputs.push_back(read_probe_output(*input.probe_output));
     add_head_map_section(outputs, options.plots, document, pending);

@@ -320,3 +320,29 @@ TEST_CASE("runs that cannot be compared are refused naming the odd one out", "[h
   const ReportSummary summary = write_report(options);
   CHECK(summary.probe_outputs == 2);
 }
+
+TEST_CASE("results folders of attncheck mc are compared run after run, their plots and links kept apart",
+          "[compare][report]") {
+  TempDir dir;
+  write_results_folder(dir.path() / "a", {FixtureSeries{}});
+  FixtureSeries other;
+  other.p = 2;
+  write_results_folder(dir.path() / "b", {FixtureSeries{}, other});
+  ReportOptions options;
+  options.input = dir.path() / "a";
+  options.compare_with = {dir.path() / "b"};
+  options.out = dir.path() / "report";
+  const ReportSummary summary = write_report(options);
+  CHECK(summary.series == 3);
+  CHECK(fs::exists(options.out / "plots" / "run1-series01.svg"));
+  CHECK(fs::exists(options.out / "plots" / "run2-series01.svg"));
+  CHECK(fs::exists(options.out / "plots" / "run2-series02.png"));
+  const std::string html = read_text(options.out / "index.html");
+  // Every link target once, and every summary row links to its own run's series.
+  CHECK(count_occurrences(html, "id=\"run1-series-1\"") == 1);
+  CHECK(count_occurrences(html, "id=\"run2-series-1\"") == 1);
+  CHECK(count_occurrences(html, "href=\"#run2-series-2\"") == 1);
+  CHECK(count_occurrences(html, "href=\"#series-") == 0);
+  const std::string markdown = read_text(options.out / "report.md");
+  CHECK(markdown.find("# Run 1: ") < markdown.find("# Run 2: "));
+}
