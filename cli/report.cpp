@@ -30,8 +30,9 @@ std::function<int()> setup(CLI::App& command) {
                      "results folder written by `attncheck mc --out` (fits.json, points.jsonl) and/or holding "
                      "attncheck-probe.jsonl, attncheck-curves.jsonl (training curves) and/or vit-results.json "
                      "(examples/vit_digits.py); or a probe log or training curves (.jsonl) on their own; or the "
-                     "output of `attncheck probe --json` (.json: layer x head maps). Several runs are compared in "
-                     "one report: probe logs (or run folders holding one), or probe --json outputs")
+                     "output of `attncheck probe --json` (.json: layer x head maps). Several runs of one kind are "
+                     "compared in one report: probe logs (or run folders holding one), probe --json outputs, or mc "
+                     "results folders")
       ->required()->type_name("INPUT");
   command.add_option("--out", arguments->out, "report folder: index.html, report.md, plots/")->required();
   command.add_option("--gnuplot", arguments->gnuplot, "gnuplot program that draws the plots")
