@@ -22,6 +22,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <type_traits>
@@ -226,8 +227,10 @@ void scaling(benchmark::State& state) {
   CpuBackend backend(0, 256, precision);
   SweepPoint pt = reference_point();
   pt.N = state.range(0);
-  // At least one sample per thread, so that samples run in parallel as in `attncheck mc`.
-  const std::uint64_t batch = static_cast<std::uint64_t>(backend.threads());
+  // Samples run in parallel as in `attncheck mc`; small N get larger batches (32 samples at N = 1024, as in
+  // `samples`), so that the threads' start and join, which a loaded machine stretches, stay a small part.
+  const std::uint64_t per_thread = std::max<std::uint64_t>(1, (4096 / pt.N) * (4096 / pt.N) / 2);
+  const std::uint64_t batch = per_thread * static_cast<std::uint64_t>(backend.threads());
   std::vector<SampleValues> out;
   std::uint64_t first = 0;
   for (auto _ : state) {
