@@ -289,7 +289,7 @@ TEST_CASE("the portable fused kernel gives the AVX-512 kernel's values bit for b
   }
 }
 
-TEST_CASE("--precision mixed refuses an overflowing FP32 score instead of returning infinity") {
+TEST_CASE("mixed precision refuses an overflowing FP32 score instead of returning infinity") {
   const SweepPoint pt = make(20, 3, 2, {ActivationKind::pointwise, Pointwise::poly, 3}, 1, 1);
   SampleInputs in;
   draw_sample(pt, 0, in);
