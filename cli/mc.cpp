@@ -37,6 +37,7 @@ struct Options {
   std::uint64_t max_samples = 100000, seed = 1;
   int threads = 0;
   long long tile = 256;
+  std::string precision = "double";
   bool resume = false, force = false, as_json = false;
 };
 
@@ -134,6 +135,13 @@ void print_human(const std::vector<json>& records, const json& series, const jso
                "deviation); run seed {}; backend {}, {} threads.\n",
                r0["sigma_x"].get<double>(), r0["sigma_t"].get<double>(), provenance["run_seed"].get<std::uint64_t>(),
                provenance["backend"].get<std::string>(), provenance["threads"].get<int>());
+    if (provenance.contains("mixed_precision_bounds")) {
+      for (const json& b : provenance["mixed_precision_bounds"]) {
+        fmt::print("Precision mixed: FP32 scores, FP64 sums; p = {}, d = {}: relative error of each sample's squared "
+                   "norms at most {:.2g} (of the norms, half that)\n",
+                   b["p"].get<int>(), b["d"].get<long long>(), b["relative_bound_sum_sq"].get<double>());
+      }
+    }
     if (std::find(claims.begin(), claims.end(), "C9") != claims.end()) {
       fmt::print("C9: W_V (D x dv) entries N(0, {:g}^2) as well; value = ||O||_F, dV = ||dO/dV||_F, dS = ||dO/dS||_F, "
                  "dQ = ||dO/dW_Q||_F.\n",
@@ -248,6 +256,7 @@ int run(const Options& o) {
   request.seed = o.seed;
   request.threads = o.threads;
   request.tile = o.tile;
+  request.precision = o.precision;
   request.resume = o.resume;
   request.force = o.force;
   request.command = command_line();
@@ -350,6 +359,10 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--tolerance", o->tolerance, "Slack on the claimed exponent in the asymptotic-fit verdict")
       ->capture_default_str()->check(real_in(mc::kToleranceRange));
   app.add_option("--backend", o->backend, "auto, cpu or cuda")->capture_default_str();
+  app.add_option("--precision", o->precision,
+                 "double, or mixed: FP32 score tiles of x^p (p = 2..6) with FP64 sums, CPU only; the relative error "
+                 "bound per (p, d) is printed and kept in the provenance")
+      ->capture_default_str();
   app.add_option("--out", o->out, "Folder for points.jsonl, points.csv (each point written when it finishes) and fits.json (the fits of every series in the folder)");
   app.add_flag("--resume", o->resume,
                "Keep the points already in --out and skip those this run would repeat (same point, estimand and "

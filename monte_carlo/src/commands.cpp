@@ -14,6 +14,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <ctime>
@@ -227,8 +228,17 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
   const SamplingPolicy policy = sampling_policy(o);
   const std::unique_ptr<Backend> backend =
       hooks.make_backend ? hooks.make_backend(o) : std::make_unique<CpuBackend>(o.threads, static_cast<Index>(o.tile));
-  const auto* cpu = dynamic_cast<const CpuBackend*>(backend.get());
+  auto* cpu = dynamic_cast<CpuBackend*>(backend.get());
   const int threads = cpu ? cpu->threads() : o.threads;
+  if (o.precision != "double" && o.precision != "mixed") {
+    throw InputError(fmt::format("--precision {}: not one of double, mixed", o.precision));
+  }
+  const ScorePrecision precision = o.precision == "mixed" ? ScorePrecision::mixed : ScorePrecision::fp64;
+  if (precision == ScorePrecision::mixed && !cpu) {
+    throw InputError(fmt::format("--precision mixed: FP32 score tiles exist on the CPU backend only, not on {} "
+                                 "(use --backend cpu or --precision double)", backend->name()));
+  }
+  if (cpu) cpu->set_precision(precision);
   const RunContext context{o.seed, backend->name(), threads};
 
   const std::uint64_t point_count =
@@ -292,7 +302,7 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
     if (backend->name() != "cpu" &&
         !check_request(ps.point, ps.series->estimands).cuda_supported()) {
       if (!cpu_fallback) {
-        cpu_fallback = std::make_unique<CpuBackend>(o.threads, static_cast<Index>(o.tile));
+        cpu_fallback = std::make_unique<CpuBackend>(o.threads, static_cast<Index>(o.tile), precision);
         note("row sums, qk-layernorm and C8's pairs run on the CPU backend");
       }
       point_backend = cpu_fallback.get();
@@ -321,8 +331,21 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
                         {"backend", backend->name()},
                         {"threads", threads},
                         {"run_seed", o.seed},
+                        {"precision", precision_name(precision)},
                         {"command", o.command},
                         {"wall_seconds", wall}};
+  if (precision == ScorePrecision::mixed) {
+    // The bound of every (p, d) whose scores were FP32, against which the points' standard errors can be read.
+    json bounds = json::array();
+    for (const PointSpec& ps : points) {
+      if (!uses_fp32_scores(ps.point, ps.series->estimands)) continue;
+      const json bound = {{"p", ps.point.map.activation.p},
+                          {"d", ps.point.d},
+                          {"relative_bound_sum_sq", mixed_precision_relative_bound(ps.point.map.activation.p, ps.point.d)}};
+      if (std::find(bounds.begin(), bounds.end(), bound) == bounds.end()) bounds.push_back(bound);
+    }
+    outcome.provenance["mixed_precision_bounds"] = bounds;
+  }
   // fits.json describes the whole folder: with --resume a folder can gather several claims' runs, and a
   // report of it must see all of their series.
   if (folder) folder->write_fits(outcome.provenance, o.tolerance);
