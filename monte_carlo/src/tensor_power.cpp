@@ -27,8 +27,9 @@ namespace {
 constexpr Index kBlockRows = 256;
 // Rows per unit of parallel work: fixed, so the order of the partial sums does not depend on the threads.
 constexpr Index kChunkRows = 64 * kBlockRows;
-// Beyond this many monomials per row the table alone outgrows any cache and the direct path is the sane one.
-constexpr double kMaxMonomials = 1 << 22;
+// Beyond this many features per row (the side of the Gram matrices) they outgrow the caches and the memory of a
+// few per thread, and the direct path is the sane one.
+constexpr double kMaxFeatures = 1024;
 
 // The weights a tensor sum carries per row, on the query side (V) and on the key side (U).
 enum Weight : int {
@@ -49,6 +50,8 @@ struct Plan {
   std::vector<Order> orders;
   int top = 0;
 
+  // Even orders m go through the Gram matrices of the order-m/2 monomials, odd ones through the order-m sums.
+  static int generated(int m) { return m % 2 == 0 ? m / 2 : m; }
   void need(int m, int weight) {
     for (Order& o : orders) {
       if (o.m == m) {
@@ -57,7 +60,7 @@ struct Plan {
       }
     }
     orders.push_back({m, {weight}});
-    top = std::max(top, m);
+    top = std::max(top, generated(m));
   }
   std::size_t slot(int m) const {
     for (std::size_t k = 0; k < orders.size(); ++k) {
@@ -140,27 +143,39 @@ struct MonomialTable {
       }
       offset.push_back(static_cast<Index>(parent.size()));
     }
+    root_multinomial = Eigen::Map<const Eigen::VectorXd>(multinomial.data(), size()).cwiseSqrt();
   }
+  Eigen::VectorXd root_multinomial;  // sqrt of multinomial: the scale of a feature
+
   Index size() const { return offset.back(); }
+  Eigen::RowVectorXd multinomial_row(int m) const {
+    return Eigen::Map<const Eigen::RowVectorXd>(multinomial.data() + begin(m), count(m));
+  }
   Index begin(int m) const { return offset[static_cast<std::size_t>(m)]; }
   Index count(int m) const { return offset[static_cast<std::size_t>(m) + 1] - offset[static_cast<std::size_t>(m)]; }
 };
 
-// Per order of the plan, per side: weights x monomials, summed over rows.
+// Per order of the plan, per side, per weight: for an even order m the Gram matrix sum_r w_r phi_r phi_r^T of
+// the scaled order-m/2 monomials phi_r (a block of the order-m symmetric tensor: v^{(x)m} = v^{(x)m/2} (x)
+// v^{(x)m/2}, so the inner product of two such sums is the Frobenius product of the Gram matrices, and the
+// update is a GEMM); for an odd order the row vector sum_r w_r y_r^alpha.
 struct Sums {
-  std::vector<ColMatrix> query, key;
+  std::vector<std::vector<ColMatrix>> query, key;
 
   Sums(const Plan& plan, const MonomialTable& table) {
     for (const auto& o : plan.orders) {
-      const auto w = static_cast<Index>(o.weights.size());
-      query.push_back(ColMatrix::Zero(w, table.count(o.m)));
-      key.push_back(ColMatrix::Zero(w, table.count(o.m)));
+      const Index features = table.count(Plan::generated(o.m));
+      const Index rows = o.m % 2 == 0 ? features : 1;
+      query.emplace_back(o.weights.size(), ColMatrix::Zero(rows, features));
+      key.emplace_back(o.weights.size(), ColMatrix::Zero(rows, features));
     }
   }
   Sums& operator+=(const Sums& other) {
     for (std::size_t k = 0; k < query.size(); ++k) {
-      query[k] += other.query[k];
-      key[k] += other.key[k];
+      for (std::size_t w = 0; w < query[k].size(); ++w) {
+        query[k][w] += other.query[k][w];
+        key[k][w] += other.key[k][w];
+      }
     }
     return *this;
   }
@@ -168,12 +183,12 @@ struct Sums {
 
 // Workspace of one block, reused across blocks of a chunk.
 struct BlockWork {
-  ColMatrix y, monomials, weights;
+  ColMatrix monomials, features;
 };
 
-// Adds sum_r w_r y_r^alpha for every order and weight of the plan; y holds the block's rows of one side.
+// Adds the block's rows of one side (y) to that side's sums, for every order and weight of the plan.
 void add_side(const Plan& plan, const MonomialTable& table, const ColMatrix& y, const Eigen::VectorXd& weight_a,
-              const Eigen::VectorXd& weight_b, BlockWork& work, std::vector<ColMatrix>& sums) {
+              const Eigen::VectorXd& weight_b, BlockWork& work, std::vector<std::vector<ColMatrix>>& sums) {
   const Index rows = y.rows();
   const Index needed = table.begin(plan.top) + table.count(plan.top);
   work.monomials.resize(rows, needed);
@@ -182,18 +197,22 @@ void add_side(const Plan& plan, const MonomialTable& table, const ColMatrix& y, 
     work.monomials.col(c) =
         work.monomials.col(table.parent[static_cast<std::size_t>(c)]).cwiseProduct(y.col(table.var[static_cast<std::size_t>(c)]));
   }
+  const Eigen::VectorXd ones = Eigen::VectorXd::Ones(rows);
   for (std::size_t k = 0; k < plan.orders.size(); ++k) {
     const auto& o = plan.orders[k];
-    work.weights.resize(rows, static_cast<Index>(o.weights.size()));
+    const int h = Plan::generated(o.m);
+    const Index first = table.begin(h), count = table.count(h);
     for (std::size_t w = 0; w < o.weights.size(); ++w) {
-      const auto col = static_cast<Index>(w);
-      switch (o.weights[w]) {
-        case kOnes: work.weights.col(col).setOnes(); break;
-        case kQueryJacobian: work.weights.col(col) = weight_a; break;
-        default: work.weights.col(col) = weight_b; break;
+      const Eigen::VectorXd& weight = o.weights[w] == kOnes ? ones : o.weights[w] == kQueryJacobian ? weight_a : weight_b;
+      if (o.m % 2 == 1) {
+        sums[k][w].noalias() += weight.transpose() * work.monomials.middleCols(first, count);
+        continue;
       }
+      // phi_r = sqrt(w_r) (sqrt(h! / alpha!) y_r^alpha)_alpha; the weights are squared norms, never negative.
+      work.features = weight.cwiseSqrt().asDiagonal() * work.monomials.middleCols(first, count) *
+                      table.root_multinomial.segment(first, count).asDiagonal();
+      sums[k][w].noalias() += work.features.transpose() * work.features;
     }
-    sums[k].noalias() += work.weights.transpose() * work.monomials.middleCols(table.begin(o.m), table.count(o.m));
   }
 }
 
@@ -207,15 +226,14 @@ void add_block(const Plan& plan, const MonomialTable& table, const Matrix& X_blo
   add_side(plan, table, u, u_sq, x_sq, work, sums.key);
 }
 
-// sum_alpha (m! / alpha!) A_alpha B_alpha: the inner product of two symmetric tensors in monomial form.
+// The inner product of the two sides' order-m tensors: <G_V, G_U>_F for even m, sum_alpha (m! / alpha!)
+// A_alpha B_alpha for odd m.
 double tensor_inner(const Plan& plan, const MonomialTable& table, const Sums& sums, int m, int weight) {
-  const std::size_t k = plan.slot(m);
-  const auto w = static_cast<Index>(plan.column(m, weight));
-  double total = 0;
-  for (Index c = 0; c < table.count(m); ++c) {
-    total += table.multinomial[static_cast<std::size_t>(table.begin(m) + c)] * sums.query[k](w, c) * sums.key[k](w, c);
-  }
-  return total;
+  const std::size_t k = plan.slot(m), w = plan.column(m, weight);
+  const ColMatrix& a = sums.query[k][w];
+  const ColMatrix& b = sums.key[k][w];
+  if (m % 2 == 0) return a.cwiseProduct(b).sum();
+  return (a.cwiseProduct(b) * table.multinomial_row(m).transpose()).value();
 }
 
 SampleValues finish(const Plan& plan, const MonomialTable& table, const Sums& sums, const theory::AttentionMap& map,
@@ -228,12 +246,12 @@ SampleValues finish(const Plan& plan, const MonomialTable& table, const Sums& su
     const std::size_t zero = plan.slot(0);
     if (r.value) t.gram_dot = tensor_inner(plan, table, sums, 2, kOnes);
     if (r.dQ) {
-      t.x_sq = sums.query[zero](static_cast<Index>(plan.column(0, kQueryJacobian)), 0);
-      t.u_sq = sums.key[zero](static_cast<Index>(plan.column(0, kQueryJacobian)), 0);
+      t.x_sq = sums.query[zero][plan.column(0, kQueryJacobian)](0, 0);
+      t.u_sq = sums.key[zero][plan.column(0, kQueryJacobian)](0, 0);
     }
     if (r.dK) {
-      t.v_sq = sums.query[zero](static_cast<Index>(plan.column(0, kKeyJacobian)), 0);
-      t.x_sq = sums.key[zero](static_cast<Index>(plan.column(0, kKeyJacobian)), 0);
+      t.v_sq = sums.query[zero][plan.column(0, kKeyJacobian)](0, 0);
+      t.x_sq = sums.key[zero][plan.column(0, kKeyJacobian)](0, 0);
     }
   } else {
     if (r.value) t.entries.value_sq = std::pow(lambda, 2 * p) * tensor_inner(plan, table, sums, 2 * p, kOnes);
@@ -250,14 +268,16 @@ SampleValues finish(const Plan& plan, const MonomialTable& table, const Sums& su
 }
 
 double monomials_per_row(Index d, int top) { return binomial(static_cast<double>(d + top), top); }
+// Monomials of order exactly m: the side of a Gram matrix (even orders) or the length of a sum (odd ones).
+double monomials_of_order(Index d, int m) { return binomial(static_cast<double>(d + m - 1), m); }
 
 Plan checked_plan(const SweepPoint& point, const std::vector<Estimand>& estimands) {
   Plan plan = make_plan(point, estimands);
-  const double monomials = monomials_per_row(point.d, plan.top);
-  if (monomials > kMaxMonomials) {
-    throw InputError(fmt::format("--path tensor: d = {} and order {} give {:.3g} monomials per row, more than {:.3g}; "
+  const double features = monomials_of_order(point.d, plan.top);
+  if (features > kMaxFeatures) {
+    throw InputError(fmt::format("--path tensor: d = {} and order {} give {:.4g} monomials per row, more than {:g}; "
                                  "use --path direct",
-                                 point.d, plan.top, monomials, kMaxMonomials));
+                                 point.d, plan.top, features, kMaxFeatures));
   }
   return plan;
 }
@@ -268,20 +288,29 @@ template <class FillBlock>
 Sums chunked_sums(const Plan& plan, const MonomialTable& table, Index n, Index D, const Matrix& Q, const Matrix& K,
                   int threads, const FillBlock& fill_block) {
   const Index chunks = (n + kChunkRows - 1) / kChunkRows;
-  std::vector<Sums> partial(static_cast<std::size_t>(chunks), Sums(plan, table));
-  parallel_for(chunks, threads, [&](Index c) {
-    BlockWork work;
-    Matrix block;
-    const Index end = std::min(n, (c + 1) * kChunkRows);
-    for (Index r0 = c * kChunkRows; r0 < end; r0 += kBlockRows) {
-      const Index rows = std::min(kBlockRows, end - r0);
-      block.resize(rows, D);
-      fill_block(c, r0, rows, block);
-      add_block(plan, table, block, Q, K, work, partial[static_cast<std::size_t>(c)]);
-    }
-  });
+  // Chunks run in waves of `threads`, each wave's sums added to the total in chunk order: memory for one wave
+  // only, and the same additions in the same order for any thread count.
+  const Index wave = std::max(threads, 1);
+  std::vector<Sums> partial(static_cast<std::size_t>(std::min(wave, chunks)), Sums(plan, table));
   Sums total(plan, table);
-  for (const Sums& s : partial) total += s;
+  for (Index c0 = 0; c0 < chunks; c0 += wave) {
+    const Index in_wave = std::min(wave, chunks - c0);
+    parallel_for(in_wave, threads, [&](Index w) {
+      const Index c = c0 + w;
+      Sums& sums = partial[static_cast<std::size_t>(w)];
+      sums = Sums(plan, table);
+      BlockWork work;
+      Matrix block;
+      const Index end = std::min(n, (c + 1) * kChunkRows);
+      for (Index r0 = c * kChunkRows; r0 < end; r0 += kBlockRows) {
+        const Index rows = std::min(kBlockRows, end - r0);
+        block.resize(rows, D);
+        fill_block(c, r0, rows, block);
+        add_block(plan, table, block, Q, K, work, sums);
+      }
+    });
+    for (Index w = 0; w < in_wave; ++w) total += partial[static_cast<std::size_t>(w)];
+  }
   return total;
 }
 
@@ -328,7 +357,8 @@ PathCosts path_flops(const SweepPoint& point, const std::vector<Estimand>& estim
   const Plan plan = make_plan(point, estimands);
   double per_row = monomials_per_row(point.d, plan.top) - 1;
   for (const auto& o : plan.orders) {
-    per_row += 2 * static_cast<double>(o.weights.size()) * binomial(d + o.m - 1, o.m);
+    const double features = monomials_of_order(point.d, Plan::generated(o.m));
+    per_row += static_cast<double>(o.weights.size()) * (o.m % 2 == 0 ? 2 * features * features + 2 * features : 2 * features);
   }
   costs.tensor = projections + 2 * n * per_row;
   return costs;
@@ -342,7 +372,7 @@ EvaluationPath choose_path(EvaluationPath requested, const SweepPoint& point, co
     return requested;
   }
   if (unsupported(point, estimands)) return EvaluationPath::direct;
-  if (monomials_per_row(point.d, make_plan(point, estimands).top) > kMaxMonomials) return EvaluationPath::direct;
+  if (monomials_of_order(point.d, make_plan(point, estimands).top) > kMaxFeatures) return EvaluationPath::direct;
   const PathCosts costs = path_flops(point, estimands);
   return costs.tensor < costs.direct ? EvaluationPath::tensor : EvaluationPath::direct;
 }
@@ -350,14 +380,17 @@ EvaluationPath choose_path(EvaluationPath requested, const SweepPoint& point, co
 std::uint64_t tensor_path_bytes(const SweepPoint& point, const std::vector<Estimand>& estimands) {
   const Plan plan = checked_plan(point, estimands);
   const auto monomials = static_cast<std::uint64_t>(monomials_per_row(point.d, plan.top));
+  const auto features = static_cast<std::uint64_t>(monomials_of_order(point.d, plan.top));
   const auto rows = static_cast<std::uint64_t>(kBlockRows), D = static_cast<std::uint64_t>(point.D),
              d = static_cast<std::uint64_t>(point.d);
   using reports::saturating_product;
   using reports::saturating_sum;
-  // A block of X, its projections, monomials and weights; one chunk's sums (3 weights, both sides); Q and K.
+  // A block of X, its projections, monomials and features; a chunk's sums and the total (up to 3 weights of 2
+  // orders, both sides, features^2 each); Q and K.
   return saturating_product(
-      {sizeof(double), saturating_sum({saturating_product({rows, D + 2 * d + monomials + 3}),
-                                       saturating_product({2 * 3 * 2, monomials}), saturating_product({2, D, d})})});
+      {sizeof(double), saturating_sum({saturating_product({rows, D + 2 * d + monomials + features + 3}),
+                                       saturating_product({2 * 2 * 3 * 2, features, features}),
+                                       saturating_product({2, D, d})})});
 }
 
 SampleValues evaluate_tensor_sample(const SweepPoint& point, const std::vector<Estimand>& estimands, std::uint64_t k,
