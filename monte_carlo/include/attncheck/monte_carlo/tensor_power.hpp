@@ -14,8 +14,13 @@
 // The Jacobians are the full N^2 x (D d) ones: entry (i, j) of dF/dQ is g_ij lambda x_i u_j^T, whose squared
 // norm ||x_i||^2 ||u_j||^2 g_ij^2 already separates, so no cross sum over (i, j, j') arises and all four
 // estimands factor. (A gradient of a scalar loss would have one; it is not an estimand here.)
-// Cost per row: the monomials of orders 1..2p, C(d + 2p, 2p) - 1 products, and one multiply-add per monomial
-// and weight of the orders kept; memory O(rows of a block x monomials), independent of N. The inputs are
+// Even orders m = 2h are formed as Gram matrices: v^{(x)2h} = v^{(x)h} (x) v^{(x)h}, and with the features
+// phi(v)_alpha = sqrt(h! / alpha!) v^alpha (|alpha| = h), (v . u)^h = phi(v) . phi(u), so
+//   sum_ij w_i w'_j (v_i . u_j)^{2h} = < sum_i w_i phi(v_i) phi(v_i)^T, sum_j w'_j phi(u_j) phi(u_j)^T >_F:
+// one GEMM per row block (weights are squared norms, so sqrt(w) rides on the features). Odd orders (row sums of
+// odd p) keep the order-m sums. Cost per row: the monomials of orders 1..p, C(d + p, p) - 1 products, and
+// 2 C(d + p - 1, p)^2 flops per weight of the Gram update; memory O(block rows x monomials + Gram matrices),
+// independent of N. The inputs are
 // drawn in row blocks from the sample's own Philox stream in the documented order (cpu_backend.hpp), so both
 // paths see the same numbers; only the rounding differs.
 
