@@ -114,6 +114,8 @@ TEST_CASE("the path choice follows the flop estimate and refuses what the tensor
   point.N = 16;  // N^2 (2d + 10) = 6656 flops against ~800 flops per row of degree-4 monomials
   CHECK(choose_path(EvaluationPath::automatic, point, value) == EvaluationPath::direct);
   CHECK(choose_path(EvaluationPath::tensor, point, value) == EvaluationPath::tensor);
+  point.map.activation.p = 1;  // O(N d^2) either way: the path that streams X wins the tie
+  CHECK(choose_path(EvaluationPath::automatic, point, value) == EvaluationPath::tensor);
   point.d = 64;
   point.map.activation.p = 6;  // C(76, 12) monomials per row
   point.N = 1 << 20;
