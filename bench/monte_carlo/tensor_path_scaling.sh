@@ -13,13 +13,14 @@ attncheck=$build/cli/attncheck
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 
-# Samples per point: enough for a tenth of a second or more at small N, one or two at the largest.
+# Samples per point: about the same work per point on each path (O(N^2) direct, O(N) tensor), at least two.
 run_path() {
   local path=$1 max=$2 n=256
   while ((n <= max)); do
     local samples=$((4194304 / n))
+    [[ $path == direct ]] && samples=$((67108864 / n / n))
     ((samples < 2)) && samples=2
-    ((samples > 256)) && samples=256
+    ((samples > 64)) && samples=64
     "$attncheck" mc --phi poly --p 2 --D 16 --d 8 --N "$n" --estimand value --claimed-exponent 1 --samples "$samples" \
       --path "$path" --backend cpu --json >"$scratch/$path-$n.json"
     n=$((n * 4))
