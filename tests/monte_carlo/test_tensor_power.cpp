@@ -111,7 +111,7 @@ TEST_CASE("the path choice follows the flop estimate and refuses what the tensor
   const PathCosts large = path_flops(point, value);
   CHECK(large.tensor < large.direct);
   CHECK(choose_path(EvaluationPath::automatic, point, value) == EvaluationPath::tensor);
-  point.N = 16;  // N^2 (2d + 10) = 6656 flops against ~800 flops per row of degree-4 monomials
+  point.N = 16;  // 16 scores per row (2d + 10 flops each) cost less than a row's 36 x 36 Gram update
   CHECK(choose_path(EvaluationPath::automatic, point, value) == EvaluationPath::direct);
   CHECK(choose_path(EvaluationPath::tensor, point, value) == EvaluationPath::tensor);
   point.map.activation.p = 1;  // O(N d^2) either way: the path that streams X wins the tie
