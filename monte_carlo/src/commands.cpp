@@ -226,8 +226,10 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
     }
   }
   const SamplingPolicy policy = sampling_policy(o);
-  const std::unique_ptr<Backend> backend =
-      hooks.make_backend ? hooks.make_backend(o) : std::make_unique<CpuBackend>(o.threads, static_cast<Index>(o.tile));
+  const EvaluationPath path = parse_evaluation_path(o.path);
+  const std::unique_ptr<Backend> backend = hooks.make_backend
+                                               ? hooks.make_backend(o)
+                                               : std::make_unique<CpuBackend>(o.threads, static_cast<Index>(o.tile), path);
   auto* cpu = dynamic_cast<CpuBackend*>(backend.get());
   const int threads = cpu ? cpu->threads() : o.threads;
   if (o.precision != "double" && o.precision != "mixed") {
@@ -261,7 +263,7 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
     // Every point is checked before the first one runs: a size this machine cannot hold is a usage error now,
     // not bad_alloc or the OOM killer hours into a sweep.
     for (const PointSpec& ps : points) {
-      reports::require_memory(cpu->bytes_needed(ps.point),
+      reports::require_memory(cpu->bytes_needed(ps.point, ps.series->estimands),
                               fmt::format("N = {}, D = {}, d = {} with --tile {} on {} threads", ps.point.N,
                                           ps.point.D, ps.point.d, o.tile, cpu->threads()),
                               "; use smaller sizes, a smaller --tile or fewer --threads");
@@ -299,11 +301,11 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
     // Row sums, qk-layernorm and C8's pairs are computed on the CPU only; the rest of the run stays on the device.
     Backend* point_backend = backend.get();
     RunContext point_context = context;
-    if (backend->name() != "cpu" &&
-        !check_request(ps.point, ps.series->estimands).cuda_supported()) {
+    if (backend->name() != "cpu" && (!check_request(ps.point, ps.series->estimands).cuda_supported() ||
+                                     path == EvaluationPath::tensor)) {
       if (!cpu_fallback) {
-        cpu_fallback = std::make_unique<CpuBackend>(o.threads, static_cast<Index>(o.tile), precision);
-        note("row sums, qk-layernorm and C8's pairs run on the CPU backend");
+        cpu_fallback = std::make_unique<CpuBackend>(o.threads, static_cast<Index>(o.tile), path, precision);
+        note("row sums, qk-layernorm, C8's pairs and --path tensor run on the CPU backend");
       }
       point_backend = cpu_fallback.get();
       point_context = {o.seed, cpu_fallback->name(), cpu_fallback->threads()};
@@ -318,7 +320,14 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
       throw InputError(fmt::format("point {}: {}", label, e.what()));
     }
     std::vector<json> fresh;
-    for (auto e : ps.series->estimands) fresh.push_back(point_record(ps, e, point_outcome, point_context));
+    // Which evaluation the samples took: the CPU backend chooses per point, other backends form the scores.
+    const auto* point_cpu = dynamic_cast<const CpuBackend*>(point_backend);
+    const char* point_path =
+        evaluation_path_name(point_cpu ? point_cpu->path_for(ps.point, ps.series->estimands) : EvaluationPath::direct);
+    for (auto e : ps.series->estimands) {
+      fresh.push_back(point_record(ps, e, point_outcome, point_context));
+      fresh.back()["path"] = point_path;
+    }
     if (folder) folder->append(fresh);
     outcome.records.insert(outcome.records.end(), fresh.begin(), fresh.end());
   }

@@ -745,8 +745,8 @@ double mixed_precision_relative_bound(int p, Index d) {
   return 2.0 * p * (dd + 2) * unit * std::sqrt(dd) + (p + 1) * unit;
 }
 
-CpuBackend::CpuBackend(int threads, Index tile, ScorePrecision precision)
-    : threads_(threads > 0 ? threads : omp_get_max_threads()), tile_(tile), precision_(precision) {
+CpuBackend::CpuBackend(int threads, Index tile, EvaluationPath path, ScorePrecision precision)
+    : threads_(threads > 0 ? threads : omp_get_max_threads()), tile_(tile), precision_(precision), path_(path) {
   if (tile < 1) throw InputError(fmt::format("tile size {} must be >= 1", tile));
   use_single_threaded_gemm();
 }
@@ -776,6 +776,11 @@ std::uint64_t CpuBackend::bytes_needed(const SweepPoint& point) const {
   return saturating_product({sizeof(double), static_cast<std::uint64_t>(threads_), saturating_sum({sample, block})});
 }
 
+std::uint64_t CpuBackend::bytes_needed(const SweepPoint& point, const std::vector<Estimand>& estimands) const {
+  if (path_for(point, estimands) != EvaluationPath::tensor) return bytes_needed(point);
+  return reports::saturating_product({static_cast<std::uint64_t>(threads_), tensor_path_bytes(point, estimands)});
+}
+
 void CpuBackend::evaluate(const SweepPoint& point, const std::vector<Estimand>& estimands, std::uint64_t first,
                           std::uint64_t count, std::vector<SampleValues>& out) {
   const std::size_t base = out.size();
@@ -796,6 +801,17 @@ void CpuBackend::evaluate(const SweepPoint& point, const std::vector<Estimand>& 
       totals.pairs_sq_mean = pair_sample_mean_square(point, first + static_cast<std::uint64_t>(k));
       out[base + static_cast<std::size_t>(k)] = sample_values(request, point.map, point.N, totals);
     });
+    return;
+  }
+  if (path_for(point, estimands) == EvaluationPath::tensor) {
+    if (count >= static_cast<std::uint64_t>(threads_)) {
+      parallel_for(static_cast<Index>(count), threads_, [&](Index k) {
+        out[base + static_cast<std::size_t>(k)] =
+            evaluate_tensor_sample(point, estimands, first + static_cast<std::uint64_t>(k), 1);
+      });
+    } else {
+      for (std::uint64_t k = 0; k < count; ++k) out[base + k] = evaluate_tensor_sample(point, estimands, first + k, threads_);
+    }
     return;
   }
   if (count >= static_cast<std::uint64_t>(threads_)) {

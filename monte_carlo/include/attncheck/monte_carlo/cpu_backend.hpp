@@ -17,6 +17,8 @@
 // - qk-layernorm: the rows of X Q and X K are layer-normalized first; every path above then applies to them.
 // - row sums (row-sum, row-mean): sum_ij phi(s_ij), for the linear maps lambda (sum_i v_i) . (sum_j u_j), for softmax
 //   N, otherwise a tiled pass of its own.
+// - elementwise x^p on projected scores (value, dS, dQ, dK, row sums): tensor powers, O(N C(d + 2p, 2p)) per
+//   sample and exact (tensor_power.hpp), when the flop estimate says it is cheaper or --path tensor asks.
 // - every other map: score tiles of tile x tile entries, lambda V_I U_J^T by GEMM, reduced on the fly with
 //   the per-entry terms of entry_terms.hpp (softmax: a first pass for the row max, normalizer, ubar_i and
 //   xbar_i with online rescaling, a second for the probabilities). Memory O(N (D + d) + tile^2) per thread.
@@ -26,6 +28,7 @@
 // blocks of one sample; partial sums are combined in a fixed order, so the values do not depend on threads.
 
 #include "attncheck/monte_carlo/backend.hpp"
+#include "attncheck/monte_carlo/tensor_power.hpp"
 #include "attncheck/theory/common.hpp"
 
 namespace attncheck::monte_carlo {
@@ -76,7 +79,8 @@ SampleValues evaluate_cross_norm(const SweepPoint& point, const SampleInputs& in
 class CpuBackend final : public Backend {
  public:
   // threads <= 0: OpenMP's default (all cores).
-  explicit CpuBackend(int threads = 0, theory::Index tile = 256, ScorePrecision precision = ScorePrecision::fp64);
+  explicit CpuBackend(int threads = 0, theory::Index tile = 256, EvaluationPath path = EvaluationPath::automatic,
+                      ScorePrecision precision = ScorePrecision::fp64);
   std::string name() const override { return "cpu"; }
   int threads() const { return threads_; }
   ScorePrecision precision() const { return precision_; }
@@ -84,6 +88,12 @@ class CpuBackend final : public Backend {
   // The most bytes an evaluate() call holds for this point: every thread's inputs, projections, d x d Gram
   // matrices and score tiles (saturating: absurd sizes compare as too large, never wrap).
   std::uint64_t bytes_needed(const SweepPoint& point) const;
+  // The same on the path these estimands of the point take.
+  std::uint64_t bytes_needed(const SweepPoint& point, const std::vector<Estimand>& estimands) const;
+  // direct or tensor: what evaluate() does with this point (throws as choose_path does).
+  EvaluationPath path_for(const SweepPoint& point, const std::vector<Estimand>& estimands) const {
+    return choose_path(path_, point, estimands);
+  }
   void evaluate(const SweepPoint& point, const std::vector<Estimand>& estimands, std::uint64_t first,
                 std::uint64_t count, std::vector<SampleValues>& out) override;
 
@@ -91,6 +101,7 @@ class CpuBackend final : public Backend {
   int threads_;
   theory::Index tile_;
   ScorePrecision precision_;
+  EvaluationPath path_;
 };
 
 // "double" or "mixed", as --precision spells them.

@@ -122,6 +122,14 @@ class PhiloxStream {
     }
   }
 
+  // Moves on `blocks` blocks (2 * blocks normals) without drawing them: a sample's matrices can then be drawn
+  // out of their order, or in row blocks, and still be the same numbers.
+  void skip_blocks(std::uint64_t blocks) {
+    const std::uint64_t low = (static_cast<std::uint64_t>(counter_.v[1]) << 32 | counter_.v[0]) + blocks;
+    counter_.v[0] = static_cast<std::uint32_t>(low);
+    counter_.v[1] = static_cast<std::uint32_t>(low >> 32);
+  }
+
   // The block counter's increment (a carry past the second word would take 2^64 blocks).
   static void advance(PhiloxCounter& counter) {
     if (++counter.v[0] == 0) ++counter.v[1];
