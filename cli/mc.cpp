@@ -349,7 +349,7 @@ std::function<int()> setup(CLI::App& app) {
       ->capture_default_str()->check(integer_in(1, INT32_MAX));
   app.add_option("--tolerance", o->tolerance, "Slack on the claimed exponent in the asymptotic-fit verdict")
       ->capture_default_str()->check(real_in(mc::kToleranceRange));
-  app.add_option("--backend", o->backend, "auto, cpu or cuda")->capture_default_str();
+  app.add_option("--backend", o->backend, backend_names())->capture_default_str();
   app.add_option("--out", o->out, "Folder for points.jsonl, points.csv (each point written when it finishes) and fits.json (the fits of every series in the folder)");
   app.add_flag("--resume", o->resume,
                "Keep the points already in --out and skip those this run would repeat (same point, estimand and "
@@ -370,7 +370,8 @@ std::function<int()> setup(CLI::App& app) {
       "Sampling: X, Q, K have i.i.d. N(0, sigma^2) entries (sigma = standard deviation); sample k of a point draws X "
       "(row-major), then Q, then K from Philox4x32-10 (point seed, subsequence k), as cuRAND's curand_init(seed, k, 0). "
       "The matrix-power reading uses S^p = lambda^p V (U^T V)^(p-1) U^T (V = XQ, U = XK): O(N d^2), any N, value only.\n"
-      "Example: attncheck mc --claim C3 --N 16:4096:x2 --D 64 --d 64 --p 1,2,3 --out results/");
+      "Example: attncheck mc --claim C3 --N 16:4096:x2 --D 64 --d 64 --p 1,2,3 --out results/\n" +
+      backend_list());
   return [o] { return run(*o); };
 }
 

@@ -227,8 +227,7 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
   const SamplingPolicy policy = sampling_policy(o);
   const std::unique_ptr<Backend> backend =
       hooks.make_backend ? hooks.make_backend(o) : std::make_unique<CpuBackend>(o.threads, static_cast<Index>(o.tile));
-  const auto* cpu = dynamic_cast<const CpuBackend*>(backend.get());
-  const int threads = cpu ? cpu->threads() : o.threads;
+  const int threads = backend->threads();
   const RunContext context{o.seed, backend->name(), threads};
 
   const std::uint64_t point_count =
@@ -247,15 +246,15 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
       }
     }
   }
-  if (cpu) {
-    // Every point is checked before the first one runs: a size this machine cannot hold is a usage error now,
-    // not bad_alloc or the OOM killer hours into a sweep.
-    for (const PointSpec& ps : points) {
-      reports::require_memory(cpu->bytes_needed(ps.point),
-                              fmt::format("N = {}, D = {}, d = {} with --tile {} on {} threads", ps.point.N,
-                                          ps.point.D, ps.point.d, o.tile, cpu->threads()),
-                              "; use smaller sizes, a smaller --tile or fewer --threads");
-    }
+  // Every point is checked before the first one runs: a size this machine cannot hold is a usage error now,
+  // not bad_alloc or the OOM killer hours into a sweep.
+  for (const PointSpec& ps : points) {
+    const std::uint64_t bytes = backend->host_bytes_needed(ps.point);
+    if (bytes == 0) continue;
+    reports::require_memory(bytes,
+                            fmt::format("N = {}, D = {}, d = {} with --tile {} on {} threads", ps.point.N,
+                                        ps.point.D, ps.point.d, o.tile, backend->threads()),
+                            "; use smaller sizes, a smaller --tile or fewer --threads");
   }
   McOutcome outcome;
   outcome.points = points.size();

@@ -22,17 +22,11 @@ namespace {
 
 SweepPoint make(theory::Index N, theory::Index D, theory::Index d, theory::Activation act, double inner,
                 std::uint64_t seed, double sigma_x = 1, double sigma_t = 1) {
-  SweepPoint pt;
-  pt.N = N;
-  pt.D = D;
-  pt.d = d;
-  pt.sigma_x = sigma_x;
-  pt.sigma_t = sigma_t;
-  pt.map.activation = act;
-  pt.map.inner = inner;
-  pt.map.outer = {0.7, 0.5};
-  pt.seed = seed;
-  return pt;
+  theory::AttentionMap map;
+  map.activation = act;
+  map.inner = inner;
+  map.outer = {0.7, 0.5};
+  return make_sweep_point({N, D, d, sigma_x, sigma_t}, map, seed);
 }
 
 void check_relative(double got, double want, double rel, const std::string& what) {
@@ -195,19 +189,17 @@ TEST_CASE("a NaN input is reported with its place, not averaged") {
 
 TEST_CASE("the backend's memory estimate grows with the point and saturates instead of wrapping") {
   CpuBackend backend(2, 64);
-  SweepPoint small;
-  small.N = 1024;
-  small.D = small.d = 64;
+  const SweepPoint small = make_sweep_point({1024, 64, 64}, {}, 0);
   SweepPoint large = small;
   large.N = 4096;
-  const std::uint64_t bytes = backend.bytes_needed(small);
+  const std::uint64_t bytes = backend.host_bytes_needed(small);
   // At least each thread's X, V, U and one 64 x 64 tile; the 4x longer point needs more.
   CHECK(bytes >= 2 * 8 * (1024 * (64 + 2 * 64) + 64 * 64));
-  CHECK(backend.bytes_needed(large) > bytes);
+  CHECK(backend.host_bytes_needed(large) > bytes);
   SweepPoint absurd = small;
   absurd.N = std::int64_t{1} << 61;
   absurd.d = std::int64_t{1} << 40;
-  CHECK(backend.bytes_needed(absurd) == UINT64_MAX);
+  CHECK(backend.host_bytes_needed(absurd) == UINT64_MAX);
 }
 
 TEST_CASE("an exception inside a parallel loop reaches the caller instead of terminating the program") {

@@ -69,10 +69,11 @@ class CpuBackend final : public Backend {
   // threads <= 0: OpenMP's default (all cores).
   explicit CpuBackend(int threads = 0, theory::Index tile = 256);
   std::string name() const override { return "cpu"; }
-  int threads() const { return threads_; }
+  std::string describe() const override;
+  int threads() const override { return threads_; }
   // The most bytes an evaluate() call holds for this point: every thread's inputs, projections, d x d Gram
   // matrices and score tiles (saturating: absurd sizes compare as too large, never wrap).
-  std::uint64_t bytes_needed(const SweepPoint& point) const;
+  std::uint64_t host_bytes_needed(const SweepPoint& point) const override;
   void evaluate(const SweepPoint& point, const std::vector<Estimand>& estimands, std::uint64_t first,
                 std::uint64_t count, std::vector<SampleValues>& out) override;
 
