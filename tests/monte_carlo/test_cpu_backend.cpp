@@ -1,3 +1,4 @@
+#include "attncheck/monte_carlo/backend_registry.hpp"
 #include "attncheck/monte_carlo/cpu_backend.hpp"
 #include "attncheck/monte_carlo/parallel.hpp"
 #include "attncheck/monte_carlo/random_stream.hpp"
@@ -8,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -212,4 +214,37 @@ TEST_CASE("an exception inside a parallel loop reaches the caller instead of ter
                     "iteration 17 failed");
   CHECK(std::count(done.begin(), done.end(), 1) == 64);  // the others still ran
   CHECK_THROWS_AS(parallel_for(8, 2, [](theory::Index) { throw std::bad_alloc(); }), std::bad_alloc);
+}
+
+TEST_CASE("the CPU backend registers itself and says how many threads it uses, with no cast needed") {
+  const BackendEntry* cpu = find_backend("cpu");
+  REQUIRE(cpu != nullptr);
+  CHECK(cpu->unavailable_reason().empty());
+  const std::unique_ptr<Backend> backend = cpu->make({3, 64});
+  CHECK(backend->name() == "cpu");
+  CHECK(backend->threads() == 3);
+  CHECK(backend->describe() == "cpu: 3 OpenMP threads, score tiles of 64 x 64");
+  // The memory check reaches the CPU's estimate through the interface.
+  const SweepPoint point = make_sweep_point({1024, 64, 64}, {}, 0);
+  CHECK(backend->host_bytes_needed(point) == CpuBackend(3, 64).host_bytes_needed(point));
+  CHECK(find_backend("no-such-backend") == nullptr);
+  const std::vector<const BackendEntry*> all = registered_backends();
+  CHECK(std::is_sorted(all.begin(), all.end(), [](const auto* a, const auto* b) { return a->name < b->name; }));
+}
+
+TEST_CASE("make_sweep_point sets every field, and C9's dv defaults to d") {
+  theory::AttentionMap map;
+  map.activation = {ActivationKind::softmax, Pointwise::identity, 1};
+  map.inner = 0.25;
+  const SweepPoint plain = make_sweep_point({7, 5, 3, 1.5, 0.5}, map, 42, theory::ScoreModel::projected_layernorm);
+  CHECK((plain.N == 7 && plain.D == 5 && plain.d == 3));
+  CHECK((plain.sigma_x == 1.5 && plain.sigma_t == 0.5 && plain.seed == 42));
+  CHECK(plain.map.inner == 0.25);
+  CHECK(plain.scores == theory::ScoreModel::projected_layernorm);
+  CHECK_FALSE(plain.mix.has_value());
+  CHECK(plain.dv == 0);
+  const SweepPoint cross = make_sweep_point({7, 5, 3}, map, 42, theory::ScoreModel::projected, 0.5);
+  CHECK(cross.mix == 0.5);
+  CHECK(cross.dv == 3);
+  CHECK(make_sweep_point({7, 5, 3}, map, 42, theory::ScoreModel::projected, 1.0, 11).dv == 11);
 }
