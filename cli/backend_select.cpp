@@ -2,43 +2,64 @@
 
 #include "subcommand.hpp"
 
-#include "attncheck/monte_carlo/cpu_backend.hpp"
-#ifdef ATTNCHECK_HAVE_CUDA
-#include "attncheck/gpu/cuda_backend.hpp"
-#endif
+#include "attncheck/monte_carlo/backend_registry.hpp"
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
+#include <vector>
 
 namespace attncheck::cli {
 
-std::unique_ptr<monte_carlo::Backend> select_backend(const std::string& requested, int threads, theory::Index tile,
-                                                     monte_carlo::EvaluationPath path) {
-  if (requested == "cpu") return std::make_unique<monte_carlo::CpuBackend>(threads, tile, path);
+std::string backend_names() {
+  std::string names = "auto";
+  for (const monte_carlo::BackendEntry* entry : monte_carlo::registered_backends()) names += ", " + entry->name;
+  return names;
+}
+
+std::string backend_list() {
+  std::string list = "Backends (--backend): auto, the available one of highest preference;";
+  for (const monte_carlo::BackendEntry* entry : monte_carlo::registered_backends()) {
+    list += fmt::format(" {}, {};", entry->name, entry->description);
+  }
+  list.back() = '.';
+  return list;
+}
+
+std::unique_ptr<monte_carlo::Backend> select_backend(const std::string& requested,
+                                                     const monte_carlo::BackendRequest& request) {
   if (requested == "auto") {
-#ifdef ATTNCHECK_HAVE_CUDA
-    if (gpu::cuda_device_count() > 0) {
-      fmt::print(stderr, "attncheck: backend auto: CUDA on device 0, {}\n", gpu::cuda_device_description(0));
-      return gpu::make_cuda_backend(0);
+    std::vector<const monte_carlo::BackendEntry*> entries = monte_carlo::registered_backends();
+    std::stable_sort(entries.begin(), entries.end(), [](const auto* a, const auto* b) {
+      return a->auto_preference > b->auto_preference;
+    });
+    std::string skipped;
+    for (const monte_carlo::BackendEntry* entry : entries) {
+      const std::string reason = entry->unavailable_reason();
+      if (!reason.empty()) {
+        skipped += (skipped.empty() ? "" : "; ") + reason;
+        continue;
+      }
+      std::unique_ptr<monte_carlo::Backend> backend = entry->make(request);
+      if (skipped.empty()) {
+        fmt::print(stderr, "attncheck: backend auto: {}\n", backend->describe());
+      } else {
+        std::string upper = entry->name;
+        std::transform(upper.begin(), upper.end(), upper.begin(), [](unsigned char c) { return std::toupper(c); });
+        fmt::print(stderr, "attncheck: backend auto: {}, using the {} ({})\n", skipped, upper, backend->describe());
+      }
+      return backend;
     }
-    fmt::print(stderr, "attncheck: backend auto: no CUDA device answers, using the CPU\n");
-#else
-    fmt::print(stderr, "attncheck: backend auto: built without CUDA support, using the CPU\n");
-#endif
-    return std::make_unique<monte_carlo::CpuBackend>(threads, tile, path);
+    throw UsageError(fmt::format("--backend auto: no backend can run here ({})", skipped));
   }
-  if (requested == "cuda") {
-#ifdef ATTNCHECK_HAVE_CUDA
-    if (gpu::cuda_device_count() == 0) {
-      throw UsageError("--backend cuda: no CUDA device answers (no GPU, or no driver) (use --backend cpu or auto)");
-    }
-    return gpu::make_cuda_backend(0);
-#else
-    throw UsageError("--backend cuda: this attncheck was built without CUDA support (use --backend cpu or auto)");
-#endif
+  const monte_carlo::BackendEntry* entry = monte_carlo::find_backend(requested);
+  if (entry == nullptr) throw UsageError(fmt::format("--backend {}: not one of {}", requested, backend_names()));
+  if (const std::string reason = entry->unavailable_reason(); !reason.empty()) {
+    throw UsageError(fmt::format("--backend {}: {} (use --backend cpu or auto)", requested, reason));
   }
-  throw UsageError(fmt::format("--backend {}: not one of auto, cpu, cuda", requested));
+  return entry->make(request);
 }
 
 }  // namespace attncheck::cli

@@ -3,11 +3,9 @@
 #include "number_options.hpp"
 #include "subcommand.hpp"
 
-#ifdef ATTNCHECK_HAVE_CUDA
-#include "attncheck/gpu/cuda_backend.hpp"
+#include "attncheck/gpu/cuda_devices.hpp"
 #include "attncheck/gpu/selftest.hpp"
 #include "attncheck/monte_carlo/cpu_backend.hpp"
-#endif
 
 #include <fmt/format.h>
 
@@ -25,35 +23,18 @@ struct SelftestOptions {
 };
 
 int run(const SelftestOptions& o) {
-#ifndef ATTNCHECK_HAVE_CUDA
-  (void)o;
-  fmt::print(stderr,
-             "attncheck gpu-selftest: this attncheck was built without CUDA support (configure with "
-             "-DATTNCHECK_CUDA=ON on a machine with nvcc); nothing to test\n");
-  return kExitUsage;
-#else
-  const int count = gpu::cuda_device_count();
-  if (count == 0) {
-    fmt::print(stderr, "attncheck gpu-selftest: no CUDA device answers (no GPU, or no driver); nothing to test\n");
+  if (const std::string reason = gpu::cuda_unavailable_reason(); !reason.empty()) {
+    fmt::print(stderr, "attncheck gpu-selftest: {}; nothing to test\n", reason);
     return kExitUsage;
   }
+  const int count = gpu::cuda_device_count();
   if (o.device < 0 || o.device >= count) {
     throw UsageError(fmt::format("--device {}: {} CUDA device(s) answer, numbered 0 to {}", o.device, count, count - 1));
   }
   fmt::print("device {}: {}\n", o.device, gpu::cuda_device_description(o.device));
-  const std::unique_ptr<monte_carlo::Backend> backend = gpu::make_cuda_backend(o.device);
-  const std::unique_ptr<monte_carlo::Backend> small = gpu::make_cuda_backend(o.device, {gpu::kSmallScoreBufferBytes});
+  const gpu::SelftestTarget target = gpu::cuda_selftest_target(o.device);
   monte_carlo::CpuBackend cpu(o.threads);
-  gpu::SelftestDevice device;
-  device.philox_words = [&](std::uint64_t seed, std::uint64_t first, int subsequences, int blocks, bool sequential) {
-    return gpu::device_philox_words(o.device, seed, first, subsequences, blocks, sequential);
-  };
-  device.draw_sample = [&](const monte_carlo::SweepPoint& point, std::uint64_t k) {
-    return gpu::device_draw_sample(o.device, point, k);
-  };
-  device.backend = backend.get();
-  device.small_buffer_backend = small.get();
-  const gpu::SelftestReport report = gpu::run_selftest(device, cpu, gpu::selftest_cases());
+  const gpu::SelftestReport report = gpu::run_selftest(target.hooks, cpu, gpu::selftest_cases());
   int failed = 0;
   for (const gpu::CheckResult& check : report.checks) {
     fmt::print("{} {}: {}\n", check.passed ? "ok  " : "FAIL", check.name, check.detail);
@@ -63,7 +44,7 @@ int run(const SelftestOptions& o) {
     using monte_carlo::Estimand;
     for (const auto& estimands : {std::vector<Estimand>{Estimand::value},
                                   std::vector<Estimand>{Estimand::value, Estimand::dQ, Estimand::dK, Estimand::dS}}) {
-      const gpu::Throughput t = gpu::measure_throughput(*backend, estimands, o.throughput_samples);
+      const gpu::Throughput t = gpu::measure_throughput(*target.backend, estimands, o.throughput_samples);
       fmt::print("throughput, x^3, N = 4096, D = d = 64 [{}]: {:.0f} samples/s, score phase {:.1f} TFLOP/s "
                  "(docs/gpu.md: roofline estimates to compare with)\n",
                  t.estimands, t.samples_per_second, t.score_tflops);
@@ -71,7 +52,6 @@ int run(const SelftestOptions& o) {
   }
   fmt::print("{} of {} checks agree\n", report.checks.size() - failed, report.checks.size());
   return report.passed() ? kExitHolds : kExitViolated;
-#endif
 }
 
 const bool registered = register_subcommand(

@@ -265,7 +265,8 @@ int run(const Options& o) {
   ProgressBar bar;
   mc::McHooks hooks;
   hooks.make_backend = [&](const mc::McRequest& r) {
-    return select_backend(o.backend, r.threads, static_cast<theory::Index>(r.tile), mc::parse_evaluation_path(r.path));
+    return select_backend(o.backend, {r.threads, static_cast<theory::Index>(r.tile), mc::parse_evaluation_path(r.path),
+                                      mc::parse_score_precision(r.precision)});
   };
   hooks.note = [](const std::string& note) { fmt::print(stderr, "attncheck mc: note: {}\n", note); };
   hooks.progress = [&](std::size_t point, std::size_t points, const std::string& label, std::uint64_t done,
@@ -360,7 +361,7 @@ std::function<int()> setup(CLI::App& app) {
       ->capture_default_str()->check(integer_in(1, INT32_MAX));
   app.add_option("--tolerance", o->tolerance, "Slack on the claimed exponent in the asymptotic-fit verdict")
       ->capture_default_str()->check(real_in(mc::kToleranceRange));
-  app.add_option("--backend", o->backend, "auto, cpu or cuda")->capture_default_str();
+  app.add_option("--backend", o->backend, backend_names())->capture_default_str();
   app.add_option("--precision", o->precision,
                  "double, or mixed: FP32 score tiles of x^p (p = 2..6) with FP64 sums, CPU only; the relative error "
                  "bound per (p, d) is printed and kept in the provenance")
@@ -391,7 +392,8 @@ std::function<int()> setup(CLI::App& app) {
       "Sampling: X, Q, K have i.i.d. N(0, sigma^2) entries (sigma = standard deviation); sample k of a point draws X "
       "(row-major), then Q, then K from Philox4x32-10 (point seed, subsequence k), as cuRAND's curand_init(seed, k, 0). "
       "The matrix-power reading uses S^p = lambda^p V (U^T V)^(p-1) U^T (V = XQ, U = XK): O(N d^2), any N, value only.\n"
-      "Example: attncheck mc --claim C3 --N 16:4096:x2 --D 64 --d 64 --p 1,2,3 --out results/");
+      "Example: attncheck mc --claim C3 --N 16:4096:x2 --D 64 --d 64 --p 1,2,3 --out results/\n" +
+      backend_list());
   return [o] { return run(*o); };
 }
 

@@ -9,7 +9,7 @@
 
 namespace attncheck::cli {
 
-// Exit codes of every subcommand (DESIGN.md): 0 all checked claims hold, 1 a claim or bound is violated,
+// Exit codes of every subcommand (docs/design.md, "CLI conventions"): 0 all checked claims hold, 1 a claim or bound is violated,
 // 2 usage or input error.
 inline constexpr int kExitHolds = 0;
 inline constexpr int kExitViolated = 1;

@@ -12,6 +12,8 @@
 
 #include "attncheck/gpu/cuda_backend.hpp"
 
+#include "attncheck/monte_carlo/backend_registry.hpp"
+
 #include "attncheck/gpu/batch_plan.hpp"
 #include "attncheck/gpu/normal_layout.hpp"
 #include "attncheck/monte_carlo/sample_norms.hpp"
@@ -139,6 +141,7 @@ class CudaBackend final : public monte_carlo::Backend {
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   std::string name() const override { return "cuda"; }
+  std::string describe() const override { return fmt::format("cuda: device {}, {}", device_, cuda_device_description(device_)); }
 
   void evaluate(const SweepPoint& point, const std::vector<Estimand>& estimands, std::uint64_t first,
                 std::uint64_t count, std::vector<SampleValues>& out) override {
@@ -522,6 +525,10 @@ int cuda_device_count() {
   return count;
 }
 
+std::string cuda_unavailable_reason() {
+  return cuda_device_count() > 0 ? std::string() : std::string("no CUDA device answers (no GPU, or no driver)");
+}
+
 std::string cuda_device_description(int device) {
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
@@ -547,6 +554,11 @@ std::vector<T> copy_back(const T* device_data, std::size_t count) {
 }
 }  // namespace
 
+namespace {
+
+// The self-test's view of the device: raw words of subsequences first.. (blocks blocks of four words each;
+// `sequential`: from one curand_init(seed, k, 0), else each block from curand_init(seed, k, 4 * block)), and
+// X, Q, K (and W_V) of sample k as the sampling kernel draws them.
 std::vector<std::uint32_t> device_philox_words(int device, std::uint64_t seed, std::uint64_t first,
                                                int subsequences, int blocks, bool sequential) {
   check(cudaSetDevice(device), "cudaSetDevice");
@@ -574,6 +586,31 @@ DrawnSample device_draw_sample(int device, const SweepPoint& point, std::uint64_
   drawn.K = copy_back(kk, static_cast<std::size_t>(layout.k_count));
   drawn.W_V = copy_back(w, static_cast<std::size_t>(layout.w_count));
   return drawn;
+}
+
+// Registered here, with the functions of cuda_devices.hpp that the program calls anyway (gpu-selftest), so
+// that this object file, and the registration, is always linked.
+const bool registered = monte_carlo::register_backend(
+    {"cuda", "an NVIDIA GPU through CUDA (device 0): cuRAND's Philox draws, cuBLAS score strips", 10,
+     [] { return cuda_unavailable_reason(); },
+     [](const monte_carlo::BackendRequest&) { return make_cuda_backend(0); }});
+
+}  // namespace
+
+SelftestTarget cuda_selftest_target(int device) {
+  SelftestTarget target;
+  target.backend = make_cuda_backend(device);
+  target.small_buffer_backend = make_cuda_backend(device, {kSmallScoreBufferBytes});
+  target.hooks.philox_words = [device](std::uint64_t seed, std::uint64_t first, int subsequences, int blocks,
+                                       bool sequential) {
+    return device_philox_words(device, seed, first, subsequences, blocks, sequential);
+  };
+  target.hooks.draw_sample = [device](const SweepPoint& point, std::uint64_t k) {
+    return device_draw_sample(device, point, k);
+  };
+  target.hooks.backend = target.backend.get();
+  target.hooks.small_buffer_backend = target.small_buffer_backend.get();
+  return target;
 }
 
 }  // namespace attncheck::gpu

@@ -26,18 +26,15 @@ namespace {
 constexpr std::uint64_t kSelftestSeed = 20261121;
 
 SweepPoint make_point(theory::Index N, theory::Index D, theory::Index d, Activation activation, double n_exponent,
-                      std::uint64_t case_number, double sigma_x = 1, double sigma_t = 1) {
-  SweepPoint point;
-  point.N = N;
-  point.D = D;
-  point.d = d;
-  point.sigma_x = sigma_x;
-  point.sigma_t = sigma_t;
-  point.map.activation = activation;
-  point.map.inner = 1 / std::sqrt(static_cast<double>(d));
-  point.map.outer.n_exponent = n_exponent;
-  point.seed = monte_carlo::derive_point_seed(kSelftestSeed, case_number);
-  return point;
+                      std::uint64_t case_number, double sigma_x = 1, double sigma_t = 1,
+                      std::optional<double> mix = std::nullopt, theory::Index dv = 0) {
+  theory::AttentionMap map;
+  map.activation = activation;
+  map.inner = 1 / std::sqrt(static_cast<double>(d));
+  map.outer.n_exponent = n_exponent;
+  return monte_carlo::make_sweep_point({N, D, d, sigma_x, sigma_t}, map,
+                                       monte_carlo::derive_point_seed(kSelftestSeed, case_number),
+                                       theory::ScoreModel::projected, mix, dv);
 }
 
 Activation pointwise(Pointwise h, int p = 1) { return {ActivationKind::pointwise, h, p}; }
@@ -123,10 +120,8 @@ std::vector<SelftestCase> selftest_cases() {
   const std::vector<Estimand> cross_norms{Estimand::value, Estimand::dV, Estimand::dS, Estimand::dQ};
   const auto cross_norm = [&](theory::Index N, theory::Index D, theory::Index d, theory::Index dv, double mix,
                               double sigma_x, double sigma_t) {
-    SweepPoint point = make_point(N, D, d, {ActivationKind::softmax, Pointwise::identity, 1}, 0, ++number, sigma_x, sigma_t);
-    point.mix = mix;
-    point.dv = dv;
-    return point;
+    return make_point(N, D, d, {ActivationKind::softmax, Pointwise::identity, 1}, 0, ++number, sigma_x, sigma_t, mix,
+                      dv);
   };
   add("C9 mix alpha = 1, N = 64, dv = 12 (32 samples in one batch)", cross_norm(64, 16, 8, 12, 1.0, 1, 1), cross_norms, 32);
   add("C9 mix alpha = 0.3, N = 257, D = 7, d = 5, dv = 3, sigma_x = 1.5, sigma_t = 0.7",
@@ -197,7 +192,7 @@ double max_abs_difference(const std::vector<double>& a, const std::vector<double
 SelftestReport run_selftest(const SelftestDevice& device, monte_carlo::Backend& cpu,
                             const std::vector<SelftestCase>& cases) {
   SelftestReport report;
-  // Seeds 1234 (the stream DESIGN.md quotes) and a derived 64-bit one; subsequences from 0 and from above
+  // Seeds 1234 (the stream docs/design.md quotes) and a derived 64-bit one; subsequences from 0 and from above
   // 2^32, where the counter's high word is in use.
   struct Stream {
     std::uint64_t seed, first;

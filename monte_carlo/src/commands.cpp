@@ -227,20 +227,15 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
   }
   const SamplingPolicy policy = sampling_policy(o);
   const EvaluationPath path = parse_evaluation_path(o.path);
-  const std::unique_ptr<Backend> backend = hooks.make_backend
-                                               ? hooks.make_backend(o)
-                                               : std::make_unique<CpuBackend>(o.threads, static_cast<Index>(o.tile), path);
-  auto* cpu = dynamic_cast<CpuBackend*>(backend.get());
-  const int threads = cpu ? cpu->threads() : o.threads;
-  if (o.precision != "double" && o.precision != "mixed") {
-    throw InputError(fmt::format("--precision {}: not one of double, mixed", o.precision));
-  }
-  const ScorePrecision precision = o.precision == "mixed" ? ScorePrecision::mixed : ScorePrecision::fp64;
-  if (precision == ScorePrecision::mixed && !cpu) {
+  const ScorePrecision precision = parse_score_precision(o.precision);
+  const std::unique_ptr<Backend> backend =
+      hooks.make_backend ? hooks.make_backend(o)
+                         : std::make_unique<CpuBackend>(o.threads, static_cast<Index>(o.tile), path, precision);
+  const int threads = backend->threads();
+  if (precision == ScorePrecision::mixed && backend->name() != "cpu") {
     throw InputError(fmt::format("--precision mixed: FP32 score tiles exist on the CPU backend only, not on {} "
                                  "(use --backend cpu or --precision double)", backend->name()));
   }
-  if (cpu) cpu->set_precision(precision);
   const RunContext context{o.seed, backend->name(), threads};
 
   const std::uint64_t point_count =
@@ -259,15 +254,15 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
       }
     }
   }
-  if (cpu) {
-    // Every point is checked before the first one runs: a size this machine cannot hold is a usage error now,
-    // not bad_alloc or the OOM killer hours into a sweep.
-    for (const PointSpec& ps : points) {
-      reports::require_memory(cpu->bytes_needed(ps.point, ps.series->estimands),
-                              fmt::format("N = {}, D = {}, d = {} with --tile {} on {} threads", ps.point.N,
-                                          ps.point.D, ps.point.d, o.tile, cpu->threads()),
-                              "; use smaller sizes, a smaller --tile or fewer --threads");
-    }
+  // Every point is checked before the first one runs: a size this machine cannot hold is a usage error now,
+  // not bad_alloc or the OOM killer hours into a sweep.
+  for (const PointSpec& ps : points) {
+    const std::uint64_t bytes = backend->host_bytes_needed(ps.point, ps.series->estimands);
+    if (bytes == 0) continue;
+    reports::require_memory(bytes,
+                            fmt::format("N = {}, D = {}, d = {} with --tile {} on {} threads", ps.point.N,
+                                        ps.point.D, ps.point.d, o.tile, backend->threads()),
+                            "; use smaller sizes, a smaller --tile or fewer --threads");
   }
   McOutcome outcome;
   outcome.points = points.size();

@@ -1,5 +1,7 @@
 #include "attncheck/monte_carlo/cpu_backend.hpp"
 
+#include "attncheck/monte_carlo/backend_registry.hpp"
+
 #include "attncheck/monte_carlo/entry_terms.hpp"
 #include "attncheck/monte_carlo/parallel.hpp"
 #include "attncheck/monte_carlo/random_stream.hpp"
@@ -731,6 +733,12 @@ const char* precision_name(ScorePrecision precision) {
   return precision == ScorePrecision::mixed ? "mixed" : "double";
 }
 
+ScorePrecision parse_score_precision(const std::string& text) {
+  if (text == "double") return ScorePrecision::fp64;
+  if (text == "mixed") return ScorePrecision::mixed;
+  throw InputError(fmt::format("--precision {}: not one of double, mixed", text));
+}
+
 bool uses_fp32_scores(const SweepPoint& point, const std::vector<Estimand>& estimands) {
   if (point.mix) return false;
   const EstimandRequest request = check_request(point, estimands);
@@ -751,7 +759,11 @@ CpuBackend::CpuBackend(int threads, Index tile, EvaluationPath path, ScorePrecis
   use_single_threaded_gemm();
 }
 
-std::uint64_t CpuBackend::bytes_needed(const SweepPoint& point) const {
+std::string CpuBackend::describe() const {
+  return fmt::format("cpu: {} OpenMP threads, score tiles of {} x {}", threads_, tile_, tile_);
+}
+
+std::uint64_t CpuBackend::host_bytes_needed(const SweepPoint& point) const {
   using reports::saturating_product;
   using reports::saturating_sum;
   const auto u = [](Index v) { return static_cast<std::uint64_t>(std::max<Index>(v, 0)); };
@@ -776,8 +788,8 @@ std::uint64_t CpuBackend::bytes_needed(const SweepPoint& point) const {
   return saturating_product({sizeof(double), static_cast<std::uint64_t>(threads_), saturating_sum({sample, block})});
 }
 
-std::uint64_t CpuBackend::bytes_needed(const SweepPoint& point, const std::vector<Estimand>& estimands) const {
-  if (path_for(point, estimands) != EvaluationPath::tensor) return bytes_needed(point);
+std::uint64_t CpuBackend::host_bytes_needed(const SweepPoint& point, const std::vector<Estimand>& estimands) const {
+  if (path_for(point, estimands) != EvaluationPath::tensor) return host_bytes_needed(point);
   return reports::saturating_product({static_cast<std::uint64_t>(threads_), tensor_path_bytes(point, estimands)});
 }
 
@@ -830,5 +842,16 @@ void CpuBackend::evaluate(const SweepPoint& point, const std::vector<Estimand>& 
     out[base + k] = evaluate_inputs(point.map, in.X, in.Q, in.K, estimands, parallel);
   }
 }
+
+namespace {
+
+// In this file because every program that runs a sweep links CpuBackend (the default of run_mc), so the
+// registration is never dropped with an unreferenced object file.
+const bool registered = register_backend(
+    {"cpu", "the CPU: samples (or a sample's row blocks) over OpenMP threads, score tiles by GEMM", 0,
+     [] { return std::string(); },
+     [](const BackendRequest& request) { return std::make_unique<CpuBackend>(request.threads, request.tile, request.path, request.precision); }});
+
+}  // namespace
 
 }  // namespace attncheck::monte_carlo

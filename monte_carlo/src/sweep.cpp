@@ -399,25 +399,20 @@ PointSpec make_point(const SeriesSpec& series, Index N, Index D, Index d, double
   }
   PointSpec ps;
   ps.series = &series;
+  theory::AttentionMap map;
+  map.activation = series.activation;
+  map.inner = series.inner.at(d);
+  map.outer.factor = series.outer.factor * std::pow(static_cast<double>(d), -series.outer.d_exponent);
+  map.outer.n_exponent = series.outer.n_exponent;
+  // The seed follows from the key, which names the point's fields: set once they are.
+  ps.point = make_sweep_point({N, D, d, sigma_x, sigma_t}, map, 0, series.scores, series.mix, dv);
   SweepPoint& pt = ps.point;
-  pt.N = N;
-  pt.D = D;
-  pt.d = d;
-  pt.sigma_x = sigma_x;
-  pt.sigma_t = sigma_t;
-  pt.map.activation = series.activation;
-  pt.map.inner = series.inner.at(d);
-  pt.map.outer.factor = series.outer.factor * std::pow(static_cast<double>(d), -series.outer.d_exponent);
-  pt.map.outer.n_exponent = series.outer.n_exponent;
-  pt.scores = series.scores;
   ps.key = fmt::format("phi={};p={};inner={:.17g};outer={:.17g}*N^-{:.17g};N={};D={};d={};sigma_x={:.17g};sigma_t={:.17g}",
                        phi_name(series.activation), series.activation.p, pt.map.inner, pt.map.outer.factor,
                        pt.map.outer.n_exponent, N, D, d, sigma_x, sigma_t);
   // The papers' model keeps the key (and the seed) it always had.
   if (series.scores != theory::ScoreModel::projected) ps.key += fmt::format(";scores={}", theory::score_model_name(series.scores));
   if (series.mix) {
-    pt.mix = series.mix;
-    pt.dv = dv > 0 ? dv : d;
     ps.key += fmt::format(";cross-norm;mix={:.17g};dv={}", *pt.mix, pt.dv);
   }
   pt.seed = point_seed(run_seed, ps.key);

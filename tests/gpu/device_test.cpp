@@ -13,19 +13,9 @@
 using namespace attncheck;
 
 TEST_CASE("every self-test check agrees on device 0") {
-  const auto backend = gpu::make_cuda_backend(0);
-  const auto small = gpu::make_cuda_backend(0, {gpu::kSmallScoreBufferBytes});
+  const gpu::SelftestTarget target = gpu::cuda_selftest_target(0);
   monte_carlo::CpuBackend cpu;
-  gpu::SelftestDevice device;
-  device.philox_words = [](std::uint64_t seed, std::uint64_t first, int subsequences, int blocks, bool sequential) {
-    return gpu::device_philox_words(0, seed, first, subsequences, blocks, sequential);
-  };
-  device.draw_sample = [](const monte_carlo::SweepPoint& point, std::uint64_t k) {
-    return gpu::device_draw_sample(0, point, k);
-  };
-  device.backend = backend.get();
-  device.small_buffer_backend = small.get();
-  const gpu::SelftestReport report = gpu::run_selftest(device, cpu, gpu::selftest_cases());
+  const gpu::SelftestReport report = gpu::run_selftest(target.hooks, cpu, gpu::selftest_cases());
   for (const auto& check : report.checks) {
     INFO(check.name << ": " << check.detail);
     CHECK(check.passed);

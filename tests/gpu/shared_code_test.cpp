@@ -13,6 +13,7 @@
 #include <rapidcheck/catch.h>
 
 #include <cmath>
+#include <optional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -147,17 +148,9 @@ TEST_CASE("normal pairs placed by NormalLayout, one pair per stream position, re
     const Index N = *rc::gen::inRange<Index>(1, 12), D = *rc::gen::inRange<Index>(1, 7),
                 d = *rc::gen::inRange<Index>(1, 7), dv = *rc::gen::inRange<Index>(0, 6);
     const std::uint64_t seed = *rc::gen::arbitrary<std::uint64_t>(), k = *rc::gen::inRange<std::uint64_t>(0, 1000);
-    monte_carlo::SweepPoint point;
-    point.N = N;
-    point.D = D;
-    point.d = d;
-    point.sigma_x = 1.7;
-    point.sigma_t = 0.3;
-    point.seed = seed;
-    if (dv > 0) {
-      point.mix = 1;
-      point.dv = dv;
-    }
+    const monte_carlo::SweepPoint point = monte_carlo::make_sweep_point(
+        {N, D, d, 1.7, 0.3}, {}, seed, theory::ScoreModel::projected,
+        dv > 0 ? std::optional<double>(1) : std::nullopt, dv);
     monte_carlo::SampleInputs cpu;
     monte_carlo::draw_sample(point, k, cpu);
 

@@ -23,6 +23,9 @@ expect_exit() {  # expect_exit CODE MESSAGE-FRAGMENT -- args...
 # --help documents the exit codes.
 "$bin" mc --help >"$work/help" 2>&1 || fail "--help exit $?"
 grep -q "Exit codes" "$work/help" || fail "--help does not document exit codes"
+# ... and names every registered backend, CUDA's too (registered, unavailable, in a build without it).
+grep -q "Backends (--backend): auto.* cpu, .* cuda, " "$work/help" || fail "--help does not list the backends cpu and cuda"
+expect_exit 2 "--backend tpu: not one of auto, cpu, cuda" -- mc --claim C3 --N 8,16 --backend tpu --samples 10
 
 # Bad values: exit 2, message names the value.
 expect_exit 2 "16:8:x2" -- mc --claim C3 --N 16:8:x2 --samples 10

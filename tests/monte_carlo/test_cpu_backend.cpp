@@ -1,3 +1,4 @@
+#include "attncheck/monte_carlo/backend_registry.hpp"
 #include "attncheck/monte_carlo/cpu_backend.hpp"
 #include "attncheck/monte_carlo/parallel.hpp"
 #include "attncheck/monte_carlo/random_stream.hpp"
@@ -9,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,17 +25,11 @@ namespace {
 
 SweepPoint make(theory::Index N, theory::Index D, theory::Index d, theory::Activation act, double inner,
                 std::uint64_t seed, double sigma_x = 1, double sigma_t = 1) {
-  SweepPoint pt;
-  pt.N = N;
-  pt.D = D;
-  pt.d = d;
-  pt.sigma_x = sigma_x;
-  pt.sigma_t = sigma_t;
-  pt.map.activation = act;
-  pt.map.inner = inner;
-  pt.map.outer = {0.7, 0.5};
-  pt.seed = seed;
-  return pt;
+  theory::AttentionMap map;
+  map.activation = act;
+  map.inner = inner;
+  map.outer = {0.7, 0.5};
+  return make_sweep_point({N, D, d, sigma_x, sigma_t}, map, seed);
 }
 
 void check_relative(double got, double want, double rel, const std::string& what) {
@@ -196,19 +192,17 @@ TEST_CASE("a NaN input is reported with its place, not averaged") {
 
 TEST_CASE("the backend's memory estimate grows with the point and saturates instead of wrapping") {
   CpuBackend backend(2, 64);
-  SweepPoint small;
-  small.N = 1024;
-  small.D = small.d = 64;
+  const SweepPoint small = make_sweep_point({1024, 64, 64}, {}, 0);
   SweepPoint large = small;
   large.N = 4096;
-  const std::uint64_t bytes = backend.bytes_needed(small);
+  const std::uint64_t bytes = backend.host_bytes_needed(small);
   // At least each thread's X, V, U and one 64 x 64 tile; the 4x longer point needs more.
   CHECK(bytes >= 2 * 8 * (1024 * (64 + 2 * 64) + 64 * 64));
-  CHECK(backend.bytes_needed(large) > bytes);
+  CHECK(backend.host_bytes_needed(large) > bytes);
   SweepPoint absurd = small;
   absurd.N = std::int64_t{1} << 61;
   absurd.d = std::int64_t{1} << 40;
-  CHECK(backend.bytes_needed(absurd) == UINT64_MAX);
+  CHECK(backend.host_bytes_needed(absurd) == UINT64_MAX);
 }
 
 TEST_CASE("an exception inside a parallel loop reaches the caller instead of terminating the program") {
@@ -298,4 +292,37 @@ TEST_CASE("mixed precision refuses an overflowing FP32 score instead of returnin
   CHECK_THROWS_WITH(evaluate_inputs(pt.map, in.X, in.Q, in.K, {Estimand::value}, mixed),
                     Catch::Contains("overflowed FP32"));
   CHECK(std::isfinite(evaluate_inputs(pt.map, in.X, in.Q, in.K, {Estimand::value}, {8, 1})[0]));
+}
+
+TEST_CASE("the CPU backend registers itself and says how many threads it uses, with no cast needed") {
+  const BackendEntry* cpu = find_backend("cpu");
+  REQUIRE(cpu != nullptr);
+  CHECK(cpu->unavailable_reason().empty());
+  const std::unique_ptr<Backend> backend = cpu->make({3, 64});
+  CHECK(backend->name() == "cpu");
+  CHECK(backend->threads() == 3);
+  CHECK(backend->describe() == "cpu: 3 OpenMP threads, score tiles of 64 x 64");
+  // The memory check reaches the CPU's estimate through the interface.
+  const SweepPoint point = make_sweep_point({1024, 64, 64}, {}, 0);
+  CHECK(backend->host_bytes_needed(point, {Estimand::value}) == CpuBackend(3, 64).host_bytes_needed(point));
+  CHECK(find_backend("no-such-backend") == nullptr);
+  const std::vector<const BackendEntry*> all = registered_backends();
+  CHECK(std::is_sorted(all.begin(), all.end(), [](const auto* a, const auto* b) { return a->name < b->name; }));
+}
+
+TEST_CASE("make_sweep_point sets every field, and C9's dv defaults to d") {
+  theory::AttentionMap map;
+  map.activation = {ActivationKind::softmax, Pointwise::identity, 1};
+  map.inner = 0.25;
+  const SweepPoint plain = make_sweep_point({7, 5, 3, 1.5, 0.5}, map, 42, theory::ScoreModel::projected_layernorm);
+  CHECK((plain.N == 7 && plain.D == 5 && plain.d == 3));
+  CHECK((plain.sigma_x == 1.5 && plain.sigma_t == 0.5 && plain.seed == 42));
+  CHECK(plain.map.inner == 0.25);
+  CHECK(plain.scores == theory::ScoreModel::projected_layernorm);
+  CHECK_FALSE(plain.mix.has_value());
+  CHECK(plain.dv == 0);
+  const SweepPoint cross = make_sweep_point({7, 5, 3}, map, 42, theory::ScoreModel::projected, 0.5);
+  CHECK(cross.mix == 0.5);
+  CHECK(cross.dv == 3);
+  CHECK(make_sweep_point({7, 5, 3}, map, 42, theory::ScoreModel::projected, 1.0, 11).dv == 11);
 }

@@ -210,10 +210,7 @@ TEST_CASE("C9 requests: bad mix, dv and estimands are refused with the value nam
   request.dv = "4";
   CHECK_THROWS_WITH(run_mc(request, {}), Catch::Contains("--dv 4"));
   // dV belongs to C9 only, and C9 has no dK.
-  SweepPoint plain;
-  plain.N = 4;
-  plain.D = 2;
-  plain.d = 2;
+  const SweepPoint plain = make_sweep_point({4, 2, 2}, {}, 0);
   CHECK_THROWS_WITH(check_request(plain, {Estimand::dV}), Catch::Contains("dV"));
   SweepPoint cross = plain;
   cross.mix = 1;

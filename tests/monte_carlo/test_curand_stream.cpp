@@ -15,7 +15,7 @@ int main() {
   return 77;
 #else
   // The host generator lays out its output as GPU threads do: word block k comes from subsequence k at
-  // counter 0 (DESIGN.md: {0,0,0,0} then {0,0,1,0}), i.e. from curand_init(seed, k, 0).
+  // counter 0 (docs/design.md, "Random streams": {0,0,0,0} then {0,0,1,0}), i.e. from curand_init(seed, k, 0).
   constexpr std::size_t kBlocks = 256;
   std::vector<unsigned int> words(4 * kBlocks);
   curandGenerator_t gen;
@@ -36,11 +36,11 @@ int main() {
       }
     }
   }
-  // The value DESIGN.md quotes, so a mismatch cannot hide behind a changed generator on both sides.
+  // The value docs/design.md quotes, so a mismatch cannot hide behind a changed generator on both sides.
   const unsigned int quoted[4] = {546353992u, 3665621163u, 1140953199u, 3419031310u};
   for (int w = 0; w < 4; ++w) {
     if (words[w] != quoted[w]) {
-      std::printf("FAIL: cuRAND word %d is %u, DESIGN.md quotes %u\n", w, words[w], quoted[w]);
+      std::printf("FAIL: cuRAND word %d is %u, docs/design.md quotes %u\n", w, words[w], quoted[w]);
       ++failures;
     }
   }

@@ -33,17 +33,11 @@ constexpr std::uint64_t kSamples = 3000;
 constexpr double kMaxZ = 4.0;
 
 SweepPoint point_of(const Config& c, theory::Activation act, double outer, std::uint64_t seed) {
-  SweepPoint pt;
-  pt.N = c.N;
-  pt.D = c.D;
-  pt.d = c.d;
-  pt.sigma_x = c.sigma_x;
-  pt.sigma_t = c.sigma_t;
-  pt.map.activation = act;
-  pt.map.inner = c.inner;
-  pt.map.outer = {outer, 0};
-  pt.seed = seed;
-  return pt;
+  theory::AttentionMap map;
+  map.activation = act;
+  map.inner = c.inner;
+  map.outer = {outer, 0};
+  return make_sweep_point({c.N, c.D, c.d, c.sigma_x, c.sigma_t}, map, seed);
 }
 
 theory::GaussianModel model_of(const Config& c) { return {c.D, c.d, c.sigma_x, c.sigma_t, c.inner}; }

@@ -208,13 +208,9 @@ TEST_CASE("CSV cells with commas or quotes are quoted") {
 namespace {
 // x^2 at N = 12, D = 3, d = 2: a point whose samples take microseconds.
 SweepPoint small_poly_point() {
-  SweepPoint pt;
-  pt.N = 12;
-  pt.D = 3;
-  pt.d = 2;
-  pt.map.activation = {theory::ActivationKind::pointwise, theory::Pointwise::poly, 2};
-  pt.seed = 9;
-  return pt;
+  theory::AttentionMap map;
+  map.activation = {theory::ActivationKind::pointwise, theory::Pointwise::poly, 2};
+  return make_sweep_point({12, 3, 2}, map, 9);
 }
 
 // A backend whose every sample takes at least `seconds` of wall time (the values are those of the CPU backend).

@@ -5,30 +5,14 @@
 // with the CPU. Score strips are formed in double by cuBLAS and reduced on the fly; the N x N matrix never
 // exists (memory O(N (D + d)) per sample plus a score buffer of about half the L2 cache).
 
-#include "attncheck/gpu/selftest.hpp"
+#include "attncheck/gpu/cuda_devices.hpp"
 #include "attncheck/monte_carlo/backend.hpp"
-#include "attncheck/theory/common.hpp"
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <string>
-#include <vector>
 
 namespace attncheck::gpu {
-
-// A device that cannot do what was asked (lost device, launch failure). An InputError so that the program
-// ends with exit code 2 and this message, never with an uncaught exception.
-class CudaError : public theory::InputError {
- public:
-  using theory::InputError::InputError;
-};
-
-// Devices that answer. 0, not an error, when there is no driver, no GPU, or a driver older than the runtime.
-int cuda_device_count();
-
-// "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, 79.1 GiB)"; throws CudaError for a device that does not answer.
-std::string cuda_device_description(int device);
 
 struct CudaBackendOptions {
   // Bytes of the score-strip buffer; 0 picks half of the device's L2 cache (at least 8 MiB), so that cuBLAS
@@ -38,14 +22,5 @@ struct CudaBackendOptions {
 
 // Throws CudaError naming the device when it does not answer.
 std::unique_ptr<monte_carlo::Backend> make_cuda_backend(int device, const CudaBackendOptions& options = {});
-
-// For the self-test: the raw 32-bit words of subsequences first, ..., first + subsequences - 1 (each
-// `blocks` blocks of four words, concatenated): `sequential` from curand_init(seed, k, 0) and repeated
-// curand4, otherwise every block from its own curand_init(seed, k, 4 * block), as the sampling kernel does.
-std::vector<std::uint32_t> device_philox_words(int device, std::uint64_t seed, std::uint64_t first,
-                                               int subsequences, int blocks, bool sequential);
-
-// For the self-test: X, Q, K of sample k as the sampling kernel draws them (row-major).
-DrawnSample device_draw_sample(int device, const monte_carlo::SweepPoint& point, std::uint64_t k);
 
 }  // namespace attncheck::gpu

@@ -40,6 +40,39 @@ struct SweepPoint {
   theory::Index dv = 0;
 };
 
+// Sizes and standard deviations of a point.
+struct PointShape {
+  theory::Index N = 0, D = 0, d = 0;
+  double sigma_x = 1, sigma_t = 1;
+};
+
+// Every SweepPoint is made here (the sweep's points, the GPU self-test's cases, the tests' points), so that a
+// field SweepPoint gains is set in one place. C9 points pass `mix`, and dv (0: d).
+inline SweepPoint make_sweep_point(const PointShape& shape, const theory::AttentionMap& map, std::uint64_t seed,
+                                   theory::ScoreModel scores = theory::ScoreModel::projected,
+                                   std::optional<double> mix = std::nullopt, theory::Index dv = 0) {
+  SweepPoint point;
+  point.N = shape.N;
+  point.D = shape.D;
+  point.d = shape.d;
+  point.sigma_x = shape.sigma_x;
+  point.sigma_t = shape.sigma_t;
+  point.map = map;
+  point.scores = scores;
+  point.seed = seed;
+  if (mix) {
+    point.mix = mix;
+    point.dv = dv > 0 ? dv : shape.d;
+  }
+  return point;
+}
+
+// How the score tiles of the elementwise powers x^p (p = 2..6) are formed. double: in FP64 throughout.
+// mixed: V and U rounded to FP32, the scores and per-entry terms (phi^2, phi'^2) in FP32, every term then
+// accumulated in FP64; relative error on each sum at most mixed_precision_relative_bound(p, d) (cpu_backend.hpp, docs/THEORY.md
+// "Mixed precision"). The other maps and paths are FP64 in both.
+enum class ScorePrecision { fp64, mixed };
+
 // NaN where an estimand was not requested.
 using SampleValues = std::array<double, kEstimandCount>;
 
@@ -47,6 +80,17 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  // One line on where it runs, for the user ("cpu: 2 OpenMP threads, score tiles of 256 x 256").
+  virtual std::string describe() const { return name(); }
+  // Host threads that evaluate samples (recorded in the results' provenance).
+  virtual int threads() const { return 1; }
+  // Host memory that one evaluate() call for these estimands of the point may hold, checked before a sweep
+  // starts (0: the backend's large buffers are not in host memory).
+  virtual std::uint64_t host_bytes_needed(const SweepPoint& point, const std::vector<Estimand>& estimands) const {
+    (void)point;
+    (void)estimands;
+    return 0;
+  }
   // Appends the values of samples first, first + 1, ..., first + count - 1 to `out`, in that order.
   virtual void evaluate(const SweepPoint& point, const std::vector<Estimand>& estimands, std::uint64_t first,
                         std::uint64_t count, std::vector<SampleValues>& out) = 0;

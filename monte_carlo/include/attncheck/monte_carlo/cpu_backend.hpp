@@ -44,12 +44,6 @@ void draw_sample(const SweepPoint& point, std::uint64_t k, SampleInputs& out);
 // ||lambda V U^T||_F^2 = lambda^2 <V^T V, U^T U>_F (fact 6).
 double gram_frobenius_sq(const theory::Matrix& V, const theory::Matrix& U, double inner);
 
-// How the score tiles of the elementwise powers x^p (p = 2..6) are formed. double: in FP64 throughout.
-// mixed: V and U rounded to FP32, the scores and per-entry terms (phi^2, phi'^2) in FP32, every term then
-// accumulated in FP64; relative error on each sum at most mixed_precision_relative_bound(p, d) (docs/THEORY.md
-// "Mixed precision"). The other maps and paths are FP64 in both.
-enum class ScorePrecision { fp64, mixed };
-
 struct EvaluationOptions {
   theory::Index tile = 256;
   int threads = 1;  // threads over the row blocks of this one sample
@@ -82,14 +76,14 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(int threads = 0, theory::Index tile = 256, EvaluationPath path = EvaluationPath::automatic,
                       ScorePrecision precision = ScorePrecision::fp64);
   std::string name() const override { return "cpu"; }
-  int threads() const { return threads_; }
+  std::string describe() const override;
+  int threads() const override { return threads_; }
   ScorePrecision precision() const { return precision_; }
-  void set_precision(ScorePrecision precision) { precision_ = precision; }
-  // The most bytes an evaluate() call holds for this point: every thread's inputs, projections, d x d Gram
-  // matrices and score tiles (saturating: absurd sizes compare as too large, never wrap).
-  std::uint64_t bytes_needed(const SweepPoint& point) const;
+  // The most bytes an evaluate() call holds for this point on the direct path: every thread's inputs,
+  // projections, d x d Gram matrices and score tiles (saturating: absurd sizes compare as too large, never wrap).
+  std::uint64_t host_bytes_needed(const SweepPoint& point) const;
   // The same on the path these estimands of the point take.
-  std::uint64_t bytes_needed(const SweepPoint& point, const std::vector<Estimand>& estimands) const;
+  std::uint64_t host_bytes_needed(const SweepPoint& point, const std::vector<Estimand>& estimands) const override;
   // direct or tensor: what evaluate() does with this point (throws as choose_path does).
   EvaluationPath path_for(const SweepPoint& point, const std::vector<Estimand>& estimands) const {
     return choose_path(path_, point, estimands);
@@ -106,6 +100,8 @@ class CpuBackend final : public Backend {
 
 // "double" or "mixed", as --precision spells them.
 const char* precision_name(ScorePrecision precision);
+// The inverse; an InputError naming any other text.
+ScorePrecision parse_score_precision(const std::string& text);
 
 // Whether --precision mixed forms this point's scores in FP32: the tiled elementwise powers x^p, p = 2..6
 // (every other map and path, the Gram and matrix-power ones included, stays FP64).

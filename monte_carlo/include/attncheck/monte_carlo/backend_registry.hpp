@@ -1,0 +1,46 @@
+#pragma once
+// Every Monte Carlo backend registers itself from its own source file (as the program's subcommands do), so
+// that choosing one (--backend NAME, or auto) needs no knowledge of which backends this build contains.
+// A backend compiled out of a build may still register, unavailable, to say why (gpu/src/cuda_absent.cpp).
+
+#include "attncheck/monte_carlo/backend.hpp"
+#include "attncheck/monte_carlo/tensor_power.hpp"
+#include "attncheck/theory/common.hpp"
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace attncheck::monte_carlo {
+
+// What the caller asks of a backend; each backend takes what applies to it.
+struct BackendRequest {
+  int threads = 0;           // CPU threads (0: all cores)
+  theory::Index tile = 256;  // CPU score tiles of tile x tile entries
+  EvaluationPath path = EvaluationPath::automatic;     // CPU: direct, tensor powers, or the cheaper per point
+  ScorePrecision precision = ScorePrecision::fp64;     // CPU: FP32 score tiles of x^p when mixed
+};
+
+struct BackendEntry {
+  std::string name;         // the value of --backend
+  std::string description;  // one line: what it runs on
+  // --backend auto takes the available backend with the highest preference.
+  int auto_preference = 0;
+  // Empty when the backend can run here; otherwise why not ("no CUDA device answers (no GPU, or no driver)").
+  std::function<std::string()> unavailable_reason;
+  std::function<std::unique_ptr<Backend>(const BackendRequest&)> make;
+};
+
+// Registers at static initialization; returns true so that a file can register with `const bool x = ...`.
+// Must be called from a source file the program links for another reason (a static library drops unreferenced
+// object files, and their registrations with them).
+bool register_backend(BackendEntry entry);
+
+// Every registered backend, by name.
+std::vector<const BackendEntry*> registered_backends();
+
+// The backend named `name`, or nullptr.
+const BackendEntry* find_backend(const std::string& name);
+
+}  // namespace attncheck::monte_carlo

@@ -1,0 +1,22 @@
+# cmake -DREADME=... -DEXAMPLE=... -P readme_example_test.cmake
+# The README's C++ example (the first ```cpp block under "## Use it from C++") must be the consumer's main.cpp,
+# which package_consumer compiles and runs: the documented code cannot rot.
+file(READ ${README} readme)
+file(READ ${EXAMPLE} example)
+string(FIND "${readme}" "\n## Use it from C++\n" section)
+if(section EQUAL -1)
+  message(FATAL_ERROR "${README}: no section \"## Use it from C++\"")
+endif()
+string(SUBSTRING "${readme}" ${section} -1 readme)
+string(FIND "${readme}" "\n```cpp\n" begin)
+if(begin EQUAL -1)
+  message(FATAL_ERROR "${README}: no ```cpp block under \"## Use it from C++\"")
+endif()
+math(EXPR begin "${begin} + 8")
+string(SUBSTRING "${readme}" ${begin} -1 readme)
+string(FIND "${readme}" "\n```\n" end)
+math(EXPR end "${end} + 1")
+string(SUBSTRING "${readme}" 0 ${end} block)
+if(NOT block STREQUAL example)
+  message(FATAL_ERROR "The README's C++ example differs from ${EXAMPLE}; copy the file into the README:\n${block}")
+endif()
