@@ -73,6 +73,11 @@ inline SweepPoint make_sweep_point(const PointShape& shape, const theory::Attent
 // "Mixed precision"). The other maps and paths are FP64 in both.
 enum class ScorePrecision { fp64, mixed };
 
+// "double" or "mixed", as --precision spells them.
+const char* precision_name(ScorePrecision precision);
+// The inverse; an InputError naming any other text.
+ScorePrecision parse_score_precision(const std::string& text);
+
 // NaN where an estimand was not requested.
 using SampleValues = std::array<double, kEstimandCount>;
 

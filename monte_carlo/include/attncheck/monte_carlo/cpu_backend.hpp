@@ -98,10 +98,6 @@ class CpuBackend final : public Backend {
   EvaluationPath path_;
 };
 
-// "double" or "mixed", as --precision spells them.
-const char* precision_name(ScorePrecision precision);
-// The inverse; an InputError naming any other text.
-ScorePrecision parse_score_precision(const std::string& text);
 
 // Whether --precision mixed forms this point's scores in FP32: the tiled elementwise powers x^p, p = 2..6
 // (every other map and path, the Gram and matrix-power ones included, stays FP64).
