@@ -1,0 +1,18 @@
+# Compiler warnings for every target the project defines. Called once from the top-level CMakeLists.txt before
+# any add_subdirectory(), so every target of this directory tree (libraries, CLI, tests, benchmarks, the Python
+# module) gets the same flags without each one having to ask for them. Third-party headers come in through
+# imported targets, whose include paths CMake marks as system paths, so their warnings stay silent.
+#
+# Host C++ gets the full set. nvcc-compiled .cu files get only what their generated host stubs compile cleanly
+# with (-Wall -Wextra, forwarded with -Xcompiler): -Wpedantic and -Wshadow fire inside code nvcc writes itself.
+# ATTNCHECK_WERROR turns warnings into errors; scripts/test sets it, so CI fails on a new warning.
+function(attncheck_enable_warnings)
+  set(host_warnings -Wall -Wextra -Wpedantic -Wshadow)
+  set(cuda_host_warnings -Wall,-Wextra)
+  if(ATTNCHECK_WERROR)
+    list(APPEND host_warnings -Werror)
+    string(APPEND cuda_host_warnings ",-Werror")
+  endif()
+  add_compile_options("$<$<COMPILE_LANGUAGE:CXX>:${host_warnings}>"
+                      "$<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=${cuda_host_warnings}>")
+endfunction()
