@@ -232,8 +232,9 @@ TEST_CASE("odd lengths discard the spare draw and leave the stream on the next b
       PhiloxStream c(99, 3);
       struct Forward {
         std::vector<double>::iterator it;
-        using difference_type = std::ptrdiff_t;
-        using value_type = double;
+        // Read by fill_normal's iterator concepts, which GCC's -Wunused-local-typedefs does not see.
+        using difference_type [[maybe_unused]] = std::ptrdiff_t;
+        using value_type [[maybe_unused]] = double;
         double& operator*() const { return *it; }
         Forward& operator++() { ++it; return *this; }
         Forward operator++(int) { Forward old = *this; ++it; return old; }
