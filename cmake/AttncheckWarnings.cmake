@@ -10,10 +10,11 @@ function(attncheck_enable_warnings)
   # -Wextra's -Wmissing-field-initializers is off: aggregates such as reports::PlotSpec and reports::Figure
   # are built positionally on purpose, leaving their trailing members at their defaults.
   set(host_warnings -Wall -Wextra -Wpedantic -Wshadow -Wno-missing-field-initializers)
-  # GCC 12 reports a false overlap in std::string's own memcpy at -O2 and above (GCC bug 105329).
+  # GCC 12 at -O2 and above reports a false overlap in std::string's own memcpy (GCC bug 105329) and a string
+  # inside a std::optional as maybe uninitialized when a literal is assigned to it (GCC bug 105562).
   if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_GREATER_EQUAL 12
      AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 13)
-    list(APPEND host_warnings -Wno-restrict)
+    list(APPEND host_warnings -Wno-restrict -Wno-maybe-uninitialized)
   endif()
   set(cuda_host_warnings -Wall,-Wextra,-Wshadow,-Wno-missing-field-initializers)
   if(ATTNCHECK_WERROR)
