@@ -13,8 +13,9 @@
 
 namespace attncheck::cli {
 
-std::unique_ptr<monte_carlo::Backend> select_backend(const std::string& requested, int threads, theory::Index tile) {
-  if (requested == "cpu") return std::make_unique<monte_carlo::CpuBackend>(threads, tile);
+std::unique_ptr<monte_carlo::Backend> select_backend(const std::string& requested, int threads, theory::Index tile,
+                                                     monte_carlo::EvaluationPath path) {
+  if (requested == "cpu") return std::make_unique<monte_carlo::CpuBackend>(threads, tile, path);
   if (requested == "auto") {
 #ifdef ATTNCHECK_HAVE_CUDA
     if (gpu::cuda_device_count() > 0) {
@@ -25,7 +26,7 @@ std::unique_ptr<monte_carlo::Backend> select_backend(const std::string& requeste
 #else
     fmt::print(stderr, "attncheck: backend auto: built without CUDA support, using the CPU\n");
 #endif
-    return std::make_unique<monte_carlo::CpuBackend>(threads, tile);
+    return std::make_unique<monte_carlo::CpuBackend>(threads, tile, path);
   }
   if (requested == "cuda") {
 #ifdef ATTNCHECK_HAVE_CUDA

@@ -37,6 +37,8 @@ struct Options {
   std::uint64_t max_samples = 100000, seed = 1;
   int threads = 0;
   long long tile = 256;
+  std::string precision = "double";
+  std::string path = "auto";
   bool resume = false, force = false, as_json = false;
 };
 
@@ -134,6 +136,13 @@ void print_human(const std::vector<json>& records, const json& series, const jso
                "deviation); run seed {}; backend {}, {} threads.\n",
                r0["sigma_x"].get<double>(), r0["sigma_t"].get<double>(), provenance["run_seed"].get<std::uint64_t>(),
                provenance["backend"].get<std::string>(), provenance["threads"].get<int>());
+    if (provenance.contains("mixed_precision_bounds")) {
+      for (const json& b : provenance["mixed_precision_bounds"]) {
+        fmt::print("Precision mixed: FP32 scores, FP64 sums; p = {}, d = {}: relative error of each sample's squared "
+                   "norms at most {:.2g} (of the norms, half that)\n",
+                   b["p"].get<int>(), b["d"].get<long long>(), b["relative_bound_sum_sq"].get<double>());
+      }
+    }
     if (std::find(claims.begin(), claims.end(), "C9") != claims.end()) {
       fmt::print("C9: W_V (D x dv) entries N(0, {:g}^2) as well; value = ||O||_F, dV = ||dO/dV||_F, dS = ||dO/dS||_F, "
                  "dQ = ||dO/dW_Q||_F.\n",
@@ -148,7 +157,7 @@ void print_human(const std::vector<json>& records, const json& series, const jso
       "that is itself unreliable (heavy tails), so its z is not judged.\n\n");
   fmt::print("{:<6} {:<11} {:<8} {:>2} {:<9} {:<12} {:>6} {:>4} {:>4} {:>7}  {:<22} {:<21}  {:<24} {:<13} {:>7} {:>7}  {}\n",
              "claim", "reading", "phi", "p", "estimand", "scores", "N", "D", "d", "samples", "estimate ± se", "95% CI",
-             "second moment ± se", "exact", "z", "/Jensen", "stopped by");
+             "second moment ± se", "exact", "z", "/Jensen", "stopped by  path");
   for (const json& r : records) {
     const bool row = is_row_sum(r);
     const bool reliable = r.value(row ? "se_mean_reliable" : "se_sq_reliable", r.value("se_reliable", false));
@@ -161,7 +170,7 @@ void print_human(const std::vector<json>& records, const json& series, const jso
                with_se(r["mean_sq"], r["se_sq"], flags) + (r.value("se_sq_reliable", true) ? "" : " !"),
                num(row ? r["exact_mean"] : r["exact_sq"]),
                num(row ? r["z_exact_mean"] : r["z_exact_sq"], reliable ? "{:+.2f}" : "({:+.2f})"),
-               jensen_cell(r, flags), r["stopped_by"].get<std::string>());
+               jensen_cell(r, flags), fmt::format("{:<11} {}", r["stopped_by"].get<std::string>(), text_or(r.value("path", json()))));
   }
   if (flags.not_finite > 0) {
     fmt::print(stderr, "attncheck mc: note: {} estimates are not finite (marked not finite!): the map's values "
@@ -248,13 +257,15 @@ int run(const Options& o) {
   request.seed = o.seed;
   request.threads = o.threads;
   request.tile = o.tile;
+  request.precision = o.precision;
+  request.path = o.path;
   request.resume = o.resume;
   request.force = o.force;
   request.command = command_line();
   ProgressBar bar;
   mc::McHooks hooks;
   hooks.make_backend = [&](const mc::McRequest& r) {
-    return select_backend(o.backend, r.threads, static_cast<theory::Index>(r.tile));
+    return select_backend(o.backend, r.threads, static_cast<theory::Index>(r.tile), mc::parse_evaluation_path(r.path));
   };
   hooks.note = [](const std::string& note) { fmt::print(stderr, "attncheck mc: note: {}\n", note); };
   hooks.progress = [&](std::size_t point, std::size_t points, const std::string& label, std::uint64_t done,
@@ -350,6 +361,16 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--tolerance", o->tolerance, "Slack on the claimed exponent in the asymptotic-fit verdict")
       ->capture_default_str()->check(real_in(mc::kToleranceRange));
   app.add_option("--backend", o->backend, "auto, cpu or cuda")->capture_default_str();
+  app.add_option("--precision", o->precision,
+                 "double, or mixed: FP32 score tiles of x^p (p = 2..6) with FP64 sums, CPU only; the relative error "
+                 "bound per (p, d) is printed and kept in the provenance")
+      ->capture_default_str();
+  app.add_option("--path", o->path,
+                 "How the CPU evaluates a sample: direct (score tiles, Gram matrices), tensor (x^p by symmetric tensor "
+                 "powers, O(N C(d+2p, 2p)), exact), or auto (the cheaper by a flop estimate, per point); recorded "
+                 "per point")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "direct", "tensor"}));
   app.add_option("--out", o->out, "Folder for points.jsonl, points.csv (each point written when it finishes) and fits.json (the fits of every series in the folder)");
   app.add_flag("--resume", o->resume,
                "Keep the points already in --out and skip those this run would repeat (same point, estimand and "

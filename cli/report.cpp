@@ -1,4 +1,5 @@
-// attncheck report RESULTS_DIR --out REPORT_DIR: the scaling report (and probe plots) as HTML and Markdown.
+// attncheck report INPUT [INPUT...] --out REPORT_DIR: the scaling report (and probe plots) as HTML and Markdown;
+// several probe logs or probe --json outputs are compared in one report.
 
 #include "number_options.hpp"
 #include "subcommand.hpp"
@@ -16,7 +17,7 @@
 namespace {
 
 struct ReportArguments {
-  std::string input;
+  std::vector<std::string> inputs;
   std::string out;
   std::string gnuplot = "gnuplot";
   bool no_plots = false;
@@ -25,11 +26,14 @@ struct ReportArguments {
 
 std::function<int()> setup(CLI::App& command) {
   auto arguments = std::make_shared<ReportArguments>();
-  command.add_option("input", arguments->input,
+  command.add_option("input", arguments->inputs,
                      "results folder written by `attncheck mc --out` (fits.json, points.jsonl) and/or holding "
                      "attncheck-probe.jsonl, attncheck-curves.jsonl (training curves) and/or vit-results.json "
-                     "(examples/vit_digits.py); or a probe log or training curves (.jsonl) on their own")
-      ->required();
+                     "(examples/vit_digits.py); or a probe log or training curves (.jsonl) on their own; or the "
+                     "output of `attncheck probe --json` (.json: layer x head maps). Several runs of one kind are "
+                     "compared in one report: probe logs (or run folders holding one), probe --json outputs, or mc "
+                     "results folders")
+      ->required()->type_name("INPUT");
   command.add_option("--out", arguments->out, "report folder: index.html, report.md, plots/")->required();
   command.add_option("--gnuplot", arguments->gnuplot, "gnuplot program that draws the plots")
       ->capture_default_str();
@@ -42,7 +46,8 @@ std::function<int()> setup(CLI::App& command) {
       ->capture_default_str()->check(attncheck::cli::integer_in(0, INT32_MAX));
   return [arguments] {
     attncheck::reports::ReportOptions options;
-    options.input = arguments->input;
+    options.input = arguments->inputs.front();
+    options.compare_with.assign(arguments->inputs.begin() + 1, arguments->inputs.end());
     options.out = arguments->out;
     options.gnuplot = arguments->gnuplot;
     options.plots = !arguments->no_plots;
@@ -64,11 +69,13 @@ std::function<int()> setup(CLI::App& command) {
     if (summary.probe_records > 0) fmt::print("{} probe records\n", summary.probe_records);
     if (summary.curve_points > 0) fmt::print("{} training-curve points\n", summary.curve_points);
     if (summary.vit_runs > 0) fmt::print("{} ViT training runs\n", summary.vit_runs);
+    if (summary.probe_outputs > 0) fmt::print("{} probe --json outputs drawn as layer x head maps\n", summary.probe_outputs);
     return attncheck::cli::kExitHolds;
   };
 }
 
 const bool registered = attncheck::cli::register_subcommand(
-    "report", "write an HTML and Markdown report (plots by gnuplot) from a results folder or a probe log", setup);
+    "report", "write an HTML and Markdown report (plots by gnuplot) from a results folder, a probe log or probe "
+              "--json output, or compare several runs", setup);
 
 }  // namespace

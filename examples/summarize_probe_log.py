@@ -35,6 +35,12 @@ def mean_se(values):
     return mean, se
 
 
+def ratio_se(numerator, denominator):
+    """Standard error of mean_a / mean_b for independent means (first-order propagation of their errors)."""
+    (_, a, a_se), (_, b, b_se) = numerator, denominator
+    return abs(a / b) * math.sqrt((a_se / a) ** 2 + (b_se / b) ** 2)
+
+
 def main(runs):
     last = {}
     for run in runs:
@@ -56,8 +62,10 @@ def main(runs):
         soft = last["softmax"][1]
         cube = last["poly3"][1] / soft
         scaled = last["poly3_scaled"][1] / soft
-        print(f"last logged step: ||x^3||_F / ||softmax||_F = {cube:.3g}, "
-              f"||x^3/sqrt(N)||_F / ||softmax||_F = {scaled:.3g}")
+        cube_se, scaled_se = ratio_se(last["poly3"], last["softmax"]), ratio_se(last["poly3_scaled"], last["softmax"])
+        print(f"last logged step: ||x^3||_F / ||softmax||_F = {cube:.3g} +- {cube_se:.2g}, "
+              f"||x^3/sqrt(N)||_F / ||softmax||_F = {scaled:.3g} +- {scaled_se:.2g} (ratios of the means over "
+              "heads; +- one standard error from the heads' spread, the runs taken as independent)")
         holds = cube > 10 and 0.1 <= scaled <= 10
         print("papers' qualitative finding (x^3 far above softmax, x^3/sqrt(N) close to it): "
               + ("reproduced" if holds else "NOT reproduced"))

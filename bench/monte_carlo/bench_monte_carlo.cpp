@@ -6,7 +6,11 @@
 // - draw: the Philox normals of one sample (on the process's Box-Muller path);
 // - normal_pairs/0, /1: one sample's worth of normal pairs on the scalar and on the AVX2 (libmvec) path;
 // - philox_words/0, /1: the Philox blocks under those pairs alone, scalar (Random123) and AVX2;
-// - samples: whole samples per second through CpuBackend with all threads (what `attncheck mc` does).
+// - samples: whole samples per second through CpuBackend with all threads (what `attncheck mc` does);
+//   /T/P/B: T threads (0: all), precision P (0 double, 1 mixed), B = 1: the BLAS score tiles and row reducer
+//   (the double path before the fused kernel, and what a CPU without AVX-512 runs);
+// - gemm_all_cores/0, /1: one 1024^3 DGEMM (0) or SGEMM (1) per thread on every thread at once, single-threaded
+//   OpenBLAS each: the roofline the whole sample is measured against (2 N^2 d flops at this rate).
 #include "attncheck/monte_carlo/cpu_backend.hpp"
 #include "attncheck/monte_carlo/random_stream.hpp"
 
@@ -17,6 +21,12 @@
 #endif
 
 #include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <type_traits>
+#include <vector>
 
 using namespace attncheck;
 using namespace attncheck::monte_carlo;
@@ -135,8 +145,58 @@ void philox_words(benchmark::State& state) {
 }
 BENCHMARK(philox_words)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+#if defined(ATTNCHECK_BENCH_OPENBLAS)
+template <class Real>
+void gemm(const Real* A, const Real* B, Real* C, int n) {
+  if constexpr (std::is_same_v<Real, double>) {
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0, A, n, B, n, 0.0, C, n);
+  } else {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n);
+  }
+}
+
+template <class Real>
+void gemm_all_cores_of(benchmark::State& state) {
+  openblas_set_num_threads(1);
+  const int threads = omp_get_max_threads(), n = 1024;
+  using M = Eigen::Matrix<Real, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  std::vector<M> a(threads, M::Random(n, n)), b(threads, M::Random(n, n)), c(threads, M(n, n));
+  for (auto _ : state) {
+#pragma omp parallel for num_threads(threads) schedule(static, 1)
+    for (int t = 0; t < threads; ++t) gemm(a[t].data(), b[t].data(), c[t].data(), n);
+    benchmark::DoNotOptimize(c.data());
+  }
+  set_gemm_flops(state, 2.0 * n * n * n * threads);
+  state.counters["threads"] = threads;
+  state.SetLabel(std::is_same_v<Real, double> ? "dgemm" : "sgemm");
+}
+void gemm_all_cores(benchmark::State& state) {
+  if (state.range(0) == 0) {
+    gemm_all_cores_of<double>(state);
+  } else {
+    gemm_all_cores_of<float>(state);
+  }
+}
+BENCHMARK(gemm_all_cores)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime()->MeasureProcessCPUTime();
+#endif
+
+// The BLAS tiles are what runs where the fused kernel does not (no AVX-512): forced for this benchmark only.
+struct ForceBlasTiles {
+  explicit ForceBlasTiles(bool on) : on_(on) {
+    if (on_) ::setenv("ATTNCHECK_NO_AVX512", "1", 1);
+  }
+  ~ForceBlasTiles() {
+    if (on_) ::unsetenv("ATTNCHECK_NO_AVX512");
+  }
+  ForceBlasTiles(const ForceBlasTiles&) = delete;
+  ForceBlasTiles& operator=(const ForceBlasTiles&) = delete;
+  bool on_;
+};
+
 void samples(benchmark::State& state) {
-  CpuBackend backend(static_cast<int>(state.range(0)));
+  const ScorePrecision precision = state.range(1) == 1 ? ScorePrecision::mixed : ScorePrecision::fp64;
+  const ForceBlasTiles blas(state.range(2) == 1);
+  CpuBackend backend(static_cast<int>(state.range(0)), 256, precision);
   const SweepPoint pt = reference_point();
   constexpr std::uint64_t kBatch = 32;
   std::vector<SampleValues> out;
@@ -149,9 +209,46 @@ void samples(benchmark::State& state) {
   }
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * kBatch));
   state.counters["threads"] = static_cast<double>(backend.threads());
+  state.SetLabel(std::string(precision_name(precision)) + (state.range(2) == 1 ? " blas-tiles" : " fused"));
 }
 // Process CPU time too: on a shared machine, samples per CPU-second is the figure other loads disturb least.
-BENCHMARK(samples)->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond)->UseRealTime()->MeasureProcessCPUTime();
+BENCHMARK(samples)
+    ->Args({1, 0, 0})
+    ->Args({0, 0, 0})
+    ->Args({0, 0, 1})
+    ->Args({0, 1, 0})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MeasureProcessCPUTime();
+
+// The N-scaling table (bench/monte_carlo/scaling.sh): /N/P, all threads, D = d = 64, p = 3, value + dQ.
+void scaling(benchmark::State& state) {
+  const ScorePrecision precision = state.range(1) == 1 ? ScorePrecision::mixed : ScorePrecision::fp64;
+  CpuBackend backend(0, 256, precision);
+  SweepPoint pt = reference_point();
+  pt.N = state.range(0);
+  // Samples run in parallel as in `attncheck mc`; small N get larger batches (32 samples at N = 1024, as in
+  // `samples`), so that the threads' start and join, which a loaded machine stretches, stay a small part.
+  const std::uint64_t per_thread = std::max<std::uint64_t>(1, (4096 / pt.N) * (4096 / pt.N) / 2);
+  const std::uint64_t batch = per_thread * static_cast<std::uint64_t>(backend.threads());
+  std::vector<SampleValues> out;
+  std::uint64_t first = 0;
+  for (auto _ : state) {
+    out.clear();
+    backend.evaluate(pt, kEstimands, first, batch, out);
+    first += batch;
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * batch));
+  state.counters["N"] = static_cast<double>(pt.N);
+  state.counters["score_flops"] = 2.0 * static_cast<double>(pt.N) * static_cast<double>(pt.N) * kd;
+  state.SetLabel(precision_name(precision));
+}
+BENCHMARK(scaling)
+    ->ArgsProduct({benchmark::CreateRange(256, 65536, 2), {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MeasureProcessCPUTime();
 
 }  // namespace
 

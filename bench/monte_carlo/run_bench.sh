@@ -31,7 +31,7 @@ best_dgemm = dgemm[best_dgemm_name]
 scores = {k: rate(k) for k in cpp if k.startswith("score_phase/")}
 best_score_name = max(scores, key=scores.get)
 samples = {k: cpp[k]["items_per_second"] for k in cpp if k.startswith("samples/")}
-all_threads = [k for k in samples if k.startswith("samples/0")][0]
+all_threads = [k for k in samples if k.startswith("samples/0/0/0/")][0]
 print("N = 1024, D = d = 64, F = (T/sqrt d)^3 elementwise, estimands value + dQ, double precision")
 for k, v in sorted(dgemm.items()):
     label = cpp[[n for n in cpp if n.startswith(k)][0]].get("label", "")
@@ -51,8 +51,25 @@ def per_cpu_second(k):  # process CPU time of the whole batch, all threads
     b = cpp[k]
     return b["items_per_second"] * b["real_time"] / b["cpu_time"]
 for k, v in sorted(samples.items()):
-    print(f"  attncheck CPU backend, {int(cpp[k]['threads'])} thread(s): {v:8.1f} samples/s, "
+    print(f"  attncheck CPU backend, {int(cpp[k]['threads'])} thread(s), {cpp[k].get('label', '')}: {v:8.1f} samples/s, "
           f"{per_cpu_second(k):8.1f} samples per CPU-second")
+# The whole sample against the 2 N^2 d roofline at the DGEMM rate on all cores (per CPU-second on both sides).
+gemm = {cpp[k]["label"]: cpp[k] for k in cpp if k.startswith("gemm_all_cores/")}
+if "dgemm" in gemm:
+    g = gemm["dgemm"]
+    dgemm_all = rate(g["name"]) * g["real_time"] / g["cpu_time"]
+    flops = 2 * 1024 * 1024 * 64
+    print(f"  DGEMM 1024^3 on all {int(g['threads'])} threads at once: {dgemm_all:.1f} GFLOPS per CPU-second")
+    for k in sorted(samples):
+        if not k.startswith("samples/0/"):
+            continue
+        print(f"    whole sample, {cpp[k]['label']:18s}: {per_cpu_second(k) * flops / 1e9 / dgemm_all:6.1%} of 2 N^2 d at that rate")
+    mixed = [k for k in samples if k.startswith("samples/0/1/0/")]
+    before = [k for k in samples if k.startswith("samples/0/0/1/")]
+    if mixed:
+        print(f"  mixed / double (fused): {per_cpu_second(mixed[0]) / per_cpu_second(all_threads):.2f}x per CPU-second (goal >= 1.7x)")
+    if before:
+        print(f"  double fused / BLAS tiles: {per_cpu_second(all_threads) / per_cpu_second(before[0]):.2f}x per CPU-second")
 print(f"  NumPy {numpy['numpy']} baseline: {numpy['samples_per_second']:8.2f} samples/s, "
       f"{numpy['samples_per_cpu_second']:8.2f} samples per CPU-second (BLAS: {numpy['blas']})")
 print(f"Ratios: {samples[all_threads] / numpy['samples_per_second']:.1f}x NumPy in wall time, "

@@ -14,6 +14,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <ctime>
@@ -225,10 +226,21 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
     }
   }
   const SamplingPolicy policy = sampling_policy(o);
-  const std::unique_ptr<Backend> backend =
-      hooks.make_backend ? hooks.make_backend(o) : std::make_unique<CpuBackend>(o.threads, static_cast<Index>(o.tile));
-  const auto* cpu = dynamic_cast<const CpuBackend*>(backend.get());
+  const EvaluationPath path = parse_evaluation_path(o.path);
+  const std::unique_ptr<Backend> backend = hooks.make_backend
+                                               ? hooks.make_backend(o)
+                                               : std::make_unique<CpuBackend>(o.threads, static_cast<Index>(o.tile), path);
+  auto* cpu = dynamic_cast<CpuBackend*>(backend.get());
   const int threads = cpu ? cpu->threads() : o.threads;
+  if (o.precision != "double" && o.precision != "mixed") {
+    throw InputError(fmt::format("--precision {}: not one of double, mixed", o.precision));
+  }
+  const ScorePrecision precision = o.precision == "mixed" ? ScorePrecision::mixed : ScorePrecision::fp64;
+  if (precision == ScorePrecision::mixed && !cpu) {
+    throw InputError(fmt::format("--precision mixed: FP32 score tiles exist on the CPU backend only, not on {} "
+                                 "(use --backend cpu or --precision double)", backend->name()));
+  }
+  if (cpu) cpu->set_precision(precision);
   const RunContext context{o.seed, backend->name(), threads};
 
   const std::uint64_t point_count =
@@ -251,7 +263,7 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
     // Every point is checked before the first one runs: a size this machine cannot hold is a usage error now,
     // not bad_alloc or the OOM killer hours into a sweep.
     for (const PointSpec& ps : points) {
-      reports::require_memory(cpu->bytes_needed(ps.point),
+      reports::require_memory(cpu->bytes_needed(ps.point, ps.series->estimands),
                               fmt::format("N = {}, D = {}, d = {} with --tile {} on {} threads", ps.point.N,
                                           ps.point.D, ps.point.d, o.tile, cpu->threads()),
                               "; use smaller sizes, a smaller --tile or fewer --threads");
@@ -289,11 +301,11 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
     // Row sums, qk-layernorm and C8's pairs are computed on the CPU only; the rest of the run stays on the device.
     Backend* point_backend = backend.get();
     RunContext point_context = context;
-    if (backend->name() != "cpu" &&
-        !check_request(ps.point, ps.series->estimands).cuda_supported()) {
+    if (backend->name() != "cpu" && (!check_request(ps.point, ps.series->estimands).cuda_supported() ||
+                                     path == EvaluationPath::tensor)) {
       if (!cpu_fallback) {
-        cpu_fallback = std::make_unique<CpuBackend>(o.threads, static_cast<Index>(o.tile));
-        note("row sums, qk-layernorm and C8's pairs run on the CPU backend");
+        cpu_fallback = std::make_unique<CpuBackend>(o.threads, static_cast<Index>(o.tile), path, precision);
+        note("row sums, qk-layernorm, C8's pairs and --path tensor run on the CPU backend");
       }
       point_backend = cpu_fallback.get();
       point_context = {o.seed, cpu_fallback->name(), cpu_fallback->threads()};
@@ -308,7 +320,14 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
       throw InputError(fmt::format("point {}: {}", label, e.what()));
     }
     std::vector<json> fresh;
-    for (auto e : ps.series->estimands) fresh.push_back(point_record(ps, e, point_outcome, point_context));
+    // Which evaluation the samples took: the CPU backend chooses per point, other backends form the scores.
+    const auto* point_cpu = dynamic_cast<const CpuBackend*>(point_backend);
+    const char* point_path =
+        evaluation_path_name(point_cpu ? point_cpu->path_for(ps.point, ps.series->estimands) : EvaluationPath::direct);
+    for (auto e : ps.series->estimands) {
+      fresh.push_back(point_record(ps, e, point_outcome, point_context));
+      fresh.back()["path"] = point_path;
+    }
     if (folder) folder->append(fresh);
     outcome.records.insert(outcome.records.end(), fresh.begin(), fresh.end());
   }
@@ -321,8 +340,21 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
                         {"backend", backend->name()},
                         {"threads", threads},
                         {"run_seed", o.seed},
+                        {"precision", precision_name(precision)},
                         {"command", o.command},
                         {"wall_seconds", wall}};
+  if (precision == ScorePrecision::mixed) {
+    // The bound of every (p, d) whose scores were FP32, against which the points' standard errors can be read.
+    json bounds = json::array();
+    for (const PointSpec& ps : points) {
+      if (!uses_fp32_scores(ps.point, ps.series->estimands)) continue;
+      const json bound = {{"p", ps.point.map.activation.p},
+                          {"d", ps.point.d},
+                          {"relative_bound_sum_sq", mixed_precision_relative_bound(ps.point.map.activation.p, ps.point.d)}};
+      if (std::find(bounds.begin(), bounds.end(), bound) == bounds.end()) bounds.push_back(bound);
+    }
+    outcome.provenance["mixed_precision_bounds"] = bounds;
+  }
   // fits.json describes the whole folder: with --resume a folder can gather several claims' runs, and a
   // report of it must see all of their series.
   if (folder) folder->write_fits(outcome.provenance, o.tolerance);

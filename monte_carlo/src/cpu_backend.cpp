@@ -15,8 +15,11 @@
 #include <cblas.h>
 #endif
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 namespace attncheck::monte_carlo {
@@ -296,14 +299,289 @@ NormSums<double> poly_tiles(const Shared& sh, const EvaluationOptions& options) 
   return tiled_sums(sh, options, [&](Index i0) { return pointwise_block(sh, i0, reduce); });
 }
 
-NormSums<double> pointwise_tiles(const Shared& sh, const EvaluationOptions& options, Pointwise h, int p) {
+// ---- Fused score tiles of the elementwise powers x^P (P = 2..6) ---------------------------------------------
+// A 12 x 16 (double) or 12 x 32 (float) block of scores lives in registers: its dot products over the d
+// columns are one FMA chain per entry, and its per-entry terms are reduced there, so a score is never
+// written to memory, and the panels of V and U are packed once per sample instead of once per GEMM call.
+// Each row keeps 8 double lanes per sum; column c of a panel goes to lane c mod 8, columns in increasing
+// order, lanes summed 0..7 at the end of the row: the order is fixed by N alone, so it is the same for every
+// thread count, and the AVX-512 kernel and the portable one do the same arithmetic in the same order.
+constexpr int kPanelRows = 12;
+constexpr int kLanes = 8;
+template <class Real>
+constexpr int panel_cols() {
+  return 2 * 64 / static_cast<int>(sizeof(Real));  // two 512-bit registers
+}
+
+struct FusedWants {
+  bool value = false, deriv = false, dq = false, dk = false;
+};
+
+struct alignas(64) PanelSums {
+  double value[kPanelRows][kLanes], deriv[kPanelRows][kLanes], dq[kPanelRows][kLanes], dk[kPanelRows][kLanes];
+};
+
+// rows x depth of A (from row a0), k-major in panels of `width`: out[(panel * depth + k) * width + r]; rows past
+// the end are zero (their scores are 0, and P >= 2 gives them no term).
+template <class Real>
+void pack_panels(const Matrix& A, Index a0, Index rows, int width, std::vector<Real>& out) {
+  const Index depth = A.cols(), panels = (rows + width - 1) / width;
+  out.assign(static_cast<std::size_t>(panels * depth * width), Real(0));
+  for (Index r = 0; r < rows; ++r) {
+    Real* dst = out.data() + (r / width) * depth * width + r % width;
+    const double* src = A.row(a0 + r).data();
+    for (Index k = 0; k < depth; ++k) dst[k * width] = static_cast<Real>(src[k]);
+  }
+}
+
+template <int P, class Real>
+inline void add_portable_terms(Real s, double u_sq, double x_sq, const FusedWants& w, int r, int lane,
+                               PanelSums& acc) {
+  const Real s_sq = s * s;
+  Real s_sq_pm1 = s_sq;  // s^(2P-2)
+  for (int k = 2; k < P; ++k) s_sq_pm1 *= s_sq;
+  const double value = static_cast<double>(s_sq_pm1 * s_sq);
+  const double deriv = static_cast<double>(Real(P * P) * s_sq_pm1);
+  if (w.value) acc.value[r][lane] += value;
+  if (w.deriv) acc.deriv[r][lane] += deriv;
+  if (w.dq) acc.dq[r][lane] = std::fma(deriv, u_sq, acc.dq[r][lane]);
+  if (w.dk) acc.dk[r][lane] = std::fma(deriv, x_sq, acc.dk[r][lane]);
+}
+
+// One row panel against column panels [q0, q1): the reference arithmetic, for CPUs without AVX-512.
+template <int P, class Real>
+void fused_panel_portable(const Real* vp, const Real* up, const double* u_sq, const double* x_sq, Index depth,
+                          Index q0, Index q1, const FusedWants& w, PanelSums& acc) {
+  constexpr int kCols = panel_cols<Real>();
+  for (Index q = q0; q < q1; ++q) {
+    const Real* u = up + q * depth * kCols;
+    Real s[kPanelRows][kCols] = {};
+    for (Index k = 0; k < depth; ++k) {
+      for (int r = 0; r < kPanelRows; ++r) {
+        for (int c = 0; c < kCols; ++c) s[r][c] = std::fma(vp[k * kPanelRows + r], u[k * kCols + c], s[r][c]);
+      }
+    }
+    for (int r = 0; r < kPanelRows; ++r) {
+      for (int c = 0; c < kCols; ++c) {
+        add_portable_terms<P>(s[r][c], u_sq[q * kCols + c], x_sq[q * kCols + c], w, r, c % kLanes, acc);
+      }
+    }
+  }
+}
+
+#define ATTNCHECK_AVX512 __attribute__((target("avx512f,fma")))
+
+// Adds 8 entries' terms (double) of row r to the lane accumulators.
+ATTNCHECK_AVX512 inline void add_avx512_terms(__m512d value, __m512d deriv, const double* u_sq, const double* x_sq,
+                                              const FusedWants& w, int r, PanelSums& acc) {
+  if (w.value) _mm512_store_pd(acc.value[r], _mm512_add_pd(_mm512_load_pd(acc.value[r]), value));
+  if (w.deriv) _mm512_store_pd(acc.deriv[r], _mm512_add_pd(_mm512_load_pd(acc.deriv[r]), deriv));
+  if (w.dq) _mm512_store_pd(acc.dq[r], _mm512_fmadd_pd(deriv, _mm512_loadu_pd(u_sq), _mm512_load_pd(acc.dq[r])));
+  if (w.dk) _mm512_store_pd(acc.dk[r], _mm512_fmadd_pd(deriv, _mm512_loadu_pd(x_sq), _mm512_load_pd(acc.dk[r])));
+}
+
+template <int P>
+ATTNCHECK_AVX512 inline void powers(__m512d s, __m512d& value, __m512d& deriv) {
+  const __m512d s_sq = _mm512_mul_pd(s, s);
+  __m512d s_sq_pm1 = s_sq;
+  for (int k = 2; k < P; ++k) s_sq_pm1 = _mm512_mul_pd(s_sq_pm1, s_sq);
+  value = _mm512_mul_pd(s_sq_pm1, s_sq);
+  deriv = _mm512_mul_pd(_mm512_set1_pd(static_cast<double>(P * P)), s_sq_pm1);
+}
+
+template <int P>
+ATTNCHECK_AVX512 inline void powers(__m512 s, __m512& value, __m512& deriv) {
+  const __m512 s_sq = _mm512_mul_ps(s, s);
+  __m512 s_sq_pm1 = s_sq;
+  for (int k = 2; k < P; ++k) s_sq_pm1 = _mm512_mul_ps(s_sq_pm1, s_sq);
+  value = _mm512_mul_ps(s_sq_pm1, s_sq);
+  deriv = _mm512_mul_ps(_mm512_set1_ps(static_cast<float>(P * P)), s_sq_pm1);
+}
+
+ATTNCHECK_AVX512 inline __m512d low_half(__m512 x) { return _mm512_cvtps_pd(_mm512_castps512_ps256(x)); }
+ATTNCHECK_AVX512 inline __m512d high_half(__m512 x) {
+  return _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+}
+
+template <int P>
+ATTNCHECK_AVX512 void fused_panel_avx512(const double* vp, const double* up, const double* u_sq, const double* x_sq,
+                                         Index depth, Index q0, Index q1, const FusedWants& w, PanelSums& acc) {
+  constexpr int kCols = panel_cols<double>();
+  for (Index q = q0; q < q1; ++q) {
+    const double* u = up + q * depth * kCols;
+    __m512d s[kPanelRows][2];
+#pragma GCC unroll 12
+    for (int r = 0; r < kPanelRows; ++r) s[r][0] = s[r][1] = _mm512_setzero_pd();
+    for (Index k = 0; k < depth; ++k) {
+      const __m512d b0 = _mm512_loadu_pd(u + k * kCols), b1 = _mm512_loadu_pd(u + k * kCols + 8);
+#pragma GCC unroll 12
+      for (int r = 0; r < kPanelRows; ++r) {
+        const __m512d a = _mm512_set1_pd(vp[k * kPanelRows + r]);
+        s[r][0] = _mm512_fmadd_pd(a, b0, s[r][0]);
+        s[r][1] = _mm512_fmadd_pd(a, b1, s[r][1]);
+      }
+    }
+    const double* uq = u_sq + q * kCols;
+    const double* xq = x_sq + q * kCols;
+#pragma GCC unroll 12
+    for (int r = 0; r < kPanelRows; ++r) {
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        __m512d value, deriv;
+        powers<P>(s[r][h], value, deriv);
+        add_avx512_terms(value, deriv, uq + 8 * h, xq + 8 * h, w, r, acc);
+      }
+    }
+  }
+}
+
+template <int P>
+ATTNCHECK_AVX512 void fused_panel_avx512(const float* vp, const float* up, const double* u_sq, const double* x_sq,
+                                         Index depth, Index q0, Index q1, const FusedWants& w, PanelSums& acc) {
+  constexpr int kCols = panel_cols<float>();
+  for (Index q = q0; q < q1; ++q) {
+    const float* u = up + q * depth * kCols;
+    __m512 s[kPanelRows][2];
+#pragma GCC unroll 12
+    for (int r = 0; r < kPanelRows; ++r) s[r][0] = s[r][1] = _mm512_setzero_ps();
+    for (Index k = 0; k < depth; ++k) {
+      const __m512 b0 = _mm512_loadu_ps(u + k * kCols), b1 = _mm512_loadu_ps(u + k * kCols + 16);
+#pragma GCC unroll 12
+      for (int r = 0; r < kPanelRows; ++r) {
+        const __m512 a = _mm512_set1_ps(vp[k * kPanelRows + r]);
+        s[r][0] = _mm512_fmadd_ps(a, b0, s[r][0]);
+        s[r][1] = _mm512_fmadd_ps(a, b1, s[r][1]);
+      }
+    }
+    const double* uq = u_sq + q * kCols;
+    const double* xq = x_sq + q * kCols;
+#pragma GCC unroll 12
+    for (int r = 0; r < kPanelRows; ++r) {
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        __m512 value, deriv;
+        powers<P>(s[r][h], value, deriv);
+        add_avx512_terms(low_half(value), low_half(deriv), uq + 16 * h, xq + 16 * h, w, r, acc);
+        add_avx512_terms(high_half(value), high_half(deriv), uq + 16 * h + 8, xq + 16 * h + 8, w, r, acc);
+      }
+    }
+  }
+}
+
+// ATTNCHECK_NO_AVX512 (any value) takes the portable kernels, as a CPU without AVX-512 would: read per sample
+// so that a test can compare both paths in one process.
+bool use_avx512() {
+  static const bool cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+  return cpu && std::getenv("ATTNCHECK_NO_AVX512") == nullptr;
+}
+
+// The portable kernel once more with AVX2 + FMA code generation (std::fma then is one instruction).
+template <int P, class Real>
+__attribute__((target("avx2,fma"))) void fused_panel_avx2(const Real* vp, const Real* up, const double* u_sq,
+                                                          const double* x_sq, Index depth, Index q0, Index q1,
+                                                          const FusedWants& w, PanelSums& acc) {
+  fused_panel_portable<P>(vp, up, u_sq, x_sq, depth, q0, q1, w, acc);
+}
+
+enum class FusedIsa { avx512, avx2, portable };
+
+FusedIsa fused_isa() {
+  if (use_avx512()) return FusedIsa::avx512;
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return avx2 ? FusedIsa::avx2 : FusedIsa::portable;
+}
+
+// A row block of `tile` rows through the fused kernel; U is packed once for the whole sample.
+template <int P, class Real>
+NormSums<double> fused_block(const Shared& sh, const std::vector<Real>& u_packed, const std::vector<double>& u_sq,
+                             const std::vector<double>& x_sq, const FusedWants& w, FusedIsa isa, Index i0) {
+  constexpr int kCols = panel_cols<Real>();
+  const Index n = sh.V.rows(), depth = sh.V.cols();
+  const Index ni = std::min(sh.tile, n - i0);
+  const Index col_panels = (n + kCols - 1) / kCols;
+  // Column chunks of ~128 KiB of packed U stay in L2 while every row panel of the block passes over them.
+  const Index chunk = std::max<Index>(1, (128 * 1024) / static_cast<Index>(depth * kCols * sizeof(Real)));
+  std::vector<Real> v_packed;
+  pack_panels(sh.V, i0, ni, kPanelRows, v_packed);
+  const Index row_panels = (ni + kPanelRows - 1) / kPanelRows;
+  std::vector<PanelSums> acc(static_cast<std::size_t>(row_panels));
+  for (PanelSums& a : acc) a = PanelSums{};
+  for (Index q0 = 0; q0 < col_panels; q0 += chunk) {
+    const Index q1 = std::min(col_panels, q0 + chunk);
+    for (Index rp = 0; rp < row_panels; ++rp) {
+      const Real* vp = v_packed.data() + rp * depth * kPanelRows;
+      PanelSums& a = acc[static_cast<std::size_t>(rp)];
+      switch (isa) {
+        case FusedIsa::avx512:
+          fused_panel_avx512<P>(vp, u_packed.data(), u_sq.data(), x_sq.data(), depth, q0, q1, w, a);
+          break;
+        case FusedIsa::avx2:
+          fused_panel_avx2<P>(vp, u_packed.data(), u_sq.data(), x_sq.data(), depth, q0, q1, w, a);
+          break;
+        case FusedIsa::portable:
+          fused_panel_portable<P>(vp, u_packed.data(), u_sq.data(), x_sq.data(), depth, q0, q1, w, a);
+          break;
+      }
+    }
+  }
+  NormSums<double> block;
+  for (Index r = 0; r < ni; ++r) {
+    const PanelSums& a = acc[static_cast<std::size_t>(r / kPanelRows)];
+    const int pr = static_cast<int>(r % kPanelRows);
+    PointwiseRowSums<double> row;
+    for (int l = 0; l < kLanes; ++l) {
+      row.value_sq += a.value[pr][l];
+      row.deriv_sq += a.deriv[pr][l];
+      row.dq_inner += a.dq[pr][l];
+      row.dk_inner += a.dk[pr][l];
+    }
+    finish_pointwise_row(block, row, sh.x_sq[i0 + r], sh.v_sq[i0 + r]);
+  }
+  return block;
+}
+
+template <int P, class Real>
+NormSums<double> fused_poly_tiles(const Shared& sh, const EvaluationOptions& options, const FusedWants& w) {
+  constexpr int kCols = panel_cols<Real>();
+  const Index n = sh.V.rows();
+  std::vector<Real> u_packed;
+  pack_panels(sh.U, 0, n, kCols, u_packed);
+  const std::size_t padded = static_cast<std::size_t>((n + kCols - 1) / kCols * kCols);
+  std::vector<double> u_sq(padded, 0.0), x_sq(padded, 0.0);
+  std::copy(sh.u_sq.data(), sh.u_sq.data() + n, u_sq.begin());
+  std::copy(sh.x_sq.data(), sh.x_sq.data() + n, x_sq.begin());
+  const FusedIsa isa = fused_isa();
+  return tiled_sums(sh, options, [&](Index i0) { return fused_block<P>(sh, u_packed, u_sq, x_sq, w, isa, i0); });
+}
+
+template <int P>
+NormSums<double> fused_or_blas_poly_tiles(const Shared& sh, const EvaluationOptions& options, const FusedWants& w) {
+  const auto finite = [](const NormSums<double>& t) {
+    return std::isfinite(t.value_sq + t.dS_sq + t.dQ_sq + t.dK_sq);
+  };
+  if (options.precision == ScorePrecision::mixed) {
+    const NormSums<double> total = fused_poly_tiles<P, float>(sh, options, w);
+    if (finite(total)) return total;
+    (void)poly_tiles<P>(sh, options);  // names the entry when the scores overflow in FP64 as well
+    throw InputError(fmt::format("--precision mixed: a score or its power {} overflowed FP32 (largest finite "
+                                 "{:g}); use --precision double", 2 * P, std::numeric_limits<float>::max()));
+  }
+  // Without AVX-512 the BLAS score tiles and the vectorized row reduction stay the faster double path.
+  if (fused_isa() != FusedIsa::avx512) return poly_tiles<P>(sh, options);
+  const NormSums<double> total = fused_poly_tiles<P, double>(sh, options, w);
+  if (!finite(total)) return poly_tiles<P>(sh, options);  // throws, naming the first NaN or overflowing row
+  return total;
+}
+
+NormSums<double> pointwise_tiles(const Shared& sh, const EvaluationOptions& options, Pointwise h, int p,
+                                 const FusedWants& w) {
   if (h == Pointwise::poly) {
     switch (p) {
-      case 2: return poly_tiles<2>(sh, options);
-      case 3: return poly_tiles<3>(sh, options);
-      case 4: return poly_tiles<4>(sh, options);
-      case 5: return poly_tiles<5>(sh, options);
-      case 6: return poly_tiles<6>(sh, options);
+      case 2: return fused_or_blas_poly_tiles<2>(sh, options, w);
+      case 3: return fused_or_blas_poly_tiles<3>(sh, options, w);
+      case 4: return fused_or_blas_poly_tiles<4>(sh, options, w);
+      case 5: return fused_or_blas_poly_tiles<5>(sh, options, w);
+      case 6: return fused_or_blas_poly_tiles<6>(sh, options, w);
       default: break;
     }
   }
@@ -442,14 +720,33 @@ SampleValues evaluate_inputs(const theory::AttentionMap& map, const Matrix& X, c
       const bool jacobians = request.dS || request.dQ || request.dK;
       totals.entries = request.softmax ? tiled_sums(sh, options, [&](Index i0) {
         return softmax_block(sh, i0, jacobians, request.dQ, request.dK);
-      }) : pointwise_tiles(sh, options, act.h, act.p);
+      }) : pointwise_tiles(sh, options, act.h, act.p,
+                                         FusedWants{request.value, request.dS, request.dQ, request.dK});
     }
   }
   return sample_values(request, map, n, totals);
 }
 
-CpuBackend::CpuBackend(int threads, Index tile)
-    : threads_(threads > 0 ? threads : omp_get_max_threads()), tile_(tile) {
+const char* precision_name(ScorePrecision precision) {
+  return precision == ScorePrecision::mixed ? "mixed" : "double";
+}
+
+bool uses_fp32_scores(const SweepPoint& point, const std::vector<Estimand>& estimands) {
+  if (point.mix) return false;
+  const EstimandRequest request = check_request(point, estimands);
+  const theory::Activation& act = point.map.activation;
+  return request.any_norm() && !request.linear && act.kind == ActivationKind::pointwise &&
+         act.h == Pointwise::poly && act.p >= 2 && act.p <= 6;
+}
+
+double mixed_precision_relative_bound(int p, Index d) {
+  const double unit = std::ldexp(1.0, -24);
+  const double dd = static_cast<double>(d);
+  return 2.0 * p * (dd + 2) * unit * std::sqrt(dd) + (p + 1) * unit;
+}
+
+CpuBackend::CpuBackend(int threads, Index tile, EvaluationPath path, ScorePrecision precision)
+    : threads_(threads > 0 ? threads : omp_get_max_threads()), tile_(tile), precision_(precision), path_(path) {
   if (tile < 1) throw InputError(fmt::format("tile size {} must be >= 1", tile));
   use_single_threaded_gemm();
 }
@@ -479,6 +776,11 @@ std::uint64_t CpuBackend::bytes_needed(const SweepPoint& point) const {
   return saturating_product({sizeof(double), static_cast<std::uint64_t>(threads_), saturating_sum({sample, block})});
 }
 
+std::uint64_t CpuBackend::bytes_needed(const SweepPoint& point, const std::vector<Estimand>& estimands) const {
+  if (path_for(point, estimands) != EvaluationPath::tensor) return bytes_needed(point);
+  return reports::saturating_product({static_cast<std::uint64_t>(threads_), tensor_path_bytes(point, estimands)});
+}
+
 void CpuBackend::evaluate(const SweepPoint& point, const std::vector<Estimand>& estimands, std::uint64_t first,
                           std::uint64_t count, std::vector<SampleValues>& out) {
   const std::size_t base = out.size();
@@ -501,8 +803,19 @@ void CpuBackend::evaluate(const SweepPoint& point, const std::vector<Estimand>& 
     });
     return;
   }
+  if (path_for(point, estimands) == EvaluationPath::tensor) {
+    if (count >= static_cast<std::uint64_t>(threads_)) {
+      parallel_for(static_cast<Index>(count), threads_, [&](Index k) {
+        out[base + static_cast<std::size_t>(k)] =
+            evaluate_tensor_sample(point, estimands, first + static_cast<std::uint64_t>(k), 1);
+      });
+    } else {
+      for (std::uint64_t k = 0; k < count; ++k) out[base + k] = evaluate_tensor_sample(point, estimands, first + k, threads_);
+    }
+    return;
+  }
   if (count >= static_cast<std::uint64_t>(threads_)) {
-    const EvaluationOptions serial{tile_, 1, point.scores};
+    const EvaluationOptions serial{tile_, 1, point.scores, precision_};
     parallel_for(static_cast<Index>(count), threads_, [&](Index k) {
       SampleInputs in;
       draw_sample(point, first + static_cast<std::uint64_t>(k), in);
@@ -510,7 +823,7 @@ void CpuBackend::evaluate(const SweepPoint& point, const std::vector<Estimand>& 
     });
     return;
   }
-  const EvaluationOptions parallel{tile_, threads_, point.scores};
+  const EvaluationOptions parallel{tile_, threads_, point.scores, precision_};
   SampleInputs in;
   for (std::uint64_t k = 0; k < count; ++k) {
     draw_sample(point, first + k, in);

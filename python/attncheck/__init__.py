@@ -57,7 +57,8 @@ def _as_mask(mask, shape, what):
 
 def softmax_norms(logits, mask=None):
     """Exact Frobenius norms of the row-wise softmax and of its Jacobian, per row and in total (no Jacobian is
-    formed: per row ||diag(s) - s s^T||_F^2 = sum s^2 - 2 sum s^3 + (sum s^2)^2, summed without cancellation).
+    formed: per row a of probabilities, ||diag(a) - a a^T||_F^2 = sum a^2 - 2 sum a^3 + (sum a^2)^2, summed without
+    cancellation).
 
     logits: a matrix (N, M) or a batch (..., N, M) of them. mask: booleans broadcastable to logits' shape, True
     where an entry takes part; masked entries get probability 0 (as a -inf logit would). A row with NaN, +inf or

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <tuple>
 #include <algorithm>
 #include <system_error>
@@ -56,17 +57,21 @@ bool plottable(double x, double y, const PlotSpec& plot) {
   return std::isfinite(x) && std::isfinite(y) && (!plot.log_x || x > 0) && (!plot.log_y || y > 0);
 }
 
-std::string style_clause(CurveStyle style, int index) {
-  // Colours from a palette that stays distinguishable in grey and for colour-blind readers.
-  static constexpr const char* palette[] = {"#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#000000"};
-  const char* colour = palette[index % 7];
+// Colours from a palette that stays distinguishable in grey and for colour-blind readers.
+constexpr const char* kPalette[] = {"#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#000000"};
+constexpr int kPaletteSize = static_cast<int>(std::size(kPalette));
+
+std::string style_clause(CurveStyle style, int index, int variant) {
+  const char* colour = kPalette[index % kPaletteSize];
+  static constexpr int kPointTypes[] = {7, 5, 9, 11, 13};
   switch (style) {
     case CurveStyle::points_with_error_bars:
       return fmt::format("using 1:2:3:4 with yerrorbars pointtype 7 pointsize 0.8 linecolor rgb '{}'", colour);
     case CurveStyle::points: return fmt::format("using 1:2 with points pointtype 6 pointsize 1 linecolor rgb '{}'", colour);
     case CurveStyle::line: return fmt::format("using 1:2 with lines linewidth 1.5 linecolor rgb '{}'", colour);
     case CurveStyle::line_with_points:
-      return fmt::format("using 1:2 with linespoints pointtype 7 pointsize 0.6 linewidth 1.5 linecolor rgb '{}'", colour);
+      return fmt::format("using 1:2 with linespoints pointtype {} pointsize 0.6 linewidth 1.5 dashtype {} linecolor rgb '{}'",
+                         kPointTypes[variant % 5], variant % 5 + 1, colour);
     case CurveStyle::dashed_line:
       return fmt::format("using 1:2 with lines dashtype 2 linewidth 1.5 linecolor rgb '{}'", colour);
     case CurveStyle::band:
@@ -75,30 +80,69 @@ std::string style_clause(CurveStyle style, int index) {
   return "";
 }
 
-std::string heat_map_script(const HeatMap& map, const std::string& block) {
+// The matrix as a data block: row i of the map on line i (NaN where a cell was not measured).
+std::string heat_map_block(const HeatMap& map, const std::string& block) {
   if (map.rows < 1 || map.columns < 1 || map.values.size() != static_cast<std::size_t>(map.rows * map.columns)) {
     throw InputError(fmt::format("a heat map of {} x {} cells has {} values", map.rows, map.columns, map.values.size()));
   }
-  double largest = 0;
-  for (double v : map.values) {
-    if (!std::isfinite(v)) throw InputError("a heat map holds a value that is not finite");
-    largest = std::max(largest, std::fabs(v));
-  }
-  if (largest == 0) largest = 1;  // an all-zero map still gets a colour scale
-  std::string script = "set offsets 0, 0, 0, 0\nunset grid\nset size ratio -1\nset tics out\n";
-  script += fmt::format("set xrange [-0.5:{}]\nset yrange [{}:-0.5]\n", number(map.columns - 0.5), number(map.rows - 0.5));
-  script += map.signed_scale
-                ? fmt::format("set palette defined (-1 '#b2182b', -0.5 '#ef8a62', 0 '#f7f7f7', 0.5 '#67a9cf', "
-                              "1 '#2166ac')\nset cbrange [{}:{}]\n", number(-largest), number(largest))
-                : fmt::format("set palette defined (0 '#f7fbff', 0.5 '#6baed6', 1 '#08306b')\nset cbrange [0:{}]\n",
-                              number(largest));
   std::string data;
   for (long long i = 0; i < map.rows; ++i) {
-    for (long long j = 0; j < map.columns; ++j) data += (j ? " " : "") + number(map.values[i * map.columns + j]);
+    for (long long j = 0; j < map.columns; ++j) {
+      const double v = map.values[i * map.columns + j];
+      if (!std::isfinite(v) && !(std::isnan(v) && map.missing_allowed)) {
+        throw InputError("a heat map holds a value that is not finite");
+      }
+      data += (j ? " " : "") + (std::isnan(v) ? std::string("NaN") : number(v));
+    }
     data += "\n";
   }
-  script += fmt::format("{} << EOD\n{}EOD\nplot {} matrix with image notitle\nunset output\n", block, data, block);
-  return script;
+  return fmt::format("{} << EOD\n{}EOD\n", block, data);
+}
+
+std::string heat_map_commands(const HeatMap& map, const std::string& block, bool in_figure) {
+  double largest = 0;
+  for (double v : map.values) {
+    if (std::isfinite(v)) largest = std::max(largest, std::fabs(v));
+  }
+  if (largest == 0) largest = 1;  // an all-zero map still gets a colour scale
+  // Square cells: a lone map keeps them by its aspect ratio; a figure of maps by its panel areas' shape, which
+  // lines the maps up whether or not they carry the colour bar.
+  std::string script = fmt::format("set offsets 0, 0, 0, 0\nunset grid\nunset key\nunset logscale\n{}\nset tics out\n",
+                                   in_figure ? "set size noratio" : "set size ratio -1");
+  // A tick on every cell, or on every k-th of a large map, at the cells' centres.
+  const auto tick_step = [](long long cells) { return std::max(1LL, (cells + 15) / 16); };
+  script += fmt::format("set format x '%g'\nset format y '%g'\nset format cb '%g'\nset xtics {} nomirror\n"
+                        "set ytics {} nomirror\nset mxtics 1\nset mytics 1\n",
+                        tick_step(map.columns), tick_step(map.rows));
+  // A figure of maps places its panels itself (see maps_layout); a lone map needs room on the right for
+  // the colour bar's marks ("1 = bound" is long).
+  script += map.colour_box ? "set colorbox\n" : "unset colorbox\n";
+  if (!in_figure && !map.scale_marks.empty()) script += "set rmargin 16\n";
+  script += fmt::format("set xrange [-0.5:{}]\nset yrange [{}:-0.5]\n", number(map.columns - 0.5), number(map.rows - 0.5));
+  const auto tick_labels = [](const char* axis, const std::vector<std::string>& labels) {
+    if (labels.empty()) return std::string();
+    std::string out = fmt::format("set {}tics (", axis);
+    for (std::size_t i = 0; i < labels.size(); ++i) out += fmt::format("{}{} {}", i ? ", " : "", quoted(labels[i]), i);
+    return out + ")\n";
+  };
+  script += tick_labels("y", map.row_labels) + tick_labels("x", map.column_labels);
+  const auto [lo, hi] = map.scale_range.value_or(map.signed_scale ? std::pair{-largest, largest} : std::pair{0.0, largest});
+  script += map.signed_scale
+                ? "set palette defined (-1 '#b2182b', -0.5 '#ef8a62', 0 '#f7f7f7', 0.5 '#67a9cf', 1 '#2166ac')\n"
+                : "set palette defined (0 '#f7fbff', 0.5 '#6baed6', 1 '#08306b')\n";
+  script += fmt::format("set cbrange [{}:{}]\nset cbtics autofreq\n", number(lo), number(hi));
+  for (const auto& [value, label] : map.scale_marks) {
+    script += fmt::format("set cbtics add ({} {})\n", quoted(label), number(value));
+  }
+  script += fmt::format("set cblabel {} noenhanced\n", quoted(map.scale_label));
+  std::string clause = fmt::format("{} matrix with image notitle", block);
+  if (map.show_values) {
+    // Dark cells get white text: the upper half of the unsigned palette is dark.
+    clause += fmt::format(", {0} matrix using 1:2:($3 != $3 ? '' : sprintf('%.2f', $3)):($3 > {1} ? 0xffffff : 0x000000) "
+                          "with labels textcolor rgb variable font ',9' notitle",
+                          block, number(lo + 0.55 * (hi - lo)));
+  }
+  return script + "plot " + clause + "\n";
 }
 
 bool has_ends(CurveStyle style) { return style == CurveStyle::points_with_error_bars || style == CurveStyle::band; }
@@ -140,6 +184,11 @@ struct PanelData {
 
 PanelData panel_data(const PlotSpec& plot, const std::string& block_prefix) {
   PanelData out;
+  if (plot.heat_map) {
+    out.blocks = heat_map_block(*plot.heat_map, block_prefix + "_matrix");
+    out.clauses.push_back(block_prefix + "_matrix");  // the block heat_map_commands draws
+    return out;
+  }
   for (std::size_t c = 0; c < plot.curves.size(); ++c) {
     const Curve& curve = plot.curves[c];
     const bool ends = has_ends(curve.style);
@@ -166,7 +215,7 @@ PanelData panel_data(const PlotSpec& plot, const std::string& block_prefix) {
     if (data.empty()) continue;  // gnuplot refuses a plot whose every curve is empty; skip empty ones
     out.blocks += fmt::format("{} << EOD\n{}EOD\n", block, data);
     const std::string title = curve.title.empty() ? "notitle" : "title " + quoted(curve.title) + " noenhanced";
-    out.clauses.push_back(fmt::format("{} {} {}", block, style_clause(curve.style, curve.colour >= 0 ? curve.colour : static_cast<int>(c)),
+    out.clauses.push_back(fmt::format("{} {} {}", block, style_clause(curve.style, curve.colour >= 0 ? curve.colour : static_cast<int>(c), curve.variant),
                                       title));
   }
   if (out.clauses.empty() && !plot.heat_map) throw InputError(fmt::format("plot \"{}\" has no point that can be drawn", plot.title));
@@ -219,18 +268,66 @@ std::string panel_commands(const PlotSpec& plot, const PanelData& data, bool in_
   return script + "\n";
 }
 
+std::string heat_map_panel(const PlotSpec& plot, const PanelData& data, bool in_figure) {
+  return fmt::format("set title {} noenhanced\nset xlabel {} noenhanced\nset ylabel {} noenhanced\n", quoted(plot.title),
+                     quoted(plot.x_label), quoted(plot.y_label)) +
+         heat_map_commands(*plot.heat_map, data.clauses.at(0), in_figure);
+}
+
 struct Canvas {
   int width, height;
 };
 
+bool all_maps(const PlotSpec& plot) {
+  return !plot.panels.empty() &&
+         std::all_of(plot.panels.begin(), plot.panels.end(), [](const PlotSpec& p) { return p.heat_map.has_value(); });
+}
+
+// A figure of maps in pixels: cells are square, so the height follows the maps' shape and a wide map leaves
+// no empty band; the colour bar of the last column sits in a strip on the right.
+constexpr int kMapWidth = 400, kMapGap = 90, kMapLeft = 70, kMapRight = 150, kMapBelow = 70, kMapTitleLine = 26;
+
+int map_height(const PlotSpec& plot) {
+  const HeatMap& map = *plot.panels.front().heat_map;
+  return static_cast<int>(
+      std::clamp(kMapWidth * static_cast<double>(map.rows) / static_cast<double>(map.columns), 140.0, 720.0));
+}
+
+int map_title_height(const PlotSpec& plot) { return 40 + kMapTitleLine * static_cast<int>(plot.notes.size() + 1); }
+
 Canvas canvas_of(const PlotSpec& plot) {
+  if (all_maps(plot)) {
+    const int columns = std::max(1, plot.columns);
+    const int rows = static_cast<int>((plot.panels.size() + columns - 1) / columns);
+    return {kMapLeft + columns * kMapWidth + (columns - 1) * kMapGap + kMapRight,
+            map_title_height(plot) + rows * (map_height(plot) + kMapBelow + 30)};
+  }
   if (plot.panels.empty()) return {800, 560};
   const int columns = std::max(1, plot.columns);
   const int rows = static_cast<int>((plot.panels.size() + columns - 1) / columns);
   return {460 * columns, 500 * rows + 30 * static_cast<int>(plot.notes.size()) + 50};
 }
 
+// The multiplot's fixed panel areas for a figure of maps (screen fractions), so that every map has the same
+// size whether or not it carries the colour bar; empty for other figures.
+std::string maps_layout(const PlotSpec& plot, const Canvas& canvas) {
+  if (!all_maps(plot)) return "";
+  const double w = canvas.width, h = canvas.height;
+  return fmt::format(" margins {:.4f},{:.4f},{:.4f},{:.4f} spacing {:.4f},{:.4f}", kMapLeft / w, 1 - kMapRight / w,
+                     kMapBelow / h, 1 - map_title_height(plot) / h, kMapGap / w, (kMapBelow + 30) / h);
+}
+
 }  // namespace
+
+int activation_colour(std::string_view activation) {
+  // The activations attncheck trains and probes, each its own palette entry; any other name is black.
+  static constexpr std::string_view kActivations[] = {"softmax", "poly3_scaled", "poly3", "relu_n", "identity",
+                                                      "linear_scaled"};
+  for (int i = 0; i < static_cast<int>(std::size(kActivations)); ++i) {
+    if (activation == kActivations[i]) return i;
+  }
+  return kPaletteSize - 1;
+}
 
 std::string gnuplot_script(const std::vector<PlotSpec>& plots, const std::string& output_suffix) {
   std::string script = "# Draws the report's plots as SVG and PNG; run `gnuplot plots.gp` in this folder.\n";
@@ -253,20 +350,17 @@ std::string gnuplot_script(const std::vector<PlotSpec>& plots, const std::string
     for (const auto& [extension, terminal] : terminals) {
       // `reset` keeps the terminal; it clears whatever the previous plot set.
       script += fmt::format("reset\nset terminal {}\nset output {}\n", terminal, quoted(plot.name + extension + output_suffix));
-      if (plot.heat_map) {
-        script += fmt::format("set title {} noenhanced\nset xlabel {} noenhanced\nset ylabel {} noenhanced\n",
-                              quoted(plot.title), quoted(plot.x_label), quoted(plot.y_label));
-        script += heat_map_script(*plot.heat_map, fmt::format("$plot{}_matrix", k));  // ends with unset output
-        continue;
-      }
-      if (plot.panels.empty()) {
+      if (plot.panels.empty() && plot.heat_map) {
+        script += heat_map_panel(plot, data[0], false);
+      } else if (plot.panels.empty()) {
         script += panel_commands(plot, data[0], false);
       } else {
         const int columns = std::max(1, plot.columns);
         const int rows = static_cast<int>((plot.panels.size() + columns - 1) / columns);
         std::string heading = quoted(plot.title);
         for (const std::string& line : plot.notes) heading += " . \"\\n\" . " + quoted(line);
-        script += fmt::format("set multiplot layout {},{} title {} noenhanced font ',15'\n", rows, columns, heading);
+        script += fmt::format("set multiplot layout {},{} title {} noenhanced font ',15'{}\n", rows, columns, heading,
+                              maps_layout(plot, canvas));
         // The panels' plot areas line up whatever their legends: the bottom margin is fixed for the longest.
         std::size_t longest_key = 0;
         for (const PlotSpec& panel : plot.panels) {
@@ -274,8 +368,10 @@ std::string gnuplot_script(const std::vector<PlotSpec>& plots, const std::string
           for (const Curve& curve : panel.curves) entries += curve.title.empty() ? 0 : 1;
           longest_key = std::max(longest_key, std::min<std::size_t>(entries, 6));
         }
-        script += fmt::format("set bmargin {}\n", 3 + 1.2 * static_cast<double>(longest_key));
-        for (std::size_t p = 0; p < plot.panels.size(); ++p) script += panel_commands(plot.panels[p], data[p], true);
+        if (!all_maps(plot)) script += fmt::format("set bmargin {}\n", 3 + 1.2 * static_cast<double>(longest_key));
+        for (std::size_t p = 0; p < plot.panels.size(); ++p) {
+          script += plot.panels[p].heat_map ? heat_map_panel(plot.panels[p], data[p], true) : panel_commands(plot.panels[p], data[p], true);
+        }
         script += "unset multiplot\n";
       }
       script += "unset output\n";

@@ -41,6 +41,7 @@ const QuantityInfo& info(ProbeQuantity q) { return kQuantities[static_cast<int>(
 
 std::string_view probe_key(ProbeQuantity quantity) { return info(quantity).key; }
 std::string_view probe_meaning(ProbeQuantity quantity) { return info(quantity).meaning; }
+std::string_view probe_activation(ProbeQuantity quantity) { return info(quantity).activation; }
 
 namespace {
 std::optional<ProbeQuantity> own_quantity(const std::string& activation, bool gradient) {

@@ -1,11 +1,13 @@
 // The probe section: norms measured on real checkpoints during training, as in the papers' Figs. 2-3.
 
+#include "attncheck/reports/head_maps.hpp"
 #include "attncheck/reports/numbers.hpp"
 #include "attncheck/reports/report.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 namespace attncheck::reports {
@@ -51,48 +53,146 @@ void add_plot(PlotSpec plot, const std::string& caption, bool with_plots, Docume
   document.blocks.push_back(Figure{"", "", caption});
 }
 
+// A trained model of one run: its label in the report (with the run's name in a comparison) and its series.
+struct Model {
+  std::string label;  // "trained with softmax" or "RUN: trained with softmax"
+  std::size_t log = 0;
+  int variant = 0;  // its place among the models of one activation, so that runs of one activation differ
+  ProbeSeries series;
+};
+
+// The band from the min to the max over layers and heads of one quantity, beside its mean.
+Curve min_max_band(const ProbeSeries& series, ProbeQuantity quantity, int colour) {
+  Curve band{"", CurveStyle::band, {}, {}, {}, {}, colour};
+  for (const ProbeStep& step : series.steps) {
+    if (const auto& s = step.summary(quantity)) {
+      band.x.push_back(step.position);
+      band.y.push_back(s->mean);
+      band.y_lo.push_back(s->min);
+      band.y_hi.push_back(s->max);
+    }
+  }
+  return band;
+}
+
+std::string step_text(const ProbeStep& step) {
+  return step.step ? fmt::format("step {}", *step.step) : "step unknown";
+}
+
+// The layer x head maps of a model's first and last checkpoints: the start and the end of training, the
+// contrast a reader looks for; the maps of the checkpoints between them are left to the tables' summaries.
+void add_checkpoint_maps(const Model& model, const std::vector<ProbeRecord>& records, std::size_t index,
+                         bool with_plots, Document& document, PendingFigures& pending) {
+  const auto& steps = model.series.steps;
+  if (steps.empty() || !with_plots) return;
+  std::vector<const ProbeStep*> chosen{&steps.front()};
+  if (steps.size() > 1) chosen.push_back(&steps.back());
+  document.blocks.push_back(Paragraph{
+      steps.size() == 1
+          ? "Layer x head maps of its one checkpoint:"
+          : fmt::format("Layer x head maps of the first and the last of its {} checkpoints (in training order):",
+                        steps.size())});
+  for (std::size_t c = 0; c < chosen.size(); ++c) {
+    const ProbeStep& step = *chosen[c];
+    const HeadMaps maps = head_maps(checkpoint_ratios(records, model.series.activation, step.checkpoint),
+                                    step.checkpoint);
+    pending.plots.push_back(head_map_figure(
+        fmt::format("probe-model{}-heads-{}", index + 1, c == 0 ? "first" : "last"),
+        fmt::format("{}: softmax norms per head relative to their bounds", model.label),
+        {fmt::format("checkpoint {} ({})", step.checkpoint, step_text(step))}, maps));
+    pending.block_of_plot.push_back(document.blocks.size());
+    document.blocks.push_back(Figure{"", "", fmt::format(
+        "{}, {}: ||A||_F / sqrt(N) (left) and ||dA/dS||_F / (sqrt(N)/2) (right) of the softmax on the model's scores, "
+        "per layer and head, one colour scale; the bound is 1.", model.label, step_text(step))});
+  }
+}
+
 }  // namespace
 
 void add_probe_section(const std::vector<ProbeRecord>& records, const std::filesystem::path& log, bool with_plots,
                        Document& document, PendingFigures& pending) {
+  add_probe_section({ProbeLog{log, "", records}}, with_plots, document, pending);
+}
+
+void add_probe_section(const std::vector<ProbeLog>& logs, bool with_plots, Document& document, PendingFigures& pending) {
   auto& blocks = document.blocks;
-  const std::vector<ProbeSeries> models = summarize_probe_log(records);
-  blocks.push_back(Heading{2, "Probes during training", "probes"});
-  std::set<std::string> checkpoints;
-  std::set<long long> lengths;
-  for (const ProbeRecord& r : records) {
-    checkpoints.insert(r.checkpoint);
-    lengths.insert(r.N);
+  std::vector<Model> models;
+  std::map<std::string, int> runs_of_activation;
+  for (std::size_t l = 0; l < logs.size(); ++l) {
+    for (ProbeSeries& series : summarize_probe_log(logs[l].records)) {
+      const std::string label = (logs[l].run.empty() ? "" : logs[l].run + ": ") + "trained with " + series.activation;
+      models.push_back(Model{label, l, runs_of_activation[series.activation]++, std::move(series)});
+    }
   }
-  std::string length_text;
-  for (long long n : lengths) length_text += (length_text.empty() ? "" : ", ") + fmt::format("{}", n);
-  blocks.push_back(Facts{{{"probe log", log.string()},
-                          {"lines", fmt::format("{}", records.size())},
-                          {"checkpoints", fmt::format("{}", checkpoints.size())},
-                          {"trained activations", fmt::format("{}", models.size())},
-                          {"sequence lengths N", length_text.empty() ? "-" : length_text}}});
-  if (records.empty()) {
-    blocks.push_back(Notice{fmt::format("{} has no records yet.", log.string())});
-    return;
+  blocks.push_back(Heading{2, logs.size() == 1 ? "Probes during training" : "Probes during training: runs compared",
+                           "probes"});
+  std::size_t total_records = 0;
+  for (const ProbeLog& log : logs) {
+    std::set<std::string> checkpoints;
+    std::set<long long> lengths;
+    for (const ProbeRecord& r : log.records) {
+      checkpoints.insert(r.checkpoint);
+      lengths.insert(r.N);
+    }
+    std::string length_text;
+    for (long long n : lengths) length_text += (length_text.empty() ? "" : ", ") + fmt::format("{}", n);
+    Facts facts;
+    if (!log.run.empty()) facts.items.emplace_back("run", log.run);
+    facts.items.insert(facts.items.end(),
+                       {{"probe log", log.path.string()},
+                        {"lines", fmt::format("{}", log.records.size())},
+                        {"checkpoints", fmt::format("{}", checkpoints.size())},
+                        {"trained activations",
+                         fmt::format("{}", std::count_if(models.begin(), models.end(),
+                                                         [&](const Model& m) { return &logs[m.log] == &log; }))},
+                        {"sequence lengths N", length_text.empty() ? "-" : length_text}});
+    blocks.push_back(std::move(facts));
+    if (log.records.empty()) blocks.push_back(Notice{fmt::format("{} has no records yet.", log.path.string())});
+    total_records += log.records.size();
   }
+  if (total_records == 0) return;
   blocks.push_back(Paragraph{
       "Each value is the mean over all probed layers and heads of a checkpoint, with the range [min, max] over "
-      "them; these are measurements of the given checkpoints, not estimates, so they carry no standard error. "
-      "The ||A||_F columns evaluate each activation on the same scores of the model; the model's own activation "
-      "is the one it was trained with."});
+      "them (the shaded band in the plots); these are measurements of the given checkpoints, not estimates, so "
+      "they carry no standard error. The ||A||_F columns evaluate each activation on the same scores of the "
+      "model; the model's own activation is the one it was trained with. Each activation has one colour in "
+      "every plot of this report."});
+
+  if (logs.size() > 1) {
+    // The runs' end points in one table: what the plots below show over training, at the last checkpoint.
+    Table ends;
+    ends.header = {"run", "trained activation", "checkpoints", "last step", "own ||A||_F at the last step, mean [min, max]",
+                   "own ||dA/dS||_F at the last step, mean [min, max]"};
+    for (const Model& model : models) {
+      if (model.series.steps.empty()) continue;
+      const ProbeStep& last = model.series.steps.back();
+      const auto own_attention = own_attention_quantity(model.series.activation);
+      const auto own_gradient = own_gradient_quantity(model.series.activation);
+      ends.rows.push_back({logs[model.log].run, model.series.activation, fmt::format("{}", model.series.steps.size()),
+                           last.step ? fmt::format("{}", *last.step) : "-",
+                           own_attention ? summary_text(last.summary(*own_attention)) : "-",
+                           own_gradient ? summary_text(last.summary(*own_gradient)) : "-"});
+    }
+    blocks.push_back(Heading{3, "The runs at their last checkpoints", "probes-runs"});
+    blocks.push_back(std::move(ends));
+  }
 
   // The papers' Fig. 2 and Fig. 3: the models side by side, each with its own activation.
-  const bool steps_known = std::all_of(models.begin(), models.end(), [](const ProbeSeries& m) { return m.steps_known; });
-  PlotSpec own_norm{"probe-attention", "||A||_F of each model's own activation (mean over layers and heads)",
+  const bool steps_known =
+      std::all_of(models.begin(), models.end(), [](const Model& m) { return m.series.steps_known; });
+  PlotSpec own_norm{"probe-attention", "||A||_F of each model's own activation (line: mean over layers and heads, band: min to max)",
                     steps_known ? "training step" : "checkpoint (in the order of the log)", "||A||_F", false, true, {}};
-  PlotSpec own_grad{"probe-gradient", "||dA/dS||_F of each model's own activation (mean over layers and heads)",
+  PlotSpec own_grad{"probe-gradient", "||dA/dS||_F of each model's own activation (line: mean over layers and heads, band: min to max)",
                     own_norm.x_label, "||dA/dS||_F", false, true, {}};
-  for (const ProbeSeries& model : models) {
-    if (const auto own = own_attention_quantity(model.activation)) {
-      own_norm.curves.push_back(mean_curve(model, *own, "trained with " + model.activation, CurveStyle::line_with_points));
-    }
-    if (const auto own = own_gradient_quantity(model.activation)) {
-      own_grad.curves.push_back(mean_curve(model, *own, "trained with " + model.activation, CurveStyle::line_with_points));
+  for (const Model& model : models) {
+    const int colour = activation_colour(model.series.activation);
+    for (auto [plot, own] : {std::pair{&own_norm, own_attention_quantity(model.series.activation)},
+                             std::pair{&own_grad, own_gradient_quantity(model.series.activation)}}) {
+      if (!own) continue;
+      plot->curves.push_back(min_max_band(model.series, *own, colour));
+      plot->curves.push_back(mean_curve(model.series, *own, model.label, CurveStyle::line_with_points));
+      plot->curves.back().colour = colour;
+      plot->curves.back().variant = model.variant;
     }
   }
   blocks.push_back(Heading{3, "All models: attention norm and gradient norm against training", "probes-all"});
@@ -101,40 +201,42 @@ void add_probe_section(const std::vector<ProbeRecord>& records, const std::files
                                "one without an ||A||_F column), so the comparison of own activations is left out; "
                                "the per-model plots below show every activation on the same scores."});
   } else {
-    add_plot(own_norm, "||A||_F of each model's own activation against training (log y axis), as in the papers' Fig. 2.",
+    add_plot(own_norm, "||A||_F of each model's own activation against training (log y axis), as in the papers' Fig. 2: "
+             "the line is the mean over layers and heads, the shaded band their min to max.",
              with_plots, document, pending);
   }
   if (!own_grad.curves.empty()) {
     add_plot(own_grad, "||dA/dS||_F of each model's own activation against training (log y axis), as in the papers' "
-             "Fig. 3.", with_plots, document, pending);
+             "Fig. 3: the line is the mean over layers and heads, the shaded band their min to max.",
+             with_plots, document, pending);
   }
 
   for (std::size_t m = 0; m < models.size(); ++m) {
-    const ProbeSeries& model = models[m];
-    blocks.push_back(Heading{3, "Model trained with " + model.activation, fmt::format("probe-model-{}", m + 1)});
+    const ProbeSeries& model = models[m].series;
+    blocks.push_back(Heading{3, "Model " + models[m].label, fmt::format("probe-model-{}", m + 1)});
     if (!model.steps_known) {
       blocks.push_back(Notice{"some checkpoints of this model have no step: they are placed in the order of the log."});
     }
-    PlotSpec norms{fmt::format("probe-model{}-attention", m + 1),
-                   fmt::format("trained with {}: ||A||_F of each activation on its scores", model.activation),
-                   x_label(model), "||A||_F (mean over layers and heads)", false, true, {}};
-    for (ProbeQuantity q : kAttentionQuantities) {
-      norms.curves.push_back(mean_curve(model, q, std::string(probe_meaning(q)),
-                                        own_attention_quantity(model.activation) == q ? CurveStyle::line_with_points
-                                                                                      : CurveStyle::dashed_line));
+    for (const bool gradient : {false, true}) {
+      const auto own = gradient ? own_gradient_quantity(model.activation) : own_attention_quantity(model.activation);
+      const std::string norm = gradient ? "||dA/dS||_F" : "||A||_F";
+      PlotSpec plot{fmt::format("probe-model{}-{}", m + 1, gradient ? "gradient" : "attention"),
+                    fmt::format("{}: {} of each activation on its scores", models[m].label, norm), x_label(model),
+                    norm + " (mean over layers and heads)", false, true, {}};
+      if (own) plot.curves.push_back(min_max_band(model, *own, activation_colour(model.activation)));
+      for (ProbeQuantity q : gradient ? kScoreGradientQuantities : kAttentionQuantities) {
+        plot.curves.push_back(mean_curve(model, q, std::string(probe_meaning(q)),
+                                         own == q ? CurveStyle::line_with_points : CurveStyle::dashed_line));
+        plot.curves.back().colour = activation_colour(probe_activation(q));
+      }
+      add_plot(plot,
+               gradient ? "Jacobian norms in the scores of every activation on this model's scores (solid: its own, "
+                          "with the band from its min to its max over layers and heads)."
+                        : "||A||_F of every activation evaluated on this model's scores (solid: its own activation, "
+                          "with the band from its min to its max over layers and heads).",
+               with_plots, document, pending);
     }
-    add_plot(norms, "||A||_F of every activation evaluated on this model's scores (solid: its own activation).",
-             with_plots, document, pending);
-    PlotSpec gradients{fmt::format("probe-model{}-gradient", m + 1),
-                       fmt::format("trained with {}: ||dA/dS||_F of each activation on its scores", model.activation),
-                       x_label(model), "||dA/dS||_F (mean over layers and heads)", false, true, {}};
-    for (ProbeQuantity q : kScoreGradientQuantities) {
-      gradients.curves.push_back(mean_curve(model, q, std::string(probe_meaning(q)),
-                                            own_gradient_quantity(model.activation) == q ? CurveStyle::line_with_points
-                                                                                         : CurveStyle::dashed_line));
-    }
-    add_plot(gradients, "Jacobian norms in the scores of every activation on this model's scores (solid: its own).",
-             with_plots, document, pending);
+    add_checkpoint_maps(models[m], logs[models[m].log].records, m, with_plots, document, pending);
 
     Table table;
     table.header = {"step", "checkpoint", "layer-heads"};

@@ -2,6 +2,7 @@
 
 #include "attncheck/reports/atomic_file.hpp"
 #include "attncheck/reports/folder_lock.hpp"
+#include "attncheck/reports/head_maps.hpp"
 #include "attncheck/reports/training_curves.hpp"
 #include "attncheck/theory/common.hpp"
 
@@ -22,6 +23,25 @@ struct Inputs {
   std::optional<fs::path> probe_log;
   std::optional<fs::path> training_curves;
   std::optional<fs::path> vit_results;  // examples/vit_digits.py's
+  std::optional<fs::path> probe_output;  // `attncheck probe --json` output
+
+  // What a comparison of runs can hold: probe logs (alone or in run folders), or probe --json outputs.
+  std::string kind() const {
+    if (probe_output) return "a probe --json output";
+    if (results_folder) return "results of `attncheck mc`";
+    if (vit_results) return "results of examples/vit_digits.py";
+    if (training_curves && !probe_log) return "training curves";
+    return "a probe log";
+  }
+  // Inputs of one kind can be compared; none: this input cannot be part of a comparison.
+  enum class Comparison { probe_outputs, probe_logs, scaling };
+  std::optional<Comparison> comparison() const {
+    if (probe_output) return Comparison::probe_outputs;
+    if (vit_results) return std::nullopt;
+    if (results_folder) return Comparison::scaling;
+    if (probe_log) return Comparison::probe_logs;
+    return std::nullopt;
+  }
 };
 
 Inputs find_inputs(const fs::path& input) {
@@ -29,8 +49,13 @@ Inputs find_inputs(const fs::path& input) {
   if (!fs::exists(input, error)) throw InputError(fmt::format("{} does not exist", input.string()));
   Inputs inputs;
   if (!fs::is_directory(input, error)) {
+    if (input.extension() == ".json" && input.filename() != kVitResultsName) {
+      inputs.probe_output = input;
+      return inputs;
+    }
     if (input.extension() != ".jsonl") {
-      throw InputError(fmt::format("{} is neither a results folder nor a probe log or training curves (*.jsonl)",
+      throw InputError(fmt::format("{} is neither a results folder nor a probe log or training curves (*.jsonl) nor "
+                                   "the output of `attncheck probe --json` (*.json)",
                                    input.string()));
     }
     if (input.filename() == kTrainingCurvesName) {
@@ -75,11 +100,58 @@ void remove_stale_plots(const fs::path& plot_folder, const std::vector<PlotSpec>
   for (const fs::path& path : stale) fs::remove(path, error);
 }
 
+void count_verdicts(const ResultsFolder& results, ReportSummary& summary) {
+  summary.series += results.series.size();
+  for (const Series& s : results.series) {
+    if (!s.verdict) continue;
+    switch (*s.verdict) {
+      case Verdict::holds: ++summary.holds; break;
+      case Verdict::tight: ++summary.tight; break;
+      case Verdict::violated: ++summary.violated; break;
+      case Verdict::inconclusive: ++summary.inconclusive; break;
+    }
+  }
+}
+
+Document start_document(std::string title, bool with_plots) {
+  Document document;
+  document.title = std::move(title);
+  if (!with_plots) {
+    document.blocks.push_back(Notice{"this report was written with --no-plots: it has no plots (gnuplot was not "
+                                     "run); the tables hold every number."});
+  }
+  return document;
+}
+
+// The name of a run in a comparison: its folder's name, or the file's name when it is not a run folder's log.
+std::string run_name(const fs::path& input) {
+  const fs::path trimmed = input.filename().empty() ? input.parent_path() : input;
+  if (trimmed.filename() == kProbeLogName && !trimmed.parent_path().filename().empty()) {
+    return trimmed.parent_path().filename().string();
+  }
+  return trimmed.filename().string();
+}
+
+// A report of several runs: all probe logs (their runs side by side in each plot) or all probe --json outputs
+// (a heat map each). Anything else has no common axis to compare on and is refused, naming the odd one out.
+ReportSummary write_comparison(const ReportOptions& options, const std::vector<fs::path>& paths,
+                               const std::vector<Inputs>& inputs);
+
+ReportSummary write_document(const ReportOptions& options, Document& document, PendingFigures& pending,
+                             ReportSummary summary);
+
 }  // namespace
 
 ReportSummary write_report(const ReportOptions& options) {
-  const Inputs inputs = find_inputs(options.input);
+  std::vector<fs::path> paths{options.input};
+  paths.insert(paths.end(), options.compare_with.begin(), options.compare_with.end());
+  std::vector<Inputs> all;
+  for (const fs::path& path : paths) all.push_back(find_inputs(path));
+  if (paths.size() > 1) return write_comparison(options, paths, all);
+  const Inputs& inputs = all.front();
   // Read everything before writing anything, so that bad input leaves no half-made report behind.
+  std::optional<ProbeOutput> probe_output;
+  if (inputs.probe_output) probe_output = read_probe_output(*inputs.probe_output);
   std::optional<ResultsFolder> results;
   if (inputs.results_folder) results = read_results_folder(*inputs.results_folder);
   std::optional<std::vector<ProbeRecord>> probes;
@@ -89,28 +161,15 @@ ReportSummary write_report(const ReportOptions& options) {
   std::optional<VitResults> vit;
   if (inputs.vit_results) vit = read_vit_results(*inputs.vit_results);
 
-  Document document;
-  document.title = fmt::format("attncheck report: {}", options.input.filename().empty()
-                                                           ? options.input.parent_path().filename().string()
-                                                           : options.input.filename().string());
-  if (!options.plots) {
-    document.blocks.push_back(Notice{"this report was written with --no-plots: it has no plots (gnuplot was not "
-                                     "run); the tables hold every number."});
-  }
+  Document document = start_document(fmt::format("attncheck report: {}", options.input.filename().empty()
+                                                                          ? options.input.parent_path().filename().string()
+                                                                          : options.input.filename().string()),
+                                      options.plots);
   PendingFigures pending;
   ReportSummary summary;
   if (results) {
     add_scaling_section(*results, options.plots, document, pending);
-    summary.series = results->series.size();
-    for (const Series& s : results->series) {
-      if (!s.verdict) continue;
-      switch (*s.verdict) {
-        case Verdict::holds: ++summary.holds; break;
-        case Verdict::tight: ++summary.tight; break;
-        case Verdict::violated: ++summary.violated; break;
-        case Verdict::inconclusive: ++summary.inconclusive; break;
-      }
-    }
+    count_verdicts(*results, summary);
   }
   if (vit) {
     add_vit_section(*vit, inputs.vit_results->parent_path(), options.plots, document, pending, options.read_attention_map,
@@ -125,7 +184,89 @@ ReportSummary write_report(const ReportOptions& options) {
     add_training_curves_section(*curves, *inputs.training_curves, options.plots, document, pending);
     summary.curve_points = curves->points.size();
   }
+  if (probe_output) {
+    add_head_map_section({*probe_output}, options.plots, document, pending);
+    summary.probe_outputs = 1;
+  }
+  return write_document(options, document, pending, summary);
+}
 
+namespace {
+
+ReportSummary write_comparison(const ReportOptions& options, const std::vector<fs::path>& paths,
+                               const std::vector<Inputs>& inputs) {
+  for (std::size_t i = 0; i < paths.size(); ++i) {
+    if (!inputs[i].comparison() || inputs[i].comparison() != inputs[0].comparison()) {
+      throw InputError(fmt::format(
+          "cannot compare {} ({}) with {} ({}): a report compares several probe logs (or run folders holding "
+          "{}), several `attncheck probe --json` outputs, or several results folders of `attncheck mc`; report "
+          "other results one at a time",
+          paths[i].string(), inputs[i].kind(), paths[0].string(), inputs[0].kind(), kProbeLogName));
+    }
+  }
+  Document document = start_document(fmt::format("attncheck report comparing {} runs", paths.size()), options.plots);
+  PendingFigures pending;
+  ReportSummary summary;
+  if (inputs[0].comparison() == Inputs::Comparison::scaling) {
+    std::vector<ResultsFolder> folders;
+    for (const Inputs& input : inputs) folders.push_back(read_results_folder(*input.results_folder));
+    for (std::size_t k = 0; k < folders.size(); ++k) {
+      if (inputs[k].probe_log || inputs[k].training_curves) {
+        document.blocks.push_back(Notice{fmt::format("only the scaling results of {} are part of this comparison; a "
+                                                     "report of that folder alone draws the rest.",
+                                                     paths[k].string())});
+      }
+    }
+    for (std::size_t k = 0; k < folders.size(); ++k) {
+      document.blocks.push_back(Heading{1, fmt::format("Run {}: {}", k + 1, paths[k].string()), fmt::format("run-{}", k + 1)});
+      const std::size_t first_block = document.blocks.size(), first_plot = pending.plots.size();
+      add_scaling_section(folders[k], options.plots, document, pending);
+      count_verdicts(folders[k], summary);
+      // Each run's plots and link targets get the run's prefix, so that two runs' series 1 stay apart.
+      const std::string prefix = fmt::format("run{}-", k + 1);
+      for (std::size_t p = first_plot; p < pending.plots.size(); ++p) pending.plots[p].name = prefix + pending.plots[p].name;
+      for (std::size_t b = first_block; b < document.blocks.size(); ++b) {
+        if (auto* heading = std::get_if<Heading>(&document.blocks[b]); heading && !heading->anchor.empty()) {
+          heading->anchor = prefix + heading->anchor;
+        }
+        if (auto* table = std::get_if<Table>(&document.blocks[b])) {
+          for (std::string& anchor : table->row_anchors) {
+            if (!anchor.empty()) anchor = prefix + anchor;
+          }
+        }
+      }
+    }
+  } else if (inputs[0].probe_output) {
+    std::vector<ProbeOutput> outputs;
+    for (const Inputs& input : inputs) outputs.push_back(read_probe_output(*input.probe_output));
+    add_head_map_section(outputs, options.plots, document, pending);
+    summary.probe_outputs = outputs.size();
+  } else {
+    std::vector<ProbeLog> logs;
+    for (std::size_t i = 0; i < paths.size(); ++i) {
+      if (inputs[i].training_curves) {
+        document.blocks.push_back(Notice{fmt::format("the training curves {} are not part of a comparison of probe "
+                                                     "logs; a report of that folder alone draws them.",
+                                                     inputs[i].training_curves->string())});
+      }
+      logs.push_back(ProbeLog{*inputs[i].probe_log, run_name(paths[i]), read_probe_log(*inputs[i].probe_log)});
+      summary.probe_records += logs.back().records.size();
+    }
+    for (std::size_t i = 0; i < logs.size(); ++i) {
+      for (std::size_t j = 0; j < i; ++j) {
+        if (logs[i].run == logs[j].run) {
+          throw InputError(fmt::format("{} and {} are both named {}: the runs compared need different names",
+                                       paths[j].string(), paths[i].string(), logs[i].run));
+        }
+      }
+    }
+    add_probe_section(logs, options.plots, document, pending);
+  }
+  return write_document(options, document, pending, summary);
+}
+
+ReportSummary write_document(const ReportOptions& options, Document& document, PendingFigures& pending,
+                             ReportSummary summary) {
   std::error_code error;
   fs::create_directories(options.out, error);
   if (error || !fs::is_directory(options.out, error)) {
@@ -151,5 +292,7 @@ ReportSummary write_report(const ReportOptions& options) {
   write_file_atomically(summary.html, render_html(document));
   return summary;
 }
+
+}  // namespace
 
 }  // namespace attncheck::reports

@@ -234,7 +234,8 @@ void add_vit_section(const VitResults& results, const fs::path& folder, bool wit
             if (p.layer == layer && value) by_step[p.step].push_back(*value);
           }
         }
-        Curve curve{activation_label(std::string(name)), CurveStyle::line_with_points, {}, {}, {}, {}};
+        Curve curve{activation_label(std::string(name)), CurveStyle::line_with_points, {}, {}, {}, {},
+                    activation_colour(name)};
         for (const auto& [step, values] : by_step) {
           curve.x.push_back(static_cast<double>(step));
           curve.y.push_back(mean_se(values).mean);

@@ -39,6 +39,24 @@ expect_exit 2 "tanh" -- mc --phi tanh --N 8,16 --samples 10
 expect_exit 2 "--sigma-x: -1 is out of range" -- mc --claim C3 --N 8,16 --sigma-x -1 --samples 10
 expect_exit 2 "value estimand only" -- mc --phi matpow --p 2 --estimand dQ --N 8,16 --samples 10
 expect_exit 2 "--resume needs --out" -- mc --claim C3 --resume
+expect_exit 2 "--precision single: not one of double, mixed" -- mc --claim C3 --N 8,16 --precision single --samples 4
+
+# --precision mixed: the bound of each (p, d) with FP32 scores is printed and kept in the provenance.
+mixed_args=(mc --phi poly --p 1,3 --N 64 --D 8 --d 8 --estimand value,dQ --samples 4 --claimed-exponent 1
+            --backend cpu --precision mixed)
+"$bin" "${mixed_args[@]}" >"$work/mixed.txt" 2>/dev/null || fail "--precision mixed exit $?"
+grep -qF "Precision mixed: FP32 scores, FP64 sums; p = 3, d = 8: relative error" "$work/mixed.txt" ||
+  fail "--precision mixed does not print its bound: $(cat "$work/mixed.txt")"
+"$bin" "${mixed_args[@]}" --json >"$work/mixed.json" 2>/dev/null || fail "--precision mixed --json exit $?"
+$py - "$work/mixed.json" <<'PY' || fail "--precision mixed provenance"
+import json, math, sys
+prov = json.load(open(sys.argv[1]))["provenance"]
+assert prov["precision"] == "mixed", prov
+# p = 1 is the exact Gram path (FP64): only p = 3 has FP32 scores, 2p (d + 2) 2^-24 sqrt(d) + (p + 1) 2^-24.
+(b,) = prov["mixed_precision_bounds"]
+want = (6 * 10 * math.sqrt(8) + 4) * 2.0 ** -24
+assert (b["p"], b["d"]) == (3, 8) and abs(b["relative_bound_sum_sq"] - want) <= 1e-12 * want, b
+PY
 # Every numeric option names its bad value (once: -1 became 2^64 - 1, 1e300 became -2147483648, nan and inf
 # were taken).
 expect_exit 2 "--max-samples: -1 is out of range" -- mc --claim C3 --N 8,16 --max-samples -1

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -220,4 +221,81 @@ TEST_CASE("an exception inside a parallel loop reaches the caller instead of ter
                     "iteration 17 failed");
   CHECK(std::count(done.begin(), done.end(), 1) == 64);  // the others still ran
   CHECK_THROWS_AS(parallel_for(8, 2, [](theory::Index) { throw std::bad_alloc(); }), std::bad_alloc);
+}
+
+TEST_CASE("mixed precision agrees with double within its derived bound, and the fused kernels agree with BLAS tiles") {
+  // Fixed seeds; N = 203 with tile 64 leaves ragged row panels (12) and column panels (16 double, 32 float).
+  for (int p : {2, 3, 5}) {
+    for (theory::Index d : {8, 64}) {
+      const SweepPoint pt = make(203, 16, d, {ActivationKind::pointwise, Pointwise::poly, p},
+                                 1 / std::sqrt(static_cast<double>(d)), 77);
+      const std::vector<Estimand> estimands{Estimand::value, Estimand::dS, Estimand::dQ, Estimand::dK};
+      REQUIRE(uses_fp32_scores(pt, estimands));
+      // The bound is on the squared norms; the estimands are norms, so half of it applies to them.
+      const double bound = mixed_precision_relative_bound(p, d) / 2;
+      for (std::uint64_t k = 0; k < 3; ++k) {
+        SampleInputs in;
+        draw_sample(pt, k, in);
+        const SampleValues fp64 = evaluate_inputs(pt.map, in.X, in.Q, in.K, estimands, {64, 1});
+        const SampleValues mixed =
+            evaluate_inputs(pt.map, in.X, in.Q, in.K, estimands, {64, 2, theory::ScoreModel::projected,
+                                                                  ScorePrecision::mixed});
+        const theory::AttentionNorms want = theory::attention_norms(pt.map, in.X, in.Q, in.K);
+        INFO("p " << p << ", d " << d << ", sample " << k);
+        check_relative(fp64[static_cast<int>(Estimand::value)], want.value_fro, 1e-12, "double value vs dense");
+        check_relative(fp64[static_cast<int>(Estimand::dQ)], *want.dQ_fro, 1e-12, "double dQ vs dense");
+        int differing = 0;
+        for (int e = 0; e < 4; ++e) {
+          const int i = static_cast<int>(estimands[static_cast<std::size_t>(e)]);
+          check_relative(mixed[i], fp64[i], bound, "mixed vs double");
+          differing += mixed[i] != fp64[i];
+        }
+        CHECK(differing > 0);  // the FP32 path was taken: its rounding shows
+      }
+    }
+  }
+}
+
+TEST_CASE("the portable fused kernel gives the AVX-512 kernel's values bit for bit, at every thread count") {
+  const SweepPoint pt = make(150, 8, 24, {ActivationKind::pointwise, Pointwise::poly, 3}, 0.2, 9);
+  const std::vector<Estimand> estimands{Estimand::value, Estimand::dS, Estimand::dQ, Estimand::dK};
+  SampleInputs in;
+  draw_sample(pt, 1, in);
+  for (ScorePrecision precision : {ScorePrecision::fp64, ScorePrecision::mixed}) {
+    const EvaluationOptions one{32, 1, theory::ScoreModel::projected, precision};
+    const SampleValues reference = evaluate_inputs(pt.map, in.X, in.Q, in.K, estimands, one);
+    for (int threads : {2, 5}) {
+      const EvaluationOptions many{32, threads, theory::ScoreModel::projected, precision};
+      const SampleValues again = evaluate_inputs(pt.map, in.X, in.Q, in.K, estimands, many);
+      for (int e = 0; e < 4; ++e) CHECK(again[e] == reference[e]);
+    }
+    if (precision == ScorePrecision::fp64) {
+      // Without AVX-512 (forced here) double runs BLAS tiles and the row reducer: another summation order.
+      ::setenv("ATTNCHECK_NO_AVX512", "1", 1);
+      const SampleValues blas = evaluate_inputs(pt.map, in.X, in.Q, in.K, estimands, one);
+      ::unsetenv("ATTNCHECK_NO_AVX512");
+      for (int e = 0; e < 4; ++e) check_relative(blas[e], reference[e], 1e-12, "BLAS tiles vs fused");
+    }
+    if (precision == ScorePrecision::mixed) {
+      // Without AVX-512 (forced here) mixed runs the portable kernel: same arithmetic, same order.
+      ::setenv("ATTNCHECK_NO_AVX512", "1", 1);
+      const SampleValues portable = evaluate_inputs(pt.map, in.X, in.Q, in.K, estimands, one);
+      ::unsetenv("ATTNCHECK_NO_AVX512");
+      for (int e = 0; e < 4; ++e) {
+        INFO("estimand " << e);
+        CHECK(portable[e] == reference[e]);
+      }
+    }
+  }
+}
+
+TEST_CASE("mixed precision refuses an overflowing FP32 score instead of returning infinity") {
+  const SweepPoint pt = make(20, 3, 2, {ActivationKind::pointwise, Pointwise::poly, 3}, 1, 1);
+  SampleInputs in;
+  draw_sample(pt, 0, in);
+  in.X *= 1e4;  // scores ~1e8: s^6 ~ 1e48 overflows FP32, not FP64
+  const EvaluationOptions mixed{8, 1, theory::ScoreModel::projected, ScorePrecision::mixed};
+  CHECK_THROWS_WITH(evaluate_inputs(pt.map, in.X, in.Q, in.K, {Estimand::value}, mixed),
+                    Catch::Contains("overflowed FP32"));
+  CHECK(std::isfinite(evaluate_inputs(pt.map, in.X, in.Q, in.K, {Estimand::value}, {8, 1})[0]));
 }

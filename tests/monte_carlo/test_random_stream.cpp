@@ -19,7 +19,8 @@ using namespace attncheck::monte_carlo;
 
 namespace {
 
-// The bound stated in the READMEs. glibc tested libmvec's log, sin and cos to a 4-ulp maximum error; against
+// The bound stated in docs/implementation.md and bench/monte_carlo/README.md. glibc tested libmvec's log, sin
+// and cos to a 4-ulp maximum error; against
 // glibc's scalar functions they differed here by at most 1 (log), 3 (sin) and 4 (cos) ulp, and the normals
 // below by at most 5 ulp over random draws and 3 at the uniforms next to where log(u), sin or cos vanish
 // (the square root halves log's share; the two products add their roundings).

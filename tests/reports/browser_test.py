@@ -1,4 +1,5 @@
-"""The report as a reader sees it: `attncheck report` writes a report of a small results folder, and a real
+"""The report as a reader sees it: `attncheck report` writes a report of a small results folder (and one of
+the layer x head maps of a probe --json output), and a real
 browser (headless Chromium) loads it. The page must load without an error (script, resource or parse), every
 figure's SVG must be laid out with a nonzero size, and every PNG the page links to must decode to a nonzero
 image. Exit 77 (skipped) without Chromium.
@@ -48,11 +49,11 @@ def fail(message):
     sys.exit(1)
 
 
-with tempfile.TemporaryDirectory(prefix="attncheck-browser-") as tmp:
-    tmp = Path(tmp)
-    report = tmp / "report"
-    run = subprocess.run([binary, "report", str(data / "c3-small"), "--out", str(report)], capture_output=True,
-                         text=True, timeout=60)
+def check_report(tmp, inputs, name):
+    """Writes the report of `inputs` and checks it in the browser; returns the line to print."""
+    report = tmp / name
+    run = subprocess.run([binary, "report", *[str(data / i) for i in inputs], "--out", str(report)],
+                         capture_output=True, text=True, timeout=60)
     if run.returncode != 0:
         fail(f"attncheck report exited {run.returncode}: {run.stderr}")
     page = (report / "index.html").read_text()
@@ -64,7 +65,7 @@ with tempfile.TemporaryDirectory(prefix="attncheck-browser-") as tmp:
     checked = page.replace("<head>", "<head>\n" + CHECK, 1).replace("</body>", images + "\n</body>", 1)
     (report / "browser-check.html").write_text(checked)
     dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                          f"--user-data-dir={tmp / 'profile'}", "--allow-file-access-from-files",
+                          f"--user-data-dir={tmp / ('profile-' + name)}", "--allow-file-access-from-files",
                           "--virtual-time-budget=10000", "--dump-dom", (report / "browser-check.html").as_uri()],
                          capture_output=True, text=True, timeout=50)
     found = re.search(r'<pre id="browser-check">(.*?)</pre>', dom.stdout, re.S)
@@ -85,5 +86,12 @@ with tempfile.TemporaryDirectory(prefix="attncheck-browser-") as tmp:
     for src, width, height in result["pngs"]:
         if not (width > 100 and height > 100):
             fail(f"{src} decodes to {width} x {height} px")
-    print(f"ok: {figures} figures laid out ({', '.join(f'{w:.0f}x{h:.0f}' for w, h in result['svgs'])} px), "
-          f"{len(links)} PNGs decoded, no error while loading")
+    return (f"{name}: {figures} figures laid out ({', '.join(f'{w:.0f}x{h:.0f}' for w, h in result['svgs'])} px), "
+            f"{len(links)} PNGs decoded, no error while loading")
+
+
+with tempfile.TemporaryDirectory(prefix="attncheck-browser-") as tmp:
+    tmp = Path(tmp)
+    # The scaling report, and the layer x head maps of a real probe --json output (all-MiniLM-L6-v2).
+    results = [check_report(tmp, ["c3-small"], "report"), check_report(tmp, ["probe-minilm.json"], "head-maps")]
+    print("ok:", "; ".join(results))

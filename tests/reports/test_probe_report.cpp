@@ -119,10 +119,11 @@ TEST_CASE("a probe log alone gives the training plots, one SVG each, and exact t
     const ReportSummary summary = write_report(options);
     CHECK(summary.probe_records == 4);
     CHECK(summary.series == 0);
-    // Two plots over all models (Figs. 2-3) and two per model.
-    CHECK(summary.plots == 2 + 2 * 2);
+    // Two plots over all models (Figs. 2-3) and two per model, and the layer x head maps of the first and last
+    // checkpoints (softmax: two checkpoints, poly3_scaled: one).
+    CHECK(summary.plots == 2 + 2 * 2 + 2 + 1);
     const std::string html = read_text(options.out / "index.html");
-    CHECK(count_occurrences(html, "<svg") == 6);
+    CHECK(count_occurrences(html, "<svg") == 9);
     CHECK_THAT(html, !Contains("http://") && !Contains("https://"));
     const std::string markdown = read_text(options.out / "report.md");
     CHECK_THAT(markdown, Contains("## Probes during training"));
@@ -155,7 +156,7 @@ TEST_CASE("a results folder with a probe log gives both parts", "[probes][report
   CHECK(summary.series == series.size());
   CHECK(summary.probe_records == 1);
   const std::string html = read_text(options.out / "index.html");
-  CHECK(count_occurrences(html, "<svg") == series.size() + 2 + 4);  // series, readings, a claim's ps, probes
+  CHECK(count_occurrences(html, "<svg") == series.size() + 2 + 4 + 1);  // series, readings, a claim's ps, probes, the one checkpoint's head maps
   const std::string markdown = read_text(options.out / "report.md");
   CHECK(markdown.find("## Summary") < markdown.find("## Probes during training"));
 }

@@ -118,3 +118,30 @@ TEST_CASE("attncheck report exits 2 for hostile or non-regular input and runs no
   CHECK(fifo.exit_code == 2);
   CHECK_THAT(fifo.err, Contains("points.jsonl: is a FIFO"));
 }
+
+TEST_CASE("attncheck report exits 2 naming a probe --json file that is not one, and compares only like runs",
+          "[cli][errors][head_maps]") {
+  TempDir dir;
+  const fs::path bad = dir.path() / "probe.json";
+  write_text(bad, "{\"model\": {\"path\": \"m\"}");
+  const std::string out = shell_quoted((dir.path() / "report").string());
+  const Run truncated = run_report(dir, fmt::format("{} --out {}", shell_quoted(bad.string()), out));
+  CHECK(truncated.exit_code == 2);
+  CHECK_THAT(truncated.err, Contains(bad.string() + ": not JSON"));
+  write_text(bad, "[1, 2]");
+  const Run not_object = run_report(dir, fmt::format("{} --out {}", shell_quoted(bad.string()), out));
+  CHECK(not_object.exit_code == 2);
+  CHECK_THAT(not_object.err, Contains(bad.string()) && Contains("expected a JSON object"));
+  CHECK_FALSE(fs::exists(dir.path() / "report"));
+
+  const fs::path results = dir.path() / "results";
+  write_results_folder(results, {FixtureSeries{}});
+  const fs::path log = dir.path() / "run" / "attncheck-probe.jsonl";
+  fs::create_directories(log.parent_path());
+  write_text(log, json{{"checkpoint", "a"}, {"step", 1}, {"layer", 0}, {"head", 0}, {"N", 4}, {"softmax_fro", 1.0},
+                       {"grad_fro", 0.5}, {"activation", "softmax"}}.dump() + "\n");
+  const Run mixed = run_report(dir, fmt::format("{} {} --out {}", shell_quoted(log.parent_path().string()),
+                                                shell_quoted(results.string()), out));
+  CHECK(mixed.exit_code == 2);
+  CHECK_THAT(mixed.err, Contains("cannot compare " + results.string() + " (results of `attncheck mc`)"));
+}

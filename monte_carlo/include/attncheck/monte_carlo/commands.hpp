@@ -60,6 +60,8 @@ struct McRequest {
   std::uint64_t max_samples = 100000, seed = 1;
   int threads = 0;
   long long tile = 256;
+  std::string precision = "double";  // --precision: double, or mixed (FP32 score tiles, CPU backend only)
+  std::string path = "auto";  // --path: auto, direct or tensor (tensor_power.hpp)
   bool resume = false, force = false;  // keep the points already in `out`, or remove them
   std::string command;  // how the run was started, for the provenance
 };

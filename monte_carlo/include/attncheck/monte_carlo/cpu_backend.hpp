@@ -17,13 +17,18 @@
 // - qk-layernorm: the rows of X Q and X K are layer-normalized first; every path above then applies to them.
 // - row sums (row-sum, row-mean): sum_ij phi(s_ij), for the linear maps lambda (sum_i v_i) . (sum_j u_j), for softmax
 //   N, otherwise a tiled pass of its own.
+// - elementwise x^p on projected scores (value, dS, dQ, dK, row sums): tensor powers, O(N C(d + 2p, 2p)) per
+//   sample and exact (tensor_power.hpp), when the flop estimate says it is cheaper or --path tensor asks.
 // - every other map: score tiles of tile x tile entries, lambda V_I U_J^T by GEMM, reduced on the fly with
 //   the per-entry terms of entry_terms.hpp (softmax: a first pass for the row max, normalizer, ubar_i and
 //   xbar_i with online rescaling, a second for the probabilities). Memory O(N (D + d) + tile^2) per thread.
+//   The powers x^p, p = 2..6, on CPUs with AVX-512 (and under --precision mixed on any CPU): register blocks of
+//   12 x 16 scores (FP32: 12 x 32) from packed panels of V and U, reduced in registers, never stored.
 // Threads: samples in parallel when a call has at least as many samples as threads, otherwise the row
 // blocks of one sample; partial sums are combined in a fixed order, so the values do not depend on threads.
 
 #include "attncheck/monte_carlo/backend.hpp"
+#include "attncheck/monte_carlo/tensor_power.hpp"
 #include "attncheck/theory/common.hpp"
 
 namespace attncheck::monte_carlo {
@@ -39,10 +44,17 @@ void draw_sample(const SweepPoint& point, std::uint64_t k, SampleInputs& out);
 // ||lambda V U^T||_F^2 = lambda^2 <V^T V, U^T U>_F (fact 6).
 double gram_frobenius_sq(const theory::Matrix& V, const theory::Matrix& U, double inner);
 
+// How the score tiles of the elementwise powers x^p (p = 2..6) are formed. double: in FP64 throughout.
+// mixed: V and U rounded to FP32, the scores and per-entry terms (phi^2, phi'^2) in FP32, every term then
+// accumulated in FP64; relative error on each sum at most mixed_precision_relative_bound(p, d) (docs/THEORY.md
+// "Mixed precision"). The other maps and paths are FP64 in both.
+enum class ScorePrecision { fp64, mixed };
+
 struct EvaluationOptions {
   theory::Index tile = 256;
   int threads = 1;  // threads over the row blocks of this one sample
   theory::ScoreModel scores = theory::ScoreModel::projected;  // projected or projected_layernorm
+  ScorePrecision precision = ScorePrecision::fp64;
 };
 
 // LayerNorm at initialisation on every row (no scale, shift or epsilon): centred, divided by the root mean
@@ -67,18 +79,41 @@ SampleValues evaluate_cross_norm(const SweepPoint& point, const SampleInputs& in
 class CpuBackend final : public Backend {
  public:
   // threads <= 0: OpenMP's default (all cores).
-  explicit CpuBackend(int threads = 0, theory::Index tile = 256);
+  explicit CpuBackend(int threads = 0, theory::Index tile = 256, EvaluationPath path = EvaluationPath::automatic,
+                      ScorePrecision precision = ScorePrecision::fp64);
   std::string name() const override { return "cpu"; }
   int threads() const { return threads_; }
+  ScorePrecision precision() const { return precision_; }
+  void set_precision(ScorePrecision precision) { precision_ = precision; }
   // The most bytes an evaluate() call holds for this point: every thread's inputs, projections, d x d Gram
   // matrices and score tiles (saturating: absurd sizes compare as too large, never wrap).
   std::uint64_t bytes_needed(const SweepPoint& point) const;
+  // The same on the path these estimands of the point take.
+  std::uint64_t bytes_needed(const SweepPoint& point, const std::vector<Estimand>& estimands) const;
+  // direct or tensor: what evaluate() does with this point (throws as choose_path does).
+  EvaluationPath path_for(const SweepPoint& point, const std::vector<Estimand>& estimands) const {
+    return choose_path(path_, point, estimands);
+  }
   void evaluate(const SweepPoint& point, const std::vector<Estimand>& estimands, std::uint64_t first,
                 std::uint64_t count, std::vector<SampleValues>& out) override;
 
  private:
   int threads_;
   theory::Index tile_;
+  ScorePrecision precision_;
+  EvaluationPath path_;
 };
+
+// "double" or "mixed", as --precision spells them.
+const char* precision_name(ScorePrecision precision);
+
+// Whether --precision mixed forms this point's scores in FP32: the tiled elementwise powers x^p, p = 2..6
+// (every other map and path, the Gram and matrix-power ones included, stays FP64).
+bool uses_fp32_scores(const SweepPoint& point, const std::vector<Estimand>& estimands);
+
+// Relative error bound of --precision mixed on each per-sample sum (E||F||^2 and the Jacobians' squared norms)
+// at exponent p and head dimension d, for Gaussian inputs (docs/THEORY.md "Mixed precision"):
+// 2p (d + 2) 2^-24 sqrt(d) + (p + 1) 2^-24.
+double mixed_precision_relative_bound(int p, theory::Index d);
 
 }  // namespace attncheck::monte_carlo

@@ -122,6 +122,14 @@ class PhiloxStream {
     }
   }
 
+  // Moves on `blocks` blocks (2 * blocks normals) without drawing them: a sample's matrices can then be drawn
+  // out of their order, or in row blocks, and still be the same numbers.
+  void skip_blocks(std::uint64_t blocks) {
+    const std::uint64_t low = (static_cast<std::uint64_t>(counter_.v[1]) << 32 | counter_.v[0]) + blocks;
+    counter_.v[0] = static_cast<std::uint32_t>(low);
+    counter_.v[1] = static_cast<std::uint32_t>(low >> 32);
+  }
+
   // The block counter's increment (a carry past the second word would take 2^64 blocks).
   static void advance(PhiloxCounter& counter) {
     if (++counter.v[0] == 0) ++counter.v[1];
@@ -133,7 +141,7 @@ class PhiloxStream {
 };
 
 // Seed of sweep point `point` of a run seeded with `seed`: SplitMix64 of (seed + golden-ratio * (point + 1)),
-// so neighbouring points and neighbouring seeds get unrelated streams. Documented in README.md.
+// so neighbouring points and neighbouring seeds get unrelated streams. Documented in docs/implementation.md.
 inline std::uint64_t derive_point_seed(std::uint64_t seed, std::uint64_t point) {
   std::uint64_t z = seed + 0x9E3779B97F4A7C15ULL * (point + 1);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <optional>
+#include <string_view>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,6 +26,8 @@ struct Curve {
   std::vector<double> x, y;
   std::vector<double> y_lo, y_hi;  // error bar ends or band edges, for points_with_error_bars and band
   int colour = -1;                 // index into the palette; -1: the curve's place in the plot
+  // Curves of one colour (one activation) from different runs differ by this: point type and dash pattern.
+  int variant = 0;
 };
 
 // A matrix drawn cell by cell instead of curves (an attention map: row i is query i, column j key j; row 0 at
@@ -35,7 +38,25 @@ struct HeatMap {
   // A diverging palette centred at 0 (red negative, white 0, blue positive), symmetric about 0, for signed
   // maps; otherwise white (0) to dark blue (the largest value).
   bool signed_scale = false;
+  // The colour scale drawn; absent: 0 (or -largest |value|) to the largest |value|. Maps meant to be compared
+  // are given one range, so that one colour means one value in all of them.
+  std::optional<std::pair<double, double>> scale_range;
+  std::string scale_label;  // the colour bar's label
+  // Labelled ticks added to the colour bar, e.g. a bound at 1.
+  std::vector<std::pair<double, std::string>> scale_marks;
+  // Each cell's value written in it (for maps small enough to read them); NaN cells (not measured) stay blank.
+  bool show_values = false;
+  // NaN cells are allowed (drawn blank) instead of refused.
+  bool missing_allowed = false;
+  // The colour bar beside the map; maps side by side on one scale need it once, beside the last.
+  bool colour_box = true;
+  // Tick labels of the rows and columns; empty: the indices 0, 1, 2, ...
+  std::vector<std::string> row_labels, column_labels;
 };
+
+// The colour of an activation in every plot of a report, so that a reader follows one activation by its
+// colour from plot to plot and run to run: an index into the plots' palette.
+int activation_colour(std::string_view activation);
 
 // One plot, or one figure of several panels (multiplot) when `panels` is not empty: then `title` heads the
 // figure, `notes` are written under it, and the panels' own name, axes and curves are used.
@@ -45,7 +66,8 @@ struct PlotSpec {
   std::string x_label, y_label;
   bool log_x = true, log_y = true;
   std::vector<Curve> curves;
-  std::optional<HeatMap> heat_map;  // when set, drawn instead of the curves (log_x and log_y are ignored)
+  std::optional<HeatMap> heat_map;  // when set, drawn instead of the curves (log_x and log_y are ignored); a
+                                    // figure's panels may be heat maps
   // The y range drawn; absent: gnuplot's autoscale with a margin. Tick labels on a log y axis read 10^k when
   // the range spans a decade or more.
   std::optional<std::pair<double, double>> y_range;

@@ -25,6 +25,8 @@ inline constexpr ProbeQuantity kScoreGradientQuantities[] = {ProbeQuantity::grad
 // The JSON key ("softmax_fro", ...) and what it measures ("||A||_F, softmax", ...).
 std::string_view probe_key(ProbeQuantity quantity);
 std::string_view probe_meaning(ProbeQuantity quantity);
+// The activation a quantity is the norm of ("softmax", "poly3_scaled", ...); empty for the weight gradients.
+std::string_view probe_activation(ProbeQuantity quantity);
 
 // ||A||_F and ||dA/dS||_F of the activation a model was trained with ("softmax", "poly3_scaled", "poly3",
 // "relu_n"); none for other names.

@@ -21,7 +21,11 @@ inline constexpr const char* kProbeLogName = "attncheck-probe.jsonl";
 struct ReportOptions {
   // a results folder (fits.json, attncheck-probe.jsonl, attncheck-curves.jsonl, vit-results.json), or a probe
   // log (.jsonl) or training curves (attncheck-curves.jsonl) on their own
+  // or the output of `attncheck probe --json` (.json)
   std::filesystem::path input;
+  // Further runs compared with `input` in one report: probe logs (or run folders holding one), or probe --json
+  // outputs, all of one kind as `input`.
+  std::vector<std::filesystem::path> compare_with;
   std::filesystem::path out;    // REPORT_DIR
   std::string gnuplot = "gnuplot";
   // Without plots no gnuplot is needed; the report says so at the top.
@@ -39,6 +43,7 @@ struct ReportSummary {
   std::size_t probe_records = 0;
   std::size_t curve_points = 0;  // training-curve points (attncheck-curves.jsonl)
   std::size_t vit_runs = 0;
+  std::size_t probe_outputs = 0;  // `attncheck probe --json` documents drawn as layer x head maps
   std::size_t plots = 0;
 };
 
@@ -56,9 +61,19 @@ struct PendingFigures {
 void add_scaling_section(const ResultsFolder& results, bool with_plots, Document& document, PendingFigures& pending);
 
 // The probe part (the papers' Figs. 2-3): per trained activation, the mean over layers and heads of ||A||_F
-// and of the gradient norms against the training step.
+// and of the gradient norms against the training step, with the band from their min to their max, and the
+// layer x head maps of the first and the last checkpoint.
 void add_probe_section(const std::vector<ProbeRecord>& records, const std::filesystem::path& log, bool with_plots,
                        Document& document, PendingFigures& pending);
+
+// One run's probe log in a comparison of runs.
+struct ProbeLog {
+  std::filesystem::path path;
+  std::string run;  // how the report names the run; empty in a report of one log
+  std::vector<ProbeRecord> records;
+};
+// Several runs side by side: each activation in one colour in every plot, each run's models named by the run.
+void add_probe_section(const std::vector<ProbeLog>& logs, bool with_plots, Document& document, PendingFigures& pending);
 
 // The ViT section (the papers' Figs. 1-3, 6-7 and Table 1) from examples/vit_digits.py's results in `folder`,
 // with the attention maps it finds there (attention-ACTIVATION.safetensors).

@@ -1,0 +1,260 @@
+#include "attncheck/reports/head_maps.hpp"
+
+#include "attncheck/reports/input_file.hpp"
+#include "attncheck/reports/numbers.hpp"
+#include "attncheck/reports/report.hpp"
+#include "attncheck/reports/sha256.hpp"
+
+#include "json_fields.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+namespace attncheck::reports {
+
+using detail::JsonFields;
+using theory::InputError;
+
+namespace {
+
+// Position of `value` in the ascending `axis`.
+std::size_t index_in(const std::vector<long long>& axis, long long value) {
+  return static_cast<std::size_t>(std::lower_bound(axis.begin(), axis.end(), value) - axis.begin());
+}
+
+double largest_ratio(const HeadMaps& maps) {
+  double largest = 0;
+  for (const auto* values : {&maps.attention, &maps.gradient}) {
+    for (double v : *values) {
+      if (std::isfinite(v)) largest = std::max(largest, v);
+    }
+  }
+  return largest;
+}
+
+std::vector<std::string> axis_labels(const std::vector<long long>& axis) {
+  // Indices 0, 1, 2, ... need no labels of their own: the cell positions are the indices.
+  bool plain = true;
+  for (std::size_t i = 0; i < axis.size(); ++i) plain = plain && axis[i] == static_cast<long long>(i);
+  std::vector<std::string> labels;
+  if (!plain) {
+    for (long long v : axis) labels.push_back(fmt::format("{}", v));
+  }
+  return labels;
+}
+
+HeatMap heat_map_of(const HeadMaps& maps, const std::vector<double>& values, double top) {
+  HeatMap map;
+  map.rows = static_cast<long long>(maps.layers.size());
+  map.columns = static_cast<long long>(maps.heads.size());
+  map.values = values;
+  map.scale_range = std::pair{0.0, top};
+  map.scale_label = "ratio to the bound (1 = the bound)";
+  map.scale_marks = {{1.0, "1 = bound"}};
+  map.show_values = map.rows * map.columns <= 160;
+  map.missing_allowed = true;
+  map.row_labels = axis_labels(maps.layers);
+  map.column_labels = axis_labels(maps.heads);
+  return map;
+}
+
+// A layer x head table of one ratio, three significant digits, "-" where not measured.
+Table ratio_table(const HeadMaps& maps, const std::vector<double>& values) {
+  Table table;
+  table.header.push_back("layer \\ head");
+  for (long long h : maps.heads) table.header.push_back(fmt::format("{}", h));
+  for (std::size_t i = 0; i < maps.layers.size(); ++i) {
+    std::vector<std::string> row{fmt::format("{}", maps.layers[i])};
+    for (std::size_t j = 0; j < maps.heads.size(); ++j) {
+      const double v = values[i * maps.heads.size() + j];
+      row.push_back(std::isnan(v) ? "-" : format_number(v, 3));
+    }
+    table.rows.push_back(std::move(row));
+  }
+  return table;
+}
+
+std::string shortened(const std::string& text, std::size_t limit) {
+  return text.size() <= limit ? text : text.substr(0, limit) + " ...";
+}
+
+std::string token_list(const JsonFields& input) {
+  if (input.is_null("tokens")) return "";
+  std::string out;
+  std::size_t count = 0;
+  for (const auto& token : input.array("tokens")) {
+    if (!token.is_string()) input.fail("\"tokens\" must be a list of text");
+    if (++count > 64) return out + " ...";
+    out += (out.empty() ? "" : " ") + token.get<std::string>();
+  }
+  return out;
+}
+
+}  // namespace
+
+HeadMaps head_maps(const std::vector<HeadRatios>& heads, const std::string& source) {
+  HeadMaps maps;
+  for (const HeadRatios& h : heads) {
+    maps.layers.push_back(h.layer);
+    maps.heads.push_back(h.head);
+  }
+  for (auto* axis : {&maps.layers, &maps.heads}) {
+    std::sort(axis->begin(), axis->end());
+    axis->erase(std::unique(axis->begin(), axis->end()), axis->end());
+  }
+  const std::size_t cells = maps.layers.size() * maps.heads.size();
+  maps.attention.assign(cells, std::nan(""));
+  maps.gradient.assign(cells, std::nan(""));
+  for (const HeadRatios& h : heads) {
+    const std::size_t cell = index_in(maps.layers, h.layer) * maps.heads.size() + index_in(maps.heads, h.head);
+    if (!std::isnan(maps.attention[cell])) {
+      throw InputError(fmt::format("{}: layer {} head {} comes twice", source, h.layer, h.head));
+    }
+    maps.attention[cell] = h.attention;
+    maps.gradient[cell] = h.gradient;
+  }
+  return maps;
+}
+
+ProbeOutput parse_probe_output(const std::string& text, const std::string& name) {
+  nlohmann::json document;
+  try {
+    document = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& error) {
+    throw InputError(fmt::format("{}: not JSON ({})", name, error.what()));
+  }
+  const JsonFields top(document, name);
+  ProbeOutput out;
+  out.file = name;
+  out.file_sha256 = sha256_hex(text);
+  const JsonFields model(top.at("model"), name + " model");
+  out.model_path = model.text("path");
+  out.architecture = model.word("architecture", {"BERT", "GPT-2", "Llama", "ViT", "DINOv2"});
+  out.attention_activation = model.text("attention_activation");
+  out.config_file = model.text_or_null("config_file");
+  out.config_sha256 = model.text_or_null("config_sha256");
+  const JsonFields input(top.at("input"), name + " input");
+  const std::string kind = input.word("kind", {"text", "tokens", "random", "pixels", "image", "text_file"});
+  out.input.emplace_back("input", kind);
+  if (input.has("text")) out.input.emplace_back("text", shortened(input.text("text"), 400));
+  if (input.has("file")) out.input.emplace_back("input file", input.text("file"));
+  if (kind == "random") {
+    out.input.emplace_back("random scores", fmt::format("seed {}, length N = {}, sigma = {}", input.count_text("seed"),
+                                                        input.integer("length"), format_number(input.number("sigma"))));
+  }
+  if (input.has("tokens")) {
+    const std::string tokens = token_list(input);
+    if (!tokens.empty()) out.input.emplace_back("tokens", tokens);
+  }
+  if (input.has("token_ids")) out.input.emplace_back("token count", fmt::format("{}", input.array("token_ids").size()));
+  if (kind == "text_file") out.input.emplace_back("sentences (heads: mean over them)", fmt::format("{}", input.array("sentences").size()));
+  const JsonFields tool(top.at("tool"), name + " tool");
+  out.tool_version = tool.text("version");
+  const JsonFields verdict(top.at("verdict"), name + " verdict");
+  out.holds = verdict.boolean("holds");
+  out.statement = verdict.text("statement");
+  std::size_t row = 0;
+  for (const auto& item : top.array("heads")) {
+    const JsonFields head(item, fmt::format("{} heads[{}]", name, row++));
+    HeadRatios r{head.integer("layer"), head.integer("head"), head.number("softmax_over_sqrt_N"),
+                 head.number("grad_over_half_sqrt_N")};
+    if (r.layer < 0 || r.head < 0) head.fail("\"layer\" and \"head\" must be >= 0");
+    if (r.attention < 0 || r.gradient < 0) head.fail("a ratio of norms is negative");
+    out.heads.push_back(r);
+  }
+  if (out.heads.empty()) top.fail("\"heads\" is empty: nothing was measured");
+  head_maps(out.heads, name);  // refuses a head that comes twice before anything is drawn
+  return out;
+}
+
+ProbeOutput read_probe_output(const std::filesystem::path& path) {
+  return parse_probe_output(read_text_file(path), path.string());
+}
+
+std::vector<HeadRatios> checkpoint_ratios(const std::vector<ProbeRecord>& records, const std::string& activation,
+                                          const std::string& checkpoint) {
+  // A later line for the same head replaces an earlier one, as in summarize_probe_log.
+  std::map<std::pair<long long, long long>, HeadRatios> latest;
+  for (const ProbeRecord& r : records) {
+    if (r.checkpoint != checkpoint || r.activation.value_or("unknown") != activation) continue;
+    const double sqrt_n = std::sqrt(static_cast<double>(r.N));
+    latest[{r.layer, r.head}] = HeadRatios{r.layer, r.head, *r.value(ProbeQuantity::softmax) / sqrt_n,
+                                           *r.value(ProbeQuantity::grad) / (sqrt_n / 2)};
+  }
+  std::vector<HeadRatios> out;
+  for (const auto& [key, ratios] : latest) out.push_back(ratios);
+  return out;
+}
+
+PlotSpec head_map_figure(const std::string& name, const std::string& title, std::vector<std::string> notes,
+                         const HeadMaps& maps) {
+  // One scale for both maps (and, the ratios being at most 1, for every map of a report): 0 to the bound.
+  const double top = std::max(1.0, largest_ratio(maps));
+  PlotSpec figure;
+  figure.name = name;
+  figure.title = title;
+  figure.notes = std::move(notes);
+  figure.columns = 2;
+  PlotSpec attention;
+  attention.title = "||A||_F / sqrt(N)";
+  attention.x_label = "head";
+  attention.y_label = "layer";
+  attention.heat_map = heat_map_of(maps, maps.attention, top);
+  PlotSpec gradient = attention;
+  gradient.title = "||dA/dS||_F / (sqrt(N)/2)";
+  gradient.heat_map = heat_map_of(maps, maps.gradient, top);
+  attention.heat_map->colour_box = false;  // the one scale is drawn once, beside the right map
+  attention.heat_map->scale_label.clear();
+  figure.panels = {std::move(attention), std::move(gradient)};
+  return figure;
+}
+
+void add_head_map_section(const std::vector<ProbeOutput>& outputs, bool with_plots, Document& document,
+                          PendingFigures& pending) {
+  auto& blocks = document.blocks;
+  blocks.push_back(Heading{2, outputs.size() == 1 ? "Layer x head map of one probe run" : "Layer x head maps of probe runs",
+                           "head-maps"});
+  blocks.push_back(Paragraph{
+      "Each cell is one head's softmax attention on the input: ||A||_F / sqrt(N) and ||dA/dS||_F / (sqrt(N)/2), its "
+      "norms divided by Theorem 4.1's deterministic bounds (exact, docs/THEORY.md), so 1 is the bound and no head "
+      "can exceed it. Both maps share one colour scale. These are measurements of one model on one input, not "
+      "estimates: they carry no standard error."});
+  for (std::size_t k = 0; k < outputs.size(); ++k) {
+    const ProbeOutput& run = outputs[k];
+    const HeadMaps maps = head_maps(run.heads, run.file.string());
+    blocks.push_back(Heading{3, run.model_path, fmt::format("head-map-{}", k + 1)});
+    Facts facts{{{"probe output", run.file.string()},
+                 {"probe output sha256", run.file_sha256},
+                 {"model", run.model_path},
+                 {"architecture", run.architecture},
+                 {"trained activation", run.attention_activation},
+                 {"config file", run.config_file.value_or("none (GGUF metadata)")},
+                 {"config sha256", run.config_sha256.value_or("none")}}};
+    for (const auto& item : run.input) facts.items.push_back(item);
+    facts.items.emplace_back("attncheck version", run.tool_version);
+    facts.items.emplace_back("verdict (exact)", fmt::format("{}: {}", run.holds ? "holds" : "violated", run.statement));
+    facts.items.emplace_back("layers x heads", fmt::format("{} x {}", maps.layers.size(), maps.heads.size()));
+    blocks.push_back(std::move(facts));
+    if (with_plots) {
+      // One fact a line, the path cut from the left: a figure does not wrap its lines.
+      const std::string path = run.model_path.size() <= 70 ? run.model_path : "..." + run.model_path.substr(run.model_path.size() - 67);
+      std::vector<std::string> notes{fmt::format("model {} ({}, trained with {})", path, run.architecture, run.attention_activation),
+                                     fmt::format("config sha256 {}", run.config_sha256.value_or("none")),
+                                     fmt::format("probe output sha256 {}", run.file_sha256)};
+      pending.plots.push_back(head_map_figure(fmt::format("head-map-{}", k + 1), "Softmax norms per head relative to "
+                                              "their bounds", std::move(notes), maps));
+      pending.block_of_plot.push_back(blocks.size());
+      blocks.push_back(Figure{"", "", "Layer x head heat maps of ||A||_F / sqrt(N) (left) and ||dA/dS||_F / "
+                                      "(sqrt(N)/2) (right), one colour scale; the bound is 1."});
+    }
+    blocks.push_back(Paragraph{"||A||_F / sqrt(N) per layer (rows) and head (columns):"});
+    blocks.push_back(ratio_table(maps, maps.attention));
+    blocks.push_back(Paragraph{"||dA/dS||_F / (sqrt(N)/2) per layer (rows) and head (columns):"});
+    blocks.push_back(ratio_table(maps, maps.gradient));
+  }
+}
+
+}  // namespace attncheck::reports

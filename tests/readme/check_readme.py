@@ -1,0 +1,149 @@
+#!/usr/bin/python3
+"""Checks that README.md says only what is true of this tree.
+
+  check_readme.py paths REPO_ROOT               every repository path the README cites exists
+  check_readme.py options REPO_ROOT ATTNCHECK   every --option the README writes after `attncheck SUBCOMMAND` is
+                                                in that subcommand's --help
+  check_readme.py commands REPO_ROOT ATTNCHECK  every command of the "Verdicts per claim" table runs, exits as the
+                                                row says (0, or 1 where the row says "(exit 1)") and prints every
+                                                verdict word of the row's verdict column
+"""
+import os
+import re
+import subprocess
+import sys
+import time
+
+TOP_LEVEL = ("docs", "examples", "scripts", "bench", "tests", "theory", "monte_carlo", "probes", "reports", "cli",
+             "gpu", "python", ".ci")
+PATH = re.compile(r"(?<![\w/.-])((?:%s)/[\w./+-]*\w)" % "|".join(re.escape(d) for d in TOP_LEVEL))
+VERDICT_WORDS = ("holds", "tight", "violated", "inconclusive")
+
+
+def readme(root):
+    with open(os.path.join(root, "README.md"), encoding="utf-8") as f:
+        return f.read()
+
+
+def check_paths(root):
+    cited = sorted(set(PATH.findall(readme(root))))
+    missing = [p for p in cited if not os.path.exists(os.path.join(root, p))]
+    for p in missing:
+        print(f"README.md cites {p}, which does not exist", file=sys.stderr)
+    print(f"{len(cited)} paths cited, {len(missing)} missing")
+    if len(cited) < 20:  # the README cites dozens; a handful means the pattern no longer matches its style
+        print(f"only {len(cited)} paths found: the path pattern no longer matches README.md", file=sys.stderr)
+        return 1
+    return 1 if missing else 0
+
+
+def cited_invocations(text):
+    """(subcommand, options) for every `attncheck SUBCOMMAND ...` the README writes, in code spans and blocks."""
+    spans = re.findall(r"```[^\n]*\n(.*?)```", text, re.S) + re.findall(r"`([^`\n]+)`", text)
+    found = []
+    for span in spans:
+        for line in span.splitlines():
+            for match in re.finditer(r"\battncheck ([a-z][\w-]*)((?:(?!\battncheck ).)*)", line):
+                found.append((match.group(1), set(re.findall(r"(?<![\w-])(--[a-z][\w-]*)", match.group(2)))))
+    return found
+
+
+def check_options(root, attncheck):
+    helps, failures, checked = {}, 0, 0
+    for subcommand, options in cited_invocations(readme(root)):
+        if subcommand not in helps:
+            result = subprocess.run([attncheck, subcommand, "--help"], capture_output=True, text=True, timeout=60)
+            helps[subcommand] = result.stdout if result.returncode == 0 else None
+        if helps[subcommand] is None:
+            print(f"README.md cites `attncheck {subcommand}`, which is not a subcommand", file=sys.stderr)
+            failures += 1
+            continue
+        for option in sorted(options):
+            checked += 1
+            if not re.search(r"(?<![\w-])%s(?![\w-])" % re.escape(option), helps[subcommand]):
+                print(f"README.md cites `attncheck {subcommand} {option}`, which its --help does not list",
+                      file=sys.stderr)
+                failures += 1
+    print(f"{checked} options of {len(helps)} subcommands checked, {failures} failures")
+    if checked < 30:
+        print("too few options found: the pattern no longer matches README.md", file=sys.stderr)
+        return 1
+    return 1 if failures else 0
+
+
+def table_rows(text):
+    """The rows of the "Verdicts per claim" table as lists of cells (the escaped \\| kept inside a cell)."""
+    section = text.split("\n## Verdicts per claim\n", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        if line.startswith("| C"):
+            cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+            rows.append(cells)
+    return rows
+
+
+def verdict_groups(rows):
+    """(claims, commands, verdict words, expected exit) per distinct command list: rows whose command is "same",
+    or repeats the previous row's, are read from one run."""
+    groups = []
+    for cells in rows:
+        claim, verdict, command_cell = cells[0], cells[2], cells[-1]
+        commands = re.findall(r"`attncheck ([^`]*)`", command_cell)
+        words = {w for w in VERDICT_WORDS if re.search(r"\b%s\b" % w, verdict)}
+        if groups and (command_cell == "same" or commands == groups[-1][1]):
+            groups[-1][0].append(claim)
+            groups[-1][2].update(words)
+            continue
+        groups.append(([claim], commands, words, 1 if "(exit 1)" in command_cell else 0))
+    return groups
+
+
+def check_commands(root, attncheck):
+    rows = table_rows(readme(root))
+    if len(rows) < 9:
+        print(f"the verdict table has {len(rows)} rows, expected one per claim C1..C9", file=sys.stderr)
+        return 1
+    failures, ran = 0, 0
+    for claims, commands, words, expected_exit in verdict_groups(rows):
+        name = " + ".join(claims)
+        if not commands:
+            print(f"{name}: no command in its row", file=sys.stderr)
+            failures += 1
+            continue
+        # Verdicts are printed on lines that start with the claim's id (the other lines explain them).
+        verdict_lines = ""
+        for command in commands:
+            start = time.monotonic()
+            result = subprocess.run([attncheck] + command.split(), capture_output=True, text=True, timeout=300)
+            ran += 1
+            verdict_lines += "".join(l + "\n" for l in result.stdout.splitlines() if re.match(r"C\d", l))
+            print(f"{name}: attncheck {command}: exit {result.returncode}, {time.monotonic() - start:.1f} s")
+            if result.returncode != expected_exit:
+                print(f"{name}: exit {result.returncode}, the README says {expected_exit}\n{result.stderr}",
+                      file=sys.stderr)
+                failures += 1
+        printed = {w for w in VERDICT_WORDS if re.search(r"\b%s\b" % w, verdict_lines)}
+        if words - printed:
+            print(f"{name}: the README's verdict says {', '.join(sorted(words - printed))}; the output never does",
+                  file=sys.stderr)
+            failures += 1
+        if "violated" in printed and "violated" not in words:
+            print(f"{name}: the output has a violated series; the README's verdict does not say so", file=sys.stderr)
+            failures += 1
+    print(f"{ran} commands run, {failures} failures")
+    return 1 if failures else 0
+
+
+def main(argv):
+    if len(argv) == 3 and argv[1] == "paths":
+        return check_paths(argv[2])
+    if len(argv) == 4 and argv[1] == "options":
+        return check_options(argv[2], argv[3])
+    if len(argv) == 4 and argv[1] == "commands":
+        return check_commands(argv[2], argv[3])
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
