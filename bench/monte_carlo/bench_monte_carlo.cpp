@@ -196,7 +196,7 @@ struct ForceBlasTiles {
 void samples(benchmark::State& state) {
   const ScorePrecision precision = state.range(1) == 1 ? ScorePrecision::mixed : ScorePrecision::fp64;
   const ForceBlasTiles blas(state.range(2) == 1);
-  CpuBackend backend(static_cast<int>(state.range(0)), 256, precision);
+  CpuBackend backend(static_cast<int>(state.range(0)), 256, EvaluationPath::automatic, precision);
   const SweepPoint pt = reference_point();
   constexpr std::uint64_t kBatch = 32;
   std::vector<SampleValues> out;
@@ -224,7 +224,7 @@ BENCHMARK(samples)
 // The N-scaling table (bench/monte_carlo/scaling.sh): /N/P, all threads, D = d = 64, p = 3, value + dQ.
 void scaling(benchmark::State& state) {
   const ScorePrecision precision = state.range(1) == 1 ? ScorePrecision::mixed : ScorePrecision::fp64;
-  CpuBackend backend(0, 256, precision);
+  CpuBackend backend(0, 256, EvaluationPath::automatic, precision);
   SweepPoint pt = reference_point();
   pt.N = state.range(0);
   // Samples run in parallel as in `attncheck mc`; small N get larger batches (32 samples at N = 1024, as in

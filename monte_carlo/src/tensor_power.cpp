@@ -425,7 +425,7 @@ SampleValues evaluate_tensor_sample(const SweepPoint& point, const std::vector<E
   weights_stream.fill_normal(Q.data(), Q.data() + Q.size(), point.sigma_t);
   weights_stream.fill_normal(K.data(), K.data() + K.size(), point.sigma_t);
   std::vector<std::optional<PhiloxStream>> streams(static_cast<std::size_t>((n + kChunkRows - 1) / kChunkRows));
-  const Sums sums = chunked_sums(plan, table, n, D, Q, K, threads, [&](Index chunk, Index r0, Index rows, Matrix& block) {
+  const Sums sums = chunked_sums(plan, table, n, D, Q, K, threads, [&](Index chunk, Index r0, Index /*rows*/, Matrix& block) {
     auto& stream = streams[static_cast<std::size_t>(chunk)];
     if (!stream) {
       stream.emplace(point.seed, k);

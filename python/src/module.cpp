@@ -44,12 +44,12 @@ py::object to_python(const json& value) {
     case json::value_t::array: {
       py::list list;
       for (const json& item : value) list.append(to_python(item));
-      return std::move(list);
+      return list;
     }
     default: {
       py::dict dict;
       for (const auto& [key, item] : value.items()) dict[py::str(key)] = to_python(item);
-      return std::move(dict);
+      return dict;
     }
   }
 }

@@ -1,6 +1,7 @@
-// The command line where no CUDA device answers (this build machine, and any machine without a GPU):
-// gpu-selftest says so and exits 2, --backend cuda exits 2 naming the reason, --backend auto says on stderr
-// that it uses the CPU. With a device, these cases are the device tests' business.
+// The command line where no CUDA device answers: gpu-selftest says so and exits 2, --backend cuda exits 2
+// naming the reason, --backend auto says on stderr that it uses the CPU. Every device is hidden from this
+// program and the attncheck it starts (CUDA_VISIBLE_DEVICES empty), so a machine with a GPU tests the same
+// thing; what a device does is the device tests' business.
 
 #include "run_command.hpp"
 
@@ -10,11 +11,15 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
 #include <string>
 
 using attncheck::testing::run_attncheck;
 
 namespace {
+
+// Set during static initialization, before anything here starts the CUDA runtime; children inherit it.
+const bool kDevicesHidden = ::setenv("CUDA_VISIBLE_DEVICES", "", 1) == 0;
 
 bool device_answers() {
 #ifdef ATTNCHECK_HAVE_CUDA
@@ -35,10 +40,8 @@ bool mentions(const std::string& text, const std::string& fragment) { return tex
 }  // namespace
 
 TEST_CASE("without a device, gpu-selftest says why and exits 2") {
-  if (device_answers()) {
-    WARN("a CUDA device answers: the no-device behaviour is not testable here");
-    return;
-  }
+  REQUIRE(kDevicesHidden);
+  REQUIRE_FALSE(device_answers());
   const auto result = run_attncheck("gpu-selftest");
   INFO(result.err);
   CHECK(result.exit_code == 2);
@@ -47,10 +50,8 @@ TEST_CASE("without a device, gpu-selftest says why and exits 2") {
 }
 
 TEST_CASE("without a device, --backend cuda exits 2 naming the reason and auto says it uses the CPU") {
-  if (device_answers()) {
-    WARN("a CUDA device answers: the no-device behaviour is not testable here");
-    return;
-  }
+  REQUIRE(kDevicesHidden);
+  REQUIRE_FALSE(device_answers());
   const auto cuda = run_attncheck("mc --claim C3 --N 8,16 --D 4 --d 4 --p 1 --samples 10 --backend cuda");
   INFO(cuda.err);
   CHECK(cuda.exit_code == 2);

@@ -34,8 +34,9 @@ expect_exit 2 "--mix: 1.5" -- mc --claim C9 --N 4 --D 2 --d 2 --mix 1.5 --sample
 expect_exit 2 "--dv 3" -- mc --claim C3 --N 4 --D 2 --d 2 --dv 3 --samples 4
 expect_exit 2 "--mix" -- mc --claim C4 --N 4 --D 2 --d 2 --mix 1 --samples 4
 expect_exit 2 "--estimand dV" -- mc --phi softmax --estimand dV --N 4 --D 2 --d 2 --samples 4
-# Without CUDA support or without a device (tests/gpu checks the exact message of each build).
-expect_exit 2 "--backend cuda: " -- mc --claim C3 --N 8,16 --backend cuda --samples 10
+# Without CUDA support or without a device, every device hidden so that a GPU machine tests the same (tests/gpu
+# checks the exact message of each build).
+CUDA_VISIBLE_DEVICES= expect_exit 2 "--backend cuda: " -- mc --claim C3 --N 8,16 --backend cuda --samples 10
 expect_exit 2 "--outer-scale none" -- mc --claim C3 --outer-scale none
 expect_exit 2 "tanh" -- mc --phi tanh --N 8,16 --samples 10
 expect_exit 2 "--sigma-x: -1 is out of range" -- mc --claim C3 --N 8,16 --sigma-x -1 --samples 10

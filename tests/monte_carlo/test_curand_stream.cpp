@@ -1,6 +1,7 @@
 // Pins PhiloxStream's raw 32-bit words to cuRAND's host Philox4x32-10 generator (no GPU needed). Returns 77
 // (CTest: skipped) when the build found no libcurand.
 #include "attncheck/monte_carlo/random_stream.hpp"
+#include "philox_known_answers.hpp"
 
 #include <cstdio>
 #include <vector>
@@ -8,6 +9,9 @@
 #if defined(ATTNCHECK_HAVE_CURAND)
 #include <curand.h>
 #endif
+
+using attncheck::testing::kCurandHostSubsequences;
+using attncheck::testing::kPhiloxKnownAnswers;
 
 int main() {
 #if !defined(ATTNCHECK_HAVE_CURAND)
@@ -36,17 +40,32 @@ int main() {
       }
     }
   }
-  // The value docs/design.md quotes, so a mismatch cannot hide behind a changed generator on both sides.
-  const unsigned int quoted[4] = {546353992u, 3665621163u, 1140953199u, 3419031310u};
-  for (int w = 0; w < 4; ++w) {
-    if (words[w] != quoted[w]) {
-      std::printf("FAIL: cuRAND word %d is %u, docs/design.md quotes %u\n", w, words[w], quoted[w]);
-      ++failures;
+  // The fixed table that test_random_stream checks without libcurand must be cuRAND's own words, or a CPU-only
+  // build would pin the stream to something else.
+  int table_failures = 0;
+  for (const auto& known : kPhiloxKnownAnswers) {
+    std::vector<unsigned int> table_words(4 * (std::size_t{known.block} + 1) * kCurandHostSubsequences);
+    if (curandCreateGeneratorHost(&gen, CURAND_RNG_PSEUDO_PHILOX4_32_10) != CURAND_STATUS_SUCCESS ||
+        curandSetPseudoRandomGeneratorSeed(gen, known.seed) != CURAND_STATUS_SUCCESS ||
+        curandGenerate(gen, table_words.data(), table_words.size()) != CURAND_STATUS_SUCCESS) {
+      std::puts("FAIL: cuRAND's host Philox generator could not be created or run");
+      return 1;
+    }
+    curandDestroyGenerator(gen);
+    const std::size_t at = 4 * (std::size_t{known.block} * kCurandHostSubsequences + known.subsequence);
+    for (int w = 0; w < 4; ++w) {
+      if (table_words[at + w] != known.words[w] && table_failures++ < 10) {
+        std::printf("FAIL: seed %llu subsequence %u block %u word %d: cuRAND %u, the known-answer table %u\n",
+                    static_cast<unsigned long long>(known.seed), known.subsequence, known.block, w,
+                    table_words[at + w], known.words[w]);
+      }
     }
   }
+  failures += table_failures;
   if (failures) return 1;
-  std::printf("PhiloxStream matches cuRAND's host Philox generator on %zu blocks of subsequences 0..%zu\n", kBlocks,
-              kBlocks - 1);
+  std::printf("PhiloxStream matches cuRAND's host Philox generator on %zu blocks of subsequences 0..%zu, and so does "
+              "the known-answer table (%zu entries)\n",
+              kBlocks, kBlocks - 1, kPhiloxKnownAnswers.size());
   return 0;
 #endif
 }

@@ -2,6 +2,7 @@
 // and order, normals within a few ulps of each other, and the scalar path exactly the reference formula.
 #include "attncheck/monte_carlo/random_stream.hpp"
 #include "normal_math_guard.hpp"
+#include "philox_known_answers.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -70,6 +71,22 @@ TEST_CASE("the scalar path is curand_normal2_double's formula on next_block's wo
   CHECK(counter.v[0] == 305);
 }
 
+TEST_CASE("the words are cuRAND's Philox known answers, on next_block and on every path, without libcurand") {
+  for (const auto& known : attncheck::testing::kPhiloxKnownAnswers) {
+    INFO("seed " << known.seed << ", subsequence " << known.subsequence << ", block " << known.block);
+    PhiloxStream stream(known.seed, known.subsequence);
+    for (std::uint32_t b = 0; b < known.block; ++b) stream.next_block();
+    CHECK(stream.next_block() == known.words);
+    for (const NormalMath math : {NormalMath::scalar, NormalMath::avx2}) {
+      if (!normal_math_supported(math)) continue;
+      PhiloxCounter counter = counter_of(known.block, 0, known.subsequence);
+      std::array<std::uint32_t, 4> words{};
+      philox_blocks(math, key_of(known.seed), counter, 1, words.data());
+      CHECK(words == known.words);
+    }
+  }
+}
+
 TEST_CASE("the AVX2 path draws the same words as next_block, across the 2^32 carry of the counter") {
   if (!normal_math_supported(NormalMath::avx2)) {
     WARN("no AVX2 + FMA (or no libmvec) here: only the scalar path exists");
@@ -90,7 +107,7 @@ TEST_CASE("the AVX2 path draws the same words as next_block, across the 2^32 car
       CHECK(vec == ref);  // both advanced by exactly `blocks`
     }
   }
-  // And the scalar words are next_block's (the stream test_curand_stream pins to cuRAND).
+  // And the scalar words are next_block's (the stream pinned to cuRAND's known answers above).
   PhiloxStream stream(seed, 9);
   PhiloxCounter counter = counter_of(0, 0, 9);
   std::vector<std::uint32_t> words(4 * 100);
@@ -216,8 +233,9 @@ TEST_CASE("odd lengths discard the spare draw and leave the stream on the next b
       PhiloxStream c(99, 3);
       struct Forward {
         std::vector<double>::iterator it;
-        using difference_type = std::ptrdiff_t;
-        using value_type = double;
+        // Read by fill_normal's iterator concepts, which GCC's -Wunused-local-typedefs does not see.
+        using difference_type [[maybe_unused]] = std::ptrdiff_t;
+        using value_type [[maybe_unused]] = double;
         double& operator*() const { return *it; }
         Forward& operator++() { ++it; return *this; }
         Forward operator++(int) { Forward old = *this; ++it; return old; }

@@ -185,7 +185,8 @@ double rotary_key_term(const Matrix& gram, std::span<const double> a, std::span<
 // Softmax's keys under rotary positions: the Gram matrix of X, the cosines cos(m theta_p) for m = 0 .. N-1 and
 // the coordinates in no pair, computed once per call.
 struct RotaryKeys {
-  RotaryKeys(const Rotary& rotary, const Matrix& X, Index head_dimension) : rotary(rotary), gram(X * X.transpose()) {
+  RotaryKeys(const Rotary& embedding, const Matrix& X, Index head_dimension)
+      : rotary(embedding), gram(X * X.transpose()) {
     if (rotary.dimension != head_dimension) {
       throw InputError(fmt::format("rotary embedding of dimension {} for heads of dimension {}", rotary.dimension,
                                    head_dimension));

@@ -109,9 +109,34 @@ TEST_CASE("Theorem 4.1 holds, with the per-row Jacobian term at most 1/4") {
     const auto bounds = theory::softmax_bounds(c.rows);
     RC_ASSERT(norms.softmax_fro <= bounds.softmax_paper * (1 + 1e-14));
     RC_ASSERT(norms.grad_fro <= bounds.grad_tight * (1 + 1e-14));
-    RC_ASSERT(bounds.grad_tight * 4 == bounds.grad_paper);
     RC_ASSERT(norms.max_row_jacobian_sq <= theory::kRowJacobianSqSup * (1 + 1e-14));
   });
+}
+
+TEST_CASE("the bound constants equal the matrices that attain them, built explicitly") {
+  rc::prop("sqrt(N) at one-hot rows, sqrt(N)/2 at two equal logits, 2 sqrt(N) from the papers' triangle inequality",
+           [] {
+             const Index rows = *rc::gen::inRange<Index>(1, 65);
+             const auto bounds = theory::softmax_bounds(rows);
+             // Two equal logits per row: the explicit Jacobian's norm, not the closed form, attains the tight sup.
+             const Matrix two_equal = Matrix::Zero(rows, 2);
+             RC_ASSERT(testing::relative_difference(theory::explicit_softmax_jacobian(two_equal).norm(),
+                                                    bounds.grad_tight) <= 1e-14);
+             // One-hot rows attain sqrt(N); on them the papers' per-row bound ||diag(s)||_F + ||s s^T||_F, the
+             // triangle inequality on diag(s) - s s^T, is 2, so its sum over rows gives 2 sqrt(N).
+             const Index cols = *rc::gen::inRange<Index>(1, 9);
+             Matrix one_hot = Matrix::Constant(rows, cols, -kInf);
+             for (Index i = 0; i < rows; ++i) one_hot(i, i % cols) = 0.0;
+             const Matrix s = theory::row_softmax(one_hot);
+             double triangle_sq = 0;
+             for (Index i = 0; i < rows; ++i) {
+               const Eigen::VectorXd p = s.row(i).transpose();
+               const double per_row = Matrix(p.asDiagonal()).norm() + (p * p.transpose()).norm();
+               triangle_sq += per_row * per_row;
+             }
+             RC_ASSERT(testing::relative_difference(s.norm(), bounds.softmax_paper) <= 1e-15);
+             RC_ASSERT(testing::relative_difference(std::sqrt(triangle_sq), bounds.grad_paper) <= 1e-15);
+           });
 }
 
 TEST_CASE("fact 2: two equal top logits approach 1/4 per row, exactly at N = 2") {
