@@ -4,7 +4,7 @@
 #include "attncheck/monte_carlo/parallel.hpp"
 #include "attncheck/monte_carlo/random_stream.hpp"
 #include "attncheck/monte_carlo/sample_norms.hpp"
-#include "attncheck/reports/memory_budget.hpp"
+#include "attncheck/records/memory_budget.hpp"
 #include "attncheck/theory/cross_norm.hpp"
 #include "attncheck/theory/softmax.hpp"
 
@@ -455,8 +455,8 @@ CpuBackend::CpuBackend(int threads, Index tile)
 }
 
 std::uint64_t CpuBackend::bytes_needed(const SweepPoint& point) const {
-  using reports::saturating_product;
-  using reports::saturating_sum;
+  using records::saturating_product;
+  using records::saturating_sum;
   const auto u = [](Index v) { return static_cast<std::uint64_t>(std::max<Index>(v, 0)); };
   const std::uint64_t n = u(point.N), D = u(point.D), d = u(point.d), tile = u(std::min(tile_, point.N));
   if (point.mix) {

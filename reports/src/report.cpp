@@ -1,7 +1,8 @@
 #include "attncheck/reports/report.hpp"
 
-#include "attncheck/reports/atomic_file.hpp"
-#include "attncheck/reports/folder_lock.hpp"
+#include "attncheck/records/atomic_file.hpp"
+#include "attncheck/records/errors.hpp"
+#include "attncheck/records/folder_lock.hpp"
 #include "attncheck/reports/training_curves.hpp"
 #include "attncheck/theory/common.hpp"
 
@@ -80,8 +81,8 @@ void remove_stale_plots(const fs::path& plot_folder, const std::vector<PlotSpec>
 ReportSummary write_report(const ReportOptions& options) {
   const Inputs inputs = find_inputs(options.input);
   // Read everything before writing anything, so that bad input leaves no half-made report behind.
-  std::optional<ResultsFolder> results;
-  if (inputs.results_folder) results = read_results_folder(*inputs.results_folder);
+  std::optional<records::ResultsFolder> results;
+  if (inputs.results_folder) results = records::read_results_folder(*inputs.results_folder);
   std::optional<std::vector<ProbeRecord>> probes;
   if (inputs.probe_log) probes = read_probe_log(*inputs.probe_log);
   std::optional<TrainingCurves> curves;
@@ -102,13 +103,13 @@ ReportSummary write_report(const ReportOptions& options) {
   if (results) {
     add_scaling_section(*results, options.plots, document, pending);
     summary.series = results->series.size();
-    for (const Series& s : results->series) {
+    for (const records::Series& s : results->series) {
       if (!s.verdict) continue;
       switch (*s.verdict) {
-        case Verdict::holds: ++summary.holds; break;
-        case Verdict::tight: ++summary.tight; break;
-        case Verdict::violated: ++summary.violated; break;
-        case Verdict::inconclusive: ++summary.inconclusive; break;
+        case records::Verdict::holds: ++summary.holds; break;
+        case records::Verdict::tight: ++summary.tight; break;
+        case records::Verdict::violated: ++summary.violated; break;
+        case records::Verdict::inconclusive: ++summary.inconclusive; break;
       }
     }
   }
@@ -128,14 +129,17 @@ ReportSummary write_report(const ReportOptions& options) {
 
   std::error_code error;
   fs::create_directories(options.out, error);
-  if (error || !fs::is_directory(options.out, error)) {
-    throw InputError(fmt::format("cannot create the report folder {}: {}", options.out.string(),
-                                 error ? error.message() : "a file of that name is in the way"));
+  if (error) {
+    throw records::IoError(fmt::format("cannot create the report folder {}: {}", options.out.string(), error.message()));
+  }
+  if (!fs::is_directory(options.out, error)) {
+    throw InputError(fmt::format("cannot create the report folder {}: a file of that name is in the way",
+                                 options.out.string()));
   }
   // Two reports into one folder take turns, and what a killed one left half-written is removed.
-  const FolderLock lock(options.out);
-  remove_stale_temporaries(options.out / "report.md");
-  remove_stale_temporaries(options.out / "index.html");
+  const records::FolderLock lock(options.out);
+  records::remove_stale_temporaries(options.out / "report.md");
+  records::remove_stale_temporaries(options.out / "index.html");
   const std::vector<std::string> svgs = render_plots(pending.plots, options.out / "plots", options.gnuplot);
   for (std::size_t i = 0; i < svgs.size(); ++i) {
     Figure& figure = std::get<Figure>(document.blocks[pending.block_of_plot[i]]);
@@ -147,8 +151,8 @@ ReportSummary write_report(const ReportOptions& options) {
   remove_stale_plots(options.out / "plots", pending.plots);
   summary.markdown = options.out / "report.md";
   summary.html = options.out / "index.html";
-  write_file_atomically(summary.markdown, render_markdown(document));
-  write_file_atomically(summary.html, render_html(document));
+  records::write_file_atomically(summary.markdown, render_markdown(document));
+  records::write_file_atomically(summary.html, render_html(document));
   return summary;
 }
 

@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "attncheck/reports/input_file.hpp"
+#include "attncheck/records/input_file.hpp"
 #include "attncheck/theory/common.hpp"
 
 #include "fixtures.hpp"

@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "attncheck/reports/memory_budget.hpp"
+#include "attncheck/records/memory_budget.hpp"
 #include "attncheck/theory/common.hpp"
 
 using namespace attncheck::reports;

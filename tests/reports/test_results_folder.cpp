@@ -1,5 +1,5 @@
-#include "attncheck/reports/atomic_file.hpp"
-#include "attncheck/reports/results_folder.hpp"
+#include "attncheck/records/atomic_file.hpp"
+#include "attncheck/records/results_folder.hpp"
 #include "attncheck/theory/common.hpp"
 
 #include "fixtures.hpp"
