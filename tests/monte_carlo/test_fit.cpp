@@ -17,6 +17,7 @@
 #include <vector>
 
 using namespace attncheck::monte_carlo;
+namespace records = attncheck::records;
 
 TEST_CASE("an exact power law is fitted exactly, with a narrow interval") {
   std::vector<double> x, y, se;

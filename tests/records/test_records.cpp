@@ -128,7 +128,7 @@ TEST_CASE("every fitted series reads back with its slope, verdict and basis") {
     REQUIRE(series[i].N.size() == 3);
     CHECK(series[i].N == std::vector<long long>{8, 16, 32});
     for (std::size_t k = 0; k < series[i].mean.size(); ++k) {
-      CHECK(series[i].mean[k] == number_or_nan(written["points"][k]["mean"]));
+      CHECK(series[i].mean[k] == number_or_nan(written["mean"][k]));
     }
   }
 }

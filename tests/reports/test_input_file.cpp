@@ -14,6 +14,7 @@
 #include <vector>
 
 using namespace attncheck::reports;
+using namespace attncheck::records;
 using attncheck::reports::testing::TempDir;
 using attncheck::reports::testing::write_text;
 using attncheck::theory::InputError;

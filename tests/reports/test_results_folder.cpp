@@ -11,6 +11,7 @@
 #include <algorithm>
 
 using namespace attncheck::reports;
+using namespace attncheck::records;
 using namespace attncheck::reports::testing;
 using attncheck::theory::InputError;
 using Catch::Matchers::Contains;
