@@ -462,8 +462,11 @@ std::vector<json> read_points(const fs::path& file) {
 
 ResultsFolder::ResultsFolder(fs::path dir, FolderStart start) : dir_(std::move(dir)) {
   std::error_code ec;
-  fs::create_directories(dir_, ec);
-  if (ec) throw records::IoError(fmt::format("--out {}: cannot create the folder ({})", dir_.string(), ec.message()));
+  // Something else in the folder's place is the user's to move (bad input); a refused mkdir is the file system's.
+  if (!fs::exists(dir_, ec) || fs::is_directory(dir_, ec)) {
+    fs::create_directories(dir_, ec);
+    if (ec) throw records::IoError(fmt::format("--out {}: cannot create the folder ({})", dir_.string(), ec.message()));
+  }
   if (!fs::is_directory(dir_, ec)) {
     throw theory::InputError(fmt::format("--out {}: cannot create the folder (a file of that name is in the way)",
                                          dir_.string()));

@@ -128,7 +128,7 @@ ReportSummary write_report(const ReportOptions& options) {
   }
 
   std::error_code error;
-  fs::create_directories(options.out, error);
+  if (!fs::exists(options.out, error) || fs::is_directory(options.out, error)) fs::create_directories(options.out, error);
   if (error) {
     throw records::IoError(fmt::format("cannot create the report folder {}: {}", options.out.string(), error.message()));
   }
