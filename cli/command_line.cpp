@@ -3,7 +3,7 @@
 
 #include "subcommand.hpp"
 
-#include "attncheck/theory/common.hpp"
+#include "attncheck/records/errors.hpp"
 
 #include <fmt/format.h>
 
@@ -65,11 +65,17 @@ int attncheck::cli::run_command_line(int argc, char** argv) {
   } catch (const attncheck::theory::InputError& e) {
     fmt::print(stderr, "attncheck: error: {}\n", e.what());
     return kExitUsage;
+  } catch (const attncheck::records::IoError& e) {
+    fmt::print(stderr, "attncheck: error: file system: {}\n", e.what());
+    return kExitIo;
+  } catch (const attncheck::records::DeviceError& e) {
+    fmt::print(stderr, "attncheck: error: device: {}\n", e.what());
+    return kExitDevice;
   } catch (const std::bad_alloc&) {
     fmt::print(stderr, "attncheck: error: out of memory\n");
     return kExitUsage;
   } catch (const std::exception& e) {
-    // Anything else (an unwritable output folder, a device failure) still ends with a message, not an abort.
+    // Anything else still ends with a message, not an abort.
     fmt::print(stderr, "attncheck: error: {}\n", e.what());
     return kExitUsage;
   } catch (...) {

@@ -124,8 +124,8 @@ void print_human(const std::vector<json>& records, const json& series, const jso
                  const std::vector<std::string>& claims) {
   Flags flags;
   for (const std::string& id : claims) {
-    const mc::ClaimInfo info = mc::claim_info(id);
-    fmt::print("{}: {} (v1) / {} (v2): {}\n", info.id, info.v1, info.v2, info.statement);
+    const records::Claim info = mc::claim_info(id);
+    fmt::print("{} ({}): {}\n", info.id, info.numbering(), info.statement);
     if (!info.constant_growth.empty()) {
       fmt::print("    O(.) holds for fixed D, d, sigma; its constant grows like {}\n", info.constant_growth);
     }
@@ -388,7 +388,7 @@ std::function<int()> setup(CLI::App& app) {
       "are reported on stderr with the N or samples that would settle them, and do not fail the run; the "
       "matrix-power reading of C3/C4, C7's Frobenius norm and C8's projected model are reported but do not count); "
       "1 a stated claim is violated (C8: the proposition as stated, with zero covariances only, is); 2 bad usage or "
-      "input.\n"
+      "input; 3 the results folder could not be written; 4 the compute device failed.\n"
       "Sampling: X, Q, K have i.i.d. N(0, sigma^2) entries (sigma = standard deviation); sample k of a point draws X "
       "(row-major), then Q, then K from Philox4x32-10 (point seed, subsequence k), as cuRAND's curand_init(seed, k, 0). "
       "The matrix-power reading uses S^p = lambda^p V (U^T V)^(p-1) U^T (V = XQ, U = XK): O(N d^2), any N, value only.\n"

@@ -6,7 +6,7 @@
 #include "attncheck/probes/live_metrics.hpp"
 #include "attncheck/probes/watch.hpp"
 #include "attncheck/monte_carlo/statistics.hpp"
-#include "attncheck/reports/input_file.hpp"
+#include "attncheck/records/input_file.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -387,7 +387,7 @@ bool bounds_hold(const probes::ProbeResult& result) {
 // The sentences of a --text-file, one per line (a final newline ends the last one); an empty line is an
 // error naming it, as an empty --text is.
 std::vector<std::string> read_sentences(const std::string& path) {
-  const std::string text = reports::read_text_file(path);
+  const std::string text = records::read_text_file(path);
   std::vector<std::string> sentences;
   std::size_t begin = 0;
   while (begin < text.size()) {

@@ -17,7 +17,7 @@
 #include "attncheck/gpu/batch_plan.hpp"
 #include "attncheck/gpu/normal_layout.hpp"
 #include "attncheck/monte_carlo/sample_norms.hpp"
-#include "attncheck/reports/memory_budget.hpp"
+#include "attncheck/records/memory_budget.hpp"
 #include "kernels.hpp"
 
 #include <cublas_v2.h>
@@ -156,10 +156,10 @@ class CudaBackend final : public monte_carlo::Backend {
     }
     const std::int64_t n = point.N, D = point.D, d = point.d;
     // Saturating: an absurd N must read as too large for the device, not wrap to a small or negative size.
-    using reports::saturating_product;
+    using records::saturating_product;
     const auto un = static_cast<std::uint64_t>(n), uD = static_cast<std::uint64_t>(D), ud = static_cast<std::uint64_t>(d);
     const std::uint64_t per_sample_bytes = saturating_product(
-        {8, reports::saturating_sum({saturating_product({un, uD}), saturating_product({2, uD, ud}),
+        {8, records::saturating_sum({saturating_product({un, uD}), saturating_product({2, uD, ud}),
                                      saturating_product({2, un, ud}), saturating_product({8, un}),
                                      saturating_product({5, ud, ud})})});
     std::size_t free_bytes = 0, total_bytes = 0;
@@ -169,9 +169,10 @@ class CudaBackend final : public monte_carlo::Backend {
     const auto memory_samples = static_cast<std::int64_t>(
         std::min<std::uint64_t>((usable > score_bytes_ ? usable - score_bytes_ : 0) / per_sample_bytes, INT64_MAX));
     if (memory_samples < 1) {
-      throw CudaError(fmt::format("N = {}, D = {}, d = {} needs {:.1f} MiB of device memory per sample; device {} "
-                                  "has {:.1f} MiB free",
-                                  n, D, d, per_sample_bytes / 1048576.0, device_, free_bytes / 1048576.0));
+      // Too large a point for this device, like require_memory on the CPU: the input, not the device, is at fault.
+      throw InputError(fmt::format("N = {}, D = {}, d = {} needs {:.1f} MiB of device memory per sample; device {} "
+                                   "has {:.1f} MiB free",
+                                   n, D, d, per_sample_bytes / 1048576.0, device_, free_bytes / 1048576.0));
     }
     const BatchPlan plan = plan_batch(n, static_cast<std::int64_t>(std::min<std::uint64_t>(count, 1ULL << 40)),
                                       static_cast<std::int64_t>(score_bytes_ / sizeof(double)), memory_samples);
@@ -328,8 +329,8 @@ class CudaBackend final : public monte_carlo::Backend {
   void evaluate_cross_norm(const SweepPoint& point, const EstimandRequest& req, std::uint64_t first,
                            std::uint64_t count, SampleValues* out) {
     const std::int64_t n = point.N, D = point.D, d = point.d, dv = point.dv;
-    using reports::saturating_product;
-    using reports::saturating_sum;
+    using records::saturating_product;
+    using records::saturating_sum;
     const auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
     const std::uint64_t per_sample_bytes = saturating_product(
         {8, saturating_sum({saturating_product({u(n), u(D)}), saturating_product({2, u(D), u(d)}),
@@ -341,9 +342,9 @@ class CudaBackend final : public monte_carlo::Backend {
     const std::uint64_t usable = free_bytes / 4 * 3 + held_bytes();
     const std::uint64_t memory_samples = usable / per_sample_bytes;
     if (memory_samples < 1) {
-      throw CudaError(fmt::format("C9 at N = {}, D = {}, d = {}, dv = {} needs {:.1f} MiB of device memory per sample; "
-                                  "device {} has {:.1f} MiB free",
-                                  n, D, d, dv, per_sample_bytes / 1048576.0, device_, free_bytes / 1048576.0));
+      throw InputError(fmt::format("C9 at N = {}, D = {}, d = {}, dv = {} needs {:.1f} MiB of device memory per sample; "
+                                   "device {} has {:.1f} MiB free",
+                                   n, D, d, dv, per_sample_bytes / 1048576.0, device_, free_bytes / 1048576.0));
     }
     const auto most = static_cast<std::int64_t>(
         std::min<std::uint64_t>({memory_samples, count, static_cast<std::uint64_t>(kMaxBatchSamples)}));

@@ -2,7 +2,7 @@
 
 #include "attncheck/monte_carlo/parallel.hpp"
 #include "attncheck/monte_carlo/random_stream.hpp"
-#include "attncheck/reports/memory_budget.hpp"
+#include "attncheck/records/memory_budget.hpp"
 #include "attncheck/theory/worst_case.hpp"
 
 #include <omp.h>
@@ -187,9 +187,9 @@ bool within(double value, double bound) { return value <= bound * (1 + kBoundRou
 
 std::uint64_t survey_bytes(Index n, int threads) {
   const auto rows = static_cast<std::uint64_t>(std::max<Index>(n, 0));
-  return reports::saturating_sum({reports::saturating_product({rows, rows, sizeof(double),
+  return records::saturating_sum({records::saturating_product({rows, rows, sizeof(double),
                                                                static_cast<std::uint64_t>(std::max(threads, 1))}),
-                                  reports::saturating_product({rows, 64, sizeof(double)})});
+                                  records::saturating_product({rows, 64, sizeof(double)})});
 }
 
 FamilyResult survey_family(BoundsFamily family, const SurveyOptions& options) {

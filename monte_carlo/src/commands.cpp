@@ -7,8 +7,8 @@
 #include "attncheck/monte_carlo/runner.hpp"
 #include "attncheck/monte_carlo/sample_norms.hpp"
 #include "attncheck/monte_carlo/sweep.hpp"
-#include "attncheck/reports/matrix_io.hpp"
-#include "attncheck/reports/memory_budget.hpp"
+#include "attncheck/records/matrix_io.hpp"
+#include "attncheck/records/memory_budget.hpp"
 
 #include <fmt/format.h>
 #include <omp.h>
@@ -45,7 +45,7 @@ json run_bounds(const BoundsRequest& request) {
   if (request.threads != 0) check_integer("--threads", request.threads, 1, kMaxThreads);
   const int threads = request.threads > 0 ? request.threads : omp_get_max_threads();
   std::optional<theory::Matrix> input;
-  if (!request.input.empty()) input = reports::read_matrix(request.input, reports::memory_budget_bytes());
+  if (!request.input.empty()) input = records::read_matrix(request.input, records::memory_budget_bytes());
   if (!input && !request.n) throw InputError("give the matrix size with --N, or a matrix with --input FILE");
   const Index n = input ? input->rows() : static_cast<Index>(*request.n);
   if (input && request.n && *request.n != n) {
@@ -64,7 +64,7 @@ json run_bounds(const BoundsRequest& request) {
   }
   if (request.families.empty() && !input) families = default_families();
   if (!families.empty()) {
-    reports::require_memory(survey_bytes(n, threads), fmt::format("--N {}: {} x {} matrices held by {} threads", n, n, n, threads),
+    records::require_memory(survey_bytes(n, threads), fmt::format("--N {}: {} x {} matrices held by {} threads", n, n, n, threads),
                             "; use a smaller N or fewer --threads");
   }
 
@@ -239,7 +239,7 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
   const RunContext context{o.seed, backend->name(), threads};
 
   const std::uint64_t point_count =
-      reports::saturating_product({series.size(), Ds.size(), ds.size(), dvs.size(), Ns.size()});
+      records::saturating_product({series.size(), Ds.size(), ds.size(), dvs.size(), Ns.size()});
   if (point_count > kMaxPoints) {
     throw InputError(fmt::format("the sweep has {} series x {} D x {} d x {} dv x {} N = {} points, more than {}",
                                  series.size(), Ds.size(), ds.size(), dvs.size(), Ns.size(), point_count, kMaxPoints));
@@ -259,7 +259,7 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
   for (const PointSpec& ps : points) {
     const std::uint64_t bytes = backend->host_bytes_needed(ps.point, ps.series->estimands);
     if (bytes == 0) continue;
-    reports::require_memory(bytes,
+    records::require_memory(bytes,
                             fmt::format("N = {}, D = {}, d = {} with --tile {} on {} threads", ps.point.N,
                                         ps.point.D, ps.point.d, o.tile, backend->threads()),
                             "; use smaller sizes, a smaller --tile or fewer --threads");

@@ -6,7 +6,7 @@
 #include "attncheck/monte_carlo/parallel.hpp"
 #include "attncheck/monte_carlo/random_stream.hpp"
 #include "attncheck/monte_carlo/sample_norms.hpp"
-#include "attncheck/reports/memory_budget.hpp"
+#include "attncheck/records/memory_budget.hpp"
 #include "attncheck/theory/cross_norm.hpp"
 #include "attncheck/theory/softmax.hpp"
 
@@ -764,8 +764,8 @@ std::string CpuBackend::describe() const {
 }
 
 std::uint64_t CpuBackend::host_bytes_needed(const SweepPoint& point) const {
-  using reports::saturating_product;
-  using reports::saturating_sum;
+  using records::saturating_product;
+  using records::saturating_sum;
   const auto u = [](Index v) { return static_cast<std::uint64_t>(std::max<Index>(v, 0)); };
   const std::uint64_t n = u(point.N), D = u(point.D), d = u(point.d), tile = u(std::min(tile_, point.N));
   if (point.mix) {
@@ -790,7 +790,7 @@ std::uint64_t CpuBackend::host_bytes_needed(const SweepPoint& point) const {
 
 std::uint64_t CpuBackend::host_bytes_needed(const SweepPoint& point, const std::vector<Estimand>& estimands) const {
   if (path_for(point, estimands) != EvaluationPath::tensor) return host_bytes_needed(point);
-  return reports::saturating_product({static_cast<std::uint64_t>(threads_), tensor_path_bytes(point, estimands)});
+  return records::saturating_product({static_cast<std::uint64_t>(threads_), tensor_path_bytes(point, estimands)});
 }
 
 void CpuBackend::evaluate(const SweepPoint& point, const std::vector<Estimand>& estimands, std::uint64_t first,

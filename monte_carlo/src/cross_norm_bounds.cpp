@@ -6,8 +6,9 @@
 #include "attncheck/monte_carlo/parallel.hpp"
 #include "attncheck/monte_carlo/random_stream.hpp"
 #include "attncheck/monte_carlo/sweep.hpp"
-#include "attncheck/reports/matrix_io.hpp"
-#include "attncheck/reports/memory_budget.hpp"
+#include "attncheck/records/matrix_io.hpp"
+#include "attncheck/records/memory_budget.hpp"
+#include "attncheck/records/verdict.hpp"
 #include "attncheck/theory/cross_norm.hpp"
 #include "attncheck/theory/worst_case.hpp"
 
@@ -232,7 +233,7 @@ std::optional<Family> parse(const std::string& name) {
 
 Matrix read_input(const std::string& path, const std::string& what) {
   try {
-    return reports::read_matrix(path, reports::memory_budget_bytes());
+    return records::read_matrix(path, records::memory_budget_bytes());
   } catch (const InputError& e) {
     throw InputError(fmt::format("{} {}", what, e.what()));
   }
@@ -372,10 +373,10 @@ json run_cross_norm_bounds(const CrossNormBoundsRequest& request) {
   }
   // A pair of matrices and the routines' temporaries (A, P, the mix, O) per thread, and the mix's growth family.
   const auto nn = static_cast<std::uint64_t>(n), ndv = static_cast<std::uint64_t>(dv);
-  const std::uint64_t per_pair = reports::saturating_sum(
-      {reports::saturating_product({nn, nn, 2 * sizeof(double)}),
-       reports::saturating_product({nn, ndv, 6 * sizeof(double)})});
-  reports::require_memory(reports::saturating_product({per_pair, static_cast<std::uint64_t>(threads) + 1}),
+  const std::uint64_t per_pair = records::saturating_sum(
+      {records::saturating_product({nn, nn, 2 * sizeof(double)}),
+       records::saturating_product({nn, ndv, 6 * sizeof(double)})});
+  records::require_memory(records::saturating_product({per_pair, static_cast<std::uint64_t>(threads) + 1}),
                           fmt::format("--N {} --dv {}: {} x {} scores and {} x {} values held by {} threads", n, dv, n,
                                       n, n, dv, threads),
                           "; use a smaller N or d_v, or fewer --threads");
@@ -442,14 +443,16 @@ json run_cross_norm_bounds(const CrossNormBoundsRequest& request) {
   json verdicts = json::array();
   for (std::size_t q = 0; q < 5; ++q) {
     const bool within_bound = largest[q] <= 1 + kBoundRoundingSlack;
-    const std::string verdict = !within_bound ? "violated" : largest[q] >= kTightFraction ? "tight" : "holds";
+    const records::Verdict verdict = !within_bound                  ? records::Verdict::violated
+                                     : largest[q] >= kTightFraction ? records::Verdict::tight
+                                                                    : records::Verdict::holds;
     verdicts.push_back({{"quantity", kQuantityKeys[q]},
                         {"statement", fmt::format("{} <= {}", kQuantityNames[q], kBoundFormulas[q])},
                         {"bound", bounds[q]},
                         {"largest_ratio", largest[q]},
                         {"largest_in_family", results.empty() ? json(nullptr) : json(largest_family[q])},
-                        {"verdict", results.empty() ? json(nullptr) : json(verdict)},
-                        {"basis", "exact"}});
+                        {"verdict", results.empty() ? json(nullptr) : json(records::to_string(verdict))},
+                        {"basis", records::to_string(records::Basis::exact)}});
   }
 
   // The growth family for the mix: one fixed draw of scores and values, scaled.
@@ -471,7 +474,7 @@ json run_cross_norm_bounds(const CrossNormBoundsRequest& request) {
   for (std::size_t q = 0; q < 5; ++q) largest_json[kQuantityKeys[q]] = largest[q];
   return {{"claim", "C9"},
           {"statement", "O = softmax(S) softmax_col(V) (softmax(c K Q^T) softmax^T(V)), THEORY.md facts 10-11"},
-          {"basis", "exact"},
+          {"basis", records::to_string(records::Basis::exact)},
           {"N", n},
           {"d_v", dv},
           {"holds", all_hold},

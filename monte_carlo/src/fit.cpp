@@ -225,8 +225,8 @@ Verdict decide(const std::vector<EvidencePoint>& points, const std::optional<Exa
       }
     }
     if (!any) {
-      v.word = "inconclusive";
-      v.basis = "exact";
+      v.word = records::Verdict::inconclusive;
+      v.basis = records::Basis::exact;
       v.reason = "no exact value to compare with the claimed one";
       return v;
     }

@@ -1,10 +1,11 @@
 #include "attncheck/monte_carlo/results.hpp"
 
 #include "attncheck/monte_carlo/fit.hpp"
-#include "attncheck/reports/atomic_file.hpp"
-#include "attncheck/reports/folder_lock.hpp"
-#include "attncheck/reports/input_file.hpp"
-#include "attncheck/reports/results_folder.hpp"
+#include "attncheck/records/atomic_file.hpp"
+#include "attncheck/records/errors.hpp"
+#include "attncheck/records/folder_lock.hpp"
+#include "attncheck/records/input_file.hpp"
+#include "attncheck/records/results_folder.hpp"
 
 #include <fmt/format.h>
 
@@ -49,7 +50,7 @@ std::string csv_cell(const json& v) {
 }  // namespace
 
 std::string record_key(const PointSpec& point, Estimand estimand, std::uint64_t run_seed) {
-  return fmt::format("{};estimand={};run_seed={}", point.key, estimand_name(estimand), run_seed);
+  return records::resume_key(point.key, estimand_name(estimand), run_seed);
 }
 
 namespace {
@@ -250,10 +251,10 @@ json local_exponent_json(const LocalExponent& e) {
 }
 
 // What each of C8's three models is, beside its verdict.
-std::string c8_finding(const std::string& scores, const std::string& word) {
+std::string c8_finding(const std::string& scores, std::optional<records::Verdict> verdict) {
   if (scores == "iid-unit") return "i.i.d. unit-variance entries (the proposition's intent): Var(q . k) = d_k exactly";
   if (scores == "sign-coupled") {
-    return word == "violated"
+    return verdict == records::Verdict::violated
                ? "the proposition's hypothesis is insufficient: q_i = eps_i k_i has zero means, unit variances and zero "
                  "covariances, yet Var(q . k) = 3 d_k (the terms eps_i k_i^2 are uncorrelated with E k^4 = 3)"
                : "";
@@ -391,8 +392,9 @@ json fit_series(const std::vector<json>& records, double tolerance) {
     claim.x_name = over_d ? "d" : "N";
     const std::optional<ExactLaw> law = first.contains("exact_law") ? law_from_json(first["exact_law"]) : std::nullopt;
     const Verdict v = decide(evidence, law, claim);
-    s["verdict"] = v.word.empty() ? json(nullptr) : json(v.word);  // a custom map states no exponent to check
-    s["basis"] = v.basis.empty() ? json(nullptr) : json(v.basis);
+    // A custom map states no exponent to check: no verdict, no basis.
+    s["verdict"] = v.word ? json(records::to_string(*v.word)) : json(nullptr);
+    s["basis"] = v.basis ? json(records::to_string(*v.basis)) : json(nullptr);
     s["verdict_rule"] = v.rule ? json(std::string(v.rule->definition)) : json(nullptr);
     s["verdict_reason"] = v.reason.empty() ? json(nullptr) : json(v.reason);
     s["extend_to"] = optional_or_null(v.extend_to);
@@ -432,8 +434,8 @@ const char* const kFitsFile = "fits.json";
 // Every line is first checked as the report reads it (docs/results-format.md), so that a damaged or foreign
 // file stops a resumed run naming its line instead of failing somewhere inside the fit.
 std::vector<json> read_points(const fs::path& file) {
-  const std::string text = reports::read_text_file(file);
-  reports::parse_points_jsonl(text, file.string());
+  const std::string text = records::read_text_file(file);
+  records::parse_points_jsonl(text, file.string());
   std::vector<json> records;
   std::map<std::string, std::size_t> index;
   std::size_t number = 0;
@@ -460,13 +462,17 @@ std::vector<json> read_points(const fs::path& file) {
 
 ResultsFolder::ResultsFolder(fs::path dir, FolderStart start) : dir_(std::move(dir)) {
   std::error_code ec;
-  fs::create_directories(dir_, ec);
-  if (ec || !fs::is_directory(dir_, ec)) {
-    throw theory::InputError(fmt::format("--out {}: cannot create the folder ({})", dir_.string(),
-                                         ec ? ec.message() : "a file of that name is in the way"));
+  // Something else in the folder's place is the user's to move (bad input); a refused mkdir is the file system's.
+  if (!fs::exists(dir_, ec) || fs::is_directory(dir_, ec)) {
+    fs::create_directories(dir_, ec);
+    if (ec) throw records::IoError(fmt::format("--out {}: cannot create the folder ({})", dir_.string(), ec.message()));
   }
-  const reports::FolderLock lock(dir_);
-  for (const char* name : {kPointsFile, kCsvFile, kFitsFile}) reports::remove_stale_temporaries(dir_ / name);
+  if (!fs::is_directory(dir_, ec)) {
+    throw theory::InputError(fmt::format("--out {}: cannot create the folder (a file of that name is in the way)",
+                                         dir_.string()));
+  }
+  const records::FolderLock lock(dir_);
+  for (const char* name : {kPointsFile, kCsvFile, kFitsFile}) records::remove_stale_temporaries(dir_ / name);
   reload();
   if (start == FolderStart::fresh && !records_.empty()) {
     throw theory::InputError(fmt::format("--out {}: the folder already holds {} finished points ({}); add to them "
@@ -488,7 +494,7 @@ void ResultsFolder::reload() {
     loaded_.reset();
     return;
   }
-  const auto identity = reports::file_identity(file);
+  const auto identity = records::file_identity(file);
   if (identity && loaded_ && *identity == *loaded_) return;
   records_ = read_points(file);
   loaded_ = identity;
@@ -503,7 +509,7 @@ std::optional<json> ResultsFolder::finished(const std::string& key) {
 }
 
 void ResultsFolder::append(const std::vector<json>& records) {
-  const reports::FolderLock lock(dir_);
+  const records::FolderLock lock(dir_);
   reload();
   for (const json& record : records) {
     const std::string key = record.value("key", "");
@@ -516,15 +522,15 @@ void ResultsFolder::append(const std::vector<json>& records) {
   }
   std::string lines;
   for (const json& r : records_) lines += r.dump() + "\n";
-  reports::write_file_atomically(dir_ / kPointsFile, lines);
-  reports::write_file_atomically(dir_ / kCsvFile, records_csv(records_));
-  loaded_ = reports::file_identity(dir_ / kPointsFile);
+  records::write_file_atomically(dir_ / kPointsFile, lines);
+  records::write_file_atomically(dir_ / kCsvFile, records_csv(records_));
+  loaded_ = records::file_identity(dir_ / kPointsFile);
 }
 
 void ResultsFolder::write_fits(const json& provenance, double tolerance) {
-  const reports::FolderLock lock(dir_);
+  const records::FolderLock lock(dir_);
   reload();
-  reports::write_file_atomically(dir_ / kFitsFile,
+  records::write_file_atomically(dir_ / kFitsFile,
                                  json{{"format_version", kResultsFormatVersion}, {"provenance", provenance}, {"series", fit_series(records_, tolerance)}}
                                      .dump(2) + "\n");
 }

@@ -220,48 +220,12 @@ bool SeriesSpec::counts_for_exit_of(Estimand estimand) const {
   return counts_for_exit && std::find(secondary.begin(), secondary.end(), estimand) == secondary.end();
 }
 
-ClaimInfo claim_info(const std::string& id) {
-  if (id == "C3") {
-    return {"C3", "Thm 4.2 (4.3)", "Thm 4.2 (8)", "E||(X Q K^T X^T / sqrt d)^p||_F = O(N) for p >= 1",
-            "D^p (sigma_x sigma_t)^{2p} (sqrt(d) inside the power)"};
+records::Claim claim_info(const std::string& id) {
+  const std::optional<records::Claim> claim = records::find_claim(id);
+  if (!claim || id == "C1" || id == "C2") {
+    throw InputError(fmt::format("--claim: '{}' is not one of C3, C4, C5, C6, C7, C8, C9 (C1, C2 are exact: attncheck bounds)", id));
   }
-  if (id == "C4") {
-    return {"C4", "Cor 4.3 (4.4)", "Cor 4.1 (9)", "with the factor 1/sqrt(N) in front: O(sqrt N)",
-            "D^p (sigma_x sigma_t)^{2p} (sqrt(d) inside the power)"};
-  }
-  if (id == "C5") {
-    return {"C5", "Thm 4.4 (4.5)", "Thm 4.3 (10)",
-            "E||d/dQ ((X Q K^T X^T)^p / sqrt d)||_F = O(N) (sqrt(d) outside the power)",
-            "sigma_x^{2p} sigma_t^{2p-1} D^p d^{(p-1)/2} (sqrt(d) outside the power)"};
-  }
-  if (id == "C6") {
-    return {"C6", "Cor 4.5 (4.6)", "Cor 4.2 (11)", "with 1/sqrt(N): O(sqrt N), and the same for K",
-            "sigma_x^{2p} sigma_t^{2p-1} D^p d^{(p-1)/2} (sqrt(d) outside the power)"};
-  }
-  if (id == "C7") {
-    return {"C7", "relu paper, Sec. 3", "relu paper, Sec. 3",
-            "at initialisation, with qk-layernorm, phi = L^-alpha h(q.k/sqrt d): with alpha = 1 the mean attention "
-            "weight E_j[phi_ij] is O(1/L), so row sums stay O(1); the factor L^-1 is necessary (with alpha < 1 row "
-            "sums grow like L^(1-alpha)). Checked as E[row sum] = O(L^(1-alpha)) and E[row mean] = O(L^-alpha), with "
-            "and without qk-layernorm; the Frobenius norm is a secondary series",
-            ""};
-  }
-  if (id == "C8") {
-    return {"C8", "scaling paper, Prop. 5", "scaling paper, Prop. 5",
-            "q, k with zero-mean, unit-variance entries and zero covariances: Var(q . k) = d_k. Checked for i.i.d. "
-            "entries (the proposition's intent), for the literal hypothesis (q_i = eps_i k_i: zero covariances, "
-            "dependent), and for the projected model q = Q^T x, k = K^T x' of a transformer at initialisation",
-            ""};
-  }
-  if (id == "C9") {
-    return {"C9", "cross-normalization RFP", "cross-normalization RFP",
-            "O = softmax(X W_Q W_K^T X^T / sqrt d) P_alpha with P_alpha = alpha softmax_col(X W_V) + (1 - alpha) X W_V "
-            "(mix alpha; alpha = 1 is softmax(S) softmax^T(V)): ||O||_F, ||dO/dV||_F, ||dO/dS||_F and ||dO/dW_Q||_F "
-            "are O(sqrt N). At alpha = 1 facts 10-11 bound every input: ||O||_F <= sqrt(N d_v), ||dO/dV||_F and "
-            "||dO/dS||_F <= sqrt(N d_v / 8); for alpha < 1 nothing bounds them in V",
-            ""};
-  }
-  throw InputError(fmt::format("--claim: '{}' is not one of C3, C4, C5, C6, C7, C8, C9 (C1, C2 are exact: attncheck bounds)", id));
+  return *claim;
 }
 
 std::vector<SeriesSpec> build_series(const SweepRequest& rq) {
@@ -295,7 +259,7 @@ std::vector<SeriesSpec> build_series(const SweepRequest& rq) {
     return out;
   }
   const std::string& id = *rq.claim;
-  claim_info(id);  // validates the id
+  const records::Claim claim = claim_info(id);
   if (rq.claimed_exponent) throw InputError(fmt::format("--claimed-exponent: --claim {} fixes the exponent", id));
   const auto fixed = [&](const std::optional<std::string>& given, const char* option) {
     if (given) throw InputError(fmt::format("{} {}: --claim {} fixes it as the paper states it; drop one", option, *given, id));
@@ -314,7 +278,7 @@ std::vector<SeriesSpec> build_series(const SweepRequest& rq) {
         s.activation = parse_phi(std::string(reading) == "matrix" ? "matpow" : "poly", p);
         s.outer = id == "C4" ? parse_outer_scale("1/sqrt(N)") : OuterRule{};
         s.estimands = {Estimand::value};
-        s.claimed_exponent = id == "C4" ? 0.5 : 1.0;
+        s.claimed_exponent = claim.claimed_exponent;
         s.counts_for_exit = std::string(reading) == "elementwise";
         out.push_back(s);
       }
@@ -329,7 +293,7 @@ std::vector<SeriesSpec> build_series(const SweepRequest& rq) {
       s.outer = id == "C6" ? parse_outer_scale("1/sqrt(N)") : OuterRule{};
       s.outer.d_exponent = 0.5;
       s.estimands = id == "C6" ? std::vector<Estimand>{Estimand::dQ, Estimand::dK} : std::vector<Estimand>{Estimand::dQ};
-      s.claimed_exponent = id == "C6" ? 0.5 : 1.0;
+      s.claimed_exponent = claim.claimed_exponent;
       out.push_back(s);
     }
   } else if (id == "C7") {
@@ -360,7 +324,7 @@ std::vector<SeriesSpec> build_series(const SweepRequest& rq) {
       s.activation = parse_phi("softmax", 1);
       s.mix = mix;
       s.estimands = {Estimand::value, Estimand::dV, Estimand::dS, Estimand::dQ};
-      s.claimed_exponent = 0.5;
+      s.claimed_exponent = claim.claimed_exponent;
       out.push_back(s);
     }
   } else if (id == "C8") {
@@ -372,7 +336,7 @@ std::vector<SeriesSpec> build_series(const SweepRequest& rq) {
       s.inner = InnerRule{false, 1};
       s.scores = scores;
       s.estimands = {Estimand::score_var};
-      s.claimed_exponent = 1.0;
+      s.claimed_exponent = claim.claimed_exponent;
       s.fit_over_d = true;
       // The projected model is reported as what it is: its entries are neither unit-variance nor independent.
       s.claims_variance_equals_d = scores != theory::ScoreModel::projected;

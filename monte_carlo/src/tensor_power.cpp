@@ -4,7 +4,7 @@
 #include "attncheck/monte_carlo/random_stream.hpp"
 #include "attncheck/monte_carlo/sample_norms.hpp"
 #include "attncheck/monte_carlo/sweep.hpp"
-#include "attncheck/reports/memory_budget.hpp"
+#include "attncheck/records/memory_budget.hpp"
 
 #include <fmt/format.h>
 
@@ -402,8 +402,8 @@ std::uint64_t tensor_path_bytes(const SweepPoint& point, const std::vector<Estim
   const auto features = static_cast<std::uint64_t>(monomials_of_order(point.d, plan.top));
   const auto rows = static_cast<std::uint64_t>(kBlockRows), D = static_cast<std::uint64_t>(point.D),
              d = static_cast<std::uint64_t>(point.d);
-  using reports::saturating_product;
-  using reports::saturating_sum;
+  using records::saturating_product;
+  using records::saturating_sum;
   // A block of X, its projections, monomials and features; a chunk's sums and the total (up to 3 weights of 2
   // orders, both sides, features^2 each); Q and K.
   return saturating_product(

@@ -1,9 +1,9 @@
 #include "attncheck/probes/image.hpp"
 
 #include "adapters.hpp"
-#include "attncheck/reports/input_file.hpp"
-#include "attncheck/reports/matrix_io.hpp"
-#include "attncheck/reports/memory_budget.hpp"
+#include "attncheck/records/input_file.hpp"
+#include "attncheck/records/matrix_io.hpp"
+#include "attncheck/records/memory_budget.hpp"
 
 #include <stb_image.h>
 
@@ -20,7 +20,7 @@ namespace attncheck::probes {
 namespace fs = std::filesystem;
 
 Pixels read_pixels(const fs::path& npy) {
-  reports::NpyArray array = reports::read_npy_array(npy, 3, reports::memory_budget_bytes());
+  records::NpyArray array = records::read_npy_array(npy, 3, records::memory_budget_bytes());
   Pixels out;
   out.channels = static_cast<std::int64_t>(array.shape[0]);
   out.height = static_cast<std::int64_t>(array.shape[1]);
@@ -30,10 +30,10 @@ Pixels read_pixels(const fs::path& npy) {
 }
 
 RgbImage read_image(const fs::path& file) {
-  const reports::InputFile in(file);
+  const records::InputFile in(file);
   // A decoded pixel takes at least as much as an encoded one in every format but the compressed ones, whose
   // dimensions are checked below before decoding.
-  reports::require_memory(in.size(), fmt::format("reading the image {}", file.string()));
+  records::require_memory(in.size(), fmt::format("reading the image {}", file.string()));
   std::vector<std::byte> encoded(in.size());
   in.read_at(0, encoded);
   if (encoded.size() > static_cast<std::size_t>(INT32_MAX)) {
@@ -46,7 +46,7 @@ RgbImage read_image(const fs::path& file) {
     throw InputError(fmt::format("{}: not an image stb_image can decode (PNG, JPEG, PPM/PGM, BMP, TGA, GIF): {}",
                                  file.string(), stbi_failure_reason()));
   }
-  reports::require_memory(reports::saturating_product({static_cast<std::uint64_t>(width), static_cast<std::uint64_t>(height), 3 * 16}),
+  records::require_memory(records::saturating_product({static_cast<std::uint64_t>(width), static_cast<std::uint64_t>(height), 3 * 16}),
                           fmt::format("the {} x {} image {}", width, height, file.string()));
   const std::unique_ptr<stbi_uc, void (*)(void*)> decoded(stbi_load_from_memory(bytes, length, &width, &height, &channels, 3),
                                                           stbi_image_free);
@@ -116,7 +116,7 @@ ImagePreprocessing read_preprocessing(const fs::path& model, const ModelConfig& 
   out.from_file = true;
   nlohmann::json json;
   try {
-    json = nlohmann::json::parse(reports::read_text_file(file));
+    json = nlohmann::json::parse(records::read_text_file(file));
   } catch (const nlohmann::json::exception& e) {
     throw InputError(fmt::format("{}: not valid JSON ({})", file.string(), e.what()));
   }
@@ -285,7 +285,7 @@ Pixels preprocess_image(const RgbImage& image, const ImagePreprocessing& p) {
       height = portrait ? scaled : p.shortest_edge;
       width = portrait ? p.shortest_edge : scaled;
     }
-    reports::require_memory(reports::saturating_product({static_cast<std::uint64_t>(height), static_cast<std::uint64_t>(width), 3 * 16}),
+    records::require_memory(records::saturating_product({static_cast<std::uint64_t>(height), static_cast<std::uint64_t>(width), 3 * 16}),
                             fmt::format("resizing the image to {} x {}", height, width));
     current = resize_like_pillow(current, height, width, p.resample);
   }

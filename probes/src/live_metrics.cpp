@@ -4,8 +4,9 @@
 #include "attncheck/monte_carlo/random_stream.hpp"
 #include "attncheck/probes/image.hpp"
 #include "attncheck/probes/tokenizer.hpp"
-#include "attncheck/reports/input_file.hpp"
-#include "attncheck/reports/sha256.hpp"
+#include "attncheck/records/input_file.hpp"
+#include "attncheck/records/probe_keys.hpp"
+#include "attncheck/records/sha256.hpp"
 #include "attncheck/theory/cross_norm.hpp"
 #include "attncheck/theory/moments.hpp"
 #include "attncheck/theory/softmax.hpp"
@@ -157,7 +158,7 @@ std::vector<std::int64_t> tokenize_for_model(const fs::path& model_path, const T
     bool lower_case = true;
     const fs::path tokenizer_config = folder / "tokenizer_config.json";
     if (std::error_code absent; fs::exists(tokenizer_config, absent)) {
-      const auto json = nlohmann::json::parse(reports::read_text_file(tokenizer_config), nullptr, false);
+      const auto json = nlohmann::json::parse(records::read_text_file(tokenizer_config), nullptr, false);
       if (json.is_object() && json.contains("do_lower_case") && json["do_lower_case"].is_boolean()) {
         lower_case = json["do_lower_case"].get<bool>();
       }
@@ -189,7 +190,7 @@ std::vector<std::string> token_strings_for_model(const fs::path& model_path, con
   if (const GgufFile* gguf = model.checkpoint().gguf()) {
     if (gguf->header().find("tokenizer.ggml.tokens")) by_id = gguf->header().strings("tokenizer.ggml.tokens");
   } else if (fs::exists(folder / "vocab.txt")) {
-    const std::string text = reports::read_text_file(folder / "vocab.txt");
+    const std::string text = records::read_text_file(folder / "vocab.txt");
     std::size_t begin = 0;
     while (begin < text.size()) {
       std::size_t end = text.find('\n', begin);
@@ -200,9 +201,9 @@ std::vector<std::string> token_strings_for_model(const fs::path& model_path, con
       begin = end + 1;
     }
   } else if (fs::exists(folder / "vocab.json")) {
-    invert(nlohmann::json::parse(reports::read_text_file(folder / "vocab.json"), nullptr, false));
+    invert(nlohmann::json::parse(records::read_text_file(folder / "vocab.json"), nullptr, false));
   } else if (fs::exists(folder / "tokenizer.json")) {
-    const auto json = nlohmann::json::parse(reports::read_text_file(folder / "tokenizer.json"), nullptr, false);
+    const auto json = nlohmann::json::parse(records::read_text_file(folder / "tokenizer.json"), nullptr, false);
     if (json.is_object() && json.contains("model") && json["model"].is_object() && json["model"].contains("vocab")) {
       invert(json["model"]["vocab"]);
     }
@@ -373,17 +374,17 @@ struct Field {
 #define ATTNCHECK_WEIGHTS_FIELD(key, expr) \
   Field{key, [](const HeadMetrics& m) { return static_cast<double>(expr); }, true}
 const Field kFields[] = {
-    ATTNCHECK_FIELD("layer", m.layer),
-    ATTNCHECK_FIELD("head", m.head),
-    ATTNCHECK_FIELD("N", m.N),
+    ATTNCHECK_FIELD(records::probe_keys::layer, m.layer),
+    ATTNCHECK_FIELD(records::probe_keys::head, m.head),
+    ATTNCHECK_FIELD(records::probe_keys::N, m.N),
     ATTNCHECK_WEIGHTS_FIELD("D", m.D),
     ATTNCHECK_WEIGHTS_FIELD("d", m.d),
     ATTNCHECK_FIELD("causal", m.causal),
     ATTNCHECK_WEIGHTS_FIELD("inner", m.inner),
-    ATTNCHECK_FIELD("softmax_fro", m.softmax.value),
-    ATTNCHECK_FIELD("grad_fro", m.softmax.grad),
-    ATTNCHECK_WEIGHTS_FIELD("dWq_fro", m.softmax.dWq),
-    ATTNCHECK_WEIGHTS_FIELD("dWk_fro", m.softmax.dWk),
+    ATTNCHECK_FIELD(records::probe_keys::softmax_fro, m.softmax.value),
+    ATTNCHECK_FIELD(records::probe_keys::grad_fro, m.softmax.grad),
+    ATTNCHECK_WEIGHTS_FIELD(records::probe_keys::dWq_fro, m.softmax.dWq),
+    ATTNCHECK_WEIGHTS_FIELD(records::probe_keys::dWk_fro, m.softmax.dWk),
     ATTNCHECK_WEIGHTS_FIELD("kv_head", m.kv_head),
     ATTNCHECK_WEIGHTS_FIELD("dWk_group_fro", m.dWk_group),
     ATTNCHECK_FIELD("sqrt_N", m.sqrt_n),
@@ -396,16 +397,16 @@ const Field kFields[] = {
     ATTNCHECK_FIELD("scores_fro", m.scores_fro),
     ATTNCHECK_FIELD("linear_scaled_fro", m.linear_scaled.value),
     ATTNCHECK_FIELD("linear_scaled_grad_fro", m.linear_scaled.grad),
-    ATTNCHECK_FIELD("poly3_scaled_fro", m.poly3_scaled.value),
-    ATTNCHECK_FIELD("poly3_scaled_grad_fro", m.poly3_scaled.grad),
+    ATTNCHECK_FIELD(records::probe_keys::poly3_scaled_fro, m.poly3_scaled.value),
+    ATTNCHECK_FIELD(records::probe_keys::poly3_scaled_grad_fro, m.poly3_scaled.grad),
     ATTNCHECK_WEIGHTS_FIELD("poly3_scaled_dWq_fro", m.poly3_scaled.dWq),
     ATTNCHECK_WEIGHTS_FIELD("poly3_scaled_dWk_fro", m.poly3_scaled.dWk),
-    ATTNCHECK_FIELD("poly3_fro", m.poly3.value),
-    ATTNCHECK_FIELD("poly3_grad_fro", m.poly3.grad),
+    ATTNCHECK_FIELD(records::probe_keys::poly3_fro, m.poly3.value),
+    ATTNCHECK_FIELD(records::probe_keys::poly3_grad_fro, m.poly3.grad),
     ATTNCHECK_WEIGHTS_FIELD("poly3_dWq_fro", m.poly3.dWq),
     ATTNCHECK_WEIGHTS_FIELD("poly3_dWk_fro", m.poly3.dWk),
-    ATTNCHECK_FIELD("relu_n_fro", m.relu_n.value),
-    ATTNCHECK_FIELD("relu_n_grad_fro", m.relu_n.grad),
+    ATTNCHECK_FIELD(records::probe_keys::relu_n_fro, m.relu_n.value),
+    ATTNCHECK_FIELD(records::probe_keys::relu_n_grad_fro, m.relu_n.grad),
     ATTNCHECK_WEIGHTS_FIELD("sigma_x", m.sigma_x),
     ATTNCHECK_WEIGHTS_FIELD("sigma_t", m.sigma_t),
     ATTNCHECK_WEIGHTS_FIELD("iid_scores_fro", m.iid_scores_fro),
@@ -490,7 +491,7 @@ ProbeResult probe_model(const fs::path& model_path, const ProbeInput& input, con
   result.config = model.config();
   if (!model.checkpoint().gguf()) {
     result.config_file = config_path_for(model_path);
-    result.config_sha256 = reports::sha256_hex(reports::read_text_file(result.config_file));
+    result.config_sha256 = records::sha256_hex(records::read_text_file(result.config_file));
   }
   for (int head : heads) {
     if (head < 0 || head >= model.config().heads) {

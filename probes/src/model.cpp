@@ -1,8 +1,8 @@
 #include "attncheck/probes/model.hpp"
 
 #include "adapters.hpp"
-#include "attncheck/reports/input_file.hpp"
-#include "attncheck/reports/memory_budget.hpp"
+#include "attncheck/records/input_file.hpp"
+#include "attncheck/records/memory_budget.hpp"
 #include "attncheck/theory/pointwise.hpp"
 #include "attncheck/theory/softmax.hpp"
 
@@ -147,7 +147,7 @@ Matrix rms_norm(const Matrix& x, const Vector& gain, double eps) {
 }
 
 ModelConfig read_model_config(const fs::path& config_json, const Checkpoint& checkpoint) {
-  const std::string text = reports::read_text_file(config_json);
+  const std::string text = records::read_text_file(config_json);
   nlohmann::json config;
   try {
     config = nlohmann::json::parse(text);
@@ -275,8 +275,8 @@ std::vector<LayerInputs> TransformerModel::forward(std::span<const std::int64_t>
 }
 
 void TransformerModel::require_memory_for(std::int64_t positions, const std::vector<int>& layers) const {
-  using reports::saturating_product;
-  using reports::saturating_sum;
+  using records::saturating_product;
+  using records::saturating_sum;
   const auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(std::max<std::int64_t>(v, 0)); };
   const std::uint64_t n = u(positions), D = u(config_.hidden), H = u(config_.heads), d = u(config_.head_dim()),
                       I = u(config_.intermediate);
@@ -292,7 +292,7 @@ void TransformerModel::require_memory_for(std::int64_t positions, const std::vec
   const std::uint64_t working = saturating_sum({saturating_product({n, saturating_sum({8 * D, 2 * I})}),
                                                 saturating_product({4, D, D}), saturating_product({2, D, I}),
                                                 saturating_product({4, n, n})});
-  reports::require_memory(saturating_product({sizeof(double), saturating_sum({saturating_product({kept, per_layer}), working})}),
+  records::require_memory(saturating_product({sizeof(double), saturating_sum({saturating_product({kept, per_layer}), working})}),
                           fmt::format("a forward pass over {} positions keeping {} layers of {} heads (D = {})", n, kept,
                                       H, D),
                           "; use fewer positions or --layers");

@@ -1,7 +1,7 @@
 #include "attncheck/probes/safetensors.hpp"
 #include "attncheck/probes/gguf.hpp"
 
-#include "attncheck/reports/atomic_file.hpp"
+#include "attncheck/records/atomic_file.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -315,7 +315,7 @@ Checkpoint Checkpoint::open(const std::filesystem::path& file_or_folder) {
   if (fs::is_directory(file_or_folder, error)) {
     const fs::path index_path = file_or_folder / "model.safetensors.index.json";
     if (fs::exists(index_path, error)) {
-      const std::string text = reports::read_text_file(index_path);
+      const std::string text = records::read_text_file(index_path);
       nlohmann::json index;
       try {
         index = nlohmann::json::parse(text);
@@ -568,7 +568,7 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Name
       }
     }
   }
-  reports::write_file_atomically(path, file);
+  records::write_file_atomically(path, file);
 }
 
 Matrix read_attention_head(const std::filesystem::path& file, std::string_view tensor, std::int64_t head) {

@@ -1,6 +1,6 @@
 #include "attncheck/probes/tokenizer.hpp"
 
-#include "attncheck/reports/input_file.hpp"
+#include "attncheck/records/input_file.hpp"
 #include "attncheck/theory/common.hpp"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -101,7 +101,7 @@ WordPieceTokenizer::WordPieceTokenizer(std::unordered_map<std::string, std::int6
 WordPieceTokenizer::WordPieceTokenizer(const std::filesystem::path& vocab_txt, bool lower_case)
     : vocab_path_(vocab_txt), lower_case_(lower_case) {
   std::int64_t next = 0;
-  reports::InputFile(vocab_txt).for_each_line([&](std::string_view line, std::size_t) {
+  records::InputFile(vocab_txt).for_each_line([&](std::string_view line, std::size_t) {
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     vocab_.emplace(std::string(line), next++);
   });
@@ -299,7 +299,7 @@ ByteLevelBpeTokenizer ByteLevelBpeTokenizer::from_gguf(const GgufHeader& header)
 
 namespace {
 nlohmann::json read_json(const std::filesystem::path& path) {
-  const std::string text = reports::read_text_file(path);
+  const std::string text = records::read_text_file(path);
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
@@ -344,7 +344,7 @@ std::vector<std::string> merges_of(const nlohmann::json& merges, const std::file
 ByteLevelBpeTokenizer ByteLevelBpeTokenizer::from_files(const std::filesystem::path& vocab_json,
                                                         const std::filesystem::path& merges_txt, PreTokenizer pre) {
   std::vector<std::string> tokens = tokens_by_id(read_json(vocab_json), vocab_json);
-  std::istringstream in(reports::read_text_file(merges_txt));
+  std::istringstream in(records::read_text_file(merges_txt));
   std::vector<std::string> merges;
   std::string line;
   for (bool first = true; std::getline(in, line); first = false) {
@@ -480,7 +480,7 @@ std::vector<std::int64_t> encode_with_tokenizer_json(const std::filesystem::path
 }
 
 std::vector<std::int64_t> read_token_file(const std::filesystem::path& path) {
-  std::istringstream in(reports::read_text_file(path));
+  std::istringstream in(records::read_text_file(path));
   std::vector<std::int64_t> ids;
   std::string word;
   while (in >> word) {

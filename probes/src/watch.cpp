@@ -1,6 +1,8 @@
 #include "attncheck/probes/watch.hpp"
 
-#include "attncheck/reports/input_file.hpp"
+#include "attncheck/records/errors.hpp"
+#include "attncheck/records/input_file.hpp"
+#include "attncheck/records/probe_keys.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -39,7 +41,7 @@ std::vector<fs::path> list_checkpoints(const fs::path& folder) {
       out.push_back(entry.path());
     }
   }
-  if (error) throw InputError(fmt::format("{}: cannot list the folder: {}", folder.string(), error.message()));
+  if (error) throw records::IoError(fmt::format("{}: cannot list the folder: {}", folder.string(), error.message()));
   std::sort(out.begin(), out.end(), [](const fs::path& a, const fs::path& b) {
     const auto sa = step_from_name(a.filename().string()), sb = step_from_name(b.filename().string());
     const std::int64_t ka = sa.value_or(-1), kb = sb.value_or(-1);
@@ -52,9 +54,9 @@ namespace {
 nlohmann::json log_entry(const HeadMetrics& metrics, const std::string& checkpoint, std::optional<std::int64_t> step,
                          const std::string& activation) {
   nlohmann::json line = to_json(metrics);
-  line["checkpoint"] = checkpoint;
-  line["step"] = step ? nlohmann::json(*step) : nlohmann::json(nullptr);
-  line["activation"] = activation;
+  line[records::probe_keys::checkpoint] = checkpoint;
+  line[records::probe_keys::step] = step ? nlohmann::json(*step) : nlohmann::json(nullptr);
+  line[records::probe_keys::activation] = activation;
   return line;
 }
 }  // namespace
@@ -81,7 +83,7 @@ std::string checkpoint_fingerprint(const fs::path& path) {
   std::uint64_t size = 0, inodes = 0xcbf29ce484222325ULL;
   std::int64_t mtime = 0;
   const auto add = [&](const fs::path& file) {
-    const auto identity = reports::file_identity(file);
+    const auto identity = records::file_identity(file);
     if (!identity) return;
     size += identity->size;
     mtime = std::max(mtime, identity->mtime_ns);
@@ -107,7 +109,7 @@ namespace {
 // Checkpoint name -> fingerprint of its last lines in the log ("" for lines written without one).
 std::map<std::string, std::string> measured_in_log(const fs::path& log) {
   std::map<std::string, std::string> names;
-  reports::InputFile(log).for_each_line([&](std::string_view line, std::size_t) {
+  records::InputFile(log).for_each_line([&](std::string_view line, std::size_t) {
     const auto json = nlohmann::json::parse(line, nullptr, false);
     if (json.is_object() && json.contains("checkpoint") && json["checkpoint"].is_string()) {
       const auto fingerprint = json.find("checkpoint_fingerprint");
@@ -127,7 +129,7 @@ WatchSummary watch_folder(const WatchOptions& options, const std::atomic<bool>& 
     throw InputError(fmt::format("{}: not a folder to watch", options.folder.string()));
   }
   WatchSummary summary;
-  reports::require_appendable_file(options.output);
+  records::require_appendable_file(options.output);
   // Logged with a fingerprint: measured again when it changes; logged without one (older logs): done.
   std::map<std::string, std::string> done = measured_in_log(options.output);
   std::map<std::string, std::string> seen;     // fingerprint at the previous scan
@@ -180,7 +182,7 @@ WatchSummary watch_folder(const WatchOptions& options, const std::atomic<bool>& 
       }
       // One O_APPEND write of whole lines: a reader never sees half a checkpoint. A log that cannot be
       // written ends the watch (exit 2): measuring on without recording would lose every result.
-      reports::append_to_file(options.output, lines);
+      records::append_to_file(options.output, lines);
       done[name] = now;
       ++summary.measured;
       if (!within) ++summary.exceeded;

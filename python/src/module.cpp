@@ -6,7 +6,7 @@
 #include "attncheck/monte_carlo/cross_norm_bounds.hpp"
 #include "attncheck/probes/live_metrics.hpp"
 #include "attncheck/probes/watch.hpp"
-#include "attncheck/reports/input_file.hpp"
+#include "attncheck/records/input_file.hpp"
 #include "attncheck/theory/softmax.hpp"
 
 #include <fmt/format.h>
@@ -386,7 +386,7 @@ PYBIND11_MODULE(_core, m) {
         py::arg("layer") = 0);
   m.def("append_log_lines", [](const std::string& path, const std::string& lines) {
     py::gil_scoped_release release;
-    reports::append_to_file(path, lines);
+    records::append_to_file(path, lines);
   });
   m.def("bounds", &bounds, py::arg("N"), py::arg("families"), py::arg("input"), py::arg("trials"),
         py::arg("search_starts"), py::arg("seed"), py::arg("threads"));

@@ -1,11 +1,11 @@
 #include "attncheck/reports/head_maps.hpp"
 
-#include "attncheck/reports/input_file.hpp"
+#include "attncheck/records/input_file.hpp"
 #include "attncheck/reports/numbers.hpp"
 #include "attncheck/reports/report.hpp"
-#include "attncheck/reports/sha256.hpp"
+#include "attncheck/records/sha256.hpp"
 
-#include "json_fields.hpp"
+#include "attncheck/records/json_fields.hpp"
 
 #include <fmt/format.h>
 

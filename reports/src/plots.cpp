@@ -1,7 +1,8 @@
 #include "attncheck/reports/plots.hpp"
 
-#include "attncheck/reports/atomic_file.hpp"
-#include "attncheck/reports/results_folder.hpp"
+#include "attncheck/records/atomic_file.hpp"
+#include "attncheck/records/errors.hpp"
+#include "attncheck/records/results_folder.hpp"
 #include "attncheck/theory/common.hpp"
 
 #include <fmt/format.h>
@@ -385,9 +386,9 @@ std::vector<std::string> render_plots(const std::vector<PlotSpec>& plots, const 
   if (plots.empty()) return {};
   std::error_code error;
   fs::create_directories(plot_folder, error);
-  if (error) throw InputError(fmt::format("cannot create {}: {}", plot_folder.string(), error.message()));
+  if (error) throw records::IoError(fmt::format("cannot create {}: {}", plot_folder.string(), error.message()));
   const std::string suffix = fmt::format(".tmp.{}", static_cast<long>(::getpid()));
-  write_file_atomically(plot_folder / "plots.gp", gnuplot_script(plots, suffix));
+  records::write_file_atomically(plot_folder / "plots.gp", gnuplot_script(plots, suffix));
 
   // gnuplot runs in the plot folder so that the kept script works there as it stands.
   const fs::path log_path = plot_folder / ("gnuplot.log" + suffix);
@@ -420,7 +421,7 @@ std::vector<std::string> render_plots(const std::vector<PlotSpec>& plots, const 
   }
   std::string log;
   try {
-    log = read_text_file(log_path);
+    log = records::read_text_file(log_path);
   } catch (const InputError&) {
   }
   fs::remove(log_path, error);
@@ -443,12 +444,12 @@ std::vector<std::string> render_plots(const std::vector<PlotSpec>& plots, const 
         throw InputError(fmt::format("gnuplot (\"{}\") wrote no {}: {}", gnuplot_program, drawn.string(), log));
       }
     }
-    svgs.push_back(read_text_file(plot_folder / (plot.name + ".svg" + suffix)));
+    svgs.push_back(records::read_text_file(plot_folder / (plot.name + ".svg" + suffix)));
   }
   // Moved into place only once every file is drawn, so a failure leaves no half set.
   for (const PlotSpec& plot : plots) {
     for (const char* extension : {".svg", ".png"}) {
-      replace_file(plot_folder / (plot.name + extension + suffix), plot_folder / (plot.name + extension));
+      records::replace_file(plot_folder / (plot.name + extension + suffix), plot_folder / (plot.name + extension));
     }
   }
   return svgs;

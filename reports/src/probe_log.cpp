@@ -1,8 +1,9 @@
 #include "attncheck/reports/probe_log.hpp"
 
-#include "attncheck/reports/results_folder.hpp"
+#include "attncheck/records/results_folder.hpp"
 
-#include "json_fields.hpp"
+#include "attncheck/records/json_fields.hpp"
+#include "attncheck/records/probe_keys.hpp"
 
 #include <fmt/format.h>
 
@@ -24,16 +25,16 @@ struct QuantityInfo {
 };
 // In the order of ProbeQuantity.
 constexpr QuantityInfo kQuantities[] = {
-    {ProbeQuantity::softmax, "softmax_fro", "||A||_F, softmax", "softmax", false, true},
-    {ProbeQuantity::poly3_scaled, "poly3_scaled_fro", "||A||_F, x^3/sqrt(N)", "poly3_scaled", false, false},
-    {ProbeQuantity::poly3, "poly3_fro", "||A||_F, x^3", "poly3", false, false},
-    {ProbeQuantity::relu_n, "relu_n_fro", "||A||_F, relu/N", "relu_n", false, false},
-    {ProbeQuantity::grad, "grad_fro", "||dA/dS||_F, softmax", "softmax", true, true},
-    {ProbeQuantity::poly3_scaled_grad, "poly3_scaled_grad_fro", "||dA/dS||_F, x^3/sqrt(N)", "poly3_scaled", true, false},
-    {ProbeQuantity::poly3_grad, "poly3_grad_fro", "||dA/dS||_F, x^3", "poly3", true, false},
-    {ProbeQuantity::relu_n_grad, "relu_n_grad_fro", "||dA/dS||_F, relu/N", "relu_n", true, false},
-    {ProbeQuantity::dWq, "dWq_fro", "||dA/dW_Q||_F, softmax", "", false, false},
-    {ProbeQuantity::dWk, "dWk_fro", "||dA/dW_K||_F, softmax", "", false, false},
+    {ProbeQuantity::softmax, records::probe_keys::softmax_fro, "||A||_F, softmax", "softmax", false, true},
+    {ProbeQuantity::poly3_scaled, records::probe_keys::poly3_scaled_fro, "||A||_F, x^3/sqrt(N)", "poly3_scaled", false, false},
+    {ProbeQuantity::poly3, records::probe_keys::poly3_fro, "||A||_F, x^3", "poly3", false, false},
+    {ProbeQuantity::relu_n, records::probe_keys::relu_n_fro, "||A||_F, relu/N", "relu_n", false, false},
+    {ProbeQuantity::grad, records::probe_keys::grad_fro, "||dA/dS||_F, softmax", "softmax", true, true},
+    {ProbeQuantity::poly3_scaled_grad, records::probe_keys::poly3_scaled_grad_fro, "||dA/dS||_F, x^3/sqrt(N)", "poly3_scaled", true, false},
+    {ProbeQuantity::poly3_grad, records::probe_keys::poly3_grad_fro, "||dA/dS||_F, x^3", "poly3", true, false},
+    {ProbeQuantity::relu_n_grad, records::probe_keys::relu_n_grad_fro, "||dA/dS||_F, relu/N", "relu_n", true, false},
+    {ProbeQuantity::dWq, records::probe_keys::dWq_fro, "||dA/dW_Q||_F, softmax", "", false, false},
+    {ProbeQuantity::dWk, records::probe_keys::dWk_fro, "||dA/dW_K||_F, softmax", "", false, false},
 };
 static_assert(std::size(kQuantities) == kProbeQuantityCount);
 const QuantityInfo& info(ProbeQuantity q) { return kQuantities[static_cast<int>(q)]; }
@@ -61,17 +62,18 @@ std::optional<ProbeQuantity> own_gradient_quantity(const std::string& activation
 
 std::vector<ProbeRecord> parse_probe_log(const std::string& text, const std::string& name) {
   std::vector<ProbeRecord> records;
-  detail::for_each_json_line(text, name, [&](const detail::JsonFields& fields, int line) {
+  records::detail::for_each_json_line(text, name, [&](const records::detail::JsonFields& fields, int line) {
     ProbeRecord r;
     r.line = line;
-    r.checkpoint = fields.text("checkpoint");
-    r.step = fields.integer_or_null("step");
-    r.layer = fields.integer("layer");
-    r.head = fields.integer("head");
-    r.N = fields.integer("N");
+    namespace keys = records::probe_keys;
+    r.checkpoint = fields.text(keys::checkpoint);
+    r.step = fields.integer_or_null(keys::step);
+    r.layer = fields.integer(keys::layer);
+    r.head = fields.integer(keys::head);
+    r.N = fields.integer(keys::N);
     if (r.N < 1) fields.fail(fmt::format("\"N\" = {} must be >= 1", r.N));
     // What probe --watch writes: config.json's attention_activation, or a name whose norm the log has a column for.
-    r.activation = fields.word_or_null("activation", {"softmax", "poly3_scaled", "poly3", "relu_n"});
+    r.activation = fields.word_or_null(keys::activation, {"softmax", "poly3_scaled", "poly3", "relu_n"});
     for (const QuantityInfo& q : kQuantities) {
       const std::string key(q.key);
       auto& value = r.values[static_cast<int>(q.quantity)];
@@ -84,7 +86,7 @@ std::vector<ProbeRecord> parse_probe_log(const std::string& text, const std::str
 }
 
 std::vector<ProbeRecord> read_probe_log(const std::filesystem::path& path) {
-  return parse_probe_log(read_text_file(path), path.string());
+  return parse_probe_log(records::read_text_file(path), path.string());
 }
 
 std::vector<ProbeSeries> summarize_probe_log(const std::vector<ProbeRecord>& records) {

@@ -1,7 +1,8 @@
 #include "attncheck/reports/report.hpp"
 
-#include "attncheck/reports/atomic_file.hpp"
-#include "attncheck/reports/folder_lock.hpp"
+#include "attncheck/records/atomic_file.hpp"
+#include "attncheck/records/errors.hpp"
+#include "attncheck/records/folder_lock.hpp"
 #include "attncheck/reports/head_maps.hpp"
 #include "attncheck/reports/training_curves.hpp"
 #include "attncheck/theory/common.hpp"
@@ -152,8 +153,8 @@ ReportSummary write_report(const ReportOptions& options) {
   // Read everything before writing anything, so that bad input leaves no half-made report behind.
   std::optional<ProbeOutput> probe_output;
   if (inputs.probe_output) probe_output = read_probe_output(*inputs.probe_output);
-  std::optional<ResultsFolder> results;
-  if (inputs.results_folder) results = read_results_folder(*inputs.results_folder);
+  std::optional<records::ResultsFolder> results;
+  if (inputs.results_folder) results = records::read_results_folder(*inputs.results_folder);
   std::optional<std::vector<ProbeRecord>> probes;
   if (inputs.probe_log) probes = read_probe_log(*inputs.probe_log);
   std::optional<TrainingCurves> curves;
@@ -268,15 +269,18 @@ ReportSummary write_comparison(const ReportOptions& options, const std::vector<f
 ReportSummary write_document(const ReportOptions& options, Document& document, PendingFigures& pending,
                              ReportSummary summary) {
   std::error_code error;
-  fs::create_directories(options.out, error);
-  if (error || !fs::is_directory(options.out, error)) {
-    throw InputError(fmt::format("cannot create the report folder {}: {}", options.out.string(),
-                                 error ? error.message() : "a file of that name is in the way"));
+  if (!fs::exists(options.out, error) || fs::is_directory(options.out, error)) fs::create_directories(options.out, error);
+  if (error) {
+    throw records::IoError(fmt::format("cannot create the report folder {}: {}", options.out.string(), error.message()));
+  }
+  if (!fs::is_directory(options.out, error)) {
+    throw InputError(fmt::format("cannot create the report folder {}: a file of that name is in the way",
+                                 options.out.string()));
   }
   // Two reports into one folder take turns, and what a killed one left half-written is removed.
-  const FolderLock lock(options.out);
-  remove_stale_temporaries(options.out / "report.md");
-  remove_stale_temporaries(options.out / "index.html");
+  const records::FolderLock lock(options.out);
+  records::remove_stale_temporaries(options.out / "report.md");
+  records::remove_stale_temporaries(options.out / "index.html");
   const std::vector<std::string> svgs = render_plots(pending.plots, options.out / "plots", options.gnuplot);
   for (std::size_t i = 0; i < svgs.size(); ++i) {
     Figure& figure = std::get<Figure>(document.blocks[pending.block_of_plot[i]]);
@@ -288,8 +292,8 @@ ReportSummary write_document(const ReportOptions& options, Document& document, P
   remove_stale_plots(options.out / "plots", pending.plots);
   summary.markdown = options.out / "report.md";
   summary.html = options.out / "index.html";
-  write_file_atomically(summary.markdown, render_markdown(document));
-  write_file_atomically(summary.html, render_html(document));
+  records::write_file_atomically(summary.markdown, render_markdown(document));
+  records::write_file_atomically(summary.html, render_html(document));
   return summary;
 }
 

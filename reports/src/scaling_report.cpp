@@ -1,7 +1,7 @@
 // The scaling section: per claim its statement, per fitted series the configuration, the log-log plot, the
 // points with exact values and Jensen ratios, the verdict and the provenance; a summary table first.
 
-#include "attncheck/reports/claims.hpp"
+#include "attncheck/records/claims.hpp"
 #include "attncheck/reports/numbers.hpp"
 #include "attncheck/reports/report.hpp"
 
@@ -20,9 +20,9 @@ namespace {
 constexpr double kZ95 = 1.959963984540054;  // two-sided 95% normal quantile, for points without a stored CI
 
 std::string claim_title(const std::string& id) {
-  const auto claim = find_claim(id);
+  const auto claim = records::find_claim(id);
   if (!claim) return id == "custom" ? "custom configuration (no claim of the papers)" : id + " (not in THEORY.md's table)";
-  return fmt::format("{} ({})", id, claim->numbering);
+  return fmt::format("{} ({})", id, claim->numbering());
 }
 
 std::string estimand_symbol(const std::string& estimand) {
@@ -42,60 +42,60 @@ std::string series_name(std::size_t index) { return fmt::format("series{:02}", i
 
 // The 95% interval of the fitted quantity at point i: the stored Student-t interval of the mean where
 // points.jsonl has it, else estimate ± z SE.
-std::pair<double, double> point_ci(const Series& s, std::size_t i) {
+std::pair<double, double> point_ci(const records::Series& s, std::size_t i) {
   if (s.fit_of == "mean" && s.points[i] && std::isfinite(s.points[i]->ci95_lo)) {
     return {s.points[i]->ci95_lo, s.points[i]->ci95_hi};
   }
   return {s.fitted(i) - kZ95 * s.fitted_se(i), s.fitted(i) + kZ95 * s.fitted_se(i)};
 }
 
-std::string x_name(const Series& s) { return s.x_variable; }
-std::string x_axis_label(const Series& s) {
+std::string x_name(const records::Series& s) { return s.x_variable; }
+std::string x_axis_label(const records::Series& s) {
   return s.x_variable == "d" ? "d (head dimension)" : "N (sequence length)";
 }
 
 // What the fit is of: E||F||_F, or the second moment when the series fits that (C8's Var(q . k)).
-std::string fitted_symbol(const Series& s) {
+std::string fitted_symbol(const records::Series& s) {
   const std::string symbol = estimand_symbol(s.key.estimand);
   if (s.fit_of != "mean_sq") return symbol;
   return s.key.estimand == "score-var" ? "E[s_ij^2] = Var(s_ij)" : symbol + "^2 (second moment)";
 }
 
-std::string verdict_word(const Series& s) {
+std::string verdict_word(const records::Series& s) {
   return s.verdict ? std::string(to_string(*s.verdict)) : "not checked";
 }
 
 // What the verdict rests on. Folders written before verdicts named a basis were decided by the global fit.
-std::string basis_text(const Series& s) {
+std::string basis_text(const records::Series& s) {
   if (!s.verdict) return "-";
-  return s.basis.value_or("finite-N fit (older results)");
+  return s.basis ? std::string(records::to_string(*s.basis)) : "finite-N fit (older results)";
 }
 
-std::string verdict_with_basis(const Series& s) {
+std::string verdict_with_basis(const records::Series& s) {
   if (!s.verdict) return verdict_word(s);
   return fmt::format("{} ({})", verdict_word(s), basis_text(s));
 }
 
-std::string jensen_drift_text(const Series& s) {
+std::string jensen_drift_text(const records::Series& s) {
   if (!s.jensen_first || !s.jensen_last) return "-";
   return fmt::format("{} -> {} ({})", format_number(*s.jensen_first, 3), format_number(*s.jensen_last, 3),
                      s.jensen_source.empty() ? "estimated" : s.jensen_source);
 }
 
-std::string slope_text(const Series& s) {
+std::string slope_text(const records::Series& s) {
   if (!s.slope) return "no fit";
   return fmt::format("{} {}", format_number(*s.slope), format_interval(s.slope_ci->first, s.slope_ci->second));
 }
 
-std::string claimed_text(const Series& s) {
+std::string claimed_text(const records::Series& s) {
   if (s.claims_value) return "the value itself: Var(q . k) = d_k";
   if (!s.claimed_exponent) return "none stated";
   return fmt::format("{} + {}", format_number(*s.claimed_exponent), s.tolerance ? format_number(*s.tolerance) : "?");
 }
 
-std::string verdict_reason(const Series& s) {
+std::string verdict_reason(const records::Series& s) {
   if (s.verdict_reason) {
-    return fmt::format("Rule ({}): {}. Evidence: {}.", s.basis.value_or("?"), s.verdict_rule.value_or("-"), *s.verdict_reason);
+    return fmt::format("Rule ({}): {}. Evidence: {}.", s.basis ? records::to_string(*s.basis) : "?", s.verdict_rule.value_or("-"), *s.verdict_reason);
   }
   if (!s.slope) {
     return fmt::format("No slope: fewer than two points with a usable estimate, so there is no fit in {}.", x_name(s));
@@ -110,34 +110,34 @@ std::string verdict_reason(const Series& s) {
   const std::string numbers = fmt::format("{}; claimed exponent {} with tolerance {}", fitted,
                                           format_number(*s.claimed_exponent), format_number(tolerance));
   switch (*s.verdict) {
-    case Verdict::holds:
+    case records::Verdict::holds:
       return numbers + fmt::format(": the CI's upper end {} is at most {} (claimed + tolerance), so the growth in {} "
                                    "is no faster than claimed.",
                                    format_number(s.slope_ci->second), format_number(bound), x_name(s));
-    case Verdict::tight:
+    case records::Verdict::tight:
       return numbers + ": the CI contains the claimed exponent, so the claimed growth rate is reached.";
-    case Verdict::violated:
+    case records::Verdict::violated:
       return numbers + fmt::format(": the CI lies above {} (claimed + tolerance), so the estimates grow faster in {} "
                                    "than claimed.",
                                    format_number(bound), x_name(s));
-    case Verdict::inconclusive:
+    case records::Verdict::inconclusive:
       return numbers + fmt::format(": the CI is too wide to decide; more samples or a wider {} range would settle it.",
                                    x_name(s));
   }
   return numbers;
 }
 
-bool has_exact(const Series& s) {
+bool has_exact(const records::Series& s) {
   return std::any_of(s.exact_sq.begin(), s.exact_sq.end(), [](const auto& e) { return e.has_value(); });
 }
 
-bool has_exact_mean(const Series& s) {
+bool has_exact_mean(const records::Series& s) {
   return std::any_of(s.exact_mean.begin(), s.exact_mean.end(), [](const auto& e) { return e.has_value(); });
 }
 
 std::string range_text(long long lo, long long hi) { return lo == hi ? fmt::format("{}", lo) : fmt::format("{} to {}", lo, hi); }
 
-Facts configuration_facts(const Series& s) {
+Facts configuration_facts(const records::Series& s) {
   Facts f;
   f.items.emplace_back("formula", s.formula);
   f.items.emplace_back("activation phi", s.key.phi);
@@ -186,7 +186,7 @@ Facts configuration_facts(const Series& s) {
   return f;
 }
 
-Facts series_provenance(const Series& s, const Provenance& run) {
+Facts series_provenance(const records::Series& s, const records::Provenance& run) {
   Facts f;
   std::set<std::string> backends, threads, run_seeds;
   std::string seeds;
@@ -195,7 +195,7 @@ Facts series_provenance(const Series& s, const Provenance& run) {
   for (std::size_t i = 0; i < s.N.size(); ++i) {
     if (!s.points[i]) continue;
     any_point = true;
-    const PointRecord& p = *s.points[i];
+    const records::PointRecord& p = *s.points[i];
     backends.insert(p.backend);
     threads.insert(p.threads);
     run_seeds.insert(p.run_seed);
@@ -223,7 +223,7 @@ Facts series_provenance(const Series& s, const Provenance& run) {
   return f;
 }
 
-Table points_table(const Series& s) {
+Table points_table(const records::Series& s) {
   const bool exact = has_exact(s);
   const bool detail = std::any_of(s.points.begin(), s.points.end(), [](const auto& p) { return p.has_value(); });
   const auto second_moment = [&](std::size_t i) -> std::pair<double, double> {
@@ -296,7 +296,7 @@ Table points_table(const Series& s) {
   return t;
 }
 
-Curve estimate_curve(const Series& s, std::string title) {
+Curve estimate_curve(const records::Series& s, std::string title) {
   Curve estimates{std::move(title), CurveStyle::points_with_error_bars, {}, {}, {}, {}};
   for (std::size_t i = 0; i < s.x.size(); ++i) {
     const auto [lo, hi] = point_ci(s, i);
@@ -310,14 +310,14 @@ Curve estimate_curve(const Series& s, std::string title) {
 }
 
 // exp(log_at_1) x^slope over the series' range of x: two points, a straight line on log-log axes.
-Curve power_law(const Series& s, double log_at_1, double slope, std::string title, CurveStyle style) {
+Curve power_law(const records::Series& s, double log_at_1, double slope, std::string title, CurveStyle style) {
   const double lo = static_cast<double>(s.x.front()), hi = static_cast<double>(s.x.back());
   return Curve{std::move(title), style, {lo, hi},
                {std::exp(log_at_1 + slope * std::log(lo)), std::exp(log_at_1 + slope * std::log(hi))}, {}, {}};
 }
 
 // The centroid (mean log x, mean log y) of the positive estimates, through which a least-squares line passes.
-std::optional<std::pair<double, double>> log_centroid(const Series& s) {
+std::optional<std::pair<double, double>> log_centroid(const records::Series& s) {
   double sum_log_x = 0, sum_log_y = 0;
   int positive = 0;
   for (std::size_t i = 0; i < s.x.size(); ++i) {
@@ -331,14 +331,14 @@ std::optional<std::pair<double, double>> log_centroid(const Series& s) {
 }
 
 // The exponent the compensated panel divides by: the claimed one, else the finite-N fit's slope.
-std::optional<std::pair<double, std::string>> compensating_exponent(const Series& s) {
+std::optional<std::pair<double, std::string>> compensating_exponent(const records::Series& s) {
   if (s.claimed_exponent) return std::make_pair(*s.claimed_exponent, std::string("claimed a"));
   if (s.slope) return std::make_pair(*s.slope, std::string("fitted slope"));
   return std::nullopt;
 }
 
 // y / x^a at each point with its 95% band; `se` is the standard error of y.
-void add_compensated(PlotSpec& panel, const Series& s, double a, const std::vector<double>& y, const std::vector<double>& se,
+void add_compensated(PlotSpec& panel, const records::Series& s, double a, const std::vector<double>& y, const std::vector<double>& se,
                      const std::string& title, int colour) {
   Curve band{"", CurveStyle::band, {}, {}, {}, {}, colour};
   Curve values{title, CurveStyle::line_with_points, {}, {}, {}, {}, colour};
@@ -362,7 +362,7 @@ void add_compensated(PlotSpec& panel, const Series& s, double a, const std::vect
 // The slope of log y between neighbouring points, drawn at their geometric mean, with its delta-method
 // standard error sqrt((se_k/y_k)^2 + (se_{k-1}/y_{k-1})^2) / log(x_k/x_{k-1}): the local exponent, which
 // converges to the asymptotic one as x grows.
-void add_local_slopes(PlotSpec& panel, const Series& s, const std::vector<double>& y, const std::vector<double>* se,
+void add_local_slopes(PlotSpec& panel, const records::Series& s, const std::vector<double>& y, const std::vector<double>* se,
                       const std::string& title, CurveStyle style, int colour) {
   Curve band{"", CurveStyle::band, {}, {}, {}, {}, colour};
   Curve slopes{title, style, {}, {}, {}, {}, colour};
@@ -400,14 +400,14 @@ std::vector<double> square_root_ses(const std::vector<double>& m2, const std::ve
   return out;
 }
 
-std::vector<double> exact_roots(const Series& s) {
+std::vector<double> exact_roots(const records::Series& s) {
   std::vector<double> out;
   for (const auto& e : s.exact_sq) out.push_back(e && *e > 0 ? std::sqrt(*e) : std::nan(""));
   return out;
 }
 
 // What the figure says of the verdict: the word, its basis, and the numbers it rests on.
-std::vector<std::string> verdict_notes(const Series& s) {
+std::vector<std::string> verdict_notes(const records::Series& s) {
   std::string verdict = fmt::format("verdict: {} (basis: {})", verdict_word(s), basis_text(s));
   if (s.claimed_exponent) verdict += fmt::format(", claimed exponent {}", claimed_text(s));
   std::string evidence;
@@ -423,7 +423,7 @@ std::vector<std::string> verdict_notes(const Series& s) {
 
 // Per series three panels, each answering one question: is y / x^a flat (compensated), does the local slope
 // settle at a, and the log-log view of the estimates with the fits.
-std::vector<PlotSpec> series_panels(const Series& s) {
+std::vector<PlotSpec> series_panels(const records::Series& s) {
   std::vector<PlotSpec> panels;
   const std::string x = x_name(s);
   const bool norms = s.fit_of == "mean";
@@ -472,7 +472,7 @@ std::vector<PlotSpec> series_panels(const Series& s) {
   }
   if (!local.curves.empty()) {
     if (s.local_exponent && s.local_exponent->exponent && s.local_exponent->interval && s.local_exponent->window.size() >= 2) {
-      const LocalExponentRecord& r = *s.local_exponent;
+      const records::LocalExponentRecord& r = *s.local_exponent;
       const double lo = r.window.front(), hi = r.window.back();
       local.curves.push_back(Curve{"", CurveStyle::band, {lo, hi}, {*r.exponent, *r.exponent},
                                    {r.interval->first, r.interval->first}, {r.interval->second, r.interval->second}, 2});
@@ -525,7 +525,7 @@ std::vector<PlotSpec> series_panels(const Series& s) {
   return panels;
 }
 
-PlotSpec series_plot(const Series& s, std::size_t index) {
+PlotSpec series_plot(const records::Series& s, std::size_t index) {
   PlotSpec plot;
   plot.name = series_name(index);
   plot.title = fmt::format("Series {}: {}", index + 1, s.key.label());
@@ -536,13 +536,13 @@ PlotSpec series_plot(const Series& s, std::size_t index) {
 }
 
 // Series of one claim that differ only in p, in increasing p: drawn side by side, one column per p.
-std::vector<std::vector<std::size_t>> p_groups(const std::vector<Series>& series, const std::vector<std::size_t>& members) {
+std::vector<std::vector<std::size_t>> p_groups(const std::vector<records::Series>& series, const std::vector<std::size_t>& members) {
   std::vector<std::vector<std::size_t>> groups;
   for (std::size_t i : members) {
-    SeriesKey key = series[i].key;
+    records::SeriesKey key = series[i].key;
     key.p = 0;
     auto group = std::find_if(groups.begin(), groups.end(), [&](const std::vector<std::size_t>& g) {
-      SeriesKey other = series[g.front()].key;
+      records::SeriesKey other = series[g.front()].key;
       other.p = 0;
       return other == key && series[g.front()].x_variable == series[i].x_variable;
     });
@@ -558,7 +558,7 @@ std::vector<std::vector<std::size_t>> p_groups(const std::vector<Series>& series
 
 // One figure per group: rows compensated / local slope / log-log, one column per p. Empty when a series of the
 // group lacks a panel (no exponent to compensate by, fewer than two points), which would break the grid.
-std::optional<PlotSpec> claim_figure(const std::vector<Series>& series, const std::vector<std::size_t>& group,
+std::optional<PlotSpec> claim_figure(const std::vector<records::Series>& series, const std::vector<std::size_t>& group,
                                      const std::string& name) {
   std::vector<std::vector<PlotSpec>> columns;
   for (std::size_t i : group) {
@@ -567,14 +567,14 @@ std::optional<PlotSpec> claim_figure(const std::vector<Series>& series, const st
   }
   PlotSpec figure;
   figure.name = name;
-  const SeriesKey& key = series[group.front()].key;
+  const records::SeriesKey& key = series[group.front()].key;
   std::string label = key.label();
   const std::string p_text = fmt::format(" p={}", key.p);
   if (const auto at = label.find(p_text); at != std::string::npos) label.replace(at, p_text.size(), "");
   figure.title = fmt::format("{}: one column per p", label);
   std::string verdicts;
   for (std::size_t i : group) {
-    const Series& s = series[i];
+    const records::Series& s = series[i];
     verdicts += fmt::format("{}p={} (series {}): {}", verdicts.empty() ? "" : "; ", s.key.p, i + 1, verdict_with_basis(s));
   }
   figure.notes = {verdicts};
@@ -592,7 +592,7 @@ std::optional<PlotSpec> claim_figure(const std::vector<Series>& series, const st
 // How far, as a factor, the stored line exp(intercept) x^slope lies from the estimates at their log-log
 // centroid. A least-squares line passes through it (a weighted one near it); a large factor means the
 // intercept is not what the report takes it for (a natural logarithm), so the drawn fit would mislead.
-std::optional<double> fit_miss_factor(const Series& s) {
+std::optional<double> fit_miss_factor(const records::Series& s) {
   const auto centre = log_centroid(s);
   if (!centre || !s.slope || !s.intercept) return std::nullopt;
   return std::exp(std::fabs(*s.intercept + *s.slope * centre->first - centre->second));
@@ -603,13 +603,13 @@ struct ReadingPair {
   std::size_t elementwise, matrix;
 };
 
-std::vector<ReadingPair> reading_pairs(const std::vector<Series>& series, const std::vector<std::size_t>& members) {
+std::vector<ReadingPair> reading_pairs(const std::vector<records::Series>& series, const std::vector<std::size_t>& members) {
   std::vector<ReadingPair> pairs;
   for (std::size_t a : members) {
     if (series[a].key.reading != "elementwise") continue;
     for (std::size_t b : members) {
       if (series[b].key.reading != "matrix") continue;
-      SeriesKey ka = series[a].key, kb = series[b].key;
+      records::SeriesKey ka = series[a].key, kb = series[b].key;
       ka.reading = kb.reading;
       ka.phi = kb.phi;  // the two readings differ in phi ("poly" vs "matpow") by construction
       if (ka == kb) pairs.push_back({a, b});
@@ -618,7 +618,7 @@ std::vector<ReadingPair> reading_pairs(const std::vector<Series>& series, const 
   return pairs;
 }
 
-void add_reading_comparison(const std::vector<Series>& series, const std::vector<ReadingPair>& pairs,
+void add_reading_comparison(const std::vector<records::Series>& series, const std::vector<ReadingPair>& pairs,
                             bool with_plots, std::vector<Block>& blocks, PendingFigures& pending) {
   blocks.push_back(Heading{3, "Elementwise vs matrix-power reading of (.)^p", ""});
   blocks.push_back(Paragraph{
@@ -630,8 +630,8 @@ void add_reading_comparison(const std::vector<Series>& series, const std::vector
   Table values;
   values.header = {"p", "N", "elementwise ± SE", "matrix power ± SE", "matrix / elementwise"};
   for (const ReadingPair& pair : pairs) {
-    const Series& e = series[pair.elementwise];
-    const Series& m = series[pair.matrix];
+    const records::Series& e = series[pair.elementwise];
+    const records::Series& m = series[pair.matrix];
     slopes.rows.push_back({fmt::format("{}", e.key.p), e.key.estimand, fmt::format("{}, {}", e.key.D, e.key.d),
                            slope_text(e), verdict_word(e), slope_text(m), verdict_word(m)});
     for (std::size_t i = 0; i < e.N.size(); ++i) {
@@ -646,15 +646,15 @@ void add_reading_comparison(const std::vector<Series>& series, const std::vector
   blocks.push_back(std::move(slopes));
   if (with_plots) {
     for (const ReadingPair& pair : pairs) {
-      const Series& e = series[pair.elementwise];
-      const Series& m = series[pair.matrix];
+      const records::Series& e = series[pair.elementwise];
+      const records::Series& m = series[pair.matrix];
       PlotSpec plot;
       plot.name = fmt::format("readings{:02}", pending.plots.size() + 1);
       plot.title = fmt::format("{} p={} {}, D={} d={}: elementwise vs matrix power", e.key.claim, e.key.p,
                                e.key.estimand, e.key.D, e.key.d);
       plot.x_label = "N (sequence length)";
       plot.y_label = estimand_symbol(e.key.estimand);
-      for (const Series* reading : {&e, &m}) {
+      for (const records::Series* reading : {&e, &m}) {
         // A reading's points and its fit share one colour.
         const int colour = reading == &e ? 0 : 1;
         plot.curves.push_back(estimate_curve(*reading, fmt::format("{} reading, 95% CI", *reading->key.reading)));
@@ -677,8 +677,8 @@ void add_reading_comparison(const std::vector<Series>& series, const std::vector
 
 }  // namespace
 
-void add_scaling_section(const ResultsFolder& results, bool with_plots, Document& document, PendingFigures& pending) {
-  const std::vector<Series>& series = results.series;
+void add_scaling_section(const records::ResultsFolder& results, bool with_plots, Document& document, PendingFigures& pending) {
+  const std::vector<records::Series>& series = results.series;
   auto& blocks = document.blocks;
 
   blocks.push_back(Heading{2, "Summary", "summary"});
@@ -697,7 +697,7 @@ void add_scaling_section(const ResultsFolder& results, bool with_plots, Document
   summary.header = {"series", "claim (v1 / v2)", "configuration", "estimand", "D, d", "claimed exponent + tolerance",
                     "verdict", "basis", "counted", "finite-N fit (diagnostic): slope [95% CI]", "Jensen ratio drift"};
   for (std::size_t i = 0; i < series.size(); ++i) {
-    const Series& s = series[i];
+    const records::Series& s = series[i];
     ++counts[verdict_word(s)];
     summary.rows.push_back({fmt::format("{}", i + 1), claim_title(s.key.claim),
                             s.key.scores == "projected" ? s.formula : s.formula + " (scores: " + s.key.scores + ")",
@@ -717,7 +717,7 @@ void add_scaling_section(const ResultsFolder& results, bool with_plots, Document
     blocks.push_back(std::move(summary));
   }
 
-  const Provenance& run = results.provenance;
+  const records::Provenance& run = results.provenance;
   blocks.push_back(Heading{2, "Provenance", "provenance"});
   Facts provenance;
   provenance.items = {{"results folder", results.folder.string()},
@@ -740,16 +740,16 @@ void add_scaling_section(const ResultsFolder& results, bool with_plots, Document
 
   // Claims in the order of THEORY.md's table (C1..C9, then others), series in file order within a claim.
   std::vector<std::string> claims;
-  for (const Series& s : series) {
+  for (const records::Series& s : series) {
     if (std::find(claims.begin(), claims.end(), s.key.claim) == claims.end()) claims.push_back(s.key.claim);
   }
   std::sort(claims.begin(), claims.end(), [](const std::string& a, const std::string& b) {
-    return std::make_pair(!find_claim(a), a) < std::make_pair(!find_claim(b), b);
+    return std::make_pair(!records::find_claim(a), a) < std::make_pair(!records::find_claim(b), b);
   });
   std::size_t claim_figures = 0;
   for (const std::string& claim : claims) {
     blocks.push_back(Heading{2, "Claim " + claim_title(claim), "claim-" + claim});
-    if (const auto statement = find_claim(claim)) {
+    if (const auto statement = records::find_claim(claim)) {
       blocks.push_back(Paragraph{fmt::format("Statement: {}", statement->statement)});
     }
     std::vector<std::size_t> members;
@@ -772,7 +772,7 @@ void add_scaling_section(const ResultsFolder& results, bool with_plots, Document
       }
     }
     for (std::size_t i : members) {
-      const Series& s = series[i];
+      const records::Series& s = series[i];
       blocks.push_back(Heading{3, fmt::format("Series {}: {}", i + 1, s.key.label()), series_anchor(i)});
       blocks.push_back(Paragraph{fmt::format("Verdict: {} (basis: {}{}). {}", verdict_word(s), basis_text(s),
                                              s.counts_for_exit ? "" : "; reported only, not counted for the exit code",

@@ -1,10 +1,10 @@
 #include "attncheck/reports/training_curves.hpp"
 
-#include "attncheck/reports/input_file.hpp"
+#include "attncheck/records/input_file.hpp"
 #include "attncheck/reports/numbers.hpp"
 #include "attncheck/reports/report.hpp"
 
-#include "json_fields.hpp"
+#include "attncheck/records/json_fields.hpp"
 
 #include <fmt/format.h>
 
@@ -19,7 +19,7 @@ namespace attncheck::reports {
 
 namespace {
 
-using detail::JsonFields;
+using records::detail::JsonFields;
 
 // Names become keys and are matched between lines; labels are free text (escaped wherever they are shown).
 void require_name(const JsonFields& fields, const char* key, const std::string& name) {
@@ -51,7 +51,7 @@ TrainingCurves parse_training_curves(const std::string& text, const std::string&
     return std::any_of(curves.metrics.begin(), curves.metrics.end(),
                        [&](const CurveMetric& m) { return m.name == metric; });
   };
-  detail::for_each_json_line(text, name, [&](const JsonFields& fields, int) {
+  records::detail::for_each_json_line(text, name, [&](const JsonFields& fields, int) {
     const std::string record = fields.word("record", {"curves", "variant", "metric", "point"});
     if (!header && record != "curves") fields.fail("the first line must be the \"curves\" record");
     if (record == "curves") {
@@ -120,7 +120,7 @@ TrainingCurves parse_training_curves(const std::string& text, const std::string&
 }
 
 TrainingCurves read_training_curves(const std::filesystem::path& path) {
-  return parse_training_curves(read_text_file(path), path.string());
+  return parse_training_curves(records::read_text_file(path), path.string());
 }
 
 std::vector<SeedSummary> summarize_seeds(const TrainingCurves& curves, const std::string& variant,

@@ -1,13 +1,13 @@
 // The ViT section: the papers' Figures 1-3, Table 1 and Figures 6-7 from examples/vit_digits.py's results, and
 // what of the papers' findings the small model reproduces.
 
-#include "attncheck/reports/input_file.hpp"
+#include "attncheck/records/input_file.hpp"
 #include "attncheck/reports/numbers.hpp"
 #include "attncheck/reports/report.hpp"
 #include "attncheck/reports/vit_results.hpp"
 #include "attncheck/theory/common.hpp"
 
-#include "json_fields.hpp"
+#include "attncheck/records/json_fields.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -23,7 +23,7 @@
 namespace attncheck::reports {
 
 namespace fs = std::filesystem;
-using detail::JsonFields;
+using records::detail::JsonFields;
 using theory::InputError;
 
 namespace {
@@ -147,7 +147,7 @@ struct ActivationSummary {
 }  // namespace
 
 VitResults parse_vit_results(const std::string& text, const std::string& name) {
-  const detail::json document = detail::parse_json(text, name, true);
+  const records::detail::json document = records::detail::parse_json(text, name, true);
   const JsonFields top(document, name);
   if (top.text("format") != "attncheck-vit-digits") top.fail(fmt::format("\"format\" is not \"attncheck-vit-digits\""));
   if (top.integer("format_version") != 1) top.fail(fmt::format("\"format_version\" {} is not 1", top.integer("format_version")));
@@ -163,7 +163,7 @@ VitResults parse_vit_results(const std::string& text, const std::string& name) {
   return results;
 }
 
-VitResults read_vit_results(const fs::path& path) { return parse_vit_results(read_text_file(path), path.string()); }
+VitResults read_vit_results(const fs::path& path) { return parse_vit_results(records::read_text_file(path), path.string()); }
 
 void add_vit_section(const VitResults& results, const fs::path& folder, bool with_plots, Document& document,
                      PendingFigures& pending, const AttentionMapReader& read_attention_map, long long map_layer,

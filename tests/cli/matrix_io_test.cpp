@@ -2,7 +2,7 @@
 
 #include "npy_writer.hpp"
 
-#include "attncheck/reports/matrix_io.hpp"
+#include "attncheck/records/matrix_io.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -24,7 +24,7 @@ TEST_CASE("npy float64 and float32, C and Fortran order, both byte orders") {
   const std::vector<double> values{1, 2, 3, 4, 5, 6};
   const auto c64 = fresh("c64.npy");
   testing::write_npy_raw(c64, "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3), }", testing::raw_bytes(values));
-  const theory::Matrix m = reports::read_matrix(c64, kPlenty);
+  const theory::Matrix m = records::read_matrix(c64, kPlenty);
   REQUIRE(m.rows() == 2);
   REQUIRE(m.cols() == 3);
   CHECK(m(1, 0) == 4);
@@ -33,13 +33,13 @@ TEST_CASE("npy float64 and float32, C and Fortran order, both byte orders") {
   const auto f32 = fresh("f32.npy");
   testing::write_npy_raw(f32, "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }",
                          testing::raw_bytes(std::vector<float>{1, 4, 2, 5, 3, 6}));
-  CHECK(reports::read_matrix(f32, kPlenty) == m);
+  CHECK(records::read_matrix(f32, kPlenty) == m);
 
   std::string big_endian = testing::raw_bytes(values);
   for (std::size_t k = 0; k < big_endian.size(); k += 8) std::reverse(big_endian.begin() + k, big_endian.begin() + k + 8);
   const auto be = fresh("be.npy");
   testing::write_npy_raw(be, "{'descr': '>f8', 'fortran_order': False, 'shape': (2, 3), }", big_endian);
-  CHECK(reports::read_matrix(be, kPlenty) == m);
+  CHECK(records::read_matrix(be, kPlenty) == m);
 }
 
 TEST_CASE("npy arrays of three dimensions in C and Fortran order read the same, wrong ranks refused") {
@@ -59,18 +59,18 @@ TEST_CASE("npy arrays of three dimensions in C and Fortran order read the same, 
   testing::write_npy_raw(c, "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3, 4), }", testing::raw_bytes(c_order));
   testing::write_npy_raw(f, "{'descr': '<f8', 'fortran_order': True, 'shape': (2, 3, 4), }",
                          testing::raw_bytes(fortran_order));
-  const reports::NpyArray from_c = reports::read_npy_array(c, 3, kPlenty);
+  const records::NpyArray from_c = records::read_npy_array(c, 3, kPlenty);
   CHECK(from_c.shape == std::vector<std::uint64_t>{2, 3, 4});
   CHECK(from_c.values == c_order);
-  CHECK(reports::read_npy_array(f, 3, kPlenty).values == c_order);
-  CHECK_THROWS_WITH(reports::read_npy_array(c, 2, kPlenty), Catch::Contains("c3.npy") && Catch::Contains("expected a 2-D"));
-  CHECK_THROWS_WITH(reports::read_matrix(c, kPlenty), Catch::Contains("expected a 2-D matrix"));
+  CHECK(records::read_npy_array(f, 3, kPlenty).values == c_order);
+  CHECK_THROWS_WITH(records::read_npy_array(c, 2, kPlenty), Catch::Contains("c3.npy") && Catch::Contains("expected a 2-D"));
+  CHECK_THROWS_WITH(records::read_matrix(c, kPlenty), Catch::Contains("expected a 2-D matrix"));
 }
 
 TEST_CASE("CSV with commas or spaces, comments, and inf tokens") {
   const auto path = fresh("m.csv");
   std::ofstream(path) << "# logits\n1, 2.5, -inf\n  3e2 4 +5\r\n";
-  const theory::Matrix m = reports::read_matrix(path, kPlenty);
+  const theory::Matrix m = records::read_matrix(path, kPlenty);
   REQUIRE(m.rows() == 2);
   CHECK(m(0, 2) == -INFINITY);
   CHECK(m(1, 0) == 300);
@@ -80,7 +80,7 @@ TEST_CASE("CSV with commas or spaces, comments, and inf tokens") {
 TEST_CASE("malformed files are errors naming the file and the problem") {
   const auto check = [](const std::filesystem::path& path, const std::string& fragment) {
     INFO(path);
-    CHECK_THROWS_WITH(reports::read_matrix(path, kPlenty),
+    CHECK_THROWS_WITH(records::read_matrix(path, kPlenty),
                       Catch::Contains(path.string()) && Catch::Contains(fragment));
   };
   check(kDir / "missing.npy", "no such file");
@@ -110,5 +110,5 @@ TEST_CASE("malformed files are errors naming the file and the problem") {
 TEST_CASE("a matrix larger than the memory budget is refused before it is read") {
   const auto huge = fresh("huge.npy");
   testing::write_npy_raw(huge, "{'descr': '<f8', 'fortran_order': False, 'shape': (100000, 100000), }", "");
-  CHECK_THROWS_WITH(reports::read_matrix(huge, 1ULL << 30), Catch::Contains("100000 x 100000") && Catch::Contains("GiB"));
+  CHECK_THROWS_WITH(records::read_matrix(huge, 1ULL << 30), Catch::Contains("100000 x 100000") && Catch::Contains("GiB"));
 }

@@ -38,6 +38,10 @@ expect_exit 2 "--estimand dV" -- mc --phi softmax --estimand dV --N 4 --D 2 --d 
 # checks the exact message of each build).
 CUDA_VISIBLE_DEVICES= expect_exit 2 "--backend cuda: " -- mc --claim C3 --N 8,16 --backend cuda --samples 10
 expect_exit 2 "--outer-scale none" -- mc --claim C3 --outer-scale none
+# A folder the file system refuses to create is an I/O failure (exit 3), not bad input; a file in its place is.
+expect_exit 3 "cannot create the folder" -- mc --claim C3 --N 8,16 --samples 10 --out /proc/attncheck-no-such-folder
+: >"$work/a-file"
+expect_exit 2 "a file of that name is in the way" -- mc --claim C3 --N 8,16 --samples 10 --out "$work/a-file"
 expect_exit 2 "tanh" -- mc --phi tanh --N 8,16 --samples 10
 expect_exit 2 "--sigma-x: -1 is out of range" -- mc --claim C3 --N 8,16 --sigma-x -1 --samples 10
 expect_exit 2 "value estimand only" -- mc --phi matpow --p 2 --estimand dQ --N 8,16 --samples 10

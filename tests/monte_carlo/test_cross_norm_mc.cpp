@@ -182,8 +182,8 @@ TEST_CASE("C9 verdict: a sample above its deterministic bound is a failure of th
   SeriesClaim claim;
   claim.exponent = 0.5;
   const Verdict v = decide(points, law, claim);
-  CHECK(v.word == "holds");  // the bound is proved; the sample above it is the tool's failure, said as such
-  CHECK(v.basis == "exact");
+  CHECK(v.word == records::Verdict::holds);  // the bound is proved; the sample above it is the tool's failure, said as such
+  CHECK(v.basis == records::Basis::exact);
   CHECK(v.bound_checked == 3);
   CHECK(v.bound_exceeded_at == std::vector<double>{8.0});
   CHECK(v.exact_disagrees_at == std::vector<double>{8.0});

@@ -17,6 +17,7 @@
 #include <vector>
 
 using namespace attncheck::monte_carlo;
+namespace records = attncheck::records;
 
 TEST_CASE("an exact power law is fitted exactly, with a narrow interval") {
   std::vector<double> x, y, se;
@@ -116,7 +117,7 @@ TEST_CASE("docs/THEORY.md states every verdict rule word for word as the code ap
   const std::string notes = read_notes();
   REQUIRE(notes.find("## What a verdict is") != std::string::npos);
   for (const VerdictRule* rule : kVerdictRules) {
-    const std::string line = "`" + std::string(rule->word) + "`: " + std::string(rule->definition);
+    const std::string line = "`" + std::string(records::to_string(rule->word)) + "`: " + std::string(rule->definition);
     INFO(line);
     CHECK(notes.find(line) != std::string::npos);
   }
@@ -128,22 +129,22 @@ TEST_CASE("exact basis: the computed exponent decides tight, holds and (for an e
   const auto points = power(doublings(16, 256), 1.17, 0.01);  // a finite-N slope far from every claim below
   ExactLaw law{"sqrt(E||F||^2)", true, 1.0, 3.0};
   Verdict v = decide(points, law, claim_of(1.0));
-  CHECK(v.word == "tight");
-  CHECK(v.basis == "exact");
+  CHECK(v.word == records::Verdict::tight);
+  CHECK(v.basis == records::Basis::exact);
   CHECK(v.rule == &rules::exact_tight);
   v = decide(points, law, claim_of(1.5));
-  CHECK(v.word == "holds");
+  CHECK(v.word == records::Verdict::holds);
   CHECK(v.rule == &rules::exact_holds);
   ExactLaw vanishes{"E[row sum]", false, std::nullopt, 0};
-  CHECK(decide(points, vanishes, claim_of(-3)).word == "holds");
+  CHECK(decide(points, vanishes, claim_of(-3)).word == records::Verdict::holds);
   ExactLaw row{"E[row sum]", false, 0.5, 2.0};
   v = decide(points, row, claim_of(0.0));
-  CHECK(v.word == "violated");
+  CHECK(v.word == records::Verdict::violated);
   CHECK(v.rule == &rules::exact_violated);
   // A bound above the claim settles nothing: the asymptotic fit decides (here it sees 1.17 > 0.5 + 0.05).
   v = decide(points, law, claim_of(0.5));
-  CHECK(v.basis == "asymptotic-fit");
-  CHECK(v.word == "violated");
+  CHECK(v.basis == records::Basis::asymptotic_fit);
+  CHECK(v.word == records::Verdict::violated);
   CHECK(v.reason.find("settles nothing") != std::string::npos);
 }
 
@@ -161,7 +162,7 @@ TEST_CASE("exact basis: Monte Carlo confirms the closed form at every point with
   v = decide(points, ExactLaw{"sqrt(E||F||^2)", true, 1.0, 1.0}, claim_of(1));
   REQUIRE(v.exact_disagrees_at.size() == 1);
   CHECK(v.exact_disagrees_at[0] == 128);
-  CHECK(v.word == "tight");  // a failure of the tool, not of the claim
+  CHECK(v.word == records::Verdict::tight);  // a failure of the tool, not of the claim
 }
 
 TEST_CASE("equality claims (C8): the exact value against the claimed one") {
@@ -174,11 +175,11 @@ TEST_CASE("equality claims (C8): the exact value against the claimed one") {
   SeriesClaim c = claim_of(1);
   c.equality = true;
   Verdict v = decide(points, std::nullopt, c);
-  CHECK(v.word == "holds");
+  CHECK(v.word == records::Verdict::holds);
   CHECK(v.rule == &rules::equality_holds);
   for (auto& p : points) p.exact_value = 3 * *p.claimed_value;
   v = decide(points, std::nullopt, c);
-  CHECK(v.word == "violated");
+  CHECK(v.word == records::Verdict::violated);
   CHECK(v.rule == &rules::equality_violated);
   CHECK(v.reason.find("exact 12, claimed 4") != std::string::npos);
 }
@@ -188,10 +189,10 @@ TEST_CASE("asymptotic fit: every word on constructed power laws") {
   // Pure power laws: the local exponent does not move, so the interval is the sampling one, about +-2 rel wide
   // (1.96 / (ln 2 sqrt 2) for three points of equal relative error).
   Verdict v = decide(power(x, 1.0, 0.01), std::nullopt, claim_of(1));
-  CHECK(v.word == "tight");
+  CHECK(v.word == records::Verdict::tight);
   CHECK(v.rule == &rules::fit_tight);
   v = decide(power(x, 0.8, 0.005), std::nullopt, claim_of(1));
-  CHECK(v.word == "holds");
+  CHECK(v.word == records::Verdict::holds);
   CHECK(v.rule == &rules::fit_holds);
   // Wide and containing the claim, but the upper end is within a + tolerance: holds, not inconclusive.
   v = decide(power(x, 0.9, 0.07, false), std::nullopt, claim_of(1));
@@ -199,12 +200,12 @@ TEST_CASE("asymptotic fit: every word on constructed power laws") {
   CHECK(v.primary.lo <= 1);
   CHECK(v.primary.hi - v.primary.lo > 4 * 0.05);
   CHECK(v.primary.hi <= 1.05);
-  CHECK(v.word == "holds");
+  CHECK(v.word == records::Verdict::holds);
   v = decide(power(x, 1.3, 0.01), std::nullopt, claim_of(1));
-  CHECK(v.word == "violated");
+  CHECK(v.word == records::Verdict::violated);
   CHECK(v.rule == &rules::fit_violated);
   v = decide(power(x, 1.0, 0.1), std::nullopt, claim_of(1));
-  CHECK(v.word == "inconclusive");
+  CHECK(v.word == records::Verdict::inconclusive);
   CHECK(v.rule == &rules::fit_inconclusive);
   CHECK_FALSE(v.extend_to);  // the sampling error alone is too wide: more samples, not more N
   CHECK(v.reason.find("more samples") != std::string::npos);
@@ -220,26 +221,26 @@ TEST_CASE("asymptotic fit: the systematic error, the cross-check, heavy tails an
   INFO(v.reason);
   CHECK(v.primary.exponent == Approx(0.925).margin(0.002));
   CHECK(v.primary.systematic == Approx(0.056).margin(0.002));
-  CHECK(v.word == "inconclusive");
+  CHECK(v.word == records::Verdict::inconclusive);
   REQUIRE(v.extend_to);
   CHECK(*v.extend_to == 4096);
   // The primary exceeds the claim but sqrt(mean of ||F||^2) does not: not violated.
   const auto fast = [](double n) { return std::pow(n, 1.3); };
   const auto slow = [](double n) { return n; };
   v = decide(constructed(x, fast, slow, 0.01, 6), std::nullopt, claim_of(1));
-  CHECK(v.word == "inconclusive");
+  CHECK(v.word == records::Verdict::inconclusive);
   CHECK(v.reason.find("cross-check") != std::string::npos);
   // An expectation itself (a row sum) needs no cross-check.
   SeriesClaim row = claim_of(1);
   row.cross_check = false;
-  CHECK(decide(constructed(x, fast, slow, 0.01, 6), std::nullopt, row).word == "violated");
+  CHECK(decide(constructed(x, fast, slow, 0.01, 6), std::nullopt, row).word == records::Verdict::violated);
   // A few samples dominate the variance in the window: no verdict, whatever the estimates say.
   v = decide(constructed(x, fast, fast, 0.01, 7, false), std::nullopt, claim_of(1));
-  CHECK(v.word == "inconclusive");
+  CHECK(v.word == records::Verdict::inconclusive);
   CHECK(v.reason.find("not reliable") != std::string::npos);
   // Three doublings give one window only: no systematic estimate, so no verdict; extend N.
   v = decide(power({64, 128, 256}, 2.0, 0.01), std::nullopt, claim_of(1));
-  CHECK(v.word == "inconclusive");
+  CHECK(v.word == records::Verdict::inconclusive);
   CHECK(v.extend_to == 512);
 }
 
@@ -285,7 +286,7 @@ TEST_CASE("a true claim is never called violated, however many samples") {
             const Verdict v = decide(constructed(grid, shape.mean, shape.root, rel, seed), std::nullopt, claim_of(a));
             INFO(shape.name << ", a = " << a << ", N up to " << grid.back() << ", rel " << rel << ", seed " << seed
                             << ": " << v.reason);
-            CHECK(v.word != "violated");
+            CHECK(v.word != records::Verdict::violated);
             ++verdicts;
           }
         }
@@ -304,7 +305,7 @@ TEST_CASE("a claim 0.2 below the true exponent is caught at the default budget (
       for (std::uint64_t seed = 1; seed <= 10; ++seed) {
         const Verdict v = decide(constructed(grid, shape.mean, shape.root, 0.01, seed), std::nullopt, claim_of(a - 0.2));
         INFO(shape.name << ", a = " << a << ", seed " << seed << ": " << v.reason);
-        CHECK(v.word == "violated");
+        CHECK(v.word == records::Verdict::violated);
       }
     }
   }
@@ -331,5 +332,5 @@ TEST_CASE("heavy-tailed samples: the tracker flags the standard error and the ve
   const Verdict v = decide(points, std::nullopt, claim_of(1));
   INFO(v.reason);
   CHECK_FALSE(v.primary.unreliable.empty());
-  CHECK(v.word == "inconclusive");
+  CHECK(v.word == records::Verdict::inconclusive);
 }

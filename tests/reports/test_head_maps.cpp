@@ -3,7 +3,7 @@
 
 #include "attncheck/reports/head_maps.hpp"
 #include "attncheck/reports/report.hpp"
-#include "attncheck/reports/sha256.hpp"
+#include "attncheck/records/sha256.hpp"
 #include "attncheck/theory/common.hpp"
 
 #include "fixtures.hpp"

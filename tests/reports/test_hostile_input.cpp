@@ -13,6 +13,7 @@
 #include <sstream>
 
 using namespace attncheck::reports;
+using namespace attncheck::records;
 using namespace attncheck::reports::testing;
 using attncheck::theory::InputError;
 using Catch::Matchers::Contains;

@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "attncheck/reports/input_file.hpp"
+#include "attncheck/records/input_file.hpp"
 #include "attncheck/theory/common.hpp"
 
 #include "fixtures.hpp"
@@ -14,6 +14,7 @@
 #include <vector>
 
 using namespace attncheck::reports;
+using namespace attncheck::records;
 using attncheck::reports::testing::TempDir;
 using attncheck::reports::testing::write_text;
 using attncheck::theory::InputError;

@@ -1,9 +1,9 @@
 #include <catch2/catch.hpp>
 
-#include "attncheck/reports/memory_budget.hpp"
+#include "attncheck/records/memory_budget.hpp"
 #include "attncheck/theory/common.hpp"
 
-using namespace attncheck::reports;
+using namespace attncheck::records;
 
 TEST_CASE("byte counts saturate instead of wrapping", "[memory]") {
   CHECK(saturating_product({3, 5, 8}) == 120);

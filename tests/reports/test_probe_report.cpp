@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 using namespace attncheck::reports;
+using namespace attncheck::records;
 using namespace attncheck::reports::testing;
 using attncheck::theory::InputError;
 using Catch::Matchers::Contains;

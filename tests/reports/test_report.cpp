@@ -8,6 +8,7 @@
 #include <regex>
 
 using namespace attncheck::reports;
+using namespace attncheck::records;
 using namespace attncheck::reports::testing;
 using attncheck::theory::InputError;
 using Catch::Matchers::Contains;

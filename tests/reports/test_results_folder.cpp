@@ -1,5 +1,6 @@
-#include "attncheck/reports/atomic_file.hpp"
-#include "attncheck/reports/results_folder.hpp"
+#include "attncheck/records/atomic_file.hpp"
+#include "attncheck/records/errors.hpp"
+#include "attncheck/records/results_folder.hpp"
 #include "attncheck/theory/common.hpp"
 
 #include "fixtures.hpp"
@@ -11,6 +12,7 @@
 #include <algorithm>
 
 using namespace attncheck::reports;
+using namespace attncheck::records;
 using namespace attncheck::reports::testing;
 using attncheck::theory::InputError;
 using Catch::Matchers::Contains;
@@ -224,7 +226,8 @@ TEST_CASE("an atomic write leaves the whole file and no temporary", "[atomic]") 
   std::size_t files = 0;
   for ([[maybe_unused]] const auto& entry : fs::directory_iterator(dir.path())) ++files;
   CHECK(files == 1);
-  CHECK_THROWS_AS(write_file_atomically(dir.path() / "missing-folder" / "x.txt", "x"), InputError);
+  // The file system refuses it (the folder is missing): an I/O failure, not bad input.
+  CHECK_THROWS_AS(write_file_atomically(dir.path() / "missing-folder" / "x.txt", "x"), attncheck::records::IoError);
   CHECK_FALSE(fs::exists(dir.path() / "missing-folder"));
 }
 

@@ -1,6 +1,6 @@
 // SHA-256 against FIPS 180-4's examples and Python's hashlib at the lengths where the padding changes shape.
 
-#include "attncheck/reports/sha256.hpp"
+#include "attncheck/records/sha256.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-using attncheck::reports::sha256_hex;
+using attncheck::records::sha256_hex;
 
 TEST_CASE("SHA-256 of FIPS 180-4's example messages", "[sha256]") {
   CHECK(sha256_hex("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");

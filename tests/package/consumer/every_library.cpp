@@ -2,7 +2,7 @@
 // library missing from the package or a dependency its config file does not find fails to link or to agree.
 #include <attncheck/monte_carlo/statistics.hpp>
 #include <attncheck/probes/live_metrics.hpp>
-#include <attncheck/reports/sha256.hpp>
+#include <attncheck/records/sha256.hpp>
 #ifdef ATTNCHECK_HAVE_CUDA
 #include <attncheck/gpu/cuda_backend.hpp>
 #endif
@@ -26,7 +26,7 @@ void expect(bool ok, const char* what) {
 
 int main() {
   // FIPS 180-4's first example.
-  expect(attncheck::reports::sha256_hex("abc") ==
+  expect(attncheck::records::sha256_hex("abc") ==
              "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
          "reports: sha256 of \"abc\"");
   // Student's t with one degree of freedom is Cauchy: t_{1, 0.975} = tan(0.475 pi).

@@ -5,6 +5,7 @@
 
 #include "attncheck/gpu/selftest.hpp"
 #include "attncheck/monte_carlo/backend.hpp"
+#include "attncheck/records/errors.hpp"
 #include "attncheck/theory/common.hpp"
 
 #include <memory>
@@ -12,11 +13,11 @@
 
 namespace attncheck::gpu {
 
-// A device that cannot do what was asked (lost device, launch failure). An InputError so that the program
-// ends with exit code 2 and this message, never with an uncaught exception.
-class CudaError : public theory::InputError {
+// A CUDA device that cannot do what was asked (lost device, launch failure): the command line ends with the
+// device-failure exit code and this message, never with an uncaught exception.
+class CudaError : public records::DeviceError {
  public:
-  using theory::InputError::InputError;
+  using records::DeviceError::DeviceError;
 };
 
 // Devices that answer. 0, not an error, when there is no driver, no GPU, or a driver older than the runtime,

@@ -7,6 +7,8 @@
 // itself, whose exponent is computed) or `asymptotic-fit` (the local exponent over the largest N, widened by how
 // much it still moves). The global fit over all N is kept as a diagnostic and never decides.
 
+#include "attncheck/records/verdict.hpp"
+
 #include <array>
 #include <optional>
 #include <string>
@@ -35,28 +37,30 @@ std::optional<LogLogFit> fit_log_log(const std::vector<double>& x, const std::ve
 // A verdict word, its basis and the definition it applies, word for word as docs/THEORY.md states it
 // (tests/monte_carlo/test_fit.cpp reads the notes and compares).
 struct VerdictRule {
-  std::string_view basis, word, definition;
+  records::Basis basis;
+  records::Verdict word;
+  std::string_view definition;
 };
 namespace rules {
 inline constexpr VerdictRule exact_tight{
-    "exact", "tight",
+    records::Basis::exact, records::Verdict::tight,
     "the exponent e of the exact quantity as N -> infinity (computed from the closed form, not fitted) equals a"};
-inline constexpr VerdictRule exact_holds{"exact", "holds", "e is below a"};
+inline constexpr VerdictRule exact_holds{records::Basis::exact, records::Verdict::holds, "e is below a"};
 inline constexpr VerdictRule bound_holds{
-    "exact", "holds",
+    records::Basis::exact, records::Verdict::holds,
     "a deterministic bound of order N^e with e <= a holds for every input (C9's facts 10-11), and every sample lies "
     "below it"};
 inline constexpr VerdictRule exact_violated{
-    "exact", "violated", "e is above a and the exact quantity is the expectation itself, not the bound sqrt(E||F||^2)"};
-inline constexpr VerdictRule equality_holds{"exact", "holds", "the exact value equals the claimed value at every point"};
-inline constexpr VerdictRule equality_violated{"exact", "violated", "the exact value differs from the claimed value"};
+    records::Basis::exact, records::Verdict::violated, "e is above a and the exact quantity is the expectation itself, not the bound sqrt(E||F||^2)"};
+inline constexpr VerdictRule equality_holds{records::Basis::exact, records::Verdict::holds, "the exact value equals the claimed value at every point"};
+inline constexpr VerdictRule equality_violated{records::Basis::exact, records::Verdict::violated, "the exact value differs from the claimed value"};
 inline constexpr VerdictRule fit_violated{
-    "asymptotic-fit", "violated", "the lower end of the interval is above a + tolerance, and so is the cross-check's"};
-inline constexpr VerdictRule fit_tight{"asymptotic-fit", "tight",
+    records::Basis::asymptotic_fit, records::Verdict::violated, "the lower end of the interval is above a + tolerance, and so is the cross-check's"};
+inline constexpr VerdictRule fit_tight{records::Basis::asymptotic_fit, records::Verdict::tight,
                                        "the interval contains a and is at most 4 x tolerance wide"};
-inline constexpr VerdictRule fit_holds{"asymptotic-fit", "holds", "the upper end of the interval is at most a + tolerance"};
+inline constexpr VerdictRule fit_holds{records::Basis::asymptotic_fit, records::Verdict::holds, "the upper end of the interval is at most a + tolerance"};
 inline constexpr VerdictRule fit_inconclusive{
-    "asymptotic-fit", "inconclusive",
+    records::Basis::asymptotic_fit, records::Verdict::inconclusive,
     "otherwise, or when a point of the window has an unreliable standard error; the verdict names the N (or the "
     "samples) that would settle it"};
 }  // namespace rules
@@ -126,8 +130,8 @@ struct SeriesClaim {
 };
 
 struct Verdict {
-  std::string word;                  // holds | tight | violated | inconclusive; empty without a claim
-  std::string basis;                 // exact | asymptotic-fit
+  std::optional<records::Verdict> word;  // none without a claim
+  std::optional<records::Basis> basis;
   const VerdictRule* rule = nullptr;
   std::string reason;                // the rule with this series' numbers
   std::optional<double> extend_to;   // inconclusive: the x that would settle it

@@ -4,7 +4,7 @@
 
 #include "attncheck/monte_carlo/runner.hpp"
 #include "attncheck/monte_carlo/sweep.hpp"
-#include "attncheck/reports/input_file.hpp"
+#include "attncheck/records/input_file.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -47,7 +47,7 @@ enum class FolderStart {
 
 // Several processes may write one folder at once (runs of other claims resumed into it, or the same sweep
 // split over machines sharing the disk): every change is a read-merge-write of points.jsonl under the folder's
-// lock (reports/folder_lock.hpp), so a finished point of either process is never lost, and a point present
+// lock (records/folder_lock.hpp), so a finished point of either process is never lost, and a point present
 // twice (same key) counts once, its last record kept.
 class ResultsFolder {
  public:
@@ -69,7 +69,7 @@ class ResultsFolder {
   void reload();  // under the lock or not: points.jsonl is only ever replaced whole
   std::filesystem::path dir_;
   std::vector<nlohmann::json> records_;
-  std::optional<reports::FileIdentity> loaded_;  // of the points.jsonl records_ came from
+  std::optional<records::FileIdentity> loaded_;  // of the points.jsonl records_ came from
 };
 
 // Text of points.csv for these records (header + one row each).

@@ -3,6 +3,7 @@
 
 #include "attncheck/monte_carlo/backend.hpp"
 #include "attncheck/monte_carlo/fit.hpp"
+#include "attncheck/records/claims.hpp"
 
 #include <optional>
 #include <string>
@@ -60,12 +61,9 @@ struct SeriesSpec {
   bool counts_for_exit_of(Estimand estimand) const;
 };
 
-struct ClaimInfo {
-  std::string id, v1, v2, statement;
-  std::string constant_growth;  // how the O(.) constant grows with D, d and the sigmas; empty where not stated
-};
-// The claim's numbering in both versions of the paper and its statement; throws for an unknown id.
-ClaimInfo claim_info(const std::string& id);
+// The claim `id` of the table (records/claims.hpp) when the sweep has presets for it (C3..C9); throws
+// theory::InputError naming the id otherwise.
+records::Claim claim_info(const std::string& id);
 
 // What the user asked for on the command line; presets fill the rest.
 struct SweepRequest {

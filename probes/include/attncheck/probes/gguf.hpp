@@ -86,7 +86,7 @@ class GgufFile : public TensorFile {
   const GgufHeader& header() const { return header_; }
 
  private:
-  reports::InputFile file_;
+  records::InputFile file_;
   GgufHeader header_;
 };
 

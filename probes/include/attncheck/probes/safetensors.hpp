@@ -1,10 +1,10 @@
 #pragma once
-// Reading (validated; by pread, not mapped: see reports/input_file.hpp) and writing of safetensors files: an
+// Reading (validated; by pread, not mapped: see records/input_file.hpp) and writing of safetensors files: an
 // 8-byte little-endian header length, a JSON header {name: {dtype, shape, data_offsets}}, then the raw
 // little-endian tensor bytes.
 // Every malformed input is an InputError naming the file and, where there is one, the tensor.
 
-#include "attncheck/reports/input_file.hpp"
+#include "attncheck/records/input_file.hpp"
 #include "attncheck/theory/common.hpp"
 
 #include <cstddef>
@@ -84,7 +84,7 @@ class SafetensorsFile : public TensorFile {
   void read(const TensorInfo& tensor, std::uint64_t offset, std::span<std::byte> out) const override;
 
  private:
-  reports::InputFile file_;
+  records::InputFile file_;
   SafetensorsHeader header_;
   std::map<std::string, std::size_t, std::less<>> index_;
 };

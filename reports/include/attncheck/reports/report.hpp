@@ -6,7 +6,7 @@
 #include "attncheck/reports/document.hpp"
 #include "attncheck/reports/plots.hpp"
 #include "attncheck/reports/probe_log.hpp"
-#include "attncheck/reports/results_folder.hpp"
+#include "attncheck/records/results_folder.hpp"
 #include "attncheck/reports/vit_results.hpp"
 
 #include <cstddef>
@@ -58,7 +58,7 @@ struct PendingFigures {
   std::vector<PlotSpec> plots;
   std::vector<std::size_t> block_of_plot;  // index into document.blocks of each plot's Figure
 };
-void add_scaling_section(const ResultsFolder& results, bool with_plots, Document& document, PendingFigures& pending);
+void add_scaling_section(const records::ResultsFolder& results, bool with_plots, Document& document, PendingFigures& pending);
 
 // The probe part (the papers' Figs. 2-3): per trained activation, the mean over layers and heads of ||A||_F
 // and of the gradient norms against the training step, with the band from their min to their max, and the

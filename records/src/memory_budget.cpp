@@ -1,4 +1,4 @@
-#include "attncheck/reports/memory_budget.hpp"
+#include "attncheck/records/memory_budget.hpp"
 
 #include "attncheck/theory/common.hpp"
 
@@ -9,7 +9,7 @@
 
 #include <unistd.h>
 
-namespace attncheck::reports {
+namespace attncheck::records {
 
 std::uint64_t saturating_product(std::initializer_list<std::uint64_t> factors) {
   std::uint64_t product = 1;
@@ -52,4 +52,4 @@ void require_memory(std::uint64_t bytes, std::string_view what, std::string_view
                                        static_cast<double>(budget) / kGiB, advice));
 }
 
-}  // namespace attncheck::reports
+}  // namespace attncheck::records

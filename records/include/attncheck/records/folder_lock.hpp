@@ -6,11 +6,11 @@
 
 #include <filesystem>
 
-namespace attncheck::reports {
+namespace attncheck::records {
 
 class FolderLock {
  public:
-  // Waits until no other process holds the lock. Throws theory::InputError naming the folder when it cannot
+  // Waits until no other process holds the lock. Throws records::IoError naming the folder when it cannot
   // be opened or locked.
   explicit FolderLock(const std::filesystem::path& folder);
   ~FolderLock();
@@ -21,4 +21,4 @@ class FolderLock {
   int fd_ = -1;
 };
 
-}  // namespace attncheck::reports
+}  // namespace attncheck::records

@@ -5,9 +5,9 @@
 #include <filesystem>
 #include <string_view>
 
-namespace attncheck::reports {
+namespace attncheck::records {
 
-// Writes `content` to `path` atomically. Throws theory::InputError naming the path when it cannot.
+// Writes `content` to `path` atomically. Throws records::IoError naming the path when it cannot (InputError when `path` is not a regular file).
 void write_file_atomically(const std::filesystem::path& path, std::string_view content);
 
 // A temporary name next to `path` (same folder, so the final rename stays on one file system), unique to
@@ -18,7 +18,7 @@ std::filesystem::path temporary_sibling(const std::filesystem::path& path);
 // lock under which every writer of `path` writes (folder_lock.hpp): then none of them is in use.
 void remove_stale_temporaries(const std::filesystem::path& path);
 
-// Renames `from` over `to`; throws theory::InputError naming both when it cannot.
+// Renames `from` over `to`; throws records::IoError naming both when it cannot.
 void replace_file(const std::filesystem::path& from, const std::filesystem::path& to);
 
-}  // namespace attncheck::reports
+}  // namespace attncheck::records

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <vector>
 
-namespace attncheck::reports {
+namespace attncheck::records {
 
 // Throws theory::InputError naming the file (and the line/column or header field) when the file is missing,
 // malformed, not 2-D, empty, or would take more than `max_bytes` as doubles - checked before allocating.
@@ -25,4 +25,4 @@ struct NpyArray {
 // is empty, or would take more than `max_bytes` as doubles.
 NpyArray read_npy_array(const std::filesystem::path& path, std::size_t dimensions, std::uint64_t max_bytes);
 
-}  // namespace attncheck::reports
+}  // namespace attncheck::records

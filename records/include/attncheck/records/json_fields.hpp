@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-namespace attncheck::reports::detail {
+namespace attncheck::records::detail {
 
 using nlohmann::json;
 
@@ -262,4 +262,4 @@ void for_each_json_line(const std::string& text, const std::string& name, Visit&
   }
 }
 
-}  // namespace attncheck::reports::detail
+}  // namespace attncheck::records::detail

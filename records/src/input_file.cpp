@@ -1,6 +1,6 @@
-#include "attncheck/reports/input_file.hpp"
+#include "attncheck/records/input_file.hpp"
 
-#include "attncheck/theory/common.hpp"
+#include "attncheck/records/errors.hpp"
 
 #include <fmt/format.h>
 
@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-namespace attncheck::reports {
+namespace attncheck::records {
 
 namespace fs = std::filesystem;
 using theory::InputError;
@@ -96,7 +96,7 @@ void InputFile::read_at(std::uint64_t offset, std::span<std::byte> buffer) const
     const ssize_t n = ::pread(fd_, buffer.data() + done, buffer.size() - done, static_cast<off_t>(offset + done));
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw InputError(fmt::format("{}: cannot read {} bytes at offset {}: {}", path_.string(), buffer.size(), offset,
+      throw IoError(fmt::format("{}: cannot read {} bytes at offset {}: {}", path_.string(), buffer.size(), offset,
                                    std::strerror(errno)));
     }
     if (n == 0) {
@@ -117,7 +117,7 @@ void InputFile::for_each_chunk(const std::function<void(std::string_view)>& visi
     const ssize_t n = ::pread(fd_, chunk, sizeof chunk, static_cast<off_t>(offset));
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw InputError(fmt::format("{}: cannot read: {}", path_.string(), std::strerror(errno)));
+      throw IoError(fmt::format("{}: cannot read: {}", path_.string(), std::strerror(errno)));
     }
     if (n == 0) return;
     offset += static_cast<std::uint64_t>(n);
@@ -164,11 +164,11 @@ void append_to_file(const fs::path& path, std::string_view text) {
       if (errno == EINTR) continue;
       const int saved = errno;
       ::close(fd);
-      throw InputError(fmt::format("{}: cannot append: {}", path.string(), std::strerror(saved)));
+      throw IoError(fmt::format("{}: cannot append: {}", path.string(), std::strerror(saved)));
     }
     written += static_cast<std::size_t>(n);
   }
-  if (::close(fd) != 0) throw InputError(fmt::format("{}: cannot append: {}", path.string(), std::strerror(errno)));
+  if (::close(fd) != 0) throw IoError(fmt::format("{}: cannot append: {}", path.string(), std::strerror(errno)));
 }
 
 void require_regular_or_absent(const fs::path& path) {
@@ -178,4 +178,4 @@ void require_regular_or_absent(const fs::path& path) {
 
 void require_appendable_file(const fs::path& path) { ::close(open_regular(path, O_WRONLY | O_APPEND | O_CREAT, nullptr)); }
 
-}  // namespace attncheck::reports
+}  // namespace attncheck::records

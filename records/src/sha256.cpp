@@ -1,9 +1,9 @@
-#include "attncheck/reports/sha256.hpp"
+#include "attncheck/records/sha256.hpp"
 
 #include <array>
 #include <cstdint>
 
-namespace attncheck::reports {
+namespace attncheck::records {
 namespace {
 
 constexpr std::array<std::uint32_t, 64> kRoundConstants = {
@@ -75,4 +75,4 @@ std::string sha256_hex(std::string_view bytes) {
   return hex;
 }
 
-}  // namespace attncheck::reports
+}  // namespace attncheck::records

@@ -5,8 +5,8 @@
 #include <string>
 #include <string_view>
 
-namespace attncheck::reports {
+namespace attncheck::records {
 
 std::string sha256_hex(std::string_view bytes);
 
-}  // namespace attncheck::reports
+}  // namespace attncheck::records

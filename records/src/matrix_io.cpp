@@ -1,6 +1,6 @@
-#include "attncheck/reports/matrix_io.hpp"
+#include "attncheck/records/matrix_io.hpp"
 
-#include "attncheck/reports/input_file.hpp"
+#include "attncheck/records/input_file.hpp"
 
 #include <fmt/format.h>
 
@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-namespace attncheck::reports {
+namespace attncheck::records {
 
 using theory::InputError;
 using theory::Matrix;
@@ -215,4 +215,4 @@ NpyArray read_npy_array(const std::filesystem::path& path, std::size_t dimension
   return read_npy_image(InputFile(path), max_bytes, dimensions);
 }
 
-}  // namespace attncheck::reports
+}  // namespace attncheck::records

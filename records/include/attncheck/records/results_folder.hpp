@@ -3,15 +3,17 @@
 // contract names are read; unknown keys are ignored. Every error names the file and the line (JSON lines) or
 // the place in the document (fits.json), and is thrown as theory::InputError.
 
-#include "attncheck/reports/input_file.hpp"
+#include "attncheck/records/input_file.hpp"
+#include "attncheck/records/verdict.hpp"
 
 #include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
-namespace attncheck::reports {
+namespace attncheck::records {
 
 // How the run that produced a folder was made (fits.json "provenance"). Kept as text as written, so a seed
 // beyond 2^53 is not rounded; an object (e.g. machine: {hostname, cpu}) reads "hostname: ..., cpu: ...".
@@ -81,8 +83,6 @@ struct PointRecord {
   int line = 0;  // where it was read, for messages
 };
 
-enum class Verdict { holds, tight, violated, inconclusive };
-
 // fits.json "local_exponent" (or "cross_check"): the exponent over the last doublings of x that an
 // asymptotic-fit verdict rests on, with its interval (sampling half-width + systematic drift).
 struct LocalExponentRecord {
@@ -90,7 +90,6 @@ struct LocalExponentRecord {
   std::optional<double> exponent;
   std::optional<std::pair<double, double>> interval;  // absent where the writer gave none ("missing" says why)
 };
-std::string_view to_string(Verdict verdict);
 
 // One entry of fits.json "series": the fit of log(estimate) against log(N) (or log(d), see x_variable) and its
 // verdict. Where the writer could not fit (fewer than two usable points) slope, CI and intercept are absent;
@@ -104,9 +103,9 @@ struct Series {
   std::optional<double> claimed_exponent;
   std::optional<double> tolerance;
   std::optional<Verdict> verdict;
-  // What the verdict rests on ("exact" or "asymptotic-fit"), the rule it applied and its numbers; absent in
-  // folders written before verdicts named their basis (their verdict came from the global fit).
-  std::optional<std::string> basis;
+  // What the verdict rests on, the rule it applied and its numbers; absent in folders written before verdicts
+  // named their basis (their verdict came from the global fit).
+  std::optional<Basis> basis;
   std::optional<std::string> verdict_rule;
   std::optional<std::string> verdict_reason;
   std::optional<std::string> finding;  // C8: what each model is
@@ -146,6 +145,10 @@ struct ResultsFolder {
   bool has_points_file = false;  // points.jsonl was present (it adds per-point detail)
 };
 
+// What --resume matches in points.jsonl ("key"): the sweep point's configuration key, the estimand and the run
+// seed. Formatted here only, so that the writer and every reader agree on it.
+std::string resume_key(std::string_view point_key, std::string_view estimand, std::uint64_t run_seed);
+
 // Reads DIR/fits.json (required) and DIR/points.jsonl (optional; joined to the series by configuration and N).
 ResultsFolder read_results_folder(const std::filesystem::path& folder);
 
@@ -153,4 +156,4 @@ ResultsFolder read_results_folder(const std::filesystem::path& folder);
 std::pair<Provenance, std::vector<Series>> parse_fits_json(const std::string& text, const std::string& name);
 std::vector<PointRecord> parse_points_jsonl(const std::string& text, const std::string& name);
 
-}  // namespace attncheck::reports
+}  // namespace attncheck::records

@@ -1,6 +1,7 @@
-#include "attncheck/reports/atomic_file.hpp"
+#include "attncheck/records/atomic_file.hpp"
 
-#include "attncheck/reports/input_file.hpp"
+#include "attncheck/records/errors.hpp"
+#include "attncheck/records/input_file.hpp"
 
 #include "attncheck/theory/common.hpp"
 
@@ -15,7 +16,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-namespace attncheck::reports {
+namespace attncheck::records {
 
 namespace fs = std::filesystem;
 using theory::InputError;
@@ -46,8 +47,8 @@ void replace_file(const fs::path& from, const fs::path& to) {
   fs::rename(from, to, error);
   if (error) {
     fs::remove(from, error);
-    throw InputError(fmt::format("cannot move {} into place as {}: {}", from.string(), to.string(),
-                                 error.message()));
+    throw IoError(fmt::format("cannot move {} into place as {}: {}", from.string(), to.string(),
+                              error.message()));
   }
 }
 
@@ -57,13 +58,13 @@ void write_file_atomically(const fs::path& path, std::string_view content) {
   // POSIX I/O rather than streams: the data must reach the disk (fsync) before the rename makes it visible.
   const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
-    throw InputError(fmt::format("cannot write {}: {}", temporary.string(), std::strerror(errno)));
+    throw IoError(fmt::format("cannot write {}: {}", temporary.string(), std::strerror(errno)));
   }
   const auto fail = [&](const char* what) {
     const int saved = errno;
     ::close(fd);
     ::unlink(temporary.c_str());
-    throw InputError(fmt::format("cannot {} {}: {}", what, temporary.string(), std::strerror(saved)));
+    throw IoError(fmt::format("cannot {} {}: {}", what, temporary.string(), std::strerror(saved)));
   };
   std::size_t written = 0;
   while (written < content.size()) {
@@ -78,9 +79,9 @@ void write_file_atomically(const fs::path& path, std::string_view content) {
   if (::close(fd) != 0) {
     const int saved = errno;
     ::unlink(temporary.c_str());
-    throw InputError(fmt::format("cannot close {}: {}", temporary.string(), std::strerror(saved)));
+    throw IoError(fmt::format("cannot close {}: {}", temporary.string(), std::strerror(saved)));
   }
   replace_file(temporary, path);
 }
 
-}  // namespace attncheck::reports
+}  // namespace attncheck::records

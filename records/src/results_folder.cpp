@@ -1,6 +1,6 @@
-#include "attncheck/reports/results_folder.hpp"
+#include "attncheck/records/results_folder.hpp"
 
-#include "json_fields.hpp"
+#include "attncheck/records/json_fields.hpp"
 
 #include "attncheck/theory/common.hpp"
 
@@ -13,7 +13,7 @@
 #include <system_error>
 #include <tuple>
 
-namespace attncheck::reports {
+namespace attncheck::records {
 
 namespace fs = std::filesystem;
 using detail::JsonFields;
@@ -33,14 +33,8 @@ std::string SeriesKey::label() const {
   return text;
 }
 
-std::string_view to_string(Verdict verdict) {
-  switch (verdict) {
-    case Verdict::holds: return "holds";
-    case Verdict::tight: return "tight";
-    case Verdict::violated: return "violated";
-    case Verdict::inconclusive: return "inconclusive";
-  }
-  return "?";
+std::string resume_key(std::string_view point_key, std::string_view estimand, std::uint64_t run_seed) {
+  return fmt::format("{};estimand={};run_seed={}", point_key, estimand, run_seed);
 }
 
 namespace {
@@ -145,7 +139,7 @@ Series read_series(const JsonFields& fields) {
   s.tolerance = fields.number_or_null("tolerance");
   if (s.tolerance && *s.tolerance < 0) fields.fail(fmt::format("\"tolerance\" = {} is negative", *s.tolerance));
   if (!fields.is_null("verdict")) s.verdict = read_verdict(fields);
-  s.basis = fields.word_or_null("basis", {"exact", "asymptotic-fit"});
+  if (const auto basis = fields.word_or_null("basis", {"exact", "asymptotic-fit"})) s.basis = basis_from_word(*basis);
   s.verdict_rule = fields.text_or_null("verdict_rule");
   s.verdict_reason = fields.text_or_null("verdict_reason");
   s.finding = fields.text_or_null("finding");
@@ -341,4 +335,4 @@ ResultsFolder read_results_folder(const fs::path& folder) {
   return results;
 }
 
-}  // namespace attncheck::reports
+}  // namespace attncheck::records

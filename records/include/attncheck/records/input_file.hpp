@@ -17,7 +17,7 @@
 #include <string>
 #include <string_view>
 
-namespace attncheck::reports {
+namespace attncheck::records {
 
 // What identifies a file's content on disk for a watcher: size, modification time and inode (a file replaced
 // under the same name gets a new inode even when size and time agree).
@@ -80,4 +80,4 @@ void require_regular_or_absent(const std::filesystem::path& path);
 // fails at its start rather than after hours of work.
 void require_appendable_file(const std::filesystem::path& path);
 
-}  // namespace attncheck::reports
+}  // namespace attncheck::records

@@ -8,7 +8,7 @@
 #include <initializer_list>
 #include <string_view>
 
-namespace attncheck::reports {
+namespace attncheck::records {
 
 inline constexpr std::uint64_t kSaturated = UINT64_MAX;
 
@@ -27,4 +27,4 @@ std::uint64_t memory_budget_bytes();
 // exceeds the budget.
 void require_memory(std::uint64_t bytes, std::string_view what, std::string_view advice = "");
 
-}  // namespace attncheck::reports
+}  // namespace attncheck::records

@@ -1,0 +1,37 @@
+#include "attncheck/records/verdict.hpp"
+
+namespace attncheck::records {
+
+std::string_view to_string(Verdict verdict) {
+  switch (verdict) {
+    case Verdict::holds: return "holds";
+    case Verdict::tight: return "tight";
+    case Verdict::violated: return "violated";
+    case Verdict::inconclusive: return "inconclusive";
+  }
+  return "?";
+}
+
+std::string_view to_string(Basis basis) {
+  switch (basis) {
+    case Basis::exact: return "exact";
+    case Basis::asymptotic_fit: return "asymptotic-fit";
+  }
+  return "?";
+}
+
+std::optional<Verdict> verdict_from_word(std::string_view word) {
+  for (Verdict v : {Verdict::holds, Verdict::tight, Verdict::violated, Verdict::inconclusive}) {
+    if (to_string(v) == word) return v;
+  }
+  return std::nullopt;
+}
+
+std::optional<Basis> basis_from_word(std::string_view word) {
+  for (Basis b : {Basis::exact, Basis::asymptotic_fit}) {
+    if (to_string(b) == word) return b;
+  }
+  return std::nullopt;
+}
+
+}  // namespace attncheck::records
