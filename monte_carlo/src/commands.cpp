@@ -236,7 +236,7 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
     throw InputError(fmt::format("--precision mixed: FP32 score tiles exist on the CPU backend only, not on {} "
                                  "(use --backend cpu or --precision double)", backend->name()));
   }
-  const RunContext context{o.seed, backend->name(), threads};
+  const RunContext context{o.seed, backend->name(), threads, precision};
 
   const std::uint64_t point_count =
       records::saturating_product({series.size(), Ds.size(), ds.size(), dvs.size(), Ns.size()});
@@ -278,7 +278,7 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
     std::vector<json> finished;
     if (folder) {
       for (auto e : ps.series->estimands) {
-        if (auto record = folder->finished(record_key(ps, e, o.seed))) finished.push_back(std::move(*record));
+        if (auto record = folder->finished(record_key(ps, e, o.seed, precision))) finished.push_back(std::move(*record));
       }
     }
     if (o.resume && finished.size() == ps.series->estimands.size()) {
@@ -303,7 +303,7 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
         note("row sums, qk-layernorm, C8's pairs and --path tensor run on the CPU backend");
       }
       point_backend = cpu_fallback.get();
-      point_context = {o.seed, cpu_fallback->name(), cpu_fallback->threads()};
+      point_context = {o.seed, cpu_fallback->name(), cpu_fallback->threads(), precision};
     }
     PointOutcome point_outcome;
     try {

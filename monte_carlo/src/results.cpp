@@ -49,8 +49,9 @@ std::string csv_cell(const json& v) {
 
 }  // namespace
 
-std::string record_key(const PointSpec& point, Estimand estimand, std::uint64_t run_seed) {
-  return records::resume_key(point.key, estimand_name(estimand), run_seed);
+std::string record_key(const PointSpec& point, Estimand estimand, std::uint64_t run_seed, ScorePrecision precision) {
+  const std::string key = records::resume_key(point.key, estimand_name(estimand), run_seed);
+  return precision == ScorePrecision::mixed ? key + ";precision=mixed" : key;
 }
 
 namespace {
@@ -210,18 +211,19 @@ json point_record(const PointSpec& ps, Estimand estimand, const PointOutcome& ou
   r["fit_variable"] = series.fit_over_d ? "d" : "N";
   r["fit_of"] = series.fit_over_d ? "mean_sq" : "mean";
   r["counts_for_exit"] = series.counts_for_exit_of(estimand);
-  r["key"] = record_key(ps, estimand, context.run_seed);
+  r["key"] = record_key(ps, estimand, context.run_seed, context.precision);
   // Everything but the swept variable (N, or d for C8) and the sample count.
   r["series_key"] = fmt::format(
       "claim={};reading={};phi={};p={};alpha={};scale={};outer_factor={:.17g}*d^-{:g};inner={};D={};{};estimand={};"
-      "sigma_x={:.17g};sigma_t={:.17g};run_seed={}{}{}",
+      "sigma_x={:.17g};sigma_t={:.17g};run_seed={}{}{}{}",
       series.claim, series.reading.value_or("-"), phi_name(series.activation), series.activation.p,
       series.alpha ? fmt::format("{:g}", *series.alpha) : "-", series.outer.text, series.outer.factor,
       series.outer.d_exponent, series.inner.inverse_sqrt_d ? "1/sqrt(d)" : fmt::format("{:.17g}", series.inner.value),
       pt.D, series.fit_over_d ? fmt::format("N={}", pt.N) : fmt::format("d={}", pt.d), estimand_name(estimand),
       pt.sigma_x, pt.sigma_t, context.run_seed,
       pt.scores == theory::ScoreModel::projected ? "" : fmt::format(";scores={}", theory::score_model_name(pt.scores)),
-      pt.mix ? fmt::format(";mix={:.17g};dv={}", *pt.mix, pt.dv) : "");
+      pt.mix ? fmt::format(";mix={:.17g};dv={}", *pt.mix, pt.dv) : "",
+      context.precision == ScorePrecision::mixed ? ";precision=mixed" : "");
   return r;
 }
 

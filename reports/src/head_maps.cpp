@@ -15,7 +15,9 @@
 
 namespace attncheck::reports {
 
-using detail::JsonFields;
+using records::detail::JsonFields;
+using records::read_text_file;
+using records::sha256_hex;
 using theory::InputError;
 
 namespace {

@@ -101,15 +101,15 @@ void remove_stale_plots(const fs::path& plot_folder, const std::vector<PlotSpec>
   for (const fs::path& path : stale) fs::remove(path, error);
 }
 
-void count_verdicts(const ResultsFolder& results, ReportSummary& summary) {
+void count_verdicts(const records::ResultsFolder& results, ReportSummary& summary) {
   summary.series += results.series.size();
-  for (const Series& s : results.series) {
+  for (const records::Series& s : results.series) {
     if (!s.verdict) continue;
     switch (*s.verdict) {
-      case Verdict::holds: ++summary.holds; break;
-      case Verdict::tight: ++summary.tight; break;
-      case Verdict::violated: ++summary.violated; break;
-      case Verdict::inconclusive: ++summary.inconclusive; break;
+      case records::Verdict::holds: ++summary.holds; break;
+      case records::Verdict::tight: ++summary.tight; break;
+      case records::Verdict::violated: ++summary.violated; break;
+      case records::Verdict::inconclusive: ++summary.inconclusive; break;
     }
   }
 }
@@ -209,8 +209,8 @@ ReportSummary write_comparison(const ReportOptions& options, const std::vector<f
   PendingFigures pending;
   ReportSummary summary;
   if (inputs[0].comparison() == Inputs::Comparison::scaling) {
-    std::vector<ResultsFolder> folders;
-    for (const Inputs& input : inputs) folders.push_back(read_results_folder(*input.results_folder));
+    std::vector<records::ResultsFolder> folders;
+    for (const Inputs& input : inputs) folders.push_back(records::read_results_folder(*input.results_folder));
     for (std::size_t k = 0; k < folders.size(); ++k) {
       if (inputs[k].probe_log || inputs[k].training_curves) {
         document.blocks.push_back(Notice{fmt::format("only the scaling results of {} are part of this comparison; a "

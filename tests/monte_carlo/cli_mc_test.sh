@@ -64,6 +64,17 @@ assert prov["precision"] == "mixed", prov
 want = (6 * 10 * math.sqrt(8) + 4) * 2.0 ** -24
 assert (b["p"], b["d"]) == (3, 8) and abs(b["relative_bound_sum_sq"] - want) <= 1e-12 * want, b
 PY
+# A folder of mixed-precision points does not resume a double run: its points are not the double ones.
+"$bin" mc --phi poly --p 3 --N 32,64 --D 8 --d 8 --samples 4 --claimed-exponent 1 --precision mixed \
+  --out "$work/mixed-folder" >/dev/null 2>&1 || fail "--precision mixed --out exit $?"
+"$bin" mc --phi poly --p 3 --N 32,64 --D 8 --d 8 --samples 4 --claimed-exponent 1 --resume \
+  --out "$work/mixed-folder" >/dev/null 2>"$work/resume-double.txt" || fail "double --resume exit $?"
+grep -qF -- "--resume: 0 of 2 points were already in" "$work/resume-double.txt" ||
+  fail "a double run resumed mixed-precision points: $(cat "$work/resume-double.txt")"
+"$bin" mc --phi poly --p 3 --N 32,64 --D 8 --d 8 --samples 4 --claimed-exponent 1 --precision mixed --resume \
+  --out "$work/mixed-folder" >/dev/null 2>"$work/resume-mixed.txt" || fail "mixed --resume exit $?"
+grep -qF -- "--resume: 2 of 2 points were already in" "$work/resume-mixed.txt" ||
+  fail "a mixed run did not resume its own points: $(cat "$work/resume-mixed.txt")"
 # Every numeric option names its bad value (once: -1 became 2^64 - 1, 1e300 became -2147483648, nan and inf
 # were taken).
 expect_exit 2 "--max-samples: -1 is out of range" -- mc --claim C3 --N 8,16 --max-samples -1

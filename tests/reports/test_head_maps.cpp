@@ -121,7 +121,7 @@ TEST_CASE("a probe --json output gives both layer x head maps with each ratio in
   CHECK_THAT(script, Contains("config sha256 " + kConfigSha));
   const std::string markdown = read_text(options.out / "report.md");
   CHECK_THAT(markdown, Contains("- config sha256: `" + kConfigSha + "`"));
-  CHECK_THAT(markdown, Contains("- probe output sha256: `" + sha256_hex(text) + "`"));
+  CHECK_THAT(markdown, Contains("- probe output sha256: `" + attncheck::records::sha256_hex(text) + "`"));
   CHECK_THAT(markdown, Contains("- model: `models/tiny`"));
   CHECK_THAT(markdown, Contains("- tokens: `[CLS] hello [SEP]`"));
   // The tables hold the same values: layer 2, heads 0..3.

@@ -22,10 +22,14 @@ struct RunContext {
   std::uint64_t run_seed = 0;
   std::string backend;
   int threads = 1;
+  ScorePrecision precision = ScorePrecision::fp64;
 };
 
-// What identifies a finished (point, estimand) of a run seed in a results folder: "key" of its record.
-std::string record_key(const PointSpec& point, Estimand estimand, std::uint64_t run_seed);
+// What identifies a finished (point, estimand) of a run seed and score precision in a results folder: "key" of its
+// record. Mixed-precision points carry ";precision=mixed", so --resume never takes one for a double point (or
+// the reverse) and they fit as a series of their own; double keys are those of folders written before.
+std::string record_key(const PointSpec& point, Estimand estimand, std::uint64_t run_seed,
+                       ScorePrecision precision = ScorePrecision::fp64);
 
 // One JSON object per (point, estimand) with every field of the format plus "key" (what --resume matches)
 // and "series_key" (what the fit groups by).
