@@ -760,7 +760,7 @@ CpuBackend::CpuBackend(int threads, Index tile, EvaluationPath path, ScorePrecis
 }
 
 std::string CpuBackend::describe() const {
-  return fmt::format("cpu: {} OpenMP threads, score tiles of {} x {}", threads_, tile_, tile_);
+  return fmt::format("cpu: {} OpenMP thread{}, score tiles of {} x {}", threads_, threads_ == 1 ? "" : "s", tile_, tile_);
 }
 
 std::uint64_t CpuBackend::host_bytes_needed(const SweepPoint& point) const {

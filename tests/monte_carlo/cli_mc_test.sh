@@ -69,8 +69,13 @@ PY
   --out "$work/mixed-folder" >/dev/null 2>&1 || fail "--precision mixed --out exit $?"
 "$bin" mc --phi poly --p 3 --N 32,64 --D 8 --d 8 --samples 4 --claimed-exponent 1 --resume \
   --out "$work/mixed-folder" >/dev/null 2>"$work/resume-double.txt" || fail "double --resume exit $?"
-grep -qF -- "--resume: 0 of 2 points were already in" "$work/resume-double.txt" ||
+! grep -qF -- "points were already in" "$work/resume-double.txt" ||
   fail "a double run resumed mixed-precision points: $(cat "$work/resume-double.txt")"
+$py - "$work/mixed-folder/points.jsonl" <<'PY' || fail "the folder does not hold both precisions' points apart"
+import json, sys
+keys = [json.loads(line)["key"] for line in open(sys.argv[1])]
+assert len(set(keys)) == 4 and sum(k.endswith(";precision=mixed") for k in keys) == 2, keys
+PY
 "$bin" mc --phi poly --p 3 --N 32,64 --D 8 --d 8 --samples 4 --claimed-exponent 1 --precision mixed --resume \
   --out "$work/mixed-folder" >/dev/null 2>"$work/resume-mixed.txt" || fail "mixed --resume exit $?"
 grep -qF -- "--resume: 2 of 2 points were already in" "$work/resume-mixed.txt" ||

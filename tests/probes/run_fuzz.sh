@@ -25,16 +25,16 @@ binary=$work/fuzz_$target
 corpus=$root/tests/probes/fuzz_corpus
 [ "$target" = safetensors ] || corpus=${corpus}_$target
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
-       -I"$root/probes/include" -I"$root/reports/include" -I"$root/theory/include" -I/usr/include/eigen3)
-headers=("$root/probes/include" "$root/reports/include" "$root/theory/include")
+       -I"$root/probes/include" -I"$root/records/include" -I"$root/theory/include" -I/usr/include/eigen3)
+headers=("$root/probes/include" "$root/records/include" "$root/theory/include")
 # The readers' sources are shared by both targets: compiled once (under a lock, as both tests may run at
 # once) and reused while newer than every source and header.
 mkdir -p "$work/objects"
 exec 8>"$work/objects.lock"
 flock 8
 objects=()
-for source in "$root/probes/src/safetensors.cpp" "$root/probes/src/gguf.cpp" "$root/reports/src/atomic_file.cpp" \
-              "$root/reports/src/input_file.cpp" "$root/tests/probes/fuzz_$target.cpp"; do
+for source in "$root/probes/src/safetensors.cpp" "$root/probes/src/gguf.cpp" "$root/records/src/atomic_file.cpp" \
+              "$root/records/src/input_file.cpp" "$root/tests/probes/fuzz_$target.cpp"; do
   object=$work/objects/$(basename "$source" .cpp).o
   if [ ! -f "$object" ] || [ -n "$(find "$source" "${headers[@]}" -newer "$object" -print -quit)" ]; then
     "$clang" "${flags[@]}" -c "$source" -o "$object.tmp"
