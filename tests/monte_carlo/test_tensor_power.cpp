@@ -3,10 +3,11 @@
 #include "attncheck/monte_carlo/tensor_power.hpp"
 #include "attncheck/theory/attention.hpp"
 
+#include "../theory/test_support.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <cmath>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -21,13 +22,6 @@ namespace {
 const std::vector<Estimand> kTensorEstimands{Estimand::value, Estimand::dS, Estimand::dQ,
                                              Estimand::dK,    Estimand::row_sum, Estimand::row_mean};
 
-Matrix gaussian(theory::Index rows, theory::Index cols, std::mt19937_64& rng, double sd) {
-  std::normal_distribution<double> normal(0, sd);
-  Matrix out(rows, cols);
-  for (theory::Index k = 0; k < out.size(); ++k) out.data()[k] = normal(rng);
-  return out;
-}
-
 void check_same(const SampleValues& tensor, const SampleValues& direct, const std::vector<Estimand>& estimands,
                 double rel, const std::string& what) {
   for (const Estimand e : estimands) {
@@ -41,7 +35,7 @@ void check_same(const SampleValues& tensor, const SampleValues& direct, const st
 }  // namespace
 
 TEST_CASE("tensor powers give the direct path's norms of x^p to 1e-10 on random inputs") {
-  std::mt19937_64 rng(20261123);
+  std::uint64_t stream = 0;
   for (int p = 1; p <= 4; ++p) {
     for (const theory::Index d : {1, 2, 5, 8}) {
       const theory::Index N = 37 + 11 * p, D = d + 3;
@@ -49,7 +43,9 @@ TEST_CASE("tensor powers give the direct path's norms of x^p to 1e-10 on random 
       map.activation = {ActivationKind::pointwise, Pointwise::poly, p};
       map.inner = 1 / std::sqrt(static_cast<double>(d));
       map.outer = {0.7, 0.5};
-      const Matrix X = gaussian(N, D, rng, 1.3), Q = gaussian(D, d, rng, 0.8), K = gaussian(D, d, rng, 0.9);
+      const Matrix X = testing::random_matrix(N, D, 1.3, 20261123, stream++);
+      const Matrix Q = testing::random_matrix(D, d, 0.8, 20261123, stream++);
+      const Matrix K = testing::random_matrix(D, d, 0.9, 20261123, stream++);
       const SampleValues direct = evaluate_inputs(map, X, Q, K, kTensorEstimands);
       const SampleValues tensor = evaluate_tensor_inputs(map, X, Q, K, kTensorEstimands);
       // Row sums of odd powers cancel (mean zero): compared below on their own scale, not relative to ~0.
@@ -66,11 +62,11 @@ TEST_CASE("tensor powers give the direct path's norms of x^p to 1e-10 on random 
 }
 
 TEST_CASE("the identity map on the tensor path agrees with the Gram identity") {
-  std::mt19937_64 rng(7);
   theory::AttentionMap map;
   map.activation = {ActivationKind::pointwise, Pointwise::identity, 1};
   map.inner = 0.37;
-  const Matrix X = gaussian(64, 6, rng, 1), Q = gaussian(6, 4, rng, 1), K = gaussian(6, 4, rng, 1);
+  const Matrix X = testing::random_matrix(64, 6, 1, 7, 0), Q = testing::random_matrix(6, 4, 1, 7, 1),
+               K = testing::random_matrix(6, 4, 1, 7, 2);
   const std::vector<Estimand> norms{Estimand::value, Estimand::dS, Estimand::dQ, Estimand::dK};
   check_same(evaluate_tensor_inputs(map, X, Q, K, norms), evaluate_inputs(map, X, Q, K, norms), norms, 1e-12,
              "identity");
