@@ -193,21 +193,26 @@ struct ForceBlasTiles {
   bool on_;
 };
 
+// Fresh samples every iteration (the stream moves on), `batch` per call; items are samples.
+void evaluate_batches(benchmark::State& state, CpuBackend& backend, const SweepPoint& pt, std::uint64_t batch) {
+  std::vector<SampleValues> out;
+  std::uint64_t first = 0;
+  for (auto _ : state) {
+    out.clear();
+    backend.evaluate(pt, kEstimands, first, batch, out);
+    first += batch;
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * batch));
+}
+
 void samples(benchmark::State& state) {
   const ScorePrecision precision = state.range(1) == 1 ? ScorePrecision::mixed : ScorePrecision::fp64;
   const ForceBlasTiles blas(state.range(2) == 1);
   CpuBackend backend(static_cast<int>(state.range(0)), 256, EvaluationPath::automatic, precision);
   const SweepPoint pt = reference_point();
   constexpr std::uint64_t kBatch = 32;
-  std::vector<SampleValues> out;
-  std::uint64_t first = 0;
-  for (auto _ : state) {
-    out.clear();
-    backend.evaluate(pt, kEstimands, first, kBatch, out);
-    first += kBatch;
-    benchmark::DoNotOptimize(out.data());
-  }
-  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * kBatch));
+  evaluate_batches(state, backend, pt, kBatch);
   state.counters["threads"] = static_cast<double>(backend.threads());
   state.SetLabel(std::string(precision_name(precision)) + (state.range(2) == 1 ? " blas-tiles" : " fused"));
 }
@@ -231,15 +236,7 @@ void scaling(benchmark::State& state) {
   // `samples`), so that the threads' start and join, which a loaded machine stretches, stay a small part.
   const std::uint64_t per_thread = std::max<std::uint64_t>(1, (4096 / pt.N) * (4096 / pt.N) / 2);
   const std::uint64_t batch = per_thread * static_cast<std::uint64_t>(backend.threads());
-  std::vector<SampleValues> out;
-  std::uint64_t first = 0;
-  for (auto _ : state) {
-    out.clear();
-    backend.evaluate(pt, kEstimands, first, batch, out);
-    first += batch;
-    benchmark::DoNotOptimize(out.data());
-  }
-  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * batch));
+  evaluate_batches(state, backend, pt, batch);
   state.counters["N"] = static_cast<double>(pt.N);
   state.counters["score_flops"] = 2.0 * static_cast<double>(pt.N) * static_cast<double>(pt.N) * kd;
   state.SetLabel(precision_name(precision));
