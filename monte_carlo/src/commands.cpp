@@ -315,10 +315,7 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
       throw InputError(fmt::format("point {}: {}", label, e.what()));
     }
     std::vector<json> fresh;
-    // Which evaluation the samples took: the CPU backend chooses per point, other backends form the scores.
-    const auto* point_cpu = dynamic_cast<const CpuBackend*>(point_backend);
-    const char* point_path =
-        evaluation_path_name(point_cpu ? point_cpu->path_for(ps.point, ps.series->estimands) : EvaluationPath::direct);
+    const char* point_path = point_backend->evaluation_path(ps.point, ps.series->estimands);
     for (auto e : ps.series->estimands) {
       fresh.push_back(point_record(ps, e, point_outcome, point_context));
       fresh.back()["path"] = point_path;

@@ -96,6 +96,13 @@ class Backend {
     (void)estimands;
     return 0;
   }
+  // How evaluate() forms these estimands of the point, as points.jsonl's "path" spells it: "direct" (the scores
+  // themselves) unless the backend has another way.
+  virtual const char* evaluation_path(const SweepPoint& point, const std::vector<Estimand>& estimands) const {
+    (void)point;
+    (void)estimands;
+    return "direct";
+  }
   // Appends the values of samples first, first + 1, ..., first + count - 1 to `out`, in that order.
   virtual void evaluate(const SweepPoint& point, const std::vector<Estimand>& estimands, std::uint64_t first,
                         std::uint64_t count, std::vector<SampleValues>& out) = 0;

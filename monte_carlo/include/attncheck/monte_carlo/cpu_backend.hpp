@@ -88,6 +88,9 @@ class CpuBackend final : public Backend {
   EvaluationPath path_for(const SweepPoint& point, const std::vector<Estimand>& estimands) const {
     return choose_path(path_, point, estimands);
   }
+  const char* evaluation_path(const SweepPoint& point, const std::vector<Estimand>& estimands) const override {
+    return evaluation_path_name(path_for(point, estimands));
+  }
   void evaluate(const SweepPoint& point, const std::vector<Estimand>& estimands, std::uint64_t first,
                 std::uint64_t count, std::vector<SampleValues>& out) override;
 
