@@ -93,7 +93,7 @@ TEST_CASE("a user's matrix: one-hot rows (other entries -inf) give ||A||_F = sqr
   CHECK(r.worst_softmax.min_logit == 3.5);  // -inf entries are not finite extremes
 }
 
-TEST_CASE("families are named for the command line and parsed back; bad requests are InputErrors") {
+TEST_CASE("families are named for the command line and parsed back, and bad requests are InputErrors") {
   for (const BoundsFamily family : exact::default_families()) {
     CHECK(exact::parse_family(exact::family_name(family)) == family);
   }
