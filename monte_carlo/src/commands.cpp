@@ -68,7 +68,8 @@ json run_bounds(const BoundsRequest& request) {
   }
   if (request.families.empty() && !input) families = exact::default_families();
   if (!families.empty()) {
-    records::require_memory(exact::survey_bytes(n, threads), fmt::format("--N {}: {} x {} matrices held by {} threads", n, n, n, threads),
+    records::require_memory(exact::survey_bytes(n, threads),
+                            fmt::format("--N {}: {} x {} matrices held by {} threads", n, n, n, threads),
                             "; use a smaller N or fewer --threads");
   }
 

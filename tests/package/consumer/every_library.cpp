@@ -46,7 +46,8 @@ int main() {
   survey.n = 4;
   const attncheck::exact::FamilyResult constant =
       attncheck::exact::survey_family(attncheck::exact::BoundsFamily::constant, survey);
-  expect(std::abs(constant.max_softmax_fro - 1) <= 1e-14 && std::abs(constant.max_grad_fro - std::sqrt(3.0) / 2) <= 1e-14,
+  expect(std::abs(constant.max_softmax_fro - 1) <= 1e-14 &&
+             std::abs(constant.max_grad_fro - std::sqrt(3.0) / 2) <= 1e-14,
          "exact: the constant family's norms");
 #ifdef ATTNCHECK_HAVE_CUDA
   expect(attncheck::gpu::cuda_device_count() >= 0, "gpu: device count");
