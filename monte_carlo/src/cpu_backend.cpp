@@ -382,77 +382,80 @@ ATTNCHECK_AVX512 inline void add_avx512_terms(__m512d value, __m512d deriv, cons
   if (w.dk) _mm512_store_pd(acc.dk[r], _mm512_fmadd_pd(deriv, _mm512_loadu_pd(x_sq), _mm512_load_pd(acc.dk[r])));
 }
 
-template <int P>
-ATTNCHECK_AVX512 inline void powers(__m512d s, __m512d& value, __m512d& deriv) {
-  const __m512d s_sq = _mm512_mul_pd(s, s);
-  __m512d s_sq_pm1 = s_sq;
-  for (int k = 2; k < P; ++k) s_sq_pm1 = _mm512_mul_pd(s_sq_pm1, s_sq);
-  value = _mm512_mul_pd(s_sq_pm1, s_sq);
-  deriv = _mm512_mul_pd(_mm512_set1_pd(static_cast<double>(P * P)), s_sq_pm1);
-}
-
-template <int P>
-ATTNCHECK_AVX512 inline void powers(__m512 s, __m512& value, __m512& deriv) {
-  const __m512 s_sq = _mm512_mul_ps(s, s);
-  __m512 s_sq_pm1 = s_sq;
-  for (int k = 2; k < P; ++k) s_sq_pm1 = _mm512_mul_ps(s_sq_pm1, s_sq);
-  value = _mm512_mul_ps(s_sq_pm1, s_sq);
-  deriv = _mm512_mul_ps(_mm512_set1_ps(static_cast<float>(P * P)), s_sq_pm1);
-}
-
 ATTNCHECK_AVX512 inline __m512d low_half(__m512 x) { return _mm512_cvtps_pd(_mm512_castps512_ps256(x)); }
 ATTNCHECK_AVX512 inline __m512d high_half(__m512 x) {
   return _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
 }
 
-template <int P>
-ATTNCHECK_AVX512 void fused_panel_avx512(const double* vp, const double* up, const double* u_sq, const double* x_sq,
-                                         Index depth, Index q0, Index q1, const FusedWants& w, PanelSums& acc) {
-  constexpr int kCols = panel_cols<double>();
-  for (Index q = q0; q < q1; ++q) {
-    const double* u = up + q * depth * kCols;
-    __m512d s[kPanelRows][2];
-#pragma GCC unroll 12
-    for (int r = 0; r < kPanelRows; ++r) s[r][0] = s[r][1] = _mm512_setzero_pd();
-    for (Index k = 0; k < depth; ++k) {
-      const __m512d b0 = _mm512_loadu_pd(u + k * kCols), b1 = _mm512_loadu_pd(u + k * kCols + 8);
-#pragma GCC unroll 12
-      for (int r = 0; r < kPanelRows; ++r) {
-        const __m512d a = _mm512_set1_pd(vp[k * kPanelRows + r]);
-        s[r][0] = _mm512_fmadd_pd(a, b0, s[r][0]);
-        s[r][1] = _mm512_fmadd_pd(a, b1, s[r][1]);
-      }
-    }
-    const double* uq = u_sq + q * kCols;
-    const double* xq = x_sq + q * kCols;
-#pragma GCC unroll 12
-    for (int r = 0; r < kPanelRows; ++r) {
-#pragma GCC unroll 2
-      for (int h = 0; h < 2; ++h) {
-        __m512d value, deriv;
-        powers<P>(s[r][h], value, deriv);
-        add_avx512_terms(value, deriv, uq + 8 * h, xq + 8 * h, w, r, acc);
-      }
-    }
+// The AVX-512 vocabulary of the fused kernel for one panel type: a register of Real, and how a register of
+// per-entry terms reaches the FP64 lane accumulators (a float register holds 16 entries, two groups of 8 lanes).
+template <class Real>
+struct Avx512Simd;
+
+template <>
+struct Avx512Simd<double> {
+  using Reg = __m512d;
+  static constexpr int kWidth = 8;
+  ATTNCHECK_AVX512 static Reg zero() { return _mm512_setzero_pd(); }
+  ATTNCHECK_AVX512 static Reg load(const double* p) { return _mm512_loadu_pd(p); }
+  ATTNCHECK_AVX512 static Reg broadcast(double x) { return _mm512_set1_pd(x); }
+  ATTNCHECK_AVX512 static Reg mul(Reg a, Reg b) { return _mm512_mul_pd(a, b); }
+  ATTNCHECK_AVX512 static Reg fmadd(Reg a, Reg b, Reg c) { return _mm512_fmadd_pd(a, b, c); }
+  ATTNCHECK_AVX512 static void add_terms(Reg value, Reg deriv, const double* u_sq, const double* x_sq,
+                                         const FusedWants& w, int r, PanelSums& acc) {
+    add_avx512_terms(value, deriv, u_sq, x_sq, w, r, acc);
   }
+};
+
+template <>
+struct Avx512Simd<float> {
+  using Reg = __m512;
+  static constexpr int kWidth = 16;
+  ATTNCHECK_AVX512 static Reg zero() { return _mm512_setzero_ps(); }
+  ATTNCHECK_AVX512 static Reg load(const float* p) { return _mm512_loadu_ps(p); }
+  ATTNCHECK_AVX512 static Reg broadcast(float x) { return _mm512_set1_ps(x); }
+  ATTNCHECK_AVX512 static Reg mul(Reg a, Reg b) { return _mm512_mul_ps(a, b); }
+  ATTNCHECK_AVX512 static Reg fmadd(Reg a, Reg b, Reg c) { return _mm512_fmadd_ps(a, b, c); }
+  ATTNCHECK_AVX512 static void add_terms(Reg value, Reg deriv, const double* u_sq, const double* x_sq,
+                                         const FusedWants& w, int r, PanelSums& acc) {
+    add_avx512_terms(low_half(value), low_half(deriv), u_sq, x_sq, w, r, acc);
+    add_avx512_terms(high_half(value), high_half(deriv), u_sq + kLanes, x_sq + kLanes, w, r, acc);
+  }
+};
+
+// s^(2P) and P^2 s^(2P-2), in Real.
+template <int P, class Real>
+ATTNCHECK_AVX512 inline void powers(typename Avx512Simd<Real>::Reg s, typename Avx512Simd<Real>::Reg& value,
+                                    typename Avx512Simd<Real>::Reg& deriv) {
+  using Simd = Avx512Simd<Real>;
+  const typename Simd::Reg s_sq = Simd::mul(s, s);
+  typename Simd::Reg s_sq_pm1 = s_sq;
+  for (int k = 2; k < P; ++k) s_sq_pm1 = Simd::mul(s_sq_pm1, s_sq);
+  value = Simd::mul(s_sq_pm1, s_sq);
+  deriv = Simd::mul(Simd::broadcast(static_cast<Real>(P * P)), s_sq_pm1);
 }
 
-template <int P>
-ATTNCHECK_AVX512 void fused_panel_avx512(const float* vp, const float* up, const double* u_sq, const double* x_sq,
+// One row panel against column panels [q0, q1): 12 rows x two registers of columns.
+template <int P, class Real>
+ATTNCHECK_AVX512 void fused_panel_avx512(const Real* vp, const Real* up, const double* u_sq, const double* x_sq,
                                          Index depth, Index q0, Index q1, const FusedWants& w, PanelSums& acc) {
-  constexpr int kCols = panel_cols<float>();
+  using Simd = Avx512Simd<Real>;
+  using Reg = typename Simd::Reg;
+  constexpr int kWidth = Simd::kWidth;
+  constexpr int kCols = panel_cols<Real>();
+  static_assert(kCols == 2 * kWidth, "a panel is two registers wide");
   for (Index q = q0; q < q1; ++q) {
-    const float* u = up + q * depth * kCols;
-    __m512 s[kPanelRows][2];
+    const Real* u = up + q * depth * kCols;
+    Reg s[kPanelRows][2];
 #pragma GCC unroll 12
-    for (int r = 0; r < kPanelRows; ++r) s[r][0] = s[r][1] = _mm512_setzero_ps();
+    for (int r = 0; r < kPanelRows; ++r) s[r][0] = s[r][1] = Simd::zero();
     for (Index k = 0; k < depth; ++k) {
-      const __m512 b0 = _mm512_loadu_ps(u + k * kCols), b1 = _mm512_loadu_ps(u + k * kCols + 16);
+      const Reg b0 = Simd::load(u + k * kCols), b1 = Simd::load(u + k * kCols + kWidth);
 #pragma GCC unroll 12
       for (int r = 0; r < kPanelRows; ++r) {
-        const __m512 a = _mm512_set1_ps(vp[k * kPanelRows + r]);
-        s[r][0] = _mm512_fmadd_ps(a, b0, s[r][0]);
-        s[r][1] = _mm512_fmadd_ps(a, b1, s[r][1]);
+        const Reg a = Simd::broadcast(vp[k * kPanelRows + r]);
+        s[r][0] = Simd::fmadd(a, b0, s[r][0]);
+        s[r][1] = Simd::fmadd(a, b1, s[r][1]);
       }
     }
     const double* uq = u_sq + q * kCols;
@@ -461,10 +464,9 @@ ATTNCHECK_AVX512 void fused_panel_avx512(const float* vp, const float* up, const
     for (int r = 0; r < kPanelRows; ++r) {
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
-        __m512 value, deriv;
-        powers<P>(s[r][h], value, deriv);
-        add_avx512_terms(low_half(value), low_half(deriv), uq + 16 * h, xq + 16 * h, w, r, acc);
-        add_avx512_terms(high_half(value), high_half(deriv), uq + 16 * h + 8, xq + 16 * h + 8, w, r, acc);
+        Reg value, deriv;
+        powers<P, Real>(s[r][h], value, deriv);
+        Simd::add_terms(value, deriv, uq + kWidth * h, xq + kWidth * h, w, r, acc);
       }
     }
   }
