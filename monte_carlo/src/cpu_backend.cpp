@@ -23,6 +23,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <optional>
+#include <type_traits>
 
 namespace attncheck::monte_carlo {
 
@@ -62,14 +64,25 @@ void use_single_threaded_gemm() {
 
 // C = A * B (or A^T * B): the projections X Q, X K and the d x d Gram matrices, through the same library. C is
 // resized only when its shape changes, so a caller that keeps C from sample to sample allocates nothing.
-void product_into(const Matrix& A, bool transpose_a, const Matrix& B, Matrix& C) {
+// Row-major FP32: the projections of --precision mixed.
+using MatrixF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+template <class M>
+void product_into(const M& A, bool transpose_a, const M& B, M& C) {
   const Index rows = transpose_a ? A.cols() : A.rows(), inner = transpose_a ? A.rows() : A.cols();
   C.resize(rows, B.cols());
 #if defined(ATTNCHECK_MC_OPENBLAS)
-  cblas_dgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans, CblasNoTrans, static_cast<blasint>(rows),
-              static_cast<blasint>(B.cols()), static_cast<blasint>(inner), 1.0, A.data(),
-              static_cast<blasint>(A.cols()), B.data(), static_cast<blasint>(B.cols()), 0.0, C.data(),
-              static_cast<blasint>(C.cols()));
+  const auto gemm = [](auto... args) {
+    if constexpr (std::is_same_v<typename M::Scalar, float>) {
+      cblas_sgemm(args...);
+    } else {
+      cblas_dgemm(args...);
+    }
+  };
+  gemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans, CblasNoTrans, static_cast<blasint>(rows),
+       static_cast<blasint>(B.cols()), static_cast<blasint>(inner), typename M::Scalar(1), A.data(),
+       static_cast<blasint>(A.cols()), B.data(), static_cast<blasint>(B.cols()), typename M::Scalar(0), C.data(),
+       static_cast<blasint>(C.cols()));
 #else
   (void)inner;
   if (transpose_a) {
@@ -113,6 +126,7 @@ struct Shared {
 struct SampleScratch {
   Matrix U, Vraw, V;
   Vector x_sq, u_sq, v_sq;
+  MatrixF X_fp32, Q_fp32, K_fp32, U_fp32, V_fp32;  // --precision mixed
 };
 
 SampleScratch& thread_scratch() {
@@ -275,7 +289,7 @@ NormSums<double> softmax_block(const Shared& sh, Index i0, bool need_pass2, bool
 
 template <class Terms>
 NormSums<double> tiled_sums(const Shared& sh, const EvaluationOptions& options, Terms&& block_sums) {
-  const Index n = sh.V.rows();
+  const Index n = sh.X.rows();
   const Index blocks = (n + sh.tile - 1) / sh.tile;
   std::vector<NormSums<double>> partial(static_cast<std::size_t>(blocks));
   parallel_for(blocks, options.threads,
@@ -346,13 +360,13 @@ struct alignas(64) PanelSums {
 
 // rows x depth of A (from row a0), k-major in panels of `width`: out[(panel * depth + k) * width + r]; rows past
 // the end are zero (their scores are 0, and P >= 2 gives them no term).
-template <class Real>
-void pack_panels(const Matrix& A, Index a0, Index rows, int width, std::vector<Real>& out) {
+template <class Real, class Source>
+void pack_panels(const Source& A, Index a0, Index rows, int width, std::vector<Real>& out) {
   const Index depth = A.cols(), panels = (rows + width - 1) / width;
   out.assign(static_cast<std::size_t>(panels * depth * width), Real(0));
   for (Index r = 0; r < rows; ++r) {
     Real* dst = out.data() + (r / width) * depth * width + r % width;
-    const double* src = A.row(a0 + r).data();
+    const auto* src = A.row(a0 + r).data();
     for (Index k = 0; k < depth; ++k) dst[k * width] = static_cast<Real>(src[k]);
   }
 }
@@ -517,17 +531,19 @@ FusedIsa fused_isa() {
 }
 
 // A row block of `tile` rows through the fused kernel; U is packed once for the whole sample.
-template <int P, class Real>
-NormSums<double> fused_block(const Shared& sh, const std::vector<Real>& u_packed, const std::vector<double>& u_sq,
-                             const std::vector<double>& x_sq, const FusedWants& w, FusedIsa isa, Index i0) {
+// V is sh.V, or its FP32 copy under --precision mixed.
+template <int P, class Real, class Source>
+NormSums<double> fused_block(const Shared& sh, const Source& V, const std::vector<Real>& u_packed,
+                             const std::vector<double>& u_sq, const std::vector<double>& x_sq, const FusedWants& w,
+                             FusedIsa isa, Index i0) {
   constexpr int kCols = panel_cols<Real>();
-  const Index n = sh.V.rows(), depth = sh.V.cols();
+  const Index n = V.rows(), depth = V.cols();
   const Index ni = std::min(sh.tile, n - i0);
   const Index col_panels = (n + kCols - 1) / kCols;
   // Column chunks of ~128 KiB of packed U stay in L2 while every row panel of the block passes over them.
   const Index chunk = std::max<Index>(1, (128 * 1024) / static_cast<Index>(depth * kCols * sizeof(Real)));
   thread_local std::vector<Real> v_packed;  // kept from block to block, as SampleScratch
-  pack_panels(sh.V, i0, ni, kPanelRows, v_packed);
+  pack_panels(V, i0, ni, kPanelRows, v_packed);
   const Index row_panels = (ni + kPanelRows - 1) / kPanelRows;
   thread_local std::vector<PanelSums> acc;
   acc.assign(static_cast<std::size_t>(row_panels), PanelSums{});
@@ -565,10 +581,12 @@ NormSums<double> fused_block(const Shared& sh, const std::vector<Real>& u_packed
   return block;
 }
 
-template <int P, class Real>
-NormSums<double> fused_poly_tiles(const Shared& sh, const EvaluationOptions& options, const FusedWants& w) {
+// V and U: sh.V and sh.U, or their FP32 copies under --precision mixed.
+template <int P, class Real, class Source>
+NormSums<double> fused_poly_tiles(const Shared& sh, const Source& V, const Source& U, const EvaluationOptions& options,
+                                  const FusedWants& w) {
   constexpr int kCols = panel_cols<Real>();
-  const Index n = sh.V.rows();
+  const Index n = V.rows();
   // Kept from sample to sample, as SampleScratch; named by reference so that the row blocks' threads read this
   // thread's copies (a lambda does not capture a thread_local).
   thread_local std::vector<Real> kept_u_packed;
@@ -576,14 +594,14 @@ NormSums<double> fused_poly_tiles(const Shared& sh, const EvaluationOptions& opt
   std::vector<Real>& u_packed = kept_u_packed;
   std::vector<double>& u_sq = kept_u_sq;
   std::vector<double>& x_sq = kept_x_sq;
-  pack_panels(sh.U, 0, n, kCols, u_packed);
+  pack_panels(U, 0, n, kCols, u_packed);
   const std::size_t padded = static_cast<std::size_t>((n + kCols - 1) / kCols * kCols);
   u_sq.assign(padded, 0.0);
   x_sq.assign(padded, 0.0);
   std::copy(sh.u_sq.data(), sh.u_sq.data() + n, u_sq.begin());
   std::copy(sh.x_sq.data(), sh.x_sq.data() + n, x_sq.begin());
   const FusedIsa isa = fused_isa();
-  return tiled_sums(sh, options, [&](Index i0) { return fused_block<P>(sh, u_packed, u_sq, x_sq, w, isa, i0); });
+  return tiled_sums(sh, options, [&](Index i0) { return fused_block<P>(sh, V, u_packed, u_sq, x_sq, w, isa, i0); });
 }
 
 template <int P>
@@ -592,7 +610,7 @@ NormSums<double> fused_or_blas_poly_tiles(const Shared& sh, const EvaluationOpti
     return std::isfinite(t.value_sq + t.dS_sq + t.dQ_sq + t.dK_sq);
   };
   if (options.precision == ScorePrecision::mixed) {
-    const NormSums<double> total = fused_poly_tiles<P, float>(sh, options, w);
+    const NormSums<double> total = fused_poly_tiles<P, float>(sh, sh.V, sh.U, options, w);
     if (finite(total)) return total;
     (void)poly_tiles<P>(sh, options);  // names the entry when the scores overflow in FP64 as well
     throw InputError(fmt::format("--precision mixed: a score or its power {} overflowed FP32 (largest finite "
@@ -600,8 +618,54 @@ NormSums<double> fused_or_blas_poly_tiles(const Shared& sh, const EvaluationOpti
   }
   // Without AVX-512 the BLAS score tiles and the vectorized row reduction stay the faster double path.
   if (fused_isa() != FusedIsa::avx512) return poly_tiles<P>(sh, options);
-  const NormSums<double> total = fused_poly_tiles<P, double>(sh, options, w);
+  const NormSums<double> total = fused_poly_tiles<P, double>(sh, sh.V, sh.U, options, w);
   if (!finite(total)) return poly_tiles<P>(sh, options);  // throws, naming the first NaN or overflowing row
+  return total;
+}
+
+// sum_k a_k^2 of each row, accumulated in FP64.
+void row_squared_norms(const MatrixF& A, Vector& out) {
+  out.resize(A.rows());
+  for (Index r = 0; r < A.rows(); ++r) {
+    const float* a = A.row(r).data();
+    double sum = 0;
+    for (Index k = 0; k < A.cols(); ++k) sum += static_cast<double>(a[k]) * static_cast<double>(a[k]);
+    out[r] = sum;
+  }
+}
+
+// --precision mixed on x^p, p = 2..6, when only norms are asked: the projections in FP32 as well (X, Q, K
+// rounded, then SGEMM), since with the draws they were the part of a sample that FP32 scores left as it was.
+// docs/THEORY.md "Mixed precision" bounds the error. Empty when a score or a power overflowed FP32: the FP64
+// projections then name the entry or refuse the point, as without this step.
+std::optional<NormSums<double>> fp32_projected_powers(const Matrix& X, const Matrix& Q, const Matrix& K,
+                                                      double lambda, int p, const EvaluationOptions& options,
+                                                      const FusedWants& w) {
+  SampleScratch& scratch = thread_scratch();
+  scratch.X_fp32 = X.cast<float>();
+  scratch.Q_fp32 = Q.cast<float>();
+  scratch.K_fp32 = K.cast<float>();
+  product_into(scratch.X_fp32, false, scratch.K_fp32, scratch.U_fp32);
+  product_into(scratch.X_fp32, false, scratch.Q_fp32, scratch.V_fp32);
+  scratch.x_sq = X.rowwise().squaredNorm();
+  row_squared_norms(scratch.U_fp32, scratch.u_sq);
+  row_squared_norms(scratch.V_fp32, scratch.v_sq);  // of X Q, before lambda, as everywhere
+  scratch.V_fp32 *= static_cast<float>(lambda);
+  // The fused kernel reads V and U from the FP32 copies; the FP64 ones are not formed.
+  const Matrix not_formed;
+  const Shared sh{X, not_formed, not_formed, scratch.x_sq, scratch.u_sq, scratch.v_sq, std::min(options.tile, X.rows())};
+  const MatrixF& V = scratch.V_fp32;
+  const MatrixF& U = scratch.U_fp32;
+  NormSums<double> total;
+  switch (p) {
+    case 2: total = fused_poly_tiles<2, float>(sh, V, U, options, w); break;
+    case 3: total = fused_poly_tiles<3, float>(sh, V, U, options, w); break;
+    case 4: total = fused_poly_tiles<4, float>(sh, V, U, options, w); break;
+    case 5: total = fused_poly_tiles<5, float>(sh, V, U, options, w); break;
+    case 6: total = fused_poly_tiles<6, float>(sh, V, U, options, w); break;
+    default: throw std::logic_error(fmt::format("fp32_projected_powers: p = {} has no fused kernel", p));
+  }
+  if (!std::isfinite(total.value_sq + total.dS_sq + total.dQ_sq + total.dK_sq)) return std::nullopt;
   return total;
 }
 
@@ -716,6 +780,16 @@ SampleValues evaluate_inputs(const theory::AttentionMap& map, const Matrix& X, c
   use_single_threaded_gemm();
   const double lambda = map.inner;
   const theory::Activation& act = map.activation;
+  if (options.precision == ScorePrecision::mixed && request.any_norm() && !request.layernorm && !request.linear &&
+      !request.matpow && !request.score_var && !request.any_row_sum() && act.kind == ActivationKind::pointwise &&
+      act.h == Pointwise::poly && act.p >= 2 && act.p <= 6) {
+    const FusedWants wants{request.value, request.dS, request.dQ, request.dK};
+    if (const auto entries = fp32_projected_powers(X, Q, K, lambda, act.p, options, wants)) {
+      SampleTotals totals;
+      totals.entries = *entries;
+      return sample_values(request, map, n, totals);
+    }
+  }
   SampleScratch& scratch = thread_scratch();
   Matrix& U = scratch.U;
   Matrix& Vraw = scratch.Vraw;
@@ -785,10 +859,11 @@ bool uses_fp32_scores(const SweepPoint& point, const std::vector<Estimand>& esti
          act.h == Pointwise::poly && act.p >= 2 && act.p <= 6;
 }
 
-double mixed_precision_relative_bound(int p, Index d) {
+double mixed_precision_relative_bound(int p, Index d, Index D) {
   const double unit = std::ldexp(1.0, -24);
-  const double dd = static_cast<double>(d);
-  return 2.0 * p * (dd + 2) * unit * std::sqrt(dd) + (p + 1) * unit;
+  const double dd = static_cast<double>(d), DD = static_cast<double>(D);
+  const double projection = 2 * std::sqrt(DD) * (DD + 4);
+  return 2.0 * p * (dd + projection) * unit * std::sqrt(dd) + (projection + p + 1) * unit;
 }
 
 CpuBackend::CpuBackend(int threads, Index tile, EvaluationPath path, ScorePrecision precision)

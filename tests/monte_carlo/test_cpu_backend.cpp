@@ -226,7 +226,7 @@ TEST_CASE("mixed precision agrees with double within its derived bound, and the 
       const std::vector<Estimand> estimands{Estimand::value, Estimand::dS, Estimand::dQ, Estimand::dK};
       REQUIRE(uses_fp32_scores(pt, estimands));
       // The bound is on the squared norms; the estimands are norms, so half of it applies to them.
-      const double bound = mixed_precision_relative_bound(p, d) / 2;
+      const double bound = mixed_precision_relative_bound(p, d, 16) / 2;
       for (std::uint64_t k = 0; k < 3; ++k) {
         SampleInputs in;
         draw_sample(pt, k, in);

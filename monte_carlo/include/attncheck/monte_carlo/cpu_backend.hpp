@@ -107,8 +107,8 @@ class CpuBackend final : public Backend {
 bool uses_fp32_scores(const SweepPoint& point, const std::vector<Estimand>& estimands);
 
 // Relative error bound of --precision mixed on each per-sample sum (E||F||^2 and the Jacobians' squared norms)
-// at exponent p and head dimension d, for Gaussian inputs (docs/THEORY.md "Mixed precision"):
-// 2p (d + 2) 2^-24 sqrt(d) + (p + 1) 2^-24.
-double mixed_precision_relative_bound(int p, theory::Index d);
+// at exponent p, head dimension d and model dimension D, for Gaussian inputs (docs/THEORY.md "Mixed precision"):
+// with r = 2 sqrt(D) (D + 4) from the FP32 projections, 2p (d + r) 2^-24 sqrt(d) + (r + p + 1) 2^-24.
+double mixed_precision_relative_bound(int p, theory::Index d, theory::Index D);
 
 }  // namespace attncheck::monte_carlo
