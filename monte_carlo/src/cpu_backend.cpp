@@ -629,6 +629,7 @@ void row_squared_norms(const MatrixF& A, Vector& out) {
   for (Index r = 0; r < A.rows(); ++r) {
     const float* a = A.row(r).data();
     double sum = 0;
+#pragma omp simd reduction(+ : sum)
     for (Index k = 0; k < A.cols(); ++k) sum += static_cast<double>(a[k]) * static_cast<double>(a[k]);
     out[r] = sum;
   }
