@@ -654,7 +654,8 @@ std::optional<NormSums<double>> fp32_projected_powers(const Matrix& X, const Mat
   scratch.V_fp32 *= static_cast<float>(lambda);
   // The fused kernel reads V and U from the FP32 copies; the FP64 ones are not formed.
   const Matrix not_formed;
-  const Shared sh{X, not_formed, not_formed, scratch.x_sq, scratch.u_sq, scratch.v_sq, std::min(options.tile, X.rows())};
+  const Index tile = std::min(options.tile, X.rows());
+  const Shared sh{X, not_formed, not_formed, scratch.x_sq, scratch.u_sq, scratch.v_sq, tile};
   const MatrixF& V = scratch.V_fp32;
   const MatrixF& U = scratch.U_fp32;
   NormSums<double> total;
@@ -892,10 +893,14 @@ std::uint64_t CpuBackend::host_bytes_needed(const SweepPoint& point) const {
                                                  saturating_product({d, dv})});
     return saturating_product({sizeof(double), static_cast<std::uint64_t>(threads_), sample});
   }
-  // X; Q and K; V, U and lambda V; three row norms; the d x d products of the Gram and matrix-power paths.
+  // X; Q and K; V, U and lambda V; three row norms; the d x d products of the Gram and matrix-power paths;
+  // under --precision mixed also the FP32 copies of X, V and U (half a double each).
+  const std::uint64_t fp32 = precision_ == ScorePrecision::mixed
+                                 ? saturating_sum({saturating_product({n, D}), saturating_product({2, n, d})}) / 2
+                                 : 0;
   const std::uint64_t sample = saturating_sum({saturating_product({n, D}), saturating_product({2, D, d}),
                                                saturating_product({3, n, d}), saturating_product({3, n}),
-                                               saturating_product({6, d, d})});
+                                               saturating_product({6, d, d}), fp32});
   // A row block: the score tile and softmax's exponentials, its u_bar and x_bar rows, per-row sums.
   const std::uint64_t block = saturating_sum({saturating_product({2, tile, tile}), saturating_product({tile, d}),
                                               saturating_product({tile, D}), saturating_product({8, tile})});
