@@ -138,9 +138,10 @@ void print_human(const std::vector<json>& records, const json& series, const jso
                provenance["backend"].get<std::string>(), provenance["threads"].get<int>());
     if (provenance.contains("mixed_precision_bounds")) {
       for (const json& b : provenance["mixed_precision_bounds"]) {
-        fmt::print("Precision mixed: FP32 scores, FP64 sums; p = {}, d = {}: relative error of each sample's squared "
-                   "norms at most {:.2g} (of the norms, half that)\n",
-                   b["p"].get<int>(), b["d"].get<long long>(), b["relative_bound_sum_sq"].get<double>());
+        fmt::print("Precision mixed: FP32 projections and scores, FP64 sums; p = {}, d = {}, D = {}: relative error "
+                   "of each sample's squared norms at most {:.2g} (of the norms, half that)\n",
+                   b["p"].get<int>(), b["d"].get<long long>(), b.value("D", 0LL),
+                   b["relative_bound_sum_sq"].get<double>());
       }
     }
     if (std::find(claims.begin(), claims.end(), "C9") != claims.end()) {

@@ -347,7 +347,9 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
       if (!uses_fp32_scores(ps.point, ps.series->estimands)) continue;
       const json bound = {{"p", ps.point.map.activation.p},
                           {"d", ps.point.d},
-                          {"relative_bound_sum_sq", mixed_precision_relative_bound(ps.point.map.activation.p, ps.point.d)}};
+                          {"D", ps.point.D},
+                          {"relative_bound_sum_sq",
+                           mixed_precision_relative_bound(ps.point.map.activation.p, ps.point.d, ps.point.D)}};
       if (std::find(bounds.begin(), bounds.end(), bound) == bounds.end()) bounds.push_back(bound);
     }
     outcome.provenance["mixed_precision_bounds"] = bounds;

@@ -23,6 +23,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <optional>
+#include <type_traits>
 
 namespace attncheck::monte_carlo {
 
@@ -63,15 +65,27 @@ void use_single_threaded_gemm() {
   (void)done;
 }
 
-// A * B (or A^T * B): the projections X Q, X K and the d x d Gram matrices, through the same library.
-Matrix product(const Matrix& A, bool transpose_a, const Matrix& B) {
+// C = A * B (or A^T * B): the projections X Q, X K and the d x d Gram matrices, through the same library. C is
+// resized only when its shape changes, so a caller that keeps C from sample to sample allocates nothing.
+// Row-major FP32: the projections of --precision mixed.
+using MatrixF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+template <class M>
+void product_into(const M& A, bool transpose_a, const M& B, M& C) {
   const Index rows = transpose_a ? A.cols() : A.rows(), inner = transpose_a ? A.rows() : A.cols();
-  Matrix C(rows, B.cols());
+  C.resize(rows, B.cols());
 #if defined(ATTNCHECK_MC_OPENBLAS)
-  cblas_dgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans, CblasNoTrans, static_cast<blasint>(rows),
-              static_cast<blasint>(B.cols()), static_cast<blasint>(inner), 1.0, A.data(),
-              static_cast<blasint>(A.cols()), B.data(), static_cast<blasint>(B.cols()), 0.0, C.data(),
-              static_cast<blasint>(C.cols()));
+  const auto gemm = [](auto... args) {
+    if constexpr (std::is_same_v<typename M::Scalar, float>) {
+      cblas_sgemm(args...);
+    } else {
+      cblas_dgemm(args...);
+    }
+  };
+  gemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans, CblasNoTrans, static_cast<blasint>(rows),
+       static_cast<blasint>(B.cols()), static_cast<blasint>(inner), typename M::Scalar(1), A.data(),
+       static_cast<blasint>(A.cols()), B.data(), static_cast<blasint>(B.cols()), typename M::Scalar(0), C.data(),
+       static_cast<blasint>(C.cols()));
 #else
   (void)inner;
   if (transpose_a) {
@@ -80,6 +94,11 @@ Matrix product(const Matrix& A, bool transpose_a, const Matrix& B) {
     C.noalias() = A * B;
   }
 #endif
+}
+
+Matrix product(const Matrix& A, bool transpose_a, const Matrix& B) {
+  Matrix C;
+  product_into(A, transpose_a, B, C);
   return C;
 }
 
@@ -98,9 +117,25 @@ struct Shared {
   const Matrix& X;
   const Matrix& V;  // lambda X Q: the scale sits on V so that a tile is one GEMM
   const Matrix& U;  // X K
-  Vector x_sq, u_sq, v_sq;  // row norms; v_sq of the unscaled X Q
+  const Vector& x_sq;  // row norms; v_sq of the unscaled X Q
+  const Vector& u_sq;
+  const Vector& v_sq;
   Index tile;
 };
+
+// One thread's per-sample matrices, kept from sample to sample: a sample of the same shape then allocates
+// nothing. Fresh N x d matrices every sample cost page faults and the heap's trimming and regrowth, about a
+// tenth of a sample's time at N = 1024 (measured with perf).
+struct SampleScratch {
+  Matrix U, Vraw, V;
+  Vector x_sq, u_sq, v_sq;
+  MatrixF X_fp32, Q_fp32, K_fp32, U_fp32, V_fp32;  // --precision mixed
+};
+
+SampleScratch& thread_scratch() {
+  thread_local SampleScratch scratch;
+  return scratch;
+}
 
 // Sums over one row segment of a score tile: phi^2, phi'^2, phi'^2 ||u_j||^2, phi'^2 ||x_j||^2 (entry_terms.hpp).
 template <class Terms>
@@ -257,7 +292,7 @@ NormSums<double> softmax_block(const Shared& sh, Index i0, bool need_pass2, bool
 
 template <class Terms>
 NormSums<double> tiled_sums(const Shared& sh, const EvaluationOptions& options, Terms&& block_sums) {
-  const Index n = sh.V.rows();
+  const Index n = sh.X.rows();
   const Index blocks = (n + sh.tile - 1) / sh.tile;
   std::vector<NormSums<double>> partial(static_cast<std::size_t>(blocks));
   parallel_for(blocks, options.threads,
@@ -328,13 +363,13 @@ struct alignas(64) PanelSums {
 
 // rows x depth of A (from row a0), k-major in panels of `width`: out[(panel * depth + k) * width + r]; rows past
 // the end are zero (their scores are 0, and P >= 2 gives them no term).
-template <class Real>
-void pack_panels(const Matrix& A, Index a0, Index rows, int width, std::vector<Real>& out) {
+template <class Real, class Source>
+void pack_panels(const Source& A, Index a0, Index rows, int width, std::vector<Real>& out) {
   const Index depth = A.cols(), panels = (rows + width - 1) / width;
   out.assign(static_cast<std::size_t>(panels * depth * width), Real(0));
   for (Index r = 0; r < rows; ++r) {
     Real* dst = out.data() + (r / width) * depth * width + r % width;
-    const double* src = A.row(a0 + r).data();
+    const auto* src = A.row(a0 + r).data();
     for (Index k = 0; k < depth; ++k) dst[k * width] = static_cast<Real>(src[k]);
   }
 }
@@ -385,77 +420,80 @@ ATTNCHECK_AVX512 inline void add_avx512_terms(__m512d value, __m512d deriv, cons
   if (w.dk) _mm512_store_pd(acc.dk[r], _mm512_fmadd_pd(deriv, _mm512_loadu_pd(x_sq), _mm512_load_pd(acc.dk[r])));
 }
 
-template <int P>
-ATTNCHECK_AVX512 inline void powers(__m512d s, __m512d& value, __m512d& deriv) {
-  const __m512d s_sq = _mm512_mul_pd(s, s);
-  __m512d s_sq_pm1 = s_sq;
-  for (int k = 2; k < P; ++k) s_sq_pm1 = _mm512_mul_pd(s_sq_pm1, s_sq);
-  value = _mm512_mul_pd(s_sq_pm1, s_sq);
-  deriv = _mm512_mul_pd(_mm512_set1_pd(static_cast<double>(P * P)), s_sq_pm1);
-}
-
-template <int P>
-ATTNCHECK_AVX512 inline void powers(__m512 s, __m512& value, __m512& deriv) {
-  const __m512 s_sq = _mm512_mul_ps(s, s);
-  __m512 s_sq_pm1 = s_sq;
-  for (int k = 2; k < P; ++k) s_sq_pm1 = _mm512_mul_ps(s_sq_pm1, s_sq);
-  value = _mm512_mul_ps(s_sq_pm1, s_sq);
-  deriv = _mm512_mul_ps(_mm512_set1_ps(static_cast<float>(P * P)), s_sq_pm1);
-}
-
 ATTNCHECK_AVX512 inline __m512d low_half(__m512 x) { return _mm512_cvtps_pd(_mm512_castps512_ps256(x)); }
 ATTNCHECK_AVX512 inline __m512d high_half(__m512 x) {
   return _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
 }
 
-template <int P>
-ATTNCHECK_AVX512 void fused_panel_avx512(const double* vp, const double* up, const double* u_sq, const double* x_sq,
-                                         Index depth, Index q0, Index q1, const FusedWants& w, PanelSums& acc) {
-  constexpr int kCols = panel_cols<double>();
-  for (Index q = q0; q < q1; ++q) {
-    const double* u = up + q * depth * kCols;
-    __m512d s[kPanelRows][2];
-#pragma GCC unroll 12
-    for (int r = 0; r < kPanelRows; ++r) s[r][0] = s[r][1] = _mm512_setzero_pd();
-    for (Index k = 0; k < depth; ++k) {
-      const __m512d b0 = _mm512_loadu_pd(u + k * kCols), b1 = _mm512_loadu_pd(u + k * kCols + 8);
-#pragma GCC unroll 12
-      for (int r = 0; r < kPanelRows; ++r) {
-        const __m512d a = _mm512_set1_pd(vp[k * kPanelRows + r]);
-        s[r][0] = _mm512_fmadd_pd(a, b0, s[r][0]);
-        s[r][1] = _mm512_fmadd_pd(a, b1, s[r][1]);
-      }
-    }
-    const double* uq = u_sq + q * kCols;
-    const double* xq = x_sq + q * kCols;
-#pragma GCC unroll 12
-    for (int r = 0; r < kPanelRows; ++r) {
-#pragma GCC unroll 2
-      for (int h = 0; h < 2; ++h) {
-        __m512d value, deriv;
-        powers<P>(s[r][h], value, deriv);
-        add_avx512_terms(value, deriv, uq + 8 * h, xq + 8 * h, w, r, acc);
-      }
-    }
+// The AVX-512 vocabulary of the fused kernel for one panel type: a register of Real, and how a register of
+// per-entry terms reaches the FP64 lane accumulators (a float register holds 16 entries, two groups of 8 lanes).
+template <class Real>
+struct Avx512Simd;
+
+template <>
+struct Avx512Simd<double> {
+  using Reg = __m512d;
+  static constexpr int kWidth = 8;
+  ATTNCHECK_AVX512 static Reg zero() { return _mm512_setzero_pd(); }
+  ATTNCHECK_AVX512 static Reg load(const double* p) { return _mm512_loadu_pd(p); }
+  ATTNCHECK_AVX512 static Reg broadcast(double x) { return _mm512_set1_pd(x); }
+  ATTNCHECK_AVX512 static Reg mul(Reg a, Reg b) { return _mm512_mul_pd(a, b); }
+  ATTNCHECK_AVX512 static Reg fmadd(Reg a, Reg b, Reg c) { return _mm512_fmadd_pd(a, b, c); }
+  ATTNCHECK_AVX512 static void add_terms(Reg value, Reg deriv, const double* u_sq, const double* x_sq,
+                                         const FusedWants& w, int r, PanelSums& acc) {
+    add_avx512_terms(value, deriv, u_sq, x_sq, w, r, acc);
   }
+};
+
+template <>
+struct Avx512Simd<float> {
+  using Reg = __m512;
+  static constexpr int kWidth = 16;
+  ATTNCHECK_AVX512 static Reg zero() { return _mm512_setzero_ps(); }
+  ATTNCHECK_AVX512 static Reg load(const float* p) { return _mm512_loadu_ps(p); }
+  ATTNCHECK_AVX512 static Reg broadcast(float x) { return _mm512_set1_ps(x); }
+  ATTNCHECK_AVX512 static Reg mul(Reg a, Reg b) { return _mm512_mul_ps(a, b); }
+  ATTNCHECK_AVX512 static Reg fmadd(Reg a, Reg b, Reg c) { return _mm512_fmadd_ps(a, b, c); }
+  ATTNCHECK_AVX512 static void add_terms(Reg value, Reg deriv, const double* u_sq, const double* x_sq,
+                                         const FusedWants& w, int r, PanelSums& acc) {
+    add_avx512_terms(low_half(value), low_half(deriv), u_sq, x_sq, w, r, acc);
+    add_avx512_terms(high_half(value), high_half(deriv), u_sq + kLanes, x_sq + kLanes, w, r, acc);
+  }
+};
+
+// s^(2P) and P^2 s^(2P-2), in Real.
+template <int P, class Real>
+ATTNCHECK_AVX512 inline void powers(typename Avx512Simd<Real>::Reg s, typename Avx512Simd<Real>::Reg& value,
+                                    typename Avx512Simd<Real>::Reg& deriv) {
+  using Simd = Avx512Simd<Real>;
+  const typename Simd::Reg s_sq = Simd::mul(s, s);
+  typename Simd::Reg s_sq_pm1 = s_sq;
+  for (int k = 2; k < P; ++k) s_sq_pm1 = Simd::mul(s_sq_pm1, s_sq);
+  value = Simd::mul(s_sq_pm1, s_sq);
+  deriv = Simd::mul(Simd::broadcast(static_cast<Real>(P * P)), s_sq_pm1);
 }
 
-template <int P>
-ATTNCHECK_AVX512 void fused_panel_avx512(const float* vp, const float* up, const double* u_sq, const double* x_sq,
+// One row panel against column panels [q0, q1): 12 rows x two registers of columns.
+template <int P, class Real>
+ATTNCHECK_AVX512 void fused_panel_avx512(const Real* vp, const Real* up, const double* u_sq, const double* x_sq,
                                          Index depth, Index q0, Index q1, const FusedWants& w, PanelSums& acc) {
-  constexpr int kCols = panel_cols<float>();
+  using Simd = Avx512Simd<Real>;
+  using Reg = typename Simd::Reg;
+  constexpr int kWidth = Simd::kWidth;
+  constexpr int kCols = panel_cols<Real>();
+  static_assert(kCols == 2 * kWidth, "a panel is two registers wide");
   for (Index q = q0; q < q1; ++q) {
-    const float* u = up + q * depth * kCols;
-    __m512 s[kPanelRows][2];
+    const Real* u = up + q * depth * kCols;
+    Reg s[kPanelRows][2];
 #pragma GCC unroll 12
-    for (int r = 0; r < kPanelRows; ++r) s[r][0] = s[r][1] = _mm512_setzero_ps();
+    for (int r = 0; r < kPanelRows; ++r) s[r][0] = s[r][1] = Simd::zero();
     for (Index k = 0; k < depth; ++k) {
-      const __m512 b0 = _mm512_loadu_ps(u + k * kCols), b1 = _mm512_loadu_ps(u + k * kCols + 16);
+      const Reg b0 = Simd::load(u + k * kCols), b1 = Simd::load(u + k * kCols + kWidth);
 #pragma GCC unroll 12
       for (int r = 0; r < kPanelRows; ++r) {
-        const __m512 a = _mm512_set1_ps(vp[k * kPanelRows + r]);
-        s[r][0] = _mm512_fmadd_ps(a, b0, s[r][0]);
-        s[r][1] = _mm512_fmadd_ps(a, b1, s[r][1]);
+        const Reg a = Simd::broadcast(vp[k * kPanelRows + r]);
+        s[r][0] = Simd::fmadd(a, b0, s[r][0]);
+        s[r][1] = Simd::fmadd(a, b1, s[r][1]);
       }
     }
     const double* uq = u_sq + q * kCols;
@@ -464,10 +502,9 @@ ATTNCHECK_AVX512 void fused_panel_avx512(const float* vp, const float* up, const
     for (int r = 0; r < kPanelRows; ++r) {
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
-        __m512 value, deriv;
-        powers<P>(s[r][h], value, deriv);
-        add_avx512_terms(low_half(value), low_half(deriv), uq + 16 * h, xq + 16 * h, w, r, acc);
-        add_avx512_terms(high_half(value), high_half(deriv), uq + 16 * h + 8, xq + 16 * h + 8, w, r, acc);
+        Reg value, deriv;
+        powers<P, Real>(s[r][h], value, deriv);
+        Simd::add_terms(value, deriv, uq + kWidth * h, xq + kWidth * h, w, r, acc);
       }
     }
   }
@@ -497,20 +534,22 @@ FusedIsa fused_isa() {
 }
 
 // A row block of `tile` rows through the fused kernel; U is packed once for the whole sample.
-template <int P, class Real>
-NormSums<double> fused_block(const Shared& sh, const std::vector<Real>& u_packed, const std::vector<double>& u_sq,
-                             const std::vector<double>& x_sq, const FusedWants& w, FusedIsa isa, Index i0) {
+// V is sh.V, or its FP32 copy under --precision mixed.
+template <int P, class Real, class Source>
+NormSums<double> fused_block(const Shared& sh, const Source& V, const std::vector<Real>& u_packed,
+                             const std::vector<double>& u_sq, const std::vector<double>& x_sq, const FusedWants& w,
+                             FusedIsa isa, Index i0) {
   constexpr int kCols = panel_cols<Real>();
-  const Index n = sh.V.rows(), depth = sh.V.cols();
+  const Index n = V.rows(), depth = V.cols();
   const Index ni = std::min(sh.tile, n - i0);
   const Index col_panels = (n + kCols - 1) / kCols;
   // Column chunks of ~128 KiB of packed U stay in L2 while every row panel of the block passes over them.
   const Index chunk = std::max<Index>(1, (128 * 1024) / static_cast<Index>(depth * kCols * sizeof(Real)));
-  std::vector<Real> v_packed;
-  pack_panels(sh.V, i0, ni, kPanelRows, v_packed);
+  thread_local std::vector<Real> v_packed;  // kept from block to block, as SampleScratch
+  pack_panels(V, i0, ni, kPanelRows, v_packed);
   const Index row_panels = (ni + kPanelRows - 1) / kPanelRows;
-  std::vector<PanelSums> acc(static_cast<std::size_t>(row_panels));
-  for (PanelSums& a : acc) a = PanelSums{};
+  thread_local std::vector<PanelSums> acc;
+  acc.assign(static_cast<std::size_t>(row_panels), PanelSums{});
   for (Index q0 = 0; q0 < col_panels; q0 += chunk) {
     const Index q1 = std::min(col_panels, q0 + chunk);
     for (Index rp = 0; rp < row_panels; ++rp) {
@@ -545,18 +584,27 @@ NormSums<double> fused_block(const Shared& sh, const std::vector<Real>& u_packed
   return block;
 }
 
-template <int P, class Real>
-NormSums<double> fused_poly_tiles(const Shared& sh, const EvaluationOptions& options, const FusedWants& w) {
+// V and U: sh.V and sh.U, or their FP32 copies under --precision mixed.
+template <int P, class Real, class Source>
+NormSums<double> fused_poly_tiles(const Shared& sh, const Source& V, const Source& U, const EvaluationOptions& options,
+                                  const FusedWants& w) {
   constexpr int kCols = panel_cols<Real>();
-  const Index n = sh.V.rows();
-  std::vector<Real> u_packed;
-  pack_panels(sh.U, 0, n, kCols, u_packed);
+  const Index n = V.rows();
+  // Kept from sample to sample, as SampleScratch; named by reference so that the row blocks' threads read this
+  // thread's copies (a lambda does not capture a thread_local).
+  thread_local std::vector<Real> kept_u_packed;
+  thread_local std::vector<double> kept_u_sq, kept_x_sq;
+  std::vector<Real>& u_packed = kept_u_packed;
+  std::vector<double>& u_sq = kept_u_sq;
+  std::vector<double>& x_sq = kept_x_sq;
+  pack_panels(U, 0, n, kCols, u_packed);
   const std::size_t padded = static_cast<std::size_t>((n + kCols - 1) / kCols * kCols);
-  std::vector<double> u_sq(padded, 0.0), x_sq(padded, 0.0);
+  u_sq.assign(padded, 0.0);
+  x_sq.assign(padded, 0.0);
   std::copy(sh.u_sq.data(), sh.u_sq.data() + n, u_sq.begin());
   std::copy(sh.x_sq.data(), sh.x_sq.data() + n, x_sq.begin());
   const FusedIsa isa = fused_isa();
-  return tiled_sums(sh, options, [&](Index i0) { return fused_block<P>(sh, u_packed, u_sq, x_sq, w, isa, i0); });
+  return tiled_sums(sh, options, [&](Index i0) { return fused_block<P>(sh, V, u_packed, u_sq, x_sq, w, isa, i0); });
 }
 
 template <int P>
@@ -565,7 +613,7 @@ NormSums<double> fused_or_blas_poly_tiles(const Shared& sh, const EvaluationOpti
     return std::isfinite(t.value_sq + t.dS_sq + t.dQ_sq + t.dK_sq);
   };
   if (options.precision == ScorePrecision::mixed) {
-    const NormSums<double> total = fused_poly_tiles<P, float>(sh, options, w);
+    const NormSums<double> total = fused_poly_tiles<P, float>(sh, sh.V, sh.U, options, w);
     if (finite(total)) return total;
     (void)poly_tiles<P>(sh, options);  // names the entry when the scores overflow in FP64 as well
     throw InputError(fmt::format("--precision mixed: a score or its power {} overflowed FP32 (largest finite "
@@ -573,8 +621,56 @@ NormSums<double> fused_or_blas_poly_tiles(const Shared& sh, const EvaluationOpti
   }
   // Without AVX-512 the BLAS score tiles and the vectorized row reduction stay the faster double path.
   if (fused_isa() != FusedIsa::avx512) return poly_tiles<P>(sh, options);
-  const NormSums<double> total = fused_poly_tiles<P, double>(sh, options, w);
+  const NormSums<double> total = fused_poly_tiles<P, double>(sh, sh.V, sh.U, options, w);
   if (!finite(total)) return poly_tiles<P>(sh, options);  // throws, naming the first NaN or overflowing row
+  return total;
+}
+
+// sum_k a_k^2 of each row, accumulated in FP64.
+void row_squared_norms(const MatrixF& A, Vector& out) {
+  out.resize(A.rows());
+  for (Index r = 0; r < A.rows(); ++r) {
+    const float* a = A.row(r).data();
+    double sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (Index k = 0; k < A.cols(); ++k) sum += static_cast<double>(a[k]) * static_cast<double>(a[k]);
+    out[r] = sum;
+  }
+}
+
+// --precision mixed on x^p, p = 2..6, when only norms are asked: the projections in FP32 as well (X, Q, K
+// rounded, then SGEMM), since with the draws they were the part of a sample that FP32 scores left as it was.
+// docs/THEORY.md "Mixed precision" bounds the error. Empty when a score or a power overflowed FP32: the FP64
+// projections then name the entry or refuse the point, as without this step.
+std::optional<NormSums<double>> fp32_projected_powers(const Matrix& X, const Matrix& Q, const Matrix& K,
+                                                      double lambda, int p, const EvaluationOptions& options,
+                                                      const FusedWants& w) {
+  SampleScratch& scratch = thread_scratch();
+  scratch.X_fp32 = X.cast<float>();
+  scratch.Q_fp32 = Q.cast<float>();
+  scratch.K_fp32 = K.cast<float>();
+  product_into(scratch.X_fp32, false, scratch.K_fp32, scratch.U_fp32);
+  product_into(scratch.X_fp32, false, scratch.Q_fp32, scratch.V_fp32);
+  scratch.x_sq = X.rowwise().squaredNorm();
+  row_squared_norms(scratch.U_fp32, scratch.u_sq);
+  row_squared_norms(scratch.V_fp32, scratch.v_sq);  // of X Q, before lambda, as everywhere
+  scratch.V_fp32 *= static_cast<float>(lambda);
+  // The fused kernel reads V and U from the FP32 copies; the FP64 ones are not formed.
+  const Matrix not_formed;
+  const Index tile = std::min(options.tile, X.rows());
+  const Shared sh{X, not_formed, not_formed, scratch.x_sq, scratch.u_sq, scratch.v_sq, tile};
+  const MatrixF& V = scratch.V_fp32;
+  const MatrixF& U = scratch.U_fp32;
+  NormSums<double> total;
+  switch (p) {
+    case 2: total = fused_poly_tiles<2, float>(sh, V, U, options, w); break;
+    case 3: total = fused_poly_tiles<3, float>(sh, V, U, options, w); break;
+    case 4: total = fused_poly_tiles<4, float>(sh, V, U, options, w); break;
+    case 5: total = fused_poly_tiles<5, float>(sh, V, U, options, w); break;
+    case 6: total = fused_poly_tiles<6, float>(sh, V, U, options, w); break;
+    default: throw std::logic_error(fmt::format("fp32_projected_powers: p = {} has no fused kernel", p));
+  }
+  if (!std::isfinite(total.value_sq + total.dS_sq + total.dQ_sq + total.dK_sq)) return std::nullopt;
   return total;
 }
 
@@ -689,8 +785,21 @@ SampleValues evaluate_inputs(const theory::AttentionMap& map, const Matrix& X, c
   use_single_threaded_gemm();
   const double lambda = map.inner;
   const theory::Activation& act = map.activation;
-  Matrix U = product(X, false, K);
-  Matrix Vraw = product(X, false, Q);
+  if (options.precision == ScorePrecision::mixed && request.any_norm() && !request.layernorm && !request.linear &&
+      !request.matpow && !request.score_var && !request.any_row_sum() && act.kind == ActivationKind::pointwise &&
+      act.h == Pointwise::poly && act.p >= 2 && act.p <= 6) {
+    const FusedWants wants{request.value, request.dS, request.dQ, request.dK};
+    if (const auto entries = fp32_projected_powers(X, Q, K, lambda, act.p, options, wants)) {
+      SampleTotals totals;
+      totals.entries = *entries;
+      return sample_values(request, map, n, totals);
+    }
+  }
+  SampleScratch& scratch = thread_scratch();
+  Matrix& U = scratch.U;
+  Matrix& Vraw = scratch.Vraw;
+  product_into(X, false, K, U);
+  product_into(X, false, Q, Vraw);
   if (request.layernorm) {
     layer_normalize_rows(Vraw);
     layer_normalize_rows(U);
@@ -712,14 +821,19 @@ SampleValues evaluate_inputs(const theory::AttentionMap& map, const Matrix& X, c
   if (request.any_norm() && request.matpow) {
     totals.matpow_sq = matrix_power_fro_sq(Vraw, U, 1.0, act.p);
   } else if (request.any_norm()) {
-    const Vector x_sq = X.rowwise().squaredNorm(), u_sq = U.rowwise().squaredNorm();
-    const Vector v_sq = Vraw.rowwise().squaredNorm();
+    Vector& x_sq = scratch.x_sq;
+    Vector& u_sq = scratch.u_sq;
+    Vector& v_sq = scratch.v_sq;
+    x_sq = X.rowwise().squaredNorm();
+    u_sq = U.rowwise().squaredNorm();
+    v_sq = Vraw.rowwise().squaredNorm();
     if (request.linear) {
       totals.x_sq = x_sq.sum();
       totals.u_sq = u_sq.sum();
       totals.v_sq = v_sq.sum();
     } else {
-      const Matrix V = lambda * Vraw;
+      Matrix& V = scratch.V;
+      V = lambda * Vraw;
       // A tile wider than N would only allocate columns no score fills.
       const Shared sh{X, V, U, x_sq, u_sq, v_sq, std::min(options.tile, n)};
       const bool jacobians = request.dS || request.dQ || request.dK;
@@ -750,10 +864,11 @@ bool uses_fp32_scores(const SweepPoint& point, const std::vector<Estimand>& esti
          act.h == Pointwise::poly && act.p >= 2 && act.p <= 6;
 }
 
-double mixed_precision_relative_bound(int p, Index d) {
+double mixed_precision_relative_bound(int p, Index d, Index D) {
   const double unit = std::ldexp(1.0, -24);
-  const double dd = static_cast<double>(d);
-  return 2.0 * p * (dd + 2) * unit * std::sqrt(dd) + (p + 1) * unit;
+  const double dd = static_cast<double>(d), DD = static_cast<double>(D);
+  const double projection = 2 * std::sqrt(DD) * (DD + 4);
+  return 2.0 * p * (dd + projection) * unit * std::sqrt(dd) + (projection + p + 1) * unit;
 }
 
 CpuBackend::CpuBackend(int threads, Index tile, EvaluationPath path, ScorePrecision precision)
@@ -781,10 +896,14 @@ std::uint64_t CpuBackend::host_bytes_needed(const SweepPoint& point) const {
                                                  saturating_product({d, dv})});
     return saturating_product({sizeof(double), static_cast<std::uint64_t>(threads_), sample});
   }
-  // X; Q and K; V, U and lambda V; three row norms; the d x d products of the Gram and matrix-power paths.
+  // X; Q and K; V, U and lambda V; three row norms; the d x d products of the Gram and matrix-power paths;
+  // under --precision mixed also the FP32 copies of X, V and U (half a double each).
+  const std::uint64_t fp32 = precision_ == ScorePrecision::mixed
+                                 ? saturating_sum({saturating_product({n, D}), saturating_product({2, n, d})}) / 2
+                                 : 0;
   const std::uint64_t sample = saturating_sum({saturating_product({n, D}), saturating_product({2, D, d}),
                                                saturating_product({3, n, d}), saturating_product({3, n}),
-                                               saturating_product({6, d, d})});
+                                               saturating_product({6, d, d}), fp32});
   // A row block: the score tile and softmax's exponentials, its u_bar and x_bar rows, per-row sums.
   const std::uint64_t block = saturating_sum({saturating_product({2, tile, tile}), saturating_product({tile, d}),
                                               saturating_product({tile, D}), saturating_product({8, tile})});
@@ -832,7 +951,7 @@ void CpuBackend::evaluate(const SweepPoint& point, const std::vector<Estimand>& 
   if (count >= static_cast<std::uint64_t>(threads_)) {
     const EvaluationOptions serial{tile_, 1, point.scores, precision_};
     parallel_for(static_cast<Index>(count), threads_, [&](Index k) {
-      SampleInputs in;
+      thread_local SampleInputs in;  // kept from sample to sample, as SampleScratch
       draw_sample(point, first + static_cast<std::uint64_t>(k), in);
       out[base + static_cast<std::size_t>(k)] = evaluate_inputs(point.map, in.X, in.Q, in.K, estimands, serial);
     });

@@ -52,17 +52,19 @@ expect_exit 2 "--precision single: not one of double, mixed" -- mc --claim C3 --
 mixed_args=(mc --phi poly --p 1,3 --N 64 --D 8 --d 8 --estimand value,dQ --samples 4 --claimed-exponent 1
             --backend cpu --precision mixed)
 "$bin" "${mixed_args[@]}" >"$work/mixed.txt" 2>/dev/null || fail "--precision mixed exit $?"
-grep -qF "Precision mixed: FP32 scores, FP64 sums; p = 3, d = 8: relative error" "$work/mixed.txt" ||
+grep -qF "Precision mixed: FP32 projections and scores, FP64 sums; p = 3, d = 8, D = 8: relative error" "$work/mixed.txt" ||
   fail "--precision mixed does not print its bound: $(cat "$work/mixed.txt")"
 "$bin" "${mixed_args[@]}" --json >"$work/mixed.json" 2>/dev/null || fail "--precision mixed --json exit $?"
 $py - "$work/mixed.json" <<'PY' || fail "--precision mixed provenance"
 import json, math, sys
 prov = json.load(open(sys.argv[1]))["provenance"]
 assert prov["precision"] == "mixed", prov
-# p = 1 is the exact Gram path (FP64): only p = 3 has FP32 scores, 2p (d + 2) 2^-24 sqrt(d) + (p + 1) 2^-24.
+# p = 1 is the exact Gram path (FP64): only p = 3 has FP32 scores,
+# 2p (d + r) 2^-24 sqrt(d) + (r + p + 1) 2^-24 with r = 2 sqrt(D) (D + 4) from the FP32 projections.
 (b,) = prov["mixed_precision_bounds"]
-want = (6 * 10 * math.sqrt(8) + 4) * 2.0 ** -24
-assert (b["p"], b["d"]) == (3, 8) and abs(b["relative_bound_sum_sq"] - want) <= 1e-12 * want, b
+r = 2 * math.sqrt(8) * 12
+want = (6 * (8 + r) * math.sqrt(8) + r + 4) * 2.0 ** -24
+assert (b["p"], b["d"], b["D"]) == (3, 8, 8) and abs(b["relative_bound_sum_sq"] - want) <= 1e-12 * want, b
 PY
 # A folder of mixed-precision points does not resume a double run: its points are not the double ones.
 "$bin" mc --phi poly --p 3 --N 32,64 --D 8 --d 8 --samples 4 --claimed-exponent 1 --precision mixed \

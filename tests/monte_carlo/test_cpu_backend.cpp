@@ -2,6 +2,7 @@
 #include "attncheck/monte_carlo/cpu_backend.hpp"
 #include "attncheck/streams/random_stream.hpp"
 #include "attncheck/theory/attention.hpp"
+#include "check_relative.hpp"
 #include "normal_math_guard.hpp"
 
 #include <catch2/catch.hpp>
@@ -32,10 +33,7 @@ SweepPoint make(theory::Index N, theory::Index D, theory::Index d, theory::Activ
   return make_sweep_point({N, D, d, sigma_x, sigma_t}, map, seed);
 }
 
-void check_relative(double got, double want, double rel, const std::string& what) {
-  INFO(what << ": got " << got << ", want " << want);
-  CHECK(std::abs(got - want) <= rel * std::abs(want));
-}
+using testing::check_relative;
 
 std::vector<theory::Activation> every_activation() {
   std::vector<theory::Activation> out;
@@ -214,7 +212,10 @@ TEST_CASE("mixed precision agrees with double within its derived bound, and the 
       const std::vector<Estimand> estimands{Estimand::value, Estimand::dS, Estimand::dQ, Estimand::dK};
       REQUIRE(uses_fp32_scores(pt, estimands));
       // The bound is on the squared norms; the estimands are norms, so half of it applies to them.
-      const double bound = mixed_precision_relative_bound(p, d) / 2;
+      const double bound = mixed_precision_relative_bound(p, d, 16) / 2;
+      // With a row sum asked, the projections stay FP64 (rounded to FP32 for the scores): the other branch.
+      std::vector<Estimand> with_row_sum = estimands;
+      with_row_sum.push_back(Estimand::row_sum);
       for (std::uint64_t k = 0; k < 3; ++k) {
         SampleInputs in;
         draw_sample(pt, k, in);
@@ -226,13 +227,19 @@ TEST_CASE("mixed precision agrees with double within its derived bound, and the 
         INFO("p " << p << ", d " << d << ", sample " << k);
         check_relative(fp64[static_cast<int>(Estimand::value)], want.value_fro, 1e-12, "double value vs dense");
         check_relative(fp64[static_cast<int>(Estimand::dQ)], *want.dQ_fro, 1e-12, "double dQ vs dense");
-        int differing = 0;
+        const SampleValues mixed_fp64_projections =
+            evaluate_inputs(pt.map, in.X, in.Q, in.K, with_row_sum, {64, 2, theory::ScoreModel::projected,
+                                                                     ScorePrecision::mixed});
+        int differing = 0, differing_projections = 0;
         for (int e = 0; e < 4; ++e) {
           const int i = static_cast<int>(estimands[static_cast<std::size_t>(e)]);
           check_relative(mixed[i], fp64[i], bound, "mixed vs double");
+          check_relative(mixed_fp64_projections[i], fp64[i], bound, "mixed (FP64 projections) vs double");
           differing += mixed[i] != fp64[i];
+          differing_projections += mixed[i] != mixed_fp64_projections[i];
         }
-        CHECK(differing > 0);  // the FP32 path was taken: its rounding shows
+        CHECK(differing > 0);              // the FP32 scores were taken: their rounding shows
+        CHECK(differing_projections > 0);  // and the FP32 projections, when only norms are asked
       }
     }
   }

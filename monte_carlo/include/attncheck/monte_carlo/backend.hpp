@@ -68,8 +68,9 @@ inline SweepPoint make_sweep_point(const PointShape& shape, const theory::Attent
 }
 
 // How the score tiles of the elementwise powers x^p (p = 2..6) are formed. double: in FP64 throughout.
-// mixed: V and U rounded to FP32, the scores and per-entry terms (phi^2, phi'^2) in FP32, every term then
-// accumulated in FP64; relative error on each sum at most mixed_precision_relative_bound(p, d) (cpu_backend.hpp, docs/THEORY.md
+// mixed: V and U in FP32 (projected in FP32 when only norms are asked, else rounded), the scores and per-entry
+// terms (phi^2, phi'^2) in FP32, every term then accumulated in FP64; relative error on each sum at most
+// mixed_precision_relative_bound(p, d, D) (cpu_backend.hpp, docs/THEORY.md
 // "Mixed precision"). The other maps and paths are FP64 in both.
 enum class ScorePrecision { fp64, mixed };
 

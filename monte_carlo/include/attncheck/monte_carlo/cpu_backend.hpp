@@ -23,7 +23,8 @@
 //   the per-entry terms of entry_terms.hpp (softmax: a first pass for the row max, normalizer, ubar_i and
 //   xbar_i with online rescaling, a second for the probabilities). Memory O(N (D + d) + tile^2) per thread.
 //   The powers x^p, p = 2..6, on CPUs with AVX-512 (and under --precision mixed on any CPU): register blocks of
-//   12 x 16 scores (FP32: 12 x 32) from packed panels of V and U, reduced in registers, never stored.
+//   12 x 16 scores (FP32: 12 x 32) from packed panels of V and U, reduced in registers, never stored. Under
+//   --precision mixed with only norms asked, V and U are themselves projected in FP32 (SGEMM).
 // Threads: samples in parallel when a call has at least as many samples as threads, otherwise the row
 // blocks of one sample; partial sums are combined in a fixed order, so the values do not depend on threads.
 
@@ -107,8 +108,8 @@ class CpuBackend final : public Backend {
 bool uses_fp32_scores(const SweepPoint& point, const std::vector<Estimand>& estimands);
 
 // Relative error bound of --precision mixed on each per-sample sum (E||F||^2 and the Jacobians' squared norms)
-// at exponent p and head dimension d, for Gaussian inputs (docs/THEORY.md "Mixed precision"):
-// 2p (d + 2) 2^-24 sqrt(d) + (p + 1) 2^-24.
-double mixed_precision_relative_bound(int p, theory::Index d);
+// at exponent p, head dimension d and model dimension D, for Gaussian inputs (docs/THEORY.md "Mixed precision"):
+// with r = 2 sqrt(D) (D + 4) from the FP32 projections, 2p (d + r) 2^-24 sqrt(d) + (r + p + 1) 2^-24.
+double mixed_precision_relative_bound(int p, theory::Index d, theory::Index D);
 
 }  // namespace attncheck::monte_carlo
