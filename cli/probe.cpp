@@ -352,7 +352,8 @@ nlohmann::json probe_document(const ProbeOptions& o, const probes::ProbeInput& i
     }
     heads.push_back(probes::to_json(m));
   }
-  return {{"model", std::move(model)},
+  return {{"format_version", records::kProbeFormatVersion},
+          {"model", std::move(model)},
           {"input", std::move(in)},
           {"tool", {{"name", "attncheck"}, {"version", ATTNCHECK_VERSION}}},
           {"verdict",

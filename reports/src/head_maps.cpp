@@ -129,6 +129,7 @@ ProbeOutput parse_probe_output(const std::string& text, const std::string& name)
     throw InputError(fmt::format("{}: not JSON ({})", name, error.what()));
   }
   const JsonFields top(document, name);
+  records::probe_format_version(document, name);
   ProbeOutput out;
   out.file = name;
   out.file_sha256 = sha256_hex(text);
@@ -182,9 +183,9 @@ std::vector<HeadRatios> checkpoint_ratios(const std::vector<ProbeRecord>& record
   std::map<std::pair<long long, long long>, HeadRatios> latest;
   for (const ProbeRecord& r : records) {
     if (r.checkpoint != checkpoint || r.activation.value_or("unknown") != activation) continue;
-    const double sqrt_n = std::sqrt(static_cast<double>(r.N));
-    latest[{r.layer, r.head}] = HeadRatios{r.layer, r.head, *r.value(ProbeQuantity::softmax) / sqrt_n,
-                                           *r.value(ProbeQuantity::grad) / (sqrt_n / 2)};
+    const auto& m = r.metrics;
+    const double sqrt_n = std::sqrt(static_cast<double>(m.N));
+    latest[{m.layer, m.head}] = HeadRatios{m.layer, m.head, m.softmax.value / sqrt_n, m.softmax.grad / (sqrt_n / 2)};
   }
   std::vector<HeadRatios> out;
   for (const auto& [key, ratios] : latest) out.push_back(ratios);
