@@ -9,6 +9,7 @@
 #include <cmath>
 #include <iterator>
 #include <limits>
+#include <stdexcept>
 
 namespace attncheck::records {
 
@@ -53,19 +54,19 @@ std::optional<ProbeQuantity> own_quantity(const std::string& activation, bool gr
 
 // One scalar key of a head record. Integers are members of their own (so that no value passes through a
 // double); every other number has a getter and a setter.
-enum class Kind { integer, boolean, number };
+enum class FieldKind { integer, boolean, number };
 struct Field {
   const char* key;
-  Kind kind;
+  FieldKind kind;
   bool weights;   // known only with the weights: left out of records measured from the scores alone
   bool required;  // a line without it cannot be plotted
   std::int64_t ProbeHeadRecord::*integer = nullptr;
   double (*get)(const ProbeHeadRecord&) = nullptr;
   void (*set)(ProbeHeadRecord&, double) = nullptr;
 };
-#define ATTNCHECK_INTEGER(key, member, weights, required) Field{key, Kind::integer, weights, required, &ProbeHeadRecord::member}
+#define ATTNCHECK_INTEGER(key, member, weights, required) Field{key, FieldKind::integer, weights, required, &ProbeHeadRecord::member}
 #define ATTNCHECK_NUMBER(key, member, weights, required)                                                \
-  Field{key, Kind::number, weights, required, nullptr, [](const ProbeHeadRecord& r) { return r.member; }, \
+  Field{key, FieldKind::number, weights, required, nullptr, [](const ProbeHeadRecord& r) { return r.member; }, \
         [](ProbeHeadRecord& r, double x) { r.member = x; }}
 // In the order `probe --csv` prints its columns.
 const Field kFields[] = {
@@ -74,7 +75,7 @@ const Field kFields[] = {
     ATTNCHECK_INTEGER("N", N, false, true),
     ATTNCHECK_INTEGER("D", D, true, false),
     ATTNCHECK_INTEGER("d", d, true, false),
-    Field{"causal", Kind::boolean, false, false},
+    Field{"causal", FieldKind::boolean, false, false},
     ATTNCHECK_NUMBER("inner", inner, true, false),
     ATTNCHECK_NUMBER("softmax_fro", softmax.value, false, true),
     ATTNCHECK_NUMBER("grad_fro", softmax.grad, false, true),
@@ -159,9 +160,9 @@ json to_json(const ProbeHeadRecord& r) {
   for (const Field& field : kFields) {
     if (r.from_scores && field.weights) continue;
     switch (field.kind) {
-      case Kind::integer: out[field.key] = r.*field.integer; break;
-      case Kind::boolean: out[field.key] = r.causal ? json(*r.causal) : json(nullptr); break;
-      case Kind::number: out[field.key] = number_or_null(field.get(r)); break;
+      case FieldKind::integer: out[field.key] = r.*field.integer; break;
+      case FieldKind::boolean: out[field.key] = r.causal ? json(*r.causal) : json(nullptr); break;
+      case FieldKind::number: out[field.key] = number_or_null(field.get(r)); break;
     }
   }
   if (r.cross_norm) {
@@ -193,11 +194,16 @@ std::optional<double> mix_of_suffix(std::string suffix) {
   }
 }
 
-ProbeCrossNorm cross_norm_from(const JsonFields& fields) {
+// The what-if's numbers; its d_v too unless `d_v` gives it (a standard-error object has none: d_v is a shape).
+ProbeCrossNorm cross_norm_from(const JsonFields& fields, std::optional<std::int64_t> d_v = std::nullopt) {
   ProbeCrossNorm out;
-  const long long d_v = fields.integer(kValueDimension);
-  if (d_v < 1) fields.fail(fmt::format("\"{}\" = {} must be >= 1", kValueDimension, d_v));
-  out.d_v = d_v;
+  if (d_v) {
+    out.d_v = *d_v;
+  } else {
+    const long long written = fields.integer(kValueDimension);
+    if (written < 1) fields.fail(fmt::format("\"{}\" = {} must be >= 1", kValueDimension, written));
+    out.d_v = written;
+  }
   out.output_bound = fields.number_or_nan(kOutputBound);
   out.grad_values_bound = fields.number_or_nan(kGradValuesBound);
   for (const auto& [key, value] : fields.object().items()) {
@@ -218,17 +224,17 @@ ProbeHeadRecord head_from(const JsonFields& fields) {
   r.from_scores = true;
   for (const Field& field : kFields) {
     if (!field.required && !fields.has(field.key)) {
-      if (field.kind == Kind::number) field.set(r, kNotRecorded);
+      if (field.kind == FieldKind::number) field.set(r, kNotRecorded);
       continue;
     }
     if (field.weights) r.from_scores = false;
     switch (field.kind) {
-      case Kind::integer: r.*field.integer = fields.integer(field.key); break;
-      case Kind::boolean:
+      case FieldKind::integer: r.*field.integer = fields.integer(field.key); break;
+      case FieldKind::boolean:
         if (!fields.is_null(field.key)) r.causal = fields.boolean(field.key);
         break;
       // A required norm must be a number: without it the line says nothing a report could draw.
-      case Kind::number: field.set(r, field.required ? fields.number(field.key) : fields.number_or_nan(field.key)); break;
+      case FieldKind::number: field.set(r, field.required ? fields.number(field.key) : fields.number_or_nan(field.key)); break;
     }
   }
   if (r.layer < 0 || r.head < 0) {
@@ -321,9 +327,9 @@ std::vector<double> probe_head_values(const ProbeHeadRecord& r) {
       continue;
     }
     switch (field.kind) {
-      case Kind::integer: out.push_back(static_cast<double>(r.*field.integer)); break;
-      case Kind::boolean: out.push_back(r.causal ? (*r.causal ? 1.0 : 0.0) : kNotRecorded); break;
-      case Kind::number: out.push_back(field.get(r)); break;
+      case FieldKind::integer: out.push_back(static_cast<double>(r.*field.integer)); break;
+      case FieldKind::boolean: out.push_back(r.causal ? (*r.causal ? 1.0 : 0.0) : kNotRecorded); break;
+      case FieldKind::number: out.push_back(field.get(r)); break;
     }
   }
   if (r.cross_norm) {
@@ -335,6 +341,257 @@ std::vector<double> probe_head_values(const ProbeHeadRecord& r) {
     }
   }
   return out;
+}
+
+namespace {
+
+constexpr std::string_view kInputKinds[] = {"text", "tokens", "random", "pixels", "image", "text_file"};
+constexpr const char* kSentences = "sentences";
+constexpr const char* kStandardError = "standard_error";
+
+template <class T>
+json optional_json(const std::optional<T>& value) {
+  return value ? json(*value) : json(nullptr);
+}
+
+json sentence_json(const std::string& text, const std::vector<std::int64_t>& ids,
+                   const std::optional<std::vector<std::string>>& tokens) {
+  return {{"text", text}, {"token_ids", ids}, {"tokens", optional_json(tokens)}};
+}
+
+// The standard errors: every number of the row but the shapes (layer, head, kv_head, D, d, d_v) and causal.
+json standard_error_json(const ProbeOutputRow& row) {
+  const ProbeSentenceMeans& means = *row.over_sentences;
+  json out = json::object();
+  out["N"] = number_or_null(means.N_standard_error);
+  for (const Field& field : kFields) {
+    if (field.kind != FieldKind::number || (row.metrics.from_scores && field.weights)) continue;
+    out[field.key] = number_or_null(field.get(means.standard_error));
+  }
+  if (row.metrics.cross_norm && means.standard_error.cross_norm) {
+    ProbeHeadRecord what_if_only;
+    what_if_only.cross_norm = means.standard_error.cross_norm;
+    const json cross = to_json(what_if_only);
+    for (const auto& [key, value] : cross.items()) {
+      if (key == kOutputBound || key == kGradValuesBound || key.starts_with(kOutputPrefix) ||
+          key.starts_with(kGradValuesPrefix)) {
+        out[key] = value;
+      }
+    }
+  }
+  return out;
+}
+
+json row_json(const ProbeOutputRow& row) {
+  json out = to_json(row.metrics);
+  if (row.over_sentences) {
+    out["N"] = number_or_null(row.over_sentences->N);
+    out[kSentences] = row.over_sentences->sentences;
+    out[kStandardError] = standard_error_json(row);
+  }
+  return out;
+}
+
+std::optional<std::vector<std::string>> strings_or_null(const JsonFields& fields, const char* key) {
+  if (fields.is_null(key)) return std::nullopt;
+  std::vector<std::string> out;
+  for (const json& item : fields.array(key)) {
+    if (!item.is_string()) fields.fail(fmt::format("\"{}\" must be a list of text", key));
+    out.push_back(item.get<std::string>());
+  }
+  return out;
+}
+
+std::vector<std::int64_t> integers_of(const JsonFields& fields, const char* key) {
+  std::vector<std::int64_t> out;
+  for (long long id : fields.integers(key)) out.push_back(id);
+  return out;
+}
+
+ProbeInputInfo input_from(const JsonFields& f) {
+  using Kind = ProbeInputInfo::Kind;
+  ProbeInputInfo in;
+  const std::string kind = f.word("kind", JsonFields::Words(kInputKinds));
+  in.kind = static_cast<Kind>(std::find(std::begin(kInputKinds), std::end(kInputKinds), kind) - std::begin(kInputKinds));
+  switch (in.kind) {
+    case Kind::text: in.text = f.text("text"); break;
+    case Kind::random: {
+      in.seed = std::stoull(f.count_text("seed"));
+      in.length = f.integer("length");
+      in.sigma = f.number("sigma");
+      break;
+    }
+    default: in.file = f.text("file"); break;
+  }
+  if (in.kind == Kind::text || in.kind == Kind::tokens) {
+    in.token_ids = integers_of(f, "token_ids");
+    in.tokens = strings_or_null(f, "tokens");
+  }
+  if (in.kind == Kind::pixels || in.kind == Kind::image) {
+    in.height = f.integer("height");
+    in.width = f.integer("width");
+    in.preprocessing = f.text_or_null("preprocessing");
+  }
+  if (in.kind == Kind::text_file) {
+    std::size_t k = 0;
+    for (const json& item : f.array(kSentences)) {
+      const JsonFields sentence(item, fmt::format("{} sentences[{}]", f.where(), k++));
+      in.sentences.push_back({sentence.text("text"), integers_of(sentence, "token_ids"), strings_or_null(sentence, "tokens")});
+    }
+  }
+  return in;
+}
+
+ProbeOutputRow row_from(const JsonFields& fields) {
+  ProbeOutputRow row;
+  if (!fields.has(kSentences)) {
+    row.metrics = head_from(fields);
+    return row;
+  }
+  ProbeSentenceMeans means;
+  means.sentences = fields.integer(kSentences);
+  if (means.sentences < 1) fields.fail(fmt::format("\"{}\" = {} must be >= 1", kSentences, means.sentences));
+  means.N = fields.number("N");
+  if (means.N < 1) fields.fail(fmt::format("\"N\" = {} must be >= 1", means.N));
+  // The head's other keys read as for one input, its N the nearest whole number of positions.
+  json whole = fields.object();
+  whole["N"] = std::llround(means.N);
+  row.metrics = head_from(JsonFields(whole, fields.where()));
+  const JsonFields errors(fields.at(kStandardError), fields.where() + " " + kStandardError);
+  means.N_standard_error = errors.has("N") ? errors.number_or_nan("N") : kNotRecorded;
+  for (const Field& field : kFields) {
+    if (field.kind != FieldKind::number) continue;
+    field.set(means.standard_error, errors.has(field.key) ? errors.number_or_nan(field.key) : kNotRecorded);
+  }
+  if (row.metrics.cross_norm) means.standard_error.cross_norm = cross_norm_from(errors, row.metrics.cross_norm->d_v);
+  row.over_sentences = std::move(means);
+  return row;
+}
+
+}  // namespace
+
+std::string_view input_kind_name(ProbeInputInfo::Kind kind) { return kInputKinds[static_cast<int>(kind)]; }
+
+json to_json(const ProbeOutput& output) {
+  using Kind = ProbeInputInfo::Kind;
+  const ProbeModelInfo& m = output.model;
+  json model = {{"path", m.path},
+                {"architecture", m.architecture},
+                {"config_file", optional_json(m.config_file)},
+                {"config_sha256", optional_json(m.config_sha256)},
+                {"layers", m.layers},
+                {"heads", m.heads},
+                {"head_dim", m.head_dim},
+                {"hidden", m.hidden},
+                {"attention_activation", m.attention_activation}};
+  const ProbeInputInfo& i = output.input;
+  json in = {{"kind", input_kind_name(i.kind)}};
+  switch (i.kind) {
+    case Kind::text: in["text"] = i.text; break;
+    case Kind::random:
+      in["seed"] = i.seed;
+      in["length"] = i.length;
+      in["sigma"] = i.sigma;
+      break;
+    default: in["file"] = i.file; break;
+  }
+  if (i.kind == Kind::text || i.kind == Kind::tokens) {
+    in["token_ids"] = i.token_ids;
+    in["tokens"] = optional_json(i.tokens);
+  }
+  if (i.kind == Kind::pixels || i.kind == Kind::image) {
+    in["height"] = i.height;
+    in["width"] = i.width;
+    if (i.preprocessing) in["preprocessing"] = *i.preprocessing;
+  }
+  if (i.kind == Kind::text_file) {
+    json sentences = json::array();
+    for (const ProbeSentence& s : i.sentences) sentences.push_back(sentence_json(s.text, s.token_ids, s.tokens));
+    in[kSentences] = std::move(sentences);
+  }
+  json above = json::array();
+  for (const ProbeHeadAbove& h : output.verdict.heads_above_a_bound) {
+    json item = {{"layer", h.layer}, {"head", h.head}};
+    if (h.sentence) item["sentence"] = *h.sentence;
+    above.push_back(std::move(item));
+  }
+  json heads = json::array();
+  for (const ProbeOutputRow& row : output.heads) heads.push_back(row_json(row));
+  return {{kFormatVersion, kProbeFormatVersion},
+          {"model", std::move(model)},
+          {"input", std::move(in)},
+          {"tool", {{"name", "attncheck"}, {"version", output.tool_version}}},
+          {"verdict",
+           {{"holds", output.verdict.holds},
+            {"basis", "exact"},
+            {"statement", output.verdict.statement},
+            {"heads_above_a_bound", std::move(above)}}},
+          {"heads", std::move(heads)}};
+}
+
+ProbeOutput probe_output_from_json(const json& object, const std::string& where) {
+  const JsonFields top(object, where);
+  format_version(top);
+  ProbeOutput out;
+  const JsonFields model(top.at("model"), where + " model");
+  out.model.path = model.text("path");
+  out.model.architecture = model.word("architecture", {"BERT", "GPT-2", "Llama", "ViT", "DINOv2"});
+  out.model.config_file = model.text_or_null("config_file");
+  out.model.config_sha256 = model.text_or_null("config_sha256");
+  out.model.layers = model.integer("layers");
+  out.model.heads = model.integer("heads");
+  out.model.head_dim = model.integer("head_dim");
+  out.model.hidden = model.integer("hidden");
+  out.model.attention_activation = model.text("attention_activation");
+  out.input = input_from(JsonFields(top.at("input"), where + " input"));
+  const JsonFields tool(top.at("tool"), where + " tool");
+  tool.word("name", {"attncheck"});
+  out.tool_version = tool.text("version");
+  const JsonFields verdict(top.at("verdict"), where + " verdict");
+  out.verdict.holds = verdict.boolean("holds");
+  verdict.word("basis", {"exact"});
+  out.verdict.statement = verdict.text("statement");
+  std::size_t k = 0;
+  for (const json& item : verdict.array("heads_above_a_bound")) {
+    const JsonFields above(item, fmt::format("{} verdict heads_above_a_bound[{}]", where, k++));
+    const auto sentence = above.integer_or_null("sentence");
+    out.verdict.heads_above_a_bound.push_back(
+        {sentence ? std::optional<std::int64_t>(*sentence) : std::nullopt, above.integer("layer"), above.integer("head")});
+  }
+  std::size_t row = 0;
+  for (const json& item : top.array("heads")) {
+    out.heads.push_back(row_from(JsonFields(item, fmt::format("{} heads[{}]", where, row++))));
+  }
+  return out;
+}
+
+ProbeHeadRecord probe_head_from_values(const std::vector<double>& values, bool cross_norm) {
+  const std::size_t columns = probe_head_columns(cross_norm).size();
+  if (values.size() != columns) {
+    throw std::invalid_argument(fmt::format("{} values for the {} columns of a head record", values.size(), columns));
+  }
+  ProbeHeadRecord r;
+  std::size_t i = 0;
+  for (const Field& field : kFields) {
+    const double x = values[i++];
+    switch (field.kind) {
+      case FieldKind::integer: r.*field.integer = std::llround(x); break;
+      case FieldKind::boolean:
+        if (!std::isnan(x)) r.causal = x != 0;
+        break;
+      case FieldKind::number: field.set(r, x); break;
+    }
+  }
+  if (cross_norm) {
+    ProbeCrossNorm cross{std::llround(values[i]), values[i + 1], values[i + 2], {}};
+    i += 3;
+    for (const double mix : kCrossNormMixes) {
+      cross.mixes.push_back({mix, values[i], values[i + 1]});
+      i += 2;
+    }
+    r.cross_norm = std::move(cross);
+  }
+  return r;
 }
 
 std::vector<ProbeRecord> parse_probe_log(const std::string& text, const std::string& name) {

@@ -101,6 +101,70 @@ struct ProbeRecord {
   std::optional<double> value(ProbeQuantity quantity) const { return metrics.value(quantity); }
 };
 
+// `attncheck probe MODEL --json`: what produced the measurement (model, input, tool), the verdict and the heads.
+struct ProbeModelInfo {
+  std::string path;          // as given
+  std::string architecture;  // "BERT", "GPT-2", "Llama", "ViT", "DINOv2"
+  std::optional<std::string> config_file, config_sha256;  // none for a GGUF file: its metadata is its configuration
+  std::int64_t layers = 0, heads = 0, head_dim = 0, hidden = 0;
+  std::string attention_activation;
+};
+
+struct ProbeSentence {
+  std::string text;
+  std::vector<std::int64_t> token_ids;
+  std::optional<std::vector<std::string>> tokens;  // the vocabulary's string of each id, none without a vocabulary
+};
+
+// Which keys an input has depends on its kind (docs/results-format.md).
+struct ProbeInputInfo {
+  enum class Kind { text, tokens, random, pixels, image, text_file } kind = Kind::random;
+  std::string text;  // text
+  std::string file;  // tokens, pixels, image, text_file
+  std::uint64_t seed = 0;  // random
+  std::int64_t length = 0;
+  double sigma = 0;
+  std::vector<std::int64_t> token_ids;             // text, tokens
+  std::optional<std::vector<std::string>> tokens;
+  std::int64_t height = 0, width = 0;              // pixels, image
+  std::optional<std::string> preprocessing;        // image
+  std::vector<ProbeSentence> sentences;            // text_file
+};
+std::string_view input_kind_name(ProbeInputInfo::Kind kind);
+
+struct ProbeHeadAbove {
+  std::optional<std::int64_t> sentence;  // 1-based, for --text-file
+  std::int64_t layer = 0, head = 0;
+};
+
+// Theorem 4.1's deterministic bounds on every measured head; its basis is always exact.
+struct ProbeVerdict {
+  bool holds = false;
+  std::string statement;
+  std::vector<ProbeHeadAbove> heads_above_a_bound;
+};
+
+// --text-file: the row's values are means over the sentences (N too, so it may be fractional here), with the
+// standard error of each (sample standard deviation / sqrt(sentences)) in a record of the same shape.
+struct ProbeSentenceMeans {
+  std::int64_t sentences = 0;
+  double N = 0, N_standard_error = 0;
+  ProbeHeadRecord standard_error;
+};
+
+struct ProbeOutputRow {
+  ProbeHeadRecord metrics;
+  std::optional<ProbeSentenceMeans> over_sentences;
+};
+
+struct ProbeOutput {
+  ProbeModelInfo model;
+  ProbeInputInfo input;
+  std::string tool_version;
+  ProbeVerdict verdict;
+  std::vector<ProbeOutputRow> heads;  // in layer, head order
+};
+
 // The JSON forms. from_json throws theory::InputError naming `where` and the bad key.
 nlohmann::json to_json(const ProbeHeadRecord& head);
 ProbeHeadRecord probe_head_from_json(const nlohmann::json& object, const std::string& where);
@@ -110,6 +174,13 @@ ProbeRecord probe_record_from_json(const nlohmann::json& object, const std::stri
 // The "format_version" of a probe record or `probe --json` document: 1 when absent; a theory::InputError naming
 // `where` for a version this attncheck does not read.
 int probe_format_version(const nlohmann::json& object, const std::string& where);
+
+nlohmann::json to_json(const ProbeOutput& output);  // with "format_version": kProbeFormatVersion
+ProbeOutput probe_output_from_json(const nlohmann::json& object, const std::string& where);
+
+// The head record whose columns (probe_head_columns) hold `values`, as probe_head_values gives them; integers
+// are rounded (a mean of N over sentences is fractional).
+ProbeHeadRecord probe_head_from_values(const std::vector<double>& values, bool cross_norm);
 
 // One line of the log, ending in '\n'.
 std::string probe_log_line(const ProbeRecord& record);
