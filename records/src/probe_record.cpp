@@ -459,6 +459,7 @@ ProbeOutputRow row_from(const JsonFields& fields) {
   row.metrics = head_from(JsonFields(whole, fields.where()));
   const JsonFields errors(fields.at(kStandardError), fields.where() + " " + kStandardError);
   means.N_standard_error = errors.has("N") ? errors.number_or_nan("N") : kNotRecorded;
+  means.standard_error.from_scores = row.metrics.from_scores;
   for (const Field& field : kFields) {
     if (field.kind != FieldKind::number) continue;
     field.set(means.standard_error, errors.has(field.key) ? errors.number_or_nan(field.key) : kNotRecorded);

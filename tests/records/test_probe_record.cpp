@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -33,6 +34,14 @@ double signed_number() { return *rc::gen::inRange(-1000000, 1000000) / 997.0; }
 
 ProbeNorms norms() { return {norm(), norm(), norm(), norm()}; }
 
+// Unknown without the weights: what a record measured on scores alone holds for them once read back.
+void forget_weights(ProbeHeadRecord& r) {
+  r.from_scores = true;
+  r.D = r.d = r.kv_head = 0;
+  r.softmax.dWq = r.softmax.dWk = r.poly3_scaled.dWq = r.poly3_scaled.dWk = r.poly3.dWq = r.poly3.dWk = NAN;
+  r.inner = r.dWk_group = r.sigma_x = r.sigma_t = r.iid_scores_fro = r.iid_poly3_scaled_fro = r.iid_poly3_fro = NAN;
+}
+
 ProbeHeadRecord head_record() {
   ProbeHeadRecord r;
   r.layer = *rc::gen::inRange(0, 200);
@@ -54,9 +63,7 @@ ProbeHeadRecord head_record() {
   r.poly3_scaled = norms();
   r.poly3 = norms();
   if (r.from_scores) {
-    // Unknown without the weights: what a record read back holds for them.
-    r.softmax.dWq = r.softmax.dWk = r.poly3_scaled.dWq = r.poly3_scaled.dWk = r.poly3.dWq = r.poly3.dWk = NAN;
-    r.inner = r.dWk_group = r.sigma_x = r.sigma_t = r.iid_scores_fro = r.iid_poly3_scaled_fro = r.iid_poly3_fro = NAN;
+    forget_weights(r);
   } else {
     r.D = *rc::gen::inRange(1, 8192);
     r.d = *rc::gen::inRange(1, 512);
@@ -75,6 +82,84 @@ ProbeHeadRecord head_record() {
     r.cross_norm = cross;
   }
   return r;
+}
+
+std::string text() { return *rc::gen::container<std::string>(rc::gen::inRange<char>(1, 127)); }
+std::vector<std::int64_t> ids() { return *rc::gen::container<std::vector<std::int64_t>>(rc::gen::inRange<std::int64_t>(0, 200000)); }
+std::optional<std::vector<std::string>> tokens() {
+  if (*rc::gen::arbitrary<bool>()) return std::nullopt;
+  return *rc::gen::container<std::vector<std::string>>(rc::gen::container<std::string>(rc::gen::inRange<char>(1, 127)));
+}
+
+// A document as `probe --json` writes it: the keys of its input are those of its kind.
+ProbeOutput probe_output() {
+  using Kind = ProbeInputInfo::Kind;
+  ProbeOutput out;
+  out.model.path = text();
+  out.model.architecture = *rc::gen::element<std::string>("BERT", "GPT-2", "Llama", "ViT", "DINOv2");
+  if (*rc::gen::arbitrary<bool>()) {
+    out.model.config_file = text();
+    out.model.config_sha256 = text();
+  }
+  out.model.layers = *rc::gen::inRange(1, 100);
+  out.model.heads = *rc::gen::inRange(1, 100);
+  out.model.head_dim = *rc::gen::inRange(1, 256);
+  out.model.hidden = *rc::gen::inRange(1, 8192);
+  out.model.attention_activation = text();
+  ProbeInputInfo& in = out.input;
+  in.kind = static_cast<Kind>(*rc::gen::inRange(0, 6));
+  switch (in.kind) {
+    case Kind::text: in.text = text(); break;
+    case Kind::random:
+      in.seed = *rc::gen::arbitrary<std::uint64_t>();  // every 64-bit seed, beyond 2^53 too
+      in.length = *rc::gen::inRange(1, 4096);
+      in.sigma = norm();
+      break;
+    default: in.file = text(); break;
+  }
+  if (in.kind == Kind::text || in.kind == Kind::tokens) {
+    in.token_ids = ids();
+    in.tokens = tokens();
+  }
+  if (in.kind == Kind::pixels || in.kind == Kind::image) {
+    in.height = *rc::gen::inRange(1, 1024);
+    in.width = *rc::gen::inRange(1, 1024);
+    if (*rc::gen::arbitrary<bool>()) in.preprocessing = text();
+  }
+  if (in.kind == Kind::text_file) {
+    const int count = *rc::gen::inRange(2, 5);
+    for (int k = 0; k < count; ++k) in.sentences.push_back({text(), ids(), tokens()});
+  }
+  out.tool_version = text();
+  out.verdict.holds = *rc::gen::arbitrary<bool>();
+  out.verdict.statement = text();
+  const int above = *rc::gen::inRange(0, 3);
+  for (int k = 0; k < above; ++k) {
+    out.verdict.heads_above_a_bound.push_back(
+        {in.kind == Kind::text_file ? std::optional<std::int64_t>(k + 1) : std::nullopt, *rc::gen::inRange(0, 100),
+         *rc::gen::inRange(0, 100)});
+  }
+  const int rows = *rc::gen::inRange(1, 4);
+  for (int k = 0; k < rows; ++k) {
+    ProbeOutputRow row{head_record(), std::nullopt};
+    if (in.kind == Kind::text_file) {
+      // Means of N over sentences of different lengths, and the standard errors of every number.
+      ProbeHeadRecord errors = head_record();
+      if (row.metrics.from_scores) forget_weights(errors);
+      errors.from_scores = row.metrics.from_scores;
+      errors.cross_norm.reset();
+      if (row.metrics.cross_norm) {
+        ProbeCrossNorm cross{row.metrics.cross_norm->d_v, norm(), norm(), {}};
+        for (double mix : kCrossNormMixes) cross.mixes.push_back({mix, norm(), norm()});
+        errors.cross_norm = cross;
+      }
+      row.metrics.N = *rc::gen::inRange(2, 1000);
+      row.over_sentences = ProbeSentenceMeans{static_cast<std::int64_t>(in.sentences.size()), static_cast<double>(row.metrics.N) + 0.25, norm(),
+                                              errors};
+    }
+    out.heads.push_back(row);
+  }
+  return out;
 }
 
 // Equal, with NaN ("not recorded") equal to NaN.
@@ -103,6 +188,56 @@ bool same(const ProbeHeadRecord& a, const ProbeHeadRecord& b) {
          same(a.score_mean, b.score_mean) && same(a.score_std, b.score_std) && same(a.score_max_abs, b.score_max_abs) &&
          same(a.scores_fro, b.scores_fro) && same(a.linear_scaled, b.linear_scaled) &&
          same(a.poly3_scaled, b.poly3_scaled) && same(a.poly3, b.poly3) && same(a.relu_n, b.relu_n);
+}
+
+// The numbers a standard-error object holds: every number of the head but its shapes.
+bool same_numbers(const ProbeHeadRecord& a, const ProbeHeadRecord& b) {
+  ProbeHeadRecord x = a, y = b;
+  x.layer = y.layer = x.head = y.head = x.N = y.N = x.D = y.D = x.d = y.d = x.kv_head = y.kv_head = 0;
+  x.causal = y.causal = std::nullopt;
+  return same(x, y);
+}
+
+bool same(const ProbeOutput& a, const ProbeOutput& b) {
+  const auto &m = a.model, &n = b.model;
+  if (m.path != n.path || m.architecture != n.architecture || m.config_file != n.config_file ||
+      m.config_sha256 != n.config_sha256 || m.layers != n.layers || m.heads != n.heads || m.head_dim != n.head_dim ||
+      m.hidden != n.hidden || m.attention_activation != n.attention_activation) {
+    return false;
+  }
+  const auto &i = a.input, &j = b.input;
+  if (i.kind != j.kind || i.text != j.text || i.file != j.file || i.seed != j.seed || i.length != j.length ||
+      i.sigma != j.sigma || i.token_ids != j.token_ids || i.tokens != j.tokens || i.height != j.height ||
+      i.width != j.width || i.preprocessing != j.preprocessing || i.sentences.size() != j.sentences.size()) {
+    return false;
+  }
+  for (std::size_t k = 0; k < i.sentences.size(); ++k) {
+    if (i.sentences[k].text != j.sentences[k].text || i.sentences[k].token_ids != j.sentences[k].token_ids ||
+        i.sentences[k].tokens != j.sentences[k].tokens) {
+      return false;
+    }
+  }
+  if (a.tool_version != b.tool_version || a.verdict.holds != b.verdict.holds ||
+      a.verdict.statement != b.verdict.statement ||
+      a.verdict.heads_above_a_bound.size() != b.verdict.heads_above_a_bound.size() || a.heads.size() != b.heads.size()) {
+    return false;
+  }
+  for (std::size_t k = 0; k < a.verdict.heads_above_a_bound.size(); ++k) {
+    const auto &x = a.verdict.heads_above_a_bound[k], &y = b.verdict.heads_above_a_bound[k];
+    if (x.sentence != y.sentence || x.layer != y.layer || x.head != y.head) return false;
+  }
+  for (std::size_t k = 0; k < a.heads.size(); ++k) {
+    const auto &x = a.heads[k], &y = b.heads[k];
+    if (!same(x.metrics, y.metrics) || x.over_sentences.has_value() != y.over_sentences.has_value()) return false;
+    if (x.over_sentences) {
+      const auto &s = *x.over_sentences, &t = *y.over_sentences;
+      if (s.sentences != t.sentences || !same(s.N, t.N) || !same(s.N_standard_error, t.N_standard_error) ||
+          !same_numbers(s.standard_error, t.standard_error)) {
+        return false;
+      }
+    }
+  }
+  return true;
 }
 
 // A file of `text` that is removed with the object.
@@ -159,6 +294,54 @@ TEST_CASE("a probe-log record survives its line unchanged, with the format versi
     RC_ASSERT(back.fingerprint == r.fingerprint);
     RC_ASSERT(same(back.metrics, r.metrics));
   });
+}
+
+TEST_CASE("a probe --json document survives its JSON text unchanged, for every kind of input", "[records][probes]") {
+  rc::prop("probe_output_from_json(to_json(d)) == d", [] {
+    const ProbeOutput document = probe_output();
+    const json text = json::parse(to_json(document).dump(1));
+    RC_ASSERT(text["format_version"] == kProbeFormatVersion);
+    RC_ASSERT(text["verdict"]["basis"] == "exact");
+    RC_ASSERT(same(probe_output_from_json(text, "probe.json"), document));
+  });
+}
+
+TEST_CASE("a --text-file row keeps its fractional mean N, shapes exact and the standard errors beside",
+          "[records][probes]") {
+  std::vector<double> means = probe_head_values(ProbeHeadRecord{});
+  const auto columns = probe_head_columns(false);
+  const auto at = [&](const char* key) {
+    return static_cast<std::size_t>(std::find(columns.begin(), columns.end(), key) - columns.begin());
+  };
+  means[at("N")] = 6.5;
+  means[at("D")] = 64;
+  means[at("softmax_fro")] = 1.75;
+  means[at("grad_fro")] = 0.5;
+  means[at("causal")] = 1;
+  ProbeOutput document;
+  document.model.architecture = "BERT";
+  document.input.kind = ProbeInputInfo::Kind::text_file;
+  document.input.sentences = {{"a b", {1, 2}, std::nullopt}, {"c", {3}, std::nullopt}};
+  ProbeHeadRecord errors;
+  errors.softmax.value = 0.125;
+  document.heads.push_back({probe_head_from_values(means, false), ProbeSentenceMeans{2, 6.5, 0.5, errors}});
+  const json written = to_json(document);
+  const json& row = written["heads"][0];
+  CHECK(row["N"] == 6.5);
+  CHECK(row["D"] == 64);
+  CHECK(row["causal"] == true);
+  CHECK(row["sentences"] == 2);
+  CHECK(row["standard_error"]["softmax_fro"] == 0.125);
+  CHECK(row["standard_error"]["N"] == 0.5);
+  CHECK_FALSE(row["standard_error"].contains("D"));  // a shape, the same in every sentence
+  const ProbeOutput back = probe_output_from_json(written, "probe.json");
+  CHECK(back.heads[0].over_sentences->N == 6.5);
+  CHECK(back.heads[0].metrics.N == 7);  // the nearest whole number of positions
+  CHECK(back.heads[0].metrics.softmax.value == 1.75);
+  json no_errors = written;
+  no_errors["heads"][0].erase("standard_error");
+  CHECK_THROWS_WITH(probe_output_from_json(no_errors, "probe.json"),
+                    Contains("probe.json heads[0]") && Contains("\"standard_error\" is missing"));
 }
 
 TEST_CASE("a checkpoint whose name is not UTF-8 is refused by name, not written as broken JSON", "[records][probes]") {
@@ -220,8 +403,14 @@ TEST_CASE("a probe log of format version 1 (no version key) from a run of the pr
 
   const json output = json::parse(std::ifstream(kData / "probe-log-v1" / "probe-output.json"));
   CHECK(probe_format_version(output, "probe-output.json") == 1);
-  const ProbeHeadRecord first_head = probe_head_from_json(output["heads"][0], "probe-output.json heads[0]");
-  CHECK(same(first_head, read[0].metrics));  // the same checkpoint, input and head as the log's first line
+  const ProbeOutput document = probe_output_from_json(output, "probe-output.json");
+  CHECK(document.model.architecture == "BERT");
+  CHECK(document.input.kind == ProbeInputInfo::Kind::random);
+  CHECK(document.input.length == 5);
+  CHECK(document.verdict.holds);
+  REQUIRE(document.heads.size() == 2);
+  CHECK(same(document.heads[0].metrics, read[0].metrics));  // the same checkpoint, input and head as the log's first line
+  CHECK(same(document.heads[1].metrics, read[1].metrics));
 }
 
 TEST_CASE("a probe record of a newer format version is refused, naming the file, the line and the version",
