@@ -294,78 +294,73 @@ void print_table(const probes::ProbeResult& result, const probes::ProbeInput& in
   note_non_finite(cell.non_finite(), "marked inf! or nan!");
 }
 
-const char* input_kind_name(probes::ProbeInput::Kind kind) {
+records::ProbeInputInfo::Kind input_kind(probes::ProbeInput::Kind kind) {
+  using Kind = records::ProbeInputInfo::Kind;
   switch (kind) {
-    case probes::ProbeInput::Kind::text: return "text";
-    case probes::ProbeInput::Kind::tokens: return "tokens";
-    case probes::ProbeInput::Kind::random: return "random";
-    case probes::ProbeInput::Kind::pixels: return "pixels";
-    case probes::ProbeInput::Kind::image: return "image";
+    case probes::ProbeInput::Kind::text: return Kind::text;
+    case probes::ProbeInput::Kind::tokens: return Kind::tokens;
+    case probes::ProbeInput::Kind::random: return Kind::random;
+    case probes::ProbeInput::Kind::pixels: return Kind::pixels;
+    case probes::ProbeInput::Kind::image: return Kind::image;
   }
-  return "unknown";
+  return Kind::random;
 }
 
-// One object that traces a result back to what produced it: the model and its configuration's hash, the
+std::optional<std::vector<std::string>> token_strings(const probes::ProbeResult& result) {
+  if (result.token_strings.empty()) return std::nullopt;
+  return result.token_strings;
+}
+
+// One record that traces a result back to what produced it: the model and its configuration's hash, the
 // exact input, the tool's version, the verdict and its basis, then the per-head rows.
-nlohmann::json probe_document(const ProbeOptions& o, const probes::ProbeInput& input,
-                              const probes::ProbeResult& result, bool bounds_hold) {
+records::ProbeOutput probe_document(const ProbeOptions& o, const probes::ProbeInput& input,
+                                    const probes::ProbeResult& result, bool bounds_hold) {
   const auto& c = result.config;
-  nlohmann::json model = {{"path", o.model},
-                          {"architecture", probes::architecture_name(c.architecture)},
-                          {"config_file", nullptr},
-                          {"config_sha256", nullptr},
-                          {"layers", c.layers},
-                          {"heads", c.heads},
-                          {"head_dim", c.head_dim()},
-                          {"hidden", c.hidden},
-                          {"attention_activation", c.attention_activation}};
+  records::ProbeOutput out;
+  out.model.path = o.model;
+  out.model.architecture = std::string(probes::architecture_name(c.architecture));
+  out.model.layers = c.layers;
+  out.model.heads = c.heads;
+  out.model.head_dim = c.head_dim();
+  out.model.hidden = c.hidden;
+  out.model.attention_activation = c.attention_activation;
   if (!result.config_file.empty()) {
-    model["config_file"] = result.config_file.string();
-    model["config_sha256"] = result.config_sha256;
+    out.model.config_file = result.config_file.string();
+    out.model.config_sha256 = result.config_sha256;
   }
-  nlohmann::json in = {{"kind", input_kind_name(input.kind)}};
+  records::ProbeInputInfo& in = out.input;
+  in.kind = input_kind(input.kind);
   switch (input.kind) {
-    case probes::ProbeInput::Kind::text: in["text"] = input.text; break;
-    case probes::ProbeInput::Kind::tokens: in["file"] = input.tokens_file.string(); break;
-    case probes::ProbeInput::Kind::pixels: in["file"] = input.pixels_file.string(); break;
-    case probes::ProbeInput::Kind::image: in["file"] = input.image_file.string(); break;
+    case probes::ProbeInput::Kind::text: in.text = input.text; break;
+    case probes::ProbeInput::Kind::tokens: in.file = input.tokens_file.string(); break;
+    case probes::ProbeInput::Kind::pixels: in.file = input.pixels_file.string(); break;
+    case probes::ProbeInput::Kind::image: in.file = input.image_file.string(); break;
     case probes::ProbeInput::Kind::random:
-      in["seed"] = input.seed;
-      in["length"] = result.random_length;
-      in["sigma"] = result.random_sigma;
+      in.seed = input.seed;
+      in.length = result.random_length;
+      in.sigma = result.random_sigma;
       break;
   }
-  if (input.kind == probes::ProbeInput::Kind::text || input.kind == probes::ProbeInput::Kind::tokens) {
-    in["token_ids"] = result.ids;
-    in["tokens"] = result.token_strings.empty() ? nlohmann::json(nullptr) : nlohmann::json(result.token_strings);
-  }
-  if (input.kind == probes::ProbeInput::Kind::pixels || input.kind == probes::ProbeInput::Kind::image) {
-    in["height"] = result.image_height;
-    in["width"] = result.image_width;
-    if (!result.preprocessing.empty()) in["preprocessing"] = result.preprocessing;
-  }
-  nlohmann::json above = nlohmann::json::array();
-  nlohmann::json heads = nlohmann::json::array();
-  for (const auto& m : result.heads) {
-    if (!probes::within_theorem_bounds(m) || !probes::within_cross_norm_bounds(m)) {
-      above.push_back({{"layer", m.layer}, {"head", m.head}});
-    }
-    heads.push_back(probes::to_json(m));
-  }
-  return {{"model", std::move(model)},
-          {"input", std::move(in)},
-          {"tool", {{"name", "attncheck"}, {"version", ATTNCHECK_VERSION}}},
-          {"verdict",
-           {{"holds", bounds_hold},
-            {"basis", "exact"},
-            {"statement", std::string("every measured head within Theorem 4.1's deterministic bounds: ||A||_F <= "
+  in.token_ids = result.ids;
+  in.tokens = token_strings(result);
+  in.height = result.image_height;
+  in.width = result.image_width;
+  if (!result.preprocessing.empty()) in.preprocessing = result.preprocessing;
+  out.tool_version = ATTNCHECK_VERSION;
+  out.verdict.holds = bounds_hold;
+  out.verdict.statement = std::string("every measured head within Theorem 4.1's deterministic bounds: ||A||_F <= "
                                       "sqrt(N) and ||grad softmax(S)||_F <= sqrt(N)/2 (the tight form of the "
                                       "papers' 2 sqrt(N))") +
-                              (o.cross_norm ? "; and the cross-normalization bounds at mix alpha 1: ||O||_F <= "
-                                              "sqrt(N d_v), ||dO/dV||_F <= sqrt(N d_v / 8)"
-                                            : "")},
-            {"heads_above_a_bound", std::move(above)}}},
-          {"heads", std::move(heads)}};
+                          (o.cross_norm ? "; and the cross-normalization bounds at mix alpha 1: ||O||_F <= "
+                                          "sqrt(N d_v), ||dO/dV||_F <= sqrt(N d_v / 8)"
+                                        : "");
+  for (const auto& m : result.heads) {
+    if (!probes::within_theorem_bounds(m) || !probes::within_cross_norm_bounds(m)) {
+      out.verdict.heads_above_a_bound.push_back({std::nullopt, m.layer, m.head});
+    }
+    out.heads.push_back({probes::head_record(m), std::nullopt});
+  }
+  return out;
 }
 
 // Theorem 4.1's bounds are deterministic: a live value above them is a violation (exit 1).
@@ -420,8 +415,8 @@ int run_text_file(const ProbeOptions& o, probes::ProbeProgress progress) {
   SentenceStatistics stats{probes::csv_columns(o.cross_norm), {}};
   std::vector<probes::ProbeResult> results;
   bool hold = true;
-  nlohmann::json above = nlohmann::json::array();
-  nlohmann::json sentence_list = nlohmann::json::array();
+  std::vector<records::ProbeHeadAbove> above;
+  std::vector<records::ProbeSentence> sentence_list;
   for (std::size_t k = 0; k < sentences.size(); ++k) {
     probes::ProbeInput input;
     input.kind = probes::ProbeInput::Kind::text;
@@ -441,13 +436,10 @@ int run_text_file(const ProbeOptions& o, probes::ProbeProgress progress) {
         hold = false;
         fmt::print(stderr, "sentence {} layer {} head {}: a softmax bound is exceeded\n", k + 1,
                    result.heads[h].layer, result.heads[h].head);
-        above.push_back({{"sentence", k + 1}, {"layer", result.heads[h].layer}, {"head", result.heads[h].head}});
+        above.push_back({static_cast<std::int64_t>(k + 1), result.heads[h].layer, result.heads[h].head});
       }
     }
-    sentence_list.push_back({{"text", sentences[k]},
-                             {"token_ids", result.ids},
-                             {"tokens", result.token_strings.empty() ? nlohmann::json(nullptr)
-                                                                      : nlohmann::json(result.token_strings)}});
+    sentence_list.push_back({sentences[k], result.ids, token_strings(result)});
     results.push_back(std::move(result));
   }
   const auto& first = results.front();
@@ -457,32 +449,27 @@ int run_text_file(const ProbeOptions& o, probes::ProbeProgress progress) {
   if (o.json) {
     probes::ProbeInput input;
     input.kind = probes::ProbeInput::Kind::text;
-    nlohmann::json document = probe_document(o, input, first, hold);
-    document["input"] = {{"kind", "text_file"}, {"file", o.text_file}, {"sentences", std::move(sentence_list)}};
-    document["verdict"]["heads_above_a_bound"] = std::move(above);
-    document["verdict"]["statement"] = "every measured head, on every sentence, within Theorem 4.1's deterministic "
-                                       "bounds: ||A||_F <= sqrt(N) and ||grad softmax(S)||_F <= sqrt(N)/2";
-    nlohmann::json heads = nlohmann::json::array();
+    records::ProbeOutput document = probe_document(o, input, first, hold);
+    document.input = {};
+    document.input.kind = records::ProbeInputInfo::Kind::text_file;
+    document.input.file = o.text_file;
+    document.input.sentences = std::move(sentence_list);
+    document.verdict.heads_above_a_bound = std::move(above);
+    document.verdict.statement = "every measured head, on every sentence, within Theorem 4.1's deterministic "
+                                 "bounds: ||A||_F <= sqrt(N) and ||grad softmax(S)||_F <= sqrt(N)/2";
+    const std::size_t n_index = index_of("N");
     for (std::size_t h = 0; h < stats.per_head.size(); ++h) {
-      // The keys as for one input, each the mean over the sentences; layer, head and the shapes are exact.
-      nlohmann::json row = probes::to_json(first.heads[h]);
-      nlohmann::json errors = nlohmann::json::object();
-      for (std::size_t v = 0; v < stats.keys.size(); ++v) {
-        const std::string& key = stats.keys[v];
-        if (!row.contains(key) || !row[key].is_number() || key == "layer" || key == "head" || key == "kv_head" ||
-            key == "D" || key == "d") {
-          continue;
-        }
-        const double mean = stats.per_head[h][v].mean(), se = stats.per_head[h][v].standard_error();
-        row[key] = std::isfinite(mean) ? nlohmann::json(mean) : nlohmann::json(nullptr);
-        errors[key] = std::isfinite(se) ? nlohmann::json(se) : nlohmann::json(nullptr);
+      // Each value the mean over the sentences; layer, head and the shapes are the same in every sentence.
+      std::vector<double> means, errors;
+      for (const auto& accumulator : stats.per_head[h]) {
+        means.push_back(accumulator.mean());
+        errors.push_back(accumulator.standard_error());
       }
-      row["sentences"] = sentences.size();
-      row["standard_error"] = std::move(errors);
-      heads.push_back(std::move(row));
+      records::ProbeSentenceMeans over{static_cast<std::int64_t>(sentences.size()), means[n_index], errors[n_index],
+                                       records::probe_head_from_values(errors, o.cross_norm)};
+      document.heads[h] = {records::probe_head_from_values(means, o.cross_norm), std::move(over)};
     }
-    document["heads"] = std::move(heads);
-    std::cout << document.dump(1) << "\n";
+    std::cout << records::to_json(document).dump(1) << "\n";
     return hold ? kExitHolds : kExitViolated;
   }
   const auto& c = first.config;
@@ -591,7 +578,7 @@ int run(const ProbeOptions& o) {
     for (const auto& m : result.heads) {
       for (double v : probes::csv_values(m)) non_finite += std::isfinite(v) ? 0 : 1;
     }
-    std::cout << probe_document(o, input, result, hold).dump(1) << "\n";
+    std::cout << records::to_json(probe_document(o, input, result, hold)).dump(1) << "\n";
     note_non_finite(non_finite, "written as null");
   } else if (o.csv) {
     fmt::print("{}\n", fmt::join(probes::csv_columns(o.cross_norm), ","));

@@ -3,7 +3,6 @@
 #include "attncheck/probes/image.hpp"
 #include "attncheck/probes/tokenizer.hpp"
 #include "attncheck/records/input_file.hpp"
-#include "attncheck/records/probe_keys.hpp"
 #include "attncheck/records/sha256.hpp"
 #include "attncheck/streams/random_stream.hpp"
 #include "attncheck/theory/bound_check.hpp"
@@ -364,124 +363,50 @@ bool within_cross_norm_bounds(const HeadMetrics& m) {
   return true;
 }
 
-namespace {
-struct Field {
-  const char* name;
-  double (*get)(const HeadMetrics&);
-  bool needs_weights = false;  // unknown when measured from the scores alone
-};
-#define ATTNCHECK_FIELD(key, expr) Field{key, [](const HeadMetrics& m) { return static_cast<double>(expr); }}
-#define ATTNCHECK_WEIGHTS_FIELD(key, expr) \
-  Field{key, [](const HeadMetrics& m) { return static_cast<double>(expr); }, true}
-const Field kFields[] = {
-    ATTNCHECK_FIELD(records::probe_keys::layer, m.layer),
-    ATTNCHECK_FIELD(records::probe_keys::head, m.head),
-    ATTNCHECK_FIELD(records::probe_keys::N, m.N),
-    ATTNCHECK_WEIGHTS_FIELD("D", m.D),
-    ATTNCHECK_WEIGHTS_FIELD("d", m.d),
-    ATTNCHECK_FIELD("causal", m.causal),
-    ATTNCHECK_WEIGHTS_FIELD("inner", m.inner),
-    ATTNCHECK_FIELD(records::probe_keys::softmax_fro, m.softmax.value),
-    ATTNCHECK_FIELD(records::probe_keys::grad_fro, m.softmax.grad),
-    ATTNCHECK_WEIGHTS_FIELD(records::probe_keys::dWq_fro, m.softmax.dWq),
-    ATTNCHECK_WEIGHTS_FIELD(records::probe_keys::dWk_fro, m.softmax.dWk),
-    ATTNCHECK_WEIGHTS_FIELD("kv_head", m.kv_head),
-    ATTNCHECK_WEIGHTS_FIELD("dWk_group_fro", m.dWk_group),
-    ATTNCHECK_FIELD("sqrt_N", m.sqrt_n),
-    ATTNCHECK_FIELD("softmax_over_sqrt_N", m.softmax.value / m.sqrt_n),
-    ATTNCHECK_FIELD("grad_over_2sqrt_N", m.softmax.grad / m.grad_paper_bound),
-    ATTNCHECK_FIELD("grad_over_half_sqrt_N", m.softmax.grad / m.grad_tight_bound),
-    ATTNCHECK_FIELD("score_mean", m.score_mean),
-    ATTNCHECK_FIELD("score_std", m.score_std),
-    ATTNCHECK_FIELD("score_max_abs", m.score_max_abs),
-    ATTNCHECK_FIELD("scores_fro", m.scores_fro),
-    ATTNCHECK_FIELD("linear_scaled_fro", m.linear_scaled.value),
-    ATTNCHECK_FIELD("linear_scaled_grad_fro", m.linear_scaled.grad),
-    ATTNCHECK_FIELD(records::probe_keys::poly3_scaled_fro, m.poly3_scaled.value),
-    ATTNCHECK_FIELD(records::probe_keys::poly3_scaled_grad_fro, m.poly3_scaled.grad),
-    ATTNCHECK_WEIGHTS_FIELD("poly3_scaled_dWq_fro", m.poly3_scaled.dWq),
-    ATTNCHECK_WEIGHTS_FIELD("poly3_scaled_dWk_fro", m.poly3_scaled.dWk),
-    ATTNCHECK_FIELD(records::probe_keys::poly3_fro, m.poly3.value),
-    ATTNCHECK_FIELD(records::probe_keys::poly3_grad_fro, m.poly3.grad),
-    ATTNCHECK_WEIGHTS_FIELD("poly3_dWq_fro", m.poly3.dWq),
-    ATTNCHECK_WEIGHTS_FIELD("poly3_dWk_fro", m.poly3.dWk),
-    ATTNCHECK_FIELD(records::probe_keys::relu_n_fro, m.relu_n.value),
-    ATTNCHECK_FIELD(records::probe_keys::relu_n_grad_fro, m.relu_n.grad),
-    ATTNCHECK_WEIGHTS_FIELD("sigma_x", m.sigma_x),
-    ATTNCHECK_WEIGHTS_FIELD("sigma_t", m.sigma_t),
-    ATTNCHECK_WEIGHTS_FIELD("iid_scores_fro", m.iid_scores_fro),
-    ATTNCHECK_WEIGHTS_FIELD("iid_poly3_scaled_fro", m.iid_poly3_scaled_fro),
-    ATTNCHECK_WEIGHTS_FIELD("iid_poly3_fro", m.iid_poly3_fro),
-};
-#undef ATTNCHECK_FIELD
-#undef ATTNCHECK_WEIGHTS_FIELD
-bool is_integer_field(const std::string& name) {
-  return name == "layer" || name == "head" || name == "N" || name == "D" || name == "d" || name == "kv_head";
+records::ProbeHeadRecord head_record(const HeadMetrics& m) {
+  records::ProbeHeadRecord r;
+  r.layer = m.layer;
+  r.head = m.head;
+  r.N = m.N;
+  r.causal = m.causal;
+  r.from_scores = m.from_scores;
+  r.D = m.D;
+  r.d = m.d;
+  r.kv_head = m.kv_head;
+  r.inner = m.inner;
+  r.dWk_group = m.dWk_group;
+  r.sigma_x = m.sigma_x;
+  r.sigma_t = m.sigma_t;
+  r.iid_scores_fro = m.iid_scores_fro;
+  r.iid_poly3_scaled_fro = m.iid_poly3_scaled_fro;
+  r.iid_poly3_fro = m.iid_poly3_fro;
+  const auto norms = [](const NormSet& n) { return records::ProbeNorms{n.value, n.grad, n.dWq, n.dWk}; };
+  r.softmax = norms(m.softmax);
+  r.sqrt_n = m.sqrt_n;
+  r.softmax_over_sqrt_n = m.softmax.value / m.sqrt_n;
+  r.grad_over_2sqrt_n = m.softmax.grad / m.grad_paper_bound;
+  r.grad_over_half_sqrt_n = m.softmax.grad / m.grad_tight_bound;
+  r.score_mean = m.score_mean;
+  r.score_std = m.score_std;
+  r.score_max_abs = m.score_max_abs;
+  r.scores_fro = m.scores_fro;
+  r.linear_scaled = norms(m.linear_scaled);
+  r.poly3_scaled = norms(m.poly3_scaled);
+  r.poly3 = norms(m.poly3);
+  r.relu_n = norms(m.relu_n);
+  if (!m.cross_norm.empty()) {
+    records::ProbeCrossNorm cross{m.d_v, m.cross_norm_output_bound, m.cross_norm_grad_values_bound, {}};
+    for (const auto& what_if : m.cross_norm) cross.mixes.push_back({what_if.mix, what_if.output_fro, what_if.grad_values_fro});
+    r.cross_norm = std::move(cross);
+  }
+  return r;
 }
 
-// "mix0", "mix0_5", "mix1": key suffixes without '.', so that every key is a plain identifier.
-std::string mix_suffix(double mix) {
-  std::string out = fmt::format("mix{:g}", mix);
-  std::replace(out.begin(), out.end(), '.', '_');
-  return out;
-}
+nlohmann::json to_json(const HeadMetrics& metrics) { return records::to_json(head_record(metrics)); }
 
-std::vector<std::pair<std::string, double>> cross_norm_fields(const HeadMetrics& m) {
-  std::vector<std::pair<std::string, double>> out{{"d_v", static_cast<double>(m.d_v)},
-                                                  {"cross_norm_out_bound", m.cross_norm_output_bound},
-                                                  {"cross_norm_dV_bound", m.cross_norm_grad_values_bound}};
-  for (const auto& what_if : m.cross_norm) {
-    out.emplace_back("out_fro_" + mix_suffix(what_if.mix), what_if.output_fro);
-    out.emplace_back("dV_fro_" + mix_suffix(what_if.mix), what_if.grad_values_fro);
-  }
-  return out;
-}
-}  // namespace
+std::vector<std::string> csv_columns(bool cross_norm) { return records::probe_head_columns(cross_norm); }
 
-nlohmann::json to_json(const HeadMetrics& metrics) {
-  nlohmann::json out = nlohmann::json::object();
-  for (const auto& field : kFields) {
-    if (metrics.from_scores && field.needs_weights) continue;
-    const double value = field.get(metrics);
-    if (std::string(field.name) == "causal") {
-      out[field.name] = metrics.causal;
-    } else if (is_integer_field(field.name)) {
-      out[field.name] = static_cast<std::int64_t>(value);
-    } else {
-      out[field.name] = value;
-    }
-  }
-  if (!metrics.cross_norm.empty()) {
-    for (const auto& [name, value] : cross_norm_fields(metrics)) {
-      if (name == "d_v") {
-        out[name] = metrics.d_v;
-      } else {
-        out[name] = value;
-      }
-    }
-  }
-  return out;
-}
-
-std::vector<std::string> csv_columns(bool cross_norm) {
-  std::vector<std::string> out;
-  for (const auto& field : kFields) out.emplace_back(field.name);
-  if (cross_norm) {
-    HeadMetrics shape;
-    for (const double mix : kCrossNormMixes) shape.cross_norm.push_back({mix, 0, 0});
-    for (const auto& [name, value] : cross_norm_fields(shape)) out.push_back(name);
-  }
-  return out;
-}
-
-std::vector<double> csv_values(const HeadMetrics& metrics) {
-  std::vector<double> out;
-  for (const auto& field : kFields) out.push_back(field.get(metrics));
-  if (!metrics.cross_norm.empty()) {
-    for (const auto& [name, value] : cross_norm_fields(metrics)) out.push_back(value);
-  }
-  return out;
-}
+std::vector<double> csv_values(const HeadMetrics& metrics) { return records::probe_head_values(head_record(metrics)); }
 
 ProbeResult probe_model(const fs::path& model_path, const ProbeInput& input, const std::vector<int>& layers,
                         const std::vector<int>& heads, bool keep_layers, bool cross_norm,

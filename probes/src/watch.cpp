@@ -2,7 +2,7 @@
 
 #include "attncheck/records/errors.hpp"
 #include "attncheck/records/input_file.hpp"
-#include "attncheck/records/probe_keys.hpp"
+#include "attncheck/records/probe_record.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -50,20 +50,19 @@ std::vector<fs::path> list_checkpoints(const fs::path& folder) {
   return out;
 }
 
-namespace {
-nlohmann::json log_entry(const HeadMetrics& metrics, const std::string& checkpoint, std::optional<std::int64_t> step,
-                         const std::string& activation) {
-  nlohmann::json line = to_json(metrics);
-  line[records::probe_keys::checkpoint] = checkpoint;
-  line[records::probe_keys::step] = step ? nlohmann::json(*step) : nlohmann::json(nullptr);
-  line[records::probe_keys::activation] = activation;
-  return line;
+records::ProbeRecord probe_record(const HeadMetrics& metrics, const std::string& checkpoint,
+                                  std::optional<std::int64_t> step, const std::string& activation) {
+  records::ProbeRecord record;
+  record.checkpoint = checkpoint;
+  record.step = step;
+  record.activation = activation;
+  record.metrics = head_record(metrics);
+  return record;
 }
-}  // namespace
 
 std::string probe_log_line(const HeadMetrics& metrics, const std::string& checkpoint,
                            std::optional<std::int64_t> step, const std::string& activation) {
-  return log_entry(metrics, checkpoint, step, activation).dump() + '\n';
+  return records::probe_log_line(probe_record(metrics, checkpoint, step, activation));
 }
 
 std::string checkpoint_lines(const std::string& checkpoint_name, const ProbeResult& result,
@@ -71,10 +70,9 @@ std::string checkpoint_lines(const std::string& checkpoint_name, const ProbeResu
   std::string lines;
   const auto step = step_from_name(checkpoint_name);
   for (const auto& metrics : result.heads) {
-    nlohmann::json line = log_entry(metrics, checkpoint_name, step, result.config.attention_activation);
-    if (!fingerprint.empty()) line["checkpoint_fingerprint"] = fingerprint;
-    lines += line.dump();
-    lines += '\n';
+    records::ProbeRecord record = probe_record(metrics, checkpoint_name, step, result.config.attention_activation);
+    if (!fingerprint.empty()) record.fingerprint = fingerprint;
+    lines += records::probe_log_line(record);
   }
   return lines;
 }
@@ -109,12 +107,14 @@ namespace {
 // Checkpoint name -> fingerprint of its last lines in the log ("" for lines written without one).
 std::map<std::string, std::string> measured_in_log(const fs::path& log) {
   std::map<std::string, std::string> names;
-  records::InputFile(log).for_each_line([&](std::string_view line, std::size_t) {
+  records::InputFile(log).for_each_line([&](std::string_view line, std::size_t number) {
+    // A line this watcher cannot read (cut short by a crash, or edited) only means that checkpoint is probed again.
     const auto json = nlohmann::json::parse(line, nullptr, false);
-    if (json.is_object() && json.contains("checkpoint") && json["checkpoint"].is_string()) {
-      const auto fingerprint = json.find("checkpoint_fingerprint");
-      names[json["checkpoint"].get<std::string>()] =
-          fingerprint != json.end() && fingerprint->is_string() ? fingerprint->get<std::string>() : "";
+    if (!json.is_object()) return;
+    try {
+      const records::ProbeRecord record = records::probe_record_from_json(json, fmt::format("line {}", number));
+      names[record.checkpoint] = record.fingerprint.value_or("");
+    } catch (const theory::InputError&) {
     }
   });
   return names;

@@ -4,8 +4,8 @@
 #include "attncheck/reports/numbers.hpp"
 #include "attncheck/reports/report.hpp"
 #include "attncheck/records/sha256.hpp"
+#include "attncheck/theory/common.hpp"
 
-#include "attncheck/records/json_fields.hpp"
 
 #include <fmt/format.h>
 
@@ -15,7 +15,6 @@
 
 namespace attncheck::reports {
 
-using records::detail::JsonFields;
 using records::read_text_file;
 using records::sha256_hex;
 using theory::InputError;
@@ -83,14 +82,11 @@ std::string shortened(const std::string& text, std::size_t limit) {
   return text.size() <= limit ? text : text.substr(0, limit) + " ...";
 }
 
-std::string token_list(const JsonFields& input) {
-  if (input.is_null("tokens")) return "";
+std::string token_list(const std::vector<std::string>& tokens) {
   std::string out;
-  std::size_t count = 0;
-  for (const auto& token : input.array("tokens")) {
-    if (!token.is_string()) input.fail("\"tokens\" must be a list of text");
-    if (++count > 64) return out + " ...";
-    out += (out.empty() ? "" : " ") + token.get<std::string>();
+  for (std::size_t k = 0; k < tokens.size(); ++k) {
+    if (k == 64) return out + " ...";
+    out += (out.empty() ? "" : " ") + tokens[k];
   }
   return out;
 }
@@ -128,46 +124,46 @@ ProbeOutput parse_probe_output(const std::string& text, const std::string& name)
   } catch (const nlohmann::json::exception& error) {
     throw InputError(fmt::format("{}: not JSON ({})", name, error.what()));
   }
-  const JsonFields top(document, name);
+  const records::ProbeOutput record = records::probe_output_from_json(document, name);
   ProbeOutput out;
   out.file = name;
   out.file_sha256 = sha256_hex(text);
-  const JsonFields model(top.at("model"), name + " model");
-  out.model_path = model.text("path");
-  out.architecture = model.word("architecture", {"BERT", "GPT-2", "Llama", "ViT", "DINOv2"});
-  out.attention_activation = model.text("attention_activation");
-  out.config_file = model.text_or_null("config_file");
-  out.config_sha256 = model.text_or_null("config_sha256");
-  const JsonFields input(top.at("input"), name + " input");
-  const std::string kind = input.word("kind", {"text", "tokens", "random", "pixels", "image", "text_file"});
-  out.input.emplace_back("input", kind);
-  if (input.has("text")) out.input.emplace_back("text", shortened(input.text("text"), 400));
-  if (input.has("file")) out.input.emplace_back("input file", input.text("file"));
-  if (kind == "random") {
-    out.input.emplace_back("random scores", fmt::format("seed {}, length N = {}, sigma = {}", input.count_text("seed"),
-                                                        input.integer("length"), format_number(input.number("sigma"))));
+  out.model_path = record.model.path;
+  out.architecture = record.model.architecture;
+  out.attention_activation = record.model.attention_activation;
+  out.config_file = record.model.config_file;
+  out.config_sha256 = record.model.config_sha256;
+  const records::ProbeInputInfo& input = record.input;
+  using Kind = records::ProbeInputInfo::Kind;
+  out.input.emplace_back("input", std::string(records::input_kind_name(input.kind)));
+  if (input.kind == Kind::text) out.input.emplace_back("text", shortened(input.text, 400));
+  if (!input.file.empty()) out.input.emplace_back("input file", input.file);
+  if (input.kind == Kind::random) {
+    out.input.emplace_back("random scores", fmt::format("seed {}, length N = {}, sigma = {}", input.seed, input.length,
+                                                        format_number(input.sigma)));
   }
-  if (input.has("tokens")) {
-    const std::string tokens = token_list(input);
-    if (!tokens.empty()) out.input.emplace_back("tokens", tokens);
+  if (input.tokens && !input.tokens->empty()) out.input.emplace_back("tokens", token_list(*input.tokens));
+  if (input.kind == Kind::text || input.kind == Kind::tokens) {
+    out.input.emplace_back("token count", fmt::format("{}", input.token_ids.size()));
   }
-  if (input.has("token_ids")) out.input.emplace_back("token count", fmt::format("{}", input.array("token_ids").size()));
-  if (kind == "text_file") out.input.emplace_back("sentences (heads: mean over them)", fmt::format("{}", input.array("sentences").size()));
-  const JsonFields tool(top.at("tool"), name + " tool");
-  out.tool_version = tool.text("version");
-  const JsonFields verdict(top.at("verdict"), name + " verdict");
-  out.holds = verdict.boolean("holds");
-  out.statement = verdict.text("statement");
-  std::size_t row = 0;
-  for (const auto& item : top.array("heads")) {
-    const JsonFields head(item, fmt::format("{} heads[{}]", name, row++));
-    HeadRatios r{head.integer("layer"), head.integer("head"), head.number("softmax_over_sqrt_N"),
-                 head.number("grad_over_half_sqrt_N")};
-    if (r.layer < 0 || r.head < 0) head.fail("\"layer\" and \"head\" must be >= 0");
-    if (r.attention < 0 || r.gradient < 0) head.fail("a ratio of norms is negative");
+  if (input.kind == Kind::text_file) {
+    out.input.emplace_back("sentences (heads: mean over them)", fmt::format("{}", input.sentences.size()));
+  }
+  out.tool_version = record.tool_version;
+  out.holds = record.verdict.holds;
+  out.statement = record.verdict.statement;
+  for (std::size_t row = 0; row < record.heads.size(); ++row) {
+    const records::ProbeHeadRecord& head = record.heads[row].metrics;
+    const auto fail = [&](const std::string& why) {
+      throw InputError(fmt::format("{} heads[{}]: {}", name, row, why));
+    };
+    HeadRatios r{head.layer, head.head, head.softmax_over_sqrt_n, head.grad_over_half_sqrt_n};
+    if (std::isnan(r.attention)) fail("\"softmax_over_sqrt_N\" is missing or null");
+    if (std::isnan(r.gradient)) fail("\"grad_over_half_sqrt_N\" is missing or null");
+    if (r.attention < 0 || r.gradient < 0) fail("a ratio of norms is negative");
     out.heads.push_back(r);
   }
-  if (out.heads.empty()) top.fail("\"heads\" is empty: nothing was measured");
+  if (out.heads.empty()) throw InputError(fmt::format("{}: \"heads\" is empty: nothing was measured", name));
   head_maps(out.heads, name);  // refuses a head that comes twice before anything is drawn
   return out;
 }
@@ -182,9 +178,9 @@ std::vector<HeadRatios> checkpoint_ratios(const std::vector<ProbeRecord>& record
   std::map<std::pair<long long, long long>, HeadRatios> latest;
   for (const ProbeRecord& r : records) {
     if (r.checkpoint != checkpoint || r.activation.value_or("unknown") != activation) continue;
-    const double sqrt_n = std::sqrt(static_cast<double>(r.N));
-    latest[{r.layer, r.head}] = HeadRatios{r.layer, r.head, *r.value(ProbeQuantity::softmax) / sqrt_n,
-                                           *r.value(ProbeQuantity::grad) / (sqrt_n / 2)};
+    const auto& m = r.metrics;
+    const double sqrt_n = std::sqrt(static_cast<double>(m.N));
+    latest[{m.layer, m.head}] = HeadRatios{m.layer, m.head, m.softmax.value / sqrt_n, m.softmax.grad / (sqrt_n / 2)};
   }
   std::vector<HeadRatios> out;
   for (const auto& [key, ratios] : latest) out.push_back(ratios);

@@ -132,7 +132,7 @@ void add_probe_section(const std::vector<ProbeLog>& logs, bool with_plots, Docum
     std::set<long long> lengths;
     for (const ProbeRecord& r : log.records) {
       checkpoints.insert(r.checkpoint);
-      lengths.insert(r.N);
+      lengths.insert(r.metrics.N);
     }
     std::string length_text;
     for (long long n : lengths) length_text += (length_text.empty() ? "" : ", ") + fmt::format("{}", n);

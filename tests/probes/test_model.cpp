@@ -4,7 +4,7 @@
 #include "attncheck/probes/model.hpp"
 #include "attncheck/probes/tokenizer.hpp"
 #include "attncheck/probes/watch.hpp"
-#include "attncheck/reports/probe_log.hpp"
+#include "attncheck/records/probe_record.hpp"
 #include "attncheck/theory/moments.hpp"
 #include "run_command.hpp"
 #include "tiny_models.hpp"
@@ -281,8 +281,8 @@ TEST_CASE("values that overflow are flagged, never printed as plain numbers: the
   // The log line has null there, which the report reads as a missing optional value.
   const auto line = nlohmann::json::parse(checkpoint_lines("step-1.safetensors", result));
   CHECK(line["poly3_fro"].is_null());
-  const auto records = attncheck::reports::parse_probe_log(line.dump() + "\n", "log.jsonl");
-  CHECK_FALSE(records[0].value(attncheck::reports::ProbeQuantity::poly3).has_value());
+  const auto records = attncheck::records::parse_probe_log(line.dump() + "\n", "log.jsonl");
+  CHECK_FALSE(records[0].value(attncheck::records::ProbeQuantity::poly3).has_value());
 
   const auto table = attncheck::testing::run_attncheck("probe " + dir.path.string() + " --random --length 6");
   CHECK(table.exit_code == 0);

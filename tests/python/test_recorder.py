@@ -83,8 +83,8 @@ def test_the_lines_are_attention_norms_of_the_layer_and_match_pytorchs_own_atten
     expected = attncheck.attention_norms(x[0], mha.in_proj_weight[:e].T, mha.in_proj_weight[e:2 * e].T,
                                          mha.in_proj_bias[:e], mha.in_proj_bias[e:2 * e], heads=4, mask=keep)
     for line, head in zip(lines, expected):
-        assert {k: v for k, v in line.items() if k not in ("checkpoint", "step")} == head
-        assert line["step"] == 0 and line["checkpoint"] == "step-000000"
+        assert {k: v for k, v in line.items() if k not in ("checkpoint", "step", "format_version")} == head
+        assert line["step"] == 0 and line["checkpoint"] == "step-000000" and line["format_version"] == 2
     # PyTorch's attention probabilities of the same call, head by head.
     with torch.no_grad():
         _, weights = mha(x, x, x, key_padding_mask=padding, need_weights=True, average_attn_weights=False)
@@ -208,7 +208,8 @@ def test_registered_modules_from_weights_or_from_scores(tmp_path):
     by_weights = read_log(log)
     expected = attncheck.attention_norms(h[0], module.query.weight.T, module.key.weight.T, module.query.bias,
                                          module.key.bias, heads=2, activation="poly3_scaled")
-    assert [{k: v for k, v in line.items() if k not in ("checkpoint", "step")} for line in by_weights] == expected
+    assert [{k: v for k, v in line.items() if k not in ("checkpoint", "step", "format_version")}
+            for line in by_weights] == expected
     # The map the module computes is the poly3_scaled one of the log.
     with torch.no_grad():
         maps = module(h)[0]

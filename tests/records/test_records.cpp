@@ -6,7 +6,7 @@
 #include "attncheck/records/errors.hpp"
 #include "attncheck/records/input_file.hpp"
 #include "attncheck/records/results_folder.hpp"
-#include "attncheck/reports/probe_log.hpp"
+#include "attncheck/records/probe_record.hpp"
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
@@ -238,17 +238,18 @@ TEST_CASE("a probe-log line the watcher writes reads back with every norm the re
   m.poly3 = {21.0, 22.0, 23.0, 24.0};
   m.relu_n = {0.5, 0.25, 0.0, 0.0};
   const std::string line = probes::probe_log_line(m, "step-300", 300, "poly3_scaled");
-  const std::vector<reports::ProbeRecord> read = reports::parse_probe_log(line + line, "attncheck-probe.jsonl");
+  const std::vector<records::ProbeRecord> read = records::parse_probe_log(line + line, "attncheck-probe.jsonl");
   REQUIRE(read.size() == 2);
-  const reports::ProbeRecord& r = read[1];
+  const records::ProbeRecord& r = read[1];
   CHECK(r.line == 2);
   CHECK(r.checkpoint == "step-300");
   CHECK(r.step == 300);
   CHECK(r.activation == "poly3_scaled");
-  CHECK(r.layer == 2);
-  CHECK(r.head == 5);
-  CHECK(r.N == 37);
-  using Q = reports::ProbeQuantity;
+  CHECK(r.metrics.layer == 2);
+  CHECK(r.metrics.head == 5);
+  CHECK(r.metrics.N == 37);
+  CHECK(r.metrics.D == 64);
+  using Q = records::ProbeQuantity;
   CHECK(r.value(Q::softmax) == 3.25);
   CHECK(r.value(Q::grad) == 0.125);
   CHECK(r.value(Q::dWq) == 7.5);

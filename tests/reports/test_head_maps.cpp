@@ -191,6 +191,14 @@ TEST_CASE("a probe --json output that is not one is refused naming the file and 
   CHECK_THROWS_WITH(parse_probe_output(bad_ratio.dump(), "p.json"),
                     Contains("p.json heads[1]") && Contains("\"softmax_over_sqrt_N\" must be a number"));
   CHECK_THROWS_WITH(parse_probe_output("{\"model\": ", "p.json"), Contains("p.json: not JSON"));
+  // Output of attncheck before the version key (version 1) and of this one read; a newer version does not.
+  json versioned = probe_document(1, 1);
+  CHECK_NOTHROW(parse_probe_output(versioned.dump(), "p.json"));
+  versioned["format_version"] = attncheck::records::kProbeFormatVersion;
+  CHECK(parse_probe_output(versioned.dump(), "p.json").heads.size() == 1);
+  versioned["format_version"] = attncheck::records::kProbeFormatVersion + 1;
+  CHECK_THROWS_WITH(parse_probe_output(versioned.dump(), "p.json"),
+                    Contains("p.json") && Contains("\"format_version\" = 3") && Contains("newer attncheck"));
 }
 
 TEST_CASE("a probe log's first and last checkpoints are drawn as layer x head maps", "[head_maps][probes]") {

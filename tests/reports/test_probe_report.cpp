@@ -48,8 +48,8 @@ TEST_CASE("probe lines are read with optional columns, and bad lines are named",
   const auto records = parse_probe_log(lines({probe_line("softmax", std::nullopt, 1, 2, 4, 1), minimal}), "log.jsonl");
   REQUIRE(records.size() == 2);
   CHECK_FALSE(records[0].step.has_value());
-  CHECK(records[0].layer == 1);
-  CHECK(records[0].head == 2);
+  CHECK(records[0].metrics.layer == 1);
+  CHECK(records[0].metrics.head == 2);
   CHECK(records[0].activation == "softmax");
   CHECK(*records[1].value(ProbeQuantity::dWk) == 3);
   CHECK_FALSE(records[1].value(ProbeQuantity::poly3).has_value());

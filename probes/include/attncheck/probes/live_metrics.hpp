@@ -3,6 +3,7 @@
 // the same scores, and the i.i.d. Gaussian model's exact prediction for the layer.
 
 #include "attncheck/probes/model.hpp"
+#include "attncheck/records/probe_record.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -27,8 +28,7 @@ struct CrossNormWhatIf {
   double mix = 0;
   double output_fro = 0, grad_values_fro = 0;
 };
-// Standard attention (mix alpha 0), halfway, and the proposal softmax(S) softmax^T(V) (mix alpha 1).
-inline constexpr double kCrossNormMixes[] = {0.0, 0.5, 1.0};
+using records::kCrossNormMixes;
 
 struct HeadMetrics {
   int layer = 0, head = 0;
@@ -91,9 +91,11 @@ HeadMetrics measure_scores(const Matrix& scores, int layer_index, int head_index
 LayerInputs split_heads(Matrix X, const Matrix& W_Q, const Matrix& W_K, const Vector& b_Q, const Vector& b_K,
                         int heads, double inner, bool causal, const Matrix& W_V = {}, const Vector& b_V = {});
 
+// The record of what was measured on the head (records/probe_record.hpp): what the log, --json and --csv hold.
+records::ProbeHeadRecord head_record(const HeadMetrics& metrics);
+// Its JSON form (records::to_json) and its CSV columns and values in the same order; the cross-normalization
+// columns come last, with `cross_norm` (csv_values adds them when the metrics have them).
 nlohmann::json to_json(const HeadMetrics& metrics);
-// Column names and values in the same order, for CSV output; the cross-normalization columns come last, with
-// `cross_norm` (csv_values adds them when the metrics have them).
 std::vector<std::string> csv_columns(bool cross_norm = false);
 std::vector<double> csv_values(const HeadMetrics& metrics);
 

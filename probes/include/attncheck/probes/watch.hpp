@@ -39,8 +39,10 @@ std::optional<std::int64_t> step_from_name(const std::string& name);
 // index, ordered by step, then name.
 std::vector<std::filesystem::path> list_checkpoints(const std::filesystem::path& folder);
 
-// One line of the log, ending in '\n': a head's metrics with the checkpoint's name, its training step (null
-// when unknown) and the activation the model was trained with.
+// The log's record of a head's metrics with the checkpoint's name, its training step (none when unknown) and
+// the activation the model was trained with; probe_log_line is its line, ending in '\n'.
+records::ProbeRecord probe_record(const HeadMetrics& metrics, const std::string& checkpoint,
+                                  std::optional<std::int64_t> step, const std::string& activation);
 std::string probe_log_line(const HeadMetrics& metrics, const std::string& checkpoint,
                            std::optional<std::int64_t> step, const std::string& activation);
 

@@ -28,6 +28,7 @@ class JsonFields {
   }
 
   const std::string& where() const { return where_; }
+  const json& object() const { return object_; }
   bool has(const char* key) const { return object_.contains(key); }
   bool is_null(const char* key) const { return !has(key) || object_.at(key).is_null(); }
 

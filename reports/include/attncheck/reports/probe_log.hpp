@@ -1,52 +1,26 @@
 #pragma once
-// The log `attncheck probe --watch DIR` appends to (DIR/attncheck-probe.jsonl): one JSON line per checkpoint,
-// layer and head with the Frobenius norms measured on that head's scores.
+// The probe log (records/probe_record.hpp) summarized for drawing: per trained model, per checkpoint, the mean
+// and range over layers and heads of each norm.
 
-#include <filesystem>
+#include "attncheck/records/probe_record.hpp"
+
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace attncheck::reports {
 
-// The norms a probe line may carry: ||A||_F of the attention map under each activation evaluated on the same
-// scores, the norm of its Jacobian in the scores (grad_fro is softmax's), and softmax's Jacobians in W_Q, W_K.
-enum class ProbeQuantity {
-  softmax, poly3_scaled, poly3, relu_n,
-  grad, poly3_scaled_grad, poly3_grad, relu_n_grad,
-  dWq, dWk,
-};
-inline constexpr int kProbeQuantityCount = 10;
-inline constexpr ProbeQuantity kAttentionQuantities[] = {ProbeQuantity::softmax, ProbeQuantity::poly3_scaled,
-                                                         ProbeQuantity::poly3, ProbeQuantity::relu_n};
-inline constexpr ProbeQuantity kScoreGradientQuantities[] = {ProbeQuantity::grad, ProbeQuantity::poly3_scaled_grad,
-                                                             ProbeQuantity::poly3_grad, ProbeQuantity::relu_n_grad};
-
-// The JSON key ("softmax_fro", ...) and what it measures ("||A||_F, softmax", ...).
-std::string_view probe_key(ProbeQuantity quantity);
-std::string_view probe_meaning(ProbeQuantity quantity);
-// The activation a quantity is the norm of ("softmax", "poly3_scaled", ...); empty for the weight gradients.
-std::string_view probe_activation(ProbeQuantity quantity);
-
-// ||A||_F and ||dA/dS||_F of the activation a model was trained with ("softmax", "poly3_scaled", "poly3",
-// "relu_n"); none for other names.
-std::optional<ProbeQuantity> own_attention_quantity(const std::string& activation);
-std::optional<ProbeQuantity> own_gradient_quantity(const std::string& activation);
-
-struct ProbeRecord {
-  std::string checkpoint;
-  std::optional<long long> step;
-  long long layer = 0, head = 0, N = 0;
-  std::optional<std::string> activation;  // what the model was trained with, where known
-  std::optional<double> values[kProbeQuantityCount];  // indexed by ProbeQuantity
-  int line = 0;
-
-  const std::optional<double>& value(ProbeQuantity q) const { return values[static_cast<int>(q)]; }
-};
-
-// Every line of the log; the first malformed line is an theory::InputError naming `name` and the line.
-std::vector<ProbeRecord> parse_probe_log(const std::string& text, const std::string& name);
-std::vector<ProbeRecord> read_probe_log(const std::filesystem::path& path);
+using records::ProbeQuantity;
+using records::ProbeRecord;
+using records::kAttentionQuantities;
+using records::kProbeQuantityCount;
+using records::kScoreGradientQuantities;
+using records::own_attention_quantity;
+using records::own_gradient_quantity;
+using records::probe_activation;
+using records::probe_key;
+using records::probe_meaning;
+using records::read_probe_log;
 
 // One checkpoint of one model: the mean over its layers and heads of each quantity, with the range.
 struct ProbeStep {
