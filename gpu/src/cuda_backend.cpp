@@ -597,6 +597,7 @@ const bool registered = monte_carlo::register_backend(
     {"cuda", "an NVIDIA GPU through CUDA (device 0; under MPI one per rank): cuRAND's Philox draws, cuBLAS score strips", 10,
      [] { return cuda_unavailable_reason(); },
      [](const monte_carlo::BackendRequest&) {
+       namespace distributed = monte_carlo::distributed;
        return make_cuda_backend(distributed::device_for_local_rank(distributed::local_rank(), cuda_device_count()));
      }});
 

@@ -14,6 +14,9 @@
 #include <stdexcept>
 
 #ifdef ATTNCHECK_MC_MPI
+// Only the C interface: the deprecated C++ bindings mpi.h would pull in live in a library not linked.
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 #endif
 

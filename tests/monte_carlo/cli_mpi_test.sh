@@ -15,7 +15,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 ranks() { # ranks K ARGS...: attncheck on K ranks, killed after 120 s so that a hang fails instead of waiting
   local k=$1
   shift
-  timeout -k 5 120 "$mpirun" --oversubscribe --mca btl self,vader -n "$k" "$bin" "$@"
+  timeout -k 5 120 "$mpirun" --oversubscribe --bind-to none --mca btl self,vader -n "$k" "$bin" "$@"
 }
 # points.jsonl without the two fields that may differ between runs of the same sweep.
 stripped() { /usr/bin/python3 -c '
@@ -50,9 +50,10 @@ ranks)
   /usr/bin/python3 - "$work" <<'PY' || fail "sample counts or provenance"
 import json, socket, sys
 work = sys.argv[1]
+# C6 has two estimands (dQ, dK) at each of the three N.
 fixed = [json.loads(l) for l in open(f"{work}/fixed3/points.jsonl")]
 auto = [json.loads(l) for l in open(f"{work}/auto3/points.jsonl")]
-assert len(fixed) == 3 and all(r["samples"] == 37 for r in fixed), [r["samples"] for r in fixed]
+assert len(fixed) == 6 and all(r["samples"] == 37 for r in fixed), [r["samples"] for r in fixed]
 # auto stops by the relative standard error, at a count past the 64 judged first: the stop is a joint decision.
 assert all(r["stopped_by"] == "rel-se" and r["samples"] > 64 for r in auto), [(r["stopped_by"], r["samples"]) for r in auto]
 for k in (1, 3):
@@ -73,7 +74,7 @@ resume)
   grid=(--N 16:256:x2 --samples 300 --threads 1)
   ranks 1 "${sweep[@]}" "${grid[@]}" --out "$work/whole" >/dev/null 2>&1 || fail "uninterrupted run: exit $?"
   # Killed (SIGKILL to mpirun and its ranks, one process group) once the first point is in the folder.
-  setsid "$mpirun" --oversubscribe --mca btl self,vader -n 2 "$bin" "${sweep[@]}" "${grid[@]}" --out "$work/killed" \
+  setsid "$mpirun" --oversubscribe --bind-to none --mca btl self,vader -n 2 "$bin" "${sweep[@]}" "${grid[@]}" --out "$work/killed" \
     >/dev/null 2>&1 &
   group=$!
   for _ in $(seq 600); do
@@ -93,7 +94,7 @@ resume)
   ;;
 errors)
   # Bad input given to every rank: each refuses it before MPI starts, with the message and exit code 2.
-  ranks 2 mc --N 0 --D 8 --d 8 --samples 10 >"$work/bad.txt" 2>"$work/bad.err"
+  ranks 2 mc --claim C6 --p 2 --N 0 --D 8 --d 8 --samples 10 >"$work/bad.txt" 2>"$work/bad.err"
   code=$?
   [ "$code" -eq 2 ] || fail "--N 0 on 2 ranks: exit $code, expected 2"
   grep -q "attncheck: error: .*--N" "$work/bad.err" || fail "no message naming --N: $(cat "$work/bad.err")"
@@ -105,7 +106,7 @@ errors)
   ranks 3 "${sweep[@]}" --N 16 --samples 10 --out "$work/taken" >/dev/null 2>"$work/taken.err"
   code=$?
   [ "$code" -eq 2 ] || fail "a rank's error: exit $code, expected 2 (124: the ranks hung): $(cat "$work/taken.err")"
-  grep -q "already holds 1 finished points" "$work/taken.err" || fail "rank 0's message is missing: $(cat "$work/taken.err")"
+  grep -q "already holds 2 finished points" "$work/taken.err" || fail "rank 0's message is missing: $(cat "$work/taken.err")"
   [ $(($(date +%s) - start)) -lt 60 ] || fail "the ranks took $(($(date +%s) - start)) s to end"
   ;;
 *)
