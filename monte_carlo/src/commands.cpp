@@ -159,7 +159,9 @@ json distributed_provenance(int device) {
     if (std::find(hosts.begin(), hosts.end(), host) == hosts.end()) hosts.push_back(host);
   }
   json devices = json::array();
-  for (double d : distributed::allgather({static_cast<double>(device)})) devices.push_back(d < 0 ? json(nullptr) : json(static_cast<int>(d)));
+  for (double d : distributed::allgather({static_cast<double>(device)})) {
+    devices.push_back(d < 0 ? json(nullptr) : json(static_cast<int>(d)));
+  }
   return {{"ranks", distributed::size()}, {"hosts", hosts}, {"rank_devices", devices}};
 }
 
@@ -367,7 +369,8 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
   // report of it must see all of their series.
   if (folder) folder->write_fits(outcome.provenance, o.tolerance);
   // Only rank 0 holds the points --resume kept, so its verdicts are the run's.
-  outcome.exit_code = static_cast<int>(distributed::broadcast_count(static_cast<std::uint64_t>(exit_code_of(outcome.series))));
+  outcome.exit_code =
+      static_cast<int>(distributed::broadcast_count(static_cast<std::uint64_t>(exit_code_of(outcome.series))));
   for (const json& s : outcome.series) {
     outcome.inconclusive += s["verdict"] == "inconclusive" && s.value("counts_for_exit", false) ? 1 : 0;
   }

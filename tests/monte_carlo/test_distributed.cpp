@@ -49,7 +49,8 @@ TEST_CASE("one GPU per rank: local rank modulo the host's devices, none without 
   // Every device of a host gets a rank when there are at least as many ranks as devices.
   for (int devices = 1; devices <= 8; ++devices) {
     std::vector<int> used(static_cast<std::size_t>(devices), 0);
-    for (int local = 0; local < devices; ++local) ++used[static_cast<std::size_t>(distributed::device_for_local_rank(local, devices))];
+    for (int local = 0; local < devices; ++local)
+      ++used[static_cast<std::size_t>(distributed::device_for_local_rank(local, devices))];
     CHECK(std::count(used.begin(), used.end(), 1) == devices);
   }
 }
