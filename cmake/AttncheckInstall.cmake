@@ -18,7 +18,6 @@ install(EXPORT attncheckTargets NAMESPACE attncheck:: DESTINATION ${ATTNCHECK_IN
 # consumer's link line); these values choose which.
 set(ATTNCHECK_PACKAGE_CUDA ${ATTNCHECK_WITH_CUDA})
 set(ATTNCHECK_PACKAGE_SANITIZE ${ATTNCHECK_SANITIZE})
-set(ATTNCHECK_PACKAGE_MPI ${ATTNCHECK_WITH_MPI})
 configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/attncheckConfig.cmake.in
                               ${PROJECT_BINARY_DIR}/attncheckConfig.cmake
                               INSTALL_DESTINATION ${ATTNCHECK_INSTALL_CMAKEDIR})

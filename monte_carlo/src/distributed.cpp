@@ -14,7 +14,8 @@
 #include <stdexcept>
 
 #ifdef ATTNCHECK_MC_MPI
-// Only the C interface: the deprecated C++ bindings mpi.h would pull in live in a library not linked.
+// Only the C interface: the deprecated C++ bindings that MPI's header would otherwise declare live in a library
+// that is not linked.
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
