@@ -12,7 +12,7 @@
 // - gemm_all_cores/0, /1: one 1024^3 DGEMM (0) or SGEMM (1) per thread on every thread at once, single-threaded
 //   OpenBLAS each: the roofline the whole sample is measured against (2 N^2 d flops at this rate).
 #include "attncheck/monte_carlo/cpu_backend.hpp"
-#include "attncheck/monte_carlo/random_stream.hpp"
+#include "attncheck/streams/random_stream.hpp"
 
 #include <benchmark/benchmark.h>
 
@@ -30,6 +30,7 @@
 
 using namespace attncheck;
 using namespace attncheck::monte_carlo;
+using namespace attncheck::streams;
 
 namespace {
 
@@ -117,7 +118,7 @@ void normal_pairs(benchmark::State& state) {
   const PhiloxKey key{{12345, 0}};
   PhiloxCounter counter{{0, 0, 0, 0}};
   for (auto _ : state) {
-    monte_carlo::normal_pairs(math, key, counter, kPairs, 1.0, out.data());
+    streams::normal_pairs(math, key, counter, kPairs, 1.0, out.data());
     benchmark::DoNotOptimize(out.data());
   }
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * kPairs));

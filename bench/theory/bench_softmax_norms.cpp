@@ -1,7 +1,7 @@
 // ||grad softmax(A)||_F three ways: the fact-1 closed form (O(N^2)), the explicit block-diagonal Jacobian
 // built block by block (O(N^3)), and the explicit dense N^2 x N^2 matrix (O(N^4) memory, small N only).
 
-#include "attncheck/monte_carlo/random_stream.hpp"
+#include "attncheck/streams/random_stream.hpp"
 #include "attncheck/theory/softmax.hpp"
 
 #include <benchmark/benchmark.h>
@@ -13,7 +13,7 @@ namespace {
 
 Matrix logits(Index n) {
   Matrix m(n, n);
-  attncheck::monte_carlo::PhiloxStream(7, 0).fill_normal(m.data(), m.data() + m.size(), 2.0);
+  attncheck::streams::PhiloxStream(7, 0).fill_normal(m.data(), m.data() + m.size(), 2.0);
   return m;
 }
 

@@ -1,8 +1,8 @@
 #include "attncheck/gpu/selftest.hpp"
 
 #include "attncheck/monte_carlo/cpu_backend.hpp"
-#include "attncheck/monte_carlo/random_stream.hpp"
 #include "attncheck/monte_carlo/sweep.hpp"
+#include "attncheck/streams/random_stream.hpp"
 
 #include <fmt/format.h>
 
@@ -33,7 +33,7 @@ SweepPoint make_point(theory::Index N, theory::Index D, theory::Index d, Activat
   map.inner = 1 / std::sqrt(static_cast<double>(d));
   map.outer.n_exponent = n_exponent;
   return monte_carlo::make_sweep_point({N, D, d, sigma_x, sigma_t}, map,
-                                       monte_carlo::derive_point_seed(kSelftestSeed, case_number),
+                                       streams::derive_point_seed(kSelftestSeed, case_number),
                                        theory::ScoreModel::projected, mix, dv);
 }
 
@@ -50,7 +50,7 @@ std::vector<std::uint32_t> cpu_words(std::uint64_t seed, std::uint64_t first, in
   std::vector<std::uint32_t> words;
   words.reserve(static_cast<std::size_t>(subsequences) * blocks * 4);
   for (int s = 0; s < subsequences; ++s) {
-    monte_carlo::PhiloxStream stream(seed, first + static_cast<std::uint64_t>(s));
+    streams::PhiloxStream stream(seed, first + static_cast<std::uint64_t>(s));
     for (int c = 0; c < blocks; ++c) {
       for (std::uint32_t w : stream.next_block()) words.push_back(w);
     }
@@ -198,7 +198,7 @@ SelftestReport run_selftest(const SelftestDevice& device, monte_carlo::Backend& 
     std::uint64_t seed, first;
   };
   constexpr int kSubsequences = 8, kBlocks = 16;
-  for (const Stream s : {Stream{1234, 0}, Stream{monte_carlo::derive_point_seed(kSelftestSeed, 0), (1ULL << 32) + 5}}) {
+  for (const Stream s : {Stream{1234, 0}, Stream{streams::derive_point_seed(kSelftestSeed, 0), (1ULL << 32) + 5}}) {
     const std::vector<std::uint32_t> expected = cpu_words(s.seed, s.first, kSubsequences, kBlocks);
     for (const bool sequential : {true, false}) {
       report.checks.push_back(guarded(

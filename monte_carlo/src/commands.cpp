@@ -1,6 +1,6 @@
 #include "attncheck/monte_carlo/commands.hpp"
 
-#include "attncheck/monte_carlo/bounds_survey.hpp"
+#include "attncheck/exact/bounds_survey.hpp"
 #include "attncheck/monte_carlo/cpu_backend.hpp"
 #include "attncheck/monte_carlo/distributed.hpp"
 #include "attncheck/monte_carlo/option_ranges.hpp"
@@ -10,6 +10,7 @@
 #include "attncheck/monte_carlo/sweep.hpp"
 #include "attncheck/records/matrix_io.hpp"
 #include "attncheck/records/memory_budget.hpp"
+#include "attncheck/theory/bound_check.hpp"
 
 #include <fmt/format.h>
 #include <omp.h>
@@ -23,9 +24,12 @@
 
 namespace attncheck::monte_carlo {
 
+using exact::BoundsFamily;
+using exact::WorstMatrixSummary;
 using nlohmann::json;
 using theory::Index;
 using theory::InputError;
+using theory::within;
 
 namespace {
 
@@ -55,26 +59,27 @@ json run_bounds(const BoundsRequest& request) {
 
   std::vector<BoundsFamily> families;
   for (const std::string& name : request.families) {
-    const auto family = parse_family(name);
+    const auto family = exact::parse_family(name);
     if (!family || *family == BoundsFamily::input) {
       std::string known;
-      for (auto f : default_families()) known += (known.empty() ? "" : ", ") + family_name(f);
+      for (auto f : exact::default_families()) known += (known.empty() ? "" : ", ") + exact::family_name(f);
       throw InputError(fmt::format("unknown --family '{}' (known: {})", name, known));
     }
     families.push_back(*family);
   }
-  if (request.families.empty() && !input) families = default_families();
+  if (request.families.empty() && !input) families = exact::default_families();
   if (!families.empty()) {
-    records::require_memory(survey_bytes(n, threads), fmt::format("--N {}: {} x {} matrices held by {} threads", n, n, n, threads),
+    records::require_memory(exact::survey_bytes(n, threads),
+                            fmt::format("--N {}: {} x {} matrices held by {} threads", n, n, n, threads),
                             "; use a smaller N or fewer --threads");
   }
 
-  SurveyOptions survey{n, request.trials, request.seed, threads, request.search_starts};
-  std::vector<FamilyResult> results;
-  for (const auto family : families) results.push_back(survey_family(family, survey));
+  exact::SurveyOptions survey{n, request.trials, request.seed, threads, request.search_starts};
+  std::vector<exact::FamilyResult> results;
+  for (const auto family : families) results.push_back(exact::survey_family(family, survey));
   if (input) {
     try {
-      results.push_back(survey_matrix(*input));
+      results.push_back(exact::survey_matrix(*input));
     } catch (const InputError& e) {
       throw InputError(fmt::format("{}: {}", request.input, e.what()));
     }
@@ -91,7 +96,7 @@ json run_bounds(const BoundsRequest& request) {
     tight_holds = tight_holds && within_tight;
     max_softmax_ratio = std::max(max_softmax_ratio, r.max_softmax_fro / bounds.softmax_paper);
     max_grad_tight_ratio = std::max(max_grad_tight_ratio, r.max_grad_fro / bounds.grad_tight);
-    family_list.push_back({{"family", family_name(r.family)},
+    family_list.push_back({{"family", exact::family_name(r.family)},
                            {"trials", r.trials},
                            {"max_softmax_fro", r.max_softmax_fro},
                            {"max_grad_fro", r.max_grad_fro},

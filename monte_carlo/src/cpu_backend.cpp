@@ -3,10 +3,10 @@
 #include "attncheck/monte_carlo/backend_registry.hpp"
 
 #include "attncheck/monte_carlo/entry_terms.hpp"
-#include "attncheck/monte_carlo/parallel.hpp"
-#include "attncheck/monte_carlo/random_stream.hpp"
 #include "attncheck/monte_carlo/sample_norms.hpp"
 #include "attncheck/records/memory_budget.hpp"
+#include "attncheck/streams/parallel.hpp"
+#include "attncheck/streams/random_stream.hpp"
 #include "attncheck/theory/cross_norm.hpp"
 #include "attncheck/theory/softmax.hpp"
 
@@ -26,6 +26,9 @@
 
 namespace attncheck::monte_carlo {
 
+using streams::box_muller_uniforms;
+using streams::parallel_for;
+using streams::PhiloxStream;
 using theory::ActivationKind;
 using theory::Index;
 using theory::InputError;

@@ -1,14 +1,14 @@
 #include "attncheck/monte_carlo/cross_norm_bounds.hpp"
 
-#include "attncheck/monte_carlo/bounds_survey.hpp"
 #include "attncheck/monte_carlo/commands.hpp"
 #include "attncheck/monte_carlo/option_ranges.hpp"
-#include "attncheck/monte_carlo/parallel.hpp"
-#include "attncheck/monte_carlo/random_stream.hpp"
 #include "attncheck/monte_carlo/sweep.hpp"
 #include "attncheck/records/matrix_io.hpp"
 #include "attncheck/records/memory_budget.hpp"
 #include "attncheck/records/verdict.hpp"
+#include "attncheck/streams/parallel.hpp"
+#include "attncheck/streams/random_stream.hpp"
+#include "attncheck/theory/bound_check.hpp"
 #include "attncheck/theory/cross_norm.hpp"
 #include "attncheck/theory/worst_case.hpp"
 
@@ -21,9 +21,14 @@
 namespace attncheck::monte_carlo {
 
 using nlohmann::json;
+using streams::derive_point_seed;
+using streams::parallel_for;
+using streams::PhiloxStream;
 using theory::Index;
 using theory::InputError;
+using theory::kBoundRoundingSlack;
 using theory::Matrix;
+using theory::within;
 
 namespace {
 

@@ -1,6 +1,6 @@
 #include "attncheck/monte_carlo/sweep.hpp"
 
-#include "attncheck/monte_carlo/random_stream.hpp"
+#include "attncheck/streams/random_stream.hpp"
 #include "attncheck/theory/cross_norm.hpp"
 #include "attncheck/theory/moments.hpp"
 
@@ -353,7 +353,7 @@ std::uint64_t point_seed(std::uint64_t run_seed, const std::string& key) {
     hash ^= ch;
     hash *= 0x100000001b3ULL;
   }
-  return derive_point_seed(run_seed, hash);
+  return streams::derive_point_seed(run_seed, hash);
 }
 
 PointSpec make_point(const SeriesSpec& series, Index N, Index D, Index d, double sigma_x, double sigma_t,

@@ -1,10 +1,10 @@
 #include "attncheck/monte_carlo/tensor_power.hpp"
 
-#include "attncheck/monte_carlo/parallel.hpp"
-#include "attncheck/monte_carlo/random_stream.hpp"
 #include "attncheck/monte_carlo/sample_norms.hpp"
 #include "attncheck/monte_carlo/sweep.hpp"
 #include "attncheck/records/memory_budget.hpp"
+#include "attncheck/streams/parallel.hpp"
+#include "attncheck/streams/random_stream.hpp"
 
 #include <fmt/format.h>
 
@@ -17,6 +17,8 @@
 
 namespace attncheck::monte_carlo {
 
+using streams::parallel_for;
+using streams::PhiloxStream;
 using theory::ActivationKind;
 using theory::Index;
 using theory::InputError;

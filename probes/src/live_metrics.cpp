@@ -1,12 +1,12 @@
 #include "attncheck/probes/live_metrics.hpp"
 
-#include "attncheck/monte_carlo/bounds_survey.hpp"
-#include "attncheck/monte_carlo/random_stream.hpp"
 #include "attncheck/probes/image.hpp"
 #include "attncheck/probes/tokenizer.hpp"
 #include "attncheck/records/input_file.hpp"
 #include "attncheck/records/probe_keys.hpp"
 #include "attncheck/records/sha256.hpp"
+#include "attncheck/streams/random_stream.hpp"
+#include "attncheck/theory/bound_check.hpp"
 #include "attncheck/theory/cross_norm.hpp"
 #include "attncheck/theory/moments.hpp"
 #include "attncheck/theory/softmax.hpp"
@@ -352,14 +352,14 @@ LayerInputs split_heads(Matrix X, const Matrix& W_Q, const Matrix& W_K, const Ve
 }
 
 bool within_theorem_bounds(const HeadMetrics& m) {
-  return monte_carlo::within(m.softmax.value, m.sqrt_n) && monte_carlo::within(m.softmax.grad, m.grad_tight_bound);
+  return theory::within(m.softmax.value, m.sqrt_n) && theory::within(m.softmax.grad, m.grad_tight_bound);
 }
 
 bool within_cross_norm_bounds(const HeadMetrics& m) {
   for (const auto& what_if : m.cross_norm) {
     if (what_if.mix != 1.0) continue;  // below mix 1 the norms grow with V: no bound to check
-    return monte_carlo::within(what_if.output_fro, m.cross_norm_output_bound) &&
-           monte_carlo::within(what_if.grad_values_fro, m.cross_norm_grad_values_bound);
+    return theory::within(what_if.output_fro, m.cross_norm_output_bound) &&
+           theory::within(what_if.grad_values_fro, m.cross_norm_grad_values_bound);
   }
   return true;
 }
@@ -558,7 +558,7 @@ ProbeResult probe_model(const fs::path& model_path, const ProbeInput& input, con
       result.random_length = length;
       result.random_sigma = model.token_embedding_rms();
       Matrix embeddings(length, model.config().hidden);
-      monte_carlo::PhiloxStream stream(input.seed, 0);
+      streams::PhiloxStream stream(input.seed, 0);
       stream.fill_normal(embeddings.data(), embeddings.data() + embeddings.size(), result.random_sigma);
       computed = model.forward_embeddings(std::move(embeddings), layers);
       break;

@@ -167,8 +167,8 @@ def cross_norm_bounds(N=None, dv=None, families=None, seed=1, *, mix=1, trials=8
 
 def mc(claim=None, *, N="16:1024:x2", D="64", d="64", p="1,2,3", phi=None, alpha=None, inner_scale=None,
        outer_scale=None, estimand=None, claimed_exponent=None, samples="auto", rel_se=0.01, max_samples=100000,
-       max_seconds=600, sigma_x=1, sigma_t=1, seed=1, threads=0, tile=256, tolerance=0.05, out=None,
-       resume=False, force=False):
+       max_seconds=600, sigma_x=1, sigma_t=1, seed=1, threads=0, tile=256, path="auto", precision="double",
+       tolerance=0.05, out=None, resume=False, force=False):
     """Monte Carlo scaling of the expectation claims C3-C8 on the CPU backend: the dictionary `attncheck mc
     --json` prints (provenance, points, series with slopes and verdicts, exit_code), plus "notes" when the
     command line would print a note.
@@ -198,6 +198,7 @@ def mc(claim=None, *, N="16:1024:x2", D="64", d="64", p="1,2,3", phi=None, alpha
             raise ValueError(f"{option} {value}: must be a non-negative integer")
     request.max_samples, request.seed = int(max_samples), int(seed)
     request.threads, request.tile, request.resume = int(threads), int(tile), bool(resume)
+    request.path, request.precision = str(path), str(precision)
     request.force = bool(force)
     given = {name: value for name, value in locals().items() if name not in ("request", "option", "value")}
     request.command = "attncheck.mc(" + ", ".join(f"{k}={v!r}" for k, v in given.items()) + ")"

@@ -421,6 +421,7 @@ PYBIND11_MODULE(_core, m) {
       .def_readwrite("threads", &monte_carlo::McRequest::threads)
       .def_readwrite("tile", &monte_carlo::McRequest::tile)
       .def_readwrite("path", &monte_carlo::McRequest::path)
+      .def_readwrite("precision", &monte_carlo::McRequest::precision)
       .def_readwrite("resume", &monte_carlo::McRequest::resume)
       .def_readwrite("force", &monte_carlo::McRequest::force)
       .def_readwrite("command", &monte_carlo::McRequest::command);

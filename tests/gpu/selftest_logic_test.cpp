@@ -4,8 +4,8 @@
 
 #include "attncheck/gpu/selftest.hpp"
 #include "attncheck/monte_carlo/cpu_backend.hpp"
-#include "attncheck/monte_carlo/random_stream.hpp"
 #include "attncheck/monte_carlo/sweep.hpp"
+#include "attncheck/streams/random_stream.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -27,7 +27,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 std::vector<std::uint32_t> cpu_words(std::uint64_t seed, std::uint64_t first, int subsequences, int blocks) {
   std::vector<std::uint32_t> out;
   for (int s = 0; s < subsequences; ++s) {
-    monte_carlo::PhiloxStream stream(seed, first + static_cast<std::uint64_t>(s));
+    streams::PhiloxStream stream(seed, first + static_cast<std::uint64_t>(s));
     for (int c = 0; c < blocks; ++c) {
       for (auto w : stream.next_block()) out.push_back(w);
     }

@@ -5,8 +5,8 @@
 #include "attncheck/gpu/normal_layout.hpp"
 #include "attncheck/monte_carlo/cpu_backend.hpp"
 #include "attncheck/monte_carlo/entry_terms.hpp"
-#include "attncheck/monte_carlo/random_stream.hpp"
 #include "attncheck/monte_carlo/sweep.hpp"
+#include "attncheck/streams/random_stream.hpp"
 #include "attncheck/theory/attention.hpp"
 
 #include <catch2/catch.hpp>
@@ -31,7 +31,7 @@ namespace {
 
 Matrix gaussian(Index rows, Index cols, std::uint64_t seed, double sd) {
   Matrix m(rows, cols);
-  monte_carlo::PhiloxStream stream(seed, 0);
+  streams::PhiloxStream stream(seed, 0);
   stream.fill_normal(m.data(), m.data() + m.size(), sd);
   return m;
 }
@@ -158,7 +158,7 @@ TEST_CASE("normal pairs placed by NormalLayout, one pair per stream position, re
     const double nan = std::numeric_limits<double>::quiet_NaN();
     Matrix X = Matrix::Constant(N, D, nan), Q = Matrix::Constant(D, d, nan), K = Matrix::Constant(D, d, nan);
     Matrix W = Matrix::Constant(D, dv, nan);
-    monte_carlo::PhiloxStream stream(seed, k);  // position `pair` of the stream, as curand_init(seed, k, 4 pair)
+    streams::PhiloxStream stream(seed, k);  // position `pair` of the stream, as curand_init(seed, k, 4 pair)
     for (std::int64_t pair = 0; pair < layout.total_pairs(); ++pair) {
       const auto z = stream.next_normal_pair();
       const gpu::NormalSlot slot = layout.slot(pair);

@@ -1,7 +1,6 @@
 #include "attncheck/monte_carlo/backend_registry.hpp"
 #include "attncheck/monte_carlo/cpu_backend.hpp"
-#include "attncheck/monte_carlo/parallel.hpp"
-#include "attncheck/monte_carlo/random_stream.hpp"
+#include "attncheck/streams/random_stream.hpp"
 #include "attncheck/theory/attention.hpp"
 #include "normal_math_guard.hpp"
 
@@ -16,6 +15,7 @@
 
 using namespace attncheck;
 using namespace attncheck::monte_carlo;
+using namespace attncheck::streams;
 using theory::ActivationKind;
 using theory::Matrix;
 using theory::Pointwise;
@@ -203,18 +203,6 @@ TEST_CASE("the backend's memory estimate grows with the point and saturates inst
   absurd.N = std::int64_t{1} << 61;
   absurd.d = std::int64_t{1} << 40;
   CHECK(backend.host_bytes_needed(absurd) == UINT64_MAX);
-}
-
-TEST_CASE("an exception inside a parallel loop reaches the caller instead of terminating the program") {
-  std::vector<int> done(64, 0);
-  CHECK_THROWS_WITH(parallel_for(64, 4,
-                                 [&](theory::Index k) {
-                                   done[static_cast<std::size_t>(k)] = 1;
-                                   if (k == 17) throw theory::InputError("iteration 17 failed");
-                                 }),
-                    "iteration 17 failed");
-  CHECK(std::count(done.begin(), done.end(), 1) == 64);  // the others still ran
-  CHECK_THROWS_AS(parallel_for(8, 2, [](theory::Index) { throw std::bad_alloc(); }), std::bad_alloc);
 }
 
 TEST_CASE("mixed precision agrees with double within its derived bound, and the fused kernels agree with BLAS tiles") {

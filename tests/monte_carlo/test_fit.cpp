@@ -3,8 +3,8 @@
 // corrections, noise at the default 1% relative standard error, heavy tails).
 
 #include "attncheck/monte_carlo/fit.hpp"
-#include "attncheck/monte_carlo/random_stream.hpp"
 #include "attncheck/monte_carlo/statistics.hpp"
+#include "attncheck/streams/random_stream.hpp"
 
 #include <boost/math/statistics/linear_regression.hpp>
 #include <catch2/catch.hpp>
@@ -17,6 +17,7 @@
 #include <vector>
 
 using namespace attncheck::monte_carlo;
+using namespace attncheck::streams;
 namespace records = attncheck::records;
 
 TEST_CASE("an exact power law is fitted exactly, with a narrow interval") {

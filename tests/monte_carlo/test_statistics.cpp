@@ -1,5 +1,5 @@
-#include "attncheck/monte_carlo/random_stream.hpp"
 #include "attncheck/monte_carlo/statistics.hpp"
+#include "attncheck/streams/random_stream.hpp"
 
 #include <catch2/catch.hpp>
 #include <rapidcheck/catch.h>
@@ -8,6 +8,7 @@
 #include <vector>
 
 using namespace attncheck::monte_carlo;
+using namespace attncheck::streams;
 
 namespace {
 Accumulator accumulate(const std::vector<double>& xs, std::size_t begin, std::size_t end) {

@@ -1,8 +1,8 @@
 #pragma once
 // Small randomly initialized checkpoints written by the tests themselves (config.json + safetensors).
 
-#include "attncheck/monte_carlo/random_stream.hpp"
 #include "attncheck/probes/safetensors.hpp"
+#include "attncheck/streams/random_stream.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -43,7 +43,7 @@ class WeightWriter {
   std::vector<NamedTensor>& tensors() { return tensors_; }
 
  private:
-  monte_carlo::PhiloxStream stream_;
+  streams::PhiloxStream stream_;
   std::vector<NamedTensor> tensors_;
 };
 

@@ -52,6 +52,25 @@ def test_mc_equals_the_command_line_json_but_for_wall_times_and_the_command(tmp_
     assert resumed["points"] == got["points"]
 
 
+@pytest.mark.parametrize("option, value, flag", [("path", "tensor", "--path"), ("precision", "mixed", "--precision")])
+def test_mc_evaluation_path_and_precision_reach_the_engine(tmp_path, option, value, flag):
+    # p = 2 has a tensor-power path; mixed precision changes the values (FP32 score tiles), so equal points
+    # with the command line and a recorded option show the setting was used, not only accepted.
+    expected = json.loads(run_program("mc", "--phi", "poly", "--N", "8,16", "--D", 4, "--d", 4, "--p", 2,
+                                      "--samples", 16, "--threads", 1, "--seed", 3, "--backend", "cpu", flag, value,
+                                      "--json").stdout)
+    got = attncheck.mc(phi="poly", N="8,16", D=4, d=4, p=2, samples=16, threads=1, seed=3, **{option: value})
+    strip = lambda points: [{k: v for k, v in p.items() if k != "wall_seconds"} for p in points]
+    assert strip(got["points"]) == strip(expected["points"])
+    default = attncheck.mc(phi="poly", N="8,16", D=4, d=4, p=2, samples=16, threads=1, seed=3)
+    if option == "path":
+        assert {p["path"] for p in got["points"]} == {"tensor"}
+        assert {p["path"] for p in default["points"]} != {"tensor"}
+    else:
+        assert got["provenance"]["precision"] == "mixed" and default["provenance"]["precision"] == "double"
+        assert [p["mean"] for p in got["points"]] != [p["mean"] for p in default["points"]]
+
+
 def test_mc_passes_on_the_command_lines_notes():
     result = attncheck.mc("C8", N="8,16", D=4, d=4, samples=16, threads=1)
     assert result["notes"] == ["C8 is a statement about d: sweep --d (e.g. --d 4:256:x2)"]
@@ -68,6 +87,8 @@ def test_mc_passes_on_the_command_lines_notes():
     (lambda: attncheck.mc("C3", N="16:8:x2"), ["mc", "--claim", "C3", "--N", "16:8:x2"]),
     (lambda: attncheck.mc(phi="poly", sigma_x=-1), ["mc", "--phi", "poly", "--sigma-x", "-1"]),
     (lambda: attncheck.mc("C3", resume=True), ["mc", "--claim", "C3", "--resume"]),
+    (lambda: attncheck.mc("C3", precision="single"), ["mc", "--claim", "C3", "--precision", "single"]),
+    (lambda: attncheck.mc("C3", path="fast"), ["mc", "--claim", "C3", "--path", "fast"]),
 ])
 def test_bad_requests_raise_value_error_with_the_command_lines_message(python_call, command_line):
     result = run_program(*command_line, check=False)

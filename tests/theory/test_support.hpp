@@ -1,7 +1,7 @@
 #pragma once
 // Random test matrices and a finite-difference Jacobian, shared by the theory tests.
 
-#include "attncheck/monte_carlo/random_stream.hpp"
+#include "attncheck/streams/random_stream.hpp"
 #include "attncheck/theory/common.hpp"
 
 #include <cstdint>
@@ -12,7 +12,7 @@ namespace attncheck::testing {
 inline theory::Matrix random_matrix(theory::Index rows, theory::Index cols, double sd, std::uint64_t seed,
                                     std::uint64_t stream = 0) {
   theory::Matrix m(rows, cols);
-  monte_carlo::PhiloxStream(seed, stream).fill_normal(m.data(), m.data() + m.size(), sd);
+  streams::PhiloxStream(seed, stream).fill_normal(m.data(), m.data() + m.size(), sd);
   return m;
 }
 

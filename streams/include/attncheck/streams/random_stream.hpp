@@ -7,7 +7,7 @@
 // Two ways to evaluate log, sin and cos of Box-Muller (NormalMath): glibc's scalar functions, or glibc's
 // vector library (libmvec, AVX2 variants, four lanes at a time) when the CPU has AVX2 and FMA. The words and
 // uniforms are the same bits on both paths; the normals differ by a few ulps (at most 5 measured, 8 asserted
-// by tests/monte_carlo/test_random_stream.cpp), far inside the GPU self-test's 1e-12 sigma. The path is
+// by tests/streams/test_random_stream.cpp), far inside the GPU self-test's 1e-12 sigma. The path is
 // chosen once per process, never per thread or per call site, so results do not depend on the thread count,
 // and a machine without AVX2 reproduces an AVX2 machine's results up to those last bits (ATTNCHECK_NORMALS=scalar
 // reproduces its bits exactly).
@@ -22,7 +22,7 @@
 #include <iterator>
 #include <memory>
 
-namespace attncheck::monte_carlo {
+namespace attncheck::streams {
 
 using PhiloxKey = r123::Philox4x32::key_type;
 using PhiloxCounter = r123::Philox4x32::ctr_type;
@@ -149,4 +149,4 @@ inline std::uint64_t derive_point_seed(std::uint64_t seed, std::uint64_t point) 
   return z ^ (z >> 31);
 }
 
-}  // namespace attncheck::monte_carlo
+}  // namespace attncheck::streams

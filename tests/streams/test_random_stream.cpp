@@ -1,6 +1,6 @@
 // The two ways of evaluating Box-Muller (random_stream.hpp): the same words and uniforms, the same pairing
 // and order, normals within a few ulps of each other, and the scalar path exactly the reference formula.
-#include "attncheck/monte_carlo/random_stream.hpp"
+#include "attncheck/streams/random_stream.hpp"
 #include "normal_math_guard.hpp"
 #include "philox_known_answers.hpp"
 
@@ -15,7 +15,7 @@
 #include <limits>
 #include <vector>
 
-using namespace attncheck::monte_carlo;
+using namespace attncheck::streams;
 
 namespace {
 

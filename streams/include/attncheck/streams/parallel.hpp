@@ -8,7 +8,7 @@
 #include <exception>
 #include <mutex>
 
-namespace attncheck::monte_carlo {
+namespace attncheck::streams {
 
 // Runs body(k) for k = 0 .. count - 1 over `threads` threads (dynamic schedule, one iteration at a time).
 template <class Body>
@@ -27,4 +27,4 @@ void parallel_for(theory::Index count, int threads, Body&& body) {
   if (failure) std::rethrow_exception(failure);
 }
 
-}  // namespace attncheck::monte_carlo
+}  // namespace attncheck::streams

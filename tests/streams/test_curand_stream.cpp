@@ -1,6 +1,6 @@
 // Pins PhiloxStream's raw 32-bit words to cuRAND's host Philox4x32-10 generator (no GPU needed). Returns 77
 // (CTest: skipped) when the build found no libcurand.
-#include "attncheck/monte_carlo/random_stream.hpp"
+#include "attncheck/streams/random_stream.hpp"
 #include "philox_known_answers.hpp"
 
 #include <cstdio>
@@ -32,7 +32,7 @@ int main() {
   curandDestroyGenerator(gen);
   int failures = 0;
   for (std::size_t k = 0; k < kBlocks; ++k) {
-    attncheck::monte_carlo::PhiloxStream stream(1234, k);
+    attncheck::streams::PhiloxStream stream(1234, k);
     const auto block = stream.next_block();
     for (int w = 0; w < 4; ++w) {
       if (block[w] != words[4 * k + w] && failures++ < 10) {

@@ -1,4 +1,4 @@
-#include "attncheck/monte_carlo/random_stream.hpp"
+#include "attncheck/streams/random_stream.hpp"
 
 #include "attncheck/theory/common.hpp"
 
@@ -7,12 +7,12 @@
 #include <cstdlib>
 #include <string>
 
-#if defined(ATTNCHECK_MC_LIBMVEC) && defined(__x86_64__)
+#if defined(ATTNCHECK_STREAMS_LIBMVEC) && defined(__x86_64__)
 #define ATTNCHECK_AVX2_NORMALS 1
 #include <immintrin.h>
 #endif
 
-namespace attncheck::monte_carlo {
+namespace attncheck::streams {
 
 namespace {
 
@@ -259,4 +259,4 @@ void box_muller_pairs(NormalMath math, const double* u, const double* angle, std
   }
 }
 
-}  // namespace attncheck::monte_carlo
+}  // namespace attncheck::streams

@@ -1,8 +1,8 @@
-#include "attncheck/monte_carlo/bounds_survey.hpp"
+#include "attncheck/exact/bounds_survey.hpp"
 
-#include "attncheck/monte_carlo/parallel.hpp"
-#include "attncheck/monte_carlo/random_stream.hpp"
 #include "attncheck/records/memory_budget.hpp"
+#include "attncheck/streams/parallel.hpp"
+#include "attncheck/streams/random_stream.hpp"
 #include "attncheck/theory/worst_case.hpp"
 
 #include <omp.h>
@@ -12,8 +12,11 @@
 #include <cmath>
 #include <limits>
 
-namespace attncheck::monte_carlo {
+namespace attncheck::exact {
 
+using streams::derive_point_seed;
+using streams::parallel_for;
+using streams::PhiloxStream;
 using theory::Index;
 using theory::Matrix;
 
@@ -183,8 +186,6 @@ std::vector<BoundsFamily> default_families() {
   return out;
 }
 
-bool within(double value, double bound) { return value <= bound * (1 + kBoundRoundingSlack); }
-
 std::uint64_t survey_bytes(Index n, int threads) {
   const auto rows = static_cast<std::uint64_t>(std::max<Index>(n, 0));
   return records::saturating_sum({records::saturating_product({rows, rows, sizeof(double),
@@ -219,4 +220,4 @@ FamilyResult survey_matrix(const Matrix& logits) {
   return reduce(BoundsFamily::input, {evaluate_trial(logits, 0)});
 }
 
-}  // namespace attncheck::monte_carlo
+}  // namespace attncheck::exact

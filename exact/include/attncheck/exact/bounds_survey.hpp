@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace attncheck::monte_carlo {
+namespace attncheck::exact {
 
 enum class BoundsFamily {
   gaussian_1e_3,   // i.i.d. N(0, (1e-3)^2) logits: nearly uniform rows
@@ -61,13 +61,8 @@ FamilyResult survey_family(BoundsFamily family, const SurveyOptions& options);
 // Evaluates the user's matrix (rows x cols, N = rows).
 FamilyResult survey_matrix(const theory::Matrix& logits);
 
-// The bounds are checked exactly; the only slack is floating-point rounding in forming the norms (a few ulps
-// per entry), so a value counts as within a bound when value <= bound * (1 + kBoundRoundingSlack).
-inline constexpr double kBoundRoundingSlack = 1e-12;
-bool within(double value, double bound);
-
 // Bytes the survey holds at once for N x N matrices with this many threads (saturating, never wrapping); the
 // CLI refuses sizes that do not fit in memory before allocating anything.
 std::uint64_t survey_bytes(theory::Index n, int threads);
 
-}  // namespace attncheck::monte_carlo
+}  // namespace attncheck::exact

@@ -1,0 +1,24 @@
+// parallel_for: every iteration's exception is caught and the first reaches the caller, where OpenMP alone
+// would call std::terminate.
+#include "attncheck/streams/parallel.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <new>
+#include <vector>
+
+using namespace attncheck;
+using streams::parallel_for;
+
+TEST_CASE("an exception inside a parallel loop reaches the caller instead of terminating the program") {
+  std::vector<int> done(64, 0);
+  CHECK_THROWS_WITH(parallel_for(64, 4,
+                                 [&](theory::Index k) {
+                                   done[static_cast<std::size_t>(k)] = 1;
+                                   if (k == 17) throw theory::InputError("iteration 17 failed");
+                                 }),
+                    "iteration 17 failed");
+  CHECK(std::count(done.begin(), done.end(), 1) == 64);  // the others still ran
+  CHECK_THROWS_AS(parallel_for(8, 2, [](theory::Index) { throw std::bad_alloc(); }), std::bad_alloc);
+}
