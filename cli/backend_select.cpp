@@ -3,6 +3,7 @@
 #include "subcommand.hpp"
 
 #include "attncheck/monte_carlo/backend_registry.hpp"
+#include "attncheck/monte_carlo/distributed.hpp"
 
 #include <fmt/format.h>
 
@@ -43,6 +44,7 @@ std::unique_ptr<monte_carlo::Backend> select_backend(const std::string& requeste
         continue;
       }
       std::unique_ptr<monte_carlo::Backend> backend = entry->make(request);
+      if (!monte_carlo::distributed::is_root()) return backend;  // rank 0 says which, for the whole run
       if (skipped.empty()) {
         fmt::print(stderr, "attncheck: backend auto: {}\n", backend->describe());
       } else {

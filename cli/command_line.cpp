@@ -3,6 +3,7 @@
 
 #include "subcommand.hpp"
 
+#include "attncheck/monte_carlo/distributed.hpp"
 #include "attncheck/records/errors.hpp"
 
 #include <fmt/format.h>
@@ -55,32 +56,34 @@ int attncheck::cli::run_command_line(int argc, char** argv) {
     app.exit(e);
     return kExitUsage;
   }
+  // In a run of several MPI ranks, an error on one must end them all, never leave them waiting for it.
+  const auto failed = [](int exit_code) { return attncheck::monte_carlo::distributed::end_after_error(exit_code); };
   try {
     for (auto& [command, run] : runners) {
       if (command->parsed()) return run();
     }
   } catch (const UsageError& e) {
     fmt::print(stderr, "attncheck: error: {}\n", e.what());
-    return kExitUsage;
+    return failed(kExitUsage);
   } catch (const attncheck::theory::InputError& e) {
     fmt::print(stderr, "attncheck: error: {}\n", e.what());
-    return kExitUsage;
+    return failed(kExitUsage);
   } catch (const attncheck::records::IoError& e) {
     fmt::print(stderr, "attncheck: error: file system: {}\n", e.what());
-    return kExitIo;
+    return failed(kExitIo);
   } catch (const attncheck::records::DeviceError& e) {
     fmt::print(stderr, "attncheck: error: device: {}\n", e.what());
-    return kExitDevice;
+    return failed(kExitDevice);
   } catch (const std::bad_alloc&) {
     fmt::print(stderr, "attncheck: error: out of memory\n");
-    return kExitUsage;
+    return failed(kExitUsage);
   } catch (const std::exception& e) {
     // Anything else still ends with a message, not an abort.
     fmt::print(stderr, "attncheck: error: {}\n", e.what());
-    return kExitUsage;
+    return failed(kExitUsage);
   } catch (...) {
     fmt::print(stderr, "attncheck: error: an unknown failure\n");
-    return kExitUsage;
+    return failed(kExitUsage);
   }
-  return kExitUsage;
+  return failed(kExitUsage);
 }

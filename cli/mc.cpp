@@ -5,6 +5,7 @@
 #include "subcommand.hpp"
 
 #include "attncheck/monte_carlo/commands.hpp"
+#include "attncheck/monte_carlo/distributed.hpp"
 #include "attncheck/monte_carlo/fit.hpp"
 #include "attncheck/monte_carlo/sweep.hpp"
 
@@ -269,7 +270,9 @@ int run(const Options& o) {
     return select_backend(o.backend, {r.threads, static_cast<theory::Index>(r.tile), mc::parse_evaluation_path(r.path),
                                       mc::parse_score_precision(r.precision)});
   };
-  hooks.note = [](const std::string& note) { fmt::print(stderr, "attncheck mc: note: {}\n", note); };
+  hooks.note = [](const std::string& note) {
+    if (mc::distributed::is_root()) fmt::print(stderr, "attncheck mc: note: {}\n", note);
+  };
   hooks.progress = [&](std::size_t point, std::size_t points, const std::string& label, std::uint64_t done,
                        std::uint64_t planned) { bar.update(point, points, label, done, planned); };
   mc::McOutcome outcome;
@@ -280,6 +283,8 @@ int run(const Options& o) {
     throw;
   }
   bar.finish();
+  // Under mpirun every rank holds the same points; rank 0 alone speaks.
+  if (!mc::distributed::is_root()) return outcome.exit_code == 1 ? kExitViolated : kExitHolds;
   if (outcome.skipped) {
     fmt::print(stderr, "attncheck mc: --resume: {} of {} points were already in {}\n", outcome.skipped, outcome.points,
                *o.out);

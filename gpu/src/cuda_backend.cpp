@@ -13,6 +13,7 @@
 #include "attncheck/gpu/cuda_backend.hpp"
 
 #include "attncheck/monte_carlo/backend_registry.hpp"
+#include "attncheck/monte_carlo/distributed.hpp"
 
 #include "attncheck/gpu/batch_plan.hpp"
 #include "attncheck/gpu/normal_layout.hpp"
@@ -141,6 +142,7 @@ class CudaBackend final : public monte_carlo::Backend {
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   std::string name() const override { return "cuda"; }
+  int device() const override { return device_; }
   std::string describe() const override { return fmt::format("cuda: device {}, {}", device_, cuda_device_description(device_)); }
 
   void evaluate(const SweepPoint& point, const std::vector<Estimand>& estimands, std::uint64_t first,
@@ -592,9 +594,12 @@ DrawnSample device_draw_sample(int device, const SweepPoint& point, std::uint64_
 // Registered here, with the functions of cuda_devices.hpp that the program calls anyway (gpu-selftest), so
 // that this object file, and the registration, is always linked.
 const bool registered = monte_carlo::register_backend(
-    {"cuda", "an NVIDIA GPU through CUDA (device 0): cuRAND's Philox draws, cuBLAS score strips", 10,
+    {"cuda", "an NVIDIA GPU through CUDA (device 0; under MPI one per rank): cuRAND's Philox draws, cuBLAS score strips", 10,
      [] { return cuda_unavailable_reason(); },
-     [](const monte_carlo::BackendRequest&) { return make_cuda_backend(0); }});
+     [](const monte_carlo::BackendRequest&) {
+       namespace distributed = monte_carlo::distributed;
+       return make_cuda_backend(distributed::device_for_local_rank(distributed::local_rank(), cuda_device_count()));
+     }});
 
 }  // namespace
 

@@ -2,6 +2,7 @@
 
 #include "attncheck/exact/bounds_survey.hpp"
 #include "attncheck/monte_carlo/cpu_backend.hpp"
+#include "attncheck/monte_carlo/distributed.hpp"
 #include "attncheck/monte_carlo/option_ranges.hpp"
 #include "attncheck/monte_carlo/results.hpp"
 #include "attncheck/monte_carlo/runner.hpp"
@@ -155,6 +156,20 @@ std::string hostname() {
   return name;
 }
 
+// The ranks of the run, the distinct hosts they ran on, and the device of each rank (null: the host CPU).
+// Collective: every rank calls it.
+json distributed_provenance(int device) {
+  json hosts = json::array();
+  for (const std::string& host : distributed::allgather_text(distributed::host_name())) {
+    if (std::find(hosts.begin(), hosts.end(), host) == hosts.end()) hosts.push_back(host);
+  }
+  json devices = json::array();
+  for (double d : distributed::allgather({static_cast<double>(device)})) {
+    devices.push_back(d < 0 ? json(nullptr) : json(static_cast<int>(d)));
+  }
+  return {{"ranks", distributed::size()}, {"hosts", hosts}, {"rank_devices", devices}};
+}
+
 SamplingPolicy sampling_policy(const McRequest& o) {
   SamplingPolicy policy;
   if (o.samples != "auto") policy.fixed = static_cast<std::uint64_t>(parse_integer(o.samples, "--samples (or auto)", 2, kMaxSamples));
@@ -272,7 +287,8 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
   McOutcome outcome;
   outcome.points = points.size();
   std::optional<ResultsFolder> folder;
-  if (o.out) {
+  // Rank 0 alone reads and writes the folder (the ranks need not share a disk); it tells the others what to skip.
+  if (o.out && distributed::is_root()) {
     folder.emplace(*o.out, o.resume  ? FolderStart::resume
                            : o.force ? FolderStart::overwrite
                                      : FolderStart::fresh);
@@ -286,7 +302,7 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
         if (auto record = folder->finished(record_key(ps, e, o.seed, precision))) finished.push_back(std::move(*record));
       }
     }
-    if (o.resume && finished.size() == ps.series->estimands.size()) {
+    if (o.resume && distributed::broadcast_flag(finished.size() == ps.series->estimands.size())) {
       outcome.records.insert(outcome.records.end(), finished.begin(), finished.end());
       ++outcome.skipped;
       continue;
@@ -330,6 +346,7 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
   }
 
   outcome.series = fit_series(outcome.records, o.tolerance);
+  const json ranks = distributed_provenance(backend->device());
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   outcome.provenance = {{"version", std::string(ATTNCHECK_VERSION)},
                         {"date", utc_now()},
@@ -340,6 +357,7 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
                         {"precision", precision_name(precision)},
                         {"command", o.command},
                         {"wall_seconds", wall}};
+  outcome.provenance.update(ranks);
   if (precision == ScorePrecision::mixed) {
     // The bound of every (p, d) whose scores were FP32, against which the points' standard errors can be read.
     json bounds = json::array();
@@ -357,7 +375,9 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
   // fits.json describes the whole folder: with --resume a folder can gather several claims' runs, and a
   // report of it must see all of their series.
   if (folder) folder->write_fits(outcome.provenance, o.tolerance);
-  outcome.exit_code = exit_code_of(outcome.series);
+  // Only rank 0 holds the points --resume kept, so its verdicts are the run's.
+  outcome.exit_code =
+      static_cast<int>(distributed::broadcast_count(static_cast<std::uint64_t>(exit_code_of(outcome.series))));
   for (const json& s : outcome.series) {
     outcome.inconclusive += s["verdict"] == "inconclusive" && s.value("counts_for_exit", false) ? 1 : 0;
   }

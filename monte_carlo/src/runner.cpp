@@ -1,8 +1,11 @@
 #include "attncheck/monte_carlo/runner.hpp"
 
+#include "attncheck/monte_carlo/distributed.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <stdexcept>
 
 namespace attncheck::monte_carlo {
 
@@ -14,6 +17,32 @@ constexpr double kTimeCheckSeconds = 0.05;
 
 // Samples a standard error needs: an auto run stopped by the clock still draws this many.
 constexpr std::uint64_t kMinimumSamples = 2;
+
+// Samples [first, first + count) over the ranks of the run: each evaluates its contiguous share, and every rank
+// receives all values in sample order, so each adds them as a single process would.
+void evaluate_on_all_ranks(Backend& backend, const SweepPoint& point, const std::vector<Estimand>& estimands,
+                           std::uint64_t first, std::uint64_t count, std::vector<SampleValues>& out) {
+  const int ranks = distributed::size();
+  if (ranks == 1) {
+    backend.evaluate(point, estimands, first, count, out);
+    return;
+  }
+  const distributed::SampleRange share = distributed::rank_share(first, count, distributed::rank(), ranks);
+  std::vector<SampleValues> mine;
+  if (share.count > 0) backend.evaluate(point, estimands, share.first, share.count, mine);
+  std::vector<double> flat;
+  flat.reserve(mine.size() * kEstimandCount);
+  for (const SampleValues& v : mine) flat.insert(flat.end(), v.begin(), v.end());
+  const std::vector<double> all = distributed::allgather(flat);
+  if (all.size() != count * kEstimandCount) {
+    throw std::logic_error("the ranks returned a different number of samples than they were given");
+  }
+  for (std::size_t at = 0; at < all.size(); at += kEstimandCount) {
+    SampleValues v;
+    std::copy_n(all.begin() + static_cast<std::ptrdiff_t>(at), kEstimandCount, v.begin());
+    out.push_back(v);
+  }
+}
 
 }  // namespace
 
@@ -57,15 +86,17 @@ PointOutcome run_point(Backend& backend, const SweepPoint& point, const std::vec
         const double budget = std::min(kTimeCheckSeconds, std::max(policy.max_seconds - elapsed(), 0.0));
         const double fit = seconds_per_sample > 0 ? budget / seconds_per_sample : 1;
         count = std::clamp<std::uint64_t>(static_cast<std::uint64_t>(std::min(fit, 1e18)), 1, count);
+        count = distributed::broadcast_count(count);  // rank 0's clock decides for all
       }
       const double before = elapsed();
       values.clear();
-      backend.evaluate(point, estimands, out.samples, count, values);
+      evaluate_on_all_ranks(backend, point, estimands, out.samples, count, values);
       add(values);
       out.samples += count;
       seconds_per_sample = (elapsed() - before) / static_cast<double>(count);
       if (progress) progress(out.samples, planned);
-      if (timed && out.samples >= kMinimumSamples && out.samples < cap && elapsed() >= policy.max_seconds) {
+      if (timed && out.samples >= kMinimumSamples && out.samples < cap &&
+          distributed::broadcast_flag(elapsed() >= policy.max_seconds)) {
         out_of_time = true;
         break;
       }

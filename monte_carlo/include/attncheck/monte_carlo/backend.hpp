@@ -90,6 +90,8 @@ class Backend {
   virtual std::string describe() const { return name(); }
   // Host threads that evaluate samples (recorded in the results' provenance).
   virtual int threads() const { return 1; }
+  // The GPU it evaluates on (a rank's, under MPI: distributed.hpp), or -1 on the host CPU.
+  virtual int device() const { return -1; }
   // Host memory that one evaluate() call for these estimands of the point may hold, checked before a sweep
   // starts (0: the backend's large buffers are not in host memory).
   virtual std::uint64_t host_bytes_needed(const SweepPoint& point, const std::vector<Estimand>& estimands) const {
