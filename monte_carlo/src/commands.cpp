@@ -275,7 +275,7 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
   std::unique_ptr<CpuBackend> cpu_fallback;
   for (std::size_t k = 0; k < points.size(); ++k) {
     const PointSpec& ps = points[k];
-    std::vector<json> finished;
+    std::vector<records::PointRecord> finished;
     if (folder) {
       for (auto e : ps.series->estimands) {
         if (auto record = folder->finished(record_key(ps, e, o.seed, precision))) finished.push_back(std::move(*record));
@@ -314,11 +314,11 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
     } catch (const InputError& e) {
       throw InputError(fmt::format("point {}: {}", label, e.what()));
     }
-    std::vector<json> fresh;
+    std::vector<records::PointRecord> fresh;
     const char* point_path = point_backend->evaluation_path(ps.point, ps.series->estimands);
     for (auto e : ps.series->estimands) {
       fresh.push_back(point_record(ps, e, point_outcome, point_context));
-      fresh.back()["path"] = point_path;
+      fresh.back().path = point_path;
     }
     if (folder) folder->append(fresh);
     outcome.records.insert(outcome.records.end(), fresh.begin(), fresh.end());
@@ -351,8 +351,8 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
   // report of it must see all of their series.
   if (folder) folder->write_fits(outcome.provenance, o.tolerance);
   outcome.exit_code = exit_code_of(outcome.series);
-  for (const json& s : outcome.series) {
-    outcome.inconclusive += s["verdict"] == "inconclusive" && s.value("counts_for_exit", false) ? 1 : 0;
+  for (const records::Series& s : outcome.series) {
+    outcome.inconclusive += s.verdict == records::Verdict::inconclusive && s.counts_for_exit ? 1 : 0;
   }
   for (const auto& s : series) {
     if (s.claim != "custom" && (outcome.claims.empty() || outcome.claims.back() != s.claim)) {

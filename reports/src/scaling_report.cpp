@@ -197,8 +197,8 @@ Facts series_provenance(const records::Series& s, const records::Provenance& run
     any_point = true;
     const records::PointRecord& p = *s.points[i];
     backends.insert(p.backend);
-    threads.insert(p.threads);
-    run_seeds.insert(p.run_seed);
+    threads.insert(std::to_string(p.threads));
+    run_seeds.insert(std::to_string(p.run_seed));
     seeds += (seeds.empty() ? "" : ", ") + fmt::format("{}={}: {}", x_name(s), s.x[i], p.seed);
     wall += p.wall_seconds;
   }
@@ -288,7 +288,7 @@ Table points_table(const records::Series& s) {
     }
     if (detail) {
       row.push_back(point ? (point->se_reliable ? "yes" : "NO") : "-");
-      row.push_back(point ? point->seed : "-");
+      row.push_back(point ? std::to_string(point->seed) : "-");
       row.push_back(point ? format_number(point->wall_seconds, 3) : "-");
     }
     t.rows.push_back(std::move(row));

@@ -5,6 +5,7 @@
 
 #include "attncheck/monte_carlo/backend.hpp"
 #include "attncheck/monte_carlo/option_ranges.hpp"
+#include "attncheck/records/results_folder.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -78,8 +79,8 @@ struct McHooks {
 
 struct McOutcome {
   nlohmann::json provenance;
-  std::vector<nlohmann::json> records;  // this run's points, in sweep order (resumed ones included)
-  nlohmann::json series;                // the fits of this run's points, with verdicts
+  std::vector<records::PointRecord> records;  // this run's points, in sweep order (resumed ones included)
+  std::vector<records::Series> series;  // the fits of this run's points, with verdicts
   int exit_code = 0;                    // 1 when a claim as the papers state it is violated
   std::size_t points = 0, skipped = 0;  // sweep points, and those --resume found finished
   int inconclusive = 0;                 // series that count for the exit code but are inconclusive
