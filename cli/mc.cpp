@@ -2,6 +2,7 @@
 
 #include "backend_select.hpp"
 #include "number_options.hpp"
+#include "progress.hpp"
 #include "subcommand.hpp"
 
 #include "attncheck/monte_carlo/commands.hpp"
@@ -10,7 +11,6 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -49,30 +49,6 @@ std::string command_line() {
   while (!out.empty() && out.back() == ' ') out.pop_back();
   return out;
 }
-
-class ProgressBar {
- public:
-  ProgressBar() : enabled_(::isatty(::fileno(stderr)) == 1) {}
-  void update(std::size_t point, std::size_t points, const std::string& label, std::uint64_t done,
-              std::uint64_t planned) {
-    if (!enabled_) return;
-    points_ = points;
-    const double fraction = (static_cast<double>(point) +
-                             (planned ? static_cast<double>(done) / static_cast<double>(planned) : 0.0)) /
-                            static_cast<double>(points_);
-    const int width = 30, filled = static_cast<int>(fraction * width);
-    fmt::print(stderr, "\r[{}{}] point {}/{} {} samples {}{}\x1b[K", std::string(filled, '#'),
-               std::string(width - filled, ' '), point + 1, points_, label, done,
-               planned ? fmt::format("/{}", planned) : std::string());
-  }
-  void finish() {
-    if (enabled_) fmt::print(stderr, "\r\x1b[K");
-  }
-
- private:
-  std::size_t points_ = 1;
-  bool enabled_;
-};
 
 // Records hold null where a value was not finite; the table shows that as a word with '!', never as a number,
 // and counts it for the note after the table.
@@ -113,7 +89,7 @@ std::string reading_cell(const records::SeriesKey& key) {
 }
 
 void print_human(const std::vector<records::PointRecord>& records, const std::vector<records::Series>& series,
-                 const json& provenance,
+                 const records::Provenance& provenance,
                  const std::vector<std::string>& claims) {
   Flags flags;
   for (const std::string& id : claims) {
@@ -127,14 +103,11 @@ void print_human(const std::vector<records::PointRecord>& records, const std::ve
     const records::PointRecord& r0 = records.front();
     fmt::print("Model: X entries N(0, {:g}^2), Q and K entries N(0, {:g}^2) (the papers' sigma read as standard "
                "deviation); run seed {}; backend {}, {} threads.\n",
-               r0.key.sigma_x, r0.key.sigma_t, provenance["run_seed"].get<std::uint64_t>(),
-               provenance["backend"].get<std::string>(), provenance["threads"].get<int>());
-    if (provenance.contains("mixed_precision_bounds")) {
-      for (const json& b : provenance["mixed_precision_bounds"]) {
-        fmt::print("Precision mixed: FP32 scores, FP64 sums; p = {}, d = {}: relative error of each sample's squared "
-                   "norms at most {:.2g} (of the norms, half that)\n",
-                   b["p"].get<int>(), b["d"].get<long long>(), b["relative_bound_sum_sq"].get<double>());
-      }
+               r0.key.sigma_x, r0.key.sigma_t, provenance.run_seed, provenance.backend, provenance.threads);
+    for (const records::MixedPrecisionBound& b : provenance.mixed_precision_bounds.value_or(std::vector<records::MixedPrecisionBound>{})) {
+      fmt::print("Precision mixed: FP32 scores, FP64 sums; p = {}, d = {}: relative error of each sample's squared "
+                 "norms at most {:.2g} (of the norms, half that)\n",
+                 b.p, b.d, b.relative_bound_sum_sq);
     }
     if (std::find(claims.begin(), claims.end(), "C9") != claims.end()) {
       fmt::print("C9: W_V (D x dv) entries N(0, {:g}^2) as well; value = ||O||_F, dV = ||dO/dV||_F, dS = ||dO/dS||_F, "
@@ -214,7 +187,8 @@ void print_human(const std::vector<records::PointRecord>& records, const std::ve
   }
 }
 
-int run(const Options& o) {
+// The request as the command line gives it; run_mc checks it, so that the Python package gets the same checks.
+mc::McRequest request_of(const Options& o) {
   mc::McRequest request;
   request.claim = o.claim;
   request.phi = o.phi;
@@ -245,33 +219,31 @@ int run(const Options& o) {
   request.resume = o.resume;
   request.force = o.force;
   request.command = command_line();
-  ProgressBar bar;
+  return request;
+}
+
+// Backend selection by --backend, notes on stderr, and the sweep's progress on the progress line.
+mc::McHooks terminal_hooks(const Options& o, ProgressLine& line) {
   mc::McHooks hooks;
-  hooks.make_backend = [&](const mc::McRequest& r) {
-    return select_backend(o.backend, {r.threads, static_cast<theory::Index>(r.tile), mc::parse_evaluation_path(r.path),
-                                      mc::parse_score_precision(r.precision)});
+  hooks.make_backend = [backend = o.backend](const mc::BackendRequest& request) {
+    return select_backend(backend, request);
   };
   hooks.note = [](const std::string& note) { fmt::print(stderr, "attncheck mc: note: {}\n", note); };
-  hooks.progress = [&](std::size_t point, std::size_t points, const std::string& label, std::uint64_t done,
-                       std::uint64_t planned) { bar.update(point, points, label, done, planned); };
-  mc::McOutcome outcome;
-  try {
-    outcome = mc::run_mc(request, hooks);
-  } catch (...) {
-    bar.finish();  // the error message starts on a clean line
-    throw;
-  }
-  bar.finish();
-  if (outcome.skipped) {
-    fmt::print(stderr, "attncheck mc: --resume: {} of {} points were already in {}\n", outcome.skipped, outcome.points,
-               *o.out);
-  }
-  if (o.as_json) {
-    std::cout << outcome.to_json().dump(2) << "\n";
-  } else {
-    print_human(outcome.records, outcome.series, outcome.provenance, outcome.claims);
-  }
-  for (const records::Series& s : outcome.series) {
+  hooks.progress = [&line](std::size_t point, std::size_t points, const std::string& label, std::uint64_t done,
+                           std::uint64_t planned) {
+    const double fraction = (static_cast<double>(point) +
+                             (planned ? static_cast<double>(done) / static_cast<double>(planned) : 0.0)) /
+                            static_cast<double>(points);
+    line.update(fmt::format("{} point {}/{} {} samples {}{}", progress_bar(fraction), point + 1, points, label, done,
+                            planned ? fmt::format("/{}", planned) : std::string()));
+  };
+  return hooks;
+}
+
+// What stderr says beside the tables: series that count but are inconclusive, and closed forms Monte Carlo
+// disagrees with (a failure of the tool).
+void print_series_notes(const std::vector<records::Series>& series) {
+  for (const records::Series& s : series) {
     if (s.verdict == records::Verdict::inconclusive && s.counts_for_exit) {
       fmt::print(stderr, "attncheck mc: inconclusive (not a failure): {} {} p={}{} {}{}: {}\n", s.key.claim, s.key.phi,
                  s.key.p, s.key.mix ? " " + reading_cell(s.key) : std::string(), s.key.estimand,
@@ -284,6 +256,28 @@ int run(const Options& o) {
                  s.key.claim, s.key.phi, s.key.p, s.key.estimand, mc::kMaxExactAbsZ);
     }
   }
+}
+
+int run(const Options& o) {
+  ProgressLine line;
+  mc::McOutcome outcome;
+  try {
+    outcome = mc::run_mc(request_of(o), terminal_hooks(o, line));
+  } catch (...) {
+    line.finish();  // the error message starts on a clean line
+    throw;
+  }
+  line.finish();
+  if (outcome.skipped) {
+    fmt::print(stderr, "attncheck mc: --resume: {} of {} points were already in {}\n", outcome.skipped, outcome.points,
+               *o.out);
+  }
+  if (o.as_json) {
+    std::cout << outcome.to_json().dump(2) << "\n";
+  } else {
+    print_human(outcome.records, outcome.series, outcome.provenance, outcome.claims);
+  }
+  print_series_notes(outcome.series);
   return outcome.exit_code == 1 ? kExitViolated : kExitHolds;
 }
 

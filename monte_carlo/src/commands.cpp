@@ -228,8 +228,9 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
   const SamplingPolicy policy = sampling_policy(o);
   const EvaluationPath path = parse_evaluation_path(o.path);
   const ScorePrecision precision = parse_score_precision(o.precision);
+  const BackendRequest backend_request{o.threads, static_cast<Index>(o.tile), path, precision};
   const std::unique_ptr<Backend> backend =
-      hooks.make_backend ? hooks.make_backend(o)
+      hooks.make_backend ? hooks.make_backend(backend_request)
                          : std::make_unique<CpuBackend>(o.threads, static_cast<Index>(o.tile), path, precision);
   const int threads = backend->threads();
   if (precision == ScorePrecision::mixed && backend->name() != "cpu") {
@@ -275,16 +276,13 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
   std::unique_ptr<CpuBackend> cpu_fallback;
   for (std::size_t k = 0; k < points.size(); ++k) {
     const PointSpec& ps = points[k];
-    std::vector<records::PointRecord> finished;
-    if (folder) {
-      for (auto e : ps.series->estimands) {
-        if (auto record = folder->finished(record_key(ps, e, o.seed, precision))) finished.push_back(std::move(*record));
+    if (folder && o.resume) {
+      // Read now, not at the start: another process resumed into the folder may have finished it meanwhile.
+      if (auto finished = finished_records(folder->current_records(), ps, o.seed, precision)) {
+        outcome.records.insert(outcome.records.end(), finished->begin(), finished->end());
+        ++outcome.skipped;
+        continue;
       }
-    }
-    if (o.resume && finished.size() == ps.series->estimands.size()) {
-      outcome.records.insert(outcome.records.end(), finished.begin(), finished.end());
-      ++outcome.skipped;
-      continue;
     }
     const std::string label =
         ps.point.mix ? fmt::format("C9 mix alpha={:g} N={} D={} d={} dv={}", *ps.point.mix, ps.point.N, ps.point.D,
@@ -326,26 +324,27 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
 
   outcome.series = fit_series(outcome.records, o.tolerance);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  outcome.provenance = {{"version", std::string(ATTNCHECK_VERSION)},
-                        {"date", utc_now()},
-                        {"machine", {{"hostname", hostname()}, {"cpu", cpu_model()}}},
-                        {"backend", backend->name()},
-                        {"threads", threads},
-                        {"run_seed", o.seed},
-                        {"precision", precision_name(precision)},
-                        {"command", o.command},
-                        {"wall_seconds", wall}};
+  records::Provenance& provenance = outcome.provenance;
+  provenance.version = ATTNCHECK_VERSION;
+  provenance.date = utc_now();
+  provenance.hostname = hostname();
+  provenance.cpu = cpu_model();
+  provenance.machine = fmt::format("cpu: {}, hostname: {}", provenance.cpu, provenance.hostname);
+  provenance.backend = backend->name();
+  provenance.threads = threads;
+  provenance.run_seed = o.seed;
+  provenance.precision = precision_name(precision);
+  provenance.command = o.command;
+  provenance.wall_seconds = wall;
   if (precision == ScorePrecision::mixed) {
     // The bound of every (p, d) whose scores were FP32, against which the points' standard errors can be read.
-    json bounds = json::array();
+    auto& bounds = provenance.mixed_precision_bounds.emplace();
     for (const PointSpec& ps : points) {
       if (!uses_fp32_scores(ps.point, ps.series->estimands)) continue;
-      const json bound = {{"p", ps.point.map.activation.p},
-                          {"d", ps.point.d},
-                          {"relative_bound_sum_sq", mixed_precision_relative_bound(ps.point.map.activation.p, ps.point.d)}};
+      const records::MixedPrecisionBound bound{ps.point.map.activation.p, ps.point.d,
+                                               mixed_precision_relative_bound(ps.point.map.activation.p, ps.point.d)};
       if (std::find(bounds.begin(), bounds.end(), bound) == bounds.end()) bounds.push_back(bound);
     }
-    outcome.provenance["mixed_precision_bounds"] = bounds;
   }
   // fits.json describes the whole folder: with --resume a folder can gather several claims' runs, and a
   // report of it must see all of their series.

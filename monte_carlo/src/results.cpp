@@ -20,10 +20,6 @@ using nlohmann::json;
 
 namespace {
 
-json number_or_null(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
-
-json optional_or_null(const std::optional<double>& x) { return x ? number_or_null(*x) : json(nullptr); }
-
 // Columns of points.csv: the format's fields in its order, then the extras.
 const std::vector<std::string> kCsvColumns{
     "claim", "reading", "phi", "p", "alpha", "scale", "inner", "formula", "N", "D", "d", "estimand", "samples",
@@ -458,6 +454,25 @@ std::optional<records::PointRecord> ResultsFolder::finished(const std::string& k
   return std::nullopt;
 }
 
+const std::vector<records::PointRecord>& ResultsFolder::current_records() {
+  reload();
+  return records_;
+}
+
+std::optional<std::vector<records::PointRecord>> finished_records(const std::vector<records::PointRecord>& existing,
+                                                                  const PointSpec& point, std::uint64_t run_seed,
+                                                                  ScorePrecision precision) {
+  std::vector<records::PointRecord> found;
+  for (Estimand estimand : point.series->estimands) {
+    const std::string key = record_key(point, estimand, run_seed, precision);
+    const auto record = std::find_if(existing.begin(), existing.end(),
+                                     [&](const records::PointRecord& r) { return r.resume_id == key; });
+    if (record == existing.end()) return std::nullopt;
+    found.push_back(*record);
+  }
+  return found;
+}
+
 void ResultsFolder::append(const std::vector<records::PointRecord>& records) {
   const records::FolderLock lock(dir_);
   reload();
@@ -477,7 +492,7 @@ void ResultsFolder::append(const std::vector<records::PointRecord>& records) {
   loaded_ = records::file_identity(dir_ / kPointsFile);
 }
 
-void ResultsFolder::write_fits(const json& provenance, double tolerance) {
+void ResultsFolder::write_fits(const records::Provenance& provenance, double tolerance) {
   const records::FolderLock lock(dir_);
   reload();
   records::write_file_atomically(dir_ / kFitsFile, records::fits_json_text(provenance, fit_series(records_, tolerance)));

@@ -102,16 +102,34 @@ void check_estimate(const JsonFields& fields, const SeriesKey& key, double mean,
   if (se < 0) fields.fail(fmt::format("standard error of {} = {} is negative", what, se));
 }
 
+std::uint64_t whole_number(const JsonFields& fields, const char* key);
+
 Provenance read_provenance(const JsonFields& fields) {
   Provenance p;
   p.version = fields.scalar_text("version");
   p.date = fields.scalar_text("date");
   p.machine = fields.scalar_text("machine");
+  if (fields.at("machine").is_object()) {
+    const JsonFields machine(fields.at("machine"), fields.where() + " machine");
+    if (machine.has("hostname")) p.hostname = machine.scalar_text("hostname");
+    if (machine.has("cpu")) p.cpu = machine.scalar_text("cpu");
+  }
   p.backend = fields.word("backend", kBackends);
-  p.threads = fields.count_text("threads");
-  p.run_seed = fields.count_text("run_seed");
+  const std::uint64_t threads = whole_number(fields, "threads");
+  if (threads > 1u << 20) fields.fail(fmt::format("\"threads\" = {} is not a thread count", threads));
+  p.threads = static_cast<int>(threads);
+  p.run_seed = whole_number(fields, "run_seed");
+  p.precision = fields.word_or_null("precision", {"double", "mixed"});
   p.command = fields.scalar_text("command");
   p.wall_seconds = fields.number_or_null("wall_seconds");
+  if (!fields.is_null("mixed_precision_bounds")) {
+    auto& bounds = p.mixed_precision_bounds.emplace();
+    const detail::json& list = fields.array("mixed_precision_bounds");
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const JsonFields bound(list[i], fmt::format("{} mixed_precision_bounds[{}]", fields.where(), i));
+      bounds.push_back({static_cast<int>(bound.integer("p")), bound.integer("d"), bound.number("relative_bound_sum_sq")});
+    }
+  }
   return p;
 }
 
@@ -160,7 +178,6 @@ std::optional<ExactCheckRecord> read_exact_check(const JsonFields& fields) {
   return r;
 }
 
-std::uint64_t whole_number(const JsonFields& fields, const char* key);
 
 Series read_series(const JsonFields& fields) {
   Series s;
@@ -497,6 +514,30 @@ void to_json(nlohmann::json& out, const PointRecord& r) {
 
 void from_json(const nlohmann::json& in, PointRecord& record) { record = read_point(JsonFields(in, "point record"), 0); }
 
+void to_json(nlohmann::json& out, const Provenance& p) {
+  out = detail::json::object();
+  out["version"] = p.version;
+  out["date"] = p.date;
+  out["machine"] = p.hostname.empty() && p.cpu.empty() ? detail::json(p.machine)
+                                                        : detail::json{{"hostname", p.hostname}, {"cpu", p.cpu}};
+  out["backend"] = p.backend;
+  out["threads"] = p.threads;
+  out["run_seed"] = p.run_seed;
+  if (p.precision) out["precision"] = *p.precision;
+  out["command"] = p.command;
+  out["wall_seconds"] = number_or_null(p.wall_seconds);
+  if (p.mixed_precision_bounds) {
+    out["mixed_precision_bounds"] = detail::json::array();
+    for (const MixedPrecisionBound& b : *p.mixed_precision_bounds) {
+      out["mixed_precision_bounds"].push_back({{"p", b.p}, {"d", b.d}, {"relative_bound_sum_sq", b.relative_bound_sum_sq}});
+    }
+  }
+}
+
+void from_json(const nlohmann::json& in, Provenance& provenance) {
+  provenance = read_provenance(JsonFields(in, "provenance"));
+}
+
 void to_json(nlohmann::json& out, const LocalExponentRecord& e) {
   out = detail::json::object();
   out["window"] = e.window;
@@ -596,7 +637,7 @@ void to_json(nlohmann::json& out, const Series& s) {
 
 void from_json(const nlohmann::json& in, Series& series) { series = read_series(JsonFields(in, "series")); }
 
-std::string fits_json_text(const nlohmann::json& provenance, const std::vector<Series>& series) {
+std::string fits_json_text(const Provenance& provenance, const std::vector<Series>& series) {
   return detail::json{{"format_version", kResultsFormatVersion}, {"provenance", provenance}, {"series", series}}.dump(2) +
          "\n";
 }

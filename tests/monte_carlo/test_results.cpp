@@ -88,6 +88,41 @@ TEST_CASE("series are fitted per reading, and only the stated claim sets the exi
   CHECK(exit_code_of(tampered) == 1);
 }
 
+TEST_CASE("resume planning skips exactly the points whose every estimand is finished for this seed and precision") {
+  SweepRequest rq;
+  rq.claim = "C6";  // two estimands per point (dQ, dK): a point half finished must run again
+  rq.p = {1};
+  const std::vector<SeriesSpec> series = build_series(rq);
+  REQUIRE(series.size() == 1);
+  REQUIRE(series[0].estimands.size() >= 2);
+  CpuBackend backend(1, 16);
+  SamplingPolicy policy;
+  policy.fixed = 8;
+  std::vector<PointSpec> planned;
+  std::vector<records::PointRecord> existing;
+  for (theory::Index n : {8, 16, 32}) {
+    planned.push_back(make_point(series[0], n, 4, 4, 1, 1, 9));
+    const PointOutcome outcome = run_point(backend, planned.back().point, series[0].estimands, policy);
+    for (auto e : series[0].estimands) existing.push_back(point_record(planned.back(), e, outcome, {9, "cpu", 1}));
+  }
+  const std::size_t per_point = series[0].estimands.size();
+  existing.erase(existing.begin() + static_cast<std::ptrdiff_t>(per_point) + 1);  // N = 16 lacks one estimand
+  existing.erase(existing.begin() + static_cast<std::ptrdiff_t>(2 * per_point) - 1, existing.end());  // N = 32: none
+  const auto first = finished_records(existing, planned[0], 9, ScorePrecision::fp64);
+  REQUIRE(first.has_value());
+  REQUIRE(first->size() == per_point);
+  for (std::size_t k = 0; k < per_point; ++k) {
+    CHECK((*first)[k].resume_id == record_key(planned[0], series[0].estimands[k], 9));
+    CHECK((*first)[k].key.estimand == estimand_name(series[0].estimands[k]));
+  }
+  CHECK_FALSE(finished_records(existing, planned[1], 9, ScorePrecision::fp64).has_value());
+  CHECK_FALSE(finished_records(existing, planned[2], 9, ScorePrecision::fp64).has_value());
+  // Another run seed or score precision is another point: never taken for this one.
+  CHECK_FALSE(finished_records(existing, planned[0], 10, ScorePrecision::fp64).has_value());
+  CHECK_FALSE(finished_records(existing, planned[0], 9, ScorePrecision::mixed).has_value());
+  CHECK_FALSE(finished_records({}, planned[0], 9, ScorePrecision::fp64).has_value());
+}
+
 TEST_CASE("the results folder writes whole files and resumes from points.jsonl") {
   std::vector<SeriesSpec> series;
   const auto records = small_sweep(5, series);
@@ -96,7 +131,9 @@ TEST_CASE("the results folder writes whole files and resumes from points.jsonl")
     ResultsFolder folder(dir, FolderStart::fresh);
     folder.append({records[0], records[1]});
     folder.append({records[2]});
-    folder.write_fits({{"command", "test"}}, 0.05);
+    records::Provenance provenance;
+    provenance.command = "test";
+    folder.write_fits(provenance, 0.05);
   }
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     CHECK(entry.path().filename().string().find(".tmp") == std::string::npos);
@@ -144,7 +181,9 @@ TEST_CASE("two writers of one folder keep every point of both, and a repeated po
   records::PointRecord again = records[0];
   again.wall_seconds = 123.0;
   second.append({again});
-  first.write_fits({{"command", "first"}}, 0.05);
+  records::Provenance provenance;
+  provenance.command = "first";
+  first.write_fits(provenance, 0.05);
 
   std::vector<std::string> keys;
   std::ifstream in(dir / "points.jsonl");

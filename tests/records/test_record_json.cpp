@@ -364,6 +364,45 @@ void check_same_series(const records::Series& a, const records::Series& b) {
   }
 }
 
+records::Provenance any_provenance() {
+  records::Provenance p;
+  p.version = any_text();
+  p.date = any_text();
+  if (*rc::gen::arbitrary<bool>()) {
+    p.hostname = any_text();
+    p.cpu = any_text() + "x";  // not both empty: the object form
+    p.machine = fmt::format("cpu: {}, hostname: {}", p.cpu, p.hostname);
+  } else {
+    p.machine = any_text();
+  }
+  p.backend = one_of<std::string>({"cpu", "cuda"});
+  p.threads = *rc::gen::inRange(1, 1025);
+  p.run_seed = *rc::gen::arbitrary<std::uint64_t>();
+  if (*rc::gen::arbitrary<bool>()) p.precision = one_of<std::string>({"double", "mixed"});
+  p.command = any_text();
+  p.wall_seconds = maybe_finite();
+  if (*rc::gen::arbitrary<bool>()) {
+    auto& bounds = p.mixed_precision_bounds.emplace();
+    for (int i = *rc::gen::inRange(0, 3); i > 0; --i) bounds.push_back({*rc::gen::inRange(2, 7), at_least_one(), any_non_negative()});
+  }
+  return p;
+}
+
+void check_same_provenance(const records::Provenance& a, const records::Provenance& b) {
+  RC_ASSERT(a.version == b.version);
+  RC_ASSERT(a.date == b.date);
+  RC_ASSERT(a.hostname == b.hostname);
+  RC_ASSERT(a.cpu == b.cpu);
+  RC_ASSERT(a.machine == b.machine);
+  RC_ASSERT(a.backend == b.backend);
+  RC_ASSERT(a.threads == b.threads);
+  RC_ASSERT(a.run_seed == b.run_seed);
+  RC_ASSERT(a.precision == b.precision);
+  RC_ASSERT(a.command == b.command);
+  RC_ASSERT(same(a.wall_seconds, b.wall_seconds));
+  RC_ASSERT(a.mixed_precision_bounds == b.mixed_precision_bounds);
+}
+
 std::filesystem::path fresh_dir(const std::string& name) {
   const auto dir =
       std::filesystem::temp_directory_path() / fmt::format("attncheck-record-json-{}-{}", name, ::getpid());
@@ -402,16 +441,15 @@ TEST_CASE("a point record reads back from its points.jsonl line exactly as it wa
   });
 }
 
-TEST_CASE("a fitted series reads back from fits.json exactly as it was written") {
-  rc::prop("Series -> fits.json -> Series is the identity", [] {
+TEST_CASE("fitted series and the provenance read back from fits.json exactly as they were written") {
+  rc::prop("(Provenance, Series) -> fits.json -> (Provenance, Series) is the identity", [] {
     const std::vector<records::Series> written{any_series(), any_series()};
-    const std::string text = records::fits_json_text(
-        {{"version", "test"}, {"date", "2026-01-01T00:00:00Z"}, {"machine", {{"hostname", "h"}, {"cpu", "c"}}},
-         {"backend", "cpu"}, {"threads", 2}, {"run_seed", 7}, {"command", "attncheck mc"}},
-        written);
+    const records::Provenance run = any_provenance();
+    const std::string text = records::fits_json_text(run, written);
     RC_ASSERT(json::parse(text)["format_version"] == records::kResultsFormatVersion);
     const auto [provenance, read] = records::parse_fits_json(text, "fits.json");
-    RC_ASSERT(provenance.machine == "cpu: c, hostname: h");
+    check_same_provenance(run, provenance);
+    check_same_provenance(run, json(run).get<records::Provenance>());
     RC_ASSERT(read.size() == written.size());
     for (std::size_t i = 0; i < read.size(); ++i) check_same_series(written[i], read[i]);
     check_same_series(written[0], json(written[0]).get<records::Series>());
@@ -444,11 +482,11 @@ TEST_CASE("the sweep's own records and fits read back field for field") {
   }
   const std::vector<records::Series> fitted = monte_carlo::fit_series(points, 0.05);
   REQUIRE(fitted.size() == 4);
-  const auto [provenance, series] = records::parse_fits_json(
-      records::fits_json_text({{"version", "t"}, {"date", "d"}, {"machine", "m"}, {"backend", "cpu"}, {"threads", 1},
-                               {"run_seed", 21}, {"command", "c"}},
-                              fitted),
-      "fits.json");
+  records::Provenance run;
+  run.backend = "cpu";
+  run.run_seed = 21;
+  const auto [provenance, series] = records::parse_fits_json(records::fits_json_text(run, fitted), "fits.json");
+  CHECK(provenance.run_seed == 21u);
   REQUIRE(series.size() == fitted.size());
   for (std::size_t i = 0; i < series.size(); ++i) {
     INFO("series " << i);

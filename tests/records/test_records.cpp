@@ -113,7 +113,7 @@ TEST_CASE("every fitted series reads back with its slope, verdict and basis") {
                        {"threads", 1}, {"run_seed", 12}, {"command", "attncheck mc --claim C4"}}},
                      {"series", run.series}};
   const auto [provenance, series] = records::parse_fits_json(fits.dump(2), "fits.json");
-  CHECK(provenance.run_seed == "12");
+  CHECK(provenance.run_seed == 12u);
   REQUIRE(series.size() == run.series.size());
   REQUIRE(series.size() == 2);  // elementwise and matrix readings
   for (std::size_t i = 0; i < series.size(); ++i) {
@@ -140,7 +140,7 @@ TEST_CASE("a results folder written by `attncheck mc` at format version 2 still 
   // --seed 5 --out ...`, committed as written.
   const records::ResultsFolder folder = records::read_results_folder(ATTNCHECK_RECORDS_DATA "/format-v2-c4");
   CHECK(folder.has_points_file);
-  CHECK(folder.provenance.run_seed == "5");
+  CHECK(folder.provenance.run_seed == 5u);
   CHECK(folder.provenance.backend == "cpu");
   REQUIRE(folder.series.size() == 2);
   for (const records::Series& series : folder.series) {

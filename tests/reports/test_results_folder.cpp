@@ -23,8 +23,8 @@ TEST_CASE("a results folder is read and its points are joined to their series", 
   const ResultsFolder results = read_results_folder(dir.path());
   CHECK(results.has_points_file);
   CHECK(results.provenance.version == "0.1.0");
-  CHECK(results.provenance.run_seed == "1234");
-  CHECK(results.provenance.threads == "2");
+  CHECK(results.provenance.run_seed == 1234u);
+  CHECK(results.provenance.threads == 2);
   REQUIRE(results.series.size() == 4);
   const Series& matrix = results.series[2];
   CHECK(matrix.key.reading == "matrix");

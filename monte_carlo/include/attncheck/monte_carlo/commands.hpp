@@ -4,6 +4,7 @@
 // name options as the command line spells them.
 
 #include "attncheck/monte_carlo/backend.hpp"
+#include "attncheck/monte_carlo/backend_registry.hpp"
 #include "attncheck/monte_carlo/option_ranges.hpp"
 #include "attncheck/records/results_folder.hpp"
 
@@ -68,8 +69,9 @@ struct McRequest {
 };
 
 struct McHooks {
-  // Makes the backend once the request has been checked (`threads` and `tile` as requested).
-  std::function<std::unique_ptr<Backend>(const McRequest&)> make_backend;
+  // Makes the backend once the request has been checked and parsed (threads, tile, path and precision as
+  // requested).
+  std::function<std::unique_ptr<Backend>(const BackendRequest&)> make_backend;
   // Remarks on the request that do not stop it (C8 swept over N only, points moved to the CPU backend).
   std::function<void(const std::string&)> note;
   // After each chunk of samples: point index, number of points, the point's label, samples done and planned
@@ -78,7 +80,7 @@ struct McHooks {
 };
 
 struct McOutcome {
-  nlohmann::json provenance;
+  records::Provenance provenance;
   std::vector<records::PointRecord> records;  // this run's points, in sweep order (resumed ones included)
   std::vector<records::Series> series;  // the fits of this run's points, with verdicts
   int exit_code = 0;                    // 1 when a claim as the papers state it is violated

@@ -60,11 +60,13 @@ class ResultsFolder {
   const std::vector<records::PointRecord>& records() const { return records_; }
   // The record of a finished point, after re-reading points.jsonl if another process changed it.
   std::optional<records::PointRecord> finished(const std::string& key);
+  // The folder's records, after re-reading points.jsonl if another process changed it.
+  const std::vector<records::PointRecord>& current_records();
   // Adds the records (replacing any with the same key) to what the folder holds now, and rewrites
   // points.jsonl and points.csv.
   void append(const std::vector<records::PointRecord>& records);
   // Fits every series of the folder's records as they are on disk now and writes fits.json with `provenance`.
-  void write_fits(const nlohmann::json& provenance, double tolerance);
+  void write_fits(const records::Provenance& provenance, double tolerance);
   const std::filesystem::path& dir() const { return dir_; }
 
  private:
@@ -73,6 +75,12 @@ class ResultsFolder {
   std::vector<records::PointRecord> records_;
   std::optional<records::FileIdentity> loaded_;  // of the points.jsonl records_ came from
 };
+
+// Resume planning: the records of a planned point when `existing` holds every estimand of it for this run seed
+// and precision (the point is skipped, its records reused), none when any is missing (the point runs).
+std::optional<std::vector<records::PointRecord>> finished_records(const std::vector<records::PointRecord>& existing,
+                                                                  const PointSpec& point, std::uint64_t run_seed,
+                                                                  ScorePrecision precision);
 
 // Text of points.csv for these records (header + one row each).
 std::string records_csv(const std::vector<records::PointRecord>& records);

@@ -23,18 +23,33 @@ namespace attncheck::records {
 // version. Files without it are of an earlier version and still read; a later version is refused.
 inline constexpr int kResultsFormatVersion = 3;
 
-// How the run that produced a folder was made (fits.json "provenance"). Kept as text as written, so a seed
-// beyond 2^53 is not rounded; an object (e.g. machine: {hostname, cpu}) reads "hostname: ..., cpu: ...".
+// The relative error bound of one (p, d) whose scores were FP32 (`mc --precision mixed`).
+struct MixedPrecisionBound {
+  int p = 0;
+  long long d = 0;
+  double relative_bound_sum_sq = 0;  // of each sample's squared norms (of the norms, half that)
+
+  bool operator==(const MixedPrecisionBound&) const = default;
+};
+
+// How the run that produced a folder was made (fits.json "provenance", and `mc --json`'s). Text fields are kept
+// as written, so that a reader shows what another writer put there ("not recorded" for null).
 struct Provenance {
   std::string version;
   std::string date;  // ISO 8601 UTC
-  std::string machine;
+  std::string hostname, cpu;  // where the writer gave "machine" as {hostname, cpu}
+  std::string machine;        // as shown: "cpu: ..., hostname: ..." for that object, else the text written
   std::string backend;
-  std::string threads;
-  std::string run_seed;
+  int threads = 1;
+  std::uint64_t run_seed = 0;
+  std::optional<std::string> precision;  // "double" | "mixed"; absent in earlier folders
   std::string command;
   std::optional<double> wall_seconds;
+  std::optional<std::vector<MixedPrecisionBound>> mixed_precision_bounds;  // runs with --precision mixed
 };
+
+void to_json(nlohmann::json& out, const Provenance& provenance);
+void from_json(const nlohmann::json& in, Provenance& provenance);
 
 // The configuration that identifies one fitted series, shared by its points.
 struct SeriesKey {
@@ -218,7 +233,7 @@ void to_json(nlohmann::json& out, const Series& series);
 void from_json(const nlohmann::json& in, Series& series);
 
 // fits.json: the version, the run's provenance (as the writer gives it) and every series of the folder.
-std::string fits_json_text(const nlohmann::json& provenance, const std::vector<Series>& series);
+std::string fits_json_text(const Provenance& provenance, const std::vector<Series>& series);
 
 struct ResultsFolder {
   std::filesystem::path folder;
