@@ -1,6 +1,7 @@
 #pragma once
-// The results folder written by `attncheck mc` (docs/results-format.md), read and checked. Only the keys the
-// contract names are read; unknown keys are ignored. Every error names the file and the line (JSON lines) or
+// The records of the results folder of `attncheck mc` (docs/results-format.md) and their one JSON form: the sweep
+// writes them and every reader reads them through the same to_json/from_json pairs, so the two cannot drift
+// apart. Only the keys the contract names are read; unknown keys are ignored. Every error names the file and the line (JSON lines) or
 // the place in the document (fits.json), and is thrown as theory::InputError.
 
 #include "attncheck/records/input_file.hpp"
