@@ -2,6 +2,7 @@
 
 #include "backend_select.hpp"
 #include "number_options.hpp"
+#include "progress.hpp"
 #include "subcommand.hpp"
 
 #include "attncheck/monte_carlo/commands.hpp"
@@ -11,7 +12,6 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -51,77 +51,46 @@ std::string command_line() {
   return out;
 }
 
-class ProgressBar {
- public:
-  ProgressBar() : enabled_(::isatty(::fileno(stderr)) == 1) {}
-  void update(std::size_t point, std::size_t points, const std::string& label, std::uint64_t done,
-              std::uint64_t planned) {
-    if (!enabled_) return;
-    points_ = points;
-    const double fraction = (static_cast<double>(point) +
-                             (planned ? static_cast<double>(done) / static_cast<double>(planned) : 0.0)) /
-                            static_cast<double>(points_);
-    const int width = 30, filled = static_cast<int>(fraction * width);
-    fmt::print(stderr, "\r[{}{}] point {}/{} {} samples {}{}\x1b[K", std::string(filled, '#'),
-               std::string(width - filled, ' '), point + 1, points_, label, done,
-               planned ? fmt::format("/{}", planned) : std::string());
-  }
-  void finish() {
-    if (enabled_) fmt::print(stderr, "\r\x1b[K");
-  }
-
- private:
-  std::size_t points_ = 1;
-  bool enabled_;
-};
-
 // Records hold null where a value was not finite; the table shows that as a word with '!', never as a number,
 // and counts it for the note after the table.
 struct Flags {
   int not_finite = 0, se_unknown = 0, jensen_overflow = 0;
 };
 
-std::string with_se(const json& mean, const json& se, Flags& flags) {
-  if (!mean.is_number()) {
+std::string with_se(double mean, double se, Flags& flags) {
+  if (!std::isfinite(mean)) {
     ++flags.not_finite;
     return "not finite!";
   }
-  if (!se.is_number()) {
+  if (!std::isfinite(se)) {
     ++flags.se_unknown;
-    return fmt::format("{:.5g} ± ?!", mean.get<double>());
+    return fmt::format("{:.5g} ± ?!", mean);
   }
-  return fmt::format("{:.5g} ± {:.2g}", mean.get<double>(), se.get<double>());
+  return fmt::format("{:.5g} ± {:.2g}", mean, se);
 }
 
 // E||F|| / sqrt(exact E||F||^2); not shown when the closed form exceeds double precision (it would read 0).
-std::string jensen_cell(const json& record, Flags& flags) {
-  const json& ratio = record["jensen_ratio"];
-  if (record.value("exact_out_of_range", false) || (ratio.is_number() && ratio.get<double>() == 0)) {
+std::string jensen_cell(const records::PointRecord& record, Flags& flags) {
+  if (record.exact_out_of_range || (record.jensen_ratio && *record.jensen_ratio == 0)) {
     ++flags.jensen_overflow;
     return "overflow!";
   }
-  return ratio.is_number() ? fmt::format("{:.4f}", ratio.get<double>()) : std::string("-");
+  return record.jensen_ratio && std::isfinite(*record.jensen_ratio) ? fmt::format("{:.4f}", *record.jensen_ratio)
+                                                                    : std::string("-");
 }
 
-std::string num(const json& v, const char* format = "{:.5g}") {
-  return v.is_number() ? fmt::format(fmt::runtime(format), v.get<double>()) : std::string("-");
+std::string num(std::optional<double> v, const char* format = "{:.5g}") {
+  return v && std::isfinite(*v) ? fmt::format(fmt::runtime(format), *v) : std::string("-");
 }
-
-std::string text_or(const json& v, const std::string& fallback = "-") {
-  return v.is_string() ? v.get<std::string>() : fallback;
-}
-
-bool is_row_sum(const json& r) { return r["estimand"] == "row-sum" || r["estimand"] == "row-mean"; }
 
 // The reading column: C3/C4's reading of ^p, or C9's mix alpha.
-std::string reading_cell(const json& r) {
-  if (r.contains("mix") && r["mix"].is_number()) {
-    return fmt::format("mix alpha={:g} dv={}", r["mix"].get<double>(), r.value("dv", json(0)).dump());
-  }
-  return text_or(r["reading"]);
+std::string reading_cell(const records::SeriesKey& key) {
+  if (key.mix) return fmt::format("mix alpha={:g} dv={}", *key.mix, key.dv.value_or(0));
+  return key.reading.value_or("-");
 }
 
-void print_human(const std::vector<json>& records, const json& series, const json& provenance,
+void print_human(const std::vector<records::PointRecord>& records, const std::vector<records::Series>& series,
+                 const records::Provenance& provenance,
                  const std::vector<std::string>& claims) {
   Flags flags;
   for (const std::string& id : claims) {
@@ -132,23 +101,19 @@ void print_human(const std::vector<json>& records, const json& series, const jso
     }
   }
   if (!records.empty()) {
-    const json& r0 = records.front();
+    const records::PointRecord& r0 = records.front();
     fmt::print("Model: X entries N(0, {:g}^2), Q and K entries N(0, {:g}^2) (the papers' sigma read as standard "
                "deviation); run seed {}; backend {}, {} threads.\n",
-               r0["sigma_x"].get<double>(), r0["sigma_t"].get<double>(), provenance["run_seed"].get<std::uint64_t>(),
-               provenance["backend"].get<std::string>(), provenance["threads"].get<int>());
-    if (provenance.contains("mixed_precision_bounds")) {
-      for (const json& b : provenance["mixed_precision_bounds"]) {
-        fmt::print("Precision mixed: FP32 projections and scores, FP64 sums; p = {}, d = {}, D = {}: relative error "
-                   "of each sample's squared norms at most {:.2g} (of the norms, half that)\n",
-                   b["p"].get<int>(), b["d"].get<long long>(), b.value("D", 0LL),
-                   b["relative_bound_sum_sq"].get<double>());
-      }
+               r0.key.sigma_x, r0.key.sigma_t, provenance.run_seed, provenance.backend, provenance.threads);
+    for (const records::MixedPrecisionBound& b : provenance.mixed_precision_bounds.value_or(std::vector<records::MixedPrecisionBound>{})) {
+      fmt::print("Precision mixed: FP32 projections and scores, FP64 sums; p = {}, d = {}, D = {}: relative error "
+                 "of each sample's squared norms at most {:.2g} (of the norms, half that)\n",
+                 b.p, b.d, b.D ? std::to_string(*b.D) : std::string("not recorded"), b.relative_bound_sum_sq);
     }
     if (std::find(claims.begin(), claims.end(), "C9") != claims.end()) {
       fmt::print("C9: W_V (D x dv) entries N(0, {:g}^2) as well; value = ||O||_F, dV = ||dO/dV||_F, dS = ||dO/dS||_F, "
                  "dQ = ||dO/dW_Q||_F.\n",
-                 r0["sigma_t"].get<double>());
+                 r0.key.sigma_t);
     }
   }
   fmt::print(
@@ -160,19 +125,17 @@ void print_human(const std::vector<json>& records, const json& series, const jso
   fmt::print("{:<6} {:<11} {:<8} {:>2} {:<9} {:<12} {:>6} {:>4} {:>4} {:>7}  {:<22} {:<21}  {:<24} {:<13} {:>7} {:>7}  {}\n",
              "claim", "reading", "phi", "p", "estimand", "scores", "N", "D", "d", "samples", "estimate ± se", "95% CI",
              "second moment ± se", "exact", "z", "/Jensen", "stopped by  path");
-  for (const json& r : records) {
-    const bool row = is_row_sum(r);
-    const bool reliable = r.value(row ? "se_mean_reliable" : "se_sq_reliable", r.value("se_reliable", false));
+  for (const records::PointRecord& r : records) {
+    const bool row = r.key.estimand == "row-sum" || r.key.estimand == "row-mean";
+    const bool reliable = row ? r.mean_reliable() : r.sq_reliable();
     fmt::print("{:<6} {:<11} {:<8} {:>2} {:<9} {:<12} {:>6} {:>4} {:>4} {:>7}  {:<22} {:<21}  {:<24} {:<13} {:>7} {:>7}  {}\n",
-               r["claim"].get<std::string>(), reading_cell(r), r["phi"].get<std::string>(), r["p"].get<int>(),
-               r["estimand"].get<std::string>(), text_or(r.value("scores", json("projected"))), r["N"].get<long long>(),
-               r["D"].get<long long>(), r["d"].get<long long>(), r["samples"].get<long long>(),
-               with_se(r["mean"], r["se"], flags) + (r.value("se_mean_reliable", true) ? "" : " !"),
-               fmt::format("[{}, {}]", num(r["ci95"][0]), num(r["ci95"][1])),
-               with_se(r["mean_sq"], r["se_sq"], flags) + (r.value("se_sq_reliable", true) ? "" : " !"),
-               num(row ? r["exact_mean"] : r["exact_sq"]),
-               num(row ? r["z_exact_mean"] : r["z_exact_sq"], reliable ? "{:+.2f}" : "({:+.2f})"),
-               jensen_cell(r, flags), fmt::format("{:<11} {}", r["stopped_by"].get<std::string>(), text_or(r.value("path", json()))));
+               r.key.claim, reading_cell(r.key), r.key.phi, r.key.p, r.key.estimand, r.key.scores, r.N, r.key.D,
+               r.key.d, r.samples, with_se(r.mean, r.se, flags) + (r.se_mean_reliable.value_or(true) ? "" : " !"),
+               fmt::format("[{}, {}]", num(std::optional(r.ci95_lo)), num(std::optional(r.ci95_hi))),
+               with_se(r.mean_sq, r.se_sq, flags) + (r.se_sq_reliable.value_or(true) ? "" : " !"),
+               num(row ? r.exact_mean : r.exact_sq),
+               num(row ? r.z_exact_mean : r.z_exact_sq, reliable ? "{:+.2f}" : "({:+.2f})"), jensen_cell(r, flags),
+               fmt::format("{:<11} {}", r.stopped_by, r.path.value_or("-")));
   }
   if (flags.not_finite > 0) {
     fmt::print(stderr, "attncheck mc: note: {} estimates are not finite (marked not finite!): the map's values "
@@ -190,50 +153,43 @@ void print_human(const std::vector<json>& records, const json& series, const jso
              "form decides; `asymptotic-fit`: the local exponent over the last two doublings of N, widened by how much it "
              "still moves, cross-checked with sqrt(mean of ||F||^2). The finite-N fit over all N (C8: over d) is a "
              "diagnostic only.\n\n",
-             series.empty() ? 0.05 : series.front().value("tolerance", 0.05));
+             series.empty() ? 0.05 : series.front().tolerance.value_or(0.05));
   fmt::print("{:<6} {:<11} {:<8} {:>2} {:<9} {:<12} {:<10} {:>4} {:>4} {:>7}  {:<12} {:<14} {}\n", "claim", "reading",
              "phi", "p", "estimand", "scores", "scale", "D", "d", "claimed", "verdict", "basis", "counts");
-  for (const json& s : series) {
-    const bool equality = s.value("claim_form", "exponent") == "equality";
-    fmt::print("{:<6} {:<11} {:<8} {:>2} {:<9} {:<12} {:<10} {:>4} {:>4} {:>7}  {:<12} {:<14} {}\n",
-               s["claim"].get<std::string>(), reading_cell(s), s["phi"].get<std::string>(), s["p"].get<int>(),
-               s["estimand"].get<std::string>(), text_or(s.value("scores", json("projected"))),
-               s["scale"].get<std::string>(), s["D"].get<long long>(),
-               s["fit_variable"] == "d" ? std::string("swept") : std::to_string(s["d"].get<long long>()),
-               equality ? std::string("= d_k") : num(s["claimed_exponent"], "{:g}"), text_or(s["verdict"]),
-               text_or(s["basis"]),
-               !s["verdict"].is_string() ? "- (no claimed exponent)"
-               : s.value("counts_for_exit", false) ? "yes" : "no (reported only)");
-    if (s["verdict_reason"].is_string()) fmt::print("    evidence: {}\n", s["verdict_reason"].get<std::string>());
-    if (s["finding"].is_string()) fmt::print("    finding: {}\n", s["finding"].get<std::string>());
-    const json& exact = s["exact"];
-    if (exact.is_object() && exact["max_abs_z"].is_number()) {
-      const int unjudged = exact["unjudged_points"].get<int>();
+  for (const records::Series& s : series) {
+    const std::string verdict = s.verdict ? std::string(records::to_string(*s.verdict)) : "-";
+    fmt::print("{:<6} {:<11} {:<8} {:>2} {:<9} {:<12} {:<10} {:>4} {:>4} {:>7}  {:<12} {:<14} {}\n", s.key.claim,
+               reading_cell(s.key), s.key.phi, s.key.p, s.key.estimand, s.key.scores, s.key.scale, s.key.D,
+               s.x_variable == "d" ? std::string("swept") : std::to_string(s.key.d),
+               s.claims_value ? std::string("= d_k") : num(s.claimed_exponent, "{:g}"), verdict,
+               s.basis ? std::string(records::to_string(*s.basis)) : "-",
+               !s.verdict ? "- (no claimed exponent)" : s.counts_for_exit ? "yes" : "no (reported only)");
+    if (s.verdict_reason) fmt::print("    evidence: {}\n", *s.verdict_reason);
+    if (s.finding) fmt::print("    finding: {}\n", *s.finding);
+    if (s.exact && s.exact->max_abs_z && std::isfinite(*s.exact->max_abs_z)) {
+      const int unjudged = s.exact->unjudged_points;
       fmt::print("    Monte Carlo vs closed form: max |z| = {:.2f} over {} points with a reliable SE{}{}\n",
-                 exact["max_abs_z"].get<double>(), exact["judged_points"].get<int>(),
+                 *s.exact->max_abs_z, s.exact->judged_points,
                  unjudged ? fmt::format(" ({} not judged: heavy tails)", unjudged) : std::string(),
-                 exact["confirmed"].get<bool>() ? "" : " - DISAGREES: a failure of the tool, not of the claim");
+                 s.exact->confirmed ? "" : " - DISAGREES: a failure of the tool, not of the claim");
     }
-    if (exact.is_object() && exact.value("bound_checked_points", 0) > 0) {
+    if (s.exact && s.exact->bound_checked_points > 0) {
       fmt::print("    deterministic bound (fact 11): largest sample / bound = {} over {} points{}\n",
-                 num(exact["max_sample_over_bound"], "{:.4f}"), exact["bound_checked_points"].get<int>(),
-                 exact["bound_exceeded_at"].empty() ? "" : " - A SAMPLE EXCEEDS IT: a failure of the tool, not of the claim");
+                 num(s.exact->max_sample_over_bound, "{:.4f}"), s.exact->bound_checked_points,
+                 s.exact->bound_exceeded_at.empty() ? "" : " - A SAMPLE EXCEEDS IT: a failure of the tool, not of the claim");
     }
-    const json& diagnostic = s["diagnostic"];
     std::string jensen;
-    if (diagnostic["jensen_ratio_first"].is_number()) {
-      jensen = fmt::format("; Jensen ratio {:.3f} -> {:.3f} ({})", diagnostic["jensen_ratio_first"].get<double>(),
-                           diagnostic["jensen_ratio_last"].get<double>(), text_or(diagnostic["jensen_ratio_source"]));
+    if (s.jensen_first && std::isfinite(*s.jensen_first)) {
+      jensen = fmt::format("; Jensen ratio {:.3f} -> {:.3f} ({})", *s.jensen_first, s.jensen_last.value_or(NAN),
+                           s.jensen_source.empty() ? "-" : s.jensen_source);
     }
-    fmt::print("    finite-N fit (diagnostic): slope {} {}{}\n", num(s["slope"], "{:.3f}"),
-               s["slope_ci"].is_array()
-                   ? fmt::format("[{:.3f}, {:.3f}]", s["slope_ci"][0].get<double>(), s["slope_ci"][1].get<double>())
-                   : "-",
-               jensen);
+    fmt::print("    finite-N fit (diagnostic): slope {} {}{}\n", num(s.slope, "{:.3f}"),
+               s.slope_ci ? fmt::format("[{:.3f}, {:.3f}]", s.slope_ci->first, s.slope_ci->second) : "-", jensen);
   }
 }
 
-int run(const Options& o) {
+// The request as the command line gives it; run_mc checks it, so that the Python package gets the same checks.
+mc::McRequest request_of(const Options& o) {
   mc::McRequest request;
   request.claim = o.claim;
   request.phi = o.phi;
@@ -264,25 +220,57 @@ int run(const Options& o) {
   request.resume = o.resume;
   request.force = o.force;
   request.command = command_line();
-  ProgressBar bar;
+  return request;
+}
+
+// Backend selection by --backend, notes on stderr, and the sweep's progress on the progress line.
+mc::McHooks terminal_hooks(const Options& o, ProgressLine& line) {
   mc::McHooks hooks;
-  hooks.make_backend = [&](const mc::McRequest& r) {
-    return select_backend(o.backend, {r.threads, static_cast<theory::Index>(r.tile), mc::parse_evaluation_path(r.path),
-                                      mc::parse_score_precision(r.precision)});
+  hooks.make_backend = [backend = o.backend](const mc::BackendRequest& request) {
+    return select_backend(backend, request);
   };
   hooks.note = [](const std::string& note) {
     if (mc::distributed::is_root()) fmt::print(stderr, "attncheck mc: note: {}\n", note);
   };
-  hooks.progress = [&](std::size_t point, std::size_t points, const std::string& label, std::uint64_t done,
-                       std::uint64_t planned) { bar.update(point, points, label, done, planned); };
+  hooks.progress = [&line](std::size_t point, std::size_t points, const std::string& label, std::uint64_t done,
+                           std::uint64_t planned) {
+    const double fraction = (static_cast<double>(point) +
+                             (planned ? static_cast<double>(done) / static_cast<double>(planned) : 0.0)) /
+                            static_cast<double>(points);
+    line.update(fmt::format("{} point {}/{} {} samples {}{}", progress_bar(fraction), point + 1, points, label, done,
+                            planned ? fmt::format("/{}", planned) : std::string()));
+  };
+  return hooks;
+}
+
+// What stderr says beside the tables: series that count but are inconclusive, and closed forms Monte Carlo
+// disagrees with (a failure of the tool).
+void print_series_notes(const std::vector<records::Series>& series) {
+  for (const records::Series& s : series) {
+    if (s.verdict == records::Verdict::inconclusive && s.counts_for_exit) {
+      fmt::print(stderr, "attncheck mc: inconclusive (not a failure): {} {} p={}{} {}{}: {}\n", s.key.claim, s.key.phi,
+                 s.key.p, s.key.mix ? " " + reading_cell(s.key) : std::string(), s.key.estimand,
+                 s.key.scores == "projected" ? "" : " " + s.key.scores, s.verdict_reason.value_or("-"));
+    }
+    if (s.exact && !s.exact->confirmed) {
+      fmt::print(stderr,
+                 "attncheck mc: Monte Carlo DISAGREES with the closed form of {} {} p={} {} (|z| > {:g}): a failure of "
+                 "the tool, not of the claim\n",
+                 s.key.claim, s.key.phi, s.key.p, s.key.estimand, mc::kMaxExactAbsZ);
+    }
+  }
+}
+
+int run(const Options& o) {
+  ProgressLine line;
   mc::McOutcome outcome;
   try {
-    outcome = mc::run_mc(request, hooks);
+    outcome = mc::run_mc(request_of(o), terminal_hooks(o, line));
   } catch (...) {
-    bar.finish();  // the error message starts on a clean line
+    line.finish();  // the error message starts on a clean line
     throw;
   }
-  bar.finish();
+  line.finish();
   // Under mpirun every rank holds the same points; rank 0 alone speaks.
   if (!mc::distributed::is_root()) return outcome.exit_code == 1 ? kExitViolated : kExitHolds;
   if (outcome.skipped) {
@@ -294,23 +282,7 @@ int run(const Options& o) {
   } else {
     print_human(outcome.records, outcome.series, outcome.provenance, outcome.claims);
   }
-  for (const json& s : outcome.series) {
-    if (s["verdict"] == "inconclusive" && s.value("counts_for_exit", false)) {
-      fmt::print(stderr, "attncheck mc: inconclusive (not a failure): {} {} p={}{} {}{}: {}\n", s["claim"].get<std::string>(),
-                 s["phi"].get<std::string>(), s["p"].get<int>(),
-                 s.contains("mix") && s["mix"].is_number() ? " " + reading_cell(s) : std::string(),
-                 s["estimand"].get<std::string>(),
-                 s.value("scores", "projected") == "projected" ? "" : " " + s["scores"].get<std::string>(),
-                 text_or(s["verdict_reason"]));
-    }
-    if (s["exact"].is_object() && !s["exact"].value("confirmed", true)) {
-      fmt::print(stderr,
-                 "attncheck mc: Monte Carlo DISAGREES with the closed form of {} {} p={} {} (|z| > {:g}): a failure of "
-                 "the tool, not of the claim\n",
-                 s["claim"].get<std::string>(), s["phi"].get<std::string>(), s["p"].get<int>(),
-                 s["estimand"].get<std::string>(), mc::kMaxExactAbsZ);
-    }
-  }
+  print_series_notes(outcome.series);
   return outcome.exit_code == 1 ? kExitViolated : kExitHolds;
 }
 

@@ -1,6 +1,7 @@
 // attncheck probe: live attention norms of a real checkpoint, per layer and head, against the theory.
 
 #include "number_options.hpp"
+#include "progress.hpp"
 #include "subcommand.hpp"
 
 #include "attncheck/probes/live_metrics.hpp"
@@ -17,6 +18,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <optional>
 
 #include <unistd.h>
@@ -507,18 +509,17 @@ int run_text_file(const ProbeOptions& o, probes::ProbeProgress progress) {
   return hold ? kExitHolds : kExitViolated;
 }
 
-// Heads measured so far, rewritten in place on a terminal's stderr; nothing when stderr is a file or pipe, so
-// logs and captured output stay clean.
+// Heads measured so far, on the progress line.
 probes::ProbeProgress terminal_progress(std::string what) {
-  if (!isatty(STDERR_FILENO)) return {};
-  return [what = std::move(what), start = std::chrono::steady_clock::now()](std::int64_t done, std::int64_t total) {
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  auto line = std::make_shared<ProgressLine>();
+  if (!line->shown()) return {};
+  return [line, what = std::move(what), start = std::chrono::steady_clock::now()](std::int64_t done, std::int64_t total) {
     if (done < total) {
-      fmt::print(stderr, "\r\033[K{}: {}/{} heads measured ({:.0f} s)", what, done, total, seconds);
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      line->update(fmt::format("{}: {}/{} heads measured ({:.0f} s)", what, done, total, seconds));
     } else {
-      fmt::print(stderr, "\r\033[K");
+      line->finish();
     }
-    std::fflush(stderr);
   };
 }
 

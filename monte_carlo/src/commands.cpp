@@ -158,16 +158,22 @@ std::string hostname() {
 
 // The ranks of the run, the distinct hosts they ran on, and the device of each rank (null: the host CPU).
 // Collective: every rank calls it.
-json distributed_provenance(int device) {
-  json hosts = json::array();
+// The distinct hosts of the ranks, in rank order of first appearance.
+std::vector<std::string> distributed_hosts() {
+  std::vector<std::string> hosts;
   for (const std::string& host : distributed::allgather_text(distributed::host_name())) {
     if (std::find(hosts.begin(), hosts.end(), host) == hosts.end()) hosts.push_back(host);
   }
-  json devices = json::array();
+  return hosts;
+}
+
+// Per rank, the GPU it ran on; nullopt for a rank on the CPU (device < 0).
+std::vector<std::optional<int>> distributed_devices(int device) {
+  std::vector<std::optional<int>> devices;
   for (double d : distributed::allgather({static_cast<double>(device)})) {
-    devices.push_back(d < 0 ? json(nullptr) : json(static_cast<int>(d)));
+    devices.push_back(d < 0 ? std::nullopt : std::optional<int>(static_cast<int>(d)));
   }
-  return {{"ranks", distributed::size()}, {"hosts", hosts}, {"rank_devices", devices}};
+  return devices;
 }
 
 SamplingPolicy sampling_policy(const McRequest& o) {
@@ -248,8 +254,9 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
   const SamplingPolicy policy = sampling_policy(o);
   const EvaluationPath path = parse_evaluation_path(o.path);
   const ScorePrecision precision = parse_score_precision(o.precision);
+  const BackendRequest backend_request{o.threads, static_cast<Index>(o.tile), path, precision};
   const std::unique_ptr<Backend> backend =
-      hooks.make_backend ? hooks.make_backend(o)
+      hooks.make_backend ? hooks.make_backend(backend_request)
                          : std::make_unique<CpuBackend>(o.threads, static_cast<Index>(o.tile), path, precision);
   const int threads = backend->threads();
   if (precision == ScorePrecision::mixed && backend->name() != "cpu") {
@@ -296,16 +303,16 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
   std::unique_ptr<CpuBackend> cpu_fallback;
   for (std::size_t k = 0; k < points.size(); ++k) {
     const PointSpec& ps = points[k];
-    std::vector<json> finished;
-    if (folder) {
-      for (auto e : ps.series->estimands) {
-        if (auto record = folder->finished(record_key(ps, e, o.seed, precision))) finished.push_back(std::move(*record));
+    if (o.resume) {
+      // Read now, not at the start: another process resumed into the folder may have finished it meanwhile.
+      // Only rank 0 holds the folder; every rank skips what it found.
+      std::optional<std::vector<records::PointRecord>> finished;
+      if (folder) finished = finished_records(folder->current_records(), ps, o.seed, precision);
+      if (distributed::broadcast_flag(finished.has_value())) {
+        if (finished) outcome.records.insert(outcome.records.end(), finished->begin(), finished->end());
+        ++outcome.skipped;
+        continue;
       }
-    }
-    if (o.resume && distributed::broadcast_flag(finished.size() == ps.series->estimands.size())) {
-      outcome.records.insert(outcome.records.end(), finished.begin(), finished.end());
-      ++outcome.skipped;
-      continue;
     }
     const std::string label =
         ps.point.mix ? fmt::format("C9 mix alpha={:g} N={} D={} d={} dv={}", *ps.point.mix, ps.point.N, ps.point.D,
@@ -335,42 +342,43 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
     } catch (const InputError& e) {
       throw InputError(fmt::format("point {}: {}", label, e.what()));
     }
-    std::vector<json> fresh;
+    std::vector<records::PointRecord> fresh;
     const char* point_path = point_backend->evaluation_path(ps.point, ps.series->estimands);
     for (auto e : ps.series->estimands) {
       fresh.push_back(point_record(ps, e, point_outcome, point_context));
-      fresh.back()["path"] = point_path;
+      fresh.back().path = point_path;
     }
     if (folder) folder->append(fresh);
     outcome.records.insert(outcome.records.end(), fresh.begin(), fresh.end());
   }
 
   outcome.series = fit_series(outcome.records, o.tolerance);
-  const json ranks = distributed_provenance(backend->device());
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  outcome.provenance = {{"version", std::string(ATTNCHECK_VERSION)},
-                        {"date", utc_now()},
-                        {"machine", {{"hostname", hostname()}, {"cpu", cpu_model()}}},
-                        {"backend", backend->name()},
-                        {"threads", threads},
-                        {"run_seed", o.seed},
-                        {"precision", precision_name(precision)},
-                        {"command", o.command},
-                        {"wall_seconds", wall}};
-  outcome.provenance.update(ranks);
+  records::Provenance& provenance = outcome.provenance;
+  provenance.version = ATTNCHECK_VERSION;
+  provenance.date = utc_now();
+  provenance.hostname = hostname();
+  provenance.cpu = cpu_model();
+  provenance.machine = fmt::format("cpu: {}, hostname: {}", provenance.cpu, provenance.hostname);
+  provenance.backend = backend->name();
+  provenance.threads = threads;
+  provenance.run_seed = o.seed;
+  provenance.precision = precision_name(precision);
+  provenance.command = o.command;
+  provenance.wall_seconds = wall;
+  provenance.ranks = distributed::size();
+  provenance.hosts = distributed_hosts();
+  provenance.rank_devices = distributed_devices(backend->device());
   if (precision == ScorePrecision::mixed) {
     // The bound of every (p, d) whose scores were FP32, against which the points' standard errors can be read.
-    json bounds = json::array();
+    auto& bounds = provenance.mixed_precision_bounds.emplace();
     for (const PointSpec& ps : points) {
       if (!uses_fp32_scores(ps.point, ps.series->estimands)) continue;
-      const json bound = {{"p", ps.point.map.activation.p},
-                          {"d", ps.point.d},
-                          {"D", ps.point.D},
-                          {"relative_bound_sum_sq",
-                           mixed_precision_relative_bound(ps.point.map.activation.p, ps.point.d, ps.point.D)}};
+      const records::MixedPrecisionBound bound{
+          ps.point.map.activation.p, ps.point.d, ps.point.D,
+          mixed_precision_relative_bound(ps.point.map.activation.p, ps.point.d, ps.point.D)};
       if (std::find(bounds.begin(), bounds.end(), bound) == bounds.end()) bounds.push_back(bound);
     }
-    outcome.provenance["mixed_precision_bounds"] = bounds;
   }
   // fits.json describes the whole folder: with --resume a folder can gather several claims' runs, and a
   // report of it must see all of their series.
@@ -378,8 +386,8 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
   // Only rank 0 holds the points --resume kept, so its verdicts are the run's.
   outcome.exit_code =
       static_cast<int>(distributed::broadcast_count(static_cast<std::uint64_t>(exit_code_of(outcome.series))));
-  for (const json& s : outcome.series) {
-    outcome.inconclusive += s["verdict"] == "inconclusive" && s.value("counts_for_exit", false) ? 1 : 0;
+  for (const records::Series& s : outcome.series) {
+    outcome.inconclusive += s.verdict == records::Verdict::inconclusive && s.counts_for_exit ? 1 : 0;
   }
   for (const auto& s : series) {
     if (s.claim != "custom" && (outcome.claims.empty() || outcome.claims.back() != s.claim)) {

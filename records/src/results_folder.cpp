@@ -102,17 +102,64 @@ void check_estimate(const JsonFields& fields, const SeriesKey& key, double mean,
   if (se < 0) fields.fail(fmt::format("standard error of {} = {} is negative", what, se));
 }
 
+std::uint64_t whole_number(const JsonFields& fields, const char* key);
+
 Provenance read_provenance(const JsonFields& fields) {
   Provenance p;
   p.version = fields.scalar_text("version");
   p.date = fields.scalar_text("date");
   p.machine = fields.scalar_text("machine");
+  if (fields.at("machine").is_object()) {
+    const JsonFields machine(fields.at("machine"), fields.where() + " machine");
+    if (machine.has("hostname")) p.hostname = machine.scalar_text("hostname");
+    if (machine.has("cpu")) p.cpu = machine.scalar_text("cpu");
+  }
   p.backend = fields.word("backend", kBackends);
-  p.threads = fields.count_text("threads");
-  p.run_seed = fields.count_text("run_seed");
+  const std::uint64_t threads = whole_number(fields, "threads");
+  if (threads > 1u << 20) fields.fail(fmt::format("\"threads\" = {} is not a thread count", threads));
+  p.threads = static_cast<int>(threads);
+  p.run_seed = whole_number(fields, "run_seed");
+  p.precision = fields.word_or_null("precision", {"double", "mixed"});
   p.command = fields.scalar_text("command");
   p.wall_seconds = fields.number_or_null("wall_seconds");
+  if (!fields.is_null("mixed_precision_bounds")) {
+    auto& bounds = p.mixed_precision_bounds.emplace();
+    const detail::json& list = fields.array("mixed_precision_bounds");
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const JsonFields bound(list[i], fmt::format("{} mixed_precision_bounds[{}]", fields.where(), i));
+      bounds.push_back({static_cast<int>(bound.integer("p")), bound.integer("d"), bound.integer_or_null("D"),
+                        bound.number("relative_bound_sum_sq")});
+    }
+  }
+  if (!fields.is_null("ranks")) {
+    const std::uint64_t ranks = whole_number(fields, "ranks");
+    if (ranks < 1 || ranks > 1u << 24) fields.fail(fmt::format("\"ranks\" = {} is not a rank count", ranks));
+    p.ranks = static_cast<int>(ranks);
+  }
+  if (!fields.is_null("hosts")) {
+    auto& hosts = p.hosts.emplace();
+    for (const detail::json& host : fields.array("hosts")) {
+      if (!host.is_string()) fields.fail("\"hosts\" holds something that is not a host name");
+      hosts.push_back(host.get<std::string>());
+    }
+  }
+  if (!fields.is_null("rank_devices")) {
+    auto& devices = p.rank_devices.emplace();
+    for (const detail::json& device : fields.array("rank_devices")) {
+      if (device.is_null()) {
+        devices.push_back(std::nullopt);
+      } else if (device.is_number_integer() && device.get<long long>() >= 0 && device.get<long long>() < 1 << 16) {
+        devices.push_back(static_cast<int>(device.get<long long>()));
+      } else {
+        fields.fail(fmt::format("\"rank_devices\" holds {}, not a device number or null", device.dump()));
+      }
+    }
+  }
   return p;
+}
+
+std::vector<double> numbers_or_empty(const JsonFields& fields, const char* key) {
+  return fields.is_null(key) ? std::vector<double>{} : fields.numbers(key);
 }
 
 std::optional<LocalExponentRecord> read_local_exponent(const JsonFields& fields, const char* key) {
@@ -121,18 +168,56 @@ std::optional<LocalExponentRecord> read_local_exponent(const JsonFields& fields,
   LocalExponentRecord r;
   if (local.has("window")) r.window = local.numbers("window");
   r.exponent = local.number_or_null("exponent");
+  r.sampling_half_width = local.number_or_null("sampling_half_width");
+  r.missing = local.text_or_null("missing");
+  r.previous = local.number_or_null("previous");
+  if (local.has("systematic")) r.systematic = local.number_or_nan("systematic");
   if (!local.is_null("interval")) {
     const auto [lo, hi] = local.interval_or_nan("interval");
     if (std::isfinite(lo) && std::isfinite(hi)) r.interval = std::make_pair(lo, hi);
   }
+  r.unreliable_at = numbers_or_empty(local, "unreliable_at");
   return r;
 }
+
+ExactLaw read_exact_law(const JsonFields& fields);
+
+std::optional<ExactCheckRecord> read_exact_check(const JsonFields& fields) {
+  if (fields.is_null("exact")) return std::nullopt;
+  const JsonFields exact(fields.at("exact"), fields.where() + " exact");
+  ExactCheckRecord r;
+  r.law = read_exact_law(JsonFields(exact.at("law"), exact.where() + " law"));
+  r.max_abs_z = exact.number_or_null("max_abs_z");
+  const auto count = [&](const char* key) {
+    const long long n = exact.is_null(key) ? 0 : exact.integer(key);
+    if (n < 0) exact.fail(fmt::format("\"{}\" = {} is negative", key, n));
+    return static_cast<int>(std::min<long long>(n, INT32_MAX));
+  };
+  r.judged_points = count("judged_points");
+  r.unjudged_points = count("unjudged_points");
+  r.disagrees_at = numbers_or_empty(exact, "disagrees_at");
+  r.bound_checked_points = count("bound_checked_points");
+  r.max_sample_over_bound = exact.number_or_null("max_sample_over_bound");
+  r.bound_exceeded_at = numbers_or_empty(exact, "bound_exceeded_at");
+  r.confirmed = exact.is_null("confirmed") ? r.disagrees_at.empty() : exact.boolean("confirmed");
+  return r;
+}
+
 
 Series read_series(const JsonFields& fields) {
   Series s;
   s.key = read_key(fields);
   s.formula = fields.text("formula");
+  s.series_id = fields.text_or_null("series_key").value_or("");
+  if (!fields.is_null("run_seed")) s.run_seed = whole_number(fields, "run_seed");
   s.slope = fields.number_or_null("slope");
+  s.slope_se = fields.number_or_null("slope_se");
+  s.reduced_chi_sq = fields.number_or_null("reduced_chi_sq");
+  if (!fields.is_null("fit_points")) {
+    const long long points = fields.integer("fit_points");
+    if (points < 0) fields.fail(fmt::format("\"fit_points\" = {} is negative", points));
+    s.fit_points = static_cast<int>(std::min<long long>(points, INT32_MAX));
+  }
   if (!fields.is_null("slope_ci")) s.slope_ci = fields.interval("slope_ci");
   s.intercept = fields.number_or_null("intercept");
   s.claimed_exponent = fields.number_or_null("claimed_exponent");
@@ -142,6 +227,8 @@ Series read_series(const JsonFields& fields) {
   if (const auto basis = fields.word_or_null("basis", {"exact", "asymptotic-fit"})) s.basis = basis_from_word(*basis);
   s.verdict_rule = fields.text_or_null("verdict_rule");
   s.verdict_reason = fields.text_or_null("verdict_reason");
+  s.extend_to = fields.number_or_null("extend_to");
+  if (!fields.is_null("se_reliable")) s.se_reliable = fields.boolean("se_reliable");
   s.finding = fields.text_or_null("finding");
   s.claims_value = fields.word_or_null("claim_form", {"exponent", "equality"}).value_or("exponent") == "equality";
   if (fields.has("counts_for_exit") && fields.at("counts_for_exit").is_boolean()) {
@@ -155,11 +242,13 @@ Series read_series(const JsonFields& fields) {
   }
   s.local_exponent = read_local_exponent(fields, "local_exponent");
   s.cross_check = read_local_exponent(fields, "cross_check");
+  s.exact = read_exact_check(fields);
   if (s.slope.has_value() != s.slope_ci.has_value()) fields.fail("\"slope\" and \"slope_ci\" must both be given or both null");
   s.x_variable = fields.word_or_null("fit_variable", {"N", "d"}).value_or("N");
   s.fit_of = fields.word_or_null("fit_of", {"mean", "mean_sq"}).value_or("mean");
   s.N = fields.integers("N");
-  s.x = s.x_variable == "d" ? fields.integers("d_values") : s.N;
+  if (s.x_variable == "d" || fields.has("d_values")) s.d_values = fields.integers("d_values");
+  s.x = s.x_variable == "d" ? s.d_values : s.N;
   s.mean = fields.numbers_or_nan("mean");
   s.se = fields.numbers_or_nan("se");
   s.exact_sq = fields.numbers_or_null("exact_sq");
@@ -190,12 +279,50 @@ Series read_series(const JsonFields& fields) {
   return s;
 }
 
+std::uint64_t whole_number(const JsonFields& fields, const char* key) {
+  const std::string text = fields.count_text(key);
+  std::uint64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size()) {
+    fields.fail(fmt::format("\"{}\" = {} is not a whole number below 2^64", key, text));
+  }
+  return value;
+}
+
+// Files without "format_version" are of an earlier version, which this reader still reads.
+void check_format_version(const JsonFields& fields) {
+  if (fields.is_null("format_version")) return;
+  const long long version = fields.integer("format_version");
+  if (version < 1 || version > kResultsFormatVersion) {
+    fields.fail(fmt::format("\"format_version\" {} is not one this attncheck reads (1 to {}): the file was written by "
+                            "{} attncheck; read it with that version",
+                            version, kResultsFormatVersion, version > kResultsFormatVersion ? "a later" : "another"));
+  }
+}
+
+ExactLaw read_exact_law(const JsonFields& fields) {
+  ExactLaw law;
+  law.of = fields.text("of");
+  law.bound = fields.boolean("bound");
+  law.deterministic = fields.has("deterministic") ? fields.boolean("deterministic") : false;
+  law.exponent = fields.number_or_null("exponent");
+  law.constant = fields.number_or_nan("constant");
+  return law;
+}
+
+std::optional<bool> boolean_or_absent(const JsonFields& fields, const char* key) {
+  if (fields.is_null(key)) return std::nullopt;
+  return fields.boolean(key);
+}
+
 PointRecord read_point(const JsonFields& fields, int line) {
+  check_format_version(fields);
   PointRecord r;
   r.line = line;
   r.key = read_key(fields);
   r.formula = fields.text("formula");
   r.inner = fields.number("inner");
+  r.outer_factor = fields.has("outer_factor") ? fields.number_or_nan("outer_factor") : 1.0;
   r.N = fields.integer("N");
   if (r.N < 1) fields.fail(fmt::format("\"N\" = {} must be >= 1", r.N));
   r.samples = fields.integer("samples");
@@ -207,21 +334,48 @@ PointRecord read_point(const JsonFields& fields, int line) {
   r.mean_sq = fields.number_or_nan("mean_sq");
   r.se_sq = fields.number_or_nan("se_sq");
   check_estimate(fields, SeriesKey{}, r.mean_sq, r.se_sq, "\"mean_sq\"");
+  if (fields.has("ci95_sq")) std::tie(r.ci95_sq_lo, r.ci95_sq_hi) = fields.interval_or_nan("ci95_sq");
+  r.se_sq_floor = fields.number_or_null("se_sq_floor");
   r.exact_sq = fields.number_or_null("exact_sq");
   r.z_exact_sq = fields.number_or_null("z_exact_sq");
   r.exact_mean = fields.number_or_null("exact_mean");
   r.z_exact_mean = fields.number_or_null("z_exact_mean");
+  r.exact_out_of_range = boolean_or_absent(fields, "exact_out_of_range").value_or(false);
   r.jensen_bound = fields.number_or_null("jensen_bound");
+  r.jensen_ratio = fields.number_or_null("jensen_ratio");
+  r.jensen_ratio_estimated = fields.number_or_null("jensen_ratio_estimated");
   r.sample_bound = fields.number_or_null("sample_bound");
   r.sample_max = fields.number_or_null("sample_max");
   r.se_reliable = fields.boolean("se_reliable");
+  r.se_mean_reliable = boolean_or_absent(fields, "se_mean_reliable");
+  r.se_sq_reliable = boolean_or_absent(fields, "se_sq_reliable");
   r.unreliable_because = fields.text_or_null("unreliable_because");
+  for (auto [key, value] : {std::pair<const char*, double*>{"effective_samples", &r.effective_samples},
+                            {"effective_samples_sq", &r.effective_samples_sq},
+                            {"variance_relative_se", &r.variance_relative_se},
+                            {"variance_relative_se_sq", &r.variance_relative_se_sq},
+                            {"se_plain", &r.se_plain},
+                            {"se_batch_means", &r.se_batch_means}}) {
+    *value = fields.number_or_null(key).value_or(std::nan(""));
+  }
   r.stopped_by = fields.word("stopped_by", kStops);
-  r.seed = fields.count_text("seed");
-  r.run_seed = fields.count_text("run_seed");
+  r.seed = whole_number(fields, "seed");
+  r.run_seed = whole_number(fields, "run_seed");
   r.backend = fields.word("backend", kBackends);
-  r.threads = fields.count_text("threads");
+  const std::uint64_t threads = whole_number(fields, "threads");
+  if (threads > 1u << 20) fields.fail(fmt::format("\"threads\" = {} is not a thread count", threads));
+  r.threads = static_cast<int>(threads);
   r.wall_seconds = fields.number("wall_seconds");
+  r.claimed_exponent = fields.number_or_null("claimed_exponent");
+  r.claim_form = fields.word_or_null("claim_form", {"exponent", "equality"}).value_or("exponent");
+  r.claimed_value = fields.number_or_null("claimed_value");
+  if (!fields.is_null("exact_law")) r.exact_law = read_exact_law(JsonFields(fields.at("exact_law"), fields.where() + " exact_law"));
+  r.fit_variable = fields.word_or_null("fit_variable", {"N", "d"}).value_or("N");
+  r.fit_of = fields.word_or_null("fit_of", {"mean", "mean_sq"}).value_or("mean");
+  r.counts_for_exit = boolean_or_absent(fields, "counts_for_exit").value_or(false);
+  r.resume_id = fields.has("key") ? fields.text("key") : "";
+  r.series_id = fields.has("series_key") ? fields.text("series_key") : "";
+  r.path = fields.text_or_null("path");
   return r;
 }
 
@@ -277,6 +431,7 @@ std::vector<int> top_level_array_element_lines(const std::string& text, std::str
 std::pair<Provenance, std::vector<Series>> parse_fits_json(const std::string& text, const std::string& name) {
   const detail::json document = detail::parse_json(text, name, true);
   const JsonFields top(document, name);
+  check_format_version(top);
   const Provenance provenance = read_provenance(JsonFields(top.at("provenance"), name + " provenance"));
   std::vector<Series> series;
   const detail::json& list = top.array("series");
@@ -293,6 +448,234 @@ std::vector<PointRecord> parse_points_jsonl(const std::string& text, const std::
   std::vector<PointRecord> points;
   detail::for_each_json_line(text, name, [&](const JsonFields& fields, int line) { points.push_back(read_point(fields, line)); });
   return points;
+}
+
+namespace {
+
+detail::json number_or_null(double x) { return std::isfinite(x) ? detail::json(x) : detail::json(nullptr); }
+detail::json number_or_null(const std::optional<double>& x) { return x ? number_or_null(*x) : detail::json(nullptr); }
+template <class T>
+detail::json value_or_null(const std::optional<T>& x) {
+  return x ? detail::json(*x) : detail::json(nullptr);
+}
+
+}  // namespace
+
+void to_json(nlohmann::json& out, const ExactLaw& law) {
+  out = {{"of", law.of},
+         {"bound", law.bound},
+         {"deterministic", law.deterministic},
+         {"exponent", number_or_null(law.exponent)},
+         {"vanishes", !law.exponent.has_value()},
+         {"constant", number_or_null(law.constant)}};
+}
+
+void to_json(nlohmann::json& out, const PointRecord& r) {
+  out = detail::json::object();
+  out["format_version"] = kResultsFormatVersion;
+  out["claim"] = r.key.claim;
+  out["reading"] = value_or_null(r.key.reading);
+  out["phi"] = r.key.phi;
+  out["p"] = r.key.p;
+  out["alpha"] = number_or_null(r.key.alpha);
+  out["mix"] = number_or_null(r.key.mix);
+  out["dv"] = value_or_null(r.key.dv);
+  out["sample_bound"] = number_or_null(r.sample_bound);
+  out["sample_max"] = number_or_null(r.sample_max);
+  out["scale"] = r.key.scale;
+  out["scores"] = r.key.scores;
+  out["inner"] = number_or_null(r.inner);
+  out["outer_factor"] = number_or_null(r.outer_factor);
+  out["formula"] = r.formula;
+  out["N"] = r.N;
+  out["D"] = r.key.D;
+  out["d"] = r.key.d;
+  out["estimand"] = r.key.estimand;
+  out["samples"] = r.samples;
+  out["mean"] = number_or_null(r.mean);
+  out["se"] = number_or_null(r.se);
+  out["ci95"] = {number_or_null(r.ci95_lo), number_or_null(r.ci95_hi)};
+  out["mean_sq"] = number_or_null(r.mean_sq);
+  out["se_sq"] = number_or_null(r.se_sq);
+  out["ci95_sq"] = {number_or_null(r.ci95_sq_lo), number_or_null(r.ci95_sq_hi)};
+  out["se_sq_floor"] = number_or_null(r.se_sq_floor);
+  out["exact_sq"] = number_or_null(r.exact_sq);
+  out["z_exact_sq"] = number_or_null(r.z_exact_sq);
+  out["exact_mean"] = number_or_null(r.exact_mean);
+  out["z_exact_mean"] = number_or_null(r.z_exact_mean);
+  out["exact_out_of_range"] = r.exact_out_of_range;
+  out["jensen_bound"] = number_or_null(r.jensen_bound);
+  out["jensen_ratio"] = number_or_null(r.jensen_ratio);
+  out["jensen_ratio_estimated"] = number_or_null(r.jensen_ratio_estimated);
+  out["se_reliable"] = r.se_reliable;
+  if (r.se_mean_reliable) out["se_mean_reliable"] = *r.se_mean_reliable;
+  if (r.se_sq_reliable) out["se_sq_reliable"] = *r.se_sq_reliable;
+  out["unreliable_because"] = value_or_null(r.unreliable_because);
+  out["effective_samples"] = number_or_null(r.effective_samples);
+  out["effective_samples_sq"] = number_or_null(r.effective_samples_sq);
+  out["variance_relative_se"] = number_or_null(r.variance_relative_se);
+  out["variance_relative_se_sq"] = number_or_null(r.variance_relative_se_sq);
+  out["se_plain"] = number_or_null(r.se_plain);
+  out["se_batch_means"] = number_or_null(r.se_batch_means);
+  out["stopped_by"] = r.stopped_by;
+  out["sigma_x"] = number_or_null(r.key.sigma_x);
+  out["sigma_t"] = number_or_null(r.key.sigma_t);
+  out["seed"] = r.seed;
+  out["run_seed"] = r.run_seed;
+  out["backend"] = r.backend;
+  out["threads"] = r.threads;
+  out["wall_seconds"] = number_or_null(r.wall_seconds);
+  out["claimed_exponent"] = number_or_null(r.claimed_exponent);
+  out["claim_form"] = r.claim_form;
+  out["claimed_value"] = number_or_null(r.claimed_value);
+  out["exact_law"] = r.exact_law ? detail::json(*r.exact_law) : detail::json(nullptr);
+  out["fit_variable"] = r.fit_variable;
+  out["fit_of"] = r.fit_of;
+  out["counts_for_exit"] = r.counts_for_exit;
+  out["key"] = r.resume_id;
+  out["series_key"] = r.series_id;
+  if (r.path) out["path"] = *r.path;
+}
+
+void from_json(const nlohmann::json& in, PointRecord& record) { record = read_point(JsonFields(in, "point record"), 0); }
+
+void to_json(nlohmann::json& out, const Provenance& p) {
+  out = detail::json::object();
+  out["version"] = p.version;
+  out["date"] = p.date;
+  out["machine"] = p.hostname.empty() && p.cpu.empty() ? detail::json(p.machine)
+                                                        : detail::json{{"hostname", p.hostname}, {"cpu", p.cpu}};
+  out["backend"] = p.backend;
+  out["threads"] = p.threads;
+  out["run_seed"] = p.run_seed;
+  if (p.precision) out["precision"] = *p.precision;
+  out["command"] = p.command;
+  out["wall_seconds"] = number_or_null(p.wall_seconds);
+  if (p.mixed_precision_bounds) {
+    out["mixed_precision_bounds"] = detail::json::array();
+    for (const MixedPrecisionBound& b : *p.mixed_precision_bounds) {
+      detail::json bound = {{"p", b.p}, {"d", b.d}};
+      if (b.D) bound["D"] = *b.D;
+      bound["relative_bound_sum_sq"] = b.relative_bound_sum_sq;
+      out["mixed_precision_bounds"].push_back(std::move(bound));
+    }
+  }
+  if (p.ranks) out["ranks"] = *p.ranks;
+  if (p.hosts) out["hosts"] = *p.hosts;
+  if (p.rank_devices) {
+    out["rank_devices"] = detail::json::array();
+    for (const std::optional<int>& device : *p.rank_devices) {
+      out["rank_devices"].push_back(device ? detail::json(*device) : detail::json(nullptr));
+    }
+  }
+}
+
+void from_json(const nlohmann::json& in, Provenance& provenance) {
+  provenance = read_provenance(JsonFields(in, "provenance"));
+}
+
+void to_json(nlohmann::json& out, const LocalExponentRecord& e) {
+  out = detail::json::object();
+  out["window"] = e.window;
+  out["missing"] = value_or_null(e.missing);
+  if (e.window.size() >= 2) {
+    out["exponent"] = number_or_null(e.exponent);
+    out["sampling_half_width"] = number_or_null(e.sampling_half_width);
+  }
+  if (!e.missing) {
+    out["previous"] = number_or_null(e.previous);
+    out["systematic"] = number_or_null(e.systematic);
+    out["interval"] = e.interval ? detail::json{number_or_null(e.interval->first), number_or_null(e.interval->second)}
+                                 : detail::json{nullptr, nullptr};
+  }
+  out["unreliable_at"] = e.unreliable_at;
+}
+
+void to_json(nlohmann::json& out, const ExactCheckRecord& e) {
+  out = {{"law", e.law},
+         {"max_abs_z", number_or_null(e.max_abs_z)},
+         {"judged_points", e.judged_points},
+         {"unjudged_points", e.unjudged_points},
+         {"disagrees_at", e.disagrees_at},
+         {"bound_checked_points", e.bound_checked_points},
+         {"max_sample_over_bound", number_or_null(e.max_sample_over_bound)},
+         {"bound_exceeded_at", e.bound_exceeded_at},
+         {"confirmed", e.confirmed}};
+}
+
+void to_json(nlohmann::json& out, const Series& s) {
+  const auto optional_interval = [](const std::optional<std::pair<double, double>>& interval) {
+    return interval ? detail::json{number_or_null(interval->first), number_or_null(interval->second)}
+                    : detail::json(nullptr);
+  };
+  const auto numbers = [](const auto& values) {
+    detail::json list = detail::json::array();
+    for (const auto& v : values) list.push_back(number_or_null(v));
+    return list;
+  };
+  out = detail::json::object();
+  out["claim"] = s.key.claim;
+  out["reading"] = value_or_null(s.key.reading);
+  out["phi"] = s.key.phi;
+  out["p"] = s.key.p;
+  out["alpha"] = number_or_null(s.key.alpha);
+  out["mix"] = number_or_null(s.key.mix);
+  out["dv"] = value_or_null(s.key.dv);
+  out["scale"] = s.key.scale;
+  out["scores"] = s.key.scores;
+  out["D"] = s.key.D;
+  out["d"] = s.key.d;
+  out["estimand"] = s.key.estimand;
+  out["sigma_x"] = number_or_null(s.key.sigma_x);
+  out["sigma_t"] = number_or_null(s.key.sigma_t);
+  out["claimed_exponent"] = number_or_null(s.claimed_exponent);
+  out["claim_form"] = s.claims_value ? "equality" : "exponent";
+  out["counts_for_exit"] = s.counts_for_exit;
+  out["fit_variable"] = s.x_variable;
+  out["fit_of"] = s.fit_of;
+  out["run_seed"] = value_or_null(s.run_seed);
+  out["formula"] = s.formula;
+  out["series_key"] = s.series_id;
+  out["tolerance"] = number_or_null(s.tolerance);
+  out["N"] = s.N;
+  out["d_values"] = s.d_values;
+  out["mean"] = numbers(s.mean);
+  out["se"] = numbers(s.se);
+  out["mean_sq"] = numbers(s.mean_sq);
+  out["se_sq"] = numbers(s.se_sq);
+  out["exact_sq"] = numbers(s.exact_sq);
+  out["exact_mean"] = numbers(s.exact_mean);
+  out["se_reliable"] = s.se_reliable;
+  out["slope"] = number_or_null(s.slope);
+  out["slope_ci"] = optional_interval(s.slope_ci);
+  out["intercept"] = number_or_null(s.intercept);
+  out["fit_points"] = s.fit_points;
+  if (s.slope) {
+    out["slope_se"] = number_or_null(s.slope_se);
+    out["reduced_chi_sq"] = number_or_null(s.reduced_chi_sq);
+  }
+  out["diagnostic"] = {{"basis", "finite-N fit (diagnostic)"},
+                       {"slope", out["slope"]},
+                       {"slope_ci", out["slope_ci"]},
+                       {"jensen_ratio_first", number_or_null(s.jensen_first)},
+                       {"jensen_ratio_last", number_or_null(s.jensen_last)},
+                       {"jensen_ratio_source", s.jensen_source.empty() ? detail::json(nullptr) : detail::json(s.jensen_source)}};
+  out["verdict"] = s.verdict ? detail::json(to_string(*s.verdict)) : detail::json(nullptr);
+  out["basis"] = s.basis ? detail::json(to_string(*s.basis)) : detail::json(nullptr);
+  out["verdict_rule"] = value_or_null(s.verdict_rule);
+  out["verdict_reason"] = value_or_null(s.verdict_reason);
+  out["extend_to"] = number_or_null(s.extend_to);
+  out["local_exponent"] = value_or_null(s.local_exponent);
+  out["cross_check"] = value_or_null(s.cross_check);
+  out["exact"] = value_or_null(s.exact);
+  out["finding"] = value_or_null(s.finding);
+}
+
+void from_json(const nlohmann::json& in, Series& series) { series = read_series(JsonFields(in, "series")); }
+
+std::string fits_json_text(const Provenance& provenance, const std::vector<Series>& series) {
+  return detail::json{{"format_version", kResultsFormatVersion}, {"provenance", provenance}, {"series", series}}.dump(2) +
+         "\n";
 }
 
 ResultsFolder read_results_folder(const fs::path& folder) {

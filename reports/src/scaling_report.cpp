@@ -197,8 +197,8 @@ Facts series_provenance(const records::Series& s, const records::Provenance& run
     any_point = true;
     const records::PointRecord& p = *s.points[i];
     backends.insert(p.backend);
-    threads.insert(p.threads);
-    run_seeds.insert(p.run_seed);
+    threads.insert(std::to_string(p.threads));
+    run_seeds.insert(std::to_string(p.run_seed));
     seeds += (seeds.empty() ? "" : ", ") + fmt::format("{}={}: {}", x_name(s), s.x[i], p.seed);
     wall += p.wall_seconds;
   }
@@ -209,10 +209,10 @@ Facts series_provenance(const records::Series& s, const records::Provenance& run
     return out;
   };
   f.items.emplace_back("attncheck version", run.version);
-  f.items.emplace_back("run seed", joined(run_seeds, run.run_seed));
+  f.items.emplace_back("run seed", joined(run_seeds, std::to_string(run.run_seed)));
   if (any_point) f.items.emplace_back("point seeds", seeds);
   f.items.emplace_back("backend", joined(backends, run.backend));
-  f.items.emplace_back("threads", joined(threads, run.threads));
+  f.items.emplace_back("threads", joined(threads, std::to_string(run.threads)));
   f.items.emplace_back("machine", run.machine);
   f.items.emplace_back("date (UTC)", run.date);
   if (any_point) {
@@ -288,7 +288,7 @@ Table points_table(const records::Series& s) {
     }
     if (detail) {
       row.push_back(point ? (point->se_reliable ? "yes" : "NO") : "-");
-      row.push_back(point ? point->seed : "-");
+      row.push_back(point ? std::to_string(point->seed) : "-");
       row.push_back(point ? format_number(point->wall_seconds, 3) : "-");
     }
     t.rows.push_back(std::move(row));
@@ -725,8 +725,8 @@ void add_scaling_section(const records::ResultsFolder& results, bool with_plots,
                       {"date (UTC)", run.date},
                       {"machine", run.machine},
                       {"backend", run.backend},
-                      {"threads", run.threads},
-                      {"run seed", run.run_seed},
+                      {"threads", std::to_string(run.threads)},
+                      {"run seed", std::to_string(run.run_seed)},
                       {"command", run.command},
                       {"wall time", run.wall_seconds ? fmt::format("{} s", format_number(*run.wall_seconds)) : "not recorded"},
                       {"report written by", "attncheck " ATTNCHECK_VERSION}};

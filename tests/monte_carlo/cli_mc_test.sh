@@ -131,8 +131,9 @@ for key in ("N", "D", "d", "p", "phi", "scale", "estimand", "samples", "mean", "
             "sigma_x", "sigma_t", "seed", "backend", "claim", "reading", "ci95", "z_exact_sq", "jensen_bound",
             "se_reliable", "stopped_by", "run_seed", "threads", "wall_seconds", "formula", "inner", "alpha"):
     assert key in lines[0], key
+assert all(line["format_version"] == 3 for line in lines), [line.get("format_version") for line in lines]
 fits = json.load(open(os.path.join(folder, "fits.json")))
-assert fits["format_version"] == 2, fits.get("format_version")
+assert fits["format_version"] == 3, fits.get("format_version")
 for key in ("version", "date", "machine", "backend", "threads", "run_seed", "command", "wall_seconds"):
     assert key in fits["provenance"], key
 assert len(fits["series"]) == 4

@@ -120,7 +120,7 @@ TEST_CASE("C9 sweep: holds with basis exact at mix alpha = 1, every sample withi
   REQUIRE(outcome.series.size() == 8);  // two mixes x value, dV, dS, dQ
   CHECK(outcome.exit_code == 0);
   CHECK(outcome.claims == std::vector<std::string>{"C9"});
-  for (const auto& s : outcome.series) {
+  for (const nlohmann::json& s : outcome.to_json()["series"]) {
     const std::string estimand = s["estimand"];
     const double mix = s["mix"];
     INFO(estimand << " mix " << mix << ": " << s["verdict_reason"].dump());
@@ -144,17 +144,19 @@ TEST_CASE("C9 sweep: holds with basis exact at mix alpha = 1, every sample withi
       CHECK(s["exact"].is_null());
     }
   }
-  for (const auto& r : outcome.records) {
-    if (r["mix"] != 1.0 || r["estimand"] == "dQ") {
-      CHECK(r["sample_bound"].is_null());
+  for (const records::PointRecord& r : outcome.records) {
+    if (r.key.mix != 1.0 || r.key.estimand == "dQ") {
+      CHECK_FALSE(r.sample_bound.has_value());
       continue;
     }
-    const double n = r["N"];
-    const double bound = r["estimand"] == "value" ? std::sqrt(n * 3) : std::sqrt(n * 3 / 8);
-    CHECK(r["sample_bound"].get<double>() == Approx(bound).epsilon(1e-15));
-    CHECK(r["sample_max"].get<double>() <= bound);
-    CHECK(r["sample_max"].get<double>() >= r["mean"].get<double>());
-    CHECK(r["formula"].get<std::string>().find("softmax_col(V)") != std::string::npos);
+    const double n = static_cast<double>(r.N);
+    const double bound = r.key.estimand == "value" ? std::sqrt(n * 3) : std::sqrt(n * 3 / 8);
+    REQUIRE(r.sample_bound.has_value());
+    CHECK(*r.sample_bound == Approx(bound).epsilon(1e-15));
+    REQUIRE(r.sample_max.has_value());
+    CHECK(*r.sample_max <= bound);
+    CHECK(*r.sample_max >= r.mean);
+    CHECK(r.formula.find("softmax_col(V)") != std::string::npos);
   }
 }
 

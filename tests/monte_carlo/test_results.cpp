@@ -25,7 +25,7 @@ std::filesystem::path fresh_dir(const std::string& name) {
 }
 
 // A small C4 sweep: records of three N values for p = 1, both readings.
-std::vector<json> small_sweep(std::uint64_t run_seed, std::vector<SeriesSpec>& series) {
+std::vector<records::PointRecord> small_sweep(std::uint64_t run_seed, std::vector<SeriesSpec>& series) {
   SweepRequest rq;
   rq.claim = "C4";
   rq.p = {1};
@@ -33,7 +33,7 @@ std::vector<json> small_sweep(std::uint64_t run_seed, std::vector<SeriesSpec>& s
   CpuBackend backend(2, 16);
   SamplingPolicy policy;
   policy.fixed = 64;
-  std::vector<json> records;
+  std::vector<records::PointRecord> records;
   for (const auto& s : series) {
     for (theory::Index n : {8, 16, 32, 64}) {
       const PointSpec ps = make_point(s, n, 4, 4, 1, 1, run_seed);
@@ -48,8 +48,9 @@ std::vector<json> small_sweep(std::uint64_t run_seed, std::vector<SeriesSpec>& s
 
 TEST_CASE("point records carry every field of the results format") {
   std::vector<SeriesSpec> series;
-  const auto records = small_sweep(3, series);
-  REQUIRE(records.size() == 8);
+  const auto typed = small_sweep(3, series);
+  REQUIRE(typed.size() == 8);
+  const std::vector<json> records(typed.begin(), typed.end());
   for (const char* key : {"claim", "reading", "phi", "p", "alpha", "scale", "inner", "formula", "N", "D", "d", "estimand",
                           "samples", "mean", "se", "ci95", "mean_sq", "se_sq", "exact_sq", "z_exact_sq", "jensen_bound",
                           "se_reliable", "stopped_by", "sigma_x", "sigma_t", "seed", "run_seed", "backend", "threads",
@@ -87,6 +88,41 @@ TEST_CASE("series are fitted per reading, and only the stated claim sets the exi
   CHECK(exit_code_of(tampered) == 1);
 }
 
+TEST_CASE("resume planning skips exactly the points whose every estimand is finished for this seed and precision") {
+  SweepRequest rq;
+  rq.claim = "C6";  // two estimands per point (dQ, dK): a point half finished must run again
+  rq.p = {1};
+  const std::vector<SeriesSpec> series = build_series(rq);
+  REQUIRE(series.size() == 1);
+  REQUIRE(series[0].estimands.size() >= 2);
+  CpuBackend backend(1, 16);
+  SamplingPolicy policy;
+  policy.fixed = 8;
+  std::vector<PointSpec> planned;
+  std::vector<records::PointRecord> existing;
+  for (theory::Index n : {8, 16, 32}) {
+    planned.push_back(make_point(series[0], n, 4, 4, 1, 1, 9));
+    const PointOutcome outcome = run_point(backend, planned.back().point, series[0].estimands, policy);
+    for (auto e : series[0].estimands) existing.push_back(point_record(planned.back(), e, outcome, {9, "cpu", 1}));
+  }
+  const std::size_t per_point = series[0].estimands.size();
+  existing.erase(existing.begin() + static_cast<std::ptrdiff_t>(per_point) + 1);  // N = 16 lacks one estimand
+  existing.erase(existing.begin() + static_cast<std::ptrdiff_t>(2 * per_point) - 1, existing.end());  // N = 32: none
+  const auto first = finished_records(existing, planned[0], 9, ScorePrecision::fp64);
+  REQUIRE(first.has_value());
+  REQUIRE(first->size() == per_point);
+  for (std::size_t k = 0; k < per_point; ++k) {
+    CHECK((*first)[k].resume_id == record_key(planned[0], series[0].estimands[k], 9));
+    CHECK((*first)[k].key.estimand == estimand_name(series[0].estimands[k]));
+  }
+  CHECK_FALSE(finished_records(existing, planned[1], 9, ScorePrecision::fp64).has_value());
+  CHECK_FALSE(finished_records(existing, planned[2], 9, ScorePrecision::fp64).has_value());
+  // Another run seed or score precision is another point: never taken for this one.
+  CHECK_FALSE(finished_records(existing, planned[0], 10, ScorePrecision::fp64).has_value());
+  CHECK_FALSE(finished_records(existing, planned[0], 9, ScorePrecision::mixed).has_value());
+  CHECK_FALSE(finished_records({}, planned[0], 9, ScorePrecision::fp64).has_value());
+}
+
 TEST_CASE("the results folder writes whole files and resumes from points.jsonl") {
   std::vector<SeriesSpec> series;
   const auto records = small_sweep(5, series);
@@ -95,7 +131,9 @@ TEST_CASE("the results folder writes whole files and resumes from points.jsonl")
     ResultsFolder folder(dir, FolderStart::fresh);
     folder.append({records[0], records[1]});
     folder.append({records[2]});
-    folder.write_fits({{"command", "test"}}, 0.05);
+    records::Provenance provenance;
+    provenance.command = "test";
+    folder.write_fits(provenance, 0.05);
   }
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     CHECK(entry.path().filename().string().find(".tmp") == std::string::npos);
@@ -112,8 +150,8 @@ TEST_CASE("the results folder writes whole files and resumes from points.jsonl")
   CHECK(fits["series"].size() == 1);  // three points of the first series
   ResultsFolder resumed(dir, FolderStart::resume);
   CHECK(resumed.records().size() == 3);
-  CHECK(resumed.finished(records[2]["key"].get<std::string>()));
-  CHECK_FALSE(resumed.finished(records[3]["key"].get<std::string>()));
+  CHECK(resumed.finished(records[2].resume_id));
+  CHECK_FALSE(resumed.finished(records[3].resume_id));
   // A folder holding points is not silently overwritten: refused without --force, emptied with it.
   CHECK_THROWS_WITH(ResultsFolder(dir, FolderStart::fresh),
                     Catch::Contains("already holds 3 finished points") && Catch::Contains("--resume") &&
@@ -140,18 +178,20 @@ TEST_CASE("two writers of one folder keep every point of both, and a repeated po
   first.append({records[3]});
   second.append({records[7]});
   // The same point finished by both (same key): one line, the later record.
-  json again = records[0];
-  again["wall_seconds"] = 123.0;
+  records::PointRecord again = records[0];
+  again.wall_seconds = 123.0;
   second.append({again});
-  first.write_fits({{"command", "first"}}, 0.05);
+  records::Provenance provenance;
+  provenance.command = "first";
+  first.write_fits(provenance, 0.05);
 
   std::vector<std::string> keys;
   std::ifstream in(dir / "points.jsonl");
   for (std::string line; std::getline(in, line);) keys.push_back(json::parse(line)["key"].get<std::string>());
   REQUIRE(keys.size() == records.size());
-  for (const json& r : records) CHECK(std::count(keys.begin(), keys.end(), r["key"].get<std::string>()) == 1);
+  for (const records::PointRecord& r : records) CHECK(std::count(keys.begin(), keys.end(), r.resume_id) == 1);
   ResultsFolder reader(dir, FolderStart::resume);
-  CHECK(reader.finished(records[0]["key"].get<std::string>())->at("wall_seconds") == 123.0);
+  CHECK(reader.finished(records[0].resume_id)->wall_seconds == 123.0);
   // fits.json fits the merged file: both series with all four N.
   const json fits = json::parse(std::ifstream(dir / "fits.json"));
   REQUIRE(fits["series"].size() == 2);
@@ -169,8 +209,8 @@ TEST_CASE("concurrent writers from many threads lose no point", "[concurrency]")
     writers.emplace_back([&, w] {
       ResultsFolder folder(dir, FolderStart::resume);  // each its own descriptor, as separate processes have
       for (int k = 0; k < kEach; ++k) {
-        json record = records[static_cast<std::size_t>(k) % records.size()];
-        record["key"] = fmt::format("writer {} point {}", w, k);
+        records::PointRecord record = records[static_cast<std::size_t>(k) % records.size()];
+        record.resume_id = fmt::format("writer {} point {}", w, k);
         folder.append({record});
       }
     });
@@ -196,10 +236,11 @@ TEST_CASE("the temporaries of a killed writer are removed when the folder is ope
 }
 
 TEST_CASE("CSV cells with commas or quotes are quoted") {
-  json r;
-  r["claim"] = "custom";
-  r["formula"] = "F = a, \"b\"";
-  r["ci95"] = {1.5, 2.5};
+  records::PointRecord r;
+  r.key.claim = "custom";
+  r.formula = "F = a, \"b\"";
+  r.ci95_lo = 1.5;
+  r.ci95_hi = 2.5;
   const std::string text = records_csv({r});
   CHECK(text.find("\"F = a, \"\"b\"\"\"") != std::string::npos);
   CHECK(text.find(",1.5,2.5,") != std::string::npos);

@@ -24,7 +24,8 @@ namespace {
 
 // The engine's records of a small C4 sweep (p = 1, both readings, N = 8..32) and its fitted series.
 struct SmallRun {
-  std::vector<json> records;
+  std::vector<records::PointRecord> typed;
+  std::vector<json> records;  // their JSON form, as points.jsonl holds it
   json series;
 };
 
@@ -41,11 +42,12 @@ SmallRun small_run(std::uint64_t run_seed) {
       const monte_carlo::PointSpec spec = monte_carlo::make_point(series, n, 4, 4, 1, 1, run_seed);
       const monte_carlo::PointOutcome outcome = monte_carlo::run_point(backend, spec.point, series.estimands, policy);
       for (auto estimand : series.estimands) {
-        run.records.push_back(monte_carlo::point_record(spec, estimand, outcome, {run_seed, "cpu", 1}));
+        run.typed.push_back(monte_carlo::point_record(spec, estimand, outcome, {run_seed, "cpu", 1}));
+        run.records.push_back(run.typed.back());
       }
     }
   }
-  run.series = monte_carlo::fit_series(run.records, 0.05);
+  run.series = monte_carlo::fit_series(run.typed, 0.05);
   return run;
 }
 
@@ -96,8 +98,8 @@ TEST_CASE("every point record the engine writes reads back typed, field for fiel
     CHECK(read.ci95_hi == written["ci95"][1].get<double>());
     REQUIRE(read.exact_sq.has_value());
     CHECK(*read.exact_sq == written["exact_sq"].get<double>());
-    CHECK(read.seed == written["seed"].dump());
-    CHECK(read.run_seed == "11");
+    CHECK(std::to_string(read.seed) == written["seed"].dump());
+    CHECK(read.run_seed == 11u);
     CHECK(read.backend == "cpu");
     CHECK(read.stopped_by == written["stopped_by"].get<std::string>());
   }
@@ -105,13 +107,13 @@ TEST_CASE("every point record the engine writes reads back typed, field for fiel
 
 TEST_CASE("every fitted series reads back with its slope, verdict and basis") {
   const SmallRun run = small_run(12);
-  const json fits = {{"format_version", monte_carlo::kResultsFormatVersion},
+  const json fits = {{"format_version", records::kResultsFormatVersion},
                      {"provenance",
                       {{"version", "test"}, {"date", "2026-01-01T00:00:00Z"}, {"machine", "here"}, {"backend", "cpu"},
                        {"threads", 1}, {"run_seed", 12}, {"command", "attncheck mc --claim C4"}}},
                      {"series", run.series}};
   const auto [provenance, series] = records::parse_fits_json(fits.dump(2), "fits.json");
-  CHECK(provenance.run_seed == "12");
+  CHECK(provenance.run_seed == 12u);
   REQUIRE(series.size() == run.series.size());
   REQUIRE(series.size() == 2);  // elementwise and matrix readings
   for (std::size_t i = 0; i < series.size(); ++i) {
@@ -138,7 +140,7 @@ TEST_CASE("a results folder written by `attncheck mc` at format version 2 still 
   // --seed 5 --out ...`, committed as written.
   const records::ResultsFolder folder = records::read_results_folder(ATTNCHECK_RECORDS_DATA "/format-v2-c4");
   CHECK(folder.has_points_file);
-  CHECK(folder.provenance.run_seed == "5");
+  CHECK(folder.provenance.run_seed == 5u);
   CHECK(folder.provenance.backend == "cpu");
   REQUIRE(folder.series.size() == 2);
   for (const records::Series& series : folder.series) {

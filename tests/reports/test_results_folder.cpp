@@ -23,8 +23,8 @@ TEST_CASE("a results folder is read and its points are joined to their series", 
   const ResultsFolder results = read_results_folder(dir.path());
   CHECK(results.has_points_file);
   CHECK(results.provenance.version == "0.1.0");
-  CHECK(results.provenance.run_seed == "1234");
-  CHECK(results.provenance.threads == "2");
+  CHECK(results.provenance.run_seed == 1234u);
+  CHECK(results.provenance.threads == 2);
   REQUIRE(results.series.size() == 4);
   const Series& matrix = results.series[2];
   CHECK(matrix.key.reading == "matrix");
@@ -36,7 +36,7 @@ TEST_CASE("a results folder is read and its points are joined to their series", 
   for (std::size_t i = 0; i < 3; ++i) {
     REQUIRE(matrix.points[i].has_value());
     CHECK(matrix.points[i]->N == matrix.N[i]);
-    CHECK(matrix.points[i]->seed == std::to_string(9200 + i));  // the matrix reading's own points, not p = 2 elementwise
+    CHECK(matrix.points[i]->seed == 9200 + i);  // the matrix reading's own points, not p = 2 elementwise
   }
   CHECK(results.series[0].exact_sq[1] == Approx(37248));
   CHECK_FALSE(results.series[1].exact_sq[0].has_value());
@@ -51,7 +51,7 @@ TEST_CASE("a resumed sweep's repeated point counts once, with its last line", "[
   write_text(dir.path() / "points.jsonl", points_text({series}) + repeated.dump() + "\n");
   const ResultsFolder results = read_results_folder(dir.path());
   REQUIRE(results.series[0].points[0].has_value());
-  CHECK(results.series[0].points[0]->seed == "4242");
+  CHECK(results.series[0].points[0]->seed == 4242u);
   CHECK(results.series[0].points[0]->line == 4);
 }
 

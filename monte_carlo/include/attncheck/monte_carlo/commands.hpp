@@ -4,7 +4,9 @@
 // name options as the command line spells them.
 
 #include "attncheck/monte_carlo/backend.hpp"
+#include "attncheck/monte_carlo/backend_registry.hpp"
 #include "attncheck/monte_carlo/option_ranges.hpp"
+#include "attncheck/records/results_folder.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -67,8 +69,9 @@ struct McRequest {
 };
 
 struct McHooks {
-  // Makes the backend once the request has been checked (`threads` and `tile` as requested).
-  std::function<std::unique_ptr<Backend>(const McRequest&)> make_backend;
+  // Makes the backend once the request has been checked and parsed (threads, tile, path and precision as
+  // requested).
+  std::function<std::unique_ptr<Backend>(const BackendRequest&)> make_backend;
   // Remarks on the request that do not stop it (C8 swept over N only, points moved to the CPU backend).
   std::function<void(const std::string&)> note;
   // After each chunk of samples: point index, number of points, the point's label, samples done and planned
@@ -77,9 +80,9 @@ struct McHooks {
 };
 
 struct McOutcome {
-  nlohmann::json provenance;
-  std::vector<nlohmann::json> records;  // this run's points, in sweep order (resumed ones included)
-  nlohmann::json series;                // the fits of this run's points, with verdicts
+  records::Provenance provenance;
+  std::vector<records::PointRecord> records;  // this run's points, in sweep order (resumed ones included)
+  std::vector<records::Series> series;  // the fits of this run's points, with verdicts
   int exit_code = 0;                    // 1 when a claim as the papers state it is violated
   std::size_t points = 0, skipped = 0;  // sweep points, and those --resume found finished
   int inconclusive = 0;                 // series that count for the exit code but are inconclusive

@@ -7,6 +7,7 @@
 // itself, whose exponent is computed) or `asymptotic-fit` (the local exponent over the largest N, widened by how
 // much it still moves). The global fit over all N is kept as a diagnostic and never decides.
 
+#include "attncheck/records/results_folder.hpp"
 #include "attncheck/records/verdict.hpp"
 
 #include <array>
@@ -79,13 +80,7 @@ inline constexpr double kZ95 = 1.959963984540054;
 
 // How an exactly known quantity of a series grows in its swept variable x: quantity ~ constant x^exponent as
 // x -> infinity, from the closed form.
-struct ExactLaw {
-  std::string of;     // "sqrt(E||F||^2)", "E[row sum]", "E[row mean]", "Var(s)"
-  bool bound = true;  // it bounds the fitted E||F|| from above (Jensen) rather than being the expectation itself
-  std::optional<double> exponent;  // absent: the quantity is 0 for every x
-  double constant = 0;
-  bool deterministic = false;  // it bounds every sample, for every input (C9's facts 10-11), not only the mean
-};
+using ExactLaw = records::ExactLaw;
 
 // One point of a series as the verdict reads it. NaN where a value is missing.
 struct EvidencePoint {

@@ -5,6 +5,7 @@
 #include "attncheck/monte_carlo/runner.hpp"
 #include "attncheck/monte_carlo/sweep.hpp"
 #include "attncheck/records/input_file.hpp"
+#include "attncheck/records/results_folder.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -14,9 +15,6 @@
 #include <vector>
 
 namespace attncheck::monte_carlo {
-
-// fits.json "format_version": 2 since every verdict names its basis (docs/results-format.md); absent before.
-inline constexpr int kResultsFormatVersion = 2;
 
 struct RunContext {
   std::uint64_t run_seed = 0;
@@ -31,16 +29,16 @@ struct RunContext {
 std::string record_key(const PointSpec& point, Estimand estimand, std::uint64_t run_seed,
                        ScorePrecision precision = ScorePrecision::fp64);
 
-// One JSON object per (point, estimand) with every field of the format plus "key" (what --resume matches)
-// and "series_key" (what the fit groups by).
-nlohmann::json point_record(const PointSpec& point, Estimand estimand, const PointOutcome& outcome,
+// The record of one (point, estimand) with every field of the format, its resume key (what --resume matches)
+// and its series key (what the fit groups by).
+records::PointRecord point_record(const PointSpec& point, Estimand estimand, const PointOutcome& outcome,
                             const RunContext& context);
 
 // Fits every series found in `records` (in order of first appearance) with its verdict.
-nlohmann::json fit_series(const std::vector<nlohmann::json>& records, double tolerance);
+std::vector<records::Series> fit_series(const std::vector<records::PointRecord>& records, double tolerance);
 
 // Exit code of the run: 1 when a series that states a paper's claim (counts_for_exit) is violated, else 0.
-int exit_code_of(const nlohmann::json& series);
+int exit_code_of(const std::vector<records::Series>& series);
 
 // What `mc --out DIR` does with points already in DIR.
 enum class FolderStart {
@@ -59,24 +57,32 @@ class ResultsFolder {
   // the folder for `fresh` when it already holds points.
   ResultsFolder(std::filesystem::path dir, FolderStart start);
   // The folder's records, one per key, as last read from disk.
-  const std::vector<nlohmann::json>& records() const { return records_; }
+  const std::vector<records::PointRecord>& records() const { return records_; }
   // The record of a finished point, after re-reading points.jsonl if another process changed it.
-  std::optional<nlohmann::json> finished(const std::string& key);
+  std::optional<records::PointRecord> finished(const std::string& key);
+  // The folder's records, after re-reading points.jsonl if another process changed it.
+  const std::vector<records::PointRecord>& current_records();
   // Adds the records (replacing any with the same key) to what the folder holds now, and rewrites
   // points.jsonl and points.csv.
-  void append(const std::vector<nlohmann::json>& records);
+  void append(const std::vector<records::PointRecord>& records);
   // Fits every series of the folder's records as they are on disk now and writes fits.json with `provenance`.
-  void write_fits(const nlohmann::json& provenance, double tolerance);
+  void write_fits(const records::Provenance& provenance, double tolerance);
   const std::filesystem::path& dir() const { return dir_; }
 
  private:
   void reload();  // under the lock or not: points.jsonl is only ever replaced whole
   std::filesystem::path dir_;
-  std::vector<nlohmann::json> records_;
+  std::vector<records::PointRecord> records_;
   std::optional<records::FileIdentity> loaded_;  // of the points.jsonl records_ came from
 };
 
+// Resume planning: the records of a planned point when `existing` holds every estimand of it for this run seed
+// and precision (the point is skipped, its records reused), none when any is missing (the point runs).
+std::optional<std::vector<records::PointRecord>> finished_records(const std::vector<records::PointRecord>& existing,
+                                                                  const PointSpec& point, std::uint64_t run_seed,
+                                                                  ScorePrecision precision);
+
 // Text of points.csv for these records (header + one row each).
-std::string records_csv(const std::vector<nlohmann::json>& records);
+std::string records_csv(const std::vector<records::PointRecord>& records);
 
 }  // namespace attncheck::monte_carlo

@@ -1,0 +1,566 @@
+// The one JSON form of each results record: whatever the writer puts in a record, the reader gets back, field
+// for field (doubles included: 17 significant digits are exact); a broken line or a later format version is
+// refused naming the file and the line.
+
+#include "attncheck/monte_carlo/cpu_backend.hpp"
+#include "attncheck/monte_carlo/results.hpp"
+#include "attncheck/records/input_file.hpp"
+#include "attncheck/records/results_folder.hpp"
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <rapidcheck/catch.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+using namespace attncheck;
+using nlohmann::json;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// Generators of values the format allows, over nearly the whole range of a double (sums of two stay finite).
+double any_finite() {
+  return *rc::gen::suchThat(rc::gen::arbitrary<double>(), [](double x) { return std::abs(x) < 1e300; });
+}
+double any_non_negative() { return std::abs(any_finite()); }
+// A number the writer may have had no finite value for (written null, read NaN).
+double finite_or_nan() { return *rc::gen::arbitrary<bool>() ? any_finite() : NAN; }
+std::optional<double> maybe_finite() { return *rc::gen::arbitrary<bool>() ? std::optional(any_finite()) : std::nullopt; }
+template <class T>
+T one_of(std::initializer_list<T> values) {
+  return *rc::gen::elementOf(std::vector<T>(values));
+}
+// Any ASCII, control characters, quotes and backslashes included (the writer's texts are UTF-8; nlohmann refuses
+// to write invalid UTF-8, so arbitrary bytes are not text the format can hold).
+std::string any_text() { return *rc::gen::container<std::string>(rc::gen::inRange<char>(0, 127)); }
+std::optional<std::string> maybe_text() { return *rc::gen::arbitrary<bool>() ? std::optional(any_text()) : std::nullopt; }
+long long at_least_one() { return *rc::gen::inRange<long long>(1, 1LL << 40); }
+
+records::SeriesKey any_series_key() {
+  records::SeriesKey key;
+  key.claim = one_of<std::string>({"C3", "C4", "C5", "C6", "C7", "C8", "C9", "custom"});
+  if (*rc::gen::arbitrary<bool>()) key.reading = one_of<std::string>({"elementwise", "matrix"});
+  key.phi = one_of<std::string>({"poly", "matpow", "softmax", "relu", "relu2", "gelu", "softplus", "identity"});
+  key.p = *rc::gen::inRange<long long>(1, 65);
+  key.alpha = maybe_finite();
+  if (*rc::gen::arbitrary<bool>()) {
+    key.mix = *rc::gen::inRange(0, 1001) / 1000.0;
+    key.dv = at_least_one();
+  }
+  key.scale = one_of<std::string>({"none", "1/sqrt(N)", "1/k:8", "N^-0.75"});
+  key.D = at_least_one();
+  key.d = at_least_one();
+  key.estimand = one_of<std::string>({"value", "dQ", "dK", "dS", "score-var", "row-sum", "row-mean", "dV"});
+  key.sigma_x = any_finite();
+  key.sigma_t = any_finite();
+  key.scores = one_of<std::string>({"projected", "qk-layernorm", "iid-unit", "sign-coupled"});
+  return key;
+}
+
+records::ExactLaw any_law() {
+  records::ExactLaw law;
+  law.of = any_text();
+  law.bound = *rc::gen::arbitrary<bool>();
+  law.exponent = maybe_finite();
+  law.constant = finite_or_nan();
+  law.deterministic = *rc::gen::arbitrary<bool>();
+  return law;
+}
+
+records::PointRecord any_point() {
+  records::PointRecord r;
+  r.key = any_series_key();
+  r.formula = any_text();
+  r.inner = any_finite();
+  r.outer_factor = finite_or_nan();
+  r.N = at_least_one();
+  r.samples = at_least_one();
+  // Norms and second moments are not negative; row sums and score-var may be.
+  r.mean = *rc::gen::arbitrary<bool>() ? any_non_negative() : NAN;
+  r.se = *rc::gen::arbitrary<bool>() ? any_non_negative() : NAN;
+  r.ci95_lo = -any_non_negative();
+  r.ci95_hi = any_non_negative();
+  r.mean_sq = *rc::gen::arbitrary<bool>() ? any_non_negative() : NAN;
+  r.se_sq = any_non_negative();
+  r.ci95_sq_lo = finite_or_nan();
+  r.ci95_sq_hi = std::isfinite(r.ci95_sq_lo) ? r.ci95_sq_lo + any_non_negative() / 4 : NAN;
+  r.se_sq_floor = maybe_finite();
+  r.exact_sq = *rc::gen::arbitrary<bool>() ? std::optional(any_non_negative()) : std::nullopt;
+  r.z_exact_sq = maybe_finite();
+  r.exact_mean = maybe_finite();
+  r.z_exact_mean = maybe_finite();
+  r.exact_out_of_range = *rc::gen::arbitrary<bool>();
+  r.jensen_bound = maybe_finite();
+  r.jensen_ratio = maybe_finite();
+  r.jensen_ratio_estimated = maybe_finite();
+  r.sample_bound = maybe_finite();
+  r.sample_max = maybe_finite();
+  r.se_reliable = *rc::gen::arbitrary<bool>();
+  if (*rc::gen::arbitrary<bool>()) {
+    r.se_mean_reliable = *rc::gen::arbitrary<bool>();
+    r.se_sq_reliable = *rc::gen::arbitrary<bool>();
+  }
+  r.unreliable_because = maybe_text();
+  r.effective_samples = finite_or_nan();
+  r.effective_samples_sq = finite_or_nan();
+  r.variance_relative_se = finite_or_nan();
+  r.variance_relative_se_sq = finite_or_nan();
+  r.se_plain = finite_or_nan();
+  r.se_batch_means = finite_or_nan();
+  r.stopped_by = one_of<std::string>({"samples", "rel-se", "max-samples", "max-seconds"});
+  r.seed = *rc::gen::arbitrary<std::uint64_t>();
+  r.run_seed = *rc::gen::arbitrary<std::uint64_t>();
+  r.backend = one_of<std::string>({"cpu", "cuda"});
+  r.threads = *rc::gen::inRange(1, 1025);
+  r.wall_seconds = any_non_negative();
+  r.claimed_exponent = maybe_finite();
+  r.claim_form = one_of<std::string>({"exponent", "equality"});
+  r.claimed_value = maybe_finite();
+  if (*rc::gen::arbitrary<bool>()) r.exact_law = any_law();
+  r.fit_variable = one_of<std::string>({"N", "d"});
+  r.fit_of = one_of<std::string>({"mean", "mean_sq"});
+  r.counts_for_exit = *rc::gen::arbitrary<bool>();
+  r.resume_id = any_text();
+  r.series_id = any_text();
+  r.path = maybe_text();
+  return r;
+}
+
+// Equal, or both NaN (no finite value either side).
+bool same(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }
+bool same(const std::optional<double>& a, const std::optional<double>& b) {
+  return a.has_value() == b.has_value() && (!a || same(*a, *b));
+}
+
+void check_same_law(const records::ExactLaw& a, const records::ExactLaw& b) {
+  RC_ASSERT(a.of == b.of);
+  RC_ASSERT(a.bound == b.bound);
+  RC_ASSERT(same(a.exponent, b.exponent));
+  RC_ASSERT(same(a.constant, b.constant));
+  RC_ASSERT(a.deterministic == b.deterministic);
+}
+
+void check_same_point(const records::PointRecord& a, const records::PointRecord& b) {
+  RC_ASSERT(a.key.claim == b.key.claim);
+  RC_ASSERT(a.key.reading == b.key.reading);
+  RC_ASSERT(a.key.phi == b.key.phi);
+  RC_ASSERT(a.key.p == b.key.p);
+  RC_ASSERT(same(a.key.alpha, b.key.alpha));
+  RC_ASSERT(same(a.key.mix, b.key.mix));
+  RC_ASSERT(a.key.dv == b.key.dv);
+  RC_ASSERT(a.key.scale == b.key.scale);
+  RC_ASSERT(a.key.D == b.key.D);
+  RC_ASSERT(a.key.d == b.key.d);
+  RC_ASSERT(a.key.estimand == b.key.estimand);
+  RC_ASSERT(a.key.sigma_x == b.key.sigma_x);
+  RC_ASSERT(a.key.sigma_t == b.key.sigma_t);
+  RC_ASSERT(a.key.scores == b.key.scores);
+  RC_ASSERT(a.formula == b.formula);
+  for (const auto& [x, y] : {std::pair{a.inner, b.inner}, {a.outer_factor, b.outer_factor}, {a.mean, b.mean},
+                             {a.se, b.se}, {a.ci95_lo, b.ci95_lo}, {a.ci95_hi, b.ci95_hi}, {a.mean_sq, b.mean_sq},
+                             {a.se_sq, b.se_sq}, {a.ci95_sq_lo, b.ci95_sq_lo}, {a.ci95_sq_hi, b.ci95_sq_hi},
+                             {a.effective_samples, b.effective_samples},
+                             {a.effective_samples_sq, b.effective_samples_sq},
+                             {a.variance_relative_se, b.variance_relative_se},
+                             {a.variance_relative_se_sq, b.variance_relative_se_sq}, {a.se_plain, b.se_plain},
+                             {a.se_batch_means, b.se_batch_means}, {a.wall_seconds, b.wall_seconds}}) {
+    RC_ASSERT(same(x, y));
+  }
+  for (const auto& [x, y] :
+       {std::pair{a.se_sq_floor, b.se_sq_floor}, {a.exact_sq, b.exact_sq}, {a.z_exact_sq, b.z_exact_sq},
+        {a.exact_mean, b.exact_mean}, {a.z_exact_mean, b.z_exact_mean}, {a.jensen_bound, b.jensen_bound},
+        {a.jensen_ratio, b.jensen_ratio}, {a.jensen_ratio_estimated, b.jensen_ratio_estimated},
+        {a.sample_bound, b.sample_bound}, {a.sample_max, b.sample_max}, {a.claimed_exponent, b.claimed_exponent},
+        {a.claimed_value, b.claimed_value}}) {
+    RC_ASSERT(same(x, y));
+  }
+  RC_ASSERT(a.N == b.N);
+  RC_ASSERT(a.samples == b.samples);
+  RC_ASSERT(a.exact_out_of_range == b.exact_out_of_range);
+  RC_ASSERT(a.se_reliable == b.se_reliable);
+  RC_ASSERT(a.se_mean_reliable == b.se_mean_reliable);
+  RC_ASSERT(a.se_sq_reliable == b.se_sq_reliable);
+  RC_ASSERT(a.unreliable_because == b.unreliable_because);
+  RC_ASSERT(a.stopped_by == b.stopped_by);
+  RC_ASSERT(a.seed == b.seed);
+  RC_ASSERT(a.run_seed == b.run_seed);
+  RC_ASSERT(a.backend == b.backend);
+  RC_ASSERT(a.threads == b.threads);
+  RC_ASSERT(a.claim_form == b.claim_form);
+  RC_ASSERT(a.exact_law.has_value() == b.exact_law.has_value());
+  if (a.exact_law) check_same_law(*a.exact_law, *b.exact_law);
+  RC_ASSERT(a.fit_variable == b.fit_variable);
+  RC_ASSERT(a.fit_of == b.fit_of);
+  RC_ASSERT(a.counts_for_exit == b.counts_for_exit);
+  RC_ASSERT(a.resume_id == b.resume_id);
+  RC_ASSERT(a.series_id == b.series_id);
+  RC_ASSERT(a.path == b.path);
+}
+
+records::LocalExponentRecord any_local_exponent() {
+  records::LocalExponentRecord e;
+  const int points = *rc::gen::inRange(0, 4);
+  for (int i = 0; i < points; ++i) e.window.push_back(static_cast<double>(at_least_one()));
+  if (points >= 2) {
+    e.exponent = maybe_finite();
+    e.sampling_half_width = std::optional(any_non_negative());
+  }
+  if (*rc::gen::arbitrary<bool>()) {
+    e.missing = any_text();
+  } else {
+    e.previous = maybe_finite();
+    e.systematic = finite_or_nan();
+    if (*rc::gen::arbitrary<bool>()) {
+      const double lo = any_finite() / 2;
+      e.interval = std::make_pair(lo, lo + any_non_negative() / 2);
+    }
+  }
+  if (*rc::gen::arbitrary<bool>() && !e.window.empty()) e.unreliable_at = {e.window.back()};
+  return e;
+}
+
+void check_same_local_exponent(const std::optional<records::LocalExponentRecord>& a,
+                               const std::optional<records::LocalExponentRecord>& b) {
+  RC_ASSERT(a.has_value() == b.has_value());
+  if (!a) return;
+  RC_ASSERT(a->window == b->window);
+  RC_ASSERT(same(a->exponent, b->exponent));
+  RC_ASSERT(same(a->sampling_half_width, b->sampling_half_width));
+  RC_ASSERT(a->missing == b->missing);
+  RC_ASSERT(same(a->previous, b->previous));
+  RC_ASSERT(same(a->systematic, b->systematic));
+  RC_ASSERT(a->interval == b->interval);
+  RC_ASSERT(a->unreliable_at == b->unreliable_at);
+}
+
+records::Series any_series() {
+  records::Series s;
+  s.key = any_series_key();
+  s.formula = any_text();
+  s.series_id = any_text();
+  s.run_seed = *rc::gen::arbitrary<std::uint64_t>();
+  if (*rc::gen::arbitrary<bool>()) {
+    const double slope = any_finite() / 2;
+    s.slope = slope;
+    s.slope_ci = std::make_pair(slope - any_non_negative() / 4, slope + any_non_negative() / 4);
+    s.slope_se = any_non_negative();
+    s.intercept = maybe_finite();
+    s.reduced_chi_sq = maybe_finite();
+    s.fit_points = *rc::gen::inRange(2, 100);
+  }
+  s.claimed_exponent = maybe_finite();
+  s.tolerance = any_non_negative();
+  if (*rc::gen::arbitrary<bool>()) {
+    s.verdict = one_of({records::Verdict::holds, records::Verdict::tight, records::Verdict::violated,
+                        records::Verdict::inconclusive});
+    s.basis = one_of({records::Basis::exact, records::Basis::asymptotic_fit});
+    s.verdict_rule = any_text();
+    s.verdict_reason = any_text();
+  }
+  s.extend_to = maybe_finite();
+  s.finding = maybe_text();
+  s.claims_value = *rc::gen::arbitrary<bool>();
+  s.counts_for_exit = *rc::gen::arbitrary<bool>();
+  s.se_reliable = *rc::gen::arbitrary<bool>();
+  if (*rc::gen::arbitrary<bool>()) {
+    s.jensen_first = any_non_negative();
+    s.jensen_last = any_non_negative();
+    s.jensen_source = one_of<std::string>({"exact", "estimated"});
+  }
+  s.local_exponent = any_local_exponent();
+  if (*rc::gen::arbitrary<bool>()) s.cross_check = any_local_exponent();
+  if (*rc::gen::arbitrary<bool>()) {
+    records::ExactCheckRecord& exact = s.exact.emplace();
+    exact.law = any_law();
+    exact.max_abs_z = maybe_finite();
+    exact.judged_points = *rc::gen::inRange(0, 100);
+    exact.unjudged_points = *rc::gen::inRange(0, 100);
+    if (*rc::gen::arbitrary<bool>()) exact.disagrees_at = {static_cast<double>(at_least_one())};
+    exact.bound_checked_points = *rc::gen::inRange(0, 100);
+    exact.max_sample_over_bound = maybe_finite();
+    if (*rc::gen::arbitrary<bool>()) exact.bound_exceeded_at = {static_cast<double>(at_least_one())};
+    exact.confirmed = exact.disagrees_at.empty();
+  }
+  s.x_variable = one_of<std::string>({"N", "d"});
+  s.fit_of = one_of<std::string>({"mean", "mean_sq"});
+  const int points = *rc::gen::inRange(1, 6);
+  long long n = 0, d = 0;
+  for (int i = 0; i < points; ++i) {
+    // x must increase; the other of N and d need not.
+    n = s.x_variable == "N" ? n + at_least_one() : at_least_one();
+    d = s.x_variable == "d" ? d + at_least_one() : at_least_one();
+    s.N.push_back(n);
+    s.d_values.push_back(d);
+    s.mean.push_back(*rc::gen::arbitrary<bool>() ? any_non_negative() : NAN);
+    s.se.push_back(any_non_negative());
+    s.mean_sq.push_back(finite_or_nan());
+    s.se_sq.push_back(finite_or_nan());
+    s.exact_sq.push_back(*rc::gen::arbitrary<bool>() ? std::optional(any_non_negative()) : std::nullopt);
+    s.exact_mean.push_back(maybe_finite());
+  }
+  s.x = s.x_variable == "d" ? s.d_values : s.N;
+  return s;
+}
+
+void check_same_series(const records::Series& a, const records::Series& b) {
+  RC_ASSERT(a.key == b.key);
+  RC_ASSERT(a.formula == b.formula);
+  RC_ASSERT(a.series_id == b.series_id);
+  RC_ASSERT(a.run_seed == b.run_seed);
+  RC_ASSERT(same(a.slope, b.slope));
+  RC_ASSERT(a.slope_ci == b.slope_ci);
+  RC_ASSERT(same(a.slope_se, b.slope_se));
+  RC_ASSERT(same(a.intercept, b.intercept));
+  RC_ASSERT(same(a.reduced_chi_sq, b.reduced_chi_sq));
+  RC_ASSERT(a.fit_points == b.fit_points);
+  RC_ASSERT(same(a.claimed_exponent, b.claimed_exponent));
+  RC_ASSERT(same(a.tolerance, b.tolerance));
+  RC_ASSERT(a.verdict == b.verdict);
+  RC_ASSERT(a.basis == b.basis);
+  RC_ASSERT(a.verdict_rule == b.verdict_rule);
+  RC_ASSERT(a.verdict_reason == b.verdict_reason);
+  RC_ASSERT(same(a.extend_to, b.extend_to));
+  RC_ASSERT(a.finding == b.finding);
+  RC_ASSERT(a.claims_value == b.claims_value);
+  RC_ASSERT(a.counts_for_exit == b.counts_for_exit);
+  RC_ASSERT(a.se_reliable == b.se_reliable);
+  RC_ASSERT(same(a.jensen_first, b.jensen_first));
+  RC_ASSERT(same(a.jensen_last, b.jensen_last));
+  RC_ASSERT(a.jensen_source == b.jensen_source);
+  check_same_local_exponent(a.local_exponent, b.local_exponent);
+  check_same_local_exponent(a.cross_check, b.cross_check);
+  RC_ASSERT(a.exact.has_value() == b.exact.has_value());
+  if (a.exact) {
+    check_same_law(a.exact->law, b.exact->law);
+    RC_ASSERT(same(a.exact->max_abs_z, b.exact->max_abs_z));
+    RC_ASSERT(a.exact->judged_points == b.exact->judged_points);
+    RC_ASSERT(a.exact->unjudged_points == b.exact->unjudged_points);
+    RC_ASSERT(a.exact->disagrees_at == b.exact->disagrees_at);
+    RC_ASSERT(a.exact->bound_checked_points == b.exact->bound_checked_points);
+    RC_ASSERT(same(a.exact->max_sample_over_bound, b.exact->max_sample_over_bound));
+    RC_ASSERT(a.exact->bound_exceeded_at == b.exact->bound_exceeded_at);
+    RC_ASSERT(a.exact->confirmed == b.exact->confirmed);
+  }
+  RC_ASSERT(a.x_variable == b.x_variable);
+  RC_ASSERT(a.fit_of == b.fit_of);
+  RC_ASSERT(a.x == b.x);
+  RC_ASSERT(a.N == b.N);
+  RC_ASSERT(a.d_values == b.d_values);
+  RC_ASSERT(a.mean.size() == b.mean.size());
+  for (std::size_t i = 0; i < a.mean.size(); ++i) {
+    RC_ASSERT(same(a.mean[i], b.mean[i]));
+    RC_ASSERT(same(a.se[i], b.se[i]));
+    RC_ASSERT(same(a.mean_sq[i], b.mean_sq[i]));
+    RC_ASSERT(same(a.se_sq[i], b.se_sq[i]));
+    RC_ASSERT(same(a.exact_sq[i], b.exact_sq[i]));
+    RC_ASSERT(same(a.exact_mean[i], b.exact_mean[i]));
+  }
+}
+
+records::Provenance any_provenance() {
+  records::Provenance p;
+  p.version = any_text();
+  p.date = any_text();
+  if (*rc::gen::arbitrary<bool>()) {
+    p.hostname = any_text();
+    p.cpu = any_text() + "x";  // not both empty: the object form
+    p.machine = fmt::format("cpu: {}, hostname: {}", p.cpu, p.hostname);
+  } else {
+    p.machine = any_text();
+  }
+  p.backend = one_of<std::string>({"cpu", "cuda"});
+  p.threads = *rc::gen::inRange(1, 1025);
+  p.run_seed = *rc::gen::arbitrary<std::uint64_t>();
+  if (*rc::gen::arbitrary<bool>()) p.precision = one_of<std::string>({"double", "mixed"});
+  p.command = any_text();
+  p.wall_seconds = maybe_finite();
+  if (*rc::gen::arbitrary<bool>()) {
+    auto& bounds = p.mixed_precision_bounds.emplace();
+    for (int i = *rc::gen::inRange(0, 3); i > 0; --i) bounds.push_back({*rc::gen::inRange(2, 7), at_least_one(), any_non_negative()});
+  }
+  return p;
+}
+
+void check_same_provenance(const records::Provenance& a, const records::Provenance& b) {
+  RC_ASSERT(a.version == b.version);
+  RC_ASSERT(a.date == b.date);
+  RC_ASSERT(a.hostname == b.hostname);
+  RC_ASSERT(a.cpu == b.cpu);
+  RC_ASSERT(a.machine == b.machine);
+  RC_ASSERT(a.backend == b.backend);
+  RC_ASSERT(a.threads == b.threads);
+  RC_ASSERT(a.run_seed == b.run_seed);
+  RC_ASSERT(a.precision == b.precision);
+  RC_ASSERT(a.command == b.command);
+  RC_ASSERT(same(a.wall_seconds, b.wall_seconds));
+  RC_ASSERT(a.mixed_precision_bounds == b.mixed_precision_bounds);
+}
+
+std::filesystem::path fresh_dir(const std::string& name) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / fmt::format("attncheck-record-json-{}-{}", name, ::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// The message of the InputError that `run` throws; fails the test when it throws nothing or something else.
+template <class Run>
+std::string input_error_of(Run&& run) {
+  try {
+    run();
+  } catch (const theory::InputError& e) {
+    return e.what();
+  }
+  FAIL("no InputError was thrown");
+  return "";
+}
+
+std::string line_of(const records::PointRecord& record) { return json(record).dump() + "\n"; }
+
+}  // namespace
+
+TEST_CASE("a point record reads back from its points.jsonl line exactly as it was written") {
+  rc::prop("PointRecord -> JSON line -> PointRecord is the identity", [] {
+    const records::PointRecord written = any_point();
+    const std::string line = line_of(written);
+    RC_ASSERT(json::parse(line)["format_version"] == records::kResultsFormatVersion);
+    const std::vector<records::PointRecord> read = records::parse_points_jsonl(line, "points.jsonl");
+    RC_ASSERT(read.size() == 1u);
+    check_same_point(written, read[0]);
+    RC_ASSERT(read[0].line == 1);
+    // nlohmann's adl form is the same pair.
+    check_same_point(written, json(written).get<records::PointRecord>());
+  });
+}
+
+TEST_CASE("fitted series and the provenance read back from fits.json exactly as they were written") {
+  rc::prop("(Provenance, Series) -> fits.json -> (Provenance, Series) is the identity", [] {
+    const std::vector<records::Series> written{any_series(), any_series()};
+    const records::Provenance run = any_provenance();
+    const std::string text = records::fits_json_text(run, written);
+    RC_ASSERT(json::parse(text)["format_version"] == records::kResultsFormatVersion);
+    const auto [provenance, read] = records::parse_fits_json(text, "fits.json");
+    check_same_provenance(run, provenance);
+    check_same_provenance(run, json(run).get<records::Provenance>());
+    RC_ASSERT(read.size() == written.size());
+    for (std::size_t i = 0; i < read.size(); ++i) check_same_series(written[i], read[i]);
+    check_same_series(written[0], json(written[0]).get<records::Series>());
+  });
+}
+
+TEST_CASE("the sweep's own records and fits read back field for field") {
+  monte_carlo::SweepRequest request;
+  request.claim = "C9";  // the most fields at once: mix, dv, sample bounds, exact laws, cross-checks
+  monte_carlo::CpuBackend backend(1, 16);
+  monte_carlo::SamplingPolicy policy;
+  policy.fixed = 24;
+  std::vector<records::PointRecord> points;
+  for (const auto& series : monte_carlo::build_series(request)) {
+    for (theory::Index n : {4, 8, 16}) {
+      const monte_carlo::PointSpec spec = monte_carlo::make_point(series, n, 3, 2, 1, 1, 21);
+      const monte_carlo::PointOutcome outcome = monte_carlo::run_point(backend, spec.point, series.estimands, policy);
+      for (auto estimand : series.estimands) points.push_back(monte_carlo::point_record(spec, estimand, outcome, {21, "cpu", 1}));
+    }
+  }
+  REQUIRE(points.size() == 12);  // value, dV, dS, dQ at three N
+  CHECK(points[0].sample_bound.has_value());
+  std::string lines;
+  for (const auto& p : points) lines += line_of(p);
+  const std::vector<records::PointRecord> read = records::parse_points_jsonl(lines, "points.jsonl");
+  REQUIRE(read.size() == points.size());
+  for (std::size_t i = 0; i < read.size(); ++i) {
+    INFO("point " << i);
+    CHECK(json(read[i]) == json(points[i]));
+  }
+  const std::vector<records::Series> fitted = monte_carlo::fit_series(points, 0.05);
+  REQUIRE(fitted.size() == 4);
+  records::Provenance run;
+  run.backend = "cpu";
+  run.run_seed = 21;
+  const auto [provenance, series] = records::parse_fits_json(records::fits_json_text(run, fitted), "fits.json");
+  CHECK(provenance.run_seed == 21u);
+  REQUIRE(series.size() == fitted.size());
+  for (std::size_t i = 0; i < series.size(); ++i) {
+    INFO("series " << i);
+    CHECK(json(series[i]) == json(fitted[i]));
+  }
+}
+
+TEST_CASE("a truncated or corrupt points.jsonl stops a resumed run naming the file and the line") {
+  records::PointRecord r;
+  r.key = {"C4", "elementwise", "poly", 1, std::nullopt, std::nullopt, std::nullopt, "1/sqrt(N)", 4, 4, "value", 1, 1, "projected"};
+  r.formula = "F";
+  r.N = 8;
+  r.samples = 10;
+  r.stopped_by = "samples";
+  r.backend = "cpu";
+  r.resume_id = "a";
+  const std::string first = line_of(r);
+  r.resume_id = "b";
+  const std::string second = line_of(r);
+  const auto dir = fresh_dir("corrupt");
+  for (const auto& [text, what] :
+       {std::pair<std::string, std::string>{first + second.substr(0, second.size() / 2) + "\n", "malformed JSON"},
+        {first + "{\"claim\": \"C4\"}\n", "missing"},
+        {first + "\x01\x02 binary\n", "malformed JSON"}}) {
+    std::ofstream(dir / "points.jsonl", std::ios::binary | std::ios::trunc) << text;
+    const std::string message =
+        input_error_of([&] { monte_carlo::ResultsFolder folder(dir, monte_carlo::FolderStart::resume); });
+    INFO(message);
+    CHECK_THAT(message, Contains((dir / "points.jsonl").string() + " line 2") && Contains(what));
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a later format version is refused by name, an earlier one still reads") {
+  records::PointRecord r;
+  r.key = {"C4", std::nullopt, "poly", 1, std::nullopt, std::nullopt, std::nullopt, "none", 4, 4, "value", 1, 1, "projected"};
+  r.formula = "F";
+  r.N = 8;
+  r.samples = 10;
+  r.stopped_by = "samples";
+  r.backend = "cpu";
+  json later = r;
+  later["format_version"] = records::kResultsFormatVersion + 1;
+  CHECK_THAT(input_error_of([&] { records::parse_points_jsonl(line_of(r) + later.dump() + "\n", "p.jsonl"); }),
+             Contains("p.jsonl line 2") && Contains(fmt::format("\"format_version\" {}", records::kResultsFormatVersion + 1)) &&
+                 Contains("later attncheck"));
+  json earlier = r;
+  earlier.erase("format_version");  // written before points.jsonl carried it
+  CHECK(records::parse_points_jsonl(earlier.dump(), "p.jsonl").size() == 1);
+  const std::string later_fits = json{{"format_version", 99}, {"provenance", json::object()}, {"series", json::array()}}.dump(2);
+  CHECK_THAT(input_error_of([&] { records::parse_fits_json(later_fits, "fits.json"); }),
+             Contains("fits.json") && Contains("\"format_version\" 99") && Contains("1 to"));
+}
+
+TEST_CASE("a folder of the previous format version resumes, and the lines it rewrites carry the version") {
+  const auto dir = fresh_dir("resume-v2");
+  for (const char* name : {"points.jsonl", "fits.json", "points.csv"}) {
+    std::filesystem::copy_file(std::filesystem::path(ATTNCHECK_RECORDS_DATA "/format-v2-c4") / name, dir / name);
+  }
+  const std::string before = records::read_text_file(dir / "points.jsonl");
+  CHECK(before.find("format_version") == std::string::npos);
+  monte_carlo::ResultsFolder folder(dir, monte_carlo::FolderStart::resume);
+  REQUIRE(folder.records().size() == 6);  // two readings x N = 8, 16, 32
+  const std::vector<records::Series> refit = monte_carlo::fit_series(folder.records(), 0.05);
+  const records::ResultsFolder as_written = records::read_results_folder(dir);
+  REQUIRE(refit.size() == as_written.series.size());
+  for (std::size_t i = 0; i < refit.size(); ++i) {
+    CHECK(refit[i].verdict == as_written.series[i].verdict);
+    CHECK(refit[i].slope == as_written.series[i].slope);
+  }
+  folder.append({folder.records().front()});
+  std::ifstream in(dir / "points.jsonl");
+  int lines = 0;
+  for (std::string line; std::getline(in, line); ++lines) CHECK(json::parse(line)["format_version"] == records::kResultsFormatVersion);
+  CHECK(lines == 6);
+  std::filesystem::remove_all(dir);
+}
