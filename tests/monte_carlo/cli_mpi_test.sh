@@ -71,7 +71,9 @@ PY
   grep -q '"stopped_by":"max-seconds"' "$work/timed/points.jsonl" || fail "--max-seconds did not stop the point"
   ;;
 resume)
-  grid=(--N 16:256:x2 --samples 300 --threads 1)
+  # One quick point, then one that takes about a second on one core (the direct path, not the O(N) tensor path):
+  # the kill after the first point then lands mid-sweep however loaded the machine is.
+  grid=(--N 16,2048 --samples 600 --threads 1 --path direct)
   ranks 1 "${sweep[@]}" "${grid[@]}" --out "$work/whole" >/dev/null 2>&1 || fail "uninterrupted run: exit $?"
   # Killed (SIGKILL to mpirun and its ranks, one process group) once the first point is in the folder.
   setsid "$mpirun" --oversubscribe --bind-to none --mca btl self,vader -n 2 "$bin" "${sweep[@]}" "${grid[@]}" --out "$work/killed" \
@@ -79,7 +81,7 @@ resume)
   group=$!
   for _ in $(seq 600); do
     [ -s "$work/killed/points.jsonl" ] && break
-    sleep 0.1
+    sleep 0.05
   done
   kill -KILL -- "-$group" 2>/dev/null
   wait "$group" 2>/dev/null
