@@ -33,9 +33,8 @@ std::unique_ptr<monte_carlo::Backend> select_backend(const std::string& requeste
                                                      const monte_carlo::BackendRequest& request) {
   if (requested == "auto") {
     std::vector<const monte_carlo::BackendEntry*> entries = monte_carlo::registered_backends();
-    std::stable_sort(entries.begin(), entries.end(), [](const auto* a, const auto* b) {
-      return a->auto_preference > b->auto_preference;
-    });
+    std::stable_sort(entries.begin(), entries.end(),
+                     [](const auto* a, const auto* b) { return a->auto_preference > b->auto_preference; });
     std::string skipped;
     for (const monte_carlo::BackendEntry* entry : entries) {
       const std::string reason = entry->unavailable_reason();

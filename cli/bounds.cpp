@@ -40,13 +40,14 @@ struct BoundsOptions {
 std::string summary_text(const json& s) {
   return fmt::format("trial {}, logits in [{:.3g}, {:.3g}], worst row top p = {:.4f}, {:.4f}", s["trial"].get<int>(),
                      s["min_logit"].get<double>(), s["max_logit"].get<double>(),
-                     s["worst_row_top_probabilities"][0].get<double>(), s["worst_row_top_probabilities"][1].get<double>());
+                     s["worst_row_top_probabilities"][0].get<double>(),
+                     s["worst_row_top_probabilities"][1].get<double>());
 }
 
 int run_cross_norm(const BoundsOptions& options) {
-  mc::CrossNormBoundsRequest request{options.n,      options.dv,     options.trials, options.search_starts,
-                                     options.families, options.input, options.values, options.mix.value_or("1"),
-                                     options.seed,   options.threads};
+  mc::CrossNormBoundsRequest request{options.n,        options.dv,     options.trials, options.search_starts,
+                                     options.families, options.input,  options.values, options.mix.value_or("1"),
+                                     options.seed,     options.threads};
   const json out = mc::run_cross_norm_bounds(request);
   const bool ok = out["holds"].get<bool>();
   if (options.json) {
@@ -54,18 +55,20 @@ int run_cross_norm(const BoundsOptions& options) {
     return ok ? kExitHolds : kExitViolated;
   }
   const json& b = out["bounds"];
-  fmt::print("C9 (cross-normalization RFP): O = softmax(S) softmax_col(V), P = softmax_col(V) (each of V's d_v columns "
-             "a probability vector over the tokens); facts 10-11 checked exactly (closed forms) for N = {}, d_v = {}, "
-             "mix alpha = 1{}\n",
-             out["N"].get<long long>(), out["d_v"].get<long long>(),
-             options.input.empty() && options.values.empty()
-                 ? ""
-                 : fmt::format(" (scores {}, values {})", options.input.empty() ? "uniform" : options.input,
-                               options.values.empty() ? "uniform" : options.values));
-  fmt::print("  bounds: ||P||_F <= sqrt(d_v) = {:.6g}; ||dP/dV||_F <= sqrt(d_v)/2 = {:.6g}; ||O||_F <= sqrt(N d_v) = "
-             "{:.6g}; ||dO/dV||_F <= sqrt(N d_v/8) = {:.6g}; ||dO/dS||_F <= sqrt(N d_v/8) = {:.6g}\n\n",
-             b["column_softmax_fro"].get<double>(), b["column_grad_fro"].get<double>(), b["output_fro"].get<double>(),
-             b["grad_values_fro"].get<double>(), b["grad_scores_fro"].get<double>());
+  fmt::print(
+      "C9 (cross-normalization RFP): O = softmax(S) softmax_col(V), P = softmax_col(V) (each of V's d_v columns "
+      "a probability vector over the tokens); facts 10-11 checked exactly (closed forms) for N = {}, d_v = {}, "
+      "mix alpha = 1{}\n",
+      out["N"].get<long long>(), out["d_v"].get<long long>(),
+      options.input.empty() && options.values.empty()
+          ? ""
+          : fmt::format(" (scores {}, values {})", options.input.empty() ? "uniform" : options.input,
+                        options.values.empty() ? "uniform" : options.values));
+  fmt::print(
+      "  bounds: ||P||_F <= sqrt(d_v) = {:.6g}; ||dP/dV||_F <= sqrt(d_v)/2 = {:.6g}; ||O||_F <= sqrt(N d_v) = "
+      "{:.6g}; ||dO/dV||_F <= sqrt(N d_v/8) = {:.6g}; ||dO/dS||_F <= sqrt(N d_v/8) = {:.6g}\n\n",
+      b["column_softmax_fro"].get<double>(), b["column_grad_fro"].get<double>(), b["output_fro"].get<double>(),
+      b["grad_values_fro"].get<double>(), b["grad_scores_fro"].get<double>());
   if (!out["families"].empty()) {
     fmt::print("largest value over the family's trials, as a fraction of its bound:\n");
     fmt::print("{:<18} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10}  {}\n", "family", "trials", "||P||", "||dP/dV||",
@@ -91,14 +94,17 @@ int run_cross_norm(const BoundsOptions& options) {
       const std::string verdict = v["verdict"].get<std::string>();
       fmt::print("C9 {}: {} (exact), largest {:.6f} of the bound ({}){}\n", v["statement"].get<std::string>(), verdict,
                  v["largest_ratio"].get<double>(), v["largest_in_family"].get<std::string>(),
-                 verdict == "tight" ? ": reached" : verdict == "holds" ? ": not reached by these families" : "");
+                 verdict == "tight"   ? ": reached"
+                 : verdict == "holds" ? ": not reached by these families"
+                                      : "");
     }
   }
   for (const json& m : out["mix"]) {
     const double alpha = m["alpha"].get<double>();
-    fmt::print("\nmix alpha = {:g}: O = softmax(S) (alpha softmax_col(V) + (1 - alpha) V) along V = t V0 (S and V0 "
-               "with i.i.d. N(0, 1) entries)\n",
-               alpha);
+    fmt::print(
+        "\nmix alpha = {:g}: O = softmax(S) (alpha softmax_col(V) + (1 - alpha) V) along V = t V0 (S and V0 "
+        "with i.i.d. N(0, 1) entries)\n",
+        alpha);
     fmt::print("{:>8} {:>14} {:>14} {:>14}\n", "t", "||O||_F", "||dO/dV||_F", "||dO/dS||_F");
     for (const json& g : m["growth"]) {
       fmt::print("{:>8g} {:>14.6g} {:>14.6g} {:>14.6g}\n", g["t"].get<double>(), g["output_fro"].get<double>(),
@@ -106,10 +112,11 @@ int run_cross_norm(const BoundsOptions& options) {
     }
     const json& step = m["growth_last_step"];
     if (m["output"] == "unbounded") {
-      fmt::print("  ||O||_F and ||dO/dS||_F: unbounded in V (no bound for alpha < 1): x{:.2f} and x{:.2f} from "
-                 "t = {:g} to {:g}, growing like t\n",
-                 step["output"].get<double>(), step["grad_scores"].get<double>(), step["from_t"].get<double>(),
-                 step["to_t"].get<double>());
+      fmt::print(
+          "  ||O||_F and ||dO/dS||_F: unbounded in V (no bound for alpha < 1): x{:.2f} and x{:.2f} from "
+          "t = {:g} to {:g}, growing like t\n",
+          step["output"].get<double>(), step["grad_scores"].get<double>(), step["from_t"].get<double>(),
+          step["to_t"].get<double>());
     } else {
       fmt::print("  ||O||_F and ||dO/dS||_F: bounded (facts 10-11): x{:.2f} and x{:.2f} from t = {:g} to {:g}\n",
                  step["output"].get<double>(), step["grad_scores"].get<double>(), step["from_t"].get<double>(),
@@ -124,9 +131,9 @@ int run_cross_norm(const BoundsOptions& options) {
 
 int run(const BoundsOptions& options) {
   if (options.cross_norm) return run_cross_norm(options);
-  for (const auto& [given, name] : {std::pair{options.dv.has_value(), "--dv"},
-                                    std::pair{!options.values.empty(), "--values"},
-                                    std::pair{options.mix.has_value(), "--mix"}}) {
+  for (const auto& [given, name] :
+       {std::pair{options.dv.has_value(), "--dv"}, std::pair{!options.values.empty(), "--values"},
+        std::pair{options.mix.has_value(), "--mix"}}) {
     if (given) throw UsageError(fmt::format("{} is an option of --cross-norm (C9): add --cross-norm", name));
   }
   const json out = mc::run_bounds({options.n, options.trials, options.search_starts, options.families, options.input,
@@ -142,9 +149,10 @@ int run(const BoundsOptions& options) {
   const bool all_hold = out["paper_bounds_hold"].get<bool>(), tight_holds = out["tight_bound_holds"].get<bool>();
   fmt::print("Theorem 4.1 (v1 (4.1)-(4.2) / v2 (6)-(7)), checked exactly (closed forms) for N = {}{}\n", n,
              options.input.empty() ? "" : fmt::format(" (rows of {})", options.input));
-  fmt::print("  bounds: ||softmax(A)||_F <= sqrt(N) = {:.6g};  ||grad softmax(A)||_F <= 2 sqrt(N) = {:.6g} (papers), "
-             "sup = sqrt(N)/2 = {:.6g} (exact)\n\n",
-             bounds.softmax_paper, bounds.grad_paper, bounds.grad_tight);
+  fmt::print(
+      "  bounds: ||softmax(A)||_F <= sqrt(N) = {:.6g};  ||grad softmax(A)||_F <= 2 sqrt(N) = {:.6g} (papers), "
+      "sup = sqrt(N)/2 = {:.6g} (exact)\n\n",
+      bounds.softmax_paper, bounds.grad_paper, bounds.grad_tight);
   fmt::print("{:<18} {:>6} {:>16} {:>18} {:>20}  {:<8}  {}\n", "family", "trials", "max|A|/sqrt(N)",
              "max|dA|/(2sqrt N)", "max|dA|/(sqrt(N)/2)", "verdict", "worst matrix for |dA|");
   for (const json& j : out["families"]) {
@@ -155,10 +163,11 @@ int run(const BoundsOptions& options) {
   }
   fmt::print("\nC1 ||softmax(A)||_F <= sqrt(N): {}, largest value {:.6f} sqrt(N) (the bound is tight: one-hot rows).\n",
              all_hold ? "holds" : "VIOLATED", out["max_ratio_softmax"].get<double>());
-  fmt::print("C2 ||grad softmax(A)||_F <= 2 sqrt(N): {}; the exact sup is sqrt(N)/2, 4x lower; largest value found "
-             "{:.6f} of sqrt(N)/2{}.\n",
-             all_hold ? "holds" : "VIOLATED", out["max_ratio_grad_tight"].get<double>(),
-             tight_holds ? "" : " - ABOVE the exact sup, which contradicts fact 2");
+  fmt::print(
+      "C2 ||grad softmax(A)||_F <= 2 sqrt(N): {}; the exact sup is sqrt(N)/2, 4x lower; largest value found "
+      "{:.6f} of sqrt(N)/2{}.\n",
+      all_hold ? "holds" : "VIOLATED", out["max_ratio_grad_tight"].get<double>(),
+      tight_holds ? "" : " - ABOVE the exact sup, which contradicts fact 2");
   return ok ? kExitHolds : kExitViolated;
 }
 
@@ -171,7 +180,8 @@ const bool registered = register_subcommand(
           "Families: gaussian-1e-3, gaussian-1, gaussian-10, gaussian-1e3 (i.i.d. logits with that standard "
           "deviation), near-one-hot, two-equal-top (the tight case), constant, worst-case-search (gradient ascent on "
           "the logits from --search-starts random starts, for each norm), and the --input matrix.\n"
-          "Norms are exact closed forms (per row a of probabilities: sum a^2 - 2 sum a^3 + (sum a^2)^2); no Jacobian is "
+          "Norms are exact closed forms (per row a of probabilities: sum a^2 - 2 sum a^3 + (sum a^2)^2); no Jacobian "
+          "is "
           "formed.\n"
           "With --cross-norm (C9): families gaussian-1e-3 .. gaussian-1e3 (scores and values i.i.d.), uniform, "
           "one-hot, tight-values, tight-scores (fact 11's constructions), near-tight, worst-case-search (ascent on "
@@ -180,18 +190,24 @@ const bool registered = register_subcommand(
       // N's real limit is the memory check (N x N doubles per thread), made before anything is allocated.
       command.add_option("--N", options->n, "matrix size N (N x N logits)")->check(integer_in(1, INT64_MAX));
       command.add_option("--trials", options->trials, "random matrices per family")
-          ->capture_default_str()->check(integer_in(1, mc::kMaxBoundsTrials));
+          ->capture_default_str()
+          ->check(integer_in(1, mc::kMaxBoundsTrials));
       command.add_option("--search-starts", options->search_starts, "random starts of the worst-case search")
-          ->capture_default_str()->check(integer_in(1, mc::kMaxSearchStarts));
+          ->capture_default_str()
+          ->check(integer_in(1, mc::kMaxSearchStarts));
       command.add_option("--family", options->families, "families to evaluate (default: all)")->take_all();
       command.add_option("--input", options->input, "a matrix of logits: .npy (float32/float64) or CSV; N = rows");
-      command.add_option("--seed", options->seed, "random seed")->capture_default_str()->check(unsigned_in(0, UINT64_MAX));
-      command.add_option("--threads", options->threads, "threads (default: all cores)")->check(integer_in(1, kMaxThreads));
+      command.add_option("--seed", options->seed, "random seed")
+          ->capture_default_str()
+          ->check(unsigned_in(0, UINT64_MAX));
+      command.add_option("--threads", options->threads, "threads (default: all cores)")
+          ->check(integer_in(1, kMaxThreads));
       command.add_flag("--json", options->json, "one JSON object on stdout instead of the table");
       command.add_flag("--cross-norm", options->cross_norm,
                        "check C9 instead: O = softmax(S) softmax_col(V) (THEORY.md facts 10-11); --input is then the "
                        "N x N scores");
-      command.add_option("--dv", options->dv, "with --cross-norm: value columns d_v (default 64, or --values' columns)")
+      command
+          .add_option("--dv", options->dv, "with --cross-norm: value columns d_v (default 64, or --values' columns)")
           ->check(integer_in(1, mc::kMaxValueDim));
       command.add_option("--values", options->values, "with --cross-norm: a value matrix V, N x d_v (.npy or CSV)");
       command.add_option("--mix", options->mix,

@@ -29,7 +29,8 @@ int run(const SelftestOptions& o) {
   }
   const int count = gpu::cuda_device_count();
   if (o.device < 0 || o.device >= count) {
-    throw UsageError(fmt::format("--device {}: {} CUDA device(s) answer, numbered 0 to {}", o.device, count, count - 1));
+    throw UsageError(
+        fmt::format("--device {}: {} CUDA device(s) answer, numbered 0 to {}", o.device, count, count - 1));
   }
   fmt::print("device {}: {}\n", o.device, gpu::cuda_device_description(o.device));
   const gpu::SelftestTarget target = gpu::cuda_selftest_target(o.device);
@@ -45,9 +46,10 @@ int run(const SelftestOptions& o) {
     for (const auto& estimands : {std::vector<Estimand>{Estimand::value},
                                   std::vector<Estimand>{Estimand::value, Estimand::dQ, Estimand::dK, Estimand::dS}}) {
       const gpu::Throughput t = gpu::measure_throughput(*target.backend, estimands, o.throughput_samples);
-      fmt::print("throughput, x^3, N = 4096, D = d = 64 [{}]: {:.0f} samples/s, score phase {:.1f} TFLOP/s "
-                 "(docs/gpu.md: roofline estimates to compare with)\n",
-                 t.estimands, t.samples_per_second, t.score_tflops);
+      fmt::print(
+          "throughput, x^3, N = 4096, D = d = 64 [{}]: {:.0f} samples/s, score phase {:.1f} TFLOP/s "
+          "(docs/gpu.md: roofline estimates to compare with)\n",
+          t.estimands, t.samples_per_second, t.score_tflops);
     }
   }
   fmt::print("{} of {} checks agree\n", report.checks.size() - failed, report.checks.size());
@@ -66,12 +68,16 @@ const bool registered = register_subcommand(
           "Exit codes: 0 every check agrees, 1 a check disagrees, 2 no CUDA device answers, this attncheck was built "
           "without CUDA support, or bad usage.");
       command.add_option("--device", options->device, "CUDA device to test")
-          ->capture_default_str()->check(integer_in(0, 1023));
+          ->capture_default_str()
+          ->check(integer_in(0, 1023));
       command.add_option("--threads", options->threads, "CPU threads of the reference backend (0: all cores)")
-          ->capture_default_str()->check(integer_in(0, kMaxThreads));
-      command.add_option("--throughput-samples", options->throughput_samples,
-                         "samples timed at N = 4096, D = d = 64 (0: no timing)")
-          ->capture_default_str()->check(unsigned_in(0, 1000000));
+          ->capture_default_str()
+          ->check(integer_in(0, kMaxThreads));
+      command
+          .add_option("--throughput-samples", options->throughput_samples,
+                      "samples timed at N = 4096, D = d = 64 (0: no timing)")
+          ->capture_default_str()
+          ->check(unsigned_in(0, 1000000));
       return [options] { return run(*options); };
     });
 

@@ -90,8 +90,7 @@ std::string reading_cell(const records::SeriesKey& key) {
 }
 
 void print_human(const std::vector<records::PointRecord>& records, const std::vector<records::Series>& series,
-                 const records::Provenance& provenance,
-                 const std::vector<std::string>& claims) {
+                 const records::Provenance& provenance, const std::vector<std::string>& claims) {
   Flags flags;
   for (const std::string& id : claims) {
     const records::Claim info = mc::claim_info(id);
@@ -102,18 +101,22 @@ void print_human(const std::vector<records::PointRecord>& records, const std::ve
   }
   if (!records.empty()) {
     const records::PointRecord& r0 = records.front();
-    fmt::print("Model: X entries N(0, {:g}^2), Q and K entries N(0, {:g}^2) (the papers' sigma read as standard "
-               "deviation); run seed {}; backend {}, {} threads.\n",
-               r0.key.sigma_x, r0.key.sigma_t, provenance.run_seed, provenance.backend, provenance.threads);
-    for (const records::MixedPrecisionBound& b : provenance.mixed_precision_bounds.value_or(std::vector<records::MixedPrecisionBound>{})) {
-      fmt::print("Precision mixed: FP32 projections and scores, FP64 sums; p = {}, d = {}, D = {}: relative error "
-                 "of each sample's squared norms at most {:.2g} (of the norms, half that)\n",
-                 b.p, b.d, b.D ? std::to_string(*b.D) : std::string("not recorded"), b.relative_bound_sum_sq);
+    fmt::print(
+        "Model: X entries N(0, {:g}^2), Q and K entries N(0, {:g}^2) (the papers' sigma read as standard "
+        "deviation); run seed {}; backend {}, {} threads.\n",
+        r0.key.sigma_x, r0.key.sigma_t, provenance.run_seed, provenance.backend, provenance.threads);
+    for (const records::MixedPrecisionBound& b :
+         provenance.mixed_precision_bounds.value_or(std::vector<records::MixedPrecisionBound>{})) {
+      fmt::print(
+          "Precision mixed: FP32 projections and scores, FP64 sums; p = {}, d = {}, D = {}: relative error "
+          "of each sample's squared norms at most {:.2g} (of the norms, half that)\n",
+          b.p, b.d, b.D ? std::to_string(*b.D) : std::string("not recorded"), b.relative_bound_sum_sq);
     }
     if (std::find(claims.begin(), claims.end(), "C9") != claims.end()) {
-      fmt::print("C9: W_V (D x dv) entries N(0, {:g}^2) as well; value = ||O||_F, dV = ||dO/dV||_F, dS = ||dO/dS||_F, "
-                 "dQ = ||dO/dW_Q||_F.\n",
-                 r0.key.sigma_t);
+      fmt::print(
+          "C9: W_V (D x dv) entries N(0, {:g}^2) as well; value = ||O||_F, dV = ||dO/dV||_F, dS = ||dO/dS||_F, "
+          "dQ = ||dO/dW_Q||_F.\n",
+          r0.key.sigma_t);
     }
   }
   fmt::print(
@@ -122,38 +125,47 @@ void print_human(const std::vector<records::PointRecord>& records, const std::ve
       "the exact value where one is known (E||F||^2, the expectation itself for row sums, Var(s) for score-var) with "
       "z = (estimate - exact)/se; E||F|| / sqrt(exact E||F||^2), the Jensen ratio (<= 1). '!' marks a standard error "
       "that is itself unreliable (heavy tails), so its z is not judged.\n\n");
-  fmt::print("{:<6} {:<11} {:<8} {:>2} {:<9} {:<12} {:>6} {:>4} {:>4} {:>7}  {:<22} {:<21}  {:<24} {:<13} {:>7} {:>7}  {}\n",
-             "claim", "reading", "phi", "p", "estimand", "scores", "N", "D", "d", "samples", "estimate ± se", "95% CI",
-             "second moment ± se", "exact", "z", "/Jensen", "stopped by  path");
+  fmt::print(
+      "{:<6} {:<11} {:<8} {:>2} {:<9} {:<12} {:>6} {:>4} {:>4} {:>7}  {:<22} {:<21}  {:<24} {:<13} {:>7} {:>7}  {}\n",
+      "claim", "reading", "phi", "p", "estimand", "scores", "N", "D", "d", "samples", "estimate ± se", "95% CI",
+      "second moment ± se", "exact", "z", "/Jensen", "stopped by  path");
   for (const records::PointRecord& r : records) {
     const bool row = r.key.estimand == "row-sum" || r.key.estimand == "row-mean";
     const bool reliable = row ? r.mean_reliable() : r.sq_reliable();
-    fmt::print("{:<6} {:<11} {:<8} {:>2} {:<9} {:<12} {:>6} {:>4} {:>4} {:>7}  {:<22} {:<21}  {:<24} {:<13} {:>7} {:>7}  {}\n",
-               r.key.claim, reading_cell(r.key), r.key.phi, r.key.p, r.key.estimand, r.key.scores, r.N, r.key.D,
-               r.key.d, r.samples, with_se(r.mean, r.se, flags) + (r.se_mean_reliable.value_or(true) ? "" : " !"),
-               fmt::format("[{}, {}]", num(std::optional(r.ci95_lo)), num(std::optional(r.ci95_hi))),
-               with_se(r.mean_sq, r.se_sq, flags) + (r.se_sq_reliable.value_or(true) ? "" : " !"),
-               num(row ? r.exact_mean : r.exact_sq),
-               num(row ? r.z_exact_mean : r.z_exact_sq, reliable ? "{:+.2f}" : "({:+.2f})"), jensen_cell(r, flags),
-               fmt::format("{:<11} {}", r.stopped_by, r.path.value_or("-")));
+    fmt::print(
+        "{:<6} {:<11} {:<8} {:>2} {:<9} {:<12} {:>6} {:>4} {:>4} {:>7}  {:<22} {:<21}  {:<24} {:<13} {:>7} {:>7}  {}\n",
+        r.key.claim, reading_cell(r.key), r.key.phi, r.key.p, r.key.estimand, r.key.scores, r.N, r.key.D, r.key.d,
+        r.samples, with_se(r.mean, r.se, flags) + (r.se_mean_reliable.value_or(true) ? "" : " !"),
+        fmt::format("[{}, {}]", num(std::optional(r.ci95_lo)), num(std::optional(r.ci95_hi))),
+        with_se(r.mean_sq, r.se_sq, flags) + (r.se_sq_reliable.value_or(true) ? "" : " !"),
+        num(row ? r.exact_mean : r.exact_sq),
+        num(row ? r.z_exact_mean : r.z_exact_sq, reliable ? "{:+.2f}" : "({:+.2f})"), jensen_cell(r, flags),
+        fmt::format("{:<11} {}", r.stopped_by, r.path.value_or("-")));
   }
   if (flags.not_finite > 0) {
-    fmt::print(stderr, "attncheck mc: note: {} estimates are not finite (marked not finite!): the map's values "
-                       "overflow double precision at these sizes\n", flags.not_finite);
+    fmt::print(stderr,
+               "attncheck mc: note: {} estimates are not finite (marked not finite!): the map's values "
+               "overflow double precision at these sizes\n",
+               flags.not_finite);
   }
   if (flags.se_unknown > 0) {
-    fmt::print(stderr, "attncheck mc: note: {} standard errors are not finite (marked ?!): the squares of the "
-                       "samples overflow double precision, so the spread is unknown\n", flags.se_unknown);
+    fmt::print(stderr,
+               "attncheck mc: note: {} standard errors are not finite (marked ?!): the squares of the "
+               "samples overflow double precision, so the spread is unknown\n",
+               flags.se_unknown);
   }
   if (flags.jensen_overflow > 0) {
-    fmt::print(stderr, "attncheck mc: note: {} Jensen ratios are not shown (marked overflow!): the exact E||F||^2 "
-                       "overflows double precision, so the ratio would print as 0\n", flags.jensen_overflow);
+    fmt::print(stderr,
+               "attncheck mc: note: {} Jensen ratios are not shown (marked overflow!): the exact E||F||^2 "
+               "overflows double precision, so the ratio would print as 0\n",
+               flags.jensen_overflow);
   }
-  fmt::print("\nVerdicts (docs/THEORY.md, \"What a verdict is\"; tolerance {:g}). Basis `exact`: the exponent of a closed "
-             "form decides; `asymptotic-fit`: the local exponent over the last two doublings of N, widened by how much it "
-             "still moves, cross-checked with sqrt(mean of ||F||^2). The finite-N fit over all N (C8: over d) is a "
-             "diagnostic only.\n\n",
-             series.empty() ? 0.05 : series.front().tolerance.value_or(0.05));
+  fmt::print(
+      "\nVerdicts (docs/THEORY.md, \"What a verdict is\"; tolerance {:g}). Basis `exact`: the exponent of a closed "
+      "form decides; `asymptotic-fit`: the local exponent over the last two doublings of N, widened by how much it "
+      "still moves, cross-checked with sqrt(mean of ||F||^2). The finite-N fit over all N (C8: over d) is a "
+      "diagnostic only.\n\n",
+      series.empty() ? 0.05 : series.front().tolerance.value_or(0.05));
   fmt::print("{:<6} {:<11} {:<8} {:>2} {:<9} {:<12} {:<10} {:>4} {:>4} {:>7}  {:<12} {:<14} {}\n", "claim", "reading",
              "phi", "p", "estimand", "scores", "scale", "D", "d", "claimed", "verdict", "basis", "counts");
   for (const records::Series& s : series) {
@@ -163,7 +175,9 @@ void print_human(const std::vector<records::PointRecord>& records, const std::ve
                s.x_variable == "d" ? std::string("swept") : std::to_string(s.key.d),
                s.claims_value ? std::string("= d_k") : num(s.claimed_exponent, "{:g}"), verdict,
                s.basis ? std::string(records::to_string(*s.basis)) : "-",
-               !s.verdict ? "- (no claimed exponent)" : s.counts_for_exit ? "yes" : "no (reported only)");
+               !s.verdict          ? "- (no claimed exponent)"
+               : s.counts_for_exit ? "yes"
+                                   : "no (reported only)");
     if (s.verdict_reason) fmt::print("    evidence: {}\n", *s.verdict_reason);
     if (s.finding) fmt::print("    finding: {}\n", *s.finding);
     if (s.exact && s.exact->max_abs_z && std::isfinite(*s.exact->max_abs_z)) {
@@ -176,7 +190,9 @@ void print_human(const std::vector<records::PointRecord>& records, const std::ve
     if (s.exact && s.exact->bound_checked_points > 0) {
       fmt::print("    deterministic bound (fact 11): largest sample / bound = {} over {} points{}\n",
                  num(s.exact->max_sample_over_bound, "{:.4f}"), s.exact->bound_checked_points,
-                 s.exact->bound_exceeded_at.empty() ? "" : " - A SAMPLE EXCEEDS IT: a failure of the tool, not of the claim");
+                 s.exact->bound_exceeded_at.empty()
+                     ? ""
+                     : " - A SAMPLE EXCEEDS IT: a failure of the tool, not of the claim");
     }
     std::string jensen;
     if (s.jensen_first && std::isfinite(*s.jensen_first)) {
@@ -234,9 +250,9 @@ mc::McHooks terminal_hooks(const Options& o, ProgressLine& line) {
   };
   hooks.progress = [&line](std::size_t point, std::size_t points, const std::string& label, std::uint64_t done,
                            std::uint64_t planned) {
-    const double fraction = (static_cast<double>(point) +
-                             (planned ? static_cast<double>(done) / static_cast<double>(planned) : 0.0)) /
-                            static_cast<double>(points);
+    const double fraction =
+        (static_cast<double>(point) + (planned ? static_cast<double>(done) / static_cast<double>(planned) : 0.0)) /
+        static_cast<double>(points);
     line.update(fmt::format("{} point {}/{} {} samples {}{}", progress_bar(fraction), point + 1, points, label, done,
                             planned ? fmt::format("/{}", planned) : std::string()));
   };
@@ -298,47 +314,63 @@ std::function<int()> setup(CLI::App& app) {
                  "||dO/dV||_F, ||dO/dS||_F, ||dO/dW_Q||_F are O(sqrt N); at mix alpha = 1 a deterministic bound, "
                  "checked on every sample)")
       ->check(CLI::IsMember({"C3", "C4", "C5", "C6", "C7", "C8", "C9"}));
-  app.add_option("--N", o->N, "Sequence lengths: list (16,64,256) or start:stop:xfactor (16:4096:x2)")->capture_default_str();
+  app.add_option("--N", o->N, "Sequence lengths: list (16,64,256) or start:stop:xfactor (16:4096:x2)")
+      ->capture_default_str();
   app.add_option("--D", o->D, "Model dimensions (list or grid)")->capture_default_str();
   app.add_option("--d", o->d, "Head dimensions (list or grid)")->capture_default_str();
   app.add_option("--p", o->p, "Exponents of poly/matpow (list)")->capture_default_str();
   app.add_option("--phi", o->phi,
                  "Activation without --claim (C7: the h): poly (elementwise x^p), matpow (matrix power, value only), "
                  "softmax (row-wise), relu, relu2, gelu, softplus, identity, relu6, sigmoid");
-  app.add_option("--alpha", o->alpha, "C7's exponent in N^-alpha (list; default 0,0.5,1: the claim at 1, the growth without it)");
+  app.add_option("--alpha", o->alpha,
+                 "C7's exponent in N^-alpha (list; default 0,0.5,1: the claim at 1, the growth without it)");
   app.add_option("--mix", o->mix,
                  "C9's mix alpha of P = alpha softmax_col(V) + (1 - alpha) V (list of values in [0, 1]; default 1, the "
                  "RFP's softmax(S) softmax^T(V)); one series each");
   app.add_option("--dv", o->dv, "C9's value columns d_v of W_V (list or grid; default d)");
   app.add_option("--inner-scale", o->inner_scale, "lambda in F = c(N) phi(lambda T): 1/sqrt(d) (default) or a number");
-  app.add_option("--outer-scale", o->outer_scale, "c(N): none (default), 1/sqrt(N), 1/k:K (e.g. 1/k:8), N^-a (e.g. N^-1)");
+  app.add_option("--outer-scale", o->outer_scale,
+                 "c(N): none (default), 1/sqrt(N), 1/k:K (e.g. 1/k:8), N^-a (e.g. N^-1)");
   app.add_option("--estimand", o->estimand,
                  "Comma list of value (||F||_F), dQ, dK (||dF/dQ||_F, ||dF/dK||_F, full Jacobians), dS (||dF/dS||_F), "
                  "score-var (Var(s_ij), i != j), row-sum (mean over rows of sum_j F_ij), row-mean (row-sum / N); "
                  "default value. C9 fixes value, dV (||dO/dV||_F), dS and dQ");
-  app.add_option("--claimed-exponent", o->claimed_exponent, "Without --claim: the claimed exponent a of E||F|| = O(N^a)")
+  app.add_option("--claimed-exponent", o->claimed_exponent,
+                 "Without --claim: the claimed exponent a of E||F|| = O(N^a)")
       ->check(real_in(mc::kClaimedExponentRange));
-  app.add_option("--samples", o->samples, "Samples per point: an integer, or auto (until --rel-se, --max-samples or --max-seconds)")
+  app.add_option("--samples", o->samples,
+                 "Samples per point: an integer, or auto (until --rel-se, --max-samples or --max-seconds)")
       ->capture_default_str();
-  app.add_option("--rel-se", o->rel_se, "auto: stop when se/mean <= this, with a reliable se, for every estimand (C8: of the mean square)")
-      ->capture_default_str()->check(real_in(mc::kRelativeErrorRange));
+  app.add_option("--rel-se", o->rel_se,
+                 "auto: stop when se/mean <= this, with a reliable se, for every estimand (C8: of the mean square)")
+      ->capture_default_str()
+      ->check(real_in(mc::kRelativeErrorRange));
   app.add_option("--max-samples", o->max_samples, "auto: at most this many samples per point")
-      ->capture_default_str()->check(unsigned_in(2, mc::kMaxSamples));
-  app.add_option("--max-seconds", o->max_seconds, "auto: at most this much wall time per point (read after every sample from the second on)")
-      ->capture_default_str()->check(real_in(mc::kSecondsRange));
+      ->capture_default_str()
+      ->check(unsigned_in(2, mc::kMaxSamples));
+  app.add_option("--max-seconds", o->max_seconds,
+                 "auto: at most this much wall time per point (read after every sample from the second on)")
+      ->capture_default_str()
+      ->check(real_in(mc::kSecondsRange));
   app.add_option("--sigma-x", o->sigma_x, "Standard deviation of the entries of X")
-      ->capture_default_str()->check(real_in(mc::kSigmaRange));
+      ->capture_default_str()
+      ->check(real_in(mc::kSigmaRange));
   app.add_option("--sigma-t", o->sigma_t, "Standard deviation of the entries of Q and K")
-      ->capture_default_str()->check(real_in(mc::kSigmaRange));
+      ->capture_default_str()
+      ->check(real_in(mc::kSigmaRange));
   app.add_option("--seed", o->seed, "Run seed; each point's seed is derived from it and the point")
-      ->capture_default_str()->check(unsigned_in(0, UINT64_MAX));
+      ->capture_default_str()
+      ->check(unsigned_in(0, UINT64_MAX));
   app.add_option("--threads", o->threads, "CPU threads (0: all cores); results do not depend on it")
-      ->capture_default_str()->check(integer_in(0, kMaxThreads));
+      ->capture_default_str()
+      ->check(integer_in(0, kMaxThreads));
   // The real limit of the tile is the memory check; its side must fit the BLAS integer type.
   app.add_option("--tile", o->tile, "Score tile size (tile x tile entries per thread)")
-      ->capture_default_str()->check(integer_in(1, INT32_MAX));
+      ->capture_default_str()
+      ->check(integer_in(1, INT32_MAX));
   app.add_option("--tolerance", o->tolerance, "Slack on the claimed exponent in the asymptotic-fit verdict")
-      ->capture_default_str()->check(real_in(mc::kToleranceRange));
+      ->capture_default_str()
+      ->check(real_in(mc::kToleranceRange));
   app.add_option("--backend", o->backend, backend_names())->capture_default_str();
   app.add_option("--precision", o->precision,
                  "double, or mixed: FP32 score tiles of x^p (p = 2..6) with FP64 sums, CPU only; the relative error "
@@ -349,12 +381,15 @@ std::function<int()> setup(CLI::App& app) {
                  "powers, O(N C(d+2p, 2p)), exact), or auto (the cheaper by a flop estimate, per point); recorded "
                  "per point")
       ->capture_default_str();
-  app.add_option("--out", o->out, "Folder for points.jsonl, points.csv (each point written when it finishes) and fits.json (the fits of every series in the folder)");
+  app.add_option("--out", o->out,
+                 "Folder for points.jsonl, points.csv (each point written when it finishes) and fits.json (the fits of "
+                 "every series in the folder)");
   app.add_flag("--resume", o->resume,
                "Keep the points already in --out and skip those this run would repeat (same point, estimand and "
                "--seed); runs of other claims accumulate in one folder, and several runs may write it at once");
-  app.add_flag("--force", o->force, "Remove the points already in --out first (without --resume or --force, a folder "
-                                    "that holds points is refused)");
+  app.add_flag("--force", o->force,
+               "Remove the points already in --out first (without --resume or --force, a folder "
+               "that holds points is refused)");
   app.add_flag("--json", o->as_json, "One JSON object on stdout (provenance, points, series) instead of tables");
   app.footer(
       "Verdicts (docs/THEORY.md): each names its basis, exact (the exponent of a closed form of E||F||^2, or of the "
@@ -367,15 +402,18 @@ std::function<int()> setup(CLI::App& app) {
       "1 a stated claim is violated (C8: the proposition as stated, with zero covariances only, is); 2 bad usage or "
       "input; 3 the results folder could not be written; 4 the compute device failed.\n"
       "Sampling: X, Q, K have i.i.d. N(0, sigma^2) entries (sigma = standard deviation); sample k of a point draws X "
-      "(row-major), then Q, then K from Philox4x32-10 (point seed, subsequence k), as cuRAND's curand_init(seed, k, 0). "
-      "The matrix-power reading uses S^p = lambda^p V (U^T V)^(p-1) U^T (V = XQ, U = XK): O(N d^2), any N, value only.\n"
+      "(row-major), then Q, then K from Philox4x32-10 (point seed, subsequence k), as cuRAND's curand_init(seed, k, "
+      "0). "
+      "The matrix-power reading uses S^p = lambda^p V (U^T V)^(p-1) U^T (V = XQ, U = XK): O(N d^2), any N, value "
+      "only.\n"
       "Example: attncheck mc --claim C3 --N 16:4096:x2 --D 64 --d 64 --p 1,2,3 --out results/\n" +
       backend_list());
   return [o] { return run(*o); };
 }
 
 const bool registered = register_subcommand(
-    "mc", "Monte Carlo scaling of the expectation claims C3-C9: estimates, exact references, slopes and verdicts", setup);
+    "mc", "Monte Carlo scaling of the expectation claims C3-C9: estimates, exact references, slopes and verdicts",
+    setup);
 
 }  // namespace
 }  // namespace attncheck::cli

@@ -53,7 +53,8 @@ probes::ProbeInput make_input(const ProbeOptions& o) {
   if (o.text_given && o.text.empty()) {
     throw UsageError("--text is empty: give the text to probe (--random for Gaussian input)");
   }
-  const int chosen = !o.text.empty() + !o.text_file.empty() + !o.tokens.empty() + !o.pixels.empty() + !o.image.empty() + o.random;
+  const int chosen =
+      !o.text.empty() + !o.text_file.empty() + !o.tokens.empty() + !o.pixels.empty() + !o.image.empty() + o.random;
   if (chosen > 1) throw UsageError("choose one input: --text, --text-file, --tokens, --pixels, --image or --random");
   if (o.length_given && (!o.pixels.empty() || !o.image.empty())) {
     throw UsageError("--length counts tokens or random positions; an image's positions are 1 + its patches");
@@ -116,11 +117,10 @@ const std::vector<TableColumn>& all_table_columns() {
       {"A_sqrtN", "|A|_F/sqrt(N)", "{:.4f}", [](const M& m) { return m.softmax.value / m.sqrt_n; },
        "against Theorem 4.1's bound sqrt(N): at most 1, 1 for one-hot rows"},
       {"grad", "|dA/dS|_F", "{:.4f}", [](const M& m) { return m.softmax.grad; }, "||grad softmax(S)||_F"},
-      {"grad_tight", "|dA/dS|_F/(sqrt(N)/2)", "{:.4f}",
-       [](const M& m) { return m.softmax.grad / m.grad_tight_bound; },
+      {"grad_tight", "|dA/dS|_F/(sqrt(N)/2)", "{:.4f}", [](const M& m) { return m.softmax.grad / m.grad_tight_bound; },
        "against the tight bound sqrt(N)/2 (the exit code's test): at most 1"},
-      {"grad_paper", "|dA/dS|_F/(2sqrt(N))", "{:.4f}",
-       [](const M& m) { return m.softmax.grad / m.grad_paper_bound; }, "against the papers' bound 2 sqrt(N)"},
+      {"grad_paper", "|dA/dS|_F/(2sqrt(N))", "{:.4f}", [](const M& m) { return m.softmax.grad / m.grad_paper_bound; },
+       "against the papers' bound 2 sqrt(N)"},
       {"dWq", "|dA/dWq|_F", "{:.4g}", [](const M& m) { return m.softmax.dWq; },
        "||dA/dW_Q||_F, the Jacobian in the query weights (no bound to compare with)"},
       {"dWk", "|dA/dWk|_F", "{:.4g}", [](const M& m) { return m.softmax.dWk; },
@@ -225,24 +225,27 @@ void print_table(const probes::ProbeResult& result, const probes::ProbeInput& in
     fmt::print("{} x {} pixel patches{}\n", c.patch_size, c.patch_size,
                c.architecture == probes::Architecture::dinov2
                    ? fmt::format("; LayerScale; position embeddings for {0} x {0} pixels, interpolated bicubically "
-                                 "to other patch grids", c.image_size)
+                                 "to other patch grids",
+                                 c.image_size)
                    : fmt::format("; position embeddings for {0} x {0} pixels", c.image_size));
   }
   if (c.architecture == probes::Architecture::llama) {
-    fmt::print("rotary positions (base {:g}, pairs {}); {} query heads share {} key/value heads: |dA/dWk| is one "
-               "head's, the JSON's dWk_group_fro its group's\n",
-               c.rope_theta, c.rope_interleaved ? "(2p, 2p+1)" : "(p, p+d/2)", c.heads, c.key_value_heads());
+    fmt::print(
+        "rotary positions (base {:g}, pairs {}); {} query heads share {} key/value heads: |dA/dWk| is one "
+        "head's, the JSON's dWk_group_fro its group's\n",
+        c.rope_theta, c.rope_interleaved ? "(2p, 2p+1)" : "(p, p+d/2)", c.heads, c.key_value_heads());
   }
   if (input.kind == probes::ProbeInput::Kind::random) {
     fmt::print("input: {} Gaussian embeddings, sigma = {:.4g} (RMS of the {} embeddings), seed {}\n",
                result.random_length, result.random_sigma, vision ? "position" : "token", input.seed);
   } else if (input.kind == probes::ProbeInput::Kind::pixels || input.kind == probes::ProbeInput::Kind::image) {
     const std::int64_t P = c.patch_size;
-    fmt::print("input: {} x {} pixels from {}: {} x {} patches, N = {} positions (CLS first, then the patches row by "
-               "row)\n",
-               result.image_height, result.image_width,
-               input.kind == probes::ProbeInput::Kind::pixels ? input.pixels_file.string() : input.image_file.string(),
-               result.image_height / P, result.image_width / P, 1 + (result.image_height / P) * (result.image_width / P));
+    fmt::print(
+        "input: {} x {} pixels from {}: {} x {} patches, N = {} positions (CLS first, then the patches row by "
+        "row)\n",
+        result.image_height, result.image_width,
+        input.kind == probes::ProbeInput::Kind::pixels ? input.pixels_file.string() : input.image_file.string(),
+        result.image_height / P, result.image_width / P, 1 + (result.image_height / P) * (result.image_width / P));
     if (!result.preprocessing.empty()) fmt::print("image preprocessing: {}\n", result.preprocessing);
   } else {
     fmt::print("input: {} tokens: {}\n", result.ids.size(), fmt::join(result.ids, " "));
@@ -252,8 +255,9 @@ void print_table(const probes::ProbeResult& result, const probes::ProbeInput& in
       fmt::print("tokens: {}\n", fmt::join(shown, " "));
     }
   }
-  fmt::print("Norms are Frobenius norms of one head's map for this input; derivatives are in the weights W_Q, "
-             "W_K (biases included in the scores). A = softmax(S), S the scaled scores.\n");
+  fmt::print(
+      "Norms are Frobenius norms of one head's map for this input; derivatives are in the weights W_Q, "
+      "W_K (biases included in the scores). A = softmax(S), S the scaled scores.\n");
   std::vector<const TableColumn*> shown;
   for (const auto& key : columns) shown.push_back(&table_column(key));
   std::vector<std::vector<std::string>> cells;
@@ -288,9 +292,10 @@ void print_table(const probes::ProbeResult& result, const probes::ProbeInput& in
   print_columns(headers, cells);
   for (const auto* column : shown) fmt::print("  {}: {}\n", column->header, column->meaning);
   if (cross_norm) {
-    fmt::print("  cross-normalization what-if (C9): O = A P with A = softmax(S) and P = a softmax_col(V) + (1 - a) V, "
-               "V = X W_V + b_V the head's values (d_v columns), at mix a (0: standard attention); "
-               "|O|_F/sqrt(N d_v) and |dO/dV|_F/sqrt(N d_v/8) against their tight bounds at a = 1: at most 1\n");
+    fmt::print(
+        "  cross-normalization what-if (C9): O = A P with A = softmax(S) and P = a softmax_col(V) + (1 - a) V, "
+        "V = X W_V + b_V the head's values (d_v columns), at mix a (0: standard attention); "
+        "|O|_F/sqrt(N d_v) and |dO/dV|_F/sqrt(N d_v/8) against their tight bounds at a = 1: at most 1\n");
   }
   if (columns == default_columns()) fmt::print("  more columns: --columns all, or a comma list of {}\n", column_keys());
   note_non_finite(cell.non_finite(), "marked inf! or nan!");
@@ -350,9 +355,10 @@ records::ProbeOutput probe_document(const ProbeOptions& o, const probes::ProbeIn
   if (!result.preprocessing.empty()) in.preprocessing = result.preprocessing;
   out.tool_version = ATTNCHECK_VERSION;
   out.verdict.holds = bounds_hold;
-  out.verdict.statement = std::string("every measured head within Theorem 4.1's deterministic bounds: ||A||_F <= "
-                                      "sqrt(N) and ||grad softmax(S)||_F <= sqrt(N)/2 (the tight form of the "
-                                      "papers' 2 sqrt(N))") +
+  out.verdict.statement = std::string(
+                              "every measured head within Theorem 4.1's deterministic bounds: ||A||_F <= "
+                              "sqrt(N) and ||grad softmax(S)||_F <= sqrt(N)/2 (the tight form of the "
+                              "papers' 2 sqrt(N))") +
                           (o.cross_norm ? "; and the cross-normalization bounds at mix alpha 1: ||O||_F <= "
                                           "sqrt(N d_v), ||dO/dV||_F <= sqrt(N d_v / 8)"
                                         : "");
@@ -393,8 +399,8 @@ std::vector<std::string> read_sentences(const std::string& path) {
     std::string line = text.substr(begin, end - begin);
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) {
-      throw UsageError(fmt::format("--text-file {}: line {} is empty (one sentence per line)", path,
-                                   sentences.size() + 1));
+      throw UsageError(
+          fmt::format("--text-file {}: line {} is empty (one sentence per line)", path, sentences.size() + 1));
     }
     sentences.push_back(std::move(line));
     begin = end + 1;
@@ -408,7 +414,7 @@ std::vector<std::string> read_sentences(const std::string& path) {
 
 // Per layer and head, the mean and standard error over the sentences of every measured value.
 struct SentenceStatistics {
-  std::vector<std::string> keys;                                 // csv_columns()
+  std::vector<std::string> keys;                                // csv_columns()
   std::vector<std::vector<monte_carlo::Accumulator>> per_head;  // [head row][key]
 };
 
@@ -430,14 +436,15 @@ int run_text_file(const ProbeOptions& o, probes::ProbeProgress progress) {
                                                        progress(static_cast<std::int64_t>(k) * total + done,
                                                                 static_cast<std::int64_t>(sentences.size()) * total);
                                                      } : probes::ProbeProgress{});
-    if (stats.per_head.empty()) stats.per_head.assign(result.heads.size(), std::vector<monte_carlo::Accumulator>(stats.keys.size()));
+    if (stats.per_head.empty())
+      stats.per_head.assign(result.heads.size(), std::vector<monte_carlo::Accumulator>(stats.keys.size()));
     for (std::size_t h = 0; h < result.heads.size(); ++h) {
       const auto values = probes::csv_values(result.heads[h]);
       for (std::size_t v = 0; v < values.size(); ++v) stats.per_head[h][v].add(values[v]);
       if (!probes::within_theorem_bounds(result.heads[h]) || !probes::within_cross_norm_bounds(result.heads[h])) {
         hold = false;
-        fmt::print(stderr, "sentence {} layer {} head {}: a softmax bound is exceeded\n", k + 1,
-                   result.heads[h].layer, result.heads[h].head);
+        fmt::print(stderr, "sentence {} layer {} head {}: a softmax bound is exceeded\n", k + 1, result.heads[h].layer,
+                   result.heads[h].head);
         above.push_back({static_cast<std::int64_t>(k + 1), result.heads[h].layer, result.heads[h].head});
       }
     }
@@ -457,8 +464,9 @@ int run_text_file(const ProbeOptions& o, probes::ProbeProgress progress) {
     document.input.file = o.text_file;
     document.input.sentences = std::move(sentence_list);
     document.verdict.heads_above_a_bound = std::move(above);
-    document.verdict.statement = "every measured head, on every sentence, within Theorem 4.1's deterministic "
-                                 "bounds: ||A||_F <= sqrt(N) and ||grad softmax(S)||_F <= sqrt(N)/2";
+    document.verdict.statement =
+        "every measured head, on every sentence, within Theorem 4.1's deterministic "
+        "bounds: ||A||_F <= sqrt(N) and ||grad softmax(S)||_F <= sqrt(N)/2";
     const std::size_t n_index = index_of("N");
     for (std::size_t h = 0; h < stats.per_head.size(); ++h) {
       // Each value the mean over the sentences; layer, head and the shapes are the same in every sentence.
@@ -513,14 +521,15 @@ int run_text_file(const ProbeOptions& o, probes::ProbeProgress progress) {
 probes::ProbeProgress terminal_progress(std::string what) {
   auto line = std::make_shared<ProgressLine>();
   if (!line->shown()) return {};
-  return [line, what = std::move(what), start = std::chrono::steady_clock::now()](std::int64_t done, std::int64_t total) {
-    if (done < total) {
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      line->update(fmt::format("{}: {}/{} heads measured ({:.0f} s)", what, done, total, seconds));
-    } else {
-      line->finish();
-    }
-  };
+  return
+      [line, what = std::move(what), start = std::chrono::steady_clock::now()](std::int64_t done, std::int64_t total) {
+        if (done < total) {
+          const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          line->update(fmt::format("{}: {}/{} heads measured ({:.0f} s)", what, done, total, seconds));
+        } else {
+          line->finish();
+        }
+      };
 }
 
 std::atomic<bool> stop_requested{false};
@@ -536,15 +545,17 @@ int run(const ProbeOptions& o) {
   const probes::ProbeInput input = make_input(o);
   if (!o.watch.empty()) {
     if (!o.model.empty()) throw UsageError("--watch DIR takes the folder instead of MODEL; give one of them");
-    if (!o.text_file.empty()) throw UsageError("--watch takes one input: --text, --tokens, --image, --pixels or --random");
+    if (!o.text_file.empty())
+      throw UsageError("--watch takes one input: --text, --tokens, --image, --pixels or --random");
     if (o.json || o.csv || !o.attention_out.empty() || o.cross_norm) {
-      throw UsageError("--json, --csv, --attention-out and --cross-norm describe one MODEL; --watch writes JSON "
-                       "lines to --out");
+      throw UsageError(
+          "--json, --csv, --attention-out and --cross-norm describe one MODEL; --watch writes JSON "
+          "lines to --out");
     }
     probes::WatchOptions watch;
     watch.folder = o.watch;
-    watch.output = o.out.empty() ? std::filesystem::path(o.watch) / "attncheck-probe.jsonl"
-                                 : std::filesystem::path(o.out);
+    watch.output =
+        o.out.empty() ? std::filesystem::path(o.watch) / "attncheck-probe.jsonl" : std::filesystem::path(o.out);
     watch.interval_seconds = o.interval;
     watch.until_idle_seconds = o.until_idle.value_or(-1);
     watch.input = input;
@@ -553,9 +564,8 @@ int run(const ProbeOptions& o) {
     watch.progress = terminal_progress("attncheck probe --watch: a checkpoint");
     std::signal(SIGINT, [](int) { stop_requested = true; });
     std::signal(SIGTERM, [](int) { stop_requested = true; });
-    const auto summary = probes::watch_folder(watch, stop_requested, [](const std::string& line) {
-      fmt::print(stderr, "{}\n", line);
-    });
+    const auto summary =
+        probes::watch_folder(watch, stop_requested, [](const std::string& line) { fmt::print(stderr, "{}\n", line); });
     fmt::print(stderr, "watched {}: {} checkpoints measured ({} above a bound), {} refused; lines in {}\n", o.watch,
                summary.measured, summary.exceeded, summary.refused, watch.output.string());
     return summary.exit_code();
@@ -563,8 +573,9 @@ int run(const ProbeOptions& o) {
   if (!o.text_file.empty()) {
     if (o.model.empty()) throw UsageError("--text-file needs MODEL");
     if (o.csv || !o.attention_out.empty()) {
-      throw UsageError("--text-file prints the table or --json of means over its sentences; --csv and "
-                       "--attention-out take one input");
+      throw UsageError(
+          "--text-file prints the table or --json of means over its sentences; --csv and "
+          "--attention-out take one input");
     }
     return run_text_file(o, terminal_progress("attncheck probe " + o.model));
   }
@@ -601,17 +612,21 @@ int run(const ProbeOptions& o) {
 }
 
 const bool registered = register_subcommand(
-    "probe", "live per-layer, per-head attention norms of a checkpoint (BERT, GPT-2, Llama, ViT, DINOv2; safetensors or GGUF) "
+    "probe",
+    "live per-layer, per-head attention norms of a checkpoint (BERT, GPT-2, Llama, ViT, DINOv2; safetensors or GGUF) "
     "against the theory",
     [](CLI::App& command) -> std::function<int()> {
       auto o = std::make_shared<ProbeOptions>();
       command.add_option("MODEL", o->model, "model folder (config.json + safetensors), a .safetensors or a .gguf file")
           ->type_name("");
-      auto* text_option = command.add_option("--text", o->text, "input text: a GGUF file's own byte-level BPE, or beside the checkpoint vocab.txt (WordPiece), "
-                         "vocab.json + merges.txt (byte-level BPE) or tokenizer.json");
-      command.add_option("--text-file", o->text_file,
-                         "one sentence per line, each probed with the model's tokenizer (one forward pass each); the "
-                         "table and --json give per layer and head the mean over the sentences and its standard error")
+      auto* text_option = command.add_option(
+          "--text", o->text,
+          "input text: a GGUF file's own byte-level BPE, or beside the checkpoint vocab.txt (WordPiece), "
+          "vocab.json + merges.txt (byte-level BPE) or tokenizer.json");
+      command
+          .add_option("--text-file", o->text_file,
+                      "one sentence per line, each probed with the model's tokenizer (one forward pass each); the "
+                      "table and --json give per layer and head the mean over the sentences and its standard error")
           ->type_name("FILE");
       command.add_option("--tokens", o->tokens, "file of whitespace-separated token ids")->type_name("FILE");
       command.add_option("--pixels", o->pixels,
@@ -620,26 +635,38 @@ const bool registered = register_subcommand(
       command.add_option("--image", o->image,
                          "ViT, DINOv2: an image file (PNG, JPEG, PPM, BMP), preprocessed as the checkpoint's "
                          "preprocessor_config.json says (ImageNet defaults when absent)");
-      command.add_flag("--random", o->random,
-                       "Gaussian embeddings (the default input), sigma = RMS of the model's token embeddings (ViT, DINOv2: of its "
-                       "position embeddings)");
-      command.add_option("--length", o->length,
-                         "number of positions for --random (at most the model's; the default is shortened to them); with --text, "
-                         "--text-file or --tokens, keep the first LENGTH tokens")
+      command.add_flag(
+          "--random", o->random,
+          "Gaussian embeddings (the default input), sigma = RMS of the model's token embeddings (ViT, DINOv2: of its "
+          "position embeddings)");
+      command
+          .add_option(
+              "--length", o->length,
+              "number of positions for --random (at most the model's; the default is shortened to them); with --text, "
+              "--text-file or --tokens, keep the first LENGTH tokens")
           ->capture_default_str()
           ->check(integer_in(1, INT64_MAX))
           ->each([o](const std::string&) { o->length_given = true; });
-      command.add_option("--seed", o->seed, "seed of the random input")->capture_default_str()->check(unsigned_in(0, UINT64_MAX));
+      command.add_option("--seed", o->seed, "seed of the random input")
+          ->capture_default_str()
+          ->check(unsigned_in(0, UINT64_MAX));
       command.add_option("--layers", o->layers, "0-based layers to measure (default all)")
-          ->delimiter(',')->check(integer_in(0, INT32_MAX));
+          ->delimiter(',')
+          ->check(integer_in(0, INT32_MAX));
       command.add_option("--heads", o->heads, "0-based heads to measure (default all)")
-          ->delimiter(',')->check(integer_in(0, INT32_MAX));
-      command.add_flag("--json", o->json, "one JSON object on stdout: model (with config.json's SHA-256), input, tool version, verdict and the "
-                       "per-head rows under heads (docs/probe-output.schema.json)");
+          ->delimiter(',')
+          ->check(integer_in(0, INT32_MAX));
+      command.add_flag(
+          "--json", o->json,
+          "one JSON object on stdout: model (with config.json's SHA-256), input, tool version, verdict and the "
+          "per-head rows under heads (docs/probe-output.schema.json)");
       command.add_flag("--csv", o->csv, "CSV with a header line on stdout");
-      command.add_option("--columns", o->columns,
-                         "table columns, a comma list of " + column_keys() + ", or all (default: the ratios to the "
-                         "bounds, " + fmt::format("{}", fmt::join(default_columns(), ",")) + ")")
+      command
+          .add_option("--columns", o->columns,
+                      "table columns, a comma list of " + column_keys() +
+                          ", or all (default: the ratios to the "
+                          "bounds, " +
+                          fmt::format("{}", fmt::join(default_columns(), ",")) + ")")
           ->delimiter(',');
       command.add_flag("--cross-norm", o->cross_norm,
                        "add the cross-normalization what-if (claim C9): ||O||_F and ||dO/dV||_F of softmax(S) P with "
@@ -650,9 +677,11 @@ const bool registered = register_subcommand(
       command.add_option("--watch", o->watch,
                          "measure every checkpoint in this training folder and each new one as it appears");
       command.add_option("--interval", o->interval, "seconds between scans of the --watch folder")
-          ->capture_default_str()->check(real_in({0, 86400, true}));
-      command.add_option("--until-idle", o->until_idle,
-                         "stop watching after this many seconds without a new checkpoint (default: until Ctrl-C)")
+          ->capture_default_str()
+          ->check(real_in({0, 86400, true}));
+      command
+          .add_option("--until-idle", o->until_idle,
+                      "stop watching after this many seconds without a new checkpoint (default: until Ctrl-C)")
           ->check(real_in({0, 1e9}));
       command.add_option("--out", o->out, "JSON-lines file for --watch (default DIR/attncheck-probe.jsonl)");
       return [o, text_option] {

@@ -26,7 +26,8 @@ void ProgressLine::finish() {
 
 std::string progress_bar(double fraction, int width) {
   const int filled = static_cast<int>(std::clamp(fraction, 0.0, 1.0) * width);
-  return "[" + std::string(static_cast<std::size_t>(filled), '#') + std::string(static_cast<std::size_t>(width - filled), ' ') + "]";
+  return "[" + std::string(static_cast<std::size_t>(filled), '#') +
+         std::string(static_cast<std::size_t>(width - filled), ' ') + "]";
 }
 
 }  // namespace attncheck::cli

@@ -26,24 +26,28 @@ struct ReportArguments {
 
 std::function<int()> setup(CLI::App& command) {
   auto arguments = std::make_shared<ReportArguments>();
-  command.add_option("input", arguments->inputs,
-                     "results folder written by `attncheck mc --out` (fits.json, points.jsonl) and/or holding "
-                     "attncheck-probe.jsonl, attncheck-curves.jsonl (training curves) and/or vit-results.json "
-                     "(examples/vit_digits.py); or a probe log or training curves (.jsonl) on their own; or the "
-                     "output of `attncheck probe --json` (.json: layer x head maps). Several runs of one kind are "
-                     "compared in one report: probe logs (or run folders holding one), probe --json outputs, or mc "
-                     "results folders")
-      ->required()->type_name("INPUT");
+  command
+      .add_option("input", arguments->inputs,
+                  "results folder written by `attncheck mc --out` (fits.json, points.jsonl) and/or holding "
+                  "attncheck-probe.jsonl, attncheck-curves.jsonl (training curves) and/or vit-results.json "
+                  "(examples/vit_digits.py); or a probe log or training curves (.jsonl) on their own; or the "
+                  "output of `attncheck probe --json` (.json: layer x head maps). Several runs of one kind are "
+                  "compared in one report: probe logs (or run folders holding one), probe --json outputs, or mc "
+                  "results folders")
+      ->required()
+      ->type_name("INPUT");
   command.add_option("--out", arguments->out, "report folder: index.html, report.md, plots/")->required();
-  command.add_option("--gnuplot", arguments->gnuplot, "gnuplot program that draws the plots")
-      ->capture_default_str();
+  command.add_option("--gnuplot", arguments->gnuplot, "gnuplot program that draws the plots")->capture_default_str();
   command.add_flag("--no-plots", arguments->no_plots,
                    "write the report without plots (no gnuplot needed); the report says so at the top");
-  command.add_option("--map-layer", arguments->map_layer,
-                     "layer of the attention maps drawn from a ViT results folder's attention-*.safetensors")
-      ->capture_default_str()->check(attncheck::cli::integer_in(0, INT32_MAX));
+  command
+      .add_option("--map-layer", arguments->map_layer,
+                  "layer of the attention maps drawn from a ViT results folder's attention-*.safetensors")
+      ->capture_default_str()
+      ->check(attncheck::cli::integer_in(0, INT32_MAX));
   command.add_option("--map-head", arguments->map_head, "head of those attention maps")
-      ->capture_default_str()->check(attncheck::cli::integer_in(0, INT32_MAX));
+      ->capture_default_str()
+      ->check(attncheck::cli::integer_in(0, INT32_MAX));
   return [arguments] {
     attncheck::reports::ReportOptions options;
     options.input = arguments->inputs.front();
@@ -63,19 +67,23 @@ std::function<int()> setup(CLI::App& command) {
       const std::size_t checked = summary.holds + summary.tight + summary.violated + summary.inconclusive;
       fmt::print("{} series: {} holds, {} tight, {} violated, {} inconclusive{}\n", summary.series, summary.holds,
                  summary.tight, summary.violated, summary.inconclusive,
-                 checked < summary.series ? fmt::format(", {} not checked (no claimed exponent)", summary.series - checked)
-                                          : "");
+                 checked < summary.series
+                     ? fmt::format(", {} not checked (no claimed exponent)", summary.series - checked)
+                     : "");
     }
     if (summary.probe_records > 0) fmt::print("{} probe records\n", summary.probe_records);
     if (summary.curve_points > 0) fmt::print("{} training-curve points\n", summary.curve_points);
     if (summary.vit_runs > 0) fmt::print("{} ViT training runs\n", summary.vit_runs);
-    if (summary.probe_outputs > 0) fmt::print("{} probe --json outputs drawn as layer x head maps\n", summary.probe_outputs);
+    if (summary.probe_outputs > 0)
+      fmt::print("{} probe --json outputs drawn as layer x head maps\n", summary.probe_outputs);
     return attncheck::cli::kExitHolds;
   };
 }
 
 const bool registered = attncheck::cli::register_subcommand(
-    "report", "write an HTML and Markdown report (plots by gnuplot) from a results folder, a probe log or probe "
-              "--json output, or compare several runs", setup);
+    "report",
+    "write an HTML and Markdown report (plots by gnuplot) from a results folder, a probe log or probe "
+    "--json output, or compare several runs",
+    setup);
 
 }  // namespace

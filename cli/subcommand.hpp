@@ -9,8 +9,8 @@
 
 namespace attncheck::cli {
 
-// Exit codes of every subcommand (docs/design.md, "CLI conventions"): 0 all checked claims hold, 1 a claim or bound is violated,
-// 2 usage or input error, 3 a file could not be read or written (records::IoError), 4 a compute device failed
+// Exit codes of every subcommand (docs/design.md, "CLI conventions"): 0 all checked claims hold, 1 a claim or bound is
+// violated, 2 usage or input error, 3 a file could not be read or written (records::IoError), 4 a compute device failed
 // (records::DeviceError).
 inline constexpr int kExitHolds = 0;
 inline constexpr int kExitViolated = 1;
@@ -30,8 +30,8 @@ using SubcommandSetup = std::function<std::function<int()>(CLI::App& command)>;
 bool register_subcommand(std::string name, std::string description, SubcommandSetup setup);
 
 // Parses argv, runs the chosen subcommand and returns its exit code; every error, whatever its type, ends as a
-// message on stderr and its exit code (2 unless it is an I/O or device failure). main() is this call alone, so that tests can run the command line in a
-// child process without loading the program again.
+// message on stderr and its exit code (2 unless it is an I/O or device failure). main() is this call alone, so that
+// tests can run the command line in a child process without loading the program again.
 int run_command_line(int argc, char** argv);
 
 }  // namespace attncheck::cli

@@ -19,7 +19,9 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "usage: bench_probe MODEL TEXT_FILE N\n");
     return 2;
   }
-  const auto seconds = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
+  const auto seconds = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+  };
   try {
     std::ifstream in(argv[2]);
     std::stringstream text;
@@ -46,10 +48,10 @@ int main(int argc, char** argv) {
     const auto t4 = Clock::now();
     const std::clock_t c4 = std::clock();
     const auto cpu = [](std::clock_t a, std::clock_t b) { return static_cast<double>(b - a) / CLOCKS_PER_SEC; };
-    fmt::print("{{\"N\": {}, \"load_s\": {:.4f}, \"tokenize_s\": {:.4f}, \"forward_s\": {:.4f}, \"norms_s\": {:.4f}, "
-               "\"forward_cpu_s\": {:.4f}, \"norms_cpu_s\": {:.4f}, \"softmax_fro_sum\": {:.12g}}}\n",
-               n, seconds(t0, t1), seconds(t1, t2), seconds(t2, t3), seconds(t3, t4), cpu(c2, c3), cpu(c3, c4),
-               checksum);
+    fmt::print(
+        "{{\"N\": {}, \"load_s\": {:.4f}, \"tokenize_s\": {:.4f}, \"forward_s\": {:.4f}, \"norms_s\": {:.4f}, "
+        "\"forward_cpu_s\": {:.4f}, \"norms_cpu_s\": {:.4f}, \"softmax_fro_sum\": {:.12g}}}\n",
+        n, seconds(t0, t1), seconds(t1, t2), seconds(t2, t3), seconds(t3, t4), cpu(c2, c3), cpu(c3, c4), checksum);
   } catch (const InputError& e) {
     fmt::print(stderr, "{}\n", e.what());
     return 2;

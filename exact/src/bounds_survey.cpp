@@ -146,11 +146,12 @@ Matrix worst_case_matrix(theory::RowObjective objective, const SurveyOptions& op
   std::vector<theory::RowSearchResult> results(static_cast<std::size_t>(options.search_starts));
   parallel_for(options.search_starts, options.threads > 0 ? options.threads : omp_get_max_threads(), [&](Index k) {
     const int start = static_cast<int>(k);
-    PhiloxStream stream = family_stream(options.seed, BoundsFamily::worst_case,
-                                        static_cast<std::uint64_t>(start) * 2 +
-                                            (objective == theory::RowObjective::jacobian_sq ? 1 : 0));
+    PhiloxStream stream =
+        family_stream(options.seed, BoundsFamily::worst_case,
+                      static_cast<std::uint64_t>(start) * 2 + (objective == theory::RowObjective::jacobian_sq ? 1 : 0));
     std::vector<double> row(static_cast<std::size_t>(n));
-    stream.fill_normal(row.begin(), row.end(), kSearchStartScales[static_cast<std::size_t>(start) % kSearchStartScales.size()]);
+    stream.fill_normal(row.begin(), row.end(),
+                       kSearchStartScales[static_cast<std::size_t>(start) % kSearchStartScales.size()]);
     results[static_cast<std::size_t>(start)] = theory::maximize_row(objective, std::move(row));
   });
   const auto best = std::max_element(results.begin(), results.end(),
@@ -188,9 +189,9 @@ std::vector<BoundsFamily> default_families() {
 
 std::uint64_t survey_bytes(Index n, int threads) {
   const auto rows = static_cast<std::uint64_t>(std::max<Index>(n, 0));
-  return records::saturating_sum({records::saturating_product({rows, rows, sizeof(double),
-                                                               static_cast<std::uint64_t>(std::max(threads, 1))}),
-                                  records::saturating_product({rows, 64, sizeof(double)})});
+  return records::saturating_sum(
+      {records::saturating_product({rows, rows, sizeof(double), static_cast<std::uint64_t>(std::max(threads, 1))}),
+       records::saturating_product({rows, 64, sizeof(double)})});
 }
 
 FamilyResult survey_family(BoundsFamily family, const SurveyOptions& options) {
@@ -211,13 +212,12 @@ FamilyResult survey_family(BoundsFamily family, const SurveyOptions& options) {
   std::vector<TrialResult> trials(static_cast<std::size_t>(trial_count));
   parallel_for(trial_count, options.threads > 0 ? options.threads : omp_get_max_threads(), [&](Index k) {
     const int trial = static_cast<int>(k);
-    trials[static_cast<std::size_t>(trial)] = evaluate_trial(make_matrix(family, options.n, options.seed, trial), trial);
+    trials[static_cast<std::size_t>(trial)] =
+        evaluate_trial(make_matrix(family, options.n, options.seed, trial), trial);
   });
   return reduce(family, trials);
 }
 
-FamilyResult survey_matrix(const Matrix& logits) {
-  return reduce(BoundsFamily::input, {evaluate_trial(logits, 0)});
-}
+FamilyResult survey_matrix(const Matrix& logits) { return reduce(BoundsFamily::input, {evaluate_trial(logits, 0)}); }
 
 }  // namespace attncheck::exact

@@ -89,10 +89,9 @@ struct Gemm {
                   std::int64_t ldb, std::int64_t stride_b, double* C, std::int64_t ldc, std::int64_t stride_c,
                   std::int64_t batch) const {
     const double beta = 0;
-    check(cublasDgemmStridedBatched(handle, op_a, op_b, static_cast<int>(m), static_cast<int>(n),
-                                    static_cast<int>(k), &alpha, A, static_cast<int>(lda), stride_a, B,
-                                    static_cast<int>(ldb), stride_b, &beta, C, static_cast<int>(ldc), stride_c,
-                                    static_cast<int>(batch)),
+    check(cublasDgemmStridedBatched(handle, op_a, op_b, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
+                                    &alpha, A, static_cast<int>(lda), stride_a, B, static_cast<int>(ldb), stride_b,
+                                    &beta, C, static_cast<int>(ldc), stride_c, static_cast<int>(batch)),
           "cublasDgemmStridedBatched");
   }
 };
@@ -100,22 +99,23 @@ struct Gemm {
 // Sizes the device code can index, then what the point asks for, checked as on every backend.
 EstimandRequest validate(const SweepPoint& point, const std::vector<Estimand>& estimands) {
   if (point.N < 1 || point.D < 1 || point.d < 1) {
-    throw InputError(fmt::format("shapes do not chain: N = {}, D = {}, d = {} must all be >= 1", point.N, point.D,
-                                 point.d));
+    throw InputError(
+        fmt::format("shapes do not chain: N = {}, D = {}, d = {} must all be >= 1", point.N, point.D, point.d));
   }
   constexpr auto kIntMax = static_cast<theory::Index>(std::numeric_limits<int>::max());
   if (point.N > kIntMax || point.D > kIntMax || point.d > kIntMax) {
-    throw InputError(fmt::format("N = {}, D = {}, d = {}: the CUDA backend takes sizes up to {}", point.N,
-                                 point.D, point.d, kIntMax));
+    throw InputError(fmt::format("N = {}, D = {}, d = {}: the CUDA backend takes sizes up to {}", point.N, point.D,
+                                 point.d, kIntMax));
   }
   const EstimandRequest request = check_request(point, estimands);
   if (request.cross_norm && (point.dv > kIntMax || point.dv > 65535)) {
     throw InputError(fmt::format("--dv {}: the CUDA backend takes up to 65535 value columns", point.dv));
   }
   if (!request.cuda_supported()) {
-    throw InputError(fmt::format("scores {}{}: the CUDA backend computes the papers' projected scores without row "
-                                 "sums; use --backend cpu",
-                                 theory::score_model_name(point.scores), request.any_row_sum() ? " with row sums" : ""));
+    throw InputError(
+        fmt::format("scores {}{}: the CUDA backend computes the papers' projected scores without row "
+                    "sums; use --backend cpu",
+                    theory::score_model_name(point.scores), request.any_row_sum() ? " with row sums" : ""));
   }
   return request;
 }
@@ -143,7 +143,9 @@ class CudaBackend final : public monte_carlo::Backend {
 
   std::string name() const override { return "cuda"; }
   int device() const override { return device_; }
-  std::string describe() const override { return fmt::format("cuda: device {}, {}", device_, cuda_device_description(device_)); }
+  std::string describe() const override {
+    return fmt::format("cuda: device {}, {}", device_, cuda_device_description(device_));
+  }
 
   void evaluate(const SweepPoint& point, const std::vector<Estimand>& estimands, std::uint64_t first,
                 std::uint64_t count, std::vector<SampleValues>& out) override {
@@ -159,11 +161,12 @@ class CudaBackend final : public monte_carlo::Backend {
     const std::int64_t n = point.N, D = point.D, d = point.d;
     // Saturating: an absurd N must read as too large for the device, not wrap to a small or negative size.
     using records::saturating_product;
-    const auto un = static_cast<std::uint64_t>(n), uD = static_cast<std::uint64_t>(D), ud = static_cast<std::uint64_t>(d);
-    const std::uint64_t per_sample_bytes = saturating_product(
-        {8, records::saturating_sum({saturating_product({un, uD}), saturating_product({2, uD, ud}),
-                                     saturating_product({2, un, ud}), saturating_product({8, un}),
-                                     saturating_product({5, ud, ud})})});
+    const auto un = static_cast<std::uint64_t>(n), uD = static_cast<std::uint64_t>(D),
+               ud = static_cast<std::uint64_t>(d);
+    const std::uint64_t per_sample_bytes =
+        saturating_product({8, records::saturating_sum({saturating_product({un, uD}), saturating_product({2, uD, ud}),
+                                                        saturating_product({2, un, ud}), saturating_product({8, un}),
+                                                        saturating_product({5, ud, ud})})});
     std::size_t free_bytes = 0, total_bytes = 0;
     check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
     // What this backend already holds is reusable; leave a quarter of the rest for cuBLAS and the driver.
@@ -172,9 +175,10 @@ class CudaBackend final : public monte_carlo::Backend {
         std::min<std::uint64_t>((usable > score_bytes_ ? usable - score_bytes_ : 0) / per_sample_bytes, INT64_MAX));
     if (memory_samples < 1) {
       // Too large a point for this device, like require_memory on the CPU: the input, not the device, is at fault.
-      throw InputError(fmt::format("N = {}, D = {}, d = {} needs {:.1f} MiB of device memory per sample; device {} "
-                                   "has {:.1f} MiB free",
-                                   n, D, d, per_sample_bytes / 1048576.0, device_, free_bytes / 1048576.0));
+      throw InputError(
+          fmt::format("N = {}, D = {}, d = {} needs {:.1f} MiB of device memory per sample; device {} "
+                      "has {:.1f} MiB free",
+                      n, D, d, per_sample_bytes / 1048576.0, device_, free_bytes / 1048576.0));
     }
     const BatchPlan plan = plan_batch(n, static_cast<std::int64_t>(std::min<std::uint64_t>(count, 1ULL << 40)),
                                       static_cast<std::int64_t>(score_bytes_ / sizeof(double)), memory_samples);
@@ -199,8 +203,8 @@ class CudaBackend final : public monte_carlo::Backend {
       std::vector<unsigned long long> bad_rows(static_cast<std::size_t>(batches));
       check(cudaMemcpyAsync(host.data(), totals, host.size() * sizeof(double), cudaMemcpyDeviceToHost, stream_),
             "cudaMemcpyAsync");
-      check(cudaMemcpyAsync(bad_rows.data(), bad, bad_rows.size() * sizeof(unsigned long long),
-                            cudaMemcpyDeviceToHost, stream_),
+      check(cudaMemcpyAsync(bad_rows.data(), bad, bad_rows.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost,
+                            stream_),
             "cudaMemcpyAsync");
       check(cudaGetLastError(), "a kernel launch");
       check(cudaStreamSynchronize(stream_), "the kernels of a batch");
@@ -210,13 +214,13 @@ class CudaBackend final : public monte_carlo::Backend {
         const std::uint64_t batch_first = first + group_start + done;
         const unsigned long long bad_row = bad_rows[static_cast<std::size_t>(k)];
         if (bad_row != detail::kNoBadRow) {
-          throw InputError(fmt::format("non-finite score or per-entry term in sample {}, row {} (0-based): a score "
-                                       "overflowed or is NaN",
-                                       batch_first + bad_row / static_cast<std::uint64_t>(n),
-                                       bad_row % static_cast<std::uint64_t>(n)));
+          throw InputError(
+              fmt::format("non-finite score or per-entry term in sample {}, row {} (0-based): a score "
+                          "overflowed or is NaN",
+                          batch_first + bad_row / static_cast<std::uint64_t>(n),
+                          bad_row % static_cast<std::uint64_t>(n)));
         }
-        finish_batch(point, request, batch, host.data() + done * kTotals,
-                     out.data() + base + group_start + done);
+        finish_batch(point, request, batch, host.data() + done * kTotals, out.data() + base + group_start + done);
       }
     }
   }
@@ -224,9 +228,31 @@ class CudaBackend final : public monte_carlo::Backend {
  private:
   std::size_t held_bytes() const {
     std::size_t sum = 0;
-    for (const auto* a : {&X_, &Q_, &K_, &V_, &U_, &x_sq_, &v_sq_, &u_sq_, &diag_sq_, &row_sums_, &totals_, &gram_v_,
-                          &gram_u_, &cross_, &power_, &work_, &tile_, &u_bar_, &x_bar_, &W_, &values_, &probabilities_,
-                          &mixed_, &output_, &softmax_output_}) {
+    for (const auto* a : {&X_,
+                          &Q_,
+                          &K_,
+                          &V_,
+                          &U_,
+                          &x_sq_,
+                          &v_sq_,
+                          &u_sq_,
+                          &diag_sq_,
+                          &row_sums_,
+                          &totals_,
+                          &gram_v_,
+                          &gram_u_,
+                          &cross_,
+                          &power_,
+                          &work_,
+                          &tile_,
+                          &u_bar_,
+                          &x_bar_,
+                          &W_,
+                          &values_,
+                          &probabilities_,
+                          &mixed_,
+                          &output_,
+                          &softmax_output_}) {
       sum += a->bytes();
     }
     return sum + top_.bytes();
@@ -314,8 +340,8 @@ class CudaBackend final : public monte_carlo::Backend {
           gemm(N, N, d, d, d, 1.0, power, d, d * d, cross, d, d * d, work, d, d * d, batch);
           std::swap(power, work);
         }
-        gemm(N, N, d, d, d, 1.0, gram_v, d, d * d, power, d, d * d, work, d, d * d, batch);     // G_V M
-        gemm(T, N, d, d, d, 1.0, power, d, d * d, work, d, d * d, cross, d, d * d, batch);      // M^T G_V M
+        gemm(N, N, d, d, d, 1.0, gram_v, d, d * d, power, d, d * d, work, d, d * d, batch);  // G_V M
+        gemm(T, N, d, d, d, 1.0, power, d, d * d, work, d, d * d, cross, d, d * d, batch);   // M^T G_V M
         detail::batched_dot(static_cast<int>(batch), d * d, cross, gram_u, slot(kPowerSq), stream_);
       }
     }
@@ -334,19 +360,20 @@ class CudaBackend final : public monte_carlo::Backend {
     using records::saturating_product;
     using records::saturating_sum;
     const auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
-    const std::uint64_t per_sample_bytes = saturating_product(
-        {8, saturating_sum({saturating_product({u(n), u(D)}), saturating_product({2, u(D), u(d)}),
-                            saturating_product({u(D), u(dv)}), saturating_product({2, u(n), u(d)}),
-                            saturating_product({u(n), u(n)}), saturating_product({5, u(n), u(dv)}),
-                            saturating_product({10, u(n)})})});
+    const std::uint64_t per_sample_bytes =
+        saturating_product({8, saturating_sum({saturating_product({u(n), u(D)}), saturating_product({2, u(D), u(d)}),
+                                               saturating_product({u(D), u(dv)}), saturating_product({2, u(n), u(d)}),
+                                               saturating_product({u(n), u(n)}), saturating_product({5, u(n), u(dv)}),
+                                               saturating_product({10, u(n)})})});
     std::size_t free_bytes = 0, total_bytes = 0;
     check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
     const std::uint64_t usable = free_bytes / 4 * 3 + held_bytes();
     const std::uint64_t memory_samples = usable / per_sample_bytes;
     if (memory_samples < 1) {
-      throw InputError(fmt::format("C9 at N = {}, D = {}, d = {}, dv = {} needs {:.1f} MiB of device memory per sample; "
-                                   "device {} has {:.1f} MiB free",
-                                   n, D, d, dv, per_sample_bytes / 1048576.0, device_, free_bytes / 1048576.0));
+      throw InputError(
+          fmt::format("C9 at N = {}, D = {}, d = {}, dv = {} needs {:.1f} MiB of device memory per sample; "
+                      "device {} has {:.1f} MiB free",
+                      n, D, d, dv, per_sample_bytes / 1048576.0, device_, free_bytes / 1048576.0));
     }
     const auto most = static_cast<std::int64_t>(
         std::min<std::uint64_t>({memory_samples, count, static_cast<std::uint64_t>(kMaxBatchSamples)}));
@@ -441,7 +468,8 @@ class CudaBackend final : public monte_carlo::Backend {
     rows.row_sums = row_sums_.reserve(batch * n * detail::kRowSumWidth);
     rows.bad = bad;
     detail::cross_norm_rows(rows, stream_);
-    detail::sum_rows(static_cast<int>(batch), n, detail::kRowSumWidth, rows.row_sums, totals + kValueSq * batch, stream_);
+    detail::sum_rows(static_cast<int>(batch), n, detail::kRowSumWidth, rows.row_sums, totals + kValueSq * batch,
+                     stream_);
   }
 
   // The norms of a batch from its totals, copied back to the host.
@@ -499,8 +527,10 @@ class CudaBackend final : public monte_carlo::Backend {
       }
       detail::softmax_probabilities(args, top, stream_);
       // u_bar = A U (rows x d, row-major) = column-major d x rows = U^T-view (d x n) times A^T-view (n x rows).
-      if (u_bar != nullptr) gemm(N, N, d, rows, n, 1.0, norms.U, d, n * d, args.tile, n, rows * n, u_bar, d, rows * d, batch);
-      if (x_bar != nullptr) gemm(N, N, D, rows, n, 1.0, norms.X, D, n * D, args.tile, n, rows * n, x_bar, D, rows * D, batch);
+      if (u_bar != nullptr)
+        gemm(N, N, d, rows, n, 1.0, norms.U, d, n * d, args.tile, n, rows * n, u_bar, d, rows * d, batch);
+      if (x_bar != nullptr)
+        gemm(N, N, D, rows, n, 1.0, norms.X, D, n * D, args.tile, n, rows * n, x_bar, D, rows * D, batch);
       detail::softmax_strip(args, top, u_bar, x_bar, stream_);
     }
     detail::sum_rows(static_cast<int>(batch), n, detail::kRowSumWidth, args.row_sums, sums, stream_);
@@ -562,8 +592,8 @@ namespace {
 // The self-test's view of the device: raw words of subsequences first.. (blocks blocks of four words each;
 // `sequential`: from one curand_init(seed, k, 0), else each block from curand_init(seed, k, 4 * block)), and
 // X, Q, K (and W_V) of sample k as the sampling kernel draws them.
-std::vector<std::uint32_t> device_philox_words(int device, std::uint64_t seed, std::uint64_t first,
-                                               int subsequences, int blocks, bool sequential) {
+std::vector<std::uint32_t> device_philox_words(int device, std::uint64_t seed, std::uint64_t first, int subsequences,
+                                               int blocks, bool sequential) {
   check(cudaSetDevice(device), "cudaSetDevice");
   DeviceArray<std::uint32_t> words;
   const std::int64_t count = static_cast<std::int64_t>(subsequences) * blocks * 4;
@@ -575,7 +605,8 @@ std::vector<std::uint32_t> device_philox_words(int device, std::uint64_t seed, s
 
 DrawnSample device_draw_sample(int device, const SweepPoint& point, std::uint64_t k) {
   check(cudaSetDevice(device), "cudaSetDevice");
-  const NormalLayout layout{point.N * point.D, point.D * point.d, point.D * point.d, point.mix ? point.D * point.dv : 0};
+  const NormalLayout layout{point.N * point.D, point.D * point.d, point.D * point.d,
+                            point.mix ? point.D * point.dv : 0};
   DeviceArray<double> X, Q, K, W;
   double* x = X.reserve(layout.x_count);
   double* q = Q.reserve(layout.q_count);
@@ -594,7 +625,8 @@ DrawnSample device_draw_sample(int device, const SweepPoint& point, std::uint64_
 // Registered here, with the functions of cuda_devices.hpp that the program calls anyway (gpu-selftest), so
 // that this object file, and the registration, is always linked.
 const bool registered = monte_carlo::register_backend(
-    {"cuda", "an NVIDIA GPU through CUDA (device 0; under MPI one per rank): cuRAND's Philox draws, cuBLAS score strips", 10,
+    {"cuda",
+     "an NVIDIA GPU through CUDA (device 0; under MPI one per rank): cuRAND's Philox draws, cuBLAS score strips", 10,
      [] { return cuda_unavailable_reason(); },
      [](const monte_carlo::BackendRequest&) {
        namespace distributed = monte_carlo::distributed;

@@ -105,8 +105,8 @@ __device__ void store_row(const StripArgs& a, const RowPlace& place, const NormS
   }
 }
 
-__global__ void draw_kernel(std::uint64_t seed, std::uint64_t first, int batch, NormalLayout layout,
-                            double sigma_x, double sigma_t, double* X, double* Q, double* K, double* W_V) {
+__global__ void draw_kernel(std::uint64_t seed, std::uint64_t first, int batch, NormalLayout layout, double sigma_x,
+                            double sigma_t, double* X, double* Q, double* K, double* W_V) {
   const int64_t pairs = layout.total_pairs();
   const int64_t chunks = (pairs + kPairsPerThread - 1) / kPairsPerThread;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -256,8 +256,8 @@ __global__ void softmax_strip_kernel(StripArgs a, const int64_t* top, const doub
 }
 
 // One block per (sample, value column): max, normalizer, then the probabilities and the mix.
-__global__ void cross_norm_values_kernel(int64_t n, int64_t dv, double mix, const double* values,
-                                         double* probabilities, double* mixed, unsigned long long* bad) {
+__global__ void cross_norm_values_kernel(int64_t n, int64_t dv, double mix, const double* values, double* probabilities,
+                                         double* mixed, unsigned long long* bad) {
   __shared__ double scratch[kBlock / kWarp];
   __shared__ int64_t scratch_column[kBlock / kWarp];
   const int64_t b = blockIdx.x, k = blockIdx.y;
@@ -402,8 +402,8 @@ template <class Terms>
 void pointwise_with(const StripArgs& a, Terms terms, cudaStream_t stream) {
   const int64_t rows = static_cast<int64_t>(a.batch) * a.rows;
   if (a.n <= kWarpRowLimit) {
-    pointwise_strip_kernel<kWarp><<<static_cast<int>((rows + kBlock / kWarp - 1) / (kBlock / kWarp)), kBlock, 0,
-                                    stream>>>(a, terms);
+    pointwise_strip_kernel<kWarp>
+        <<<static_cast<int>((rows + kBlock / kWarp - 1) / (kBlock / kWarp)), kBlock, 0, stream>>>(a, terms);
   } else {
     pointwise_strip_kernel<kBlock><<<static_cast<int>(rows), kBlock, 0, stream>>>(a, terms);
   }
@@ -456,8 +456,9 @@ void softmax_strip(const StripArgs& args, const std::int64_t* top, const double*
                    cudaStream_t stream) {
   const int64_t rows = static_cast<int64_t>(args.batch) * args.rows;
   if (args.n <= kWarpRowLimit) {
-    softmax_strip_kernel<kWarp><<<static_cast<int>((rows + kBlock / kWarp - 1) / (kBlock / kWarp)), kBlock, 0,
-                                  stream>>>(args, top, u_bar, x_bar);
+    softmax_strip_kernel<kWarp>
+        <<<static_cast<int>((rows + kBlock / kWarp - 1) / (kBlock / kWarp)), kBlock, 0, stream>>>(args, top, u_bar,
+                                                                                                  x_bar);
   } else {
     softmax_strip_kernel<kBlock><<<static_cast<int>(rows), kBlock, 0, stream>>>(args, top, u_bar, x_bar);
   }
@@ -474,8 +475,8 @@ void cross_norm_rows(const CrossNormRowArgs& args, cudaStream_t stream) {
 }
 
 void sum_rows(int batch, std::int64_t n, int width, const double* in, double* out, cudaStream_t stream) {
-  sum_rows_kernel<<<dim3(static_cast<unsigned>(batch), static_cast<unsigned>(width)), kBlock, 0, stream>>>(
-      n, width, in, out);
+  sum_rows_kernel<<<dim3(static_cast<unsigned>(batch), static_cast<unsigned>(width)), kBlock, 0, stream>>>(n, width, in,
+                                                                                                           out);
 }
 
 void batched_dot(int batch, std::int64_t len, const double* a, const double* c, double* out, cudaStream_t stream) {
@@ -487,8 +488,9 @@ void philox_words(std::uint64_t seed, std::uint64_t first, int subsequences, int
   if (sequential) {
     philox_sequential_kernel<<<blocks_for(subsequences), kBlock, 0, stream>>>(seed, first, subsequences, blocks, out);
   } else {
-    philox_offset_kernel<<<blocks_for(static_cast<int64_t>(subsequences) * blocks), kBlock, 0, stream>>>(
-        seed, first, subsequences, blocks, out);
+    philox_offset_kernel<<<blocks_for(static_cast<int64_t>(subsequences) * blocks), kBlock, 0, stream>>>(seed, first,
+                                                                                                         subsequences,
+                                                                                                         blocks, out);
   }
 }
 

@@ -40,7 +40,7 @@ struct StripArgs {
   int batch = 0;
   std::int64_t n = 0, D = 0, d = 0, row0 = 0, rows = 0;
   double* tile = nullptr;
-  const double *X = nullptr, *U = nullptr;                        // batch x n x D, batch x n x d
+  const double *X = nullptr, *U = nullptr;                         // batch x n x D, batch x n x d
   const double *x_sq = nullptr, *u_sq = nullptr, *v_sq = nullptr;  // batch x n
   double* row_sums = nullptr;                                      // batch x n x kRowSumWidth
   unsigned long long* bad = nullptr;  // smallest b * n + i of a row with a non-finite score or term

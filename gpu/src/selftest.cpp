@@ -82,8 +82,8 @@ std::vector<SelftestCase> selftest_cases() {
                        bool small_buffer = false) {
     cases.push_back({std::move(name), point, std::move(estimands), samples, small_buffer});
   };
-  add("x^3, N = 64 (32 samples in one batch)", make_point(64, 16, 8, pointwise(Pointwise::poly, 3), 0, ++number),
-      norms, 32);
+  add("x^3, N = 64 (32 samples in one batch)", make_point(64, 16, 8, pointwise(Pointwise::poly, 3), 0, ++number), norms,
+      32);
   add("x^2, N = 301, D = 7, d = 5 (odd counts: spare draws discarded)",
       make_point(301, 7, 5, pointwise(Pointwise::poly, 2), 0, ++number), norms, 4);
   add("x^5 / sqrt(N), N = 16 (100 samples in one batch)",
@@ -110,8 +110,8 @@ std::vector<SelftestCase> selftest_cases() {
       make_point(257, 32, 16, {ActivationKind::softmax, Pointwise::identity, 1}, 0, ++number, 1.5, 0.7), norms, 4);
   add("softmax, N = 300, 27-row strips",
       make_point(300, 16, 8, {ActivationKind::softmax, Pointwise::identity, 1}, 0, ++number), norms, 2, true);
-  add("softmax value only, N = 16", make_point(16, 8, 4, {ActivationKind::softmax, Pointwise::identity, 1}, 0, ++number),
-      {Estimand::value}, 64);
+  add("softmax value only, N = 16",
+      make_point(16, 8, 4, {ActivationKind::softmax, Pointwise::identity, 1}, 0, ++number), {Estimand::value}, 64);
   add("x^3, N = 2560 (block-per-row kernels, several strips)",
       make_point(2560, 64, 64, pointwise(Pointwise::poly, 3), 0, ++number), norms, 2);
   add("softmax, N = 2560 (block-per-row kernels, several strips)",
@@ -123,7 +123,8 @@ std::vector<SelftestCase> selftest_cases() {
     return make_point(N, D, d, {ActivationKind::softmax, Pointwise::identity, 1}, 0, ++number, sigma_x, sigma_t, mix,
                       dv);
   };
-  add("C9 mix alpha = 1, N = 64, dv = 12 (32 samples in one batch)", cross_norm(64, 16, 8, 12, 1.0, 1, 1), cross_norms, 32);
+  add("C9 mix alpha = 1, N = 64, dv = 12 (32 samples in one batch)", cross_norm(64, 16, 8, 12, 1.0, 1, 1), cross_norms,
+      32);
   add("C9 mix alpha = 0.3, N = 257, D = 7, d = 5, dv = 3, sigma_x = 1.5, sigma_t = 0.7",
       cross_norm(257, 7, 5, 3, 0.3, 1.5, 0.7), cross_norms, 4);
   add("C9 mix alpha = 0, N = 40, dv = 1", cross_norm(40, 8, 4, 1, 0.0, 1, 1), cross_norms, 8);
@@ -201,55 +202,61 @@ SelftestReport run_selftest(const SelftestDevice& device, monte_carlo::Backend& 
   for (const Stream s : {Stream{1234, 0}, Stream{streams::derive_point_seed(kSelftestSeed, 0), (1ULL << 32) + 5}}) {
     const std::vector<std::uint32_t> expected = cpu_words(s.seed, s.first, kSubsequences, kBlocks);
     for (const bool sequential : {true, false}) {
-      report.checks.push_back(guarded(
-          fmt::format("Philox words, seed {}, subsequences {}..{}, {}", s.seed, s.first, s.first + kSubsequences - 1,
-                      sequential ? "curand_init(seed, k, 0) + curand4" : "curand_init(seed, k, 4 block)"),
-          [&](CheckResult& r) {
-            const auto difference =
-                first_word_difference(expected, device.philox_words(s.seed, s.first, kSubsequences, kBlocks, sequential),
-                                      kBlocks);
-            r.passed = !difference;
-            r.detail = difference ? *difference : fmt::format("{} words equal bit for bit", expected.size());
-          }));
+      report.checks.push_back(
+          guarded(fmt::format("Philox words, seed {}, subsequences {}..{}, {}", s.seed, s.first,
+                              s.first + kSubsequences - 1,
+                              sequential ? "curand_init(seed, k, 0) + curand4" : "curand_init(seed, k, 4 block)"),
+                  [&](CheckResult& r) {
+                    const auto difference =
+                        first_word_difference(expected,
+                                              device.philox_words(s.seed, s.first, kSubsequences, kBlocks, sequential),
+                                              kBlocks);
+                    r.passed = !difference;
+                    r.detail = difference ? *difference : fmt::format("{} words equal bit for bit", expected.size());
+                  }));
     }
   }
   for (std::size_t c = 0; c < std::min<std::size_t>(cases.size(), 3); ++c) {
     const SweepPoint& point = cases[c].point;
     for (const std::uint64_t k : {std::uint64_t{0}, std::uint64_t{3}}) {
-      report.checks.push_back(guarded(fmt::format("normals of sample {} of \"{}\"", k, cases[c].name), [&](CheckResult& r) {
-        monte_carlo::SampleInputs in;
-        monte_carlo::draw_sample(point, k, in);
-        const DrawnSample drawn = device.draw_sample(point, k);
-        const double worst_x = max_abs_difference(flat(in.X), drawn.X) / point.sigma_x;
-        const double worst_t = std::max(max_abs_difference(flat(in.Q), drawn.Q), max_abs_difference(flat(in.K), drawn.K)) /
-                               point.sigma_t;
-        const double worst_w = max_abs_difference(flat(in.W_V), drawn.W_V) / point.sigma_t;
-        const double worst = std::max({worst_x, worst_t, worst_w});
-        r.passed = worst <= kNormalTolerancePerSigma;
-        r.detail = fmt::format("max |gpu - cpu| / sigma = {:.3g} (tolerance {:.0e})", worst, kNormalTolerancePerSigma);
-      }));
+      report.checks.push_back(
+          guarded(fmt::format("normals of sample {} of \"{}\"", k, cases[c].name), [&](CheckResult& r) {
+            monte_carlo::SampleInputs in;
+            monte_carlo::draw_sample(point, k, in);
+            const DrawnSample drawn = device.draw_sample(point, k);
+            const double worst_x = max_abs_difference(flat(in.X), drawn.X) / point.sigma_x;
+            const double worst_t =
+                std::max(max_abs_difference(flat(in.Q), drawn.Q), max_abs_difference(flat(in.K), drawn.K)) /
+                point.sigma_t;
+            const double worst_w = max_abs_difference(flat(in.W_V), drawn.W_V) / point.sigma_t;
+            const double worst = std::max({worst_x, worst_t, worst_w});
+            r.passed = worst <= kNormalTolerancePerSigma;
+            r.detail =
+                fmt::format("max |gpu - cpu| / sigma = {:.3g} (tolerance {:.0e})", worst, kNormalTolerancePerSigma);
+          }));
     }
   }
   for (const SelftestCase& c : cases) {
-    report.checks.push_back(guarded(fmt::format("{} [{}], {} samples", c.name, estimand_list(c.estimands), c.samples),
-                                    [&](CheckResult& r) {
-      std::vector<SampleValues> expected, got;
-      cpu.evaluate(c.point, c.estimands, 0, c.samples, expected);
-      monte_carlo::Backend* backend = c.small_score_buffer ? device.small_buffer_backend : device.backend;
-      backend->evaluate(c.point, c.estimands, 0, c.samples, got);
-      const ValueComparison cmp = compare_values(expected, got);
-      r.passed = cmp.agree(kEstimateRelTolerance);
-      if (!cmp.same_count) {
-        r.detail = fmt::format("cpu gave {} samples, gpu {}", expected.size(), got.size());
-      } else if (cmp.worst_estimand < 0) {
-        r.detail = "identical";
-      } else {
-        const auto e = static_cast<Estimand>(cmp.worst_estimand);
-        r.detail = fmt::format("max relative difference {:.3g} (tolerance {:.0e}) at sample {}, {}: cpu {:.17g}, gpu {:.17g}",
-                               cmp.max_relative, kEstimateRelTolerance, cmp.worst_sample, monte_carlo::estimand_name(e),
-                               expected[cmp.worst_sample][cmp.worst_estimand], got[cmp.worst_sample][cmp.worst_estimand]);
-      }
-    }));
+    report.checks.push_back(
+        guarded(fmt::format("{} [{}], {} samples", c.name, estimand_list(c.estimands), c.samples), [&](CheckResult& r) {
+          std::vector<SampleValues> expected, got;
+          cpu.evaluate(c.point, c.estimands, 0, c.samples, expected);
+          monte_carlo::Backend* backend = c.small_score_buffer ? device.small_buffer_backend : device.backend;
+          backend->evaluate(c.point, c.estimands, 0, c.samples, got);
+          const ValueComparison cmp = compare_values(expected, got);
+          r.passed = cmp.agree(kEstimateRelTolerance);
+          if (!cmp.same_count) {
+            r.detail = fmt::format("cpu gave {} samples, gpu {}", expected.size(), got.size());
+          } else if (cmp.worst_estimand < 0) {
+            r.detail = "identical";
+          } else {
+            const auto e = static_cast<Estimand>(cmp.worst_estimand);
+            r.detail = fmt::format(
+                "max relative difference {:.3g} (tolerance {:.0e}) at sample {}, {}: cpu {:.17g}, gpu {:.17g}",
+                cmp.max_relative, kEstimateRelTolerance, cmp.worst_sample, monte_carlo::estimand_name(e),
+                expected[cmp.worst_sample][cmp.worst_estimand], got[cmp.worst_sample][cmp.worst_estimand]);
+          }
+        }));
   }
   return report;
 }

@@ -22,7 +22,8 @@ bool register_backend(BackendEntry entry) {
 std::vector<const BackendEntry*> registered_backends() {
   std::vector<const BackendEntry*> entries;
   for (const BackendEntry& entry : registry()) entries.push_back(&entry);
-  std::sort(entries.begin(), entries.end(), [](const BackendEntry* a, const BackendEntry* b) { return a->name < b->name; });
+  std::sort(entries.begin(), entries.end(),
+            [](const BackendEntry* a, const BackendEntry* b) { return a->name < b->name; });
   return entries;
 }
 

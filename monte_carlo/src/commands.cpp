@@ -178,12 +178,13 @@ std::vector<std::optional<int>> distributed_devices(int device) {
 
 SamplingPolicy sampling_policy(const McRequest& o) {
   SamplingPolicy policy;
-  if (o.samples != "auto") policy.fixed = static_cast<std::uint64_t>(parse_integer(o.samples, "--samples (or auto)", 2, kMaxSamples));
+  if (o.samples != "auto")
+    policy.fixed = static_cast<std::uint64_t>(parse_integer(o.samples, "--samples (or auto)", 2, kMaxSamples));
   check_real("--rel-se", o.rel_se, kRelativeErrorRange);
   check_real("--max-seconds", o.max_seconds, kSecondsRange);
   if (o.max_samples < 2 || o.max_samples > static_cast<std::uint64_t>(kMaxSamples)) {
-    throw InputError(fmt::format("--max-samples: {} is out of range: give a whole number from 2 to {}", o.max_samples,
-                                 kMaxSamples));
+    throw InputError(
+        fmt::format("--max-samples: {} is out of range: give a whole number from 2 to {}", o.max_samples, kMaxSamples));
   }
   policy.rel_se = o.rel_se;
   policy.max_samples = o.max_samples;
@@ -216,7 +217,8 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
     request.alpha = parse_real_list(*o.alpha, "--alpha");
     for (double alpha : *request.alpha) {
       // N^-alpha under- or overflows long before; C7 is about alpha near 1.
-      if (std::fabs(alpha) > 8) throw InputError(fmt::format("--alpha: {} is out of range: give values from -8 to 8", alpha));
+      if (std::fabs(alpha) > 8)
+        throw InputError(fmt::format("--alpha: {} is out of range: give values from -8 to 8", alpha));
     }
   }
   if (o.mix) request.mix = parse_real_list(*o.mix, "--mix");
@@ -260,8 +262,10 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
                          : std::make_unique<CpuBackend>(o.threads, static_cast<Index>(o.tile), path, precision);
   const int threads = backend->threads();
   if (precision == ScorePrecision::mixed && backend->name() != "cpu") {
-    throw InputError(fmt::format("--precision mixed: FP32 score tiles exist on the CPU backend only, not on {} "
-                                 "(use --backend cpu or --precision double)", backend->name()));
+    throw InputError(
+        fmt::format("--precision mixed: FP32 score tiles exist on the CPU backend only, not on {} "
+                    "(use --backend cpu or --precision double)",
+                    backend->name()));
   }
   const RunContext context{o.seed, backend->name(), threads, precision};
 
@@ -287,8 +291,8 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
     const std::uint64_t bytes = backend->host_bytes_needed(ps.point, ps.series->estimands);
     if (bytes == 0) continue;
     records::require_memory(bytes,
-                            fmt::format("N = {}, D = {}, d = {} with --tile {} on {} threads", ps.point.N,
-                                        ps.point.D, ps.point.d, o.tile, backend->threads()),
+                            fmt::format("N = {}, D = {}, d = {} with --tile {} on {} threads", ps.point.N, ps.point.D,
+                                        ps.point.d, o.tile, backend->threads()),
                             "; use smaller sizes, a smaller --tile or fewer --threads");
   }
   McOutcome outcome;
@@ -296,9 +300,7 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
   std::optional<ResultsFolder> folder;
   // Rank 0 alone reads and writes the folder (the ranks need not share a disk); it tells the others what to skip.
   if (o.out && distributed::is_root()) {
-    folder.emplace(*o.out, o.resume  ? FolderStart::resume
-                           : o.force ? FolderStart::overwrite
-                                     : FolderStart::fresh);
+    folder.emplace(*o.out, o.resume ? FolderStart::resume : o.force ? FolderStart::overwrite : FolderStart::fresh);
   }
   std::unique_ptr<CpuBackend> cpu_fallback;
   for (std::size_t k = 0; k < points.size(); ++k) {
@@ -324,8 +326,8 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
     // Row sums, qk-layernorm and C8's pairs are computed on the CPU only; the rest of the run stays on the device.
     Backend* point_backend = backend.get();
     RunContext point_context = context;
-    if (backend->name() != "cpu" && (!check_request(ps.point, ps.series->estimands).cuda_supported() ||
-                                     path == EvaluationPath::tensor)) {
+    if (backend->name() != "cpu" &&
+        (!check_request(ps.point, ps.series->estimands).cuda_supported() || path == EvaluationPath::tensor)) {
       if (!cpu_fallback) {
         cpu_fallback = std::make_unique<CpuBackend>(o.threads, static_cast<Index>(o.tile), path, precision);
         note("row sums, qk-layernorm, C8's pairs and --path tensor run on the CPU backend");
@@ -374,9 +376,9 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
     auto& bounds = provenance.mixed_precision_bounds.emplace();
     for (const PointSpec& ps : points) {
       if (!uses_fp32_scores(ps.point, ps.series->estimands)) continue;
-      const records::MixedPrecisionBound bound{
-          ps.point.map.activation.p, ps.point.d, ps.point.D,
-          mixed_precision_relative_bound(ps.point.map.activation.p, ps.point.d, ps.point.D)};
+      const records::MixedPrecisionBound bound{ps.point.map.activation.p, ps.point.d, ps.point.D,
+                                               mixed_precision_relative_bound(ps.point.map.activation.p, ps.point.d,
+                                                                              ps.point.D)};
       if (std::find(bounds.begin(), bounds.end(), bound) == bounds.end()) bounds.push_back(bound);
     }
   }

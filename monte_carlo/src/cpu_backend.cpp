@@ -115,8 +115,8 @@ Matrix product(const Matrix& A, bool transpose_a, const Matrix& B) {
 
 struct Shared {
   const Matrix& X;
-  const Matrix& V;  // lambda X Q: the scale sits on V so that a tile is one GEMM
-  const Matrix& U;  // X K
+  const Matrix& V;     // lambda X Q: the scale sits on V so that a tile is one GEMM
+  const Matrix& U;     // X K
   const Vector& x_sq;  // row norms; v_sq of the unscaled X Q
   const Vector& u_sq;
   const Vector& v_sq;
@@ -171,7 +171,7 @@ void reduce_poly_row_baseline(const double* s, const double* u_sq, const double*
 }
 template <int P>
 __attribute__((target("avx2,fma"), flatten)) void reduce_poly_row_avx2(const double* s, const double* u_sq,
-                                                              const double* x_sq, Index n, double* sums) {
+                                                                       const double* x_sq, Index n, double* sums) {
   reduce_row(PolyTerms<P>{}, s, u_sq, x_sq, n, sums);
 }
 template <int P>
@@ -296,7 +296,7 @@ NormSums<double> tiled_sums(const Shared& sh, const EvaluationOptions& options, 
   const Index blocks = (n + sh.tile - 1) / sh.tile;
   std::vector<NormSums<double>> partial(static_cast<std::size_t>(blocks));
   parallel_for(blocks, options.threads,
-                 [&](Index b) { partial[static_cast<std::size_t>(b)] = block_sums(b * sh.tile); });
+               [&](Index b) { partial[static_cast<std::size_t>(b)] = block_sums(b * sh.tile); });
   NormSums<double> total;  // summed in block order: the same for any thread count
   for (const auto& p : partial) {
     total.value_sq += p.value_sq;
@@ -375,8 +375,7 @@ void pack_panels(const Source& A, Index a0, Index rows, int width, std::vector<R
 }
 
 template <int P, class Real>
-inline void add_portable_terms(Real s, double u_sq, double x_sq, const FusedWants& w, int r, int lane,
-                               PanelSums& acc) {
+inline void add_portable_terms(Real s, double u_sq, double x_sq, const FusedWants& w, int r, int lane, PanelSums& acc) {
   const Real s_sq = s * s;
   Real s_sq_pm1 = s_sq;  // s^(2P-2)
   for (int k = 2; k < P; ++k) s_sq_pm1 *= s_sq;
@@ -390,8 +389,8 @@ inline void add_portable_terms(Real s, double u_sq, double x_sq, const FusedWant
 
 // One row panel against column panels [q0, q1): the reference arithmetic, for CPUs without AVX-512.
 template <int P, class Real>
-void fused_panel_portable(const Real* vp, const Real* up, const double* u_sq, const double* x_sq, Index depth,
-                          Index q0, Index q1, const FusedWants& w, PanelSums& acc) {
+void fused_panel_portable(const Real* vp, const Real* up, const double* u_sq, const double* x_sq, Index depth, Index q0,
+                          Index q1, const FusedWants& w, PanelSums& acc) {
   constexpr int kCols = panel_cols<Real>();
   for (Index q = q0; q < q1; ++q) {
     const Real* u = up + q * depth * kCols;
@@ -609,15 +608,15 @@ NormSums<double> fused_poly_tiles(const Shared& sh, const Source& V, const Sourc
 
 template <int P>
 NormSums<double> fused_or_blas_poly_tiles(const Shared& sh, const EvaluationOptions& options, const FusedWants& w) {
-  const auto finite = [](const NormSums<double>& t) {
-    return std::isfinite(t.value_sq + t.dS_sq + t.dQ_sq + t.dK_sq);
-  };
+  const auto finite = [](const NormSums<double>& t) { return std::isfinite(t.value_sq + t.dS_sq + t.dQ_sq + t.dK_sq); };
   if (options.precision == ScorePrecision::mixed) {
     const NormSums<double> total = fused_poly_tiles<P, float>(sh, sh.V, sh.U, options, w);
     if (finite(total)) return total;
     (void)poly_tiles<P>(sh, options);  // names the entry when the scores overflow in FP64 as well
-    throw InputError(fmt::format("--precision mixed: a score or its power {} overflowed FP32 (largest finite "
-                                 "{:g}); use --precision double", 2 * P, std::numeric_limits<float>::max()));
+    throw InputError(
+        fmt::format("--precision mixed: a score or its power {} overflowed FP32 (largest finite "
+                    "{:g}); use --precision double",
+                    2 * P, std::numeric_limits<float>::max()));
   }
   // Without AVX-512 the BLAS score tiles and the vectorized row reduction stay the faster double path.
   if (fused_isa() != FusedIsa::avx512) return poly_tiles<P>(sh, options);
@@ -642,9 +641,8 @@ void row_squared_norms(const MatrixF& A, Vector& out) {
 // rounded, then SGEMM), since with the draws they were the part of a sample that FP32 scores left as it was.
 // docs/THEORY.md "Mixed precision" bounds the error. Empty when a score or a power overflowed FP32: the FP64
 // projections then name the entry or refuse the point, as without this step.
-std::optional<NormSums<double>> fp32_projected_powers(const Matrix& X, const Matrix& Q, const Matrix& K,
-                                                      double lambda, int p, const EvaluationOptions& options,
-                                                      const FusedWants& w) {
+std::optional<NormSums<double>> fp32_projected_powers(const Matrix& X, const Matrix& Q, const Matrix& K, double lambda,
+                                                      int p, const EvaluationOptions& options, const FusedWants& w) {
   SampleScratch& scratch = thread_scratch();
   scratch.X_fp32 = X.cast<float>();
   scratch.Q_fp32 = Q.cast<float>();
@@ -744,7 +742,8 @@ void draw_sample(const SweepPoint& point, std::uint64_t k, SampleInputs& out) {
   }
 }
 
-SampleValues evaluate_cross_norm(const SweepPoint& point, const SampleInputs& in, const std::vector<Estimand>& estimands) {
+SampleValues evaluate_cross_norm(const SweepPoint& point, const SampleInputs& in,
+                                 const std::vector<Estimand>& estimands) {
   const EstimandRequest request = check_request(point, estimands);
   use_single_threaded_gemm();
   const Matrix U = product(in.X, false, in.K);
@@ -837,18 +836,18 @@ SampleValues evaluate_inputs(const theory::AttentionMap& map, const Matrix& X, c
       // A tile wider than N would only allocate columns no score fills.
       const Shared sh{X, V, U, x_sq, u_sq, v_sq, std::min(options.tile, n)};
       const bool jacobians = request.dS || request.dQ || request.dK;
-      totals.entries = request.softmax ? tiled_sums(sh, options, [&](Index i0) {
-        return softmax_block(sh, i0, jacobians, request.dQ, request.dK);
-      }) : pointwise_tiles(sh, options, act.h, act.p,
-                                         FusedWants{request.value, request.dS, request.dQ, request.dK});
+      totals.entries =
+          request.softmax
+              ? tiled_sums(sh, options,
+                           [&](Index i0) { return softmax_block(sh, i0, jacobians, request.dQ, request.dK); })
+              : pointwise_tiles(sh, options, act.h, act.p,
+                                FusedWants{request.value, request.dS, request.dQ, request.dK});
     }
   }
   return sample_values(request, map, n, totals);
 }
 
-const char* precision_name(ScorePrecision precision) {
-  return precision == ScorePrecision::mixed ? "mixed" : "double";
-}
+const char* precision_name(ScorePrecision precision) { return precision == ScorePrecision::mixed ? "mixed" : "double"; }
 
 ScorePrecision parse_score_precision(const std::string& text) {
   if (text == "double") return ScorePrecision::fp64;
@@ -860,8 +859,8 @@ bool uses_fp32_scores(const SweepPoint& point, const std::vector<Estimand>& esti
   if (point.mix) return false;
   const EstimandRequest request = check_request(point, estimands);
   const theory::Activation& act = point.map.activation;
-  return request.any_norm() && !request.linear && act.kind == ActivationKind::pointwise &&
-         act.h == Pointwise::poly && act.p >= 2 && act.p <= 6;
+  return request.any_norm() && !request.linear && act.kind == ActivationKind::pointwise && act.h == Pointwise::poly &&
+         act.p >= 2 && act.p <= 6;
 }
 
 double mixed_precision_relative_bound(int p, Index d, Index D) {
@@ -878,7 +877,8 @@ CpuBackend::CpuBackend(int threads, Index tile, EvaluationPath path, ScorePrecis
 }
 
 std::string CpuBackend::describe() const {
-  return fmt::format("cpu: {} OpenMP thread{}, score tiles of {} x {}", threads_, threads_ == 1 ? "" : "s", tile_, tile_);
+  return fmt::format("cpu: {} OpenMP thread{}, score tiles of {} x {}", threads_, threads_ == 1 ? "" : "s", tile_,
+                     tile_);
 }
 
 std::uint64_t CpuBackend::host_bytes_needed(const SweepPoint& point) const {
@@ -890,10 +890,10 @@ std::uint64_t CpuBackend::host_bytes_needed(const SweepPoint& point) const {
     // C9 holds the dense scores and attention, and about ten N x dv matrices (V, P, P_mix, O, A P, the
     // projection derivative's rows), besides X, the weights and the projections.
     const std::uint64_t dv = u(point.dv);
-    const std::uint64_t sample = saturating_sum({saturating_product({3, n, n}), saturating_product({10, n, dv}),
-                                                 saturating_product({n, D}), saturating_product({3, D, d}),
-                                                 saturating_product({D, dv}), saturating_product({3, n, d}),
-                                                 saturating_product({d, dv})});
+    const std::uint64_t sample =
+        saturating_sum({saturating_product({3, n, n}), saturating_product({10, n, dv}), saturating_product({n, D}),
+                        saturating_product({3, D, d}), saturating_product({D, dv}), saturating_product({3, n, d}),
+                        saturating_product({d, dv})});
     return saturating_product({sizeof(double), static_cast<std::uint64_t>(threads_), sample});
   }
   // X; Q and K; V, U and lambda V; three row norms; the d x d products of the Gram and matrix-power paths;
@@ -901,9 +901,9 @@ std::uint64_t CpuBackend::host_bytes_needed(const SweepPoint& point) const {
   const std::uint64_t fp32 = precision_ == ScorePrecision::mixed
                                  ? saturating_sum({saturating_product({n, D}), saturating_product({2, n, d})}) / 2
                                  : 0;
-  const std::uint64_t sample = saturating_sum({saturating_product({n, D}), saturating_product({2, D, d}),
-                                               saturating_product({3, n, d}), saturating_product({3, n}),
-                                               saturating_product({6, d, d}), fp32});
+  const std::uint64_t sample =
+      saturating_sum({saturating_product({n, D}), saturating_product({2, D, d}), saturating_product({3, n, d}),
+                      saturating_product({3, n}), saturating_product({6, d, d}), fp32});
   // A row block: the score tile and softmax's exponentials, its u_bar and x_bar rows, per-row sums.
   const std::uint64_t block = saturating_sum({saturating_product({2, tile, tile}), saturating_product({tile, d}),
                                               saturating_product({tile, D}), saturating_product({8, tile})});
@@ -944,7 +944,8 @@ void CpuBackend::evaluate(const SweepPoint& point, const std::vector<Estimand>& 
             evaluate_tensor_sample(point, estimands, first + static_cast<std::uint64_t>(k), 1);
       });
     } else {
-      for (std::uint64_t k = 0; k < count; ++k) out[base + k] = evaluate_tensor_sample(point, estimands, first + k, threads_);
+      for (std::uint64_t k = 0; k < count; ++k)
+        out[base + k] = evaluate_tensor_sample(point, estimands, first + k, threads_);
     }
     return;
   }
@@ -972,7 +973,9 @@ namespace {
 const bool registered = register_backend(
     {"cpu", "the CPU: samples (or a sample's row blocks) over OpenMP threads, score tiles by GEMM", 0,
      [] { return std::string(); },
-     [](const BackendRequest& request) { return std::make_unique<CpuBackend>(request.threads, request.tile, request.path, request.precision); }});
+     [](const BackendRequest& request) {
+       return std::make_unique<CpuBackend>(request.threads, request.tile, request.path, request.precision);
+     }});
 
 }  // namespace
 

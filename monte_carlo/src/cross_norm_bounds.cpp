@@ -156,8 +156,7 @@ MatrixPair make_pair(Family family, Index n, Index dv, std::uint64_t seed, int t
     case Family::one_hot: return construction(Construction::output, n, dv, kUnderflowGap, nullptr);
     case Family::tight_values: return construction(Construction::values, n, dv, kUnderflowGap, nullptr);
     case Family::tight_scores: return construction(Construction::scores, n, dv, kUnderflowGap, nullptr);
-    case Family::near_tight:
-      return construction(static_cast<Construction>(trial % 3), n, dv, kNearTightGap, &stream);
+    case Family::near_tight: return construction(static_cast<Construction>(trial % 3), n, dv, kNearTightGap, &stream);
     case Family::worst_case:
     case Family::input: break;
   }
@@ -349,8 +348,9 @@ json run_cross_norm_bounds(const CrossNormBoundsRequest& request) {
     if (values_in->rows() != n) {
       throw InputError(fmt::format("shape mismatch: --values {} has {} rows (tokens), but N = {}{}",
                                    request.values_input, values_in->rows(), n,
-                                   scores_in ? fmt::format(" (--input {} is {} x {})", request.scores_input, n, n)
-                                             : request.n ? " (--N)" : ""));
+                                   scores_in   ? fmt::format(" (--input {} is {} x {})", request.scores_input, n, n)
+                                   : request.n ? " (--N)"
+                                               : ""));
     }
     if (request.dv && *request.dv != values_in->cols()) {
       throw InputError(fmt::format("--dv {} disagrees with --values {}, which has {} columns", *request.dv,
@@ -378,9 +378,8 @@ json run_cross_norm_bounds(const CrossNormBoundsRequest& request) {
   }
   // A pair of matrices and the routines' temporaries (A, P, the mix, O) per thread, and the mix's growth family.
   const auto nn = static_cast<std::uint64_t>(n), ndv = static_cast<std::uint64_t>(dv);
-  const std::uint64_t per_pair = records::saturating_sum(
-      {records::saturating_product({nn, nn, 2 * sizeof(double)}),
-       records::saturating_product({nn, ndv, 6 * sizeof(double)})});
+  const std::uint64_t per_pair = records::saturating_sum({records::saturating_product({nn, nn, 2 * sizeof(double)}),
+                                                          records::saturating_product({nn, ndv, 6 * sizeof(double)})});
   records::require_memory(records::saturating_product({per_pair, static_cast<std::uint64_t>(threads) + 1}),
                           fmt::format("--N {} --dv {}: {} x {} scores and {} x {} values held by {} threads", n, dv, n,
                                       n, n, dv, threads),
@@ -410,11 +409,10 @@ json run_cross_norm_bounds(const CrossNormBoundsRequest& request) {
     try {
       results.push_back(reduce(Family::input, {evaluate(scores, values)}));
     } catch (const InputError& e) {
-      const std::string files = scores_in && values_in
-                                    ? fmt::format("--input {} with --values {}", request.scores_input,
-                                                  request.values_input)
-                                : scores_in ? fmt::format("--input {}", request.scores_input)
-                                            : fmt::format("--values {}", request.values_input);
+      const std::string files = scores_in && values_in ? fmt::format("--input {} with --values {}",
+                                                                     request.scores_input, request.values_input)
+                                : scores_in            ? fmt::format("--input {}", request.scores_input)
+                                                       : fmt::format("--values {}", request.values_input);
       throw InputError(fmt::format("{}: {}", files, e.what()));
     }
   }
@@ -436,8 +434,11 @@ json run_cross_norm_bounds(const CrossNormBoundsRequest& request) {
       }
     }
     all_hold = all_hold && holds;
-    json entry = {{"family", name_of(r.family)}, {"trials", r.trials}, {"max", norms_json(r.max)},
-                  {"ratio", norms_json(ratio)}, {"holds", holds}};
+    json entry = {{"family", name_of(r.family)},
+                  {"trials", r.trials},
+                  {"max", norms_json(r.max)},
+                  {"ratio", norms_json(ratio)},
+                  {"holds", holds}};
     json worst = json::object();
     for (std::size_t q = 0; q < 5; ++q) worst[kQuantityKeys[q]] = r.worst_trial[q];
     entry["worst_trial"] = worst;
@@ -485,8 +486,10 @@ json run_cross_norm_bounds(const CrossNormBoundsRequest& request) {
           {"holds", all_hold},
           {"bounds", bounds_json},
           {"bound_formulas",
-           {{"column_softmax_fro", kBoundFormulas[0]}, {"column_grad_fro", kBoundFormulas[1]},
-            {"output_fro", kBoundFormulas[2]}, {"grad_values_fro", kBoundFormulas[3]},
+           {{"column_softmax_fro", kBoundFormulas[0]},
+            {"column_grad_fro", kBoundFormulas[1]},
+            {"output_fro", kBoundFormulas[2]},
+            {"grad_values_fro", kBoundFormulas[3]},
             {"grad_scores_fro", kBoundFormulas[4]}}},
           {"max_ratio", largest_json},
           {"verdicts", verdicts},

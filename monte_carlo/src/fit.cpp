@@ -54,7 +54,9 @@ std::optional<LogLogFit> fit_log_log(const std::vector<double>& x, const std::ve
 
 namespace {
 
-bool usable_point(double x, double y, double se) { return x > 0 && y > 0 && se > 0 && std::isfinite(y) && std::isfinite(se); }
+bool usable_point(double x, double y, double se) {
+  return x > 0 && y > 0 && se > 0 && std::isfinite(y) && std::isfinite(se);
+}
 
 // Slope of log y on log x over `members` weighted by (y/se)^2 and its SE from those weights alone: the window is
 // short, and its curvature is what the systematic error measures.
@@ -78,7 +80,8 @@ std::pair<double, double> weighted_slope(const std::vector<double>& x, const std
 }
 
 // The usable points with x in [x_last / 4, x_last], up to the usable point `last` (an index into `usable`).
-std::vector<std::size_t> window_ending(const std::vector<double>& x, const std::vector<std::size_t>& usable, std::size_t last) {
+std::vector<std::size_t> window_ending(const std::vector<double>& x, const std::vector<std::size_t>& usable,
+                                       std::size_t last) {
   std::vector<std::size_t> members;
   for (std::size_t k = 0; k <= last; ++k) {
     if (x[usable[k]] >= x[usable[last]] / 4) members.push_back(usable[k]);
@@ -96,18 +99,19 @@ std::string x_list(const std::vector<double>& xs) {
 
 std::string describe(const LocalExponent& e, const std::string& what, const std::string& x_name) {
   if (!e.missing.empty()) return fmt::format("{}: {}", what, e.missing);
-  std::string text = fmt::format("{} {} over {} = {:g}..{:g}, sampling +-{} (95%), systematic +-{}", what,
-                                 fixed3(e.exponent), x_name, e.window.front(), e.window.back(), fixed3(kZ95 * e.se),
-                                 fixed3(e.systematic));
+  std::string text =
+      fmt::format("{} {} over {} = {:g}..{:g}, sampling +-{} (95%), systematic +-{}", what, fixed3(e.exponent), x_name,
+                  e.window.front(), e.window.back(), fixed3(kZ95 * e.se), fixed3(e.systematic));
   if (e.previous) {
-    text += fmt::format(" (it moved by {} from the window ending at {} = {:g})", fixed3(std::abs(e.exponent - *e.previous)),
-                        x_name, e.window.front());
+    text += fmt::format(" (it moved by {} from the window ending at {} = {:g})",
+                        fixed3(std::abs(e.exponent - *e.previous)), x_name, e.window.front());
   }
   text += fmt::format(": [{}, {}]", fixed3(e.lo), fixed3(e.hi));
   if (!e.unreliable.empty()) {
-    text += fmt::format("; the standard error is not reliable at {} = {} (too few samples to judge it, or a few "
-                        "samples carrying the variance)",
-                        x_name, x_list(e.unreliable));
+    text += fmt::format(
+        "; the standard error is not reliable at {} = {} (too few samples to judge it, or a few "
+        "samples carrying the variance)",
+        x_name, x_list(e.unreliable));
   }
   return text;
 }
@@ -149,7 +153,8 @@ LocalExponent local_exponent(const std::vector<double>& x, const std::vector<dou
   }
   // The previous window ends where this one starts, so that the two share one point and their noise barely
   // correlates: the two doublings below x_max / 4.
-  const std::size_t start = static_cast<std::size_t>(std::find(usable.begin(), usable.end(), window.front()) - usable.begin());
+  const std::size_t start =
+      static_cast<std::size_t>(std::find(usable.begin(), usable.end(), window.front()) - usable.begin());
   const auto before = window_ending(x, usable, start);
   if (before.size() < 2) {
     e.missing = fmt::format("no second window [{:g}, {:g}] to measure how much the local exponent still moves",
@@ -220,8 +225,8 @@ Verdict decide(const std::vector<EvidencePoint>& points, const std::optional<Exa
       if (!p.exact_value || !p.claimed_value) continue;
       any = true;
       if (std::abs(*p.exact_value - *p.claimed_value) > 1e-12 * std::abs(*p.claimed_value)) {
-        differs += fmt::format("{}{} = {:g}: exact {:.6g}, claimed {:.6g}, measured {:.6g} +- {:.2g}", differs.empty() ? "" : "; ",
-                               xn, p.x, *p.exact_value, *p.claimed_value, p.mean, p.se);
+        differs += fmt::format("{}{} = {:g}: exact {:.6g}, claimed {:.6g}, measured {:.6g} +- {:.2g}",
+                               differs.empty() ? "" : "; ", xn, p.x, *p.exact_value, *p.claimed_value, p.mean, p.se);
       }
     }
     if (!any) {
@@ -232,10 +237,11 @@ Verdict decide(const std::vector<EvidencePoint>& points, const std::optional<Exa
     }
     if (differs.empty()) {
       const EvidencePoint& last = points.back();
-      return decided(rules::equality_holds,
-                     fmt::format("the exact value equals the claimed value at every point (at {} = {:g}: {:.6g}, measured "
-                                 "{:.6g} +- {:.2g})",
-                                 xn, last.x, last.claimed_value.value_or(NAN), last.mean, last.se));
+      return decided(
+          rules::equality_holds,
+          fmt::format("the exact value equals the claimed value at every point (at {} = {:g}: {:.6g}, measured "
+                      "{:.6g} +- {:.2g})",
+                      xn, last.x, last.claimed_value.value_or(NAN), last.mean, last.se));
     }
     return decided(rules::equality_violated, differs);
   }
@@ -244,17 +250,18 @@ Verdict decide(const std::vector<EvidencePoint>& points, const std::optional<Exa
   const double a = *claim.exponent, tolerance = claim.tolerance, boundary = a + tolerance;
   std::string bound_note;
   if (law) {
-    const std::string e_text = law->exponent ? fmt::format("{:g}", *law->exponent) : "-infinity (it is 0 for every " + xn + ")";
+    const std::string e_text =
+        law->exponent ? fmt::format("{:g}", *law->exponent) : "-infinity (it is 0 for every " + xn + ")";
     const std::string what = fmt::format("{} ~ {:.6g} {}^{}", law->of, law->constant, xn, e_text);
     if (law->deterministic && (!law->exponent || *law->exponent <= a + 1e-9)) {
-      return decided(rules::bound_holds,
-                     fmt::format("{} for every input: e = {} is at most a = {:g}; the largest sample is {:.3g} of its bound "
-                                 "over {} points{}",
-                                 what, e_text, a, v.max_sample_over_bound.value_or(NAN), v.bound_checked,
-                                 v.bound_exceeded_at.empty()
-                                     ? ""
-                                     : fmt::format(" (ABOVE it at {} = {}: a failure of the tool)", xn,
-                                                   x_list(v.bound_exceeded_at))));
+      return decided(
+          rules::bound_holds,
+          fmt::format("{} for every input: e = {} is at most a = {:g}; the largest sample is {:.3g} of its bound "
+                      "over {} points{}",
+                      what, e_text, a, v.max_sample_over_bound.value_or(NAN), v.bound_checked,
+                      v.bound_exceeded_at.empty() ? ""
+                                                  : fmt::format(" (ABOVE it at {} = {}: a failure of the tool)", xn,
+                                                                x_list(v.bound_exceeded_at))));
     }
     if (!law->exponent || *law->exponent < a - 1e-9) {
       return decided(rules::exact_holds, fmt::format("{}: e = {} is below a = {:g}", what, e_text, a));
@@ -262,21 +269,24 @@ Verdict decide(const std::vector<EvidencePoint>& points, const std::optional<Exa
     if (std::abs(*law->exponent - a) <= 1e-9) {
       return decided(rules::exact_tight, fmt::format("{}: e = {} equals a", what, e_text));
     }
-    if (!law->bound) return decided(rules::exact_violated, fmt::format("{}: e = {} is above a = {:g}", what, e_text, a));
-    bound_note = fmt::format("the exact bound {} grows with e = {} above a = {:g}: it settles nothing, the asymptotic fit "
-                             "decides. ",
-                             law->of, e_text, a);
+    if (!law->bound)
+      return decided(rules::exact_violated, fmt::format("{}: e = {} is above a = {:g}", what, e_text, a));
+    bound_note = fmt::format(
+        "the exact bound {} grows with e = {} above a = {:g}: it settles nothing, the asymptotic fit "
+        "decides. ",
+        law->of, e_text, a);
   }
 
   const std::string primary_text = describe(v.primary, "local exponent", xn);
   const std::string cross_text =
-      claim.cross_check ? "; cross-check: " + describe(v.cross_check, "local exponent of sqrt(mean of ||F||^2)", xn) : "";
+      claim.cross_check ? "; cross-check: " + describe(v.cross_check, "local exponent of sqrt(mean of ||F||^2)", xn)
+                        : "";
   const std::string evidence = bound_note + primary_text + cross_text;
   const LocalExponent& e = v.primary;
   if (!e.missing.empty()) {
     v.extend_to = e.window.empty() ? std::nullopt : std::optional<double>(e.window.back() * 2);
-    return decided(rules::fit_inconclusive,
-                   evidence + fmt::format(": extend {} to {:g} or beyond", xn, e.window.empty() ? 0.0 : e.window.back() * 2));
+    return decided(rules::fit_inconclusive, evidence + fmt::format(": extend {} to {:g} or beyond", xn,
+                                                                   e.window.empty() ? 0.0 : e.window.back() * 2));
   }
   if (!e.unreliable.empty()) {
     return decided(rules::fit_inconclusive,
@@ -296,18 +306,21 @@ Verdict decide(const std::vector<EvidencePoint>& points, const std::optional<Exa
     const auto more = c.usable() && c.exponent > boundary ? settling_x(c, boundary) : std::nullopt;
     v.extend_to = more;
     return decided(rules::fit_inconclusive,
-                   evidence + fmt::format(": the local exponent is above a + tolerance but {}; {}", why,
-                                          more ? fmt::format("extend {} to {:g}", xn, *more)
-                                               : std::string("more samples (a lower --rel-se) and a wider range would settle it")));
+                   evidence +
+                       fmt::format(": the local exponent is above a + tolerance but {}; {}", why,
+                                   more ? fmt::format("extend {} to {:g}", xn, *more)
+                                        : std::string(
+                                              "more samples (a lower --rel-se) and a wider range would settle it")));
   }
   if (e.lo <= a && a <= e.hi && e.hi - e.lo <= 4 * tolerance) return decided(rules::fit_tight, evidence);
   if (e.hi <= boundary) return decided(rules::fit_holds, evidence);
   v.extend_to = settling_x(e, boundary);
   return decided(rules::fit_inconclusive,
-                 evidence + (v.extend_to ? fmt::format(": extend {} to {:g} to settle it", xn, *v.extend_to)
-                                         : fmt::format(": the sampling error alone spans a + tolerance = {:g}: more samples "
-                                                       "(a lower --rel-se) would settle it",
-                                                       boundary)));
+                 evidence + (v.extend_to
+                                 ? fmt::format(": extend {} to {:g} to settle it", xn, *v.extend_to)
+                                 : fmt::format(": the sampling error alone spans a + tolerance = {:g}: more samples "
+                                               "(a lower --rel-se) would settle it",
+                                               boundary)));
 }
 
 }  // namespace attncheck::monte_carlo

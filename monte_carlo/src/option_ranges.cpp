@@ -33,8 +33,8 @@ std::optional<T> whole(std::string_view text) {
 
 std::string real_message_of(const std::string& text, RealRange range) {
   const auto value = whole<double>(text);
-  const std::string wanted = fmt::format("a finite number {} {:g} and <= {:g}", range.above_min ? ">" : ">=",
-                                         range.min, range.max);
+  const std::string wanted =
+      fmt::format("a finite number {} {:g} and <= {:g}", range.above_min ? ">" : ">=", range.min, range.max);
   if (!value || !std::isfinite(*value)) return fmt::format("'{}' is not {}", text, wanted);
   if (*value < range.min || (range.above_min && *value == range.min) || *value > range.max) {
     return fmt::format("{} is out of range: give {}", text, wanted);

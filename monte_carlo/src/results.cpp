@@ -21,13 +21,53 @@ using nlohmann::json;
 namespace {
 
 // Columns of points.csv: the format's fields in its order, then the extras.
-const std::vector<std::string> kCsvColumns{
-    "claim", "reading", "phi", "p", "alpha", "scale", "inner", "formula", "N", "D", "d", "estimand", "samples",
-    "mean", "se", "ci95_lo", "ci95_hi", "mean_sq", "se_sq", "exact_sq", "z_exact_sq", "jensen_bound", "se_reliable",
-    "stopped_by", "sigma_x", "sigma_t", "seed", "run_seed", "backend", "threads", "wall_seconds", "claimed_exponent",
-    "jensen_ratio", "key", "scores", "exact_mean", "z_exact_mean", "se_mean_reliable", "se_sq_reliable",
-    "effective_samples", "effective_samples_sq", "se_sq_floor", "unreliable_because", "mix", "dv", "sample_max",
-    "sample_bound"};
+const std::vector<std::string> kCsvColumns{"claim",
+                                           "reading",
+                                           "phi",
+                                           "p",
+                                           "alpha",
+                                           "scale",
+                                           "inner",
+                                           "formula",
+                                           "N",
+                                           "D",
+                                           "d",
+                                           "estimand",
+                                           "samples",
+                                           "mean",
+                                           "se",
+                                           "ci95_lo",
+                                           "ci95_hi",
+                                           "mean_sq",
+                                           "se_sq",
+                                           "exact_sq",
+                                           "z_exact_sq",
+                                           "jensen_bound",
+                                           "se_reliable",
+                                           "stopped_by",
+                                           "sigma_x",
+                                           "sigma_t",
+                                           "seed",
+                                           "run_seed",
+                                           "backend",
+                                           "threads",
+                                           "wall_seconds",
+                                           "claimed_exponent",
+                                           "jensen_ratio",
+                                           "key",
+                                           "scores",
+                                           "exact_mean",
+                                           "z_exact_mean",
+                                           "se_mean_reliable",
+                                           "se_sq_reliable",
+                                           "effective_samples",
+                                           "effective_samples_sq",
+                                           "se_sq_floor",
+                                           "unreliable_because",
+                                           "mix",
+                                           "dv",
+                                           "sample_max",
+                                           "sample_bound"};
 
 std::string csv_cell(const json& v) {
   if (v.is_null()) return "";
@@ -60,8 +100,7 @@ std::string point_formula(const SweepPoint& pt, Estimand estimand) {
       case ScoreModel::unit_pairs: return fmt::format("Var({}q . k), q, k in R^d with i.i.d. N(0, 1) entries", scale);
       case ScoreModel::sign_coupled_pairs:
         return fmt::format("Var({}q . k), k in R^d with i.i.d. N(0, 1) entries, q_i = eps_i k_i (random signs)", scale);
-      case ScoreModel::projected_layernorm:
-        return fmt::format("Var({}LN(Q^T x_i) . LN(K^T x_j)), i != j", scale);
+      case ScoreModel::projected_layernorm: return fmt::format("Var({}LN(Q^T x_i) . LN(K^T x_j)), i != j", scale);
       case ScoreModel::projected: return fmt::format("Var({}q . k), q = Q^T x_i, k = K^T x_j, i != j", scale);
     }
   }
@@ -89,7 +128,8 @@ MeanEstimate floored_second_moment(const MeanTracker& tracker, const std::option
   floor_se = std::sqrt(*variance_floor / static_cast<double>(e.samples));
   if (tracker.accumulator().variance() < *variance_floor) {
     e.se_reliable = false;
-    e.unreliable_because = "the sample variance of ||F||^2 is below its exact lower bound (its tail is not yet sampled)";
+    e.unreliable_because =
+        "the sample variance of ||F||^2 is below its exact lower bound (its tail is not yet sampled)";
   }
   if (*floor_se > e.se) {
     e.se = *floor_se;
@@ -228,7 +268,8 @@ std::string c8_finding(const std::string& scores, std::optional<records::Verdict
   if (scores == "iid-unit") return "i.i.d. unit-variance entries (the proposition's intent): Var(q . k) = d_k exactly";
   if (scores == "sign-coupled") {
     return verdict == records::Verdict::violated
-               ? "the proposition's hypothesis is insufficient: q_i = eps_i k_i has zero means, unit variances and zero "
+               ? "the proposition's hypothesis is insufficient: q_i = eps_i k_i has zero means, unit variances and "
+                 "zero "
                  "covariances, yet Var(q . k) = 3 d_k (the terms eps_i k_i^2 are uncorrelated with E k^4 = 3)"
                : "";
   }
@@ -414,16 +455,17 @@ ResultsFolder::ResultsFolder(fs::path dir, FolderStart start) : dir_(std::move(d
     if (ec) throw records::IoError(fmt::format("--out {}: cannot create the folder ({})", dir_.string(), ec.message()));
   }
   if (!fs::is_directory(dir_, ec)) {
-    throw theory::InputError(fmt::format("--out {}: cannot create the folder (a file of that name is in the way)",
-                                         dir_.string()));
+    throw theory::InputError(
+        fmt::format("--out {}: cannot create the folder (a file of that name is in the way)", dir_.string()));
   }
   const records::FolderLock lock(dir_);
   for (const char* name : {kPointsFile, kCsvFile, kFitsFile}) records::remove_stale_temporaries(dir_ / name);
   reload();
   if (start == FolderStart::fresh && !records_.empty()) {
-    throw theory::InputError(fmt::format("--out {}: the folder already holds {} finished points ({}); add to them "
-                                         "with --resume, or replace them with --force",
-                                         dir_.string(), records_.size(), (dir_ / kPointsFile).string()));
+    throw theory::InputError(
+        fmt::format("--out {}: the folder already holds {} finished points ({}); add to them "
+                    "with --resume, or replace them with --force",
+                    dir_.string(), records_.size(), (dir_ / kPointsFile).string()));
   }
   if (start == FolderStart::overwrite) {
     for (const char* name : {kPointsFile, kCsvFile, kFitsFile}) fs::remove(dir_ / name, ec);
@@ -495,7 +537,8 @@ void ResultsFolder::append(const std::vector<records::PointRecord>& records) {
 void ResultsFolder::write_fits(const records::Provenance& provenance, double tolerance) {
   const records::FolderLock lock(dir_);
   reload();
-  records::write_file_atomically(dir_ / kFitsFile, records::fits_json_text(provenance, fit_series(records_, tolerance)));
+  records::write_file_atomically(dir_ / kFitsFile,
+                                 records::fits_json_text(provenance, fit_series(records_, tolerance)));
 }
 
 std::string records_csv(const std::vector<records::PointRecord>& records) {

@@ -47,7 +47,8 @@ void evaluate_on_all_ranks(Backend& backend, const SweepPoint& point, const std:
 }  // namespace
 
 PointOutcome run_point(Backend& backend, const SweepPoint& point, const std::vector<Estimand>& estimands,
-                       const SamplingPolicy& policy, const std::function<void(std::uint64_t, std::uint64_t)>& progress) {
+                       const SamplingPolicy& policy,
+                       const std::function<void(std::uint64_t, std::uint64_t)>& progress) {
   const auto start = std::chrono::steady_clock::now();
   const auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   PointOutcome out;

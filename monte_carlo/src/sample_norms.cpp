@@ -40,10 +40,12 @@ EstimandRequest check_request(const theory::AttentionMap& map, theory::ScoreMode
                                  theory::score_model_name(scores)));
   }
   if (r.layernorm && (r.dQ || r.dK)) {
-    throw InputError("qk-layernorm: the Q and K Jacobians would need LayerNorm's own Jacobian; estimands value, dS, "
-                     "row-sum, row-mean and score-var only");
+    throw InputError(
+        "qk-layernorm: the Q and K Jacobians would need LayerNorm's own Jacobian; estimands value, dS, "
+        "row-sum, row-mean and score-var only");
   }
-  if (r.layernorm && d < 2) throw InputError(fmt::format("qk-layernorm needs d >= 2 (d = {} leaves nothing after centring)", d));
+  if (r.layernorm && d < 2)
+    throw InputError(fmt::format("qk-layernorm needs d >= 2 (d = {} leaves nothing after centring)", d));
   if (r.matpow && r.any_row_sum()) throw InputError("the matrix-power reading has no row sums (value estimand only)");
   if (r.score_var && n < 2 && !r.pairs) throw InputError("score-var needs N >= 2 (it averages over i != j)");
   if (r.any_norm() && r.matpow) {

@@ -35,8 +35,10 @@ void Accumulator::merge(const Accumulator& other) {
   const double delta = other.mean_ - mean_;
   const double delta_sq = delta * delta;
   m4_ += other.m4_ + delta_sq * delta_sq * n_a * n_b * (n_a * n_a - n_a * n_b + n_b * n_b) / (n * n * n) +
-         6 * delta_sq * (n_a * n_a * other.m2_ + n_b * n_b * m2_) / (n * n) + 4 * delta * (n_a * other.m3_ - n_b * m3_) / n;
-  m3_ += other.m3_ + delta_sq * delta * n_a * n_b * (n_a - n_b) / (n * n) + 3 * delta * (n_a * other.m2_ - n_b * m2_) / n;
+         6 * delta_sq * (n_a * n_a * other.m2_ + n_b * n_b * m2_) / (n * n) +
+         4 * delta * (n_a * other.m3_ - n_b * m3_) / n;
+  m3_ +=
+      other.m3_ + delta_sq * delta * n_a * n_b * (n_a - n_b) / (n * n) + 3 * delta * (n_a * other.m2_ - n_b * m2_) / n;
   mean_ += delta * n_b / n;
   m2_ += other.m2_ + delta_sq * n_a * n_b / n;
   count_ += other.count_;

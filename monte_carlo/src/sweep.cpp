@@ -121,7 +121,8 @@ std::vector<Estimand> parse_estimands(const std::string& text) {
       }
     }
     if (!found) {
-      throw InputError(fmt::format("--estimand: '{}' is not one of value, dQ, dK, dS, score-var, row-sum, row-mean, dV", name));
+      throw InputError(
+          fmt::format("--estimand: '{}' is not one of value, dQ, dK, dS, score-var, row-sum, row-mean, dV", name));
     }
   }
   if (out.empty()) throw InputError("--estimand: empty list");
@@ -150,8 +151,8 @@ OuterRule parse_outer_scale(const std::string& raw) {
     rule.n_exponent = a;
     return rule;
   }
-  throw InputError(fmt::format("--outer-scale: '{}' is not one of none, 1/sqrt(N), 1/k:K (e.g. 1/k:8), N^-a (e.g. N^-1)",
-                               raw));
+  throw InputError(
+      fmt::format("--outer-scale: '{}' is not one of none, 1/sqrt(N), 1/k:K (e.g. 1/k:8), N^-a (e.g. N^-1)", raw));
 }
 
 double InnerRule::at(Index d) const { return inverse_sqrt_d ? 1 / std::sqrt(static_cast<double>(d)) : value; }
@@ -178,9 +179,9 @@ theory::Activation parse_phi(const std::string& name, int p) {
   }
   a.kind = ActivationKind::pointwise;
   static const std::pair<const char*, Pointwise> names[] = {
-      {"poly", Pointwise::poly},         {"identity", Pointwise::identity}, {"relu", Pointwise::relu},
-      {"relu2", Pointwise::relu2},       {"gelu", Pointwise::gelu},         {"softplus", Pointwise::softplus},
-      {"relu6", Pointwise::relu6},       {"sigmoid", Pointwise::sigmoid}};
+      {"poly", Pointwise::poly},   {"identity", Pointwise::identity}, {"relu", Pointwise::relu},
+      {"relu2", Pointwise::relu2}, {"gelu", Pointwise::gelu},         {"softplus", Pointwise::softplus},
+      {"relu6", Pointwise::relu6}, {"sigmoid", Pointwise::sigmoid}};
   for (const auto& [text, h] : names) {
     if (name == text) {
       a.h = h;
@@ -223,7 +224,8 @@ bool SeriesSpec::counts_for_exit_of(Estimand estimand) const {
 records::Claim claim_info(const std::string& id) {
   const std::optional<records::Claim> claim = records::find_claim(id);
   if (!claim || id == "C1" || id == "C2") {
-    throw InputError(fmt::format("--claim: '{}' is not one of C3, C4, C5, C6, C7, C8, C9 (C1, C2 are exact: attncheck bounds)", id));
+    throw InputError(
+        fmt::format("--claim: '{}' is not one of C3, C4, C5, C6, C7, C8, C9 (C1, C2 are exact: attncheck bounds)", id));
   }
   return *claim;
 }
@@ -237,7 +239,8 @@ std::vector<SeriesSpec> build_series(const SweepRequest& rq) {
     throw InputError("--mix is C9's mix alpha of softmax_col(V) and V: give it with --claim C9");
   }
   if (!rq.claim) {
-    if (!rq.phi) throw InputError("without --claim, give --phi (and optionally --inner-scale, --outer-scale, --estimand)");
+    if (!rq.phi)
+      throw InputError("without --claim, give --phi (and optionally --inner-scale, --outer-scale, --estimand)");
     for (int p : rq.p) {
       SeriesSpec s;
       s.activation = parse_phi(*rq.phi, p);
@@ -245,11 +248,13 @@ std::vector<SeriesSpec> build_series(const SweepRequest& rq) {
       s.outer = rq.outer_scale ? parse_outer_scale(*rq.outer_scale) : OuterRule{};
       s.estimands = rq.estimands ? parse_estimands(*rq.estimands) : std::vector<Estimand>{Estimand::value};
       if (std::find(s.estimands.begin(), s.estimands.end(), Estimand::dV) != s.estimands.end()) {
-        throw InputError("--estimand dV: the derivative in the values belongs to C9's cross-normalized output (--claim C9)");
+        throw InputError(
+            "--estimand dV: the derivative in the values belongs to C9's cross-normalized output (--claim C9)");
       }
       s.claimed_exponent = rq.claimed_exponent;
       if (s.activation.kind == ActivationKind::matpow) s.reading = "matrix";
-      if (s.activation.kind == ActivationKind::pointwise && s.activation.h == Pointwise::poly) s.reading = "elementwise";
+      if (s.activation.kind == ActivationKind::pointwise && s.activation.h == Pointwise::poly)
+        s.reading = "elementwise";
       out.push_back(s);
       // p only matters for poly and matpow: one series is enough for the others.
       const bool uses_p = s.activation.kind == ActivationKind::matpow ||
@@ -262,7 +267,8 @@ std::vector<SeriesSpec> build_series(const SweepRequest& rq) {
   const records::Claim claim = claim_info(id);
   if (rq.claimed_exponent) throw InputError(fmt::format("--claimed-exponent: --claim {} fixes the exponent", id));
   const auto fixed = [&](const std::optional<std::string>& given, const char* option) {
-    if (given) throw InputError(fmt::format("{} {}: --claim {} fixes it as the paper states it; drop one", option, *given, id));
+    if (given)
+      throw InputError(fmt::format("{} {}: --claim {} fixes it as the paper states it; drop one", option, *given, id));
   };
   fixed(rq.inner_scale, "--inner-scale");
   fixed(rq.outer_scale, "--outer-scale");
@@ -292,14 +298,16 @@ std::vector<SeriesSpec> build_series(const SweepRequest& rq) {
       s.inner = InnerRule{false, 1};
       s.outer = id == "C6" ? parse_outer_scale("1/sqrt(N)") : OuterRule{};
       s.outer.d_exponent = 0.5;
-      s.estimands = id == "C6" ? std::vector<Estimand>{Estimand::dQ, Estimand::dK} : std::vector<Estimand>{Estimand::dQ};
+      s.estimands =
+          id == "C6" ? std::vector<Estimand>{Estimand::dQ, Estimand::dK} : std::vector<Estimand>{Estimand::dQ};
       s.claimed_exponent = claim.claimed_exponent;
       out.push_back(s);
     }
   } else if (id == "C7") {
     const std::string h = rq.phi.value_or("relu");
     if (h == "poly" || h == "matpow" || h == "softmax") {
-      throw InputError(fmt::format("--phi {}: C7 is about h in relu, relu2, gelu, softplus, identity, relu6, sigmoid", h));
+      throw InputError(
+          fmt::format("--phi {}: C7 is about h in relu, relu2, gelu, softplus, identity, relu6, sigmoid", h));
     }
     // alpha = 1 is the claim; 0 and 0.5 show that the factor L^-1 is needed (row sums then grow).
     for (double alpha : rq.alpha.value_or(std::vector<double>{0.0, 0.5, 1.0})) {
@@ -328,8 +336,8 @@ std::vector<SeriesSpec> build_series(const SweepRequest& rq) {
       out.push_back(s);
     }
   } else if (id == "C8") {
-    for (const auto scores : {theory::ScoreModel::unit_pairs, theory::ScoreModel::sign_coupled_pairs,
-                              theory::ScoreModel::projected}) {
+    for (const auto scores :
+         {theory::ScoreModel::unit_pairs, theory::ScoreModel::sign_coupled_pairs, theory::ScoreModel::projected}) {
       SeriesSpec s;
       s.claim = id;
       s.activation = parse_phi("identity", 1);
@@ -371,11 +379,13 @@ PointSpec make_point(const SeriesSpec& series, Index N, Index D, Index d, double
   // The seed follows from the key, which names the point's fields: set once they are.
   ps.point = make_sweep_point({N, D, d, sigma_x, sigma_t}, map, 0, series.scores, series.mix, dv);
   SweepPoint& pt = ps.point;
-  ps.key = fmt::format("phi={};p={};inner={:.17g};outer={:.17g}*N^-{:.17g};N={};D={};d={};sigma_x={:.17g};sigma_t={:.17g}",
-                       phi_name(series.activation), series.activation.p, pt.map.inner, pt.map.outer.factor,
-                       pt.map.outer.n_exponent, N, D, d, sigma_x, sigma_t);
+  ps.key =
+      fmt::format("phi={};p={};inner={:.17g};outer={:.17g}*N^-{:.17g};N={};D={};d={};sigma_x={:.17g};sigma_t={:.17g}",
+                  phi_name(series.activation), series.activation.p, pt.map.inner, pt.map.outer.factor,
+                  pt.map.outer.n_exponent, N, D, d, sigma_x, sigma_t);
   // The papers' model keeps the key (and the seed) it always had.
-  if (series.scores != theory::ScoreModel::projected) ps.key += fmt::format(";scores={}", theory::score_model_name(series.scores));
+  if (series.scores != theory::ScoreModel::projected)
+    ps.key += fmt::format(";scores={}", theory::score_model_name(series.scores));
   if (series.mix) {
     ps.key += fmt::format(";cross-norm;mix={:.17g};dv={}", *pt.mix, pt.dv);
   }
@@ -393,7 +403,8 @@ std::pair<theory::EntryExpectations, theory::EntryExpectations> entry_pair(const
   theory::Activation a = pt.map.activation;
   if (a.kind == ActivationKind::matpow && a.p == 1) a = {ActivationKind::pointwise, Pointwise::identity, 1};
   const theory::GaussianModel model = model_of(pt);
-  return {theory::entry_expectations(a, model, pt.scores, false), theory::entry_expectations(a, model, pt.scores, true)};
+  return {theory::entry_expectations(a, model, pt.scores, false),
+          theory::entry_expectations(a, model, pt.scores, true)};
 }
 
 std::optional<double> both(const std::optional<double>& off, const std::optional<double>& diag,
@@ -423,7 +434,8 @@ ExactMoments exact_moments(const PointSpec& ps, Estimand estimand) {
       out.second = both(o, g, sum);
       if (out.second) *out.second *= c * c;
       const auto fourth = both(o4, g4, sum);
-      if (out.second && fourth) out.second_variance_floor = std::max(0.0, c * c * c * c * *fourth - *out.second * *out.second);
+      if (out.second && fourth)
+        out.second_variance_floor = std::max(0.0, c * c * c * c * *fourth - *out.second * *out.second);
     };
     switch (estimand) {
       case Estimand::value: second(off.value_sq, diag.value_sq, off.value_4, diag.value_4); break;
@@ -450,7 +462,9 @@ ExactMoments exact_moments(const PointSpec& ps, Estimand estimand) {
   return out;
 }
 
-std::optional<double> exact_norm_sq(const PointSpec& ps, Estimand estimand) { return exact_moments(ps, estimand).second; }
+std::optional<double> exact_norm_sq(const PointSpec& ps, Estimand estimand) {
+  return exact_moments(ps, estimand).second;
+}
 
 std::optional<double> cross_norm_sample_bound(const PointSpec& ps, Estimand estimand) {
   const SweepPoint& pt = ps.point;
@@ -470,7 +484,9 @@ std::optional<ExactLaw> exact_law(const PointSpec& ps, Estimand estimand) {
     const auto bound = cross_norm_sample_bound(ps, estimand);
     if (!bound) return std::nullopt;
     ExactLaw law;
-    law.of = fmt::format("sup over inputs of ||{}||_F (fact 11)", estimand == Estimand::value ? "O" : estimand == Estimand::dV ? "dO/dV" : "dO/dS");
+    law.of = fmt::format("sup over inputs of ||{}||_F (fact 11)", estimand == Estimand::value ? "O"
+                                                                  : estimand == Estimand::dV  ? "dO/dV"
+                                                                                              : "dO/dS");
     law.bound = true;
     law.deterministic = true;
     law.exponent = 0.5;  // sqrt(N d_v) or sqrt(N d_v / 8): the constant is the bound at N = 1

@@ -39,7 +39,7 @@ constexpr double kMaxFeatures = 1024;
 
 // The weights a tensor sum carries per row, on the query side (V) and on the key side (U).
 enum Weight : int {
-  kOnes = 0,    // 1 and 1
+  kOnes = 0,       // 1 and 1
   kQueryJacobian,  // ||x_i||^2 and ||u_j||^2 (dQ)
   kKeyJacobian,    // ||v_i||^2 and ||x_j||^2 (dK)
 };
@@ -84,7 +84,8 @@ std::optional<std::string> unsupported(const SweepPoint& point, const std::vecto
   const theory::Activation& act = point.map.activation;
   if (point.mix) return std::string("C9's cross-normalized output is not elementwise");
   if (point.scores != theory::ScoreModel::projected) {
-    return fmt::format("scores {}: the tensor path forms projected scores only", theory::score_model_name(point.scores));
+    return fmt::format("scores {}: the tensor path forms projected scores only",
+                       theory::score_model_name(point.scores));
   }
   const bool poly = act.kind == ActivationKind::pointwise && act.h == Pointwise::poly && act.p >= 1;
   const bool identity = act.kind == ActivationKind::pointwise && act.h == Pointwise::identity;
@@ -211,8 +212,8 @@ void add_side(const Plan& plan, const MonomialTable& table, const ColMatrix& y, 
   work.monomials.resize(rows, needed);
   work.monomials.col(0).setOnes();
   for (Index c = 1; c < needed; ++c) {
-    work.monomials.col(c) =
-        work.monomials.col(table.parent[static_cast<std::size_t>(c)]).cwiseProduct(y.col(table.var[static_cast<std::size_t>(c)]));
+    work.monomials.col(c) = work.monomials.col(table.parent[static_cast<std::size_t>(c)])
+                                .cwiseProduct(y.col(table.var[static_cast<std::size_t>(c)]));
   }
   const Eigen::VectorXd ones = Eigen::VectorXd::Ones(rows);
   for (std::size_t k = 0; k < plan.orders.size(); ++k) {
@@ -220,7 +221,9 @@ void add_side(const Plan& plan, const MonomialTable& table, const ColMatrix& y, 
     const int h = Plan::generated(o.m);
     const Index first = table.begin(h), count = table.count(h);
     for (std::size_t w = 0; w < o.weights.size(); ++w) {
-      const Eigen::VectorXd& weight = o.weights[w] == kOnes ? ones : o.weights[w] == kQueryJacobian ? weight_a : weight_b;
+      const Eigen::VectorXd& weight = o.weights[w] == kOnes            ? ones
+                                      : o.weights[w] == kQueryJacobian ? weight_a
+                                                                       : weight_b;
       if (o.m % 2 == 1) {
         sums[k][w].noalias() += weight.transpose() * work.monomials.middleCols(first, count);
         continue;
@@ -234,8 +237,8 @@ void add_side(const Plan& plan, const MonomialTable& table, const ColMatrix& y, 
 }
 
 // One block of rows of X: projections, row norms and both sides' tensor sums.
-void add_block(const Plan& plan, const MonomialTable& table, const Matrix& X_block, const Matrix& Q,
-               const Matrix& K, BlockWork& work, Sums& sums) {
+void add_block(const Plan& plan, const MonomialTable& table, const Matrix& X_block, const Matrix& Q, const Matrix& K,
+               BlockWork& work, Sums& sums) {
   const ColMatrix v = X_block * Q, u = X_block * K;
   const Eigen::VectorXd x_sq = X_block.rowwise().squaredNorm();
   const Eigen::VectorXd v_sq = v.rowwise().squaredNorm(), u_sq = u.rowwise().squaredNorm();
@@ -293,9 +296,10 @@ Plan checked_plan(const SweepPoint& point, const std::vector<Estimand>& estimand
   Plan plan = make_plan(point, estimands);
   const double features = monomials_of_order(point.d, plan.top);
   if (features > kMaxFeatures) {
-    throw InputError(fmt::format("--path tensor: d = {} and order {} give {:.4g} monomials per row, more than {:g}; "
-                                 "use --path direct",
-                                 point.d, plan.top, features, kMaxFeatures));
+    throw InputError(
+        fmt::format("--path tensor: d = {} and order {} give {:.4g} monomials per row, more than {:g}; "
+                    "use --path direct",
+                    point.d, plan.top, features, kMaxFeatures));
   }
   return plan;
 }
@@ -376,7 +380,8 @@ PathCosts path_flops(const SweepPoint& point, const std::vector<Estimand>& estim
   double per_row = monomials_per_row(point.d, plan.top) - 1;
   for (const auto& o : plan.orders) {
     const double features = monomials_of_order(point.d, Plan::generated(o.m));
-    per_row += static_cast<double>(o.weights.size()) * (o.m % 2 == 0 ? 2 * features * features + 2 * features : 2 * features);
+    per_row +=
+        static_cast<double>(o.weights.size()) * (o.m % 2 == 0 ? 2 * features * features + 2 * features : 2 * features);
   }
   costs.tensor = projections + 2 * n * per_row;
   return costs;
@@ -409,9 +414,9 @@ std::uint64_t tensor_path_bytes(const SweepPoint& point, const std::vector<Estim
   // A block of X, its projections, monomials and features; a chunk's sums and the total (up to 3 weights of 2
   // orders, both sides, features^2 each); Q and K.
   return saturating_product(
-      {sizeof(double), saturating_sum({saturating_product({rows, D + 2 * d + monomials + features + 3}),
-                                       saturating_product({2 * 2 * 3 * 2, features, features}),
-                                       saturating_product({2, D, d})})});
+      {sizeof(double),
+       saturating_sum({saturating_product({rows, D + 2 * d + monomials + features + 3}),
+                       saturating_product({2 * 2 * 3 * 2, features, features}), saturating_product({2, D, d})})});
 }
 
 SampleValues evaluate_tensor_sample(const SweepPoint& point, const std::vector<Estimand>& estimands, std::uint64_t k,
@@ -427,14 +432,15 @@ SampleValues evaluate_tensor_sample(const SweepPoint& point, const std::vector<E
   weights_stream.fill_normal(Q.data(), Q.data() + Q.size(), point.sigma_t);
   weights_stream.fill_normal(K.data(), K.data() + K.size(), point.sigma_t);
   std::vector<std::optional<PhiloxStream>> streams(static_cast<std::size_t>((n + kChunkRows - 1) / kChunkRows));
-  const Sums sums = chunked_sums(plan, table, n, D, Q, K, threads, [&](Index chunk, Index r0, Index /*rows*/, Matrix& block) {
-    auto& stream = streams[static_cast<std::size_t>(chunk)];
-    if (!stream) {
-      stream.emplace(point.seed, k);
-      stream->skip_blocks(static_cast<std::uint64_t>(r0 * D / 2));  // r0 is even: whole pairs
-    }
-    stream->fill_normal(block.data(), block.data() + block.size(), point.sigma_x);
-  });
+  const Sums sums =
+      chunked_sums(plan, table, n, D, Q, K, threads, [&](Index chunk, Index r0, Index /*rows*/, Matrix& block) {
+        auto& stream = streams[static_cast<std::size_t>(chunk)];
+        if (!stream) {
+          stream.emplace(point.seed, k);
+          stream->skip_blocks(static_cast<std::uint64_t>(r0 * D / 2));  // r0 is even: whole pairs
+        }
+        stream->fill_normal(block.data(), block.data() + block.size(), point.sigma_x);
+      });
   return finish(plan, table, sums, point.map, n);
 }
 

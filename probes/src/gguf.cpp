@@ -51,17 +51,38 @@ void decode_q4_1(const std::byte* block, double* out) {
 // Every ggml type GGUF files use today (ggml.h's numbering; the gaps are types ggml has retired). F32, F16 and
 // BF16 are read as plain element types; the rest are blocks.
 constexpr BlockFormat kFormats[] = {
-    {"F32", 0, 1, 4},          {"F16", 1, 1, 2},         {"Q4_0", 2, 32, 18, decode_q4_0},
-    {"Q4_1", 3, 32, 20, decode_q4_1}, {"Q5_0", 6, 32, 22}, {"Q5_1", 7, 32, 24},
-    {"Q8_0", 8, 32, 34, decode_q8_0}, {"Q8_1", 9, 32, 40}, {"Q2_K", 10, 256, 84},
-    {"Q3_K", 11, 256, 110},    {"Q4_K", 12, 256, 144},   {"Q5_K", 13, 256, 176},
-    {"Q6_K", 14, 256, 210},    {"Q8_K", 15, 256, 292},   {"IQ2_XXS", 16, 256, 66},
-    {"IQ2_XS", 17, 256, 74},   {"IQ3_XXS", 18, 256, 98}, {"IQ1_S", 19, 256, 50},
-    {"IQ4_NL", 20, 32, 18},    {"IQ3_S", 21, 256, 110},  {"IQ2_S", 22, 256, 82},
-    {"IQ4_XS", 23, 256, 136},  {"I8", 24, 1, 1},         {"I16", 25, 1, 2},
-    {"I32", 26, 1, 4},         {"I64", 27, 1, 8},        {"F64", 28, 1, 8},
-    {"IQ1_M", 29, 256, 56},    {"BF16", 30, 1, 2},       {"TQ1_0", 34, 256, 54},
-    {"TQ2_0", 35, 256, 66},    {"MXFP4", 39, 32, 17},
+    {"F32", 0, 1, 4},
+    {"F16", 1, 1, 2},
+    {"Q4_0", 2, 32, 18, decode_q4_0},
+    {"Q4_1", 3, 32, 20, decode_q4_1},
+    {"Q5_0", 6, 32, 22},
+    {"Q5_1", 7, 32, 24},
+    {"Q8_0", 8, 32, 34, decode_q8_0},
+    {"Q8_1", 9, 32, 40},
+    {"Q2_K", 10, 256, 84},
+    {"Q3_K", 11, 256, 110},
+    {"Q4_K", 12, 256, 144},
+    {"Q5_K", 13, 256, 176},
+    {"Q6_K", 14, 256, 210},
+    {"Q8_K", 15, 256, 292},
+    {"IQ2_XXS", 16, 256, 66},
+    {"IQ2_XS", 17, 256, 74},
+    {"IQ3_XXS", 18, 256, 98},
+    {"IQ1_S", 19, 256, 50},
+    {"IQ4_NL", 20, 32, 18},
+    {"IQ3_S", 21, 256, 110},
+    {"IQ2_S", 22, 256, 82},
+    {"IQ4_XS", 23, 256, 136},
+    {"I8", 24, 1, 1},
+    {"I16", 25, 1, 2},
+    {"I32", 26, 1, 4},
+    {"I64", 27, 1, 8},
+    {"F64", 28, 1, 8},
+    {"IQ1_M", 29, 256, 56},
+    {"BF16", 30, 1, 2},
+    {"TQ1_0", 34, 256, 54},
+    {"TQ2_0", 35, 256, 66},
+    {"MXFP4", 39, 32, 17},
 };
 
 std::optional<DType> plain_dtype(std::uint32_t ggml_type) {
@@ -137,10 +158,18 @@ class Cursor {
 // The fewest bytes one value of a type can take: bounds array counts before anything is allocated.
 std::uint64_t smallest_size(GgufType type) {
   switch (type) {
-    case GgufType::u8: case GgufType::i8: case GgufType::boolean: return 1;
-    case GgufType::u16: case GgufType::i16: return 2;
-    case GgufType::u32: case GgufType::i32: case GgufType::f32: return 4;
-    case GgufType::u64: case GgufType::i64: case GgufType::f64: case GgufType::string: return 8;
+    case GgufType::u8:
+    case GgufType::i8:
+    case GgufType::boolean: return 1;
+    case GgufType::u16:
+    case GgufType::i16: return 2;
+    case GgufType::u32:
+    case GgufType::i32:
+    case GgufType::f32: return 4;
+    case GgufType::u64:
+    case GgufType::i64:
+    case GgufType::f64:
+    case GgufType::string: return 8;
     case GgufType::array: return 12;
   }
   return 1;
@@ -201,8 +230,8 @@ const BlockFormat* block_format(std::uint32_t ggml_type) {
 }
 
 std::string_view gguf_type_name(GgufType type) {
-  constexpr std::string_view kNames[] = {"UINT8", "INT8",  "UINT16", "INT16",  "UINT32", "INT32", "FLOAT32",
-                                         "BOOL",  "STRING", "ARRAY", "UINT64", "INT64",  "FLOAT64"};
+  constexpr std::string_view kNames[] = {"UINT8", "INT8",   "UINT16", "INT16",  "UINT32", "INT32",  "FLOAT32",
+                                         "BOOL",  "STRING", "ARRAY",  "UINT64", "INT64",  "FLOAT64"};
   const auto index = static_cast<std::size_t>(type);
   return index < std::size(kNames) ? kNames[index] : "unknown";
 }
@@ -220,8 +249,8 @@ const GgufValue& required(const GgufHeader& header, std::string_view key) {
 }
 
 InputError wrong_type(const GgufHeader& header, std::string_view key, const GgufValue& value, std::string_view wanted) {
-  return InputError(fmt::format("{}: metadata '{}' is {}, not {}", header.source, key, gguf_type_name(value.type),
-                                wanted));
+  return InputError(
+      fmt::format("{}: metadata '{}' is {}, not {}", header.source, key, gguf_type_name(value.type), wanted));
 }
 }  // namespace
 
@@ -323,8 +352,8 @@ GgufHeader parse(Cursor& in, const std::string& source) {
     if (!format) throw fail(fmt::format("unknown ggml type {}", type));
     const auto offset = in.read<std::uint64_t>(fmt::format("the offset of tensor '{}'", tensor.name));
     if (ne[0] % format->elements != 0) {
-      throw fail(fmt::format("rows of {} elements are not whole blocks of {} ({})", ne[0], format->elements,
-                             format->name));
+      throw fail(
+          fmt::format("rows of {} elements are not whole blocks of {} ({})", ne[0], format->elements, format->name));
     }
     // Sizes are compared with the file's as they grow, so the products cannot overflow.
     const std::uint64_t limit = in.size();
@@ -374,22 +403,26 @@ GgufHeader parse(Cursor& in, const std::string& source) {
 }  // namespace
 
 GgufHeader parse_gguf(std::span<const std::byte> image, const std::string& source) {
-  Cursor in(image.size(), [image](std::uint64_t offset, std::span<std::byte> out) {
-    std::memcpy(out.data(), image.data() + offset, out.size());
-  }, source);
+  Cursor in(
+      image.size(),
+      [image](std::uint64_t offset, std::span<std::byte> out) {
+        std::memcpy(out.data(), image.data() + offset, out.size());
+      },
+      source);
   return parse(in, source);
 }
 
 GgufFile::GgufFile(const std::filesystem::path& path) : file_(path) {
   const std::string source = path.string();
-  Cursor in(file_.size(), [this](std::uint64_t offset, std::span<std::byte> out) { file_.read_at(offset, out); },
-            source);
+  Cursor in(
+      file_.size(), [this](std::uint64_t offset, std::span<std::byte> out) { file_.read_at(offset, out); }, source);
   header_ = parse(in, source);
 }
 
 void GgufFile::read(const TensorInfo& tensor, std::uint64_t offset, std::span<std::byte> out) const {
   if (offset > tensor.end - tensor.begin || out.size() > tensor.end - tensor.begin - offset) {
-    throw std::logic_error(fmt::format("bytes {}..{} are outside tensor '{}'", offset, offset + out.size(), tensor.name));
+    throw std::logic_error(
+        fmt::format("bytes {}..{} are outside tensor '{}'", offset, offset + out.size(), tensor.name));
   }
   file_.read_at(header_.data_begin + tensor.begin + offset, out);
 }

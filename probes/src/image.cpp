@@ -46,9 +46,11 @@ RgbImage read_image(const fs::path& file) {
     throw InputError(fmt::format("{}: not an image stb_image can decode (PNG, JPEG, PPM/PGM, BMP, TGA, GIF): {}",
                                  file.string(), stbi_failure_reason()));
   }
-  records::require_memory(records::saturating_product({static_cast<std::uint64_t>(width), static_cast<std::uint64_t>(height), 3 * 16}),
+  records::require_memory(records::saturating_product(
+                              {static_cast<std::uint64_t>(width), static_cast<std::uint64_t>(height), 3 * 16}),
                           fmt::format("the {} x {} image {}", width, height, file.string()));
-  const std::unique_ptr<stbi_uc, void (*)(void*)> decoded(stbi_load_from_memory(bytes, length, &width, &height, &channels, 3),
+  const std::unique_ptr<stbi_uc, void (*)(void*)> decoded(stbi_load_from_memory(bytes, length, &width, &height,
+                                                                                &channels, 3),
                                                           stbi_image_free);
   if (!decoded) throw InputError(fmt::format("{}: cannot decode the image: {}", file.string(), stbi_failure_reason()));
   RgbImage out;
@@ -67,7 +69,8 @@ std::string ImagePreprocessing::describe() const {
   }
   if (center_crop) out += fmt::format("center crop {} x {}, ", crop_height, crop_width);
   if (rescale) out += fmt::format("rescale x {:.6g}, ", rescale_factor);
-  if (normalize) out += fmt::format("normalize mean [{:.4g}] std [{:.4g}]", fmt::join(mean, ", "), fmt::join(std, ", "));
+  if (normalize)
+    out += fmt::format("normalize mean [{:.4g}] std [{:.4g}]", fmt::join(mean, ", "), fmt::join(std, ", "));
   return out;
 }
 
@@ -89,8 +92,10 @@ std::array<double, 3> triple(const nlohmann::json& config, const char* key, std:
   const auto& value = config[key];
   std::array<double, 3> out{};
   const bool scalar = value.is_number();
-  if (!scalar && !(value.is_array() && value.size() == 3 && std::all_of(value.begin(), value.end(), [](const auto& v) { return v.is_number(); }))) {
-    throw InputError(fmt::format("{}: \"{}\" is {}, not a number or a list of 3 numbers", file.string(), key, value.dump()));
+  if (!scalar && !(value.is_array() && value.size() == 3 &&
+                   std::all_of(value.begin(), value.end(), [](const auto& v) { return v.is_number(); }))) {
+    throw InputError(
+        fmt::format("{}: \"{}\" is {}, not a number or a list of 3 numbers", file.string(), key, value.dump()));
   }
   for (std::size_t c = 0; c < 3; ++c) {
     out[c] = scalar ? value.get<double>() : value[c].get<double>();
@@ -131,17 +136,19 @@ ImagePreprocessing read_preprocessing(const fs::path& model, const ModelConfig& 
       out.resize_height = side_of(size, "height", file, "size");
       out.resize_width = side_of(size, "width", file, "size");
       if (size.contains("longest_edge")) {
-        throw InputError(fmt::format("{}: \"size\".\"longest_edge\" is not supported (shortest_edge, or height and width)",
-                                     file.string()));
+        throw InputError(
+            fmt::format("{}: \"size\".\"longest_edge\" is not supported (shortest_edge, or height and width)",
+                        file.string()));
       }
     }
     if (out.shortest_edge == 0 && (out.resize_height == 0 || out.resize_width == 0)) {
-      throw InputError(fmt::format("{}: \"size\" is {}: give shortest_edge, or height and width", file.string(),
-                                   size.dump()));
+      throw InputError(
+          fmt::format("{}: \"size\" is {}: give shortest_edge, or height and width", file.string(), size.dump()));
     }
     const auto resample = value_or<std::int64_t>(json, "resample", 2, file);
     if (resample != 2 && resample != 3) {
-      throw InputError(fmt::format("{}: \"resample\" {} is not supported (2 bilinear, 3 bicubic)", file.string(), resample));
+      throw InputError(
+          fmt::format("{}: \"resample\" {} is not supported (2 bilinear, 3 bicubic)", file.string(), resample));
     }
     out.resample = static_cast<Resample>(resample);
   }
@@ -235,14 +242,16 @@ RgbImage resize_like_pillow(const RgbImage& image, std::int64_t height, std::int
   RgbImage current = image;
   if (width != current.width) {
     const auto taps = pillow_taps(current.width, width, resample);
-    RgbImage next{current.height, width, std::vector<std::uint8_t>(static_cast<std::size_t>(current.height * width * 3))};
+    RgbImage next{current.height, width,
+                  std::vector<std::uint8_t>(static_cast<std::size_t>(current.height * width * 3))};
     for (std::int64_t y = 0; y < current.height; ++y) {
       for (std::int64_t x = 0; x < width; ++x) {
         const Taps& t = taps[static_cast<std::size_t>(x)];
         for (int c = 0; c < 3; ++c) {
           std::int64_t sum = std::int64_t{1} << (kPrecisionBits - 1);
           for (std::int64_t k = 0; k < t.count; ++k) {
-            sum += static_cast<std::int64_t>(current.values[static_cast<std::size_t>((y * current.width + t.first + k) * 3 + c)]) *
+            sum += static_cast<std::int64_t>(
+                       current.values[static_cast<std::size_t>((y * current.width + t.first + k) * 3 + c)]) *
                    t.weights[static_cast<std::size_t>(k)];
           }
           next.values[static_cast<std::size_t>((y * width + x) * 3 + c)] = clip8(sum);
@@ -253,14 +262,16 @@ RgbImage resize_like_pillow(const RgbImage& image, std::int64_t height, std::int
   }
   if (height != current.height) {
     const auto taps = pillow_taps(current.height, height, resample);
-    RgbImage next{height, current.width, std::vector<std::uint8_t>(static_cast<std::size_t>(height * current.width * 3))};
+    RgbImage next{height, current.width,
+                  std::vector<std::uint8_t>(static_cast<std::size_t>(height * current.width * 3))};
     for (std::int64_t y = 0; y < height; ++y) {
       const Taps& t = taps[static_cast<std::size_t>(y)];
       for (std::int64_t x = 0; x < current.width; ++x) {
         for (int c = 0; c < 3; ++c) {
           std::int64_t sum = std::int64_t{1} << (kPrecisionBits - 1);
           for (std::int64_t k = 0; k < t.count; ++k) {
-            sum += static_cast<std::int64_t>(current.values[static_cast<std::size_t>(((t.first + k) * current.width + x) * 3 + c)]) *
+            sum += static_cast<std::int64_t>(
+                       current.values[static_cast<std::size_t>(((t.first + k) * current.width + x) * 3 + c)]) *
                    t.weights[static_cast<std::size_t>(k)];
           }
           next.values[static_cast<std::size_t>((y * current.width + x) * 3 + c)] = clip8(sum);
@@ -279,13 +290,15 @@ Pixels preprocess_image(const RgbImage& image, const ImagePreprocessing& p) {
     if (p.shortest_edge > 0) {
       // Hugging Face's get_resize_output_image_size: the longer side int(size * long / short).
       const bool portrait = current.height > current.width;
-      const std::int64_t shorter = std::min(current.height, current.width), longer = std::max(current.height, current.width);
+      const std::int64_t shorter = std::min(current.height, current.width),
+                         longer = std::max(current.height, current.width);
       const auto scaled = static_cast<std::int64_t>(static_cast<double>(p.shortest_edge) * static_cast<double>(longer) /
                                                     static_cast<double>(shorter));
       height = portrait ? scaled : p.shortest_edge;
       width = portrait ? p.shortest_edge : scaled;
     }
-    records::require_memory(records::saturating_product({static_cast<std::uint64_t>(height), static_cast<std::uint64_t>(width), 3 * 16}),
+    records::require_memory(records::saturating_product(
+                                {static_cast<std::uint64_t>(height), static_cast<std::uint64_t>(width), 3 * 16}),
                             fmt::format("resizing the image to {} x {}", height, width));
     current = resize_like_pillow(current, height, width, p.resample);
   }

@@ -28,8 +28,9 @@ namespace {
 
 NormSet norms_of(const AttentionMap& map, const LayerInputs& layer, const HeadInputs& head) {
   if (layer.attended && layer.rotary) {
-    throw InputError("rotary positions under a padding mask are not supported: the rotary key term needs the keys "
-                     "as a causal prefix or all of them");
+    throw InputError(
+        "rotary positions under a padding mask are not supported: the rotary key term needs the keys "
+        "as a causal prefix or all of them");
   }
   const auto norms = layer.attended
                          ? theory::attention_norms_from_projections(map, layer.X, head.V, head.U, *layer.attended)
@@ -51,7 +52,8 @@ struct ScoreStatistics {
 };
 
 // Over the attended entries only.
-ScoreStatistics score_statistics(const Matrix& scores, bool causal, const std::optional<theory::AttendedMask>& attended) {
+ScoreStatistics score_statistics(const Matrix& scores, bool causal,
+                                 const std::optional<theory::AttendedMask>& attended) {
   double sum = 0, sum_sq = 0, max_abs = 0;
   std::int64_t count = 0;
   for (Index i = 0; i < scores.rows(); ++i) {
@@ -103,7 +105,9 @@ AttentionMap linear_scaled_map(double inner) { return pointwise_map(Pointwise::i
 AttentionMap poly3_scaled_map(double inner) { return pointwise_map(Pointwise::poly, 3, inner, {1, 0.5}); }
 AttentionMap poly3_map(double inner) { return pointwise_map(Pointwise::poly, 3, inner, {1, 0}); }
 AttentionMap relu_n_map(double inner) { return pointwise_map(Pointwise::relu, 1, inner, {1, 1}); }
-AttentionMap softmax_map(double inner) { return AttentionMap{{ActivationKind::softmax, Pointwise::identity, 1}, inner, {}}; }
+AttentionMap softmax_map(double inner) {
+  return AttentionMap{{ActivationKind::softmax, Pointwise::identity, 1}, inner, {}};
+}
 
 // Softmax on the head's scores whatever the trained activation: the what-if changes only what A multiplies.
 Matrix softmax_attention(const LayerInputs& layer, const HeadInputs& head) {
@@ -118,9 +122,10 @@ Matrix softmax_attention(const LayerInputs& layer, const HeadInputs& head) {
 
 void set_cross_norm(HeadMetrics& m, const LayerInputs& layer, const HeadInputs& head) {
   if (head.values.size() == 0) {
-    throw InputError(fmt::format("layer {} head {}: the value projections are unknown, so the cross-normalization "
-                                 "what-if cannot be measured",
-                                 m.layer, m.head));
+    throw InputError(
+        fmt::format("layer {} head {}: the value projections are unknown, so the cross-normalization "
+                    "what-if cannot be measured",
+                    m.layer, m.head));
   }
   const Matrix attention = softmax_attention(layer, head);
   m.d_v = head.values.cols();
@@ -151,7 +156,8 @@ void set_score_statistics(HeadMetrics& m, const ScoreStatistics& statistics) {
 
 std::vector<std::int64_t> tokenize_for_model(const fs::path& model_path, const TransformerModel& model,
                                              std::string_view text) {
-  if (const GgufFile* gguf = model.checkpoint().gguf()) return ByteLevelBpeTokenizer::from_gguf(gguf->header()).encode(text);
+  if (const GgufFile* gguf = model.checkpoint().gguf())
+    return ByteLevelBpeTokenizer::from_gguf(gguf->header()).encode(text);
   const fs::path folder = fs::is_directory(model_path) ? model_path : model_path.parent_path();
   if (fs::exists(folder / "vocab.txt")) {
     bool lower_case = true;
@@ -168,9 +174,10 @@ std::vector<std::int64_t> tokenize_for_model(const fs::path& model_path, const T
     return ByteLevelBpeTokenizer::from_files(folder / "vocab.json", folder / "merges.txt").encode(text);
   }
   if (fs::exists(folder / "tokenizer.json")) return encode_with_tokenizer_json(folder / "tokenizer.json", text);
-  throw InputError(fmt::format("{}: no tokenizer for --text (vocab.txt, vocab.json with merges.txt, or "
-                               "tokenizer.json); pass the ids with --tokens FILE",
-                               folder.string()));
+  throw InputError(
+      fmt::format("{}: no tokenizer for --text (vocab.txt, vocab.json with merges.txt, or "
+                  "tokenizer.json); pass the ids with --tokens FILE",
+                  folder.string()));
 }
 
 std::vector<std::string> token_strings_for_model(const fs::path& model_path, const TransformerModel& model,
@@ -221,7 +228,8 @@ void set_group_key_derivatives(const LayerInputs& layer, std::span<HeadMetrics> 
     double sum = 0;
     for (std::size_t h = 0; h < layer.heads.size(); ++h) {
       if (layer.heads[h].kv_head != metrics.kv_head) continue;
-      const auto it = std::find_if(heads.begin(), heads.end(), [&](const HeadMetrics& m) { return m.head == static_cast<int>(h); });
+      const auto it =
+          std::find_if(heads.begin(), heads.end(), [&](const HeadMetrics& m) { return m.head == static_cast<int>(h); });
       const double dWk = it != heads.end() ? it->softmax.dWk : softmax_key_derivative(layer, layer.heads[h]);
       sum += dWk * dWk;
     }
@@ -263,9 +271,10 @@ HeadMetrics measure_head(const LayerInputs& layer, int layer_index, int head_ind
                                     {"||dA/dW_Q||_F", m.softmax.dWq},
                                     {"||dA/dW_K||_F", m.softmax.dWk}}) {
     if (!std::isfinite(value)) {
-      throw InputError(fmt::format("layer {} head {}: {} is {} (scores up to |s| = {:.3g}: the weights overflow "
-                                   "double precision)",
-                                   layer_index, head_index, name, value, m.score_max_abs));
+      throw InputError(
+          fmt::format("layer {} head {}: {} is {} (scores up to |s| = {:.3g}: the weights overflow "
+                      "double precision)",
+                      layer_index, head_index, name, value, m.score_max_abs));
     }
   }
   return m;
@@ -274,7 +283,8 @@ HeadMetrics measure_head(const LayerInputs& layer, int layer_index, int head_ind
 HeadMetrics measure_scores(const Matrix& scores, int layer_index, int head_index, bool causal,
                            const std::optional<theory::AttendedMask>& attended) {
   if (scores.rows() != scores.cols()) {
-    throw InputError(fmt::format("the scores are {}x{}: self-attention scores are N x N", scores.rows(), scores.cols()));
+    throw InputError(
+        fmt::format("the scores are {}x{}: self-attention scores are N x N", scores.rows(), scores.cols()));
   }
   std::optional<theory::AttendedMask> mask = attended;
   if (!mask && causal) {
@@ -302,14 +312,15 @@ HeadMetrics measure_scores(const Matrix& scores, int layer_index, int head_index
   return m;
 }
 
-LayerInputs split_heads(Matrix X, const Matrix& W_Q, const Matrix& W_K, const Vector& b_Q, const Vector& b_K,
-                        int heads, double inner, bool causal, const Matrix& W_V, const Vector& b_V) {
+LayerInputs split_heads(Matrix X, const Matrix& W_Q, const Matrix& W_K, const Vector& b_Q, const Vector& b_K, int heads,
+                        double inner, bool causal, const Matrix& W_V, const Vector& b_V) {
   const Index D = X.cols();
   if (heads < 1) throw InputError(fmt::format("heads = {} must be >= 1", heads));
   if (W_Q.rows() != D || W_K.rows() != D || W_Q.cols() != W_K.cols()) {
-    throw InputError(fmt::format("shapes do not chain: x is {}x{}, w_q is {}x{}, w_k is {}x{} (need w_q, w_k of "
-                                 "D x (heads d) with D = {})",
-                                 X.rows(), D, W_Q.rows(), W_Q.cols(), W_K.rows(), W_K.cols(), D));
+    throw InputError(
+        fmt::format("shapes do not chain: x is {}x{}, w_q is {}x{}, w_k is {}x{} (need w_q, w_k of "
+                    "D x (heads d) with D = {})",
+                    X.rows(), D, W_Q.rows(), W_Q.cols(), W_K.rows(), W_K.cols(), D));
   }
   if (W_Q.cols() == 0 || W_Q.cols() % heads != 0) {
     throw InputError(fmt::format("w_q has {} columns, not a positive multiple of heads = {}", W_Q.cols(), heads));
@@ -396,7 +407,8 @@ records::ProbeHeadRecord head_record(const HeadMetrics& m) {
   r.relu_n = norms(m.relu_n);
   if (!m.cross_norm.empty()) {
     records::ProbeCrossNorm cross{m.d_v, m.cross_norm_output_bound, m.cross_norm_grad_values_bound, {}};
-    for (const auto& what_if : m.cross_norm) cross.mixes.push_back({what_if.mix, what_if.output_fro, what_if.grad_values_fro});
+    for (const auto& what_if : m.cross_norm)
+      cross.mixes.push_back({what_if.mix, what_if.output_fro, what_if.grad_values_fro});
     r.cross_norm = std::move(cross);
   }
   return r;
@@ -420,7 +432,8 @@ ProbeResult probe_model(const fs::path& model_path, const ProbeInput& input, con
   }
   for (int head : heads) {
     if (head < 0 || head >= model.config().heads) {
-      throw InputError(fmt::format("head {} does not exist: the model has heads 0..{}", head, model.config().heads - 1));
+      throw InputError(
+          fmt::format("head {} does not exist: the model has heads 0..{}", head, model.config().heads - 1));
     }
   }
   std::vector<LayerInputs> computed;
@@ -475,9 +488,10 @@ ProbeResult probe_model(const fs::path& model_path, const ProbeInput& input, con
       std::int64_t length = input.random_length;
       if (!vision && !input.random_length_chosen) length = std::min(length, model.config().max_positions);
       if (!vision && length > model.config().max_positions) {
-        throw InputError(fmt::format("--random --length {}: the input has {} positions, more than the model's {} "
-                                     "positions",
-                                     input.random_length, input.random_length, model.config().max_positions));
+        throw InputError(
+            fmt::format("--random --length {}: the input has {} positions, more than the model's {} "
+                        "positions",
+                        input.random_length, input.random_length, model.config().max_positions));
       }
       model.require_memory_for(length, layers);
       result.random_length = length;
@@ -539,8 +553,10 @@ void write_attention(const fs::path& path, const ProbeResult& result) {
                        DType::I64});
   }
   if (!result.pixels.values.empty()) {
-    tensors.push_back({"pixel_values", {result.pixels.channels, result.pixels.height, result.pixels.width},
-                       result.pixels.values, DType::F64});
+    tensors.push_back({"pixel_values",
+                       {result.pixels.channels, result.pixels.height, result.pixels.width},
+                       result.pixels.values,
+                       DType::F64});
   }
   write_safetensors(path, tensors);
 }

@@ -8,20 +8,20 @@
 namespace attncheck::probes::llama {
 
 namespace fs = std::filesystem;
-using theory::Index;
 using detail::bias_or_zero;
 using detail::project;
+using theory::Index;
 
 namespace {
 
 void check_shape(const ModelConfig& c, const std::string& source) {
   if (c.heads % c.key_value_heads() != 0) {
-    throw InputError(fmt::format("{}: {} query heads cannot share {} key/value heads evenly", source, c.heads,
-                                 c.key_value_heads()));
+    throw InputError(
+        fmt::format("{}: {} query heads cannot share {} key/value heads evenly", source, c.heads, c.key_value_heads()));
   }
   if (c.head_dim() <= 0 || c.head_dim() % 2 != 0) {
-    throw InputError(fmt::format("{}: head dimension {} is not a positive even number (rotary pairs)", source,
-                                 c.head_dim()));
+    throw InputError(
+        fmt::format("{}: head dimension {} is not a positive even number (rotary pairs)", source, c.head_dim()));
   }
   if (!(c.rope_theta > 0) || !std::isfinite(c.rope_theta)) {
     throw InputError(fmt::format("{}: rotary base {} is not a positive number", source, c.rope_theta));
@@ -39,13 +39,13 @@ struct Names {
 Names layer_names(const ModelConfig& c, std::int64_t layer) {
   if (c.gguf) {
     const std::string p = fmt::format("blk.{}.", layer);
-    return {p + "attn_norm", p + "attn_q", p + "attn_k", p + "attn_v", p + "attn_output",
+    return {p + "attn_norm", p + "attn_q",   p + "attn_k", p + "attn_v",  p + "attn_output",
             p + "ffn_norm",  p + "ffn_gate", p + "ffn_up", p + "ffn_down"};
   }
   const std::string p = fmt::format("{}layers.{}.", c.tensor_prefix, layer);
-  return {p + "input_layernorm",          p + "self_attn.q_proj", p + "self_attn.k_proj",
-          p + "self_attn.v_proj",         p + "self_attn.o_proj", p + "post_attention_layernorm",
-          p + "mlp.gate_proj",            p + "mlp.up_proj",      p + "mlp.down_proj"};
+  return {p + "input_layernorm",  p + "self_attn.q_proj", p + "self_attn.k_proj",
+          p + "self_attn.v_proj", p + "self_attn.o_proj", p + "post_attention_layernorm",
+          p + "mlp.gate_proj",    p + "mlp.up_proj",      p + "mlp.down_proj"};
 }
 
 }  // namespace
@@ -53,8 +53,8 @@ Names layer_names(const ModelConfig& c, std::int64_t layer) {
 ModelConfig config_from_gguf(const GgufHeader& header, const Checkpoint& checkpoint) {
   const std::string& architecture = header.string("general.architecture");
   if (architecture != "llama") {
-    throw InputError(fmt::format("{}: general.architecture '{}' is not supported (llama)", header.source,
-                                 architecture));
+    throw InputError(
+        fmt::format("{}: general.architecture '{}' is not supported (llama)", header.source, architecture));
   }
   const auto integer = [&](const std::string& key) {
     const auto value = header.unsigned_integer("llama." + key);
@@ -86,8 +86,8 @@ ModelConfig config_from_gguf(const GgufHeader& header, const Checkpoint& checkpo
                                  header.source, integer("rope.dimension_count"), c.head_size));
   }
   if (header.find("llama.rope.scaling.type") && header.string("llama.rope.scaling.type") != "none") {
-    throw InputError(fmt::format("{}: rope scaling '{}' is not supported", header.source,
-                                 header.string("llama.rope.scaling.type")));
+    throw InputError(
+        fmt::format("{}: rope scaling '{}' is not supported", header.source, header.string("llama.rope.scaling.type")));
   }
   if (header.find("llama.expert_count") && header.unsigned_integer("llama.expert_count") > 0) {
     throw InputError(fmt::format("{}: mixtures of experts are not supported", header.source));
@@ -95,8 +95,8 @@ ModelConfig config_from_gguf(const GgufHeader& header, const Checkpoint& checkpo
   c.rope_theta = header.find("llama.rope.freq_base") ? header.number("llama.rope.freq_base") : 10000.0;
   c.layer_norm_eps = header.number("llama.attention.layer_norm_rms_epsilon");
   const auto& embedding = checkpoint.info("token_embd.weight");
-  c.vocab = header.find("llama.vocab_size") ? integer("vocab_size")
-                                           : (embedding.shape.empty() ? 0 : embedding.shape.front());
+  c.vocab =
+      header.find("llama.vocab_size") ? integer("vocab_size") : (embedding.shape.empty() ? 0 : embedding.shape.front());
   check_shape(c, header.source);
   return c;
 }
@@ -143,13 +143,15 @@ ModelConfig config_from_json(const nlohmann::json& config, const fs::path& file,
   return c;
 }
 
-std::string embedding_name(const ModelConfig& c) { return c.gguf ? "token_embd.weight" : c.tensor_prefix + "embed_tokens.weight"; }
+std::string embedding_name(const ModelConfig& c) {
+  return c.gguf ? "token_embd.weight" : c.tensor_prefix + "embed_tokens.weight";
+}
 
 std::vector<LayerInputs> forward(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h, std::int64_t last) {
   const std::int64_t D = c.hidden, H = c.heads, G = c.key_value_heads(), d = c.head_dim(), I = c.intermediate;
   const Index n = h.rows();
-  const theory::Rotary rotary = c.rope_interleaved ? theory::Rotary::interleaved(d, c.rope_theta)
-                                                   : theory::Rotary::half_split(d, c.rope_theta);
+  const theory::Rotary rotary =
+      c.rope_interleaved ? theory::Rotary::interleaved(d, c.rope_theta) : theory::Rotary::half_split(d, c.rope_theta);
   const double inner = 1 / std::sqrt(static_cast<double>(d));
   const theory::AttentionMap map = trained_attention_map(c.attention_activation, inner);
   std::vector<LayerInputs> out;

@@ -16,8 +16,8 @@
 namespace attncheck::probes {
 
 namespace fs = std::filesystem;
-using theory::Index;
 using detail::value_or;
+using theory::Index;
 
 std::string_view architecture_name(Architecture architecture) {
   switch (architecture) {
@@ -30,7 +30,9 @@ std::string_view architecture_name(Architecture architecture) {
   return "?";
 }
 
-bool is_vision(Architecture architecture) { return architecture == Architecture::vit || architecture == Architecture::dinov2; }
+bool is_vision(Architecture architecture) {
+  return architecture == Architecture::vit || architecture == Architecture::dinov2;
+}
 
 theory::AttentionMap trained_attention_map(const std::string& attention_activation, double inner) {
   theory::AttentionMap map;
@@ -40,8 +42,8 @@ theory::AttentionMap trained_attention_map(const std::string& attention_activati
   if (attention_activation == "poly3_scaled") {
     map.outer = {1, 0.5};
   } else if (attention_activation != "poly3") {
-    throw InputError(fmt::format("attention_activation '{}' is not one of softmax, poly3_scaled, poly3",
-                                 attention_activation));
+    throw InputError(
+        fmt::format("attention_activation '{}' is not one of softmax, poly3_scaled, poly3", attention_activation));
   }
   return map;
 }
@@ -141,7 +143,8 @@ Matrix layer_norm(const Matrix& x, const Vector& gain, const Vector& bias, doubl
 
 Matrix rms_norm(const Matrix& x, const Vector& gain, double eps) {
   Matrix out(x.rows(), x.cols());
-  for (Index i = 0; i < x.rows(); ++i) out.row(i) = x.row(i) / std::sqrt(x.row(i).squaredNorm() / static_cast<double>(x.cols()) + eps);
+  for (Index i = 0; i < x.rows(); ++i)
+    out.row(i) = x.row(i) / std::sqrt(x.row(i).squaredNorm() / static_cast<double>(x.cols()) + eps);
   out.array().rowwise() *= gain.transpose().array();
   return out;
 }
@@ -170,8 +173,8 @@ ModelConfig read_model_config(const fs::path& config_json, const Checkpoint& che
     out.hidden_act = value_or<std::string>(config, "hidden_act", "gelu", config_json);
     const std::string position = value_or<std::string>(config, "position_embedding_type", "absolute", config_json);
     if (position != "absolute") {
-      throw InputError(fmt::format("{}: position_embedding_type '{}' is not supported (absolute)",
-                                   config_json.string(), position));
+      throw InputError(
+          fmt::format("{}: position_embedding_type '{}' is not supported (absolute)", config_json.string(), position));
     }
     for (const char* prefix : {"", "bert."}) {
       if (checkpoint.contains(std::string(prefix) + "embeddings.word_embeddings.weight")) out.tensor_prefix = prefix;
@@ -201,8 +204,8 @@ ModelConfig read_model_config(const fs::path& config_json, const Checkpoint& che
   } else if (type == "vit" || type == "dinov2") {
     out = vit::config_from_json(config, config_json, checkpoint);
   } else {
-    throw InputError(fmt::format("{}: model_type '{}' is not supported (bert, gpt2, llama, vit, dinov2)", config_json.string(),
-                                 type));
+    throw InputError(fmt::format("{}: model_type '{}' is not supported (bert, gpt2, llama, vit, dinov2)",
+                                 config_json.string(), type));
   }
   if (out.head_size == 0 && out.hidden % out.heads != 0) {
     throw InputError(fmt::format("{}: hidden size {} is not a multiple of the {} heads", config_json.string(),
@@ -248,13 +251,13 @@ std::vector<LayerInputs> TransformerModel::forward(std::span<const std::int64_t>
   const auto n = static_cast<std::int64_t>(ids.size());
   if (n == 0) throw InputError("the input has no tokens");
   if (n > config_.max_positions) {
-    throw InputError(fmt::format("the input has {} tokens, more than the model's {} positions", n,
-                                 config_.max_positions));
+    throw InputError(
+        fmt::format("the input has {} tokens, more than the model's {} positions", n, config_.max_positions));
   }
   for (std::int64_t k = 0; k < n; ++k) {
     if (ids[k] < 0 || ids[k] >= config_.vocab) {
-      throw InputError(fmt::format("token id {} at position {} is outside the vocabulary of {}", ids[k], k,
-                                   config_.vocab));
+      throw InputError(
+          fmt::format("token id {} at position {} is outside the vocabulary of {}", ids[k], k, config_.vocab));
     }
   }
   std::vector<std::int64_t> positions(static_cast<std::size_t>(n));
@@ -281,21 +284,23 @@ void TransformerModel::require_memory_for(std::int64_t positions, const std::vec
   const std::uint64_t n = u(positions), D = u(config_.hidden), H = u(config_.heads), d = u(config_.head_dim()),
                       I = u(config_.intermediate);
   // Layers past the model's are refused elsewhere, by name.
-  const std::uint64_t kept = std::min(
-      u(config_.layers), layers.empty() ? u(config_.layers) : u(std::int64_t{*std::max_element(layers.begin(), layers.end())} + 1));
+  const std::uint64_t kept =
+      std::min(u(config_.layers), layers.empty()
+                                      ? u(config_.layers)
+                                      : u(std::int64_t{*std::max_element(layers.begin(), layers.end())} + 1));
   // Every kept layer: its input rows, and per head the projections, the weight slices and the N x N attention.
-  const std::uint64_t per_layer = saturating_sum(
-      {saturating_product({n, D}), saturating_product({H, saturating_sum({saturating_product({n, n}),
-                                                                           saturating_product({3, n, d}),
-                                                                           saturating_product({2, D, d}), 2 * d})})});
+  const std::uint64_t per_layer =
+      saturating_sum({saturating_product({n, D}),
+                      saturating_product({H, saturating_sum({saturating_product({n, n}), saturating_product({3, n, d}),
+                                                             saturating_product({2, D, d}), 2 * d})})});
   // The layer being computed: its projections, MLP rows and weights, and a few N x N score matrices at once.
-  const std::uint64_t working = saturating_sum({saturating_product({n, saturating_sum({8 * D, 2 * I})}),
-                                                saturating_product({4, D, D}), saturating_product({2, D, I}),
-                                                saturating_product({4, n, n})});
-  records::require_memory(saturating_product({sizeof(double), saturating_sum({saturating_product({kept, per_layer}), working})}),
-                          fmt::format("a forward pass over {} positions keeping {} layers of {} heads (D = {})", n, kept,
-                                      H, D),
-                          "; use fewer positions or --layers");
+  const std::uint64_t working =
+      saturating_sum({saturating_product({n, saturating_sum({8 * D, 2 * I})}), saturating_product({4, D, D}),
+                      saturating_product({2, D, I}), saturating_product({4, n, n})});
+  records::require_memory(
+      saturating_product({sizeof(double), saturating_sum({saturating_product({kept, per_layer}), working})}),
+      fmt::format("a forward pass over {} positions keeping {} layers of {} heads (D = {})", n, kept, H, D),
+      "; use fewer positions or --layers");
 }
 
 std::vector<LayerInputs> TransformerModel::forward_embeddings(Matrix h, const std::vector<int>& layers) const {
@@ -388,8 +393,9 @@ std::vector<LayerInputs> TransformerModel::forward_embeddings(Matrix h, const st
     attended.rowwise() += b_o.transpose();
     if (bert) {
       const std::string p = fmt::format("encoder.layer.{}.", l);
-      const Matrix h1 = layer_norm(attended + h, checkpoint_.vector(name(p + "attention.output.LayerNorm." + config_.norm_gain), D),
-                                   checkpoint_.vector(name(p + "attention.output.LayerNorm." + config_.norm_bias), D), eps);
+      const Matrix h1 =
+          layer_norm(attended + h, checkpoint_.vector(name(p + "attention.output.LayerNorm." + config_.norm_gain), D),
+                     checkpoint_.vector(name(p + "attention.output.LayerNorm." + config_.norm_bias), D), eps);
       Matrix inter = linear(h1, checkpoint_.matrix(name(p + "intermediate.dense.weight"), I, D),
                             checkpoint_.vector(name(p + "intermediate.dense.bias"), I));
       apply_hidden_activation(inter, config_.hidden_act);

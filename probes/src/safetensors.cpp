@@ -74,10 +74,9 @@ struct DTypeRow {
   std::size_t size;
 };
 constexpr DTypeRow kDTypes[] = {
-    {DType::F64, "F64", 8},         {DType::F32, "F32", 4},         {DType::F16, "F16", 2},
-    {DType::BF16, "BF16", 2},       {DType::F8_E4M3, "F8_E4M3", 1}, {DType::F8_E5M2, "F8_E5M2", 1},
-    {DType::I64, "I64", 8},         {DType::I32, "I32", 4},         {DType::I16, "I16", 2},
-    {DType::I8, "I8", 1},           {DType::U64, "U64", 8},         {DType::U32, "U32", 4},
+    {DType::F64, "F64", 8},         {DType::F32, "F32", 4},         {DType::F16, "F16", 2},   {DType::BF16, "BF16", 2},
+    {DType::F8_E4M3, "F8_E4M3", 1}, {DType::F8_E5M2, "F8_E5M2", 1}, {DType::I64, "I64", 8},   {DType::I32, "I32", 4},
+    {DType::I16, "I16", 2},         {DType::I8, "I8", 1},           {DType::U64, "U64", 8},   {DType::U32, "U32", 4},
     {DType::U16, "U16", 2},         {DType::U8, "U8", 1},           {DType::BOOL, "BOOL", 1},
 };
 
@@ -138,11 +137,14 @@ std::int64_t TensorInfo::element_count() const {
   return count;
 }
 
-std::string_view type_name(const TensorInfo& tensor) { return tensor.block ? tensor.block->name : dtype_name(tensor.dtype); }
+std::string_view type_name(const TensorInfo& tensor) {
+  return tensor.block ? tensor.block->name : dtype_name(tensor.dtype);
+}
 
 void sort_by_offset_without_overlaps(std::vector<TensorInfo>& tensors, const std::string& source) {
-  std::sort(tensors.begin(), tensors.end(),
-            [](const TensorInfo& a, const TensorInfo& b) { return a.begin < b.begin || (a.begin == b.begin && a.end < b.end); });
+  std::sort(tensors.begin(), tensors.end(), [](const TensorInfo& a, const TensorInfo& b) {
+    return a.begin < b.begin || (a.begin == b.begin && a.end < b.end);
+  });
   for (std::size_t k = 1; k < tensors.size(); ++k) {
     const auto& previous = tensors[k - 1];
     const auto& current = tensors[k];
@@ -159,18 +161,20 @@ namespace {
 // The header length must leave room for itself in a file of `file_size` bytes and stay below the limit.
 void check_header_length(std::uint64_t header_length, std::uint64_t file_size, const std::string& source) {
   if (file_size < 8) {
-    throw InputError(fmt::format("{}: not a safetensors file: {} bytes is too short (an 8-byte header length "
-                                 "comes first)",
-                                 source, file_size));
+    throw InputError(
+        fmt::format("{}: not a safetensors file: {} bytes is too short (an 8-byte header length "
+                    "comes first)",
+                    source, file_size));
   }
   if (header_length > file_size - 8) {
-    throw InputError(fmt::format("{}: not a safetensors file: header length {} (its first 8 bytes, little-endian) "
-                                 "exceeds the file ({} bytes)",
-                                 source, header_length, file_size));
+    throw InputError(
+        fmt::format("{}: not a safetensors file: header length {} (its first 8 bytes, little-endian) "
+                    "exceeds the file ({} bytes)",
+                    source, header_length, file_size));
   }
   if (header_length > kMaxHeaderBytes) {
-    throw InputError(fmt::format("{}: not a safetensors file: header length {} exceeds the limit of {} bytes", source, header_length,
-                                 kMaxHeaderBytes));
+    throw InputError(fmt::format("{}: not a safetensors file: header length {} exceeds the limit of {} bytes", source,
+                                 header_length, kMaxHeaderBytes));
   }
 }
 
@@ -251,8 +255,8 @@ SafetensorsHeader parse_header(std::string_view header_bytes, std::uint64_t file
     if (!begin || !end) throw fail("data_offsets are not non-negative integers");
     if (*begin > *end) throw fail(fmt::format("data_offsets [{}, {}] end before they begin", *begin, *end));
     if (*end > data_size) {
-      throw fail(fmt::format("data_offsets [{}, {}] run beyond the {} data bytes in the file", *begin, *end,
-                             data_size));
+      throw fail(
+          fmt::format("data_offsets [{}, {}] run beyond the {} data bytes in the file", *begin, *end, data_size));
     }
     const std::uint64_t size = dtype_size(tensor.dtype);
     const std::uint64_t expected = elements > data_size ? std::numeric_limits<std::uint64_t>::max() : elements * size;
@@ -260,7 +264,7 @@ SafetensorsHeader parse_header(std::string_view header_bytes, std::uint64_t file
       throw fail(fmt::format("shape {} of {} needs {} bytes but data_offsets [{}, {}] hold {}", shape.dump(),
                              dtype_name(tensor.dtype),
                              expected == std::numeric_limits<std::uint64_t>::max() ? std::string("more than the file's")
-                                                                                    : std::to_string(expected),
+                                                                                   : std::to_string(expected),
                              *begin, *end, *end - *begin));
     }
     tensor.begin = *begin;
@@ -298,7 +302,8 @@ const TensorInfo* SafetensorsFile::find(std::string_view name) const {
 
 void SafetensorsFile::read(const TensorInfo& tensor, std::uint64_t offset, std::span<std::byte> out) const {
   if (offset > tensor.end - tensor.begin || out.size() > tensor.end - tensor.begin - offset) {
-    throw std::logic_error(fmt::format("bytes {}..{} are outside tensor '{}'", offset, offset + out.size(), tensor.name));
+    throw std::logic_error(
+        fmt::format("bytes {}..{} are outside tensor '{}'", offset, offset + out.size(), tensor.name));
   }
   file_.read_at(header_.data_begin + tensor.begin + offset, out);
 }
@@ -328,7 +333,8 @@ Checkpoint Checkpoint::open(const std::filesystem::path& file_or_folder) {
       std::set<std::string> files;
       for (const auto& [tensor, file] : index["weight_map"].items()) {
         if (!file.is_string()) {
-          throw InputError(fmt::format("{}: weight_map entry for '{}' is not a file name", index_path.string(), tensor));
+          throw InputError(
+              fmt::format("{}: weight_map entry for '{}' is not a file name", index_path.string(), tensor));
         }
         const std::string shard = file.get<std::string>();
         // Shards live beside the index; a path out of the folder is not a shard.
@@ -418,7 +424,8 @@ void for_each_element(const TensorFile& file, const TensorInfo& tensor, std::int
     unit_bytes = dtype_size(tensor.dtype);
   }
   const std::int64_t first_unit = first / unit_elements, units = count / unit_elements;
-  const std::int64_t per_chunk = std::max<std::int64_t>(1, static_cast<std::int64_t>((std::size_t{1} << 20) / unit_bytes));
+  const std::int64_t per_chunk =
+      std::max<std::int64_t>(1, static_cast<std::int64_t>((std::size_t{1} << 20) / unit_bytes));
   std::vector<std::byte> chunk(static_cast<std::size_t>(std::min(units, per_chunk)) * unit_bytes);
   std::vector<double> values(static_cast<std::size_t>(unit_elements));
   for (std::int64_t start = 0; start < units; start += per_chunk) {
@@ -442,8 +449,8 @@ void for_each_element(const TensorFile& file, const TensorInfo& tensor, std::int
   }
 }
 
-void fill_checked(const TensorFile& file, const TensorInfo& tensor, std::int64_t first, std::int64_t count,
-                  double* out, const std::string& where) {
+void fill_checked(const TensorFile& file, const TensorInfo& tensor, std::int64_t first, std::int64_t count, double* out,
+                  const std::string& where) {
   for_each_element(file, tensor, first, count, where, [out](std::int64_t k, double value) { out[k] = value; });
 }
 
@@ -468,7 +475,8 @@ Matrix Checkpoint::flattened(std::string_view name, const std::vector<std::int64
   const auto& e = entry(name);
   const TensorInfo& tensor = *e.tensor;
   if (tensor.shape != shape || shape.empty() || shape.back() == 0) {
-    throw InputError(fmt::format("{} has shape {}, expected {}", where(name), shape_text(tensor.shape), shape_text(shape)));
+    throw InputError(
+        fmt::format("{} has shape {}, expected {}", where(name), shape_text(tensor.shape), shape_text(shape)));
   }
   const std::int64_t cols = shape.back(), rows = tensor.element_count() / cols;
   Matrix out(rows, cols);
@@ -513,7 +521,8 @@ double Checkpoint::root_mean_square(std::string_view name) const {
   const std::int64_t count = tensor.element_count();
   if (count == 0) throw InputError(fmt::format("{} is empty", where(name)));
   double sum = 0;
-  for_each_element(*files_[e.file], tensor, 0, count, where(name), [&sum](std::int64_t, double value) { sum += value * value; });
+  for_each_element(*files_[e.file], tensor, 0, count, where(name),
+                   [&sum](std::int64_t, double value) { sum += value * value; });
   return std::sqrt(sum / static_cast<double>(count));
 }
 
@@ -536,8 +545,8 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Name
       // Integers are held as doubles: exact only up to 2^53, so anything else would be written wrongly.
       for (double v : tensor.values) {
         if (!(std::abs(v) <= 9007199254740992.0) || v != std::trunc(v)) {
-          throw InputError(fmt::format("tensor '{}': {} is not an integer exactly representable for I64",
-                                       tensor.name, v));
+          throw InputError(
+              fmt::format("tensor '{}': {} is not an integer exactly representable for I64", tensor.name, v));
         }
       }
     }
@@ -578,7 +587,8 @@ Matrix read_attention_head(const std::filesystem::path& file, std::string_view t
   }
   const std::vector<std::int64_t> shape = checkpoint.info(tensor).shape;
   if (shape.size() != 3 || shape[1] != shape[2] || shape[0] < 1 || shape[1] < 1) {
-    throw InputError(fmt::format("{} has shape {}, expected [heads, N, N]", checkpoint.where(tensor), shape_text(shape)));
+    throw InputError(
+        fmt::format("{} has shape {}, expected [heads, N, N]", checkpoint.where(tensor), shape_text(shape)));
   }
   if (head < 0 || head >= shape[0]) {
     throw InputError(fmt::format("{}: head {} is not among its {} heads", checkpoint.where(tensor), head, shape[0]));

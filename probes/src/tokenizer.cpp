@@ -68,8 +68,8 @@ bool is_control(char32_t c) { return (c < 0x20 || (c >= 0x7f && c < 0xa0)) && !i
 // BERT treats every non-alphanumeric ASCII symbol as punctuation, plus Unicode's general punctuation block.
 bool is_punctuation(char32_t c) {
   return (c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) || (c >= 123 && c <= 126) ||
-         (c >= 0x2010 && c <= 0x205e) || (c >= 0xa1 && c <= 0xbf && c != 0xaa && c != 0xb5 && c != 0xba) ||
-         c == 0xd7 || c == 0xf7 || (c >= 0x3000 && c <= 0x303f);
+         (c >= 0x2010 && c <= 0x205e) || (c >= 0xa1 && c <= 0xbf && c != 0xaa && c != 0xb5 && c != 0xba) || c == 0xd7 ||
+         c == 0xf7 || (c >= 0x3000 && c <= 0x303f);
 }
 bool is_cjk(char32_t c) {
   return (c >= 0x4e00 && c <= 0x9fff) || (c >= 0x3400 && c <= 0x4dbf) || (c >= 0x20000 && c <= 0x2a6df) ||
@@ -80,13 +80,14 @@ bool is_cjk(char32_t c) {
 char32_t lower_and_strip(char32_t c) {
   if (c >= 'A' && c <= 'Z') return c + 32;
   if (c < 0xc0 || c > 0xff || c == 0xd7 || c == 0xf7) return c;
-  static constexpr char kBase[] = "aaaaaaaceeeeiiiidnooooo/ouuuuyts"  // U+00C0..U+00DF (0xD7, 0xDF handled)
-                                  "aaaaaaaceeeeiiiidnooooo/ouuuuyty";  // U+00E0..U+00FF
+  static constexpr char kBase[] =
+      "aaaaaaaceeeeiiiidnooooo/ouuuuyts"    // U+00C0..U+00DF (0xD7, 0xDF handled)
+      "aaaaaaaceeeeiiiidnooooo/ouuuuyty";   // U+00E0..U+00FF
   if (c == 0xc6 || c == 0xe6) return 0xe6;  // æ has no decomposition
   if (c == 0xd0 || c == 0xf0) return 0xf0;  // ð likewise
   if (c == 0xde || c == 0xfe) return 0xfe;  // þ likewise
   if (c == 0xd8 || c == 0xf8) return 0xf8;  // ø likewise
-  if (c == 0xdf) return 0xdf;                // ß
+  if (c == 0xdf) return 0xdf;               // ß
   return static_cast<unsigned char>(kBase[c - 0xc0]);
 }
 
@@ -200,14 +201,15 @@ constexpr std::string_view kNumberPattern = R"(\p{N})";
 pcre2_code* compile(std::string_view pattern) {
   int error = 0;
   PCRE2_SIZE offset = 0;
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                                   PCRE2_UTF | PCRE2_UCP, &error, &offset, nullptr);
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP,
+                                   &error, &offset, nullptr);
   if (!code) throw std::logic_error(fmt::format("PCRE2 refuses the pre-tokenizer expression (error {})", error));
   return code;
 }
 
 // Calls `piece(begin, end, matched)` for the matches of `code` in text and the stretches between them.
-void split(const pcre2_code* code, std::string_view text, const std::function<void(std::size_t, std::size_t, bool)>& piece) {
+void split(const pcre2_code* code, std::string_view text,
+           const std::function<void(std::size_t, std::size_t, bool)>& piece) {
   std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> match(
       pcre2_match_data_create_from_pattern(code, nullptr), &pcre2_match_data_free);
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
@@ -235,8 +237,8 @@ void check_utf8(const pcre2_code* code, std::string_view text) {
       pcre2_match_data_create_from_pattern(code, nullptr), &pcre2_match_data_free);
   const int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), 0, 0, match.get(), nullptr);
   if (rc <= PCRE2_ERROR_UTF8_ERR1 && rc >= PCRE2_ERROR_UTF8_ERR21) {
-    throw InputError(fmt::format("the text is not valid UTF-8 (at byte {} of {})", pcre2_get_startchar(match.get()),
-                                 text.size()));
+    throw InputError(
+        fmt::format("the text is not valid UTF-8 (at byte {} of {})", pcre2_get_startchar(match.get()), text.size()));
   }
 }
 
@@ -261,8 +263,8 @@ ByteLevelBpeTokenizer::ByteLevelBpeTokenizer(std::vector<std::string> tokens, co
     const auto space = merges[rank].find(' ');
     if (space == std::string::npos || space == 0 || space + 1 == merges[rank].size() ||
         merges[rank].find(' ', space + 1) != std::string::npos) {
-      throw InputError(fmt::format("{}: merge {} ('{}') is not two symbols separated by one space", source_, rank,
-                                   merges[rank]));
+      throw InputError(
+          fmt::format("{}: merge {} ('{}') is not two symbols separated by one space", source_, rank, merges[rank]));
     }
     merge_rank_.emplace(merges[rank], static_cast<std::int64_t>(rank));
   }
@@ -274,9 +276,10 @@ ByteLevelBpeTokenizer::ByteLevelBpeTokenizer(std::vector<std::string> tokens, co
 ByteLevelBpeTokenizer ByteLevelBpeTokenizer::from_gguf(const GgufHeader& header) {
   const std::string& model = header.string("tokenizer.ggml.model");
   if (model != "gpt2") {
-    throw InputError(fmt::format("{}: tokenizer.ggml.model '{}' is not supported (gpt2: byte-level BPE); pass the "
-                                 "ids with --tokens FILE",
-                                 header.source, model));
+    throw InputError(
+        fmt::format("{}: tokenizer.ggml.model '{}' is not supported (gpt2: byte-level BPE); pass the "
+                    "ids with --tokens FILE",
+                    header.source, model));
   }
   const std::string pre_name = header.find("tokenizer.ggml.pre") ? header.string("tokenizer.ggml.pre") : "gpt2";
   PreTokenizer pre;
@@ -285,9 +288,10 @@ ByteLevelBpeTokenizer ByteLevelBpeTokenizer::from_gguf(const GgufHeader& header)
   } else if (pre_name == "smollm") {
     pre = PreTokenizer::digits_then_gpt2;
   } else {
-    throw InputError(fmt::format("{}: tokenizer.ggml.pre '{}' is not supported (gpt2, smollm); pass the ids with "
-                                 "--tokens FILE",
-                                 header.source, pre_name));
+    throw InputError(
+        fmt::format("{}: tokenizer.ggml.pre '{}' is not supported (gpt2, smollm); pass the ids with "
+                    "--tokens FILE",
+                    header.source, pre_name));
   }
   std::optional<std::int64_t> bos;
   if (header.find("tokenizer.ggml.add_bos_token") && header.boolean("tokenizer.ggml.add_bos_token")) {
@@ -309,7 +313,8 @@ nlohmann::json read_json(const std::filesystem::path& path) {
 
 // token -> id from a JSON object; the ids must be distinct and dense enough to index a list.
 std::vector<std::string> tokens_by_id(const nlohmann::json& vocab, const std::filesystem::path& source) {
-  if (!vocab.is_object()) throw InputError(fmt::format("{}: the vocabulary is not an object of token ids", source.string()));
+  if (!vocab.is_object())
+    throw InputError(fmt::format("{}: the vocabulary is not an object of token ids", source.string()));
   std::vector<std::string> tokens(vocab.size());
   std::vector<bool> seen(vocab.size(), false);
   for (const auto& [token, id] : vocab.items()) {
@@ -333,8 +338,8 @@ std::vector<std::string> merges_of(const nlohmann::json& merges, const std::file
     } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string()) {
       out.push_back(merge[0].get<std::string>() + " " + merge[1].get<std::string>());
     } else {
-      throw InputError(fmt::format("{}: merge {} is neither \"left right\" nor [left, right]", source.string(),
-                                   merge.dump()));
+      throw InputError(
+          fmt::format("{}: merge {} is neither \"left right\" nor [left, right]", source.string(), merge.dump()));
     }
   }
   return out;
@@ -359,16 +364,14 @@ std::vector<std::string> ByteLevelBpeTokenizer::pre_tokenize(std::string_view te
   check_utf8(regexes_->number.get(), text);
   std::vector<std::string> pieces;
   const auto gpt2 = [&](std::string_view part) {
-    split(regexes_->gpt2.get(), part, [&](std::size_t begin, std::size_t end, bool) {
-      pieces.emplace_back(part.substr(begin, end - begin));
-    });
+    split(regexes_->gpt2.get(), part,
+          [&](std::size_t begin, std::size_t end, bool) { pieces.emplace_back(part.substr(begin, end - begin)); });
   };
   if (pre_ == PreTokenizer::gpt2) {
     gpt2(text);
   } else {
-    split(regexes_->number.get(), text, [&](std::size_t begin, std::size_t end, bool) {
-      gpt2(text.substr(begin, end - begin));
-    });
+    split(regexes_->number.get(), text,
+          [&](std::size_t begin, std::size_t end, bool) { gpt2(text.substr(begin, end - begin)); });
   }
   return pieces;
 }
@@ -412,8 +415,8 @@ std::vector<std::int64_t> ByteLevelBpeTokenizer::encode_piece(std::string_view p
   for (std::ptrdiff_t k = 0; k >= 0 && k < static_cast<std::ptrdiff_t>(symbols.size()); k = symbols[k].next) {
     const auto it = vocab_.find(symbols[k].text);
     if (it == vocab_.end()) {
-      throw InputError(fmt::format("{}: the text needs the symbol '{}', which is not in the vocabulary", source_,
-                                   symbols[k].text));
+      throw InputError(
+          fmt::format("{}: the text needs the symbol '{}', which is not in the vocabulary", source_, symbols[k].text));
     }
     ids.push_back(it->second);
   }
@@ -487,8 +490,8 @@ std::vector<std::int64_t> read_token_file(const std::filesystem::path& path) {
     std::int64_t value = 0;
     const auto [end, error] = std::from_chars(word.data(), word.data() + word.size(), value);
     if (error != std::errc{} || end != word.data() + word.size()) {
-      throw InputError(fmt::format("{}: '{}' (entry {}) is not an integer token id", path.string(), word,
-                                   ids.size() + 1));
+      throw InputError(
+          fmt::format("{}: '{}' (entry {}) is not an integer token id", path.string(), word, ids.size() + 1));
     }
     ids.push_back(value);
   }

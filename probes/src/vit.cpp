@@ -25,19 +25,35 @@ Names layer_names(const ModelConfig& c, std::int64_t layer) {
   const std::string p = fmt::format("{}encoder.layer.{}.", c.tensor_prefix, layer);
   const std::string a = p + "attention.attention.";
   if (c.architecture == Architecture::dinov2) {
-    return {p + "norm1", a + "query", a + "key", a + "value", p + "attention.output.dense", p + "norm2",
-            p + "mlp.fc1", p + "mlp.fc2", p + "layer_scale1.lambda1", p + "layer_scale2.lambda1"};
+    return {p + "norm1",
+            a + "query",
+            a + "key",
+            a + "value",
+            p + "attention.output.dense",
+            p + "norm2",
+            p + "mlp.fc1",
+            p + "mlp.fc2",
+            p + "layer_scale1.lambda1",
+            p + "layer_scale2.lambda1"};
   }
-  return {p + "layernorm_before", a + "query", a + "key", a + "value", p + "attention.output.dense",
-          p + "layernorm_after", p + "intermediate.dense", p + "output.dense", "", ""};
+  return {p + "layernorm_before",
+          a + "query",
+          a + "key",
+          a + "value",
+          p + "attention.output.dense",
+          p + "layernorm_after",
+          p + "intermediate.dense",
+          p + "output.dense",
+          "",
+          ""};
 }
 
 // Keys's cubic convolution kernel with a = -0.75 (PyTorch's bicubic, ONNX Resize's cubic_coeff_a default),
 // weights of the four samples at offsets -1, 0, 1, 2 from floor(x) for the fraction t.
 std::array<double, 4> cubic_weights(double t) {
   constexpr double a = -0.75;
-  const auto near = [](double x) { return ((a + 2) * x - (a + 3)) * x * x + 1; };          // |x| <= 1
-  const auto far = [](double x) { return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a; };     // 1 < |x| < 2
+  const auto near = [](double x) { return ((a + 2) * x - (a + 3)) * x * x + 1; };       // |x| <= 1
+  const auto far = [](double x) { return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a; };  // 1 < |x| < 2
   return {far(t + 1), near(t), near(1 - t), far(2 - t)};
 }
 
@@ -99,15 +115,16 @@ ModelConfig config_from_json(const nlohmann::json& config, const fs::path& file,
   }
   c.layer_norm_eps = value_or<double>(config, "layer_norm_eps", dinov2 ? 1e-6 : 1e-12, file);
   if (!(c.layer_norm_eps >= 0) || !std::isfinite(c.layer_norm_eps)) {
-    throw InputError(fmt::format("{}: layer_norm_eps {} is not a non-negative number", file.string(), c.layer_norm_eps));
+    throw InputError(
+        fmt::format("{}: layer_norm_eps {} is not a non-negative number", file.string(), c.layer_norm_eps));
   }
   c.hidden_act = value_or<std::string>(config, "hidden_act", "gelu", file);
   c.image_size = config.contains("image_size") ? positive_int(config, "image_size", file) : 224;
   c.patch_size = config.contains("patch_size") ? positive_int(config, "patch_size", file) : (dinov2 ? 14 : 16);
   c.channels = config.contains("num_channels") ? positive_int(config, "num_channels", file) : 3;
   if (c.patch_size > c.image_size) {
-    throw InputError(fmt::format("{}: patch_size {} is larger than image_size {}", file.string(), c.patch_size,
-                                 c.image_size));
+    throw InputError(
+        fmt::format("{}: patch_size {} is larger than image_size {}", file.string(), c.patch_size, c.image_size));
   }
   const std::int64_t grid = c.image_size / c.patch_size;
   c.max_positions = 1 + grid * grid;
@@ -125,17 +142,19 @@ Matrix embed(const Checkpoint& checkpoint, const ModelConfig& c, const Pixels& p
     throw InputError(fmt::format("the image has {} channels, the model takes {}", pixels.channels, C));
   }
   if (pixels.height < P || pixels.width < P) {
-    throw InputError(fmt::format("the image is {} x {} pixels, smaller than one {} x {} patch", pixels.height,
-                                 pixels.width, P, P));
+    throw InputError(
+        fmt::format("the image is {} x {} pixels, smaller than one {} x {} patch", pixels.height, pixels.width, P, P));
   }
   if (c.architecture == Architecture::vit && (pixels.height != c.image_size || pixels.width != c.image_size)) {
-    throw InputError(fmt::format("the image is {} x {} pixels; this ViT takes {} x {} (its position embeddings "
-                                 "are not interpolated)",
-                                 pixels.height, pixels.width, c.image_size, c.image_size));
+    throw InputError(
+        fmt::format("the image is {} x {} pixels; this ViT takes {} x {} (its position embeddings "
+                    "are not interpolated)",
+                    pixels.height, pixels.width, c.image_size, c.image_size));
   }
   for (std::size_t k = 0; k < pixels.values.size(); ++k) {
     if (!std::isfinite(pixels.values[k])) {
-      throw InputError(fmt::format("pixel value {} at flat index {} (channel-major) is not finite", pixels.values[k], k));
+      throw InputError(
+          fmt::format("pixel value {} at flat index {} (channel-major) is not finite", pixels.values[k], k));
     }
   }
   // The convolution drops the pixels past the last whole patch, as PyTorch's stride-P convolution does.
@@ -151,7 +170,8 @@ Matrix embed(const Checkpoint& checkpoint, const ModelConfig& c, const Pixels& p
       Index column = 0;
       for (std::int64_t ch = 0; ch < C; ++ch) {
         for (std::int64_t i = 0; i < P; ++i) {
-          for (std::int64_t j = 0; j < P; ++j) patch_rows(py * grid_w + px, column++) = pixels.at(ch, py * P + i, px * P + j);
+          for (std::int64_t j = 0; j < P; ++j)
+            patch_rows(py * grid_w + px, column++) = pixels.at(ch, py * P + i, px * P + j);
         }
       }
     }
@@ -165,7 +185,8 @@ Matrix embed(const Checkpoint& checkpoint, const ModelConfig& c, const Pixels& p
   const std::int64_t stored = position_shape.size() == 3 ? position_shape[1] : 0;
   const Matrix positions = checkpoint.flattened(position_embedding_name(c), {1, stored, D});
   const std::int64_t trained = stored - 1;
-  const auto side = static_cast<std::int64_t>(std::llround(std::sqrt(static_cast<double>(std::max<std::int64_t>(trained, 0)))));
+  const auto side =
+      static_cast<std::int64_t>(std::llround(std::sqrt(static_cast<double>(std::max<std::int64_t>(trained, 0)))));
   if (trained < 1 || side * side != trained) {
     throw InputError(fmt::format("{}: {} position embeddings are not 1 + a square grid of patches",
                                  checkpoint.where(position_embedding_name(c)), stored));

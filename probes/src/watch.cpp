@@ -60,8 +60,8 @@ records::ProbeRecord probe_record(const HeadMetrics& metrics, const std::string&
   return record;
 }
 
-std::string probe_log_line(const HeadMetrics& metrics, const std::string& checkpoint,
-                           std::optional<std::int64_t> step, const std::string& activation) {
+std::string probe_log_line(const HeadMetrics& metrics, const std::string& checkpoint, std::optional<std::int64_t> step,
+                           const std::string& activation) {
   return records::probe_log_line(probe_record(metrics, checkpoint, step, activation));
 }
 
@@ -167,8 +167,8 @@ WatchSummary watch_folder(const WatchOptions& options, const std::atomic<bool>& 
       std::string lines;
       bool within = true;
       try {
-        const ProbeResult result = probe_model(path, options.input, options.layers, options.heads, false, false,
-                                                 options.progress);
+        const ProbeResult result =
+            probe_model(path, options.input, options.layers, options.heads, false, false, options.progress);
         for (const HeadMetrics& m : result.heads) within = within && within_theorem_bounds(m);
         lines = checkpoint_lines(name, result, now);
         log(fmt::format("{} {} ({} heads){}", logged != done.end() ? "probed again (replaced)" : "probed", name,

@@ -69,7 +69,8 @@ class RealArray {
     } else if (array.dtype().is(py::dtype::of<float>())) {
       single_ = true;
     } else {
-      throw InputError(fmt::format("{} has dtype {}: give float32 or float64", name, std::string(py::str(array.dtype()))));
+      throw InputError(
+          fmt::format("{} has dtype {}: give float32 or float64", name, std::string(py::str(array.dtype()))));
     }
     data_ = static_cast<const char*>(array.data());
     for (py::ssize_t k = 0; k < array.ndim(); ++k) {
@@ -163,8 +164,8 @@ py::ssize_t batch_offset(const RealArray& a, py::ssize_t b) {
 
 py::dict softmax_norms(const py::array& logits_array, const std::optional<py::array>& mask_array) {
   if (logits_array.ndim() < 2) {
-    throw InputError(fmt::format("logits must be a matrix (N, M) or a batch (..., N, M): got shape {}",
-                                 shape_text(logits_array)));
+    throw InputError(
+        fmt::format("logits must be a matrix (N, M) or a batch (..., N, M): got shape {}", shape_text(logits_array)));
   }
   const RealArray logits(logits_array, "logits");
   const py::ssize_t nd = logits.ndim(), rows = logits.shape(nd - 2), cols = logits.shape(nd - 1);
@@ -175,11 +176,13 @@ py::dict softmax_norms(const py::array& logits_array, const std::optional<py::ar
                                    std::string(py::str(mask_array->dtype()))));
     }
     if (mask_array->ndim() != nd) {
-      throw InputError(fmt::format("mask has shape {}, the logits {}", shape_text(*mask_array), shape_text(logits_array)));
+      throw InputError(
+          fmt::format("mask has shape {}, the logits {}", shape_text(*mask_array), shape_text(logits_array)));
     }
     for (py::ssize_t k = 0; k < nd; ++k) {
       if (mask_array->shape(k) != logits.shape(k)) {
-        throw InputError(fmt::format("mask has shape {}, the logits {}", shape_text(*mask_array), shape_text(logits_array)));
+        throw InputError(
+            fmt::format("mask has shape {}, the logits {}", shape_text(*mask_array), shape_text(logits_array)));
       }
     }
   }
@@ -209,8 +212,9 @@ py::dict softmax_norms(const py::array& logits_array, const std::optional<py::ar
           values = {reinterpret_cast<const double*>(logits.data() + start), static_cast<std::size_t>(cols)};
         } else {
           for (py::ssize_t j = 0; j < cols; ++j) {
-            const bool kept = !mask_data || *(mask_data + mask_offset + i * mask_strides[static_cast<std::size_t>(nd - 2)] +
-                                              j * mask_strides[static_cast<std::size_t>(nd - 1)]) != 0;
+            const bool kept =
+                !mask_data || *(mask_data + mask_offset + i * mask_strides[static_cast<std::size_t>(nd - 2)] +
+                                j * mask_strides[static_cast<std::size_t>(nd - 1)]) != 0;
             row[static_cast<std::size_t>(j)] = kept ? logits.at(start + j * col_stride) : -INFINITY;
           }
           values = row;
@@ -229,7 +233,8 @@ py::dict softmax_norms(const py::array& logits_array, const std::optional<py::ar
   }
   std::vector<py::ssize_t> batch_shape(logits_array.shape(), logits_array.shape() + nd - 2), row_shape = batch_shape;
   row_shape.push_back(rows);
-  py::array_t<double> softmax_fro(batch_shape), grad_fro(batch_shape), row_softmax_fro(row_shape), row_grad_fro(row_shape);
+  py::array_t<double> softmax_fro(batch_shape), grad_fro(batch_shape), row_softmax_fro(row_shape),
+      row_grad_fro(row_shape);
   double* total_softmax = softmax_fro.mutable_data();
   double* total_grad = grad_fro.mutable_data();
   for (py::ssize_t b = 0; b < batch; ++b) {
@@ -286,7 +291,8 @@ std::vector<probes::HeadMetrics> measure(const py::array& x_array, const py::arr
   py::gil_scoped_release release;
   const Matrix W_Q = w_q.matrix(), W_K = w_k.matrix();
   const Vector B_Q = b_q ? b_q->vector() : Vector(), B_K = b_k ? b_k->vector() : Vector();
-  if (x.shape(0) == 0 || x.shape(1) == 0) throw InputError(fmt::format("x of shape ({}, {}) is empty", x.shape(0), x.shape(1)));
+  if (x.shape(0) == 0 || x.shape(1) == 0)
+    throw InputError(fmt::format("x of shape ({}, {}) is empty", x.shape(0), x.shape(1)));
   const double d = W_Q.cols() % heads == 0 ? static_cast<double>(W_Q.cols() / heads) : 1;
   probes::LayerInputs inputs =
       probes::split_heads(x.matrix(), W_Q, W_K, B_Q, B_K, heads, scale ? *scale : 1 / std::sqrt(d), causal);
@@ -329,13 +335,14 @@ py::dict bounds(std::optional<long long> n, const std::vector<std::string>& fami
 }
 
 py::dict cross_norm_bounds(std::optional<long long> n, std::optional<long long> dv,
-                           const std::vector<std::string>& families, const std::string& input, const std::string& values,
-                           const std::string& mix, int trials, int search_starts, std::uint64_t seed, int threads) {
+                           const std::vector<std::string>& families, const std::string& input,
+                           const std::string& values, const std::string& mix, int trials, int search_starts,
+                           std::uint64_t seed, int threads) {
   json out;
   {
     py::gil_scoped_release release;
-    out = monte_carlo::run_cross_norm_bounds(
-        {n, dv, trials, search_starts, families, input, values, mix, seed, threads});
+    out =
+        monte_carlo::run_cross_norm_bounds({n, dv, trials, search_starts, families, input, values, mix, seed, threads});
   }
   return to_python(out);
 }
@@ -374,9 +381,11 @@ PYBIND11_MODULE(_core, m) {
 
   py::class_<probes::HeadMetrics>(m, "_Head")
       .def("as_dict", [](const probes::HeadMetrics& h) { return to_python(probes::to_json(h)); })
-      .def("log_line", [](const probes::HeadMetrics& h, const std::string& checkpoint, std::optional<std::int64_t> step,
-                          const std::string& activation) { return probes::probe_log_line(h, checkpoint, step, activation); },
-           py::arg("checkpoint"), py::arg("step"), py::arg("activation"));
+      .def(
+          "log_line",
+          [](const probes::HeadMetrics& h, const std::string& checkpoint, std::optional<std::int64_t> step,
+             const std::string& activation) { return probes::probe_log_line(h, checkpoint, step, activation); },
+          py::arg("checkpoint"), py::arg("step"), py::arg("activation"));
 
   m.def("softmax_norms", &softmax_norms, py::arg("logits"), py::arg("mask") = py::none());
   m.def("measure", &measure, py::arg("x"), py::arg("w_q"), py::arg("w_k"), py::arg("b_q") = py::none(),

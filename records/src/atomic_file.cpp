@@ -47,8 +47,7 @@ void replace_file(const fs::path& from, const fs::path& to) {
   fs::rename(from, to, error);
   if (error) {
     fs::remove(from, error);
-    throw IoError(fmt::format("cannot move {} into place as {}: {}", from.string(), to.string(),
-                              error.message()));
+    throw IoError(fmt::format("cannot move {} into place as {}: {}", from.string(), to.string(), error.message()));
   }
 }
 

@@ -16,11 +16,11 @@ constexpr std::array<Claim, 9> kClaims{{
      "||grad softmax(A)||_F <= 2 sqrt(N); grad softmax(A) is the (transposed) Jacobian of the map "
      "R^{NxN} -> R^{NxN}, an N^2 x N^2 matrix, block-diagonal by rows",
      0.5, ""},
-    {"C3", "Thm 4.2 (4.3)", "Thm 4.2 (8)",
-     "X, Q, K i.i.d. Gaussian: E||(X Q K^T X^T / sqrt d)^p||_F = O(N) for p >= 1", 1.0, kValueGrowth},
+    {"C3", "Thm 4.2 (4.3)", "Thm 4.2 (8)", "X, Q, K i.i.d. Gaussian: E||(X Q K^T X^T / sqrt d)^p||_F = O(N) for p >= 1",
+     1.0, kValueGrowth},
     {"C4", "Cor 4.3 (4.4)", "Cor 4.1 (9)", "with the factor 1/sqrt(N) in front: O(sqrt N)", 0.5, kValueGrowth},
-    {"C5", "Thm 4.4 (4.5)", "Thm 4.3 (10)",
-     "E||d/dQ ((X Q K^T X^T)^p / sqrt d)||_F = O(N) (sqrt(d) outside the power)", 1.0, kGradientGrowth},
+    {"C5", "Thm 4.4 (4.5)", "Thm 4.3 (10)", "E||d/dQ ((X Q K^T X^T)^p / sqrt d)||_F = O(N) (sqrt(d) outside the power)",
+     1.0, kGradientGrowth},
     {"C6", "Cor 4.5 (4.6)", "Cor 4.2 (11)", "with 1/sqrt(N): O(sqrt N), and the same for K", 0.5, kGradientGrowth},
     {"C7", "relu paper, Sec. 3", "relu paper, Sec. 3",
      "at initialisation, with qk-layernorm, phi = L^-alpha h(q.k/sqrt d) for h in {relu, relu^2, gelu, softplus, "

@@ -18,7 +18,8 @@ namespace fs = std::filesystem;
 
 FolderLock::FolderLock(const fs::path& folder) {
   fd_ = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd_ < 0) throw IoError(fmt::format("{}: cannot open the folder to lock it: {}", folder.string(), std::strerror(errno)));
+  if (fd_ < 0)
+    throw IoError(fmt::format("{}: cannot open the folder to lock it: {}", folder.string(), std::strerror(errno)));
   while (::flock(fd_, LOCK_EX) != 0) {
     if (errno == EINTR) continue;
     const int saved = errno;

@@ -34,7 +34,8 @@ const char* kind_of(mode_t mode) {
 
 [[noreturn]] void refuse_errno(const fs::path& path, int error) {
   if (error == ENOENT) throw InputError(fmt::format("{}: no such file", path.string()));
-  if (error == EISDIR) throw InputError(fmt::format("{}: is a folder, where a regular file is expected", path.string()));
+  if (error == EISDIR)
+    throw InputError(fmt::format("{}: is a folder, where a regular file is expected", path.string()));
   throw InputError(fmt::format("{}: cannot open: {}", path.string(), std::strerror(error)));
 }
 
@@ -97,14 +98,15 @@ void InputFile::read_at(std::uint64_t offset, std::span<std::byte> buffer) const
     if (n < 0) {
       if (errno == EINTR) continue;
       throw IoError(fmt::format("{}: cannot read {} bytes at offset {}: {}", path_.string(), buffer.size(), offset,
-                                   std::strerror(errno)));
+                                std::strerror(errno)));
     }
     if (n == 0) {
       struct stat status {};
       const long long now = ::fstat(fd_, &status) == 0 ? static_cast<long long>(status.st_size) : -1;
-      throw InputError(fmt::format("{}: the file ends at byte {} but bytes {} to {} were to be read (it had {} bytes "
-                                   "when opened: it was truncated while being read)",
-                                   path_.string(), now, offset, offset + buffer.size(), identity_.size));
+      throw InputError(
+          fmt::format("{}: the file ends at byte {} but bytes {} to {} were to be read (it had {} bytes "
+                      "when opened: it was truncated while being read)",
+                      path_.string(), now, offset, offset + buffer.size(), identity_.size));
     }
     done += static_cast<std::size_t>(n);
   }
@@ -176,6 +178,8 @@ void require_regular_or_absent(const fs::path& path) {
   if (::stat(path.c_str(), &status) == 0 && !S_ISREG(status.st_mode)) refuse_kind(path, status.st_mode);
 }
 
-void require_appendable_file(const fs::path& path) { ::close(open_regular(path, O_WRONLY | O_APPEND | O_CREAT, nullptr)); }
+void require_appendable_file(const fs::path& path) {
+  ::close(open_regular(path, O_WRONLY | O_APPEND | O_CREAT, nullptr));
+}
 
 }  // namespace attncheck::records

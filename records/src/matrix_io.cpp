@@ -29,8 +29,8 @@ namespace {
 void check_fits(const std::filesystem::path& path, std::uint64_t rows, std::uint64_t cols, std::uint64_t max_bytes) {
   if (rows == 0 || cols == 0) fail(path, fmt::format("the matrix is empty ({} x {})", rows, cols));
   if (cols > max_bytes / sizeof(double) / rows) {
-    fail(path, fmt::format("a {} x {} matrix of doubles needs {:.3g} GiB, more than the {:.3g} GiB available",
-                           rows, cols, static_cast<double>(rows) * static_cast<double>(cols) * 8 / (1 << 30),
+    fail(path, fmt::format("a {} x {} matrix of doubles needs {:.3g} GiB, more than the {:.3g} GiB available", rows,
+                           cols, static_cast<double>(rows) * static_cast<double>(cols) * 8 / (1 << 30),
                            static_cast<double>(max_bytes) / (1 << 30)));
   }
 }
@@ -75,7 +75,8 @@ NpyArray read_npy_image(const InputFile& in, std::uint64_t max_bytes, std::size_
   in.read_at(8, bytes_of(len_bytes, static_cast<std::size_t>(len_size)));
   for (int k = len_size - 1; k >= 0; --k) header_len = header_len * 256 + len_bytes[k];
   const std::uint64_t data_offset = 8 + static_cast<std::uint64_t>(len_size) + header_len;
-  if (data_offset > file_size) fail(path, fmt::format("npy header length {} runs past the end of the file", header_len));
+  if (data_offset > file_size)
+    fail(path, fmt::format("npy header length {} runs past the end of the file", header_len));
   std::string header(header_len, '\0');
   in.read_at(8 + static_cast<std::uint64_t>(len_size), bytes_of(header.data(), header.size()));
 
@@ -93,9 +94,9 @@ NpyArray read_npy_image(const InputFile& in, std::uint64_t max_bytes, std::size_
     shape.push_back(extent);
   }
   if (shape.size() != wanted_dimensions) {
-    fail(path, wanted_dimensions == 2 ? fmt::format("npy array has shape {}, expected a 2-D matrix", shape_text)
-                                      : fmt::format("npy array has shape {}, expected {} dimensions", shape_text,
-                                                    wanted_dimensions));
+    fail(path, wanted_dimensions == 2
+                   ? fmt::format("npy array has shape {}, expected a 2-D matrix", shape_text)
+                   : fmt::format("npy array has shape {}, expected {} dimensions", shape_text, wanted_dimensions));
   }
 
   std::size_t item = 0;
@@ -154,12 +155,14 @@ Matrix read_npy(const InputFile& in, std::uint64_t max_bytes) {
   NpyArray array = read_npy_image(in, max_bytes, 2);
   Matrix out(static_cast<theory::Index>(array.shape[0]), static_cast<theory::Index>(array.shape[1]));
   for (theory::Index r = 0; r < out.rows(); ++r) {
-    for (theory::Index c = 0; c < out.cols(); ++c) out(r, c) = array.values[static_cast<std::size_t>(r * out.cols() + c)];
+    for (theory::Index c = 0; c < out.cols(); ++c)
+      out(r, c) = array.values[static_cast<std::size_t>(r * out.cols() + c)];
   }
   return out;
 }
 
-double parse_csv_number(const std::filesystem::path& path, std::string_view token, std::size_t line, std::size_t column) {
+double parse_csv_number(const std::filesystem::path& path, std::string_view token, std::size_t line,
+                        std::size_t column) {
   std::string lowered(token);
   std::transform(lowered.begin(), lowered.end(), lowered.begin(), [](unsigned char ch) { return std::tolower(ch); });
   if (lowered == "inf" || lowered == "+inf" || lowered == "infinity") return std::numeric_limits<double>::infinity();

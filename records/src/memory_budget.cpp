@@ -37,8 +37,8 @@ std::uint64_t available_memory_bytes() {
   while (meminfo >> key >> kib >> unit) {
     if (key == "MemAvailable:") return saturating_product({kib, 1024});
   }
-  return saturating_product({static_cast<std::uint64_t>(sysconf(_SC_PHYS_PAGES)),
-                             static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE))});
+  return saturating_product(
+      {static_cast<std::uint64_t>(sysconf(_SC_PHYS_PAGES)), static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE))});
 }
 
 std::uint64_t memory_budget_bytes() { return available_memory_bytes() / 10 * 8; }
@@ -47,9 +47,10 @@ void require_memory(std::uint64_t bytes, std::string_view what, std::string_view
   const std::uint64_t budget = memory_budget_bytes();
   if (bytes <= budget) return;
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-  throw theory::InputError(fmt::format("{} needs {} GiB of memory, and {:.3g} GiB are available{}", what,
-                                       fmt::format("{}{:.3g}", bytes == kSaturated ? "more than " : "", static_cast<double>(bytes) / kGiB),
-                                       static_cast<double>(budget) / kGiB, advice));
+  throw theory::InputError(
+      fmt::format("{} needs {} GiB of memory, and {:.3g} GiB are available{}", what,
+                  fmt::format("{}{:.3g}", bytes == kSaturated ? "more than " : "", static_cast<double>(bytes) / kGiB),
+                  static_cast<double>(budget) / kGiB, advice));
 }
 
 }  // namespace attncheck::records

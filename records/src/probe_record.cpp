@@ -23,19 +23,23 @@ struct QuantityInfo {
   std::string_view key;
   std::string_view meaning;
   std::string_view activation;  // the trained activation whose own norm this is
-  bool gradient;                 // ||dA/dS||_F rather than ||A||_F
+  bool gradient;                // ||dA/dS||_F rather than ||A||_F
   double (*get)(const ProbeHeadRecord&);
 };
-#define ATTNCHECK_QUANTITY(q, key, meaning, activation, gradient, member) \
-  QuantityInfo{ProbeQuantity::q, key, meaning, activation, gradient, [](const ProbeHeadRecord& r) { return r.member; }}
+#define ATTNCHECK_QUANTITY(q, key, meaning, activation, gradient, member)                                   \
+  QuantityInfo {                                                                                            \
+    ProbeQuantity::q, key, meaning, activation, gradient, [](const ProbeHeadRecord& r) { return r.member; } \
+  }
 // In the order of ProbeQuantity.
 constexpr QuantityInfo kQuantities[] = {
     ATTNCHECK_QUANTITY(softmax, "softmax_fro", "||A||_F, softmax", "softmax", false, softmax.value),
-    ATTNCHECK_QUANTITY(poly3_scaled, "poly3_scaled_fro", "||A||_F, x^3/sqrt(N)", "poly3_scaled", false, poly3_scaled.value),
+    ATTNCHECK_QUANTITY(poly3_scaled, "poly3_scaled_fro", "||A||_F, x^3/sqrt(N)", "poly3_scaled", false,
+                       poly3_scaled.value),
     ATTNCHECK_QUANTITY(poly3, "poly3_fro", "||A||_F, x^3", "poly3", false, poly3.value),
     ATTNCHECK_QUANTITY(relu_n, "relu_n_fro", "||A||_F, relu/N", "relu_n", false, relu_n.value),
     ATTNCHECK_QUANTITY(grad, "grad_fro", "||dA/dS||_F, softmax", "softmax", true, softmax.grad),
-    ATTNCHECK_QUANTITY(poly3_scaled_grad, "poly3_scaled_grad_fro", "||dA/dS||_F, x^3/sqrt(N)", "poly3_scaled", true, poly3_scaled.grad),
+    ATTNCHECK_QUANTITY(poly3_scaled_grad, "poly3_scaled_grad_fro", "||dA/dS||_F, x^3/sqrt(N)", "poly3_scaled", true,
+                       poly3_scaled.grad),
     ATTNCHECK_QUANTITY(poly3_grad, "poly3_grad_fro", "||dA/dS||_F, x^3", "poly3", true, poly3.grad),
     ATTNCHECK_QUANTITY(relu_n_grad, "relu_n_grad_fro", "||dA/dS||_F, relu/N", "relu_n", true, relu_n.grad),
     ATTNCHECK_QUANTITY(dWq, "dWq_fro", "||dA/dW_Q||_F, softmax", "", false, softmax.dWq),
@@ -64,10 +68,13 @@ struct Field {
   double (*get)(const ProbeHeadRecord&) = nullptr;
   void (*set)(ProbeHeadRecord&, double) = nullptr;
 };
-#define ATTNCHECK_INTEGER(key, member, weights, required) Field{key, FieldKind::integer, weights, required, &ProbeHeadRecord::member}
-#define ATTNCHECK_NUMBER(key, member, weights, required)                                                \
-  Field{key, FieldKind::number, weights, required, nullptr, [](const ProbeHeadRecord& r) { return r.member; }, \
-        [](ProbeHeadRecord& r, double x) { r.member = x; }}
+#define ATTNCHECK_INTEGER(key, member, weights, required) \
+  Field { key, FieldKind::integer, weights, required, &ProbeHeadRecord::member }
+#define ATTNCHECK_NUMBER(key, member, weights, required)                                                   \
+  Field {                                                                                                  \
+    key, FieldKind::number, weights, required, nullptr, [](const ProbeHeadRecord& r) { return r.member; }, \
+        [](ProbeHeadRecord& r, double x) { r.member = x; }                                                 \
+  }
 // In the order `probe --csv` prints its columns.
 const Field kFields[] = {
     ATTNCHECK_INTEGER("layer", layer, false, true),
@@ -234,7 +241,9 @@ ProbeHeadRecord head_from(const JsonFields& fields) {
         if (!fields.is_null(field.key)) r.causal = fields.boolean(field.key);
         break;
       // A required norm must be a number: without it the line says nothing a report could draw.
-      case FieldKind::number: field.set(r, field.required ? fields.number(field.key) : fields.number_or_nan(field.key)); break;
+      case FieldKind::number:
+        field.set(r, field.required ? fields.number(field.key) : fields.number_or_nan(field.key));
+        break;
     }
   }
   if (r.layer < 0 || r.head < 0) {
@@ -253,9 +262,10 @@ int format_version(const JsonFields& fields) {
   if (!fields.has(kFormatVersion)) return 1;  // version 1 wrote none
   const long long version = fields.integer(kFormatVersion);
   if (version < 1 || version > kProbeFormatVersion) {
-    fields.fail(fmt::format("\"{}\" = {}: this attncheck reads probe records of versions 1 to {}{}", kFormatVersion,
-                            version, kProbeFormatVersion,
-                            version > kProbeFormatVersion ? " (written by a newer attncheck: read it with that one)" : ""));
+    fields.fail(
+        fmt::format("\"{}\" = {}: this attncheck reads probe records of versions 1 to {}{}", kFormatVersion, version,
+                    kProbeFormatVersion,
+                    version > kProbeFormatVersion ? " (written by a newer attncheck: read it with that one)" : ""));
   }
   return static_cast<int>(version);
 }
@@ -333,8 +343,8 @@ std::vector<double> probe_head_values(const ProbeHeadRecord& r) {
     }
   }
   if (r.cross_norm) {
-    out.insert(out.end(), {static_cast<double>(r.cross_norm->d_v), r.cross_norm->output_bound,
-                           r.cross_norm->grad_values_bound});
+    out.insert(out.end(),
+               {static_cast<double>(r.cross_norm->d_v), r.cross_norm->output_bound, r.cross_norm->grad_values_bound});
     for (const ProbeCrossNormMix& what_if : r.cross_norm->mixes) {
       out.push_back(what_if.output_fro);
       out.push_back(what_if.grad_values_fro);
@@ -412,7 +422,8 @@ ProbeInputInfo input_from(const JsonFields& f) {
   using Kind = ProbeInputInfo::Kind;
   ProbeInputInfo in;
   const std::string kind = f.word("kind", JsonFields::Words(kInputKinds));
-  in.kind = static_cast<Kind>(std::find(std::begin(kInputKinds), std::end(kInputKinds), kind) - std::begin(kInputKinds));
+  in.kind =
+      static_cast<Kind>(std::find(std::begin(kInputKinds), std::end(kInputKinds), kind) - std::begin(kInputKinds));
   switch (in.kind) {
     case Kind::text: in.text = f.text("text"); break;
     case Kind::random: {
@@ -436,7 +447,8 @@ ProbeInputInfo input_from(const JsonFields& f) {
     std::size_t k = 0;
     for (const json& item : f.array(kSentences)) {
       const JsonFields sentence(item, fmt::format("{} sentences[{}]", f.where(), k++));
-      in.sentences.push_back({sentence.text("text"), integers_of(sentence, "token_ids"), strings_or_null(sentence, "tokens")});
+      in.sentences.push_back(
+          {sentence.text("text"), integers_of(sentence, "token_ids"), strings_or_null(sentence, "tokens")});
     }
   }
   return in;
@@ -556,8 +568,8 @@ ProbeOutput probe_output_from_json(const json& object, const std::string& where)
   for (const json& item : verdict.array("heads_above_a_bound")) {
     const JsonFields above(item, fmt::format("{} verdict heads_above_a_bound[{}]", where, k++));
     const auto sentence = above.integer_or_null("sentence");
-    out.verdict.heads_above_a_bound.push_back(
-        {sentence ? std::optional<std::int64_t>(*sentence) : std::nullopt, above.integer("layer"), above.integer("head")});
+    out.verdict.heads_above_a_bound.push_back({sentence ? std::optional<std::int64_t>(*sentence) : std::nullopt,
+                                               above.integer("layer"), above.integer("head")});
   }
   std::size_t row = 0;
   for (const json& item : top.array("heads")) {

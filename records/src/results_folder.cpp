@@ -42,8 +42,8 @@ namespace {
 // The words of docs/results-format.md: whatever else a field holds did not come from attncheck.
 constexpr std::string_view kClaims[] = {"C3", "C4", "C5", "C6", "C7", "C8", "C9", "custom"};
 constexpr std::string_view kReadings[] = {"elementwise", "matrix"};
-constexpr std::string_view kPhis[] = {"poly", "matpow", "softmax", "relu", "relu2",
-                                                           "gelu", "softplus", "identity", "relu6", "sigmoid"};
+constexpr std::string_view kPhis[] = {"poly", "matpow",   "softmax",  "relu",  "relu2",
+                                      "gelu", "softplus", "identity", "relu6", "sigmoid"};
 constexpr std::string_view kEstimands[] = {"value", "dQ", "dK", "dS", "score-var", "row-sum", "row-mean", "dV"};
 constexpr std::string_view kScoreModels[] = {"projected", "qk-layernorm", "iid-unit", "sign-coupled"};
 constexpr std::string_view kStops[] = {"samples", "rel-se", "max-samples", "max-seconds"};
@@ -98,7 +98,8 @@ void check_estimate(const JsonFields& fields, const SeriesKey& key, double mean,
   // Norms and second moments are never negative; a score-var sample is a score, and a row sum of an activation
   // with negative values (identity, gelu) a sum of them, which may be.
   const bool signed_estimate = key.estimand == "score-var" || key.estimand == "row-sum" || key.estimand == "row-mean";
-  if (mean < 0 && !signed_estimate) fields.fail(fmt::format("{} = {} is negative, but it estimates a norm or a second moment", what, mean));
+  if (mean < 0 && !signed_estimate)
+    fields.fail(fmt::format("{} = {} is negative, but it estimates a norm or a second moment", what, mean));
   if (se < 0) fields.fail(fmt::format("standard error of {} = {} is negative", what, se));
 }
 
@@ -203,7 +204,6 @@ std::optional<ExactCheckRecord> read_exact_check(const JsonFields& fields) {
   return r;
 }
 
-
 Series read_series(const JsonFields& fields) {
   Series s;
   s.key = read_key(fields);
@@ -243,7 +243,8 @@ Series read_series(const JsonFields& fields) {
   s.local_exponent = read_local_exponent(fields, "local_exponent");
   s.cross_check = read_local_exponent(fields, "cross_check");
   s.exact = read_exact_check(fields);
-  if (s.slope.has_value() != s.slope_ci.has_value()) fields.fail("\"slope\" and \"slope_ci\" must both be given or both null");
+  if (s.slope.has_value() != s.slope_ci.has_value())
+    fields.fail("\"slope\" and \"slope_ci\" must both be given or both null");
   s.x_variable = fields.word_or_null("fit_variable", {"N", "d"}).value_or("N");
   s.fit_of = fields.word_or_null("fit_of", {"mean", "mean_sq"}).value_or("mean");
   s.N = fields.integers("N");
@@ -253,14 +254,18 @@ Series read_series(const JsonFields& fields) {
   s.se = fields.numbers_or_nan("se");
   s.exact_sq = fields.numbers_or_null("exact_sq");
   const std::size_t n = s.N.size();
-  s.exact_mean = fields.has("exact_mean") ? fields.numbers_or_null("exact_mean") : std::vector<std::optional<double>>(n);
+  s.exact_mean =
+      fields.has("exact_mean") ? fields.numbers_or_null("exact_mean") : std::vector<std::optional<double>>(n);
   s.mean_sq = fields.has("mean_sq") ? fields.numbers_or_nan("mean_sq") : std::vector<double>(n, std::nan(""));
   s.se_sq = fields.has("se_sq") ? fields.numbers_or_nan("se_sq") : std::vector<double>(n, std::nan(""));
   if (n == 0) fields.fail("\"N\" is empty: a series needs at least one point");
-  for (const auto& [name, size] : {std::pair<const char*, std::size_t>{"mean", s.mean.size()}, {"se", s.se.size()},
-                                   {"exact_sq", s.exact_sq.size()}, {"exact_mean", s.exact_mean.size()},
+  for (const auto& [name, size] : {std::pair<const char*, std::size_t>{"mean", s.mean.size()},
+                                   {"se", s.se.size()},
+                                   {"exact_sq", s.exact_sq.size()},
+                                   {"exact_mean", s.exact_mean.size()},
                                    {"mean_sq", s.mean_sq.size()},
-                                   {"se_sq", s.se_sq.size()}, {"d_values", s.x.size()}}) {
+                                   {"se_sq", s.se_sq.size()},
+                                   {"d_values", s.x.size()}}) {
     if (size != n) {
       fields.fail(fmt::format("\"{}\" has {} entries but \"N\" has {}: one entry per point is needed", name, size, n));
     }
@@ -270,10 +275,12 @@ Series read_series(const JsonFields& fields) {
     if (s.N[i] < 1) fields.fail(fmt::format("N[{}] = {} must be >= 1", i, s.N[i]));
     if (s.x[i] < 1) fields.fail(fmt::format("{}[{}] = {} must be >= 1", x_name, i, s.x[i]));
     if (i > 0 && s.x[i] <= s.x[i - 1]) {
-      fields.fail(fmt::format("\"{}\" must increase, but {}[{}] = {} follows {}", x_name, x_name, i, s.x[i], s.x[i - 1]));
+      fields.fail(
+          fmt::format("\"{}\" must increase, but {}[{}] = {} follows {}", x_name, x_name, i, s.x[i], s.x[i - 1]));
     }
     check_estimate(fields, s.key, s.mean[i], s.se[i], fmt::format("mean[{}]", i).c_str());
-    if (s.exact_sq[i] && *s.exact_sq[i] < 0) fields.fail(fmt::format("exact_sq[{}] = {} is negative", i, *s.exact_sq[i]));
+    if (s.exact_sq[i] && *s.exact_sq[i] < 0)
+      fields.fail(fmt::format("exact_sq[{}] = {} is negative", i, *s.exact_sq[i]));
   }
   s.points.assign(n, std::nullopt);
   return s;
@@ -294,9 +301,10 @@ void check_format_version(const JsonFields& fields) {
   if (fields.is_null("format_version")) return;
   const long long version = fields.integer("format_version");
   if (version < 1 || version > kResultsFormatVersion) {
-    fields.fail(fmt::format("\"format_version\" {} is not one this attncheck reads (1 to {}): the file was written by "
-                            "{} attncheck; read it with that version",
-                            version, kResultsFormatVersion, version > kResultsFormatVersion ? "a later" : "another"));
+    fields.fail(
+        fmt::format("\"format_version\" {} is not one this attncheck reads (1 to {}): the file was written by "
+                    "{} attncheck; read it with that version",
+                    version, kResultsFormatVersion, version > kResultsFormatVersion ? "a later" : "another"));
   }
 }
 
@@ -369,7 +377,8 @@ PointRecord read_point(const JsonFields& fields, int line) {
   r.claimed_exponent = fields.number_or_null("claimed_exponent");
   r.claim_form = fields.word_or_null("claim_form", {"exponent", "equality"}).value_or("exponent");
   r.claimed_value = fields.number_or_null("claimed_value");
-  if (!fields.is_null("exact_law")) r.exact_law = read_exact_law(JsonFields(fields.at("exact_law"), fields.where() + " exact_law"));
+  if (!fields.is_null("exact_law"))
+    r.exact_law = read_exact_law(JsonFields(fields.at("exact_law"), fields.where() + " exact_law"));
   r.fit_variable = fields.word_or_null("fit_variable", {"N", "d"}).value_or("N");
   r.fit_of = fields.word_or_null("fit_of", {"mean", "mean_sq"}).value_or("mean");
   r.counts_for_exit = boolean_or_absent(fields, "counts_for_exit").value_or(false);
@@ -388,10 +397,14 @@ std::vector<int> top_level_array_element_lines(const std::string& text, std::str
   std::string current, last_string, pending_key;
   for (char c : text) {
     if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false, last_string = current;
-      else current += c;
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false, last_string = current;
+      else
+        current += c;
       if (c == '\n') ++line;
       continue;
     }
@@ -438,7 +451,7 @@ std::pair<Provenance, std::vector<Series>> parse_fits_json(const std::string& te
   const std::vector<int> lines = top_level_array_element_lines(text, "series");
   for (std::size_t i = 0; i < list.size(); ++i) {
     const std::string where = i < lines.size() ? fmt::format("{} line {} (series[{}])", name, lines[i], i)
-                                                : fmt::format("{} series[{}]", name, i);
+                                               : fmt::format("{} series[{}]", name, i);
     series.push_back(read_series(JsonFields(list[i], where)));
   }
   return {provenance, std::move(series)};
@@ -446,7 +459,8 @@ std::pair<Provenance, std::vector<Series>> parse_fits_json(const std::string& te
 
 std::vector<PointRecord> parse_points_jsonl(const std::string& text, const std::string& name) {
   std::vector<PointRecord> points;
-  detail::for_each_json_line(text, name, [&](const JsonFields& fields, int line) { points.push_back(read_point(fields, line)); });
+  detail::for_each_json_line(text, name,
+                             [&](const JsonFields& fields, int line) { points.push_back(read_point(fields, line)); });
   return points;
 }
 
@@ -537,14 +551,16 @@ void to_json(nlohmann::json& out, const PointRecord& r) {
   if (r.path) out["path"] = *r.path;
 }
 
-void from_json(const nlohmann::json& in, PointRecord& record) { record = read_point(JsonFields(in, "point record"), 0); }
+void from_json(const nlohmann::json& in, PointRecord& record) {
+  record = read_point(JsonFields(in, "point record"), 0);
+}
 
 void to_json(nlohmann::json& out, const Provenance& p) {
   out = detail::json::object();
   out["version"] = p.version;
   out["date"] = p.date;
   out["machine"] = p.hostname.empty() && p.cpu.empty() ? detail::json(p.machine)
-                                                        : detail::json{{"hostname", p.hostname}, {"cpu", p.cpu}};
+                                                       : detail::json{{"hostname", p.hostname}, {"cpu", p.cpu}};
   out["backend"] = p.backend;
   out["threads"] = p.threads;
   out["run_seed"] = p.run_seed;
@@ -659,7 +675,8 @@ void to_json(nlohmann::json& out, const Series& s) {
                        {"slope_ci", out["slope_ci"]},
                        {"jensen_ratio_first", number_or_null(s.jensen_first)},
                        {"jensen_ratio_last", number_or_null(s.jensen_last)},
-                       {"jensen_ratio_source", s.jensen_source.empty() ? detail::json(nullptr) : detail::json(s.jensen_source)}};
+                       {"jensen_ratio_source",
+                        s.jensen_source.empty() ? detail::json(nullptr) : detail::json(s.jensen_source)}};
   out["verdict"] = s.verdict ? detail::json(to_string(*s.verdict)) : detail::json(nullptr);
   out["basis"] = s.basis ? detail::json(to_string(*s.basis)) : detail::json(nullptr);
   out["verdict_rule"] = value_or_null(s.verdict_rule);
@@ -674,7 +691,8 @@ void to_json(nlohmann::json& out, const Series& s) {
 void from_json(const nlohmann::json& in, Series& series) { series = read_series(JsonFields(in, "series")); }
 
 std::string fits_json_text(const Provenance& provenance, const std::vector<Series>& series) {
-  return detail::json{{"format_version", kResultsFormatVersion}, {"provenance", provenance}, {"series", series}}.dump(2) +
+  return detail::json{{"format_version", kResultsFormatVersion}, {"provenance", provenance}, {"series", series}}.dump(
+             2) +
          "\n";
 }
 
@@ -684,9 +702,10 @@ ResultsFolder read_results_folder(const fs::path& folder) {
   if (!fs::is_directory(folder, error)) throw InputError(fmt::format("{} is not a folder", folder.string()));
   const fs::path fits_path = folder / "fits.json";
   if (!fs::exists(fits_path, error)) {
-    throw InputError(fmt::format("{} is missing: the results folder has no fitted series (is the sweep of "
-                                 "`attncheck mc --out {}` finished? --resume completes it)",
-                                 fits_path.string(), folder.string()));
+    throw InputError(
+        fmt::format("{} is missing: the results folder has no fitted series (is the sweep of "
+                    "`attncheck mc --out {}` finished? --resume completes it)",
+                    fits_path.string(), folder.string()));
   }
   ResultsFolder results;
   results.folder = folder;

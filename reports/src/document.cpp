@@ -29,21 +29,24 @@ std::string markdown_text(const std::string& raw, bool cell = false) {
     if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
   }
   text.erase(0, text.find_first_not_of(' '));  // four leading spaces would make a code block
-  const auto alnum = [&](std::size_t i) { return i < text.size() && std::isalnum(static_cast<unsigned char>(text[i])); };
+  const auto alnum = [&](std::size_t i) {
+    return i < text.size() && std::isalnum(static_cast<unsigned char>(text[i]));
+  };
   std::string out;
   for (std::size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     const char next = i + 1 < text.size() ? text[i + 1] : '\0';
     const bool escape = std::string_view("\\`*<>&").find(c) != std::string_view::npos || (c == '|' && cell) ||
-                        (c == '_' && !(i > 0 && alnum(i - 1) && alnum(i + 1))) ||
-                        (c == '!' && next == '[') || (c == ']' && (next == '(' || next == '[')) ||
+                        (c == '_' && !(i > 0 && alnum(i - 1) && alnum(i + 1))) || (c == '!' && next == '[') ||
+                        (c == ']' && (next == '(' || next == '[')) ||
                         (i == 0 && !cell && std::string_view("[#+-=~").find(c) != std::string_view::npos);
     if (escape) out += '\\';
     out += c;
   }
   // "1. " or "1) " at the start would open an ordered list.
   const auto digits_end = out.find_first_not_of("0123456789");
-  if (!cell && digits_end != std::string::npos && digits_end > 0 && (out[digits_end] == '.' || out[digits_end] == ')') &&
+  if (!cell && digits_end != std::string::npos && digits_end > 0 &&
+      (out[digits_end] == '.' || out[digits_end] == ')') &&
       (digits_end + 1 == out.size() || out[digits_end + 1] == ' ')) {
     out.insert(digits_end, 1, '\\');
   }
@@ -166,7 +169,8 @@ std::string render_html(const Document& document) {
                    },
                    [&](const Paragraph& p) { out += fmt::format("<p>{}</p>\n", escape_html(p.text)); },
                    [&](const Notice& n) {
-                     out += fmt::format("<div class=\"notice\"><strong>Notice:</strong> {}</div>\n", escape_html(n.text));
+                     out +=
+                         fmt::format("<div class=\"notice\"><strong>Notice:</strong> {}</div>\n", escape_html(n.text));
                    },
                    [&](const Facts& f) {
                      out += "<dl class=\"facts\">\n";
@@ -195,8 +199,7 @@ std::string render_html(const Document& document) {
                    },
                    [&](const Figure& f) {
                      const std::string png =
-                         f.png_file.empty() ? ""
-                                            : fmt::format(" <a href=\"{}\">PNG</a>", escape_html(f.png_file));
+                         f.png_file.empty() ? "" : fmt::format(" <a href=\"{}\">PNG</a>", escape_html(f.png_file));
                      out += fmt::format("<figure>\n{}\n<figcaption>{}{}</figcaption>\n</figure>\n", f.inline_svg,
                                         escape_html(f.caption), png);
                    },

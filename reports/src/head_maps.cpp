@@ -6,7 +6,6 @@
 #include "attncheck/records/sha256.hpp"
 #include "attncheck/theory/common.hpp"
 
-
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -213,8 +212,9 @@ PlotSpec head_map_figure(const std::string& name, const std::string& title, std:
 void add_head_map_section(const std::vector<ProbeOutput>& outputs, bool with_plots, Document& document,
                           PendingFigures& pending) {
   auto& blocks = document.blocks;
-  blocks.push_back(Heading{2, outputs.size() == 1 ? "Layer x head map of one probe run" : "Layer x head maps of probe runs",
-                           "head-maps"});
+  blocks.push_back(
+      Heading{2, outputs.size() == 1 ? "Layer x head map of one probe run" : "Layer x head maps of probe runs",
+              "head-maps"});
   blocks.push_back(Paragraph{
       "Each cell is one head's softmax attention on the input: ||A||_F / sqrt(N) and ||dA/dS||_F / (sqrt(N)/2), its "
       "norms divided by Theorem 4.1's deterministic bounds (exact, docs/THEORY.md), so 1 is the bound and no head "
@@ -238,15 +238,20 @@ void add_head_map_section(const std::vector<ProbeOutput>& outputs, bool with_plo
     blocks.push_back(std::move(facts));
     if (with_plots) {
       // One fact a line, the path cut from the left: a figure does not wrap its lines.
-      const std::string path = run.model_path.size() <= 70 ? run.model_path : "..." + run.model_path.substr(run.model_path.size() - 67);
-      std::vector<std::string> notes{fmt::format("model {} ({}, trained with {})", path, run.architecture, run.attention_activation),
+      const std::string path =
+          run.model_path.size() <= 70 ? run.model_path : "..." + run.model_path.substr(run.model_path.size() - 67);
+      std::vector<std::string> notes{fmt::format("model {} ({}, trained with {})", path, run.architecture,
+                                                 run.attention_activation),
                                      fmt::format("config sha256 {}", run.config_sha256.value_or("none")),
                                      fmt::format("probe output sha256 {}", run.file_sha256)};
-      pending.plots.push_back(head_map_figure(fmt::format("head-map-{}", k + 1), "Softmax norms per head relative to "
-                                              "their bounds", std::move(notes), maps));
+      pending.plots.push_back(head_map_figure(fmt::format("head-map-{}", k + 1),
+                                              "Softmax norms per head relative to "
+                                              "their bounds",
+                                              std::move(notes), maps));
       pending.block_of_plot.push_back(blocks.size());
-      blocks.push_back(Figure{"", "", "Layer x head heat maps of ||A||_F / sqrt(N) (left) and ||dA/dS||_F / "
-                                      "(sqrt(N)/2) (right), one colour scale; the bound is 1."});
+      blocks.push_back(Figure{"", "",
+                              "Layer x head heat maps of ||A||_F / sqrt(N) (left) and ||dA/dS||_F / "
+                              "(sqrt(N)/2) (right), one colour scale; the bound is 1."});
     }
     blocks.push_back(Paragraph{"||A||_F / sqrt(N) per layer (rows) and head (columns):"});
     blocks.push_back(ratio_table(maps, maps.attention));

@@ -35,8 +35,8 @@ std::string format_estimate(double estimate, double se) {
   // Scientific: both in units of the estimate's power of ten.
   const double scale = std::pow(10.0, value_exponent);
   const int mantissa_decimals = std::clamp(value_exponent - se_exponent + 1, 0, 15);
-  return fmt::format("({:.{}f} ± {:.{}f})e{:+03d}", estimate / scale, mantissa_decimals, se / scale,
-                     mantissa_decimals, value_exponent);
+  return fmt::format("({:.{}f} ± {:.{}f})e{:+03d}", estimate / scale, mantissa_decimals, se / scale, mantissa_decimals,
+                     value_exponent);
 }
 
 }  // namespace attncheck::reports

@@ -46,8 +46,10 @@ std::string one_line(const std::string& text) {
 std::string quoted(const std::string& text) {
   std::string out = "'";
   for (char c : one_line(text)) {
-    if (c == '\'') out += "''";
-    else out += c;
+    if (c == '\'')
+      out += "''";
+    else
+      out += c;
   }
   return out + "'";
 }
@@ -68,15 +70,18 @@ std::string style_clause(CurveStyle style, int index, int variant) {
   switch (style) {
     case CurveStyle::points_with_error_bars:
       return fmt::format("using 1:2:3:4 with yerrorbars pointtype 7 pointsize 0.8 linecolor rgb '{}'", colour);
-    case CurveStyle::points: return fmt::format("using 1:2 with points pointtype 6 pointsize 1 linecolor rgb '{}'", colour);
+    case CurveStyle::points:
+      return fmt::format("using 1:2 with points pointtype 6 pointsize 1 linecolor rgb '{}'", colour);
     case CurveStyle::line: return fmt::format("using 1:2 with lines linewidth 1.5 linecolor rgb '{}'", colour);
     case CurveStyle::line_with_points:
-      return fmt::format("using 1:2 with linespoints pointtype {} pointsize 0.6 linewidth 1.5 dashtype {} linecolor rgb '{}'",
-                         kPointTypes[variant % 5], variant % 5 + 1, colour);
+      return fmt::format(
+          "using 1:2 with linespoints pointtype {} pointsize 0.6 linewidth 1.5 dashtype {} linecolor rgb '{}'",
+          kPointTypes[variant % 5], variant % 5 + 1, colour);
     case CurveStyle::dashed_line:
       return fmt::format("using 1:2 with lines dashtype 2 linewidth 1.5 linecolor rgb '{}'", colour);
     case CurveStyle::band:
-      return fmt::format("using 1:3:4 with filledcurves fillcolor rgb '{}' fillstyle transparent solid 0.22 noborder", colour);
+      return fmt::format("using 1:3:4 with filledcurves fillcolor rgb '{}' fillstyle transparent solid 0.22 noborder",
+                         colour);
   }
   return "";
 }
@@ -84,7 +89,8 @@ std::string style_clause(CurveStyle style, int index, int variant) {
 // The matrix as a data block: row i of the map on line i (NaN where a cell was not measured).
 std::string heat_map_block(const HeatMap& map, const std::string& block) {
   if (map.rows < 1 || map.columns < 1 || map.values.size() != static_cast<std::size_t>(map.rows * map.columns)) {
-    throw InputError(fmt::format("a heat map of {} x {} cells has {} values", map.rows, map.columns, map.values.size()));
+    throw InputError(
+        fmt::format("a heat map of {} x {} cells has {} values", map.rows, map.columns, map.values.size()));
   }
   std::string data;
   for (long long i = 0; i < map.rows; ++i) {
@@ -112,14 +118,16 @@ std::string heat_map_commands(const HeatMap& map, const std::string& block, bool
                                    in_figure ? "set size noratio" : "set size ratio -1");
   // A tick on every cell, or on every k-th of a large map, at the cells' centres.
   const auto tick_step = [](long long cells) { return std::max(1LL, (cells + 15) / 16); };
-  script += fmt::format("set format x '%g'\nset format y '%g'\nset format cb '%g'\nset xtics {} nomirror\n"
-                        "set ytics {} nomirror\nset mxtics 1\nset mytics 1\n",
-                        tick_step(map.columns), tick_step(map.rows));
+  script += fmt::format(
+      "set format x '%g'\nset format y '%g'\nset format cb '%g'\nset xtics {} nomirror\n"
+      "set ytics {} nomirror\nset mxtics 1\nset mytics 1\n",
+      tick_step(map.columns), tick_step(map.rows));
   // A figure of maps places its panels itself (see maps_layout); a lone map needs room on the right for
   // the colour bar's marks ("1 = bound" is long).
   script += map.colour_box ? "set colorbox\n" : "unset colorbox\n";
   if (!in_figure && !map.scale_marks.empty()) script += "set rmargin 16\n";
-  script += fmt::format("set xrange [-0.5:{}]\nset yrange [{}:-0.5]\n", number(map.columns - 0.5), number(map.rows - 0.5));
+  script +=
+      fmt::format("set xrange [-0.5:{}]\nset yrange [{}:-0.5]\n", number(map.columns - 0.5), number(map.rows - 0.5));
   const auto tick_labels = [](const char* axis, const std::vector<std::string>& labels) {
     if (labels.empty()) return std::string();
     std::string out = fmt::format("set {}tics (", axis);
@@ -127,7 +135,8 @@ std::string heat_map_commands(const HeatMap& map, const std::string& block, bool
     return out + ")\n";
   };
   script += tick_labels("y", map.row_labels) + tick_labels("x", map.column_labels);
-  const auto [lo, hi] = map.scale_range.value_or(map.signed_scale ? std::pair{-largest, largest} : std::pair{0.0, largest});
+  const auto [lo, hi] =
+      map.scale_range.value_or(map.signed_scale ? std::pair{-largest, largest} : std::pair{0.0, largest});
   script += map.signed_scale
                 ? "set palette defined (-1 '#b2182b', -0.5 '#ef8a62', 0 '#f7f7f7', 0.5 '#67a9cf', 1 '#2166ac')\n"
                 : "set palette defined (0 '#f7fbff', 0.5 '#6baed6', 1 '#08306b')\n";
@@ -139,9 +148,10 @@ std::string heat_map_commands(const HeatMap& map, const std::string& block, bool
   std::string clause = fmt::format("{} matrix with image notitle", block);
   if (map.show_values) {
     // Dark cells get white text: the upper half of the unsigned palette is dark.
-    clause += fmt::format(", {0} matrix using 1:2:($3 != $3 ? '' : sprintf('%.2f', $3)):($3 > {1} ? 0xffffff : 0x000000) "
-                          "with labels textcolor rgb variable font ',9' notitle",
-                          block, number(lo + 0.55 * (hi - lo)));
+    clause += fmt::format(
+        ", {0} matrix using 1:2:($3 != $3 ? '' : sprintf('%.2f', $3)):($3 > {1} ? 0xffffff : 0x000000) "
+        "with labels textcolor rgb variable font ',9' notitle",
+        block, number(lo + 0.55 * (hi - lo)));
   }
   return script + "plot " + clause + "\n";
 }
@@ -151,7 +161,8 @@ bool has_ends(CurveStyle style) { return style == CurveStyle::points_with_error_
 // Tick marks for a log axis spanning less than a decade, where gnuplot would label only the powers of ten
 // (often none): 1, 2, 5 times a power of ten, or every digit, or evenly spaced ticks, whichever first gives three.
 std::string log_ticks_within_a_decade(double lo, double hi) {
-  for (const std::vector<double>& mantissas : {std::vector<double>{1, 2, 5}, std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8, 9}}) {
+  for (const std::vector<double>& mantissas :
+       {std::vector<double>{1, 2, 5}, std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8, 9}}) {
     std::vector<double> ticks;
     for (int k = static_cast<int>(std::floor(std::log10(lo))); k <= static_cast<int>(std::ceil(std::log10(hi))); ++k) {
       for (const double m : mantissas) {
@@ -216,10 +227,13 @@ PanelData panel_data(const PlotSpec& plot, const std::string& block_prefix) {
     if (data.empty()) continue;  // gnuplot refuses a plot whose every curve is empty; skip empty ones
     out.blocks += fmt::format("{} << EOD\n{}EOD\n", block, data);
     const std::string title = curve.title.empty() ? "notitle" : "title " + quoted(curve.title) + " noenhanced";
-    out.clauses.push_back(fmt::format("{} {} {}", block, style_clause(curve.style, curve.colour >= 0 ? curve.colour : static_cast<int>(c), curve.variant),
-                                      title));
+    out.clauses.push_back(
+        fmt::format("{} {} {}", block,
+                    style_clause(curve.style, curve.colour >= 0 ? curve.colour : static_cast<int>(c), curve.variant),
+                    title));
   }
-  if (out.clauses.empty() && !plot.heat_map) throw InputError(fmt::format("plot \"{}\" has no point that can be drawn", plot.title));
+  if (out.clauses.empty() && !plot.heat_map)
+    throw InputError(fmt::format("plot \"{}\" has no point that can be drawn", plot.title));
   return out;
 }
 
@@ -270,8 +284,8 @@ std::string panel_commands(const PlotSpec& plot, const PanelData& data, bool in_
 }
 
 std::string heat_map_panel(const PlotSpec& plot, const PanelData& data, bool in_figure) {
-  return fmt::format("set title {} noenhanced\nset xlabel {} noenhanced\nset ylabel {} noenhanced\n", quoted(plot.title),
-                     quoted(plot.x_label), quoted(plot.y_label)) +
+  return fmt::format("set title {} noenhanced\nset xlabel {} noenhanced\nset ylabel {} noenhanced\n",
+                     quoted(plot.title), quoted(plot.x_label), quoted(plot.y_label)) +
          heat_map_commands(*plot.heat_map, data.clauses.at(0), in_figure);
 }
 
@@ -322,8 +336,8 @@ std::string maps_layout(const PlotSpec& plot, const Canvas& canvas) {
 
 int activation_colour(std::string_view activation) {
   // The activations attncheck trains and probes, each its own palette entry; any other name is black.
-  static constexpr std::string_view kActivations[] = {"softmax", "poly3_scaled", "poly3", "relu_n", "identity",
-                                                      "linear_scaled"};
+  static constexpr std::string_view kActivations[] = {"softmax", "poly3_scaled", "poly3",
+                                                      "relu_n",  "identity",     "linear_scaled"};
   for (int i = 0; i < static_cast<int>(std::size(kActivations)); ++i) {
     if (activation == kActivations[i]) return i;
   }
@@ -339,18 +353,22 @@ std::string gnuplot_script(const std::vector<PlotSpec>& plots, const std::string
     if (plot.panels.empty()) {
       data.push_back(panel_data(plot, fmt::format("$plot{}", k)));
     } else {
-      for (std::size_t p = 0; p < plot.panels.size(); ++p) data.push_back(panel_data(plot.panels[p], fmt::format("$plot{}_panel{}", k, p)));
+      for (std::size_t p = 0; p < plot.panels.size(); ++p)
+        data.push_back(panel_data(plot.panels[p], fmt::format("$plot{}_panel{}", k, p)));
     }
     for (const PanelData& d : data) script += d.blocks;
     const Canvas canvas = canvas_of(plot);
     // The same drawing twice: SVG for the page, PNG for slides and issues. Enhanced text is on for the 10^k
     // tick labels only; every text from the report is written noenhanced.
     const std::pair<const char*, std::string> terminals[] = {
-        {".svg", fmt::format("svg size {},{} enhanced font 'sans,14' background '#ffffff'", canvas.width, canvas.height)},
-        {".png", fmt::format("pngcairo size {},{} enhanced font 'sans,11' background '#ffffff'", canvas.width, canvas.height)}};
+        {".svg",
+         fmt::format("svg size {},{} enhanced font 'sans,14' background '#ffffff'", canvas.width, canvas.height)},
+        {".png",
+         fmt::format("pngcairo size {},{} enhanced font 'sans,11' background '#ffffff'", canvas.width, canvas.height)}};
     for (const auto& [extension, terminal] : terminals) {
       // `reset` keeps the terminal; it clears whatever the previous plot set.
-      script += fmt::format("reset\nset terminal {}\nset output {}\n", terminal, quoted(plot.name + extension + output_suffix));
+      script += fmt::format("reset\nset terminal {}\nset output {}\n", terminal,
+                            quoted(plot.name + extension + output_suffix));
       if (plot.panels.empty() && plot.heat_map) {
         script += heat_map_panel(plot, data[0], false);
       } else if (plot.panels.empty()) {
@@ -371,7 +389,8 @@ std::string gnuplot_script(const std::vector<PlotSpec>& plots, const std::string
         }
         if (!all_maps(plot)) script += fmt::format("set bmargin {}\n", 3 + 1.2 * static_cast<double>(longest_key));
         for (std::size_t p = 0; p < plot.panels.size(); ++p) {
-          script += plot.panels[p].heat_map ? heat_map_panel(plot.panels[p], data[p], true) : panel_commands(plot.panels[p], data[p], true);
+          script += plot.panels[p].heat_map ? heat_map_panel(plot.panels[p], data[p], true)
+                                            : panel_commands(plot.panels[p], data[p], true);
         }
         script += "unset multiplot\n";
       }
@@ -410,10 +429,11 @@ std::vector<std::string> render_plots(const std::vector<PlotSpec>& plots, const 
   posix_spawn_file_actions_destroy(&actions);
   if (spawn_error != 0) {
     fs::remove(log_path, error);
-    throw InputError(fmt::format("cannot run gnuplot as \"{}\": {} (install the Debian package gnuplot-nox, "
-                                 "name the program with --gnuplot, or write the report without plots with "
-                                 "--no-plots)",
-                                 gnuplot_program, std::strerror(spawn_error)));
+    throw InputError(
+        fmt::format("cannot run gnuplot as \"{}\": {} (install the Debian package gnuplot-nox, "
+                    "name the program with --gnuplot, or write the report without plots with "
+                    "--no-plots)",
+                    gnuplot_program, std::strerror(spawn_error)));
   }
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0) {

@@ -12,7 +12,8 @@ std::vector<ProbeSeries> summarize_probe_log(const std::vector<ProbeRecord>& rec
   std::map<std::pair<std::string, std::string>, std::map<std::pair<long long, long long>, const ProbeRecord*>> heads;
   for (const ProbeRecord& r : records) {
     const std::string activation = r.activation.value_or("unknown");
-    if (std::find(activations.begin(), activations.end(), activation) == activations.end()) activations.push_back(activation);
+    if (std::find(activations.begin(), activations.end(), activation) == activations.end())
+      activations.push_back(activation);
     auto& order = checkpoint_order[activation];
     if (std::find(order.begin(), order.end(), r.checkpoint) == order.end()) order.push_back(r.checkpoint);
     heads[{activation, r.checkpoint}][{r.metrics.layer, r.metrics.head}] = &r;

@@ -41,7 +41,8 @@ bool any_positive(const Curve& curve) {
 
 // Adds the plot when it has something to draw on a log axis, and a notice instead when it has not.
 void add_plot(PlotSpec plot, const std::string& caption, bool with_plots, Document& document, PendingFigures& pending) {
-  plot.curves.erase(std::remove_if(plot.curves.begin(), plot.curves.end(), [](const Curve& c) { return !any_positive(c); }),
+  plot.curves.erase(std::remove_if(plot.curves.begin(), plot.curves.end(),
+                                   [](const Curve& c) { return !any_positive(c); }),
                     plot.curves.end());
   if (!with_plots) return;
   if (plot.curves.empty()) {
@@ -75,9 +76,7 @@ Curve min_max_band(const ProbeSeries& series, ProbeQuantity quantity, int colour
   return band;
 }
 
-std::string step_text(const ProbeStep& step) {
-  return step.step ? fmt::format("step {}", *step.step) : "step unknown";
-}
+std::string step_text(const ProbeStep& step) { return step.step ? fmt::format("step {}", *step.step) : "step unknown"; }
 
 // The layer x head maps of a model's first and last checkpoints: the start and the end of training, the
 // contrast a reader looks for; the maps of the checkpoints between them are left to the tables' summaries.
@@ -94,16 +93,18 @@ void add_checkpoint_maps(const Model& model, const std::vector<ProbeRecord>& rec
                         steps.size())});
   for (std::size_t c = 0; c < chosen.size(); ++c) {
     const ProbeStep& step = *chosen[c];
-    const HeadMaps maps = head_maps(checkpoint_ratios(records, model.series.activation, step.checkpoint),
-                                    step.checkpoint);
-    pending.plots.push_back(head_map_figure(
-        fmt::format("probe-model{}-heads-{}", index + 1, c == 0 ? "first" : "last"),
-        fmt::format("{}: softmax norms per head relative to their bounds", model.label),
-        {fmt::format("checkpoint {} ({})", step.checkpoint, step_text(step))}, maps));
+    const HeadMaps maps =
+        head_maps(checkpoint_ratios(records, model.series.activation, step.checkpoint), step.checkpoint);
+    pending.plots.push_back(
+        head_map_figure(fmt::format("probe-model{}-heads-{}", index + 1, c == 0 ? "first" : "last"),
+                        fmt::format("{}: softmax norms per head relative to their bounds", model.label),
+                        {fmt::format("checkpoint {} ({})", step.checkpoint, step_text(step))}, maps));
     pending.block_of_plot.push_back(document.blocks.size());
-    document.blocks.push_back(Figure{"", "", fmt::format(
-        "{}, {}: ||A||_F / sqrt(N) (left) and ||dA/dS||_F / (sqrt(N)/2) (right) of the softmax on the model's scores, "
-        "per layer and head, one colour scale; the bound is 1.", model.label, step_text(step))});
+    document.blocks.push_back(Figure{"", "",
+                                     fmt::format("{}, {}: ||A||_F / sqrt(N) (left) and ||dA/dS||_F / (sqrt(N)/2) "
+                                                 "(right) of the softmax on the model's scores, "
+                                                 "per layer and head, one colour scale; the bound is 1.",
+                                                 model.label, step_text(step))});
   }
 }
 
@@ -114,7 +115,8 @@ void add_probe_section(const std::vector<ProbeRecord>& records, const std::files
   add_probe_section({ProbeLog{log, "", records}}, with_plots, document, pending);
 }
 
-void add_probe_section(const std::vector<ProbeLog>& logs, bool with_plots, Document& document, PendingFigures& pending) {
+void add_probe_section(const std::vector<ProbeLog>& logs, bool with_plots, Document& document,
+                       PendingFigures& pending) {
   auto& blocks = document.blocks;
   std::vector<Model> models;
   std::map<std::string, int> runs_of_activation;
@@ -124,8 +126,8 @@ void add_probe_section(const std::vector<ProbeLog>& logs, bool with_plots, Docum
       models.push_back(Model{label, l, runs_of_activation[series.activation]++, std::move(series)});
     }
   }
-  blocks.push_back(Heading{2, logs.size() == 1 ? "Probes during training" : "Probes during training: runs compared",
-                           "probes"});
+  blocks.push_back(
+      Heading{2, logs.size() == 1 ? "Probes during training" : "Probes during training: runs compared", "probes"});
   std::size_t total_records = 0;
   for (const ProbeLog& log : logs) {
     std::set<std::string> checkpoints;
@@ -161,7 +163,11 @@ void add_probe_section(const std::vector<ProbeLog>& logs, bool with_plots, Docum
   if (logs.size() > 1) {
     // The runs' end points in one table: what the plots below show over training, at the last checkpoint.
     Table ends;
-    ends.header = {"run", "trained activation", "checkpoints", "last step", "own ||A||_F at the last step, mean [min, max]",
+    ends.header = {"run",
+                   "trained activation",
+                   "checkpoints",
+                   "last step",
+                   "own ||A||_F at the last step, mean [min, max]",
                    "own ||dA/dS||_F at the last step, mean [min, max]"};
     for (const Model& model : models) {
       if (model.series.steps.empty()) continue;
@@ -180,10 +186,20 @@ void add_probe_section(const std::vector<ProbeLog>& logs, bool with_plots, Docum
   // The papers' Fig. 2 and Fig. 3: the models side by side, each with its own activation.
   const bool steps_known =
       std::all_of(models.begin(), models.end(), [](const Model& m) { return m.series.steps_known; });
-  PlotSpec own_norm{"probe-attention", "||A||_F of each model's own activation (line: mean over layers and heads, band: min to max)",
-                    steps_known ? "training step" : "checkpoint (in the order of the log)", "||A||_F", false, true, {}};
-  PlotSpec own_grad{"probe-gradient", "||dA/dS||_F of each model's own activation (line: mean over layers and heads, band: min to max)",
-                    own_norm.x_label, "||dA/dS||_F", false, true, {}};
+  PlotSpec own_norm{"probe-attention",
+                    "||A||_F of each model's own activation (line: mean over layers and heads, band: min to max)",
+                    steps_known ? "training step" : "checkpoint (in the order of the log)",
+                    "||A||_F",
+                    false,
+                    true,
+                    {}};
+  PlotSpec own_grad{"probe-gradient",
+                    "||dA/dS||_F of each model's own activation (line: mean over layers and heads, band: min to max)",
+                    own_norm.x_label,
+                    "||dA/dS||_F",
+                    false,
+                    true,
+                    {}};
   for (const Model& model : models) {
     const int colour = activation_colour(model.series.activation);
     for (auto [plot, own] : {std::pair{&own_norm, own_attention_quantity(model.series.activation)},
@@ -197,16 +213,19 @@ void add_probe_section(const std::vector<ProbeLog>& logs, bool with_plots, Docum
   }
   blocks.push_back(Heading{3, "All models: attention norm and gradient norm against training", "probes-all"});
   if (own_norm.curves.empty()) {
-    blocks.push_back(Paragraph{"The log does not say which activation the models were trained with (or names "
-                               "one without an ||A||_F column), so the comparison of own activations is left out; "
-                               "the per-model plots below show every activation on the same scores."});
+    blocks.push_back(
+        Paragraph{"The log does not say which activation the models were trained with (or names "
+                  "one without an ||A||_F column), so the comparison of own activations is left out; "
+                  "the per-model plots below show every activation on the same scores."});
   } else {
-    add_plot(own_norm, "||A||_F of each model's own activation against training (log y axis), as in the papers' Fig. 2: "
+    add_plot(own_norm,
+             "||A||_F of each model's own activation against training (log y axis), as in the papers' Fig. 2: "
              "the line is the mean over layers and heads, the shaded band their min to max.",
              with_plots, document, pending);
   }
   if (!own_grad.curves.empty()) {
-    add_plot(own_grad, "||dA/dS||_F of each model's own activation against training (log y axis), as in the papers' "
+    add_plot(own_grad,
+             "||dA/dS||_F of each model's own activation against training (log y axis), as in the papers' "
              "Fig. 3: the line is the mean over layers and heads, the shaded band their min to max.",
              with_plots, document, pending);
   }
@@ -221,8 +240,12 @@ void add_probe_section(const std::vector<ProbeLog>& logs, bool with_plots, Docum
       const auto own = gradient ? own_gradient_quantity(model.activation) : own_attention_quantity(model.activation);
       const std::string norm = gradient ? "||dA/dS||_F" : "||A||_F";
       PlotSpec plot{fmt::format("probe-model{}-{}", m + 1, gradient ? "gradient" : "attention"),
-                    fmt::format("{}: {} of each activation on its scores", models[m].label, norm), x_label(model),
-                    norm + " (mean over layers and heads)", false, true, {}};
+                    fmt::format("{}: {} of each activation on its scores", models[m].label, norm),
+                    x_label(model),
+                    norm + " (mean over layers and heads)",
+                    false,
+                    true,
+                    {}};
       if (own) plot.curves.push_back(min_max_band(model, *own, activation_colour(model.activation)));
       for (ProbeQuantity q : gradient ? kScoreGradientQuantities : kAttentionQuantities) {
         plot.curves.push_back(mean_curve(model, q, std::string(probe_meaning(q)),

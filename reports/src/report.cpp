@@ -23,7 +23,7 @@ struct Inputs {
   std::optional<fs::path> results_folder;  // has fits.json
   std::optional<fs::path> probe_log;
   std::optional<fs::path> training_curves;
-  std::optional<fs::path> vit_results;  // examples/vit_digits.py's
+  std::optional<fs::path> vit_results;   // examples/vit_digits.py's
   std::optional<fs::path> probe_output;  // `attncheck probe --json` output
 
   // What a comparison of runs can hold: probe logs (alone or in run folders), or probe --json outputs.
@@ -55,9 +55,10 @@ Inputs find_inputs(const fs::path& input) {
       return inputs;
     }
     if (input.extension() != ".jsonl") {
-      throw InputError(fmt::format("{} is neither a results folder nor a probe log or training curves (*.jsonl) nor "
-                                   "the output of `attncheck probe --json` (*.json)",
-                                   input.string()));
+      throw InputError(
+          fmt::format("{} is neither a results folder nor a probe log or training curves (*.jsonl) nor "
+                      "the output of `attncheck probe --json` (*.json)",
+                      input.string()));
     }
     if (input.filename() == kTrainingCurvesName) {
       inputs.training_curves = input;
@@ -71,11 +72,12 @@ Inputs find_inputs(const fs::path& input) {
   if (fs::exists(input / kTrainingCurvesName, error)) inputs.training_curves = input / kTrainingCurvesName;
   if (fs::exists(input / kVitResultsName, error)) inputs.vit_results = input / kVitResultsName;
   if (!inputs.results_folder && !inputs.probe_log && !inputs.training_curves && !inputs.vit_results) {
-    throw InputError(fmt::format("{} is missing, and so are {}, {} and {}: the folder holds neither the results of "
-                                 "`attncheck mc --out`, nor the log of `attncheck probe --watch`, nor training "
-                                 "curves, nor the results of examples/vit_digits.py",
-                                 (input / "fits.json").string(), (input / kProbeLogName).string(),
-                                 (input / kTrainingCurvesName).string(), (input / kVitResultsName).string()));
+    throw InputError(
+        fmt::format("{} is missing, and so are {}, {} and {}: the folder holds neither the results of "
+                    "`attncheck mc --out`, nor the log of `attncheck probe --watch`, nor training "
+                    "curves, nor the results of examples/vit_digits.py",
+                    (input / "fits.json").string(), (input / kProbeLogName).string(),
+                    (input / kTrainingCurvesName).string(), (input / kVitResultsName).string()));
   }
   return inputs;
 }
@@ -118,8 +120,9 @@ Document start_document(std::string title, bool with_plots) {
   Document document;
   document.title = std::move(title);
   if (!with_plots) {
-    document.blocks.push_back(Notice{"this report was written with --no-plots: it has no plots (gnuplot was not "
-                                     "run); the tables hold every number."});
+    document.blocks.push_back(
+        Notice{"this report was written with --no-plots: it has no plots (gnuplot was not "
+               "run); the tables hold every number."});
   }
   return document;
 }
@@ -162,10 +165,11 @@ ReportSummary write_report(const ReportOptions& options) {
   std::optional<VitResults> vit;
   if (inputs.vit_results) vit = read_vit_results(*inputs.vit_results);
 
-  Document document = start_document(fmt::format("attncheck report: {}", options.input.filename().empty()
-                                                                          ? options.input.parent_path().filename().string()
-                                                                          : options.input.filename().string()),
-                                      options.plots);
+  Document document =
+      start_document(fmt::format("attncheck report: {}", options.input.filename().empty()
+                                                             ? options.input.parent_path().filename().string()
+                                                             : options.input.filename().string()),
+                     options.plots);
   PendingFigures pending;
   ReportSummary summary;
   if (results) {
@@ -173,8 +177,8 @@ ReportSummary write_report(const ReportOptions& options) {
     count_verdicts(*results, summary);
   }
   if (vit) {
-    add_vit_section(*vit, inputs.vit_results->parent_path(), options.plots, document, pending, options.read_attention_map,
-                    options.map_layer, options.map_head);
+    add_vit_section(*vit, inputs.vit_results->parent_path(), options.plots, document, pending,
+                    options.read_attention_map, options.map_layer, options.map_head);
     summary.vit_runs = vit->runs.size();
   }
   if (probes) {
@@ -213,19 +217,22 @@ ReportSummary write_comparison(const ReportOptions& options, const std::vector<f
     for (const Inputs& input : inputs) folders.push_back(records::read_results_folder(*input.results_folder));
     for (std::size_t k = 0; k < folders.size(); ++k) {
       if (inputs[k].probe_log || inputs[k].training_curves) {
-        document.blocks.push_back(Notice{fmt::format("only the scaling results of {} are part of this comparison; a "
-                                                     "report of that folder alone draws the rest.",
-                                                     paths[k].string())});
+        document.blocks.push_back(
+            Notice{fmt::format("only the scaling results of {} are part of this comparison; a "
+                               "report of that folder alone draws the rest.",
+                               paths[k].string())});
       }
     }
     for (std::size_t k = 0; k < folders.size(); ++k) {
-      document.blocks.push_back(Heading{1, fmt::format("Run {}: {}", k + 1, paths[k].string()), fmt::format("run-{}", k + 1)});
+      document.blocks.push_back(
+          Heading{1, fmt::format("Run {}: {}", k + 1, paths[k].string()), fmt::format("run-{}", k + 1)});
       const std::size_t first_block = document.blocks.size(), first_plot = pending.plots.size();
       add_scaling_section(folders[k], options.plots, document, pending);
       count_verdicts(folders[k], summary);
       // Each run's plots and link targets get the run's prefix, so that two runs' series 1 stay apart.
       const std::string prefix = fmt::format("run{}-", k + 1);
-      for (std::size_t p = first_plot; p < pending.plots.size(); ++p) pending.plots[p].name = prefix + pending.plots[p].name;
+      for (std::size_t p = first_plot; p < pending.plots.size(); ++p)
+        pending.plots[p].name = prefix + pending.plots[p].name;
       for (std::size_t b = first_block; b < document.blocks.size(); ++b) {
         if (auto* heading = std::get_if<Heading>(&document.blocks[b]); heading && !heading->anchor.empty()) {
           heading->anchor = prefix + heading->anchor;
@@ -246,9 +253,10 @@ ReportSummary write_comparison(const ReportOptions& options, const std::vector<f
     std::vector<ProbeLog> logs;
     for (std::size_t i = 0; i < paths.size(); ++i) {
       if (inputs[i].training_curves) {
-        document.blocks.push_back(Notice{fmt::format("the training curves {} are not part of a comparison of probe "
-                                                     "logs; a report of that folder alone draws them.",
-                                                     inputs[i].training_curves->string())});
+        document.blocks.push_back(
+            Notice{fmt::format("the training curves {} are not part of a comparison of probe "
+                               "logs; a report of that folder alone draws them.",
+                               inputs[i].training_curves->string())});
       }
       logs.push_back(ProbeLog{*inputs[i].probe_log, run_name(paths[i]), read_probe_log(*inputs[i].probe_log)});
       summary.probe_records += logs.back().records.size();
@@ -269,13 +277,15 @@ ReportSummary write_comparison(const ReportOptions& options, const std::vector<f
 ReportSummary write_document(const ReportOptions& options, Document& document, PendingFigures& pending,
                              ReportSummary summary) {
   std::error_code error;
-  if (!fs::exists(options.out, error) || fs::is_directory(options.out, error)) fs::create_directories(options.out, error);
+  if (!fs::exists(options.out, error) || fs::is_directory(options.out, error))
+    fs::create_directories(options.out, error);
   if (error) {
-    throw records::IoError(fmt::format("cannot create the report folder {}: {}", options.out.string(), error.message()));
+    throw records::IoError(
+        fmt::format("cannot create the report folder {}: {}", options.out.string(), error.message()));
   }
   if (!fs::is_directory(options.out, error)) {
-    throw InputError(fmt::format("cannot create the report folder {}: a file of that name is in the way",
-                                 options.out.string()));
+    throw InputError(
+        fmt::format("cannot create the report folder {}: a file of that name is in the way", options.out.string()));
   }
   // Two reports into one folder take turns, and what a killed one left half-written is removed.
   const records::FolderLock lock(options.out);

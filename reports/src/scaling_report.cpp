@@ -21,7 +21,8 @@ constexpr double kZ95 = 1.959963984540054;  // two-sided 95% normal quantile, fo
 
 std::string claim_title(const std::string& id) {
   const auto claim = records::find_claim(id);
-  if (!claim) return id == "custom" ? "custom configuration (no claim of the papers)" : id + " (not in THEORY.md's table)";
+  if (!claim)
+    return id == "custom" ? "custom configuration (no claim of the papers)" : id + " (not in THEORY.md's table)";
   return fmt::format("{} ({})", id, claim->numbering());
 }
 
@@ -95,7 +96,8 @@ std::string claimed_text(const records::Series& s) {
 
 std::string verdict_reason(const records::Series& s) {
   if (s.verdict_reason) {
-    return fmt::format("Rule ({}): {}. Evidence: {}.", s.basis ? records::to_string(*s.basis) : "?", s.verdict_rule.value_or("-"), *s.verdict_reason);
+    return fmt::format("Rule ({}): {}. Evidence: {}.", s.basis ? records::to_string(*s.basis) : "?",
+                       s.verdict_rule.value_or("-"), *s.verdict_reason);
   }
   if (!s.slope) {
     return fmt::format("No slope: fewer than two points with a usable estimate, so there is no fit in {}.", x_name(s));
@@ -111,15 +113,17 @@ std::string verdict_reason(const records::Series& s) {
                                           format_number(*s.claimed_exponent), format_number(tolerance));
   switch (*s.verdict) {
     case records::Verdict::holds:
-      return numbers + fmt::format(": the CI's upper end {} is at most {} (claimed + tolerance), so the growth in {} "
-                                   "is no faster than claimed.",
-                                   format_number(s.slope_ci->second), format_number(bound), x_name(s));
+      return numbers + fmt::format(
+                           ": the CI's upper end {} is at most {} (claimed + tolerance), so the growth in {} "
+                           "is no faster than claimed.",
+                           format_number(s.slope_ci->second), format_number(bound), x_name(s));
     case records::Verdict::tight:
       return numbers + ": the CI contains the claimed exponent, so the claimed growth rate is reached.";
     case records::Verdict::violated:
-      return numbers + fmt::format(": the CI lies above {} (claimed + tolerance), so the estimates grow faster in {} "
-                                   "than claimed.",
-                                   format_number(bound), x_name(s));
+      return numbers + fmt::format(
+                           ": the CI lies above {} (claimed + tolerance), so the estimates grow faster in {} "
+                           "than claimed.",
+                           format_number(bound), x_name(s));
     case records::Verdict::inconclusive:
       return numbers + fmt::format(": the CI is too wide to decide; more samples or a wider {} range would settle it.",
                                    x_name(s));
@@ -135,7 +139,9 @@ bool has_exact_mean(const records::Series& s) {
   return std::any_of(s.exact_mean.begin(), s.exact_mean.end(), [](const auto& e) { return e.has_value(); });
 }
 
-std::string range_text(long long lo, long long hi) { return lo == hi ? fmt::format("{}", lo) : fmt::format("{} to {}", lo, hi); }
+std::string range_text(long long lo, long long hi) {
+  return lo == hi ? fmt::format("{}", lo) : fmt::format("{} to {}", lo, hi);
+}
 
 Facts configuration_facts(const records::Series& s) {
   Facts f;
@@ -144,7 +150,8 @@ Facts configuration_facts(const records::Series& s) {
   f.items.emplace_back("p", fmt::format("{}", s.key.p));
   if (s.key.reading) f.items.emplace_back("reading of (.)^p", *s.key.reading);
   if (s.key.alpha) f.items.emplace_back("alpha", format_number(*s.key.alpha));
-  if (s.key.mix) f.items.emplace_back("mix alpha (P = alpha softmax_col(V) + (1 - alpha) V)", format_number(*s.key.mix));
+  if (s.key.mix)
+    f.items.emplace_back("mix alpha (P = alpha softmax_col(V) + (1 - alpha) V)", format_number(*s.key.mix));
   if (s.key.dv) f.items.emplace_back("d_v (value columns)", fmt::format("{}", *s.key.dv));
   f.items.emplace_back("outer scale c(N)", s.key.scale);
   if (s.points[0]) f.items.emplace_back("inner scale lambda", format_number(s.points[0]->inner, 6));
@@ -181,7 +188,8 @@ Facts configuration_facts(const records::Series& s) {
   if (most > 0) {
     std::string stopped;
     for (const std::string& stop : stops) stopped += (stopped.empty() ? "" : ", ") + stop;
-    f.items.emplace_back("samples per point", fmt::format("{} (sampling stopped by: {})", range_text(fewest, most), stopped));
+    f.items.emplace_back("samples per point",
+                         fmt::format("{} (sampling stopped by: {})", range_text(fewest, most), stopped));
   }
   return f;
 }
@@ -232,7 +240,8 @@ Table points_table(const records::Series& s) {
     return {std::nan(""), std::nan("")};
   };
   bool any_second_moment = false;
-  for (std::size_t i = 0; i < s.x.size(); ++i) any_second_moment = any_second_moment || std::isfinite(second_moment(i).first);
+  for (std::size_t i = 0; i < s.x.size(); ++i)
+    any_second_moment = any_second_moment || std::isfinite(second_moment(i).first);
   const std::string symbol = estimand_symbol(s.key.estimand);
   Table t;
   if (s.x_variable == "d") t.header.push_back("d");
@@ -246,7 +255,8 @@ Table points_table(const records::Series& s) {
   }
   const bool exact_mean = has_exact_mean(s);
   if (exact_mean) t.header.insert(t.header.end(), {"exact " + symbol, "z of the estimate vs exact"});
-  const bool bounded = std::any_of(s.points.begin(), s.points.end(), [](const auto& p) { return p && p->sample_bound; });
+  const bool bounded =
+      std::any_of(s.points.begin(), s.points.end(), [](const auto& p) { return p && p->sample_bound; });
   if (bounded) t.header.insert(t.header.end(), {"largest sample", "deterministic bound (fact 11)"});
   if (detail) t.header.insert(t.header.end(), {"SE reliable", "seed", "wall time (s)"});
   for (std::size_t i = 0; i < s.x.size(); ++i) {
@@ -276,8 +286,8 @@ Table points_table(const records::Series& s) {
       if (const auto& e = s.exact_mean[i]) {
         row.push_back(format_number(*e, 8));
         row.push_back(point && point->z_exact_mean ? format_number(*point->z_exact_mean, 3)
-                      : s.se[i] > 0               ? format_number((s.mean[i] - *e) / s.se[i], 3)
-                                                  : "-");
+                      : s.se[i] > 0                ? format_number((s.mean[i] - *e) / s.se[i], 3)
+                                                   : "-");
       } else {
         row.insert(row.end(), {"-", "-"});
       }
@@ -312,8 +322,12 @@ Curve estimate_curve(const records::Series& s, std::string title) {
 // exp(log_at_1) x^slope over the series' range of x: two points, a straight line on log-log axes.
 Curve power_law(const records::Series& s, double log_at_1, double slope, std::string title, CurveStyle style) {
   const double lo = static_cast<double>(s.x.front()), hi = static_cast<double>(s.x.back());
-  return Curve{std::move(title), style, {lo, hi},
-               {std::exp(log_at_1 + slope * std::log(lo)), std::exp(log_at_1 + slope * std::log(hi))}, {}, {}};
+  return Curve{std::move(title),
+               style,
+               {lo, hi},
+               {std::exp(log_at_1 + slope * std::log(lo)), std::exp(log_at_1 + slope * std::log(hi))},
+               {},
+               {}};
 }
 
 // The centroid (mean log x, mean log y) of the positive estimates, through which a least-squares line passes.
@@ -338,8 +352,8 @@ std::optional<std::pair<double, std::string>> compensating_exponent(const record
 }
 
 // y / x^a at each point with its 95% band; `se` is the standard error of y.
-void add_compensated(PlotSpec& panel, const records::Series& s, double a, const std::vector<double>& y, const std::vector<double>& se,
-                     const std::string& title, int colour) {
+void add_compensated(PlotSpec& panel, const records::Series& s, double a, const std::vector<double>& y,
+                     const std::vector<double>& se, const std::string& title, int colour) {
   Curve band{"", CurveStyle::band, {}, {}, {}, {}, colour};
   Curve values{title, CurveStyle::line_with_points, {}, {}, {}, {}, colour};
   for (std::size_t i = 0; i < s.x.size(); ++i) {
@@ -362,8 +376,8 @@ void add_compensated(PlotSpec& panel, const records::Series& s, double a, const 
 // The slope of log y between neighbouring points, drawn at their geometric mean, with its delta-method
 // standard error sqrt((se_k/y_k)^2 + (se_{k-1}/y_{k-1})^2) / log(x_k/x_{k-1}): the local exponent, which
 // converges to the asymptotic one as x grows.
-void add_local_slopes(PlotSpec& panel, const records::Series& s, const std::vector<double>& y, const std::vector<double>* se,
-                      const std::string& title, CurveStyle style, int colour) {
+void add_local_slopes(PlotSpec& panel, const records::Series& s, const std::vector<double>& y,
+                      const std::vector<double>* se, const std::string& title, CurveStyle style, int colour) {
   Curve band{"", CurveStyle::band, {}, {}, {}, {}, colour};
   Curve slopes{title, style, {}, {}, {}, {}, colour};
   for (std::size_t i = 1; i < s.x.size(); ++i) {
@@ -396,7 +410,8 @@ std::vector<double> square_roots(const std::vector<double>& m2) {
 // SE of sqrt(m2) by the delta method: se(m2) / (2 sqrt(m2)).
 std::vector<double> square_root_ses(const std::vector<double>& m2, const std::vector<double>& se_sq) {
   std::vector<double> out;
-  for (std::size_t i = 0; i < m2.size(); ++i) out.push_back(m2[i] > 0 ? se_sq[i] / (2 * std::sqrt(m2[i])) : std::nan(""));
+  for (std::size_t i = 0; i < m2.size(); ++i)
+    out.push_back(m2[i] > 0 ? se_sq[i] / (2 * std::sqrt(m2[i])) : std::nan(""));
   return out;
 }
 
@@ -415,7 +430,9 @@ std::vector<std::string> verdict_notes(const records::Series& s) {
     evidence = fmt::format("local exponent {} {}", format_number(*s.local_exponent->exponent),
                            format_interval(s.local_exponent->interval->first, s.local_exponent->interval->second));
   }
-  if (s.slope) evidence += (evidence.empty() ? "" : "; ") + fmt::format("finite-N fit (diagnostic, never decides) {}", slope_text(s));
+  if (s.slope)
+    evidence +=
+        (evidence.empty() ? "" : "; ") + fmt::format("finite-N fit (diagnostic, never decides) {}", slope_text(s));
   std::vector<std::string> notes{verdict};
   if (!evidence.empty()) notes.push_back(evidence);
   return notes;
@@ -427,7 +444,8 @@ std::vector<PlotSpec> series_panels(const records::Series& s) {
   std::vector<PlotSpec> panels;
   const std::string x = x_name(s);
   const bool norms = s.fit_of == "mean";
-  const bool second_moments = norms && std::any_of(s.mean_sq.begin(), s.mean_sq.end(), [](double v) { return std::isfinite(v); });
+  const bool second_moments =
+      norms && std::any_of(s.mean_sq.begin(), s.mean_sq.end(), [](double v) { return std::isfinite(v); });
   const std::vector<double> fitted = norms ? s.mean : s.mean_sq;
   const std::vector<double> fitted_se = norms ? s.se : s.se_sq;
   const std::string symbol = norms ? estimand_symbol(s.key.estimand) : fitted_symbol(s);
@@ -455,8 +473,13 @@ std::vector<PlotSpec> series_panels(const records::Series& s) {
     }
     if (s.claims_value && s.claimed_exponent) {
       // An equality claim (C8: Var(q . k) = d) states the constant too: the compensated values must sit at it.
-      panel.curves.push_back(Curve{fmt::format("claimed: value / {}^a = 1", x), CurveStyle::dashed_line,
-                                   {static_cast<double>(s.x.front()), static_cast<double>(s.x.back())}, {1, 1}, {}, {}, 1});
+      panel.curves.push_back(Curve{fmt::format("claimed: value / {}^a = 1", x),
+                                   CurveStyle::dashed_line,
+                                   {static_cast<double>(s.x.front()), static_cast<double>(s.x.back())},
+                                   {1, 1},
+                                   {},
+                                   {},
+                                   1});
     }
     panels.push_back(std::move(panel));
   }
@@ -466,24 +489,40 @@ std::vector<PlotSpec> series_panels(const records::Series& s) {
   local.x_label = x_axis_label(s);
   local.y_label = "local exponent";
   local.log_y = false;
-  add_local_slopes(local, s, fitted, &fitted_se, fmt::format("of {}, 95% band", symbol), CurveStyle::line_with_points, 0);
+  add_local_slopes(local, s, fitted, &fitted_se, fmt::format("of {}, 95% band", symbol), CurveStyle::line_with_points,
+                   0);
   if (has_exact(s) && norms) {
     add_local_slopes(local, s, exact_roots(s), nullptr, "of sqrt(exact E||.||^2)", CurveStyle::dashed_line, 6);
   }
   if (!local.curves.empty()) {
-    if (s.local_exponent && s.local_exponent->exponent && s.local_exponent->interval && s.local_exponent->window.size() >= 2) {
+    if (s.local_exponent && s.local_exponent->exponent && s.local_exponent->interval &&
+        s.local_exponent->window.size() >= 2) {
       const records::LocalExponentRecord& r = *s.local_exponent;
       const double lo = r.window.front(), hi = r.window.back();
-      local.curves.push_back(Curve{"", CurveStyle::band, {lo, hi}, {*r.exponent, *r.exponent},
-                                   {r.interval->first, r.interval->first}, {r.interval->second, r.interval->second}, 2});
+      local.curves.push_back(Curve{"",
+                                   CurveStyle::band,
+                                   {lo, hi},
+                                   {*r.exponent, *r.exponent},
+                                   {r.interval->first, r.interval->first},
+                                   {r.interval->second, r.interval->second},
+                                   2});
       // Its numbers are in the figure's note; the legend stays short enough not to run into the next panel.
       local.curves.push_back(Curve{"the verdict's local exponent and interval",
-                                   CurveStyle::line, {lo, hi}, {*r.exponent, *r.exponent}, {}, {}, 2});
+                                   CurveStyle::line,
+                                   {lo, hi},
+                                   {*r.exponent, *r.exponent},
+                                   {},
+                                   {},
+                                   2});
     }
     if (s.claimed_exponent) {
-      local.curves.push_back(Curve{fmt::format("claimed a = {}", format_number(*s.claimed_exponent)), CurveStyle::dashed_line,
+      local.curves.push_back(Curve{fmt::format("claimed a = {}", format_number(*s.claimed_exponent)),
+                                   CurveStyle::dashed_line,
                                    {static_cast<double>(s.x.front()), static_cast<double>(s.x.back())},
-                                   {*s.claimed_exponent, *s.claimed_exponent}, {}, {}, 1});
+                                   {*s.claimed_exponent, *s.claimed_exponent},
+                                   {},
+                                   {},
+                                   1});
     }
     panels.push_back(std::move(local));
   }
@@ -497,11 +536,17 @@ std::vector<PlotSpec> series_panels(const records::Series& s) {
   estimates.title.clear();
   estimates.colour = 0;
   loglog.curves.push_back(std::move(estimates));
-  loglog.curves.push_back(Curve{fmt::format("{}, 95% band", fitted_symbol(s)), CurveStyle::line_with_points,
-                                {s.x.begin(), s.x.end()}, fitted, {}, {}, 0});
+  loglog.curves.push_back(Curve{fmt::format("{}, 95% band", fitted_symbol(s)),
+                                CurveStyle::line_with_points,
+                                {s.x.begin(), s.x.end()},
+                                fitted,
+                                {},
+                                {},
+                                0});
   if (s.slope && s.intercept) {
     loglog.curves.push_back(power_law(s, *s.intercept, *s.slope,
-                                      fmt::format("finite-N fit, slope {}", format_number(*s.slope)), CurveStyle::line));
+                                      fmt::format("finite-N fit, slope {}", format_number(*s.slope)),
+                                      CurveStyle::line));
     loglog.curves.back().colour = 3;
   }
   const auto centre = log_centroid(s);
@@ -536,7 +581,8 @@ PlotSpec series_plot(const records::Series& s, std::size_t index) {
 }
 
 // Series of one claim that differ only in p, in increasing p: drawn side by side, one column per p.
-std::vector<std::vector<std::size_t>> p_groups(const std::vector<records::Series>& series, const std::vector<std::size_t>& members) {
+std::vector<std::vector<std::size_t>> p_groups(const std::vector<records::Series>& series,
+                                               const std::vector<std::size_t>& members) {
   std::vector<std::vector<std::size_t>> groups;
   for (std::size_t i : members) {
     records::SeriesKey key = series[i].key;
@@ -546,12 +592,15 @@ std::vector<std::vector<std::size_t>> p_groups(const std::vector<records::Series
       other.p = 0;
       return other == key && series[g.front()].x_variable == series[i].x_variable;
     });
-    if (group == groups.end()) groups.push_back({i});
-    else group->push_back(i);
+    if (group == groups.end())
+      groups.push_back({i});
+    else
+      group->push_back(i);
   }
   std::erase_if(groups, [](const std::vector<std::size_t>& g) { return g.size() < 2; });
   for (auto& g : groups) {
-    std::stable_sort(g.begin(), g.end(), [&](std::size_t a, std::size_t b) { return series[a].key.p < series[b].key.p; });
+    std::stable_sort(g.begin(), g.end(),
+                     [&](std::size_t a, std::size_t b) { return series[a].key.p < series[b].key.p; });
   }
   return groups;
 }
@@ -575,7 +624,8 @@ std::optional<PlotSpec> claim_figure(const std::vector<records::Series>& series,
   std::string verdicts;
   for (std::size_t i : group) {
     const records::Series& s = series[i];
-    verdicts += fmt::format("{}p={} (series {}): {}", verdicts.empty() ? "" : "; ", s.key.p, i + 1, verdict_with_basis(s));
+    verdicts +=
+        fmt::format("{}p={} (series {}): {}", verdicts.empty() ? "" : "; ", s.key.p, i + 1, verdict_with_basis(s));
   }
   figure.notes = {verdicts};
   for (std::size_t row = 0; row < 3; ++row) {
@@ -603,7 +653,8 @@ struct ReadingPair {
   std::size_t elementwise, matrix;
 };
 
-std::vector<ReadingPair> reading_pairs(const std::vector<records::Series>& series, const std::vector<std::size_t>& members) {
+std::vector<ReadingPair> reading_pairs(const std::vector<records::Series>& series,
+                                       const std::vector<std::size_t>& members) {
   std::vector<ReadingPair> pairs;
   for (std::size_t a : members) {
     if (series[a].key.reading != "elementwise") continue;
@@ -625,7 +676,9 @@ void add_reading_comparison(const std::vector<records::Series>& series, const st
       "THEORY.md: the proofs and the activation read (.)^p elementwise; read as a matrix power, ||S^p||_F grows "
       "like N^p. Both readings of the same configuration side by side:"});
   Table slopes;
-  slopes.header = {"p", "estimand", "D, d", "elementwise: slope [95% CI]", "verdict", "matrix power: slope [95% CI]",
+  slopes.header = {"p",       "estimand",
+                   "D, d",    "elementwise: slope [95% CI]",
+                   "verdict", "matrix power: slope [95% CI]",
                    "verdict"};
   Table values;
   values.header = {"p", "N", "elementwise ± SE", "matrix power ± SE", "matrix / elementwise"};
@@ -661,15 +714,16 @@ void add_reading_comparison(const std::vector<records::Series>& series, const st
         plot.curves.back().colour = colour;
         if (reading->slope && reading->intercept) {
           plot.curves.push_back(power_law(*reading, *reading->intercept, *reading->slope,
-                                          fmt::format("fit, slope {}", format_number(*reading->slope)), CurveStyle::line));
+                                          fmt::format("fit, slope {}", format_number(*reading->slope)),
+                                          CurveStyle::line));
           plot.curves.back().colour = colour;
         }
       }
       pending.plots.push_back(std::move(plot));
       pending.block_of_plot.push_back(blocks.size());
-      blocks.push_back(Figure{"", "",
-                              fmt::format("Both readings of p = {} on one log-log plot, with their fitted lines.",
-                                          e.key.p)});
+      blocks.push_back(
+          Figure{"", "",
+                 fmt::format("Both readings of p = {} on one log-log plot, with their fitted lines.", e.key.p)});
     }
   }
   blocks.push_back(std::move(values));
@@ -677,7 +731,8 @@ void add_reading_comparison(const std::vector<records::Series>& series, const st
 
 }  // namespace
 
-void add_scaling_section(const records::ResultsFolder& results, bool with_plots, Document& document, PendingFigures& pending) {
+void add_scaling_section(const records::ResultsFolder& results, bool with_plots, Document& document,
+                         PendingFigures& pending) {
   const std::vector<records::Series>& series = results.series;
   auto& blocks = document.blocks;
 
@@ -694,17 +749,26 @@ void add_scaling_section(const records::ResultsFolder& results, bool with_plots,
       "as the standard deviation."});
   std::map<std::string, std::size_t> counts;
   Table summary;
-  summary.header = {"series", "claim (v1 / v2)", "configuration", "estimand", "D, d", "claimed exponent + tolerance",
-                    "verdict", "basis", "counted", "finite-N fit (diagnostic): slope [95% CI]", "Jensen ratio drift"};
+  summary.header = {"series",
+                    "claim (v1 / v2)",
+                    "configuration",
+                    "estimand",
+                    "D, d",
+                    "claimed exponent + tolerance",
+                    "verdict",
+                    "basis",
+                    "counted",
+                    "finite-N fit (diagnostic): slope [95% CI]",
+                    "Jensen ratio drift"};
   for (std::size_t i = 0; i < series.size(); ++i) {
     const records::Series& s = series[i];
     ++counts[verdict_word(s)];
-    summary.rows.push_back({fmt::format("{}", i + 1), claim_title(s.key.claim),
-                            s.key.scores == "projected" ? s.formula : s.formula + " (scores: " + s.key.scores + ")",
-                            s.key.estimand,
-                            s.x_variable == "d" ? fmt::format("{}, swept", s.key.D) : fmt::format("{}, {}", s.key.D, s.key.d),
-                            claimed_text(s), verdict_word(s), basis_text(s), s.counts_for_exit ? "yes" : "no (reported only)",
-                            slope_text(s), jensen_drift_text(s)});
+    summary.rows.push_back(
+        {fmt::format("{}", i + 1), claim_title(s.key.claim),
+         s.key.scores == "projected" ? s.formula : s.formula + " (scores: " + s.key.scores + ")", s.key.estimand,
+         s.x_variable == "d" ? fmt::format("{}, swept", s.key.D) : fmt::format("{}, {}", s.key.D, s.key.d),
+         claimed_text(s), verdict_word(s), basis_text(s), s.counts_for_exit ? "yes" : "no (reported only)",
+         slope_text(s), jensen_drift_text(s)});
     summary.row_anchors.push_back(series_anchor(i));
   }
   if (series.empty()) {
@@ -712,7 +776,8 @@ void add_scaling_section(const records::ResultsFolder& results, bool with_plots,
   } else {
     std::string tally = fmt::format("{} series: {} holds, {} tight, {} violated, {} inconclusive", series.size(),
                                     counts["holds"], counts["tight"], counts["violated"], counts["inconclusive"]);
-    if (counts["not checked"] > 0) tally += fmt::format(", {} not checked (no claimed exponent)", counts["not checked"]);
+    if (counts["not checked"] > 0)
+      tally += fmt::format(", {} not checked (no claimed exponent)", counts["not checked"]);
     blocks.push_back(Paragraph{tally + "."});
     blocks.push_back(std::move(summary));
   }
@@ -728,7 +793,8 @@ void add_scaling_section(const records::ResultsFolder& results, bool with_plots,
                       {"threads", std::to_string(run.threads)},
                       {"run seed", std::to_string(run.run_seed)},
                       {"command", run.command},
-                      {"wall time", run.wall_seconds ? fmt::format("{} s", format_number(*run.wall_seconds)) : "not recorded"},
+                      {"wall time",
+                       run.wall_seconds ? fmt::format("{} s", format_number(*run.wall_seconds)) : "not recorded"},
                       {"report written by", "attncheck " ATTNCHECK_VERSION}};
   blocks.push_back(std::move(provenance));
   if (!results.has_points_file) {
@@ -756,7 +822,8 @@ void add_scaling_section(const records::ResultsFolder& results, bool with_plots,
     for (std::size_t i = 0; i < series.size(); ++i) {
       if (series[i].key.claim == claim) members.push_back(i);
     }
-    if (const auto pairs = reading_pairs(series, members); !pairs.empty()) add_reading_comparison(series, pairs, with_plots, blocks, pending);
+    if (const auto pairs = reading_pairs(series, members); !pairs.empty())
+      add_reading_comparison(series, pairs, with_plots, blocks, pending);
     if (with_plots) {
       for (const auto& group : p_groups(series, members)) {
         auto figure = claim_figure(series, group, fmt::format("claim{:02}", ++claim_figures));
@@ -779,9 +846,10 @@ void add_scaling_section(const records::ResultsFolder& results, bool with_plots,
                                              verdict_reason(s))});
       if (s.finding) blocks.push_back(Paragraph{fmt::format("Finding: {}.", *s.finding)});
       if (s.slope) {
-        blocks.push_back(Paragraph{fmt::format("Finite-N fit (diagnostic, never decides): slope {}; Jensen ratio "
-                                               "E||F|| / sqrt(E||F||^2) from the first to the last point: {}.",
-                                               slope_text(s), jensen_drift_text(s))});
+        blocks.push_back(
+            Paragraph{fmt::format("Finite-N fit (diagnostic, never decides): slope {}; Jensen ratio "
+                                  "E||F|| / sqrt(E||F||^2) from the first to the last point: {}.",
+                                  slope_text(s), jensen_drift_text(s))});
       }
       blocks.push_back(configuration_facts(s));
       if (const auto miss = fit_miss_factor(s); miss && *miss > 2) {
@@ -794,23 +862,25 @@ void add_scaling_section(const records::ResultsFolder& results, bool with_plots,
         pending.plots.push_back(series_plot(s, i));
         pending.block_of_plot.push_back(blocks.size());
         const auto a = compensating_exponent(s);
-        const std::string exact_part = has_exact(s) && s.fit_of == "mean"
-                                           ? "; black dashes: from the exact second moment (sqrt(E||F||^2), an upper bound on "
-                                             "E||F|| by Jensen's inequality), circles on the right"
-                                           : "";
+        const std::string exact_part =
+            has_exact(s) && s.fit_of == "mean"
+                ? "; black dashes: from the exact second moment (sqrt(E||F||^2), an upper bound on "
+                  "E||F|| by Jensen's inequality), circles on the right"
+                : "";
         blocks.push_back(Figure{
             "", "",
-            fmt::format("Series {} (verdict {}). {}Middle: the local exponent, the slope of log {} between neighbouring "
-                        "points, with its 95% band; it converges to the exponent as {} grows; green: the local exponent "
-                        "over the last doublings that the verdict reads, with its interval; dashed: the claimed exponent. "
-                        "Right: {} against {} on log-log axes with its 95% band, the finite-N fit (diagnostic, never "
-                        "decides) and the claimed slope through the points' centroid{}.",
-                        i + 1, verdict_with_basis(s),
-                        a ? fmt::format("Left: the estimates divided by {}^{} ({}), with 95% bands: flat means the "
-                                        "exponent is {}, a drift is the finite-{} bias. ",
-                                        x_name(s), format_number(a->first), a->second, format_number(a->first), x_name(s))
-                          : std::string(),
-                        fitted_symbol(s), x_name(s), fitted_symbol(s), x_name(s), exact_part)});
+            fmt::format(
+                "Series {} (verdict {}). {}Middle: the local exponent, the slope of log {} between neighbouring "
+                "points, with its 95% band; it converges to the exponent as {} grows; green: the local exponent "
+                "over the last doublings that the verdict reads, with its interval; dashed: the claimed exponent. "
+                "Right: {} against {} on log-log axes with its 95% band, the finite-N fit (diagnostic, never "
+                "decides) and the claimed slope through the points' centroid{}.",
+                i + 1, verdict_with_basis(s),
+                a ? fmt::format("Left: the estimates divided by {}^{} ({}), with 95% bands: flat means the "
+                                "exponent is {}, a drift is the finite-{} bias. ",
+                                x_name(s), format_number(a->first), a->second, format_number(a->first), x_name(s))
+                  : std::string(),
+                fitted_symbol(s), x_name(s), fitted_symbol(s), x_name(s), exact_part)});
       }
       blocks.push_back(points_table(s));
       if (has_exact(s)) {
@@ -825,11 +895,12 @@ void add_scaling_section(const records::ResultsFolder& results, bool with_plots,
       } else {
         blocks.push_back(Paragraph{"No exact values are known for this series."});
       }
-      const bool unreliable = std::any_of(s.points.begin(), s.points.end(),
-                                          [](const auto& p) { return p && !p->se_reliable; });
+      const bool unreliable =
+          std::any_of(s.points.begin(), s.points.end(), [](const auto& p) { return p && !p->se_reliable; });
       if (unreliable) {
-        blocks.push_back(Notice{"the standard error of at least one point is marked unreliable (heavy tails: the "
-                                "batch-means and plain SE disagree); its interval may be too narrow."});
+        blocks.push_back(
+            Notice{"the standard error of at least one point is marked unreliable (heavy tails: the "
+                   "batch-means and plain SE disagree); its interval may be too narrow."});
       }
       blocks.push_back(Paragraph{"Provenance of this series:"});
       blocks.push_back(series_provenance(s, run));

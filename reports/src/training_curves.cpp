@@ -97,8 +97,8 @@ TrainingCurves parse_training_curves(const std::string& text, const std::string&
       point.step = fields.integer("step");
       if (point.step < 0) fields.fail(fmt::format("\"step\" = {} is negative", point.step));
       if (!seen.insert({point.variant, point.seed, point.step}).second) {
-        fields.fail(fmt::format("variant \"{}\" seed {} step {} is recorded twice", point.variant, point.seed,
-                                point.step));
+        fields.fail(
+            fmt::format("variant \"{}\" seed {} step {} is recorded twice", point.variant, point.seed, point.step));
       }
       const JsonFields values(fields.at("values"), fields.where() + " \"values\"");
       for (const auto& [metric, value] : fields.at("values").items()) {
@@ -164,7 +164,8 @@ std::optional<long long> last_common_step(const TrainingCurves& curves, const st
 namespace {
 
 const CurveMetric& metric_named(const TrainingCurves& curves, const std::string& name) {
-  return *std::find_if(curves.metrics.begin(), curves.metrics.end(), [&](const CurveMetric& m) { return m.name == name; });
+  return *std::find_if(curves.metrics.begin(), curves.metrics.end(),
+                       [&](const CurveMetric& m) { return m.name == name; });
 }
 
 std::optional<SeedSummary> summary_at(const TrainingCurves& curves, const std::string& variant,
@@ -200,9 +201,9 @@ std::string headline_statement(const TrainingCurves& curves) {
     return higher ? a.summary.mean > b.summary.mean : a.summary.mean < b.summary.mean;
   });
   const Entry& best = entries.front();
-  std::string text = fmt::format("At step {}, {} ends {} in {} (mean ± standard error over seeds): {}", *step,
-                                 best.variant->label, higher ? "highest" : "lowest", metric.label,
-                                 estimate_text(best.summary));
+  std::string text =
+      fmt::format("At step {}, {} ends {} in {} (mean ± standard error over seeds): {}", *step, best.variant->label,
+                  higher ? "highest" : "lowest", metric.label, estimate_text(best.summary));
   for (std::size_t k = 1; k < entries.size(); ++k) {
     const SeedSummary& other = entries[k].summary;
     const double difference = std::fabs(best.summary.mean - other.mean);
@@ -217,8 +218,8 @@ std::string headline_statement(const TrainingCurves& curves) {
       distance = fmt::format("{:.1f} standard errors of the difference {}", z, higher ? "lower" : "higher");
       if (z < 2) distance += ", which is within two standard errors: not a clear difference";
     }
-    text += fmt::format("{} {} ends at {}, {}", k == 1 ? ";" : "; and", entries[k].variant->label,
-                        estimate_text(other), distance);
+    text += fmt::format("{} {} ends at {}, {}", k == 1 ? ";" : "; and", entries[k].variant->label, estimate_text(other),
+                        distance);
   }
   return text + ".";
 }
@@ -272,14 +273,20 @@ void add_training_curves_section(const TrainingCurves& curves, const std::filesy
   }
   blocks.push_back(Paragraph{headline_statement(curves)});
   if (seeds.size() < 2) {
-    blocks.push_back(Notice{"one seed only: the curves have no standard error band and the comparison above no "
-                            "standard error."});
+    blocks.push_back(
+        Notice{"one seed only: the curves have no standard error band and the comparison above no "
+               "standard error."});
   }
 
   for (std::size_t m = 0; m < curves.metrics.size(); ++m) {
     const CurveMetric& metric = curves.metrics[m];
-    PlotSpec plot{fmt::format("curves-metric{}", m + 1), metric.label + " (mean ± standard error over seeds)",
-                  curves.x_label, metric.label, false, metric.log_y, {}};
+    PlotSpec plot{fmt::format("curves-metric{}", m + 1),
+                  metric.label + " (mean ± standard error over seeds)",
+                  curves.x_label,
+                  metric.label,
+                  false,
+                  metric.log_y,
+                  {}};
     long long first = 0, last = 0;
     bool any = false;
     for (std::size_t v = 0; v < curves.variants.size(); ++v) {
@@ -293,21 +300,27 @@ void add_training_curves_section(const TrainingCurves& curves, const std::filesy
     }
     if (!any) continue;
     if (metric.reference) {
-      plot.curves.push_back(Curve{metric.reference_label, CurveStyle::dashed_line,
+      plot.curves.push_back(Curve{metric.reference_label,
+                                  CurveStyle::dashed_line,
                                   {static_cast<double>(first), static_cast<double>(last)},
-                                  {*metric.reference, *metric.reference}, {}, {}, 6});
+                                  {*metric.reference, *metric.reference},
+                                  {},
+                                  {},
+                                  6});
     }
     blocks.push_back(Heading{3, metric.label, fmt::format("training-curves-metric{}", m + 1)});
     const bool drawable = std::any_of(plot.curves.begin(), plot.curves.end(), [&](const Curve& c) {
-      return std::any_of(c.y.begin(), c.y.end(), [&](double y) { return std::isfinite(y) && (!metric.log_y || y > 0); });
+      return std::any_of(c.y.begin(), c.y.end(),
+                         [&](double y) { return std::isfinite(y) && (!metric.log_y || y > 0); });
     });
     if (with_plots && drawable) {
       pending.plots.push_back(std::move(plot));
       pending.block_of_plot.push_back(blocks.size());
-      blocks.push_back(Figure{"", "", fmt::format("{}{} against {}: the mean over seeds of each variant, shaded one "
-                                                  "standard error either side{}.",
-                                                  metric.label, metric.unit.empty() ? "" : " (" + metric.unit + ")",
-                                                  curves.x_label, metric.log_y ? " (log y axis)" : "")});
+      blocks.push_back(Figure{"", "",
+                              fmt::format("{}{} against {}: the mean over seeds of each variant, shaded one "
+                                          "standard error either side{}.",
+                                          metric.label, metric.unit.empty() ? "" : " (" + metric.unit + ")",
+                                          curves.x_label, metric.log_y ? " (log y axis)" : "")});
     } else if (with_plots) {
       blocks.push_back(Notice{fmt::format("nothing to plot for \"{}\": no value fits its axis.", metric.label)});
     }
@@ -321,7 +334,8 @@ void add_training_curves_section(const TrainingCurves& curves, const std::filesy
     const auto step = last_common_step(curves, metric.name);
     if (!step) continue;
     std::vector<std::string> row{metric.label, fmt::format("{}", *step)};
-    for (const CurveVariant& v : curves.variants) row.push_back(estimate_text(*summary_at(curves, v.name, metric.name, *step)));
+    for (const CurveVariant& v : curves.variants)
+      row.push_back(estimate_text(*summary_at(curves, v.name, metric.name, *step)));
     final_values.rows.push_back(std::move(row));
   }
   blocks.push_back(Heading{3, "Values at the last step every variant recorded", "training-curves-final"});

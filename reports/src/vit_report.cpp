@@ -29,7 +29,7 @@ using theory::InputError;
 namespace {
 
 constexpr std::array<std::string_view, 5> kActivations = {"softmax", "poly3", "poly3_scaled", "identity",
-                                                        "identity_scaled"};
+                                                          "identity_scaled"};
 
 std::string activation_label(const std::string& activation) {
   if (activation == "softmax") return "softmax";
@@ -57,10 +57,11 @@ VitRun read_run(const JsonFields& fields) {
   run.steps = fields.integer("steps");
   run.test_size = fields.integer("test_size");
   run.image_side = fields.integer_or_null("image_side");
-  if (run.image_side && *run.image_side < 1) fields.fail(fmt::format("\"image_side\" = {} must be >= 1", *run.image_side));
+  if (run.image_side && *run.image_side < 1)
+    fields.fail(fmt::format("\"image_side\" = {} must be >= 1", *run.image_side));
   if (run.N < 1 || run.patch < 1 || run.steps < 1 || run.test_size < 1 || run.seed < 0) {
-    fields.fail(fmt::format("N = {}, patch = {}, steps = {} and test_size = {} must be >= 1 and seed = {} >= 0",
-                            run.N, run.patch, run.steps, run.test_size, run.seed));
+    fields.fail(fmt::format("N = {}, patch = {}, steps = {} and test_size = {} must be >= 1 and seed = {} >= 0", run.N,
+                            run.patch, run.steps, run.test_size, run.seed));
   }
   run.accuracy = fields.number_or_null("accuracy");
   if (run.accuracy && !(*run.accuracy >= 0 && *run.accuracy <= 1)) {
@@ -77,8 +78,10 @@ VitRun read_run(const JsonFields& fields) {
     if (p.step < 0 || p.layer < 0) point.fail(fmt::format("step = {} and layer = {} must be >= 0", p.step, p.layer));
     p.attention_fro = point.number_or_null("attention_fro");
     p.jacobian_fro = point.number_or_null("jacobian_fro");
-    for (const auto& [key, value] : {std::pair{"attention_fro", p.attention_fro}, std::pair{"jacobian_fro", p.jacobian_fro}}) {
-      if (value && !(*value >= 0 && std::isfinite(*value))) point.fail(fmt::format("\"{}\" = {} is not a norm", key, *value));
+    for (const auto& [key, value] :
+         {std::pair{"attention_fro", p.attention_fro}, std::pair{"jacobian_fro", p.jacobian_fro}}) {
+      if (value && !(*value >= 0 && std::isfinite(*value)))
+        point.fail(fmt::format("\"{}\" = {} is not a norm", key, *value));
     }
     run.trace.push_back(p);
   }
@@ -118,7 +121,9 @@ std::optional<double> z_of_difference(const MeanSe& a, const MeanSe& b) {
   return (a.mean - b.mean) / combined;
 }
 
-std::string z_text(const std::optional<double>& z) { return z ? fmt::format("z = {:.1f}", *z) : "z unknown (one seed)"; }
+std::string z_text(const std::optional<double>& z) {
+  return z ? fmt::format("z = {:.1f}", *z) : "z unknown (one seed)";
+}
 
 void add_plot(PlotSpec plot, const std::string& caption, bool with_plots, Document& document, PendingFigures& pending) {
   if (!with_plots) return;
@@ -150,7 +155,8 @@ VitResults parse_vit_results(const std::string& text, const std::string& name) {
   const records::detail::json document = records::detail::parse_json(text, name, true);
   const JsonFields top(document, name);
   if (top.text("format") != "attncheck-vit-digits") top.fail(fmt::format("\"format\" is not \"attncheck-vit-digits\""));
-  if (top.integer("format_version") != 1) top.fail(fmt::format("\"format_version\" {} is not 1", top.integer("format_version")));
+  if (top.integer("format_version") != 1)
+    top.fail(fmt::format("\"format_version\" {} is not 1", top.integer("format_version")));
   VitResults results;
   const JsonFields provenance(top.at("provenance"), name + " provenance");
   results.command = provenance.text("command");
@@ -163,7 +169,9 @@ VitResults parse_vit_results(const std::string& text, const std::string& name) {
   return results;
 }
 
-VitResults read_vit_results(const fs::path& path) { return parse_vit_results(records::read_text_file(path), path.string()); }
+VitResults read_vit_results(const fs::path& path) {
+  return parse_vit_results(records::read_text_file(path), path.string());
+}
 
 void add_vit_section(const VitResults& results, const fs::path& folder, bool with_plots, Document& document,
                      PendingFigures& pending, const AttentionMapReader& read_attention_map, long long map_layer,
@@ -184,8 +192,10 @@ void add_vit_section(const VitResults& results, const fs::path& folder, bool wit
     auto& s = summaries[run.activation];
     s.N = run.N;
     ++s.runs;
-    if (run.accuracy) accuracies[run.activation].push_back(*run.accuracy);
-    else ++s.diverged;
+    if (run.accuracy)
+      accuracies[run.activation].push_back(*run.accuracy);
+    else
+      ++s.diverged;
   }
   for (auto& [activation, s] : summaries) s.accuracy = mean_se(accuracies[activation]);
   blocks.push_back(Heading{3, "Table 1: test accuracy per activation", "vit-table"});
@@ -199,12 +209,12 @@ void add_vit_section(const VitResults& results, const fs::path& folder, bool wit
       if (found == summaries.end()) continue;
       const auto& s = found->second;
       table.rows.push_back({activation_label(found->first), fmt::format("{}", s.N), fmt::format("{}", s.runs),
-                            fmt::format("{}", s.diverged),
-                            estimate_text(s.accuracy)});
+                            fmt::format("{}", s.diverged), estimate_text(s.accuracy)});
     }
     blocks.push_back(std::move(table));
-    blocks.push_back(Paragraph{"A diverged run (a loss that is not finite) has no accuracy and is left out of the "
-                               "mean; the table counts it."});
+    blocks.push_back(
+        Paragraph{"A diverged run (a loss that is not finite) has no accuracy and is left out of the "
+                  "mean; the table counts it."});
   }
 
   // Figures 2-3: per layer, the mean over seeds (of the mean over heads) against the training step.
@@ -223,8 +233,12 @@ void add_vit_section(const VitResults& results, const fs::path& folder, bool wit
     for (long long layer : layers) {
       const std::string quantity = jacobian ? "||dA/dS||_F" : "||A||_F";
       PlotSpec plot{fmt::format("vit-{}-layer{}", jacobian ? "jacobian" : "attention", layer),
-                    fmt::format("layer {}: {} (mean over heads and seeds)", layer, quantity), "training step", quantity,
-                    false, true, {}};
+                    fmt::format("layer {}: {} (mean over heads and seeds)", layer, quantity),
+                    "training step",
+                    quantity,
+                    false,
+                    true,
+                    {}};
       for (std::string_view name : kActivations) {
         std::map<long long, std::vector<double>> by_step;
         for (const VitRun& run : results.runs) {
@@ -234,8 +248,8 @@ void add_vit_section(const VitResults& results, const fs::path& folder, bool wit
             if (p.layer == layer && value) by_step[p.step].push_back(*value);
           }
         }
-        Curve curve{activation_label(std::string(name)), CurveStyle::line_with_points, {}, {}, {}, {},
-                    activation_colour(name)};
+        Curve curve{
+            activation_label(std::string(name)), CurveStyle::line_with_points, {}, {}, {}, {}, activation_colour(name)};
         for (const auto& [step, values] : by_step) {
           curve.x.push_back(static_cast<double>(step));
           curve.y.push_back(mean_se(values).mean);
@@ -261,8 +275,10 @@ void add_vit_section(const VitResults& results, const fs::path& folder, bool wit
     const SweepKey key{run.N, run.image_side.value_or(0)};
     sides.insert(key.second);
     auto& values = sweep[key][*run.scale];
-    if (run.accuracy) values.push_back(*run.accuracy);
-    else ++sweep_diverged[key][*run.scale];
+    if (run.accuracy)
+      values.push_back(*run.accuracy);
+    else
+      ++sweep_diverged[key][*run.scale];
   }
   const auto sweep_label = [&](const SweepKey& key) {
     return sides.size() > 1 && key.second > 0 ? fmt::format("{} ({}x{} images)", key.first, key.second, key.second)
@@ -271,8 +287,13 @@ void add_vit_section(const VitResults& results, const fs::path& folder, bool wit
   std::vector<std::pair<std::pair<long long, long long>, double>> best_scale;  // (N, side), the best c
   if (!sweep.empty()) {
     blocks.push_back(Heading{3, "Figure 1: accuracy against the scale c of c x^3", "vit-scale"});
-    PlotSpec plot{"vit-scale-sweep", "test accuracy against c of c x^3 (mean ± SE over seeds)", "c (log scale)",
-                  "test accuracy", true, false, {}};
+    PlotSpec plot{"vit-scale-sweep",
+                  "test accuracy against c of c x^3 (mean ± SE over seeds)",
+                  "c (log scale)",
+                  "test accuracy",
+                  true,
+                  false,
+                  {}};
     Table table;
     table.header = {"N", "c", "1/sqrt(N)", "seeds", "diverged", "test accuracy (mean ± SE)"};
     for (const auto& [key, by_scale] : sweep) {
@@ -296,8 +317,9 @@ void add_vit_section(const VitResults& results, const fs::path& folder, bool wit
       if (std::isfinite(best)) best_scale.emplace_back(key, best);
       plot.curves.push_back(std::move(curve));
     }
-    add_plot(std::move(plot), "Test accuracy against c (log axis) for each sequence length N, as in the papers' Fig. 1.",
-             with_plots, document, pending);
+    add_plot(std::move(plot),
+             "Test accuracy against c (log axis) for each sequence length N, as in the papers' Fig. 1.", with_plots,
+             document, pending);
     blocks.push_back(std::move(table));
     Table best_table;
     best_table.header = {"N", "best c (highest mean accuracy)", "1/sqrt(N)", "best c · sqrt(N)"};
@@ -316,21 +338,31 @@ void add_vit_section(const VitResults& results, const fs::path& folder, bool wit
     if (fs::exists(folder / fmt::format("attention-{}.safetensors", name), error)) maps.emplace_back(name);
   }
   if (!maps.empty() && !read_attention_map) {
-    blocks.push_back(Notice{fmt::format("attention maps of {} are in {} but no safetensors reader was given: "
-                                        "`attncheck report` draws them", fmt::join(maps, ", "), folder.string())});
+    blocks.push_back(
+        Notice{fmt::format("attention maps of {} are in {} but no safetensors reader was given: "
+                           "`attncheck report` draws them",
+                           fmt::join(maps, ", "), folder.string())});
   } else if (!maps.empty()) {
-    blocks.push_back(Heading{3, fmt::format("Figures 6-7: attention maps (layer {}, head {}, first test digit)",
-                                            map_layer, map_head), "vit-maps"});
+    blocks.push_back(
+        Heading{3,
+                fmt::format("Figures 6-7: attention maps (layer {}, head {}, first test digit)", map_layer, map_head),
+                "vit-maps"});
     for (const std::string& name : maps) {
       const fs::path file = folder / fmt::format("attention-{}.safetensors", name);
       const AttentionMatrix matrix = read_attention_map(file, fmt::format("layer.{}", map_layer), map_head);
       const bool signed_scale = name != "softmax";
       PlotSpec plot{fmt::format("vit-map-{}", name),
-                    fmt::format("{}: attention of layer {}, head {}", activation_label(name), map_layer, map_head), "key j", "query i", false,
-                    false, {}, HeatMap{matrix.N, matrix.N, matrix.values, signed_scale}};
+                    fmt::format("{}: attention of layer {}, head {}", activation_label(name), map_layer, map_head),
+                    "key j",
+                    "query i",
+                    false,
+                    false,
+                    {},
+                    HeatMap{matrix.N, matrix.N, matrix.values, signed_scale}};
       add_plot(std::move(plot),
                fmt::format("{} ({}): {} colour scale.", activation_label(name), file.filename().string(),
-                           signed_scale ? "signed, centred at 0 (red negative, blue positive)" : "0 (white) to the largest weight"),
+                           signed_scale ? "signed, centred at 0 (red negative, blue positive)"
+                                        : "0 (white) to the largest weight"),
                with_plots, document, pending);
     }
   }
@@ -347,10 +379,12 @@ void add_vit_section(const VitResults& results, const fs::path& folder, bool wit
   if (softmax && scaled) {
     const auto z = z_of_difference(scaled->accuracy, softmax->accuracy);
     const bool agrees = z && std::fabs(*z) <= 2;
-    findings.push_back(fmt::format(
-        "x^3/sqrt(N) trains like softmax: {}. Accuracy {} against {} ({}; agreement means |z| <= 2).",
-        !z ? "undecided (one seed)" : agrees ? "agrees (no difference detected)" : "does not agree", estimate_text(scaled->accuracy),
-        estimate_text(softmax->accuracy), z_text(z)));
+    findings.push_back(
+        fmt::format("x^3/sqrt(N) trains like softmax: {}. Accuracy {} against {} ({}; agreement means |z| <= 2).",
+                    !z       ? "undecided (one seed)"
+                    : agrees ? "agrees (no difference detected)"
+                             : "does not agree",
+                    estimate_text(scaled->accuracy), estimate_text(softmax->accuracy), z_text(z)));
   }
   if (softmax && unscaled) {
     const auto z = z_of_difference(unscaled->accuracy, softmax->accuracy);
@@ -358,8 +392,11 @@ void add_vit_section(const VitResults& results, const fs::path& folder, bool wit
     findings.push_back(fmt::format(
         "x^3 without a scale diverges or loses accuracy: {}. {} of {} runs diverged; accuracy {} against softmax's "
         "{} ({}; a loss means z < -2).",
-        worse ? "agrees" : !z ? "undecided (one seed)" : "not reproduced at this scale", unscaled->diverged,
-        unscaled->runs, estimate_text(unscaled->accuracy), estimate_text(softmax->accuracy), z_text(z)));
+        worse ? "agrees"
+        : !z  ? "undecided (one seed)"
+              : "not reproduced at this scale",
+        unscaled->diverged, unscaled->runs, estimate_text(unscaled->accuracy), estimate_text(softmax->accuracy),
+        z_text(z)));
   }
   // Figs. 2-3 in words: per layer and norm, x^3, x^3/sqrt(N) and softmax at the last step each recorded.
   for (bool jacobian : {false, true}) {
@@ -394,7 +431,8 @@ void add_vit_section(const VitResults& results, const fs::path& folder, bool wit
   }
   if (best_scale.size() >= 2) {
     bool shrinks = true;
-    for (std::size_t i = 1; i < best_scale.size(); ++i) shrinks = shrinks && best_scale[i].second <= best_scale[i - 1].second;
+    for (std::size_t i = 1; i < best_scale.size(); ++i)
+      shrinks = shrinks && best_scale[i].second <= best_scale[i - 1].second;
     const bool strictly = best_scale.back().second < best_scale.front().second;
     std::string where;
     for (const auto& [key, c] : best_scale) {

@@ -120,8 +120,7 @@ void philox_blocks_avx2(const PhiloxKey& key, PhiloxCounter& counter, std::size_
 }
 
 // Box-Muller on up to kChunk uniforms; lanes = n rounded up to whole libmvec lanes, all of them readable.
-void box_muller_chunk(const double* u, const double* angle, std::size_t n, std::size_t lanes, double sd,
-                      double* out) {
+void box_muller_chunk(const double* u, const double* angle, std::size_t n, std::size_t lanes, double sd, double* out) {
   alignas(32) double log_u[kChunk], sin_a[kChunk], cos_a[kChunk];
   for (std::size_t i = 0; i < lanes; i += 4) {
     const __m256d a = _mm256_loadu_pd(angle + i);

@@ -17,8 +17,8 @@ struct CommandResult {
 };
 
 inline CommandResult run_attncheck(const std::string& arguments) {
-  const auto err_path = std::filesystem::temp_directory_path() /
-                        ("attncheck-test-stderr-" + std::to_string(::getpid()) + ".txt");
+  const auto err_path =
+      std::filesystem::temp_directory_path() / ("attncheck-test-stderr-" + std::to_string(::getpid()) + ".txt");
   const std::string command = std::string(ATTNCHECK_BINARY) + " " + arguments + " 2>" + err_path.string();
   CommandResult result;
   FILE* pipe = ::popen(command.c_str(), "r");

@@ -23,7 +23,6 @@ using theory::Pointwise;
 
 namespace {
 
-
 SweepPoint make(theory::Index N, theory::Index D, theory::Index d, theory::Activation act, double inner,
                 std::uint64_t seed, double sigma_x = 1, double sigma_t = 1) {
   theory::AttentionMap map;
@@ -79,7 +78,8 @@ TEST_CASE("per-sample values equal the dense closed forms of theory::attention_n
       draw_sample(pt, 3, in);
       const bool matpow = act.kind == ActivationKind::matpow;
       const std::vector<Estimand> estimands =
-          matpow ? std::vector<Estimand>{Estimand::value} : std::vector<Estimand>{Estimand::value, Estimand::dQ, Estimand::dK, Estimand::dS};
+          matpow ? std::vector<Estimand>{Estimand::value}
+                 : std::vector<Estimand>{Estimand::value, Estimand::dQ, Estimand::dK, Estimand::dS};
       const SampleValues got = evaluate_inputs(pt.map, in.X, in.Q, in.K, estimands, {8, 1});
       const theory::AttentionNorms want = theory::attention_norms(pt.map, in.X, in.Q, in.K);
       const std::string name = theory::describe(pt.map, pt.d);
@@ -129,7 +129,7 @@ TEST_CASE("values do not depend on the thread count or on how samples are batche
       for (int threads : {2, 3, 8}) {
         CpuBackend backend(threads, 16);
         std::vector<SampleValues> all, one_by_one;
-        backend.evaluate(pt, estimands, 10, 6, all);        // samples in parallel
+        backend.evaluate(pt, estimands, 10, 6, all);  // samples in parallel
         for (std::uint64_t k = 10; k < 16; ++k) backend.evaluate(pt, estimands, k, 1, one_by_one);  // tiles in parallel
         for (std::size_t k = 0; k < reference.size(); ++k) {
           for (int e = 0; e < 4; ++e) {
@@ -173,8 +173,7 @@ TEST_CASE("the matrix-power reading refuses derivative estimands, naming the rea
   const SweepPoint pt = make(8, 3, 2, {ActivationKind::matpow, Pointwise::identity, 2}, 1, 1);
   SampleInputs in;
   draw_sample(pt, 0, in);
-  CHECK_THROWS_WITH(evaluate_inputs(pt.map, in.X, in.Q, in.K, {Estimand::dQ}),
-                    Catch::Contains("value estimand only"));
+  CHECK_THROWS_WITH(evaluate_inputs(pt.map, in.X, in.Q, in.K, {Estimand::dQ}), Catch::Contains("value estimand only"));
 }
 
 TEST_CASE("a NaN input is reported with its place, not averaged") {
@@ -207,8 +206,8 @@ TEST_CASE("mixed precision agrees with double within its derived bound, and the 
   // Fixed seeds; N = 203 with tile 64 leaves ragged row panels (12) and column panels (16 double, 32 float).
   for (int p : {2, 3, 5}) {
     for (theory::Index d : {8, 64}) {
-      const SweepPoint pt = make(203, 16, d, {ActivationKind::pointwise, Pointwise::poly, p},
-                                 1 / std::sqrt(static_cast<double>(d)), 77);
+      const SweepPoint pt =
+          make(203, 16, d, {ActivationKind::pointwise, Pointwise::poly, p}, 1 / std::sqrt(static_cast<double>(d)), 77);
       const std::vector<Estimand> estimands{Estimand::value, Estimand::dS, Estimand::dQ, Estimand::dK};
       REQUIRE(uses_fp32_scores(pt, estimands));
       // The bound is on the squared norms; the estimands are norms, so half of it applies to them.
@@ -220,16 +219,15 @@ TEST_CASE("mixed precision agrees with double within its derived bound, and the 
         SampleInputs in;
         draw_sample(pt, k, in);
         const SampleValues fp64 = evaluate_inputs(pt.map, in.X, in.Q, in.K, estimands, {64, 1});
-        const SampleValues mixed =
-            evaluate_inputs(pt.map, in.X, in.Q, in.K, estimands, {64, 2, theory::ScoreModel::projected,
-                                                                  ScorePrecision::mixed});
+        const SampleValues mixed = evaluate_inputs(pt.map, in.X, in.Q, in.K, estimands,
+                                                   {64, 2, theory::ScoreModel::projected, ScorePrecision::mixed});
         const theory::AttentionNorms want = theory::attention_norms(pt.map, in.X, in.Q, in.K);
         INFO("p " << p << ", d " << d << ", sample " << k);
         check_relative(fp64[static_cast<int>(Estimand::value)], want.value_fro, 1e-12, "double value vs dense");
         check_relative(fp64[static_cast<int>(Estimand::dQ)], *want.dQ_fro, 1e-12, "double dQ vs dense");
         const SampleValues mixed_fp64_projections =
-            evaluate_inputs(pt.map, in.X, in.Q, in.K, with_row_sum, {64, 2, theory::ScoreModel::projected,
-                                                                     ScorePrecision::mixed});
+            evaluate_inputs(pt.map, in.X, in.Q, in.K, with_row_sum,
+                            {64, 2, theory::ScoreModel::projected, ScorePrecision::mixed});
         int differing = 0, differing_projections = 0;
         for (int e = 0; e < 4; ++e) {
           const int i = static_cast<int>(estimands[static_cast<std::size_t>(e)]);

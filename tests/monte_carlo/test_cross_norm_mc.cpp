@@ -32,7 +32,8 @@ using testing::check_relative;
 
 // ||dO/dW_Q||_F from the explicit chain rule: dO/dS (N d_v x N^2, theory's explicit Jacobian) times dS/dW_Q
 // (N^2 x D d, dS_ij/dW_Q(a, b) = lambda x_ia u_jb), with no closed form involved.
-double explicit_grad_query(const Matrix& X, const Matrix& Q, const Matrix& K, const Matrix& W, double lambda, double mix) {
+double explicit_grad_query(const Matrix& X, const Matrix& Q, const Matrix& K, const Matrix& W, double lambda,
+                           double mix) {
   const Matrix U = X * K;
   const Matrix scores = lambda * (X * Q) * U.transpose();
   const Matrix jacobian_scores = theory::explicit_cross_norm_jacobian_scores(scores, X * W, mix);
@@ -70,7 +71,8 @@ TEST_CASE("C9: per-sample CPU norms equal theory's closed forms and the explicit
         const Matrix scores = lambda * (in.X * in.Q) * (in.X * in.K).transpose();
         const theory::CrossNormNorms want = theory::cross_norm_norms_from_scores(scores, in.X * in.W_V, *s.mix);
         const SampleValues& got = batch[k];
-        const std::string what = "mix " + std::to_string(*s.mix) + ", N " + std::to_string(n) + ", sample " + std::to_string(k);
+        const std::string what =
+            "mix " + std::to_string(*s.mix) + ", N " + std::to_string(n) + ", sample " + std::to_string(k);
         check_relative(got[static_cast<int>(Estimand::value)], want.output_fro, 1e-12, what + " value", 1.0);
         check_relative(got[static_cast<int>(Estimand::dV)], want.grad_values_fro, 1e-12, what + " dV", 1.0);
         check_relative(got[static_cast<int>(Estimand::dS)], want.grad_scores_fro, 1e-12, what + " dS", 1.0);
@@ -182,7 +184,8 @@ TEST_CASE("C9 verdict: a sample above its deterministic bound is a failure of th
   SeriesClaim claim;
   claim.exponent = 0.5;
   const Verdict v = decide(points, law, claim);
-  CHECK(v.word == records::Verdict::holds);  // the bound is proved; the sample above it is the tool's failure, said as such
+  CHECK(v.word ==
+        records::Verdict::holds);  // the bound is proved; the sample above it is the tool's failure, said as such
   CHECK(v.basis == records::Basis::exact);
   CHECK(v.bound_checked == 3);
   CHECK(v.bound_exceeded_at == std::vector<double>{8.0});

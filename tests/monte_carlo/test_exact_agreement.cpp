@@ -25,8 +25,8 @@ struct Config {
   double sigma_x, sigma_t, inner;
 };
 const Config kConfigs[] = {
-    {12, 6, 4, 1.0, 1.0, 0.5},   // lambda = 1/sqrt(d)
-    {10, 3, 5, 1.7, 0.6, 1.0},   // non-unit sigmas
+    {12, 6, 4, 1.0, 1.0, 0.5},  // lambda = 1/sqrt(d)
+    {10, 3, 5, 1.7, 0.6, 1.0},  // non-unit sigmas
     {16, 8, 2, 0.5, 1.3, 0.25},
 };
 constexpr std::uint64_t kSamples = 3000;
@@ -173,8 +173,8 @@ Agreement check_against_exact(const std::vector<SeriesSpec>& series, const std::
       if (!z.is_number()) continue;
       ++a.compared;
       INFO(r["formula"].get<std::string>() << " " << r["estimand"].get<std::string>() << ", N = " << r["N"] << ", d = "
-                                            << d << ": z = " << z << ", exact " << r[row ? "exact_mean" : "exact_sq"]
-                                            << ", reliable " << r[row ? "se_mean_reliable" : "se_sq_reliable"]);
+                                           << d << ": z = " << z << ", exact " << r[row ? "exact_mean" : "exact_sq"]
+                                           << ", reliable " << r[row ? "se_mean_reliable" : "se_sq_reliable"]);
       if (r[row ? "se_mean_reliable" : "se_sq_reliable"].get<bool>()) {
         ++a.judged;
         CHECK(std::abs(z.get<double>()) < kMaxZ);

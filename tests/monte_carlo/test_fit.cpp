@@ -123,7 +123,8 @@ TEST_CASE("docs/THEORY.md states every verdict rule word for word as the code ap
     CHECK(notes.find(line) != std::string::npos);
   }
   CHECK(notes.find(std::string(kBoundSettlesNothing)) != std::string::npos);
-  for (const char* basis : {"`exact`", "`asymptotic-fit`", "`finite-N fit (diagnostic)`"}) CHECK(notes.find(basis) != std::string::npos);
+  for (const char* basis : {"`exact`", "`asymptotic-fit`", "`finite-N fit (diagnostic)`"})
+    CHECK(notes.find(basis) != std::string::npos);
 }
 
 TEST_CASE("exact basis: the computed exponent decides tight, holds and (for an expectation itself) violated") {
@@ -259,7 +260,8 @@ struct Shape {
 std::vector<Shape> shapes(double a) {
   std::vector<Shape> out;
   for (double b : {-0.8, -0.5, 0.5, 2.0, 6.0}) {
-    out.push_back({fmt::format("N^a (1 + {} N^-1/2)", b), [=](double n) { return std::pow(n, a) * (1 + b / std::sqrt(n)); },
+    out.push_back({fmt::format("N^a (1 + {} N^-1/2)", b),
+                   [=](double n) { return std::pow(n, a) * (1 + b / std::sqrt(n)); },
                    [=](double n) { return std::pow(n, a) * (1 + b / n); }, b < 6});
   }
   // The Jensen ratio climbing from 0.3 at N = 8 towards 0.7, and the diagonal terms at 0.5, 5 and 50 times the
@@ -304,7 +306,8 @@ TEST_CASE("a claim 0.2 below the true exponent is caught at the default budget (
       // terms) need a wider range.
       const auto grid = doublings(16, shape.resolved_by_1024 ? 1024 : 65536);
       for (std::uint64_t seed = 1; seed <= 10; ++seed) {
-        const Verdict v = decide(constructed(grid, shape.mean, shape.root, 0.01, seed), std::nullopt, claim_of(a - 0.2));
+        const Verdict v =
+            decide(constructed(grid, shape.mean, shape.root, 0.01, seed), std::nullopt, claim_of(a - 0.2));
         INFO(shape.name << ", a = " << a << ", seed " << seed << ": " << v.reason);
         CHECK(v.word == records::Verdict::violated);
       }

@@ -19,7 +19,8 @@ using nlohmann::json;
 namespace {
 
 std::filesystem::path fresh_dir(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() / ("attncheck-test-" + name + "-" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("attncheck-test-" + name + "-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   return dir;
 }
@@ -51,10 +52,11 @@ TEST_CASE("point records carry every field of the results format") {
   const auto typed = small_sweep(3, series);
   REQUIRE(typed.size() == 8);
   const std::vector<json> records(typed.begin(), typed.end());
-  for (const char* key : {"claim", "reading", "phi", "p", "alpha", "scale", "inner", "formula", "N", "D", "d", "estimand",
-                          "samples", "mean", "se", "ci95", "mean_sq", "se_sq", "exact_sq", "z_exact_sq", "jensen_bound",
-                          "se_reliable", "stopped_by", "sigma_x", "sigma_t", "seed", "run_seed", "backend", "threads",
-                          "wall_seconds"}) {
+  for (const char* key :
+       {"claim",   "reading", "phi",      "p",          "alpha",        "scale",       "inner",      "formula",
+        "N",       "D",       "d",        "estimand",   "samples",      "mean",        "se",         "ci95",
+        "mean_sq", "se_sq",   "exact_sq", "z_exact_sq", "jensen_bound", "se_reliable", "stopped_by", "sigma_x",
+        "sigma_t", "seed",    "run_seed", "backend",    "threads",      "wall_seconds"}) {
     INFO(key);
     CHECK(records[0].contains(key));
   }
@@ -141,7 +143,8 @@ TEST_CASE("the results folder writes whole files and resumes from points.jsonl")
   std::ifstream csv(dir / "points.csv");
   std::string header, row;
   std::getline(csv, header);
-  CHECK(header.rfind("claim,reading,phi,p,alpha,scale,inner,formula,N,D,d,estimand,samples,mean,se,ci95_lo,ci95_hi", 0) == 0);
+  CHECK(header.rfind("claim,reading,phi,p,alpha,scale,inner,formula,N,D,d,estimand,samples,mean,se,ci95_lo,ci95_hi",
+                     0) == 0);
   int rows = 0;
   while (std::getline(csv, row)) ++rows;
   CHECK(rows == 3);
@@ -153,9 +156,9 @@ TEST_CASE("the results folder writes whole files and resumes from points.jsonl")
   CHECK(resumed.finished(records[2].resume_id));
   CHECK_FALSE(resumed.finished(records[3].resume_id));
   // A folder holding points is not silently overwritten: refused without --force, emptied with it.
-  CHECK_THROWS_WITH(ResultsFolder(dir, FolderStart::fresh),
-                    Catch::Contains("already holds 3 finished points") && Catch::Contains("--resume") &&
-                        Catch::Contains("--force"));
+  CHECK_THROWS_WITH(ResultsFolder(dir, FolderStart::fresh), Catch::Contains("already holds 3 finished points") &&
+                                                                Catch::Contains("--resume") &&
+                                                                Catch::Contains("--force"));
   CHECK(resumed.records().size() == 3);
   ResultsFolder forced(dir, FolderStart::overwrite);
   CHECK(forced.records().empty());
@@ -262,7 +265,8 @@ class SlowBackend final : public Backend {
   void evaluate(const SweepPoint& point, const std::vector<Estimand>& estimands, std::uint64_t first,
                 std::uint64_t count, std::vector<SampleValues>& out) override {
     calls.push_back(count);
-    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds_ * static_cast<double>(count));
+    const auto until =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds_ * static_cast<double>(count));
     cpu_.evaluate(point, estimands, first, count, out);
     while (std::chrono::steady_clock::now() < until) std::this_thread::sleep_until(until);
   }

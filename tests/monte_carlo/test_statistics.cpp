@@ -16,7 +16,9 @@ Accumulator accumulate(const std::vector<double>& xs, std::size_t begin, std::si
   for (std::size_t k = begin; k < end; ++k) a.add(xs[k]);
   return a;
 }
-bool close(double a, double b, double rel) { return std::abs(a - b) <= rel * std::max({std::abs(a), std::abs(b), 1e-300}); }
+bool close(double a, double b, double rel) {
+  return std::abs(a - b) <= rel * std::max({std::abs(a), std::abs(b), 1e-300});
+}
 }  // namespace
 
 TEST_CASE("accumulator gives the textbook mean, variance and standard error") {

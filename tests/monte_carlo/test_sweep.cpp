@@ -6,7 +6,8 @@ using namespace attncheck;
 using namespace attncheck::monte_carlo;
 
 TEST_CASE("grids parse as lists and as start:stop:xfactor") {
-  CHECK(parse_index_grid("16:4096:x2", "--N") == std::vector<theory::Index>{16, 32, 64, 128, 256, 512, 1024, 2048, 4096});
+  CHECK(parse_index_grid("16:4096:x2", "--N") ==
+        std::vector<theory::Index>{16, 32, 64, 128, 256, 512, 1024, 2048, 4096});
   CHECK(parse_index_grid("10:100:x3", "--N") == std::vector<theory::Index>{10, 30, 90});
   CHECK(parse_index_grid("8,64, 32", "--D") == std::vector<theory::Index>{8, 64, 32});
   CHECK(parse_index_grid("7", "--d") == std::vector<theory::Index>{7});
@@ -119,7 +120,8 @@ TEST_CASE("exact references exist exactly where a closed form is known") {
   const PointSpec matrix3 = make_point(series[3], 32, 6, 4, 1, 1, 1);
   CHECK_FALSE(exact_norm_sq(matrix3, Estimand::value).has_value());
   const PointSpec matrix1 = make_point(series[1], 32, 6, 4, 1, 1, 1);
-  CHECK(*exact_norm_sq(matrix1, Estimand::value) == Approx(*exact_norm_sq(make_point(series[0], 32, 6, 4, 1, 1, 1), Estimand::value)));
+  CHECK(*exact_norm_sq(matrix1, Estimand::value) ==
+        Approx(*exact_norm_sq(make_point(series[0], 32, 6, 4, 1, 1, 1), Estimand::value)));
   // THEORY.md fact 4 with lambda = 1/sqrt(d): E||S||^2 = N(N-1) D^2 + N (D^2 + 2D), unit sigmas.
   CHECK(*exact_norm_sq(matrix1, Estimand::value) == Approx(32.0 * 31 * 36 + 32 * (36 + 12)).epsilon(1e-12));
 }

@@ -19,7 +19,7 @@ using theory::Pointwise;
 
 namespace {
 
-const std::vector<Estimand> kTensorEstimands{Estimand::value, Estimand::dS, Estimand::dQ,
+const std::vector<Estimand> kTensorEstimands{Estimand::value, Estimand::dS,      Estimand::dQ,
                                              Estimand::dK,    Estimand::row_sum, Estimand::row_mean};
 
 void check_same(const SampleValues& tensor, const SampleValues& direct, const std::vector<Estimand>& estimands,
@@ -93,7 +93,8 @@ TEST_CASE("a tensor-path sample drawn in row blocks is the direct path's sample 
     check_same(tensor, direct, estimands, 1e-10, "threads " + std::to_string(threads));
   }
   // Bit-identical for any thread count: the chunks are fixed and summed in order.
-  const SampleValues one = evaluate_tensor_sample(point, estimands, 3, 1), two = evaluate_tensor_sample(point, estimands, 3, 2);
+  const SampleValues one = evaluate_tensor_sample(point, estimands, 3, 1),
+                     two = evaluate_tensor_sample(point, estimands, 3, 2);
   for (const Estimand e : estimands) CHECK(one[static_cast<int>(e)] == two[static_cast<int>(e)]);
 }
 

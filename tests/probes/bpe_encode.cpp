@@ -16,7 +16,8 @@
 int main(int argc, char** argv) {
   using namespace attncheck::probes;
   if (argc < 4) {
-    fmt::print(stderr, "usage: bpe_encode TEXT_FILE (--gguf FILE | --files VOCAB MERGES [PRE] | --tokenizer-json FILE)\n");
+    fmt::print(stderr,
+               "usage: bpe_encode TEXT_FILE (--gguf FILE | --files VOCAB MERGES [PRE] | --tokenizer-json FILE)\n");
     return 2;
   }
   std::ifstream in(argv[1], std::ios::binary);
@@ -30,8 +31,9 @@ int main(int argc, char** argv) {
       const auto checkpoint = Checkpoint::open(argv[3]);
       ids = ByteLevelBpeTokenizer::from_gguf(checkpoint.gguf()->header()).encode(text);
     } else if (mode == "--files" && argc >= 5) {
-      const auto pre = argc >= 6 && std::string(argv[5]) == "smollm" ? ByteLevelBpeTokenizer::PreTokenizer::digits_then_gpt2
-                                                                     : ByteLevelBpeTokenizer::PreTokenizer::gpt2;
+      const auto pre = argc >= 6 && std::string(argv[5]) == "smollm"
+                           ? ByteLevelBpeTokenizer::PreTokenizer::digits_then_gpt2
+                           : ByteLevelBpeTokenizer::PreTokenizer::gpt2;
       ids = ByteLevelBpeTokenizer::from_files(argv[3], argv[4], pre).encode(text);
     } else if (mode == "--tokenizer-json") {
       ids = encode_with_tokenizer_json(argv[3], text);

@@ -91,7 +91,7 @@ GgufImage valid_image() {
     g.kv_raw("nested", 9, value);
   }
   g.tensor("f32", {3, 2}, 0, raw<float>({1, 2, 3, 4, 5, 6}));
-  g.tensor("f16", {2}, 1, bytes_of({0x00, 0x3c, 0x00, 0xc1}));  // 1, -2.5
+  g.tensor("f16", {2}, 1, bytes_of({0x00, 0x3c, 0x00, 0xc1}));    // 1, -2.5
   g.tensor("bf16", {2}, 30, bytes_of({0x80, 0x3f, 0x49, 0x40}));  // 1, 3.140625
   auto q4_0 = q4_0_block(), q4_1 = q4_1_block(), q8_0 = q8_0_block();
   g.tensor("q4_0", {32}, 2, q4_0);
@@ -117,8 +117,8 @@ void expect_refused(const std::vector<std::byte>& image, const std::string& frag
 }
 
 fs::path write(const fs::path& path, const std::vector<std::byte>& bytes) {
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
-                                               static_cast<std::streamsize>(bytes.size()));
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
   return path;
 }
 
@@ -225,19 +225,25 @@ TEST_CASE("Malformed GGUF files are refused, naming the file and what is wrong")
   expect_refused(with([](GgufImage& g) { g.kv<std::uint32_t>("general.alignment", 4, 48); }),
                  "general.alignment is not a UINT32 power of two");
   expect_refused(with([](GgufImage& g) { g.tensor("f32", {1}, 0, raw<float>({1})); }), "tensor 'f32' appears twice");
-  expect_refused(with([](GgufImage& g) { g.tensor("five", {1, 1, 1, 1, 1}, 0, raw<float>({1})); }),
+  expect_refused(with([](GgufImage& g) {
+                   g.tensor("five", {1, 1, 1, 1, 1}, 0, raw<float>({1}));
+                 }),
                  "tensor 'five': 5 dimensions");
   expect_refused(with([](GgufImage& g) { g.tensor("none", {}, 0, {}); }), "tensor 'none': 0 dimensions");
   expect_refused(with([](GgufImage& g) { g.tensor("odd", {1}, 99, {}); }), "tensor 'odd': unknown ggml type 99");
   expect_refused(with([](GgufImage& g) { g.tensor("part", {16}, 2, q4_0_block()); }),
                  "tensor 'part': rows of 16 elements are not whole blocks of 32 (Q4_0)");
-  expect_refused(with([](GgufImage& g) { g.tensor("huge", {1ull << 40, 1ull << 40}, 0, {}); }),
+  expect_refused(with([](GgufImage& g) {
+                   g.tensor("huge", {1ull << 40, 1ull << 40}, 0, {});
+                 }),
                  "tensor 'huge': dimensions [1099511627776, 1099511627776] need more bytes");
   expect_refused(with([](GgufImage& g) { g.tensor("skew", {1}, 0, raw<float>({1}), 4); }),
                  "tensor 'skew': offset 4 is not a multiple of the alignment 32");
   expect_refused(with([](GgufImage& g) { g.tensor("past", {1}, 0, raw<float>({1}), 1 << 20); }),
                  "tensor 'past': 4 bytes at offset 1048576 run beyond");
-  expect_refused(with([](GgufImage& g) { g.tensor("over", {8}, 0, raw<float>({1, 2, 3, 4, 5, 6, 7, 8}), 0); }),
+  expect_refused(with([](GgufImage& g) {
+                   g.tensor("over", {8}, 0, raw<float>({1, 2, 3, 4, 5, 6, 7, 8}), 0);
+                 }),
                  "overlap");
 }
 
@@ -262,8 +268,9 @@ TEST_CASE("A single changed byte never crashes the GGUF reader") {
       for (const auto& tensor : header.tensors) {
         RC_ASSERT(tensor.end <= changed.size() - header.data_begin);
         const std::size_t expected_bytes =
-            tensor.block ? static_cast<std::size_t>(tensor.element_count()) / tensor.block->elements * tensor.block->bytes
-                         : static_cast<std::size_t>(tensor.element_count()) * dtype_size(tensor.dtype);
+            tensor.block
+                ? static_cast<std::size_t>(tensor.element_count()) / tensor.block->elements * tensor.block->bytes
+                : static_cast<std::size_t>(tensor.element_count()) * dtype_size(tensor.dtype);
         RC_ASSERT(tensor.end - tensor.begin == expected_bytes);
       }
     } catch (const InputError& e) {
@@ -323,7 +330,8 @@ TEST_CASE("Llama's architecture is read from GGUF metadata: what it cannot probe
   CHECK_THROWS_WITH(TransformerModel::load(other("qwen2")),
                     Catch::Contains("general.architecture 'qwen2' is not supported (llama)"));
   CHECK_THROWS_WITH(TransformerModel::load(other("llama")), Catch::Contains("no metadata key 'llama.block_count'"));
-  CHECK_THROWS_WITH(TransformerModel::load(make([](GgufImage& g) { g.kv<std::uint32_t>("llama.rope.dimension_count", 4, 1); })),
+  CHECK_THROWS_WITH(TransformerModel::load(
+                        make([](GgufImage& g) { g.kv<std::uint32_t>("llama.rope.dimension_count", 4, 1); })),
                     Catch::Contains("rotary embeddings on 1 of the 2 head dimensions are not supported"));
   CHECK_THROWS_WITH(TransformerModel::load(make([](GgufImage& g) { g.kv_string("llama.rope.scaling.type", "yarn"); })),
                     Catch::Contains("rope scaling 'yarn' is not supported"));
@@ -341,8 +349,9 @@ TEST_CASE("An empty tensor with huge other dimensions has no elements (no overfl
   CHECK(safetensors_like.element_count() == 0);
 }
 
-TEST_CASE("A GGUF file read from disk through its read window matches the image: one truncated after it was "
-          "opened is refused naming it, not a crash") {
+TEST_CASE(
+    "A GGUF file read from disk through its read window matches the image: one truncated after it was "
+    "opened is refused naming it, not a crash") {
   TempDir dir;
   GgufImage g = valid_image();
   // 70000 tokens of 40 bytes: the metadata span several read windows, and a string straddles their borders.

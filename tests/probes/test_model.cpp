@@ -29,9 +29,11 @@ TEST_CASE("WordPiece splits words, punctuation and accents as BERT does", "[toke
   // [CLS]=2 the=4 cat=5 ##s=9 sat=6 ,=11 on=7 mat=8 .=10 [SEP]=3
   CHECK(lower.encode("The cats sat, on the MAT.") == std::vector<std::int64_t>{2, 4, 5, 9, 6, 11, 7, 4, 8, 10, 3});
   CHECK(lower.encode("  unable\tcafé\n") == std::vector<std::int64_t>{2, 13, 14, 12, 3});
-  CHECK(lower.encode("dog") == std::vector<std::int64_t>{2, 1, 3});            // unknown word
-  CHECK(lower.encode("cat\x01" "s") == std::vector<std::int64_t>{2, 5, 9, 3});  // control characters dropped
-  CHECK(lower.encode("\xe4\xb8\xad" "cat") == std::vector<std::int64_t>{2, 15, 5, 3});  // CJK split off
+  CHECK(lower.encode("dog") == std::vector<std::int64_t>{2, 1, 3});  // unknown word
+  CHECK(lower.encode("cat\x01"
+                     "s") == std::vector<std::int64_t>{2, 5, 9, 3});  // control characters dropped
+  CHECK(lower.encode("\xe4\xb8\xad"
+                     "cat") == std::vector<std::int64_t>{2, 15, 5, 3});  // CJK split off
   CHECK(lower.encode(std::string(101, 'a')) == std::vector<std::int64_t>{2, 1, 3});
   CHECK(lower.encode("") == std::vector<std::int64_t>{2, 3});
   const WordPieceTokenizer cased(dir.path / "vocab.txt", false);
@@ -96,8 +98,7 @@ TEST_CASE("GPT-2 forward pass: causal rows are probability vectors and metrics m
   }
 }
 
-TEST_CASE("the i.i.d. prediction counts the attended entries: all for BERT, the lower triangle for GPT-2",
-          "[model]") {
+TEST_CASE("the i.i.d. prediction counts the attended entries: all for BERT, the lower triangle for GPT-2", "[model]") {
   TempDir dir;
   write_tiny_gpt2(dir.path / "gpt2" / "model.safetensors", {}, 3);
   write_tiny_bert(dir.path / "bert", {}, 4);
@@ -163,28 +164,41 @@ TEST_CASE("bad models and inputs are InputErrors naming the value", "[model]") {
     CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("model_type 'mistral' is not supported"));
     write_config(dir.path, {{"model_type", "llama"}});
     CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("config.json: no \"hidden_size\""));
-    const nlohmann::json llama = {{"model_type", "llama"}, {"hidden_size", 8}, {"num_attention_heads", 4},
-                                  {"num_key_value_heads", 3}, {"num_hidden_layers", 1}, {"intermediate_size", 8},
-                                  {"vocab_size", 20}, {"max_position_embeddings", 16}};
+    const nlohmann::json llama = {{"model_type", "llama"},    {"hidden_size", 8},
+                                  {"num_attention_heads", 4}, {"num_key_value_heads", 3},
+                                  {"num_hidden_layers", 1},   {"intermediate_size", 8},
+                                  {"vocab_size", 20},         {"max_position_embeddings", 16}};
     write_config(dir.path, llama);
-    CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("4 query heads cannot share 3 key/value heads"));
+    CHECK_THROWS_WITH(TransformerModel::load(dir.path),
+                      Catch::Contains("4 query heads cannot share 3 key/value heads"));
     auto scaled = llama;
     scaled["num_key_value_heads"] = 2;
     scaled["rope_scaling"] = {{"type", "linear"}, {"factor", 2}};
     write_config(dir.path, scaled);
-    CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("rope_scaling") && Catch::Contains("not supported"));
+    CHECK_THROWS_WITH(TransformerModel::load(dir.path),
+                      Catch::Contains("rope_scaling") && Catch::Contains("not supported"));
     auto gelu = llama;
     gelu["num_key_value_heads"] = 2;
     gelu["hidden_act"] = "gelu";
     write_config(dir.path, gelu);
-    CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("hidden_act 'gelu' is not supported for Llama"));
-    write_config(dir.path, {{"model_type", "gpt2"}, {"n_embd", 8}, {"n_head", 3}, {"n_layer", 2},
-                            {"vocab_size", 20}, {"n_positions", 16}});
+    CHECK_THROWS_WITH(TransformerModel::load(dir.path),
+                      Catch::Contains("hidden_act 'gelu' is not supported for Llama"));
+    write_config(dir.path, {{"model_type", "gpt2"},
+                            {"n_embd", 8},
+                            {"n_head", 3},
+                            {"n_layer", 2},
+                            {"vocab_size", 20},
+                            {"n_positions", 16}});
     CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("not a multiple of the 3 heads"));
     write_config(dir.path, {{"model_type", "gpt2"}, {"n_embd", 8}, {"n_head", 2}, {"n_layer", "two"}});
     CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("\"n_layer\" is \"two\""));
-    write_config(dir.path, {{"model_type", "gpt2"}, {"n_embd", 8}, {"n_head", 2}, {"n_layer", 2},
-                            {"vocab_size", 20}, {"n_positions", 16}, {"attention_activation", "cubic"}});
+    write_config(dir.path, {{"model_type", "gpt2"},
+                            {"n_embd", 8},
+                            {"n_head", 2},
+                            {"n_layer", 2},
+                            {"vocab_size", 20},
+                            {"n_positions", 16},
+                            {"attention_activation", "cubic"}});
     CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("attention_activation 'cubic'"));
     std::ofstream(dir.path / "config.json") << "{not json";
     CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("config.json: not valid JSON"));
@@ -192,14 +206,22 @@ TEST_CASE("bad models and inputs are InputErrors naming the value", "[model]") {
     CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("config.json"));
   }
   SECTION("a model with more layers than tensors") {
-    write_config(dir.path, {{"model_type", "gpt2"}, {"n_embd", 8}, {"n_head", 2}, {"n_layer", 3},
-                            {"vocab_size", 20}, {"n_positions", 16}});
+    write_config(dir.path, {{"model_type", "gpt2"},
+                            {"n_embd", 8},
+                            {"n_head", 2},
+                            {"n_layer", 3},
+                            {"vocab_size", 20},
+                            {"n_positions", 16}});
     CHECK_THROWS_WITH(TransformerModel::load(dir.path).forward(ids),
                       Catch::Contains("tensor 'h.2.ln_1.") && Catch::Contains("is missing from"));
   }
   SECTION("a model whose tensors have the wrong shape") {
-    write_config(dir.path, {{"model_type", "gpt2"}, {"n_embd", 4}, {"n_head", 2}, {"n_layer", 2},
-                            {"vocab_size", 20}, {"n_positions", 16}});
+    write_config(dir.path, {{"model_type", "gpt2"},
+                            {"n_embd", 4},
+                            {"n_head", 2},
+                            {"n_layer", 2},
+                            {"vocab_size", 20},
+                            {"n_positions", 16}});
     CHECK_THROWS_WITH(TransformerModel::load(dir.path).forward(ids),
                       Catch::Contains("tensor 'w") && Catch::Contains("expected [any, 4]"));
   }
@@ -348,8 +370,8 @@ TEST_CASE("attncheck probe survives its checkpoint being cut short while it read
   // Cut while reading weights: "truncated"; cut between opening the file and reading its size (the fd is
   // already visible): the header's offsets "run beyond" the data. Either names the file.
   if (code == 2) {
-    CHECK_THAT(message, Catch::Contains(weights.string()) &&
-                            (Catch::Contains("truncated") || Catch::Contains("run beyond")));
+    CHECK_THAT(message,
+               Catch::Contains(weights.string()) && (Catch::Contains("truncated") || Catch::Contains("run beyond")));
   }
 }
 
@@ -435,9 +457,9 @@ TEST_CASE("the cross-normalization what-if reads the forward pass's values, with
   const Index D = layer.X.cols(), d = layer.heads[0].W_Q.cols();
   const Matrix c_attn = model.checkpoint().matrix(model.config().tensor_prefix + "h.1.attn.c_attn.weight", D, 3 * D);
   const Vector c_attn_b = model.checkpoint().vector(model.config().tensor_prefix + "h.1.attn.c_attn.bias", 3 * D);
-  const LayerInputs split = split_heads(layer.X, c_attn.leftCols(D), c_attn.middleCols(D, D), c_attn_b.head(D),
-                                        c_attn_b.segment(D, D), heads, layer.inner, true, c_attn.rightCols(D),
-                                        c_attn_b.tail(D));
+  const LayerInputs split =
+      split_heads(layer.X, c_attn.leftCols(D), c_attn.middleCols(D, D), c_attn_b.head(D), c_attn_b.segment(D, D), heads,
+                  layer.inner, true, c_attn.rightCols(D), c_attn_b.tail(D));
   for (int h = 0; h < heads; ++h) {
     const HeadMetrics m = measure_head(layer, 1, h, true);
     REQUIRE(m.cross_norm.size() == std::size(kCrossNormMixes));
@@ -447,7 +469,8 @@ TEST_CASE("the cross-normalization what-if reads the forward pass's values, with
     CHECK(m.cross_norm[0].output_fro ==
           Approx((layer.heads[h].attention * layer.heads[h].values).norm()).epsilon(1e-12));
     // dO/dV = A (x) I at mix alpha 0, so its norm is sqrt(d_v) ||A||_F.
-    CHECK(m.cross_norm[0].grad_values_fro == Approx(std::sqrt(static_cast<double>(d)) * m.softmax.value).epsilon(1e-12));
+    CHECK(m.cross_norm[0].grad_values_fro ==
+          Approx(std::sqrt(static_cast<double>(d)) * m.softmax.value).epsilon(1e-12));
     CHECK(m.cross_norm_output_bound == Approx(std::sqrt(6.0 * static_cast<double>(d))).epsilon(1e-15));
     CHECK(within_cross_norm_bounds(m));
     const auto from_model = to_json(m), from_split = to_json(measure_head(split, 1, h, true));

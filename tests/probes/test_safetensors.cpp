@@ -3,6 +3,8 @@
 
 #include "attncheck/probes/safetensors.hpp"
 
+#include "tiny_models.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <unistd.h>
@@ -16,6 +18,7 @@
 #include <vector>
 
 using namespace attncheck::probes;
+using attncheck::probes::testing::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
@@ -48,16 +51,6 @@ void expect_error(const std::vector<std::byte>& bytes, const std::string& fragme
   }
 }
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("attncheck-probes-" + std::to_string(::getpid()) + "-" +
-                                        std::to_string(reinterpret_cast<std::uintptr_t>(this)));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
-
 void write_file(const fs::path& path, const std::vector<std::byte>& bytes) {
   std::ofstream out(path, std::ios::binary);
   out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
@@ -79,9 +72,7 @@ TEST_CASE("a well-formed header is parsed with shapes, dtypes and offsets", "[sa
 
 TEST_CASE("malformed files are refused with a message naming file and tensor", "[safetensors]") {
   const auto data = float_bytes({1, 2});
-  SECTION("too short") {
-    expect_error(std::vector<std::byte>(5), "not a safetensors file: 5 bytes is too short");
-  }
+  SECTION("too short") { expect_error(std::vector<std::byte>(5), "not a safetensors file: 5 bytes is too short"); }
   SECTION("header length beyond the file") {
     expect_error(image(R"({})", {}, 1000),
                  "not a safetensors file: header length 1000 (its first 8 bytes, little-endian) exceeds the file "
@@ -214,8 +205,8 @@ TEST_CASE("written files read back exactly, through a folder and a sharded index
 
   SECTION("shape and lookup errors name the tensor and file") {
     CHECK_THROWS_WITH(from_file.matrix("w", 3, 2), Catch::Contains("tensor 'w' in") && Catch::Contains("[2, 3]"));
-    CHECK_THROWS_WITH(from_file.vector("q"), Catch::Contains("tensor 'q' is missing from") &&
-                                                 Catch::Contains("model.safetensors"));
+    CHECK_THROWS_WITH(from_file.vector("q"),
+                      Catch::Contains("tensor 'q' is missing from") && Catch::Contains("model.safetensors"));
     const std::int64_t bad[] = {2};
     CHECK_THROWS_WITH(from_file.rows("w", bad), Catch::Contains("row 2 is outside its 2 rows"));
   }
@@ -242,8 +233,8 @@ TEST_CASE("written files read back exactly, through a folder and a sharded index
     CHECK_THROWS_WITH(Checkpoint::open(sharded), Catch::Contains("is not a file name in the folder"));
   }
   SECTION("a truncated file on disk") {
-    write_file(dir.path / "cut.safetensors", image(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})",
-                                                    float_bytes({1, 2})));
+    write_file(dir.path / "cut.safetensors",
+               image(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", float_bytes({1, 2})));
     CHECK_THROWS_WITH(Checkpoint::open(dir.path / "cut.safetensors"),
                       Catch::Contains("cut.safetensors") && Catch::Contains("tensor 'w'"));
     write_file(dir.path / "empty.safetensors", {});

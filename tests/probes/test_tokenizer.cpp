@@ -23,7 +23,16 @@ TEST_CASE("byte-level BPE: GPT-2's pre-tokenizer pieces, and SmolLM2's with numb
 }
 
 TEST_CASE("byte-level BPE merges the lowest rank first, the leftmost first among equals") {
-  const std::vector<std::string> tokens{"a", "b", "c", "ab", "bc", "abc", "aa", "\xc4\xa0", "\xc4\xa0" "a"};
+  const std::vector<std::string> tokens{"a",
+                                        "b",
+                                        "c",
+                                        "ab",
+                                        "bc",
+                                        "abc",
+                                        "aa",
+                                        "\xc4\xa0",
+                                        "\xc4\xa0"
+                                        "a"};
   // "b c" outranks "a b": abc -> a + bc -> abc.
   const ByteLevelBpeTokenizer first({tokens}, {"b c", "a b", "a bc"}, Pre::gpt2, "test");
   CHECK(first.encode("abc") == Ids{5});
@@ -68,8 +77,7 @@ TEST_CASE("vocab.json, merges.txt and tokenizer.json are read: what is not suppo
   std::ofstream(dir.path / "unigram.json") << R"({"model": {"type": "Unigram", "vocab": []}})";
   CHECK_THROWS_WITH(encode_with_tokenizer_json(dir.path / "unigram.json", "a"),
                     Catch::Contains("model type 'Unigram' is not supported"));
-  std::ofstream(dir.path / "prefix.json")
-      << R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
+  std::ofstream(dir.path / "prefix.json") << R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
             "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": true}})";
   CHECK_THROWS_WITH(encode_with_tokenizer_json(dir.path / "prefix.json", "a"),
                     Catch::Contains("the pre-tokenizer") && Catch::Contains("is not supported"));

@@ -80,7 +80,7 @@ inline void write_tiny_gpt2(const fs::path& file, const TinyShape& s = {}, std::
     w.add(p + "mlp.c_proj.bias", {D}, 0.1);
   }
   write_safetensors(file, w.tensors());
-  nlohmann::json config = {{"model_type", "gpt2"}, {"n_embd", D},          {"n_head", s.heads},
+  nlohmann::json config = {{"model_type", "gpt2"}, {"n_embd", D},           {"n_head", s.heads},
                            {"n_layer", s.layers},  {"vocab_size", s.vocab}, {"n_positions", s.positions}};
   if (attention_activation != "softmax") config["attention_activation"] = attention_activation;
   write_config(file.parent_path(), config);
@@ -96,8 +96,8 @@ inline void write_tiny_bert(const fs::path& folder, const TinyShape& s = {}, std
   w.add("embeddings.LayerNorm.bias", {D}, 0.1);
   for (int l = 0; l < s.layers; ++l) {
     const std::string p = fmt::format("encoder.layer.{}.", l);
-    for (const char* name : {"attention.self.query", "attention.self.key", "attention.self.value",
-                             "attention.output.dense"}) {
+    for (const char* name :
+         {"attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense"}) {
       w.add(p + name + ".weight", {D, D}, 0.6);
       w.add(p + name + ".bias", {D}, 0.2);
     }

@@ -85,7 +85,9 @@ ProbeHeadRecord head_record() {
 }
 
 std::string text() { return *rc::gen::container<std::string>(rc::gen::inRange<char>(1, 127)); }
-std::vector<std::int64_t> ids() { return *rc::gen::container<std::vector<std::int64_t>>(rc::gen::inRange<std::int64_t>(0, 200000)); }
+std::vector<std::int64_t> ids() {
+  return *rc::gen::container<std::vector<std::int64_t>>(rc::gen::inRange<std::int64_t>(0, 200000));
+}
 std::optional<std::vector<std::string>> tokens() {
   if (*rc::gen::arbitrary<bool>()) return std::nullopt;
   return *rc::gen::container<std::vector<std::string>>(rc::gen::container<std::string>(rc::gen::inRange<char>(1, 127)));
@@ -154,8 +156,8 @@ ProbeOutput probe_output() {
         errors.cross_norm = cross;
       }
       row.metrics.N = *rc::gen::inRange(2, 1000);
-      row.over_sentences = ProbeSentenceMeans{static_cast<std::int64_t>(in.sentences.size()), static_cast<double>(row.metrics.N) + 0.25, norm(),
-                                              errors};
+      row.over_sentences = ProbeSentenceMeans{static_cast<std::int64_t>(in.sentences.size()),
+                                              static_cast<double>(row.metrics.N) + 0.25, norm(), errors};
     }
     out.heads.push_back(row);
   }
@@ -219,7 +221,8 @@ bool same(const ProbeOutput& a, const ProbeOutput& b) {
   }
   if (a.tool_version != b.tool_version || a.verdict.holds != b.verdict.holds ||
       a.verdict.statement != b.verdict.statement ||
-      a.verdict.heads_above_a_bound.size() != b.verdict.heads_above_a_bound.size() || a.heads.size() != b.heads.size()) {
+      a.verdict.heads_above_a_bound.size() != b.verdict.heads_above_a_bound.size() ||
+      a.heads.size() != b.heads.size()) {
     return false;
   }
   for (std::size_t k = 0; k < a.verdict.heads_above_a_bound.size(); ++k) {
@@ -277,7 +280,8 @@ TEST_CASE("a probe-log record survives its line unchanged, with the format versi
     // Any text, control characters and quotes included (a file name that is not UTF-8 is refused, below).
     r.checkpoint = *rc::gen::container<std::string>(rc::gen::inRange<char>(1, 127));
     if (*rc::gen::arbitrary<bool>()) r.step = *rc::gen::inRange<std::int64_t>(0, std::int64_t{1} << 62);
-    if (*rc::gen::arbitrary<bool>()) r.activation = *rc::gen::element<std::string>("softmax", "poly3_scaled", "poly3", "relu_n");
+    if (*rc::gen::arbitrary<bool>())
+      r.activation = *rc::gen::element<std::string>("softmax", "poly3_scaled", "poly3", "relu_n");
     if (*rc::gen::arbitrary<bool>()) r.fingerprint = *rc::gen::container<std::string>(rc::gen::inRange<char>(1, 127));
     r.metrics = head_record();
     const std::string line = probe_log_line(r);
@@ -409,7 +413,8 @@ TEST_CASE("a probe log of format version 1 (no version key) from a run of the pr
   CHECK(document.input.length == 5);
   CHECK(document.verdict.holds);
   REQUIRE(document.heads.size() == 2);
-  CHECK(same(document.heads[0].metrics, read[0].metrics));  // the same checkpoint, input and head as the log's first line
+  CHECK(
+      same(document.heads[0].metrics, read[0].metrics));  // the same checkpoint, input and head as the log's first line
   CHECK(same(document.heads[1].metrics, read[1].metrics));
 }
 
@@ -428,23 +433,27 @@ TEST_CASE("a probe record of a newer format version is refused, naming the file,
                     Contains("out.json") && Contains("\"format_version\" must be a whole number"));
 }
 
-TEST_CASE("a truncated or corrupt probe-log line is refused, naming the file and the line", "[records][probes][hostile]") {
+TEST_CASE("a truncated or corrupt probe-log line is refused, naming the file and the line",
+          "[records][probes][hostile]") {
   const std::string good = sample_line();
   SECTION("cut short, as by a crash during a write") {
     const ScratchFile file(good + good + good.substr(0, good.size() / 2));
     CHECK_THROWS_AS(read_probe_log(file.path), InputError);
-    CHECK_THROWS_WITH(read_probe_log(file.path), Contains(file.path.string() + " line 3") && Contains("malformed JSON"));
+    CHECK_THROWS_WITH(read_probe_log(file.path),
+                      Contains(file.path.string() + " line 3") && Contains("malformed JSON"));
   }
   SECTION("bytes that are not JSON") {
     const ScratchFile file(good + "\x01\xff garbage\n" + good);
-    CHECK_THROWS_WITH(read_probe_log(file.path), Contains(file.path.string() + " line 2") && Contains("malformed JSON"));
+    CHECK_THROWS_WITH(read_probe_log(file.path),
+                      Contains(file.path.string() + " line 2") && Contains("malformed JSON"));
   }
   SECTION("JSON that is not a record") {
     CHECK_THROWS_WITH(parse_probe_log(good + "[1, 2]\n", "log.jsonl"),
                       Contains("log.jsonl line 2") && Contains("expected a JSON object"));
     json wrong = json::parse(good);
     wrong["N"] = 0;
-    CHECK_THROWS_WITH(parse_probe_log(wrong.dump(), "log.jsonl"), Contains("log.jsonl line 1") && Contains("\"N\" = 0"));
+    CHECK_THROWS_WITH(parse_probe_log(wrong.dump(), "log.jsonl"),
+                      Contains("log.jsonl line 1") && Contains("\"N\" = 0"));
     wrong = json::parse(good);
     wrong["layer"] = 1.5;
     CHECK_THROWS_WITH(parse_probe_log(wrong.dump(), "log.jsonl"),

@@ -20,8 +20,8 @@
 #include <vector>
 
 using namespace attncheck;
-using nlohmann::json;
 using Catch::Matchers::Contains;
+using nlohmann::json;
 
 namespace {
 
@@ -32,7 +32,9 @@ double any_finite() {
 double any_non_negative() { return std::abs(any_finite()); }
 // A number the writer may have had no finite value for (written null, read NaN).
 double finite_or_nan() { return *rc::gen::arbitrary<bool>() ? any_finite() : NAN; }
-std::optional<double> maybe_finite() { return *rc::gen::arbitrary<bool>() ? std::optional(any_finite()) : std::nullopt; }
+std::optional<double> maybe_finite() {
+  return *rc::gen::arbitrary<bool>() ? std::optional(any_finite()) : std::nullopt;
+}
 template <class T>
 T one_of(std::initializer_list<T> values) {
   return *rc::gen::elementOf(std::vector<T>(values));
@@ -40,7 +42,9 @@ T one_of(std::initializer_list<T> values) {
 // Any ASCII, control characters, quotes and backslashes included (the writer's texts are UTF-8; nlohmann refuses
 // to write invalid UTF-8, so arbitrary bytes are not text the format can hold).
 std::string any_text() { return *rc::gen::container<std::string>(rc::gen::inRange<char>(0, 127)); }
-std::optional<std::string> maybe_text() { return *rc::gen::arbitrary<bool>() ? std::optional(any_text()) : std::nullopt; }
+std::optional<std::string> maybe_text() {
+  return *rc::gen::arbitrary<bool>() ? std::optional(any_text()) : std::nullopt;
+}
 long long at_least_one() { return *rc::gen::inRange<long long>(1, 1LL << 40); }
 
 records::SeriesKey any_series_key() {
@@ -163,22 +167,37 @@ void check_same_point(const records::PointRecord& a, const records::PointRecord&
   RC_ASSERT(a.key.sigma_t == b.key.sigma_t);
   RC_ASSERT(a.key.scores == b.key.scores);
   RC_ASSERT(a.formula == b.formula);
-  for (const auto& [x, y] : {std::pair{a.inner, b.inner}, {a.outer_factor, b.outer_factor}, {a.mean, b.mean},
-                             {a.se, b.se}, {a.ci95_lo, b.ci95_lo}, {a.ci95_hi, b.ci95_hi}, {a.mean_sq, b.mean_sq},
-                             {a.se_sq, b.se_sq}, {a.ci95_sq_lo, b.ci95_sq_lo}, {a.ci95_sq_hi, b.ci95_sq_hi},
+  for (const auto& [x, y] : {std::pair{a.inner, b.inner},
+                             {a.outer_factor, b.outer_factor},
+                             {a.mean, b.mean},
+                             {a.se, b.se},
+                             {a.ci95_lo, b.ci95_lo},
+                             {a.ci95_hi, b.ci95_hi},
+                             {a.mean_sq, b.mean_sq},
+                             {a.se_sq, b.se_sq},
+                             {a.ci95_sq_lo, b.ci95_sq_lo},
+                             {a.ci95_sq_hi, b.ci95_sq_hi},
                              {a.effective_samples, b.effective_samples},
                              {a.effective_samples_sq, b.effective_samples_sq},
                              {a.variance_relative_se, b.variance_relative_se},
-                             {a.variance_relative_se_sq, b.variance_relative_se_sq}, {a.se_plain, b.se_plain},
-                             {a.se_batch_means, b.se_batch_means}, {a.wall_seconds, b.wall_seconds}}) {
+                             {a.variance_relative_se_sq, b.variance_relative_se_sq},
+                             {a.se_plain, b.se_plain},
+                             {a.se_batch_means, b.se_batch_means},
+                             {a.wall_seconds, b.wall_seconds}}) {
     RC_ASSERT(same(x, y));
   }
-  for (const auto& [x, y] :
-       {std::pair{a.se_sq_floor, b.se_sq_floor}, {a.exact_sq, b.exact_sq}, {a.z_exact_sq, b.z_exact_sq},
-        {a.exact_mean, b.exact_mean}, {a.z_exact_mean, b.z_exact_mean}, {a.jensen_bound, b.jensen_bound},
-        {a.jensen_ratio, b.jensen_ratio}, {a.jensen_ratio_estimated, b.jensen_ratio_estimated},
-        {a.sample_bound, b.sample_bound}, {a.sample_max, b.sample_max}, {a.claimed_exponent, b.claimed_exponent},
-        {a.claimed_value, b.claimed_value}}) {
+  for (const auto& [x, y] : {std::pair{a.se_sq_floor, b.se_sq_floor},
+                             {a.exact_sq, b.exact_sq},
+                             {a.z_exact_sq, b.z_exact_sq},
+                             {a.exact_mean, b.exact_mean},
+                             {a.z_exact_mean, b.z_exact_mean},
+                             {a.jensen_bound, b.jensen_bound},
+                             {a.jensen_ratio, b.jensen_ratio},
+                             {a.jensen_ratio_estimated, b.jensen_ratio_estimated},
+                             {a.sample_bound, b.sample_bound},
+                             {a.sample_max, b.sample_max},
+                             {a.claimed_exponent, b.claimed_exponent},
+                             {a.claimed_value, b.claimed_value}}) {
     RC_ASSERT(same(x, y));
   }
   RC_ASSERT(a.N == b.N);
@@ -258,8 +277,8 @@ records::Series any_series() {
   s.claimed_exponent = maybe_finite();
   s.tolerance = any_non_negative();
   if (*rc::gen::arbitrary<bool>()) {
-    s.verdict = one_of({records::Verdict::holds, records::Verdict::tight, records::Verdict::violated,
-                        records::Verdict::inconclusive});
+    s.verdict = one_of(
+        {records::Verdict::holds, records::Verdict::tight, records::Verdict::violated, records::Verdict::inconclusive});
     s.basis = one_of({records::Basis::exact, records::Basis::asymptotic_fit});
     s.verdict_rule = any_text();
     s.verdict_reason = any_text();
@@ -383,7 +402,8 @@ records::Provenance any_provenance() {
   p.wall_seconds = maybe_finite();
   if (*rc::gen::arbitrary<bool>()) {
     auto& bounds = p.mixed_precision_bounds.emplace();
-    for (int i = *rc::gen::inRange(0, 3); i > 0; --i) bounds.push_back({*rc::gen::inRange(2, 7), at_least_one(), any_non_negative()});
+    for (int i = *rc::gen::inRange(0, 3); i > 0; --i)
+      bounds.push_back({*rc::gen::inRange(2, 7), at_least_one(), any_non_negative()});
   }
   return p;
 }
@@ -467,7 +487,8 @@ TEST_CASE("the sweep's own records and fits read back field for field") {
     for (theory::Index n : {4, 8, 16}) {
       const monte_carlo::PointSpec spec = monte_carlo::make_point(series, n, 3, 2, 1, 1, 21);
       const monte_carlo::PointOutcome outcome = monte_carlo::run_point(backend, spec.point, series.estimands, policy);
-      for (auto estimand : series.estimands) points.push_back(monte_carlo::point_record(spec, estimand, outcome, {21, "cpu", 1}));
+      for (auto estimand : series.estimands)
+        points.push_back(monte_carlo::point_record(spec, estimand, outcome, {21, "cpu", 1}));
     }
   }
   REQUIRE(points.size() == 12);  // value, dV, dS, dQ at three N
@@ -496,7 +517,8 @@ TEST_CASE("the sweep's own records and fits read back field for field") {
 
 TEST_CASE("a truncated or corrupt points.jsonl stops a resumed run naming the file and the line") {
   records::PointRecord r;
-  r.key = {"C4", "elementwise", "poly", 1, std::nullopt, std::nullopt, std::nullopt, "1/sqrt(N)", 4, 4, "value", 1, 1, "projected"};
+  r.key = {"C4", "elementwise", "poly", 1, std::nullopt, std::nullopt, std::nullopt, "1/sqrt(N)", 4,
+           4,    "value",       1,      1, "projected"};
   r.formula = "F";
   r.N = 8;
   r.samples = 10;
@@ -522,7 +544,8 @@ TEST_CASE("a truncated or corrupt points.jsonl stops a resumed run naming the fi
 
 TEST_CASE("a later format version is refused by name, an earlier one still reads") {
   records::PointRecord r;
-  r.key = {"C4", std::nullopt, "poly", 1, std::nullopt, std::nullopt, std::nullopt, "none", 4, 4, "value", 1, 1, "projected"};
+  r.key = {"C4", std::nullopt, "poly", 1, std::nullopt, std::nullopt, std::nullopt, "none", 4,
+           4,    "value",      1,      1, "projected"};
   r.formula = "F";
   r.N = 8;
   r.samples = 10;
@@ -531,12 +554,14 @@ TEST_CASE("a later format version is refused by name, an earlier one still reads
   json later = r;
   later["format_version"] = records::kResultsFormatVersion + 1;
   CHECK_THAT(input_error_of([&] { records::parse_points_jsonl(line_of(r) + later.dump() + "\n", "p.jsonl"); }),
-             Contains("p.jsonl line 2") && Contains(fmt::format("\"format_version\" {}", records::kResultsFormatVersion + 1)) &&
+             Contains("p.jsonl line 2") &&
+                 Contains(fmt::format("\"format_version\" {}", records::kResultsFormatVersion + 1)) &&
                  Contains("later attncheck"));
   json earlier = r;
   earlier.erase("format_version");  // written before points.jsonl carried it
   CHECK(records::parse_points_jsonl(earlier.dump(), "p.jsonl").size() == 1);
-  const std::string later_fits = json{{"format_version", 99}, {"provenance", json::object()}, {"series", json::array()}}.dump(2);
+  const std::string later_fits =
+      json{{"format_version", 99}, {"provenance", json::object()}, {"series", json::array()}}.dump(2);
   CHECK_THAT(input_error_of([&] { records::parse_fits_json(later_fits, "fits.json"); }),
              Contains("fits.json") && Contains("\"format_version\" 99") && Contains("1 to"));
 }
@@ -560,7 +585,8 @@ TEST_CASE("a folder of the previous format version resumes, and the lines it rew
   folder.append({folder.records().front()});
   std::ifstream in(dir / "points.jsonl");
   int lines = 0;
-  for (std::string line; std::getline(in, line); ++lines) CHECK(json::parse(line)["format_version"] == records::kResultsFormatVersion);
+  for (std::string line; std::getline(in, line); ++lines)
+    CHECK(json::parse(line)["format_version"] == records::kResultsFormatVersion);
   CHECK(lines == 6);
   std::filesystem::remove_all(dir);
 }

@@ -17,8 +17,8 @@
 #include <vector>
 
 using namespace attncheck;
-using nlohmann::json;
 using Catch::Matchers::Contains;
+using nlohmann::json;
 
 namespace {
 
@@ -109,8 +109,13 @@ TEST_CASE("every fitted series reads back with its slope, verdict and basis") {
   const SmallRun run = small_run(12);
   const json fits = {{"format_version", records::kResultsFormatVersion},
                      {"provenance",
-                      {{"version", "test"}, {"date", "2026-01-01T00:00:00Z"}, {"machine", "here"}, {"backend", "cpu"},
-                       {"threads", 1}, {"run_seed", 12}, {"command", "attncheck mc --claim C4"}}},
+                      {{"version", "test"},
+                       {"date", "2026-01-01T00:00:00Z"},
+                       {"machine", "here"},
+                       {"backend", "cpu"},
+                       {"threads", 1},
+                       {"run_seed", 12},
+                       {"command", "attncheck mc --claim C4"}}},
                      {"series", run.series}};
   const auto [provenance, series] = records::parse_fits_json(fits.dump(2), "fits.json");
   CHECK(provenance.run_seed == 12u);
@@ -168,13 +173,16 @@ TEST_CASE("a truncated, broken or mistyped line is refused naming the file and t
   const std::string first = run.records[0].dump();
   const std::string second = run.records[1].dump();
   // A writer killed mid-line (which the atomic rename prevents, but a copy by hand may not).
-  CHECK_THAT(message_of<theory::InputError>([&] { records::parse_points_jsonl(first + "\n" + second.substr(0, second.size() / 2) + "\n", "p.jsonl"); }),
+  CHECK_THAT(message_of<theory::InputError>([&] {
+               records::parse_points_jsonl(first + "\n" + second.substr(0, second.size() / 2) + "\n", "p.jsonl");
+             }),
              Contains("p.jsonl line 2"));
   CHECK_THAT(message_of<theory::InputError>([&] { records::parse_points_jsonl(first + "\nnot json\n", "p.jsonl"); }),
              Contains("p.jsonl line 2"));
   json mistyped = run.records[0];
   mistyped["N"] = "sixteen";
-  CHECK_THAT(message_of<theory::InputError>([&] { records::parse_points_jsonl(first + "\n" + first + "\n" + mistyped.dump() + "\n", "p.jsonl"); }),
+  CHECK_THAT(message_of<theory::InputError>(
+                 [&] { records::parse_points_jsonl(first + "\n" + first + "\n" + mistyped.dump() + "\n", "p.jsonl"); }),
              Contains("line 3") && Contains("\"N\""));
   json missing = run.records[0];
   missing.erase("mean");

@@ -6,7 +6,7 @@
 #include "attncheck/records/sha256.hpp"
 #include "attncheck/theory/common.hpp"
 
-#include "fixtures.hpp"
+#include "records/fixtures.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -17,7 +17,7 @@
 #include <sstream>
 
 using namespace attncheck::reports;
-using namespace attncheck::reports::testing;
+using namespace attncheck::records::testing;
 using attncheck::theory::InputError;
 using Catch::Matchers::Contains;
 
@@ -36,21 +36,36 @@ json probe_document(int layers, int heads, const std::string& model_path = "mode
   for (int head = heads - 1; head >= 0; --head) {
     for (int layer = 0; layer < layers; ++layer) {
       const double n = 16;
-      rows.push_back({{"layer", layer}, {"head", head}, {"N", n}, {"softmax_fro", attention_ratio(layer, head) * 4},
+      rows.push_back({{"layer", layer},
+                      {"head", head},
+                      {"N", n},
+                      {"softmax_fro", attention_ratio(layer, head) * 4},
                       {"grad_fro", gradient_ratio(layer, head) * 2},
                       {"softmax_over_sqrt_N", attention_ratio(layer, head)},
                       {"grad_over_half_sqrt_N", gradient_ratio(layer, head)}});
     }
   }
   return {{"model",
-           {{"path", model_path}, {"architecture", "BERT"}, {"config_file", model_path + "/config.json"},
-            {"config_sha256", kConfigSha}, {"layers", layers}, {"heads", heads}, {"head_dim", 8}, {"hidden", 8 * heads},
+           {{"path", model_path},
+            {"architecture", "BERT"},
+            {"config_file", model_path + "/config.json"},
+            {"config_sha256", kConfigSha},
+            {"layers", layers},
+            {"heads", heads},
+            {"head_dim", 8},
+            {"hidden", 8 * heads},
             {"attention_activation", "softmax"}}},
-          {"input", {{"kind", "text"}, {"text", "hello world"}, {"token_ids", {101, 7592, 102}},
-                     {"tokens", {"[CLS]", token, "[SEP]"}}}},
+          {"input",
+           {{"kind", "text"},
+            {"text", "hello world"},
+            {"token_ids", {101, 7592, 102}},
+            {"tokens", {"[CLS]", token, "[SEP]"}}}},
           {"tool", {{"name", "attncheck"}, {"version", "0.1.0"}}},
-          {"verdict", {{"holds", true}, {"basis", "exact"}, {"statement", "every head within the bounds"},
-                       {"heads_above_a_bound", json::array()}}},
+          {"verdict",
+           {{"holds", true},
+            {"basis", "exact"},
+            {"statement", "every head within the bounds"},
+            {"heads_above_a_bound", json::array()}}},
           {"heads", rows}};
 }
 
@@ -74,8 +89,16 @@ std::vector<std::vector<double>> data_block(const std::string& script, const std
 
 json probe_line(const std::string& activation, long long step, int layer, int head, double softmax, double grad) {
   return {{"checkpoint", fmt::format("{}-{}.safetensors", activation, step)},
-          {"step", step}, {"layer", layer}, {"head", head}, {"N", 64}, {"softmax_fro", softmax}, {"grad_fro", grad},
-          {"dWq_fro", 1.0}, {"dWk_fro", 1.0}, {"poly3_scaled_fro", 3 * softmax}, {"poly3_scaled_grad_fro", 3 * grad},
+          {"step", step},
+          {"layer", layer},
+          {"head", head},
+          {"N", 64},
+          {"softmax_fro", softmax},
+          {"grad_fro", grad},
+          {"dWq_fro", 1.0},
+          {"dWk_fro", 1.0},
+          {"poly3_scaled_fro", 3 * softmax},
+          {"poly3_scaled_grad_fro", 3 * grad},
           {"activation", activation}};
 }
 
@@ -182,7 +205,8 @@ TEST_CASE("hostile model paths and tokens in a probe --json output reach gnuplot
 TEST_CASE("a probe --json output that is not one is refused naming the file and the key", "[head_maps][errors]") {
   json no_heads = probe_document(1, 1);
   no_heads.erase("heads");
-  CHECK_THROWS_WITH(parse_probe_output(no_heads.dump(), "p.json"), Contains("p.json") && Contains("\"heads\" is missing"));
+  CHECK_THROWS_WITH(parse_probe_output(no_heads.dump(), "p.json"),
+                    Contains("p.json") && Contains("\"heads\" is missing"));
   json empty = probe_document(1, 1);
   empty["heads"] = json::array();
   CHECK_THROWS_WITH(parse_probe_output(empty.dump(), "p.json"), Contains("p.json") && Contains("\"heads\" is empty"));
@@ -263,10 +287,11 @@ TEST_CASE("runs compared: one colour per activation in every plot, and the band 
   const std::regex clause("linecolor rgb '(#[0-9a-f]{6})' title '([^']*)'");
   for (auto it = std::sregex_iterator(script.begin(), script.end(), clause); it != std::sregex_iterator(); ++it) {
     const std::string title = (*it)[2];
-    const std::string activation = title.find("poly3_scaled") != std::string::npos || title.find("x^3/sqrt(N)") != std::string::npos
-                                       ? "poly3_scaled"
-                                   : title.find("softmax") != std::string::npos ? "softmax"
-                                                                                : "";
+    const std::string activation =
+        title.find("poly3_scaled") != std::string::npos || title.find("x^3/sqrt(N)") != std::string::npos
+            ? "poly3_scaled"
+        : title.find("softmax") != std::string::npos ? "softmax"
+                                                     : "";
     if (!activation.empty()) colours[activation].insert((*it)[1]);
   }
   REQUIRE(colours.count("softmax"));
@@ -315,9 +340,11 @@ TEST_CASE("runs that cannot be compared are refused naming the odd one out", "[h
   options.out = dir.path() / "report";
   options.input = log;
   options.compare_with = {results};
-  CHECK_THROWS_WITH(write_report(options), Contains("cannot compare " + results.string() + " (results of `attncheck mc`)"));
+  CHECK_THROWS_WITH(write_report(options),
+                    Contains("cannot compare " + results.string() + " (results of `attncheck mc`)"));
   options.compare_with = {probe_json};
-  CHECK_THROWS_WITH(write_report(options), Contains("cannot compare " + probe_json.string() + " (a probe --json output)"));
+  CHECK_THROWS_WITH(write_report(options),
+                    Contains("cannot compare " + probe_json.string() + " (a probe --json output)"));
   options.compare_with = {log.parent_path()};
   CHECK_THROWS_WITH(write_report(options), Contains("are both named run"));
   CHECK_FALSE(fs::exists(options.out));

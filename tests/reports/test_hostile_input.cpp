@@ -6,7 +6,7 @@
 #include "attncheck/reports/report.hpp"
 #include "attncheck/theory/common.hpp"
 
-#include "fixtures.hpp"
+#include "records/fixtures.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -14,7 +14,7 @@
 
 using namespace attncheck::reports;
 using namespace attncheck::records;
-using namespace attncheck::reports::testing;
+using namespace attncheck::records::testing;
 using attncheck::theory::InputError;
 using Catch::Matchers::Contains;
 
@@ -27,7 +27,8 @@ std::string gnuplot_payload(const fs::path& marker) {
 
 // Markup that must come out as text.
 const std::string kMarkup =
-    "<script>alert(1)</script> [click](javascript:alert(2)) ![img](http://x/y.png) `code` *em* __b__ \n# heading\n| a |";
+    "<script>alert(1)</script> [click](javascript:alert(2)) ![img](http://x/y.png) `code` *em* __b__ \n# heading\n| a "
+    "|";
 
 ReportOptions options_for(const TempDir& dir, const fs::path& input, bool plots) {
   ReportOptions options;
@@ -74,7 +75,8 @@ TEST_CASE("a figure of panels keeps every text quoted and literal: titles, notes
   panel.title = gnuplot_payload(marker) + markup;
   panel.x_label = gnuplot_payload(marker);
   panel.y_label = markup;
-  panel.curves.push_back(Curve{gnuplot_payload(marker) + markup, CurveStyle::band, {1, 2, 4}, {1, 4, 16}, {0.5, 3, 15}, {2, 5, 17}});
+  panel.curves.push_back(
+      Curve{gnuplot_payload(marker) + markup, CurveStyle::band, {1, 2, 4}, {1, 4, 16}, {0.5, 3, 15}, {2, 5, 17}});
   panel.curves.push_back(Curve{markup, CurveStyle::line_with_points, {1, 2, 4}, {1, 4, 16}, {}, {}});
   PlotSpec figure;
   figure.name = "figure";
@@ -126,7 +128,8 @@ TEST_CASE("a scale, phi, estimand or backend the tool never writes is refused na
     }
     write_text(results / "points.jsonl", points);
     CHECK_THROWS_WITH(write_report(options_for(dir, results, false)),
-                      Contains((results / "points.jsonl").string() + " line 1") && Contains("\"" + field + "\" must be"));
+                      Contains((results / "points.jsonl").string() + " line 1") &&
+                          Contains("\"" + field + "\" must be"));
   }
   for (const std::string scale : {"1/k:8", "N^-0.5", "1/sqrt(N)"}) {
     FixtureSeries fine;
@@ -137,8 +140,15 @@ TEST_CASE("a scale, phi, estimand or backend the tool never writes is refused na
 }
 
 TEST_CASE("a probe log's activation must be one the watcher writes", "[probes][hostile]") {
-  const std::string line = json{{"checkpoint", "a"}, {"step", 1}, {"layer", 0}, {"head", 0}, {"N", 4},
-                                {"softmax_fro", 1.0}, {"grad_fro", 0.5}, {"dWq_fro", 1.0}, {"dWk_fro", 1.0},
+  const std::string line = json{{"checkpoint", "a"},
+                                {"step", 1},
+                                {"layer", 0},
+                                {"head", 0},
+                                {"N", 4},
+                                {"softmax_fro", 1.0},
+                                {"grad_fro", 0.5},
+                                {"dWq_fro", 1.0},
+                                {"dWk_fro", 1.0},
                                 {"activation", "softmax\nsystem('id')"}}
                                .dump();
   CHECK_THROWS_WITH(parse_probe_log("\n" + line + "\n", "log.jsonl"),
@@ -158,8 +168,15 @@ TEST_CASE("free text from the input is escaped in report.md and index.html", "[r
   // A probe log beside the results, with the same markup as checkpoint names.
   std::string log;
   for (int step : {1, 2}) {
-    log += json{{"checkpoint", kMarkup + std::to_string(step)}, {"step", step}, {"layer", 0}, {"head", 0},
-                {"N", 4}, {"softmax_fro", 1.0}, {"grad_fro", 0.5}, {"dWq_fro", 1.0}, {"dWk_fro", 1.0},
+    log += json{{"checkpoint", kMarkup + std::to_string(step)},
+                {"step", step},
+                {"layer", 0},
+                {"head", 0},
+                {"N", 4},
+                {"softmax_fro", 1.0},
+                {"grad_fro", 0.5},
+                {"dWq_fro", 1.0},
+                {"dWk_fro", 1.0},
                 {"activation", "softmax"}}
                .dump() +
            "\n";
@@ -173,8 +190,9 @@ TEST_CASE("free text from the input is escaped in report.md and index.html", "[r
   CHECK_THAT(html, Contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
   // In Markdown text the markup characters are escaped (a table cell here), and no line of the input starts a
   // block of its own.
-  CHECK_THAT(markdown, Contains("\\<script\\>alert(1)\\</script\\> [click\\](javascript:alert(2)) \\![img\\](http://x/y.png) "
-                                "\\`code\\` \\*em\\* \\_\\_b\\_\\_  # heading \\| a \\|"));
+  CHECK_THAT(markdown,
+             Contains("\\<script\\>alert(1)\\</script\\> [click\\](javascript:alert(2)) \\![img\\](http://x/y.png) "
+                      "\\`code\\` \\*em\\* \\_\\_b\\_\\_  # heading \\| a \\|"));
   std::istringstream lines(markdown);
   std::string line;
   while (std::getline(lines, line)) {

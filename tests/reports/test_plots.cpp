@@ -1,12 +1,12 @@
 #include "attncheck/reports/plots.hpp"
 #include "attncheck/theory/common.hpp"
 
-#include "fixtures.hpp"
+#include "records/fixtures.hpp"
 
 #include <catch2/catch.hpp>
 
 using namespace attncheck::reports;
-using namespace attncheck::reports::testing;
+using namespace attncheck::records::testing;
 using attncheck::theory::InputError;
 using Catch::Matchers::Contains;
 
@@ -17,7 +17,8 @@ PlotSpec two_curve_plot() {
   plot.title = "it's a test";
   plot.x_label = "N";
   plot.y_label = "E||F||_F";
-  plot.curves.push_back(Curve{"estimate", CurveStyle::points_with_error_bars, {16, 32, 64}, {10, 20, 40}, {9, -1, 39}, {11, 21, 41}});
+  plot.curves.push_back(
+      Curve{"estimate", CurveStyle::points_with_error_bars, {16, 32, 64}, {10, 20, 40}, {9, -1, 39}, {11, 21, 41}});
   plot.curves.push_back(Curve{"fit", CurveStyle::line, {16, 64}, {10, 40}, {}, {}});
   plot.curves.push_back(Curve{"nothing to draw on a log axis", CurveStyle::points, {16}, {0}, {}, {}});
   return plot;
@@ -89,8 +90,10 @@ TEST_CASE("a figure of panels is one multiplot, drawn as SVG and as PNG, with ba
   compensated.x_label = "N";
   compensated.y_label = "value / N^1";
   compensated.log_y = false;
-  compensated.curves.push_back(Curve{"", CurveStyle::band, {16, 32, 64}, {2, 2.1, 2.05}, {1.9, 2.0, 1.95}, {2.1, 2.2, 2.15}});
-  compensated.curves.push_back(Curve{"E||F||_F / N^a", CurveStyle::line_with_points, {16, 32, 64}, {2, 2.1, 2.05}, {}, {}});
+  compensated.curves.push_back(
+      Curve{"", CurveStyle::band, {16, 32, 64}, {2, 2.1, 2.05}, {1.9, 2.0, 1.95}, {2.1, 2.2, 2.15}});
+  compensated.curves.push_back(
+      Curve{"E||F||_F / N^a", CurveStyle::line_with_points, {16, 32, 64}, {2, 2.1, 2.05}, {}, {}});
   PlotSpec loglog;
   loglog.title = "log-log";
   loglog.x_label = "N";
@@ -106,7 +109,9 @@ TEST_CASE("a figure of panels is one multiplot, drawn as SVG and as PNG, with ba
   figure.panels = {compensated, loglog, narrow};
   figure.columns = 3;
   const std::string script = gnuplot_script({figure}, ".tmp");
-  CHECK(count_occurrences(script, "set multiplot layout 1,3 title 'Series 1' . \"\\n\" . 'verdict: tight (basis: exact)'") == 2);
+  CHECK(count_occurrences(script,
+                          "set multiplot layout 1,3 title 'Series 1' . \"\\n\" . 'verdict: tight (basis: exact)'") ==
+        2);
   CHECK(count_occurrences(script, "unset multiplot") == 2);
   CHECK_THAT(script, Contains("set terminal svg") && Contains("set output 'claim.svg.tmp'"));
   CHECK_THAT(script, Contains("set terminal pngcairo") && Contains("set output 'claim.png.tmp'"));

@@ -2,13 +2,13 @@
 #include "attncheck/reports/report.hpp"
 #include "attncheck/theory/common.hpp"
 
-#include "fixtures.hpp"
+#include "records/fixtures.hpp"
 
 #include <catch2/catch.hpp>
 
 using namespace attncheck::reports;
 using namespace attncheck::records;
-using namespace attncheck::reports::testing;
+using namespace attncheck::records::testing;
 using attncheck::theory::InputError;
 using Catch::Matchers::Contains;
 
@@ -99,8 +99,9 @@ TEST_CASE("probe records are averaged over layers and heads per checkpoint, in s
 }
 
 TEST_CASE("checkpoints without steps are placed in the order of the log", "[probes]") {
-  const auto models = summarize_probe_log(parse_probe_log(
-      lines({probe_line("softmax", 500, 0, 0, 1, 1), probe_line("softmax", std::nullopt, 0, 0, 2, 1)}), "log.jsonl"));
+  const auto models = summarize_probe_log(
+      parse_probe_log(lines({probe_line("softmax", 500, 0, 0, 1, 1), probe_line("softmax", std::nullopt, 0, 0, 2, 1)}),
+                      "log.jsonl"));
   REQUIRE(models.size() == 1);
   CHECK_FALSE(models[0].steps_known);
   CHECK(models[0].steps[0].position == 1);
@@ -132,7 +133,10 @@ TEST_CASE("a probe log alone gives the training plots, one SVG each, and exact t
     CHECK_THAT(markdown, Contains("### Model trained with softmax"));
     CHECK_THAT(markdown, Contains("### Model trained with poly3_scaled"));
     // Step 0 of the softmax model: ||A||_F mean of 4 and 6, gradient mean of 1 and 3.
-    CHECK_THAT(markdown, Contains("| 0 | softmax-0.safetensors | 2 | 5 [4, 6] | 50 [40, 60] | 400 [320, 480] | 0.5 [0.5, 0.5] | 2 [1, 3] |"));
+    CHECK_THAT(
+        markdown,
+        Contains(
+            "| 0 | softmax-0.safetensors | 2 | 5 [4, 6] | 50 [40, 60] | 400 [320, 480] | 0.5 [0.5, 0.5] | 2 [1, 3] |"));
     CHECK_THAT(markdown, Contains("| 100 | softmax-100.safetensors | 1 | 5 | 50 |"));
     // Fig. 3: each model with the Jacobian of its own activation: softmax's grad_fro (mean 2 at step 0), the
     // scaled cubic's poly3_scaled_grad_fro (7 x 2 = 14).
@@ -157,7 +161,8 @@ TEST_CASE("a results folder with a probe log gives both parts", "[probes][report
   CHECK(summary.series == series.size());
   CHECK(summary.probe_records == 1);
   const std::string html = read_text(options.out / "index.html");
-  CHECK(count_occurrences(html, "<svg") == series.size() + 2 + 4 + 1);  // series, readings, a claim's ps, probes, the one checkpoint's head maps
+  CHECK(count_occurrences(html, "<svg") ==
+        series.size() + 2 + 4 + 1);  // series, readings, a claim's ps, probes, the one checkpoint's head maps
   const std::string markdown = read_text(options.out / "report.md");
   CHECK(markdown.find("## Summary") < markdown.find("## Probes during training"));
 }
@@ -169,6 +174,6 @@ TEST_CASE("a malformed probe log stops the report naming the file and line", "[p
   options.input = dir.path();
   options.out = dir.path() / "report";
   CHECK_THROWS_WITH(write_report(options), Contains((dir.path() / kProbeLogName).string() + " line 2") &&
-                                              Contains("\"checkpoint\" must be text"));
+                                               Contains("\"checkpoint\" must be text"));
   CHECK_FALSE(fs::exists(options.out / "index.html"));
 }

@@ -1,7 +1,7 @@
 #include "attncheck/reports/report.hpp"
 #include "attncheck/theory/common.hpp"
 
-#include "fixtures.hpp"
+#include "records/fixtures.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -9,7 +9,7 @@
 
 using namespace attncheck::reports;
 using namespace attncheck::records;
-using namespace attncheck::reports::testing;
+using namespace attncheck::records::testing;
 using attncheck::theory::InputError;
 using Catch::Matchers::Contains;
 
@@ -101,9 +101,10 @@ TEST_CASE("report.md carries every series' verdict and slope with its confidence
     CHECK_THAT(line, Contains(slope) && Contains("| " + s.verdict + " |"));
     // These fixtures predate the basis: their verdict came from the global fit, and the report says so.
     CHECK_THAT(report.markdown,
-               Contains(fmt::format("Verdict: {} (basis: finite-N fit (older results)). fitted slope {:.4g} with 95% CI "
-                                    "[{:.4g}, {:.4g}]",
-                                    s.verdict, s.slope, s.ci_lo, s.ci_hi)));
+               Contains(
+                   fmt::format("Verdict: {} (basis: finite-N fit (older results)). fitted slope {:.4g} with 95% CI "
+                               "[{:.4g}, {:.4g}]",
+                               s.verdict, s.slope, s.ci_lo, s.ci_hi)));
     CHECK_THAT(report.html, Contains(fmt::format("<td class=\"verdict {0}\">{0}</td>", s.verdict)));
   }
   CHECK_THAT(report.markdown, Contains("4 series: 1 holds, 2 tight, 1 violated, 0 inconclusive."));
@@ -151,7 +152,8 @@ TEST_CASE("estimates carry their SE and CI, and the Jensen ratio appears where e
   CHECK_THAT(report.markdown, Contains("| 9408 |"));
   CHECK_THAT(report.markdown, Contains("| 96.994845 | 0.9908 ± 0.0041 |"));
   // C4 at N = 64: 47.9 ± 0.14 against sqrt(2316) = 48.1248.
-  CHECK_THAT(report.markdown, Contains("| 48.124838 | 0.99533 ± 0.00291 |") || Contains("| 48.124838 | 0.9953 ± 0.0029 |"));
+  CHECK_THAT(report.markdown,
+             Contains("| 48.124838 | 0.99533 ± 0.00291 |") || Contains("| 48.124838 | 0.9953 ± 0.0029 |"));
   // Series without exact values say so instead of showing empty columns.
   CHECK(count_occurrences(report.markdown, "No exact values are known for this series.") == 2);
 }
@@ -220,7 +222,8 @@ TEST_CASE("a stored fit that misses the estimates is pointed out", "[report]") {
   CHECK_THAT(consistent.markdown, !Contains("misses the estimates"));
 
   TempDir other;
-  series[1].intercept = 4.579 / std::log(10.0);  // the same line with a base-10 intercept: off by e^(4.579 (1 - 1/ln 10))
+  series[1].intercept =
+      4.579 / std::log(10.0);  // the same line with a base-10 intercept: off by e^(4.579 (1 - 1/ln 10))
   const WrittenReport base10 = write_standard_report(other, false, series);
   CHECK(count_occurrences(base10.markdown, "misses the estimates") == 1);
   CHECK_THAT(base10.markdown, Contains("by a factor 13.3 at their centroid"));
@@ -278,7 +281,8 @@ TEST_CASE("the extra shapes attncheck mc writes: C8 fitted over d, no claimed ex
   s8["se_sq"] = {9.0, 13.0, 25.0};
   fits["series"][1]["claimed_exponent"] = nullptr;
   fits["series"][1]["verdict"] = nullptr;
-  for (const char* key : {"slope", "slope_ci", "intercept", "claimed_exponent", "verdict"}) fits["series"][2][key] = nullptr;
+  for (const char* key : {"slope", "slope_ci", "intercept", "claimed_exponent", "verdict"})
+    fits["series"][2][key] = nullptr;
   fits["series"][2]["mean"][1] = nullptr;
   fits["series"][2]["se"][1] = nullptr;
 
@@ -300,7 +304,10 @@ TEST_CASE("the extra shapes attncheck mc writes: C8 fitted over d, no claimed ex
   const std::string& markdown = report.markdown;
   CHECK_THAT(markdown, Contains("- machine: `cpu: Example CPU 3000, hostname: testhost`"));
   // C8: fitted over d, of the second moment; its points are joined by d.
-  CHECK_THAT(markdown, Contains("| score-var | 6, swept | 1 + 0.05 | tight | finite-N fit (older results) | yes | 0.979 [0.9, 1.058] |"));
+  CHECK_THAT(
+      markdown,
+      Contains(
+          "| score-var | 6, swept | 1 + 0.05 | tight | finite-N fit (older results) | yes | 0.979 [0.9, 1.058] |"));
   CHECK_THAT(markdown, Contains("| 8 | 16 | 22.30 ± 0.29 | 515 ± 13 |"));
   CHECK_THAT(markdown, Contains("- point seeds: `d=4: 500, d=8: 501, d=16: 502`"));
   CHECK_THAT(read_text(dir.path() / "report" / "plots" / "plots.gp"), Contains("set xlabel 'd (head dimension)'"));
@@ -348,9 +355,12 @@ TEST_CASE("a verdict names its basis in the summary, the series text and the fig
   json& s = fits["series"][0];
   s["basis"] = "exact";
   s["verdict"] = "tight";
-  s["verdict_rule"] = "the exponent e of the exact quantity as N -> infinity (computed from the closed form, not fitted) equals a";
+  s["verdict_rule"] =
+      "the exponent e of the exact quantity as N -> infinity (computed from the closed form, not fitted) equals a";
   s["verdict_reason"] = "sqrt(E||F||^2) ~ 14400 N^0.5: e = 0.5 equals a";
-  s["diagnostic"] = {{"basis", "finite-N fit (diagnostic)"}, {"jensen_ratio_first", 0.317}, {"jensen_ratio_last", 0.615},
+  s["diagnostic"] = {{"basis", "finite-N fit (diagnostic)"},
+                     {"jensen_ratio_first", 0.317},
+                     {"jensen_ratio_last", 0.615},
                      {"jensen_ratio_source", "exact"}};
   json& r = fits["series"][1];
   r["basis"] = "exact";
@@ -371,9 +381,10 @@ TEST_CASE("a verdict names its basis in the summary, the series text and the fig
   CHECK_THAT(markdown, Contains("| 0.5 + 0.05 | tight | exact | yes |"));
   // Markdown escapes '>' (it would open a quote block at a line's start).
   CHECK_THAT(markdown, Contains("| 0.317 -\\> 0.615 (exact) |"));
-  CHECK_THAT(markdown, Contains("Verdict: tight (basis: exact). Rule (exact): the exponent e of the exact quantity as N -\\> "
-                                "infinity (computed from the closed form, not fitted) equals a. Evidence: sqrt(E||F||^2) ~ "
-                                "14400 N^0.5: e = 0.5 equals a."));
+  CHECK_THAT(markdown,
+             Contains("Verdict: tight (basis: exact). Rule (exact): the exponent e of the exact quantity as N -\\> "
+                      "infinity (computed from the closed form, not fitted) equals a. Evidence: sqrt(E||F||^2) ~ "
+                      "14400 N^0.5: e = 0.5 equals a."));
   CHECK_THAT(markdown, Contains("Finite-N fit (diagnostic, never decides): slope"));
   CHECK_THAT(read_text(dir.path() / "report" / "plots" / "plots.gp"), Contains("verdict: tight (basis: exact)"));
   // The row sums: their own score model in the key, the exact expectation and its z per point.

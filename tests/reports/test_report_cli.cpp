@@ -1,6 +1,6 @@
 // `attncheck report` as a user runs it: exit codes and messages of the built program.
 
-#include "fixtures.hpp"
+#include "records/fixtures.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-using namespace attncheck::reports::testing;
+using namespace attncheck::records::testing;
 using Catch::Matchers::Contains;
 
 namespace {
@@ -47,7 +47,8 @@ TEST_CASE("attncheck report writes both documents from the kept example folder a
   INFO(run.err);
   CHECK(run.exit_code == 0);
   CHECK_THAT(run.out, Contains("4 series: 1 holds, 2 tight, 1 violated, 0 inconclusive"));
-  CHECK(count_occurrences(read_text(report / "index.html"), "<svg") == 4 + 2);  // 4 series, 1 pair of readings, 1 claim side by side
+  CHECK(count_occurrences(read_text(report / "index.html"), "<svg") ==
+        4 + 2);  // 4 series, 1 pair of readings, 1 claim side by side
   CHECK_THAT(read_text(report / "report.md"), Contains("## Summary"));
 }
 
@@ -75,17 +76,16 @@ TEST_CASE("attncheck report exits 2 for a missing folder, a folder without resul
   const Run empty = run_report(dir, fmt::format("{} --out {}", shell_quoted((dir.path() / "empty").string()), out));
   CHECK(empty.exit_code == 2);
   CHECK_THAT(empty.err, Contains("fits.json is missing, and so are") && Contains("attncheck-probe.jsonl") &&
-                             Contains("attncheck-curves.jsonl") && Contains("vit-results.json"));
+                            Contains("attncheck-curves.jsonl") && Contains("vit-results.json"));
 
   write_results_folder(dir.path() / "results", {FixtureSeries{}});
-  const Run no_gnuplot = run_report(
-      dir, fmt::format("{} --out {} --gnuplot /nonexistent/gnuplot", shell_quoted((dir.path() / "results").string()), out));
+  const Run no_gnuplot = run_report(dir, fmt::format("{} --out {} --gnuplot /nonexistent/gnuplot",
+                                                     shell_quoted((dir.path() / "results").string()), out));
   CHECK(no_gnuplot.exit_code == 2);
   CHECK_THAT(no_gnuplot.err, Contains("cannot run gnuplot") && Contains("--no-plots"));
 
-  const Run without_plots = run_report(
-      dir, fmt::format("{} --out {} --gnuplot /nonexistent/gnuplot --no-plots",
-                       shell_quoted((dir.path() / "results").string()), out));
+  const Run without_plots = run_report(dir, fmt::format("{} --out {} --gnuplot /nonexistent/gnuplot --no-plots",
+                                                        shell_quoted((dir.path() / "results").string()), out));
   CHECK(without_plots.exit_code == 0);
   CHECK_THAT(without_plots.out, Contains("(0 plots)"));
 }
@@ -138,8 +138,16 @@ TEST_CASE("attncheck report exits 2 naming a probe --json file that is not one, 
   write_results_folder(results, {FixtureSeries{}});
   const fs::path log = dir.path() / "run" / "attncheck-probe.jsonl";
   fs::create_directories(log.parent_path());
-  write_text(log, json{{"checkpoint", "a"}, {"step", 1}, {"layer", 0}, {"head", 0}, {"N", 4}, {"softmax_fro", 1.0},
-                       {"grad_fro", 0.5}, {"activation", "softmax"}}.dump() + "\n");
+  write_text(log, json{{"checkpoint", "a"},
+                       {"step", 1},
+                       {"layer", 0},
+                       {"head", 0},
+                       {"N", 4},
+                       {"softmax_fro", 1.0},
+                       {"grad_fro", 0.5},
+                       {"activation", "softmax"}}
+                          .dump() +
+                      "\n");
   const Run mixed = run_report(dir, fmt::format("{} {} --out {}", shell_quoted(log.parent_path().string()),
                                                 shell_quoted(results.string()), out));
   CHECK(mixed.exit_code == 2);

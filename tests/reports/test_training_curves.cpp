@@ -19,20 +19,25 @@ namespace {
 
 std::string header_lines(const std::string& headline = "accuracy") {
   std::string text;
-  for (const json& line :
-       {json{{"record", "curves"}, {"format", 1}, {"title", "t"}, {"headline", headline}},
-        json{{"record", "variant"}, {"name", "a"}, {"label", "variant A"}},
-        json{{"record", "variant"}, {"name", "b"}, {"label", "variant B"}},
-        json{{"record", "metric"}, {"name", "accuracy"}, {"label", "accuracy"}, {"higher_is_better", true},
-             {"reference", {{"value", 0.1}, {"label", "chance"}}}},
-        json{{"record", "metric"}, {"name", "loss"}, {"label", "loss"}, {"log_y", true}}}) {
+  for (const json& line : {json{{"record", "curves"}, {"format", 1}, {"title", "t"}, {"headline", headline}},
+                           json{{"record", "variant"}, {"name", "a"}, {"label", "variant A"}},
+                           json{{"record", "variant"}, {"name", "b"}, {"label", "variant B"}},
+                           json{{"record", "metric"},
+                                {"name", "accuracy"},
+                                {"label", "accuracy"},
+                                {"higher_is_better", true},
+                                {"reference", {{"value", 0.1}, {"label", "chance"}}}},
+                           json{{"record", "metric"}, {"name", "loss"}, {"label", "loss"}, {"log_y", true}}}) {
     text += line.dump() + "\n";
   }
   return text;
 }
 
 std::string point(const std::string& variant, long long seed, long long step, double accuracy) {
-  return json{{"record", "point"}, {"variant", variant}, {"seed", seed}, {"step", step},
+  return json{{"record", "point"},
+              {"variant", variant},
+              {"seed", seed},
+              {"step", step},
               {"values", {{"accuracy", accuracy}, {"loss", nullptr}}}}
              .dump() +
          "\n";
@@ -67,12 +72,14 @@ TEST_CASE("training curves: mean and standard error over seeds per step, the las
 
   // A smaller gap is called what it is.
   std::string close = header_lines();
-  for (int seed = 0; seed < 3; ++seed) close += point("a", seed, 10, 0.5 + 0.1 * seed) + point("b", seed, 10, 0.45 + 0.1 * seed);
+  for (int seed = 0; seed < 3; ++seed)
+    close += point("a", seed, 10, 0.5 + 0.1 * seed) + point("b", seed, 10, 0.45 + 0.1 * seed);
   CHECK_THAT(headline_statement(parse_training_curves(close, "c")), Contains("not a clear difference"));
   // Lower is better: the lowest ends best.
   std::string lower = header_lines();
   lower.replace(lower.find("\"higher_is_better\":true"), 23, "\"higher_is_better\":false");
-  for (int seed = 0; seed < 2; ++seed) lower += point("a", seed, 10, 0.5 + 0.1 * seed) + point("b", seed, 10, 0.2 + 0.1 * seed);
+  for (int seed = 0; seed < 2; ++seed)
+    lower += point("a", seed, 10, 0.5 + 0.1 * seed) + point("b", seed, 10, 0.2 + 0.1 * seed);
   CHECK_THAT(headline_statement(parse_training_curves(lower, "l")), Contains("variant B ends lowest in accuracy"));
 }
 
@@ -86,7 +93,8 @@ TEST_CASE("training curves: malformed files are refused with the file, line and 
   refused(header_lines() + header_lines(), "line 6: a second \"curves\" record");
   refused(header_lines("nothing"), "the headline metric \"nothing\" is not declared");
   refused(header_lines() + point("c", 0, 0, 0.5), "line 6: variant \"c\" is not declared");
-  refused(header_lines() + point("a", 0, 0, 0.5) + point("a", 0, 0, 0.6), "line 7: variant \"a\" seed 0 step 0 is recorded twice");
+  refused(header_lines() + point("a", 0, 0, 0.5) + point("a", 0, 0, 0.6),
+          "line 7: variant \"a\" seed 0 step 0 is recorded twice");
   refused(header_lines() + point("a", 0, -5, 0.5), "\"step\" = -5 is negative");
   refused(header_lines() + R"({"record":"point","variant":"a","seed":0,"step":1,"values":{"speed":1}})" + "\n",
           "metric \"speed\" is not declared");
@@ -94,7 +102,8 @@ TEST_CASE("training curves: malformed files are refused with the file, line and 
           "\"accuracy\" must be a number");
   refused(header_lines() + R"j({"record":"variant","name":"x\n'; system('id')","label":"x"})j" + "\n",
           "\"name\" must be 1-64 letters");
-  refused(header_lines() + R"({"record":"variant","name":"a","label":"again"})" + "\n", "variant \"a\" is declared twice");
+  refused(header_lines() + R"({"record":"variant","name":"a","label":"again"})" + "\n",
+          "variant \"a\" is declared twice");
   refused(R"({"record":"curves","format":2,"title":"t","headline":"x"})", "\"format\" = 2 is not 1");
   refused(header_lines() + "{not json\n", "line 6 column");
 }

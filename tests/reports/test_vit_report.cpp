@@ -4,7 +4,7 @@
 #include "attncheck/reports/vit_results.hpp"
 #include "attncheck/theory/common.hpp"
 
-#include "fixtures.hpp"
+#include "records/fixtures.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -12,7 +12,7 @@
 #include <cstring>
 
 using namespace attncheck::reports;
-using namespace attncheck::reports::testing;
+using namespace attncheck::records::testing;
 using attncheck::theory::InputError;
 namespace probes = attncheck::probes;
 namespace theory = attncheck::theory;
@@ -20,22 +20,33 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-json vit_run(const std::string& experiment, const std::string& activation, json scale, int n, int seed,
-             json accuracy, json diverged_at = nullptr) {
+json vit_run(const std::string& experiment, const std::string& activation, json scale, int n, int seed, json accuracy,
+             json diverged_at = nullptr) {
   json trace = json::array();
   for (int step : {0, 10}) {
     for (int layer : {0, 1}) {
       const double base = activation == "poly3" ? 40.0 : activation == "poly3_scaled" ? 2.0 : 1.0;
-      trace.push_back({{"step", step}, {"layer", layer}, {"attention_fro", base * (1 + step)}, {"jacobian_fro", 2 * base}});
+      trace.push_back(
+          {{"step", step}, {"layer", layer}, {"attention_fro", base * (1 + step)}, {"jacobian_fro", 2 * base}});
     }
   }
-  return {{"experiment", experiment}, {"activation", activation}, {"scale", scale}, {"N", n}, {"patch", 2},
-          {"seed", seed}, {"steps", 10}, {"accuracy", accuracy}, {"test_size", 360}, {"diverged_at", diverged_at},
-          {"wall_seconds", 1.0}, {"trace", trace}};
+  return {{"experiment", experiment},
+          {"activation", activation},
+          {"scale", scale},
+          {"N", n},
+          {"patch", 2},
+          {"seed", seed},
+          {"steps", 10},
+          {"accuracy", accuracy},
+          {"test_size", 360},
+          {"diverged_at", diverged_at},
+          {"wall_seconds", 1.0},
+          {"trace", trace}};
 }
 
 json vit_document(const std::vector<json>& runs) {
-  return {{"format", "attncheck-vit-digits"}, {"format_version", 1},
+  return {{"format", "attncheck-vit-digits"},
+          {"format_version", 1},
           {"provenance", {{"command", "vit_digits.py run"}, {"date", "2026-01-01T00:00:00Z"}, {"wall_seconds", 12.5}}},
           {"runs", runs}};
 }
@@ -54,8 +65,8 @@ std::string render(const VitResults& results, const fs::path& folder, PendingFig
 
 // A safetensors file with one F64 tensor [heads, n, n].
 void write_maps(const fs::path& path, const std::string& name, int heads, int n, const std::vector<double>& values) {
-  std::string header = json{{name, {{"dtype", "F64"}, {"shape", {heads, n, n}},
-                                    {"data_offsets", {0, values.size() * 8}}}}}.dump();
+  std::string header =
+      json{{name, {{"dtype", "F64"}, {"shape", {heads, n, n}}, {"data_offsets", {0, values.size() * 8}}}}}.dump();
   header.append((8 - header.size() % 8) % 8, ' ');
   std::string bytes(8, '\0');
   for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((std::uint64_t(header.size()) >> (8 * i)) & 0xff);
@@ -161,7 +172,9 @@ TEST_CASE("the ViT section computes Table 1, Fig. 1's best scales and states agr
     json run = vit_run("activations", activation, std::string(activation) == "softmax" ? json(nullptr) : json(1.0), 16,
                        0, 0.9);
     for (auto& point : run["trace"]) {
-      point["attention_fro"] = std::string(activation) == "poly3_scaled" ? 100.0 : std::string(activation) == "poly3" ? 10.0 : 1.0;
+      point["attention_fro"] = std::string(activation) == "poly3_scaled" ? 100.0
+                               : std::string(activation) == "poly3"      ? 10.0
+                                                                         : 1.0;
     }
     reversed.push_back(run);
   }
@@ -172,8 +185,8 @@ TEST_CASE("the ViT section computes Table 1, Fig. 1's best scales and states agr
 
 TEST_CASE("attention heat maps are read from safetensors and drawn on a signed scale centred at 0", "[vit]") {
   TempDir dir;
-  const std::vector<double> maps = {0.5, -2.0, 1.0, 0.25,   // head 0
-                                    9.0, 9.0, 9.0, 9.0};    // head 1
+  const std::vector<double> maps = {0.5, -2.0, 1.0, 0.25,  // head 0
+                                    9.0, 9.0,  9.0, 9.0};  // head 1
   write_maps(dir.path() / "attention-poly3_scaled.safetensors", "layer.0", 2, 2, maps);
   const AttentionMatrix head1 = read_map(dir.path() / "attention-poly3_scaled.safetensors", "layer.0", 1);
   CHECK(head1.N == 2);

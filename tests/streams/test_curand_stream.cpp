@@ -56,16 +56,17 @@ int main() {
     for (int w = 0; w < 4; ++w) {
       if (table_words[at + w] != known.words[w] && table_failures++ < 10) {
         std::printf("FAIL: seed %llu subsequence %u block %u word %d: cuRAND %u, the known-answer table %u\n",
-                    static_cast<unsigned long long>(known.seed), known.subsequence, known.block, w,
-                    table_words[at + w], known.words[w]);
+                    static_cast<unsigned long long>(known.seed), known.subsequence, known.block, w, table_words[at + w],
+                    known.words[w]);
       }
     }
   }
   failures += table_failures;
   if (failures) return 1;
-  std::printf("PhiloxStream matches cuRAND's host Philox generator on %zu blocks of subsequences 0..%zu, and so does "
-              "the known-answer table (%zu entries)\n",
-              kBlocks, kBlocks - 1, kPhiloxKnownAnswers.size());
+  std::printf(
+      "PhiloxStream matches cuRAND's host Philox generator on %zu blocks of subsequences 0..%zu, and so does "
+      "the known-answer table (%zu entries)\n",
+      kBlocks, kBlocks - 1, kPhiloxKnownAnswers.size());
   return 0;
 #endif
 }

@@ -237,8 +237,15 @@ TEST_CASE("odd lengths discard the spare draw and leave the stream on the next b
         using difference_type [[maybe_unused]] = std::ptrdiff_t;
         using value_type [[maybe_unused]] = double;
         double& operator*() const { return *it; }
-        Forward& operator++() { ++it; return *this; }
-        Forward operator++(int) { Forward old = *this; ++it; return old; }
+        Forward& operator++() {
+          ++it;
+          return *this;
+        }
+        Forward operator++(int) {
+          Forward old = *this;
+          ++it;
+          return old;
+        }
         bool operator==(const Forward&) const = default;
       };
       c.fill_normal(Forward{via_list.begin()}, Forward{via_list.end()}, 2.0);

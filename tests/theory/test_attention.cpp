@@ -42,10 +42,12 @@ struct Shapes {
   std::uint64_t seed;
 };
 rc::Gen<Shapes> shapes() {
-  return rc::gen::apply([](int n, int D, int d, int sd_tenths, std::uint64_t seed) {
-    return Shapes{n, D, d, sd_tenths / 10.0, seed};
-  }, rc::gen::inRange(1, 6), rc::gen::inRange(1, 5), rc::gen::inRange(1, 4), rc::gen::inRange(3, 25),
-     rc::gen::arbitrary<std::uint64_t>());
+  return rc::gen::apply(
+      [](int n, int D, int d, int sd_tenths, std::uint64_t seed) {
+        return Shapes{n, D, d, sd_tenths / 10.0, seed};
+      },
+      rc::gen::inRange(1, 6), rc::gen::inRange(1, 5), rc::gen::inRange(1, 4), rc::gen::inRange(3, 25),
+      rc::gen::arbitrary<std::uint64_t>());
 }
 
 // A head's input, projections and biases (N(0, 1), biases N(0, 0.25)) from one seed.
@@ -102,8 +104,10 @@ TEST_CASE("closed-form ||dF/dQ||, ||dF/dK||, ||dF/dS|| equal the explicit Jacobi
       // The explicit product dF/dS * dS/dP rounds at ~1e-16 of c ||dS/dP|| (and cancels on near one-hot softmax
       // rows, where the closed form does not): that is the absolute floor beside the 1e-10 relative bound.
       const AttentionMap scores_only{{ActivationKind::pointwise, Pointwise::identity, 1}, map.inner, map.outer};
-      const double floor_q = 1e-14 * theory::explicit_parameter_jacobian(scores_only, X, Q, K, theory::Parameter::Q).norm();
-      const double floor_k = 1e-14 * theory::explicit_parameter_jacobian(scores_only, X, Q, K, theory::Parameter::K).norm();
+      const double floor_q =
+          1e-14 * theory::explicit_parameter_jacobian(scores_only, X, Q, K, theory::Parameter::Q).norm();
+      const double floor_k =
+          1e-14 * theory::explicit_parameter_jacobian(scores_only, X, Q, K, theory::Parameter::K).norm();
       RC_ASSERT(norms.dQ_fro.has_value());
       RC_ASSERT(std::abs(*norms.dQ_fro - dq) <= 1e-10 * dq + floor_q);
       RC_ASSERT(std::abs(*norms.dK_fro - dk) <= 1e-10 * dk + floor_k);
@@ -113,8 +117,8 @@ TEST_CASE("closed-form ||dF/dQ||, ||dF/dK||, ||dF/dS|| equal the explicit Jacobi
       const double ds = map.activation.kind == ActivationKind::softmax
                             ? c * theory::softmax_norms(S).grad_fro
                             : c * S.unaryExpr([&](double v) {
-                                    return theory::pointwise_derivative(map.activation.h, map.activation.p, v);
-                                  }).norm();
+                                     return theory::pointwise_derivative(map.activation.h, map.activation.p, v);
+                                   }).norm();
       RC_ASSERT(testing::relative_difference(*norms.dS_fro, ds) <= 1e-12);
     }
   });
@@ -126,10 +130,10 @@ TEST_CASE("explicit parameter Jacobians agree with finite differences") {
   const Matrix K = testing::random_matrix(3, 2, 1.0, 11, 2);
   for (const AttentionMap& map : every_differentiable_map(2)) {
     INFO(theory::describe(map, 2));
-    const Matrix fd_q = testing::finite_difference_jacobian(
-        [&](const Matrix& q) { return theory::apply(map, X, q, K); }, Q);
-    const Matrix fd_k = testing::finite_difference_jacobian(
-        [&](const Matrix& k) { return theory::apply(map, X, Q, k); }, K);
+    const Matrix fd_q =
+        testing::finite_difference_jacobian([&](const Matrix& q) { return theory::apply(map, X, q, K); }, Q);
+    const Matrix fd_k =
+        testing::finite_difference_jacobian([&](const Matrix& k) { return theory::apply(map, X, Q, k); }, K);
     const Matrix jq = theory::explicit_parameter_jacobian(map, X, Q, K, theory::Parameter::Q);
     const Matrix jk = theory::explicit_parameter_jacobian(map, X, Q, K, theory::Parameter::K);
     CHECK((fd_q - jq).norm() <= 1e-7 * std::max(1.0, jq.norm()));
@@ -146,12 +150,15 @@ TEST_CASE("norms from biased projections with a causal mask agree with finite di
       const Matrix V = (X * Q).rowwise() + bq, U = (X * K).rowwise() + bk;
       const auto norms = theory::attention_norms_from_projections(map, X, V, U, causal);
       const double fd_q = testing::finite_difference_jacobian(
-          [&](const Matrix& q) { return dense_attention(map, X, q, K, bq, bk, causal); }, Q).norm();
+                              [&](const Matrix& q) { return dense_attention(map, X, q, K, bq, bk, causal); }, Q)
+                              .norm();
       const double fd_k = testing::finite_difference_jacobian(
-          [&](const Matrix& k) { return dense_attention(map, X, Q, k, bq, bk, causal); }, K).norm();
+                              [&](const Matrix& k) { return dense_attention(map, X, Q, k, bq, bk, causal); }, K)
+                              .norm();
       CHECK(testing::relative_difference(*norms.dQ_fro, fd_q) < 1e-7);
       CHECK(testing::relative_difference(*norms.dK_fro, fd_k) < 1e-7);
-      CHECK(testing::relative_difference(norms.value_fro, dense_attention(map, X, Q, K, bq, bk, causal).norm()) < 1e-13);
+      CHECK(testing::relative_difference(norms.value_fro, dense_attention(map, X, Q, K, bq, bk, causal).norm()) <
+            1e-13);
     }
   }
 }
@@ -170,9 +177,11 @@ TEST_CASE("norms with an explicit mask agree with finite differences, and the ca
     INFO(theory::describe(map, d));
     const auto norms = theory::attention_norms_from_projections(map, X, V, U, padded);
     const double fd_q = testing::finite_difference_jacobian(
-        [&](const Matrix& q) { return dense_attention(map, X, q, K, bq, bk, false, &padded); }, Q).norm();
+                            [&](const Matrix& q) { return dense_attention(map, X, q, K, bq, bk, false, &padded); }, Q)
+                            .norm();
     const double fd_k = testing::finite_difference_jacobian(
-        [&](const Matrix& k) { return dense_attention(map, X, Q, k, bq, bk, false, &padded); }, K).norm();
+                            [&](const Matrix& k) { return dense_attention(map, X, Q, k, bq, bk, false, &padded); }, K)
+                            .norm();
     CHECK(testing::relative_difference(*norms.dQ_fro, fd_q) < 1e-7);
     CHECK(testing::relative_difference(*norms.dK_fro, fd_k) < 1e-7);
     const Matrix dense = dense_attention(map, X, Q, K, bq, bk, false, &padded);
@@ -209,7 +218,8 @@ TEST_CASE("a softmax row that attends to nothing, and a mask of the wrong shape,
   CHECK(theory::attention_norms_from_projections(cube, X, V, U, attended).value_fro ==
         Approx(std::sqrt(std::pow(theory::attention_norms_from_projections(cube, X, V, U, without_row_1).value_fro, 2) -
                          (V.row(1) * U.transpose()).array().pow(3).square().sum())));
-  CHECK_THROWS_WITH(theory::attention_norms_from_projections(softmax, X, V, U, theory::AttendedMask::Constant(3, 2, true)),
+  CHECK_THROWS_WITH(theory::attention_norms_from_projections(softmax, X, V, U,
+                                                             theory::AttendedMask::Constant(3, 2, true)),
                     Catch::Contains("the mask is 3x2, but the scores are 3x3"));
 }
 
@@ -224,8 +234,8 @@ TEST_CASE("the matrix-power reading is the matrix power, and grows like N^p wher
   const Matrix ones_x = Matrix::Ones(8, 1), one = Matrix::Ones(1, 1);
   const AttentionMap elementwise{{ActivationKind::pointwise, Pointwise::poly, 3}, 1.0, {}};
   CHECK(theory::attention_norms(elementwise, ones_x, one, one).value_fro == Approx(8.0));
-  CHECK(theory::attention_norms({{ActivationKind::matpow, Pointwise::identity, 3}, 1.0, {}}, ones_x, one, one).value_fro ==
-        Approx(512.0));
+  CHECK(theory::attention_norms({{ActivationKind::matpow, Pointwise::identity, 3}, 1.0, {}}, ones_x, one, one)
+            .value_fro == Approx(512.0));
 }
 
 TEST_CASE("describe writes every constant") {
@@ -250,8 +260,12 @@ struct RotaryCase {
 };
 
 RotaryCase rotary_case(Index n, Index D, Index d, double sd, std::uint64_t seed, bool interleaved, double base) {
-  RotaryCase c{testing::random_matrix(n, D, sd, seed, 0), testing::random_matrix(D, d, 1.0, seed, 1),
-               testing::random_matrix(D, d, 1.0, seed, 2), {}, {}, testing::random_matrix(1, d, 0.5, seed, 3),
+  RotaryCase c{testing::random_matrix(n, D, sd, seed, 0),
+               testing::random_matrix(D, d, 1.0, seed, 1),
+               testing::random_matrix(D, d, 1.0, seed, 2),
+               {},
+               {},
+               testing::random_matrix(1, d, 0.5, seed, 3),
                testing::random_matrix(1, d, 0.5, seed, 4),
                interleaved ? theory::Rotary::interleaved(d, base) : theory::Rotary::half_split(d, base)};
   c.V = (c.X * c.Q).rowwise() + c.bq;
@@ -393,8 +407,10 @@ TEST_CASE("rotary closed forms agree with finite differences of the rotated atte
   };
   const AttentionMap map{{ActivationKind::softmax}, 1 / std::sqrt(static_cast<double>(d)), {}};
   const auto norms = theory::attention_norms_from_projections(map, c.X, c.V, c.U, true, &c.rotary);
-  const double fd_q = testing::finite_difference_jacobian([&](const Matrix& q) { return attention(q, c.K); }, c.Q).norm();
-  const double fd_k = testing::finite_difference_jacobian([&](const Matrix& k) { return attention(c.Q, k); }, c.K).norm();
+  const double fd_q =
+      testing::finite_difference_jacobian([&](const Matrix& q) { return attention(q, c.K); }, c.Q).norm();
+  const double fd_k =
+      testing::finite_difference_jacobian([&](const Matrix& k) { return attention(c.Q, k); }, c.K).norm();
   CHECK(testing::relative_difference(*norms.dQ_fro, fd_q) < 1e-7);
   CHECK(testing::relative_difference(*norms.dK_fro, fd_k) < 1e-7);
   // Without the rotation in the key derivative the value would differ: the rotation matters here.

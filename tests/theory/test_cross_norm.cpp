@@ -29,8 +29,7 @@ TEST_CASE("column softmax: every column is a probability vector: fact 10's norms
   const auto norms = theory::column_softmax_norms(values);
   CHECK(norms.softmax_fro == Approx(p.norm()).epsilon(1e-14));
   // The Jacobian of the column map, by finite differences, against the closed form.
-  const Matrix jacobian = finite_difference_jacobian([](const Matrix& v) { return theory::column_softmax(v); },
-                                                     values);
+  const Matrix jacobian = finite_difference_jacobian([](const Matrix& v) { return theory::column_softmax(v); }, values);
   CHECK(relative_difference(norms.grad_fro, jacobian.norm()) < 1e-8);
 }
 
@@ -60,11 +59,11 @@ TEST_CASE("fact 11 closed forms equal the explicit Jacobians, for every alpha") 
     CHECK(relative_difference(norms.grad_values_fro, jv.norm()) < 1e-13);
     CHECK(relative_difference(norms.grad_scores_fro, js.norm()) < 1e-13);
     // The explicit Jacobians themselves against central differences of O.
-    const Matrix fd_values = finite_difference_jacobian(
-        [&](const Matrix& v) { return Matrix(attention * theory::mixed_values(v, alpha)); }, values);
+    const Matrix fd_values =
+        finite_difference_jacobian([&](const Matrix& v) { return Matrix(attention * theory::mixed_values(v, alpha)); },
+                                   values);
     const Matrix fd_scores = finite_difference_jacobian(
-        [&](const Matrix& s) { return Matrix(theory::row_softmax(s) * theory::mixed_values(values, alpha)); },
-        scores);
+        [&](const Matrix& s) { return Matrix(theory::row_softmax(s) * theory::mixed_values(values, alpha)); }, scores);
     CHECK((jv - fd_values).cwiseAbs().maxCoeff() < 1e-8);
     CHECK((js - fd_scores).cwiseAbs().maxCoeff() < 1e-8);
   }
@@ -97,18 +96,17 @@ TEST_CASE("the projection derivatives equal the chain rule through the explicit 
 }
 
 TEST_CASE("fact 11's bounds hold for every row-stochastic A and every V (alpha = 1)") {
-  rc::prop("||O||, ||dO/dV||, ||dO/dS|| within sqrt(N d_v), sqrt(N d_v / 8), sqrt(N d_v / 8)",
-           [](std::uint64_t seed) {
-             const Index n = *rc::gen::inRange(1, 12), dv = *rc::gen::inRange(1, 6);
-             const double score_sd = std::pow(10.0, *rc::gen::inRange(-20, 30) / 10.0);
-             const double value_sd = std::pow(10.0, *rc::gen::inRange(-20, 30) / 10.0);
-             const auto norms = theory::cross_norm_norms_from_scores(random_matrix(n, n, score_sd, seed, 1),
-                                                                     random_matrix(n, dv, value_sd, seed, 2));
-             const auto bounds = theory::cross_norm_bounds(n, dv);
-             RC_ASSERT(norms.output_fro <= bounds.output * (1 + 1e-14));
-             RC_ASSERT(norms.grad_values_fro <= bounds.grad_values * (1 + 1e-14));
-             RC_ASSERT(norms.grad_scores_fro <= bounds.grad_scores * (1 + 1e-14));
-           });
+  rc::prop("||O||, ||dO/dV||, ||dO/dS|| within sqrt(N d_v), sqrt(N d_v / 8), sqrt(N d_v / 8)", [](std::uint64_t seed) {
+    const Index n = *rc::gen::inRange(1, 12), dv = *rc::gen::inRange(1, 6);
+    const double score_sd = std::pow(10.0, *rc::gen::inRange(-20, 30) / 10.0);
+    const double value_sd = std::pow(10.0, *rc::gen::inRange(-20, 30) / 10.0);
+    const auto norms = theory::cross_norm_norms_from_scores(random_matrix(n, n, score_sd, seed, 1),
+                                                            random_matrix(n, dv, value_sd, seed, 2));
+    const auto bounds = theory::cross_norm_bounds(n, dv);
+    RC_ASSERT(norms.output_fro <= bounds.output * (1 + 1e-14));
+    RC_ASSERT(norms.grad_values_fro <= bounds.grad_values * (1 + 1e-14));
+    RC_ASSERT(norms.grad_scores_fro <= bounds.grad_scores * (1 + 1e-14));
+  });
 }
 
 TEST_CASE("fact 11 is tight: the constructions reach each bound") {

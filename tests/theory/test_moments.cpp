@@ -100,7 +100,8 @@ TEST_CASE("fact 9 with D = d = 1, where every factor is a Gaussian moment") {
 
 TEST_CASE("relu halves every second moment of the identity, on and off the diagonal") {
   const GaussianModel model{8, 4, 1.2, 0.9, 0.5};
-  const Activation relu{ActivationKind::pointwise, Pointwise::relu, 1}, identity{ActivationKind::pointwise, Pointwise::identity, 1};
+  const Activation relu{ActivationKind::pointwise, Pointwise::relu, 1},
+      identity{ActivationKind::pointwise, Pointwise::identity, 1};
   for (bool diagonal : {false, true}) {
     const auto r = entry_expectations(relu, model, ScoreModel::projected, diagonal);
     const auto s = entry_expectations(identity, model, ScoreModel::projected, diagonal);

@@ -55,7 +55,7 @@ TEST_CASE("C9: the search for fact 11's terms reaches 0.999 of the sup 1/8 and n
       theory::softmax_row(found.score_logits, a);
       theory::softmax_row(found.value_logits, p);
       const double recomputed = term == theory::CrossNormTerm::grad_scores ? theory::cross_norm_term_sq(a, p)
-                                                                            : theory::cross_norm_term_sq(p, a);
+                                                                           : theory::cross_norm_term_sq(p, a);
       CHECK(recomputed == found.objective);
       best = std::max(best, found.objective);
       if (found.objective >= 0.999 * theory::kCrossNormTermSqSup) {

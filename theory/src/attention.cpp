@@ -131,8 +131,8 @@ Rotary Rotary::half_split(Index d, double base) {
 
 void apply_rotary(const Rotary& rotary, Matrix& rows, double first_position) {
   if (rows.cols() != rotary.dimension) {
-    throw InputError(fmt::format("rotary embedding of dimension {} applied to rows of {}", rotary.dimension,
-                                 rows.cols()));
+    throw InputError(
+        fmt::format("rotary embedding of dimension {} applied to rows of {}", rotary.dimension, rows.cols()));
   }
   for (Index k = 0; k < rows.rows(); ++k) {
     const double position = first_position + static_cast<double>(k);
@@ -188,8 +188,8 @@ struct RotaryKeys {
   RotaryKeys(const Rotary& embedding, const Matrix& X, Index head_dimension)
       : rotary(embedding), gram(X * X.transpose()) {
     if (rotary.dimension != head_dimension) {
-      throw InputError(fmt::format("rotary embedding of dimension {} for heads of dimension {}", rotary.dimension,
-                                   head_dimension));
+      throw InputError(
+          fmt::format("rotary embedding of dimension {} for heads of dimension {}", rotary.dimension, head_dimension));
     }
     const Index n = X.rows();
     cosines.resize(n, static_cast<Index>(rotary.frequency.size()));
@@ -292,8 +292,8 @@ void add_row(const AttentionMap& map, Index i, const Eigen::Ref<const Matrix>& U
   }
   sums.dQ_sq += x_sq_i * q_sum;
   // Rotary keys mix positions, so no rotation factors out of dA/dW_K (docs/THEORY.md).
-  sums.dK_sq += rotary_keys ? rotary_keys->key_term(V, i, {w_row.data(), static_cast<std::size_t>(visible)})
-                            : v_sq_i * k_sum;
+  sums.dK_sq +=
+      rotary_keys ? rotary_keys->key_term(V, i, {w_row.data(), static_cast<std::size_t>(visible)}) : v_sq_i * k_sum;
 }
 
 void check_projections(const AttentionMap& map, const Matrix& X, const Matrix& V, const Matrix& U) {
@@ -319,8 +319,8 @@ AttentionNorms norms_of_sums(const AttentionMap& map, Index n, const NormSums& s
 
 void check_mask(const AttendedMask& attended, Index rows, Index cols) {
   if (attended.rows() != rows || attended.cols() != cols) {
-    throw InputError(fmt::format("the mask is {}x{}, but the scores are {}x{}", attended.rows(), attended.cols(),
-                                 rows, cols));
+    throw InputError(
+        fmt::format("the mask is {}x{}, but the scores are {}x{}", attended.rows(), attended.cols(), rows, cols));
   }
 }
 
@@ -338,8 +338,8 @@ AttentionNorms attention_norms_from_projections(const AttentionMap& map, const M
   for (Index i = 0; i < n; ++i) {
     // The attended keys of a causal row are a prefix, so they are used in place.
     const Index visible = causal ? i + 1 : n;
-    add_row(map, i, U.topRows(visible), X.topRows(visible), u_sq.head(visible), x_sq.head(visible), V, x_sq[i],
-            v_sq[i], s_row, w_row, sums, rotary_keys ? &*rotary_keys : nullptr);
+    add_row(map, i, U.topRows(visible), X.topRows(visible), u_sq.head(visible), x_sq.head(visible), V, x_sq[i], v_sq[i],
+            s_row, w_row, sums, rotary_keys ? &*rotary_keys : nullptr);
   }
   return norms_of_sums(map, n, sums);
 }
@@ -393,8 +393,7 @@ Matrix explicit_parameter_jacobian(const AttentionMap& map, const Matrix& X, con
   check_shapes(X, Q, K);
   const Index n = X.rows(), D = X.cols(), d = Q.cols();
   if (n * n * D * d > (Index{1} << 24)) {
-    throw InputError(fmt::format("explicit Jacobian would have {} entries; it is for small test cases",
-                                 n * n * D * d));
+    throw InputError(fmt::format("explicit Jacobian would have {} entries; it is for small test cases", n * n * D * d));
   }
   if (map.activation.kind == ActivationKind::matpow) {
     throw InputError("the matrix-power reading is supported for values only, not derivatives");
@@ -406,8 +405,7 @@ Matrix explicit_parameter_jacobian(const AttentionMap& map, const Matrix& X, con
     for (Index j = 0; j < n; ++j) {
       for (Index a = 0; a < D; ++a) {
         for (Index b = 0; b < d; ++b) {
-          dS_dP(i * n + j, a * d + b) =
-              map.inner * (parameter == Parameter::Q ? X(i, a) * U(j, b) : V(i, b) * X(j, a));
+          dS_dP(i * n + j, a * d + b) = map.inner * (parameter == Parameter::Q ? X(i, a) * U(j, b) : V(i, b) * X(j, a));
         }
       }
     }

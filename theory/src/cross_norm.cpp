@@ -16,14 +16,14 @@ void require_finite_values(const Matrix& values) {
   for (Index j = 0; j < values.rows(); ++j) {
     for (Index k = 0; k < values.cols(); ++k) {
       if (!std::isfinite(values(j, k))) {
-        throw InputError(fmt::format("value V[{}][{}] (0-based) is {}: the column softmax needs finite values", j,
-                                     k, values(j, k)));
+        throw InputError(
+            fmt::format("value V[{}][{}] (0-based) is {}: the column softmax needs finite values", j, k, values(j, k)));
       }
     }
   }
   if (values.rows() == 0 || values.cols() == 0) {
-    throw InputError(fmt::format("V is {} x {}: it needs at least one token and one column", values.rows(),
-                                 values.cols()));
+    throw InputError(
+        fmt::format("V is {} x {}: it needs at least one token and one column", values.rows(), values.cols()));
   }
 }
 
@@ -133,8 +133,8 @@ double cross_norm_projection_grad_sq(const Matrix& attention, const Matrix& mixe
 
 double cross_norm_term_sq(std::span<const double> weights, std::span<const double> probabilities) {
   if (weights.size() != probabilities.size()) {
-    throw InputError(fmt::format("cross_norm_term_sq: {} weights and {} probabilities", weights.size(),
-                                 probabilities.size()));
+    throw InputError(
+        fmt::format("cross_norm_term_sq: {} weights and {} probabilities", weights.size(), probabilities.size()));
   }
   double mean = 0;
   for (std::size_t j = 0; j < weights.size(); ++j) mean += weights[j] * probabilities[j];

@@ -90,22 +90,23 @@ double layernorm_score_abs_moment(const GaussianModel& m, double q) {
 double offdiagonal_even_moment_product(const GaussianModel& m, int p) {
   check_model(m);
   const double big = rising_even_product(static_cast<double>(m.D), p);
-  return std::pow(std::abs(m.inner), 2.0 * p) * std::pow(m.sigma_x * m.sigma_t, 4.0 * p) * odd_double_factorial(2 * p - 1) *
-         big * big * rising_even_product(static_cast<double>(m.d), p);
+  return std::pow(std::abs(m.inner), 2.0 * p) * std::pow(m.sigma_x * m.sigma_t, 4.0 * p) *
+         odd_double_factorial(2 * p - 1) * big * big * rising_even_product(static_cast<double>(m.d), p);
 }
 
 double diagonal_even_moment_product(const GaussianModel& m, int p) {
   check_model(m);
-  return std::pow(std::abs(m.inner), 2.0 * p) * std::pow(m.sigma_x * m.sigma_t, 4.0 * p) * odd_double_factorial(2 * p - 1) *
-         rising_even_product(static_cast<double>(m.d), p) * rising_even_product(static_cast<double>(m.D), 2 * p);
+  return std::pow(std::abs(m.inner), 2.0 * p) * std::pow(m.sigma_x * m.sigma_t, 4.0 * p) *
+         odd_double_factorial(2 * p - 1) * rising_even_product(static_cast<double>(m.d), p) *
+         rising_even_product(static_cast<double>(m.D), 2 * p);
 }
 
 double offdiagonal_parameter_weight_product(const GaussianModel& m, int p) {
   check_model(m);
   const double D = static_cast<double>(m.D), d = static_cast<double>(m.d);
   const double lambda_sq = m.inner * m.inner, sx = m.sigma_x, st = m.sigma_t;
-  return lambda_sq * p * p * std::pow(lambda_sq * std::pow(sx, 4) * std::pow(st, 4), p - 1) * std::pow(sx, 4) * st * st *
-         rising_even_product(D, p) * rising_even_product(d, p) * rising_even_product(D, p - 1) *
+  return lambda_sq * p * p * std::pow(lambda_sq * std::pow(sx, 4) * std::pow(st, 4), p - 1) * std::pow(sx, 4) * st *
+         st * rising_even_product(D, p) * rising_even_product(d, p) * rising_even_product(D, p - 1) *
          (odd_double_factorial(2 * p - 1) + odd_double_factorial(2 * p - 3) * (D - 1));
 }
 
@@ -214,13 +215,10 @@ EntryExpectations entry_expectations(const Activation& activation, const Gaussia
       e.q_weight = scaled(weight(1, 1), 4 * lambda_sq / 2);
       e.q_weight_sq = scaled(weight(2, 2), 16 * lambda_sq * lambda_sq / 2);
       return e;
-    case Pointwise::sigmoid:
-      e.value = 0.5;
-      return e;
+    case Pointwise::sigmoid: e.value = 0.5; return e;
     case Pointwise::gelu:
     case Pointwise::softplus:
-    case Pointwise::relu6:
-      return e;
+    case Pointwise::relu6: return e;
   }
   return e;
 }

@@ -17,14 +17,14 @@ void softmax_row(std::span<const double> logits, std::span<double> probabilities
       throw InputError(fmt::format("NaN logit at row {}, column {} (0-based)", row_for_errors, j));
     }
     if (z == std::numeric_limits<double>::infinity()) {
-      throw InputError(fmt::format(
-          "+inf logit at row {}, column {} (0-based): softmax is undefined there", row_for_errors, j));
+      throw InputError(
+          fmt::format("+inf logit at row {}, column {} (0-based): softmax is undefined there", row_for_errors, j));
     }
     if (z > row_max) row_max = z;
   }
   if (row_max == -std::numeric_limits<double>::infinity()) {
-    throw InputError(fmt::format("every logit of row {} (0-based) is -inf: the row has no probability mass",
-                                 row_for_errors));
+    throw InputError(
+        fmt::format("every logit of row {} (0-based) is -inf: the row has no probability mass", row_for_errors));
   }
   double total = 0;
   for (std::size_t j = 0; j < logits.size(); ++j) {
@@ -100,9 +100,10 @@ Matrix explicit_softmax_jacobian(const Matrix& logits) {
   const Index rows = logits.rows(), cols = logits.cols();
   const Index size = rows * cols;
   if (size > 4096) {
-    throw InputError(fmt::format("explicit softmax Jacobian of a {}x{} matrix would have {} entries; "
-                                 "it is meant for small test cases (N*M <= 4096)",
-                                 rows, cols, size * size));
+    throw InputError(
+        fmt::format("explicit softmax Jacobian of a {}x{} matrix would have {} entries; "
+                    "it is meant for small test cases (N*M <= 4096)",
+                    rows, cols, size * size));
   }
   const Matrix probabilities = row_softmax(logits);
   Matrix jacobian = Matrix::Zero(size, size);

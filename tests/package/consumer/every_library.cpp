@@ -28,8 +28,7 @@ void expect(bool ok, const char* what) {
 
 int main() {
   // FIPS 180-4's first example.
-  expect(attncheck::records::sha256_hex("abc") ==
-             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+  expect(attncheck::records::sha256_hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
          "reports: sha256 of \"abc\"");
   // Student's t with one degree of freedom is Cauchy: t_{1, 0.975} = tan(0.475 pi).
   expect(std::abs(attncheck::monte_carlo::student_t_quantile(1, 0.95) - std::tan(0.475 * std::numbers::pi)) <= 1e-9,

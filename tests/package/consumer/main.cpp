@@ -8,9 +8,9 @@
 int main() {
   const double masked = -std::numeric_limits<double>::infinity();  // -inf: a masked entry, probability 0
   attncheck::theory::Matrix logits(3, 4);                          // N = 3 queries, M = 4 keys
-  logits << 2.0, 2.0, masked, masked,   // two equal top logits: the largest Jacobian a row can have
-            0.5, 0.5, 0.5, 0.5,         // uniform
-            9.0, masked, masked, masked;  // one key only
+  logits << 2.0, 2.0, masked, masked,  // two equal top logits: the largest Jacobian a row can have
+      0.5, 0.5, 0.5, 0.5,              // uniform
+      9.0, masked, masked, masked;     // one key only
   const attncheck::theory::SoftmaxNorms norms = attncheck::theory::softmax_norms(logits);
   const attncheck::theory::SoftmaxBounds bounds = attncheck::theory::softmax_bounds(logits.rows());
   std::printf("||softmax(A)||_F = %.15g (bound sqrt(N) = %.6g)\n", norms.softmax_fro, bounds.softmax_paper);

@@ -12,15 +12,15 @@
 namespace attncheck::exact {
 
 enum class BoundsFamily {
-  gaussian_1e_3,   // i.i.d. N(0, (1e-3)^2) logits: nearly uniform rows
-  gaussian_1,      // N(0, 1)
-  gaussian_10,     // N(0, 10^2)
-  gaussian_1e3,    // N(0, 1000^2): nearly one-hot rows
-  near_one_hot,    // one logit per row 20 above N(0, 1) others
-  two_equal_top,   // two equal top logits, the rest 40 below: the tight case of fact 2
-  constant,        // constant rows: uniform softmax
-  worst_case,      // gradient ascent on the logits from several random starts, for each norm
-  input,           // the user's matrix
+  gaussian_1e_3,  // i.i.d. N(0, (1e-3)^2) logits: nearly uniform rows
+  gaussian_1,     // N(0, 1)
+  gaussian_10,    // N(0, 10^2)
+  gaussian_1e3,   // N(0, 1000^2): nearly one-hot rows
+  near_one_hot,   // one logit per row 20 above N(0, 1) others
+  two_equal_top,  // two equal top logits, the rest 40 below: the tight case of fact 2
+  constant,       // constant rows: uniform softmax
+  worst_case,     // gradient ascent on the logits from several random starts, for each norm
+  input,          // the user's matrix
 };
 
 std::string family_name(BoundsFamily family);
@@ -32,16 +32,16 @@ std::vector<BoundsFamily> default_families();
 // What the worst matrix of a family looked like.
 struct WorstMatrixSummary {
   int trial = 0;
-  double min_logit = 0, max_logit = 0;   // finite extremes (-inf entries excluded)
+  double min_logit = 0, max_logit = 0;            // finite extremes (-inf entries excluded)
   double worst_row_top1 = 0, worst_row_top2 = 0;  // two largest probabilities in the row with the largest Jacobian
-  double worst_row_jacobian_sq = 0;      // that row's ||diag(s) - s s^T||_F^2 (sup 1/4)
+  double worst_row_jacobian_sq = 0;               // that row's ||diag(s) - s s^T||_F^2 (sup 1/4)
 };
 
 struct FamilyResult {
   BoundsFamily family = BoundsFamily::gaussian_1;
   int trials = 0;
-  double max_softmax_fro = 0;   // max over trials of ||softmax(A)||_F
-  double max_grad_fro = 0;      // max over trials of ||grad softmax(A)||_F
+  double max_softmax_fro = 0;        // max over trials of ||softmax(A)||_F
+  double max_grad_fro = 0;           // max over trials of ||grad softmax(A)||_F
   WorstMatrixSummary worst_softmax;  // the trial attaining max_softmax_fro
   WorstMatrixSummary worst_grad;     // the trial attaining max_grad_fro
 };
@@ -50,7 +50,7 @@ struct SurveyOptions {
   theory::Index n = 256;
   int trials = 8;
   std::uint64_t seed = 1;
-  int threads = 0;   // 0: OpenMP's default
+  int threads = 0;  // 0: OpenMP's default
   int search_starts = 8;
 };
 

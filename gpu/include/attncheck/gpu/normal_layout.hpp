@@ -23,7 +23,7 @@ struct NormalSlot {
 
 struct NormalLayout {
   std::int64_t x_count = 0, q_count = 0, k_count = 0;  // N * D, D * d, D * d
-  std::int64_t w_count = 0;                              // D * d_v for C9, else 0
+  std::int64_t w_count = 0;                            // D * d_v for C9, else 0
 
   ATTNCHECK_HD static std::int64_t pairs(std::int64_t count) { return (count + 1) / 2; }
   ATTNCHECK_HD std::int64_t total_pairs() const {

@@ -16,14 +16,14 @@
 namespace attncheck::monte_carlo {
 
 enum class Estimand : int {
-  value = 0,      // ||F||_F
-  dQ,             // ||dF/dQ||_F (full N^2 x (D d) Jacobian)
-  dK,             // ||dF/dK||_F
-  dS,             // ||dF/dS||_F, S = lambda T
-  score_var,      // mean over i != j of s_ij^2 (E s_ij = 0, so an unbiased estimate of Var(s_ij)); C8
-  row_sum,        // mean over rows i of sum_j F_ij (C7: the relu paper's row sums)
-  row_mean,       // row_sum / N: the mean attention weight E_j[F_ij] of a row
-  dV,             // ||dO/dV||_F of C9's cross-normalized output O (the Jacobian in the values V = X W_V)
+  value = 0,  // ||F||_F
+  dQ,         // ||dF/dQ||_F (full N^2 x (D d) Jacobian)
+  dK,         // ||dF/dK||_F
+  dS,         // ||dF/dS||_F, S = lambda T
+  score_var,  // mean over i != j of s_ij^2 (E s_ij = 0, so an unbiased estimate of Var(s_ij)); C8
+  row_sum,    // mean over rows i of sum_j F_ij (C7: the relu paper's row sums)
+  row_mean,   // row_sum / N: the mean attention weight E_j[F_ij] of a row
+  dV,         // ||dO/dV||_F of C9's cross-normalized output O (the Jacobian in the values V = X W_V)
 };
 inline constexpr int kEstimandCount = 8;
 
@@ -32,7 +32,7 @@ struct SweepPoint {
   double sigma_x = 1, sigma_t = 1;  // standard deviations
   theory::AttentionMap map;
   theory::ScoreModel scores = theory::ScoreModel::projected;
-  std::uint64_t seed = 0;           // the point's own seed (derive_point_seed of the run seed)
+  std::uint64_t seed = 0;  // the point's own seed (derive_point_seed of the run seed)
   // C9 (THEORY.md facts 10-11): set, the point is O = softmax(S) P_mix with P_mix = mix softmax_col(V) +
   // (1 - mix) V and V = X W_V (N x dv): estimand value is ||O||_F, dV ||dO/dV||_F, dS ||dO/dS||_F and dQ
   // ||dO/dW_Q||_F. Sample k then draws W_V (D x dv, sigma_t) after K.

@@ -16,10 +16,10 @@ namespace attncheck::monte_carlo {
 
 // What the caller asks of a backend; each backend takes what applies to it.
 struct BackendRequest {
-  int threads = 0;           // CPU threads (0: all cores)
-  theory::Index tile = 256;  // CPU score tiles of tile x tile entries
-  EvaluationPath path = EvaluationPath::automatic;     // CPU: direct, tensor powers, or the cheaper per point
-  ScorePrecision precision = ScorePrecision::fp64;     // CPU: FP32 score tiles of x^p when mixed
+  int threads = 0;                                  // CPU threads (0: all cores)
+  theory::Index tile = 256;                         // CPU score tiles of tile x tile entries
+  EvaluationPath path = EvaluationPath::automatic;  // CPU: direct, tensor powers, or the cheaper per point
+  ScorePrecision precision = ScorePrecision::fp64;  // CPU: FP32 score tiles of x^p when mixed
 };
 
 struct BackendEntry {

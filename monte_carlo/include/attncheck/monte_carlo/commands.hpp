@@ -35,13 +35,13 @@ inline constexpr RealRange kClaimedExponentRange{-64, 64};
 inline constexpr std::uint64_t kMaxPoints = 100000;
 
 struct BoundsRequest {
-  std::optional<long long> n;        // --N; the rows of `input` when absent
-  int trials = 8;                    // --trials
-  int search_starts = 8;             // --search-starts
-  std::vector<std::string> families; // --family; all but the input when empty and no input is given
-  std::string input;                 // --input FILE (.npy or CSV), empty for none
-  std::uint64_t seed = 1;            // --seed
-  int threads = 0;                   // --threads; 0: OpenMP's default
+  std::optional<long long> n;         // --N; the rows of `input` when absent
+  int trials = 8;                     // --trials
+  int search_starts = 8;              // --search-starts
+  std::vector<std::string> families;  // --family; all but the input when empty and no input is given
+  std::string input;                  // --input FILE (.npy or CSV), empty for none
+  std::uint64_t seed = 1;             // --seed
+  int threads = 0;                    // --threads; 0: OpenMP's default
 };
 
 // The object `attncheck bounds --json` prints: N, holds, claims, paper_bounds_hold, tight_bound_holds, the
@@ -62,10 +62,10 @@ struct McRequest {
   std::uint64_t max_samples = 100000, seed = 1;
   int threads = 0;
   long long tile = 256;
-  std::string precision = "double";  // --precision: double, or mixed (FP32 score tiles, CPU backend only)
-  std::string path = "auto";  // --path: auto, direct or tensor (tensor_power.hpp)
+  std::string precision = "double";    // --precision: double, or mixed (FP32 score tiles, CPU backend only)
+  std::string path = "auto";           // --path: auto, direct or tensor (tensor_power.hpp)
   bool resume = false, force = false;  // keep the points already in `out`, or remove them
-  std::string command;  // how the run was started, for the provenance
+  std::string command;                 // how the run was started, for the provenance
 };
 
 struct McHooks {
@@ -82,11 +82,11 @@ struct McHooks {
 struct McOutcome {
   records::Provenance provenance;
   std::vector<records::PointRecord> records;  // this run's points, in sweep order (resumed ones included)
-  std::vector<records::Series> series;  // the fits of this run's points, with verdicts
-  int exit_code = 0;                    // 1 when a claim as the papers state it is violated
-  std::size_t points = 0, skipped = 0;  // sweep points, and those --resume found finished
-  int inconclusive = 0;                 // series that count for the exit code but are inconclusive
-  std::vector<std::string> claims;      // the claims run, in order ("custom" runs name none)
+  std::vector<records::Series> series;        // the fits of this run's points, with verdicts
+  int exit_code = 0;                          // 1 when a claim as the papers state it is violated
+  std::size_t points = 0, skipped = 0;        // sweep points, and those --resume found finished
+  int inconclusive = 0;                       // series that count for the exit code but are inconclusive
+  std::vector<std::string> claims;            // the claims run, in order ("custom" runs name none)
 
   // {"provenance", "points", "series", "exit_code"}: what `attncheck mc --json` prints.
   nlohmann::json to_json() const;

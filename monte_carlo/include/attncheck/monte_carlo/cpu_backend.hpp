@@ -2,8 +2,9 @@
 // The CPU backend: Philox draws, Eigen GEMMs and tiled on-the-fly reductions of the score matrix.
 //
 // Sample k of a point draws from PhiloxStream(point.seed, k), in this fixed order: X (N x D, row-major),
-// then Q (D x d, row-major), then K (D x d, row-major), then for C9 only W_V (D x dv, row-major); each matrix consumes whole normal pairs (an odd
-// count discards its last spare draw), so every backend that follows the order sees the same numbers.
+// then Q (D x d, row-major), then K (D x d, row-major), then for C9 only W_V (D x dv, row-major); each matrix consumes
+// whole normal pairs (an odd count discards its last spare draw), so every backend that follows the order sees the same
+// numbers.
 //
 // C8's pair models (theory::ScoreModel::unit_pairs, sign_coupled_pairs) draw, for sample k, the N key vectors
 // (N x d N(0, 1) entries, row-major), then either the N query vectors the same way (unit pairs) or one block per
@@ -47,7 +48,7 @@ double gram_frobenius_sq(const theory::Matrix& V, const theory::Matrix& U, doubl
 
 struct EvaluationOptions {
   theory::Index tile = 256;
-  int threads = 1;  // threads over the row blocks of this one sample
+  int threads = 1;                                            // threads over the row blocks of this one sample
   theory::ScoreModel scores = theory::ScoreModel::projected;  // projected or projected_layernorm
   ScorePrecision precision = ScorePrecision::fp64;
 };
@@ -101,7 +102,6 @@ class CpuBackend final : public Backend {
   ScorePrecision precision_;
   EvaluationPath path_;
 };
-
 
 // Whether --precision mixed forms this point's scores in FP32: the tiled elementwise powers x^p, p = 2..6
 // (every other map and path, the Gram and matrix-power ones included, stays FP64).

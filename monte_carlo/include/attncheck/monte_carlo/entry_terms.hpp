@@ -66,8 +66,8 @@ struct NormSums {
 };
 
 template <class Real>
-ATTNCHECK_HD inline void finish_pointwise_row(NormSums<Real>& total, const PointwiseRowSums<Real>& row,
-                                              Real x_sq_i, Real v_sq_i) {
+ATTNCHECK_HD inline void finish_pointwise_row(NormSums<Real>& total, const PointwiseRowSums<Real>& row, Real x_sq_i,
+                                              Real v_sq_i) {
   total.value_sq += row.value_sq;
   total.dS_sq += row.deriv_sq;
   total.dQ_sq += x_sq_i * row.dq_inner;

@@ -19,11 +19,11 @@
 namespace attncheck::monte_carlo {
 
 struct LogLogFit {
-  double slope = 0, intercept = 0;        // log y = intercept + slope log x
+  double slope = 0, intercept = 0;  // log y = intercept + slope log x
   double slope_se = 0;
   double slope_ci_lo = 0, slope_ci_hi = 0;  // 95%
   int points = 0;
-  double reduced_chi_sq = 0;              // residual scatter against the standard errors (1 when they explain it)
+  double reduced_chi_sq = 0;  // residual scatter against the standard errors (1 when they explain it)
 };
 
 // Weighted least squares of log y on log x with weights 1 / (se/y)^2, the delta-method variance of log y.
@@ -52,22 +52,29 @@ inline constexpr VerdictRule bound_holds{
     "a deterministic bound of order N^e with e <= a holds for every input (C9's facts 10-11), and every sample lies "
     "below it"};
 inline constexpr VerdictRule exact_violated{
-    records::Basis::exact, records::Verdict::violated, "e is above a and the exact quantity is the expectation itself, not the bound sqrt(E||F||^2)"};
-inline constexpr VerdictRule equality_holds{records::Basis::exact, records::Verdict::holds, "the exact value equals the claimed value at every point"};
-inline constexpr VerdictRule equality_violated{records::Basis::exact, records::Verdict::violated, "the exact value differs from the claimed value"};
+    records::Basis::exact, records::Verdict::violated,
+    "e is above a and the exact quantity is the expectation itself, not the bound sqrt(E||F||^2)"};
+inline constexpr VerdictRule equality_holds{records::Basis::exact, records::Verdict::holds,
+                                            "the exact value equals the claimed value at every point"};
+inline constexpr VerdictRule equality_violated{records::Basis::exact, records::Verdict::violated,
+                                               "the exact value differs from the claimed value"};
 inline constexpr VerdictRule fit_violated{
-    records::Basis::asymptotic_fit, records::Verdict::violated, "the lower end of the interval is above a + tolerance, and so is the cross-check's"};
+    records::Basis::asymptotic_fit, records::Verdict::violated,
+    "the lower end of the interval is above a + tolerance, and so is the cross-check's"};
 inline constexpr VerdictRule fit_tight{records::Basis::asymptotic_fit, records::Verdict::tight,
                                        "the interval contains a and is at most 4 x tolerance wide"};
-inline constexpr VerdictRule fit_holds{records::Basis::asymptotic_fit, records::Verdict::holds, "the upper end of the interval is at most a + tolerance"};
+inline constexpr VerdictRule fit_holds{records::Basis::asymptotic_fit, records::Verdict::holds,
+                                       "the upper end of the interval is at most a + tolerance"};
 inline constexpr VerdictRule fit_inconclusive{
     records::Basis::asymptotic_fit, records::Verdict::inconclusive,
     "otherwise, or when a point of the window has an unreliable standard error; the verdict names the N (or the "
     "samples) that would settle it"};
 }  // namespace rules
-inline constexpr std::array<const VerdictRule*, 10> kVerdictRules{
-    &rules::exact_tight,    &rules::exact_holds,  &rules::bound_holds, &rules::exact_violated, &rules::equality_holds,
-    &rules::equality_violated, &rules::fit_violated, &rules::fit_tight, &rules::fit_holds, &rules::fit_inconclusive};
+inline constexpr std::array<const VerdictRule*, 10> kVerdictRules{&rules::exact_tight,    &rules::exact_holds,
+                                                                  &rules::bound_holds,    &rules::exact_violated,
+                                                                  &rules::equality_holds, &rules::equality_violated,
+                                                                  &rules::fit_violated,   &rules::fit_tight,
+                                                                  &rules::fit_holds,      &rules::fit_inconclusive};
 // What happens when the only closed form is a bound that grows faster than the claim (docs/THEORY.md).
 inline constexpr std::string_view kBoundSettlesNothing =
     "when e is above a and the exact quantity is the bound sqrt(E||F||^2), the bound settles nothing and the "
@@ -84,15 +91,15 @@ using ExactLaw = records::ExactLaw;
 
 // One point of a series as the verdict reads it. NaN where a value is missing.
 struct EvidencePoint {
-  double x = 0;                               // N (or d)
-  double mean = 0, se = 0;                    // estimate of the fitted quantity (E||F||, E[row sum], or E||F||^2)
+  double x = 0;             // N (or d)
+  double mean = 0, se = 0;  // estimate of the fitted quantity (E||F||, E[row sum], or E||F||^2)
   bool mean_reliable = false;
   double root_mean_sq = 0, root_mean_sq_se = 0;  // sqrt of the estimated E||F||^2 and its SE, for the cross-check
   bool sq_reliable = false;
-  std::optional<double> z_exact;              // Monte Carlo against the closed form at this point
-  bool z_judged = false;                      // that z rests on a reliable standard error
-  std::optional<double> exact_value;          // equality claims: the exact value ...
-  std::optional<double> claimed_value;        // ... and the claimed one
+  std::optional<double> z_exact;                   // Monte Carlo against the closed form at this point
+  bool z_judged = false;                           // that z rests on a reliable standard error
+  std::optional<double> exact_value;               // equality claims: the exact value ...
+  std::optional<double> claimed_value;             // ... and the claimed one
   std::optional<double> sample_max, sample_bound;  // C9: the largest sample and the deterministic bound it obeys
 };
 
@@ -103,14 +110,14 @@ struct EvidencePoint {
 // most delta / (sqrt(r) - 1) more, r = x_max / x_s (4 on a doubling grid, where that is delta itself). The interval
 // is exponent -+ (1.96 SE + systematic).
 struct LocalExponent {
-  std::vector<double> window;        // x of the points used
+  std::vector<double> window;  // x of the points used
   double exponent = 0, se = 0;
-  std::optional<double> previous;    // the window ending one point earlier
-  double ratio = 0;                  // r
+  std::optional<double> previous;  // the window ending one point earlier
+  double ratio = 0;                // r
   double systematic = 0;
   double lo = 0, hi = 0;
-  std::vector<double> unreliable;    // x of window points whose standard error is not reliable
-  std::string missing;               // why there is no interval; empty when there is one
+  std::vector<double> unreliable;  // x of window points whose standard error is not reliable
+  std::string missing;             // why there is no interval; empty when there is one
   bool usable() const { return missing.empty() && unreliable.empty(); }
 };
 LocalExponent local_exponent(const std::vector<double>& x, const std::vector<double>& y, const std::vector<double>& se,
@@ -119,8 +126,8 @@ LocalExponent local_exponent(const std::vector<double>& x, const std::vector<dou
 struct SeriesClaim {
   std::optional<double> exponent;  // a; absent: no claim to decide (custom maps)
   double tolerance = 0.05;
-  bool cross_check = true;         // the fitted quantity is a norm E||F||: Jensen's bias needs the cross-check
-  bool equality = false;           // the claim is the value itself at every point (C8's Var(q . k) = d_k)
+  bool cross_check = true;  // the fitted quantity is a norm E||F||: Jensen's bias needs the cross-check
+  bool equality = false;    // the claim is the value itself at every point (C8's Var(q . k) = d_k)
   std::string x_name = "N";
 };
 
@@ -128,8 +135,8 @@ struct Verdict {
   std::optional<records::Verdict> word;  // none without a claim
   std::optional<records::Basis> basis;
   const VerdictRule* rule = nullptr;
-  std::string reason;                // the rule with this series' numbers
-  std::optional<double> extend_to;   // inconclusive: the x that would settle it
+  std::string reason;               // the rule with this series' numbers
+  std::optional<double> extend_to;  // inconclusive: the x that would settle it
   LocalExponent primary, cross_check;
   // The Monte Carlo confirmation of a closed form: |z| over the points whose standard error is reliable.
   std::optional<double> exact_max_abs_z;

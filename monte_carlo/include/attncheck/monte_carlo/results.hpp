@@ -32,7 +32,7 @@ std::string record_key(const PointSpec& point, Estimand estimand, std::uint64_t 
 // The record of one (point, estimand) with every field of the format, its resume key (what --resume matches)
 // and its series key (what the fit groups by).
 records::PointRecord point_record(const PointSpec& point, Estimand estimand, const PointOutcome& outcome,
-                            const RunContext& context);
+                                  const RunContext& context);
 
 // Fits every series found in `records` (in order of first appearance) with its verdict.
 std::vector<records::Series> fit_series(const std::vector<records::PointRecord>& records, double tolerance);

@@ -16,8 +16,8 @@ namespace attncheck::monte_carlo {
 
 struct SamplingPolicy {
   std::optional<std::uint64_t> fixed;  // --samples M: exactly M samples
-  double rel_se = 0.01;                // --samples auto: until se/|mean| <= rel_se, with a reliable se, for every estimand ...
-  bool judge_squares = false;          // ... of E||F||^2 instead of E||F|| (when the fit uses the squares, C8)
+  double rel_se = 0.01;        // --samples auto: until se/|mean| <= rel_se, with a reliable se, for every estimand ...
+  bool judge_squares = false;  // ... of E||F||^2 instead of E||F|| (when the fit uses the squares, C8)
   std::uint64_t min_samples = 64;      // ... but never judged on fewer samples than this
   std::uint64_t max_samples = 100000;  // ... or this many samples
   // ... or this much wall time per point: the clock is read after every evaluation of at most 50 ms of

@@ -71,12 +71,12 @@ inline constexpr double kMaxVarianceRelativeSe = 0.2;
 struct MeanEstimate {
   std::uint64_t samples = 0;
   double mean = 0;
-  double se = 0;        // the standard error reported: the larger of plain and batch-means when unreliable
+  double se = 0;  // the standard error reported: the larger of plain and batch-means when unreliable
   double plain_se = 0;
-  double batch_se = 0;  // infinity when there are too few batches
-  double ci_lo = 0, ci_hi = 0;  // 95% Student-t interval with se
-  double effective_samples = 0;      // Accumulator::effective_samples
-  double variance_relative_se = 0;   // Accumulator::variance_relative_se
+  double batch_se = 0;              // infinity when there are too few batches
+  double ci_lo = 0, ci_hi = 0;      // 95% Student-t interval with se
+  double effective_samples = 0;     // Accumulator::effective_samples
+  double variance_relative_se = 0;  // Accumulator::variance_relative_se
   // Batch means agree with the plain SE, no batch carries more than half of the variance, and the variance is
   // known to kMaxVarianceRelativeSe.
   bool se_reliable = true;

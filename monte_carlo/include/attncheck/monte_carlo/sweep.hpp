@@ -22,7 +22,7 @@ const char* estimand_name(Estimand e);
 struct OuterRule {
   std::string text = "none";  // "none", "1/sqrt(N)", "1/k:K", "N^-a" with the numbers filled in
   double factor = 1;
-  double d_exponent = 0;      // C5/C6 put 1/sqrt(d) outside the power
+  double d_exponent = 0;  // C5/C6 put 1/sqrt(d) outside the power
   double n_exponent = 0;
 };
 OuterRule parse_outer_scale(const std::string& text);
@@ -44,18 +44,18 @@ struct SeriesSpec {
   std::string claim = "custom";        // "C3".."C8" or "custom"
   std::optional<std::string> reading;  // "elementwise" | "matrix" for C3/C4
   theory::Activation activation;
-  std::optional<double> alpha;         // C7's N^-alpha
-  std::optional<double> mix;           // C9's mix alpha of P = alpha softmax_col(V) + (1 - alpha) V
+  std::optional<double> alpha;  // C7's N^-alpha
+  std::optional<double> mix;    // C9's mix alpha of P = alpha softmax_col(V) + (1 - alpha) V
   InnerRule inner;
   OuterRule outer;
   theory::ScoreModel scores = theory::ScoreModel::projected;
   std::vector<Estimand> estimands;
   // Of E||F|| (E[row sum] for row sums; E||F||^2 for C8) in the swept variable; row-mean's is one less.
   std::optional<double> claimed_exponent;
-  bool fit_over_d = false;                 // C8: Var(q.k) = d_k is a statement about d
-  bool claims_variance_equals_d = false;   // C8's pairs: the claim is the value d_k itself, not an exponent
-  bool counts_for_exit = true;             // the claim as the papers state it; the matrix reading does not
-  std::vector<Estimand> secondary;         // reported beside the claim, never counted (C7's Frobenius norm)
+  bool fit_over_d = false;                // C8: Var(q.k) = d_k is a statement about d
+  bool claims_variance_equals_d = false;  // C8's pairs: the claim is the value d_k itself, not an exponent
+  bool counts_for_exit = true;            // the claim as the papers state it; the matrix reading does not
+  std::vector<Estimand> secondary;        // reported beside the claim, never counted (C7's Frobenius norm)
 
   std::optional<double> claimed_for(Estimand estimand) const;
   bool counts_for_exit_of(Estimand estimand) const;
@@ -74,7 +74,7 @@ struct SweepRequest {
   std::optional<std::string> estimands;
   std::optional<std::vector<double>> alpha;  // C7: 0, 0.5 and 1 unless given
   std::optional<std::vector<double>> mix;    // C9: 1 unless given, each in [0, 1]
-  std::optional<double> claimed_exponent;  // custom runs only
+  std::optional<double> claimed_exponent;    // custom runs only
 };
 // Throws theory::InputError when a preset field is also given explicitly, naming both.
 std::vector<SeriesSpec> build_series(const SweepRequest& request);
@@ -93,7 +93,8 @@ PointSpec make_point(const SeriesSpec& series, theory::Index N, theory::Index D,
                      double sigma_t, std::uint64_t run_seed, theory::Index dv = 0);
 
 // What is known exactly about one estimand at one point (THEORY.md facts 3-4, 7, 9, the relu and qk-layernorm
-// moments; C9 has no closed-form moment, only the deterministic bounds of cross_norm_sample_bound). A closed form whose value exceeds a double is absent with out_of_range set.
+// moments; C9 has no closed-form moment, only the deterministic bounds of cross_norm_sample_bound). A closed form whose
+// value exceeds a double is absent with out_of_range set.
 struct ExactMoments {
   std::optional<double> mean;    // E[value] where the expectation itself is known: row sums, row means
   std::optional<double> second;  // E||F||_F^2; for score-var, Var(s_ij) (i != j)

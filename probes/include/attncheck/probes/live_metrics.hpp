@@ -35,7 +35,7 @@ struct HeadMetrics {
   std::int64_t N = 0;  // attended positions (causal: the keys the last query sees)
   std::int64_t D = 0, d = 0;
   bool causal = false;
-  double inner = 1;  // lambda in S = lambda V U^T
+  double inner = 1;          // lambda in S = lambda V U^T
   std::int64_t kv_head = 0;  // the key head this query head shares (grouped-query attention), else itself
   NormSet softmax;
   // ||d(A_h)_h / dW_K||_F over the query heads h sharing this head's key weights: the Jacobian of the group's
@@ -88,8 +88,8 @@ HeadMetrics measure_scores(const Matrix& scores, int layer_index, int head_index
 // A layer's attention inputs from X (N x D) and the weights of all heads as maps of rows, q = x W_Q + b_Q with
 // W_Q of D x (heads d) (head h owns columns h d .. h d + d - 1); empty biases are zeros. W_V (D x (heads d_v))
 // is optional: without it the heads have no values (and no cross-normalization what-if).
-LayerInputs split_heads(Matrix X, const Matrix& W_Q, const Matrix& W_K, const Vector& b_Q, const Vector& b_K,
-                        int heads, double inner, bool causal, const Matrix& W_V = {}, const Vector& b_V = {});
+LayerInputs split_heads(Matrix X, const Matrix& W_Q, const Matrix& W_K, const Vector& b_Q, const Vector& b_K, int heads,
+                        double inner, bool causal, const Matrix& W_V = {}, const Vector& b_V = {});
 
 // The record of what was measured on the head (records/probe_record.hpp): what the log, --json and --csv hold.
 records::ProbeHeadRecord head_record(const HeadMetrics& metrics);
@@ -107,7 +107,7 @@ struct ProbeInput {
   std::filesystem::path image_file;   // PNG, JPEG, PPM, ... preprocessed as the checkpoint says (ViT, DINOv2)
   std::int64_t random_length = 128;
   bool random_length_chosen = true;  // false: the default, shortened to the model's positions when it has fewer
-  std::int64_t max_tokens = -1;  // text or token input: keep the first max_tokens (an error when there are fewer)
+  std::int64_t max_tokens = -1;      // text or token input: keep the first max_tokens (an error when there are fewer)
   std::uint64_t seed = 0;
 };
 
@@ -117,15 +117,15 @@ struct ProbeResult {
   // empty for a GGUF file, whose configuration is its own metadata.
   std::filesystem::path config_file;
   std::string config_sha256;
-  std::vector<std::int64_t> ids;     // empty for random input
-  std::vector<std::string> token_strings;  // the vocabulary's string of each id (empty without a vocabulary)
-  double random_sigma = 0;           // sigma of the Gaussian embeddings, for random input
-  std::int64_t random_length = 0;    // rows of Gaussian embeddings, for random input
+  std::vector<std::int64_t> ids;                   // empty for random input
+  std::vector<std::string> token_strings;          // the vocabulary's string of each id (empty without a vocabulary)
+  double random_sigma = 0;                         // sigma of the Gaussian embeddings, for random input
+  std::int64_t random_length = 0;                  // rows of Gaussian embeddings, for random input
   std::int64_t image_height = 0, image_width = 0;  // the pixels the model saw, for image input
-  std::string preprocessing;         // how an --image file became pixels, in words
-  std::vector<HeadMetrics> heads;    // in layer, head order
-  std::vector<LayerInputs> layers;   // kept only when asked (for the attention dump)
-  Pixels pixels;                     // the image as the model saw it, kept with the layers
+  std::string preprocessing;                       // how an --image file became pixels, in words
+  std::vector<HeadMetrics> heads;                  // in layer, head order
+  std::vector<LayerInputs> layers;                 // kept only when asked (for the attention dump)
+  Pixels pixels;                                   // the image as the model saw it, kept with the layers
 };
 
 // The ids of `text` for MODEL: a GGUF file's own byte-level BPE; beside a safetensors checkpoint, vocab.txt

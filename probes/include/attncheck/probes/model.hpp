@@ -16,15 +16,15 @@
 namespace attncheck::probes {
 
 enum class Architecture {
-  bert,  // BERT, MiniLM: post-LayerNorm encoder, bidirectional attention, separate query/key/value
-  gpt2,  // GPT-2: pre-LayerNorm decoder, causal mask, fused c_attn (Conv1D, weights stored [in, out])
-  llama, // Llama: pre-RMSNorm decoder, causal, rotary positions, grouped-query attention, SwiGLU MLP
-  vit,   // ViT (Hugging Face ViTModel): patch embeddings + CLS, pre-LayerNorm encoder, bidirectional attention
+  bert,    // BERT, MiniLM: post-LayerNorm encoder, bidirectional attention, separate query/key/value
+  gpt2,    // GPT-2: pre-LayerNorm decoder, causal mask, fused c_attn (Conv1D, weights stored [in, out])
+  llama,   // Llama: pre-RMSNorm decoder, causal, rotary positions, grouped-query attention, SwiGLU MLP
+  vit,     // ViT (Hugging Face ViTModel): patch embeddings + CLS, pre-LayerNorm encoder, bidirectional attention
   dinov2,  // DINOv2 (Dinov2Model): ViT with LayerScale and position embeddings interpolated to the patch grid
 };
 
 std::string_view architecture_name(Architecture architecture);  // "BERT", "GPT-2", "Llama", "ViT", "DINOv2"
-bool is_vision(Architecture architecture);                        // ViT or DINOv2: images in, no tokens
+bool is_vision(Architecture architecture);                      // ViT or DINOv2: images in, no tokens
 
 struct ModelConfig {
   Architecture architecture = Architecture::bert;
@@ -41,11 +41,11 @@ struct ModelConfig {
   // BERT: the LayerNorm parameters' names ("weight"/"bias", or the older "gamma"/"beta").
   std::string norm_gain = "weight", norm_bias = "bias";
   // Llama: the query heads share kv_heads key/value heads (query head h uses kv head h / (heads / kv_heads)).
-  std::int64_t kv_heads = 0;     // 0: as many as the query heads
-  std::int64_t head_size = 0;    // 0: hidden / heads
-  double rope_theta = 10000;     // rotary frequencies rope_theta^(-2p/d)
-  bool rope_interleaved = false; // pairs (2p, 2p+1) as in GGUF; else (p, p + d/2) as in Hugging Face checkpoints
-  bool gguf = false;             // tensor names as llama.cpp writes them
+  std::int64_t kv_heads = 0;      // 0: as many as the query heads
+  std::int64_t head_size = 0;     // 0: hidden / heads
+  double rope_theta = 10000;      // rotary frequencies rope_theta^(-2p/d)
+  bool rope_interleaved = false;  // pairs (2p, 2p+1) as in GGUF; else (p, p + d/2) as in Hugging Face checkpoints
+  bool gguf = false;              // tensor names as llama.cpp writes them
   // ViT, DINOv2: square patches of patch_size pixels over images of num_channels channels; image_size is the
   // side the position embeddings were trained for (DINOv2 interpolates them to other grids).
   std::int64_t image_size = 0, patch_size = 0, channels = 0;
@@ -64,10 +64,10 @@ std::filesystem::path config_path_for(const std::filesystem::path& model);
 
 // One head's attention inputs in one layer (theory's convention: V = X W_Q + b_Q, U = X W_K + b_K).
 struct HeadInputs {
-  Matrix V, U;          // N x d biased projections (rotated to their positions under rotary embeddings)
-  Matrix W_Q, W_K;      // D x d slices of the weights (for the i.i.d. model's sigma_t)
-  Vector b_Q, b_K;      // d
-  Matrix attention;     // N x N: the map the forward pass applied (the trained activation)
+  Matrix V, U;       // N x d biased projections (rotated to their positions under rotary embeddings)
+  Matrix W_Q, W_K;   // D x d slices of the weights (for the i.i.d. model's sigma_t)
+  Vector b_Q, b_K;   // d
+  Matrix attention;  // N x N: the map the forward pass applied (the trained activation)
   // N x d_v: the value projections X W_V + b_V this head's attention multiplies (its key/value head's under
   // grouped queries); empty when the weights were given without them.
   Matrix values;
@@ -89,7 +89,9 @@ struct LayerInputs {
 struct Pixels {
   std::int64_t channels = 0, height = 0, width = 0;
   std::vector<double> values;
-  double at(std::int64_t c, std::int64_t y, std::int64_t x) const { return values[static_cast<std::size_t>((c * height + y) * width + x)]; }
+  double at(std::int64_t c, std::int64_t y, std::int64_t x) const {
+    return values[static_cast<std::size_t>((c * height + y) * width + x)];
+  }
 };
 
 class TransformerModel {

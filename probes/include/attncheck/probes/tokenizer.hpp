@@ -81,7 +81,8 @@ class ByteLevelBpeTokenizer {
 // The tokenizer of a Hugging Face tokenizer.json: WordPiece (its vocabulary and lower-casing) or byte-level
 // BPE (with a ByteLevel pre-tokenizer, alone or after Digits(individual_digits)); anything else is refused
 // naming what it is. Returns the ids of `text` as the probe feeds them.
-std::vector<std::int64_t> encode_with_tokenizer_json(const std::filesystem::path& tokenizer_json, std::string_view text);
+std::vector<std::int64_t> encode_with_tokenizer_json(const std::filesystem::path& tokenizer_json,
+                                                     std::string_view text);
 
 // Whitespace-separated integer token ids from a file; errors name the file and the bad entry.
 std::vector<std::int64_t> read_token_file(const std::filesystem::path& path);

@@ -15,9 +15,9 @@ namespace attncheck::probes {
 
 struct WatchOptions {
   std::filesystem::path folder;
-  std::filesystem::path output;        // the JSON-lines log
+  std::filesystem::path output;  // the JSON-lines log
   double interval_seconds = 5;
-  double until_idle_seconds = -1;      // < 0: until stopped
+  double until_idle_seconds = -1;  // < 0: until stopped
   ProbeInput input;
   std::vector<int> layers, heads;
   ProbeProgress progress;  // passed to probe_model for each checkpoint
@@ -43,8 +43,8 @@ std::vector<std::filesystem::path> list_checkpoints(const std::filesystem::path&
 // the activation the model was trained with; probe_log_line is its line, ending in '\n'.
 records::ProbeRecord probe_record(const HeadMetrics& metrics, const std::string& checkpoint,
                                   std::optional<std::int64_t> step, const std::string& activation);
-std::string probe_log_line(const HeadMetrics& metrics, const std::string& checkpoint,
-                           std::optional<std::int64_t> step, const std::string& activation);
+std::string probe_log_line(const HeadMetrics& metrics, const std::string& checkpoint, std::optional<std::int64_t> step,
+                           const std::string& activation);
 
 // The JSON lines of one probed checkpoint, each a whole line ending in '\n'. `fingerprint` (size, modification
 // time and inodes of its files) lets a restarted watcher see that a checkpoint was replaced under its name.

@@ -1,13 +1,15 @@
 #pragma once
-// Every file attncheck writes (reports, results folders, checkpoints) is complete or absent: the content goes to a temporary file in the same
-// folder, which is flushed and then renamed over the target (rename is atomic within one file system).
+// Every file attncheck writes (reports, results folders, checkpoints) is complete or absent: the content goes to a
+// temporary file in the same folder, which is flushed and then renamed over the target (rename is atomic within one
+// file system).
 
 #include <filesystem>
 #include <string_view>
 
 namespace attncheck::records {
 
-// Writes `content` to `path` atomically. Throws records::IoError naming the path when it cannot (InputError when `path` is not a regular file).
+// Writes `content` to `path` atomically. Throws records::IoError naming the path when it cannot (InputError when `path`
+// is not a regular file).
 void write_file_atomically(const std::filesystem::path& path, std::string_view content);
 
 // A temporary name next to `path` (same folder, so the final rename stays on one file system), unique to

@@ -22,9 +22,16 @@ inline constexpr int kProbeFormatVersion = 2;
 // The norms a probe log line may carry: ||A||_F of the attention map under each activation evaluated on the same
 // scores, the norm of its Jacobian in the scores (grad_fro is softmax's), and softmax's Jacobians in W_Q, W_K.
 enum class ProbeQuantity {
-  softmax, poly3_scaled, poly3, relu_n,
-  grad, poly3_scaled_grad, poly3_grad, relu_n_grad,
-  dWq, dWk,
+  softmax,
+  poly3_scaled,
+  poly3,
+  relu_n,
+  grad,
+  poly3_scaled_grad,
+  poly3_grad,
+  relu_n_grad,
+  dWq,
+  dWk,
 };
 inline constexpr int kProbeQuantityCount = 10;
 inline constexpr ProbeQuantity kAttentionQuantities[] = {ProbeQuantity::softmax, ProbeQuantity::poly3_scaled,
@@ -70,7 +77,7 @@ struct ProbeCrossNorm {
 // One head's measurement. Required in every line: layer, head, N, softmax.value and softmax.grad.
 struct ProbeHeadRecord {
   std::int64_t layer = 0, head = 0;
-  std::int64_t N = 0;  // attended positions
+  std::int64_t N = 0;          // attended positions
   std::optional<bool> causal;  // unknown only in lines of writers that did not record it
   // Known only with the weights (from_scores: measured on the scores alone, these keys are left out).
   bool from_scores = false;
@@ -103,8 +110,8 @@ struct ProbeRecord {
 
 // `attncheck probe MODEL --json`: what produced the measurement (model, input, tool), the verdict and the heads.
 struct ProbeModelInfo {
-  std::string path;          // as given
-  std::string architecture;  // "BERT", "GPT-2", "Llama", "ViT", "DINOv2"
+  std::string path;                                       // as given
+  std::string architecture;                               // "BERT", "GPT-2", "Llama", "ViT", "DINOv2"
   std::optional<std::string> config_file, config_sha256;  // none for a GGUF file: its metadata is its configuration
   std::int64_t layers = 0, heads = 0, head_dim = 0, hidden = 0;
   std::string attention_activation;
@@ -119,16 +126,16 @@ struct ProbeSentence {
 // Which keys an input has depends on its kind (docs/results-format.md).
 struct ProbeInputInfo {
   enum class Kind { text, tokens, random, pixels, image, text_file } kind = Kind::random;
-  std::string text;  // text
-  std::string file;  // tokens, pixels, image, text_file
+  std::string text;        // text
+  std::string file;        // tokens, pixels, image, text_file
   std::uint64_t seed = 0;  // random
   std::int64_t length = 0;
   double sigma = 0;
-  std::vector<std::int64_t> token_ids;             // text, tokens
+  std::vector<std::int64_t> token_ids;  // text, tokens
   std::optional<std::vector<std::string>> tokens;
-  std::int64_t height = 0, width = 0;              // pixels, image
-  std::optional<std::string> preprocessing;        // image
-  std::vector<ProbeSentence> sentences;            // text_file
+  std::int64_t height = 0, width = 0;        // pixels, image
+  std::optional<std::string> preprocessing;  // image
+  std::vector<ProbeSentence> sentences;      // text_file
 };
 std::string_view input_kind_name(ProbeInputInfo::Kind kind);
 

@@ -1,8 +1,8 @@
 #pragma once
 // The records of the results folder of `attncheck mc` (docs/results-format.md) and their one JSON form: the sweep
 // writes them and every reader reads them through the same to_json/from_json pairs, so the two cannot drift
-// apart. Only the keys the contract names are read; unknown keys are ignored. Every error names the file and the line (JSON lines) or
-// the place in the document (fits.json), and is thrown as theory::InputError.
+// apart. Only the keys the contract names are read; unknown keys are ignored. Every error names the file and the line
+// (JSON lines) or the place in the document (fits.json), and is thrown as theory::InputError.
 
 #include "attncheck/records/input_file.hpp"
 #include "attncheck/records/verdict.hpp"
@@ -28,7 +28,7 @@ inline constexpr int kResultsFormatVersion = 3;
 struct MixedPrecisionBound {
   int p = 0;
   long long d = 0;
-  std::optional<long long> D;  // the projections' input width; absent where only the scores were FP32
+  std::optional<long long> D;        // the projections' input width; absent where only the scores were FP32
   double relative_bound_sum_sq = 0;  // of each sample's squared norms (of the norms, half that)
 
   bool operator==(const MixedPrecisionBound&) const = default;
@@ -38,7 +38,7 @@ struct MixedPrecisionBound {
 // as written, so that a reader shows what another writer put there ("not recorded" for null).
 struct Provenance {
   std::string version;
-  std::string date;  // ISO 8601 UTC
+  std::string date;           // ISO 8601 UTC
   std::string hostname, cpu;  // where the writer gave "machine" as {hostname, cpu}
   std::string machine;        // as shown: "cpu: ..., hostname: ..." for that object, else the text written
   std::string backend;
@@ -65,8 +65,8 @@ struct SeriesKey {
   std::string phi;
   long long p = 1;
   std::optional<double> alpha;
-  std::optional<double> mix;           // C9's mix alpha of softmax_col(V) and V
-  std::optional<long long> dv;         // C9's value columns
+  std::optional<double> mix;    // C9's mix alpha of softmax_col(V) and V
+  std::optional<long long> dv;  // C9's value columns
   std::string scale;
   long long D = 0;
   long long d = 0;
@@ -88,7 +88,7 @@ struct ExactLaw {
   bool bound = true;  // it bounds the fitted E||F|| from above (Jensen) rather than being the expectation itself
   std::optional<double> exponent;  // absent: the quantity is 0 for every x
   double constant = 0;             // NaN where the writer had no finite value
-  bool deterministic = false;  // it bounds every sample, for every input (C9's facts 10-11), not only the mean
+  bool deterministic = false;      // it bounds every sample, for every input (C9's facts 10-11), not only the mean
 };
 
 // One line of points.jsonl: one finished sweep point and estimand. The sweep writes it and every reader reads
@@ -110,15 +110,15 @@ struct PointRecord {
   std::optional<double> se_sq_floor;  // the standard error the exact floor of Var(||F||^2) allows
   std::optional<double> exact_sq;
   std::optional<double> z_exact_sq;
-  std::optional<double> exact_mean;    // where the expectation itself is known (row sums)
+  std::optional<double> exact_mean;  // where the expectation itself is known (row sums)
   std::optional<double> z_exact_mean;
-  bool exact_out_of_range = false;     // the closed form exceeds double precision
+  bool exact_out_of_range = false;  // the closed form exceeds double precision
   std::optional<double> jensen_bound;
   std::optional<double> jensen_ratio;            // E||F|| / sqrt(exact E||F||^2)
   std::optional<double> jensen_ratio_estimated;  // E||F|| / sqrt(estimated E||F||^2)
   // C9 at mix alpha = 1: the deterministic bound every sample obeys (facts 10-11) and the largest sample.
   std::optional<double> sample_bound, sample_max;
-  bool se_reliable = true;  // both of the next two
+  bool se_reliable = true;                               // both of the next two
   std::optional<bool> se_mean_reliable, se_sq_reliable;  // absent in folders written before the split
   std::optional<std::string> unreliable_because;
   double effective_samples = NAN, effective_samples_sq = NAN;
@@ -137,10 +137,10 @@ struct PointRecord {
   std::string fit_variable = "N";  // or "d"
   std::string fit_of = "mean";     // or "mean_sq"
   bool counts_for_exit = false;
-  std::string resume_id;  // "key": what --resume matches (resume_key)
-  std::string series_id;  // "series_key": what the fit groups by
+  std::string resume_id;            // "key": what --resume matches (resume_key)
+  std::string series_id;            // "series_key": what the fit groups by
   std::optional<std::string> path;  // how the CPU evaluated it ("direct", "tensor"); absent in earlier folders
-  int line = 0;  // where it was read, for messages; not written
+  int line = 0;                     // where it was read, for messages; not written
 
   bool mean_reliable() const { return se_mean_reliable.value_or(se_reliable); }
   bool sq_reliable() const { return se_sq_reliable.value_or(se_reliable); }
@@ -155,16 +155,16 @@ void from_json(const nlohmann::json& in, PointRecord& record);
 // fits.json "local_exponent" (or "cross_check"): the exponent over the last doublings of x that an
 // asymptotic-fit verdict rests on, with its interval (sampling half-width + systematic drift).
 struct LocalExponentRecord {
-  std::vector<double> window;                // the x used
-  std::optional<double> exponent;            // given where the window has two points or more
+  std::vector<double> window;                 // the x used
+  std::optional<double> exponent;             // given where the window has two points or more
   std::optional<double> sampling_half_width;  // 95%, beside the exponent
-  std::optional<std::string> missing;        // why there is no interval
+  std::optional<std::string> missing;         // why there is no interval
   // Given where nothing is missing: the exponent of the window ending one point earlier, the drift between them,
   // and the interval; the interval is absent when either end is not finite.
   std::optional<double> previous;
   double systematic = NAN;
   std::optional<std::pair<double, double>> interval;
-  std::vector<double> unreliable_at;         // x of window points whose standard error is not reliable
+  std::vector<double> unreliable_at;  // x of window points whose standard error is not reliable
 };
 
 // fits.json "exact": the Monte Carlo confirmation of a series' closed form (and of a deterministic bound).
@@ -206,7 +206,7 @@ struct Series {
   std::optional<std::string> finding;  // C8: what each model is
   bool claims_value = false;           // "claim_form": "equality" (C8's Var(q . k) = d_k), not an exponent
   bool counts_for_exit = true;
-  bool se_reliable = true;             // every point's standard error is
+  bool se_reliable = true;  // every point's standard error is
   // The global fit (slope, slope_ci) is the finite-N diagnostic; beside it the Jensen ratio
   // E||F|| / sqrt(E||F||^2) at the first and last point, exact or estimated.
   std::optional<double> jensen_first, jensen_last;

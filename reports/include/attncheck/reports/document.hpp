@@ -42,7 +42,6 @@ struct Figure {
   std::string png_file;  // the same figure as PNG (for slides and issues); empty when there is none
 };
 
-
 using Block = std::variant<Heading, Paragraph, Notice, Facts, Table, Figure>;
 
 struct Document {

@@ -24,7 +24,7 @@ struct HeadRatios {
 };
 
 struct HeadMaps {
-  std::vector<long long> layers, heads;  // the indices measured, ascending: the rows and the columns
+  std::vector<long long> layers, heads;     // the indices measured, ascending: the rows and the columns
   std::vector<double> attention, gradient;  // row-major [layer][head]; NaN where a head was not measured
 };
 

@@ -14,10 +14,10 @@ namespace attncheck::reports {
 enum class CurveStyle {
   points_with_error_bars,  // needs y_lo and y_hi
   points,
-  line,         // straight segments between the points (a power law is straight on log-log axes)
+  line,  // straight segments between the points (a power law is straight on log-log axes)
   dashed_line,
   line_with_points,  // measured values joined in order
-  band,  // the shaded region between y_lo and y_hi (a confidence band); y is not drawn
+  band,              // the shaded region between y_lo and y_hi (a confidence band); y is not drawn
 };
 
 struct Curve {
@@ -73,7 +73,7 @@ struct PlotSpec {
   std::optional<std::pair<double, double>> y_range;
   std::vector<std::string> notes;  // lines written on the figure under its title (e.g. the verdict and its basis)
   std::vector<PlotSpec> panels;
-  int columns = 1;   // panels per row
+  int columns = 1;  // panels per row
 };
 
 // The gnuplot script that draws every plot into `<folder>/<name>.svg<suffix>` and `<folder>/<name>.png<suffix>`.

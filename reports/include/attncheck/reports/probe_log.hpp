@@ -10,8 +10,6 @@
 
 namespace attncheck::reports {
 
-using records::ProbeQuantity;
-using records::ProbeRecord;
 using records::kAttentionQuantities;
 using records::kProbeQuantityCount;
 using records::kScoreGradientQuantities;
@@ -20,13 +18,15 @@ using records::own_gradient_quantity;
 using records::probe_activation;
 using records::probe_key;
 using records::probe_meaning;
+using records::ProbeQuantity;
+using records::ProbeRecord;
 using records::read_probe_log;
 
 // One checkpoint of one model: the mean over its layers and heads of each quantity, with the range.
 struct ProbeStep {
   std::string checkpoint;
   std::optional<long long> step;
-  double position = 0;  // the x value: the step, or the checkpoint's place in the log when steps are unknown
+  double position = 0;    // the x value: the step, or the checkpoint's place in the log when steps are unknown
   std::size_t heads = 0;  // layer-head pairs seen
   struct Summary {
     double mean = 0, min = 0, max = 0;
@@ -39,7 +39,7 @@ struct ProbeStep {
 
 // The checkpoints of one trained model (records sharing an activation), in training order.
 struct ProbeSeries {
-  std::string activation;  // "unknown" when the log does not say
+  std::string activation;   // "unknown" when the log does not say
   bool steps_known = true;  // false: positions are checkpoint order
   std::vector<ProbeStep> steps;
 };

@@ -26,7 +26,7 @@ struct ReportOptions {
   // Further runs compared with `input` in one report: probe logs (or run folders holding one), or probe --json
   // outputs, all of one kind as `input`.
   std::vector<std::filesystem::path> compare_with;
-  std::filesystem::path out;    // REPORT_DIR
+  std::filesystem::path out;  // REPORT_DIR
   std::string gnuplot = "gnuplot";
   // Without plots no gnuplot is needed; the report says so at the top.
   bool plots = true;
@@ -58,7 +58,8 @@ struct PendingFigures {
   std::vector<PlotSpec> plots;
   std::vector<std::size_t> block_of_plot;  // index into document.blocks of each plot's Figure
 };
-void add_scaling_section(const records::ResultsFolder& results, bool with_plots, Document& document, PendingFigures& pending);
+void add_scaling_section(const records::ResultsFolder& results, bool with_plots, Document& document,
+                         PendingFigures& pending);
 
 // The probe part (the papers' Figs. 2-3): per trained activation, the mean over layers and heads of ||A||_F
 // and of the gradient norms against the training step, with the band from their min to their max, and the

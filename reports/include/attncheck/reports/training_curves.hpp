@@ -38,7 +38,7 @@ struct TrainingPoint {
 
 struct TrainingCurves {
   std::string title, x_label, headline, description, settings;  // settings: "name: value, ..." as written
-  std::vector<CurveVariant> variants;                              // in the file's order
+  std::vector<CurveVariant> variants;                           // in the file's order
   std::vector<CurveMetric> metrics;
   std::vector<TrainingPoint> points;
 };

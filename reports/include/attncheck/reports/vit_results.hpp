@@ -18,12 +18,12 @@ struct VitTracePoint {
 };
 
 struct VitRun {
-  std::string experiment;  // "activations" | "scale-sweep"
-  std::string activation;  // "softmax" | "poly3" | "poly3_scaled" | "identity" | "identity_scaled"
+  std::string experiment;       // "activations" | "scale-sweep"
+  std::string activation;       // "softmax" | "poly3" | "poly3_scaled" | "identity" | "identity_scaled"
   std::optional<double> scale;  // c of c * S^p; none for softmax
   long long N = 0, patch = 0, seed = 0, steps = 0, test_size = 0;
-  std::optional<long long> image_side;  // 8, or 16 for upsampled digits (absent in the first results)
-  std::optional<double> accuracy;       // none when the run diverged
+  std::optional<long long> image_side;   // 8, or 16 for upsampled digits (absent in the first results)
+  std::optional<double> accuracy;        // none when the run diverged
   std::optional<long long> diverged_at;  // the step whose loss was not finite
   std::vector<VitTracePoint> trace;
 };

@@ -72,8 +72,7 @@ void normal_pairs(NormalMath math, const PhiloxKey& key, PhiloxCounter& counter,
 
 // Box-Muller on chosen uniforms (u in (0, 1) and angle = pi v, as box_muller_uniforms gives them) on path
 // `math`: what normal_pairs does after the words, exposed so that tests can pick the hardest arguments.
-void box_muller_pairs(NormalMath math, const double* u, const double* angle, std::size_t pairs, double sd,
-                      double* out);
+void box_muller_pairs(NormalMath math, const double* u, const double* angle, std::size_t pairs, double sd, double* out);
 
 class PhiloxStream {
  public:

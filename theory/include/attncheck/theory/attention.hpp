@@ -46,10 +46,10 @@ Matrix scores(const Matrix& X, const Matrix& Q, const Matrix& K, double inner);
 Matrix apply(const AttentionMap& map, const Matrix& X, const Matrix& Q, const Matrix& K);
 
 struct AttentionNorms {
-  double value_fro = 0;            // ||F||_F
-  std::optional<double> dS_fro;    // ||dF/dS||_F with S = lambda T (the Jacobian in the scores); none for matpow
-  std::optional<double> dQ_fro;    // ||dF/dQ||_F, the full N^2 x (D d) Jacobian; none for matpow
-  std::optional<double> dK_fro;    // ||dF/dK||_F; none for matpow
+  double value_fro = 0;          // ||F||_F
+  std::optional<double> dS_fro;  // ||dF/dS||_F with S = lambda T (the Jacobian in the scores); none for matpow
+  std::optional<double> dQ_fro;  // ||dF/dQ||_F, the full N^2 x (D d) Jacobian; none for matpow
+  std::optional<double> dK_fro;  // ||dF/dK||_F; none for matpow
 };
 
 // Closed forms of fact 7, O(N^2 d) time and O(N d) memory beyond F's rows: no Jacobian is formed.
@@ -86,8 +86,7 @@ using AttendedMask = Eigen::Array<bool, Eigen::Dynamic, Eigen::Dynamic, Eigen::R
 // the row's probabilities mix keys of different positions; it is then evaluated in O(N^3) (docs/THEORY.md,
 // "Rotary positions and grouped queries").
 AttentionNorms attention_norms_from_projections(const AttentionMap& map, const Matrix& X, const Matrix& V,
-                                                const Matrix& U, bool causal = false,
-                                                const Rotary* rotary = nullptr);
+                                                const Matrix& U, bool causal = false, const Rotary* rotary = nullptr);
 // Same with an explicit N x N mask; a softmax row that attends to nothing is an InputError naming the row.
 AttentionNorms attention_norms_from_projections(const AttentionMap& map, const Matrix& X, const Matrix& V,
                                                 const Matrix& U, const AttendedMask& attended);

@@ -14,11 +14,11 @@
 namespace attncheck::theory {
 
 struct GaussianModel {
-  Index D = 1;           // model dimension
-  Index d = 1;           // head dimension
-  double sigma_x = 1;    // standard deviation of the entries of X
-  double sigma_t = 1;    // standard deviation of the entries of Q and K
-  double inner = 1;      // lambda
+  Index D = 1;         // model dimension
+  Index d = 1;         // head dimension
+  double sigma_x = 1;  // standard deviation of the entries of X
+  double sigma_t = 1;  // standard deviation of the entries of Q and K
+  double inner = 1;    // lambda
 };
 
 // How the scores are formed. The first two form an N x N matrix from the projections v_i = Q^T x_i and
@@ -36,8 +36,8 @@ enum class ScoreModel {
 // Short names for records and keys: projected, qk-layernorm, iid-unit, sign-coupled.
 const char* score_model_name(ScoreModel model);
 
-// Var(s) of one off-diagonal score (one pair for the pair models), exactly: projected lambda^2 (sigma_x sigma_t)^4 D^2 d
-// (fact 3); qk-layernorm lambda^2 d^2 / (d - 1); i.i.d. unit pairs lambda^2 d (the proposition); sign-coupled pairs
+// Var(s) of one off-diagonal score (one pair for the pair models), exactly: projected lambda^2 (sigma_x sigma_t)^4 D^2
+// d (fact 3); qk-layernorm lambda^2 d^2 / (d - 1); i.i.d. unit pairs lambda^2 d (the proposition); sign-coupled pairs
 // 3 lambda^2 d (q . k = sum eps_i k_i^2, uncorrelated terms with E k^4 = 3: the proposition's hypothesis is not
 // enough). The pair models ignore sigma_x, sigma_t and D.
 double score_variance(ScoreModel model, const GaussianModel& gaussian);
@@ -53,7 +53,8 @@ double abs_normal_moment(double q);
 // a, b >= 0. Given x_i, x_j and K, t_ij = (Q^T x_i) . u_j is N(0, sigma_t^2 ||x_i||^2 ||u_j||^2), so with m = a + b
 //   i != j: E|Z|^{2a} sigma_t^{2a} E||x_i||^{2m} E||u_j||^{2m},  ||x||^2 = sigma_x^2 chi2_D,
 //           ||u_j||^2 = sigma_t^2 ||x_j||^2 chi2_d;
-//   i = j:  E|Z|^{2a} sigma_t^{2a} E[||x||^{2m} ||u||^{2m}] = E|Z|^{2a} sigma_t^{2a + 2m} E[chi2_d^m] sigma_x^{4m} E[chi2_D^{2m}].
+//   i = j:  E|Z|^{2a} sigma_t^{2a} E[||x||^{2m} ||u||^{2m}] = E|Z|^{2a} sigma_t^{2a + 2m} E[chi2_d^m] sigma_x^{4m}
+//   E[chi2_D^{2m}].
 // b = 0 gives the score moments (facts 3 and 4); b = 1 the weights of the Q and K Jacobians (facts 7 and 9).
 double log_projection_moment(const GaussianModel& model, bool diagonal, double a, double b);
 
@@ -62,8 +63,8 @@ double log_projection_moment(const GaussianModel& model, bool diagonal, double a
 double offdiagonal_abs_moment(const GaussianModel& model, double q);
 
 // Diagonal: given x, v = Q^T x and u = K^T x are independent N(0, ||x||^2 sigma_t^2 I_d), so
-// t_ii = ||x||^2 sigma_t^2 (g . h) and E|s_ii|^q = |lambda|^q (sigma_x sigma_t)^{2q} E|Z|^q E[chi2_d^{q/2}] E[chi2_D^q].
-// For q = 2 this is fact 4: sigma_x^4 sigma_t^4 (D^2 + 2D) d lambda^2.
+// t_ii = ||x||^2 sigma_t^2 (g . h) and E|s_ii|^q = |lambda|^q (sigma_x sigma_t)^{2q} E|Z|^q E[chi2_d^{q/2}]
+// E[chi2_D^q]. For q = 2 this is fact 4: sigma_x^4 sigma_t^4 (D^2 + 2D) d lambda^2.
 double diagonal_abs_moment(const GaussianModel& model, double q);
 
 // With qk-layernorm, LN(v) has squared norm d and a direction uniform on the unit sphere of the (d-1)-dimensional
@@ -81,7 +82,8 @@ double diagonal_even_moment_product(const GaussianModel& model, int p);
 
 // Fact 9 exactly as THEORY.md writes it, for F = (lambda T)^p elementwise, with [k]_p = k(k+2)...(k+2p-2):
 // off-diagonal E[phi'(s_ij)^2 ||x_i||^2 ||u_j||^2] lambda^2 =
-//   lambda^2 p^2 (lambda^2 sigma_x^4 sigma_t^4)^{p-1} sigma_x^4 sigma_t^2 [D]_p [d]_p [D]_{p-1} ((2p-1)!! + (2p-3)!! (D-1)),
+//   lambda^2 p^2 (lambda^2 sigma_x^4 sigma_t^4)^{p-1} sigma_x^4 sigma_t^2 [D]_p [d]_p [D]_{p-1} ((2p-1)!! + (2p-3)!!
+//   (D-1)),
 // diagonal lambda^2 p^2 lambda^{2p-2} sigma_t^{4p-2} sigma_x^{4p} [D]_{2p} (2p-3)!! [d]_p. The product forms, kept to
 // check log_projection_moment(., ., p - 1, 1) against the notes ((-1)!! = 1).
 double offdiagonal_parameter_weight_product(const GaussianModel& model, int p);

@@ -14,10 +14,10 @@ struct RowSoftmaxNorms {
 };
 
 struct SoftmaxNorms {
-  double softmax_fro = 0;       // ||softmax(A)||_F
-  double grad_fro = 0;          // ||grad softmax(A)||_F (Jacobian of the row-wise map R^{NxM} -> R^{NxM})
+  double softmax_fro = 0;  // ||softmax(A)||_F
+  double grad_fro = 0;     // ||grad softmax(A)||_F (Jacobian of the row-wise map R^{NxM} -> R^{NxM})
   double max_row_jacobian_sq = 0;
-  Index worst_row = 0;          // row with the largest per-row Jacobian term
+  Index worst_row = 0;  // row with the largest per-row Jacobian term
 };
 
 // Stable row softmax: subtracts the row max; -inf logits get probability 0.

@@ -1,7 +1,8 @@
 #pragma once
-// Worst-case searches for the softmax bounds (C1/C2) and for the terms of cross-normalization's bounds (C9). Both norms are sums over rows of a function of that row alone, so
-// the sup over N x N matrices is N times the sup over one row, and a matrix whose rows are each maximal is a
-// maximizer. The search climbs one row of logits at a time; the caller supplies the (random) starts.
+// Worst-case searches for the softmax bounds (C1/C2) and for the terms of cross-normalization's bounds (C9). Both norms
+// are sums over rows of a function of that row alone, so the sup over N x N matrices is N times the sup over one row,
+// and a matrix whose rows are each maximal is a maximizer. The search climbs one row of logits at a time; the caller
+// supplies the (random) starts.
 
 #include "attncheck/theory/common.hpp"
 
@@ -27,8 +28,7 @@ struct RowSearchResult {
 
 // Gradient ascent in logit space with an adaptive step (grown on success, cut on failure), analytic gradient
 // d objective / d z_k = s_k (gamma_k - sum_j s_j gamma_j) with gamma = d objective / d s.
-RowSearchResult maximize_row(RowObjective objective, std::vector<double> start,
-                             const RowSearchOptions& options = {});
+RowSearchResult maximize_row(RowObjective objective, std::vector<double> start, const RowSearchOptions& options = {});
 
 // C9 (THEORY.md fact 11): both Jacobian norms of O = softmax(S) softmax_col(V) are sums over (row i, column k) of
 // f(x, y) = sum_j x_j^2 (y_j - x . y)^2 (cross_norm_term_sq), with x, y the pair below. The search climbs the

@@ -3,7 +3,7 @@
 #include "attncheck/records/input_file.hpp"
 #include "attncheck/theory/common.hpp"
 
-#include "fixtures.hpp"
+#include "records/fixtures.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -13,10 +13,9 @@
 #include <future>
 #include <vector>
 
-using namespace attncheck::reports;
 using namespace attncheck::records;
-using attncheck::reports::testing::TempDir;
-using attncheck::reports::testing::write_text;
+using attncheck::records::testing::TempDir;
+using attncheck::records::testing::write_text;
 using attncheck::theory::InputError;
 namespace fs = std::filesystem;
 
@@ -61,8 +60,10 @@ TEST_CASE("a FIFO is refused at once, not waited on for a writer", "[input-file]
     // A blocking open would wait for the other end forever; run it aside and give it ample time.
     auto attempt = std::async(std::launch::async, [&] {
       try {
-        if (appending) append_to_file(fifo, "line\n");
-        else InputFile{fifo};
+        if (appending)
+          append_to_file(fifo, "line\n");
+        else
+          InputFile{fifo};
         return std::string("accepted");
       } catch (const InputError& e) {
         return std::string(e.what());

@@ -80,8 +80,8 @@ NormSums<double> lane_split_sums(const theory::AttentionMap& map, const Matrix& 
       for (int lane = 0; lane < G; ++lane) {
         PointwiseRowSums<double> row;
         for (Index j = lane; j < n; j += G) {
-          monte_carlo::add_entry(row, monte_carlo::pointwise_entry_terms(act.h, act.p, S(i, j)),
-                                 U.row(j).squaredNorm(), X.row(j).squaredNorm());
+          monte_carlo::add_entry(row, monte_carlo::pointwise_entry_terms(act.h, act.p, S(i, j)), U.row(j).squaredNorm(),
+                                 X.row(j).squaredNorm());
         }
         merged.value_sq += row.value_sq;
         merged.deriv_sq += row.deriv_sq;
@@ -148,9 +148,9 @@ TEST_CASE("normal pairs placed by NormalLayout, one pair per stream position, re
     const Index N = *rc::gen::inRange<Index>(1, 12), D = *rc::gen::inRange<Index>(1, 7),
                 d = *rc::gen::inRange<Index>(1, 7), dv = *rc::gen::inRange<Index>(0, 6);
     const std::uint64_t seed = *rc::gen::arbitrary<std::uint64_t>(), k = *rc::gen::inRange<std::uint64_t>(0, 1000);
-    const monte_carlo::SweepPoint point = monte_carlo::make_sweep_point(
-        {N, D, d, 1.7, 0.3}, {}, seed, theory::ScoreModel::projected,
-        dv > 0 ? std::optional<double>(1) : std::nullopt, dv);
+    const monte_carlo::SweepPoint point =
+        monte_carlo::make_sweep_point({N, D, d, 1.7, 0.3}, {}, seed, theory::ScoreModel::projected,
+                                      dv > 0 ? std::optional<double>(1) : std::nullopt, dv);
     monte_carlo::SampleInputs cpu;
     monte_carlo::draw_sample(point, k, cpu);
 

@@ -23,8 +23,8 @@ TEST_CASE("a size beyond the available memory is an input error naming it", "[me
   CHECK(available_memory_bytes() > 0);
   CHECK_NOTHROW(require_memory(1024, "a small buffer"));
   CHECK_THROWS_WITH(require_memory(kSaturated, "--N 2305843009213693952", "; use a smaller N"),
-                    Catch::Contains("--N 2305843009213693952 needs more than") && Catch::Contains("GiB are available") &&
-                        Catch::Contains("; use a smaller N"));
+                    Catch::Contains("--N 2305843009213693952 needs more than") &&
+                        Catch::Contains("GiB are available") && Catch::Contains("; use a smaller N"));
   // (Free memory changes from one call to the next: only sizes far from the budget are compared.)
   CHECK_THROWS_AS(require_memory(4 * available_memory_bytes(), "x"), attncheck::theory::InputError);
 }

@@ -3,7 +3,7 @@
 #include "attncheck/records/results_folder.hpp"
 #include "attncheck/theory/common.hpp"
 
-#include "fixtures.hpp"
+#include "records/fixtures.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -11,9 +11,8 @@
 
 #include <algorithm>
 
-using namespace attncheck::reports;
 using namespace attncheck::records;
-using namespace attncheck::reports::testing;
+using namespace attncheck::records::testing;
 using attncheck::theory::InputError;
 using Catch::Matchers::Contains;
 
@@ -193,8 +192,9 @@ TEST_CASE("unknown keys are ignored, as the format allows", "[results]") {
 TEST_CASE("the local exponent a verdict reads is kept with its window and interval, or marked missing", "[results]") {
   TempDir dir;
   json document = json::parse(fits_text({FixtureSeries{}, FixtureSeries{}}));
-  document["series"][0]["local_exponent"] = {{"window", {16, 32, 64}}, {"exponent", 0.98}, {"sampling_half_width", 0.02},
-                                             {"systematic", 0.01}, {"interval", {0.95, 1.01}}, {"missing", nullptr}};
+  document["series"][0]["local_exponent"] = {{"window", {16, 32, 64}},      {"exponent", 0.98},
+                                             {"sampling_half_width", 0.02}, {"systematic", 0.01},
+                                             {"interval", {0.95, 1.01}},    {"missing", nullptr}};
   document["series"][0]["cross_check"] = nullptr;
   // Too few points: the writer gives the window and why there is no interval.
   document["series"][1]["local_exponent"] = {{"window", {64}}, {"missing", "one point in the window"}};

@@ -23,7 +23,8 @@ constexpr std::uint64_t kPlenty = 1ULL << 30;
 TEST_CASE("npy float64 and float32, C and Fortran order, both byte orders") {
   const std::vector<double> values{1, 2, 3, 4, 5, 6};
   const auto c64 = fresh("c64.npy");
-  testing::write_npy_raw(c64, "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3), }", testing::raw_bytes(values));
+  testing::write_npy_raw(c64, "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3), }",
+                         testing::raw_bytes(values));
   const theory::Matrix m = records::read_matrix(c64, kPlenty);
   REQUIRE(m.rows() == 2);
   REQUIRE(m.cols() == 3);
@@ -36,7 +37,8 @@ TEST_CASE("npy float64 and float32, C and Fortran order, both byte orders") {
   CHECK(records::read_matrix(f32, kPlenty) == m);
 
   std::string big_endian = testing::raw_bytes(values);
-  for (std::size_t k = 0; k < big_endian.size(); k += 8) std::reverse(big_endian.begin() + k, big_endian.begin() + k + 8);
+  for (std::size_t k = 0; k < big_endian.size(); k += 8)
+    std::reverse(big_endian.begin() + k, big_endian.begin() + k + 8);
   const auto be = fresh("be.npy");
   testing::write_npy_raw(be, "{'descr': '>f8', 'fortran_order': False, 'shape': (2, 3), }", big_endian);
   CHECK(records::read_matrix(be, kPlenty) == m);
@@ -56,14 +58,16 @@ TEST_CASE("npy arrays of three dimensions in C and Fortran order read the same, 
     }
   }
   const auto c = fresh("c3.npy"), f = fresh("f3.npy");
-  testing::write_npy_raw(c, "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3, 4), }", testing::raw_bytes(c_order));
+  testing::write_npy_raw(c, "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3, 4), }",
+                         testing::raw_bytes(c_order));
   testing::write_npy_raw(f, "{'descr': '<f8', 'fortran_order': True, 'shape': (2, 3, 4), }",
                          testing::raw_bytes(fortran_order));
   const records::NpyArray from_c = records::read_npy_array(c, 3, kPlenty);
   CHECK(from_c.shape == std::vector<std::uint64_t>{2, 3, 4});
   CHECK(from_c.values == c_order);
   CHECK(records::read_npy_array(f, 3, kPlenty).values == c_order);
-  CHECK_THROWS_WITH(records::read_npy_array(c, 2, kPlenty), Catch::Contains("c3.npy") && Catch::Contains("expected a 2-D"));
+  CHECK_THROWS_WITH(records::read_npy_array(c, 2, kPlenty),
+                    Catch::Contains("c3.npy") && Catch::Contains("expected a 2-D"));
   CHECK_THROWS_WITH(records::read_matrix(c, kPlenty), Catch::Contains("expected a 2-D matrix"));
 }
 
@@ -80,8 +84,7 @@ TEST_CASE("CSV with commas or spaces, comments, and inf tokens") {
 TEST_CASE("malformed files are errors naming the file and the problem") {
   const auto check = [](const std::filesystem::path& path, const std::string& fragment) {
     INFO(path);
-    CHECK_THROWS_WITH(records::read_matrix(path, kPlenty),
-                      Catch::Contains(path.string()) && Catch::Contains(fragment));
+    CHECK_THROWS_WITH(records::read_matrix(path, kPlenty), Catch::Contains(path.string()) && Catch::Contains(fragment));
   };
   check(kDir / "missing.npy", "no such file");
   const auto header_past_end = fresh("long-header.npy");
@@ -91,7 +94,8 @@ TEST_CASE("malformed files are errors naming the file and the problem") {
   testing::write_npy_raw(ints, "{'descr': '<i8', 'fortran_order': False, 'shape': (1, 1), }", std::string(8, '\0'));
   check(ints, "'<i8' is not float32 or float64");
   const auto short_data = fresh("short.npy");
-  testing::write_npy_raw(short_data, "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 2), }", std::string(24, '\0'));
+  testing::write_npy_raw(short_data, "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 2), }",
+                         std::string(24, '\0'));
   check(short_data, "needs 32");
   const auto vector = fresh("vector.npy");
   testing::write_npy_raw(vector, "{'descr': '<f8', 'fortran_order': False, 'shape': (3,), }", std::string(24, '\0'));
@@ -110,5 +114,6 @@ TEST_CASE("malformed files are errors naming the file and the problem") {
 TEST_CASE("a matrix larger than the memory budget is refused before it is read") {
   const auto huge = fresh("huge.npy");
   testing::write_npy_raw(huge, "{'descr': '<f8', 'fortran_order': False, 'shape': (100000, 100000), }", "");
-  CHECK_THROWS_WITH(records::read_matrix(huge, 1ULL << 30), Catch::Contains("100000 x 100000") && Catch::Contains("GiB"));
+  CHECK_THROWS_WITH(records::read_matrix(huge, 1ULL << 30),
+                    Catch::Contains("100000 x 100000") && Catch::Contains("GiB"));
 }

@@ -15,7 +15,7 @@
 
 #include <unistd.h>
 
-namespace attncheck::reports::testing {
+namespace attncheck::records::testing {
 
 using nlohmann::json;
 namespace fs = std::filesystem;
@@ -25,8 +25,7 @@ class TempDir {
  public:
   TempDir() {
     static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() /
-            fmt::format("attncheck-reports-test-{}-{}", static_cast<long>(::getpid()), counter++);
+    path_ = fs::temp_directory_path() / fmt::format("attncheck-test-{}-{}", static_cast<long>(::getpid()), counter++);
     fs::remove_all(path_);
     fs::create_directories(path_);
   }
@@ -204,4 +203,4 @@ inline std::size_t count_occurrences(const std::string& text, const std::string&
   return count;
 }
 
-}  // namespace attncheck::reports::testing
+}  // namespace attncheck::records::testing

@@ -56,8 +56,8 @@ TEST_CASE("results do not depend on the thread count") {
 TEST_CASE("the human table names the claims and verdicts") {
   const auto result = run_attncheck("bounds --N 16 --family two-equal-top constant");
   CHECK(result.exit_code == 0);
-  CHECK_THAT(result.out, Catch::Contains("two-equal-top") && Catch::Contains("holds") &&
-                             Catch::Contains("sqrt(N)/2") && Catch::Contains("v2"));
+  CHECK_THAT(result.out, Catch::Contains("two-equal-top") && Catch::Contains("holds") && Catch::Contains("sqrt(N)/2") &&
+                             Catch::Contains("v2"));
 }
 
 TEST_CASE("input matrices: the user's matrix, N from the file, same answer from CSV and npy") {
@@ -65,7 +65,8 @@ TEST_CASE("input matrices: the user's matrix, N from the file, same answer from 
   std::ofstream(csv) << "0,0,-50\n1,2,3\n-inf,5,-inf\n";
   const auto npy = fresh("logits.npy");
   attncheck::testing::write_npy_raw(npy, "{'descr': '<f8', 'fortran_order': False, 'shape': (3, 3), }",
-                                    attncheck::testing::raw_bytes(std::vector<double>{0, 0, -50, 1, 2, 3, -INFINITY, 5, -INFINITY}));
+                                    attncheck::testing::raw_bytes(
+                                        std::vector<double>{0, 0, -50, 1, 2, 3, -INFINITY, 5, -INFINITY}));
   const auto from_csv = run_attncheck("bounds --json --input " + csv.string());
   const auto from_npy = run_attncheck("bounds --json --input " + npy.string());
   REQUIRE(from_csv.exit_code == 0);

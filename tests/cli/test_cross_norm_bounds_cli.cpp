@@ -32,10 +32,10 @@ void write_npy(const std::filesystem::path& path, const Matrix& m) {
   for (Eigen::Index i = 0; i < m.rows(); ++i) {
     for (Eigen::Index j = 0; j < m.cols(); ++j) data.push_back(m(i, j));
   }
-  attncheck::testing::write_npy_raw(
-      path, "{'descr': '<f8', 'fortran_order': False, 'shape': (" + std::to_string(m.rows()) + ", " +
-                std::to_string(m.cols()) + "), }",
-      attncheck::testing::raw_bytes(data));
+  attncheck::testing::write_npy_raw(path,
+                                    "{'descr': '<f8', 'fortran_order': False, 'shape': (" + std::to_string(m.rows()) +
+                                        ", " + std::to_string(m.cols()) + "), }",
+                                    attncheck::testing::raw_bytes(data));
 }
 
 constexpr std::array<const char*, 5> kKeys{"column_softmax_fro", "column_grad_fro", "output_fro", "grad_values_fro",

@@ -55,8 +55,8 @@ constexpr unsigned kRunTimeoutSeconds = 30;  // a run's own limit; typical runs 
 
 struct Outcome {
   bool exited = false;
-  int code = -1;     // exit code, when exited
-  int signal = 0;    // terminating signal otherwise (SIGALRM: the timeout)
+  int code = -1;   // exit code, when exited
+  int signal = 0;  // terminating signal otherwise (SIGALRM: the timeout)
   std::string err;
 };
 
@@ -106,7 +106,8 @@ Outcome run_in_child(const std::vector<std::string>& args, const fs::path& scrat
 
 std::string joined(const std::vector<std::string>& args) {
   std::string text;
-  for (const auto& a : args) text += (text.empty() ? "" : " ") + (a.find_first_of(" \n'\"") == std::string::npos ? a : "'" + a + "'");
+  for (const auto& a : args)
+    text += (text.empty() ? "" : " ") + (a.find_first_of(" \n'\"") == std::string::npos ? a : "'" + a + "'");
   return text;
 }
 
@@ -114,7 +115,8 @@ std::string joined(const std::vector<std::string>& args) {
 struct Fixtures {
   fs::path root;
   fs::path csv, npy, nan_csv, huge_npy, fifo, folder, absent, tokens, bad_tokens;
-  fs::path bert, gpt2, truncated_model, config_folder_model, run, probe_log, results, hostile_results, text_file, sentences;
+  fs::path bert, gpt2, truncated_model, config_folder_model, run, probe_log, results, hostile_results, text_file,
+      sentences;
 
   explicit Fixtures(const fs::path& dir) : root(dir) {
     fs::create_directories(root);
@@ -126,7 +128,8 @@ struct Fixtures {
     nan_csv = root / "nan.csv";
     std::ofstream(nan_csv) << "1,nan\n0,0\n";
     huge_npy = root / "huge.npy";  // a header that claims 2^31 x 2^31 doubles
-    attncheck::testing::write_npy_raw(huge_npy, "{'descr': '<f8', 'fortran_order': False, 'shape': (2147483648, 2147483648), }",
+    attncheck::testing::write_npy_raw(huge_npy,
+                                      "{'descr': '<f8', 'fortran_order': False, 'shape': (2147483648, 2147483648), }",
                                       std::string(64, '\0'));
     fifo = root / "fifo";
     ::mkfifo(fifo.c_str(), 0600);
@@ -159,20 +162,44 @@ struct Fixtures {
     write_tiny_gpt2(run / "step-2.safetensors", {}, 4);
     std::ofstream(run / "step-3.safetensors") << "truncated";
     probe_log = root / "probe.jsonl";
-    std::ofstream(probe_log) << R"({"checkpoint":"a","step":1,"layer":0,"head":0,"N":4,"softmax_fro":1.5,"grad_fro":0.3,"dWq_fro":1,"dWk_fro":1,"activation":"softmax"})"
-                             << "\n";
+    std::ofstream(probe_log)
+        << R"({"checkpoint":"a","step":1,"layer":0,"head":0,"N":4,"softmax_fro":1.5,"grad_fro":0.3,"dWq_fro":1,"dWk_fro":1,"activation":"softmax"})"
+        << "\n";
     results = root / "results";  // filled by a run of mc in setup
     hostile_results = root / "hostile";
     fs::create_directories(hostile_results);
     // A scale that, were it script text, would run a shell command: the report must refuse it.
-    nlohmann::json series = {{"claim", "C3"}, {"reading", "elementwise"}, {"phi", "poly"}, {"p", 1}, {"alpha", nullptr},
+    nlohmann::json series = {{"claim", "C3"},
+                             {"reading", "elementwise"},
+                             {"phi", "poly"},
+                             {"p", 1},
+                             {"alpha", nullptr},
                              {"scale", "none\nsystem('touch " + (root / "executed").string() + "')"},
-                             {"formula", "f"}, {"D", 2}, {"d", 2}, {"estimand", "value"}, {"sigma_x", 1}, {"sigma_t", 1},
-                             {"slope", 1}, {"slope_ci", {0.9, 1.1}}, {"intercept", 0}, {"claimed_exponent", 1},
-                             {"tolerance", 0.05}, {"verdict", "tight"}, {"N", {4, 8}}, {"mean", {1, 2}},
-                             {"se", {0.1, 0.1}}, {"exact_sq", {nullptr, nullptr}}};
-    nlohmann::json fits = {{"provenance", {{"version", "0"}, {"date", "d"}, {"machine", "m"}, {"backend", "cpu"},
-                                           {"threads", 1}, {"run_seed", 1}, {"command", "c"}, {"wall_seconds", 1}}},
+                             {"formula", "f"},
+                             {"D", 2},
+                             {"d", 2},
+                             {"estimand", "value"},
+                             {"sigma_x", 1},
+                             {"sigma_t", 1},
+                             {"slope", 1},
+                             {"slope_ci", {0.9, 1.1}},
+                             {"intercept", 0},
+                             {"claimed_exponent", 1},
+                             {"tolerance", 0.05},
+                             {"verdict", "tight"},
+                             {"N", {4, 8}},
+                             {"mean", {1, 2}},
+                             {"se", {0.1, 0.1}},
+                             {"exact_sq", {nullptr, nullptr}}};
+    nlohmann::json fits = {{"provenance",
+                            {{"version", "0"},
+                             {"date", "d"},
+                             {"machine", "m"},
+                             {"backend", "cpu"},
+                             {"threads", 1},
+                             {"run_seed", 1},
+                             {"command", "c"},
+                             {"wall_seconds", 1}}},
                            {"series", {series}}};
     std::ofstream(hostile_results / "fits.json") << fits.dump();
   }
@@ -189,12 +216,18 @@ class Generator {
     args_.clear();
     hostile_ = chance(50);
     const int kind = static_cast<int>(pick(100));
-    if (kind < 24) bounds();
-    else if (kind < 60) mc();
-    else if (kind < 80) probe();
-    else if (kind < 94) report();
-    else if (kind < 97) selftest();
-    else other();
+    if (kind < 24)
+      bounds();
+    else if (kind < 60)
+      mc();
+    else if (kind < 80)
+      probe();
+    else if (kind < 94)
+      report();
+    else if (kind < 97)
+      selftest();
+    else
+      other();
     if (hostile_ && chance(10)) args_.push_back(any({"--nope", "-x", "--", "--N", "=", "--help"}));
     if (hostile_ && chance(5) && args_.size() > 2) {
       std::swap(args_[1 + pick(args_.size() - 1)], args_[1 + pick(args_.size() - 1)]);
@@ -226,8 +259,19 @@ class Generator {
 
   // Numbers that must be refused wherever a count or a size is expected.
   std::string bad_number() {
-    static const std::vector<std::string> numbers = {"nan", "-nan", "inf", "-inf", "-1", "1e300", "-1e300", "abc", "",
-                                                     "1.5", "0x10", "18446744073709551616", "99999999999999999999"};
+    static const std::vector<std::string> numbers = {"nan",
+                                                     "-nan",
+                                                     "inf",
+                                                     "-inf",
+                                                     "-1",
+                                                     "1e300",
+                                                     "-1e300",
+                                                     "abc",
+                                                     "",
+                                                     "1.5",
+                                                     "0x10",
+                                                     "18446744073709551616",
+                                                     "99999999999999999999"};
     return numbers[pick(numbers.size())];
   }
 
@@ -236,16 +280,16 @@ class Generator {
     const bool from_file = chance(20);
     if (from_file) {
       args_.push_back("--input");
-      args_.push_back(value({path(f_.csv), path(f_.npy)},
-                            {path(f_.nan_csv), path(f_.huge_npy), path(f_.fifo), path(f_.folder), path(f_.absent),
-                             "/dev/zero", "/dev/null", path(f_.text_file)}));
+      args_.push_back(
+          value({path(f_.csv), path(f_.npy)}, {path(f_.nan_csv), path(f_.huge_npy), path(f_.fifo), path(f_.folder),
+                                               path(f_.absent), "/dev/zero", "/dev/null", path(f_.text_file)}));
     }
     if (!from_file || chance(20)) {
       args_.push_back("--N");
       args_.push_back(!hostile_ || chance(40) ? std::to_string(1 + pick(48))
-                      : chance(50)            ? any({"0", "1099511627776", "2305843009213693952", "9223372036854775807",
-                                                     "3037000500"})
-                                              : bad_number());
+                      : chance(50)
+                          ? any({"0", "1099511627776", "2305843009213693952", "9223372036854775807", "3037000500"})
+                          : bad_number());
     }
     option("--trials", {"1", "2", "3"}, {"0", "1000001", "-1", "nan", "1e300"});
     option("--search-starts", {"1", "2"}, {"0", "100001", "-3", "inf"}, 30);
@@ -273,7 +317,8 @@ class Generator {
   void mc() {
     args_ = {"mc"};
     if (chance(35)) {
-      required("--phi", {"poly", "matpow", "softmax", "relu", "relu2", "gelu", "softplus", "identity", "relu6", "sigmoid"},
+      required("--phi",
+               {"poly", "matpow", "softmax", "relu", "relu2", "gelu", "softplus", "identity", "relu6", "sigmoid"},
                {"tanh", ""});
       option("--claimed-exponent", {"1", "0.5", "2"}, {"nan", "inf", "-inf", "65", "-1e300"});
       option("--inner-scale", {"1/sqrt(d)", "0.5", "2"}, {"0", "nan", "1e300", "x"}, 30);
@@ -337,12 +382,13 @@ class Generator {
     const int input = static_cast<int>(pick(4));
     if (input == 0 || (hostile_ && chance(5))) {
       args_.push_back("--text");
-      args_.push_back(any({"the cat sat", "the cats sat on the mat.", "", "\xff\xfe bad utf-8 \xc3",
-                           "<script>alert(1)</script>", "un cafe",
-                           "the the the the the the the the the the the the the the the the the"}));
+      args_.push_back(
+          any({"the cat sat", "the cats sat on the mat.", "", "\xff\xfe bad utf-8 \xc3", "<script>alert(1)</script>",
+               "un cafe", "the the the the the the the the the the the the the the the the the"}));
     }
     if (input == 1 || (hostile_ && chance(5))) {
-      required("--tokens", {path(f_.tokens)}, {path(f_.bad_tokens), path(f_.fifo), path(f_.folder), "/dev/zero", path(f_.absent)});
+      required("--tokens", {path(f_.tokens)},
+               {path(f_.bad_tokens), path(f_.fifo), path(f_.folder), "/dev/zero", path(f_.absent)});
     }
     if (input == 2 || (hostile_ && chance(5))) {
       args_.push_back("--random");
@@ -364,9 +410,9 @@ class Generator {
   void report() {
     args_ = {"report"};
     if (!hostile_ || chance(95)) {
-      args_.push_back(value({path(f_.results), path(f_.probe_log)},
-                            {path(f_.hostile_results), path(f_.absent), path(f_.fifo), path(f_.text_file),
-                             path(f_.folder), path(f_.run)}));
+      args_.push_back(
+          value({path(f_.results), path(f_.probe_log)}, {path(f_.hostile_results), path(f_.absent), path(f_.fifo),
+                                                         path(f_.text_file), path(f_.folder), path(f_.run)}));
     }
     if (!hostile_ || chance(95)) {
       args_.push_back("--out");
@@ -436,7 +482,8 @@ TEST_CASE("the command line fuzzed: every run exits 0, 1 or 2 by itself, and a r
       slowest = took;
       slowest_args = joined(args);
     }
-    const bool ok = outcome.exited && outcome.code >= 0 && outcome.code <= 3 && (outcome.code < 2 || !outcome.err.empty());
+    const bool ok =
+        outcome.exited && outcome.code >= 0 && outcome.code <= 3 && (outcome.code < 2 || !outcome.err.empty());
     if (ok) {
       ++exits[outcome.code];
       continue;
@@ -444,15 +491,17 @@ TEST_CASE("the command line fuzzed: every run exits 0, 1 or 2 by itself, and a r
     ++failures;
     if (failures <= 10) {
       const std::string how = outcome.exited ? fmt::format("exit {}", outcome.code)
-                              : outcome.signal == SIGALRM ? fmt::format("no end within {} s", kRunTimeoutSeconds)
-                                                          : fmt::format("signal {} ({})", outcome.signal, ::strsignal(outcome.signal));
-      UNSCOPED_INFO("run " << run << ": attncheck " << joined(args) << "\n  " << how << "; stderr: " << outcome.err.substr(0, 600));
+                              : outcome.signal == SIGALRM
+                                  ? fmt::format("no end within {} s", kRunTimeoutSeconds)
+                                  : fmt::format("signal {} ({})", outcome.signal, ::strsignal(outcome.signal));
+      UNSCOPED_INFO("run " << run << ": attncheck " << joined(args) << "\n  " << how
+                           << "; stderr: " << outcome.err.substr(0, 600));
     }
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  WARN(fmt::format("{} runs in {:.1f} s: {} exited 0, {} exited 1, {} exited 2, {} exited 3; slowest {:.2f} s: attncheck {}",
-                   kRuns,
-                   seconds, exits[0], exits[1], exits[2], exits[3], slowest, slowest_args));
+  WARN(fmt::format(
+      "{} runs in {:.1f} s: {} exited 0, {} exited 1, {} exited 2, {} exited 3; slowest {:.2f} s: attncheck {}", kRuns,
+      seconds, exits[0], exits[1], exits[2], exits[3], slowest, slowest_args));
   CHECK(failures == 0);
   // No gnuplot command hidden in a results folder ran.
   CHECK_FALSE(fs::exists(fixtures.root / "executed"));

@@ -127,8 +127,8 @@ TEST_CASE("the fixed cases cover every activation, every estimand and each batch
     batched |= c.samples >= 32 && c.point.N <= 64;
     non_unit_sigma |= c.point.sigma_x != 1 && c.point.sigma_t != 1;
   }
-  for (const char* phi : {"poly", "matpow", "softmax", "relu", "relu2", "gelu", "softplus", "identity", "relu6",
-                          "sigmoid"}) {
+  for (const char* phi :
+       {"poly", "matpow", "softmax", "relu", "relu2", "gelu", "softplus", "identity", "relu6", "sigmoid"}) {
     INFO(phi);
     CHECK(phis.count(phi) == 1);
   }

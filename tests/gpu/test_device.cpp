@@ -32,8 +32,10 @@ TEST_CASE("the CUDA backend refuses what the CPU backend refuses, with the same 
   point.map.activation = {theory::ActivationKind::matpow, theory::Pointwise::identity, 2};
   std::vector<monte_carlo::SampleValues> out;
   const std::vector<monte_carlo::Estimand> dq{monte_carlo::Estimand::dQ};
-  CHECK_THROWS_WITH(backend->evaluate(point, dq, 0, 2, out), "the matrix-power reading is supported for the value estimand only");
-  CHECK_THROWS_WITH(cpu.evaluate(point, dq, 0, 2, out), "the matrix-power reading is supported for the value estimand only");
+  CHECK_THROWS_WITH(backend->evaluate(point, dq, 0, 2, out),
+                    "the matrix-power reading is supported for the value estimand only");
+  CHECK_THROWS_WITH(cpu.evaluate(point, dq, 0, 2, out),
+                    "the matrix-power reading is supported for the value estimand only");
   point.N = 1;
   const std::vector<monte_carlo::Estimand> var{monte_carlo::Estimand::score_var};
   CHECK_THROWS_AS(backend->evaluate(point, var, 0, 1, out), theory::InputError);
