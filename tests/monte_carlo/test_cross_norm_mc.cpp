@@ -122,7 +122,9 @@ TEST_CASE("C9 sweep: holds with basis exact at mix alpha = 1, every sample withi
   REQUIRE(outcome.series.size() == 8);  // two mixes x value, dV, dS, dQ
   CHECK(outcome.exit_code == 0);
   CHECK(outcome.claims == std::vector<std::string>{"C9"});
-  for (const nlohmann::json& s : outcome.to_json()["series"]) {
+  // The document must outlive the loop: a range over a temporary's member would read freed memory.
+  const nlohmann::json document = outcome.to_json();
+  for (const nlohmann::json& s : document["series"]) {
     const std::string estimand = s["estimand"];
     const double mix = s["mix"];
     INFO(estimand << " mix " << mix << ": " << s["verdict_reason"].dump());
