@@ -107,10 +107,16 @@ void draw(benchmark::State& state) {
 }
 BENCHMARK(draw)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// Argument 0, 1, 2: the scalar, AVX2 and AVX-512 Box-Muller paths.
+NormalMath normal_math_of(const benchmark::State& state) {
+  constexpr NormalMath kByArgument[] = {NormalMath::scalar, NormalMath::avx2, NormalMath::avx512};
+  return kByArgument[state.range(0)];
+}
+
 void normal_pairs(benchmark::State& state) {
-  const NormalMath math = state.range(0) == 0 ? NormalMath::scalar : NormalMath::avx2;
+  const NormalMath math = normal_math_of(state);
   if (!normal_math_supported(math)) {
-    state.SkipWithError("no AVX2 + FMA (or no libmvec) here");
+    state.SkipWithError((std::string("no ") + streams::normal_math_name(math) + " normals here").c_str());
     return;
   }
   constexpr std::size_t kPairs = (kN * kD + 2 * kD * kd) / 2;
@@ -122,15 +128,15 @@ void normal_pairs(benchmark::State& state) {
     benchmark::DoNotOptimize(out.data());
   }
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * kPairs));
-  state.SetLabel(math == NormalMath::scalar ? "scalar" : "avx2");
+  state.SetLabel(streams::normal_math_name(math));
 }
-BENCHMARK(normal_pairs)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(normal_pairs)->DenseRange(0, 2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
-// The Philox words alone, same count, same two paths: what the vectorized Philox contributes.
+// The Philox words alone, same count, same paths: what the vectorized Philox contributes.
 void philox_words(benchmark::State& state) {
-  const NormalMath math = state.range(0) == 0 ? NormalMath::scalar : NormalMath::avx2;
+  const NormalMath math = normal_math_of(state);
   if (!normal_math_supported(math)) {
-    state.SkipWithError("no AVX2 + FMA (or no libmvec) here");
+    state.SkipWithError((std::string("no ") + streams::normal_math_name(math) + " normals here").c_str());
     return;
   }
   constexpr std::size_t kBlocks = (kN * kD + 2 * kD * kd) / 2;
@@ -142,9 +148,9 @@ void philox_words(benchmark::State& state) {
     benchmark::DoNotOptimize(words.data());
   }
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * kBlocks));
-  state.SetLabel(math == NormalMath::scalar ? "scalar" : "avx2");
+  state.SetLabel(streams::normal_math_name(math));
 }
-BENCHMARK(philox_words)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(philox_words)->DenseRange(0, 2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 #if defined(ATTNCHECK_BENCH_OPENBLAS)
 template <class Real>

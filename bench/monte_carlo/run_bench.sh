@@ -45,8 +45,9 @@ block_ns = {cpp[k]["label"]: 1e9 / cpp[k]["items_per_second"] for k in cpp
             if k.startswith("philox_words/") and "items_per_second" in cpp[k]}
 for what, ns in (("normal pair (Philox + Box-Muller)", pair_ns), ("Philox block alone", block_ns)):
     if ns:
+        speedups = ", ".join(f"scalar/{k} = {ns['scalar'] / v:.1f}x" for k, v in ns.items() if k != "scalar")
         print(f"  {what}: " + ", ".join(f"{v:.2f} ns {k}" for k, v in ns.items())
-              + (f" (scalar/avx2 = {ns['scalar'] / ns['avx2']:.1f}x)" if len(ns) == 2 else ""))
+              + (f" ({speedups})" if "scalar" in ns and speedups else ""))
 def per_cpu_second(k):  # process CPU time of the whole batch, all threads
     b = cpp[k]
     return b["items_per_second"] * b["real_time"] / b["cpu_time"]

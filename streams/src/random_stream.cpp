@@ -168,29 +168,166 @@ void box_muller_pairs_avx2(const double* u, const double* angle, std::size_t pai
 }
 
 #pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512dq,avx2,fma")
+// GCC 12's AVX-512 shift and multiply intrinsics start from _mm512_undefined_epi32(), which it then reports as
+// used uninitialized (GCC bug 105593, fixed in GCC 13).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+// glibc's libmvec, AVX-512 variants (8 doubles a lane group), the same 4-ulp guarantee as the AVX2 ones.
+extern "C" __m512d _ZGVeN8v_log(__m512d);
+extern "C" __m512d _ZGVeN8v_sin(__m512d);
+extern "C" __m512d _ZGVeN8v_cos(__m512d);
+
+constexpr std::size_t kPhiloxLanes512 = 16;
+
+std::size_t whole_lanes_512(std::size_t n) { return (n + kPhiloxLanes512 - 1) / kPhiloxLanes512 * kPhiloxLanes512; }
+
+// philox8 on 16 counters, two registers of eight 64-bit lanes (same word-per-lane layout).
+void philox16(const PhiloxKey& key, std::uint64_t* c0, std::uint64_t* c1, std::uint64_t* c2, std::uint64_t* c3) {
+  const __m512i m0 = _mm512_set1_epi64(PHILOX_M4x32_0), m1 = _mm512_set1_epi64(PHILOX_M4x32_1);
+  __m512i x[2][4];
+  for (int g = 0; g < 2; ++g) {
+    x[g][0] = _mm512_loadu_si512(c0 + 8 * g);
+    x[g][1] = _mm512_loadu_si512(c1 + 8 * g);
+    x[g][2] = _mm512_loadu_si512(c2 + 8 * g);
+    x[g][3] = _mm512_loadu_si512(c3 + 8 * g);
+  }
+  std::uint32_t k0 = key.v[0], k1 = key.v[1];
+  for (int round = 0; round < 10; ++round) {
+    const __m512i key0 = _mm512_set1_epi64(k0), key1 = _mm512_set1_epi64(k1);
+    for (int g = 0; g < 2; ++g) {
+      const __m512i p0 = _mm512_mul_epu32(m0, x[g][0]), p1 = _mm512_mul_epu32(m1, x[g][2]);
+      // a ^ b ^ c in one instruction (truth table 0x96).
+      const __m512i n0 = _mm512_ternarylogic_epi64(_mm512_srli_epi64(p1, 32), x[g][1], key0, 0x96);
+      const __m512i n2 = _mm512_ternarylogic_epi64(_mm512_srli_epi64(p0, 32), x[g][3], key1, 0x96);
+      x[g][0] = n0;
+      x[g][1] = p1;
+      x[g][2] = n2;
+      x[g][3] = p0;
+    }
+    k0 += PHILOX_W32_0;
+    k1 += PHILOX_W32_1;
+  }
+  const __m512i low = _mm512_set1_epi64(0xFFFFFFFF);
+  for (int g = 0; g < 2; ++g) {
+    _mm512_storeu_si512(c0 + 8 * g, _mm512_and_si512(x[g][0], low));
+    _mm512_storeu_si512(c1 + 8 * g, _mm512_and_si512(x[g][1], low));
+    _mm512_storeu_si512(c2 + 8 * g, _mm512_and_si512(x[g][2], low));
+    _mm512_storeu_si512(c3 + 8 * g, _mm512_and_si512(x[g][3], low));
+  }
+}
+
+void philox_blocks_avx512(const PhiloxKey& key, PhiloxCounter& counter, std::size_t blocks, std::uint32_t* words) {
+  alignas(64) std::uint64_t w[4][kChunk];
+  for (std::size_t done = 0; done < blocks;) {
+    const std::size_t n = std::min(kChunk, blocks - done), lanes = whole_lanes_512(n);
+    lane_counters(counter, n, lanes, w);
+    for (std::size_t i = 0; i < lanes; i += kPhiloxLanes512) philox16(key, w[0] + i, w[1] + i, w[2] + i, w[3] + i);
+    for (std::size_t i = 0; i < n; ++i) {
+      for (int j = 0; j < 4; ++j) words[4 * (done + i) + j] = static_cast<std::uint32_t>(w[j][i]);
+    }
+    done += n;
+  }
+}
+
+// Box-Muller on 8 lanes into 8 interleaved pairs (16 doubles at out): box_muller_pair's operations, each
+// correctly rounded, in its order.
+void box_muller_8(__m512d u, __m512d angle, __m512d sd, double* out) {
+  const __m512d radius = _mm512_sqrt_pd(_mm512_mul_pd(_mm512_set1_pd(-2.0), _ZGVeN8v_log(u)));
+  const __m512d first = _mm512_mul_pd(sd, _mm512_mul_pd(radius, _ZGVeN8v_sin(angle)));
+  const __m512d second = _mm512_mul_pd(sd, _mm512_mul_pd(radius, _ZGVeN8v_cos(angle)));
+  _mm512_storeu_pd(out, _mm512_permutex2var_pd(first, _mm512_setr_epi64(0, 8, 1, 9, 2, 10, 3, 11), second));
+  _mm512_storeu_pd(out + 8, _mm512_permutex2var_pd(first, _mm512_setr_epi64(4, 12, 5, 13, 6, 14, 7, 15), second));
+}
+
+// box_muller_uniforms on 8 lanes of words (each in the low half of a 64-bit lane): the integers are below
+// 2^53, so the unsigned conversion is exact, and the operations are those of the scalar function.
+void uniforms_8(const std::uint64_t* w0, const std::uint64_t* w1, const std::uint64_t* w2, const std::uint64_t* w3,
+                __m512d& u, __m512d& angle) {
+  constexpr double kTwoPow53Inv = 1.1102230246251565e-16;
+  constexpr double kPi = 3.1415926535897932;
+  const __m512i zx = _mm512_xor_si512(_mm512_loadu_si512(w0), _mm512_slli_epi64(_mm512_loadu_si512(w1), 21));
+  const __m512i zy = _mm512_xor_si512(_mm512_loadu_si512(w2), _mm512_slli_epi64(_mm512_loadu_si512(w3), 21));
+  u = _mm512_add_pd(_mm512_mul_pd(_mm512_cvtepu64_pd(zx), _mm512_set1_pd(kTwoPow53Inv)),
+                    _mm512_set1_pd(kTwoPow53Inv / 2.0));
+  const __m512d v = _mm512_add_pd(_mm512_mul_pd(_mm512_cvtepu64_pd(zy), _mm512_set1_pd(kTwoPow53Inv * 2.0)),
+                                  _mm512_set1_pd(kTwoPow53Inv));
+  angle = _mm512_mul_pd(v, _mm512_set1_pd(kPi));
+}
+
+void normal_pairs_avx512(const PhiloxKey& key, PhiloxCounter& counter, std::size_t pairs, double sd, double* out) {
+  alignas(64) std::uint64_t w[4][kChunk];
+  alignas(64) double tail[16];
+  const __m512d sd8 = _mm512_set1_pd(sd);
+  for (std::size_t done = 0; done < pairs;) {
+    const std::size_t n = std::min(kChunk, pairs - done), lanes = whole_lanes_512(n);
+    lane_counters(counter, n, lanes, w);
+    for (std::size_t i = 0; i < lanes; i += kPhiloxLanes512) philox16(key, w[0] + i, w[1] + i, w[2] + i, w[3] + i);
+    for (std::size_t i = 0; i < n; i += 8) {
+      __m512d u, angle;
+      uniforms_8(w[0] + i, w[1] + i, w[2] + i, w[3] + i, u, angle);
+      double* at = out + 2 * (done + i);
+      if (i + 8 <= n) {
+        box_muller_8(u, angle, sd8, at);
+      } else {
+        box_muller_8(u, angle, sd8, tail);
+        std::copy(tail, tail + 2 * (n - i), at);
+      }
+    }
+    done += n;
+  }
+}
+
+void box_muller_pairs_avx512(const double* u, const double* angle, std::size_t pairs, double sd, double* out) {
+  alignas(64) double u_lanes[8], angle_lanes[8], tail[16];
+  const __m512d sd8 = _mm512_set1_pd(sd);
+  for (std::size_t i = 0; i < pairs; i += 8) {
+    if (i + 8 <= pairs) {
+      box_muller_8(_mm512_loadu_pd(u + i), _mm512_loadu_pd(angle + i), sd8, out + 2 * i);
+      continue;
+    }
+    std::fill(u_lanes, u_lanes + 8, 0.5);  // any argument will do for lanes that are dropped
+    std::fill(angle_lanes, angle_lanes + 8, 1.0);
+    std::copy(u + i, u + pairs, u_lanes);
+    std::copy(angle + i, angle + pairs, angle_lanes);
+    box_muller_8(_mm512_load_pd(u_lanes), _mm512_load_pd(angle_lanes), sd8, tail);
+    std::copy(tail, tail + 2 * (pairs - i), out + 2 * i);
+  }
+}
+
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
 #endif
 
-// Whether `math` is the AVX2 path; throws when that path is asked for where it does not exist.
-bool takes_avx2(NormalMath math) {
-  if (math == NormalMath::scalar) return false;
-  if (!normal_math_supported(math)) throw theory::InputError("this CPU or build has no AVX2 normals (libmvec)");
-  return true;
+// `math` itself; throws when that path is asked for where it does not exist.
+NormalMath checked(NormalMath math) {
+  if (!normal_math_supported(math)) {
+    throw theory::InputError(std::string("this CPU or build has no ") + normal_math_name(math) + " normals (libmvec)");
+  }
+  return math;
 }
 
 NormalMath initial_normal_math() {
   const char* env = std::getenv("ATTNCHECK_NORMALS");
   const std::string wanted = env ? env : "";
-  if (wanted == "scalar") return NormalMath::scalar;
-  if (wanted == "avx2") {
-    if (!normal_math_supported(NormalMath::avx2)) {
-      throw theory::InputError("ATTNCHECK_NORMALS=avx2, but this CPU or build has no AVX2 normals (libmvec)");
+  for (const NormalMath math : kNormalMaths) {
+    if (wanted != normal_math_name(math)) continue;
+    if (!normal_math_supported(math)) {
+      throw theory::InputError("ATTNCHECK_NORMALS=" + wanted + ", but this CPU or build has no " + wanted +
+                               " normals (libmvec)");
     }
-    return NormalMath::avx2;
+    return math;
   }
   if (!wanted.empty()) {
-    throw theory::InputError("ATTNCHECK_NORMALS=" + wanted + ": expected scalar or avx2 (or unset)");
+    throw theory::InputError("ATTNCHECK_NORMALS=" + wanted + ": expected scalar, avx2 or avx512 (or unset)");
   }
-  return normal_math_supported(NormalMath::avx2) ? NormalMath::avx2 : NormalMath::scalar;
+  for (const NormalMath math : kNormalMaths) {
+    if (normal_math_supported(math)) return math;  // the fastest first
+  }
+  return NormalMath::scalar;
 }
 
 std::atomic<NormalMath>& current_normal_math() {
@@ -200,61 +337,76 @@ std::atomic<NormalMath>& current_normal_math() {
 
 }  // namespace
 
+const char* normal_math_name(NormalMath math) {
+  switch (math) {
+    case NormalMath::scalar: return "scalar";
+    case NormalMath::avx2: return "avx2";
+    case NormalMath::avx512: return "avx512";
+  }
+  return "unknown";
+}
+
 bool normal_math_supported(NormalMath math) {
-  if (math == NormalMath::scalar) return true;
+  switch (math) {
+    case NormalMath::scalar: return true;
 #if defined(ATTNCHECK_AVX2_NORMALS)
-  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return avx2;
-#else
-  return false;
+    case NormalMath::avx2: {
+      static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+      return avx2;
+    }
+    case NormalMath::avx512: {
+      static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+      return avx512;
+    }
 #endif
+    default: return false;
+  }
 }
 
 NormalMath normal_math() { return current_normal_math().load(std::memory_order_relaxed); }
 
-void set_normal_math(NormalMath math) {
-  takes_avx2(math);
-  current_normal_math().store(math, std::memory_order_relaxed);
-}
+void set_normal_math(NormalMath math) { current_normal_math().store(checked(math), std::memory_order_relaxed); }
 
 void philox_blocks(NormalMath math, const PhiloxKey& key, PhiloxCounter& counter, std::size_t blocks,
                    std::uint32_t* words) {
-  if (takes_avx2(math)) {
+  switch (checked(math)) {
 #if defined(ATTNCHECK_AVX2_NORMALS)
-    philox_blocks_avx2(key, counter, blocks, words);
-    return;
+    case NormalMath::avx2: philox_blocks_avx2(key, counter, blocks, words); return;
+    case NormalMath::avx512: philox_blocks_avx512(key, counter, blocks, words); return;
 #endif
-  }
-  for (std::size_t i = 0; i < blocks; ++i) {
-    const PhiloxCounter w = r123::Philox4x32{}(counter, key);
-    PhiloxStream::advance(counter);
-    for (int j = 0; j < 4; ++j) words[4 * i + j] = w.v[j];
+    default:
+      for (std::size_t i = 0; i < blocks; ++i) {
+        const PhiloxCounter w = r123::Philox4x32{}(counter, key);
+        PhiloxStream::advance(counter);
+        for (int j = 0; j < 4; ++j) words[4 * i + j] = w.v[j];
+      }
   }
 }
 
 void normal_pairs(NormalMath math, const PhiloxKey& key, PhiloxCounter& counter, std::size_t pairs, double sd,
                   double* out) {
-  if (takes_avx2(math)) {
+  switch (checked(math)) {
 #if defined(ATTNCHECK_AVX2_NORMALS)
-    normal_pairs_avx2(key, counter, pairs, sd, out);
-    return;
+    case NormalMath::avx2: normal_pairs_avx2(key, counter, pairs, sd, out); return;
+    case NormalMath::avx512: normal_pairs_avx512(key, counter, pairs, sd, out); return;
 #endif
+    default: normal_pairs_scalar(key, counter, pairs, sd, out);
   }
-  normal_pairs_scalar(key, counter, pairs, sd, out);
 }
 
 void box_muller_pairs(NormalMath math, const double* u, const double* angle, std::size_t pairs, double sd,
                       double* out) {
-  if (takes_avx2(math)) {
+  switch (checked(math)) {
 #if defined(ATTNCHECK_AVX2_NORMALS)
-    box_muller_pairs_avx2(u, angle, pairs, sd, out);
-    return;
+    case NormalMath::avx2: box_muller_pairs_avx2(u, angle, pairs, sd, out); return;
+    case NormalMath::avx512: box_muller_pairs_avx512(u, angle, pairs, sd, out); return;
 #endif
-  }
-  for (std::size_t i = 0; i < pairs; ++i) {
-    const auto pair = scalar_pair(u[i], angle[i], sd);
-    out[2 * i] = pair[0];
-    out[2 * i + 1] = pair[1];
+    default:
+      for (std::size_t i = 0; i < pairs; ++i) {
+        const auto pair = scalar_pair(u[i], angle[i], sd);
+        out[2 * i] = pair[0];
+        out[2 * i + 1] = pair[1];
+      }
   }
 }
 

@@ -114,11 +114,11 @@ TEST_CASE("the Gram path of fact 6 equals the direct sum of squared scores") {
   }
 }
 
-TEST_CASE("values do not depend on the thread count or on how samples are batched, on either Box-Muller path") {
-  for (NormalMath math : {NormalMath::scalar, NormalMath::avx2}) {
+TEST_CASE("values do not depend on the thread count or on how samples are batched, on every Box-Muller path") {
+  for (NormalMath math : attncheck::streams::kNormalMaths) {
     if (!normal_math_supported(math)) continue;
     const NormalMathGuard guard(math);
-    INFO("Box-Muller path " << (math == NormalMath::avx2 ? "avx2" : "scalar"));
+    INFO("Box-Muller path " << attncheck::streams::normal_math_name(math));
     for (const theory::Activation& act : {theory::Activation{ActivationKind::softmax, Pointwise::identity, 1},
                                           theory::Activation{ActivationKind::pointwise, Pointwise::poly, 3},
                                           theory::Activation{ActivationKind::pointwise, Pointwise::gelu, 1}}) {
@@ -143,30 +143,35 @@ TEST_CASE("values do not depend on the thread count or on how samples are batche
   }
 }
 
-TEST_CASE("a machine without AVX2 gets the same values up to the last bits of the normals") {
-  if (!normal_math_supported(NormalMath::avx2)) {
-    WARN("no AVX2 + FMA (or no libmvec) here: only the scalar path exists");
-    return;
-  }
+TEST_CASE("machines with other vector units get the same values up to the last bits of the normals") {
   const SweepPoint pt = make(64, 8, 5, {ActivationKind::pointwise, Pointwise::poly, 3}, 0.5, 31);
   const std::vector<Estimand> estimands{Estimand::value, Estimand::dQ, Estimand::dK, Estimand::dS};
-  std::vector<SampleValues> vec, ref;
-  SampleInputs vec_in, ref_in;
-  {
-    const NormalMathGuard guard(NormalMath::avx2);
-    CpuBackend(2, 16).evaluate(pt, estimands, 0, 4, vec);
-    draw_sample(pt, 3, vec_in);
-  }
+  std::vector<SampleValues> ref;
+  SampleInputs ref_in;
   {
     const NormalMathGuard guard(NormalMath::scalar);
     CpuBackend(2, 16).evaluate(pt, estimands, 0, 4, ref);
     draw_sample(pt, 3, ref_in);
   }
-  CHECK(vec_in.X != ref_in.X);  // the paths do differ in the last bits, so the comparison below is not vacuous
-  CHECK((vec_in.X - ref_in.X).cwiseAbs().maxCoeff() <= 1e-14 * ref_in.X.cwiseAbs().maxCoeff());
-  for (std::size_t k = 0; k < ref.size(); ++k) {
-    for (int e = 0; e < 4; ++e) check_relative(vec[k][e], ref[k][e], 1e-12, "sample " + std::to_string(k));
+  bool compared = false;
+  for (const NormalMath math : {NormalMath::avx2, NormalMath::avx512}) {
+    if (!normal_math_supported(math)) continue;
+    INFO("Box-Muller path " << attncheck::streams::normal_math_name(math));
+    std::vector<SampleValues> vec;
+    SampleInputs vec_in;
+    {
+      const NormalMathGuard guard(math);
+      CpuBackend(2, 16).evaluate(pt, estimands, 0, 4, vec);
+      draw_sample(pt, 3, vec_in);
+    }
+    CHECK(vec_in.X != ref_in.X);  // the paths do differ in the last bits, so the comparison below is not vacuous
+    CHECK((vec_in.X - ref_in.X).cwiseAbs().maxCoeff() <= 1e-14 * ref_in.X.cwiseAbs().maxCoeff());
+    for (std::size_t k = 0; k < ref.size(); ++k) {
+      for (int e = 0; e < 4; ++e) check_relative(vec[k][e], ref[k][e], 1e-12, "sample " + std::to_string(k));
+    }
+    compared = true;
   }
+  if (!compared) WARN("no AVX2 + FMA or AVX-512 (or no libmvec) here: only the scalar path exists");
 }
 
 TEST_CASE("the matrix-power reading refuses derivative estimands, naming the reason") {

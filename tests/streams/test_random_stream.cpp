@@ -1,5 +1,6 @@
-// The two ways of evaluating Box-Muller (random_stream.hpp): the same words and uniforms, the same pairing
-// and order, normals within a few ulps of each other, and the scalar path exactly the reference formula.
+// The ways of evaluating Box-Muller (random_stream.hpp: scalar, AVX2, AVX-512): the same words and uniforms,
+// the same pairing and order, normals within a few ulps of each other, and the scalar path exactly the
+// reference formula.
 #include "attncheck/streams/random_stream.hpp"
 #include "normal_math_guard.hpp"
 #include "philox_known_answers.hpp"
@@ -43,6 +44,16 @@ PhiloxCounter counter_of(std::uint32_t c0, std::uint32_t c1, std::uint64_t subse
   return {{c0, c1, static_cast<std::uint32_t>(subsequence), static_cast<std::uint32_t>(subsequence >> 32)}};
 }
 
+// The vectorized paths this CPU has (none: a warning, and the tests comparing them have nothing to compare).
+std::vector<NormalMath> vector_paths() {
+  std::vector<NormalMath> paths;
+  for (const NormalMath math : {NormalMath::avx2, NormalMath::avx512}) {
+    if (normal_math_supported(math)) paths.push_back(math);
+  }
+  if (paths.empty()) WARN("no AVX2 + FMA or AVX-512 (or no libmvec) here: only the scalar path exists");
+  return paths;
+}
+
 std::vector<double> draw(NormalMath math, std::uint64_t seed, PhiloxCounter counter, std::size_t pairs, double sd) {
   std::vector<double> out(2 * pairs);
   normal_pairs(math, key_of(seed), counter, pairs, sd, out.data());
@@ -77,7 +88,7 @@ TEST_CASE("the words are cuRAND's Philox known answers, on next_block and on eve
     PhiloxStream stream(known.seed, known.subsequence);
     for (std::uint32_t b = 0; b < known.block; ++b) stream.next_block();
     CHECK(stream.next_block() == known.words);
-    for (const NormalMath math : {NormalMath::scalar, NormalMath::avx2}) {
+    for (const NormalMath math : kNormalMaths) {
       if (!normal_math_supported(math)) continue;
       PhiloxCounter counter = counter_of(known.block, 0, known.subsequence);
       std::array<std::uint32_t, 4> words{};
@@ -87,70 +98,64 @@ TEST_CASE("the words are cuRAND's Philox known answers, on next_block and on eve
   }
 }
 
-TEST_CASE("the AVX2 path draws the same words as next_block, across the 2^32 carry of the counter") {
-  if (!normal_math_supported(NormalMath::avx2)) {
-    WARN("no AVX2 + FMA (or no libmvec) here: only the scalar path exists");
-    return;
-  }
-  const std::uint64_t seed = 20240601;
-  // Lengths that end inside, on and past the 8-lane and 64-block boundaries; the first counter word starts
-  // just below 2^32 so that lanes of one pass straddle the carry into the second word.
-  for (std::size_t blocks : {std::size_t{1}, std::size_t{3}, std::size_t{8}, std::size_t{9}, std::size_t{63},
-                             std::size_t{64}, std::size_t{65}, std::size_t{200}}) {
-    for (std::uint32_t start : {0u, 0xFFFFFFFFu - 5u}) {
-      PhiloxCounter vec = counter_of(start, 3, 0x1234567890ULL), ref = vec;
-      std::vector<std::uint32_t> got(4 * blocks), want(4 * blocks);
-      philox_blocks(NormalMath::avx2, key_of(seed), vec, blocks, got.data());
-      philox_blocks(NormalMath::scalar, key_of(seed), ref, blocks, want.data());
-      INFO(blocks << " blocks from counter word " << start);
-      CHECK(got == want);
-      CHECK(vec == ref);  // both advanced by exactly `blocks`
-    }
-  }
-  // And the scalar words are next_block's (the stream pinned to cuRAND's known answers above).
-  PhiloxStream stream(seed, 9);
-  PhiloxCounter counter = counter_of(0, 0, 9);
-  std::vector<std::uint32_t> words(4 * 100);
-  philox_blocks(NormalMath::avx2, key_of(seed), counter, 100, words.data());
-  for (std::size_t i = 0; i < 100; ++i) {
-    const auto w = stream.next_block();
-    INFO("block " << i);
-    CHECK(std::equal(w.begin(), w.end(), words.begin() + static_cast<std::ptrdiff_t>(4 * i)));
-  }
-}
-
-TEST_CASE("AVX2 normals agree with the scalar formula within the stated ulps, in the same order") {
-  if (!normal_math_supported(NormalMath::avx2)) {
-    WARN("no AVX2 + FMA (or no libmvec) here: only the scalar path exists");
-    return;
-  }
-  std::int64_t worst = 0;
-  double worst_abs = 0;
-  std::size_t compared = 0;
-  for (std::uint64_t seed : {1ULL, 0xFEEDFACECAFEBEEFULL}) {
-    for (std::uint64_t k : {0ULL, 1ULL, 1ULL << 40}) {
-      const std::size_t pairs = std::size_t{1} << 18;
-      const auto vec = draw(NormalMath::avx2, seed, counter_of(0, 0, k), pairs, 1.0);
-      const auto ref = draw(NormalMath::scalar, seed, counter_of(0, 0, k), pairs, 1.0);
-      for (std::size_t i = 0; i < vec.size(); ++i) {
-        worst = std::max(worst, ulps_apart(vec[i], ref[i]));
-        worst_abs = std::max(worst_abs, std::abs(vec[i] - ref[i]));
+TEST_CASE("the vector paths draw the same words as next_block, across the 2^32 carry of the counter") {
+  for (const NormalMath math : vector_paths()) {
+    INFO("path " << normal_math_name(math));
+    const std::uint64_t seed = 20240601;
+    // Lengths that end inside, on and past the 8- and 16-lane and 64-block boundaries; the first counter word starts
+    // just below 2^32 so that lanes of one pass straddle the carry into the second word.
+    for (std::size_t blocks : {std::size_t{1}, std::size_t{3}, std::size_t{8}, std::size_t{9}, std::size_t{16},
+                               std::size_t{17}, std::size_t{63}, std::size_t{64}, std::size_t{65}, std::size_t{200}}) {
+      for (std::uint32_t start : {0u, 0xFFFFFFFFu - 5u}) {
+        PhiloxCounter vec = counter_of(start, 3, 0x1234567890ULL), ref = vec;
+        std::vector<std::uint32_t> got(4 * blocks), want(4 * blocks);
+        philox_blocks(math, key_of(seed), vec, blocks, got.data());
+        philox_blocks(NormalMath::scalar, key_of(seed), ref, blocks, want.data());
+        INFO(blocks << " blocks from counter word " << start);
+        CHECK(got == want);
+        CHECK(vec == ref);  // both advanced by exactly `blocks`
       }
-      compared += vec.size();
+    }
+    // And the scalar words are next_block's (the stream pinned to cuRAND's known answers above).
+    PhiloxStream stream(seed, 9);
+    PhiloxCounter counter = counter_of(0, 0, 9);
+    std::vector<std::uint32_t> words(4 * 100);
+    philox_blocks(math, key_of(seed), counter, 100, words.data());
+    for (std::size_t i = 0; i < 100; ++i) {
+      const auto w = stream.next_block();
+      INFO("block " << i);
+      CHECK(std::equal(w.begin(), w.end(), words.begin() + static_cast<std::ptrdiff_t>(4 * i)));
     }
   }
-  INFO(compared << " normals: at most " << worst << " ulp and " << worst_abs << " apart");
-  CHECK(worst <= kMaxUlps);
-  CHECK(worst_abs <= 1e-12);  // the GPU self-test's tolerance, in units of sigma
-  // Not equal everywhere either: otherwise this test would not be comparing two evaluations.
-  CHECK(worst > 0);
 }
 
-TEST_CASE("AVX2 normals stay within the stated ulps where log(u), sin or cos vanish") {
-  if (!normal_math_supported(NormalMath::avx2)) {
-    WARN("no AVX2 + FMA (or no libmvec) here: only the scalar path exists");
-    return;
+TEST_CASE("vector-path normals agree with the scalar formula within the stated ulps, in the same order") {
+  for (const NormalMath math : vector_paths()) {
+    INFO("path " << normal_math_name(math));
+    std::int64_t worst = 0;
+    double worst_abs = 0;
+    std::size_t compared = 0;
+    for (std::uint64_t seed : {1ULL, 0xFEEDFACECAFEBEEFULL}) {
+      for (std::uint64_t k : {0ULL, 1ULL, 1ULL << 40}) {
+        const std::size_t pairs = std::size_t{1} << 18;
+        const auto vec = draw(math, seed, counter_of(0, 0, k), pairs, 1.0);
+        const auto ref = draw(NormalMath::scalar, seed, counter_of(0, 0, k), pairs, 1.0);
+        for (std::size_t i = 0; i < vec.size(); ++i) {
+          worst = std::max(worst, ulps_apart(vec[i], ref[i]));
+          worst_abs = std::max(worst_abs, std::abs(vec[i] - ref[i]));
+        }
+        compared += vec.size();
+      }
+    }
+    INFO(compared << " normals: at most " << worst << " ulp and " << worst_abs << " apart");
+    CHECK(worst <= kMaxUlps);
+    CHECK(worst_abs <= 1e-12);  // the GPU self-test's tolerance, in units of sigma
+    // Not equal everywhere either: otherwise this test would not be comparing two evaluations.
+    CHECK(worst > 0);
   }
+}
+
+TEST_CASE("vector-path normals stay within the stated ulps where log(u), sin or cos vanish") {
   // The 53-bit integers behind the uniforms, built into words as Philox would have to give them:
   // z = w0 ^ (w1 << 21) with w1 = z >> 21 and w0 = the low 21 bits.
   const auto words_of = [](std::uint64_t z) {
@@ -176,22 +181,30 @@ TEST_CASE("AVX2 normals stay within the stated ulps where log(u), sin or cos van
       angle.push_back(uv.angle);
     }
   }
-  std::vector<double> vec(2 * u.size()), ref(2 * u.size());
-  box_muller_pairs(NormalMath::avx2, u.data(), angle.data(), u.size(), 1.0, vec.data());
+  std::vector<double> ref(2 * u.size());
   box_muller_pairs(NormalMath::scalar, u.data(), angle.data(), u.size(), 1.0, ref.data());
-  std::int64_t worst = 0;
-  for (std::size_t i = 0; i < vec.size(); ++i) worst = std::max(worst, ulps_apart(vec[i], ref[i]));
-  INFO(vec.size() << " normals at the hard arguments: at most " << worst << " ulp apart");
-  CHECK(worst <= kMaxUlps);
   CHECK(u.front() > 0);  // z = 0 still gives a finite log
-  CHECK(std::isfinite(vec[0]));
+  for (const NormalMath math : vector_paths()) {
+    std::vector<double> vec(2 * u.size());
+    box_muller_pairs(math, u.data(), angle.data(), u.size(), 1.0, vec.data());
+    std::int64_t worst = 0;
+    for (std::size_t i = 0; i < vec.size(); ++i) worst = std::max(worst, ulps_apart(vec[i], ref[i]));
+    INFO("path " << normal_math_name(math) << ": " << vec.size() << " normals at the hard arguments, at most " << worst
+                 << " ulp apart");
+    CHECK(worst <= kMaxUlps);
+    CHECK(std::isfinite(vec[0]));
+    // An odd count ends inside a lane group: the last pairs are the same as in the whole call.
+    std::vector<double> shorter(2 * 13);
+    box_muller_pairs(math, u.data(), angle.data(), 13, 1.0, shorter.data());
+    CHECK(std::equal(shorter.begin(), shorter.end(), vec.begin()));
+  }
 }
 
-TEST_CASE("a pair's bits do not depend on how the draws are split into calls, on either path") {
-  for (NormalMath math : {NormalMath::scalar, NormalMath::avx2}) {
+TEST_CASE("a pair's bits do not depend on how the draws are split into calls, on every path") {
+  for (NormalMath math : kNormalMaths) {
     if (!normal_math_supported(math)) continue;
     const NormalMathGuard guard(math);
-    INFO("path " << (math == NormalMath::avx2 ? "avx2" : "scalar"));
+    INFO("path " << normal_math_name(math));
     const std::uint64_t seed = 4242, k = 17;
     std::vector<double> whole(2 * 500);
     PhiloxStream(seed, k).fill_normal(whole.begin(), whole.end(), 0.75);
@@ -216,12 +229,12 @@ TEST_CASE("a pair's bits do not depend on how the draws are split into calls, on
   }
 }
 
-TEST_CASE("odd lengths discard the spare draw and leave the stream on the next block, on either path") {
-  for (NormalMath math : {NormalMath::scalar, NormalMath::avx2}) {
+TEST_CASE("odd lengths discard the spare draw and leave the stream on the next block, on every path") {
+  for (NormalMath math : kNormalMaths) {
     if (!normal_math_supported(math)) continue;
     const NormalMathGuard guard(math);
     for (std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{129}, std::size_t{1001}}) {
-      INFO("path " << (math == NormalMath::avx2 ? "avx2" : "scalar") << ", " << n << " draws");
+      INFO("path " << normal_math_name(math) << ", " << n << " draws");
       std::vector<double> odd(n), even(n + 1);
       PhiloxStream a(99, 3), b(99, 3);
       a.fill_normal(odd.data(), odd.data() + n, 2.0);
@@ -266,9 +279,18 @@ TEST_CASE("the process-wide path can be forced to scalar and refuses a path the 
     CHECK(forced == reference);
   }
   CHECK(normal_math() == before);
-  if (!normal_math_supported(NormalMath::avx2)) {
-    CHECK_THROWS_AS(set_normal_math(NormalMath::avx2), std::invalid_argument);
-  } else if (std::getenv("ATTNCHECK_NORMALS") == nullptr) {
-    CHECK(before == NormalMath::avx2);  // the default where the CPU has it
+  for (const NormalMath math : kNormalMaths) {
+    INFO("path " << normal_math_name(math));
+    if (!normal_math_supported(math)) {
+      CHECK_THROWS_AS(set_normal_math(math), std::invalid_argument);
+      CHECK(normal_math() == before);
+    }
+  }
+  if (std::getenv("ATTNCHECK_NORMALS") == nullptr) {
+    // The default is the fastest path the CPU has.
+    const NormalMath fastest = normal_math_supported(NormalMath::avx512) ? NormalMath::avx512
+                               : normal_math_supported(NormalMath::avx2) ? NormalMath::avx2
+                                                                         : NormalMath::scalar;
+    CHECK(before == fastest);
   }
 }

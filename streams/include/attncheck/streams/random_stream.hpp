@@ -4,13 +4,14 @@
 // curandStatePhilox4_32_10_t. Normals pair up exactly as curand_normal2_double does: one 4-word block gives
 // two 53-bit uniforms and Box-Muller gives two normals (the GPU's sincospi may differ in the last bits).
 //
-// Two ways to evaluate log, sin and cos of Box-Muller (NormalMath): glibc's scalar functions, or glibc's
-// vector library (libmvec, AVX2 variants, four lanes at a time) when the CPU has AVX2 and FMA. The words and
-// uniforms are the same bits on both paths; the normals differ by a few ulps (at most 5 measured, 8 asserted
-// by tests/streams/test_random_stream.cpp), far inside the GPU self-test's 1e-12 sigma. The path is
-// chosen once per process, never per thread or per call site, so results do not depend on the thread count,
-// and a machine without AVX2 reproduces an AVX2 machine's results up to those last bits (ATTNCHECK_NORMALS=scalar
-// reproduces its bits exactly).
+// Three ways to evaluate log, sin and cos of Box-Muller (NormalMath): glibc's scalar functions, or glibc's
+// vector library (libmvec) four lanes at a time (AVX2 variants, on CPUs with AVX2 and FMA) or eight (AVX-512
+// variants, on CPUs with AVX-512 F and DQ). The words and uniforms are the same bits on every path; the normals
+// differ by a few ulps (at most 5 measured, 8 asserted by tests/streams/test_random_stream.cpp), far inside the
+// GPU self-test's 1e-12 sigma. The path is chosen once per process (the fastest the CPU has), never per thread
+// or per call site, so results do not depend on the thread count, and machines with different vector units
+// reproduce each other's results up to those last bits (ATTNCHECK_NORMALS=scalar|avx2|avx512 picks a path,
+// and reproduces another machine's bits exactly where both have it).
 
 #include <Random123/philox.h>
 
@@ -50,11 +51,15 @@ inline std::array<double, 2> box_muller_pair(double log_u, double sin_angle, dou
   return {sd * (radius * sin_angle), sd * (radius * cos_angle)};
 }
 
-enum class NormalMath { scalar, avx2 };
+enum class NormalMath { scalar, avx2, avx512 };
+// Every path, the fastest first.
+inline constexpr NormalMath kNormalMaths[] = {NormalMath::avx512, NormalMath::avx2, NormalMath::scalar};
+// "scalar", "avx2", "avx512": ATTNCHECK_NORMALS's values.
+const char* normal_math_name(NormalMath math);
 
 // Whether this CPU can take the path (scalar always can).
 bool normal_math_supported(NormalMath math);
-// The path of this process: avx2 when supported, unless the environment says ATTNCHECK_NORMALS=scalar.
+// The path of this process: the fastest supported one, unless the environment names one (ATTNCHECK_NORMALS).
 NormalMath normal_math();
 // Changes the path of the whole process (tests; reproducing another machine's bits). Not meant to race with
 // draws in flight. Throws theory::InputError (a std::invalid_argument) when the CPU cannot take it.
