@@ -43,6 +43,9 @@ expect_exit 3 "cannot create the folder" -- mc --claim C3 --N 8,16 --samples 10 
 : >"$work/a-file"
 expect_exit 2 "a file of that name is in the way" -- mc --claim C3 --N 8,16 --samples 10 --out "$work/a-file"
 expect_exit 2 "tanh" -- mc --phi tanh --N 8,16 --samples 10
+# The Box-Muller path from the environment: a name that is none of them is refused by name.
+ATTNCHECK_NORMALS=avx9 expect_exit 2 "ATTNCHECK_NORMALS=avx9: expected scalar, avx2 or avx512" -- \
+  mc --claim C3 --N 8,16 --samples 10
 expect_exit 2 "--sigma-x: -1 is out of range" -- mc --claim C3 --N 8,16 --sigma-x -1 --samples 10
 expect_exit 2 "value estimand only" -- mc --phi matpow --p 2 --estimand dQ --N 8,16 --samples 10
 expect_exit 2 "--resume needs --out" -- mc --claim C3 --resume
