@@ -410,13 +410,33 @@ void fused_panel_portable(const Real* vp, const Real* up, const double* u_sq, co
 
 #define ATTNCHECK_AVX512 __attribute__((target("avx512f,fma")))
 
-// Adds 8 entries' terms (double) of row r to the lane accumulators.
-ATTNCHECK_AVX512 inline void add_avx512_terms(__m512d value, __m512d deriv, const double* u_sq, const double* x_sq,
-                                              const FusedWants& w, int r, PanelSums& acc) {
-  if (w.value) _mm512_store_pd(acc.value[r], _mm512_add_pd(_mm512_load_pd(acc.value[r]), value));
-  if (w.deriv) _mm512_store_pd(acc.deriv[r], _mm512_add_pd(_mm512_load_pd(acc.deriv[r]), deriv));
-  if (w.dq) _mm512_store_pd(acc.dq[r], _mm512_fmadd_pd(deriv, _mm512_loadu_pd(u_sq), _mm512_load_pd(acc.dq[r])));
-  if (w.dk) _mm512_store_pd(acc.dk[r], _mm512_fmadd_pd(deriv, _mm512_loadu_pd(x_sq), _mm512_load_pd(acc.dk[r])));
+// Adds the terms of 8 entries (double: one group) or 16 (float: two groups of 8, converted) of row r to its lane
+// accumulators: the groups in column order, as the portable kernel adds them (so the bits are the same), with
+// one load and one store per accumulator.
+template <int Groups>
+ATTNCHECK_AVX512 inline void add_avx512_terms(const __m512d (&value)[Groups], const __m512d (&deriv)[Groups],
+                                              const double* u_sq, const double* x_sq, const FusedWants& w, int r,
+                                              PanelSums& acc) {
+  if (w.value) {
+    __m512d sum = _mm512_load_pd(acc.value[r]);
+    for (int g = 0; g < Groups; ++g) sum = _mm512_add_pd(sum, value[g]);
+    _mm512_store_pd(acc.value[r], sum);
+  }
+  if (w.deriv) {
+    __m512d sum = _mm512_load_pd(acc.deriv[r]);
+    for (int g = 0; g < Groups; ++g) sum = _mm512_add_pd(sum, deriv[g]);
+    _mm512_store_pd(acc.deriv[r], sum);
+  }
+  if (w.dq) {
+    __m512d sum = _mm512_load_pd(acc.dq[r]);
+    for (int g = 0; g < Groups; ++g) sum = _mm512_fmadd_pd(deriv[g], _mm512_loadu_pd(u_sq + kLanes * g), sum);
+    _mm512_store_pd(acc.dq[r], sum);
+  }
+  if (w.dk) {
+    __m512d sum = _mm512_load_pd(acc.dk[r]);
+    for (int g = 0; g < Groups; ++g) sum = _mm512_fmadd_pd(deriv[g], _mm512_loadu_pd(x_sq + kLanes * g), sum);
+    _mm512_store_pd(acc.dk[r], sum);
+  }
 }
 
 ATTNCHECK_AVX512 inline __m512d low_half(__m512 x) { return _mm512_cvtps_pd(_mm512_castps512_ps256(x)); }
@@ -440,7 +460,8 @@ struct Avx512Simd<double> {
   ATTNCHECK_AVX512 static Reg fmadd(Reg a, Reg b, Reg c) { return _mm512_fmadd_pd(a, b, c); }
   ATTNCHECK_AVX512 static void add_terms(Reg value, Reg deriv, const double* u_sq, const double* x_sq,
                                          const FusedWants& w, int r, PanelSums& acc) {
-    add_avx512_terms(value, deriv, u_sq, x_sq, w, r, acc);
+    const __m512d values[1] = {value}, derivs[1] = {deriv};
+    add_avx512_terms(values, derivs, u_sq, x_sq, w, r, acc);
   }
 };
 
@@ -455,8 +476,8 @@ struct Avx512Simd<float> {
   ATTNCHECK_AVX512 static Reg fmadd(Reg a, Reg b, Reg c) { return _mm512_fmadd_ps(a, b, c); }
   ATTNCHECK_AVX512 static void add_terms(Reg value, Reg deriv, const double* u_sq, const double* x_sq,
                                          const FusedWants& w, int r, PanelSums& acc) {
-    add_avx512_terms(low_half(value), low_half(deriv), u_sq, x_sq, w, r, acc);
-    add_avx512_terms(high_half(value), high_half(deriv), u_sq + kLanes, x_sq + kLanes, w, r, acc);
+    const __m512d values[2] = {low_half(value), high_half(value)}, derivs[2] = {low_half(deriv), high_half(deriv)};
+    add_avx512_terms(values, derivs, u_sq, x_sq, w, r, acc);
   }
 };
 
