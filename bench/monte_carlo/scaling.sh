@@ -68,5 +68,7 @@ for (n, precision) in sorted(rows):
         d = rows[(n, "double")]
         ratio = f"{cpu / (d['items_per_second'] * per_cpu(d)):.2f}x"
     mem = rss.get((n, precision))
-    print(f"{n:>6} {precision:>9} {wall:>10.2f} {cpu:>10.2f} {of_d:>9.1%} {of_s if precision == 'mixed' else float('nan'):>9.1%} {ratio:>12} {mem if mem else float('nan'):>7.1f} MiB")
+    of_s_text = f"{of_s:.1%}" if precision == "mixed" else "-"  # double is measured against DGEMM only
+    mem_text = f"{mem:.1f} MiB" if mem else "-"
+    print(f"{n:>6} {precision:>9} {wall:>10.2f} {cpu:>10.2f} {of_d:>9.1%} {of_s_text:>9} {ratio:>12} {mem_text:>11}")
 PY
