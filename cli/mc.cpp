@@ -103,8 +103,9 @@ void print_human(const std::vector<records::PointRecord>& records, const std::ve
     const records::PointRecord& r0 = records.front();
     fmt::print(
         "Model: X entries N(0, {:g}^2), Q and K entries N(0, {:g}^2) (the papers' sigma read as standard "
-        "deviation); run seed {}; backend {}, {} threads.\n",
-        r0.key.sigma_x, r0.key.sigma_t, provenance.run_seed, provenance.backend, provenance.threads);
+        "deviation); run seed {}; backend {}, {} threads{}.\n",
+        r0.key.sigma_x, r0.key.sigma_t, provenance.run_seed, provenance.backend, provenance.threads,
+        provenance.normals ? fmt::format(", {} normals", *provenance.normals) : std::string());
     for (const records::MixedPrecisionBound& b :
          provenance.mixed_precision_bounds.value_or(std::vector<records::MixedPrecisionBound>{})) {
       fmt::print(

@@ -11,6 +11,7 @@
 #include "attncheck/records/matrix_io.hpp"
 #include "attncheck/records/memory_budget.hpp"
 #include "attncheck/theory/bound_check.hpp"
+#include "attncheck/streams/random_stream.hpp"
 
 #include <fmt/format.h>
 #include <omp.h>
@@ -366,6 +367,7 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
   provenance.threads = threads;
   provenance.run_seed = o.seed;
   provenance.precision = precision_name(precision);
+  if (provenance.backend == "cpu") provenance.normals = streams::normal_math_name(streams::normal_math());
   provenance.command = o.command;
   provenance.wall_seconds = wall;
   provenance.ranks = distributed::size();

@@ -121,6 +121,7 @@ Provenance read_provenance(const JsonFields& fields) {
   p.threads = static_cast<int>(threads);
   p.run_seed = whole_number(fields, "run_seed");
   p.precision = fields.word_or_null("precision", {"double", "mixed"});
+  p.normals = fields.word_or_null("normals", {"scalar", "avx2", "avx512"});
   p.command = fields.scalar_text("command");
   p.wall_seconds = fields.number_or_null("wall_seconds");
   if (!fields.is_null("mixed_precision_bounds")) {
@@ -565,6 +566,7 @@ void to_json(nlohmann::json& out, const Provenance& p) {
   out["threads"] = p.threads;
   out["run_seed"] = p.run_seed;
   if (p.precision) out["precision"] = *p.precision;
+  if (p.normals) out["normals"] = *p.normals;
   out["command"] = p.command;
   out["wall_seconds"] = number_or_null(p.wall_seconds);
   if (p.mixed_precision_bounds) {

@@ -69,6 +69,23 @@ r = 2 * math.sqrt(8) * 12
 want = (6 * (8 + r) * math.sqrt(8) + r + 4) * 2.0 ** -24
 assert (b["p"], b["d"], b["D"]) == (3, 8, 8) and abs(b["relative_bound_sum_sq"] - want) <= 1e-12 * want, b
 PY
+# The provenance names the Box-Muller path, and ATTNCHECK_NORMALS=scalar reproduces the scalar path's points
+# whatever path the default run took (the two differ in the last bits only).
+normals_args=(mc --phi poly --p 3 --N 64 --D 8 --d 8 --estimand value --samples 8 --claimed-exponent 1 --backend cpu)
+"$bin" "${normals_args[@]}" --json >"$work/normals-default.json" 2>/dev/null || fail "normals default exit $?"
+ATTNCHECK_NORMALS=scalar "$bin" "${normals_args[@]}" --json >"$work/normals-scalar.json" 2>/dev/null ||
+  fail "ATTNCHECK_NORMALS=scalar exit $?"
+ATTNCHECK_NORMALS=scalar "$bin" "${normals_args[@]}" >"$work/normals-scalar.txt" 2>/dev/null || fail "exit $?"
+grep -qF "backend cpu, " "$work/normals-scalar.txt" && grep -qF "threads, scalar normals." "$work/normals-scalar.txt" ||
+  fail "the human output does not name the Box-Muller path: $(grep Model "$work/normals-scalar.txt")"
+$py - "$work/normals-default.json" "$work/normals-scalar.json" <<'PY' || fail "provenance.normals"
+import json, sys
+default, scalar = (json.load(open(path)) for path in sys.argv[1:3])
+assert scalar["provenance"]["normals"] == "scalar", scalar["provenance"]
+assert default["provenance"]["normals"] in ("scalar", "avx2", "avx512"), default["provenance"]
+(a,), (b,) = default["points"], scalar["points"]
+assert abs(a["mean"] - b["mean"]) <= 1e-12 * abs(b["mean"]), (a["mean"], b["mean"])
+PY
 # A folder of mixed-precision points does not resume a double run: its points are not the double ones.
 "$bin" mc --phi poly --p 3 --N 32,64 --D 8 --d 8 --samples 4 --claimed-exponent 1 --precision mixed \
   --out "$work/mixed-folder" >/dev/null 2>&1 || fail "--precision mixed --out exit $?"

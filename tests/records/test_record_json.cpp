@@ -398,6 +398,7 @@ records::Provenance any_provenance() {
   p.threads = *rc::gen::inRange(1, 1025);
   p.run_seed = *rc::gen::arbitrary<std::uint64_t>();
   if (*rc::gen::arbitrary<bool>()) p.precision = one_of<std::string>({"double", "mixed"});
+  if (*rc::gen::arbitrary<bool>()) p.normals = one_of<std::string>({"scalar", "avx2", "avx512"});
   p.command = any_text();
   p.wall_seconds = maybe_finite();
   if (*rc::gen::arbitrary<bool>()) {
@@ -418,6 +419,7 @@ void check_same_provenance(const records::Provenance& a, const records::Provenan
   RC_ASSERT(a.threads == b.threads);
   RC_ASSERT(a.run_seed == b.run_seed);
   RC_ASSERT(a.precision == b.precision);
+  RC_ASSERT(a.normals == b.normals);
   RC_ASSERT(a.command == b.command);
   RC_ASSERT(same(a.wall_seconds, b.wall_seconds));
   RC_ASSERT(a.mixed_precision_bounds == b.mixed_precision_bounds);

@@ -45,6 +45,9 @@ struct Provenance {
   int threads = 1;
   std::uint64_t run_seed = 0;
   std::optional<std::string> precision;  // "double" | "mixed"; absent in earlier folders
+  // The CPU backend's Box-Muller path ("scalar" | "avx2" | "avx512", ATTNCHECK_NORMALS's values; rank 0's under
+  // mpirun): the normals' last bits depend on it. Absent for the GPU (cuRAND) and in earlier folders.
+  std::optional<std::string> normals;
   std::string command;
   std::optional<double> wall_seconds;
   std::optional<std::vector<MixedPrecisionBound>> mixed_precision_bounds;  // runs with --precision mixed
