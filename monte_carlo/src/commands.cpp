@@ -367,7 +367,9 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
   provenance.threads = threads;
   provenance.run_seed = o.seed;
   provenance.precision = precision_name(precision);
-  if (provenance.backend == "cpu") provenance.normals = streams::normal_math_name(streams::normal_math());
+  // Points the device handed to the CPU (row sums, qk-layernorm, --path tensor) drew their normals there too.
+  if (provenance.backend == "cpu" || cpu_fallback)
+    provenance.normals = streams::normal_math_name(streams::normal_math());
   provenance.command = o.command;
   provenance.wall_seconds = wall;
   provenance.ranks = distributed::size();

@@ -344,7 +344,8 @@ NormSums<double> poly_tiles(const Shared& sh, const EvaluationOptions& options) 
 // columns are one FMA chain per entry, and its per-entry terms are reduced there, so a score is never
 // written to memory, and the panels of V and U are packed once per sample instead of once per GEMM call.
 // Each row keeps 8 double lanes per sum; column c of a panel goes to lane c mod 8, columns in increasing
-// order, lanes summed 0..7 at the end of the row: the order is fixed by N alone, so it is the same for every
+// order, lanes summed 0..7 at the end of the row, rows summed in row blocks of whole panels (the tile rounded
+// down to a multiple of 12), blocks in order: the order is fixed by N and the tile, so it is the same for every
 // thread count, and the AVX-512 kernel and the portable one do the same arithmetic in the same order.
 constexpr int kPanelRows = 12;
 constexpr int kLanes = 8;
