@@ -104,19 +104,40 @@ void lane_counters(PhiloxCounter& counter, std::size_t n, std::size_t lanes, std
   }
 }
 
-std::size_t whole_lanes(std::size_t n) { return (n + kPhiloxLanes - 1) / kPhiloxLanes * kPhiloxLanes; }
+std::size_t round_up(std::size_t n, std::size_t multiple) { return (n + multiple - 1) / multiple * multiple; }
 
-void philox_blocks_avx2(const PhiloxKey& key, PhiloxCounter& counter, std::size_t blocks, std::uint32_t* words) {
-  alignas(32) std::uint64_t w[4][kChunk];
+// One vector pass of Philox over the lanes laid out as lane_counters writes them (philox8, philox16).
+using PhiloxPass = void (*)(const PhiloxKey&, std::uint64_t*, std::uint64_t*, std::uint64_t*, std::uint64_t*);
+
+// The words of the n <= kChunk blocks from counter on into w (counter advanced past them), in whole passes:
+// lanes past n are the following counters' words, computed and dropped. Returns the lanes filled. Inlined
+// into its callers (the AVX-512 ones too: their target includes AVX2's) with the pass a direct call, so each
+// path's code is what it was with this loop written out in it (normal_pairs_avx512: identical instructions).
+template <std::size_t PassLanes, PhiloxPass Pass>
+[[gnu::always_inline]] inline std::size_t chunk_words(const PhiloxKey& key, PhiloxCounter& counter, std::size_t n,
+                                                      std::uint64_t (*w)[kChunk]) {
+  const std::size_t lanes = round_up(n, PassLanes);
+  lane_counters(counter, n, lanes, w);
+  for (std::size_t i = 0; i < lanes; i += PassLanes) Pass(key, w[0] + i, w[1] + i, w[2] + i, w[3] + i);
+  return lanes;
+}
+
+template <std::size_t PassLanes, PhiloxPass Pass>
+[[gnu::always_inline]] inline void philox_blocks_vector(const PhiloxKey& key, PhiloxCounter& counter,
+                                                        std::size_t blocks, std::uint32_t* words) {
+  alignas(64) std::uint64_t w[4][kChunk];
   for (std::size_t done = 0; done < blocks;) {
-    const std::size_t n = std::min(kChunk, blocks - done), lanes = whole_lanes(n);
-    lane_counters(counter, n, lanes, w);
-    for (std::size_t i = 0; i < lanes; i += kPhiloxLanes) philox8(key, w[0] + i, w[1] + i, w[2] + i, w[3] + i);
+    const std::size_t n = std::min(kChunk, blocks - done);
+    chunk_words<PassLanes, Pass>(key, counter, n, w);
     for (std::size_t i = 0; i < n; ++i) {
       for (int j = 0; j < 4; ++j) words[4 * (done + i) + j] = static_cast<std::uint32_t>(w[j][i]);
     }
     done += n;
   }
+}
+
+void philox_blocks_avx2(const PhiloxKey& key, PhiloxCounter& counter, std::size_t blocks, std::uint32_t* words) {
+  philox_blocks_vector<kPhiloxLanes, philox8>(key, counter, blocks, words);
 }
 
 // Box-Muller on up to kChunk uniforms; lanes = n rounded up to whole libmvec lanes, all of them readable.
@@ -139,9 +160,8 @@ void normal_pairs_avx2(const PhiloxKey& key, PhiloxCounter& counter, std::size_t
   alignas(32) std::uint64_t w[4][kChunk];
   alignas(32) double u[kChunk], angle[kChunk];
   for (std::size_t done = 0; done < pairs;) {
-    const std::size_t n = std::min(kChunk, pairs - done), lanes = whole_lanes(n);
-    lane_counters(counter, n, lanes, w);
-    for (std::size_t i = 0; i < lanes; i += kPhiloxLanes) philox8(key, w[0] + i, w[1] + i, w[2] + i, w[3] + i);
+    const std::size_t n = std::min(kChunk, pairs - done);
+    const std::size_t lanes = chunk_words<kPhiloxLanes, philox8>(key, counter, n, w);
     for (std::size_t i = 0; i < lanes; ++i) {
       const BoxMullerUniforms uv =
           box_muller_uniforms(static_cast<std::uint32_t>(w[0][i]), static_cast<std::uint32_t>(w[1][i]),
@@ -157,7 +177,7 @@ void normal_pairs_avx2(const PhiloxKey& key, PhiloxCounter& counter, std::size_t
 void box_muller_pairs_avx2(const double* u, const double* angle, std::size_t pairs, double sd, double* out) {
   alignas(32) double u_chunk[kChunk], angle_chunk[kChunk];
   for (std::size_t done = 0; done < pairs;) {
-    const std::size_t n = std::min(kChunk, pairs - done), lanes = (n + 3) / 4 * 4;
+    const std::size_t n = std::min(kChunk, pairs - done), lanes = round_up(n, 4);
     std::copy(u + done, u + done + n, u_chunk);
     std::copy(angle + done, angle + done + n, angle_chunk);
     std::fill(u_chunk + n, u_chunk + lanes, 0.5);  // any argument will do for lanes that are dropped
@@ -182,8 +202,6 @@ extern "C" __m512d _ZGVeN8v_sin(__m512d);
 extern "C" __m512d _ZGVeN8v_cos(__m512d);
 
 constexpr std::size_t kPhiloxLanes512 = 16;
-
-std::size_t whole_lanes_512(std::size_t n) { return (n + kPhiloxLanes512 - 1) / kPhiloxLanes512 * kPhiloxLanes512; }
 
 // philox8 on 16 counters, two registers of eight 64-bit lanes (same word-per-lane layout).
 void philox16(const PhiloxKey& key, std::uint64_t* c0, std::uint64_t* c1, std::uint64_t* c2, std::uint64_t* c3) {
@@ -221,16 +239,7 @@ void philox16(const PhiloxKey& key, std::uint64_t* c0, std::uint64_t* c1, std::u
 }
 
 void philox_blocks_avx512(const PhiloxKey& key, PhiloxCounter& counter, std::size_t blocks, std::uint32_t* words) {
-  alignas(64) std::uint64_t w[4][kChunk];
-  for (std::size_t done = 0; done < blocks;) {
-    const std::size_t n = std::min(kChunk, blocks - done), lanes = whole_lanes_512(n);
-    lane_counters(counter, n, lanes, w);
-    for (std::size_t i = 0; i < lanes; i += kPhiloxLanes512) philox16(key, w[0] + i, w[1] + i, w[2] + i, w[3] + i);
-    for (std::size_t i = 0; i < n; ++i) {
-      for (int j = 0; j < 4; ++j) words[4 * (done + i) + j] = static_cast<std::uint32_t>(w[j][i]);
-    }
-    done += n;
-  }
+  philox_blocks_vector<kPhiloxLanes512, philox16>(key, counter, blocks, words);
 }
 
 // Box-Muller on 8 lanes into 8 interleaved pairs (16 doubles at out): box_muller_pair's operations, each
@@ -263,9 +272,8 @@ void normal_pairs_avx512(const PhiloxKey& key, PhiloxCounter& counter, std::size
   alignas(64) double tail[16];
   const __m512d sd8 = _mm512_set1_pd(sd);
   for (std::size_t done = 0; done < pairs;) {
-    const std::size_t n = std::min(kChunk, pairs - done), lanes = whole_lanes_512(n);
-    lane_counters(counter, n, lanes, w);
-    for (std::size_t i = 0; i < lanes; i += kPhiloxLanes512) philox16(key, w[0] + i, w[1] + i, w[2] + i, w[3] + i);
+    const std::size_t n = std::min(kChunk, pairs - done);
+    chunk_words<kPhiloxLanes512, philox16>(key, counter, n, w);
     for (std::size_t i = 0; i < n; i += 8) {
       __m512d u, angle;
       uniforms_8(w[0] + i, w[1] + i, w[2] + i, w[3] + i, u, angle);
