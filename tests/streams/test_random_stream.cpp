@@ -44,19 +44,6 @@ PhiloxCounter counter_of(std::uint32_t c0, std::uint32_t c1, std::uint64_t subse
   return {{c0, c1, static_cast<std::uint32_t>(subsequence), static_cast<std::uint32_t>(subsequence >> 32)}};
 }
 
-// The vectorized paths this CPU has (none: a warning, and the tests comparing them have nothing to compare).
-std::vector<NormalMath> vector_paths() {
-  std::vector<NormalMath> paths;
-  for (const NormalMath math : {NormalMath::avx2, NormalMath::avx512}) {
-    if (normal_math_supported(math)) {
-      paths.push_back(math);
-    } else {
-      WARN("no " << normal_math_name(math) << " normals here (CPU or libmvec): that path is not tested");
-    }
-  }
-  return paths;
-}
-
 std::vector<double> draw(NormalMath math, std::uint64_t seed, PhiloxCounter counter, std::size_t pairs, double sd) {
   std::vector<double> out(2 * pairs);
   normal_pairs(math, key_of(seed), counter, pairs, sd, out.data());
@@ -102,7 +89,7 @@ TEST_CASE("the words are cuRAND's Philox known answers, on next_block and on eve
 }
 
 TEST_CASE("the vector paths draw the same words as next_block, across the 2^32 carry of the counter") {
-  for (const NormalMath math : vector_paths()) {
+  for (const NormalMath math : vector_normal_maths()) {
     INFO("path " << normal_math_name(math));
     const std::uint64_t seed = 20240601;
     // Lengths that end inside, on and past the 8- and 16-lane and 64-block boundaries; the first counter word starts
@@ -133,7 +120,7 @@ TEST_CASE("the vector paths draw the same words as next_block, across the 2^32 c
 }
 
 TEST_CASE("vector-path normals agree with the scalar formula within the stated ulps, in the same order") {
-  for (const NormalMath math : vector_paths()) {
+  for (const NormalMath math : vector_normal_maths()) {
     INFO("path " << normal_math_name(math));
     std::int64_t worst = 0;
     double worst_abs = 0;
@@ -162,7 +149,7 @@ TEST_CASE("the vector paths form the scalar path's uniforms bit for bit, and pai
   // normal_pairs on a vector path is box_muller_pairs on the same path applied to the uniforms of the scalar
   // words: a uniform one ulp off would otherwise hide inside the normals' ulp tolerance.
   const std::uint64_t seed = 0xC0FFEE;
-  for (const NormalMath math : vector_paths()) {
+  for (const NormalMath math : vector_normal_maths()) {
     INFO("path " << normal_math_name(math));
     for (std::size_t pairs : {std::size_t{1}, std::size_t{7}, std::size_t{8}, std::size_t{9}, std::size_t{63},
                               std::size_t{64}, std::size_t{65}, std::size_t{1000}}) {
@@ -217,7 +204,7 @@ TEST_CASE("vector-path normals stay within the stated ulps where log(u), sin or 
   std::vector<double> ref(2 * u.size());
   box_muller_pairs(NormalMath::scalar, u.data(), angle.data(), u.size(), 1.0, ref.data());
   CHECK(u.front() > 0);  // z = 0 still gives a finite log
-  for (const NormalMath math : vector_paths()) {
+  for (const NormalMath math : vector_normal_maths()) {
     std::vector<double> vec(2 * u.size());
     box_muller_pairs(math, u.data(), angle.data(), u.size(), 1.0, vec.data());
     std::int64_t worst = 0;
