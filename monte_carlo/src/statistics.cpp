@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <stdexcept>
 
 namespace attncheck::monte_carlo {
 
@@ -62,6 +64,46 @@ double student_t_quantile(double dof, double level) {
   const double upper = (1 + level) / 2;
   if (!(dof > 0) || std::isinf(dof)) return boost::math::quantile(boost::math::normal_distribution<>{}, upper);
   return boost::math::quantile(boost::math::students_t_distribution<>{dof}, upper);
+}
+
+std::uint64_t mean_lower_bound_needs(std::uint64_t n, double level) {
+  if (n == 0) return 0;
+  const double count = static_cast<double>(n);
+  const double eps = std::sqrt(std::log(1 / (1 - level)) / (2 * count));
+  return std::min<std::uint64_t>(n, static_cast<std::uint64_t>(std::floor(count * eps)) + 1);
+}
+
+double mean_lower_bound(std::uint64_t n, double sum, std::vector<double> largest, double level) {
+  if (n == 0) return 0;
+  const double count = static_cast<double>(n);
+  const double eps = std::sqrt(std::log(1 / (1 - level)) / (2 * count));
+  if (eps >= 1) return 0;
+  // With the samples sorted from the largest down, Y_1 >= Y_2 >= ..., the integral of max(0, j/n - eps) over
+  // [Y_(j+1), Y_j) sums by parts to sum_j Y_j (max(0, j/n - eps) - max(0, (j-1)/n - eps)): weight 0 up to
+  // j0 - 1 = floor(n eps), then j0/n - eps for Y_j0, then 1/n for every smaller sample.
+  const std::uint64_t j0 = static_cast<std::uint64_t>(std::floor(count * eps)) + 1;
+  if (j0 > n) return 0;
+  std::sort(largest.begin(), largest.end(), std::greater<>());
+  if (largest.size() < j0) throw std::logic_error("mean_lower_bound: fewer of the largest samples than it needs");
+  double dropped = 0;
+  for (std::uint64_t j = 0; j < j0; ++j) dropped += largest[j];
+  const double y_j0 = largest[j0 - 1];
+  return std::max(0.0, (sum - dropped) / count + (static_cast<double>(j0) / count - eps) * y_j0);
+}
+
+LargestValues::LargestValues(std::uint64_t max_count, double level)
+    : capacity_(static_cast<std::size_t>(mean_lower_bound_needs(max_count, level))) {}
+
+void LargestValues::add(double x) {
+  if (capacity_ == 0) return;
+  if (heap_.size() < capacity_) {
+    heap_.push_back(x);
+    std::push_heap(heap_.begin(), heap_.end(), std::greater<>());
+  } else if (x > heap_.front()) {
+    std::pop_heap(heap_.begin(), heap_.end(), std::greater<>());
+    heap_.back() = x;
+    std::push_heap(heap_.begin(), heap_.end(), std::greater<>());
+  }
 }
 
 BatchMeans::BatchMeans(int target_batches) : target_(std::max(target_batches, 2)) {}

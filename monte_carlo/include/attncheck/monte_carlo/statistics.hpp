@@ -67,6 +67,34 @@ class BatchMeans {
 // samples carrying the variance (heavy tails) make the variance, hence the standard error, poorly determined.
 inline constexpr double kMaxVarianceRelativeSe = 0.2;
 
+// The one-sided confidence level of the order-statistics lower bound on a mean (mean_lower_bound): the
+// asymptotic fit's test of a violation spends half of its 1% error on it (docs/THEORY.md, "What a verdict is").
+inline constexpr double kMeanLowerBoundLevel = 0.995;
+
+// How many of the largest samples mean_lower_bound reads at n samples: floor(n eps) + 1 with
+// eps = sqrt(ln(1 / (1 - level)) / (2 n)), about 1.6 sqrt(n) at the default level.
+std::uint64_t mean_lower_bound_needs(std::uint64_t n, double level = kMeanLowerBoundLevel);
+
+// For samples X >= 0 of any distribution: with probability at least `level`, E X >= the value returned. The
+// one-sided Dvoretzky-Kiefer-Wolfowitz inequality with Massart's constant gives F <= F_n + eps everywhere, so
+// E X = integral of P(X > x) >= integral of max(0, #{X_i > x} / n - eps): the mean with the largest n eps samples
+// left out (and the next one in part), divided by n. `sum` is the sum of all n samples, `largest` at least the
+// mean_lower_bound_needs(n, level) largest of them, in any order. 0 when eps >= 1 (too few samples).
+double mean_lower_bound(std::uint64_t n, double sum, std::vector<double> largest, double level = kMeanLowerBoundLevel);
+
+// The largest values of a stream: as many as mean_lower_bound needs for any count up to `max_count`, so that the
+// bound is exact at every count without keeping every sample.
+class LargestValues {
+ public:
+  explicit LargestValues(std::uint64_t max_count = 0, double level = kMeanLowerBoundLevel);
+  void add(double x);
+  const std::vector<double>& values() const { return heap_; }  // in heap order
+
+ private:
+  std::size_t capacity_ = 0;
+  std::vector<double> heap_;  // a min-heap: its top is the smallest value kept
+};
+
 // Everything reported about one Monte Carlo mean.
 struct MeanEstimate {
   std::uint64_t samples = 0;

@@ -1,0 +1,292 @@
+#include "attncheck/monte_carlo/proved_bounds.hpp"
+
+#include "attncheck/theory/cross_norm.hpp"
+#include "attncheck/theory/pointwise.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+namespace attncheck::monte_carlo {
+
+using records::ProvedBound;
+using theory::ActivationKind;
+using theory::Pointwise;
+using theory::ScoreModel;
+
+namespace {
+
+constexpr const char* kNotes = "docs/THEORY.md, \"Bounds in N\", ";
+
+ProvedBound bound(ProvedBound::Side side, std::optional<double> exponent, bool deterministic, bool subpolynomial,
+                  std::string statement, const char* label) {
+  return {side, exponent, deterministic, subpolynomial, std::move(statement), std::string(kNotes) + label};
+}
+
+// sup |h| over the reals where it is finite: the deterministic bound of B5 on the value.
+std::optional<double> value_sup(Pointwise h) {
+  switch (h) {
+    case Pointwise::sigmoid: return 1.0;
+    case Pointwise::relu6: return 6.0;
+    default: return std::nullopt;
+  }
+}
+
+// sup |h'| over the reals where it is finite (B5 on dS). GELU's derivative Phi(x) + x phi(x) peaks where its own
+// derivative phi(x) (2 - x^2) vanishes, at x = sqrt(2); its minimum, at -sqrt(2), is smaller in size.
+std::optional<double> derivative_sup(Pointwise h, int p) {
+  switch (h) {
+    case Pointwise::identity: return 1.0;
+    case Pointwise::poly: return p == 1 ? std::optional<double>(1.0) : std::nullopt;
+    case Pointwise::relu:
+    case Pointwise::relu6:
+    case Pointwise::softplus: return 1.0;
+    case Pointwise::sigmoid: return 0.25;
+    case Pointwise::gelu: {
+      const double x = std::sqrt(2.0);
+      return theory::standard_normal_cdf(x) + x * theory::standard_normal_pdf(x);
+    }
+    case Pointwise::relu2: return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+// Whether the off-diagonal score puts positive probability where f does not vanish (the lower bounds of B6 and
+// B7 need it). Every h here (and h') is non-zero on an interval (0, b) with b > 0, and the projected score has a
+// positive density on the reals, qk-layernorm's on (-|lambda| d, |lambda| d) for d >= 3; at d = 2 the centred
+// 2-vectors are +-(1, -1) times a scale, so the score is +-2 lambda and f is read there.
+template <class F>
+bool off_diagonal_reaches(const GrowthCase& g, F f) {
+  if (g.scores == ScoreModel::projected) return true;
+  if (g.scores != ScoreModel::projected_layernorm || g.d < 2) return false;
+  if (g.d >= 3) return true;
+  const double s = 2 * std::abs(g.inner);
+  return f(s) != 0 || f(-s) != 0;
+}
+
+std::string scaled(const std::string& norm, const GrowthCase& g) {
+  return g.n_exponent == 0 ? norm : fmt::format("{} (with c(N) = c N^-{:g})", norm, g.n_exponent);
+}
+
+void softmax_bounds(const GrowthCase& g, std::vector<ProvedBound>& out) {
+  const double a = g.n_exponent;
+  switch (g.estimand) {
+    case Estimand::value:
+      out.push_back(bound(ProvedBound::Side::upper, 0.5 - a, true, false,
+                          scaled("||F||_F <= c(N) sqrt(N) for every input (C1: rows are probability vectors; "
+                                 "one-hot rows reach it)",
+                                 g),
+                          "B1"));
+      out.push_back(bound(ProvedBound::Side::lower, -a, true, false,
+                          scaled("||F||_F >= c(N) for every input (each row sums to 1)", g), "B1"));
+      if (g.scores == ScoreModel::projected) {
+        out.push_back(bound(ProvedBound::Side::lower, 0.5 - a, false, true,
+                            scaled("E||softmax(S)||_F >= c' sqrt(N) exp(-M (log N)^(1/3)) under the Gaussian model: "
+                                   "rare large scores make rows nearly one-hot",
+                                   g),
+                            "B3"));
+      }
+      break;
+    case Estimand::dS:
+      out.push_back(bound(ProvedBound::Side::upper, 0.5 - a, true, false,
+                          scaled("||dF/dS||_F <= c(N) sqrt(N)/2 for every input (fact 2: each row's Jacobian "
+                                 "has norm at most 1/2)",
+                                 g),
+                          "B2"));
+      break;
+    case Estimand::dQ:
+    case Estimand::dK:
+      if (g.scores == ScoreModel::projected) {
+        const char* what = g.estimand == Estimand::dQ ? "Q" : "K";
+        out.push_back(bound(ProvedBound::Side::upper, 0.5 - a, false, true,
+                            scaled(fmt::format("E||dA/d{}||_F <= sqrt(C N log N) under the Gaussian model", what), g),
+                            "B4"));
+        out.push_back(bound(ProvedBound::Side::lower, 0.5 - a, false, true,
+                            scaled(fmt::format("E||dA/d{}||_F >= c sqrt(N) exp(-M sqrt(log N)) under the Gaussian "
+                                               "model",
+                                               what),
+                                   g),
+                            "B4"));
+      }
+      break;
+    default: break;
+  }
+}
+
+void pointwise_bounds(const GrowthCase& g, std::vector<ProvedBound>& out) {
+  const Pointwise h = g.activation.h;
+  const int p = g.activation.p;
+  const double a = g.n_exponent;
+  const auto value = [&](double x) { return theory::pointwise_value(h, p, x); };
+  const auto derivative = [&](double x) { return theory::pointwise_derivative(h, p, x); };
+  const bool layernorm_ok = g.scores != ScoreModel::projected_layernorm || g.d >= 2;
+  if (!layernorm_ok || (g.scores != ScoreModel::projected && g.scores != ScoreModel::projected_layernorm)) return;
+  const auto theta = [&](const char* what, bool reaches) {
+    out.push_back(bound(ProvedBound::Side::upper, 1 - a, false, false,
+                        scaled(fmt::format("E||{}||_F <= C N under the Gaussian model (every entry has a finite "
+                                           "second moment)",
+                                           what),
+                               g),
+                        "B6"));
+    if (reaches) {
+      out.push_back(bound(ProvedBound::Side::lower, 1 - a, false, false,
+                          scaled(fmt::format("E||{}||_F >= (N - 1) E|t_12| with E|t_12| > 0, t_ij the entries: a "
+                                             "norm is at least the sum of its N^2 entries' sizes over N",
+                                             what),
+                                 g),
+                          "B6"));
+    }
+  };
+  switch (g.estimand) {
+    case Estimand::value:
+      if (const auto sup = value_sup(h)) {
+        out.push_back(bound(ProvedBound::Side::upper, 1 - a, true, false,
+                            scaled(fmt::format("||F||_F <= c(N) {:g} N for every input (|h| <= {:g})", *sup, *sup), g),
+                            "B5"));
+      }
+      theta("F", off_diagonal_reaches(g, value));
+      break;
+    case Estimand::dS:
+      if (const auto sup = derivative_sup(h, p)) {
+        out.push_back(bound(
+            ProvedBound::Side::upper, 1 - a, true, false,
+            scaled(fmt::format("||dF/dS||_F <= c(N) {:.6g} N for every input (|h'| <= {:.6g})", *sup, *sup), g),
+            "B5"));
+      }
+      theta("dF/dS", off_diagonal_reaches(g, derivative));
+      break;
+    case Estimand::dQ:
+    case Estimand::dK:
+      // The derivatives through qk-layernorm are not the closed forms of fact 7.
+      if (g.scores == ScoreModel::projected) theta(g.estimand == Estimand::dQ ? "dF/dQ" : "dF/dK", true);
+      break;
+    case Estimand::row_sum:
+    case Estimand::row_mean: {
+      // E[row sum] = c(N) ((N - 1) m_off + m_diag) with m_off = E h(s_12) > 0: h >= 0 and not 0 on (0, b), or
+      // GELU, whose x Phi(x) + (-x) Phi(-x) = x (2 Phi(x) - 1) > 0 pairs up under the score's symmetry; x^p for
+      // even p. Odd maps (identity, odd x^p) have m_off = m_diag = 0, which their closed form already says.
+      const bool positive_mean = h == Pointwise::relu || h == Pointwise::relu2 || h == Pointwise::relu6 ||
+                                 h == Pointwise::sigmoid || h == Pointwise::softplus || h == Pointwise::gelu ||
+                                 (h == Pointwise::poly && p % 2 == 0);
+      if (!positive_mean || !off_diagonal_reaches(g, value)) break;
+      const double e = 1 - a - (g.estimand == Estimand::row_mean ? 1 : 0);
+      const std::string what = g.estimand == Estimand::row_sum ? "E[row sum]" : "E[row mean]";
+      const std::string statement =
+          scaled(fmt::format("{} = c(N) ((N - 1) m_off + m_diag){} with m_off = E h(s_12) > 0", what,
+                             g.estimand == Estimand::row_mean ? " / N" : ""),
+                 g);
+      out.push_back(bound(ProvedBound::Side::upper, e, false, false, statement, "B7"));
+      out.push_back(bound(ProvedBound::Side::lower, e, false, false, statement, "B7"));
+      break;
+    }
+    default: break;
+  }
+}
+
+}  // namespace
+
+GrowthCase growth_case(const PointSpec& point, Estimand estimand) {
+  const SweepPoint& pt = point.point;
+  GrowthCase g;
+  g.activation = pt.map.activation;
+  g.estimand = estimand;
+  g.n_exponent = pt.map.outer.n_exponent;
+  g.scores = pt.scores;
+  g.mix = pt.mix;
+  g.inner = pt.map.inner;
+  g.d = pt.d;
+  return g;
+}
+
+std::optional<GrowthCase> growth_case(const records::PointRecord& record) {
+  GrowthCase g;
+  try {
+    g.activation = parse_phi(record.key.phi, static_cast<int>(record.key.p));
+    g.estimand = parse_estimands(record.key.estimand).front();
+    g.n_exponent = parse_outer_scale(record.key.scale).n_exponent;
+    g.scores = theory::parse_score_model(record.key.scores);
+  } catch (const theory::InputError&) {
+    return std::nullopt;
+  }
+  g.mix = record.key.mix;
+  g.inner = record.inner;
+  g.d = record.key.d;
+  return g;
+}
+
+std::vector<ProvedBound> proved_bounds(const GrowthCase& g) {
+  std::vector<ProvedBound> out;
+  if (g.mix) {
+    if (*g.mix != 1) return out;  // fact 11: unbounded in V for alpha < 1
+    const char* what = g.estimand == Estimand::value ? "||O||_F <= sqrt(N d_v)"
+                       : g.estimand == Estimand::dV  ? "||dO/dV||_F <= sqrt(N d_v / 8)"
+                       : g.estimand == Estimand::dS  ? "||dO/dS||_F <= sqrt(N d_v / 8)"
+                                                     : nullptr;
+    if (what) {
+      out.push_back(bound(ProvedBound::Side::upper, 0.5, true, false,
+                          fmt::format("{} for every input (fact 11, tight)", what), "C9 (facts 10-11)"));
+    }
+    return out;
+  }
+  if (g.estimand == Estimand::score_var) return out;  // a statement about d, decided by its closed form
+  switch (g.activation.kind) {
+    case ActivationKind::softmax: softmax_bounds(g, out); break;
+    case ActivationKind::pointwise: pointwise_bounds(g, out); break;
+    case ActivationKind::matpow:
+      if (g.estimand == Estimand::value && g.scores == ScoreModel::projected) {
+        const double e = g.activation.p - g.n_exponent;
+        const std::string statement =
+            scaled(fmt::format("E||S^{0}||_F / N^{0} -> L_{0} in (0, infinity): S^p = lambda^p X B X^T with "
+                               "X^T X / N -> sigma_x^2 I",
+                               g.activation.p),
+                   g);
+        out.push_back(bound(ProvedBound::Side::upper, e, false, false, statement, "B8"));
+        out.push_back(bound(ProvedBound::Side::lower, e, false, false, statement, "B8"));
+      }
+      break;
+  }
+  return out;
+}
+
+bool proof_decides(const PointSpec& point, Estimand estimand) {
+  const std::optional<double> claimed = point.series ? point.series->claimed_for(estimand) : std::nullopt;
+  if (!claimed || point.series->claims_variance_equals_d || point.series->fit_over_d) return false;
+  std::vector<ProvedBound> bounds = proved_bounds(growth_case(point, estimand));
+  if (const std::optional<ExactLaw> law = exact_law(point, estimand)) {
+    const std::vector<ProvedBound> implied = bounds_of_law(*law);
+    bounds.insert(bounds.end(), implied.begin(), implied.end());
+  }
+  return decide_by_proof(bounds, *claimed).has_value();
+}
+
+SampleBounds sample_bounds(const PointSpec& point, Estimand estimand) {
+  const SweepPoint& pt = point.point;
+  SampleBounds bounds;
+  if (pt.mix) {
+    if (*pt.mix != 1) return bounds;
+    const theory::CrossNormBounds cross = theory::cross_norm_bounds(pt.N, pt.dv);
+    if (estimand == Estimand::value) bounds.upper = cross.output;
+    if (estimand == Estimand::dV) bounds.upper = cross.grad_values;
+    if (estimand == Estimand::dS) bounds.upper = cross.grad_scores;
+    return bounds;
+  }
+  const double c = pt.map.outer.at(pt.N);
+  const double n = static_cast<double>(pt.N);
+  const theory::Activation& act = pt.map.activation;
+  if (act.kind == ActivationKind::softmax) {
+    if (estimand == Estimand::value) {
+      bounds.upper = c * std::sqrt(n);
+      bounds.lower = c;
+    } else if (estimand == Estimand::dS) {
+      bounds.upper = c * std::sqrt(n) / 2;
+    }
+  } else if (act.kind == ActivationKind::pointwise) {
+    const auto sup = estimand == Estimand::value ? value_sup(act.h)
+                     : estimand == Estimand::dS  ? derivative_sup(act.h, act.p)
+                                                 : std::nullopt;
+    if (sup) bounds.upper = std::abs(c) * *sup * n;
+  }
+  return bounds;
+}
+
+}  // namespace attncheck::monte_carlo
