@@ -64,9 +64,11 @@ std::function<int()> setup(CLI::App& command) {
     const auto summary = attncheck::reports::write_report(options);
     fmt::print("wrote {} and {} ({} plots)\n", summary.html.string(), summary.markdown.string(), summary.plots);
     if (summary.series > 0) {
-      const std::size_t checked = summary.holds + summary.tight + summary.violated + summary.inconclusive;
-      fmt::print("{} series: {} holds, {} tight, {} violated, {} inconclusive{}\n", summary.series, summary.holds,
-                 summary.tight, summary.violated, summary.inconclusive,
+      const std::size_t checked =
+          summary.holds + summary.tight + summary.violated + summary.inconclusive + summary.consistent;
+      fmt::print("{} series: {} holds, {} tight, {} violated, {} consistent (not a proof), {} inconclusive{}\n",
+                 summary.series, summary.holds, summary.tight, summary.violated, summary.consistent,
+                 summary.inconclusive,
                  checked < summary.series
                      ? fmt::format(", {} not checked (no claimed exponent)", summary.series - checked)
                      : "");

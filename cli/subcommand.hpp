@@ -11,12 +11,14 @@ namespace attncheck::cli {
 
 // Exit codes of every subcommand (docs/design.md, "CLI conventions"): 0 all checked claims hold, 1 a claim or bound is
 // violated, 2 usage or input error, 3 a file could not be read or written (records::IoError), 4 a compute device failed
-// (records::DeviceError).
+// (records::DeviceError), 5 no claim is violated but one is not settled (`mc`: a counted series only consistent with
+// finite data, or inconclusive), so that a CI job can tell "settled" from "not settled".
 inline constexpr int kExitHolds = 0;
 inline constexpr int kExitViolated = 1;
 inline constexpr int kExitUsage = 2;
 inline constexpr int kExitIo = 3;
 inline constexpr int kExitDevice = 4;
+inline constexpr int kExitUnsettled = 5;
 
 // Thrown for bad values the parser cannot catch itself; main prints the message and exits 2.
 class UsageError : public std::runtime_error {

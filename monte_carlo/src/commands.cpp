@@ -4,6 +4,7 @@
 #include "attncheck/monte_carlo/cpu_backend.hpp"
 #include "attncheck/monte_carlo/distributed.hpp"
 #include "attncheck/monte_carlo/option_ranges.hpp"
+#include "attncheck/monte_carlo/proved_bounds.hpp"
 #include "attncheck/monte_carlo/results.hpp"
 #include "attncheck/monte_carlo/runner.hpp"
 #include "attncheck/monte_carlo/sample_norms.hpp"
@@ -324,6 +325,8 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
                                    ps.series->activation.p, ps.point.N, ps.point.D, ps.point.d);
     SamplingPolicy point_policy = policy;
     point_policy.judge_squares = ps.series->fit_over_d;  // C8 fits E[s^2] itself
+    point_policy.require_reliable = !std::all_of(ps.series->estimands.begin(), ps.series->estimands.end(),
+                                                 [&](Estimand e) { return proof_decides(ps, e); });
     // Row sums, qk-layernorm and C8's pairs are computed on the CPU only; the rest of the run stays on the device.
     Backend* point_backend = backend.get();
     RunContext point_context = context;
@@ -390,10 +393,10 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
   // report of it must see all of their series.
   if (folder) folder->write_fits(outcome.provenance, o.tolerance);
   // Only rank 0 holds the points --resume kept, so its verdicts are the run's.
-  outcome.exit_code =
-      static_cast<int>(distributed::broadcast_count(static_cast<std::uint64_t>(exit_code_of(outcome.series))));
+  outcome.exit_code = static_cast<int>(
+      distributed::broadcast_count(static_cast<std::uint64_t>(exit_code_of(run_verdict(outcome.series)))));
   for (const records::Series& s : outcome.series) {
-    outcome.inconclusive += s.verdict == records::Verdict::inconclusive && s.counts_for_exit ? 1 : 0;
+    outcome.unsettled += s.verdict && !records::settles(*s.verdict) && s.counts_for_exit ? 1 : 0;
   }
   for (const auto& s : series) {
     if (s.claim != "custom" && (outcome.claims.empty() || outcome.claims.back() != s.claim)) {

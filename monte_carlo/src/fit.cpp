@@ -2,10 +2,12 @@
 
 #include "attncheck/monte_carlo/statistics.hpp"
 
+#include <boost/math/distributions/normal.hpp>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace attncheck::monte_carlo {
 
@@ -97,16 +99,30 @@ std::string x_list(const std::vector<double>& xs) {
   return text;
 }
 
+std::string window_trend(const LocalExponent& e, const std::string& x_name) {
+  if (e.windows.size() < 2) return "";
+  std::string text;
+  for (const WindowExponent& w : e.windows) {
+    text += fmt::format("{}{} {:g}..{:g}: {}", text.empty() ? "" : ", ", x_name, w.first, w.last, fixed3(w.exponent));
+  }
+  return text;
+}
+
 std::string describe(const LocalExponent& e, const std::string& what, const std::string& x_name) {
   if (!e.missing.empty()) return fmt::format("{}: {}", what, e.missing);
   std::string text =
       fmt::format("{} {} over {} = {:g}..{:g}, sampling +-{} (95%), systematic +-{}", what, fixed3(e.exponent), x_name,
                   e.window.front(), e.window.back(), fixed3(kZ95 * e.se), fixed3(e.systematic));
-  if (e.previous) {
-    text += fmt::format(" (it moved by {} from the window ending at {} = {:g})",
-                        fixed3(std::abs(e.exponent - *e.previous)), x_name, e.window.front());
-  }
+  text += fmt::format(" (trend {} from the window before{}{}{})", fixed3(e.trend),
+                      e.climb ? fmt::format(", climbing {} +- {} per doubling over every window", fixed3(*e.climb),
+                                            fixed3(*e.climb_se))
+                              : std::string(),
+                      e.disagreement > 0 ? fmt::format(", disagreement with the cross-check {}", fixed3(e.disagreement))
+                                         : std::string(),
+                      e.rising ? ": STILL RISING" : "");
   text += fmt::format(": [{}, {}]", fixed3(e.lo), fixed3(e.hi));
+  const std::string trend = window_trend(e, x_name);
+  if (!trend.empty()) text += "; every window: " + trend;
   if (!e.unreliable.empty()) {
     text += fmt::format(
         "; the standard error is not reliable at {} = {} (too few samples to judge it, or a few "
@@ -116,18 +132,79 @@ std::string describe(const LocalExponent& e, const std::string& what, const std:
   return text;
 }
 
-// The first x of the grid's progression x_max r^k at which the interval, its systematic part shrinking like
-// x^(-1/2), would clear a + tolerance; none when the sampling part alone is too wide (more samples needed).
-std::optional<double> settling_x(const LocalExponent& e, double boundary) {
-  const double margin = std::abs(e.exponent - boundary), sampling = kZ95 * e.se;
-  if (margin <= sampling || !(e.systematic > 0) || !(e.ratio > 1)) return std::nullopt;
-  const double needed = e.window.back() * std::pow(e.systematic / (margin - sampling), 2);
-  double x = e.window.back();
-  for (int k = 0; k < 200 && x < needed; ++k) x *= e.ratio;
-  return x <= e.window.back() ? e.window.back() * e.ratio : x;
+std::string bound_text(const records::ProvedBound& b) { return fmt::format("{} ({})", b.statement, b.proof); }
+
+std::string exponent_text(const std::optional<double>& e) { return e ? fmt::format("{:g}", *e) : "-infinity"; }
+
+// Whether an upper bound of exponent e (e absent: the quantity is 0) settles a claim of exponent a: e < a, or
+// e = a when no sub-polynomial factor rides on it.
+bool upper_settles(const records::ProvedBound& b, double a) {
+  if (!b.exponent) return true;
+  return b.subpolynomial ? *b.exponent < a - 1e-9 : *b.exponent <= a + 1e-9;
 }
 
+bool lower_violates(const records::ProvedBound& b, double a) { return b.exponent && *b.exponent > a + 1e-9; }
+
+bool lower_reaches(const records::ProvedBound& b, double a) { return b.exponent && std::abs(*b.exponent - a) <= 1e-9; }
+
 }  // namespace
+
+double family_alarm_abs_z(int judged, double level) {
+  const double m = std::max(judged, 1);
+  return boost::math::quantile(boost::math::complement(boost::math::normal_distribution<>{}, level / (2 * m)));
+}
+
+std::vector<records::ProvedBound> bounds_of_law(const ExactLaw& law, const std::string& x_name) {
+  using Side = records::ProvedBound::Side;
+  const std::string proof = "its closed form (docs/THEORY.md, \"Exact facts\")";
+  if (law.deterministic) {
+    return {{Side::upper, law.exponent, true, false, law.of + " for every input", proof}};
+  }
+  if (law.bound) {
+    return {
+        {Side::upper, law.exponent, false, false,
+         fmt::format("E||F|| <= {} ~ {:.6g} {}^{} (Jensen)", law.of, law.constant, x_name, exponent_text(law.exponent)),
+         proof}};
+  }
+  const std::string statement =
+      law.exponent ? fmt::format("{} ~ {:.6g} {}^{}, exactly", law.of, law.constant, x_name, *law.exponent)
+                   : fmt::format("{} = 0 for every {}", law.of, x_name);
+  std::vector<records::ProvedBound> out{{Side::upper, law.exponent, false, false, statement, proof}};
+  if (law.exponent) out.push_back({Side::lower, law.exponent, false, false, statement, proof});
+  return out;
+}
+
+std::optional<ProofDecision> decide_by_proof(const std::vector<records::ProvedBound>& bounds, double a) {
+  using Side = records::ProvedBound::Side;
+  std::optional<records::ProvedBound> reaching_lower;
+  for (const records::ProvedBound& b : bounds) {
+    if (b.side == Side::lower && lower_reaches(b, a) && (!reaching_lower || b.deterministic)) reaching_lower = b;
+  }
+  // Deterministic bounds first (basis `bound`), then bounds on the expectation (basis `exact`); within each, an
+  // upper bound that settles the claim, then a lower bound that violates it.
+  for (const bool deterministic : {true, false}) {
+    for (const records::ProvedBound& b : bounds) {
+      if (b.deterministic != deterministic || b.side != Side::upper || !upper_settles(b, a)) continue;
+      const bool tight = b.exponent && std::abs(*b.exponent - a) <= 1e-9 && reaching_lower;
+      const VerdictRule& rule = deterministic ? (tight ? rules::bound_tight : rules::bound_holds)
+                                              : (tight ? rules::exact_tight : rules::exact_holds);
+      return ProofDecision{&rule, b, tight ? reaching_lower : std::nullopt};
+    }
+    for (const records::ProvedBound& b : bounds) {
+      if (b.deterministic != deterministic || b.side != Side::lower || !lower_violates(b, a)) continue;
+      return ProofDecision{deterministic ? &rules::bound_violated : &rules::exact_violated, b, std::nullopt};
+    }
+  }
+  return std::nullopt;
+}
+
+void LocalExponent::widen(double by_disagreement) {
+  disagreement = by_disagreement;
+  systematic = std::max(trend, disagreement);
+  const double half = kZ95 * se + systematic;
+  lo = exponent - half;
+  hi = exponent + half;
+}
 
 LocalExponent local_exponent(const std::vector<double>& x, const std::vector<double>& y, const std::vector<double>& se,
                              const std::vector<bool>& reliable) {
@@ -139,6 +216,12 @@ LocalExponent local_exponent(const std::vector<double>& x, const std::vector<dou
   if (usable.size() < 2) {
     e.missing = "fewer than two points with a positive estimate and standard error";
     return e;
+  }
+  for (std::size_t last = 1; last < usable.size(); ++last) {
+    const auto members = window_ending(x, usable, last);
+    if (members.size() < 2) continue;
+    const auto [slope, slope_se] = weighted_slope(x, y, se, members);
+    e.windows.push_back({x[members.front()], x[members.back()], slope, slope_se});
   }
   const std::size_t last = usable.size() - 1;
   const auto window = window_ending(x, usable, last);
@@ -157,22 +240,90 @@ LocalExponent local_exponent(const std::vector<double>& x, const std::vector<dou
       static_cast<std::size_t>(std::find(usable.begin(), usable.end(), window.front()) - usable.begin());
   const auto before = window_ending(x, usable, start);
   if (before.size() < 2) {
-    e.missing = fmt::format("no second window [{:g}, {:g}] to measure how much the local exponent still moves",
+    e.missing = fmt::format("no second window [{:g}, {:g}] to see whether the local exponent still moves",
                             x[window.front()] / 4, x[window.front()]);
     return e;
   }
-  e.previous = weighted_slope(x, y, se, before).first;
-  e.ratio = x[usable[last]] / x[window.front()];
-  e.systematic = std::abs(e.exponent - *e.previous) / (std::sqrt(e.ratio) - 1);
-  const double half = kZ95 * e.se + e.systematic;
-  e.lo = e.exponent - half;
-  e.hi = e.exponent + half;
+  const auto [previous, previous_se] = weighted_slope(x, y, se, before);
+  e.previous = previous;
+  e.previous_se = previous_se;
+  e.trend = std::abs(e.exponent - *e.previous);
+  e.rising = e.exponent - *e.previous > kZ95 * std::hypot(e.se, e.previous_se);
+  if (e.windows.size() >= 3) {
+    // Overlapping windows share points, so this SE is if anything too small: a climb is called too readily,
+    // which costs a `consistent` verdict, never a wrong one.
+    double sw = 0, swx = 0, swy = 0;
+    for (const WindowExponent& w : e.windows) {
+      const double weight = 1 / (w.se * w.se);
+      sw += weight, swx += weight * std::log2(w.last), swy += weight * w.exponent;
+    }
+    double sxx = 0, sxy = 0;
+    for (const WindowExponent& w : e.windows) {
+      const double weight = 1 / (w.se * w.se), dx = std::log2(w.last) - swx / sw;
+      sxx += weight * dx * dx, sxy += weight * dx * (w.exponent - swy / sw);
+    }
+    if (sxx > 0) {
+      e.climb = sxy / sxx;
+      e.climb_se = std::sqrt(1 / sxx);
+      e.rising = e.rising || *e.climb > kZ95 * *e.climb_se;
+    }
+  }
+  e.widen(0);
   return e;
 }
 
-Verdict decide(const std::vector<EvidencePoint>& points, const std::optional<ExactLaw>& law, const SeriesClaim& claim) {
+std::optional<ViolationTest> violation_test(const std::vector<EvidencePoint>& points, double boundary, double level) {
+  const EvidencePoint* large = nullptr;
+  for (const EvidencePoint& p : points) {
+    if (p.lower_bound && p.lower_bound_level && (!large || p.x > large->x)) large = &p;
+  }
+  if (!large) return std::nullopt;
+  // Half of the error goes to the lower bound at x_large (its own level), the rest to the upper bounds at the
+  // smaller x, shared out by Bonferroni; an exact upper bound costs none.
+  const double lower_error = 1 - *large->lower_bound_level;
+  const double upper_error = std::max(0.0, (1 - level) - lower_error);
+  std::vector<const EvidencePoint*> statistical;
+  std::vector<std::pair<const EvidencePoint*, bool>> candidates;
+  for (const EvidencePoint& p : points) {
+    if (!(p.x <= large->x / 2 && p.x >= large->x / 16)) continue;
+    if (p.exact_upper && *p.exact_upper > 0) {
+      candidates.push_back({&p, true});
+    } else if (p.mean_reliable && std::isfinite(p.mean) && std::isfinite(p.se) && p.mean > 0 && upper_error > 0) {
+      candidates.push_back({&p, false});
+      statistical.push_back(&p);
+    }
+  }
+  if (candidates.empty()) return std::nullopt;
+  const double z =
+      statistical.empty()
+          ? 0
+          : boost::math::quantile(boost::math::complement(boost::math::normal_distribution<>{},
+                                                          upper_error / static_cast<double>(statistical.size())));
+  std::optional<ViolationTest> best;
+  for (const auto& [p, exact] : candidates) {
+    ViolationTest t;
+    t.x_small = p->x;
+    t.x_large = large->x;
+    t.upper_exact = exact;
+    t.upper_at_small = exact ? *p->exact_upper : p->mean + z * p->se;
+    t.lower_at_large = *large->lower_bound;
+    t.exponent_lower = t.lower_at_large > 0
+                           ? std::log(t.lower_at_large / t.upper_at_small) / std::log(t.x_large / t.x_small)
+                           : -std::numeric_limits<double>::infinity();
+    t.level = 1 - lower_error - (statistical.empty() ? 0 : upper_error);
+    t.passed = t.exponent_lower > boundary;
+    if (!best || t.exponent_lower > best->exponent_lower) best = t;
+  }
+  return best;
+}
+
+Verdict decide(const std::vector<EvidencePoint>& points, const std::optional<ExactLaw>& law,
+               const std::vector<records::ProvedBound>& proved, const SeriesClaim& claim) {
   Verdict v;
   const std::string& xn = claim.x_name;
+  int judged = 0;
+  for (const EvidencePoint& p : points) judged += p.z_exact && p.z_judged ? 1 : 0;
+  v.alarm_abs_z = claim.alarm_abs_z.value_or(family_alarm_abs_z(judged));
   for (const EvidencePoint& p : points) {
     if (!p.z_exact) continue;
     if (!p.z_judged) {
@@ -181,17 +332,30 @@ Verdict decide(const std::vector<EvidencePoint>& points, const std::optional<Exa
     }
     ++v.exact_judged;
     v.exact_max_abs_z = std::max(v.exact_max_abs_z.value_or(0.0), std::abs(*p.z_exact));
-    if (std::abs(*p.z_exact) > kMaxExactAbsZ) v.exact_disagrees_at.push_back(p.x);
+    if (std::abs(*p.z_exact) > v.alarm_abs_z) v.exact_disagrees_at.push_back(p.x);
   }
   for (const EvidencePoint& p : points) {
-    if (!p.sample_max || !p.sample_bound) continue;
+    const bool upper = p.sample_max && p.sample_bound, lower = p.sample_min && p.sample_lower_bound;
+    if (!upper && !lower) continue;
     ++v.bound_checked;
-    v.max_sample_over_bound = std::max(v.max_sample_over_bound.value_or(0.0), *p.sample_max / *p.sample_bound);
     // Rounding of the per-sample sums only: a bound is sharp, so anything beyond is a wrong computation.
-    if (*p.sample_max > *p.sample_bound * (1 + 1e-12)) {
-      v.bound_exceeded_at.push_back(p.x);
-      v.exact_disagrees_at.push_back(p.x);
+    bool beyond = false;
+    if (upper) {
+      v.max_sample_over_bound = std::max(v.max_sample_over_bound.value_or(0.0), *p.sample_max / *p.sample_bound);
+      if (!(*p.sample_max <= *p.sample_bound * (1 + 1e-12))) {
+        v.bound_exceeded_at.push_back(p.x);
+        beyond = true;
+      }
     }
+    if (lower) {
+      v.min_sample_over_lower_bound =
+          std::min(v.min_sample_over_lower_bound.value_or(INFINITY), *p.sample_min / *p.sample_lower_bound);
+      if (!(*p.sample_min >= *p.sample_lower_bound * (1 - 1e-12))) {
+        v.lower_bound_undercut_at.push_back(p.x);
+        beyond = true;
+      }
+    }
+    if (beyond) v.exact_disagrees_at.push_back(p.x);
   }
   std::vector<double> x, mean, se, root, root_se;
   std::vector<bool> mean_ok, sq_ok;
@@ -207,6 +371,9 @@ Verdict decide(const std::vector<EvidencePoint>& points, const std::optional<Exa
   v.primary = local_exponent(x, mean, se, mean_ok);
   if (claim.cross_check) {
     v.cross_check = local_exponent(x, root, root_se, sq_ok);
+    if (v.primary.missing.empty() && v.cross_check.missing.empty()) {
+      v.primary.widen(std::abs(v.primary.exponent - v.cross_check.exponent));
+    }
   } else {
     v.cross_check.missing = "not needed: the fitted quantity is an expectation itself, with no Jensen bias";
   }
@@ -248,79 +415,125 @@ Verdict decide(const std::vector<EvidencePoint>& points, const std::optional<Exa
   if (!claim.exponent) return v;  // a custom map states no exponent
 
   const double a = *claim.exponent, tolerance = claim.tolerance, boundary = a + tolerance;
-  std::string bound_note;
-  if (law) {
-    const std::string e_text =
-        law->exponent ? fmt::format("{:g}", *law->exponent) : "-infinity (it is 0 for every " + xn + ")";
-    const std::string what = fmt::format("{} ~ {:.6g} {}^{}", law->of, law->constant, xn, e_text);
-    if (law->deterministic && (!law->exponent || *law->exponent <= a + 1e-9)) {
-      return decided(
-          rules::bound_holds,
-          fmt::format("{} for every input: e = {} is at most a = {:g}; the largest sample is {:.3g} of its bound "
-                      "over {} points{}",
-                      what, e_text, a, v.max_sample_over_bound.value_or(NAN), v.bound_checked,
-                      v.bound_exceeded_at.empty() ? ""
-                                                  : fmt::format(" (ABOVE it at {} = {}: a failure of the tool)", xn,
-                                                                x_list(v.bound_exceeded_at))));
-    }
-    if (!law->exponent || *law->exponent < a - 1e-9) {
-      return decided(rules::exact_holds, fmt::format("{}: e = {} is below a = {:g}", what, e_text, a));
-    }
-    if (std::abs(*law->exponent - a) <= 1e-9) {
-      return decided(rules::exact_tight, fmt::format("{}: e = {} equals a", what, e_text));
-    }
-    if (!law->bound)
-      return decided(rules::exact_violated, fmt::format("{}: e = {} is above a = {:g}", what, e_text, a));
-    bound_note = fmt::format(
-        "the exact bound {} grows with e = {} above a = {:g}: it settles nothing, the asymptotic fit "
-        "decides. ",
-        law->of, e_text, a);
+  // A closed form's own statement first: it names the quantity and its constant.
+  std::vector<records::ProvedBound> all = law ? bounds_of_law(*law, xn) : std::vector<records::ProvedBound>{};
+  all.insert(all.end(), proved.begin(), proved.end());
+  const auto checked = [&](const char* against) {
+    if (v.bound_checked == 0) return std::string();
+    const bool ok = v.bound_exceeded_at.empty() && v.lower_bound_undercut_at.empty();
+    return fmt::format("; every sample checked against {} at {} points{}", against, v.bound_checked,
+                       ok ? std::string()
+                          : fmt::format(" (BEYOND it at {} = {}: a failure of the tool, not of the claim)", xn,
+                                        x_list(v.exact_disagrees_at)));
+  };
+  if (const std::optional<ProofDecision> proof = decide_by_proof(all, a)) {
+    const records::ProvedBound& b = proof->decided_by;
+    v.decided_by = b;
+    const bool upper = b.side == records::ProvedBound::Side::upper;
+    const std::string relation = !upper                                            ? "is above"
+                                 : b.exponent && std::abs(*b.exponent - a) <= 1e-9 ? "equals"
+                                                                                   : "is below";
+    return decided(*proof->rule,
+                   fmt::format("{}: e = {} {} a = {:g}{}{}", bound_text(b), exponent_text(b.exponent), relation, a,
+                               !proof->reaching_lower ? std::string()
+                               : proof->reaching_lower->statement == b.statement
+                                   ? std::string(", and it bounds it from below too")
+                                   : fmt::format(", and {} reaches the exponent a", bound_text(*proof->reaching_lower)),
+                               b.deterministic ? checked("the bound") : std::string()));
   }
 
+  // No proof decides: finite data speaks.
+  std::string proof_note;
+  for (const records::ProvedBound& b : all) {
+    proof_note += fmt::format("{}{} bound {} (exponent {}{}) does not decide a = {:g}", proof_note.empty() ? "" : "; ",
+                              to_string(b.side), bound_text(b), exponent_text(b.exponent),
+                              b.subpolynomial ? " up to a sub-polynomial factor" : "", a);
+  }
+  if (!proof_note.empty()) proof_note += ". ";
   const std::string primary_text = describe(v.primary, "local exponent", xn);
   const std::string cross_text =
       claim.cross_check ? "; cross-check: " + describe(v.cross_check, "local exponent of sqrt(mean of ||F||^2)", xn)
                         : "";
-  const std::string evidence = bound_note + primary_text + cross_text;
-  const LocalExponent& e = v.primary;
-  if (!e.missing.empty()) {
-    v.extend_to = e.window.empty() ? std::nullopt : std::optional<double>(e.window.back() * 2);
-    return decided(rules::fit_inconclusive, evidence + fmt::format(": extend {} to {:g} or beyond", xn,
-                                                                   e.window.empty() ? 0.0 : e.window.back() * 2));
+  v.violation = violation_test(points, boundary);
+  std::string test_text;
+  if (v.violation) {
+    const ViolationTest& t = *v.violation;
+    test_text = fmt::format(
+        "; heavy-tail-valid test: the mean >= {:.6g} at {} = {:g} (order statistics) and <= {:.6g} at {} = {:g} ({}), "
+        "so its growth exponent over {:g}..{:g} is at least {} at {:.3g} confidence, {} a + tolerance = {:g}",
+        t.lower_at_large, xn, t.x_large, t.upper_at_small, xn, t.x_small,
+        t.upper_exact ? "closed form" : "estimate + z SE", t.x_small, t.x_large, fixed3(t.exponent_lower), t.level,
+        t.passed ? "above" : "not above", boundary);
   }
-  if (!e.unreliable.empty()) {
+  const std::string evidence = proof_note + primary_text + cross_text + test_text;
+  const double largest_x =
+      points.empty()
+          ? 0.0
+          : std::max_element(points.begin(), points.end(), [](const EvidencePoint& p, const EvidencePoint& q) {
+              return p.x < q.x;
+            })->x;
+  const double next_x = (v.primary.window.empty() ? largest_x : v.primary.window.back()) * 4;
+  // A violation needs the growth shown by the heavy-tail-valid test and a local exponent whose interval, widened by
+  // how much it still moves, lies above a + tolerance: a mean that grows fast over the range only while its growth
+  // slows (a Jensen ratio still climbing, a correction converging from below) settles nothing.
+  if (v.violation && v.violation->passed) {
+    if (v.primary.missing.empty() && v.primary.lo > boundary) return decided(rules::fit_violated, evidence);
+    v.extend_to = next_x;
     return decided(rules::fit_inconclusive,
-                   evidence + fmt::format(": more samples at {} = {} would settle it, unless their tails are too heavy",
-                                          xn, x_list(e.unreliable)));
+                   evidence + fmt::format(": the mean grew faster than {}^(a + tolerance) over this range, but the "
+                                          "local exponent's interval, widened by how much it still moves, reaches "
+                                          "a + tolerance = {:g}; extend {} to {:g} and see whether it settles",
+                                          xn, boundary, xn, next_x));
+  }
+
+  const LocalExponent& e = v.primary;
+  const LocalExponent& c = v.cross_check;
+
+  const auto inconclusive = [&](const std::string& why, bool more_n) {
+    if (more_n && next_x > 0) v.extend_to = next_x;
+    return decided(rules::fit_inconclusive, evidence + ": " + why);
+  };
+  if (!e.missing.empty()) {
+    return inconclusive(fmt::format("extend {} to {:g} or beyond", xn, next_x), true);
+  }
+  if (!e.unreliable.empty() || (claim.cross_check && !c.unreliable.empty())) {
+    std::vector<double> at = e.unreliable;
+    for (double u : claim.cross_check ? c.unreliable : std::vector<double>{}) {
+      if (std::find(at.begin(), at.end(), u) == at.end()) at.push_back(u);
+    }
+    std::sort(at.begin(), at.end());
+    return inconclusive(fmt::format("more samples at {} = {} would settle it, unless their tails are too heavy", xn,
+                                    x_list(at)),
+                        false);
+  }
+  if (claim.cross_check && !c.missing.empty())
+    return inconclusive("the cross-check has no interval: " + c.missing, true);
+  if (e.rising || (claim.cross_check && c.rising)) {
+    return inconclusive(fmt::format("the local exponent is still rising, so the data up to {} = {:g} settle "
+                                    "nothing; extend {} to {:g} and see whether it stops",
+                                    xn, e.window.back(), xn, next_x),
+                        true);
+  }
+  if (e.hi <= boundary) return decided(rules::fit_consistent, evidence);
+  if (kZ95 * e.se >= boundary - e.exponent && e.exponent <= boundary) {
+    return inconclusive(
+        fmt::format("the sampling error alone spans a + tolerance = {:g}: more samples (a lower --rel-se) would "
+                    "settle it",
+                    boundary),
+        false);
   }
   if (e.lo > boundary) {
-    if (!claim.cross_check) return decided(rules::fit_violated, evidence);
-    const LocalExponent& c = v.cross_check;
-    if (c.usable() && c.lo > boundary) return decided(rules::fit_violated, evidence);
-    std::string why;
-    if (!c.missing.empty() || !c.unreliable.empty()) {
-      why = "the cross-check cannot confirm it";
-    } else {
-      why = fmt::format("the cross-check's lower end {} is not above a + tolerance = {:g}", fixed3(c.lo), boundary);
-    }
-    const auto more = c.usable() && c.exponent > boundary ? settling_x(c, boundary) : std::nullopt;
-    v.extend_to = more;
-    return decided(rules::fit_inconclusive,
-                   evidence +
-                       fmt::format(": the local exponent is above a + tolerance but {}; {}", why,
-                                   more ? fmt::format("extend {} to {:g}", xn, *more)
-                                        : std::string(
-                                              "more samples (a lower --rel-se) and a wider range would settle it")));
+    return inconclusive(
+        fmt::format("the local exponent is above a + tolerance = {:g}, but the heavy-tail-valid test {}: more samples "
+                    "at the largest {} (the order-statistics bound tightens like 1/sqrt(samples)) or reliable "
+                    "standard errors at smaller {} would settle it",
+                    boundary, v.violation ? "does not confirm it" : "has no bounds to compare", xn, xn),
+        false);
   }
-  if (e.lo <= a && a <= e.hi && e.hi - e.lo <= 4 * tolerance) return decided(rules::fit_tight, evidence);
-  if (e.hi <= boundary) return decided(rules::fit_holds, evidence);
-  v.extend_to = settling_x(e, boundary);
-  return decided(rules::fit_inconclusive,
-                 evidence + (v.extend_to
-                                 ? fmt::format(": extend {} to {:g} to settle it", xn, *v.extend_to)
-                                 : fmt::format(": the sampling error alone spans a + tolerance = {:g}: more samples "
-                                               "(a lower --rel-se) would settle it",
-                                               boundary)));
+  return inconclusive(fmt::format("the interval spans a + tolerance = {:g}; extend {} to {:g} and see whether the "
+                                  "local exponent settles",
+                                  boundary, xn, next_x),
+                      true);
 }
 
 }  // namespace attncheck::monte_carlo

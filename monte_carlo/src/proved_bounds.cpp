@@ -148,10 +148,10 @@ void pointwise_bounds(const GrowthCase& g, std::vector<ProvedBound>& out) {
       break;
     case Estimand::dS:
       if (const auto sup = derivative_sup(h, p)) {
-        out.push_back(bound(
-            ProvedBound::Side::upper, 1 - a, true, false,
-            scaled(fmt::format("||dF/dS||_F <= c(N) {:.6g} N for every input (|h'| <= {:.6g})", *sup, *sup), g),
-            "B5"));
+        out.push_back(
+            bound(ProvedBound::Side::upper, 1 - a, true, false,
+                  scaled(fmt::format("||dF/dS||_F <= c(N) {:.6g} N for every input (|h'| <= {:.6g})", *sup, *sup), g),
+                  "B5"));
       }
       theta("dF/dS", off_diagonal_reaches(g, derivative));
       break;

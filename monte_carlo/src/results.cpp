@@ -1,6 +1,7 @@
 #include "attncheck/monte_carlo/results.hpp"
 
 #include "attncheck/monte_carlo/fit.hpp"
+#include "attncheck/monte_carlo/proved_bounds.hpp"
 #include "attncheck/records/atomic_file.hpp"
 #include "attncheck/records/errors.hpp"
 #include "attncheck/records/folder_lock.hpp"
@@ -169,8 +170,11 @@ records::PointRecord point_record(const PointSpec& ps, Estimand estimand, const 
   r.key.alpha = series.alpha;
   r.key.mix = pt.mix;
   if (pt.mix) r.key.dv = pt.dv;
-  r.sample_bound = cross_norm_sample_bound(ps, estimand);
+  const SampleBounds bounds = sample_bounds(ps, estimand);
+  r.sample_bound = bounds.upper;
   if (r.sample_bound) r.sample_max = outcome.largest[k];
+  r.sample_lower_bound = bounds.lower;
+  if (r.sample_lower_bound) r.sample_min = outcome.smallest[k];
   r.key.scale = series.outer.text;
   r.key.scores = theory::score_model_name(pt.scores);
   r.inner = pt.map.inner;
@@ -199,6 +203,13 @@ records::PointRecord point_record(const PointSpec& ps, Estimand estimand, const 
   if (exact.second && norm_estimand) r.jensen_bound = std::sqrt(*exact.second);
   if (exact.second && *exact.second > 0 && norm_estimand) r.jensen_ratio = norm.mean / std::sqrt(*exact.second);
   if (norm_estimand && sq.mean > 0) r.jensen_ratio_estimated = norm.mean / std::sqrt(sq.mean);
+  // Order statistics need finite samples >= 0 (a NaN makes the extremes NaN, failing both comparisons).
+  if (norm_estimand && outcome.samples > 0 && outcome.smallest[k] >= 0 && std::isfinite(outcome.largest[k])) {
+    const auto n = outcome.norm[k].accumulator().count();
+    r.mean_lower_bound =
+        mean_lower_bound(n, norm.mean * static_cast<double>(n), outcome.top[k].values(), kMeanLowerBoundLevel);
+    r.mean_lower_bound_level = kMeanLowerBoundLevel;
+  }
   r.se_reliable = norm.se_reliable && sq.se_reliable;
   r.se_mean_reliable = norm.se_reliable;
   r.se_sq_reliable = sq.se_reliable;
@@ -260,7 +271,32 @@ records::LocalExponentRecord local_exponent_record(const LocalExponent& e) {
     if (std::isfinite(e.lo) && std::isfinite(e.hi)) r.interval = std::make_pair(e.lo, e.hi);
   }
   r.unreliable_at = e.unreliable;
+  for (const WindowExponent& w : e.windows) r.windows.push_back({w.first, w.last, w.exponent, kZ95 * w.se});
+  r.climb_per_doubling = e.climb;
+  r.climb_se = e.climb_se;
+  if (e.missing.empty()) {
+    r.rising = e.rising;
+    if (e.disagreement > 0) r.disagreement = e.disagreement;
+  }
   return r;
+}
+
+records::ViolationTestRecord violation_test_record(const ViolationTest& t) {
+  return {t.x_small,        t.x_large,        t.upper_at_small, t.upper_exact ? "exact" : "estimate + z se",
+          t.lower_at_large, t.exponent_lower, t.level,          t.passed};
+}
+
+bool is_row_sum(const std::string& estimand) { return estimand == "row-sum" || estimand == "row-mean"; }
+
+// Points whose Monte Carlo estimate is judged against a closed form: the family of the tool-failure alarm.
+int judged_points(const std::vector<records::PointRecord>& records) {
+  int judged = 0;
+  for (const records::PointRecord& r : records) {
+    const bool row = is_row_sum(r.key.estimand);
+    const auto& z = row ? r.z_exact_mean : r.z_exact_sq;
+    if (z && (row ? r.mean_reliable() : r.sq_reliable())) ++judged;
+  }
+  return judged;
 }
 
 // What each of C8's three models is, beside its verdict.
@@ -291,6 +327,8 @@ std::vector<records::Series> fit_series(const std::vector<records::PointRecord>&
     groups[r.series_id].push_back(&r);
   }
   std::vector<records::Series> out;
+  const int family = judged_points(records);
+  const double alarm = family_alarm_abs_z(family);
   for (const std::string& key : order) {
     auto members = groups[key];
     const records::PointRecord& first = *members.front();
@@ -302,7 +340,7 @@ std::vector<records::Series> fit_series(const std::vector<records::PointRecord>&
     const std::string& estimand = first.key.estimand;
     const bool norm_estimand =
         estimand == "value" || estimand == "dQ" || estimand == "dK" || estimand == "dS" || estimand == "dV";
-    const bool row_sums = estimand == "row-sum" || estimand == "row-mean";
+    const bool row_sums = is_row_sum(estimand);
     std::vector<double> x, y, se;
     std::vector<EvidencePoint> evidence;
     records::Series s;
@@ -341,6 +379,13 @@ std::vector<records::Series> fit_series(const std::vector<records::PointRecord>&
       p.sample_bound = r->sample_bound;
       // A NaN sample is stored as null: with a bound present it must fail the check, not skip it.
       if (p.sample_bound) p.sample_max = r->sample_max.value_or(INFINITY);
+      p.sample_lower_bound = r->sample_lower_bound;
+      if (p.sample_lower_bound) p.sample_min = r->sample_min.value_or(-INFINITY);
+      if (fit_of == "mean") {
+        p.lower_bound = r->mean_lower_bound;
+        p.lower_bound_level = r->mean_lower_bound_level;
+        p.exact_upper = row_sums ? r->exact_mean : r->jensen_bound;
+      }
       evidence.push_back(p);
       if (norm_estimand) {
         const auto& exact_ratio = r->jensen_ratio;
@@ -382,8 +427,11 @@ std::vector<records::Series> fit_series(const std::vector<records::PointRecord>&
     claim.cross_check = norm_estimand && fit_of == "mean";
     claim.equality = s.claims_value;
     claim.x_name = over_d ? "d" : "N";
+    claim.alarm_abs_z = alarm;
     const std::optional<ExactLaw>& law = first.exact_law;
-    const Verdict v = decide(evidence, law, claim);
+    const std::optional<GrowthCase> growth = growth_case(first);
+    s.proved_bounds = growth && !over_d ? proved_bounds(*growth) : std::vector<records::ProvedBound>{};
+    const Verdict v = decide(evidence, law, s.proved_bounds, claim);
     // A custom map states no exponent to check: no verdict, no basis.
     s.verdict = v.word;
     s.basis = v.basis;
@@ -392,16 +440,23 @@ std::vector<records::Series> fit_series(const std::vector<records::PointRecord>&
     s.extend_to = v.extend_to;
     s.local_exponent = local_exponent_record(v.primary);
     if (claim.cross_check) s.cross_check = local_exponent_record(v.cross_check);
-    if (law) {
+    s.decided_by = v.decided_by;
+    if (v.violation) s.violation_test = violation_test_record(*v.violation);
+    if (law || v.bound_checked > 0) {
       records::ExactCheckRecord& exact = s.exact.emplace();
-      exact.law = *law;
+      exact.law = law;
       exact.max_abs_z = v.exact_max_abs_z;
       exact.judged_points = v.exact_judged;
       exact.unjudged_points = v.exact_unjudged;
       exact.disagrees_at = v.exact_disagrees_at;
+      exact.alarm_abs_z = v.alarm_abs_z;
+      exact.family_points = family;
+      exact.family_level = kAlarmFamilyLevel;
       exact.bound_checked_points = v.bound_checked;
       exact.max_sample_over_bound = v.max_sample_over_bound;
       exact.bound_exceeded_at = v.bound_exceeded_at;
+      exact.min_sample_over_lower_bound = v.min_sample_over_lower_bound;
+      exact.lower_bound_undercut_at = v.lower_bound_undercut_at;
       exact.confirmed = v.exact_disagrees_at.empty();
     }
     const std::string finding = s.key.claim == "C8" ? c8_finding(s.key.scores, v.word) : "";
@@ -411,11 +466,14 @@ std::vector<records::Series> fit_series(const std::vector<records::PointRecord>&
   return out;
 }
 
-int exit_code_of(const std::vector<records::Series>& series) {
+RunVerdict run_verdict(const std::vector<records::Series>& series) {
+  bool unsettled = false;
   for (const records::Series& s : series) {
-    if (s.counts_for_exit && s.verdict == records::Verdict::violated) return 1;
+    if (!s.counts_for_exit || !s.verdict) continue;
+    if (*s.verdict == records::Verdict::violated) return RunVerdict::violated;
+    if (!records::settles(*s.verdict)) unsettled = true;
   }
-  return 0;
+  return unsettled ? RunVerdict::unsettled : RunVerdict::holds;
 }
 
 namespace {

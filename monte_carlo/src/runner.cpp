@@ -54,6 +54,7 @@ PointOutcome run_point(Backend& backend, const SweepPoint& point, const std::vec
   PointOutcome out;
   const std::uint64_t planned = policy.fixed ? *policy.fixed : 0;
   const std::uint64_t cap = policy.fixed ? *policy.fixed : std::max<std::uint64_t>(policy.max_samples, 1);
+  for (Estimand e : estimands) out.top[static_cast<int>(e)] = LargestValues(cap);
   const bool timed = !policy.fixed && std::isfinite(policy.max_seconds);
   std::vector<SampleValues> values;
   const auto add = [&](const std::vector<SampleValues>& drawn) {
@@ -63,10 +64,14 @@ PointOutcome run_point(Backend& backend, const SweepPoint& point, const std::vec
         const double norm = e == Estimand::score_var ? std::sqrt(v[k]) : v[k];
         out.norm[k].add(norm);
         out.norm_sq[k].add(e == Estimand::score_var ? v[k] : norm * norm);
-        // A NaN sample must not hide behind max: it makes the largest NaN, so no bound check passes it.
-        out.largest[k] = out.norm[k].accumulator().count() == 1 || std::isnan(v[k]) ? v[k]
-                         : std::isnan(out.largest[k])                               ? out.largest[k]
-                                                                                    : std::max(out.largest[k], v[k]);
+        // A NaN sample must not hide behind max or min: it makes both NaN, so no bound check passes it.
+        const bool first = out.norm[k].accumulator().count() == 1;
+        const auto extreme = [&](double kept, double better) {
+          return first || std::isnan(v[k]) ? v[k] : std::isnan(kept) ? kept : better;
+        };
+        out.largest[k] = extreme(out.largest[k], std::max(out.largest[k], v[k]));
+        out.smallest[k] = extreme(out.smallest[k], std::min(out.smallest[k], v[k]));
+        out.top[k].add(norm);
       }
     }
   };
@@ -110,7 +115,7 @@ PointOutcome run_point(Backend& backend, const SweepPoint& point, const std::vec
       const MeanEstimate m = policy.judge_squares ? out.norm_sq[k].estimate() : out.norm[k].estimate();
       // A standard error that is itself unreliable (too few samples to judge it, heavy tails) is not yet
       // evidence of precision: keep sampling until it is, or until the limits.
-      if (!(m.se <= policy.rel_se * std::abs(m.mean)) || !m.se_reliable) precise = false;
+      if (!(m.se <= policy.rel_se * std::abs(m.mean)) || (policy.require_reliable && !m.se_reliable)) precise = false;
     }
     if (precise) {
       out.stopped_by = "rel-se";

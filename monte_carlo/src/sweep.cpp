@@ -466,33 +466,9 @@ std::optional<double> exact_norm_sq(const PointSpec& ps, Estimand estimand) {
   return exact_moments(ps, estimand).second;
 }
 
-std::optional<double> cross_norm_sample_bound(const PointSpec& ps, Estimand estimand) {
-  const SweepPoint& pt = ps.point;
-  if (!pt.mix || *pt.mix != 1) return std::nullopt;
-  const theory::CrossNormBounds bounds = theory::cross_norm_bounds(pt.N, pt.dv);
-  switch (estimand) {
-    case Estimand::value: return bounds.output;
-    case Estimand::dV: return bounds.grad_values;
-    case Estimand::dS: return bounds.grad_scores;
-    default: return std::nullopt;
-  }
-}
-
 std::optional<ExactLaw> exact_law(const PointSpec& ps, Estimand estimand) {
   const SweepPoint& pt = ps.point;
-  if (pt.mix) {
-    const auto bound = cross_norm_sample_bound(ps, estimand);
-    if (!bound) return std::nullopt;
-    ExactLaw law;
-    law.of = fmt::format("sup over inputs of ||{}||_F (fact 11)", estimand == Estimand::value ? "O"
-                                                                  : estimand == Estimand::dV  ? "dO/dV"
-                                                                                              : "dO/dS");
-    law.bound = true;
-    law.deterministic = true;
-    law.exponent = 0.5;  // sqrt(N d_v) or sqrt(N d_v / 8): the constant is the bound at N = 1
-    law.constant = *bound / std::sqrt(static_cast<double>(pt.N));
-    return law;
-  }
+  if (pt.mix) return std::nullopt;            // C9 has bounds (proved_bounds.hpp), no closed form
   const double factor = pt.map.outer.factor;  // c(N) = factor N^-n_exponent
   const double n_exponent = pt.map.outer.n_exponent;
   ExactLaw law;

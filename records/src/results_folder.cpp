@@ -33,6 +33,20 @@ std::string SeriesKey::label() const {
   return text;
 }
 
+EstimateMeaning estimate_meaning(std::string_view estimand) {
+  if (estimand == "score-var") {
+    return {"E[sqrt(m)], m = the mean over i != j of s_ij^2 (one sample's root-mean-square score)",
+            "E[m] = Var(s_ij), i != j"};
+  }
+  if (estimand == "row-sum") return {"E[mean over rows i of sum_j F_ij]", "E[(mean over rows i of sum_j F_ij)^2]"};
+  if (estimand == "row-mean") return {"E[mean over rows i of mean_j F_ij]", "E[(mean over rows i of mean_j F_ij)^2]"};
+  if (estimand == "dQ") return {"E||dF/dQ||_F (the full Jacobian)", "E||dF/dQ||_F^2"};
+  if (estimand == "dK") return {"E||dF/dK||_F (the full Jacobian)", "E||dF/dK||_F^2"};
+  if (estimand == "dS") return {"E||dF/dS||_F (the Jacobian in the scores)", "E||dF/dS||_F^2"};
+  if (estimand == "dV") return {"E||dO/dV||_F (C9: the Jacobian in the values)", "E||dO/dV||_F^2"};
+  return {"E||F||_F", "E||F||_F^2"};
+}
+
 std::string resume_key(std::string_view point_key, std::string_view estimand, std::uint64_t run_seed) {
   return fmt::format("{};estimand={};run_seed={}", point_key, estimand, run_seed);
 }
@@ -86,12 +100,27 @@ SeriesKey read_key(const JsonFields& fields) {
   return key;
 }
 
+constexpr std::string_view kVerdictWords[] = {"holds", "tight", "violated", "inconclusive", "consistent"};
+constexpr std::string_view kBasisWords[] = {"bound", "exact", "asymptotic-fit"};
+constexpr std::string_view kBoundSides[] = {"upper", "lower"};
+
 Verdict read_verdict(const JsonFields& fields) {
-  const std::string word = fields.word("verdict", {"holds", "tight", "violated", "inconclusive"});
-  for (Verdict v : {Verdict::holds, Verdict::tight, Verdict::violated, Verdict::inconclusive}) {
-    if (word == to_string(v)) return v;
-  }
-  fields.fail("unreachable verdict");
+  const std::optional<Verdict> verdict = verdict_from_word(fields.word("verdict", kVerdictWords));
+  if (!verdict) fields.fail("unreachable verdict");
+  return *verdict;
+}
+
+ProvedBound read_proved_bound(const JsonFields& fields) {
+  ProvedBound b;
+  b.side = fields.word("side", kBoundSides) == "upper" ? ProvedBound::Side::upper : ProvedBound::Side::lower;
+  b.exponent = fields.number_or_null("exponent");
+  if (!b.exponent && b.side == ProvedBound::Side::lower)
+    fields.fail("a lower bound needs an \"exponent\" (only an upper bound may say the quantity is 0)");
+  b.deterministic = fields.boolean("deterministic");
+  b.subpolynomial = fields.boolean("subpolynomial");
+  b.statement = fields.text("statement");
+  b.proof = fields.text("proof");
+  return b;
 }
 
 void check_estimate(const JsonFields& fields, const SeriesKey& key, double mean, double se, const char* what) {
@@ -179,6 +208,34 @@ std::optional<LocalExponentRecord> read_local_exponent(const JsonFields& fields,
     if (std::isfinite(lo) && std::isfinite(hi)) r.interval = std::make_pair(lo, hi);
   }
   r.unreliable_at = numbers_or_empty(local, "unreliable_at");
+  if (!local.is_null("windows")) {
+    const detail::json& list = local.array("windows");
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const JsonFields window(list[i], fmt::format("{} windows[{}]", local.where(), i));
+      r.windows.push_back({window.number("first"), window.number("last"), window.number_or_nan("exponent"),
+                           window.number_or_nan("sampling_half_width")});
+    }
+  }
+  r.climb_per_doubling = local.number_or_null("climb_per_doubling");
+  r.climb_se = local.number_or_null("climb_se");
+  if (!local.is_null("rising")) r.rising = local.boolean("rising");
+  r.disagreement = local.number_or_null("disagreement");
+  return r;
+}
+
+std::optional<ViolationTestRecord> read_violation_test(const JsonFields& fields) {
+  if (fields.is_null("violation_test")) return std::nullopt;
+  const JsonFields test(fields.at("violation_test"), fields.where() + " violation_test");
+  ViolationTestRecord r;
+  r.x_small = test.number("x_small");
+  r.x_large = test.number("x_large");
+  r.upper_at_small = test.number("upper_at_small");
+  r.upper_source = test.word("upper_source", {"exact", "estimate + z se"});
+  r.lower_at_large = test.number("lower_at_large");
+  r.exponent_lower = test.number_or_nan("exponent_lower");
+  r.level = test.number("level");
+  if (!(r.level > 0 && r.level < 1)) test.fail(fmt::format("\"level\" = {} is not in (0, 1)", r.level));
+  r.passed = test.boolean("passed");
   return r;
 }
 
@@ -188,7 +245,7 @@ std::optional<ExactCheckRecord> read_exact_check(const JsonFields& fields) {
   if (fields.is_null("exact")) return std::nullopt;
   const JsonFields exact(fields.at("exact"), fields.where() + " exact");
   ExactCheckRecord r;
-  r.law = read_exact_law(JsonFields(exact.at("law"), exact.where() + " law"));
+  if (!exact.is_null("law")) r.law = read_exact_law(JsonFields(exact.at("law"), exact.where() + " law"));
   r.max_abs_z = exact.number_or_null("max_abs_z");
   const auto count = [&](const char* key) {
     const long long n = exact.is_null(key) ? 0 : exact.integer(key);
@@ -198,9 +255,14 @@ std::optional<ExactCheckRecord> read_exact_check(const JsonFields& fields) {
   r.judged_points = count("judged_points");
   r.unjudged_points = count("unjudged_points");
   r.disagrees_at = numbers_or_empty(exact, "disagrees_at");
+  r.alarm_abs_z = exact.number_or_null("alarm_abs_z");
+  if (!exact.is_null("family_points")) r.family_points = count("family_points");
+  r.family_level = exact.number_or_null("family_level");
   r.bound_checked_points = count("bound_checked_points");
   r.max_sample_over_bound = exact.number_or_null("max_sample_over_bound");
   r.bound_exceeded_at = numbers_or_empty(exact, "bound_exceeded_at");
+  r.min_sample_over_lower_bound = exact.number_or_null("min_sample_over_lower_bound");
+  r.lower_bound_undercut_at = numbers_or_empty(exact, "lower_bound_undercut_at");
   r.confirmed = exact.is_null("confirmed") ? r.disagrees_at.empty() : exact.boolean("confirmed");
   return r;
 }
@@ -225,7 +287,7 @@ Series read_series(const JsonFields& fields) {
   s.tolerance = fields.number_or_null("tolerance");
   if (s.tolerance && *s.tolerance < 0) fields.fail(fmt::format("\"tolerance\" = {} is negative", *s.tolerance));
   if (!fields.is_null("verdict")) s.verdict = read_verdict(fields);
-  if (const auto basis = fields.word_or_null("basis", {"exact", "asymptotic-fit"})) s.basis = basis_from_word(*basis);
+  if (const auto basis = fields.word_or_null("basis", kBasisWords)) s.basis = basis_from_word(*basis);
   s.verdict_rule = fields.text_or_null("verdict_rule");
   s.verdict_reason = fields.text_or_null("verdict_reason");
   s.extend_to = fields.number_or_null("extend_to");
@@ -244,6 +306,16 @@ Series read_series(const JsonFields& fields) {
   s.local_exponent = read_local_exponent(fields, "local_exponent");
   s.cross_check = read_local_exponent(fields, "cross_check");
   s.exact = read_exact_check(fields);
+  if (!fields.is_null("proved_bounds")) {
+    const detail::json& list = fields.array("proved_bounds");
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      s.proved_bounds.push_back(
+          read_proved_bound(JsonFields(list[i], fmt::format("{} proved_bounds[{}]", fields.where(), i))));
+    }
+  }
+  if (!fields.is_null("decided_by"))
+    s.decided_by = read_proved_bound(JsonFields(fields.at("decided_by"), fields.where() + " decided_by"));
+  s.violation_test = read_violation_test(fields);
   if (s.slope.has_value() != s.slope_ci.has_value())
     fields.fail("\"slope\" and \"slope_ci\" must both be given or both null");
   s.x_variable = fields.word_or_null("fit_variable", {"N", "d"}).value_or("N");
@@ -355,6 +427,13 @@ PointRecord read_point(const JsonFields& fields, int line) {
   r.jensen_ratio_estimated = fields.number_or_null("jensen_ratio_estimated");
   r.sample_bound = fields.number_or_null("sample_bound");
   r.sample_max = fields.number_or_null("sample_max");
+  r.sample_lower_bound = fields.number_or_null("sample_lower_bound");
+  r.sample_min = fields.number_or_null("sample_min");
+  r.mean_lower_bound = fields.number_or_null("mean_lower_bound");
+  r.mean_lower_bound_level = fields.number_or_null("mean_lower_bound_level");
+  if (r.mean_lower_bound_level && !(*r.mean_lower_bound_level > 0 && *r.mean_lower_bound_level < 1)) {
+    fields.fail(fmt::format("\"mean_lower_bound_level\" = {} is not in (0, 1)", *r.mean_lower_bound_level));
+  }
   r.se_reliable = fields.boolean("se_reliable");
   r.se_mean_reliable = boolean_or_absent(fields, "se_mean_reliable");
   r.se_sq_reliable = boolean_or_absent(fields, "se_sq_reliable");
@@ -476,6 +555,25 @@ detail::json value_or_null(const std::optional<T>& x) {
 
 }  // namespace
 
+std::string_view to_string(ProvedBound::Side side) { return side == ProvedBound::Side::upper ? "upper" : "lower"; }
+
+void to_json(nlohmann::json& out, const ProvedBound& b) {
+  out = {{"side", to_string(b.side)},        {"exponent", number_or_null(b.exponent)},
+         {"deterministic", b.deterministic}, {"subpolynomial", b.subpolynomial},
+         {"statement", b.statement},         {"proof", b.proof}};
+}
+
+void to_json(nlohmann::json& out, const ViolationTestRecord& t) {
+  out = {{"x_small", t.x_small},
+         {"x_large", t.x_large},
+         {"upper_at_small", number_or_null(t.upper_at_small)},
+         {"upper_source", t.upper_source},
+         {"lower_at_large", number_or_null(t.lower_at_large)},
+         {"exponent_lower", number_or_null(t.exponent_lower)},
+         {"level", t.level},
+         {"passed", t.passed}};
+}
+
 void to_json(nlohmann::json& out, const ExactLaw& law) {
   out = {{"of", law.of},
          {"bound", law.bound},
@@ -497,6 +595,8 @@ void to_json(nlohmann::json& out, const PointRecord& r) {
   out["dv"] = value_or_null(r.key.dv);
   out["sample_bound"] = number_or_null(r.sample_bound);
   out["sample_max"] = number_or_null(r.sample_max);
+  out["sample_lower_bound"] = number_or_null(r.sample_lower_bound);
+  out["sample_min"] = number_or_null(r.sample_min);
   out["scale"] = r.key.scale;
   out["scores"] = r.key.scores;
   out["inner"] = number_or_null(r.inner);
@@ -507,6 +607,9 @@ void to_json(nlohmann::json& out, const PointRecord& r) {
   out["d"] = r.key.d;
   out["estimand"] = r.key.estimand;
   out["samples"] = r.samples;
+  const EstimateMeaning meaning = estimate_meaning(r.key.estimand);
+  out["mean_of"] = meaning.mean;
+  out["mean_sq_of"] = meaning.mean_sq;
   out["mean"] = number_or_null(r.mean);
   out["se"] = number_or_null(r.se);
   out["ci95"] = {number_or_null(r.ci95_lo), number_or_null(r.ci95_hi)};
@@ -522,6 +625,8 @@ void to_json(nlohmann::json& out, const PointRecord& r) {
   out["jensen_bound"] = number_or_null(r.jensen_bound);
   out["jensen_ratio"] = number_or_null(r.jensen_ratio);
   out["jensen_ratio_estimated"] = number_or_null(r.jensen_ratio_estimated);
+  out["mean_lower_bound"] = number_or_null(r.mean_lower_bound);
+  out["mean_lower_bound_level"] = number_or_null(r.mean_lower_bound_level);
   out["se_reliable"] = r.se_reliable;
   if (r.se_mean_reliable) out["se_mean_reliable"] = *r.se_mean_reliable;
   if (r.se_sq_reliable) out["se_sq_reliable"] = *r.se_sq_reliable;
@@ -607,17 +712,33 @@ void to_json(nlohmann::json& out, const LocalExponentRecord& e) {
                                  : detail::json{nullptr, nullptr};
   }
   out["unreliable_at"] = e.unreliable_at;
+  out["windows"] = detail::json::array();
+  for (const WindowExponentRecord& w : e.windows) {
+    out["windows"].push_back({{"first", w.first},
+                              {"last", w.last},
+                              {"exponent", number_or_null(w.exponent)},
+                              {"sampling_half_width", number_or_null(w.sampling_half_width)}});
+  }
+  out["climb_per_doubling"] = number_or_null(e.climb_per_doubling);
+  out["climb_se"] = number_or_null(e.climb_se);
+  out["rising"] = value_or_null(e.rising);
+  out["disagreement"] = number_or_null(e.disagreement);
 }
 
 void to_json(nlohmann::json& out, const ExactCheckRecord& e) {
-  out = {{"law", e.law},
+  out = {{"law", e.law ? detail::json(*e.law) : detail::json(nullptr)},
          {"max_abs_z", number_or_null(e.max_abs_z)},
          {"judged_points", e.judged_points},
          {"unjudged_points", e.unjudged_points},
          {"disagrees_at", e.disagrees_at},
+         {"alarm_abs_z", number_or_null(e.alarm_abs_z)},
+         {"family_points", value_or_null(e.family_points)},
+         {"family_level", number_or_null(e.family_level)},
          {"bound_checked_points", e.bound_checked_points},
          {"max_sample_over_bound", number_or_null(e.max_sample_over_bound)},
          {"bound_exceeded_at", e.bound_exceeded_at},
+         {"min_sample_over_lower_bound", number_or_null(e.min_sample_over_lower_bound)},
+         {"lower_bound_undercut_at", e.lower_bound_undercut_at},
          {"confirmed", e.confirmed}};
 }
 
@@ -687,6 +808,9 @@ void to_json(nlohmann::json& out, const Series& s) {
   out["local_exponent"] = value_or_null(s.local_exponent);
   out["cross_check"] = value_or_null(s.cross_check);
   out["exact"] = value_or_null(s.exact);
+  out["proved_bounds"] = s.proved_bounds;
+  out["decided_by"] = value_or_null(s.decided_by);
+  out["violation_test"] = value_or_null(s.violation_test);
   out["finding"] = value_or_null(s.finding);
 }
 

@@ -8,6 +8,7 @@ std::string_view to_string(Verdict verdict) {
     case Verdict::tight: return "tight";
     case Verdict::violated: return "violated";
     case Verdict::inconclusive: return "inconclusive";
+    case Verdict::consistent: return "consistent";
   }
   return "?";
 }
@@ -16,19 +17,24 @@ std::string_view to_string(Basis basis) {
   switch (basis) {
     case Basis::exact: return "exact";
     case Basis::asymptotic_fit: return "asymptotic-fit";
+    case Basis::bound: return "bound";
   }
   return "?";
 }
 
+bool settles(Verdict verdict) {
+  return verdict == Verdict::holds || verdict == Verdict::tight || verdict == Verdict::violated;
+}
+
 std::optional<Verdict> verdict_from_word(std::string_view word) {
-  for (Verdict v : {Verdict::holds, Verdict::tight, Verdict::violated, Verdict::inconclusive}) {
+  for (Verdict v : kAllVerdicts) {
     if (to_string(v) == word) return v;
   }
   return std::nullopt;
 }
 
 std::optional<Basis> basis_from_word(std::string_view word) {
-  for (Basis b : {Basis::exact, Basis::asymptotic_fit}) {
+  for (Basis b : kAllBases) {
     if (to_string(b) == word) return b;
   }
   return std::nullopt;

@@ -1,5 +1,7 @@
 #include "attncheck/reports/document.hpp"
 
+#include "attncheck/records/verdict.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -71,7 +73,8 @@ std::string markdown_code(const std::string& text) {
 }
 
 std::string verdict_class(const std::string& cell) {
-  for (const char* word : {"holds", "tight", "violated", "inconclusive"}) {
+  for (const records::Verdict verdict : records::kAllVerdicts) {
+    const std::string_view word = records::to_string(verdict);
     if (cell == word) return fmt::format(" class=\"verdict {}\"", word);
   }
   return "";
@@ -89,6 +92,7 @@ dl.facts dt { font-weight: 600; } dl.facts dd { margin: 0; font-family: ui-monos
 .notice { border-left: 4px solid #d55e00; background: #fff4ec; padding: 0.5rem 0.8rem; margin: 0.8rem 0; }
 .verdict { font-weight: 700; }
 .holds { color: #00703c; } .tight { color: #0b5394; } .violated { color: #b00020; } .inconclusive { color: #7a5c00; }
+.consistent { color: #5b3a8c; }
 figure { margin: 0.8rem 0; } figure svg { max-width: 100%; height: auto; }
 figcaption { font-size: 0.85rem; color: #444; }
 )";

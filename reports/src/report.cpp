@@ -112,6 +112,7 @@ void count_verdicts(const records::ResultsFolder& results, ReportSummary& summar
       case records::Verdict::tight: ++summary.tight; break;
       case records::Verdict::violated: ++summary.violated; break;
       case records::Verdict::inconclusive: ++summary.inconclusive; break;
+      case records::Verdict::consistent: ++summary.consistent; break;
     }
   }
 }

@@ -127,6 +127,9 @@ std::string verdict_reason(const records::Series& s) {
     case records::Verdict::inconclusive:
       return numbers + fmt::format(": the CI is too wide to decide; more samples or a wider {} range would settle it.",
                                    x_name(s));
+    case records::Verdict::consistent:
+      return numbers +
+             fmt::format(": consistent with the claim up to the largest {}, which is not a proof.", x_name(s));
   }
   return numbers;
 }
@@ -257,7 +260,7 @@ Table points_table(const records::Series& s) {
   if (exact_mean) t.header.insert(t.header.end(), {"exact " + symbol, "z of the estimate vs exact"});
   const bool bounded =
       std::any_of(s.points.begin(), s.points.end(), [](const auto& p) { return p && p->sample_bound; });
-  if (bounded) t.header.insert(t.header.end(), {"largest sample", "deterministic bound (fact 11)"});
+  if (bounded) t.header.insert(t.header.end(), {"largest sample", "deterministic upper bound"});
   if (detail) t.header.insert(t.header.end(), {"SE reliable", "seed", "wall time (s)"});
   for (std::size_t i = 0; i < s.x.size(); ++i) {
     const auto [lo, hi] = point_ci(s, i);
@@ -740,10 +743,13 @@ void add_scaling_section(const records::ResultsFolder& results, bool with_plots,
   blocks.push_back(Paragraph{
       "Each series is a Monte Carlo estimate of an expected norm (C7: of a row sum or row mean) at several sequence "
       "lengths N (C8: of the score variance at several head dimensions d). Every verdict names its basis "
-      "(THEORY.md, \"What a verdict is\"): exact = the exponent of a closed form of E||F||^2 (or of the expectation "
-      "itself) as N grows, computed, not fitted, with Monte Carlo confirming the closed form by z-scores; "
-      "asymptotic-fit = the local exponent over the last two doublings of N, widened by how much it still moves and "
-      "cross-checked with sqrt(mean of ||F||^2). The least-squares slope over all N with its 95% confidence interval "
+      "(THEORY.md, \"What a verdict is\"), proofs first: bound = a deterministic bound in N on every input, every "
+      "sample checked against it; exact = a proved bound on the expectation or a closed form (THEORY.md, \"Bounds "
+      "in N\"), with Monte Carlo confirming closed forms by z-scores; asymptotic-fit, only where no proof decides = "
+      "violated when a test valid under heavy tails (order statistics) shows faster growth than claimed, consistent "
+      "when the local exponent over the last two doublings of N, widened by its trend and the cross-check's "
+      "disagreement, stays at or below the claim and is not still rising (consistent is not a proof), else "
+      "inconclusive. The least-squares slope over all N with its 95% confidence interval "
       "(CI) is a finite-N diagnostic, shown with the drift of the Jensen ratio E||F|| / sqrt(E||F||^2); it never "
       "decides. Estimates are written as estimate ± standard error (SE). The papers' N(0, sigma) is read with sigma "
       "as the standard deviation."});
@@ -774,8 +780,10 @@ void add_scaling_section(const records::ResultsFolder& results, bool with_plots,
   if (series.empty()) {
     blocks.push_back(Notice{fmt::format("{} lists no series.", (results.folder / "fits.json").string())});
   } else {
-    std::string tally = fmt::format("{} series: {} holds, {} tight, {} violated, {} inconclusive", series.size(),
-                                    counts["holds"], counts["tight"], counts["violated"], counts["inconclusive"]);
+    std::string tally = fmt::format(
+        "{} series: {} holds, {} tight, {} violated (settled); {} consistent (not a proof), {} inconclusive",
+        series.size(), counts["holds"], counts["tight"], counts["violated"], counts["consistent"],
+        counts["inconclusive"]);
     if (counts["not checked"] > 0)
       tally += fmt::format(", {} not checked (no claimed exponent)", counts["not checked"]);
     blocks.push_back(Paragraph{tally + "."});
@@ -887,11 +895,11 @@ void add_scaling_section(const records::ResultsFolder& results, bool with_plots,
         blocks.push_back(Paragraph{
             "Jensen ratio: E||.||_F / sqrt(E||.||_F^2) with the exact second moment; at most 1 (Jensen), and near 1 "
             "when the norm hardly fluctuates. The z column compares the estimated second moment with the exact one "
-            "(|z| > 4 would point at an error)."});
+            "(beyond the alarm's limit, Bonferroni's over the folder's judged points, it would point at an error)."});
       } else if (std::any_of(s.points.begin(), s.points.end(), [](const auto& p) { return p && p->sample_bound; })) {
         blocks.push_back(Paragraph{
-            "No closed form of the expectation is known; every input obeys the deterministic bound of THEORY.md facts "
-            "10-11, so every sample is checked against it (a sample above it would be a failure of the tool)."});
+            "No closed form of the expectation is known; every input obeys a deterministic bound (THEORY.md, \"Bounds "
+            "in N\"), so every sample is checked against it (a sample above it would be a failure of the tool)."});
       } else {
         blocks.push_back(Paragraph{"No exact values are known for this series."});
       }

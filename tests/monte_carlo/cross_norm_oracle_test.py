@@ -65,7 +65,8 @@ def main():
          "--d", str(d), "--dv", str(DV), "--sigma-x", str(SIGMA_X), "--sigma-t", str(SIGMA_T), "--samples",
          str(MC_SAMPLES), "--threads", "2", "--seed", "3", "--json"],
         capture_output=True, text=True, check=False)
-    if run.returncode != 0:
+    # One N settles nothing where no bound decides (dQ, mix < 1): exit 5 is the verdict, not a failure.
+    if run.returncode not in (0, 5):
         print(run.stdout, run.stderr)
         return 1
     points = json.loads(run.stdout)["points"]

@@ -118,8 +118,10 @@ TEST_CASE("heavy-tailed powers are decided by proofs: p = 4, 5, 6 at D = d = 2")
   // E||x^p(S)||_F at D = d = 2 has a Jensen ratio near 0.1 at these N: a handful of samples carry the mean. B6
   // decides every claim anyway, and --samples auto stops on the relative error without waiting for a reliable SE.
   for (int p : {4, 5, 6}) {
-    for (const auto& [claimed, word] : {std::pair{0.5, records::Verdict::violated}, {0.8, records::Verdict::violated},
-                                        {1.0, records::Verdict::tight}, {1.3, records::Verdict::holds}}) {
+    for (const auto& [claimed, word] : {std::pair{0.5, records::Verdict::violated},
+                                        {0.8, records::Verdict::violated},
+                                        {1.0, records::Verdict::tight},
+                                        {1.3, records::Verdict::holds}}) {
       McRequest request = custom("poly", "value", claimed);
       request.p = std::to_string(p);
       const McOutcome outcome = run_mc(request, {});

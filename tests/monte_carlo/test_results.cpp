@@ -83,11 +83,22 @@ TEST_CASE("series are fitted per reading, and only the stated claim sets the exi
   CHECK(fitted[0]["slope_ci"].size() == 2);
   CHECK(fitted[0]["claimed_exponent"] == 0.5);
   CHECK(fitted[0]["slope"].get<double>() == Approx(0.5).margin(0.15));
+  const auto verdict_of = [](const json& fits) {
+    return run_verdict(fits.get<std::vector<attncheck::records::Series>>());
+  };
   json tampered = fitted;
+  tampered[0]["verdict"] = "holds";
   tampered[1]["verdict"] = "violated";  // the matrix reading does not count
-  CHECK(exit_code_of(tampered) == 0);
+  CHECK(verdict_of(tampered) == RunVerdict::holds);
+  CHECK(exit_code_of(verdict_of(tampered)) == 0);
+  tampered[0]["verdict"] = "consistent";  // not a proof: the run is not settled
+  CHECK(verdict_of(tampered) == RunVerdict::unsettled);
+  CHECK(exit_code_of(verdict_of(tampered)) == 5);
+  tampered[0]["verdict"] = "inconclusive";
+  CHECK(verdict_of(tampered) == RunVerdict::unsettled);
   tampered[0]["verdict"] = "violated";
-  CHECK(exit_code_of(tampered) == 1);
+  CHECK(verdict_of(tampered) == RunVerdict::violated);
+  CHECK(exit_code_of(verdict_of(tampered)) == 1);
 }
 
 TEST_CASE("resume planning skips exactly the points whose every estimand is finished for this seed and precision") {

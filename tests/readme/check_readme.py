@@ -5,7 +5,7 @@
   check_readme.py options REPO_ROOT ATTNCHECK   every --option the README writes after `attncheck SUBCOMMAND` is
                                                 in that subcommand's --help
   check_readme.py commands REPO_ROOT ATTNCHECK  every command of the "Verdicts per claim" table runs, exits as the
-                                                row says (0, or 1 where the row says "(exit 1)") and prints every
+                                                row says (0, or N where "(exit N)" follows the command) and prints every
                                                 verdict word of the row's verdict column
 """
 import os
@@ -17,7 +17,7 @@ import time
 TOP_LEVEL = ("docs", "examples", "scripts", "bench", "tests", "theory", "monte_carlo", "probes", "reports", "cli",
              "gpu", "python", ".ci")
 PATH = re.compile(r"(?<![\w/.-])((?:%s)/[\w./+-]*\w)" % "|".join(re.escape(d) for d in TOP_LEVEL))
-VERDICT_WORDS = ("holds", "tight", "violated", "inconclusive")
+VERDICT_WORDS = ("holds", "tight", "violated", "consistent", "inconclusive")
 
 
 def readme(root):
@@ -83,18 +83,20 @@ def table_rows(text):
 
 
 def verdict_groups(rows):
-    """(claims, commands, verdict words, expected exit) per distinct command list: rows whose command is "same",
-    or repeats the previous row's, are read from one run."""
+    """(claims, commands with their expected exit codes, verdict words) per distinct command list: rows whose
+    command is "same", or repeats the previous row's, are read from one run. A command exits 0 unless "(exit N)"
+    follows it in the cell."""
     groups = []
     for cells in rows:
         claim, verdict, command_cell = cells[0], cells[2], cells[-1]
-        commands = re.findall(r"`attncheck ([^`]*)`", command_cell)
+        commands = [(command, int(code) if code else 0)
+                    for command, code in re.findall(r"`attncheck ([^`]*)`(?:\s*\(exit (\d)\))?", command_cell)]
         words = {w for w in VERDICT_WORDS if re.search(r"\b%s\b" % w, verdict)}
         if groups and (command_cell == "same" or commands == groups[-1][1]):
             groups[-1][0].append(claim)
             groups[-1][2].update(words)
             continue
-        groups.append(([claim], commands, words, 1 if "(exit 1)" in command_cell else 0))
+        groups.append(([claim], commands, words))
     return groups
 
 
@@ -104,7 +106,7 @@ def check_commands(root, attncheck):
         print(f"the verdict table has {len(rows)} rows, expected one per claim C1..C9", file=sys.stderr)
         return 1
     failures, ran = 0, 0
-    for claims, commands, words, expected_exit in verdict_groups(rows):
+    for claims, commands, words in verdict_groups(rows):
         name = " + ".join(claims)
         if not commands:
             print(f"{name}: no command in its row", file=sys.stderr)
@@ -112,7 +114,7 @@ def check_commands(root, attncheck):
             continue
         # Verdicts are printed on lines that start with the claim's id (the other lines explain them).
         verdict_lines = ""
-        for command in commands:
+        for command, expected_exit in commands:
             start = time.monotonic()
             result = subprocess.run([attncheck] + command.split(), capture_output=True, text=True, timeout=300)
             ran += 1

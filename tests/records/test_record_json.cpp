@@ -106,6 +106,12 @@ records::PointRecord any_point() {
   r.jensen_ratio_estimated = maybe_finite();
   r.sample_bound = maybe_finite();
   r.sample_max = maybe_finite();
+  r.sample_lower_bound = maybe_finite();
+  r.sample_min = maybe_finite();
+  if (*rc::gen::arbitrary<bool>()) {
+    r.mean_lower_bound = any_non_negative();
+    r.mean_lower_bound_level = *rc::gen::inRange(1, 1000) / 1000.0;
+  }
   r.se_reliable = *rc::gen::arbitrary<bool>();
   if (*rc::gen::arbitrary<bool>()) {
     r.se_mean_reliable = *rc::gen::arbitrary<bool>();
@@ -196,6 +202,10 @@ void check_same_point(const records::PointRecord& a, const records::PointRecord&
                              {a.jensen_ratio_estimated, b.jensen_ratio_estimated},
                              {a.sample_bound, b.sample_bound},
                              {a.sample_max, b.sample_max},
+                             {a.sample_lower_bound, b.sample_lower_bound},
+                             {a.sample_min, b.sample_min},
+                             {a.mean_lower_bound, b.mean_lower_bound},
+                             {a.mean_lower_bound_level, b.mean_lower_bound_level},
                              {a.claimed_exponent, b.claimed_exponent},
                              {a.claimed_value, b.claimed_value}}) {
     RC_ASSERT(same(x, y));
@@ -242,6 +252,14 @@ records::LocalExponentRecord any_local_exponent() {
     }
   }
   if (*rc::gen::arbitrary<bool>() && !e.window.empty()) e.unreliable_at = {e.window.back()};
+  for (int i = *rc::gen::inRange(0, 3); i > 0; --i) {
+    e.windows.push_back({static_cast<double>(at_least_one()), static_cast<double>(at_least_one()), finite_or_nan(),
+                         any_non_negative()});
+  }
+  e.climb_per_doubling = maybe_finite();
+  e.climb_se = maybe_finite();
+  if (*rc::gen::arbitrary<bool>()) e.rising = *rc::gen::arbitrary<bool>();
+  e.disagreement = maybe_finite();
   return e;
 }
 
@@ -257,6 +275,28 @@ void check_same_local_exponent(const std::optional<records::LocalExponentRecord>
   RC_ASSERT(same(a->systematic, b->systematic));
   RC_ASSERT(a->interval == b->interval);
   RC_ASSERT(a->unreliable_at == b->unreliable_at);
+  RC_ASSERT(a->windows.size() == b->windows.size());
+  for (std::size_t i = 0; i < a->windows.size(); ++i) {
+    RC_ASSERT(a->windows[i].first == b->windows[i].first);
+    RC_ASSERT(a->windows[i].last == b->windows[i].last);
+    RC_ASSERT(same(a->windows[i].exponent, b->windows[i].exponent));
+    RC_ASSERT(same(a->windows[i].sampling_half_width, b->windows[i].sampling_half_width));
+  }
+  RC_ASSERT(same(a->climb_per_doubling, b->climb_per_doubling));
+  RC_ASSERT(same(a->climb_se, b->climb_se));
+  RC_ASSERT(a->rising == b->rising);
+  RC_ASSERT(same(a->disagreement, b->disagreement));
+}
+
+records::ProvedBound any_proved_bound() {
+  records::ProvedBound b;
+  b.side = one_of({records::ProvedBound::Side::upper, records::ProvedBound::Side::lower});
+  b.exponent = b.side == records::ProvedBound::Side::lower ? std::optional(any_finite()) : maybe_finite();
+  b.deterministic = *rc::gen::arbitrary<bool>();
+  b.subpolynomial = *rc::gen::arbitrary<bool>();
+  b.statement = any_text();
+  b.proof = any_text();
+  return b;
 }
 
 records::Series any_series() {
@@ -277,9 +317,8 @@ records::Series any_series() {
   s.claimed_exponent = maybe_finite();
   s.tolerance = any_non_negative();
   if (*rc::gen::arbitrary<bool>()) {
-    s.verdict = one_of(
-        {records::Verdict::holds, records::Verdict::tight, records::Verdict::violated, records::Verdict::inconclusive});
-    s.basis = one_of({records::Basis::exact, records::Basis::asymptotic_fit});
+    s.verdict = *rc::gen::elementOf(records::kAllVerdicts);
+    s.basis = *rc::gen::elementOf(records::kAllBases);
     s.verdict_rule = any_text();
     s.verdict_reason = any_text();
   }
@@ -297,7 +336,12 @@ records::Series any_series() {
   if (*rc::gen::arbitrary<bool>()) s.cross_check = any_local_exponent();
   if (*rc::gen::arbitrary<bool>()) {
     records::ExactCheckRecord& exact = s.exact.emplace();
-    exact.law = any_law();
+    if (*rc::gen::arbitrary<bool>()) exact.law = any_law();
+    exact.alarm_abs_z = maybe_finite();
+    if (*rc::gen::arbitrary<bool>()) exact.family_points = *rc::gen::inRange(0, 1000);
+    exact.family_level = maybe_finite();
+    exact.min_sample_over_lower_bound = maybe_finite();
+    if (*rc::gen::arbitrary<bool>()) exact.lower_bound_undercut_at = {static_cast<double>(at_least_one())};
     exact.max_abs_z = maybe_finite();
     exact.judged_points = *rc::gen::inRange(0, 100);
     exact.unjudged_points = *rc::gen::inRange(0, 100);
@@ -306,6 +350,19 @@ records::Series any_series() {
     exact.max_sample_over_bound = maybe_finite();
     if (*rc::gen::arbitrary<bool>()) exact.bound_exceeded_at = {static_cast<double>(at_least_one())};
     exact.confirmed = exact.disagrees_at.empty();
+  }
+  for (int i = *rc::gen::inRange(0, 4); i > 0; --i) s.proved_bounds.push_back(any_proved_bound());
+  if (*rc::gen::arbitrary<bool>()) s.decided_by = any_proved_bound();
+  if (*rc::gen::arbitrary<bool>()) {
+    records::ViolationTestRecord& t = s.violation_test.emplace();
+    t.x_small = static_cast<double>(at_least_one());
+    t.x_large = t.x_small * 4;
+    t.upper_at_small = any_non_negative();
+    t.upper_source = one_of<std::string>({"exact", "estimate + z se"});
+    t.lower_at_large = any_non_negative();
+    t.exponent_lower = finite_or_nan();
+    t.level = *rc::gen::inRange(1, 1000) / 1000.0;
+    t.passed = *rc::gen::arbitrary<bool>();
   }
   s.x_variable = one_of<std::string>({"N", "d"});
   s.fit_of = one_of<std::string>({"mean", "mean_sq"});
@@ -356,8 +413,23 @@ void check_same_series(const records::Series& a, const records::Series& b) {
   check_same_local_exponent(a.local_exponent, b.local_exponent);
   check_same_local_exponent(a.cross_check, b.cross_check);
   RC_ASSERT(a.exact.has_value() == b.exact.has_value());
+  RC_ASSERT(a.proved_bounds == b.proved_bounds);
+  RC_ASSERT(a.decided_by == b.decided_by);
+  RC_ASSERT(a.violation_test.has_value() == b.violation_test.has_value());
+  if (a.violation_test) {
+    const records::ViolationTestRecord &x = *a.violation_test, &y = *b.violation_test;
+    RC_ASSERT(x.x_small == y.x_small && x.x_large == y.x_large && x.upper_source == y.upper_source);
+    RC_ASSERT(same(x.upper_at_small, y.upper_at_small) && same(x.lower_at_large, y.lower_at_large));
+    RC_ASSERT(same(x.exponent_lower, y.exponent_lower) && x.level == y.level && x.passed == y.passed);
+  }
   if (a.exact) {
-    check_same_law(a.exact->law, b.exact->law);
+    RC_ASSERT(a.exact->law.has_value() == b.exact->law.has_value());
+    if (a.exact->law) check_same_law(*a.exact->law, *b.exact->law);
+    RC_ASSERT(same(a.exact->alarm_abs_z, b.exact->alarm_abs_z));
+    RC_ASSERT(a.exact->family_points == b.exact->family_points);
+    RC_ASSERT(same(a.exact->family_level, b.exact->family_level));
+    RC_ASSERT(same(a.exact->min_sample_over_lower_bound, b.exact->min_sample_over_lower_bound));
+    RC_ASSERT(a.exact->lower_bound_undercut_at == b.exact->lower_bound_undercut_at);
     RC_ASSERT(same(a.exact->max_abs_z, b.exact->max_abs_z));
     RC_ASSERT(a.exact->judged_points == b.exact->judged_points);
     RC_ASSERT(a.exact->unjudged_points == b.exact->unjudged_points);

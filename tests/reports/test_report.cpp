@@ -107,7 +107,8 @@ TEST_CASE("report.md carries every series' verdict and slope with its confidence
                                s.verdict, s.slope, s.ci_lo, s.ci_hi)));
     CHECK_THAT(report.html, Contains(fmt::format("<td class=\"verdict {0}\">{0}</td>", s.verdict)));
   }
-  CHECK_THAT(report.markdown, Contains("4 series: 1 holds, 2 tight, 1 violated, 0 inconclusive."));
+  CHECK_THAT(report.markdown,
+             Contains("4 series: 1 holds, 2 tight, 1 violated (settled); 0 consistent (not a proof), 0 inconclusive."));
   CHECK(report.summary.holds == 1);
   CHECK(report.summary.tight == 2);
   CHECK(report.summary.violated == 1);
@@ -314,7 +315,8 @@ TEST_CASE("the extra shapes attncheck mc writes: C8 fitted over d, no claimed ex
   // Custom maps state no exponent; a series with too few points has no fit; a missing value shows as "-".
   CHECK_THAT(markdown, Contains("| none stated | not checked | - | yes | 0.996 [0.985, 1.007] |"));
   CHECK_THAT(markdown, Contains("| none stated | not checked | - | yes | no fit |"));
-  CHECK_THAT(markdown, Contains("3 series: 0 holds, 1 tight, 0 violated, 0 inconclusive, 2 not checked"));
+  CHECK_THAT(markdown, Contains("3 series: 0 holds, 1 tight, 0 violated (settled); 0 consistent (not a proof), 0 "
+                                "inconclusive, 2 not checked"));
   CHECK_THAT(markdown, Contains("No slope: fewer than two points with a usable estimate"));
   CHECK_THAT(markdown, Contains("| 32 | - |"));
 }

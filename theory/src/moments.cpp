@@ -128,6 +128,14 @@ const char* score_model_name(ScoreModel model) {
   return "?";
 }
 
+ScoreModel parse_score_model(std::string_view name) {
+  for (ScoreModel model : {ScoreModel::projected, ScoreModel::projected_layernorm, ScoreModel::unit_pairs,
+                           ScoreModel::sign_coupled_pairs}) {
+    if (name == score_model_name(model)) return model;
+  }
+  throw InputError(fmt::format("scores: '{}' is not one of projected, qk-layernorm, iid-unit, sign-coupled", name));
+}
+
 double score_variance(ScoreModel model, const GaussianModel& m) {
   const double lambda_sq = m.inner * m.inner, d = static_cast<double>(m.d);
   switch (model) {

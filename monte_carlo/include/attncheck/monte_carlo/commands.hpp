@@ -83,9 +83,9 @@ struct McOutcome {
   records::Provenance provenance;
   std::vector<records::PointRecord> records;  // this run's points, in sweep order (resumed ones included)
   std::vector<records::Series> series;        // the fits of this run's points, with verdicts
-  int exit_code = 0;                          // 1 when a claim as the papers state it is violated
+  int exit_code = 0;                          // exit_code_of(run_verdict(series)): 0 holds, 1 violated, 5 unsettled
   std::size_t points = 0, skipped = 0;        // sweep points, and those --resume found finished
-  int inconclusive = 0;                       // series that count for the exit code but are inconclusive
+  int unsettled = 0;                          // series that count for the exit code but are not settled
   std::vector<std::string> claims;            // the claims run, in order ("custom" runs name none)
 
   // {"provenance", "points", "series", "exit_code"}: what `attncheck mc --json` prints.

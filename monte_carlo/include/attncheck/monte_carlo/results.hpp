@@ -37,8 +37,15 @@ records::PointRecord point_record(const PointSpec& point, Estimand estimand, con
 // Fits every series found in `records` (in order of first appearance) with its verdict.
 std::vector<records::Series> fit_series(const std::vector<records::PointRecord>& records, double tolerance);
 
-// Exit code of the run: 1 when a series that states a paper's claim (counts_for_exit) is violated, else 0.
-int exit_code_of(const std::vector<records::Series>& series);
+// What the counted series (counts_for_exit) of a run settle together: violated when any is violated, else
+// unsettled when any is only consistent or inconclusive, else holds. The command line's exit codes are 1, 5, 0.
+enum class RunVerdict { holds, violated, unsettled };
+RunVerdict run_verdict(const std::vector<records::Series>& series);
+// The exit code of `attncheck mc` (and "exit_code" of its JSON) for a run's verdict: 0 holds, 1 violated, 5 not
+// settled (cli/subcommand.hpp names every command's codes).
+constexpr int exit_code_of(RunVerdict verdict) {
+  return verdict == RunVerdict::violated ? 1 : verdict == RunVerdict::unsettled ? 5 : 0;
+}
 
 // What `mc --out DIR` does with points already in DIR.
 enum class FolderStart {

@@ -93,7 +93,7 @@ PointSpec make_point(const SeriesSpec& series, theory::Index N, theory::Index D,
                      double sigma_t, std::uint64_t run_seed, theory::Index dv = 0);
 
 // What is known exactly about one estimand at one point (THEORY.md facts 3-4, 7, 9, the relu and qk-layernorm
-// moments; C9 has no closed-form moment, only the deterministic bounds of cross_norm_sample_bound). A closed form whose
+// moments; C9 has no closed-form moment, only the deterministic bounds of proved_bounds.hpp). A closed form whose
 // value exceeds a double is absent with out_of_range set.
 struct ExactMoments {
   std::optional<double> mean;    // E[value] where the expectation itself is known: row sums, row means
@@ -110,9 +110,5 @@ std::optional<double> exact_norm_sq(const PointSpec& point, Estimand estimand);
 // How the exactly known quantity of the point's series grows in its swept variable (N, or d for C8), from the
 // closed form.
 std::optional<ExactLaw> exact_law(const PointSpec& point, Estimand estimand);
-
-// C9 at mix alpha = 1: the bound every sample of the estimand obeys at this point (facts 10-11: sqrt(N d_v) for
-// value, sqrt(N d_v / 8) for dV and dS); none for dQ and for alpha < 1, where no bound exists.
-std::optional<double> cross_norm_sample_bound(const PointSpec& point, Estimand estimand);
 
 }  // namespace attncheck::monte_carlo

@@ -21,8 +21,9 @@ namespace attncheck::records {
 
 // The version of the results format (docs/results-format.md): fits.json's top-level "format_version" and, from
 // version 3 on, every line of points.jsonl. 2: every verdict names its basis; 3: points.jsonl lines carry the
-// version. Files without it are of an earlier version and still read; a later version is refused.
-inline constexpr int kResultsFormatVersion = 3;
+// version; 4: proved bounds decide first, the basis `bound` and the verdict `consistent`, order-statistics lower
+// bounds on the means. Files without it are of an earlier version and still read; a later version is refused.
+inline constexpr int kResultsFormatVersion = 4;
 
 // The relative error bound of one (p, d) whose scores were FP32 (`mc --precision mixed`).
 struct MixedPrecisionBound {
@@ -94,6 +95,32 @@ struct ExactLaw {
   bool deterministic = false;      // it bounds every sample, for every input (C9's facts 10-11), not only the mean
 };
 
+// A proved statement about how a series' quantity grows in N (docs/THEORY.md, "Bounds in N"): an upper or a lower
+// bound of order N^exponent, on every sample (deterministic: it holds for every input, and every sample is checked
+// against it) or on the expectation.
+struct ProvedBound {
+  enum class Side { upper, lower };
+  Side side = Side::upper;
+  // Absent for an upper bound: the quantity is 0 for every N.
+  std::optional<double> exponent;
+  bool deterministic = false;
+  // Up to a factor N^o(1) (a power of log N, exp(-M sqrt(log N))): it decides only claims strictly on its side.
+  bool subpolynomial = false;
+  std::string statement;  // what is proved, e.g. "||softmax(S)||_F <= sqrt(N) for every S"
+  std::string proof;      // where: "docs/THEORY.md, B1"
+
+  bool operator==(const ProvedBound&) const = default;
+};
+std::string_view to_string(ProvedBound::Side side);
+void to_json(nlohmann::json& out, const ProvedBound& bound);
+
+// What a record's "mean" and "mean_sq" estimate, in words, for an estimand word of the results format (for
+// score-var, the per-sample value is the root-mean-square off-diagonal score, not |s|).
+struct EstimateMeaning {
+  std::string_view mean, mean_sq;
+};
+EstimateMeaning estimate_meaning(std::string_view estimand);
+
 // One line of points.jsonl: one finished sweep point and estimand. The sweep writes it and every reader reads
 // it through the one to_json/from_json pair below. Fields a folder of an earlier version may lack are optional.
 struct PointRecord {
@@ -119,8 +146,13 @@ struct PointRecord {
   std::optional<double> jensen_bound;
   std::optional<double> jensen_ratio;            // E||F|| / sqrt(exact E||F||^2)
   std::optional<double> jensen_ratio_estimated;  // E||F|| / sqrt(estimated E||F||^2)
-  // C9 at mix alpha = 1: the deterministic bound every sample obeys (facts 10-11) and the largest sample.
+  // The deterministic bounds every sample obeys at this point where one is proved (softmax, bounded activations,
+  // C9 at mix alpha = 1), with the largest and the smallest sample to check them.
   std::optional<double> sample_bound, sample_max;
+  std::optional<double> sample_lower_bound, sample_min;
+  // For norms: a lower confidence bound on E||F||_F valid for any distribution of the samples (order statistics,
+  // docs/THEORY.md), and its one-sided confidence level.
+  std::optional<double> mean_lower_bound, mean_lower_bound_level;
   bool se_reliable = true;                               // both of the next two
   std::optional<bool> se_mean_reliable, se_sq_reliable;  // absent in folders written before the split
   std::optional<std::string> unreliable_because;
@@ -155,8 +187,17 @@ void to_json(nlohmann::json& out, const ExactLaw& law);
 void to_json(nlohmann::json& out, const PointRecord& record);
 void from_json(const nlohmann::json& in, PointRecord& record);
 
+// The local exponent over one window of two doublings [x / 4, x].
+struct WindowExponentRecord {
+  double first = 0, last = 0;  // the window's smallest and largest x
+  double exponent = 0;
+  double sampling_half_width = 0;  // 95%
+
+  bool operator==(const WindowExponentRecord&) const = default;
+};
+
 // fits.json "local_exponent" (or "cross_check"): the exponent over the last doublings of x that an
-// asymptotic-fit verdict rests on, with its interval (sampling half-width + systematic drift).
+// asymptotic-fit verdict rests on, with its interval (sampling half-width + systematic spread).
 struct LocalExponentRecord {
   std::vector<double> window;                 // the x used
   std::optional<double> exponent;             // given where the window has two points or more
@@ -167,18 +208,46 @@ struct LocalExponentRecord {
   std::optional<double> previous;
   double systematic = NAN;
   std::optional<std::pair<double, double>> interval;
-  std::vector<double> unreliable_at;  // x of window points whose standard error is not reliable
+  std::vector<double> unreliable_at;          // x of window points whose standard error is not reliable
+  std::vector<WindowExponentRecord> windows;  // every window's exponent, in order of x: the trend
+  // The windows' exponents against log2 x: their slope per doubling and its SE (three windows or more).
+  std::optional<double> climb_per_doubling, climb_se;
+  std::optional<bool> rising;          // still rising: the last window, or the climb, significantly above 0
+  std::optional<double> disagreement;  // |exponent - the cross-check's exponent| (primary only)
 };
+
+// fits.json "violation_test": the asymptotic fit's test of a violation that stays valid under heavy tails: a
+// lower confidence bound on E||F|| at the largest x (order statistics) against an upper bound at a smaller x.
+struct ViolationTestRecord {
+  double x_small = 0, x_large = 0;
+  double upper_at_small = 0;  // E||F|| at x_small is at most this
+  std::string upper_source;   // "exact" (the closed form's sqrt(E||F||^2) or expectation) | "estimate + z se"
+  double lower_at_large = 0;  // E||F|| at x_large is at least this
+  double exponent_lower = 0;  // log(lower_at_large / upper_at_small) / log(x_large / x_small)
+  double level = 0;           // the test's confidence level (one-sided)
+  bool passed = false;        // exponent_lower > claimed exponent + tolerance
+
+  bool operator==(const ViolationTestRecord&) const = default;
+};
+void to_json(nlohmann::json& out, const ViolationTestRecord& test);
 
 // fits.json "exact": the Monte Carlo confirmation of a series' closed form (and of a deterministic bound).
 struct ExactCheckRecord {
-  ExactLaw law;
+  std::optional<ExactLaw> law;      // absent where only deterministic bounds are checked
   std::optional<double> max_abs_z;  // over the points with a reliable standard error
   int judged_points = 0, unjudged_points = 0;
   std::vector<double> disagrees_at;  // x where |z| exceeds the tool's limit: a failure of the tool
+  // The limit on |z|: Bonferroni's for `family_points` judged points of the folder at family-wise error
+  // `family_level`, so that chance alone raises the alarm with probability at most that level. Absent in older
+  // folders (a fixed |z| > 4).
+  std::optional<double> alarm_abs_z;
+  std::optional<int> family_points;
+  std::optional<double> family_level;
   int bound_checked_points = 0;
   std::optional<double> max_sample_over_bound;
   std::vector<double> bound_exceeded_at;
+  std::optional<double> min_sample_over_lower_bound;  // the smallest sample / its deterministic lower bound
+  std::vector<double> lower_bound_undercut_at;
   bool confirmed = true;  // disagrees_at is empty
 };
 
@@ -216,7 +285,11 @@ struct Series {
   std::string jensen_source;
   std::optional<LocalExponentRecord> local_exponent;  // the primary quantity's (E||F||_F, or the fitted one)
   std::optional<LocalExponentRecord> cross_check;     // sqrt(E||F||^2)'s, where the writer gives it
-  std::optional<ExactCheckRecord> exact;              // where a closed form decides
+  std::optional<ExactCheckRecord> exact;              // where a closed form or a bound is checked
+  // What is proved about the series' growth in N, and the statement that decided the verdict (bases bound, exact).
+  std::vector<ProvedBound> proved_bounds;
+  std::optional<ProvedBound> decided_by;
+  std::optional<ViolationTestRecord> violation_test;  // asymptotic fit: the heavy-tail-valid test of a violation
   // What the fit runs over: "N" (sequence length), or "d" (head dimension: C8, Var(q . k) = d_k), and of what:
   // "mean" (E||F||_F) or "mean_sq" (the second moment). Extra keys of `attncheck mc`; "N"/"mean" without them.
   std::string x_variable = "N";

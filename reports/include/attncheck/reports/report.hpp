@@ -39,7 +39,7 @@ struct ReportOptions {
 struct ReportSummary {
   std::filesystem::path html, markdown;
   std::size_t series = 0;
-  std::size_t holds = 0, tight = 0, violated = 0, inconclusive = 0;
+  std::size_t holds = 0, tight = 0, violated = 0, inconclusive = 0, consistent = 0;
   std::size_t probe_records = 0;
   std::size_t curve_points = 0;  // training-curve points (attncheck-curves.jsonl)
   std::size_t vit_runs = 0;
