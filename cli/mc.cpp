@@ -91,7 +91,7 @@ std::string num(std::optional<double> v, const char* format = "{:.5g}") {
 // The reading column: C3/C4's reading of ^p, or C9's mix alpha.
 std::string reading_cell(const records::SeriesKey& key) {
   if (key.mix) return fmt::format("mix alpha={:g} dv={}", *key.mix, key.dv.value_or(0));
-  return key.reading.value_or("-");
+  return std::string(key.reading().value_or("-"));
 }
 
 void print_human(const std::vector<records::PointRecord>& records, const std::vector<records::Series>& series,
@@ -137,12 +137,13 @@ void print_human(const std::vector<records::PointRecord>& records, const std::ve
       "claim", "reading", "phi", "p", "estimand", "scores", "N", "D", "d", "samples", "estimate ± se", "95% CI",
       "second moment ± se", "exact", "z", "Jensen", "stopped by  path");
   for (const records::PointRecord& r : records) {
-    const bool row = r.key.estimand == "row-sum" || r.key.estimand == "row-mean";
+    const bool row = !theory::term_of(r.key.estimand).norm && r.key.estimand != theory::Estimand::score_var;
     const bool reliable = row ? r.mean_reliable() : r.sq_reliable();
     fmt::print(
         "{:<6} {:<11} {:<8} {:>2} {:<9} {:<12} {:>6} {:>4} {:>4} {:>7}  {:<22} {:<21}  {:<24} {:<13} {:>7} {:>7}  {}\n",
-        r.key.claim, reading_cell(r.key), r.key.phi, r.key.p, r.key.estimand, r.key.scores, r.N, r.key.D, r.key.d,
-        r.samples, with_se(r.mean, r.se, flags) + (r.se_mean_reliable.value_or(true) ? "" : " !"),
+        r.key.claim, reading_cell(r.key), theory::term_of(r.key.activation).word, r.key.activation.p,
+        theory::term_of(r.key.estimand).word, theory::term_of(r.key.scores).word, r.N, r.key.D, r.key.d, r.samples,
+        with_se(r.mean, r.se, flags) + (r.se_mean_reliable.value_or(true) ? "" : " !"),
         fmt::format("[{}, {}]", num(std::optional(r.ci95_lo)), num(std::optional(r.ci95_hi))),
         with_se(r.mean_sq, r.se_sq, flags) + (r.se_sq_reliable.value_or(true) ? "" : " !"),
         num(row ? r.exact_mean : r.exact_sq),
@@ -179,7 +180,8 @@ void print_human(const std::vector<records::PointRecord>& records, const std::ve
   for (const records::Series& s : series) {
     const std::string verdict = s.verdict ? std::string(records::to_string(*s.verdict)) : "-";
     fmt::print("{:<6} {:<11} {:<8} {:>2} {:<9} {:<12} {:<10} {:>4} {:>4} {:>7}  {:<12} {:<14} {}\n", s.key.claim,
-               reading_cell(s.key), s.key.phi, s.key.p, s.key.estimand, s.key.scores, s.key.scale, s.key.D,
+               reading_cell(s.key), theory::term_of(s.key.activation).word, s.key.activation.p,
+               theory::term_of(s.key.estimand).word, theory::term_of(s.key.scores).word, s.key.scale, s.key.D,
                s.x_variable == "d" ? std::string("swept") : std::to_string(s.key.d),
                s.claims_value ? std::string("= d_k") : num(s.claimed_exponent, "{:g}"), verdict,
                s.basis ? std::string(records::to_string(*s.basis)) : "-",
@@ -285,9 +287,12 @@ mc::McHooks terminal_hooks(const Options& o, ProgressLine& line) {
 // bounds Monte Carlo disagrees with (a failure of the tool).
 void print_series_notes(const std::vector<records::Series>& series) {
   for (const records::Series& s : series) {
-    const std::string name = fmt::format("{} {} p={}{} {}{}", s.key.claim, s.key.phi, s.key.p,
-                                         s.key.mix ? " " + reading_cell(s.key) : std::string(), s.key.estimand,
-                                         s.key.scores == "projected" ? "" : " " + s.key.scores);
+    const std::string name =
+        fmt::format("{} {} p={}{} {}{}", s.key.claim, theory::term_of(s.key.activation).word, s.key.activation.p,
+                    s.key.mix ? " " + reading_cell(s.key) : std::string(), theory::term_of(s.key.estimand).word,
+                    s.key.scores == theory::ScoreModel::projected
+                        ? std::string()
+                        : fmt::format(" {}", theory::term_of(s.key.scores).word));
     if (s.counts_for_exit && s.verdict == records::Verdict::inconclusive) {
       fmt::print(stderr, "attncheck mc: not settled (inconclusive): {}: {}\n", name, s.verdict_reason.value_or("-"));
     }

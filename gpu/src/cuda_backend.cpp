@@ -115,7 +115,7 @@ EstimandRequest validate(const SweepPoint& point, const std::vector<Estimand>& e
     throw InputError(
         fmt::format("scores {}{}: the CUDA backend computes the papers' projected scores without row "
                     "sums; use --backend cpu",
-                    theory::score_model_name(point.scores), request.any_row_sum() ? " with row sums" : ""));
+                    theory::term_of(point.scores).word, request.any_row_sum() ? " with row sums" : ""));
   }
   return request;
 }

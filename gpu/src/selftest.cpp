@@ -41,7 +41,7 @@ Activation pointwise(Pointwise h, int p = 1) { return {ActivationKind::pointwise
 
 std::string estimand_list(const std::vector<Estimand>& estimands) {
   std::string text;
-  for (Estimand e : estimands) text += (text.empty() ? "" : ",") + std::string(monte_carlo::estimand_name(e));
+  for (Estimand e : estimands) text += (text.empty() ? "" : ",") + std::string(theory::term_of(e).word);
   return text;
 }
 
@@ -101,10 +101,10 @@ std::vector<SelftestCase> selftest_cases() {
       {Estimand::value}, 8);
   add("matrix power 1, N = 100", make_point(100, 16, 8, {ActivationKind::matpow, Pointwise::identity, 1}, 0, ++number),
       {Estimand::value}, 4);
-  for (Pointwise h : {Pointwise::relu, Pointwise::relu2, Pointwise::gelu, Pointwise::softplus, Pointwise::relu6,
-                      Pointwise::sigmoid}) {
-    const std::string name = monte_carlo::phi_name(pointwise(h));
-    add(name + " / N, N = 128", make_point(128, 16, 8, pointwise(h), 1.0, ++number), norms, 4);
+  // Every other activation of the vocabulary (x^p and the identity have cases of their own above).
+  for (const theory::ActivationTerm& term : theory::all_activations()) {
+    if (term.kind != ActivationKind::pointwise || term.takes_p || term.h == Pointwise::identity) continue;
+    add(std::string(term.word) + " / N, N = 128", make_point(128, 16, 8, pointwise(term.h), 1.0, ++number), norms, 4);
   }
   add("softmax, N = 257, sigma_x = 1.5, sigma_t = 0.7",
       make_point(257, 32, 16, {ActivationKind::softmax, Pointwise::identity, 1}, 0, ++number, 1.5, 0.7), norms, 4);
@@ -253,7 +253,7 @@ SelftestReport run_selftest(const SelftestDevice& device, monte_carlo::Backend& 
             const auto e = static_cast<Estimand>(cmp.worst_estimand);
             r.detail = fmt::format(
                 "max relative difference {:.3g} (tolerance {:.0e}) at sample {}, {}: cpu {:.17g}, gpu {:.17g}",
-                cmp.max_relative, kEstimateRelTolerance, cmp.worst_sample, monte_carlo::estimand_name(e),
+                cmp.max_relative, kEstimateRelTolerance, cmp.worst_sample, theory::term_of(e).word,
                 expected[cmp.worst_sample][cmp.worst_estimand], got[cmp.worst_sample][cmp.worst_estimand]);
           }
         }));

@@ -318,11 +318,11 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
         continue;
       }
     }
-    const std::string label =
-        ps.point.mix ? fmt::format("C9 mix alpha={:g} N={} D={} d={} dv={}", *ps.point.mix, ps.point.N, ps.point.D,
-                                   ps.point.d, ps.point.dv)
-                     : fmt::format("{} {} p={} N={} D={} d={}", ps.series->claim, phi_name(ps.series->activation),
-                                   ps.series->activation.p, ps.point.N, ps.point.D, ps.point.d);
+    const std::string label = ps.point.mix ? fmt::format("C9 mix alpha={:g} N={} D={} d={} dv={}", *ps.point.mix,
+                                                         ps.point.N, ps.point.D, ps.point.d, ps.point.dv)
+                                           : fmt::format("{} {} p={} N={} D={} d={}", ps.series->claim,
+                                                         theory::term_of(ps.series->activation).word,
+                                                         ps.series->activation.p, ps.point.N, ps.point.D, ps.point.d);
     SamplingPolicy point_policy = policy;
     point_policy.judge_squares = ps.series->fit_over_d;  // C8 fits E[s^2] itself
     point_policy.require_reliable = !std::all_of(ps.series->estimands.begin(), ps.series->estimands.end(),

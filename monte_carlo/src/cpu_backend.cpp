@@ -805,7 +805,7 @@ SampleValues evaluate_inputs(const theory::AttentionMap& map, const Matrix& X, c
   if (options.tile < 1) throw InputError(fmt::format("tile size {} must be >= 1", options.tile));
   if (options.scores != theory::ScoreModel::projected && options.scores != theory::ScoreModel::projected_layernorm) {
     throw InputError(fmt::format("scores {}: pairs are drawn by the backend, not formed from X, Q, K",
-                                 theory::score_model_name(options.scores)));
+                                 theory::term_of(options.scores).word));
   }
   const EstimandRequest request = check_request(map, options.scores, n, Q.cols(), estimands);
   use_single_threaded_gemm();

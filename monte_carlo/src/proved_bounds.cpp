@@ -2,6 +2,7 @@
 
 #include "attncheck/theory/cross_norm.hpp"
 #include "attncheck/theory/pointwise.hpp"
+#include "attncheck/theory/vocabulary.hpp"
 
 #include <fmt/format.h>
 
@@ -21,34 +22,6 @@ constexpr const char* kNotes = "docs/THEORY.md, \"Bounds in N\", ";
 ProvedBound bound(ProvedBound::Side side, std::optional<double> exponent, bool deterministic, bool subpolynomial,
                   std::string statement, const char* label) {
   return {side, exponent, deterministic, subpolynomial, std::move(statement), std::string(kNotes) + label};
-}
-
-// sup |h| over the reals where it is finite: the deterministic bound of B5 on the value.
-std::optional<double> value_sup(Pointwise h) {
-  switch (h) {
-    case Pointwise::sigmoid: return 1.0;
-    case Pointwise::relu6: return 6.0;
-    default: return std::nullopt;
-  }
-}
-
-// sup |h'| over the reals where it is finite (B5 on dS). GELU's derivative Phi(x) + x phi(x) peaks where its own
-// derivative phi(x) (2 - x^2) vanishes, at x = sqrt(2); its minimum, at -sqrt(2), is smaller in size.
-std::optional<double> derivative_sup(Pointwise h, int p) {
-  switch (h) {
-    case Pointwise::identity: return 1.0;
-    case Pointwise::poly: return p == 1 ? std::optional<double>(1.0) : std::nullopt;
-    case Pointwise::relu:
-    case Pointwise::relu6:
-    case Pointwise::softplus: return 1.0;
-    case Pointwise::sigmoid: return 0.25;
-    case Pointwise::gelu: {
-      const double x = std::sqrt(2.0);
-      return theory::standard_normal_cdf(x) + x * theory::standard_normal_pdf(x);
-    }
-    case Pointwise::relu2: return std::nullopt;
-  }
-  return std::nullopt;
 }
 
 // Whether the off-diagonal score puts positive probability where f does not vanish (the lower bounds of B6 and
@@ -139,7 +112,7 @@ void pointwise_bounds(const GrowthCase& g, std::vector<ProvedBound>& out) {
   };
   switch (g.estimand) {
     case Estimand::value:
-      if (const auto sup = value_sup(h)) {
+      if (const auto sup = theory::term_of(g.activation).value_sup) {
         out.push_back(bound(ProvedBound::Side::upper, 1 - a, true, false,
                             scaled(fmt::format("||F||_F <= c(N) {:g} N for every input (|h| <= {:g})", *sup, *sup), g),
                             "B5"));
@@ -147,7 +120,7 @@ void pointwise_bounds(const GrowthCase& g, std::vector<ProvedBound>& out) {
       theta("F", off_diagonal_reaches(g, value));
       break;
     case Estimand::dS:
-      if (const auto sup = derivative_sup(h, p)) {
+      if (const auto sup = theory::derivative_sup(g.activation)) {
         out.push_back(
             bound(ProvedBound::Side::upper, 1 - a, true, false,
                   scaled(fmt::format("||dF/dS||_F <= c(N) {:.6g} N for every input (|h'| <= {:.6g})", *sup, *sup), g),
@@ -162,13 +135,9 @@ void pointwise_bounds(const GrowthCase& g, std::vector<ProvedBound>& out) {
       break;
     case Estimand::row_sum:
     case Estimand::row_mean: {
-      // E[row sum] = c(N) ((N - 1) m_off + m_diag) with m_off = E h(s_12) > 0: h >= 0 and not 0 on (0, b), or
-      // GELU, whose x Phi(x) + (-x) Phi(-x) = x (2 Phi(x) - 1) > 0 pairs up under the score's symmetry; x^p for
-      // even p. Odd maps (identity, odd x^p) have m_off = m_diag = 0, which their closed form already says.
-      const bool positive_mean = h == Pointwise::relu || h == Pointwise::relu2 || h == Pointwise::relu6 ||
-                                 h == Pointwise::sigmoid || h == Pointwise::softplus || h == Pointwise::gelu ||
-                                 (h == Pointwise::poly && p % 2 == 0);
-      if (!positive_mean || !off_diagonal_reaches(g, value)) break;
+      // E[row sum] = c(N) ((N - 1) m_off + m_diag) with m_off = E h(s_12) > 0 (theory::positive_mean). Odd maps
+      // (identity, odd x^p) have m_off = m_diag = 0, which their closed form already says.
+      if (!theory::positive_mean(g.activation) || !off_diagonal_reaches(g, value)) break;
       const double e = 1 - a - (g.estimand == Estimand::row_mean ? 1 : 0);
       const std::string what = g.estimand == Estimand::row_sum ? "E[row sum]" : "E[row mean]";
       const std::string statement =
@@ -200,11 +169,11 @@ GrowthCase growth_case(const PointSpec& point, Estimand estimand) {
 
 std::optional<GrowthCase> growth_case(const records::PointRecord& record) {
   GrowthCase g;
+  g.activation = record.key.activation;
+  g.estimand = record.key.estimand;
+  g.scores = record.key.scores;
   try {
-    g.activation = parse_phi(record.key.phi, static_cast<int>(record.key.p));
-    g.estimand = parse_estimands(record.key.estimand).front();
     g.n_exponent = parse_outer_scale(record.key.scale).n_exponent;
-    g.scores = theory::parse_score_model(record.key.scores);
   } catch (const theory::InputError&) {
     return std::nullopt;
   }
@@ -281,8 +250,8 @@ SampleBounds sample_bounds(const PointSpec& point, Estimand estimand) {
       bounds.upper = c * std::sqrt(n) / 2;
     }
   } else if (act.kind == ActivationKind::pointwise) {
-    const auto sup = estimand == Estimand::value ? value_sup(act.h)
-                     : estimand == Estimand::dS  ? derivative_sup(act.h, act.p)
+    const auto sup = estimand == Estimand::value ? theory::term_of(act).value_sup
+                     : estimand == Estimand::dS  ? theory::derivative_sup(act)
                                                  : std::nullopt;
     if (sup) bounds.upper = std::abs(c) * *sup * n;
   }

@@ -86,7 +86,7 @@ std::string csv_cell(const json& v) {
 }  // namespace
 
 std::string record_key(const PointSpec& point, Estimand estimand, std::uint64_t run_seed, ScorePrecision precision) {
-  const std::string key = records::resume_key(point.key, estimand_name(estimand), run_seed);
+  const std::string key = records::resume_key(point.key, theory::term_of(estimand).word, run_seed);
   return precision == ScorePrecision::mixed ? key + ";precision=mixed" : key;
 }
 
@@ -164,9 +164,7 @@ records::PointRecord point_record(const PointSpec& ps, Estimand estimand, const 
   const MeanEstimate sq = floored_second_moment(outcome.norm_sq[k], exact.second_variance_floor, floor_se);
   records::PointRecord r;
   r.key.claim = series.claim;
-  r.key.reading = series.reading;
-  r.key.phi = phi_name(series.activation);
-  r.key.p = series.activation.p;
+  r.key.activation = series.activation;
   r.key.alpha = series.alpha;
   r.key.mix = pt.mix;
   if (pt.mix) r.key.dv = pt.dv;
@@ -176,14 +174,14 @@ records::PointRecord point_record(const PointSpec& ps, Estimand estimand, const 
   r.sample_lower_bound = bounds.lower;
   if (r.sample_lower_bound) r.sample_min = outcome.smallest[k];
   r.key.scale = series.outer.text;
-  r.key.scores = theory::score_model_name(pt.scores);
+  r.key.scores = pt.scores;
   r.inner = pt.map.inner;
   r.outer_factor = pt.map.outer.factor;
   r.formula = point_formula(pt, estimand);
   r.N = pt.N;
   r.key.D = pt.D;
   r.key.d = pt.d;
-  r.key.estimand = estimand_name(estimand);
+  r.key.estimand = estimand;
   r.samples = static_cast<long long>(outcome.samples);
   r.mean = norm.mean;
   r.se = norm.se;
@@ -244,12 +242,12 @@ records::PointRecord point_record(const PointSpec& ps, Estimand estimand, const 
   r.series_id = fmt::format(
       "claim={};reading={};phi={};p={};alpha={};scale={};outer_factor={:.17g}*d^-{:g};inner={};D={};{};estimand={};"
       "sigma_x={:.17g};sigma_t={:.17g};run_seed={}{}{}{}",
-      series.claim, series.reading.value_or("-"), phi_name(series.activation), series.activation.p,
+      series.claim, series.reading.value_or("-"), theory::term_of(series.activation).word, series.activation.p,
       series.alpha ? fmt::format("{:g}", *series.alpha) : "-", series.outer.text, series.outer.factor,
       series.outer.d_exponent, series.inner.inverse_sqrt_d ? "1/sqrt(d)" : fmt::format("{:.17g}", series.inner.value),
-      pt.D, series.fit_over_d ? fmt::format("N={}", pt.N) : fmt::format("d={}", pt.d), estimand_name(estimand),
+      pt.D, series.fit_over_d ? fmt::format("N={}", pt.N) : fmt::format("d={}", pt.d), theory::term_of(estimand).word,
       pt.sigma_x, pt.sigma_t, context.run_seed,
-      pt.scores == theory::ScoreModel::projected ? "" : fmt::format(";scores={}", theory::score_model_name(pt.scores)),
+      pt.scores == theory::ScoreModel::projected ? "" : fmt::format(";scores={}", theory::term_of(pt.scores).word),
       pt.mix ? fmt::format(";mix={:.17g};dv={}", *pt.mix, pt.dv) : "",
       context.precision == ScorePrecision::mixed ? ";precision=mixed" : "");
   return r;
@@ -286,7 +284,7 @@ records::ViolationTestRecord violation_test_record(const ViolationTest& t) {
           t.lower_at_large, t.exponent_lower, t.level,          t.passed};
 }
 
-bool is_row_sum(const std::string& estimand) { return estimand == "row-sum" || estimand == "row-mean"; }
+bool is_row_sum(Estimand estimand) { return estimand == Estimand::row_sum || estimand == Estimand::row_mean; }
 
 // Points whose Monte Carlo estimate is judged against a closed form: the family of the tool-failure alarm.
 int judged_points(const std::vector<records::PointRecord>& records) {
@@ -300,16 +298,18 @@ int judged_points(const std::vector<records::PointRecord>& records) {
 }
 
 // What each of C8's three models is, beside its verdict.
-std::string c8_finding(const std::string& scores, std::optional<records::Verdict> verdict) {
-  if (scores == "iid-unit") return "i.i.d. unit-variance entries (the proposition's intent): Var(q . k) = d_k exactly";
-  if (scores == "sign-coupled") {
+std::string c8_finding(theory::ScoreModel scores, std::optional<records::Verdict> verdict) {
+  using theory::ScoreModel;
+  if (scores == ScoreModel::unit_pairs)
+    return "i.i.d. unit-variance entries (the proposition's intent): Var(q . k) = d_k exactly";
+  if (scores == ScoreModel::sign_coupled_pairs) {
     return verdict == records::Verdict::violated
                ? "the proposition's hypothesis is insufficient: q_i = eps_i k_i has zero means, unit variances and "
                  "zero "
                  "covariances, yet Var(q . k) = 3 d_k (the terms eps_i k_i^2 are uncorrelated with E k^4 = 3)"
                : "";
   }
-  if (scores == "projected") {
+  if (scores == ScoreModel::projected) {
     return "the projected model q = Q^T x, k = K^T x' (a transformer at initialisation) is not the proposition's "
            "hypothesis: its entries are uncorrelated but not independent (they share x) and have variance "
            "D sigma_x^2 sigma_t^2, not 1; Var(q . k) = d_k Var(q_1) Var(k_1) exactly, linear in d_k";
@@ -337,9 +337,8 @@ std::vector<records::Series> fit_series(const std::vector<records::PointRecord>&
     const auto x_of = [&](const records::PointRecord& r) { return over_d ? r.key.d : r.N; };
     std::sort(members.begin(), members.end(),
               [&](const records::PointRecord* a, const records::PointRecord* b) { return x_of(*a) < x_of(*b); });
-    const std::string& estimand = first.key.estimand;
-    const bool norm_estimand =
-        estimand == "value" || estimand == "dQ" || estimand == "dK" || estimand == "dS" || estimand == "dV";
+    const Estimand estimand = first.key.estimand;
+    const bool norm_estimand = theory::term_of(estimand).norm;
     const bool row_sums = is_row_sum(estimand);
     std::vector<double> x, y, se;
     std::vector<EvidencePoint> evidence;

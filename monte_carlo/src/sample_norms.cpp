@@ -37,7 +37,7 @@ EstimandRequest check_request(const theory::AttentionMap& map, theory::ScoreMode
   r.pairs = scores == theory::ScoreModel::unit_pairs || scores == theory::ScoreModel::sign_coupled_pairs;
   if (r.pairs && (r.any_norm() || r.any_row_sum())) {
     throw InputError(fmt::format("scores {}: pairs (q, k) drawn directly have only the score-var estimand",
-                                 theory::score_model_name(scores)));
+                                 theory::term_of(scores).word));
   }
   if (r.layernorm && (r.dQ || r.dK)) {
     throw InputError(
@@ -71,7 +71,7 @@ EstimandRequest check_request(const SweepPoint& point, const std::vector<Estiman
       case Estimand::dQ: r.dQ = true; break;
       default:
         throw InputError(fmt::format("estimand {}: C9's cross-normalized output has the estimands value, dV, dS and dQ",
-                                     estimand_name(e)));
+                                     theory::term_of(e).word));
     }
   }
   if (!(*point.mix >= 0 && *point.mix <= 1)) {

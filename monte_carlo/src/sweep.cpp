@@ -3,6 +3,7 @@
 #include "attncheck/streams/random_stream.hpp"
 #include "attncheck/theory/cross_norm.hpp"
 #include "attncheck/theory/moments.hpp"
+#include "attncheck/theory/vocabulary.hpp"
 
 #include <fmt/format.h>
 
@@ -93,37 +94,16 @@ std::vector<double> parse_real_list(const std::string& text, const std::string& 
   return out;
 }
 
-const char* estimand_name(Estimand e) {
-  switch (e) {
-    case Estimand::value: return "value";
-    case Estimand::dQ: return "dQ";
-    case Estimand::dK: return "dK";
-    case Estimand::dS: return "dS";
-    case Estimand::score_var: return "score-var";
-    case Estimand::row_sum: return "row-sum";
-    case Estimand::row_mean: return "row-mean";
-    case Estimand::dV: return "dV";
-  }
-  return "?";
-}
-
 std::vector<Estimand> parse_estimands(const std::string& text) {
   std::vector<Estimand> out;
   for (const auto& raw : split(text, ',')) {
     const std::string name = trim(raw);
-    bool found = false;
-    for (int k = 0; k < kEstimandCount; ++k) {
-      if (name == estimand_name(static_cast<Estimand>(k))) {
-        if (std::find(out.begin(), out.end(), static_cast<Estimand>(k)) == out.end()) {
-          out.push_back(static_cast<Estimand>(k));
-        }
-        found = true;
-      }
-    }
-    if (!found) {
+    const std::optional<Estimand> estimand = theory::estimand_from_word(name);
+    if (!estimand) {
       throw InputError(
-          fmt::format("--estimand: '{}' is not one of value, dQ, dK, dS, score-var, row-sum, row-mean, dV", name));
+          fmt::format("--estimand: '{}' is not one of {}", name, theory::words_of(theory::all_estimands())));
     }
+    if (std::find(out.begin(), out.end(), *estimand) == out.end()) out.push_back(*estimand);
   }
   if (out.empty()) throw InputError("--estimand: empty list");
   return out;
@@ -166,50 +146,14 @@ InnerRule parse_inner_scale(const std::string& raw) {
 }
 
 theory::Activation parse_phi(const std::string& name, int p) {
-  theory::Activation a;
-  a.p = p;
-  if (name == "softmax") {
-    a.kind = ActivationKind::softmax;
-    return a;
+  const std::optional<theory::Activation> activation = theory::activation_from_word(name, p);
+  if (!activation) {
+    throw InputError(fmt::format("--phi: '{}' is not one of {}", name, theory::words_of(theory::all_activations())));
   }
-  if (name == "matpow") {
-    if (p < 1) throw InputError(fmt::format("--p: the matrix power needs p >= 1, got {}", p));
-    a.kind = ActivationKind::matpow;
-    return a;
+  if (theory::term_of(*activation).takes_p && p < 1) {
+    throw InputError(fmt::format("--p: {} needs p >= 1, got {}", name == "matpow" ? "the matrix power" : name, p));
   }
-  a.kind = ActivationKind::pointwise;
-  static const std::pair<const char*, Pointwise> names[] = {
-      {"poly", Pointwise::poly},   {"identity", Pointwise::identity}, {"relu", Pointwise::relu},
-      {"relu2", Pointwise::relu2}, {"gelu", Pointwise::gelu},         {"softplus", Pointwise::softplus},
-      {"relu6", Pointwise::relu6}, {"sigmoid", Pointwise::sigmoid}};
-  for (const auto& [text, h] : names) {
-    if (name == text) {
-      a.h = h;
-      if (h == Pointwise::poly && p < 1) throw InputError(fmt::format("--p: poly needs p >= 1, got {}", p));
-      return a;
-    }
-  }
-  throw InputError(fmt::format(
-      "--phi: '{}' is not one of poly, matpow, softmax, relu, relu2, gelu, softplus, identity, relu6, sigmoid", name));
-}
-
-std::string phi_name(const theory::Activation& a) {
-  switch (a.kind) {
-    case ActivationKind::softmax: return "softmax";
-    case ActivationKind::matpow: return "matpow";
-    case ActivationKind::pointwise: break;
-  }
-  switch (a.h) {
-    case Pointwise::poly: return "poly";
-    case Pointwise::identity: return "identity";
-    case Pointwise::relu: return "relu";
-    case Pointwise::relu2: return "relu2";
-    case Pointwise::gelu: return "gelu";
-    case Pointwise::softplus: return "softplus";
-    case Pointwise::relu6: return "relu6";
-    case Pointwise::sigmoid: return "sigmoid";
-  }
-  return "?";
+  return *activation;
 }
 
 std::optional<double> SeriesSpec::claimed_for(Estimand estimand) const {
@@ -223,9 +167,11 @@ bool SeriesSpec::counts_for_exit_of(Estimand estimand) const {
 
 records::Claim claim_info(const std::string& id) {
   const std::optional<records::Claim> claim = records::find_claim(id);
-  if (!claim || id == "C1" || id == "C2") {
-    throw InputError(
-        fmt::format("--claim: '{}' is not one of C3, C4, C5, C6, C7, C8, C9 (C1, C2 are exact: attncheck bounds)", id));
+  if (!claim || !claim->sampled) {
+    std::string ids;
+    for (std::string_view sampled : records::sampled_claim_ids())
+      ids += (ids.empty() ? "" : ", ") + std::string(sampled);
+    throw InputError(fmt::format("--claim: '{}' is not one of {} (C1, C2 are exact: attncheck bounds)", id, ids));
   }
   return *claim;
 }
@@ -257,9 +203,7 @@ std::vector<SeriesSpec> build_series(const SweepRequest& rq) {
         s.reading = "elementwise";
       out.push_back(s);
       // p only matters for poly and matpow: one series is enough for the others.
-      const bool uses_p = s.activation.kind == ActivationKind::matpow ||
-                          (s.activation.kind == ActivationKind::pointwise && s.activation.h == Pointwise::poly);
-      if (!uses_p) break;
+      if (!theory::term_of(s.activation).takes_p) break;
     }
     return out;
   }
@@ -381,11 +325,11 @@ PointSpec make_point(const SeriesSpec& series, Index N, Index D, Index d, double
   SweepPoint& pt = ps.point;
   ps.key =
       fmt::format("phi={};p={};inner={:.17g};outer={:.17g}*N^-{:.17g};N={};D={};d={};sigma_x={:.17g};sigma_t={:.17g}",
-                  phi_name(series.activation), series.activation.p, pt.map.inner, pt.map.outer.factor,
+                  theory::term_of(series.activation).word, series.activation.p, pt.map.inner, pt.map.outer.factor,
                   pt.map.outer.n_exponent, N, D, d, sigma_x, sigma_t);
   // The papers' model keeps the key (and the seed) it always had.
   if (series.scores != theory::ScoreModel::projected)
-    ps.key += fmt::format(";scores={}", theory::score_model_name(series.scores));
+    ps.key += fmt::format(";scores={}", theory::term_of(series.scores).word);
   if (series.mix) {
     ps.key += fmt::format(";cross-norm;mix={:.17g};dv={}", *pt.mix, pt.dv);
   }

@@ -84,15 +84,16 @@ std::optional<std::string> unsupported(const SweepPoint& point, const std::vecto
   const theory::Activation& act = point.map.activation;
   if (point.mix) return std::string("C9's cross-normalized output is not elementwise");
   if (point.scores != theory::ScoreModel::projected) {
-    return fmt::format("scores {}: the tensor path forms projected scores only",
-                       theory::score_model_name(point.scores));
+    return fmt::format("scores {}: the tensor path forms projected scores only", theory::term_of(point.scores).word);
   }
   const bool poly = act.kind == ActivationKind::pointwise && act.h == Pointwise::poly && act.p >= 1;
   const bool identity = act.kind == ActivationKind::pointwise && act.h == Pointwise::identity;
-  if (!poly && !identity) return fmt::format("phi {}: the tensor path needs x^p with p >= 1", phi_name(act));
+  if (!poly && !identity)
+    return fmt::format("phi {}: the tensor path needs x^p with p >= 1", theory::term_of(act).word);
   for (const Estimand e : estimands) {
     if (e == Estimand::score_var || e == Estimand::dV) {
-      return fmt::format("estimand {}: the tensor path has value, dS, dQ, dK, row-sum and row-mean", estimand_name(e));
+      return fmt::format("estimand {}: the tensor path has value, dS, dQ, dK, row-sum and row-mean",
+                         theory::term_of(e).word);
     }
   }
   return std::nullopt;

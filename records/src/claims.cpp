@@ -11,11 +11,11 @@ constexpr std::string_view kValueGrowth = "D^p (sigma_x sigma_t)^{2p} (sqrt(d) i
 constexpr std::string_view kGradientGrowth = "sigma_x^{2p} sigma_t^{2p-1} D^p d^{(p-1)/2} (sqrt(d) outside the power)";
 
 constexpr std::array<Claim, 9> kClaims{{
-    {"C1", "Thm 4.1 (4.1)", "Thm 4.1 (6)", "||softmax(A)||_F <= sqrt(N) for every A in R^{N x N}", 0.5, ""},
+    {"C1", "Thm 4.1 (4.1)", "Thm 4.1 (6)", "||softmax(A)||_F <= sqrt(N) for every A in R^{N x N}", 0.5, "", false},
     {"C2", "Thm 4.1 (4.2)", "Thm 4.1 (7)",
      "||grad softmax(A)||_F <= 2 sqrt(N); grad softmax(A) is the (transposed) Jacobian of the map "
      "R^{NxN} -> R^{NxN}, an N^2 x N^2 matrix, block-diagonal by rows",
-     0.5, ""},
+     0.5, "", false},
     {"C3", "Thm 4.2 (4.3)", "Thm 4.2 (8)", "X, Q, K i.i.d. Gaussian: E||(X Q K^T X^T / sqrt d)^p||_F = O(N) for p >= 1",
      1.0, kValueGrowth},
     {"C4", "Cor 4.3 (4.4)", "Cor 4.1 (9)", "with the factor 1/sqrt(N) in front: O(sqrt N)", 0.5, kValueGrowth},
@@ -49,6 +49,14 @@ std::string Claim::numbering() const {
 }
 
 std::span<const Claim> all_claims() { return kClaims; }
+
+std::vector<std::string_view> sampled_claim_ids() {
+  std::vector<std::string_view> ids;
+  for (const Claim& claim : kClaims) {
+    if (claim.sampled) ids.push_back(claim.id);
+  }
+  return ids;
+}
 
 std::optional<Claim> find_claim(std::string_view id) {
   for (const Claim& claim : kClaims) {

@@ -1,5 +1,6 @@
 #include "attncheck/records/results_folder.hpp"
 
+#include "attncheck/records/claims.hpp"
 #include "attncheck/records/json_fields.hpp"
 
 #include "attncheck/theory/common.hpp"
@@ -19,32 +20,25 @@ namespace fs = std::filesystem;
 using detail::JsonFields;
 using theory::InputError;
 
+std::optional<std::string_view> SeriesKey::reading() const {
+  if (activation.kind == theory::ActivationKind::matpow) return "matrix";
+  if (activation.kind == theory::ActivationKind::pointwise && activation.h == theory::Pointwise::poly)
+    return "elementwise";
+  return std::nullopt;
+}
+
 std::string SeriesKey::label() const {
   std::string text = claim;
-  if (reading) text += " " + *reading;
-  text += fmt::format(" {} p={}", phi, p);
+  if (const auto r = reading()) text += fmt::format(" {}", *r);
+  text += fmt::format(" {} p={}", theory::term_of(activation).word, activation.p);
   if (alpha) text += fmt::format(" alpha={}", *alpha);
   if (mix) text += fmt::format(" mix alpha={}", *mix);
   if (scale != "none") text += " scale " + scale;
-  if (scores != "projected") text += " scores " + scores;
-  text += fmt::format(" {}, D={} d={}", estimand, D, d);
+  if (scores != theory::ScoreModel::projected) text += fmt::format(" scores {}", theory::term_of(scores).word);
+  text += fmt::format(" {}, D={} d={}", theory::term_of(estimand).word, D, d);
   if (dv) text += fmt::format(" dv={}", *dv);
   if (sigma_x != 1 || sigma_t != 1) text += fmt::format(" sigma_x={} sigma_t={}", sigma_x, sigma_t);
   return text;
-}
-
-EstimateMeaning estimate_meaning(std::string_view estimand) {
-  if (estimand == "score-var") {
-    return {"E[sqrt(m)], m = the mean over i != j of s_ij^2 (one sample's root-mean-square score)",
-            "E[m] = Var(s_ij), i != j"};
-  }
-  if (estimand == "row-sum") return {"E[mean over rows i of sum_j F_ij]", "E[(mean over rows i of sum_j F_ij)^2]"};
-  if (estimand == "row-mean") return {"E[mean over rows i of mean_j F_ij]", "E[(mean over rows i of mean_j F_ij)^2]"};
-  if (estimand == "dQ") return {"E||dF/dQ||_F (the full Jacobian)", "E||dF/dQ||_F^2"};
-  if (estimand == "dK") return {"E||dF/dK||_F (the full Jacobian)", "E||dF/dK||_F^2"};
-  if (estimand == "dS") return {"E||dF/dS||_F (the Jacobian in the scores)", "E||dF/dS||_F^2"};
-  if (estimand == "dV") return {"E||dO/dV||_F (C9: the Jacobian in the values)", "E||dO/dV||_F^2"};
-  return {"E||F||_F", "E||F||_F^2"};
 }
 
 std::string resume_key(std::string_view point_key, std::string_view estimand, std::uint64_t run_seed) {
@@ -53,14 +47,26 @@ std::string resume_key(std::string_view point_key, std::string_view estimand, st
 
 namespace {
 
-// The words of docs/results-format.md: whatever else a field holds did not come from attncheck.
-constexpr std::string_view kClaims[] = {"C3", "C4", "C5", "C6", "C7", "C8", "C9", "custom"};
+// The words of docs/results-format.md: whatever else a field holds did not come from attncheck. The vocabulary's
+// (theory/vocabulary.hpp, records/claims.hpp) are its tables' words.
 constexpr std::string_view kReadings[] = {"elementwise", "matrix"};
-constexpr std::string_view kPhis[] = {"poly", "matpow",   "softmax",  "relu",  "relu2",
-                                      "gelu", "softplus", "identity", "relu6", "sigmoid"};
-constexpr std::string_view kEstimands[] = {"value", "dQ", "dK", "dS", "score-var", "row-sum", "row-mean", "dV"};
-constexpr std::string_view kScoreModels[] = {"projected", "qk-layernorm", "iid-unit", "sign-coupled"};
 constexpr std::string_view kStops[] = {"samples", "rel-se", "max-samples", "max-seconds"};
+
+template <class Table>
+std::vector<std::string_view> words(const Table& table) {
+  std::vector<std::string_view> out;
+  for (const auto& term : table) out.push_back(term.word);
+  return out;
+}
+
+const std::vector<std::string_view>& claim_words() {
+  static const std::vector<std::string_view> ids = [] {
+    std::vector<std::string_view> out = sampled_claim_ids();
+    out.push_back("custom");
+    return out;
+  }();
+  return ids;
+}
 constexpr std::string_view kBackends[] = {"cpu", "cuda"};
 
 // "none", "1/sqrt(N)", "1/k:K" or "N^-a" with K, a finite numbers.
@@ -79,10 +85,13 @@ void check_scale(const JsonFields& fields, const std::string& scale) {
 
 SeriesKey read_key(const JsonFields& fields) {
   SeriesKey key;
-  key.claim = fields.word("claim", kClaims);
-  key.reading = fields.word_or_null("reading", kReadings);
-  key.phi = fields.word("phi", kPhis);
-  key.p = fields.integer("p");
+  key.claim = fields.word("claim", claim_words());
+  fields.word_or_null("reading", kReadings);  // checked; it follows from the activation
+  static const std::vector<std::string_view> phis = words(theory::all_activations());
+  const long long p = fields.integer("p");
+  if (p < 0 || p > 1024) fields.fail(fmt::format("\"p\" = {} is not an exponent of the tool", p));
+  key.activation = *theory::activation_from_word(fields.word("phi", phis), static_cast<int>(p));
+  key.activation.p = static_cast<int>(p);
   key.alpha = fields.number_or_null("alpha");
   key.mix = fields.number_or_null("mix");
   if (key.mix && !(*key.mix >= 0 && *key.mix <= 1)) fields.fail(fmt::format("\"mix\" = {} is not in [0, 1]", *key.mix));
@@ -93,10 +102,13 @@ SeriesKey read_key(const JsonFields& fields) {
   key.D = fields.integer("D");
   key.d = fields.integer("d");
   if (key.D < 1 || key.d < 1) fields.fail(fmt::format("D = {} and d = {} must be >= 1", key.D, key.d));
-  key.estimand = fields.word("estimand", kEstimands);
+  static const std::vector<std::string_view> estimands = words(theory::all_estimands());
+  key.estimand = *theory::estimand_from_word(fields.word("estimand", estimands));
   key.sigma_x = fields.number("sigma_x");
   key.sigma_t = fields.number("sigma_t");
-  if (const auto scores = fields.word_or_null("scores", kScoreModels)) key.scores = *scores;
+  static const std::vector<std::string_view> score_models = words(theory::all_score_models());
+  if (const auto scores = fields.word_or_null("scores", score_models))
+    key.scores = *theory::score_model_from_word(*scores);
   return key;
 }
 
@@ -126,7 +138,7 @@ ProvedBound read_proved_bound(const JsonFields& fields) {
 void check_estimate(const JsonFields& fields, const SeriesKey& key, double mean, double se, const char* what) {
   // Norms and second moments are never negative; a score-var sample is a score, and a row sum of an activation
   // with negative values (identity, gelu) a sum of them, which may be.
-  const bool signed_estimate = key.estimand == "score-var" || key.estimand == "row-sum" || key.estimand == "row-mean";
+  const bool signed_estimate = !theory::term_of(key.estimand).norm;
   if (mean < 0 && !signed_estimate)
     fields.fail(fmt::format("{} = {} is negative, but it estimates a norm or a second moment", what, mean));
   if (se < 0) fields.fail(fmt::format("standard error of {} = {} is negative", what, se));
@@ -587,9 +599,10 @@ void to_json(nlohmann::json& out, const PointRecord& r) {
   out = detail::json::object();
   out["format_version"] = kResultsFormatVersion;
   out["claim"] = r.key.claim;
-  out["reading"] = value_or_null(r.key.reading);
-  out["phi"] = r.key.phi;
-  out["p"] = r.key.p;
+  const std::optional<std::string_view> reading = r.key.reading();
+  out["reading"] = reading ? detail::json(*reading) : detail::json(nullptr);
+  out["phi"] = theory::term_of(r.key.activation).word;
+  out["p"] = r.key.activation.p;
   out["alpha"] = number_or_null(r.key.alpha);
   out["mix"] = number_or_null(r.key.mix);
   out["dv"] = value_or_null(r.key.dv);
@@ -598,18 +611,17 @@ void to_json(nlohmann::json& out, const PointRecord& r) {
   out["sample_lower_bound"] = number_or_null(r.sample_lower_bound);
   out["sample_min"] = number_or_null(r.sample_min);
   out["scale"] = r.key.scale;
-  out["scores"] = r.key.scores;
+  out["scores"] = theory::term_of(r.key.scores).word;
   out["inner"] = number_or_null(r.inner);
   out["outer_factor"] = number_or_null(r.outer_factor);
   out["formula"] = r.formula;
   out["N"] = r.N;
   out["D"] = r.key.D;
   out["d"] = r.key.d;
-  out["estimand"] = r.key.estimand;
+  out["estimand"] = theory::term_of(r.key.estimand).word;
   out["samples"] = r.samples;
-  const EstimateMeaning meaning = estimate_meaning(r.key.estimand);
-  out["mean_of"] = meaning.mean;
-  out["mean_sq_of"] = meaning.mean_sq;
+  out["mean_of"] = theory::term_of(r.key.estimand).mean_of;
+  out["mean_sq_of"] = theory::term_of(r.key.estimand).mean_sq_of;
   out["mean"] = number_or_null(r.mean);
   out["se"] = number_or_null(r.se);
   out["ci95"] = {number_or_null(r.ci95_lo), number_or_null(r.ci95_hi)};
@@ -754,17 +766,18 @@ void to_json(nlohmann::json& out, const Series& s) {
   };
   out = detail::json::object();
   out["claim"] = s.key.claim;
-  out["reading"] = value_or_null(s.key.reading);
-  out["phi"] = s.key.phi;
-  out["p"] = s.key.p;
+  const std::optional<std::string_view> reading = s.key.reading();
+  out["reading"] = reading ? detail::json(*reading) : detail::json(nullptr);
+  out["phi"] = theory::term_of(s.key.activation).word;
+  out["p"] = s.key.activation.p;
   out["alpha"] = number_or_null(s.key.alpha);
   out["mix"] = number_or_null(s.key.mix);
   out["dv"] = value_or_null(s.key.dv);
   out["scale"] = s.key.scale;
-  out["scores"] = s.key.scores;
+  out["scores"] = theory::term_of(s.key.scores).word;
   out["D"] = s.key.D;
   out["d"] = s.key.d;
-  out["estimand"] = s.key.estimand;
+  out["estimand"] = theory::term_of(s.key.estimand).word;
   out["sigma_x"] = number_or_null(s.key.sigma_x);
   out["sigma_t"] = number_or_null(s.key.sigma_t);
   out["claimed_exponent"] = number_or_null(s.claimed_exponent);

@@ -26,17 +26,7 @@ std::string claim_title(const std::string& id) {
   return fmt::format("{} ({})", id, claim->numbering());
 }
 
-std::string estimand_symbol(const std::string& estimand) {
-  if (estimand == "value") return "E||F||_F";
-  if (estimand == "dQ") return "E||dF/dQ||_F";
-  if (estimand == "dK") return "E||dF/dK||_F";
-  if (estimand == "dS") return "E||dF/dS||_F";
-  if (estimand == "score-var") return "E|s_ij|";  // a sample is one score; its second moment is the variance
-  if (estimand == "row-sum") return "E[row sum of F]";
-  if (estimand == "row-mean") return "E[row mean of F]";
-  if (estimand == "dV") return "E||dO/dV||_F";
-  return "E||" + estimand + "||_F";
-}
+std::string estimand_symbol(theory::Estimand estimand) { return std::string(theory::term_of(estimand).symbol); }
 
 std::string series_anchor(std::size_t index) { return fmt::format("series-{}", index + 1); }
 std::string series_name(std::size_t index) { return fmt::format("series{:02}", index + 1); }
@@ -59,7 +49,7 @@ std::string x_axis_label(const records::Series& s) {
 std::string fitted_symbol(const records::Series& s) {
   const std::string symbol = estimand_symbol(s.key.estimand);
   if (s.fit_of != "mean_sq") return symbol;
-  return s.key.estimand == "score-var" ? "E[s_ij^2] = Var(s_ij)" : symbol + "^2 (second moment)";
+  return s.key.estimand == theory::Estimand::score_var ? "E[s_ij^2] = Var(s_ij)" : symbol + "^2 (second moment)";
 }
 
 std::string verdict_word(const records::Series& s) {
@@ -149,16 +139,17 @@ std::string range_text(long long lo, long long hi) {
 Facts configuration_facts(const records::Series& s) {
   Facts f;
   f.items.emplace_back("formula", s.formula);
-  f.items.emplace_back("activation phi", s.key.phi);
-  f.items.emplace_back("p", fmt::format("{}", s.key.p));
-  if (s.key.reading) f.items.emplace_back("reading of (.)^p", *s.key.reading);
+  f.items.emplace_back("activation phi", std::string(theory::term_of(s.key.activation).word));
+  f.items.emplace_back("p", fmt::format("{}", s.key.activation.p));
+  if (const auto reading = s.key.reading()) f.items.emplace_back("reading of (.)^p", std::string(*reading));
   if (s.key.alpha) f.items.emplace_back("alpha", format_number(*s.key.alpha));
   if (s.key.mix)
     f.items.emplace_back("mix alpha (P = alpha softmax_col(V) + (1 - alpha) V)", format_number(*s.key.mix));
   if (s.key.dv) f.items.emplace_back("d_v (value columns)", fmt::format("{}", *s.key.dv));
   f.items.emplace_back("outer scale c(N)", s.key.scale);
   if (s.points[0]) f.items.emplace_back("inner scale lambda", format_number(s.points[0]->inner, 6));
-  f.items.emplace_back("estimand", fmt::format("{} ({})", s.key.estimand, estimand_symbol(s.key.estimand)));
+  f.items.emplace_back("estimand",
+                       fmt::format("{} ({})", theory::term_of(s.key.estimand).word, estimand_symbol(s.key.estimand)));
   if (s.x_variable == "d") {
     f.items.emplace_back("D (model dim), d (head dim)", fmt::format("{}, swept", s.key.D));
   } else {
@@ -589,10 +580,10 @@ std::vector<std::vector<std::size_t>> p_groups(const std::vector<records::Series
   std::vector<std::vector<std::size_t>> groups;
   for (std::size_t i : members) {
     records::SeriesKey key = series[i].key;
-    key.p = 0;
+    key.activation.p = 0;
     auto group = std::find_if(groups.begin(), groups.end(), [&](const std::vector<std::size_t>& g) {
       records::SeriesKey other = series[g.front()].key;
-      other.p = 0;
+      other.activation.p = 0;
       return other == key && series[g.front()].x_variable == series[i].x_variable;
     });
     if (group == groups.end())
@@ -602,8 +593,9 @@ std::vector<std::vector<std::size_t>> p_groups(const std::vector<records::Series
   }
   std::erase_if(groups, [](const std::vector<std::size_t>& g) { return g.size() < 2; });
   for (auto& g : groups) {
-    std::stable_sort(g.begin(), g.end(),
-                     [&](std::size_t a, std::size_t b) { return series[a].key.p < series[b].key.p; });
+    std::stable_sort(g.begin(), g.end(), [&](std::size_t a, std::size_t b) {
+      return series[a].key.activation.p < series[b].key.activation.p;
+    });
   }
   return groups;
 }
@@ -621,20 +613,20 @@ std::optional<PlotSpec> claim_figure(const std::vector<records::Series>& series,
   figure.name = name;
   const records::SeriesKey& key = series[group.front()].key;
   std::string label = key.label();
-  const std::string p_text = fmt::format(" p={}", key.p);
+  const std::string p_text = fmt::format(" p={}", key.activation.p);
   if (const auto at = label.find(p_text); at != std::string::npos) label.replace(at, p_text.size(), "");
   figure.title = fmt::format("{}: one column per p", label);
   std::string verdicts;
   for (std::size_t i : group) {
     const records::Series& s = series[i];
-    verdicts +=
-        fmt::format("{}p={} (series {}): {}", verdicts.empty() ? "" : "; ", s.key.p, i + 1, verdict_with_basis(s));
+    verdicts += fmt::format("{}p={} (series {}): {}", verdicts.empty() ? "" : "; ", s.key.activation.p, i + 1,
+                            verdict_with_basis(s));
   }
   figure.notes = {verdicts};
   for (std::size_t row = 0; row < 3; ++row) {
     for (std::size_t c = 0; c < columns.size(); ++c) {
       PlotSpec panel = columns[c][row];
-      panel.title = fmt::format("p={}: {}", series[group[c]].key.p, panel.title);
+      panel.title = fmt::format("p={}: {}", series[group[c]].key.activation.p, panel.title);
       figure.panels.push_back(std::move(panel));
     }
   }
@@ -660,12 +652,12 @@ std::vector<ReadingPair> reading_pairs(const std::vector<records::Series>& serie
                                        const std::vector<std::size_t>& members) {
   std::vector<ReadingPair> pairs;
   for (std::size_t a : members) {
-    if (series[a].key.reading != "elementwise") continue;
+    if (series[a].key.reading() != "elementwise") continue;
     for (std::size_t b : members) {
-      if (series[b].key.reading != "matrix") continue;
+      if (series[b].key.reading() != "matrix") continue;
       records::SeriesKey ka = series[a].key, kb = series[b].key;
-      ka.reading = kb.reading;
-      ka.phi = kb.phi;  // the two readings differ in phi ("poly" vs "matpow") by construction
+      ka.activation = kb.activation;  // the two readings differ in phi (x^p or the matrix power) by construction
+      ka.activation.p = series[a].key.activation.p;
       if (ka == kb) pairs.push_back({a, b});
     }
   }
@@ -688,15 +680,16 @@ void add_reading_comparison(const std::vector<records::Series>& series, const st
   for (const ReadingPair& pair : pairs) {
     const records::Series& e = series[pair.elementwise];
     const records::Series& m = series[pair.matrix];
-    slopes.rows.push_back({fmt::format("{}", e.key.p), e.key.estimand, fmt::format("{}, {}", e.key.D, e.key.d),
-                           slope_text(e), verdict_word(e), slope_text(m), verdict_word(m)});
+    slopes.rows.push_back({fmt::format("{}", e.key.activation.p), std::string(theory::term_of(e.key.estimand).word),
+                           fmt::format("{}, {}", e.key.D, e.key.d), slope_text(e), verdict_word(e), slope_text(m),
+                           verdict_word(m)});
     for (std::size_t i = 0; i < e.N.size(); ++i) {
       const auto j = std::find(m.N.begin(), m.N.end(), e.N[i]);
       if (j == m.N.end()) continue;
       const std::size_t k = static_cast<std::size_t>(j - m.N.begin());
       const std::string ratio = e.mean[i] > 0 && std::isfinite(m.mean[k]) ? format_number(m.mean[k] / e.mean[i]) : "-";
-      values.rows.push_back({fmt::format("{}", e.key.p), fmt::format("{}", e.N[i]), format_estimate(e.mean[i], e.se[i]),
-                             format_estimate(m.mean[k], m.se[k]), ratio});
+      values.rows.push_back({fmt::format("{}", e.key.activation.p), fmt::format("{}", e.N[i]),
+                             format_estimate(e.mean[i], e.se[i]), format_estimate(m.mean[k], m.se[k]), ratio});
     }
   }
   blocks.push_back(std::move(slopes));
@@ -706,14 +699,15 @@ void add_reading_comparison(const std::vector<records::Series>& series, const st
       const records::Series& m = series[pair.matrix];
       PlotSpec plot;
       plot.name = fmt::format("readings{:02}", pending.plots.size() + 1);
-      plot.title = fmt::format("{} p={} {}, D={} d={}: elementwise vs matrix power", e.key.claim, e.key.p,
-                               e.key.estimand, e.key.D, e.key.d);
+      plot.title = fmt::format("{} p={} {}, D={} d={}: elementwise vs matrix power", e.key.claim, e.key.activation.p,
+                               theory::term_of(e.key.estimand).word, e.key.D, e.key.d);
       plot.x_label = "N (sequence length)";
       plot.y_label = estimand_symbol(e.key.estimand);
       for (const records::Series* reading : {&e, &m}) {
         // A reading's points and its fit share one colour.
         const int colour = reading == &e ? 0 : 1;
-        plot.curves.push_back(estimate_curve(*reading, fmt::format("{} reading, 95% CI", *reading->key.reading)));
+        plot.curves.push_back(
+            estimate_curve(*reading, fmt::format("{} reading, 95% CI", reading->key.reading().value_or("?"))));
         plot.curves.back().colour = colour;
         if (reading->slope && reading->intercept) {
           plot.curves.push_back(power_law(*reading, *reading->intercept, *reading->slope,
@@ -724,9 +718,9 @@ void add_reading_comparison(const std::vector<records::Series>& series, const st
       }
       pending.plots.push_back(std::move(plot));
       pending.block_of_plot.push_back(blocks.size());
-      blocks.push_back(
-          Figure{"", "",
-                 fmt::format("Both readings of p = {} on one log-log plot, with their fitted lines.", e.key.p)});
+      blocks.push_back(Figure{"", "",
+                              fmt::format("Both readings of p = {} on one log-log plot, with their fitted lines.",
+                                          e.key.activation.p)});
     }
   }
   blocks.push_back(std::move(values));
@@ -771,7 +765,10 @@ void add_scaling_section(const records::ResultsFolder& results, bool with_plots,
     ++counts[verdict_word(s)];
     summary.rows.push_back(
         {fmt::format("{}", i + 1), claim_title(s.key.claim),
-         s.key.scores == "projected" ? s.formula : s.formula + " (scores: " + s.key.scores + ")", s.key.estimand,
+         s.key.scores == theory::ScoreModel::projected
+             ? s.formula
+             : fmt::format("{} (scores: {})", s.formula, theory::term_of(s.key.scores).word),
+         std::string(theory::term_of(s.key.estimand).word),
          s.x_variable == "d" ? fmt::format("{}, swept", s.key.D) : fmt::format("{}, {}", s.key.D, s.key.d),
          claimed_text(s), verdict_word(s), basis_text(s), s.counts_for_exit ? "yes" : "no (reported only)",
          slope_text(s), jensen_drift_text(s)});

@@ -2,6 +2,7 @@
 // corruption (one flipped bit of one word, one perturbed normal, one estimate off by 1e-5) must fail and be
 // named.
 
+#include "attncheck/theory/vocabulary.hpp"
 #include "attncheck/gpu/selftest.hpp"
 #include "attncheck/monte_carlo/cpu_backend.hpp"
 #include "attncheck/monte_carlo/sweep.hpp"
@@ -119,7 +120,7 @@ TEST_CASE("the fixed cases cover every activation, every estimand and each batch
   std::set<int> estimands;
   bool odd_counts = false, strips = false, long_rows = false, batched = false, non_unit_sigma = false;
   for (const auto& c : cases) {
-    phis.insert(monte_carlo::phi_name(c.point.map.activation));
+    phis.insert(std::string(theory::term_of(c.point.map.activation).word));
     for (Estimand e : c.estimands) estimands.insert(static_cast<int>(e));
     odd_counts |= (c.point.N * c.point.D) % 2 == 1 && (c.point.D * c.point.d) % 2 == 1;
     strips |= c.small_score_buffer;
@@ -127,10 +128,9 @@ TEST_CASE("the fixed cases cover every activation, every estimand and each batch
     batched |= c.samples >= 32 && c.point.N <= 64;
     non_unit_sigma |= c.point.sigma_x != 1 && c.point.sigma_t != 1;
   }
-  for (const char* phi :
-       {"poly", "matpow", "softmax", "relu", "relu2", "gelu", "softplus", "identity", "relu6", "sigmoid"}) {
-    INFO(phi);
-    CHECK(phis.count(phi) == 1);
+  for (const theory::ActivationTerm& term : theory::all_activations()) {
+    INFO(term.word);
+    CHECK(phis.count(std::string(term.word)) == 1);
   }
   // Every estimand the CUDA kernels compute (row sums and the other score models run on the CPU), C9's dV included.
   CHECK(estimands == std::set<int>{static_cast<int>(Estimand::value), static_cast<int>(Estimand::dQ),

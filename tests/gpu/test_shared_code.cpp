@@ -1,6 +1,7 @@
 // The code the CUDA kernels share with the CPU, compiled here by the host compiler: the per-entry terms as
 // the kernels split a row over the lanes of a group, the normal-pair layout, and the batch plan.
 
+#include "attncheck/theory/vocabulary.hpp"
 #include "attncheck/gpu/batch_plan.hpp"
 #include "attncheck/gpu/normal_layout.hpp"
 #include "attncheck/monte_carlo/cpu_backend.hpp"
@@ -104,9 +105,8 @@ void check_close(double got, double want, const std::string& what) {
 TEST_CASE("entry terms split over warp-sized and block-sized lane groups equal the dense closed forms") {
   std::vector<theory::Activation> activations{{ActivationKind::softmax, Pointwise::identity, 1}};
   for (int p = 2; p <= 5; ++p) activations.push_back({ActivationKind::pointwise, Pointwise::poly, p});
-  for (Pointwise h : {Pointwise::relu, Pointwise::relu2, Pointwise::gelu, Pointwise::softplus, Pointwise::relu6,
-                      Pointwise::sigmoid}) {
-    activations.push_back({ActivationKind::pointwise, h, 1});
+  for (const theory::ActivationTerm& term : theory::all_activations()) {
+    if (term.kind == ActivationKind::pointwise && !term.takes_p) activations.push_back({term.kind, term.h, 1});
   }
   // N = 45 leaves some lanes of a 32-lane group with one column more than others and most of a 256-lane
   // group idle; sigma 1.3 puts relu6's and sigmoid's interesting ranges under the scores.
@@ -118,7 +118,8 @@ TEST_CASE("entry terms split over warp-sized and block-sized lane groups equal t
     const theory::AttentionNorms exact = theory::attention_norms(map, X, Q, K);
     for (int G : {32, 256}) {
       const NormSums<double> sums = lane_split_sums(map, X, Q, K, G);
-      const std::string what = monte_carlo::phi_name(act) + " p=" + std::to_string(act.p) + " G=" + std::to_string(G);
+      const std::string what =
+          std::string(theory::term_of(act).word) + " p=" + std::to_string(act.p) + " G=" + std::to_string(G);
       check_close(std::sqrt(sums.value_sq), exact.value_fro, what + " value");
       check_close(std::sqrt(sums.dS_sq), *exact.dS_fro, what + " dS");
       check_close(std::abs(map.inner) * std::sqrt(sums.dQ_sq), *exact.dQ_fro, what + " dQ");

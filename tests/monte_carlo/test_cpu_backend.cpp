@@ -1,3 +1,4 @@
+#include "attncheck/theory/vocabulary.hpp"
 #include "attncheck/monte_carlo/backend_registry.hpp"
 #include "attncheck/monte_carlo/cpu_backend.hpp"
 #include "attncheck/streams/random_stream.hpp"
@@ -38,9 +39,8 @@ std::vector<theory::Activation> every_activation() {
   std::vector<theory::Activation> out;
   out.push_back({ActivationKind::softmax, Pointwise::identity, 1});
   for (int p = 1; p <= 7; ++p) out.push_back({ActivationKind::pointwise, Pointwise::poly, p});
-  for (Pointwise h : {Pointwise::identity, Pointwise::relu, Pointwise::relu2, Pointwise::gelu, Pointwise::softplus,
-                      Pointwise::relu6, Pointwise::sigmoid}) {
-    out.push_back({ActivationKind::pointwise, h, 1});
+  for (const theory::ActivationTerm& term : theory::all_activations()) {
+    if (term.kind == ActivationKind::pointwise && !term.takes_p) out.push_back({term.kind, term.h, 1});
   }
   for (int p = 1; p <= 3; ++p) out.push_back({ActivationKind::matpow, Pointwise::identity, p});
   return out;

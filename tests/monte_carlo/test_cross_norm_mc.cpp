@@ -154,12 +154,12 @@ TEST_CASE("C9 sweep: holds with basis bound at mix alpha = 1, every sample withi
     }
   }
   for (const records::PointRecord& r : outcome.records) {
-    if (r.key.mix != 1.0 || r.key.estimand == "dQ") {
+    if (r.key.mix != 1.0 || r.key.estimand == theory::Estimand::dQ) {
       CHECK_FALSE(r.sample_bound.has_value());
       continue;
     }
     const double n = static_cast<double>(r.N);
-    const double bound = r.key.estimand == "value" ? std::sqrt(n * 3) : std::sqrt(n * 3 / 8);
+    const double bound = r.key.estimand == theory::Estimand::value ? std::sqrt(n * 3) : std::sqrt(n * 3 / 8);
     REQUIRE(r.sample_bound.has_value());
     CHECK(*r.sample_bound == Approx(bound).epsilon(1e-15));
     REQUIRE(r.sample_max.has_value());

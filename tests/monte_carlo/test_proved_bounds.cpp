@@ -54,7 +54,7 @@ TEST_CASE("the proved exponents agree with every closed form's") {
           const std::optional<ExactLaw> law = exact_law(point, estimand);
           if (!law || !law->exponent) continue;
           const auto bounds = proved_bounds(growth_case(point, estimand));
-          INFO(phi << " p=" << p << " " << scale << " " << estimand_name(estimand));
+          INFO(phi << " p=" << p << " " << scale << " " << theory::term_of(estimand).word);
           const auto upper = exponent_of(bounds, Side::upper, false), lower = exponent_of(bounds, Side::lower, false);
           REQUIRE(upper);
           REQUIRE(lower);
@@ -101,11 +101,11 @@ TEST_CASE("every sample of softmax, sigmoid and relu6 lies within its determinis
     request.samples = "60";
     const McOutcome outcome = run_mc(request, {});
     for (const records::PointRecord& r : outcome.records) {
-      INFO(phi << " " << r.key.estimand << " N = " << r.N);
+      INFO(phi << " " << theory::term_of(r.key.estimand).word << " N = " << r.N);
       REQUIRE(r.sample_bound);
       REQUIRE(r.sample_max);
       CHECK(*r.sample_max <= *r.sample_bound * (1 + 1e-12));
-      if (std::string(phi) == "softmax" && r.key.estimand == "value") {
+      if (std::string(phi) == "softmax" && r.key.estimand == theory::Estimand::value) {
         REQUIRE(r.sample_lower_bound);
         CHECK(*r.sample_min >= *r.sample_lower_bound * (1 - 1e-12));
         CHECK(*r.sample_bound == Approx(std::sqrt(static_cast<double>(r.N))));
@@ -156,7 +156,7 @@ TEST_CASE("bounded maps: sigmoid's value is decided by its bound above and B6 be
   relu.outer_scale = "N^-1";
   const McOutcome scaled = run_mc(relu, {});
   for (const records::Series& s : scaled.series) {
-    INFO(s.key.estimand << ": " << s.verdict_reason.value_or("-"));
+    INFO(theory::term_of(s.key.estimand).word << ": " << s.verdict_reason.value_or("-"));
     CHECK(s.verdict == records::Verdict::tight);
   }
 }
@@ -177,11 +177,11 @@ TEST_CASE("softmax's value: tight at 1/2 by B1 and B3, violated below by B3, wha
   McRequest request = custom("softmax", "value,dS,dQ,dK", 0.5);
   const McOutcome outcome = run_mc(request, {});
   for (const records::Series& s : outcome.series) {
-    INFO(s.key.estimand << ": " << s.verdict_reason.value_or("-"));
-    if (s.key.estimand == "value") CHECK(s.verdict == records::Verdict::tight);
-    if (s.key.estimand == "dS") CHECK(s.verdict == records::Verdict::holds);
+    INFO(theory::term_of(s.key.estimand).word << ": " << s.verdict_reason.value_or("-"));
+    if (s.key.estimand == theory::Estimand::value) CHECK(s.verdict == records::Verdict::tight);
+    if (s.key.estimand == theory::Estimand::dS) CHECK(s.verdict == records::Verdict::holds);
     // dQ, dK at exactly 1/2: both bounds carry a sub-polynomial factor, so only the data speak, and never prove.
-    if (s.key.estimand == "dQ" || s.key.estimand == "dK") {
+    if (s.key.estimand == theory::Estimand::dQ || s.key.estimand == theory::Estimand::dK) {
       CHECK(s.basis == records::Basis::asymptotic_fit);
       CHECK(s.verdict != records::Verdict::holds);
       CHECK(s.verdict != records::Verdict::tight);

@@ -27,7 +27,7 @@ void check_same(const SampleValues& tensor, const SampleValues& direct, const st
   for (const Estimand e : estimands) {
     const int k = static_cast<int>(e);
     const double scale = std::abs(direct[k]);
-    INFO(what << " estimand " << estimand_name(e) << ": tensor " << tensor[k] << ", direct " << direct[k]);
+    INFO(what << " estimand " << theory::term_of(e).word << ": tensor " << tensor[k] << ", direct " << direct[k]);
     CHECK(std::abs(tensor[k] - direct[k]) <= rel * scale);
   }
 }

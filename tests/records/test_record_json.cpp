@@ -50,9 +50,8 @@ long long at_least_one() { return *rc::gen::inRange<long long>(1, 1LL << 40); }
 records::SeriesKey any_series_key() {
   records::SeriesKey key;
   key.claim = one_of<std::string>({"C3", "C4", "C5", "C6", "C7", "C8", "C9", "custom"});
-  if (*rc::gen::arbitrary<bool>()) key.reading = one_of<std::string>({"elementwise", "matrix"});
-  key.phi = one_of<std::string>({"poly", "matpow", "softmax", "relu", "relu2", "gelu", "softplus", "identity"});
-  key.p = *rc::gen::inRange<long long>(1, 65);
+  const auto& activation = *rc::gen::elementOf(theory::all_activations());
+  key.activation = {activation.kind, activation.h, *rc::gen::inRange(1, 65)};
   key.alpha = maybe_finite();
   if (*rc::gen::arbitrary<bool>()) {
     key.mix = *rc::gen::inRange(0, 1001) / 1000.0;
@@ -61,10 +60,10 @@ records::SeriesKey any_series_key() {
   key.scale = one_of<std::string>({"none", "1/sqrt(N)", "1/k:8", "N^-0.75"});
   key.D = at_least_one();
   key.d = at_least_one();
-  key.estimand = one_of<std::string>({"value", "dQ", "dK", "dS", "score-var", "row-sum", "row-mean", "dV"});
+  key.estimand = (*rc::gen::elementOf(theory::all_estimands())).value;
   key.sigma_x = any_finite();
   key.sigma_t = any_finite();
-  key.scores = one_of<std::string>({"projected", "qk-layernorm", "iid-unit", "sign-coupled"});
+  key.scores = (*rc::gen::elementOf(theory::all_score_models())).value;
   return key;
 }
 
@@ -159,9 +158,7 @@ void check_same_law(const records::ExactLaw& a, const records::ExactLaw& b) {
 
 void check_same_point(const records::PointRecord& a, const records::PointRecord& b) {
   RC_ASSERT(a.key.claim == b.key.claim);
-  RC_ASSERT(a.key.reading == b.key.reading);
-  RC_ASSERT(a.key.phi == b.key.phi);
-  RC_ASSERT(a.key.p == b.key.p);
+  RC_ASSERT(a.key.activation == b.key.activation);
   RC_ASSERT(same(a.key.alpha, b.key.alpha));
   RC_ASSERT(same(a.key.mix, b.key.mix));
   RC_ASSERT(a.key.dv == b.key.dv);
@@ -591,8 +588,10 @@ TEST_CASE("the sweep's own records and fits read back field for field") {
 
 TEST_CASE("a truncated or corrupt points.jsonl stops a resumed run naming the file and the line") {
   records::PointRecord r;
-  r.key = {"C4", "elementwise", "poly", 1, std::nullopt, std::nullopt, std::nullopt, "1/sqrt(N)", 4,
-           4,    "value",       1,      1, "projected"};
+  r.key.claim = "C4";
+  r.key.activation = *theory::activation_from_word("poly", 1);
+  r.key.scale = "1/sqrt(N)";
+  r.key.D = r.key.d = 4;
   r.formula = "F";
   r.N = 8;
   r.samples = 10;
@@ -618,8 +617,10 @@ TEST_CASE("a truncated or corrupt points.jsonl stops a resumed run naming the fi
 
 TEST_CASE("a later format version is refused by name, an earlier one still reads") {
   records::PointRecord r;
-  r.key = {"C4", std::nullopt, "poly", 1, std::nullopt, std::nullopt, std::nullopt, "none", 4,
-           4,    "value",      1,      1, "projected"};
+  r.key.claim = "C4";
+  r.key.activation = *theory::activation_from_word("poly", 1);
+  r.key.scale = "none";
+  r.key.D = r.key.d = 4;
   r.formula = "F";
   r.N = 8;
   r.samples = 10;

@@ -83,10 +83,10 @@ TEST_CASE("every point record the engine writes reads back typed, field for fiel
     INFO("record " << i);
     CHECK(read.line == static_cast<int>(i + 1));
     CHECK(read.key.claim == written["claim"].get<std::string>());
-    CHECK(read.key.reading == written["reading"].get<std::string>());
-    CHECK(read.key.phi == written["phi"].get<std::string>());
+    CHECK(read.key.reading() == written["reading"].get<std::string>());
+    CHECK(theory::term_of(read.key.activation).word == written["phi"].get<std::string>());
     CHECK(read.key.scale == written["scale"].get<std::string>());
-    CHECK(read.key.estimand == written["estimand"].get<std::string>());
+    CHECK(theory::term_of(read.key.estimand).word == written["estimand"].get<std::string>());
     CHECK(read.key.D == written["D"].get<long long>());
     CHECK(read.N == written["N"].get<long long>());
     CHECK(read.samples == written["samples"].get<long long>());
@@ -163,7 +163,7 @@ TEST_CASE("a results folder written by `attncheck mc` at format version 2 still 
     }
   }
   // The elementwise reading is the claim (exact basis: the closed form of E||F||^2 grows like N^(1/2)).
-  CHECK(folder.series[0].key.reading == "elementwise");
+  CHECK(folder.series[0].key.reading() == "elementwise");
   CHECK(folder.series[0].verdict == records::Verdict::tight);
   CHECK(folder.series[0].basis == records::Basis::exact);
 }

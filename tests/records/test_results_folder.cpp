@@ -26,8 +26,8 @@ TEST_CASE("a results folder is read and its points are joined to their series", 
   CHECK(results.provenance.threads == 2);
   REQUIRE(results.series.size() == 4);
   const Series& matrix = results.series[2];
-  CHECK(matrix.key.reading == "matrix");
-  CHECK(matrix.key.phi == "matpow");
+  CHECK(matrix.key.reading() == "matrix");
+  CHECK(matrix.key.activation.kind == attncheck::theory::ActivationKind::matpow);
   CHECK(matrix.verdict == Verdict::violated);
   REQUIRE(matrix.slope_ci.has_value());
   CHECK(matrix.slope_ci->second == Approx(2.044));

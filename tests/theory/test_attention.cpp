@@ -3,6 +3,7 @@
 
 #include "test_support.hpp"
 
+#include "attncheck/theory/vocabulary.hpp"
 #include "attncheck/theory/attention.hpp"
 #include "attncheck/theory/softmax.hpp"
 
@@ -29,9 +30,9 @@ std::vector<AttentionMap> every_differentiable_map(Index d) {
   maps.push_back({{ActivationKind::softmax}, 0.7, {1, 0.5}});
   for (int p = 1; p <= 4; ++p) maps.push_back({{ActivationKind::pointwise, Pointwise::poly, p}, inner, {1, 0.5}});
   maps.push_back({{ActivationKind::pointwise, Pointwise::poly, 3}, 1.0, {inner, 0}});  // C5: sqrt(d) outside
-  for (auto h : {Pointwise::identity, Pointwise::relu, Pointwise::relu2, Pointwise::gelu, Pointwise::softplus,
-                 Pointwise::relu6, Pointwise::sigmoid}) {
-    maps.push_back({{ActivationKind::pointwise, h, 1}, inner, {1, 1.0}});  // relu paper: N^-1 h(.)
+  for (const theory::ActivationTerm& term : theory::all_activations()) {
+    if (term.kind != ActivationKind::pointwise || term.takes_p) continue;
+    maps.push_back({{ActivationKind::pointwise, term.h, 1}, inner, {1, 1.0}});  // relu paper: N^-1 h(.)
   }
   return maps;
 }

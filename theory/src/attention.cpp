@@ -1,5 +1,7 @@
 #include "attncheck/theory/attention.hpp"
 
+#include "attncheck/theory/vocabulary.hpp"
+
 #include "attncheck/theory/softmax.hpp"
 
 #include <fmt/format.h>
@@ -35,20 +37,6 @@ std::string format_inner(double inner, Index d) {
   return fmt::format("{:g}*T", inner);
 }
 
-const char* pointwise_name(Pointwise h) {
-  switch (h) {
-    case Pointwise::identity: return "identity";
-    case Pointwise::poly: return "x^p";
-    case Pointwise::relu: return "relu";
-    case Pointwise::relu2: return "relu^2";
-    case Pointwise::gelu: return "gelu";
-    case Pointwise::softplus: return "softplus";
-    case Pointwise::relu6: return "relu6";
-    case Pointwise::sigmoid: return "sigmoid";
-  }
-  return "?";
-}
-
 void check_shapes(const Matrix& X, const Matrix& Q, const Matrix& K) {
   if (X.rows() == 0 || X.cols() == 0) throw InputError("X is empty");
   if (Q.rows() != X.cols() || K.rows() != X.cols() || Q.cols() != K.cols() || Q.cols() == 0) {
@@ -69,7 +57,7 @@ std::string describe(const AttentionMap& map, Index d) {
       if (map.activation.h == Pointwise::poly) {
         return fmt::format("F = {}({})^{} (elementwise)", outer, inner, map.activation.p);
       }
-      return fmt::format("F = {}{}({}) (elementwise)", outer, pointwise_name(map.activation.h), inner);
+      return fmt::format("F = {}{}({}) (elementwise)", outer, term_of(map.activation).formula_name, inner);
   }
   return "?";
 }

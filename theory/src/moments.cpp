@@ -118,24 +118,6 @@ double diagonal_parameter_weight_product(const GaussianModel& m, int p) {
          rising_even_product(D, 2 * p) * odd_double_factorial(2 * p - 3) * rising_even_product(d, p);
 }
 
-const char* score_model_name(ScoreModel model) {
-  switch (model) {
-    case ScoreModel::projected: return "projected";
-    case ScoreModel::projected_layernorm: return "qk-layernorm";
-    case ScoreModel::unit_pairs: return "iid-unit";
-    case ScoreModel::sign_coupled_pairs: return "sign-coupled";
-  }
-  return "?";
-}
-
-ScoreModel parse_score_model(std::string_view name) {
-  for (ScoreModel model : {ScoreModel::projected, ScoreModel::projected_layernorm, ScoreModel::unit_pairs,
-                           ScoreModel::sign_coupled_pairs}) {
-    if (name == score_model_name(model)) return model;
-  }
-  throw InputError(fmt::format("scores: '{}' is not one of projected, qk-layernorm, iid-unit, sign-coupled", name));
-}
-
 double score_variance(ScoreModel model, const GaussianModel& m) {
   const double lambda_sq = m.inner * m.inner, d = static_cast<double>(m.d);
   switch (model) {

@@ -5,6 +5,7 @@
 
 #include "attncheck/theory/attention.hpp"
 #include "attncheck/theory/moments.hpp"
+#include "attncheck/theory/vocabulary.hpp"
 
 #include <array>
 #include <cstdint>
@@ -15,17 +16,9 @@
 
 namespace attncheck::monte_carlo {
 
-enum class Estimand : int {
-  value = 0,  // ||F||_F
-  dQ,         // ||dF/dQ||_F (full N^2 x (D d) Jacobian)
-  dK,         // ||dF/dK||_F
-  dS,         // ||dF/dS||_F, S = lambda T
-  score_var,  // mean over i != j of s_ij^2 (E s_ij = 0, so an unbiased estimate of Var(s_ij)); C8
-  row_sum,    // mean over rows i of sum_j F_ij (C7: the relu paper's row sums)
-  row_mean,   // row_sum / N: the mean attention weight E_j[F_ij] of a row
-  dV,         // ||dO/dV||_F of C9's cross-normalized output O (the Jacobian in the values V = X W_V)
-};
-inline constexpr int kEstimandCount = 8;
+// The estimands are words of the vocabulary (theory/vocabulary.hpp).
+using theory::Estimand;
+using theory::kEstimandCount;
 
 struct SweepPoint {
   theory::Index N = 0, D = 0, d = 0;

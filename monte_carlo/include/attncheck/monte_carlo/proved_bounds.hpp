@@ -23,8 +23,7 @@ struct GrowthCase {
 };
 
 GrowthCase growth_case(const PointSpec& point, Estimand estimand);
-// The same from a record of a results folder; none for a word this build does not know (a folder of a later
-// version), whose series the proofs then do not decide.
+// The same from a record of a results folder; none when its scale is not one this build reads.
 std::optional<GrowthCase> growth_case(const records::PointRecord& record);
 
 // Every statement of docs/THEORY.md's "Bounds in N" that applies, with its exponent of N.

@@ -16,7 +16,6 @@ namespace attncheck::monte_carlo {
 std::vector<theory::Index> parse_index_grid(const std::string& text, const std::string& option);
 std::vector<double> parse_real_list(const std::string& text, const std::string& option);
 std::vector<Estimand> parse_estimands(const std::string& text);
-const char* estimand_name(Estimand e);
 
 // The outer constant c(N) = factor * d^(-d_exponent) * N^(-n_exponent) as the claims write it.
 struct OuterRule {
@@ -35,9 +34,8 @@ struct InnerRule {
 };
 InnerRule parse_inner_scale(const std::string& text);
 
-// phi names of the results contract: poly, matpow, softmax, relu, relu2, gelu, softplus, identity, relu6, sigmoid.
+// The activation of a --phi word (theory/vocabulary.hpp); an InputError naming the word otherwise.
 theory::Activation parse_phi(const std::string& name, int p);
-std::string phi_name(const theory::Activation& activation);
 
 // One fitted family: everything but the swept variable (N, or d for C8).
 struct SeriesSpec {

@@ -7,6 +7,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace attncheck::records {
 
@@ -21,6 +22,8 @@ struct Claim {
   std::optional<double> claimed_exponent;
   // How the O(.) constant grows with D, d and the sigmas; empty where the paper does not say.
   std::string_view constant_growth;
+  // `attncheck mc` samples it (C3..C9); C1 and C2 hold for every input and `attncheck bounds` checks them exactly.
+  bool sampled = true;
 
   // "v1: Thm 4.2 (4.3) / v2: Thm 4.2 (8)", or the one source of a claim from another paper.
   std::string numbering() const;
@@ -28,6 +31,10 @@ struct Claim {
 
 // Every claim of the table, C1..C9 in order.
 std::span<const Claim> all_claims();
+
+// The ids of the claims `attncheck mc` samples (C3..C9; C1 and C2 are exact: `attncheck bounds`), in order: the
+// words of --claim and, with "custom", of the results' "claim".
+std::vector<std::string_view> sampled_claim_ids();
 
 // The claim `id`, or none for ids outside the table (e.g. "custom").
 std::optional<Claim> find_claim(std::string_view id);

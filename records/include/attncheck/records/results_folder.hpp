@@ -6,6 +6,7 @@
 
 #include "attncheck/records/input_file.hpp"
 #include "attncheck/records/verdict.hpp"
+#include "attncheck/theory/vocabulary.hpp"
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -62,28 +63,28 @@ struct Provenance {
 void to_json(nlohmann::json& out, const Provenance& provenance);
 void from_json(const nlohmann::json& in, Provenance& provenance);
 
-// The configuration that identifies one fitted series, shared by its points.
+// The configuration that identifies one fitted series, shared by its points. Words of the results format ("phi",
+// "estimand", "scores") are read into the vocabulary's enums (theory/vocabulary.hpp) and written back from them.
 struct SeriesKey {
-  std::string claim;                   // "C3".."C9" or "custom"
-  std::optional<std::string> reading;  // "elementwise" | "matrix"
-  std::string phi;
-  long long p = 1;
+  std::string claim;              // an id of the claims table that `mc` samples (records/claims.hpp), or "custom"
+  theory::Activation activation;  // "phi" and "p" (p is written for every activation, 1 where none applies)
   std::optional<double> alpha;
   std::optional<double> mix;    // C9's mix alpha of softmax_col(V) and V
   std::optional<long long> dv;  // C9's value columns
   std::string scale;
   long long D = 0;
   long long d = 0;
-  std::string estimand;
+  theory::Estimand estimand = theory::Estimand::value;
   double sigma_x = 1;
   double sigma_t = 1;
-  // How the scores are formed: "projected" (the papers' model; also when the key is absent), "qk-layernorm",
-  // "iid-unit", "sign-coupled".
-  std::string scores = "projected";
+  // How the scores are formed; "scores" absent in a file means the papers' projected model.
+  theory::ScoreModel scores = theory::ScoreModel::projected;
 
   bool operator==(const SeriesKey&) const = default;
   // Short human name, e.g. "C3 elementwise poly p=2 value, D=64 d=64".
   std::string label() const;
+  // "elementwise" for x^p, "matrix" for the matrix power (the two readings of "(.)^p" in C3/C4); none otherwise.
+  std::optional<std::string_view> reading() const;
 };
 
 // A closed form that decides a series (docs/THEORY.md): of what, its exponent in x and constant.
@@ -113,13 +114,6 @@ struct ProvedBound {
 };
 std::string_view to_string(ProvedBound::Side side);
 void to_json(nlohmann::json& out, const ProvedBound& bound);
-
-// What a record's "mean" and "mean_sq" estimate, in words, for an estimand word of the results format (for
-// score-var, the per-sample value is the root-mean-square off-diagonal score, not |s|).
-struct EstimateMeaning {
-  std::string_view mean, mean_sq;
-};
-EstimateMeaning estimate_meaning(std::string_view estimand);
 
 // One line of points.jsonl: one finished sweep point and estimand. The sweep writes it and every reader reads
 // it through the one to_json/from_json pair below. Fields a folder of an earlier version may lack are optional.

@@ -21,6 +21,8 @@ struct Activation {
   ActivationKind kind = ActivationKind::softmax;
   Pointwise h = Pointwise::identity;  // for pointwise
   int p = 1;                          // exponent for Pointwise::poly and for matpow
+
+  bool operator==(const Activation&) const = default;
 };
 
 // c(N) = factor * N^(-n_exponent): none (1, 0), 1/sqrt(N) (1, 0.5), 1/k (1/k, 0), the relu paper's N^-alpha.

@@ -34,10 +34,6 @@ enum class ScoreModel {
                         // zero-mean, unit-variance, zero covariances (the proposition's literal hypothesis), but
                         // q and k dependent
 };
-// Short names for records and keys: projected, qk-layernorm, iid-unit, sign-coupled.
-const char* score_model_name(ScoreModel model);
-// The inverse; an InputError naming any other text.
-ScoreModel parse_score_model(std::string_view name);
 
 // Var(s) of one off-diagonal score (one pair for the pair models), exactly: projected lambda^2 (sigma_x sigma_t)^4 D^2
 // d (fact 3); qk-layernorm lambda^2 d^2 / (d - 1); i.i.d. unit pairs lambda^2 d (the proposition); sign-coupled pairs
