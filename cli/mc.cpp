@@ -374,8 +374,10 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--samples", o->samples,
                  "Samples per point: an integer, or auto (until --rel-se, --max-samples or --max-seconds)")
       ->capture_default_str();
-  app.add_option("--rel-se", o->rel_se,
-                 "auto: stop when se/mean <= this, with a reliable se, for every estimand (C8: of the mean square)")
+  app.add_option(
+         "--rel-se", o->rel_se,
+         "auto: stop when se/mean <= this for every estimand (C8: of the mean square), with a reliable se unless "
+         "proofs decide every verdict of the point")
       ->capture_default_str()
       ->check(real_in(mc::kRelativeErrorRange));
   app.add_option("--max-samples", o->max_samples, "auto: at most this many samples per point")

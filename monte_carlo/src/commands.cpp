@@ -358,7 +358,9 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
     outcome.records.insert(outcome.records.end(), fresh.begin(), fresh.end());
   }
 
-  outcome.series = fit_series(outcome.records, o.tolerance);
+  // Verdicts of this run's series, with the alarm's family that of the whole folder fits.json describes.
+  outcome.series = fit_series(outcome.records, o.tolerance,
+                              folder ? std::optional<int>(judged_points(folder->current_records())) : std::nullopt);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   records::Provenance& provenance = outcome.provenance;
   provenance.version = ATTNCHECK_VERSION;

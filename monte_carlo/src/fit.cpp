@@ -274,8 +274,12 @@ LocalExponent local_exponent(const std::vector<double>& x, const std::vector<dou
 
 std::optional<ViolationTest> violation_test(const std::vector<EvidencePoint>& points, double boundary, double level) {
   const EvidencePoint* large = nullptr;
+  // A bound at a lower level than the test's own share (a foreign or damaged record) would lower the test's level.
   for (const EvidencePoint& p : points) {
-    if (p.lower_bound && p.lower_bound_level && (!large || p.x > large->x)) large = &p;
+    if (p.lower_bound && p.lower_bound_level && *p.lower_bound_level >= kMeanLowerBoundLevel &&
+        std::isfinite(*p.lower_bound) && (!large || p.x > large->x)) {
+      large = &p;
+    }
   }
   if (!large) return std::nullopt;
   // Half of the error goes to the lower bound at x_large (its own level), the rest to the upper bounds at the
@@ -341,15 +345,18 @@ Verdict decide(const std::vector<EvidencePoint>& points, const std::optional<Exa
     // Rounding of the per-sample sums only: a bound is sharp, so anything beyond is a wrong computation.
     bool beyond = false;
     if (upper) {
-      v.max_sample_over_bound = std::max(v.max_sample_over_bound.value_or(0.0), *p.sample_max / *p.sample_bound);
+      // A NaN ratio must show, not vanish inside max.
+      const double ratio = *p.sample_max / *p.sample_bound;
+      v.max_sample_over_bound = std::isnan(ratio) ? ratio : std::max(v.max_sample_over_bound.value_or(0.0), ratio);
       if (!(*p.sample_max <= *p.sample_bound * (1 + 1e-12))) {
         v.bound_exceeded_at.push_back(p.x);
         beyond = true;
       }
     }
     if (lower) {
+      const double ratio = *p.sample_min / *p.sample_lower_bound;
       v.min_sample_over_lower_bound =
-          std::min(v.min_sample_over_lower_bound.value_or(INFINITY), *p.sample_min / *p.sample_lower_bound);
+          std::isnan(ratio) ? ratio : std::min(v.min_sample_over_lower_bound.value_or(INFINITY), ratio);
       if (!(*p.sample_min >= *p.sample_lower_bound * (1 - 1e-12))) {
         v.lower_bound_undercut_at.push_back(p.x);
         beyond = true;

@@ -38,7 +38,7 @@ bool off_diagonal_reaches(const GrowthCase& g, F f) {
 }
 
 std::string scaled(const std::string& norm, const GrowthCase& g) {
-  return g.n_exponent == 0 ? norm : fmt::format("{} (with c(N) = c N^-{:g})", norm, g.n_exponent);
+  return g.n_exponent == 0 ? norm : fmt::format("{} (with c(N) = c N^-{})", norm, g.n_exponent);
 }
 
 void softmax_bounds(const GrowthCase& g, std::vector<ProvedBound>& out) {
@@ -186,14 +186,21 @@ std::optional<GrowthCase> growth_case(const records::PointRecord& record) {
 std::vector<ProvedBound> proved_bounds(const GrowthCase& g) {
   std::vector<ProvedBound> out;
   if (g.mix) {
-    if (*g.mix != 1) return out;  // fact 11: unbounded in V for alpha < 1
-    const char* what = g.estimand == Estimand::value ? "||O||_F <= sqrt(N d_v)"
-                       : g.estimand == Estimand::dV  ? "||dO/dV||_F <= sqrt(N d_v / 8)"
-                       : g.estimand == Estimand::dS  ? "||dO/dS||_F <= sqrt(N d_v / 8)"
-                                                     : nullptr;
-    if (what) {
+    // Fact 11: at mix alpha = 1 the output and both Jacobians are bounded; below 1 the output and dO/dS are
+    // unbounded in V, while dO/dV stays bounded by alpha sqrt(N d_v / 8) + (1 - alpha) sqrt(N d_v).
+    const bool full = *g.mix == 1;
+    const std::string what = g.estimand == Estimand::dV      ? (full ? std::string("||dO/dV||_F <= sqrt(N d_v / 8)")
+                                                                     : fmt::format("||dO/dV||_F <= {} sqrt(N d_v / 8) + {} "
+                                                                                        "sqrt(N d_v)",
+                                                                                   *g.mix, 1 - *g.mix))
+                             : !full                         ? std::string()
+                             : g.estimand == Estimand::value ? std::string("||O||_F <= sqrt(N d_v)")
+                             : g.estimand == Estimand::dS    ? std::string("||dO/dS||_F <= sqrt(N d_v / 8)")
+                                                             : std::string();
+    if (!what.empty()) {
       out.push_back(bound(ProvedBound::Side::upper, 0.5, true, false,
-                          fmt::format("{} for every input (fact 11, tight)", what), "C9 (facts 10-11)"));
+                          fmt::format("{} for every input (fact 11{})", what, full ? ", tight" : ""),
+                          "C9 (facts 10-11)"));
     }
     return out;
   }
@@ -232,10 +239,11 @@ SampleBounds sample_bounds(const PointSpec& point, Estimand estimand) {
   const SweepPoint& pt = point.point;
   SampleBounds bounds;
   if (pt.mix) {
-    if (*pt.mix != 1) return bounds;
     const theory::CrossNormBounds cross = theory::cross_norm_bounds(pt.N, pt.dv);
+    const double alpha = *pt.mix;
+    if (estimand == Estimand::dV) bounds.upper = alpha * cross.grad_values + (1 - alpha) * cross.output;
+    if (alpha != 1) return bounds;
     if (estimand == Estimand::value) bounds.upper = cross.output;
-    if (estimand == Estimand::dV) bounds.upper = cross.grad_values;
     if (estimand == Estimand::dS) bounds.upper = cross.grad_scores;
     return bounds;
   }

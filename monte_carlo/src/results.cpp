@@ -243,7 +243,7 @@ records::PointRecord point_record(const PointSpec& ps, Estimand estimand, const 
       "claim={};reading={};phi={};p={};alpha={};scale={};outer_factor={:.17g}*d^-{:g};inner={};D={};{};estimand={};"
       "sigma_x={:.17g};sigma_t={:.17g};run_seed={}{}{}{}",
       series.claim, series.reading.value_or("-"), theory::term_of(series.activation).word, series.activation.p,
-      series.alpha ? fmt::format("{:g}", *series.alpha) : "-", series.outer.text, series.outer.factor,
+      series.alpha ? fmt::format("{}", *series.alpha) : "-", series.outer.text, series.outer.factor,
       series.outer.d_exponent, series.inner.inverse_sqrt_d ? "1/sqrt(d)" : fmt::format("{:.17g}", series.inner.value),
       pt.D, series.fit_over_d ? fmt::format("N={}", pt.N) : fmt::format("d={}", pt.d), theory::term_of(estimand).word,
       pt.sigma_x, pt.sigma_t, context.run_seed,
@@ -286,7 +286,8 @@ records::ViolationTestRecord violation_test_record(const ViolationTest& t) {
 
 bool is_row_sum(Estimand estimand) { return estimand == Estimand::row_sum || estimand == Estimand::row_mean; }
 
-// Points whose Monte Carlo estimate is judged against a closed form: the family of the tool-failure alarm.
+}  // namespace
+
 int judged_points(const std::vector<records::PointRecord>& records) {
   int judged = 0;
   for (const records::PointRecord& r : records) {
@@ -296,6 +297,8 @@ int judged_points(const std::vector<records::PointRecord>& records) {
   }
   return judged;
 }
+
+namespace {
 
 // What each of C8's three models is, beside its verdict.
 std::string c8_finding(theory::ScoreModel scores, std::optional<records::Verdict> verdict) {
@@ -319,7 +322,8 @@ std::string c8_finding(theory::ScoreModel scores, std::optional<records::Verdict
 
 }  // namespace
 
-std::vector<records::Series> fit_series(const std::vector<records::PointRecord>& records, double tolerance) {
+std::vector<records::Series> fit_series(const std::vector<records::PointRecord>& records, double tolerance,
+                                        std::optional<int> family_points) {
   std::vector<std::string> order;
   std::map<std::string, std::vector<const records::PointRecord*>> groups;
   for (const records::PointRecord& r : records) {
@@ -327,7 +331,7 @@ std::vector<records::Series> fit_series(const std::vector<records::PointRecord>&
     groups[r.series_id].push_back(&r);
   }
   std::vector<records::Series> out;
-  const int family = judged_points(records);
+  const int family = family_points.value_or(judged_points(records));
   const double alarm = family_alarm_abs_z(family);
   for (const std::string& key : order) {
     auto members = groups[key];

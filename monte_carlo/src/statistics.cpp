@@ -183,7 +183,12 @@ MeanEstimate MeanTracker::estimate() const {
   // A quantity that does not vary between samples (beyond the rounding of its sums, 1e-12 of its size) has an
   // exact mean: none of the checks below has anything to judge there.
   const bool constant = e.samples >= 2 && std::sqrt(all_.variance()) <= 1e-12 * std::abs(e.mean);
-  if (!constant) {
+  // Below this size the fourth powers of the deviations underflow double precision: a variance of 0 there is an
+  // underflow, not a constant, and none of the checks can see the spread.
+  constexpr double kSmallestJudged = 1e-70;
+  if (e.samples >= 2 && e.mean != 0 && std::abs(e.mean) < kSmallestJudged) {
+    e.unreliable_because = "the values are below 1e-70: the powers of their spread underflow double precision";
+  } else if (!constant) {
     if (!batches_.consistent_with(e.plain_se)) {
       e.unreliable_because = !batches_.can_judge() ? "too few samples to judge the standard error"
                                                    : "batch means disagree with the plain standard error";

@@ -127,7 +127,7 @@ OuterRule parse_outer_scale(const std::string& raw) {
   }
   if (text.rfind("N^-", 0) == 0) {
     const double a = parse_real(text.substr(3), "--outer-scale", text);
-    rule.text = fmt::format("N^-{:g}", a);
+    rule.text = fmt::format("N^-{}", a);  // the shortest text that reads back as a: records keep alpha exactly
     rule.n_exponent = a;
     return rule;
   }

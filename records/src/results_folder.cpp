@@ -241,9 +241,9 @@ std::optional<ViolationTestRecord> read_violation_test(const JsonFields& fields)
   ViolationTestRecord r;
   r.x_small = test.number("x_small");
   r.x_large = test.number("x_large");
-  r.upper_at_small = test.number("upper_at_small");
+  r.upper_at_small = test.number_or_nan("upper_at_small");
   r.upper_source = test.word("upper_source", {"exact", "estimate + z se"});
-  r.lower_at_large = test.number("lower_at_large");
+  r.lower_at_large = test.number_or_nan("lower_at_large");
   r.exponent_lower = test.number_or_nan("exponent_lower");
   r.level = test.number("level");
   if (!(r.level > 0 && r.level < 1)) test.fail(fmt::format("\"level\" = {} is not in (0, 1)", r.level));

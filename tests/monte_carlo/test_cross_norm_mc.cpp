@@ -121,9 +121,10 @@ TEST_CASE("C9 sweep: holds with basis bound at mix alpha = 1, every sample withi
   request.seed = 7;
   const McOutcome outcome = run_mc(request, {});
   REQUIRE(outcome.series.size() == 8);  // two mixes x value, dV, dS, dQ
-  // dQ, and every estimand at mix 0, have no bound: their fits are not proofs, so the run is not settled.
+  // dQ, and value, dS, dQ at mix 0, have no bound: their fits are not proofs, so the run is not settled. dV is
+  // bounded at every mix (fact 11).
   CHECK(outcome.exit_code == 5);
-  CHECK(outcome.unsettled == 5);
+  CHECK(outcome.unsettled == 4);
   CHECK(outcome.claims == std::vector<std::string>{"C9"});
   // The document must outlive the loop: a range over a temporary's member would read freed memory.
   const nlohmann::json document = outcome.to_json();
@@ -134,7 +135,7 @@ TEST_CASE("C9 sweep: holds with basis bound at mix alpha = 1, every sample withi
     CHECK(s["claim"] == "C9");
     CHECK(s["dv"] == 3);
     CHECK(s["verdict"] != "violated");
-    if (mix == 1 && estimand != "dQ") {
+    if ((mix == 1 && estimand != "dQ") || estimand == "dV") {
       CHECK(s["verdict"] == "holds");
       CHECK(s["basis"] == "bound");
       CHECK(s["verdict_rule"] == std::string(rules::bound_holds.definition));
@@ -154,11 +155,18 @@ TEST_CASE("C9 sweep: holds with basis bound at mix alpha = 1, every sample withi
     }
   }
   for (const records::PointRecord& r : outcome.records) {
-    if (r.key.mix != 1.0 || r.key.estimand == theory::Estimand::dQ) {
+    const double n = static_cast<double>(r.N), alpha = *r.key.mix;
+    if (r.key.estimand == theory::Estimand::dV) {
+      // ||dO/dV||_F <= alpha sqrt(N d_v / 8) + (1 - alpha) sqrt(N d_v) at every mix.
+      REQUIRE(r.sample_bound.has_value());
+      CHECK(*r.sample_bound == Approx(alpha * std::sqrt(n * 3 / 8) + (1 - alpha) * std::sqrt(n * 3)).epsilon(1e-15));
+      CHECK(*r.sample_max <= *r.sample_bound);
+      continue;
+    }
+    if (alpha != 1.0 || r.key.estimand == theory::Estimand::dQ) {
       CHECK_FALSE(r.sample_bound.has_value());
       continue;
     }
-    const double n = static_cast<double>(r.N);
     const double bound = r.key.estimand == theory::Estimand::value ? std::sqrt(n * 3) : std::sqrt(n * 3 / 8);
     REQUIRE(r.sample_bound.has_value());
     CHECK(*r.sample_bound == Approx(bound).epsilon(1e-15));

@@ -47,14 +47,13 @@ struct VerdictRule {
 namespace rules {
 inline constexpr VerdictRule bound_tight{
     records::Basis::bound, records::Verdict::tight,
-    "a deterministic upper bound of order N^a holds for every input, every sample lies below it, and a proved lower "
-    "bound (on every input or on E||F||) has the exponent a too"};
-inline constexpr VerdictRule bound_holds{
-    records::Basis::bound, records::Verdict::holds,
-    "a deterministic upper bound of order N^e with e <= a holds for every input, and every sample lies below it"};
+    "a deterministic upper bound of order N^a holds for every input, and a proved lower bound (on every input or on "
+    "E||F||) has the exponent a too"};
+inline constexpr VerdictRule bound_holds{records::Basis::bound, records::Verdict::holds,
+                                         "a deterministic upper bound of order N^e with e <= a holds for every input"};
 inline constexpr VerdictRule bound_violated{
     records::Basis::bound, records::Verdict::violated,
-    "a deterministic lower bound of order N^e with e > a holds for every input, and every sample lies above it"};
+    "a deterministic lower bound of order N^e with e > a holds for every input"};
 inline constexpr VerdictRule exact_tight{
     records::Basis::exact, records::Verdict::tight,
     "a proved upper bound on E||F|| and a proved lower bound both have the exponent a"};

@@ -34,8 +34,14 @@ std::string record_key(const PointSpec& point, Estimand estimand, std::uint64_t 
 records::PointRecord point_record(const PointSpec& point, Estimand estimand, const PointOutcome& outcome,
                                   const RunContext& context);
 
-// Fits every series found in `records` (in order of first appearance) with its verdict.
-std::vector<records::Series> fit_series(const std::vector<records::PointRecord>& records, double tolerance);
+// Points whose Monte Carlo estimate is judged against a closed form (a reliable standard error): the family over
+// which the tool-failure alarm controls its error.
+int judged_points(const std::vector<records::PointRecord>& records);
+
+// Fits every series found in `records` (in order of first appearance) with its verdict. The alarm's family is
+// `family_points` judged points (those of a whole results folder), or the judged points of `records`.
+std::vector<records::Series> fit_series(const std::vector<records::PointRecord>& records, double tolerance,
+                                        std::optional<int> family_points = std::nullopt);
 
 // What the counted series (counts_for_exit) of a run settle together: violated when any is violated, else
 // unsettled when any is only consistent or inconclusive, else holds. The command line's exit codes are 1, 5, 0.
