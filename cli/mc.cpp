@@ -1,6 +1,5 @@
 // attncheck mc: Monte Carlo sweeps of the expectation claims C3-C9, exact references, log-log fits, verdicts.
 
-#include "backend_select.hpp"
 #include "number_options.hpp"
 #include "progress.hpp"
 #include "subcommand.hpp"
@@ -267,7 +266,10 @@ mc::McRequest request_of(const Options& o) {
 mc::McHooks terminal_hooks(const Options& o, ProgressLine& line) {
   mc::McHooks hooks;
   hooks.make_backend = [backend = o.backend](const mc::BackendRequest& request) {
-    return select_backend(backend, request);
+    // Rank 0 says which backend, for the whole run.
+    return mc::select_backend(backend, request, [](const std::string& text) {
+      if (mc::distributed::is_root()) fmt::print(stderr, "attncheck: {}\n", text);
+    });
   };
   hooks.note = [](const std::string& note) {
     if (mc::distributed::is_root()) fmt::print(stderr, "attncheck mc: note: {}\n", note);
@@ -406,7 +408,7 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--tolerance", o->tolerance, "Slack on the claimed exponent in the asymptotic-fit verdict")
       ->capture_default_str()
       ->check(real_in(mc::kToleranceRange));
-  app.add_option("--backend", o->backend, backend_names())->capture_default_str();
+  app.add_option("--backend", o->backend, mc::backend_names())->capture_default_str();
   app.add_option("--precision", o->precision,
                  "double, or mixed: FP32 score tiles of x^p (p = 2..6) with FP64 sums, CPU only; the relative error "
                  "bound per (p, d) is printed and kept in the provenance")
@@ -447,7 +449,7 @@ std::function<int()> setup(CLI::App& app) {
       "The matrix-power reading uses S^p = lambda^p V (U^T V)^(p-1) U^T (V = XQ, U = XK): O(N d^2), any N, value "
       "only.\n"
       "Example: attncheck mc --claim C3 --N 16:4096:x2 --D 64 --d 64 --p 1,2,3 --out results/\n" +
-      backend_list());
+      mc::backend_list());
   return [o] { return run(*o); };
 }
 

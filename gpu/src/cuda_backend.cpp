@@ -16,6 +16,7 @@
 #include "attncheck/monte_carlo/distributed.hpp"
 
 #include "attncheck/gpu/batch_plan.hpp"
+#include "attncheck/gpu/cuda_scope.hpp"
 #include "attncheck/gpu/normal_layout.hpp"
 #include "attncheck/monte_carlo/sample_norms.hpp"
 #include "attncheck/records/memory_budget.hpp"
@@ -111,18 +112,15 @@ EstimandRequest validate(const SweepPoint& point, const std::vector<Estimand>& e
   if (request.cross_norm && (point.dv > kIntMax || point.dv > 65535)) {
     throw InputError(fmt::format("--dv {}: the CUDA backend takes up to 65535 value columns", point.dv));
   }
-  if (!request.cuda_supported()) {
-    throw InputError(
-        fmt::format("scores {}{}: the CUDA backend computes the papers' projected scores without row "
-                    "sums; use --backend cpu",
-                    theory::term_of(point.scores).word, request.any_row_sum() ? " with row sums" : ""));
+  if (const std::string reason = cuda_unsupported_reason(point, estimands, {}); !reason.empty()) {
+    throw InputError(reason);
   }
   return request;
 }
 
 class CudaBackend final : public monte_carlo::Backend {
  public:
-  CudaBackend(int device, const CudaBackendOptions& options) : device_(device) {
+  CudaBackend(int device, const CudaBackendOptions& options) : device_(device), request_(options.request) {
     check(cudaSetDevice(device_), "cudaSetDevice");
     score_bytes_ = options.score_buffer_bytes;
     if (score_bytes_ == 0) {
@@ -142,6 +140,9 @@ class CudaBackend final : public monte_carlo::Backend {
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   std::string name() const override { return "cuda"; }
+  std::string unsupported(const SweepPoint& point, const std::vector<Estimand>& estimands) const override {
+    return cuda_unsupported_reason(point, estimands, request_);
+  }
   int device() const override { return device_; }
   std::string describe() const override {
     return fmt::format("cuda: device {}, {}", device_, cuda_device_description(device_));
@@ -537,6 +538,7 @@ class CudaBackend final : public monte_carlo::Backend {
   }
 
   int device_;
+  monte_carlo::BackendRequest request_;
   std::size_t score_bytes_ = 0;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
@@ -628,9 +630,11 @@ const bool registered = monte_carlo::register_backend(
     {"cuda",
      "an NVIDIA GPU through CUDA (device 0; under MPI one per rank): cuRAND's Philox draws, cuBLAS score strips", 10,
      [] { return cuda_unavailable_reason(); },
-     [](const monte_carlo::BackendRequest&) {
+     [](const monte_carlo::BackendRequest& request) {
        namespace distributed = monte_carlo::distributed;
-       return make_cuda_backend(distributed::device_for_local_rank(distributed::local_rank(), cuda_device_count()));
+       check_cuda_request(request);
+       return make_cuda_backend(distributed::device_for_local_rank(distributed::local_rank(), cuda_device_count()),
+                                {0, request});
      }});
 
 }  // namespace

@@ -263,12 +263,6 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
       hooks.make_backend ? hooks.make_backend(backend_request)
                          : std::make_unique<CpuBackend>(o.threads, static_cast<Index>(o.tile), path, precision);
   const int threads = backend->threads();
-  if (precision == ScorePrecision::mixed && backend->name() != "cpu") {
-    throw InputError(
-        fmt::format("--precision mixed: FP32 score tiles exist on the CPU backend only, not on {} "
-                    "(use --backend cpu or --precision double)",
-                    backend->name()));
-  }
   const RunContext context{o.seed, backend->name(), threads, precision};
 
   const std::uint64_t point_count =
@@ -327,14 +321,14 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
     point_policy.judge_squares = ps.series->fit_over_d;  // C8 fits E[s^2] itself
     point_policy.require_reliable = !std::all_of(ps.series->estimands.begin(), ps.series->estimands.end(),
                                                  [&](Estimand e) { return proof_decides(ps, e); });
-    // Row sums, qk-layernorm and C8's pairs are computed on the CPU only; the rest of the run stays on the device.
+    // What the run's backend cannot evaluate runs on the CPU, which evaluates everything; the rest stays there.
     Backend* point_backend = backend.get();
     RunContext point_context = context;
-    if (backend->name() != "cpu" &&
-        (!check_request(ps.point, ps.series->estimands).cuda_supported() || path == EvaluationPath::tensor)) {
+    if (const std::string reason = backend->unsupported(ps.point, ps.series->estimands); !reason.empty()) {
       if (!cpu_fallback) {
         cpu_fallback = std::make_unique<CpuBackend>(o.threads, static_cast<Index>(o.tile), path, precision);
-        note("row sums, qk-layernorm, C8's pairs and --path tensor run on the CPU backend");
+        note(fmt::format("points the {} backend does not evaluate run on the CPU backend ({})", backend->name(),
+                         reason));
       }
       point_backend = cpu_fallback.get();
       point_context = {o.seed, cpu_fallback->name(), cpu_fallback->threads(), precision};

@@ -3,6 +3,7 @@
 // named.
 
 #include "attncheck/theory/vocabulary.hpp"
+#include "attncheck/gpu/cuda_scope.hpp"
 #include "attncheck/gpu/selftest.hpp"
 #include "attncheck/monte_carlo/cpu_backend.hpp"
 #include "attncheck/monte_carlo/sweep.hpp"
@@ -73,6 +74,28 @@ std::vector<gpu::SelftestCase> small_cases() {
 }
 
 }  // namespace
+
+TEST_CASE("what the CUDA backend evaluates is decided on the host: the rest goes to the CPU, by name") {
+  using monte_carlo::BackendRequest;
+  using monte_carlo::EvaluationPath;
+  theory::AttentionMap relu;
+  relu.activation = {theory::ActivationKind::pointwise, theory::Pointwise::relu, 1};
+  const auto point = [&](theory::ScoreModel scores) {
+    return monte_carlo::make_sweep_point({64, 8, 4}, relu, 0, scores);
+  };
+  const auto projected = point(theory::ScoreModel::projected);
+  CHECK(gpu::cuda_unsupported_reason(projected, {Estimand::value, Estimand::dQ, Estimand::dK}, {}).empty());
+  CHECK_THAT(gpu::cuda_unsupported_reason(projected, {Estimand::row_sum}, {}), Catch::Contains("with row sums"));
+  CHECK_THAT(gpu::cuda_unsupported_reason(point(theory::ScoreModel::projected_layernorm), {Estimand::value}, {}),
+             Catch::Contains("scores qk-layernorm"));
+  BackendRequest tensor;
+  tensor.path = EvaluationPath::tensor;
+  CHECK_THAT(gpu::cuda_unsupported_reason(projected, {Estimand::value}, tensor), Catch::Contains("--path tensor"));
+  BackendRequest mixed;
+  mixed.precision = monte_carlo::ScorePrecision::mixed;
+  CHECK_THROWS_WITH(gpu::check_cuda_request(mixed), Catch::Contains("--precision mixed") && Catch::Contains("cpu"));
+  CHECK_NOTHROW(gpu::check_cuda_request({}));
+}
 
 TEST_CASE("relative differences: NaN only matches NaN, infinities only themselves") {
   CHECK(gpu::relative_difference(2.0, 2.0) == 0);

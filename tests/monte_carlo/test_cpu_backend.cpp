@@ -304,6 +304,22 @@ TEST_CASE("the CPU backend registers itself and says how many threads it uses, w
   CHECK(std::is_sorted(all.begin(), all.end(), [](const auto* a, const auto* b) { return a->name < b->name; }));
 }
 
+TEST_CASE("the registry selects a backend by name or by preference, and refuses what cannot run here by name") {
+  std::vector<std::string> notes;
+  const auto note = [&](const std::string& text) { notes.push_back(text); };
+  // The CPU is here always (this test links no other backend; the command line's tests see CUDA refused by name).
+  const std::unique_ptr<Backend> chosen = select_backend("auto", {2, 32}, note);
+  CHECK(chosen->name() == "cpu");
+  REQUIRE(notes.size() == 1);
+  CHECK_THAT(notes[0], Catch::StartsWith("backend auto: ") && Catch::Contains("cpu: 2 OpenMP threads"));
+  CHECK(select_backend("cpu", {1, 16})->describe() == "cpu: 1 OpenMP thread, score tiles of 16 x 16");
+  CHECK_THAT(backend_names(), Catch::StartsWith("auto, cpu"));
+  CHECK_THROWS_WITH(select_backend("tpu", {}), Catch::Contains("--backend tpu: not one of " + backend_names()));
+  // The CPU evaluates every point the sweep makes.
+  const SweepPoint layernorm = make_sweep_point({16, 4, 4}, {}, 0, theory::ScoreModel::projected_layernorm);
+  CHECK(chosen->unsupported(layernorm, {Estimand::row_sum, Estimand::value}).empty());
+}
+
 TEST_CASE("make_sweep_point sets every field, and C9's dv defaults to d") {
   theory::AttentionMap map;
   map.activation = {ActivationKind::softmax, Pointwise::identity, 1};

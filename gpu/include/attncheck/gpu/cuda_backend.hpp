@@ -7,6 +7,7 @@
 
 #include "attncheck/gpu/cuda_devices.hpp"
 #include "attncheck/monte_carlo/backend.hpp"
+#include "attncheck/monte_carlo/backend_registry.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -18,6 +19,8 @@ struct CudaBackendOptions {
   // Bytes of the score-strip buffer; 0 picks half of the device's L2 cache (at least 8 MiB), so that cuBLAS
   // writes a strip and the reduction reads it back without a round trip to device memory.
   std::size_t score_buffer_bytes = 0;
+  // What the run asks (the CPU's path and precision decide which points the CPU takes instead).
+  monte_carlo::BackendRequest request;
 };
 
 // Throws CudaError naming the device when it does not answer.

@@ -99,6 +99,13 @@ class Backend {
     (void)estimands;
     return "direct";
   }
+  // Why this backend cannot evaluate these estimands of the point, or empty when it can (the sweep hands such
+  // points to the CPU backend, which evaluates everything).
+  virtual std::string unsupported(const SweepPoint& point, const std::vector<Estimand>& estimands) const {
+    (void)point;
+    (void)estimands;
+    return {};
+  }
   // Appends the values of samples first, first + 1, ..., first + count - 1 to `out`, in that order.
   virtual void evaluate(const SweepPoint& point, const std::vector<Estimand>& estimands, std::uint64_t first,
                         std::uint64_t count, std::vector<SampleValues>& out) = 0;

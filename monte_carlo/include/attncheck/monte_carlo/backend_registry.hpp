@@ -43,4 +43,15 @@ std::vector<const BackendEntry*> registered_backends();
 // The backend named `name`, or nullptr.
 const BackendEntry* find_backend(const std::string& name);
 
+// The backend `requested` names ("auto", or a registered name), made with `request`. "auto" takes the available
+// backend of highest preference (CUDA when a device answers, otherwise the CPU) and tells `note` which, with why
+// others were passed. Throws theory::InputError naming the value when it is unknown or cannot run here.
+std::unique_ptr<Backend> select_backend(const std::string& requested, const BackendRequest& request,
+                                        const std::function<void(const std::string&)>& note = {});
+
+// "auto, cpu, cuda": the values --backend takes; and every backend with what it runs on, for --help (whether it
+// can run here is not asked: that would start CUDA for every --help).
+std::string backend_names();
+std::string backend_list();
+
 }  // namespace attncheck::monte_carlo

@@ -21,8 +21,6 @@ struct EstimandRequest {
   bool cross_norm = false;  // C9's O = softmax(S) P_mix: value, dV, dS and dQ only
   bool any_norm() const { return value || dS || dQ || dK || dV; }
   bool any_row_sum() const { return row_sum || row_mean; }
-  // What the CUDA kernels compute: the papers' projected scores, norms and score-var.
-  bool cuda_supported() const { return !layernorm && !pairs && !any_row_sum(); }
 };
 
 // Throws theory::InputError (naming the value) for requests no backend can answer.
