@@ -7,6 +7,7 @@
 #include "attncheck/monte_carlo/commands.hpp"
 #include "attncheck/monte_carlo/distributed.hpp"
 #include "attncheck/monte_carlo/fit.hpp"
+#include "attncheck/monte_carlo/mc_options.hpp"
 #include "attncheck/monte_carlo/results.hpp"
 #include "attncheck/monte_carlo/sweep.hpp"
 
@@ -20,6 +21,8 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 namespace attncheck::cli {
@@ -31,21 +34,6 @@ using nlohmann::json;
 static_assert(mc::exit_code_of(mc::RunVerdict::holds) == kExitHolds);
 static_assert(mc::exit_code_of(mc::RunVerdict::violated) == kExitViolated);
 static_assert(mc::exit_code_of(mc::RunVerdict::unsettled) == kExitUnsettled);
-
-struct Options {
-  std::optional<std::string> claim, phi, inner_scale, outer_scale, estimand, out;
-  std::string N = "16:1024:x2", D = "64", d = "64", p = "1,2,3";
-  std::optional<std::string> alpha, mix, dv;
-  std::string samples = "auto", backend = "auto";
-  std::optional<double> claimed_exponent;
-  double rel_se = 0.01, max_seconds = 600, sigma_x = 1, sigma_t = 1, tolerance = 0.05;
-  std::uint64_t max_samples = 100000, seed = 1;
-  int threads = 0;
-  long long tile = 256;
-  std::string precision = "double";
-  std::string path = "auto";
-  bool resume = false, force = false, as_json = false;
-};
 
 std::string command_line() {
   std::ifstream in("/proc/self/cmdline", std::ios::binary);
@@ -227,52 +215,14 @@ void print_human(const std::vector<records::PointRecord>& records, const std::ve
   }
 }
 
-// The request as the command line gives it; run_mc checks it, so that the Python package gets the same checks.
-mc::McRequest request_of(const Options& o) {
-  mc::McRequest request;
-  request.claim = o.claim;
-  request.phi = o.phi;
-  request.inner_scale = o.inner_scale;
-  request.outer_scale = o.outer_scale;
-  request.estimand = o.estimand;
-  request.out = o.out;
-  request.N = o.N;
-  request.D = o.D;
-  request.d = o.d;
-  request.p = o.p;
-  request.alpha = o.alpha;
-  request.mix = o.mix;
-  request.dv = o.dv;
-  request.samples = o.samples;
-  request.claimed_exponent = o.claimed_exponent;
-  request.rel_se = o.rel_se;
-  request.max_seconds = o.max_seconds;
-  request.sigma_x = o.sigma_x;
-  request.sigma_t = o.sigma_t;
-  request.tolerance = o.tolerance;
-  request.max_samples = o.max_samples;
-  request.seed = o.seed;
-  request.threads = o.threads;
-  request.tile = o.tile;
-  request.precision = o.precision;
-  request.path = o.path;
-  request.resume = o.resume;
-  request.force = o.force;
-  request.command = command_line();
-  return request;
-}
-
-// Backend selection by --backend, notes on stderr, and the sweep's progress on the progress line.
-mc::McHooks terminal_hooks(const Options& o, ProgressLine& line) {
+// Notes on stderr (rank 0 alone speaks for the run), and the sweep's progress on the progress line.
+mc::McHooks terminal_hooks(ProgressLine& line) {
   mc::McHooks hooks;
-  hooks.make_backend = [backend = o.backend](const mc::BackendRequest& request) {
-    // Rank 0 says which backend, for the whole run.
-    return mc::select_backend(backend, request, [](const std::string& text) {
-      if (mc::distributed::is_root()) fmt::print(stderr, "attncheck: {}\n", text);
-    });
-  };
   hooks.note = [](const std::string& note) {
     if (mc::distributed::is_root()) fmt::print(stderr, "attncheck mc: note: {}\n", note);
+  };
+  hooks.backend_chosen = [](const std::string& text) {
+    if (mc::distributed::is_root()) fmt::print(stderr, "attncheck: {}\n", text);
   };
   hooks.progress = [&line](std::size_t point, std::size_t points, const std::string& label, std::uint64_t done,
                            std::uint64_t planned) {
@@ -312,11 +262,12 @@ void print_series_notes(const std::vector<records::Series>& series) {
   }
 }
 
-int run(const Options& o) {
+int run(mc::McRequest request, bool as_json) {
+  request.command = command_line();
   ProgressLine line;
   mc::McOutcome outcome;
   try {
-    outcome = mc::run_mc(request_of(o), terminal_hooks(o, line));
+    outcome = mc::run_mc(request, terminal_hooks(line));
   } catch (...) {
     line.finish();  // the error message starts on a clean line
     throw;
@@ -326,9 +277,9 @@ int run(const Options& o) {
   if (!mc::distributed::is_root()) return outcome.exit_code;
   if (outcome.skipped) {
     fmt::print(stderr, "attncheck mc: --resume: {} of {} points were already in {}\n", outcome.skipped, outcome.points,
-               *o.out);
+               *request.out);
   }
-  if (o.as_json) {
+  if (as_json) {
     std::cout << outcome.to_json().dump(2) << "\n";
   } else {
     print_human(outcome.records, outcome.series, outcome.provenance, outcome.claims);
@@ -337,97 +288,35 @@ int run(const Options& o) {
   return outcome.exit_code;
 }
 
+// Binds one option of the table to its request field, with the checks CLI11 runs on the text before converting it.
+void bind(CLI::App& app, const mc::McOption& option, mc::McRequest& request) {
+  const std::string name = "--" + std::string(option.name);
+  std::visit(
+      [&](auto field) {
+        auto& value = request.*field;
+        using Value = std::remove_reference_t<decltype(value)>;
+        if constexpr (std::is_same_v<Value, bool>) {
+          app.add_flag(name, value, option.help);
+        } else {
+          CLI::Option* added = app.add_option(name, value, option.help);
+          if constexpr (!std::is_same_v<Value, std::optional<std::string>> &&
+                        !std::is_same_v<Value, std::optional<double>>) {
+            added->capture_default_str();
+          }
+          if (option.real_range) added->check(real_in(*option.real_range));
+          if (option.integer_range) added->check(integer_in(option.integer_range->first, option.integer_range->second));
+          if (option.count_range) added->check(unsigned_in(option.count_range->first, option.count_range->second));
+          if (!option.choices.empty()) added->check(CLI::IsMember(option.choices));
+        }
+      },
+      option.field);
+}
+
 std::function<int()> setup(CLI::App& app) {
-  auto o = std::make_shared<Options>();
-  app.add_option("--claim", o->claim,
-                 "Preset exactly as the paper states it: C3 (E||(T/sqrt d)^p||_F = O(N), both readings of ^p), "
-                 "C4 (with 1/sqrt(N): O(sqrt N)), C5 (E||d/dQ (T^p/sqrt d)||_F = O(N)), C6 (with 1/sqrt(N), Q and K: "
-                 "O(sqrt N)), C7 (relu paper: row sums of N^-alpha h(q.k/sqrt d) are O(1) at alpha = 1 and grow like "
-                 "N^(1-alpha) below, with and without qk-layernorm; the Frobenius norm as a secondary series), C8 "
-                 "(Var(q.k) = d_k over --d: i.i.d. entries, the literal zero-covariance hypothesis, the projected "
-                 "model), C9 (cross-normalization: O = softmax(S) (alpha softmax_col(V) + (1 - alpha) V), ||O||_F, "
-                 "||dO/dV||_F, ||dO/dS||_F, ||dO/dW_Q||_F are O(sqrt N); at mix alpha = 1 a deterministic bound, "
-                 "checked on every sample)")
-      ->check(CLI::IsMember({"C3", "C4", "C5", "C6", "C7", "C8", "C9"}));
-  app.add_option("--N", o->N, "Sequence lengths: list (16,64,256) or start:stop:xfactor (16:4096:x2)")
-      ->capture_default_str();
-  app.add_option("--D", o->D, "Model dimensions (list or grid)")->capture_default_str();
-  app.add_option("--d", o->d, "Head dimensions (list or grid)")->capture_default_str();
-  app.add_option("--p", o->p, "Exponents of poly/matpow (list)")->capture_default_str();
-  app.add_option("--phi", o->phi,
-                 "Activation without --claim (C7: the h): poly (elementwise x^p), matpow (matrix power, value only), "
-                 "softmax (row-wise), relu, relu2, gelu, softplus, identity, relu6, sigmoid");
-  app.add_option("--alpha", o->alpha,
-                 "C7's exponent in N^-alpha (list; default 0,0.5,1: the claim at 1, the growth without it)");
-  app.add_option("--mix", o->mix,
-                 "C9's mix alpha of P = alpha softmax_col(V) + (1 - alpha) V (list of values in [0, 1]; default 1, the "
-                 "RFP's softmax(S) softmax^T(V)); one series each");
-  app.add_option("--dv", o->dv, "C9's value columns d_v of W_V (list or grid; default d)");
-  app.add_option("--inner-scale", o->inner_scale, "lambda in F = c(N) phi(lambda T): 1/sqrt(d) (default) or a number");
-  app.add_option("--outer-scale", o->outer_scale,
-                 "c(N): none (default), 1/sqrt(N), 1/k:K (e.g. 1/k:8), N^-a (e.g. N^-1)");
-  app.add_option("--estimand", o->estimand,
-                 "Comma list of value (||F||_F), dQ, dK (||dF/dQ||_F, ||dF/dK||_F, full Jacobians), dS (||dF/dS||_F), "
-                 "score-var (Var(s_ij), i != j), row-sum (mean over rows of sum_j F_ij), row-mean (row-sum / N); "
-                 "default value. C9 fixes value, dV (||dO/dV||_F), dS and dQ");
-  app.add_option("--claimed-exponent", o->claimed_exponent,
-                 "Without --claim: the claimed exponent a of E||F|| = O(N^a)")
-      ->check(real_in(mc::kClaimedExponentRange));
-  app.add_option("--samples", o->samples,
-                 "Samples per point: an integer, or auto (until --rel-se, --max-samples or --max-seconds)")
-      ->capture_default_str();
-  app.add_option(
-         "--rel-se", o->rel_se,
-         "auto: stop when se/mean <= this for every estimand (C8: of the mean square), with a reliable se unless "
-         "proofs decide every verdict of the point")
-      ->capture_default_str()
-      ->check(real_in(mc::kRelativeErrorRange));
-  app.add_option("--max-samples", o->max_samples, "auto: at most this many samples per point")
-      ->capture_default_str()
-      ->check(unsigned_in(2, mc::kMaxSamples));
-  app.add_option("--max-seconds", o->max_seconds,
-                 "auto: at most this much wall time per point (read after every sample from the second on)")
-      ->capture_default_str()
-      ->check(real_in(mc::kSecondsRange));
-  app.add_option("--sigma-x", o->sigma_x, "Standard deviation of the entries of X")
-      ->capture_default_str()
-      ->check(real_in(mc::kSigmaRange));
-  app.add_option("--sigma-t", o->sigma_t, "Standard deviation of the entries of Q and K")
-      ->capture_default_str()
-      ->check(real_in(mc::kSigmaRange));
-  app.add_option("--seed", o->seed, "Run seed; each point's seed is derived from it and the point")
-      ->capture_default_str()
-      ->check(unsigned_in(0, UINT64_MAX));
-  app.add_option("--threads", o->threads, "CPU threads (0: all cores); results do not depend on it")
-      ->capture_default_str()
-      ->check(integer_in(0, kMaxThreads));
-  // The real limit of the tile is the memory check; its side must fit the BLAS integer type.
-  app.add_option("--tile", o->tile, "Score tile size (tile x tile entries per thread)")
-      ->capture_default_str()
-      ->check(integer_in(1, INT32_MAX));
-  app.add_option("--tolerance", o->tolerance, "Slack on the claimed exponent in the asymptotic-fit verdict")
-      ->capture_default_str()
-      ->check(real_in(mc::kToleranceRange));
-  app.add_option("--backend", o->backend, mc::backend_names())->capture_default_str();
-  app.add_option("--precision", o->precision,
-                 "double, or mixed: FP32 score tiles of x^p (p = 2..6) with FP64 sums, CPU only; the relative error "
-                 "bound per (p, d) is printed and kept in the provenance")
-      ->capture_default_str();
-  app.add_option("--path", o->path,
-                 "How the CPU evaluates a sample: direct (score tiles, Gram matrices), tensor (x^p by symmetric tensor "
-                 "powers, O(N C(d+2p, 2p)), exact), or auto (the cheaper by a flop estimate, per point); recorded "
-                 "per point")
-      ->capture_default_str();
-  app.add_option("--out", o->out,
-                 "Folder for points.jsonl, points.csv (each point written when it finishes) and fits.json (the fits of "
-                 "every series in the folder)");
-  app.add_flag("--resume", o->resume,
-               "Keep the points already in --out and skip those this run would repeat (same point, estimand and "
-               "--seed); runs of other claims accumulate in one folder, and several runs may write it at once");
-  app.add_flag("--force", o->force,
-               "Remove the points already in --out first (without --resume or --force, a folder "
-               "that holds points is refused)");
-  app.add_flag("--json", o->as_json, "One JSON object on stdout (provenance, points, series) instead of tables");
+  auto request = std::make_shared<mc::McRequest>();
+  auto as_json = std::make_shared<bool>(false);
+  for (const mc::McOption& option : mc::mc_options()) bind(app, option, *request);
+  app.add_flag("--json", *as_json, "One JSON object on stdout (provenance, points, series) instead of tables");
   app.footer(
       "Verdicts (docs/THEORY.md, \"What a verdict is\"): proofs first. Basis bound: a deterministic bound in N on "
       "every input decides (every sample is checked against it); exact: a proved bound on the expectation or a closed "
@@ -450,7 +339,7 @@ std::function<int()> setup(CLI::App& app) {
       "only.\n"
       "Example: attncheck mc --claim C3 --N 16:4096:x2 --D 64 --d 64 --p 1,2,3 --out results/\n" +
       mc::backend_list());
-  return [o] { return run(*o); };
+  return [request, as_json] { return run(*request, *as_json); };
 }
 
 const bool registered = register_subcommand(

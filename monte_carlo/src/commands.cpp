@@ -260,8 +260,9 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
   const ScorePrecision precision = parse_score_precision(o.precision);
   const BackendRequest backend_request{o.threads, static_cast<Index>(o.tile), path, precision};
   const std::unique_ptr<Backend> backend =
-      hooks.make_backend ? hooks.make_backend(backend_request)
-                         : std::make_unique<CpuBackend>(o.threads, static_cast<Index>(o.tile), path, precision);
+      hooks.make_backend
+          ? hooks.make_backend(backend_request)
+          : select_backend(o.backend, backend_request, hooks.backend_chosen ? hooks.backend_chosen : note);
   const int threads = backend->threads();
   const RunContext context{o.seed, backend->name(), threads, precision};
 

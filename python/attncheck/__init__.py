@@ -15,7 +15,9 @@ attncheck.torch.AttentionRecorder records a live PyTorch training run in the log
 writes, which `attncheck report` plots over training steps.
 """
 
+import inspect
 import numbers
+import os
 
 import numpy as np
 
@@ -165,41 +167,50 @@ def cross_norm_bounds(N=None, dv=None, families=None, seed=1, *, mix=1, trials=8
                                    int(search_starts), int(seed), 0 if threads is None else int(threads))
 
 
-def mc(claim=None, *, N="16:1024:x2", D="64", d="64", p="1,2,3", phi=None, alpha=None, inner_scale=None,
-       outer_scale=None, estimand=None, claimed_exponent=None, samples="auto", rel_se=0.01, max_samples=100000,
-       max_seconds=600, sigma_x=1, sigma_t=1, seed=1, threads=0, tile=256, path="auto", precision="double",
-       tolerance=0.05, out=None, resume=False, force=False):
-    """Monte Carlo scaling of the expectation claims C3-C8 on the CPU backend: the dictionary `attncheck mc
-    --json` prints (provenance, points, series with slopes and verdicts, exit_code), plus "notes" when the
-    command line would print a note.
+def _mc_value(option, kind, value):
+    """The value of one option as the request holds it, checked as the command line checks its text."""
+    if kind == "flag":
+        return bool(value)
+    if value is None and kind.startswith("optional"):
+        return None
+    if kind in ("text", "optional_text"):
+        return os.fspath(value) if isinstance(value, os.PathLike) else _option_list(value)
+    if kind in ("real", "optional_real"):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise ValueError(f"--{option.replace('_', '-')}: '{value}' is not a number")
+        return float(value)
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or (kind == "count" and value < 0):
+        raise ValueError(f"--{option.replace('_', '-')} {value}: must be a{' non-negative' if kind == 'count' else 'n'} "
+                         "integer")
+    return int(value)
 
-    Options are the command line's (see `attncheck mc --help`), with underscores for dashes. Grids (N, D, d)
-    and lists (p, alpha) may be strings as on the command line ("16:4096:x2", "1,2,3"), numbers or sequences of
-    numbers; samples is an integer or "auto". out names a results folder (points.jsonl, points.csv, fits.json),
-    which `attncheck report` reads. Ctrl-C stops the run between chunks of samples (KeyboardInterrupt); points
-    already finished are in out.
+
+def mc(claim=None, **options):
+    """Monte Carlo scaling of the expectation claims C3-C9 (and of any map without a claim): the dictionary
+    `attncheck mc --json` prints (provenance, points, series with their verdicts and bases, exit_code: 0 holds,
+    1 violated, 5 not settled), plus "notes" when the command line would print a note.
+
+    Every option of `attncheck mc` (see `attncheck mc --help`), with underscores for dashes, built from the same
+    table as the command line's: claim (C3-C9), N, D, d, p, phi, alpha (C7), mix and dv (C9), inner_scale,
+    outer_scale, estimand, claimed_exponent, samples, rel_se, max_samples, max_seconds, sigma_x, sigma_t, seed,
+    threads, tile, tolerance, backend, precision, path, out, resume, force. Grids (N, D, d, dv) and lists (p,
+    alpha, mix, estimand) may be strings as on the command line ("16:4096:x2", "1,2,3"), numbers or sequences;
+    samples is an integer or "auto". out names a results folder (points.jsonl, points.csv, fits.json), which
+    `attncheck report` reads. Ctrl-C stops the run between chunks of samples (KeyboardInterrupt); points already
+    finished are in out.
     """
     request = _core._McRequest()
-    request.claim = claim
-    request.phi = phi
-    request.inner_scale = None if inner_scale is None else str(inner_scale)
-    request.outer_scale = None if outer_scale is None else str(outer_scale)
-    request.estimand = None if estimand is None else _option_list(estimand)
-    request.out = None if out is None else str(out)
-    request.N, request.D, request.d = _option_list(N), _option_list(D), _option_list(d)
-    request.p = _option_list(p)
-    request.alpha = None if alpha is None else _option_list(alpha)
-    request.samples = str(samples)
-    request.claimed_exponent = None if claimed_exponent is None else float(claimed_exponent)
-    request.rel_se, request.max_seconds = float(rel_se), float(max_seconds)
-    request.sigma_x, request.sigma_t, request.tolerance = float(sigma_x), float(sigma_t), float(tolerance)
-    for option, value in (("--max-samples", max_samples), ("--seed", seed)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
-            raise ValueError(f"{option} {value}: must be a non-negative integer")
-    request.max_samples, request.seed = int(max_samples), int(seed)
-    request.threads, request.tile, request.resume = int(threads), int(tile), bool(resume)
-    request.path, request.precision = str(path), str(precision)
-    request.force = bool(force)
-    given = {name: value for name, value in locals().items() if name not in ("request", "option", "value")}
+    known = {name: kind for name, kind, _, _ in _core._mc_options}
+    given = {"claim": claim, **options}
+    for name, value in given.items():
+        if name not in known:
+            raise TypeError(f"mc() got an unexpected keyword argument '{name}'")
+        setattr(request, name, _mc_value(name, known[name], value))
     request.command = "attncheck.mc(" + ", ".join(f"{k}={v!r}" for k, v in given.items()) + ")"
     return _core.mc(request)
+
+
+mc.__signature__ = inspect.Signature(
+    [inspect.Parameter("claim", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)]
+    + [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default)
+       for name, _, default, _ in _core._mc_options if name != "claim"])

@@ -3,6 +3,7 @@
 // the package's Python layer (attncheck/__init__.py) turns tensors into arrays and documents the functions.
 
 #include "attncheck/monte_carlo/commands.hpp"
+#include "attncheck/monte_carlo/mc_options.hpp"
 #include "attncheck/monte_carlo/cross_norm_bounds.hpp"
 #include "attncheck/probes/live_metrics.hpp"
 #include "attncheck/probes/watch.hpp"
@@ -351,6 +352,8 @@ py::dict mc(const monte_carlo::McRequest& request) {
   monte_carlo::McHooks hooks;
   std::vector<std::string> notes;
   hooks.note = [&](const std::string& note) { notes.push_back(note); };
+  // The provenance names the backend; --backend auto's choice is no remark on the request.
+  hooks.backend_chosen = [](const std::string&) {};
   // Ctrl-C reaches Python only while it holds the GIL: look after every chunk of samples.
   hooks.progress = [](std::size_t, std::size_t, const std::string&, std::uint64_t, std::uint64_t) {
     py::gil_scoped_acquire acquire;
@@ -403,36 +406,30 @@ PYBIND11_MODULE(_core, m) {
         py::arg("values"), py::arg("mix"), py::arg("trials"), py::arg("search_starts"), py::arg("seed"),
         py::arg("threads"));
 
-  py::class_<monte_carlo::McRequest>(m, "_McRequest")
-      .def(py::init<>())
-      .def_readwrite("claim", &monte_carlo::McRequest::claim)
-      .def_readwrite("phi", &monte_carlo::McRequest::phi)
-      .def_readwrite("inner_scale", &monte_carlo::McRequest::inner_scale)
-      .def_readwrite("outer_scale", &monte_carlo::McRequest::outer_scale)
-      .def_readwrite("estimand", &monte_carlo::McRequest::estimand)
-      .def_readwrite("out", &monte_carlo::McRequest::out)
-      .def_readwrite("N", &monte_carlo::McRequest::N)
-      .def_readwrite("D", &monte_carlo::McRequest::D)
-      .def_readwrite("d", &monte_carlo::McRequest::d)
-      .def_readwrite("p", &monte_carlo::McRequest::p)
-      .def_readwrite("alpha", &monte_carlo::McRequest::alpha)
-      .def_readwrite("mix", &monte_carlo::McRequest::mix)
-      .def_readwrite("dv", &monte_carlo::McRequest::dv)
-      .def_readwrite("samples", &monte_carlo::McRequest::samples)
-      .def_readwrite("claimed_exponent", &monte_carlo::McRequest::claimed_exponent)
-      .def_readwrite("rel_se", &monte_carlo::McRequest::rel_se)
-      .def_readwrite("max_seconds", &monte_carlo::McRequest::max_seconds)
-      .def_readwrite("sigma_x", &monte_carlo::McRequest::sigma_x)
-      .def_readwrite("sigma_t", &monte_carlo::McRequest::sigma_t)
-      .def_readwrite("tolerance", &monte_carlo::McRequest::tolerance)
-      .def_readwrite("max_samples", &monte_carlo::McRequest::max_samples)
-      .def_readwrite("seed", &monte_carlo::McRequest::seed)
-      .def_readwrite("threads", &monte_carlo::McRequest::threads)
-      .def_readwrite("tile", &monte_carlo::McRequest::tile)
-      .def_readwrite("path", &monte_carlo::McRequest::path)
-      .def_readwrite("precision", &monte_carlo::McRequest::precision)
-      .def_readwrite("resume", &monte_carlo::McRequest::resume)
-      .def_readwrite("force", &monte_carlo::McRequest::force)
-      .def_readwrite("command", &monte_carlo::McRequest::command);
+  // The request's fields are the options' (mc_options.hpp): one property each, named as Python spells the option,
+  // so attncheck.mc() (which is built from _mc_options()) reaches every option the command line has.
+  auto request_class = py::class_<monte_carlo::McRequest>(m, "_McRequest").def(py::init<>());
+  request_class.def_readwrite("command", &monte_carlo::McRequest::command);
+  py::list options;
+  const monte_carlo::McRequest defaults;
+  for (const monte_carlo::McOption& option : monte_carlo::mc_options()) {
+    std::visit(
+        [&](auto field) {
+          request_class.def_property(
+              option.python_name().c_str(), [field](const monte_carlo::McRequest& r) { return r.*field; },
+              [field](monte_carlo::McRequest& r, decltype(defaults.*field) value) { r.*field = value; });
+          using Value = std::remove_cv_t<std::remove_reference_t<decltype(defaults.*field)>>;
+          const char* kind = std::is_same_v<Value, bool>                         ? "flag"
+                             : std::is_same_v<Value, std::string>                ? "text"
+                             : std::is_same_v<Value, std::optional<std::string>> ? "optional_text"
+                             : std::is_same_v<Value, double>                     ? "real"
+                             : std::is_same_v<Value, std::optional<double>>      ? "optional_real"
+                             : std::is_same_v<Value, std::uint64_t>              ? "count"
+                                                                                 : "integer";
+          options.append(py::make_tuple(option.python_name(), kind, py::cast(defaults.*field), option.help));
+        },
+        option.field);
+  }
+  m.attr("_mc_options") = options;
   m.def("mc", &mc, py::arg("request"));
 }

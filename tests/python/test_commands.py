@@ -134,3 +134,23 @@ def test_cross_norm_bounds_refuses_what_the_command_line_refuses():
         attncheck.cross_norm_bounds(8, 0)
     with pytest.raises(ValueError, match="--dv: '2.5' is not a positive integer"):
         attncheck.cross_norm_bounds(8, 2.5)
+
+
+def test_mc_takes_every_option_of_the_command_line_and_no_other():
+    # Both come from one table (monte_carlo/mc_options.hpp): the command line's --help and the Python signature.
+    import inspect
+    import re
+    help_text = run_program("mc", "--help").stdout
+    cli = set(re.findall(r"^\s+--([a-zA-Z][a-zA-Z-]*)", help_text, flags=re.MULTILINE)) - {"help", "json"}
+    python = set(inspect.signature(attncheck.mc).parameters)
+    assert {name.replace("-", "_") for name in cli} == python, (cli, python)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'mixes'"):
+        attncheck.mc("C9", mixes=1)
+
+
+def test_mc_runs_c9_with_its_mix_and_value_columns():
+    got = attncheck.mc("C9", mix=[0.5, 1], dv=3, N="4,8", D=4, d=4, samples=16, threads=1, backend="cpu")
+    assert {s["mix"] for s in got["series"]} == {0.5, 1.0}
+    assert {p["dv"] for p in got["points"]} == {3}
+    dv_series = [s for s in got["series"] if s["estimand"] == "dV"]
+    assert all(s["verdict"] == "holds" and s["basis"] == "bound" for s in dv_series)

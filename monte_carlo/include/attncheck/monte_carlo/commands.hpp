@@ -64,16 +64,19 @@ struct McRequest {
   long long tile = 256;
   std::string precision = "double";    // --precision: double, or mixed (FP32 score tiles, CPU backend only)
   std::string path = "auto";           // --path: auto, direct or tensor (tensor_power.hpp)
+  std::string backend = "auto";        // --backend: a registered backend's name, or auto (backend_registry.hpp)
   bool resume = false, force = false;  // keep the points already in `out`, or remove them
   std::string command;                 // how the run was started, for the provenance
 };
 
 struct McHooks {
   // Makes the backend once the request has been checked and parsed (threads, tile, path and precision as
-  // requested).
+  // requested); without it, the registry's backend that `backend` names (select_backend).
   std::function<std::unique_ptr<Backend>(const BackendRequest&)> make_backend;
   // Remarks on the request that do not stop it (C8 swept over N only, points moved to the CPU backend).
   std::function<void(const std::string&)> note;
+  // Which backend --backend auto chose, and why others were passed; given to `note` when absent.
+  std::function<void(const std::string&)> backend_chosen;
   // After each chunk of samples: point index, number of points, the point's label, samples done and planned
   // (0 when open-ended). May throw to abandon the run; finished points are already in the folder.
   std::function<void(std::size_t, std::size_t, const std::string&, std::uint64_t, std::uint64_t)> progress;
