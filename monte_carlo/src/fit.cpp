@@ -1,6 +1,7 @@
 #include "attncheck/monte_carlo/fit.hpp"
 
 #include "attncheck/monte_carlo/statistics.hpp"
+#include "attncheck/theory/bound_check.hpp"
 
 #include <boost/math/distributions/normal.hpp>
 #include <fmt/format.h>
@@ -348,7 +349,7 @@ Verdict decide(const std::vector<EvidencePoint>& points, const std::optional<Exa
       // A NaN ratio must show, not vanish inside max.
       const double ratio = *p.sample_max / *p.sample_bound;
       v.max_sample_over_bound = std::isnan(ratio) ? ratio : std::max(v.max_sample_over_bound.value_or(0.0), ratio);
-      if (!(*p.sample_max <= *p.sample_bound * (1 + 1e-12))) {
+      if (!theory::within(*p.sample_max, *p.sample_bound)) {
         v.bound_exceeded_at.push_back(p.x);
         beyond = true;
       }
@@ -357,7 +358,7 @@ Verdict decide(const std::vector<EvidencePoint>& points, const std::optional<Exa
       const double ratio = *p.sample_min / *p.sample_lower_bound;
       v.min_sample_over_lower_bound =
           std::isnan(ratio) ? ratio : std::min(v.min_sample_over_lower_bound.value_or(INFINITY), ratio);
-      if (!(*p.sample_min >= *p.sample_lower_bound * (1 - 1e-12))) {
+      if (!theory::above(*p.sample_min, *p.sample_lower_bound)) {
         v.lower_bound_undercut_at.push_back(p.x);
         beyond = true;
       }

@@ -242,10 +242,11 @@ records::PointRecord point_record(const PointSpec& ps, Estimand estimand, const 
   r.series_id = fmt::format(
       "claim={};reading={};phi={};p={};alpha={};scale={};outer_factor={:.17g}*d^-{:g};inner={};D={};{};estimand={};"
       "sigma_x={:.17g};sigma_t={:.17g};run_seed={}{}{}{}",
-      series.claim, series.reading.value_or("-"), theory::term_of(series.activation).word, series.activation.p,
-      series.alpha ? fmt::format("{}", *series.alpha) : "-", series.outer.text, series.outer.factor,
-      series.outer.d_exponent, series.inner.inverse_sqrt_d ? "1/sqrt(d)" : fmt::format("{:.17g}", series.inner.value),
-      pt.D, series.fit_over_d ? fmt::format("N={}", pt.N) : fmt::format("d={}", pt.d), theory::term_of(estimand).word,
+      series.claim, theory::reading_of(series.activation).value_or("-"), theory::term_of(series.activation).word,
+      series.activation.p, series.alpha ? fmt::format("{}", *series.alpha) : "-", series.outer.text,
+      series.outer.factor, series.outer.d_exponent,
+      series.inner.inverse_sqrt_d ? "1/sqrt(d)" : fmt::format("{:.17g}", series.inner.value), pt.D,
+      series.fit_over_d ? fmt::format("N={}", pt.N) : fmt::format("d={}", pt.d), theory::term_of(estimand).word,
       pt.sigma_x, pt.sigma_t, context.run_seed,
       pt.scores == theory::ScoreModel::projected ? "" : fmt::format(";scores={}", theory::term_of(pt.scores).word),
       pt.mix ? fmt::format(";mix={:.17g};dv={}", *pt.mix, pt.dv) : "",

@@ -176,39 +176,159 @@ records::Claim claim_info(const std::string& id) {
   return *claim;
 }
 
-std::vector<SeriesSpec> build_series(const SweepRequest& rq) {
+namespace {
+
+// A map without a claim: --phi with the scales and estimands given, one series per p where p matters.
+std::vector<SeriesSpec> custom_series(const SweepRequest& rq) {
+  if (!rq.phi)
+    throw InputError("without --claim, give --phi (and optionally --inner-scale, --outer-scale, --estimand)");
   std::vector<SeriesSpec> out;
+  for (int p : rq.p) {
+    SeriesSpec s;
+    s.activation = parse_phi(*rq.phi, p);
+    s.inner = rq.inner_scale ? parse_inner_scale(*rq.inner_scale) : InnerRule{};
+    s.outer = rq.outer_scale ? parse_outer_scale(*rq.outer_scale) : OuterRule{};
+    s.estimands = rq.estimands ? parse_estimands(*rq.estimands) : std::vector<Estimand>{Estimand::value};
+    if (std::find(s.estimands.begin(), s.estimands.end(), Estimand::dV) != s.estimands.end()) {
+      throw InputError(
+          "--estimand dV: the derivative in the values belongs to C9's cross-normalized output (--claim C9)");
+    }
+    s.claimed_exponent = rq.claimed_exponent;
+    out.push_back(s);
+    if (!theory::term_of(s.activation).takes_p) break;  // p only matters for x^p and the matrix power
+  }
+  return out;
+}
+
+// The claims' presets, each as its paper states it (THEORY.md, "How each claim is checked"). A series starts from
+// the claim (id, claimed exponent) and adds what the preset fixes.
+SeriesSpec claim_series(const records::Claim& claim) {
+  SeriesSpec s;
+  s.claim = std::string(claim.id);
+  s.claimed_exponent = claim.claimed_exponent;
+  return s;
+}
+
+// C3, C4: E||(T/sqrt d)^p||_F, both readings of ^p (only the elementwise one counts), C4 with 1/sqrt(N) in front.
+std::vector<SeriesSpec> power_series(const SweepRequest& rq, const records::Claim& claim, bool scaled) {
+  std::vector<SeriesSpec> out;
+  for (int p : rq.p) {
+    for (const char* phi : {"poly", "matpow"}) {
+      SeriesSpec s = claim_series(claim);
+      s.activation = parse_phi(phi, p);
+      s.outer = scaled ? parse_outer_scale("1/sqrt(N)") : OuterRule{};
+      s.estimands = {Estimand::value};
+      s.counts_for_exit = s.activation.kind == ActivationKind::pointwise;
+      out.push_back(s);
+    }
+  }
+  return out;
+}
+
+// C5, C6: the Jacobians of T^p / sqrt(d) (sqrt(d) outside the power), C6 with 1/sqrt(N) and K too.
+std::vector<SeriesSpec> derivative_series(const SweepRequest& rq, const records::Claim& claim, bool scaled) {
+  std::vector<SeriesSpec> out;
+  for (int p : rq.p) {
+    SeriesSpec s = claim_series(claim);
+    s.activation = parse_phi("poly", p);
+    s.inner = InnerRule{false, 1};
+    s.outer = scaled ? parse_outer_scale("1/sqrt(N)") : OuterRule{};
+    s.outer.d_exponent = 0.5;
+    s.estimands = scaled ? std::vector<Estimand>{Estimand::dQ, Estimand::dK} : std::vector<Estimand>{Estimand::dQ};
+    out.push_back(s);
+  }
+  return out;
+}
+
+// C7: row sums of N^-alpha h(S) with and without qk-layernorm; alpha = 1 is the claim, 0 and 0.5 show that the
+// factor L^-1 is needed (row sums then grow). The Frobenius norm is reported beside them, not counted.
+std::vector<SeriesSpec> relu_paper_series(const SweepRequest& rq, const records::Claim& claim) {
+  const std::string h = rq.phi.value_or("relu");
+  if (h == "poly" || h == "matpow" || h == "softmax") {
+    throw InputError(
+        fmt::format("--phi {}: C7 is about h in relu, relu2, gelu, softplus, identity, relu6, sigmoid", h));
+  }
+  std::vector<SeriesSpec> out;
+  for (double alpha : rq.alpha.value_or(std::vector<double>{0.0, 0.5, 1.0})) {
+    for (const auto scores : {theory::ScoreModel::projected_layernorm, theory::ScoreModel::projected}) {
+      SeriesSpec s = claim_series(claim);
+      s.activation = parse_phi(h, 1);
+      s.alpha = alpha;
+      s.outer = parse_outer_scale(fmt::format("N^-{}", alpha));
+      s.scores = scores;
+      s.estimands = {Estimand::row_sum, Estimand::row_mean, Estimand::value};
+      s.secondary = {Estimand::value};
+      s.claimed_exponent = 1 - alpha;
+      out.push_back(s);
+    }
+  }
+  return out;
+}
+
+// C8: Var(q . k) = d_k over d, for i.i.d. pairs, the literal zero-covariance hypothesis and the projected model
+// (reported as what it is: its entries are neither unit-variance nor independent).
+std::vector<SeriesSpec> variance_series(const SweepRequest&, const records::Claim& claim) {
+  std::vector<SeriesSpec> out;
+  for (const auto scores :
+       {theory::ScoreModel::unit_pairs, theory::ScoreModel::sign_coupled_pairs, theory::ScoreModel::projected}) {
+    SeriesSpec s = claim_series(claim);
+    s.activation = parse_phi("identity", 1);
+    s.inner = InnerRule{false, 1};
+    s.scores = scores;
+    s.estimands = {Estimand::score_var};
+    s.fit_over_d = true;
+    s.claims_variance_equals_d = scores != theory::ScoreModel::projected;
+    s.counts_for_exit = scores != theory::ScoreModel::projected;
+    out.push_back(s);
+  }
+  return out;
+}
+
+// C9: O = softmax(S) P_mix, one series per mix alpha.
+std::vector<SeriesSpec> cross_norm_series(const SweepRequest& rq, const records::Claim& claim) {
+  std::vector<SeriesSpec> out;
+  for (double mix : rq.mix.value_or(std::vector<double>{1.0})) {
+    if (!(mix >= 0 && mix <= 1)) throw InputError(fmt::format("--mix: {} is not in [0, 1]", mix));
+    SeriesSpec s = claim_series(claim);
+    s.activation = parse_phi("softmax", 1);
+    s.mix = mix;
+    s.estimands = {Estimand::value, Estimand::dV, Estimand::dS, Estimand::dQ};
+    out.push_back(s);
+  }
+  return out;
+}
+
+using Preset = std::vector<SeriesSpec> (*)(const SweepRequest&, const records::Claim&);
+struct ClaimPreset {
+  std::string_view id;
+  Preset build;
+  bool takes_phi;  // C7 reads its h from --phi; the others fix the map
+};
+const ClaimPreset kPresets[] = {
+    {"C3", [](const SweepRequest& rq, const records::Claim& c) { return power_series(rq, c, false); }, false},
+    {"C4", [](const SweepRequest& rq, const records::Claim& c) { return power_series(rq, c, true); }, false},
+    {"C5", [](const SweepRequest& rq, const records::Claim& c) { return derivative_series(rq, c, false); }, false},
+    {"C6", [](const SweepRequest& rq, const records::Claim& c) { return derivative_series(rq, c, true); }, false},
+    {"C7", relu_paper_series, true},
+    {"C8", variance_series, false},
+    {"C9", cross_norm_series, false},
+};
+
+}  // namespace
+
+std::vector<SeriesSpec> build_series(const SweepRequest& rq) {
   for (int p : rq.p) {
     if (p < 1 || p > 64) throw InputError(fmt::format("--p: {} must be between 1 and 64", p));
   }
   if (rq.mix && rq.claim != std::optional<std::string>("C9")) {
     throw InputError("--mix is C9's mix alpha of softmax_col(V) and V: give it with --claim C9");
   }
-  if (!rq.claim) {
-    if (!rq.phi)
-      throw InputError("without --claim, give --phi (and optionally --inner-scale, --outer-scale, --estimand)");
-    for (int p : rq.p) {
-      SeriesSpec s;
-      s.activation = parse_phi(*rq.phi, p);
-      s.inner = rq.inner_scale ? parse_inner_scale(*rq.inner_scale) : InnerRule{};
-      s.outer = rq.outer_scale ? parse_outer_scale(*rq.outer_scale) : OuterRule{};
-      s.estimands = rq.estimands ? parse_estimands(*rq.estimands) : std::vector<Estimand>{Estimand::value};
-      if (std::find(s.estimands.begin(), s.estimands.end(), Estimand::dV) != s.estimands.end()) {
-        throw InputError(
-            "--estimand dV: the derivative in the values belongs to C9's cross-normalized output (--claim C9)");
-      }
-      s.claimed_exponent = rq.claimed_exponent;
-      if (s.activation.kind == ActivationKind::matpow) s.reading = "matrix";
-      if (s.activation.kind == ActivationKind::pointwise && s.activation.h == Pointwise::poly)
-        s.reading = "elementwise";
-      out.push_back(s);
-      // p only matters for poly and matpow: one series is enough for the others.
-      if (!theory::term_of(s.activation).takes_p) break;
-    }
-    return out;
-  }
+  if (!rq.claim) return custom_series(rq);
   const std::string& id = *rq.claim;
   const records::Claim claim = claim_info(id);
+  const auto preset = std::find_if(std::begin(kPresets), std::end(kPresets),
+                                   [&](const ClaimPreset& candidate) { return candidate.id == id; });
+  if (preset == std::end(kPresets)) throw std::logic_error("a sampled claim without a preset: " + id);
   if (rq.claimed_exponent) throw InputError(fmt::format("--claimed-exponent: --claim {} fixes the exponent", id));
   const auto fixed = [&](const std::optional<std::string>& given, const char* option) {
     if (given)
@@ -217,86 +337,8 @@ std::vector<SeriesSpec> build_series(const SweepRequest& rq) {
   fixed(rq.inner_scale, "--inner-scale");
   fixed(rq.outer_scale, "--outer-scale");
   fixed(rq.estimands, "--estimand");
-  if (id != "C7") fixed(rq.phi, "--phi");
-
-  if (id == "C3" || id == "C4") {
-    for (int p : rq.p) {
-      for (const char* reading : {"elementwise", "matrix"}) {
-        SeriesSpec s;
-        s.claim = id;
-        s.reading = reading;
-        s.activation = parse_phi(std::string(reading) == "matrix" ? "matpow" : "poly", p);
-        s.outer = id == "C4" ? parse_outer_scale("1/sqrt(N)") : OuterRule{};
-        s.estimands = {Estimand::value};
-        s.claimed_exponent = claim.claimed_exponent;
-        s.counts_for_exit = std::string(reading) == "elementwise";
-        out.push_back(s);
-      }
-    }
-  } else if (id == "C5" || id == "C6") {
-    for (int p : rq.p) {
-      SeriesSpec s;
-      s.claim = id;
-      s.reading = "elementwise";
-      s.activation = parse_phi("poly", p);
-      s.inner = InnerRule{false, 1};
-      s.outer = id == "C6" ? parse_outer_scale("1/sqrt(N)") : OuterRule{};
-      s.outer.d_exponent = 0.5;
-      s.estimands =
-          id == "C6" ? std::vector<Estimand>{Estimand::dQ, Estimand::dK} : std::vector<Estimand>{Estimand::dQ};
-      s.claimed_exponent = claim.claimed_exponent;
-      out.push_back(s);
-    }
-  } else if (id == "C7") {
-    const std::string h = rq.phi.value_or("relu");
-    if (h == "poly" || h == "matpow" || h == "softmax") {
-      throw InputError(
-          fmt::format("--phi {}: C7 is about h in relu, relu2, gelu, softplus, identity, relu6, sigmoid", h));
-    }
-    // alpha = 1 is the claim; 0 and 0.5 show that the factor L^-1 is needed (row sums then grow).
-    for (double alpha : rq.alpha.value_or(std::vector<double>{0.0, 0.5, 1.0})) {
-      for (const auto scores : {theory::ScoreModel::projected_layernorm, theory::ScoreModel::projected}) {
-        SeriesSpec s;
-        s.claim = id;
-        s.activation = parse_phi(h, 1);
-        s.alpha = alpha;
-        s.outer = parse_outer_scale(fmt::format("N^-{}", alpha));
-        s.scores = scores;
-        s.estimands = {Estimand::row_sum, Estimand::row_mean, Estimand::value};
-        s.secondary = {Estimand::value};
-        s.claimed_exponent = 1 - alpha;
-        out.push_back(s);
-      }
-    }
-  } else if (id == "C9") {
-    for (double mix : rq.mix.value_or(std::vector<double>{1.0})) {
-      if (!(mix >= 0 && mix <= 1)) throw InputError(fmt::format("--mix: {} is not in [0, 1]", mix));
-      SeriesSpec s;
-      s.claim = id;
-      s.activation = parse_phi("softmax", 1);
-      s.mix = mix;
-      s.estimands = {Estimand::value, Estimand::dV, Estimand::dS, Estimand::dQ};
-      s.claimed_exponent = claim.claimed_exponent;
-      out.push_back(s);
-    }
-  } else if (id == "C8") {
-    for (const auto scores :
-         {theory::ScoreModel::unit_pairs, theory::ScoreModel::sign_coupled_pairs, theory::ScoreModel::projected}) {
-      SeriesSpec s;
-      s.claim = id;
-      s.activation = parse_phi("identity", 1);
-      s.inner = InnerRule{false, 1};
-      s.scores = scores;
-      s.estimands = {Estimand::score_var};
-      s.claimed_exponent = claim.claimed_exponent;
-      s.fit_over_d = true;
-      // The projected model is reported as what it is: its entries are neither unit-variance nor independent.
-      s.claims_variance_equals_d = scores != theory::ScoreModel::projected;
-      s.counts_for_exit = scores != theory::ScoreModel::projected;
-      out.push_back(s);
-    }
-  }
-  return out;
+  if (!preset->takes_phi) fixed(rq.phi, "--phi");
+  return preset->build(rq, claim);
 }
 
 std::uint64_t point_seed(std::uint64_t run_seed, const std::string& key) {

@@ -20,12 +20,7 @@ namespace fs = std::filesystem;
 using detail::JsonFields;
 using theory::InputError;
 
-std::optional<std::string_view> SeriesKey::reading() const {
-  if (activation.kind == theory::ActivationKind::matpow) return "matrix";
-  if (activation.kind == theory::ActivationKind::pointwise && activation.h == theory::Pointwise::poly)
-    return "elementwise";
-  return std::nullopt;
-}
+std::optional<std::string_view> SeriesKey::reading() const { return theory::reading_of(activation); }
 
 std::string SeriesKey::label() const {
   std::string text = claim;

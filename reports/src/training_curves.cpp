@@ -1,5 +1,7 @@
 #include "attncheck/reports/training_curves.hpp"
 
+#include "attncheck/monte_carlo/statistics.hpp"
+
 #include "attncheck/records/input_file.hpp"
 #include "attncheck/reports/numbers.hpp"
 #include "attncheck/reports/report.hpp"
@@ -132,14 +134,9 @@ std::vector<SeedSummary> summarize_seeds(const TrainingCurves& curves, const std
   }
   std::vector<SeedSummary> out;
   for (const auto& [step, values] : by_step) {
-    const double n = static_cast<double>(values.size());
-    double mean = 0;
-    for (double v : values) mean += v;
-    mean /= n;
-    double squares = 0;
-    for (double v : values) squares += (v - mean) * (v - mean);
-    const double se = values.size() > 1 ? std::sqrt(squares / (n - 1) / n) : std::nan("");
-    out.push_back({step, mean, se, values.size()});
+    monte_carlo::Accumulator seeds;
+    for (double v : values) seeds.add(v);
+    out.push_back({step, seeds.mean(), values.size() > 1 ? seeds.standard_error() : std::nan(""), values.size()});
   }
   return out;
 }

@@ -38,8 +38,8 @@ TEST_CASE("claim presets set the constants exactly as each theorem states them")
   rq.p = {2};
   auto c3 = build_series(rq);
   REQUIRE(c3.size() == 2);  // both readings
-  CHECK(*c3[0].reading == "elementwise");
-  CHECK(*c3[1].reading == "matrix");
+  CHECK(theory::reading_of(c3[0].activation) == "elementwise");
+  CHECK(theory::reading_of(c3[1].activation) == "matrix");
   CHECK(c3[0].counts_for_exit);
   CHECK_FALSE(c3[1].counts_for_exit);
   const PointSpec pt = make_point(c3[0], 100, 16, 16, 1, 1, 1);

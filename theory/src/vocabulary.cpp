@@ -85,6 +85,12 @@ std::optional<Activation> activation_from_word(std::string_view word, int p) {
   return std::nullopt;
 }
 
+std::optional<std::string_view> reading_of(const Activation& activation) {
+  if (activation.kind == ActivationKind::matpow) return "matrix";
+  if (activation.kind == ActivationKind::pointwise && activation.h == Pointwise::poly) return "elementwise";
+  return std::nullopt;
+}
+
 std::optional<double> derivative_sup(const Activation& activation) {
   if (activation.kind != ActivationKind::pointwise) return std::nullopt;
   if (activation.h == Pointwise::poly) return activation.p == 1 ? std::optional<double>(1.0) : std::nullopt;

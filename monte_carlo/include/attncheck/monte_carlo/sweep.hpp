@@ -39,8 +39,7 @@ theory::Activation parse_phi(const std::string& name, int p);
 
 // One fitted family: everything but the swept variable (N, or d for C8).
 struct SeriesSpec {
-  std::string claim = "custom";        // "C3".."C8" or "custom"
-  std::optional<std::string> reading;  // "elementwise" | "matrix" for C3/C4
+  std::string claim = "custom";  // a sampled claim's id ("C3".."C9") or "custom"
   theory::Activation activation;
   std::optional<double> alpha;  // C7's N^-alpha
   std::optional<double> mix;    // C9's mix alpha of P = alpha softmax_col(V) + (1 - alpha) V

@@ -9,4 +9,7 @@ inline constexpr double kBoundRoundingSlack = 1e-12;
 
 inline bool within(double value, double bound) { return value <= bound * (1 + kBoundRoundingSlack); }
 
+// The same for a lower bound: value >= bound, but for rounding. NaN is within neither.
+inline bool above(double value, double bound) { return value >= bound * (1 - kBoundRoundingSlack); }
+
 }  // namespace attncheck::theory

@@ -62,6 +62,9 @@ std::span<const ActivationTerm> all_activations();
 const ActivationTerm& term_of(const Activation& activation);
 // The activation of a word with the exponent p where it takes one; none for another word.
 std::optional<Activation> activation_from_word(std::string_view word, int p = 1);
+// "elementwise" for x^p, "matrix" for the matrix power: the two readings of "(.)^p" in C3/C4; none otherwise.
+std::optional<std::string_view> reading_of(const Activation& activation);
+
 // sup |h'| and E h(s) > 0 for this activation, its exponent included (x^p: h' = p x^(p-1) is bounded at p = 1 only,
 // E s^p > 0 for even p only).
 std::optional<double> derivative_sup(const Activation& activation);
