@@ -294,7 +294,7 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
   }
   McOutcome outcome;
   outcome.points = points.size();
-  std::optional<ResultsFolder> folder;
+  std::optional<ResultsWriter> folder;
   // Rank 0 alone reads and writes the folder (the ranks need not share a disk); it tells the others what to skip.
   if (o.out && distributed::is_root()) {
     folder.emplace(*o.out, o.resume ? FolderStart::resume : o.force ? FolderStart::overwrite : FolderStart::fresh);

@@ -509,7 +509,7 @@ std::vector<records::PointRecord> read_points(const fs::path& file) {
 
 }  // namespace
 
-ResultsFolder::ResultsFolder(fs::path dir, FolderStart start) : dir_(std::move(dir)) {
+ResultsWriter::ResultsWriter(fs::path dir, FolderStart start) : dir_(std::move(dir)) {
   std::error_code ec;
   // Something else in the folder's place is the user's to move (bad input); a refused mkdir is the file system's.
   if (!fs::exists(dir_, ec) || fs::is_directory(dir_, ec)) {
@@ -536,7 +536,7 @@ ResultsFolder::ResultsFolder(fs::path dir, FolderStart start) : dir_(std::move(d
   }
 }
 
-void ResultsFolder::reload() {
+void ResultsWriter::reload() {
   const fs::path file = dir_ / kPointsFile;
   std::error_code absent;
   if (!fs::exists(file, absent)) {
@@ -550,7 +550,7 @@ void ResultsFolder::reload() {
   loaded_ = identity;
 }
 
-std::optional<records::PointRecord> ResultsFolder::finished(const std::string& key) {
+std::optional<records::PointRecord> ResultsWriter::finished(const std::string& key) {
   reload();
   for (const records::PointRecord& r : records_) {
     if (r.resume_id == key) return r;
@@ -558,7 +558,7 @@ std::optional<records::PointRecord> ResultsFolder::finished(const std::string& k
   return std::nullopt;
 }
 
-const std::vector<records::PointRecord>& ResultsFolder::current_records() {
+const std::vector<records::PointRecord>& ResultsWriter::current_records() {
   reload();
   return records_;
 }
@@ -577,7 +577,7 @@ std::optional<std::vector<records::PointRecord>> finished_records(const std::vec
   return found;
 }
 
-void ResultsFolder::append(const std::vector<records::PointRecord>& records) {
+void ResultsWriter::append(const std::vector<records::PointRecord>& records) {
   const records::FolderLock lock(dir_);
   reload();
   for (const records::PointRecord& record : records) {
@@ -596,7 +596,7 @@ void ResultsFolder::append(const std::vector<records::PointRecord>& records) {
   loaded_ = records::file_identity(dir_ / kPointsFile);
 }
 
-void ResultsFolder::write_fits(const records::Provenance& provenance, double tolerance) {
+void ResultsWriter::write_fits(const records::Provenance& provenance, double tolerance) {
   const records::FolderLock lock(dir_);
   reload();
   records::write_file_atomically(dir_ / kFitsFile,

@@ -141,7 +141,7 @@ TEST_CASE("the results folder writes whole files and resumes from points.jsonl")
   const auto records = small_sweep(5, series);
   const auto dir = fresh_dir("folder");
   {
-    ResultsFolder folder(dir, FolderStart::fresh);
+    ResultsWriter folder(dir, FolderStart::fresh);
     folder.append({records[0], records[1]});
     folder.append({records[2]});
     records::Provenance provenance;
@@ -162,16 +162,16 @@ TEST_CASE("the results folder writes whole files and resumes from points.jsonl")
   const json fits = json::parse(std::ifstream(dir / "fits.json"));
   CHECK(fits["provenance"]["command"] == "test");
   CHECK(fits["series"].size() == 1);  // three points of the first series
-  ResultsFolder resumed(dir, FolderStart::resume);
+  ResultsWriter resumed(dir, FolderStart::resume);
   CHECK(resumed.records().size() == 3);
   CHECK(resumed.finished(records[2].resume_id));
   CHECK_FALSE(resumed.finished(records[3].resume_id));
   // A folder holding points is not silently overwritten: refused without --force, emptied with it.
-  CHECK_THROWS_WITH(ResultsFolder(dir, FolderStart::fresh), Catch::Contains("already holds 3 finished points") &&
+  CHECK_THROWS_WITH(ResultsWriter(dir, FolderStart::fresh), Catch::Contains("already holds 3 finished points") &&
                                                                 Catch::Contains("--resume") &&
                                                                 Catch::Contains("--force"));
   CHECK(resumed.records().size() == 3);
-  ResultsFolder forced(dir, FolderStart::overwrite);
+  ResultsWriter forced(dir, FolderStart::overwrite);
   CHECK(forced.records().empty());
   CHECK_FALSE(std::filesystem::exists(dir / "points.jsonl"));
   CHECK_FALSE(std::filesystem::exists(dir / "fits.json"));
@@ -184,7 +184,7 @@ TEST_CASE("two writers of one folder keep every point of both, and a repeated po
   REQUIRE(records.size() == 8);
   const auto dir = fresh_dir("two-writers");
   // Both open the folder before either writes, as two resumed processes do; their appends interleave.
-  ResultsFolder first(dir, FolderStart::resume), second(dir, FolderStart::resume);
+  ResultsWriter first(dir, FolderStart::resume), second(dir, FolderStart::resume);
   first.append({records[0]});
   second.append({records[4]});
   first.append({records[1], records[2]});
@@ -204,7 +204,7 @@ TEST_CASE("two writers of one folder keep every point of both, and a repeated po
   for (std::string line; std::getline(in, line);) keys.push_back(json::parse(line)["key"].get<std::string>());
   REQUIRE(keys.size() == records.size());
   for (const records::PointRecord& r : records) CHECK(std::count(keys.begin(), keys.end(), r.resume_id) == 1);
-  ResultsFolder reader(dir, FolderStart::resume);
+  ResultsWriter reader(dir, FolderStart::resume);
   CHECK(reader.finished(records[0].resume_id)->wall_seconds == 123.0);
   // fits.json fits the merged file: both series with all four N.
   const json fits = json::parse(std::ifstream(dir / "fits.json"));
@@ -221,7 +221,7 @@ TEST_CASE("concurrent writers from many threads lose no point", "[concurrency]")
   std::vector<std::thread> writers;
   for (int w = 0; w < kWriters; ++w) {
     writers.emplace_back([&, w] {
-      ResultsFolder folder(dir, FolderStart::resume);  // each its own descriptor, as separate processes have
+      ResultsWriter folder(dir, FolderStart::resume);  // each its own descriptor, as separate processes have
       for (int k = 0; k < kEach; ++k) {
         records::PointRecord record = records[static_cast<std::size_t>(k) % records.size()];
         record.resume_id = fmt::format("writer {} point {}", w, k);
@@ -230,7 +230,7 @@ TEST_CASE("concurrent writers from many threads lose no point", "[concurrency]")
     });
   }
   for (auto& t : writers) t.join();
-  ResultsFolder reader(dir, FolderStart::resume);
+  ResultsWriter reader(dir, FolderStart::resume);
   CHECK(reader.records().size() == kWriters * kEach);
   std::filesystem::remove_all(dir);
 }
@@ -241,7 +241,7 @@ TEST_CASE("the temporaries of a killed writer are removed when the folder is ope
   for (const char* name : {"points.jsonl.tmp.4242", "points.csv.tmp.77", "fits.json.tmp.1", "notes.tmp.1"}) {
     std::ofstream(dir / name) << "half";
   }
-  ResultsFolder folder(dir, FolderStart::fresh);
+  ResultsWriter folder(dir, FolderStart::fresh);
   CHECK_FALSE(std::filesystem::exists(dir / "points.jsonl.tmp.4242"));
   CHECK_FALSE(std::filesystem::exists(dir / "points.csv.tmp.77"));
   CHECK_FALSE(std::filesystem::exists(dir / "fits.json.tmp.1"));

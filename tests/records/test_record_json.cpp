@@ -608,7 +608,7 @@ TEST_CASE("a truncated or corrupt points.jsonl stops a resumed run naming the fi
         {first + "\x01\x02 binary\n", "malformed JSON"}}) {
     std::ofstream(dir / "points.jsonl", std::ios::binary | std::ios::trunc) << text;
     const std::string message =
-        input_error_of([&] { monte_carlo::ResultsFolder folder(dir, monte_carlo::FolderStart::resume); });
+        input_error_of([&] { monte_carlo::ResultsWriter folder(dir, monte_carlo::FolderStart::resume); });
     INFO(message);
     CHECK_THAT(message, Contains((dir / "points.jsonl").string() + " line 2") && Contains(what));
   }
@@ -648,7 +648,7 @@ TEST_CASE("a folder of the previous format version resumes, and the lines it rew
   }
   const std::string before = records::read_text_file(dir / "points.jsonl");
   CHECK(before.find("format_version") == std::string::npos);
-  monte_carlo::ResultsFolder folder(dir, monte_carlo::FolderStart::resume);
+  monte_carlo::ResultsWriter folder(dir, monte_carlo::FolderStart::resume);
   REQUIRE(folder.records().size() == 6);  // two readings x N = 8, 16, 32
   const std::vector<records::Series> refit = monte_carlo::fit_series(folder.records(), 0.05);
   const records::ResultsFolder as_written = records::read_results_folder(dir);

@@ -64,11 +64,11 @@ enum class FolderStart {
 // split over machines sharing the disk): every change is a read-merge-write of points.jsonl under the folder's
 // lock (records/folder_lock.hpp), so a finished point of either process is never lost, and a point present
 // twice (same key) counts once, its last record kept.
-class ResultsFolder {
+class ResultsWriter {
  public:
   // Creates `dir` if needed and removes the temporaries a killed run left. Throws theory::InputError naming
   // the folder for `fresh` when it already holds points.
-  ResultsFolder(std::filesystem::path dir, FolderStart start);
+  ResultsWriter(std::filesystem::path dir, FolderStart start);
   // The folder's records, one per key, as last read from disk.
   const std::vector<records::PointRecord>& records() const { return records_; }
   // The record of a finished point, after re-reading points.jsonl if another process changed it.
