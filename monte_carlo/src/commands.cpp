@@ -16,13 +16,12 @@
 
 #include <fmt/format.h>
 #include <omp.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <ctime>
 #include <fstream>
+#include <functional>
 
 namespace attncheck::monte_carlo {
 
@@ -152,15 +151,7 @@ std::string utc_now() {
   return buffer;
 }
 
-std::string hostname() {
-  char name[256] = {};
-  ::gethostname(name, sizeof name - 1);
-  return name;
-}
-
-// The ranks of the run, the distinct hosts they ran on, and the device of each rank (null: the host CPU).
-// Collective: every rank calls it.
-// The distinct hosts of the ranks, in rank order of first appearance.
+// The distinct hosts of the ranks, in rank order of first appearance. Collective: every rank calls it.
 std::vector<std::string> distributed_hosts() {
   std::vector<std::string> hosts;
   for (const std::string& host : distributed::allgather_text(distributed::host_name())) {
@@ -169,7 +160,7 @@ std::vector<std::string> distributed_hosts() {
   return hosts;
 }
 
-// Per rank, the GPU it ran on; nullopt for a rank on the CPU (device < 0).
+// Per rank, the GPU it ran on; nullopt for a rank on the CPU (device < 0). Collective.
 std::vector<std::optional<int>> distributed_devices(int device) {
   std::vector<std::optional<int>> devices;
   for (double d : distributed::allgather({static_cast<double>(device)})) {
@@ -195,17 +186,8 @@ SamplingPolicy sampling_policy(const McRequest& o) {
   return policy;
 }
 
-}  // namespace
-
-json McOutcome::to_json() const {
-  return {{"provenance", provenance}, {"points", records}, {"series", series}, {"exit_code", exit_code}};
-}
-
-McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
-  const auto start = std::chrono::steady_clock::now();
-  const auto note = [&](const std::string& text) {
-    if (hooks.note) hooks.note(text);
-  };
+// The claim's part of the request: which series, with which activation, scales and estimands.
+SweepRequest sweep_request_of(const McRequest& o) {
   SweepRequest request;
   request.claim = o.claim;
   request.phi = o.phi;
@@ -227,11 +209,11 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
   if (o.dv && o.claim != std::optional<std::string>("C9")) {
     throw InputError(fmt::format("--dv {}: value columns exist for C9's cross-normalized output only", *o.dv));
   }
-  const std::vector<SeriesSpec> series = build_series(request);
-  const auto Ns = parse_index_grid(o.N, "--N"), Ds = parse_index_grid(o.D, "--D"), ds = parse_index_grid(o.d, "--d");
-  // 0 stands for "d": C9's default, and the only value the other claims have.
-  const std::vector<Index> dvs = o.dv ? parse_index_grid(*o.dv, "--dv") : std::vector<Index>{0};
-  // The command line's validators check these ranges on the text; callers of the library get the same answer.
+  return request;
+}
+
+// The command line's validators check these ranges on the text; callers of the library get the same answer.
+void check_run_options(const McRequest& o) {
   check_real("--sigma-x", o.sigma_x, kSigmaRange);
   check_real("--sigma-t", o.sigma_t, kSigmaRange);
   check_real("--tolerance", o.tolerance, kToleranceRange);
@@ -241,57 +223,193 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
   if (o.resume && !o.out) throw InputError("--resume needs --out DIR (the folder to resume)");
   if (o.force && !o.out) throw InputError("--force needs --out DIR (the folder to overwrite)");
   if (o.resume && o.force) throw InputError("--resume keeps the points in --out, --force removes them: choose one");
+}
+
+// The sweep a request describes: its series, and every point of series x D x d x dv x N (points point into
+// series, so the two travel together).
+struct SweepPlan {
+  std::vector<SeriesSpec> series;
+  std::vector<PointSpec> points;
+};
+
+struct SweepGrids {
+  std::vector<Index> N, D, d, dv;
+};
+
+SweepGrids sweep_grids(const McRequest& o) {
+  SweepGrids grids{parse_index_grid(o.N, "--N"), parse_index_grid(o.D, "--D"), parse_index_grid(o.d, "--d"), {}};
+  // 0 stands for "d": C9's default, and the only value the other claims have.
+  grids.dv = o.dv ? parse_index_grid(*o.dv, "--dv") : std::vector<Index>{0};
+  return grids;
+}
+
+// Sizes a series cannot take, and sweeps that miss what a claim is about.
+void check_grids(const std::vector<SeriesSpec>& series, const SweepGrids& grids,
+                 const std::function<void(const std::string&)>& note) {
   bool noted_over_N = false;
   for (const auto& s : series) {
-    if (s.fit_over_d && Ns.size() > 1 && ds.size() == 1 && !noted_over_N) {
+    if (s.fit_over_d && grids.N.size() > 1 && grids.d.size() == 1 && !noted_over_N) {
       note("C8 is a statement about d: sweep --d (e.g. --d 4:256:x2)");
       noted_over_N = true;
     }
-    for (auto e : s.estimands) {
-      if (e == Estimand::score_var) {
-        for (auto n : Ns) {
-          if (n < 2) throw InputError(fmt::format("--N {}: score-var needs N >= 2", n));
+    if (std::find(s.estimands.begin(), s.estimands.end(), Estimand::score_var) == s.estimands.end()) continue;
+    for (auto n : grids.N) {
+      if (n < 2) throw InputError(fmt::format("--N {}: score-var needs N >= 2", n));
+    }
+  }
+}
+
+std::vector<PointSpec> sweep_points(const std::vector<SeriesSpec>& series, const SweepGrids& grids,
+                                    const McRequest& o) {
+  const std::uint64_t point_count =
+      records::saturating_product({series.size(), grids.D.size(), grids.d.size(), grids.dv.size(), grids.N.size()});
+  if (point_count > kMaxPoints) {
+    throw InputError(fmt::format("the sweep has {} series x {} D x {} d x {} dv x {} N = {} points, more than {}",
+                                 series.size(), grids.D.size(), grids.d.size(), grids.dv.size(), grids.N.size(),
+                                 point_count, kMaxPoints));
+  }
+  std::vector<PointSpec> points;
+  for (const auto& s : series) {
+    for (auto D : grids.D) {
+      for (auto d : grids.d) {
+        for (auto dv : grids.dv) {
+          for (auto N : grids.N) points.push_back(make_point(s, N, D, d, o.sigma_x, o.sigma_t, o.seed, dv));
         }
       }
     }
   }
+  return points;
+}
+
+// Every point is checked before the first one runs: a size this machine cannot hold is a usage error now,
+// not bad_alloc or the OOM killer hours into a sweep.
+void require_sweep_memory(const std::vector<PointSpec>& points, const Backend& backend, std::int64_t tile) {
+  for (const PointSpec& ps : points) {
+    const std::uint64_t bytes = backend.host_bytes_needed(ps.point, ps.series->estimands);
+    if (bytes == 0) continue;
+    records::require_memory(bytes,
+                            fmt::format("N = {}, D = {}, d = {} with --tile {} on {} threads", ps.point.N, ps.point.D,
+                                        ps.point.d, tile, backend.threads()),
+                            "; use smaller sizes, a smaller --tile or fewer --threads");
+  }
+}
+
+std::string point_label(const PointSpec& ps) {
+  if (ps.point.mix) {
+    return fmt::format("C9 mix alpha={:g} N={} D={} d={} dv={}", *ps.point.mix, ps.point.N, ps.point.D, ps.point.d,
+                       ps.point.dv);
+  }
+  return fmt::format("{} {} p={} N={} D={} d={}", ps.series->claim, theory::term_of(ps.series->activation).word,
+                     ps.series->activation.p, ps.point.N, ps.point.D, ps.point.d);
+}
+
+// How long one point samples: C8 judges E[s^2] itself, and a point whose every estimand a proof decides needs
+// no reliable standard error to stop.
+SamplingPolicy point_policy(const SamplingPolicy& policy, const PointSpec& ps) {
+  SamplingPolicy result = policy;
+  result.judge_squares = ps.series->fit_over_d;
+  result.require_reliable = !std::all_of(ps.series->estimands.begin(), ps.series->estimands.end(),
+                                         [&](Estimand e) { return proof_decides(ps, e); });
+  return result;
+}
+
+// The backends a sweep runs on: the one chosen, and the CPU for the points it does not evaluate (made when the
+// first such point comes, and noted once with the reason).
+class SweepBackends {
+ public:
+  SweepBackends(std::unique_ptr<Backend> chosen, const BackendRequest& request, std::uint64_t run_seed,
+                std::function<void(const std::string&)> note)
+      : chosen_(std::move(chosen)), request_(request), run_seed_(run_seed), note_(std::move(note)) {}
+
+  const Backend& chosen() const { return *chosen_; }
+  bool fell_back() const { return cpu_fallback_ != nullptr; }
+
+  std::pair<Backend*, RunContext> for_point(const PointSpec& ps) {
+    const std::string reason = chosen_->unsupported(ps.point, ps.series->estimands);
+    if (reason.empty()) return {chosen_.get(), context_of(*chosen_)};
+    if (!cpu_fallback_) {
+      cpu_fallback_ = std::make_unique<CpuBackend>(request_.threads, request_.tile, request_.path, request_.precision);
+      note_(
+          fmt::format("points the {} backend does not evaluate run on the CPU backend ({})", chosen_->name(), reason));
+    }
+    return {cpu_fallback_.get(), context_of(*cpu_fallback_)};
+  }
+
+ private:
+  RunContext context_of(const Backend& backend) const {
+    return {run_seed_, backend.name(), backend.threads(), request_.precision};
+  }
+
+  std::unique_ptr<Backend> chosen_;
+  BackendRequest request_;
+  std::uint64_t run_seed_;
+  std::function<void(const std::string&)> note_;
+  std::unique_ptr<CpuBackend> cpu_fallback_;
+};
+
+// The machine, the run and the bound of every (p, d) whose scores were FP32. The distributed parts are
+// collective: every rank calls this.
+records::Provenance run_provenance(const McRequest& o, const SweepBackends& backends,
+                                   const std::vector<PointSpec>& points, ScorePrecision precision, double wall) {
+  records::Provenance provenance;
+  const Backend& backend = backends.chosen();
+  provenance.version = ATTNCHECK_VERSION;
+  provenance.date = utc_now();
+  provenance.hostname = distributed::host_name();
+  provenance.cpu = cpu_model();
+  provenance.machine = fmt::format("cpu: {}, hostname: {}", provenance.cpu, provenance.hostname);
+  provenance.backend = backend.name();
+  provenance.threads = backend.threads();
+  provenance.run_seed = o.seed;
+  provenance.precision = precision_name(precision);
+  // Points the device handed to the CPU (row sums, qk-layernorm, --path tensor) drew their normals there too.
+  if (provenance.backend == "cpu" || backends.fell_back())
+    provenance.normals = streams::normal_math_name(streams::normal_math());
+  provenance.command = o.command;
+  provenance.wall_seconds = wall;
+  provenance.ranks = distributed::size();
+  provenance.hosts = distributed_hosts();
+  provenance.rank_devices = distributed_devices(backend.device());
+  if (precision == ScorePrecision::mixed) {
+    // The bound against which the points' standard errors can be read.
+    auto& bounds = provenance.mixed_precision_bounds.emplace();
+    for (const PointSpec& ps : points) {
+      if (!uses_fp32_scores(ps.point, ps.series->estimands)) continue;
+      const records::MixedPrecisionBound bound{ps.point.map.activation.p, ps.point.d, ps.point.D,
+                                               mixed_precision_relative_bound(ps.point.map.activation.p, ps.point.d,
+                                                                              ps.point.D)};
+      if (std::find(bounds.begin(), bounds.end(), bound) == bounds.end()) bounds.push_back(bound);
+    }
+  }
+  return provenance;
+}
+
+}  // namespace
+
+json McOutcome::to_json() const {
+  return {{"provenance", provenance}, {"points", records}, {"series", series}, {"exit_code", exit_code}};
+}
+
+McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto note = [&](const std::string& text) {
+    if (hooks.note) hooks.note(text);
+  };
+  const std::vector<SeriesSpec> series = build_series(sweep_request_of(o));
+  const SweepGrids grids = sweep_grids(o);
+  check_run_options(o);
+  check_grids(series, grids, note);
   const SamplingPolicy policy = sampling_policy(o);
   const EvaluationPath path = parse_evaluation_path(o.path);
   const ScorePrecision precision = parse_score_precision(o.precision);
   const BackendRequest backend_request{o.threads, static_cast<Index>(o.tile), path, precision};
-  const std::unique_ptr<Backend> backend =
-      hooks.make_backend
-          ? hooks.make_backend(backend_request)
-          : select_backend(o.backend, backend_request, hooks.backend_chosen ? hooks.backend_chosen : note);
-  const int threads = backend->threads();
-  const RunContext context{o.seed, backend->name(), threads, precision};
+  SweepBackends backends(hooks.make_backend ? hooks.make_backend(backend_request)
+                                            : select_backend(o.backend, backend_request,
+                                                             hooks.backend_chosen ? hooks.backend_chosen : note),
+                         backend_request, o.seed, note);
+  const std::vector<PointSpec> points = sweep_points(series, grids, o);
+  require_sweep_memory(points, backends.chosen(), o.tile);
 
-  const std::uint64_t point_count =
-      records::saturating_product({series.size(), Ds.size(), ds.size(), dvs.size(), Ns.size()});
-  if (point_count > kMaxPoints) {
-    throw InputError(fmt::format("the sweep has {} series x {} D x {} d x {} dv x {} N = {} points, more than {}",
-                                 series.size(), Ds.size(), ds.size(), dvs.size(), Ns.size(), point_count, kMaxPoints));
-  }
-  std::vector<PointSpec> points;
-  for (const auto& s : series) {
-    for (auto D : Ds) {
-      for (auto d : ds) {
-        for (auto dv : dvs) {
-          for (auto N : Ns) points.push_back(make_point(s, N, D, d, o.sigma_x, o.sigma_t, o.seed, dv));
-        }
-      }
-    }
-  }
-  // Every point is checked before the first one runs: a size this machine cannot hold is a usage error now,
-  // not bad_alloc or the OOM killer hours into a sweep.
-  for (const PointSpec& ps : points) {
-    const std::uint64_t bytes = backend->host_bytes_needed(ps.point, ps.series->estimands);
-    if (bytes == 0) continue;
-    records::require_memory(bytes,
-                            fmt::format("N = {}, D = {}, d = {} with --tile {} on {} threads", ps.point.N, ps.point.D,
-                                        ps.point.d, o.tile, backend->threads()),
-                            "; use smaller sizes, a smaller --tile or fewer --threads");
-  }
   McOutcome outcome;
   outcome.points = points.size();
   std::optional<ResultsWriter> folder;
@@ -299,7 +417,6 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
   if (o.out && distributed::is_root()) {
     folder.emplace(*o.out, o.resume ? FolderStart::resume : o.force ? FolderStart::overwrite : FolderStart::fresh);
   }
-  std::unique_ptr<CpuBackend> cpu_fallback;
   for (std::size_t k = 0; k < points.size(); ++k) {
     const PointSpec& ps = points[k];
     if (o.resume) {
@@ -313,30 +430,11 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
         continue;
       }
     }
-    const std::string label = ps.point.mix ? fmt::format("C9 mix alpha={:g} N={} D={} d={} dv={}", *ps.point.mix,
-                                                         ps.point.N, ps.point.D, ps.point.d, ps.point.dv)
-                                           : fmt::format("{} {} p={} N={} D={} d={}", ps.series->claim,
-                                                         theory::term_of(ps.series->activation).word,
-                                                         ps.series->activation.p, ps.point.N, ps.point.D, ps.point.d);
-    SamplingPolicy point_policy = policy;
-    point_policy.judge_squares = ps.series->fit_over_d;  // C8 fits E[s^2] itself
-    point_policy.require_reliable = !std::all_of(ps.series->estimands.begin(), ps.series->estimands.end(),
-                                                 [&](Estimand e) { return proof_decides(ps, e); });
-    // What the run's backend cannot evaluate runs on the CPU, which evaluates everything; the rest stays there.
-    Backend* point_backend = backend.get();
-    RunContext point_context = context;
-    if (const std::string reason = backend->unsupported(ps.point, ps.series->estimands); !reason.empty()) {
-      if (!cpu_fallback) {
-        cpu_fallback = std::make_unique<CpuBackend>(o.threads, static_cast<Index>(o.tile), path, precision);
-        note(fmt::format("points the {} backend does not evaluate run on the CPU backend ({})", backend->name(),
-                         reason));
-      }
-      point_backend = cpu_fallback.get();
-      point_context = {o.seed, cpu_fallback->name(), cpu_fallback->threads(), precision};
-    }
+    const std::string label = point_label(ps);
+    const auto [backend, context] = backends.for_point(ps);
     PointOutcome point_outcome;
     try {
-      point_outcome = run_point(*point_backend, ps.point, ps.series->estimands, point_policy,
+      point_outcome = run_point(*backend, ps.point, ps.series->estimands, point_policy(policy, ps),
                                 [&](std::uint64_t done, std::uint64_t planned) {
                                   if (hooks.progress) hooks.progress(k, points.size(), label, done, planned);
                                 });
@@ -344,9 +442,9 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
       throw InputError(fmt::format("point {}: {}", label, e.what()));
     }
     std::vector<records::PointRecord> fresh;
-    const char* point_path = point_backend->evaluation_path(ps.point, ps.series->estimands);
+    const char* point_path = backend->evaluation_path(ps.point, ps.series->estimands);
     for (auto e : ps.series->estimands) {
-      fresh.push_back(point_record(ps, e, point_outcome, point_context));
+      fresh.push_back(point_record(ps, e, point_outcome, context));
       fresh.back().path = point_path;
     }
     if (folder) folder->append(fresh);
@@ -357,35 +455,7 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
   outcome.series = fit_series(outcome.records, o.tolerance,
                               folder ? std::optional<int>(judged_points(folder->current_records())) : std::nullopt);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  records::Provenance& provenance = outcome.provenance;
-  provenance.version = ATTNCHECK_VERSION;
-  provenance.date = utc_now();
-  provenance.hostname = hostname();
-  provenance.cpu = cpu_model();
-  provenance.machine = fmt::format("cpu: {}, hostname: {}", provenance.cpu, provenance.hostname);
-  provenance.backend = backend->name();
-  provenance.threads = threads;
-  provenance.run_seed = o.seed;
-  provenance.precision = precision_name(precision);
-  // Points the device handed to the CPU (row sums, qk-layernorm, --path tensor) drew their normals there too.
-  if (provenance.backend == "cpu" || cpu_fallback)
-    provenance.normals = streams::normal_math_name(streams::normal_math());
-  provenance.command = o.command;
-  provenance.wall_seconds = wall;
-  provenance.ranks = distributed::size();
-  provenance.hosts = distributed_hosts();
-  provenance.rank_devices = distributed_devices(backend->device());
-  if (precision == ScorePrecision::mixed) {
-    // The bound of every (p, d) whose scores were FP32, against which the points' standard errors can be read.
-    auto& bounds = provenance.mixed_precision_bounds.emplace();
-    for (const PointSpec& ps : points) {
-      if (!uses_fp32_scores(ps.point, ps.series->estimands)) continue;
-      const records::MixedPrecisionBound bound{ps.point.map.activation.p, ps.point.d, ps.point.D,
-                                               mixed_precision_relative_bound(ps.point.map.activation.p, ps.point.d,
-                                                                              ps.point.D)};
-      if (std::find(bounds.begin(), bounds.end(), bound) == bounds.end()) bounds.push_back(bound);
-    }
-  }
+  outcome.provenance = run_provenance(o, backends, points, precision, wall);
   // fits.json describes the whole folder: with --resume a folder can gather several claims' runs, and a
   // report of it must see all of their series.
   if (folder) folder->write_fits(outcome.provenance, o.tolerance);
