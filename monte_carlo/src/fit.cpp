@@ -322,10 +322,11 @@ std::optional<ViolationTest> violation_test(const std::vector<EvidencePoint>& po
   return best;
 }
 
-Verdict decide(const std::vector<EvidencePoint>& points, const std::optional<ExactLaw>& law,
-               const std::vector<records::ProvedBound>& proved, const SeriesClaim& claim) {
-  Verdict v;
-  const std::string& xn = claim.x_name;
+namespace {
+
+// The Monte Carlo confirmation of a closed form: |z| at the points whose standard error is reliable, against
+// the family-wise alarm.
+void confirm_exact(const std::vector<EvidencePoint>& points, const SeriesClaim& claim, Verdict& v) {
   int judged = 0;
   for (const EvidencePoint& p : points) judged += p.z_exact && p.z_judged ? 1 : 0;
   v.alarm_abs_z = claim.alarm_abs_z.value_or(family_alarm_abs_z(judged));
@@ -339,11 +340,15 @@ Verdict decide(const std::vector<EvidencePoint>& points, const std::optional<Exa
     v.exact_max_abs_z = std::max(v.exact_max_abs_z.value_or(0.0), std::abs(*p.z_exact));
     if (std::abs(*p.z_exact) > v.alarm_abs_z) v.exact_disagrees_at.push_back(p.x);
   }
+}
+
+// Every sample against the deterministic bounds it obeys. Rounding of the per-sample sums only: a bound is sharp,
+// so anything beyond is a wrong computation.
+void check_sample_bounds(const std::vector<EvidencePoint>& points, Verdict& v) {
   for (const EvidencePoint& p : points) {
     const bool upper = p.sample_max && p.sample_bound, lower = p.sample_min && p.sample_lower_bound;
     if (!upper && !lower) continue;
     ++v.bound_checked;
-    // Rounding of the per-sample sums only: a bound is sharp, so anything beyond is a wrong computation.
     bool beyond = false;
     if (upper) {
       // A NaN ratio must show, not vanish inside max.
@@ -365,6 +370,11 @@ Verdict decide(const std::vector<EvidencePoint>& points, const std::optional<Exa
     }
     if (beyond) v.exact_disagrees_at.push_back(p.x);
   }
+}
+
+// The local exponents of the fitted quantity and, for a norm's mean, of sqrt(mean of ||F||^2), whose
+// disagreement widens the first (Jensen's gap still closing).
+void fit_local_exponents(const std::vector<EvidencePoint>& points, const SeriesClaim& claim, Verdict& v) {
   std::vector<double> x, mean, se, root, root_se;
   std::vector<bool> mean_ok, sq_ok;
   for (const EvidencePoint& p : points) {
@@ -385,74 +395,73 @@ Verdict decide(const std::vector<EvidencePoint>& points, const std::optional<Exa
   } else {
     v.cross_check.missing = "not needed: the fitted quantity is an expectation itself, with no Jensen bias";
   }
-  const auto decided = [&](const VerdictRule& rule, std::string reason) {
-    v.word = rule.word;
-    v.basis = rule.basis;
-    v.rule = &rule;
-    v.reason = std::move(reason);
+}
+
+Verdict decided(Verdict v, const VerdictRule& rule, std::string reason) {
+  v.word = rule.word;
+  v.basis = rule.basis;
+  v.rule = &rule;
+  v.reason = std::move(reason);
+  return v;
+}
+
+// A claimed value (C8): the closed form against it at every point.
+Verdict decide_equality(const std::vector<EvidencePoint>& points, const std::string& xn, Verdict v) {
+  std::string differs;
+  bool any = false;
+  for (const EvidencePoint& p : points) {
+    if (!p.exact_value || !p.claimed_value) continue;
+    any = true;
+    if (std::abs(*p.exact_value - *p.claimed_value) > 1e-12 * std::abs(*p.claimed_value)) {
+      differs += fmt::format("{}{} = {:g}: exact {:.6g}, claimed {:.6g}, measured {:.6g} +- {:.2g}",
+                             differs.empty() ? "" : "; ", xn, p.x, *p.exact_value, *p.claimed_value, p.mean, p.se);
+    }
+  }
+  if (!any) {
+    v.word = records::Verdict::inconclusive;
+    v.basis = records::Basis::exact;
+    v.reason = "no exact value to compare with the claimed one";
     return v;
-  };
-
-  if (claim.equality) {
-    std::string differs;
-    bool any = false;
-    for (const EvidencePoint& p : points) {
-      if (!p.exact_value || !p.claimed_value) continue;
-      any = true;
-      if (std::abs(*p.exact_value - *p.claimed_value) > 1e-12 * std::abs(*p.claimed_value)) {
-        differs += fmt::format("{}{} = {:g}: exact {:.6g}, claimed {:.6g}, measured {:.6g} +- {:.2g}",
-                               differs.empty() ? "" : "; ", xn, p.x, *p.exact_value, *p.claimed_value, p.mean, p.se);
-      }
-    }
-    if (!any) {
-      v.word = records::Verdict::inconclusive;
-      v.basis = records::Basis::exact;
-      v.reason = "no exact value to compare with the claimed one";
-      return v;
-    }
-    if (differs.empty()) {
-      const EvidencePoint& last = points.back();
-      return decided(
-          rules::equality_holds,
-          fmt::format("the exact value equals the claimed value at every point (at {} = {:g}: {:.6g}, measured "
-                      "{:.6g} +- {:.2g})",
-                      xn, last.x, last.claimed_value.value_or(NAN), last.mean, last.se));
-    }
-    return decided(rules::equality_violated, differs);
   }
-  if (!claim.exponent) return v;  // a custom map states no exponent
+  if (!differs.empty()) return decided(std::move(v), rules::equality_violated, differs);
+  const EvidencePoint& last = points.back();
+  return decided(std::move(v), rules::equality_holds,
+                 fmt::format("the exact value equals the claimed value at every point (at {} = {:g}: {:.6g}, measured "
+                             "{:.6g} +- {:.2g})",
+                             xn, last.x, last.claimed_value.value_or(NAN), last.mean, last.se));
+}
 
-  const double a = *claim.exponent, tolerance = claim.tolerance, boundary = a + tolerance;
-  // A closed form's own statement first: it names the quantity and its constant.
-  std::vector<records::ProvedBound> all = law ? bounds_of_law(*law, xn) : std::vector<records::ProvedBound>{};
-  all.insert(all.end(), proved.begin(), proved.end());
-  const auto checked = [&](const char* against) {
-    if (v.bound_checked == 0) return std::string();
+// The proof that decides the claimed exponent a, as the verdict's reason (with the samples' check against it when
+// it holds for every sample).
+std::string proof_reason(const ProofDecision& proof, double a, const Verdict& v, const std::string& xn) {
+  const records::ProvedBound& b = proof.decided_by;
+  const bool upper = b.side == records::ProvedBound::Side::upper;
+  const std::string relation = !upper                                            ? "is above"
+                               : b.exponent && std::abs(*b.exponent - a) <= 1e-9 ? "equals"
+                                                                                 : "is below";
+  std::string checked;
+  if (b.deterministic && v.bound_checked > 0) {
     const bool ok = v.bound_exceeded_at.empty() && v.lower_bound_undercut_at.empty();
-    return fmt::format("; every sample checked against {} at {} points{}", against, v.bound_checked,
-                       ok ? std::string()
-                          : fmt::format(" (BEYOND it at {} = {}: a failure of the tool, not of the claim)", xn,
-                                        x_list(v.exact_disagrees_at)));
-  };
-  if (const std::optional<ProofDecision> proof = decide_by_proof(all, a)) {
-    const records::ProvedBound& b = proof->decided_by;
-    v.decided_by = b;
-    const bool upper = b.side == records::ProvedBound::Side::upper;
-    const std::string relation = !upper                                            ? "is above"
-                                 : b.exponent && std::abs(*b.exponent - a) <= 1e-9 ? "equals"
-                                                                                   : "is below";
-    return decided(*proof->rule,
-                   fmt::format("{}: e = {} {} a = {:g}{}{}", bound_text(b), exponent_text(b.exponent), relation, a,
-                               !proof->reaching_lower ? std::string()
-                               : proof->reaching_lower->statement == b.statement
-                                   ? std::string(", and it bounds it from below too")
-                                   : fmt::format(", and {} reaches the exponent a", bound_text(*proof->reaching_lower)),
-                               b.deterministic ? checked("the bound") : std::string()));
+    checked = fmt::format("; every sample checked against the bound at {} points{}", v.bound_checked,
+                          ok ? std::string()
+                             : fmt::format(" (BEYOND it at {} = {}: a failure of the tool, not of the claim)", xn,
+                                           x_list(v.exact_disagrees_at)));
   }
+  return fmt::format("{}: e = {} {} a = {:g}{}{}", bound_text(b), exponent_text(b.exponent), relation, a,
+                     !proof.reaching_lower ? std::string()
+                     : proof.reaching_lower->statement == b.statement
+                         ? std::string(", and it bounds it from below too")
+                         : fmt::format(", and {} reaches the exponent a", bound_text(*proof.reaching_lower)),
+                     checked);
+}
 
-  // No proof decides: finite data speaks.
+// What finite data say when no proof decides: the proofs that did not, the local exponents, and the
+// heavy-tail-valid test.
+std::string fit_evidence(const std::vector<records::ProvedBound>& undeciding, const Verdict& v,
+                         const SeriesClaim& claim, double a, double boundary) {
+  const std::string& xn = claim.x_name;
   std::string proof_note;
-  for (const records::ProvedBound& b : all) {
+  for (const records::ProvedBound& b : undeciding) {
     proof_note += fmt::format("{}{} bound {} (exponent {}{}) does not decide a = {:g}", proof_note.empty() ? "" : "; ",
                               to_string(b.side), bound_text(b), exponent_text(b.exponent),
                               b.subpolynomial ? " up to a sub-polynomial factor" : "", a);
@@ -462,7 +471,6 @@ Verdict decide(const std::vector<EvidencePoint>& points, const std::optional<Exa
   const std::string cross_text =
       claim.cross_check ? "; cross-check: " + describe(v.cross_check, "local exponent of sqrt(mean of ||F||^2)", xn)
                         : "";
-  v.violation = violation_test(points, boundary);
   std::string test_text;
   if (v.violation) {
     const ViolationTest& t = *v.violation;
@@ -473,7 +481,18 @@ Verdict decide(const std::vector<EvidencePoint>& points, const std::optional<Exa
         t.upper_exact ? "closed form" : "estimate + z SE", t.x_small, t.x_large, fixed3(t.exponent_lower), t.level,
         t.passed ? "above" : "not above", boundary);
   }
-  const std::string evidence = proof_note + primary_text + cross_text + test_text;
+  return proof_note + primary_text + cross_text + test_text;
+}
+
+// The asymptotic fit's verdict: violated only when the heavy-tail-valid test and the local exponent both show
+// growth beyond a + tolerance; consistent when the exponent's interval lies below it and no longer rises;
+// otherwise inconclusive, saying what would settle it.
+Verdict decide_by_fit(const std::vector<EvidencePoint>& points, const std::vector<records::ProvedBound>& undeciding,
+                      const SeriesClaim& claim, Verdict v) {
+  const std::string& xn = claim.x_name;
+  const double a = *claim.exponent, boundary = a + claim.tolerance;
+  v.violation = violation_test(points, boundary);
+  const std::string evidence = fit_evidence(undeciding, v, claim, a, boundary);
   const double largest_x =
       points.empty()
           ? 0.0
@@ -481,13 +500,14 @@ Verdict decide(const std::vector<EvidencePoint>& points, const std::optional<Exa
               return p.x < q.x;
             })->x;
   const double next_x = (v.primary.window.empty() ? largest_x : v.primary.window.back()) * 4;
-  // A violation needs the growth shown by the heavy-tail-valid test and a local exponent whose interval, widened by
-  // how much it still moves, lies above a + tolerance: a mean that grows fast over the range only while its growth
-  // slows (a Jensen ratio still climbing, a correction converging from below) settles nothing.
+  // A mean that grows fast over the range only while its growth slows (a Jensen ratio still climbing, a correction
+  // converging from below) settles nothing: the local exponent's interval, widened by how much it still moves,
+  // must lie above a + tolerance too.
   if (v.violation && v.violation->passed) {
-    if (v.primary.missing.empty() && v.primary.lo > boundary) return decided(rules::fit_violated, evidence);
+    if (v.primary.missing.empty() && v.primary.lo > boundary)
+      return decided(std::move(v), rules::fit_violated, evidence);
     v.extend_to = next_x;
-    return decided(rules::fit_inconclusive,
+    return decided(std::move(v), rules::fit_inconclusive,
                    evidence + fmt::format(": the mean grew faster than {}^(a + tolerance) over this range, but the "
                                           "local exponent's interval, widened by how much it still moves, reaches "
                                           "a + tolerance = {:g}; extend {} to {:g} and see whether it settles",
@@ -496,10 +516,9 @@ Verdict decide(const std::vector<EvidencePoint>& points, const std::optional<Exa
 
   const LocalExponent& e = v.primary;
   const LocalExponent& c = v.cross_check;
-
   const auto inconclusive = [&](const std::string& why, bool more_n) {
     if (more_n && next_x > 0) v.extend_to = next_x;
-    return decided(rules::fit_inconclusive, evidence + ": " + why);
+    return decided(v, rules::fit_inconclusive, evidence + ": " + why);
   };
   if (!e.missing.empty()) {
     return inconclusive(fmt::format("extend {} to {:g} or beyond", xn, next_x), true);
@@ -522,7 +541,7 @@ Verdict decide(const std::vector<EvidencePoint>& points, const std::optional<Exa
                                     xn, e.window.back(), xn, next_x),
                         true);
   }
-  if (e.hi <= boundary) return decided(rules::fit_consistent, evidence);
+  if (e.hi <= boundary) return decided(v, rules::fit_consistent, evidence);
   if (kZ95 * e.se >= boundary - e.exponent && e.exponent <= boundary) {
     return inconclusive(
         fmt::format("the sampling error alone spans a + tolerance = {:g}: more samples (a lower --rel-se) would "
@@ -542,6 +561,29 @@ Verdict decide(const std::vector<EvidencePoint>& points, const std::optional<Exa
                                   "local exponent settles",
                                   boundary, xn, next_x),
                       true);
+}
+
+}  // namespace
+
+Verdict decide(const std::vector<EvidencePoint>& points, const std::optional<ExactLaw>& law,
+               const std::vector<records::ProvedBound>& proved, const SeriesClaim& claim) {
+  Verdict v;
+  confirm_exact(points, claim, v);
+  check_sample_bounds(points, v);
+  fit_local_exponents(points, claim, v);
+  if (claim.equality) return decide_equality(points, claim.x_name, std::move(v));
+  if (!claim.exponent) return v;  // a custom map states no exponent
+
+  const double a = *claim.exponent;
+  // A closed form's own statement first: it names the quantity and its constant.
+  std::vector<records::ProvedBound> all = law ? bounds_of_law(*law, claim.x_name) : std::vector<records::ProvedBound>{};
+  all.insert(all.end(), proved.begin(), proved.end());
+  if (const std::optional<ProofDecision> proof = decide_by_proof(all, a)) {
+    std::string reason = proof_reason(*proof, a, v, claim.x_name);
+    v.decided_by = proof->decided_by;
+    return decided(std::move(v), *proof->rule, std::move(reason));
+  }
+  return decide_by_fit(points, all, claim, std::move(v));
 }
 
 }  // namespace attncheck::monte_carlo

@@ -323,6 +323,164 @@ std::string c8_finding(theory::ScoreModel scores, std::optional<records::Verdict
 
 }  // namespace
 
+namespace {
+
+// One point as evidence for the fit of `fit_of` ("mean": E||F|| or E[row sum]; "mean_sq": E||F||^2).
+EvidencePoint evidence_point(const records::PointRecord& r, double x, const std::string& fit_of, bool row_sums) {
+  const bool mean_ok = r.mean_reliable();
+  const bool sq_ok = r.sq_reliable();
+  const bool fits_mean = fit_of == "mean";
+  EvidencePoint p;
+  p.x = x;
+  p.mean = fits_mean ? r.mean : r.mean_sq;
+  p.se = fits_mean ? r.se : r.se_sq;
+  p.mean_reliable = fits_mean ? mean_ok : sq_ok;
+  const double m2 = r.mean_sq, m2_se = r.se_sq;
+  p.root_mean_sq = m2 > 0 ? std::sqrt(m2) : NAN;
+  p.root_mean_sq_se = m2 > 0 ? m2_se / (2 * std::sqrt(m2)) : NAN;
+  p.sq_reliable = sq_ok;
+  p.z_exact = row_sums ? r.z_exact_mean : r.z_exact_sq;
+  p.z_judged = row_sums ? mean_ok : sq_ok;
+  p.exact_value = r.exact_sq;
+  p.claimed_value = r.claimed_value;
+  p.sample_bound = r.sample_bound;
+  // A NaN sample is stored as null: with a bound present it must fail the check, not skip it.
+  if (p.sample_bound) p.sample_max = r.sample_max.value_or(INFINITY);
+  p.sample_lower_bound = r.sample_lower_bound;
+  if (p.sample_lower_bound) p.sample_min = r.sample_min.value_or(-INFINITY);
+  if (fits_mean) {
+    p.lower_bound = r.mean_lower_bound;
+    p.lower_bound_level = r.mean_lower_bound_level;
+    p.exact_upper = row_sums ? r.exact_mean : r.jensen_bound;
+  }
+  return p;
+}
+
+// The series' columns (its points' estimates and exact values, in x order) and what its first point says of it.
+records::Series series_columns(const std::vector<const records::PointRecord*>& members, const std::string& series_id,
+                               bool over_d, double tolerance) {
+  const records::PointRecord& first = *members.front();
+  records::Series s;
+  bool all_reliable = true;
+  for (const records::PointRecord* r : members) {
+    s.N.push_back(r->N);
+    s.d_values.push_back(r->key.d);
+    s.mean.push_back(r->mean);
+    s.se.push_back(r->se);
+    s.mean_sq.push_back(r->mean_sq);
+    s.se_sq.push_back(r->se_sq);
+    s.exact_sq.push_back(r->exact_sq);
+    s.exact_mean.push_back(r->exact_mean);
+    all_reliable = all_reliable && r->se_reliable;
+    // Jensen's ratio E||F|| / sqrt(E||F||^2) at the first and last point that has one, exact where known.
+    if (!theory::term_of(first.key.estimand).norm) continue;
+    const auto ratio = r->jensen_ratio ? r->jensen_ratio : r->jensen_ratio_estimated;
+    if (!ratio) continue;
+    if (!s.jensen_first) s.jensen_first = ratio;
+    s.jensen_last = ratio;
+    if (s.jensen_source.empty()) s.jensen_source = r->jensen_ratio ? "exact" : "estimated";
+  }
+  s.key = first.key;
+  s.claimed_exponent = first.claimed_exponent;
+  s.claims_value = first.claim_form == "equality";
+  s.counts_for_exit = first.counts_for_exit;
+  s.x_variable = first.fit_variable;
+  s.fit_of = first.fit_of;
+  s.run_seed = first.run_seed;
+  s.formula = members.back()->formula;
+  s.series_id = series_id;
+  s.tolerance = tolerance;
+  s.x = over_d ? s.d_values : s.N;
+  s.se_reliable = all_reliable;
+  return s;
+}
+
+// The log-log least-squares fit over every point: what the growth looks like, not what decides.
+void add_global_fit(records::Series& s, const std::vector<EvidencePoint>& evidence) {
+  std::vector<double> x, y, se;
+  for (const EvidencePoint& p : evidence) {
+    x.push_back(p.x);
+    y.push_back(p.mean);
+    se.push_back(p.se);
+  }
+  const auto fit = fit_log_log(x, y, se);
+  if (!fit) return;
+  s.slope = fit->slope;
+  s.slope_ci = std::make_pair(fit->slope_ci_lo, fit->slope_ci_hi);
+  s.slope_se = fit->slope_se;
+  s.intercept = fit->intercept;
+  s.reduced_chi_sq = fit->reduced_chi_sq;
+  s.fit_points = fit->points;
+}
+
+// The checks of a closed form or deterministic bounds against the samples.
+records::ExactCheckRecord exact_check_record(const Verdict& v, const std::optional<ExactLaw>& law, int family) {
+  records::ExactCheckRecord exact;
+  exact.law = law;
+  exact.max_abs_z = v.exact_max_abs_z;
+  exact.judged_points = v.exact_judged;
+  exact.unjudged_points = v.exact_unjudged;
+  exact.disagrees_at = v.exact_disagrees_at;
+  exact.alarm_abs_z = v.alarm_abs_z;
+  exact.family_points = family;
+  exact.family_level = kAlarmFamilyLevel;
+  exact.bound_checked_points = v.bound_checked;
+  exact.max_sample_over_bound = v.max_sample_over_bound;
+  exact.bound_exceeded_at = v.bound_exceeded_at;
+  exact.min_sample_over_lower_bound = v.min_sample_over_lower_bound;
+  exact.lower_bound_undercut_at = v.lower_bound_undercut_at;
+  exact.confirmed = v.exact_disagrees_at.empty();
+  return exact;
+}
+
+void add_verdict(records::Series& s, const Verdict& v, bool cross_check) {
+  // A custom map states no exponent to check: no verdict, no basis.
+  s.verdict = v.word;
+  s.basis = v.basis;
+  if (v.rule) s.verdict_rule = std::string(v.rule->definition);
+  if (!v.reason.empty()) s.verdict_reason = v.reason;
+  s.extend_to = v.extend_to;
+  s.local_exponent = local_exponent_record(v.primary);
+  if (cross_check) s.cross_check = local_exponent_record(v.cross_check);
+  s.decided_by = v.decided_by;
+  if (v.violation) s.violation_test = violation_test_record(*v.violation);
+}
+
+records::Series fit_one_series(std::vector<const records::PointRecord*> members, const std::string& series_id,
+                               double tolerance, int family, double alarm) {
+  const records::PointRecord& first = *members.front();
+  const bool over_d = first.fit_variable == "d";
+  const auto x_of = [&](const records::PointRecord& r) { return over_d ? r.key.d : r.N; };
+  std::sort(members.begin(), members.end(),
+            [&](const records::PointRecord* a, const records::PointRecord* b) { return x_of(*a) < x_of(*b); });
+  records::Series s = series_columns(members, series_id, over_d, tolerance);
+  const bool row_sums = is_row_sum(first.key.estimand);
+  std::vector<EvidencePoint> evidence;
+  for (const records::PointRecord* r : members) {
+    evidence.push_back(evidence_point(*r, static_cast<double>(x_of(*r)), first.fit_of, row_sums));
+  }
+  add_global_fit(s, evidence);
+
+  SeriesClaim claim;
+  claim.exponent = first.claimed_exponent;
+  claim.tolerance = tolerance;
+  claim.cross_check = theory::term_of(first.key.estimand).norm && first.fit_of == "mean";
+  claim.equality = s.claims_value;
+  claim.x_name = over_d ? "d" : "N";
+  claim.alarm_abs_z = alarm;
+  const std::optional<ExactLaw>& law = first.exact_law;
+  const std::optional<GrowthCase> growth = growth_case(first);
+  s.proved_bounds = growth && !over_d ? proved_bounds(*growth) : std::vector<records::ProvedBound>{};
+  const Verdict v = decide(evidence, law, s.proved_bounds, claim);
+  add_verdict(s, v, claim.cross_check);
+  if (law || v.bound_checked > 0) s.exact = exact_check_record(v, law, family);
+  const std::string finding = s.key.claim == "C8" ? c8_finding(s.key.scores, v.word) : "";
+  if (!finding.empty()) s.finding = finding;
+  return s;
+}
+
+}  // namespace
+
 std::vector<records::Series> fit_series(const std::vector<records::PointRecord>& records, double tolerance,
                                         std::optional<int> family_points) {
   std::vector<std::string> order;
@@ -331,142 +489,10 @@ std::vector<records::Series> fit_series(const std::vector<records::PointRecord>&
     if (!groups.count(r.series_id)) order.push_back(r.series_id);
     groups[r.series_id].push_back(&r);
   }
-  std::vector<records::Series> out;
   const int family = family_points.value_or(judged_points(records));
   const double alarm = family_alarm_abs_z(family);
-  for (const std::string& key : order) {
-    auto members = groups[key];
-    const records::PointRecord& first = *members.front();
-    const bool over_d = first.fit_variable == "d";
-    const std::string fit_of = first.fit_of;
-    const auto x_of = [&](const records::PointRecord& r) { return over_d ? r.key.d : r.N; };
-    std::sort(members.begin(), members.end(),
-              [&](const records::PointRecord* a, const records::PointRecord* b) { return x_of(*a) < x_of(*b); });
-    const Estimand estimand = first.key.estimand;
-    const bool norm_estimand = theory::term_of(estimand).norm;
-    const bool row_sums = is_row_sum(estimand);
-    std::vector<double> x, y, se;
-    std::vector<EvidencePoint> evidence;
-    records::Series s;
-    bool all_reliable = true;
-    std::optional<double> jensen_first, jensen_last;
-    std::string jensen_source;
-    for (const records::PointRecord* r : members) {
-      const double xv = static_cast<double>(x_of(*r));
-      x.push_back(xv);
-      y.push_back(fit_of == "mean" ? r->mean : r->mean_sq);
-      se.push_back(fit_of == "mean" ? r->se : r->se_sq);
-      s.N.push_back(r->N);
-      s.d_values.push_back(r->key.d);
-      s.mean.push_back(r->mean);
-      s.se.push_back(r->se);
-      s.mean_sq.push_back(r->mean_sq);
-      s.se_sq.push_back(r->se_sq);
-      s.exact_sq.push_back(r->exact_sq);
-      s.exact_mean.push_back(r->exact_mean);
-      all_reliable = all_reliable && r->se_reliable;
-      const bool mean_ok = r->mean_reliable();
-      const bool sq_ok = r->sq_reliable();
-      EvidencePoint p;
-      p.x = xv;
-      p.mean = y.back();
-      p.se = se.back();
-      p.mean_reliable = fit_of == "mean" ? mean_ok : sq_ok;
-      const double m2 = r->mean_sq, m2_se = r->se_sq;
-      p.root_mean_sq = m2 > 0 ? std::sqrt(m2) : NAN;
-      p.root_mean_sq_se = m2 > 0 ? m2_se / (2 * std::sqrt(m2)) : NAN;
-      p.sq_reliable = sq_ok;
-      p.z_exact = row_sums ? r->z_exact_mean : r->z_exact_sq;
-      p.z_judged = row_sums ? mean_ok : sq_ok;
-      p.exact_value = r->exact_sq;
-      p.claimed_value = r->claimed_value;
-      p.sample_bound = r->sample_bound;
-      // A NaN sample is stored as null: with a bound present it must fail the check, not skip it.
-      if (p.sample_bound) p.sample_max = r->sample_max.value_or(INFINITY);
-      p.sample_lower_bound = r->sample_lower_bound;
-      if (p.sample_lower_bound) p.sample_min = r->sample_min.value_or(-INFINITY);
-      if (fit_of == "mean") {
-        p.lower_bound = r->mean_lower_bound;
-        p.lower_bound_level = r->mean_lower_bound_level;
-        p.exact_upper = row_sums ? r->exact_mean : r->jensen_bound;
-      }
-      evidence.push_back(p);
-      if (norm_estimand) {
-        const auto& exact_ratio = r->jensen_ratio;
-        const auto ratio = exact_ratio ? exact_ratio : r->jensen_ratio_estimated;
-        if (ratio) {
-          if (!jensen_first) jensen_first = ratio;
-          jensen_last = ratio;
-          if (jensen_source.empty()) jensen_source = exact_ratio ? "exact" : "estimated";
-        }
-      }
-    }
-    s.key = first.key;
-    s.claimed_exponent = first.claimed_exponent;
-    s.claims_value = first.claim_form == "equality";
-    s.counts_for_exit = first.counts_for_exit;
-    s.x_variable = first.fit_variable;
-    s.fit_of = first.fit_of;
-    s.run_seed = first.run_seed;
-    s.formula = members.back()->formula;
-    s.series_id = key;
-    s.tolerance = tolerance;
-    s.x = over_d ? s.d_values : s.N;
-    s.se_reliable = all_reliable;
-    if (const auto fit = fit_log_log(x, y, se)) {
-      s.slope = fit->slope;
-      s.slope_ci = std::make_pair(fit->slope_ci_lo, fit->slope_ci_hi);
-      s.slope_se = fit->slope_se;
-      s.intercept = fit->intercept;
-      s.reduced_chi_sq = fit->reduced_chi_sq;
-      s.fit_points = fit->points;
-    }
-    s.jensen_first = jensen_first;
-    s.jensen_last = jensen_last;
-    s.jensen_source = jensen_source;
-
-    SeriesClaim claim;
-    claim.exponent = first.claimed_exponent;
-    claim.tolerance = tolerance;
-    claim.cross_check = norm_estimand && fit_of == "mean";
-    claim.equality = s.claims_value;
-    claim.x_name = over_d ? "d" : "N";
-    claim.alarm_abs_z = alarm;
-    const std::optional<ExactLaw>& law = first.exact_law;
-    const std::optional<GrowthCase> growth = growth_case(first);
-    s.proved_bounds = growth && !over_d ? proved_bounds(*growth) : std::vector<records::ProvedBound>{};
-    const Verdict v = decide(evidence, law, s.proved_bounds, claim);
-    // A custom map states no exponent to check: no verdict, no basis.
-    s.verdict = v.word;
-    s.basis = v.basis;
-    if (v.rule) s.verdict_rule = std::string(v.rule->definition);
-    if (!v.reason.empty()) s.verdict_reason = v.reason;
-    s.extend_to = v.extend_to;
-    s.local_exponent = local_exponent_record(v.primary);
-    if (claim.cross_check) s.cross_check = local_exponent_record(v.cross_check);
-    s.decided_by = v.decided_by;
-    if (v.violation) s.violation_test = violation_test_record(*v.violation);
-    if (law || v.bound_checked > 0) {
-      records::ExactCheckRecord& exact = s.exact.emplace();
-      exact.law = law;
-      exact.max_abs_z = v.exact_max_abs_z;
-      exact.judged_points = v.exact_judged;
-      exact.unjudged_points = v.exact_unjudged;
-      exact.disagrees_at = v.exact_disagrees_at;
-      exact.alarm_abs_z = v.alarm_abs_z;
-      exact.family_points = family;
-      exact.family_level = kAlarmFamilyLevel;
-      exact.bound_checked_points = v.bound_checked;
-      exact.max_sample_over_bound = v.max_sample_over_bound;
-      exact.bound_exceeded_at = v.bound_exceeded_at;
-      exact.min_sample_over_lower_bound = v.min_sample_over_lower_bound;
-      exact.lower_bound_undercut_at = v.lower_bound_undercut_at;
-      exact.confirmed = v.exact_disagrees_at.empty();
-    }
-    const std::string finding = s.key.claim == "C8" ? c8_finding(s.key.scores, v.word) : "";
-    if (!finding.empty()) s.finding = finding;
-    out.push_back(s);
-  }
+  std::vector<records::Series> out;
+  for (const std::string& key : order) out.push_back(fit_one_series(groups[key], key, tolerance, family, alarm));
   return out;
 }
 
