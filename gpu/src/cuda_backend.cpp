@@ -168,19 +168,8 @@ class CudaBackend final : public monte_carlo::Backend {
         saturating_product({8, records::saturating_sum({saturating_product({un, uD}), saturating_product({2, uD, ud}),
                                                         saturating_product({2, un, ud}), saturating_product({8, un}),
                                                         saturating_product({5, ud, ud})})});
-    std::size_t free_bytes = 0, total_bytes = 0;
-    check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
-    // What this backend already holds is reusable; leave a quarter of the rest for cuBLAS and the driver.
-    const std::uint64_t usable = free_bytes / 4 * 3 + held_bytes();
-    const auto memory_samples = static_cast<std::int64_t>(
-        std::min<std::uint64_t>((usable > score_bytes_ ? usable - score_bytes_ : 0) / per_sample_bytes, INT64_MAX));
-    if (memory_samples < 1) {
-      // Too large a point for this device, like require_memory on the CPU: the input, not the device, is at fault.
-      throw InputError(
-          fmt::format("N = {}, D = {}, d = {} needs {:.1f} MiB of device memory per sample; device {} "
-                      "has {:.1f} MiB free",
-                      n, D, d, per_sample_bytes / 1048576.0, device_, free_bytes / 1048576.0));
-    }
+    const auto memory_samples = static_cast<std::int64_t>(std::min<std::uint64_t>(
+        device_samples(per_sample_bytes, score_bytes_, fmt::format("N = {}, D = {}, d = {}", n, D, d)), INT64_MAX));
     const BatchPlan plan = plan_batch(n, static_cast<std::int64_t>(std::min<std::uint64_t>(count, 1ULL << 40)),
                                       static_cast<std::int64_t>(score_bytes_ / sizeof(double)), memory_samples);
     // Batches are enqueued back to back and the host waits once per group of them: at large N a batch is
@@ -200,28 +189,14 @@ class CudaBackend final : public monte_carlo::Backend {
         enqueue_batch(point, request, first + group_start + done, batch, plan.strip_rows,
                       totals + static_cast<std::int64_t>(done) * kTotals, bad + k);
       }
-      std::vector<double> host(static_cast<std::size_t>(group_count) * kTotals);
-      std::vector<unsigned long long> bad_rows(static_cast<std::size_t>(batches));
-      check(cudaMemcpyAsync(host.data(), totals, host.size() * sizeof(double), cudaMemcpyDeviceToHost, stream_),
-            "cudaMemcpyAsync");
-      check(cudaMemcpyAsync(bad_rows.data(), bad, bad_rows.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost,
-                            stream_),
-            "cudaMemcpyAsync");
-      check(cudaGetLastError(), "a kernel launch");
-      check(cudaStreamSynchronize(stream_), "the kernels of a batch");
+      const CopiedBack copied = copy_back(totals, group_count * kTotals, bad, static_cast<std::size_t>(batches));
       for (std::int64_t k = 0; k < batches; ++k) {
         const std::uint64_t done = static_cast<std::uint64_t>(k * plan.samples);
         const auto batch = static_cast<std::int64_t>(std::min<std::uint64_t>(plan.samples, group_count - done));
-        const std::uint64_t batch_first = first + group_start + done;
-        const unsigned long long bad_row = bad_rows[static_cast<std::size_t>(k)];
-        if (bad_row != detail::kNoBadRow) {
-          throw InputError(
-              fmt::format("non-finite score or per-entry term in sample {}, row {} (0-based): a score "
-                          "overflowed or is NaN",
-                          batch_first + bad_row / static_cast<std::uint64_t>(n),
-                          bad_row % static_cast<std::uint64_t>(n)));
-        }
-        finish_batch(point, request, batch, host.data() + done * kTotals, out.data() + base + group_start + done);
+        refuse_non_finite(copied.bad_rows[static_cast<std::size_t>(k)], first + group_start + done, n,
+                          "non-finite score or per-entry term", ": a score overflowed or is NaN");
+        finish_batch(point, request, batch, copied.totals.data() + done * kTotals,
+                     out.data() + base + group_start + done);
       }
     }
   }
@@ -264,6 +239,77 @@ class CudaBackend final : public monte_carlo::Backend {
   // Samples whose results are copied back together (the runner's largest chunk).
   static constexpr std::int64_t kSamplesPerWait = 1024;
 
+  // How many samples of per_sample_bytes the device holds beside reserved_bytes: what this backend already holds
+  // is reusable, and a quarter of the rest is left for cuBLAS and the driver. A point too large for the device is,
+  // like require_memory on the CPU, the input's fault, named by `point`.
+  std::uint64_t device_samples(std::uint64_t per_sample_bytes, std::uint64_t reserved_bytes, const std::string& point) {
+    std::size_t free_bytes = 0, total_bytes = 0;
+    check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+    const std::uint64_t usable = free_bytes / 4 * 3 + held_bytes();
+    const std::uint64_t samples = (usable > reserved_bytes ? usable - reserved_bytes : 0) / per_sample_bytes;
+    if (samples < 1) {
+      throw InputError(fmt::format("{} needs {:.1f} MiB of device memory per sample; device {} has {:.1f} MiB free",
+                                   point, per_sample_bytes / 1048576.0, device_, free_bytes / 1048576.0));
+    }
+    return samples;
+  }
+
+  struct CopiedBack {
+    std::vector<double> totals;
+    std::vector<unsigned long long> bad_rows;
+  };
+
+  // Waits for the kernels enqueued on the stream and copies back their totals and non-finite flags.
+  CopiedBack copy_back(const double* totals, std::uint64_t total_count, const unsigned long long* bad,
+                       std::size_t flag_count) {
+    CopiedBack copied{std::vector<double>(static_cast<std::size_t>(total_count)),
+                      std::vector<unsigned long long>(flag_count)};
+    check(cudaMemcpyAsync(copied.totals.data(), totals, copied.totals.size() * sizeof(double), cudaMemcpyDeviceToHost,
+                          stream_),
+          "cudaMemcpyAsync");
+    check(cudaMemcpyAsync(copied.bad_rows.data(), bad, flag_count * sizeof(unsigned long long), cudaMemcpyDeviceToHost,
+                          stream_),
+          "cudaMemcpyAsync");
+    check(cudaGetLastError(), "a kernel launch");
+    check(cudaStreamSynchronize(stream_), "the kernels of a batch");
+    return copied;
+  }
+
+  // A batch's flag holds the first b * n + i whose row had a non-finite term; the sample and row it names are
+  // the user's to look at.
+  static void refuse_non_finite(unsigned long long bad_row, std::uint64_t batch_first, std::int64_t n, const char* what,
+                                const char* cause) {
+    if (bad_row == detail::kNoBadRow) return;
+    throw InputError(fmt::format("{} in sample {}, row {} (0-based){}", what,
+                                 batch_first + bad_row / static_cast<std::uint64_t>(n),
+                                 bad_row % static_cast<std::uint64_t>(n), cause));
+  }
+
+  struct Projections {
+    double *X, *Q, *K, *W, *V, *U;
+  };
+
+  // Draws a batch's X, W_Q, W_K (and W_V for dv > 0) into the backend's buffers and enqueues V = X W_Q and
+  // U = X W_K, row-major n x d.
+  Projections enqueue_projections(const SweepPoint& point, std::uint64_t first, std::int64_t batch, std::int64_t dv) {
+    const std::int64_t n = point.N, D = point.D, d = point.d;
+    const NormalLayout layout{n * D, D * d, D * d, D * dv};
+    Projections p;
+    p.X = X_.reserve(batch * n * D);
+    p.Q = Q_.reserve(batch * D * d);
+    p.K = K_.reserve(batch * D * d);
+    p.W = dv > 0 ? W_.reserve(batch * D * dv) : nullptr;
+    p.V = V_.reserve(batch * n * d);
+    p.U = U_.reserve(batch * n * d);
+    detail::draw_samples(point.seed, first, static_cast<int>(batch), layout, point.sigma_x, point.sigma_t, p.X, p.Q,
+                         p.K, p.W, stream_);
+    // Row-major n x d products X M are column-major d x n = M^T X^T, with M^T the row-major storage of M.
+    const Gemm gemm{blas_};
+    gemm(CUBLAS_OP_N, CUBLAS_OP_N, d, n, D, 1.0, p.Q, d, D * d, p.X, D, n * D, p.V, d, n * d, batch);
+    gemm(CUBLAS_OP_N, CUBLAS_OP_N, d, n, D, 1.0, p.K, d, D * d, p.X, D, n * D, p.U, d, n * d, batch);
+    return p;
+  }
+
   // Enqueues the squared row norms of X, of V = X Q and of U = X K (and the diagonal scores) of a batch into the
   // backend's buffers; the returned arguments name them for the kernels that follow.
   detail::RowNormArgs enqueue_row_norms(std::int64_t batch, std::int64_t n, std::int64_t D, std::int64_t d, double* X,
@@ -288,21 +334,12 @@ class CudaBackend final : public monte_carlo::Backend {
   void enqueue_batch(const SweepPoint& point, const EstimandRequest& req, std::uint64_t first, std::int64_t batch,
                      std::int64_t strip_rows, double* totals, unsigned long long* bad) {
     const std::int64_t n = point.N, D = point.D, d = point.d;
-    const NormalLayout layout{n * D, D * d, D * d};
     const Gemm gemm{blas_};
     const auto N = CUBLAS_OP_N, T = CUBLAS_OP_T;
-
-    double* X = X_.reserve(batch * n * D);
-    double* Q = Q_.reserve(batch * D * d);
-    double* K = K_.reserve(batch * D * d);
-    double* V = V_.reserve(batch * n * d);
-    double* U = U_.reserve(batch * n * d);
-    detail::draw_samples(point.seed, first, static_cast<int>(batch), layout, point.sigma_x, point.sigma_t, X, Q, K,
-                         nullptr, stream_);
-    // V = X Q and U = X K, row-major n x d: column-major d x n = Q^T X^T, where Q^T is Q's row-major storage.
-    gemm(N, N, d, n, D, 1.0, Q, d, D * d, X, D, n * D, V, d, n * d, batch);
-    gemm(N, N, d, n, D, 1.0, K, d, D * d, X, D, n * D, U, d, n * d, batch);
-    const detail::RowNormArgs norms = enqueue_row_norms(batch, n, D, d, X, V, U);
+    const Projections projections = enqueue_projections(point, first, batch, 0);
+    double* V = projections.V;
+    double* U = projections.U;
+    const detail::RowNormArgs norms = enqueue_row_norms(batch, n, D, d, projections.X, V, U);
 
     const auto slot = [&](Slot s) { return totals + s * batch; };
 
@@ -366,16 +403,8 @@ class CudaBackend final : public monte_carlo::Backend {
                                                saturating_product({u(D), u(dv)}), saturating_product({2, u(n), u(d)}),
                                                saturating_product({u(n), u(n)}), saturating_product({5, u(n), u(dv)}),
                                                saturating_product({10, u(n)})})});
-    std::size_t free_bytes = 0, total_bytes = 0;
-    check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
-    const std::uint64_t usable = free_bytes / 4 * 3 + held_bytes();
-    const std::uint64_t memory_samples = usable / per_sample_bytes;
-    if (memory_samples < 1) {
-      throw InputError(
-          fmt::format("C9 at N = {}, D = {}, d = {}, dv = {} needs {:.1f} MiB of device memory per sample; "
-                      "device {} has {:.1f} MiB free",
-                      n, D, d, dv, per_sample_bytes / 1048576.0, device_, free_bytes / 1048576.0));
-    }
+    const std::uint64_t memory_samples =
+        device_samples(per_sample_bytes, 0, fmt::format("C9 at N = {}, D = {}, d = {}, dv = {}", n, D, d, dv));
     const auto most = static_cast<std::int64_t>(
         std::min<std::uint64_t>({memory_samples, count, static_cast<std::uint64_t>(kMaxBatchSamples)}));
     for (std::uint64_t done = 0; done < count; done += static_cast<std::uint64_t>(most)) {
@@ -384,47 +413,20 @@ class CudaBackend final : public monte_carlo::Backend {
       unsigned long long* bad = bad_.reserve(1);
       check(cudaMemsetAsync(bad, 0xFF, sizeof *bad, stream_), "cudaMemsetAsync");
       enqueue_cross_norm_batch(point, req, first + done, batch, totals, bad);
-      std::vector<double> host(static_cast<std::size_t>(batch * kTotals));
-      unsigned long long bad_row = detail::kNoBadRow;
-      check(cudaMemcpyAsync(host.data(), totals, host.size() * sizeof(double), cudaMemcpyDeviceToHost, stream_),
-            "cudaMemcpyAsync");
-      check(cudaMemcpyAsync(&bad_row, bad, sizeof bad_row, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync");
-      check(cudaGetLastError(), "a kernel launch");
-      check(cudaStreamSynchronize(stream_), "the kernels of a batch");
-      if (bad_row != detail::kNoBadRow) {
-        throw InputError(fmt::format("non-finite score, value or per-entry term in sample {}, row {} (0-based)",
-                                     first + done + bad_row / static_cast<std::uint64_t>(n),
-                                     bad_row % static_cast<std::uint64_t>(n)));
-      }
-      const auto at = [&](Slot s, std::int64_t b) { return host[static_cast<std::size_t>(s * batch + b)]; };
-      for (std::int64_t b = 0; b < batch; ++b) {
-        SampleTotals sample;
-        sample.entries = {at(kValueSq, b), at(kDsSq, b), at(kDqSq, b), 0.0};
-        sample.values_grad_sq = at(kDkSq, b);  // the fourth row-sum slot carries dO/dV for C9
-        out[done + static_cast<std::uint64_t>(b)] = sample_values(req, point.map, point.N, sample);
-      }
+      const CopiedBack copied = copy_back(totals, static_cast<std::uint64_t>(batch * kTotals), bad, 1);
+      refuse_non_finite(copied.bad_rows[0], first + done, n, "non-finite score, value or per-entry term", "");
+      finish_batch(point, req, batch, copied.totals.data(), out + done);
     }
   }
 
   void enqueue_cross_norm_batch(const SweepPoint& point, const EstimandRequest& req, std::uint64_t first,
                                 std::int64_t batch, double* totals, unsigned long long* bad) {
     const std::int64_t n = point.N, D = point.D, d = point.d, dv = point.dv;
-    const NormalLayout layout{n * D, D * d, D * d, D * dv};
     const Gemm gemm{blas_};
     const auto N = CUBLAS_OP_N, T = CUBLAS_OP_T;
-    double* X = X_.reserve(batch * n * D);
-    double* Q = Q_.reserve(batch * D * d);
-    double* K = K_.reserve(batch * D * d);
-    double* W = W_.reserve(batch * D * dv);
-    double* V = V_.reserve(batch * n * d);
-    double* U = U_.reserve(batch * n * d);
+    const auto [X, Q, K, W, V, U] = enqueue_projections(point, first, batch, dv);
     double* values = values_.reserve(batch * n * dv);
-    detail::draw_samples(point.seed, first, static_cast<int>(batch), layout, point.sigma_x, point.sigma_t, X, Q, K, W,
-                         stream_);
-    // Row-major n x c products X M are column-major c x n = M^T X^T, with M^T the row-major storage of M.
-    gemm(N, N, d, n, D, 1.0, Q, d, D * d, X, D, n * D, V, d, n * d, batch);
-    gemm(N, N, d, n, D, 1.0, K, d, D * d, X, D, n * D, U, d, n * d, batch);
-    gemm(N, N, dv, n, D, 1.0, W, dv, D * dv, X, D, n * D, values, dv, n * dv, batch);
+    gemm(N, N, dv, n, D, 1.0, W, dv, D * dv, X, D, n * D, values, dv, n * dv, batch);  // X W_V, like V and U
     const detail::RowNormArgs norms = enqueue_row_norms(batch, n, D, d, X, V, U);
     detail::scale(V, batch * n * d, point.map.inner, stream_);
     // The whole score matrix, rows row-major: the strip of all n rows.
@@ -479,6 +481,13 @@ class CudaBackend final : public monte_carlo::Backend {
     const auto at = [&](Slot s, std::int64_t b) { return host[static_cast<std::size_t>(s * batch + b)]; };
     for (std::int64_t b = 0; b < batch; ++b) {
       SampleTotals totals;
+      if (req.cross_norm) {
+        // C9's fourth row-sum slot carries dO/dV.
+        totals.entries = {at(kValueSq, b), at(kDsSq, b), at(kDqSq, b), 0.0};
+        totals.values_grad_sq = at(kDkSq, b);
+        out[b] = sample_values(req, point.map, point.N, totals);
+        continue;
+      }
       totals.entries = {at(kValueSq, b), at(kDsSq, b), at(kDqSq, b), at(kDkSq, b)};
       totals.gram_dot = at(kGramDot, b);
       totals.diagonal_sq = at(kDiagSq, b);
