@@ -244,14 +244,13 @@ void add_head_map_section(const std::vector<ProbeOutput>& outputs, bool with_plo
                                                  run.attention_activation),
                                      fmt::format("config sha256 {}", run.config_sha256.value_or("none")),
                                      fmt::format("probe output sha256 {}", run.file_sha256)};
-      pending.plots.push_back(head_map_figure(fmt::format("head-map-{}", k + 1),
-                                              "Softmax norms per head relative to "
-                                              "their bounds",
-                                              std::move(notes), maps));
-      pending.block_of_plot.push_back(blocks.size());
-      blocks.push_back(Figure{"", "",
-                              "Layer x head heat maps of ||A||_F / sqrt(N) (left) and ||dA/dS||_F / "
-                              "(sqrt(N)/2) (right), one colour scale; the bound is 1."});
+      pending.add(head_map_figure(fmt::format("head-map-{}", k + 1),
+                                  "Softmax norms per head relative to "
+                                  "their bounds",
+                                  std::move(notes), maps),
+                  "Layer x head heat maps of ||A||_F / sqrt(N) (left) and ||dA/dS||_F / "
+                  "(sqrt(N)/2) (right), one colour scale; the bound is 1.",
+                  blocks);
     }
     blocks.push_back(Paragraph{"||A||_F / sqrt(N) per layer (rows) and head (columns):"});
     blocks.push_back(ratio_table(maps, maps.attention));

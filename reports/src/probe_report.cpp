@@ -35,25 +35,6 @@ Curve mean_curve(const ProbeSeries& series, ProbeQuantity quantity, std::string 
   return curve;
 }
 
-bool any_positive(const Curve& curve) {
-  return std::any_of(curve.y.begin(), curve.y.end(), [](double y) { return y > 0; });
-}
-
-// Adds the plot when it has something to draw on a log axis, and a notice instead when it has not.
-void add_plot(PlotSpec plot, const std::string& caption, bool with_plots, Document& document, PendingFigures& pending) {
-  plot.curves.erase(std::remove_if(plot.curves.begin(), plot.curves.end(),
-                                   [](const Curve& c) { return !any_positive(c); }),
-                    plot.curves.end());
-  if (!with_plots) return;
-  if (plot.curves.empty()) {
-    document.blocks.push_back(Notice{fmt::format("nothing to plot for \"{}\": no positive values.", plot.title)});
-    return;
-  }
-  pending.plots.push_back(std::move(plot));
-  pending.block_of_plot.push_back(document.blocks.size());
-  document.blocks.push_back(Figure{"", "", caption});
-}
-
 // A trained model of one run: its label in the report (with the run's name in a comparison) and its series.
 struct Model {
   std::string label;  // "trained with softmax" or "RUN: trained with softmax"
@@ -95,16 +76,14 @@ void add_checkpoint_maps(const Model& model, const std::vector<ProbeRecord>& rec
     const ProbeStep& step = *chosen[c];
     const HeadMaps maps =
         head_maps(checkpoint_ratios(records, model.series.activation, step.checkpoint), step.checkpoint);
-    pending.plots.push_back(
-        head_map_figure(fmt::format("probe-model{}-heads-{}", index + 1, c == 0 ? "first" : "last"),
-                        fmt::format("{}: softmax norms per head relative to their bounds", model.label),
-                        {fmt::format("checkpoint {} ({})", step.checkpoint, step_text(step))}, maps));
-    pending.block_of_plot.push_back(document.blocks.size());
-    document.blocks.push_back(Figure{"", "",
-                                     fmt::format("{}, {}: ||A||_F / sqrt(N) (left) and ||dA/dS||_F / (sqrt(N)/2) "
-                                                 "(right) of the softmax on the model's scores, "
-                                                 "per layer and head, one colour scale; the bound is 1.",
-                                                 model.label, step_text(step))});
+    pending.add(head_map_figure(fmt::format("probe-model{}-heads-{}", index + 1, c == 0 ? "first" : "last"),
+                                fmt::format("{}: softmax norms per head relative to their bounds", model.label),
+                                {fmt::format("checkpoint {} ({})", step.checkpoint, step_text(step))}, maps),
+                fmt::format("{}, {}: ||A||_F / sqrt(N) (left) and ||dA/dS||_F / (sqrt(N)/2) "
+                            "(right) of the softmax on the model's scores, "
+                            "per layer and head, one colour scale; the bound is 1.",
+                            model.label, step_text(step)),
+                document.blocks);
   }
 }
 
@@ -218,16 +197,20 @@ void add_probe_section(const std::vector<ProbeLog>& logs, bool with_plots, Docum
                   "one without an ||A||_F column), so the comparison of own activations is left out; "
                   "the per-model plots below show every activation on the same scores."});
   } else {
-    add_plot(own_norm,
-             "||A||_F of each model's own activation against training (log y axis), as in the papers' Fig. 2: "
-             "the line is the mean over layers and heads, the shaded band their min to max.",
-             with_plots, document, pending);
+    if (with_plots)
+      pending.add_drawable(
+          own_norm,
+          "||A||_F of each model's own activation against training (log y axis), as in the papers' Fig. 2: "
+          "the line is the mean over layers and heads, the shaded band their min to max.",
+          document.blocks);
   }
   if (!own_grad.curves.empty()) {
-    add_plot(own_grad,
-             "||dA/dS||_F of each model's own activation against training (log y axis), as in the papers' "
-             "Fig. 3: the line is the mean over layers and heads, the shaded band their min to max.",
-             with_plots, document, pending);
+    if (with_plots)
+      pending.add_drawable(
+          own_grad,
+          "||dA/dS||_F of each model's own activation against training (log y axis), as in the papers' "
+          "Fig. 3: the line is the mean over layers and heads, the shaded band their min to max.",
+          document.blocks);
   }
 
   for (std::size_t m = 0; m < models.size(); ++m) {
@@ -252,12 +235,14 @@ void add_probe_section(const std::vector<ProbeLog>& logs, bool with_plots, Docum
                                          own == q ? CurveStyle::line_with_points : CurveStyle::dashed_line));
         plot.curves.back().colour = activation_colour(probe_activation(q));
       }
-      add_plot(plot,
-               gradient ? "Jacobian norms in the scores of every activation on this model's scores (solid: its own, "
-                          "with the band from its min to its max over layers and heads)."
-                        : "||A||_F of every activation evaluated on this model's scores (solid: its own activation, "
-                          "with the band from its min to its max over layers and heads).",
-               with_plots, document, pending);
+      if (with_plots)
+        pending.add_drawable(
+            plot,
+            gradient ? "Jacobian norms in the scores of every activation on this model's scores (solid: its own, "
+                       "with the band from its min to its max over layers and heads)."
+                     : "||A||_F of every activation evaluated on this model's scores (solid: its own activation, "
+                       "with the band from its min to its max over layers and heads).",
+            document.blocks);
     }
     add_checkpoint_maps(models[m], logs[models[m].log].records, m, with_plots, document, pending);
 

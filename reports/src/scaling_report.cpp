@@ -716,11 +716,10 @@ void add_reading_comparison(const std::vector<records::Series>& series, const st
           plot.curves.back().colour = colour;
         }
       }
-      pending.plots.push_back(std::move(plot));
-      pending.block_of_plot.push_back(blocks.size());
-      blocks.push_back(Figure{"", "",
-                              fmt::format("Both readings of p = {} on one log-log plot, with their fitted lines.",
-                                          e.key.activation.p)});
+      pending.add(std::move(plot),
+                  fmt::format("Both readings of p = {} on one log-log plot, with their fitted lines.",
+                              e.key.activation.p),
+                  blocks);
     }
   }
   blocks.push_back(std::move(values));
@@ -833,14 +832,13 @@ void add_scaling_section(const records::ResultsFolder& results, bool with_plots,
       for (const auto& group : p_groups(series, members)) {
         auto figure = claim_figure(series, group, fmt::format("claim{:02}", ++claim_figures));
         if (!figure) continue;
-        pending.plots.push_back(std::move(*figure));
-        pending.block_of_plot.push_back(blocks.size());
-        blocks.push_back(Figure{"", "",
-                                fmt::format("Claim {} side by side, one column per p: top, the estimates divided by "
-                                            "N^a (flat means exponent a); middle, the local exponent with its 95% band "
-                                            "and the claimed a (dashed); bottom, log-log with the fits. Each series' "
-                                            "own figure below says more.",
-                                            claim)});
+        pending.add(std::move(*figure),
+                    fmt::format("Claim {} side by side, one column per p: top, the estimates divided by "
+                                "N^a (flat means exponent a); middle, the local exponent with its 95% band "
+                                "and the claimed a (dashed); bottom, log-log with the fits. Each series' "
+                                "own figure below says more.",
+                                claim),
+                    blocks);
       }
     }
     for (std::size_t i : members) {
@@ -864,16 +862,14 @@ void add_scaling_section(const records::ResultsFolder& results, bool with_plots,
             format_number(*s.intercept), x_name(s), format_number(*s.slope), format_number(*miss, 3))});
       }
       if (with_plots) {
-        pending.plots.push_back(series_plot(s, i));
-        pending.block_of_plot.push_back(blocks.size());
         const auto a = compensating_exponent(s);
         const std::string exact_part =
             has_exact(s) && s.fit_of == "mean"
                 ? "; black dashes: from the exact second moment (sqrt(E||F||^2), an upper bound on "
                   "E||F|| by Jensen's inequality), circles on the right"
                 : "";
-        blocks.push_back(Figure{
-            "", "",
+        pending.add(
+            series_plot(s, i),
             fmt::format(
                 "Series {} (verdict {}). {}Middle: the local exponent, the slope of log {} between neighbouring "
                 "points, with its 95% band; it converges to the exponent as {} grows; green: the local exponent "
@@ -885,7 +881,8 @@ void add_scaling_section(const records::ResultsFolder& results, bool with_plots,
                                 "exponent is {}, a drift is the finite-{} bias. ",
                                 x_name(s), format_number(a->first), a->second, format_number(a->first), x_name(s))
                   : std::string(),
-                fitted_symbol(s), x_name(s), fitted_symbol(s), x_name(s), exact_part)});
+                fitted_symbol(s), x_name(s), fitted_symbol(s), x_name(s), exact_part),
+            blocks);
       }
       blocks.push_back(points_table(s));
       if (has_exact(s)) {

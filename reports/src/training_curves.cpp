@@ -311,13 +311,12 @@ void add_training_curves_section(const TrainingCurves& curves, const std::filesy
                          [&](double y) { return std::isfinite(y) && (!metric.log_y || y > 0); });
     });
     if (with_plots && drawable) {
-      pending.plots.push_back(std::move(plot));
-      pending.block_of_plot.push_back(blocks.size());
-      blocks.push_back(Figure{"", "",
-                              fmt::format("{}{} against {}: the mean over seeds of each variant, shaded one "
-                                          "standard error either side{}.",
-                                          metric.label, metric.unit.empty() ? "" : " (" + metric.unit + ")",
-                                          curves.x_label, metric.log_y ? " (log y axis)" : "")});
+      pending.add(std::move(plot),
+                  fmt::format("{}{} against {}: the mean over seeds of each variant, shaded one "
+                              "standard error either side{}.",
+                              metric.label, metric.unit.empty() ? "" : " (" + metric.unit + ")", curves.x_label,
+                              metric.log_y ? " (log y axis)" : ""),
+                  blocks);
     } else if (with_plots) {
       blocks.push_back(Notice{fmt::format("nothing to plot for \"{}\": no value fits its axis.", metric.label)});
     }

@@ -125,24 +125,6 @@ std::string z_text(const std::optional<double>& z) {
   return z ? fmt::format("z = {:.1f}", *z) : "z unknown (one seed)";
 }
 
-void add_plot(PlotSpec plot, const std::string& caption, bool with_plots, Document& document, PendingFigures& pending) {
-  if (!with_plots) return;
-  if (!plot.heat_map) {
-    plot.curves.erase(std::remove_if(plot.curves.begin(), plot.curves.end(),
-                                     [&](const Curve& c) {
-                                       return std::none_of(c.y.begin(), c.y.end(), [](double y) { return y > 0; });
-                                     }),
-                      plot.curves.end());
-    if (plot.curves.empty()) {
-      document.blocks.push_back(Notice{fmt::format("nothing to plot for \"{}\": no positive values.", plot.title)});
-      return;
-    }
-  }
-  pending.plots.push_back(std::move(plot));
-  pending.block_of_plot.push_back(document.blocks.size());
-  document.blocks.push_back(Figure{"", "", caption});
-}
-
 struct ActivationSummary {
   MeanSe accuracy;
   std::size_t runs = 0, diverged = 0;
@@ -256,10 +238,12 @@ void add_vit_section(const VitResults& results, const fs::path& folder, bool wit
         }
         if (!curve.x.empty()) plot.curves.push_back(std::move(curve));
       }
-      add_plot(std::move(plot),
-               fmt::format("Layer {}: {} of each activation against training (log y axis), as in the papers' Fig. {}.",
-                           layer, quantity, jacobian ? 3 : 2),
-               with_plots, document, pending);
+      if (with_plots)
+        pending.add_drawable(
+            std::move(plot),
+            fmt::format("Layer {}: {} of each activation against training (log y axis), as in the papers' Fig. {}.",
+                        layer, quantity, jacobian ? 3 : 2),
+            document.blocks);
     }
   }
 
@@ -317,9 +301,10 @@ void add_vit_section(const VitResults& results, const fs::path& folder, bool wit
       if (std::isfinite(best)) best_scale.emplace_back(key, best);
       plot.curves.push_back(std::move(curve));
     }
-    add_plot(std::move(plot),
-             "Test accuracy against c (log axis) for each sequence length N, as in the papers' Fig. 1.", with_plots,
-             document, pending);
+    if (with_plots)
+      pending.add_drawable(std::move(plot),
+                           "Test accuracy against c (log axis) for each sequence length N, as in the papers' Fig. 1.",
+                           document.blocks);
     blocks.push_back(std::move(table));
     Table best_table;
     best_table.header = {"N", "best c (highest mean accuracy)", "1/sqrt(N)", "best c · sqrt(N)"};
@@ -359,11 +344,12 @@ void add_vit_section(const VitResults& results, const fs::path& folder, bool wit
                     false,
                     {},
                     HeatMap{matrix.N, matrix.N, matrix.values, signed_scale}};
-      add_plot(std::move(plot),
-               fmt::format("{} ({}): {} colour scale.", activation_label(name), file.filename().string(),
-                           signed_scale ? "signed, centred at 0 (red negative, blue positive)"
-                                        : "0 (white) to the largest weight"),
-               with_plots, document, pending);
+      if (with_plots)
+        pending.add_drawable(std::move(plot),
+                             fmt::format("{} ({}): {} colour scale.", activation_label(name), file.filename().string(),
+                                         signed_scale ? "signed, centred at 0 (red negative, blue positive)"
+                                                      : "0 (white) to the largest weight"),
+                             document.blocks);
     }
   }
 

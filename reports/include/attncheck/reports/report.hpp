@@ -52,12 +52,21 @@ struct ReportSummary {
 // but cannot be run.
 ReportSummary write_report(const ReportOptions& options);
 
-// The scaling part of a report, for one results folder: adds its blocks to `document` and the plots it needs
-// to `plots`; the Figure blocks refer to plots by index until the SVGs exist (see attach_figures).
+// The plots a report's sections ask for, drawn together once every section has added its blocks; each Figure
+// block gets its files and inline SVG then.
 struct PendingFigures {
   std::vector<PlotSpec> plots;
   std::vector<std::size_t> block_of_plot;  // index into document.blocks of each plot's Figure
+
+  // Queues `plot` and adds its Figure, with `caption`, to `blocks`.
+  void add(PlotSpec plot, std::string caption, std::vector<Block>& blocks);
+  // The same for a plot on log axes, without its curves that have no positive value; with none left, a notice
+  // that there is nothing to plot takes the figure's place. Heat maps are added whole.
+  void add_drawable(PlotSpec plot, std::string caption, std::vector<Block>& blocks);
 };
+
+// The scaling part of a report, for one results folder: adds its blocks to `document` and the plots it needs
+// to `pending`.
 void add_scaling_section(const records::ResultsFolder& results, bool with_plots, Document& document,
                          PendingFigures& pending);
 
