@@ -155,18 +155,10 @@ VitResults read_vit_results(const fs::path& path) {
   return parse_vit_results(records::read_text_file(path), path.string());
 }
 
-void add_vit_section(const VitResults& results, const fs::path& folder, bool with_plots, Document& document,
-                     PendingFigures& pending, const AttentionMapReader& read_attention_map, long long map_layer,
-                     long long map_head) {
-  auto& blocks = document.blocks;
-  blocks.push_back(Heading{2, "ViT on the digits: the papers' figures at small scale", "vit"});
-  blocks.push_back(Facts{{{"results", (folder / kVitResultsName).string()},
-                          {"command", results.command},
-                          {"date", results.date},
-                          {"wall time", fmt::format("{:.0f} s", results.wall_seconds)},
-                          {"runs", fmt::format("{}", results.runs.size())}}});
+namespace {
 
-  // Table 1: accuracy per activation over seeds.
+// Table 1: accuracy per activation over seeds. Returns the summaries the findings compare.
+std::map<std::string, ActivationSummary> add_accuracy_table(const VitResults& results, std::vector<Block>& blocks) {
   std::map<std::string, ActivationSummary> summaries;
   std::map<std::string, std::vector<double>> accuracies;
   for (const VitRun& run : results.runs) {
@@ -183,34 +175,42 @@ void add_vit_section(const VitResults& results, const fs::path& folder, bool wit
   blocks.push_back(Heading{3, "Table 1: test accuracy per activation", "vit-table"});
   if (summaries.empty()) {
     blocks.push_back(Notice{"the results hold no runs of the activations experiment."});
-  } else {
-    Table table;
-    table.header = {"activation", "N", "seeds", "diverged", "test accuracy (mean ± SE over seeds)"};
-    for (std::string_view name : kActivations) {
-      const auto found = summaries.find(std::string(name));
-      if (found == summaries.end()) continue;
-      const auto& s = found->second;
-      table.rows.push_back({activation_label(found->first), fmt::format("{}", s.N), fmt::format("{}", s.runs),
-                            fmt::format("{}", s.diverged), estimate_text(s.accuracy)});
-    }
-    blocks.push_back(std::move(table));
-    blocks.push_back(
-        Paragraph{"A diverged run (a loss that is not finite) has no accuracy and is left out of the "
-                  "mean; the table counts it."});
+    return summaries;
   }
+  Table table;
+  table.header = {"activation", "N", "seeds", "diverged", "test accuracy (mean ± SE over seeds)"};
+  for (std::string_view name : kActivations) {
+    const auto found = summaries.find(std::string(name));
+    if (found == summaries.end()) continue;
+    const auto& s = found->second;
+    table.rows.push_back({activation_label(found->first), fmt::format("{}", s.N), fmt::format("{}", s.runs),
+                          fmt::format("{}", s.diverged), estimate_text(s.accuracy)});
+  }
+  blocks.push_back(std::move(table));
+  blocks.push_back(
+      Paragraph{"A diverged run (a loss that is not finite) has no accuracy and is left out of the "
+                "mean; the table counts it."});
+  return summaries;
+}
 
-  // Figures 2-3: per layer, the mean over seeds (of the mean over heads) against the training step.
+std::set<long long> traced_layers(const VitResults& results) {
   std::set<long long> layers;
   for (const VitRun& run : results.runs) {
     for (const VitTracePoint& p : run.trace) layers.insert(p.layer);
   }
-  if (!layers.empty()) {
-    blocks.push_back(Heading{3, "Figures 2-3: ||A||_F and ||dA/dS||_F per layer over training", "vit-norms"});
-    blocks.push_back(Paragraph{
-        "Each curve is one activation's mean over seeds of the mean over heads, measured on the first image of "
-        "each training batch with the weights of that step; ||dA/dS||_F is the Frobenius norm of the activation's "
-        "Jacobian in the scores (softmax row-wise, the polynomials entrywise: for c x it is the constant c N)."});
-  }
+  return layers;
+}
+
+// Figures 2-3: per layer, the mean over seeds (of the mean over heads) against the training step.
+void add_norm_figures(const VitResults& results, const std::set<long long>& layers, bool with_plots,
+                      std::vector<Block>& blocks, PendingFigures& pending) {
+  if (layers.empty()) return;
+  blocks.push_back(Heading{3, "Figures 2-3: ||A||_F and ||dA/dS||_F per layer over training", "vit-norms"});
+  blocks.push_back(Paragraph{
+      "Each curve is one activation's mean over seeds of the mean over heads, measured on the first image of "
+      "each training batch with the weights of that step; ||dA/dS||_F is the Frobenius norm of the activation's "
+      "Jacobian in the scores (softmax row-wise, the polynomials entrywise: for c x it is the constant c N)."});
+  if (!with_plots) return;
   for (bool jacobian : {false, true}) {
     for (long long layer : layers) {
       const std::string quantity = jacobian ? "||dA/dS||_F" : "||A||_F";
@@ -238,16 +238,25 @@ void add_vit_section(const VitResults& results, const fs::path& folder, bool wit
         }
         if (!curve.x.empty()) plot.curves.push_back(std::move(curve));
       }
-      if (with_plots)
-        pending.add_drawable(
-            std::move(plot),
-            fmt::format("Layer {}: {} of each activation against training (log y axis), as in the papers' Fig. {}.",
-                        layer, quantity, jacobian ? 3 : 2),
-            document.blocks);
+      pending.add_drawable(
+          std::move(plot),
+          fmt::format("Layer {}: {} of each activation against training (log y axis), as in the papers' Fig. {}.",
+                      layer, quantity, jacobian ? 3 : 2),
+          blocks);
     }
   }
+}
 
-  // Figure 1: accuracy against c for each N.
+// The best scale c of one sweep of c x^3 (one N and image side).
+struct BestScale {
+  std::string label;  // "64", or "64 (16x16 images)" when the sweep has several image sides
+  long long N = 0;
+  double c = 0;
+};
+
+// Figure 1: accuracy against c for each N, with the table of runs and the best c per N.
+std::vector<BestScale> add_scale_sweep(const VitResults& results, bool with_plots, std::vector<Block>& blocks,
+                                       PendingFigures& pending) {
   // (N, image side: 0 when not recorded) -> c -> accuracies (diverged: absent); the same N from 8 x 8 and from
   // upsampled 16 x 16 digits are different experiments.
   using SweepKey = std::pair<long long, long long>;
@@ -264,96 +273,100 @@ void add_vit_section(const VitResults& results, const fs::path& folder, bool wit
     else
       ++sweep_diverged[key][*run.scale];
   }
+  std::vector<BestScale> best_scale;
+  if (sweep.empty()) return best_scale;
   const auto sweep_label = [&](const SweepKey& key) {
     return sides.size() > 1 && key.second > 0 ? fmt::format("{} ({}x{} images)", key.first, key.second, key.second)
                                               : fmt::format("{}", key.first);
   };
-  std::vector<std::pair<std::pair<long long, long long>, double>> best_scale;  // (N, side), the best c
-  if (!sweep.empty()) {
-    blocks.push_back(Heading{3, "Figure 1: accuracy against the scale c of c x^3", "vit-scale"});
-    PlotSpec plot{"vit-scale-sweep",
-                  "test accuracy against c of c x^3 (mean ± SE over seeds)",
-                  "c (log scale)",
-                  "test accuracy",
-                  true,
-                  false,
-                  {}};
-    Table table;
-    table.header = {"N", "c", "1/sqrt(N)", "seeds", "diverged", "test accuracy (mean ± SE)"};
-    for (const auto& [key, by_scale] : sweep) {
-      const long long n = key.first;
-      Curve curve{"N = " + sweep_label(key), CurveStyle::points_with_error_bars, {}, {}, {}, {}};
-      double best = NAN, best_accuracy = -1;
-      for (const auto& [c, values] : by_scale) {
-        const MeanSe m = mean_se(values);
-        const std::size_t diverged = sweep_diverged[key][c];
-        table.rows.push_back({sweep_label(key), format_number(c), format_number(1 / std::sqrt(double(n))),
-                              fmt::format("{}", values.size() + diverged), fmt::format("{}", diverged),
-                              estimate_text(m)});
-        if (!m.count) continue;
-        const double se = std::isfinite(m.se) ? m.se : 0;
-        curve.x.push_back(c);
-        curve.y.push_back(m.mean);
-        curve.y_lo.push_back(m.mean - se);
-        curve.y_hi.push_back(m.mean + se);
-        if (m.mean > best_accuracy) best_accuracy = m.mean, best = c;
-      }
-      if (std::isfinite(best)) best_scale.emplace_back(key, best);
-      plot.curves.push_back(std::move(curve));
+  blocks.push_back(Heading{3, "Figure 1: accuracy against the scale c of c x^3", "vit-scale"});
+  PlotSpec plot{"vit-scale-sweep",
+                "test accuracy against c of c x^3 (mean ± SE over seeds)",
+                "c (log scale)",
+                "test accuracy",
+                true,
+                false,
+                {}};
+  Table table;
+  table.header = {"N", "c", "1/sqrt(N)", "seeds", "diverged", "test accuracy (mean ± SE)"};
+  for (const auto& [key, by_scale] : sweep) {
+    const long long n = key.first;
+    Curve curve{"N = " + sweep_label(key), CurveStyle::points_with_error_bars, {}, {}, {}, {}};
+    double best = NAN, best_accuracy = -1;
+    for (const auto& [c, values] : by_scale) {
+      const MeanSe m = mean_se(values);
+      const std::size_t diverged = sweep_diverged[key][c];
+      table.rows.push_back({sweep_label(key), format_number(c), format_number(1 / std::sqrt(double(n))),
+                            fmt::format("{}", values.size() + diverged), fmt::format("{}", diverged),
+                            estimate_text(m)});
+      if (!m.count) continue;
+      const double se = std::isfinite(m.se) ? m.se : 0;
+      curve.x.push_back(c);
+      curve.y.push_back(m.mean);
+      curve.y_lo.push_back(m.mean - se);
+      curve.y_hi.push_back(m.mean + se);
+      if (m.mean > best_accuracy) best_accuracy = m.mean, best = c;
     }
-    if (with_plots)
-      pending.add_drawable(std::move(plot),
-                           "Test accuracy against c (log axis) for each sequence length N, as in the papers' Fig. 1.",
-                           document.blocks);
-    blocks.push_back(std::move(table));
-    Table best_table;
-    best_table.header = {"N", "best c (highest mean accuracy)", "1/sqrt(N)", "best c · sqrt(N)"};
-    for (const auto& [key, c] : best_scale) {
-      const long long n = key.first;
-      best_table.rows.push_back({sweep_label(key), format_number(c), format_number(1 / std::sqrt(double(n))),
-                                 format_number(c * std::sqrt(double(n)))});
-    }
-    blocks.push_back(std::move(best_table));
+    if (std::isfinite(best)) best_scale.push_back({sweep_label(key), n, best});
+    plot.curves.push_back(std::move(curve));
   }
+  if (with_plots)
+    pending.add_drawable(std::move(plot),
+                         "Test accuracy against c (log axis) for each sequence length N, as in the papers' Fig. 1.",
+                         blocks);
+  blocks.push_back(std::move(table));
+  Table best_table;
+  best_table.header = {"N", "best c (highest mean accuracy)", "1/sqrt(N)", "best c · sqrt(N)"};
+  for (const BestScale& b : best_scale) {
+    best_table.rows.push_back({b.label, format_number(b.c), format_number(1 / std::sqrt(double(b.N))),
+                               format_number(b.c * std::sqrt(double(b.N)))});
+  }
+  blocks.push_back(std::move(best_table));
+  return best_scale;
+}
 
-  // Figures 6-7: one head's attention map of the final softmax and x^3/sqrt(N) models.
+// Figures 6-7: one head's attention map of the final softmax and x^3/sqrt(N) models.
+void add_attention_maps(const fs::path& folder, bool with_plots, std::vector<Block>& blocks, PendingFigures& pending,
+                        const AttentionMapReader& read_attention_map, long long map_layer, long long map_head) {
   std::vector<std::string> maps;
   for (std::string_view name : {"softmax", "poly3_scaled", "poly3"}) {
     std::error_code error;
     if (fs::exists(folder / fmt::format("attention-{}.safetensors", name), error)) maps.emplace_back(name);
   }
-  if (!maps.empty() && !read_attention_map) {
+  if (maps.empty()) return;
+  if (!read_attention_map) {
     blocks.push_back(
         Notice{fmt::format("attention maps of {} are in {} but no safetensors reader was given: "
                            "`attncheck report` draws them",
                            fmt::join(maps, ", "), folder.string())});
-  } else if (!maps.empty()) {
-    blocks.push_back(
-        Heading{3,
-                fmt::format("Figures 6-7: attention maps (layer {}, head {}, first test digit)", map_layer, map_head),
-                "vit-maps"});
-    for (const std::string& name : maps) {
-      const fs::path file = folder / fmt::format("attention-{}.safetensors", name);
-      const AttentionMatrix matrix = read_attention_map(file, fmt::format("layer.{}", map_layer), map_head);
-      const bool signed_scale = name != "softmax";
-      PlotSpec plot{fmt::format("vit-map-{}", name),
-                    fmt::format("{}: attention of layer {}, head {}", activation_label(name), map_layer, map_head),
-                    "key j",
-                    "query i",
-                    false,
-                    false,
-                    {},
-                    HeatMap{matrix.N, matrix.N, matrix.values, signed_scale}};
-      if (with_plots)
-        pending.add_drawable(std::move(plot),
-                             fmt::format("{} ({}): {} colour scale.", activation_label(name), file.filename().string(),
-                                         signed_scale ? "signed, centred at 0 (red negative, blue positive)"
-                                                      : "0 (white) to the largest weight"),
-                             document.blocks);
-    }
+    return;
   }
+  blocks.push_back(
+      Heading{3, fmt::format("Figures 6-7: attention maps (layer {}, head {}, first test digit)", map_layer, map_head),
+              "vit-maps"});
+  for (const std::string& name : maps) {
+    const fs::path file = folder / fmt::format("attention-{}.safetensors", name);
+    const AttentionMatrix matrix = read_attention_map(file, fmt::format("layer.{}", map_layer), map_head);
+    const bool signed_scale = name != "softmax";
+    PlotSpec plot{fmt::format("vit-map-{}", name),
+                  fmt::format("{}: attention of layer {}, head {}", activation_label(name), map_layer, map_head),
+                  "key j",
+                  "query i",
+                  false,
+                  false,
+                  {},
+                  HeatMap{matrix.N, matrix.N, matrix.values, signed_scale}};
+    if (with_plots)
+      pending.add_drawable(std::move(plot),
+                           fmt::format("{} ({}): {} colour scale.", activation_label(name), file.filename().string(),
+                                       signed_scale ? "signed, centred at 0 (red negative, blue positive)"
+                                                    : "0 (white) to the largest weight"),
+                           blocks);
+  }
+}
 
-  // What agrees with the papers and what does not, from the numbers above.
+// Table 1 in words: x^3/sqrt(N) against softmax, and x^3 unscaled.
+std::vector<std::string> accuracy_findings(const std::map<std::string, ActivationSummary>& summaries) {
   std::vector<std::string> findings;
   const auto summary_of = [&](const char* name) -> const ActivationSummary* {
     const auto found = summaries.find(name);
@@ -384,7 +397,12 @@ void add_vit_section(const VitResults& results, const fs::path& folder, bool wit
         unscaled->diverged, unscaled->runs, estimate_text(unscaled->accuracy), estimate_text(softmax->accuracy),
         z_text(z)));
   }
-  // Figs. 2-3 in words: per layer and norm, x^3, x^3/sqrt(N) and softmax at the last step each recorded.
+  return findings;
+}
+
+// Figs. 2-3 in words: per layer and norm, x^3, x^3/sqrt(N) and softmax at the last step each recorded.
+std::vector<std::string> norm_findings(const VitResults& results, const std::set<long long>& layers) {
+  std::vector<std::string> findings;
   for (bool jacobian : {false, true}) {
     const char* quantity = jacobian ? "||dA/dS||_F" : "||A||_F";
     for (long long layer : layers) {
@@ -415,25 +433,51 @@ void add_vit_section(const VitResults& results, const fs::path& folder, bool wit
           agrees ? "agrees" : "does not agree"));
     }
   }
-  if (best_scale.size() >= 2) {
-    bool shrinks = true;
-    for (std::size_t i = 1; i < best_scale.size(); ++i)
-      shrinks = shrinks && best_scale[i].second <= best_scale[i - 1].second;
-    const bool strictly = best_scale.back().second < best_scale.front().second;
-    std::string where;
-    for (const auto& [key, c] : best_scale) {
-      where += fmt::format("{}N = {}: best c = {} = {} / sqrt(N)", where.empty() ? "" : "; ", sweep_label(key),
-                           format_number(c), format_number(c * std::sqrt(double(key.first)), 3));
-    }
-    findings.push_back(fmt::format(
-        "The best scale c shrinks as N grows (Fig. 1): {}. {}. The best c is the grid point of highest mean "
-        "accuracy; neighbouring points within their standard errors are as good.",
-        shrinks && strictly ? "agrees" : "not reproduced at this scale", where));
+  return findings;
+}
+
+// Fig. 1 in words: does the best c shrink as N grows?
+std::optional<std::string> scale_finding(const std::vector<BestScale>& best_scale) {
+  if (best_scale.size() < 2) return std::nullopt;
+  bool shrinks = true;
+  for (std::size_t i = 1; i < best_scale.size(); ++i) shrinks = shrinks && best_scale[i].c <= best_scale[i - 1].c;
+  const bool strictly = best_scale.back().c < best_scale.front().c;
+  std::string where;
+  for (const BestScale& b : best_scale) {
+    where += fmt::format("{}N = {}: best c = {} = {} / sqrt(N)", where.empty() ? "" : "; ", b.label, format_number(b.c),
+                         format_number(b.c * std::sqrt(double(b.N)), 3));
   }
-  if (!findings.empty()) {
-    blocks.push_back(Heading{3, "Agreement with the papers (diagnostic: a small model, few seeds)", "vit-agreement"});
-    for (const std::string& f : findings) blocks.push_back(Paragraph{f});
-  }
+  return fmt::format(
+      "The best scale c shrinks as N grows (Fig. 1): {}. {}. The best c is the grid point of highest mean "
+      "accuracy; neighbouring points within their standard errors are as good.",
+      shrinks && strictly ? "agrees" : "not reproduced at this scale", where);
+}
+
+}  // namespace
+
+void add_vit_section(const VitResults& results, const fs::path& folder, bool with_plots, Document& document,
+                     PendingFigures& pending, const AttentionMapReader& read_attention_map, long long map_layer,
+                     long long map_head) {
+  auto& blocks = document.blocks;
+  blocks.push_back(Heading{2, "ViT on the digits: the papers' figures at small scale", "vit"});
+  blocks.push_back(Facts{{{"results", (folder / kVitResultsName).string()},
+                          {"command", results.command},
+                          {"date", results.date},
+                          {"wall time", fmt::format("{:.0f} s", results.wall_seconds)},
+                          {"runs", fmt::format("{}", results.runs.size())}}});
+  const std::map<std::string, ActivationSummary> summaries = add_accuracy_table(results, blocks);
+  const std::set<long long> layers = traced_layers(results);
+  add_norm_figures(results, layers, with_plots, blocks, pending);
+  const std::vector<BestScale> best_scale = add_scale_sweep(results, with_plots, blocks, pending);
+  add_attention_maps(folder, with_plots, blocks, pending, read_attention_map, map_layer, map_head);
+
+  // What agrees with the papers and what does not, from the numbers above.
+  std::vector<std::string> findings = accuracy_findings(summaries);
+  for (std::string& f : norm_findings(results, layers)) findings.push_back(std::move(f));
+  if (auto f = scale_finding(best_scale)) findings.push_back(std::move(*f));
+  if (findings.empty()) return;
+  blocks.push_back(Heading{3, "Agreement with the papers (diagnostic: a small model, few seeds)", "vit-agreement"});
+  for (const std::string& f : findings) blocks.push_back(Paragraph{f});
 }
 
 }  // namespace attncheck::reports
