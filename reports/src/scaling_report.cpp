@@ -725,13 +725,9 @@ void add_reading_comparison(const std::vector<records::Series>& series, const st
   blocks.push_back(std::move(values));
 }
 
-}  // namespace
-
-void add_scaling_section(const records::ResultsFolder& results, bool with_plots, Document& document,
-                         PendingFigures& pending) {
+// The summary: how verdicts are reached, the tally of words, and a row per series.
+void add_summary(const records::ResultsFolder& results, std::vector<Block>& blocks) {
   const std::vector<records::Series>& series = results.series;
-  auto& blocks = document.blocks;
-
   blocks.push_back(Heading{2, "Summary", "summary"});
   blocks.push_back(Paragraph{
       "Each series is a Monte Carlo estimate of an expected norm (C7: of a row sum or row mean) at several sequence "
@@ -785,7 +781,9 @@ void add_scaling_section(const records::ResultsFolder& results, bool with_plots,
     blocks.push_back(Paragraph{tally + "."});
     blocks.push_back(std::move(summary));
   }
+}
 
+void add_provenance(const records::ResultsFolder& results, std::vector<Block>& blocks) {
   const records::Provenance& run = results.provenance;
   blocks.push_back(Heading{2, "Provenance", "provenance"});
   Facts provenance;
@@ -807,8 +805,10 @@ void add_scaling_section(const records::ResultsFolder& results, bool with_plots,
         "and z-scores.",
         (results.folder / "points.jsonl").string())});
   }
+}
 
-  // Claims in the order of THEORY.md's table (C1..C9, then others), series in file order within a claim.
+// Claims in the order of THEORY.md's table (C1..C9, then others).
+std::vector<std::string> claims_in_order(const std::vector<records::Series>& series) {
   std::vector<std::string> claims;
   for (const records::Series& s : series) {
     if (std::find(claims.begin(), claims.end(), s.key.claim) == claims.end()) claims.push_back(s.key.claim);
@@ -816,8 +816,90 @@ void add_scaling_section(const records::ResultsFolder& results, bool with_plots,
   std::sort(claims.begin(), claims.end(), [](const std::string& a, const std::string& b) {
     return std::make_pair(!records::find_claim(a), a) < std::make_pair(!records::find_claim(b), b);
   });
+  return claims;
+}
+
+std::string series_figure_caption(const records::Series& s, std::size_t i) {
+  const auto a = compensating_exponent(s);
+  const std::string exact_part =
+      has_exact(s) && s.fit_of == "mean"
+          ? "; black dashes: from the exact second moment (sqrt(E||F||^2), an upper bound on "
+            "E||F|| by Jensen's inequality), circles on the right"
+          : "";
+  return fmt::format(
+      "Series {} (verdict {}). {}Middle: the local exponent, the slope of log {} between neighbouring "
+      "points, with its 95% band; it converges to the exponent as {} grows; green: the local exponent "
+      "over the last doublings that the verdict reads, with its interval; dashed: the claimed exponent. "
+      "Right: {} against {} on log-log axes with its 95% band, the finite-N fit (diagnostic, never "
+      "decides) and the claimed slope through the points' centroid{}.",
+      i + 1, verdict_with_basis(s),
+      a ? fmt::format("Left: the estimates divided by {}^{} ({}), with 95% bands: flat means the "
+                      "exponent is {}, a drift is the finite-{} bias. ",
+                      x_name(s), format_number(a->first), a->second, format_number(a->first), x_name(s))
+        : std::string(),
+      fitted_symbol(s), x_name(s), fitted_symbol(s), x_name(s), exact_part);
+}
+
+// What the points' table is checked against: a closed form, a deterministic bound, or nothing.
+Paragraph exact_values_note(const records::Series& s) {
+  if (has_exact(s)) {
+    return Paragraph{
+        "Jensen ratio: E||.||_F / sqrt(E||.||_F^2) with the exact second moment; at most 1 (Jensen), and near 1 "
+        "when the norm hardly fluctuates. The z column compares the estimated second moment with the exact one "
+        "(beyond the alarm's limit, Bonferroni's over the folder's judged points, it would point at an error)."};
+  }
+  if (std::any_of(s.points.begin(), s.points.end(), [](const auto& p) { return p && p->sample_bound; })) {
+    return Paragraph{
+        "No closed form of the expectation is known; every input obeys a deterministic bound (THEORY.md, \"Bounds "
+        "in N\"), so every sample is checked against it (a sample above it would be a failure of the tool)."};
+  }
+  return Paragraph{"No exact values are known for this series."};
+}
+
+// One series: its verdict and why, the diagnostic fit, its configuration, figure, points and provenance.
+void add_series(const records::Series& s, std::size_t i, const records::Provenance& run, bool with_plots,
+                std::vector<Block>& blocks, PendingFigures& pending) {
+  blocks.push_back(Heading{3, fmt::format("Series {}: {}", i + 1, s.key.label()), series_anchor(i)});
+  blocks.push_back(Paragraph{fmt::format("Verdict: {} (basis: {}{}). {}", verdict_word(s), basis_text(s),
+                                         s.counts_for_exit ? "" : "; reported only, not counted for the exit code",
+                                         verdict_reason(s))});
+  if (s.finding) blocks.push_back(Paragraph{fmt::format("Finding: {}.", *s.finding)});
+  if (s.slope) {
+    blocks.push_back(
+        Paragraph{fmt::format("Finite-N fit (diagnostic, never decides): slope {}; Jensen ratio "
+                              "E||F|| / sqrt(E||F||^2) from the first to the last point: {}.",
+                              slope_text(s), jensen_drift_text(s))});
+  }
+  blocks.push_back(configuration_facts(s));
+  if (const auto miss = fit_miss_factor(s); miss && *miss > 2) {
+    blocks.push_back(Notice{fmt::format(
+        "the stored fit exp({}) {}^{} misses the estimates by a factor {} at their centroid; a least-squares "
+        "line passes through it. Is the intercept a natural logarithm? The slope and verdict do not depend on it.",
+        format_number(*s.intercept), x_name(s), format_number(*s.slope), format_number(*miss, 3))});
+  }
+  if (with_plots) pending.add(series_plot(s, i), series_figure_caption(s, i), blocks);
+  blocks.push_back(points_table(s));
+  blocks.push_back(exact_values_note(s));
+  if (std::any_of(s.points.begin(), s.points.end(), [](const auto& p) { return p && !p->se_reliable; })) {
+    blocks.push_back(
+        Notice{"the standard error of at least one point is marked unreliable (heavy tails: the "
+               "batch-means and plain SE disagree); its interval may be too narrow."});
+  }
+  blocks.push_back(Paragraph{"Provenance of this series:"});
+  blocks.push_back(series_provenance(s, run));
+}
+
+}  // namespace
+
+void add_scaling_section(const records::ResultsFolder& results, bool with_plots, Document& document,
+                         PendingFigures& pending) {
+  const std::vector<records::Series>& series = results.series;
+  auto& blocks = document.blocks;
+  add_summary(results, blocks);
+  add_provenance(results, blocks);
+  // Series in file order within a claim.
   std::size_t claim_figures = 0;
-  for (const std::string& claim : claims) {
+  for (const std::string& claim : claims_in_order(series)) {
     blocks.push_back(Heading{2, "Claim " + claim_title(claim), "claim-" + claim});
     if (const auto statement = records::find_claim(claim)) {
       blocks.push_back(Paragraph{fmt::format("Statement: {}", statement->statement)});
@@ -841,72 +923,7 @@ void add_scaling_section(const records::ResultsFolder& results, bool with_plots,
                     blocks);
       }
     }
-    for (std::size_t i : members) {
-      const records::Series& s = series[i];
-      blocks.push_back(Heading{3, fmt::format("Series {}: {}", i + 1, s.key.label()), series_anchor(i)});
-      blocks.push_back(Paragraph{fmt::format("Verdict: {} (basis: {}{}). {}", verdict_word(s), basis_text(s),
-                                             s.counts_for_exit ? "" : "; reported only, not counted for the exit code",
-                                             verdict_reason(s))});
-      if (s.finding) blocks.push_back(Paragraph{fmt::format("Finding: {}.", *s.finding)});
-      if (s.slope) {
-        blocks.push_back(
-            Paragraph{fmt::format("Finite-N fit (diagnostic, never decides): slope {}; Jensen ratio "
-                                  "E||F|| / sqrt(E||F||^2) from the first to the last point: {}.",
-                                  slope_text(s), jensen_drift_text(s))});
-      }
-      blocks.push_back(configuration_facts(s));
-      if (const auto miss = fit_miss_factor(s); miss && *miss > 2) {
-        blocks.push_back(Notice{fmt::format(
-            "the stored fit exp({}) {}^{} misses the estimates by a factor {} at their centroid; a least-squares "
-            "line passes through it. Is the intercept a natural logarithm? The slope and verdict do not depend on it.",
-            format_number(*s.intercept), x_name(s), format_number(*s.slope), format_number(*miss, 3))});
-      }
-      if (with_plots) {
-        const auto a = compensating_exponent(s);
-        const std::string exact_part =
-            has_exact(s) && s.fit_of == "mean"
-                ? "; black dashes: from the exact second moment (sqrt(E||F||^2), an upper bound on "
-                  "E||F|| by Jensen's inequality), circles on the right"
-                : "";
-        pending.add(
-            series_plot(s, i),
-            fmt::format(
-                "Series {} (verdict {}). {}Middle: the local exponent, the slope of log {} between neighbouring "
-                "points, with its 95% band; it converges to the exponent as {} grows; green: the local exponent "
-                "over the last doublings that the verdict reads, with its interval; dashed: the claimed exponent. "
-                "Right: {} against {} on log-log axes with its 95% band, the finite-N fit (diagnostic, never "
-                "decides) and the claimed slope through the points' centroid{}.",
-                i + 1, verdict_with_basis(s),
-                a ? fmt::format("Left: the estimates divided by {}^{} ({}), with 95% bands: flat means the "
-                                "exponent is {}, a drift is the finite-{} bias. ",
-                                x_name(s), format_number(a->first), a->second, format_number(a->first), x_name(s))
-                  : std::string(),
-                fitted_symbol(s), x_name(s), fitted_symbol(s), x_name(s), exact_part),
-            blocks);
-      }
-      blocks.push_back(points_table(s));
-      if (has_exact(s)) {
-        blocks.push_back(Paragraph{
-            "Jensen ratio: E||.||_F / sqrt(E||.||_F^2) with the exact second moment; at most 1 (Jensen), and near 1 "
-            "when the norm hardly fluctuates. The z column compares the estimated second moment with the exact one "
-            "(beyond the alarm's limit, Bonferroni's over the folder's judged points, it would point at an error)."});
-      } else if (std::any_of(s.points.begin(), s.points.end(), [](const auto& p) { return p && p->sample_bound; })) {
-        blocks.push_back(Paragraph{
-            "No closed form of the expectation is known; every input obeys a deterministic bound (THEORY.md, \"Bounds "
-            "in N\"), so every sample is checked against it (a sample above it would be a failure of the tool)."});
-      } else {
-        blocks.push_back(Paragraph{"No exact values are known for this series."});
-      }
-      const bool unreliable =
-          std::any_of(s.points.begin(), s.points.end(), [](const auto& p) { return p && !p->se_reliable; });
-      if (unreliable) {
-        blocks.push_back(
-            Notice{"the standard error of at least one point is marked unreliable (heavy tails: the "
-                   "batch-means and plain SE disagree); its interval may be too narrow."});
-      }
-      blocks.push_back(Paragraph{"Provenance of this series:"});
-      blocks.push_back(series_provenance(s, run));
-    }
+    for (std::size_t i : members) add_series(series[i], i, results.provenance, with_plots, blocks, pending);
   }
 }
 
