@@ -87,16 +87,8 @@ void add_checkpoint_maps(const Model& model, const std::vector<ProbeRecord>& rec
   }
 }
 
-}  // namespace
-
-void add_probe_section(const std::vector<ProbeRecord>& records, const std::filesystem::path& log, bool with_plots,
-                       Document& document, PendingFigures& pending) {
-  add_probe_section({ProbeLog{log, "", records}}, with_plots, document, pending);
-}
-
-void add_probe_section(const std::vector<ProbeLog>& logs, bool with_plots, Document& document,
-                       PendingFigures& pending) {
-  auto& blocks = document.blocks;
+// The models of every log: one per trained activation of each run.
+std::vector<Model> models_of(const std::vector<ProbeLog>& logs) {
   std::vector<Model> models;
   std::map<std::string, int> runs_of_activation;
   for (std::size_t l = 0; l < logs.size(); ++l) {
@@ -105,8 +97,12 @@ void add_probe_section(const std::vector<ProbeLog>& logs, bool with_plots, Docum
       models.push_back(Model{label, l, runs_of_activation[series.activation]++, std::move(series)});
     }
   }
-  blocks.push_back(
-      Heading{2, logs.size() == 1 ? "Probes during training" : "Probes during training: runs compared", "probes"});
+  return models;
+}
+
+// What each log holds. Returns the number of records over all logs.
+std::size_t add_log_facts(const std::vector<ProbeLog>& logs, const std::vector<Model>& models,
+                          std::vector<Block>& blocks) {
   std::size_t total_records = 0;
   for (const ProbeLog& log : logs) {
     std::set<std::string> checkpoints;
@@ -131,38 +127,35 @@ void add_probe_section(const std::vector<ProbeLog>& logs, bool with_plots, Docum
     if (log.records.empty()) blocks.push_back(Notice{fmt::format("{} has no records yet.", log.path.string())});
     total_records += log.records.size();
   }
-  if (total_records == 0) return;
-  blocks.push_back(Paragraph{
-      "Each value is the mean over all probed layers and heads of a checkpoint, with the range [min, max] over "
-      "them (the shaded band in the plots); these are measurements of the given checkpoints, not estimates, so "
-      "they carry no standard error. The ||A||_F columns evaluate each activation on the same scores of the "
-      "model; the model's own activation is the one it was trained with. Each activation has one colour in "
-      "every plot of this report."});
+  return total_records;
+}
 
-  if (logs.size() > 1) {
-    // The runs' end points in one table: what the plots below show over training, at the last checkpoint.
-    Table ends;
-    ends.header = {"run",
-                   "trained activation",
-                   "checkpoints",
-                   "last step",
-                   "own ||A||_F at the last step, mean [min, max]",
-                   "own ||dA/dS||_F at the last step, mean [min, max]"};
-    for (const Model& model : models) {
-      if (model.series.steps.empty()) continue;
-      const ProbeStep& last = model.series.steps.back();
-      const auto own_attention = own_attention_quantity(model.series.activation);
-      const auto own_gradient = own_gradient_quantity(model.series.activation);
-      ends.rows.push_back({logs[model.log].run, model.series.activation, fmt::format("{}", model.series.steps.size()),
-                           last.step ? fmt::format("{}", *last.step) : "-",
-                           own_attention ? summary_text(last.summary(*own_attention)) : "-",
-                           own_gradient ? summary_text(last.summary(*own_gradient)) : "-"});
-    }
-    blocks.push_back(Heading{3, "The runs at their last checkpoints", "probes-runs"});
-    blocks.push_back(std::move(ends));
+// The runs' end points in one table: what the plots show over training, at the last checkpoint.
+void add_run_ends(const std::vector<ProbeLog>& logs, const std::vector<Model>& models, std::vector<Block>& blocks) {
+  Table ends;
+  ends.header = {"run",
+                 "trained activation",
+                 "checkpoints",
+                 "last step",
+                 "own ||A||_F at the last step, mean [min, max]",
+                 "own ||dA/dS||_F at the last step, mean [min, max]"};
+  for (const Model& model : models) {
+    if (model.series.steps.empty()) continue;
+    const ProbeStep& last = model.series.steps.back();
+    const auto own_attention = own_attention_quantity(model.series.activation);
+    const auto own_gradient = own_gradient_quantity(model.series.activation);
+    ends.rows.push_back({logs[model.log].run, model.series.activation, fmt::format("{}", model.series.steps.size()),
+                         last.step ? fmt::format("{}", *last.step) : "-",
+                         own_attention ? summary_text(last.summary(*own_attention)) : "-",
+                         own_gradient ? summary_text(last.summary(*own_gradient)) : "-"});
   }
+  blocks.push_back(Heading{3, "The runs at their last checkpoints", "probes-runs"});
+  blocks.push_back(std::move(ends));
+}
 
-  // The papers' Fig. 2 and Fig. 3: the models side by side, each with its own activation.
+// The papers' Fig. 2 and Fig. 3: the models side by side, each with its own activation.
+void add_own_activation_figures(const std::vector<Model>& models, bool with_plots, std::vector<Block>& blocks,
+                                PendingFigures& pending) {
   const bool steps_known =
       std::all_of(models.begin(), models.end(), [](const Model& m) { return m.series.steps_known; });
   PlotSpec own_norm{"probe-attention",
@@ -202,7 +195,7 @@ void add_probe_section(const std::vector<ProbeLog>& logs, bool with_plots, Docum
           own_norm,
           "||A||_F of each model's own activation against training (log y axis), as in the papers' Fig. 2: "
           "the line is the mean over layers and heads, the shaded band their min to max.",
-          document.blocks);
+          blocks);
   }
   if (!own_grad.curves.empty()) {
     if (with_plots)
@@ -210,60 +203,90 @@ void add_probe_section(const std::vector<ProbeLog>& logs, bool with_plots, Docum
           own_grad,
           "||dA/dS||_F of each model's own activation against training (log y axis), as in the papers' "
           "Fig. 3: the line is the mean over layers and heads, the shaded band their min to max.",
-          document.blocks);
+          blocks);
   }
+}
 
+// One model: every activation on its scores, its first and last layer x head maps, and its checkpoints' table.
+void add_model(const Model& entry, std::size_t m, const std::vector<ProbeRecord>& records, bool with_plots,
+               Document& document, PendingFigures& pending) {
+  auto& blocks = document.blocks;
+  const ProbeSeries& model = entry.series;
+  blocks.push_back(Heading{3, "Model " + entry.label, fmt::format("probe-model-{}", m + 1)});
+  if (!model.steps_known) {
+    blocks.push_back(Notice{"some checkpoints of this model have no step: they are placed in the order of the log."});
+  }
+  for (const bool gradient : {false, true}) {
+    const auto own = gradient ? own_gradient_quantity(model.activation) : own_attention_quantity(model.activation);
+    const std::string norm = gradient ? "||dA/dS||_F" : "||A||_F";
+    PlotSpec plot{fmt::format("probe-model{}-{}", m + 1, gradient ? "gradient" : "attention"),
+                  fmt::format("{}: {} of each activation on its scores", entry.label, norm),
+                  x_label(model),
+                  norm + " (mean over layers and heads)",
+                  false,
+                  true,
+                  {}};
+    if (own) plot.curves.push_back(min_max_band(model, *own, activation_colour(model.activation)));
+    for (ProbeQuantity q : gradient ? kScoreGradientQuantities : kAttentionQuantities) {
+      plot.curves.push_back(mean_curve(model, q, std::string(probe_meaning(q)),
+                                       own == q ? CurveStyle::line_with_points : CurveStyle::dashed_line));
+      plot.curves.back().colour = activation_colour(probe_activation(q));
+    }
+    if (with_plots)
+      pending.add_drawable(
+          plot,
+          gradient ? "Jacobian norms in the scores of every activation on this model's scores (solid: its own, "
+                     "with the band from its min to its max over layers and heads)."
+                   : "||A||_F of every activation evaluated on this model's scores (solid: its own activation, "
+                     "with the band from its min to its max over layers and heads).",
+          blocks);
+  }
+  add_checkpoint_maps(entry, records, m, with_plots, document, pending);
+
+  Table table;
+  table.header = {"step", "checkpoint", "layer-heads"};
+  std::vector<ProbeQuantity> present;
+  for (int index = 0; index < kProbeQuantityCount; ++index) {
+    const auto q = static_cast<ProbeQuantity>(index);
+    const bool any = std::any_of(model.steps.begin(), model.steps.end(),
+                                 [q](const ProbeStep& s) { return s.summary(q).has_value(); });
+    if (!any) continue;
+    present.push_back(q);
+    table.header.push_back(fmt::format("{} mean [min, max]", probe_meaning(q)));
+  }
+  for (const ProbeStep& step : model.steps) {
+    std::vector<std::string> row = {step.step ? fmt::format("{}", *step.step) : "-", step.checkpoint,
+                                    fmt::format("{}", step.heads)};
+    for (ProbeQuantity q : present) row.push_back(summary_text(step.summary(q)));
+    table.rows.push_back(std::move(row));
+  }
+  blocks.push_back(std::move(table));
+}
+
+}  // namespace
+
+void add_probe_section(const std::vector<ProbeRecord>& records, const std::filesystem::path& log, bool with_plots,
+                       Document& document, PendingFigures& pending) {
+  add_probe_section({ProbeLog{log, "", records}}, with_plots, document, pending);
+}
+
+void add_probe_section(const std::vector<ProbeLog>& logs, bool with_plots, Document& document,
+                       PendingFigures& pending) {
+  auto& blocks = document.blocks;
+  const std::vector<Model> models = models_of(logs);
+  blocks.push_back(
+      Heading{2, logs.size() == 1 ? "Probes during training" : "Probes during training: runs compared", "probes"});
+  if (add_log_facts(logs, models, blocks) == 0) return;
+  blocks.push_back(Paragraph{
+      "Each value is the mean over all probed layers and heads of a checkpoint, with the range [min, max] over "
+      "them (the shaded band in the plots); these are measurements of the given checkpoints, not estimates, so "
+      "they carry no standard error. The ||A||_F columns evaluate each activation on the same scores of the "
+      "model; the model's own activation is the one it was trained with. Each activation has one colour in "
+      "every plot of this report."});
+  if (logs.size() > 1) add_run_ends(logs, models, blocks);
+  add_own_activation_figures(models, with_plots, blocks, pending);
   for (std::size_t m = 0; m < models.size(); ++m) {
-    const ProbeSeries& model = models[m].series;
-    blocks.push_back(Heading{3, "Model " + models[m].label, fmt::format("probe-model-{}", m + 1)});
-    if (!model.steps_known) {
-      blocks.push_back(Notice{"some checkpoints of this model have no step: they are placed in the order of the log."});
-    }
-    for (const bool gradient : {false, true}) {
-      const auto own = gradient ? own_gradient_quantity(model.activation) : own_attention_quantity(model.activation);
-      const std::string norm = gradient ? "||dA/dS||_F" : "||A||_F";
-      PlotSpec plot{fmt::format("probe-model{}-{}", m + 1, gradient ? "gradient" : "attention"),
-                    fmt::format("{}: {} of each activation on its scores", models[m].label, norm),
-                    x_label(model),
-                    norm + " (mean over layers and heads)",
-                    false,
-                    true,
-                    {}};
-      if (own) plot.curves.push_back(min_max_band(model, *own, activation_colour(model.activation)));
-      for (ProbeQuantity q : gradient ? kScoreGradientQuantities : kAttentionQuantities) {
-        plot.curves.push_back(mean_curve(model, q, std::string(probe_meaning(q)),
-                                         own == q ? CurveStyle::line_with_points : CurveStyle::dashed_line));
-        plot.curves.back().colour = activation_colour(probe_activation(q));
-      }
-      if (with_plots)
-        pending.add_drawable(
-            plot,
-            gradient ? "Jacobian norms in the scores of every activation on this model's scores (solid: its own, "
-                       "with the band from its min to its max over layers and heads)."
-                     : "||A||_F of every activation evaluated on this model's scores (solid: its own activation, "
-                       "with the band from its min to its max over layers and heads).",
-            document.blocks);
-    }
-    add_checkpoint_maps(models[m], logs[models[m].log].records, m, with_plots, document, pending);
-
-    Table table;
-    table.header = {"step", "checkpoint", "layer-heads"};
-    std::vector<ProbeQuantity> present;
-    for (int index = 0; index < kProbeQuantityCount; ++index) {
-      const auto q = static_cast<ProbeQuantity>(index);
-      const bool any = std::any_of(model.steps.begin(), model.steps.end(),
-                                   [q](const ProbeStep& s) { return s.summary(q).has_value(); });
-      if (!any) continue;
-      present.push_back(q);
-      table.header.push_back(fmt::format("{} mean [min, max]", probe_meaning(q)));
-    }
-    for (const ProbeStep& step : model.steps) {
-      std::vector<std::string> row = {step.step ? fmt::format("{}", *step.step) : "-", step.checkpoint,
-                                      fmt::format("{}", step.heads)};
-      for (ProbeQuantity q : present) row.push_back(summary_text(step.summary(q)));
-      table.rows.push_back(std::move(row));
-    }
-    blocks.push_back(std::move(table));
+    add_model(models[m], m, logs[models[m].log].records, with_plots, document, pending);
   }
 }
 
