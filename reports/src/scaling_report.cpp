@@ -432,95 +432,114 @@ std::vector<std::string> verdict_notes(const records::Series& s) {
   return notes;
 }
 
-// Per series three panels, each answering one question: is y / x^a flat (compensated), does the local slope
-// settle at a, and the log-log view of the estimates with the fits.
-std::vector<PlotSpec> series_panels(const records::Series& s) {
-  std::vector<PlotSpec> panels;
-  const std::string x = x_name(s);
-  const bool norms = s.fit_of == "mean";
-  const bool second_moments =
-      norms && std::any_of(s.mean_sq.begin(), s.mean_sq.end(), [](double v) { return std::isfinite(v); });
-  const std::vector<double> fitted = norms ? s.mean : s.mean_sq;
-  const std::vector<double> fitted_se = norms ? s.se : s.se_sq;
-  const std::string symbol = norms ? estimand_symbol(s.key.estimand) : fitted_symbol(s);
+// What a series' panels draw: the fitted quantity (E||F|| or E||F||^2) with its SEs and symbol, and whether the
+// second moments give a cross-check.
+struct SeriesValues {
+  bool norms = false, second_moments = false;
+  std::vector<double> fitted, fitted_se;
+  std::string symbol;
+};
 
-  if (const auto a = compensating_exponent(s)) {
-    PlotSpec panel;
-    panel.title = fmt::format("compensated by {}^{} ({})", x, format_number(a->first), a->second);
-    panel.x_label = x_axis_label(s);
-    panel.y_label = fmt::format("value / {}^{}", x, format_number(a->first));
-    panel.log_y = false;
-    add_compensated(panel, s, a->first, fitted, fitted_se, fmt::format("{} / {}^a, 95% band", symbol, x), 0);
-    if (second_moments) {
-      add_compensated(panel, s, a->first, square_roots(s.mean_sq), square_root_ses(s.mean_sq, s.se_sq),
-                      fmt::format("sqrt(E||.||^2) / {}^a, 95% band", x), 1);
-    }
-    if (has_exact(s) && norms) {
-      const std::vector<double> exact = exact_roots(s);
-      Curve line{fmt::format("sqrt(exact E||.||^2) / {}^a", x), CurveStyle::dashed_line, {}, {}, {}, {}, 6};
-      for (std::size_t i = 0; i < s.x.size(); ++i) {
-        if (!std::isfinite(exact[i])) continue;
-        line.x.push_back(static_cast<double>(s.x[i]));
-        line.y.push_back(exact[i] * std::pow(static_cast<double>(s.x[i]), -a->first));
-      }
-      if (!line.x.empty()) panel.curves.push_back(std::move(line));
-    }
-    if (s.claims_value && s.claimed_exponent) {
-      // An equality claim (C8: Var(q . k) = d) states the constant too: the compensated values must sit at it.
-      panel.curves.push_back(Curve{fmt::format("claimed: value / {}^a = 1", x),
-                                   CurveStyle::dashed_line,
-                                   {static_cast<double>(s.x.front()), static_cast<double>(s.x.back())},
-                                   {1, 1},
-                                   {},
-                                   {},
-                                   1});
-    }
-    panels.push_back(std::move(panel));
+SeriesValues series_values(const records::Series& s) {
+  SeriesValues v;
+  v.norms = s.fit_of == "mean";
+  v.second_moments =
+      v.norms && std::any_of(s.mean_sq.begin(), s.mean_sq.end(), [](double m) { return std::isfinite(m); });
+  v.fitted = v.norms ? s.mean : s.mean_sq;
+  v.fitted_se = v.norms ? s.se : s.se_sq;
+  v.symbol = v.norms ? estimand_symbol(s.key.estimand) : fitted_symbol(s);
+  return v;
+}
+
+// sqrt(exact E||F||^2) at each x where it is known, times x^power.
+Curve exact_root_curve(const records::Series& s, std::string title, CurveStyle style, double power) {
+  const std::vector<double> exact = exact_roots(s);
+  Curve curve{std::move(title), style, {}, {}, {}, {}, 6};
+  for (std::size_t i = 0; i < s.x.size(); ++i) {
+    if (!std::isfinite(exact[i])) continue;
+    curve.x.push_back(static_cast<double>(s.x[i]));
+    curve.y.push_back(exact[i] * std::pow(static_cast<double>(s.x[i]), power));
   }
+  return curve;
+}
 
+// A horizontal dashed line at y over the series' range of x.
+Curve level_line(const records::Series& s, std::string title, double y) {
+  return Curve{std::move(title),
+               CurveStyle::dashed_line,
+               {static_cast<double>(s.x.front()), static_cast<double>(s.x.back())},
+               {y, y},
+               {},
+               {},
+               1};
+}
+
+// Is y / x^a flat? (none for a series without an exponent to compensate by)
+std::optional<PlotSpec> compensated_panel(const records::Series& s, const SeriesValues& v) {
+  const auto a = compensating_exponent(s);
+  if (!a) return std::nullopt;
+  const std::string x = x_name(s);
+  PlotSpec panel;
+  panel.title = fmt::format("compensated by {}^{} ({})", x, format_number(a->first), a->second);
+  panel.x_label = x_axis_label(s);
+  panel.y_label = fmt::format("value / {}^{}", x, format_number(a->first));
+  panel.log_y = false;
+  add_compensated(panel, s, a->first, v.fitted, v.fitted_se, fmt::format("{} / {}^a, 95% band", v.symbol, x), 0);
+  if (v.second_moments) {
+    add_compensated(panel, s, a->first, square_roots(s.mean_sq), square_root_ses(s.mean_sq, s.se_sq),
+                    fmt::format("sqrt(E||.||^2) / {}^a, 95% band", x), 1);
+  }
+  if (has_exact(s) && v.norms) {
+    Curve line = exact_root_curve(s, fmt::format("sqrt(exact E||.||^2) / {}^a", x), CurveStyle::dashed_line, -a->first);
+    if (!line.x.empty()) panel.curves.push_back(std::move(line));
+  }
+  // An equality claim (C8: Var(q . k) = d) states the constant too: the compensated values must sit at it.
+  if (s.claims_value && s.claimed_exponent)
+    panel.curves.push_back(level_line(s, fmt::format("claimed: value / {}^a = 1", x), 1));
+  return panel;
+}
+
+// Does the local slope settle at a? With the verdict's window, exponent and interval.
+std::optional<PlotSpec> local_slope_panel(const records::Series& s, const SeriesValues& v) {
   PlotSpec local;
-  local.title = fmt::format("local slope d log y / d log {}", x);
+  local.title = fmt::format("local slope d log y / d log {}", x_name(s));
   local.x_label = x_axis_label(s);
   local.y_label = "local exponent";
   local.log_y = false;
-  add_local_slopes(local, s, fitted, &fitted_se, fmt::format("of {}, 95% band", symbol), CurveStyle::line_with_points,
-                   0);
-  if (has_exact(s) && norms) {
+  add_local_slopes(local, s, v.fitted, &v.fitted_se, fmt::format("of {}, 95% band", v.symbol),
+                   CurveStyle::line_with_points, 0);
+  if (has_exact(s) && v.norms) {
     add_local_slopes(local, s, exact_roots(s), nullptr, "of sqrt(exact E||.||^2)", CurveStyle::dashed_line, 6);
   }
-  if (!local.curves.empty()) {
-    if (s.local_exponent && s.local_exponent->exponent && s.local_exponent->interval &&
-        s.local_exponent->window.size() >= 2) {
-      const records::LocalExponentRecord& r = *s.local_exponent;
-      const double lo = r.window.front(), hi = r.window.back();
-      local.curves.push_back(Curve{"",
-                                   CurveStyle::band,
-                                   {lo, hi},
-                                   {*r.exponent, *r.exponent},
-                                   {r.interval->first, r.interval->first},
-                                   {r.interval->second, r.interval->second},
-                                   2});
-      // Its numbers are in the figure's note; the legend stays short enough not to run into the next panel.
-      local.curves.push_back(Curve{"the verdict's local exponent and interval",
-                                   CurveStyle::line,
-                                   {lo, hi},
-                                   {*r.exponent, *r.exponent},
-                                   {},
-                                   {},
-                                   2});
-    }
-    if (s.claimed_exponent) {
-      local.curves.push_back(Curve{fmt::format("claimed a = {}", format_number(*s.claimed_exponent)),
-                                   CurveStyle::dashed_line,
-                                   {static_cast<double>(s.x.front()), static_cast<double>(s.x.back())},
-                                   {*s.claimed_exponent, *s.claimed_exponent},
-                                   {},
-                                   {},
-                                   1});
-    }
-    panels.push_back(std::move(local));
+  if (local.curves.empty()) return std::nullopt;
+  if (s.local_exponent && s.local_exponent->exponent && s.local_exponent->interval &&
+      s.local_exponent->window.size() >= 2) {
+    const records::LocalExponentRecord& r = *s.local_exponent;
+    const double lo = r.window.front(), hi = r.window.back();
+    local.curves.push_back(Curve{"",
+                                 CurveStyle::band,
+                                 {lo, hi},
+                                 {*r.exponent, *r.exponent},
+                                 {r.interval->first, r.interval->first},
+                                 {r.interval->second, r.interval->second},
+                                 2});
+    // Its numbers are in the figure's note; the legend stays short enough not to run into the next panel.
+    local.curves.push_back(Curve{"the verdict's local exponent and interval",
+                                 CurveStyle::line,
+                                 {lo, hi},
+                                 {*r.exponent, *r.exponent},
+                                 {},
+                                 {},
+                                 2});
   }
+  if (s.claimed_exponent)
+    local.curves.push_back(
+        level_line(s, fmt::format("claimed a = {}", format_number(*s.claimed_exponent)), *s.claimed_exponent));
+  return local;
+}
 
+// The estimates on log-log axes with the finite-N fit, the claimed slope and the Jensen bound.
+PlotSpec log_log_panel(const records::Series& s, const SeriesValues& v) {
   PlotSpec loglog;
   loglog.title = "log-log";
   loglog.x_label = x_axis_label(s);
@@ -533,7 +552,7 @@ std::vector<PlotSpec> series_panels(const records::Series& s) {
   loglog.curves.push_back(Curve{fmt::format("{}, 95% band", fitted_symbol(s)),
                                 CurveStyle::line_with_points,
                                 {s.x.begin(), s.x.end()},
-                                fitted,
+                                v.fitted,
                                 {},
                                 {},
                                 0});
@@ -550,17 +569,19 @@ std::vector<PlotSpec> series_panels(const records::Series& s) {
                                       CurveStyle::dashed_line));
     loglog.curves.back().colour = 1;
   }
-  if (has_exact(s) && norms) {
-    const std::vector<double> exact = exact_roots(s);
-    Curve bound{"sqrt(exact E||.||^2) (Jensen bound)", CurveStyle::points, {}, {}, {}, {}, 6};
-    for (std::size_t i = 0; i < s.x.size(); ++i) {
-      if (!std::isfinite(exact[i])) continue;
-      bound.x.push_back(static_cast<double>(s.x[i]));
-      bound.y.push_back(exact[i]);
-    }
-    loglog.curves.push_back(std::move(bound));
-  }
-  panels.push_back(std::move(loglog));
+  if (has_exact(s) && v.norms)
+    loglog.curves.push_back(exact_root_curve(s, "sqrt(exact E||.||^2) (Jensen bound)", CurveStyle::points, 0));
+  return loglog;
+}
+
+// Per series three panels, each answering one question: is y / x^a flat (compensated), does the local slope
+// settle at a, and the log-log view of the estimates with the fits.
+std::vector<PlotSpec> series_panels(const records::Series& s) {
+  const SeriesValues v = series_values(s);
+  std::vector<PlotSpec> panels;
+  if (auto panel = compensated_panel(s, v)) panels.push_back(std::move(*panel));
+  if (auto panel = local_slope_panel(s, v)) panels.push_back(std::move(*panel));
+  panels.push_back(log_log_panel(s, v));
   return panels;
 }
 
