@@ -81,9 +81,9 @@ std::string reading_cell(const records::SeriesKey& key) {
   return std::string(key.reading().value_or("-"));
 }
 
-void print_human(const std::vector<records::PointRecord>& records, const std::vector<records::Series>& series,
-                 const records::Provenance& provenance, const std::vector<std::string>& claims) {
-  Flags flags;
+// The claims run and the model the points were drawn from.
+void print_claims_and_model(const std::vector<records::PointRecord>& records, const records::Provenance& provenance,
+                            const std::vector<std::string>& claims) {
   for (const std::string& id : claims) {
     const records::Claim info = mc::claim_info(id);
     fmt::print("{} ({}): {}\n", info.id, info.numbering(), info.statement);
@@ -112,6 +112,11 @@ void print_human(const std::vector<records::PointRecord>& records, const std::ve
           r0.key.sigma_t);
     }
   }
+}
+
+// One row per sweep point, and notes on stderr for what did not fit in double precision.
+void print_points(const std::vector<records::PointRecord>& records) {
+  Flags flags;
   fmt::print(
       "\nEstimates per sweep point: the estimand's expectation (E||F||_F for norms, dimensionless; E[row sum] or "
       "E[row mean] for row sums; for score-var E[sqrt(m)], m = the mean over i != j of s_ij^2, a sample's "
@@ -155,6 +160,36 @@ void print_human(const std::vector<records::PointRecord>& records, const std::ve
                "overflows double precision, so the ratio would print as 0\n",
                flags.jensen_overflow);
   }
+}
+
+// How a series' samples were checked: against a closed form by z, and against deterministic bounds sample by sample.
+void print_exact_checks(const records::Series& s) {
+  if (s.exact && s.exact->max_abs_z && std::isfinite(*s.exact->max_abs_z)) {
+    const int unjudged = s.exact->unjudged_points;
+    fmt::print(
+        "    Monte Carlo vs closed form: max |z| = {:.2f} over {} points with a reliable SE{} (alarm at |z| > "
+        "{:.2f}: "
+        "family-wise error {:g} over the folder's {} judged points, Bonferroni){}\n",
+        *s.exact->max_abs_z, s.exact->judged_points,
+        unjudged ? fmt::format(" ({} not judged: heavy tails)", unjudged) : std::string(),
+        s.exact->alarm_abs_z.value_or(NAN), s.exact->family_level.value_or(NAN), s.exact->family_points.value_or(0),
+        s.exact->confirmed ? "" : " - DISAGREES: a failure of the tool, not of the claim");
+  }
+  if (s.exact && s.exact->bound_checked_points > 0) {
+    std::string ratios;
+    if (s.exact->max_sample_over_bound)
+      ratios += fmt::format("largest sample / upper bound = {}", num(s.exact->max_sample_over_bound, "{:.4f}"));
+    if (s.exact->min_sample_over_lower_bound) {
+      ratios += fmt::format("{}smallest sample / lower bound = {}", ratios.empty() ? "" : ", ",
+                            num(s.exact->min_sample_over_lower_bound, "{:.4f}"));
+    }
+    const bool beyond = !s.exact->bound_exceeded_at.empty() || !s.exact->lower_bound_undercut_at.empty();
+    fmt::print("    deterministic bounds on every sample: {} over {} points{}\n", ratios, s.exact->bound_checked_points,
+               beyond ? " - A SAMPLE IS BEYOND ONE: a failure of the tool, not of the claim" : "");
+  }
+}
+
+void print_series(const std::vector<records::Series>& series) {
   fmt::print(
       "\nVerdicts (docs/THEORY.md, \"What a verdict is\"; tolerance {:g}). Proofs first: basis `bound`, a "
       "deterministic bound in N on every input (every sample checked against it); `exact`, a proved bound on the "
@@ -181,30 +216,7 @@ void print_human(const std::vector<records::PointRecord>& records, const std::ve
     }
     if (s.verdict_reason) fmt::print("    evidence: {}\n", *s.verdict_reason);
     if (s.finding) fmt::print("    finding: {}\n", *s.finding);
-    if (s.exact && s.exact->max_abs_z && std::isfinite(*s.exact->max_abs_z)) {
-      const int unjudged = s.exact->unjudged_points;
-      fmt::print(
-          "    Monte Carlo vs closed form: max |z| = {:.2f} over {} points with a reliable SE{} (alarm at |z| > "
-          "{:.2f}: "
-          "family-wise error {:g} over the folder's {} judged points, Bonferroni){}\n",
-          *s.exact->max_abs_z, s.exact->judged_points,
-          unjudged ? fmt::format(" ({} not judged: heavy tails)", unjudged) : std::string(),
-          s.exact->alarm_abs_z.value_or(NAN), s.exact->family_level.value_or(NAN), s.exact->family_points.value_or(0),
-          s.exact->confirmed ? "" : " - DISAGREES: a failure of the tool, not of the claim");
-    }
-    if (s.exact && s.exact->bound_checked_points > 0) {
-      std::string ratios;
-      if (s.exact->max_sample_over_bound)
-        ratios += fmt::format("largest sample / upper bound = {}", num(s.exact->max_sample_over_bound, "{:.4f}"));
-      if (s.exact->min_sample_over_lower_bound) {
-        ratios += fmt::format("{}smallest sample / lower bound = {}", ratios.empty() ? "" : ", ",
-                              num(s.exact->min_sample_over_lower_bound, "{:.4f}"));
-      }
-      const bool beyond = !s.exact->bound_exceeded_at.empty() || !s.exact->lower_bound_undercut_at.empty();
-      fmt::print("    deterministic bounds on every sample: {} over {} points{}\n", ratios,
-                 s.exact->bound_checked_points,
-                 beyond ? " - A SAMPLE IS BEYOND ONE: a failure of the tool, not of the claim" : "");
-    }
+    print_exact_checks(s);
     std::string jensen;
     if (s.jensen_first && std::isfinite(*s.jensen_first)) {
       jensen = fmt::format("; Jensen ratio {:.3f} -> {:.3f} ({})", *s.jensen_first, s.jensen_last.value_or(NAN),
@@ -213,6 +225,13 @@ void print_human(const std::vector<records::PointRecord>& records, const std::ve
     fmt::print("    finite-N fit (diagnostic): slope {} {}{}\n", num(s.slope, "{:.3f}"),
                s.slope_ci ? fmt::format("[{:.3f}, {:.3f}]", s.slope_ci->first, s.slope_ci->second) : "-", jensen);
   }
+}
+
+void print_human(const std::vector<records::PointRecord>& records, const std::vector<records::Series>& series,
+                 const records::Provenance& provenance, const std::vector<std::string>& claims) {
+  print_claims_and_model(records, provenance, claims);
+  print_points(records);
+  print_series(series);
 }
 
 // Notes on stderr (rank 0 alone speaks for the run), and the sweep's progress on the progress line.
