@@ -1,6 +1,7 @@
 // The ViT section: the papers' Figures 1-3, Table 1 and Figures 6-7 from examples/vit_digits.py's results, and
 // what of the papers' findings the small model reproduces.
 
+#include "attncheck/monte_carlo/statistics.hpp"
 #include "attncheck/records/input_file.hpp"
 #include "attncheck/reports/numbers.hpp"
 #include "attncheck/reports/report.hpp"
@@ -95,17 +96,9 @@ struct MeanSe {
   std::size_t count = 0;
 };
 MeanSe mean_se(const std::vector<double>& values) {
-  MeanSe out;
-  out.count = values.size();
-  if (values.empty()) return out;
-  double sum = 0;
-  for (double v : values) sum += v;
-  out.mean = sum / static_cast<double>(values.size());
-  if (values.size() < 2) return out;
-  double squares = 0;
-  for (double v : values) squares += (v - out.mean) * (v - out.mean);
-  out.se = std::sqrt(squares / static_cast<double>(values.size() - 1) / static_cast<double>(values.size()));
-  return out;
+  monte_carlo::Accumulator seeds;
+  for (double v : values) seeds.add(v);
+  return {values.empty() ? NAN : seeds.mean(), values.size() < 2 ? NAN : seeds.standard_error(), values.size()};
 }
 
 std::string estimate_text(const MeanSe& m) {
