@@ -3,7 +3,6 @@
 #include "attncheck/exact/bounds_survey.hpp"
 #include "attncheck/monte_carlo/cpu_backend.hpp"
 #include "attncheck/monte_carlo/distributed.hpp"
-#include "attncheck/monte_carlo/option_ranges.hpp"
 #include "attncheck/monte_carlo/proved_bounds.hpp"
 #include "attncheck/monte_carlo/results.hpp"
 #include "attncheck/monte_carlo/runner.hpp"
@@ -11,6 +10,7 @@
 #include "attncheck/monte_carlo/sweep.hpp"
 #include "attncheck/records/matrix_io.hpp"
 #include "attncheck/records/memory_budget.hpp"
+#include "attncheck/records/option_ranges.hpp"
 #include "attncheck/theory/bound_check.hpp"
 #include "attncheck/streams/random_stream.hpp"
 
@@ -28,6 +28,12 @@ namespace attncheck::monte_carlo {
 using exact::BoundsFamily;
 using exact::WorstMatrixSummary;
 using nlohmann::json;
+using records::check_integer;
+using records::check_real;
+using records::kMaxThreads;
+using records::parse_integer;
+using records::parse_integer_list;
+using records::parse_real_list;
 using theory::Index;
 using theory::InputError;
 using theory::within;

@@ -1,10 +1,10 @@
 #include "attncheck/monte_carlo/cross_norm_bounds.hpp"
 
 #include "attncheck/monte_carlo/commands.hpp"
-#include "attncheck/monte_carlo/option_ranges.hpp"
 #include "attncheck/monte_carlo/sweep.hpp"
 #include "attncheck/records/matrix_io.hpp"
 #include "attncheck/records/memory_budget.hpp"
+#include "attncheck/records/option_ranges.hpp"
 #include "attncheck/records/verdict.hpp"
 #include "attncheck/streams/parallel.hpp"
 #include "attncheck/streams/random_stream.hpp"
@@ -21,6 +21,11 @@
 namespace attncheck::monte_carlo {
 
 using nlohmann::json;
+using records::check_integer;
+using records::check_real;
+using records::kMaxThreads;
+using records::parse_real_list;
+using records::RealRange;
 using streams::derive_point_seed;
 using streams::parallel_for;
 using streams::PhiloxStream;

@@ -5,7 +5,7 @@
 
 #include "attncheck/monte_carlo/backend.hpp"
 #include "attncheck/monte_carlo/backend_registry.hpp"
-#include "attncheck/monte_carlo/option_ranges.hpp"
+#include "attncheck/records/option_ranges.hpp"
 #include "attncheck/records/results_folder.hpp"
 
 #include <nlohmann/json.hpp>
@@ -22,15 +22,14 @@ namespace attncheck::monte_carlo {
 // Ranges of `bounds` and `mc` options, shared by the command line's validators and the checks here.
 inline constexpr int kMaxBoundsTrials = 1000000;
 inline constexpr int kMaxSearchStarts = 100000;
-inline constexpr int kMaxThreads = 1024;  // far above any machine's cores; more only adds overhead
 // More samples than any point needs; the range keeps counts exact in the doubles of the statistics.
 inline constexpr std::int64_t kMaxSamples = std::int64_t{1} << 40;
 // The real-valued options' ranges.
-inline constexpr RealRange kSigmaRange{0, 1e100, true};
-inline constexpr RealRange kToleranceRange{0, 1, true};
-inline constexpr RealRange kRelativeErrorRange{0, 1, true};
-inline constexpr RealRange kSecondsRange{0, 1e9, true};
-inline constexpr RealRange kClaimedExponentRange{-64, 64};
+inline constexpr records::RealRange kSigmaRange{0, 1e100, true};
+inline constexpr records::RealRange kToleranceRange{0, 1, true};
+inline constexpr records::RealRange kRelativeErrorRange{0, 1, true};
+inline constexpr records::RealRange kSecondsRange{0, 1e9, true};
+inline constexpr records::RealRange kClaimedExponentRange{-64, 64};
 // A grid is a product: bounded before its points are built, or a few long lists would exhaust memory.
 inline constexpr std::uint64_t kMaxPoints = 100000;
 
