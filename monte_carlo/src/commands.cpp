@@ -64,16 +64,7 @@ json run_bounds(const BoundsRequest& request) {
     throw InputError(fmt::format("--N {} disagrees with --input {}, which has {} rows", *request.n, request.input, n));
   }
 
-  std::vector<BoundsFamily> families;
-  for (const std::string& name : request.families) {
-    const auto family = exact::parse_family(name);
-    if (!family || *family == BoundsFamily::input) {
-      std::string known;
-      for (auto f : exact::default_families()) known += (known.empty() ? "" : ", ") + exact::family_name(f);
-      throw InputError(fmt::format("unknown --family '{}' (known: {})", name, known));
-    }
-    families.push_back(*family);
-  }
+  std::vector<BoundsFamily> families = exact::requested_families(request.families);
   if (request.families.empty() && !input) families = exact::default_families();
   if (!families.empty()) {
     records::require_memory(exact::survey_bytes(n, threads),

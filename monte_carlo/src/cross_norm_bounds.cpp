@@ -1,5 +1,7 @@
 #include "attncheck/monte_carlo/cross_norm_bounds.hpp"
 
+#include "attncheck/exact/family_table.hpp"
+
 #include "attncheck/monte_carlo/commands.hpp"
 #include "attncheck/monte_carlo/sweep.hpp"
 #include "attncheck/records/matrix_io.hpp"
@@ -51,11 +53,7 @@ enum class Family {
   input,
 };
 
-struct FamilyInfo {
-  Family family;
-  const char* name;
-};
-constexpr std::array<FamilyInfo, 11> kFamilies{{
+constexpr exact::FamilyTable kFamilies{std::array<exact::NamedFamily<Family>, 11>{{
     {Family::gaussian_1e_3, "gaussian-1e-3"},
     {Family::gaussian_1, "gaussian-1"},
     {Family::gaussian_10, "gaussian-10"},
@@ -67,14 +65,9 @@ constexpr std::array<FamilyInfo, 11> kFamilies{{
     {Family::near_tight, "near-tight"},
     {Family::worst_case, "worst-case-search"},
     {Family::input, "input"},
-}};
+}}};
 
-const char* name_of(Family family) {
-  for (const auto& info : kFamilies) {
-    if (info.family == family) return info.name;
-  }
-  return "?";
-}
+std::string name_of(Family family) { return kFamilies.name(family); }
 
 // The five norms of facts 10-11, in this order everywhere (JSON keys, bounds, table columns).
 constexpr std::array<const char*, 5> kQuantityKeys{"column_softmax_fro", "column_grad_fro", "output_fro",
@@ -165,7 +158,7 @@ MatrixPair make_pair(Family family, Index n, Index dv, std::uint64_t seed, int t
     case Family::worst_case:
     case Family::input: break;
   }
-  throw InputError(std::string("internal: family ") + name_of(family) + " has no generator");
+  throw InputError("internal: family " + name_of(family) + " has no generator");
 }
 
 struct FamilyMaxima {
@@ -231,13 +224,6 @@ FamilyMaxima search_worst_case(Index n, Index dv, std::uint64_t seed, int starts
   out.trials = starts;
   out.search = std::move(search);
   return out;
-}
-
-std::optional<Family> parse(const std::string& name) {
-  for (const auto& info : kFamilies) {
-    if (name == info.name && info.family != Family::input) return info.family;
-  }
-  return std::nullopt;
 }
 
 Matrix read_input(const std::string& path, const std::string& what) {
@@ -316,9 +302,7 @@ json mix_section(double alpha, const Matrix& scores, const Matrix& direction, In
 
 std::vector<std::string> cross_norm_family_names() {
   std::vector<std::string> out;
-  for (const auto& info : kFamilies) {
-    if (info.family != Family::input) out.emplace_back(info.name);
-  }
+  for (const Family family : kFamilies.surveyed()) out.push_back(name_of(family));
   return out;
 }
 
@@ -365,22 +349,9 @@ json run_cross_norm_bounds(const CrossNormBoundsRequest& request) {
   }
   const Index dv = values_in ? values_in->cols() : static_cast<Index>(request.dv.value_or(kDefaultValueDim));
 
-  std::vector<Family> families;
-  for (const std::string& name : request.families) {
-    const auto family = parse(name);
-    if (!family) {
-      std::string known;
-      for (const auto& f : cross_norm_family_names()) known += (known.empty() ? "" : ", ") + f;
-      throw InputError(fmt::format("unknown --family '{}' (known: {})", name, known));
-    }
-    families.push_back(*family);
-  }
+  std::vector<Family> families = kFamilies.requested(request.families);
   const bool has_input = scores_in || values_in;
-  if (request.families.empty() && !has_input) {
-    for (const auto& info : kFamilies) {
-      if (info.family != Family::input) families.push_back(info.family);
-    }
-  }
+  if (request.families.empty() && !has_input) families = kFamilies.surveyed();
   // A pair of matrices and the routines' temporaries (A, P, the mix, O) per thread, and the mix's growth family.
   const auto nn = static_cast<std::uint64_t>(n), ndv = static_cast<std::uint64_t>(dv);
   const std::uint64_t per_pair = records::saturating_sum({records::saturating_product({nn, nn, 2 * sizeof(double)}),

@@ -28,6 +28,8 @@ std::string family_name(BoundsFamily family);
 std::optional<BoundsFamily> parse_family(const std::string& name);
 // Every family but `input`, in table order.
 std::vector<BoundsFamily> default_families();
+// The families `--family` names, in the order given; an InputError listing the known ones for any other name.
+std::vector<BoundsFamily> requested_families(const std::vector<std::string>& names);
 
 // What the worst matrix of a family looked like.
 struct WorstMatrixSummary {
