@@ -4,9 +4,8 @@
 #include "number_options.hpp"
 #include "subcommand.hpp"
 
-#include "attncheck/monte_carlo/commands.hpp"
+#include "attncheck/exact/bounds.hpp"
 #include "attncheck/monte_carlo/cross_norm_bounds.hpp"
-#include "attncheck/theory/softmax.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -37,11 +36,34 @@ struct BoundsOptions {
   std::optional<std::string> mix;
 };
 
-std::string summary_text(const json& s) {
-  return fmt::format("trial {}, logits in [{:.3g}, {:.3g}], worst row top p = {:.4f}, {:.4f}", s["trial"].get<int>(),
-                     s["min_logit"].get<double>(), s["max_logit"].get<double>(),
-                     s["worst_row_top_probabilities"][0].get<double>(),
-                     s["worst_row_top_probabilities"][1].get<double>());
+std::string summary_text(const exact::WorstMatrixSummary& s) {
+  return fmt::format("trial {}, logits in [{:.3g}, {:.3g}], worst row top p = {:.4f}, {:.4f}", s.trial, s.min_logit,
+                     s.max_logit, s.worst_row_top1, s.worst_row_top2);
+}
+
+void print_bounds(const exact::BoundsReport& report, const BoundsOptions& options) {
+  const theory::SoftmaxBounds& bounds = report.bounds;
+  fmt::print("Theorem 4.1 (v1 (4.1)-(4.2) / v2 (6)-(7)), checked exactly (closed forms) for N = {}{}\n", report.n,
+             options.input.empty() ? "" : fmt::format(" (rows of {})", options.input));
+  fmt::print(
+      "  bounds: ||softmax(A)||_F <= sqrt(N) = {:.6g};  ||grad softmax(A)||_F <= 2 sqrt(N) = {:.6g} (papers), "
+      "sup = sqrt(N)/2 = {:.6g} (exact)\n\n",
+      bounds.softmax_paper, bounds.grad_paper, bounds.grad_tight);
+  fmt::print("{:<18} {:>6} {:>16} {:>18} {:>20}  {:<8}  {}\n", "family", "trials", "max|A|/sqrt(N)",
+             "max|dA|/(2sqrt N)", "max|dA|/(sqrt(N)/2)", "verdict", "worst matrix for |dA|");
+  for (const exact::BoundsFamilyReport& f : report.families) {
+    fmt::print("{:<18} {:>6} {:>16.6f} {:>18.6f} {:>20.6f}  {:<8}  {}\n", exact::family_name(f.result.family),
+               f.result.trials, f.ratio_softmax, f.ratio_grad_paper, f.ratio_grad_tight, f.holds ? "holds" : "VIOLATED",
+               summary_text(f.result.worst_grad));
+  }
+  const char* verdict = report.paper_bounds_hold ? "holds" : "VIOLATED";
+  fmt::print("\nC1 ||softmax(A)||_F <= sqrt(N): {}, largest value {:.6f} sqrt(N) (the bound is tight: one-hot rows).\n",
+             verdict, report.max_ratio_softmax);
+  fmt::print(
+      "C2 ||grad softmax(A)||_F <= 2 sqrt(N): {}; the exact sup is sqrt(N)/2, 4x lower; largest value found "
+      "{:.6f} of sqrt(N)/2{}.\n",
+      verdict, report.max_ratio_grad_tight,
+      report.tight_bound_holds ? "" : " - ABOVE the exact sup, which contradicts fact 2");
 }
 
 int run_cross_norm(const BoundsOptions& options) {
@@ -136,39 +158,15 @@ int run(const BoundsOptions& options) {
         std::pair{options.mix.has_value(), "--mix"}}) {
     if (given) throw UsageError(fmt::format("{} is an option of --cross-norm (C9): add --cross-norm", name));
   }
-  const json out = mc::run_bounds({options.n, options.trials, options.search_starts, options.families, options.input,
-                                   options.seed, options.threads});
-  const bool ok = out["holds"].get<bool>();
+  const exact::BoundsReport report =
+      exact::run_bounds({options.n, options.trials, options.search_starts, options.families, options.input,
+                         options.seed, options.threads});
   if (options.json) {
-    fmt::print("{}\n", out.dump(2));
-    return ok ? kExitHolds : kExitViolated;
+    fmt::print("{}\n", exact::to_json(report).dump(2));
+  } else {
+    print_bounds(report, options);
   }
-
-  const auto n = out["N"].get<theory::Index>();
-  const theory::SoftmaxBounds bounds = theory::softmax_bounds(n);
-  const bool all_hold = out["paper_bounds_hold"].get<bool>(), tight_holds = out["tight_bound_holds"].get<bool>();
-  fmt::print("Theorem 4.1 (v1 (4.1)-(4.2) / v2 (6)-(7)), checked exactly (closed forms) for N = {}{}\n", n,
-             options.input.empty() ? "" : fmt::format(" (rows of {})", options.input));
-  fmt::print(
-      "  bounds: ||softmax(A)||_F <= sqrt(N) = {:.6g};  ||grad softmax(A)||_F <= 2 sqrt(N) = {:.6g} (papers), "
-      "sup = sqrt(N)/2 = {:.6g} (exact)\n\n",
-      bounds.softmax_paper, bounds.grad_paper, bounds.grad_tight);
-  fmt::print("{:<18} {:>6} {:>16} {:>18} {:>20}  {:<8}  {}\n", "family", "trials", "max|A|/sqrt(N)",
-             "max|dA|/(2sqrt N)", "max|dA|/(sqrt(N)/2)", "verdict", "worst matrix for |dA|");
-  for (const json& j : out["families"]) {
-    fmt::print("{:<18} {:>6} {:>16.6f} {:>18.6f} {:>20.6f}  {:<8}  {}\n", j["family"].get<std::string>(),
-               j["trials"].get<int>(), j["ratio_softmax"].get<double>(), j["ratio_grad_paper"].get<double>(),
-               j["ratio_grad_tight"].get<double>(), j["holds"].get<bool>() ? "holds" : "VIOLATED",
-               summary_text(j["worst_grad_matrix"]));
-  }
-  fmt::print("\nC1 ||softmax(A)||_F <= sqrt(N): {}, largest value {:.6f} sqrt(N) (the bound is tight: one-hot rows).\n",
-             all_hold ? "holds" : "VIOLATED", out["max_ratio_softmax"].get<double>());
-  fmt::print(
-      "C2 ||grad softmax(A)||_F <= 2 sqrt(N): {}; the exact sup is sqrt(N)/2, 4x lower; largest value found "
-      "{:.6f} of sqrt(N)/2{}.\n",
-      all_hold ? "holds" : "VIOLATED", out["max_ratio_grad_tight"].get<double>(),
-      tight_holds ? "" : " - ABOVE the exact sup, which contradicts fact 2");
-  return ok ? kExitHolds : kExitViolated;
+  return report.holds() ? kExitHolds : kExitViolated;
 }
 
 const bool registered = register_subcommand(
@@ -191,10 +189,10 @@ const bool registered = register_subcommand(
       command.add_option("--N", options->n, "matrix size N (N x N logits)")->check(integer_in(1, INT64_MAX));
       command.add_option("--trials", options->trials, "random matrices per family")
           ->capture_default_str()
-          ->check(integer_in(1, mc::kMaxBoundsTrials));
+          ->check(integer_in(1, exact::kMaxBoundsTrials));
       command.add_option("--search-starts", options->search_starts, "random starts of the worst-case search")
           ->capture_default_str()
-          ->check(integer_in(1, mc::kMaxSearchStarts));
+          ->check(integer_in(1, exact::kMaxSearchStarts));
       command.add_option("--family", options->families, "families to evaluate (default: all)")->take_all();
       command.add_option("--input", options->input, "a matrix of logits: .npy (float32/float64) or CSV; N = rows");
       command.add_option("--seed", options->seed, "random seed")

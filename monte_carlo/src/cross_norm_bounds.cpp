@@ -1,8 +1,8 @@
 #include "attncheck/monte_carlo/cross_norm_bounds.hpp"
 
+#include "attncheck/exact/bounds.hpp"
 #include "attncheck/exact/family_table.hpp"
 
-#include "attncheck/monte_carlo/commands.hpp"
 #include "attncheck/monte_carlo/sweep.hpp"
 #include "attncheck/records/matrix_io.hpp"
 #include "attncheck/records/memory_budget.hpp"
@@ -15,7 +15,6 @@
 #include "attncheck/theory/worst_case.hpp"
 
 #include <fmt/format.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -25,7 +24,6 @@ namespace attncheck::monte_carlo {
 using nlohmann::json;
 using records::check_integer;
 using records::check_real;
-using records::kMaxThreads;
 using records::parse_real_list;
 using records::RealRange;
 using streams::derive_point_seed;
@@ -309,10 +307,7 @@ std::vector<std::string> cross_norm_family_names() {
 json run_cross_norm_bounds(const CrossNormBoundsRequest& request) {
   if (request.n) check_integer("--N", *request.n, 1, INT64_MAX);
   if (request.dv) check_integer("--dv", *request.dv, 1, kMaxValueDim);
-  check_integer("--trials", request.trials, 1, kMaxBoundsTrials);
-  check_integer("--search-starts", request.search_starts, 1, kMaxSearchStarts);
-  if (request.threads != 0) check_integer("--threads", request.threads, 1, kMaxThreads);
-  const int threads = request.threads > 0 ? request.threads : omp_get_max_threads();
+  const int threads = exact::check_survey_options(request.trials, request.search_starts, request.threads);
   std::vector<double> alphas = parse_real_list(request.mix, "--mix");
   for (double alpha : alphas) check_real("--mix", alpha, RealRange{0, 1});
 
