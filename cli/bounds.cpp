@@ -5,7 +5,7 @@
 #include "subcommand.hpp"
 
 #include "attncheck/exact/bounds.hpp"
-#include "attncheck/monte_carlo/cross_norm_bounds.hpp"
+#include "attncheck/exact/cross_norm_bounds.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -17,8 +17,7 @@
 namespace attncheck::cli {
 namespace {
 
-namespace mc = attncheck::monte_carlo;
-using nlohmann::json;
+using exact::CrossNormReport;
 
 struct BoundsOptions {
   std::optional<long long> n;
@@ -39,6 +38,72 @@ struct BoundsOptions {
 std::string summary_text(const exact::WorstMatrixSummary& s) {
   return fmt::format("trial {}, logits in [{:.3g}, {:.3g}], worst row top p = {:.4f}, {:.4f}", s.trial, s.min_logit,
                      s.max_logit, s.worst_row_top1, s.worst_row_top2);
+}
+
+void print_cross_norm(const CrossNormReport& report, const BoundsOptions& options) {
+  const exact::CrossNormValues& b = report.bounds;
+  fmt::print(
+      "C9 (cross-normalization RFP): O = softmax(S) softmax_col(V), P = softmax_col(V) (each of V's d_v columns "
+      "a probability vector over the tokens); facts 10-11 checked exactly (closed forms) for N = {}, d_v = {}, "
+      "mix alpha = 1{}\n",
+      report.n, report.dv,
+      options.input.empty() && options.values.empty()
+          ? ""
+          : fmt::format(" (scores {}, values {})", options.input.empty() ? "uniform" : options.input,
+                        options.values.empty() ? "uniform" : options.values));
+  fmt::print(
+      "  bounds: ||P||_F <= sqrt(d_v) = {:.6g}; ||dP/dV||_F <= sqrt(d_v)/2 = {:.6g}; ||O||_F <= sqrt(N d_v) = "
+      "{:.6g}; ||dO/dV||_F <= sqrt(N d_v/8) = {:.6g}; ||dO/dS||_F <= sqrt(N d_v/8) = {:.6g}\n\n",
+      b[0], b[1], b[2], b[3], b[4]);
+  if (!report.families.empty()) {
+    fmt::print("largest value over the family's trials, as a fraction of its bound:\n");
+    fmt::print("{:<18} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10}  {}\n", "family", "trials", "||P||", "||dP/dV||",
+               "||O||", "||dO/dV||", "||dO/dS||", "verdict");
+    for (const exact::CrossNormFamilyReport& f : report.families) {
+      const exact::CrossNormValues& r = f.ratio;
+      fmt::print("{:<18} {:>6} {:>10.6f} {:>10.6f} {:>10.6f} {:>10.6f} {:>10.6f}  {}\n", exact::family_name(f.family),
+                 f.trials, r[0], r[1], r[2], r[3], r[4], f.holds ? "holds" : "VIOLATED");
+      if (f.search) {
+        for (const auto& [term, norm] : {std::pair{&f.search->grad_values_term, "||dO/dV||^2"},
+                                         std::pair{&f.search->grad_scores_term, "||dO/dS||^2"}}) {
+          fmt::print("{:<18}   search for one {} term: best {:.9f} = {:.6f} of the sup 1/8 ({} starts){}\n", "", norm,
+                     term->best, term->ratio, term->starts,
+                     term->within_sup ? "" : " - ABOVE 1/8, which contradicts fact 11");
+        }
+      }
+    }
+    fmt::print("\n");
+    for (std::size_t q = 0; q < exact::kCrossNormQuantities; ++q) {
+      const exact::CrossNormVerdict& v = report.verdicts[q];
+      fmt::print("C9 {}: {} (exact), largest {:.6f} of the bound ({}){}\n", exact::cross_norm_statement(q),
+                 records::to_string(*v.verdict), v.largest_ratio, exact::family_name(*v.largest_in_family),
+                 v.verdict == records::Verdict::tight   ? ": reached"
+                 : v.verdict == records::Verdict::holds ? ": not reached by these families"
+                                                        : "");
+    }
+  }
+  for (const exact::MixReport& m : report.mix) {
+    fmt::print(
+        "\nmix alpha = {:g}: O = softmax(S) (alpha softmax_col(V) + (1 - alpha) V) along V = t V0 (S and V0 "
+        "with i.i.d. N(0, 1) entries)\n",
+        m.alpha);
+    fmt::print("{:>8} {:>14} {:>14} {:>14}\n", "t", "||O||_F", "||dO/dV||_F", "||dO/dS||_F");
+    for (const exact::MixGrowth& g : m.growth) {
+      fmt::print("{:>8g} {:>14.6g} {:>14.6g} {:>14.6g}\n", g.t, g.output_fro, g.grad_values_fro, g.grad_scores_fro);
+    }
+    const exact::MixLastStep& step = m.last_step;
+    if (!m.bounded) {
+      fmt::print(
+          "  ||O||_F and ||dO/dS||_F: unbounded in V (no bound for alpha < 1): x{:.2f} and x{:.2f} from "
+          "t = {:g} to {:g}, growing like t\n",
+          step.output, step.grad_scores, step.from_t, step.to_t);
+    } else {
+      fmt::print("  ||O||_F and ||dO/dS||_F: bounded (facts 10-11): x{:.2f} and x{:.2f} from t = {:g} to {:g}\n",
+                 step.output, step.grad_scores, step.from_t, step.to_t);
+    }
+    fmt::print("  ||dO/dV||_F: bounded by {} = {:.6g}: {}, largest {:.6f} of it\n", exact::kMixGradValuesBoundFormula,
+               m.grad_values_bound, m.holds ? "holds" : "VIOLATED", m.max_ratio_grad_values);
+  }
 }
 
 void print_bounds(const exact::BoundsReport& report, const BoundsOptions& options) {
@@ -66,93 +131,24 @@ void print_bounds(const exact::BoundsReport& report, const BoundsOptions& option
       report.tight_bound_holds ? "" : " - ABOVE the exact sup, which contradicts fact 2");
 }
 
-int run_cross_norm(const BoundsOptions& options) {
-  mc::CrossNormBoundsRequest request{options.n,        options.dv,     options.trials, options.search_starts,
-                                     options.families, options.input,  options.values, options.mix.value_or("1"),
-                                     options.seed,     options.threads};
-  const json out = mc::run_cross_norm_bounds(request);
-  const bool ok = out["holds"].get<bool>();
+// The report as one JSON object with --json, else as the table; the exit code of its verdict either way.
+template <class Report, class Print>
+int finish(const Report& report, bool holds, const BoundsOptions& options, Print print) {
   if (options.json) {
-    fmt::print("{}\n", out.dump(2));
-    return ok ? kExitHolds : kExitViolated;
+    fmt::print("{}\n", exact::to_json(report).dump(2));
+  } else {
+    print(report, options);
   }
-  const json& b = out["bounds"];
-  fmt::print(
-      "C9 (cross-normalization RFP): O = softmax(S) softmax_col(V), P = softmax_col(V) (each of V's d_v columns "
-      "a probability vector over the tokens); facts 10-11 checked exactly (closed forms) for N = {}, d_v = {}, "
-      "mix alpha = 1{}\n",
-      out["N"].get<long long>(), out["d_v"].get<long long>(),
-      options.input.empty() && options.values.empty()
-          ? ""
-          : fmt::format(" (scores {}, values {})", options.input.empty() ? "uniform" : options.input,
-                        options.values.empty() ? "uniform" : options.values));
-  fmt::print(
-      "  bounds: ||P||_F <= sqrt(d_v) = {:.6g}; ||dP/dV||_F <= sqrt(d_v)/2 = {:.6g}; ||O||_F <= sqrt(N d_v) = "
-      "{:.6g}; ||dO/dV||_F <= sqrt(N d_v/8) = {:.6g}; ||dO/dS||_F <= sqrt(N d_v/8) = {:.6g}\n\n",
-      b["column_softmax_fro"].get<double>(), b["column_grad_fro"].get<double>(), b["output_fro"].get<double>(),
-      b["grad_values_fro"].get<double>(), b["grad_scores_fro"].get<double>());
-  if (!out["families"].empty()) {
-    fmt::print("largest value over the family's trials, as a fraction of its bound:\n");
-    fmt::print("{:<18} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10}  {}\n", "family", "trials", "||P||", "||dP/dV||",
-               "||O||", "||dO/dV||", "||dO/dS||", "verdict");
-    for (const json& f : out["families"]) {
-      const json& r = f["ratio"];
-      fmt::print("{:<18} {:>6} {:>10.6f} {:>10.6f} {:>10.6f} {:>10.6f} {:>10.6f}  {}\n", f["family"].get<std::string>(),
-                 f["trials"].get<int>(), r["column_softmax_fro"].get<double>(), r["column_grad_fro"].get<double>(),
-                 r["output_fro"].get<double>(), r["grad_values_fro"].get<double>(), r["grad_scores_fro"].get<double>(),
-                 f["holds"].get<bool>() ? "holds" : "VIOLATED");
-      if (f.contains("search")) {
-        for (const char* term : {"grad_values_term", "grad_scores_term"}) {
-          const json& t = f["search"][term];
-          fmt::print("{:<18}   search for one {} term: best {:.9f} = {:.6f} of the sup 1/8 ({} starts){}\n", "",
-                     std::string(term) == "grad_values_term" ? "||dO/dV||^2" : "||dO/dS||^2", t["best"].get<double>(),
-                     t["ratio"].get<double>(), t["starts"].get<int>(),
-                     t["within_sup"].get<bool>() ? "" : " - ABOVE 1/8, which contradicts fact 11");
-        }
-      }
-    }
-    fmt::print("\n");
-    for (const json& v : out["verdicts"]) {
-      const std::string verdict = v["verdict"].get<std::string>();
-      fmt::print("C9 {}: {} (exact), largest {:.6f} of the bound ({}){}\n", v["statement"].get<std::string>(), verdict,
-                 v["largest_ratio"].get<double>(), v["largest_in_family"].get<std::string>(),
-                 verdict == "tight"   ? ": reached"
-                 : verdict == "holds" ? ": not reached by these families"
-                                      : "");
-    }
-  }
-  for (const json& m : out["mix"]) {
-    const double alpha = m["alpha"].get<double>();
-    fmt::print(
-        "\nmix alpha = {:g}: O = softmax(S) (alpha softmax_col(V) + (1 - alpha) V) along V = t V0 (S and V0 "
-        "with i.i.d. N(0, 1) entries)\n",
-        alpha);
-    fmt::print("{:>8} {:>14} {:>14} {:>14}\n", "t", "||O||_F", "||dO/dV||_F", "||dO/dS||_F");
-    for (const json& g : m["growth"]) {
-      fmt::print("{:>8g} {:>14.6g} {:>14.6g} {:>14.6g}\n", g["t"].get<double>(), g["output_fro"].get<double>(),
-                 g["grad_values_fro"].get<double>(), g["grad_scores_fro"].get<double>());
-    }
-    const json& step = m["growth_last_step"];
-    if (m["output"] == "unbounded") {
-      fmt::print(
-          "  ||O||_F and ||dO/dS||_F: unbounded in V (no bound for alpha < 1): x{:.2f} and x{:.2f} from "
-          "t = {:g} to {:g}, growing like t\n",
-          step["output"].get<double>(), step["grad_scores"].get<double>(), step["from_t"].get<double>(),
-          step["to_t"].get<double>());
-    } else {
-      fmt::print("  ||O||_F and ||dO/dS||_F: bounded (facts 10-11): x{:.2f} and x{:.2f} from t = {:g} to {:g}\n",
-                 step["output"].get<double>(), step["grad_scores"].get<double>(), step["from_t"].get<double>(),
-                 step["to_t"].get<double>());
-    }
-    fmt::print("  ||dO/dV||_F: bounded by {} = {:.6g}: {}, largest {:.6f} of it\n",
-               m["grad_values_bound_formula"].get<std::string>(), m["grad_values_bound"].get<double>(),
-               m["holds"].get<bool>() ? "holds" : "VIOLATED", m["max_ratio_grad_values"].get<double>());
-  }
-  return ok ? kExitHolds : kExitViolated;
+  return holds ? kExitHolds : kExitViolated;
 }
 
 int run(const BoundsOptions& options) {
-  if (options.cross_norm) return run_cross_norm(options);
+  if (options.cross_norm) {
+    const CrossNormReport report = exact::run_cross_norm_bounds(
+        {options.n, options.dv, options.trials, options.search_starts, options.families, options.input, options.values,
+         options.mix.value_or("1"), options.seed, options.threads});
+    return finish(report, report.holds, options, print_cross_norm);
+  }
   for (const auto& [given, name] :
        {std::pair{options.dv.has_value(), "--dv"}, std::pair{!options.values.empty(), "--values"},
         std::pair{options.mix.has_value(), "--mix"}}) {
@@ -161,12 +157,7 @@ int run(const BoundsOptions& options) {
   const exact::BoundsReport report =
       exact::run_bounds({options.n, options.trials, options.search_starts, options.families, options.input,
                          options.seed, options.threads});
-  if (options.json) {
-    fmt::print("{}\n", exact::to_json(report).dump(2));
-  } else {
-    print_bounds(report, options);
-  }
-  return report.holds() ? kExitHolds : kExitViolated;
+  return finish(report, report.holds(), options, print_bounds);
 }
 
 const bool registered = register_subcommand(
@@ -206,7 +197,7 @@ const bool registered = register_subcommand(
                        "N x N scores");
       command
           .add_option("--dv", options->dv, "with --cross-norm: value columns d_v (default 64, or --values' columns)")
-          ->check(integer_in(1, mc::kMaxValueDim));
+          ->check(integer_in(1, exact::kMaxValueDim));
       command.add_option("--values", options->values, "with --cross-norm: a value matrix V, N x d_v (.npy or CSV)");
       command.add_option("--mix", options->mix,
                          "with --cross-norm: mix weights alpha in [0, 1], comma-separated, for alpha softmax_col(V) + "

@@ -134,9 +134,6 @@ FamilyResult reduce(BoundsFamily family, const std::vector<TrialResult>& trials)
   return out;
 }
 
-// Starts alternate between scales so that both flat and peaked rows are explored.
-constexpr std::array<double, 4> kSearchStartScales{1.0, 3.0, 0.1, 10.0};
-
 // The best row found from `starts` random starts, repeated N times: both norms are sums of per-row terms, so
 // that matrix maximizes the objective among matrices built from the rows the search visited.
 Matrix worst_case_matrix(theory::RowObjective objective, const SurveyOptions& options) {

@@ -37,24 +37,24 @@ struct BoundsRequest {
 // One family's maxima as fractions of the papers' bounds and of the exact sup.
 struct BoundsFamilyReport {
   FamilyResult result;
-  double ratio_softmax = 0;         // max ||softmax(A)||_F / sqrt(N)
-  double ratio_grad_paper = 0;      // max ||grad softmax(A)||_F / (2 sqrt(N))
-  double ratio_grad_tight = 0;      // max ||grad softmax(A)||_F / (sqrt(N)/2)
-  bool holds = true;                // both papers' bounds
-  bool within_tight_bound = true;   // the exact sup sqrt(N)/2 (fact 2)
+  double ratio_softmax = 0;        // max ||softmax(A)||_F / sqrt(N)
+  double ratio_grad_paper = 0;     // max ||grad softmax(A)||_F / (2 sqrt(N))
+  double ratio_grad_tight = 0;     // max ||grad softmax(A)||_F / (sqrt(N)/2)
+  bool holds = true;               // both papers' bounds
+  bool within_tight_bound = true;  // the exact sup sqrt(N)/2 (fact 2)
 };
 
 struct BoundsReport {
   theory::Index n = 0;
   theory::SoftmaxBounds bounds{};
-  bool paper_bounds_hold = true;   // C1 and C2 on every family
-  bool tight_bound_holds = true;   // the exact sup on every family
-  double max_ratio_softmax = 0;    // the largest ratio_softmax
-  double max_ratio_grad_tight = 0; // the largest ratio_grad_tight
+  bool paper_bounds_hold = true;    // C1 and C2 on every family
+  bool tight_bound_holds = true;    // the exact sup on every family
+  double max_ratio_softmax = 0;     // the largest ratio_softmax
+  double max_ratio_grad_tight = 0;  // the largest ratio_grad_tight
   std::uint64_t seed = 1;
   int trials = 0;
-  int threads = 0;                 // the threads run on
-  std::string input;               // --input, empty for none
+  int threads = 0;                           // the threads run on
+  std::string input;                         // --input, empty for none
   std::vector<BoundsFamilyReport> families;  // in the order run, the input last
 
   bool holds() const { return paper_bounds_hold && tight_bound_holds; }

@@ -4,6 +4,7 @@
 
 #include "attncheck/theory/softmax.hpp"
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -47,6 +48,10 @@ struct FamilyResult {
   WorstMatrixSummary worst_softmax;  // the trial attaining max_softmax_fro
   WorstMatrixSummary worst_grad;     // the trial attaining max_grad_fro
 };
+
+// The worst-case searches' random starts cycle through these scales, so that both flat and peaked rows are
+// explored.
+inline constexpr std::array<double, 4> kSearchStartScales{1.0, 3.0, 0.1, 10.0};
 
 struct SurveyOptions {
   theory::Index n = 256;
