@@ -4,9 +4,8 @@
 #include "number_options.hpp"
 #include "subcommand.hpp"
 
-#include "attncheck/monte_carlo/commands.hpp"
-#include "attncheck/monte_carlo/cross_norm_bounds.hpp"
-#include "attncheck/theory/softmax.hpp"
+#include "attncheck/exact/bounds.hpp"
+#include "attncheck/exact/cross_norm_bounds.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -18,8 +17,7 @@
 namespace attncheck::cli {
 namespace {
 
-namespace mc = attncheck::monte_carlo;
-using nlohmann::json;
+using exact::CrossNormReport;
 
 struct BoundsOptions {
   std::optional<long long> n;
@@ -37,29 +35,18 @@ struct BoundsOptions {
   std::optional<std::string> mix;
 };
 
-std::string summary_text(const json& s) {
-  return fmt::format("trial {}, logits in [{:.3g}, {:.3g}], worst row top p = {:.4f}, {:.4f}", s["trial"].get<int>(),
-                     s["min_logit"].get<double>(), s["max_logit"].get<double>(),
-                     s["worst_row_top_probabilities"][0].get<double>(),
-                     s["worst_row_top_probabilities"][1].get<double>());
+std::string summary_text(const exact::WorstMatrixSummary& s) {
+  return fmt::format("trial {}, logits in [{:.3g}, {:.3g}], worst row top p = {:.4f}, {:.4f}", s.trial, s.min_logit,
+                     s.max_logit, s.worst_row_top1, s.worst_row_top2);
 }
 
-int run_cross_norm(const BoundsOptions& options) {
-  mc::CrossNormBoundsRequest request{options.n,        options.dv,     options.trials, options.search_starts,
-                                     options.families, options.input,  options.values, options.mix.value_or("1"),
-                                     options.seed,     options.threads};
-  const json out = mc::run_cross_norm_bounds(request);
-  const bool ok = out["holds"].get<bool>();
-  if (options.json) {
-    fmt::print("{}\n", out.dump(2));
-    return ok ? kExitHolds : kExitViolated;
-  }
-  const json& b = out["bounds"];
+void print_cross_norm(const CrossNormReport& report, const BoundsOptions& options) {
+  const exact::CrossNormValues& b = report.bounds;
   fmt::print(
       "C9 (cross-normalization RFP): O = softmax(S) softmax_col(V), P = softmax_col(V) (each of V's d_v columns "
       "a probability vector over the tokens); facts 10-11 checked exactly (closed forms) for N = {}, d_v = {}, "
       "mix alpha = 1{}\n",
-      out["N"].get<long long>(), out["d_v"].get<long long>(),
+      report.n, report.dv,
       options.input.empty() && options.values.empty()
           ? ""
           : fmt::format(" (scores {}, values {})", options.input.empty() ? "uniform" : options.input,
@@ -67,87 +54,61 @@ int run_cross_norm(const BoundsOptions& options) {
   fmt::print(
       "  bounds: ||P||_F <= sqrt(d_v) = {:.6g}; ||dP/dV||_F <= sqrt(d_v)/2 = {:.6g}; ||O||_F <= sqrt(N d_v) = "
       "{:.6g}; ||dO/dV||_F <= sqrt(N d_v/8) = {:.6g}; ||dO/dS||_F <= sqrt(N d_v/8) = {:.6g}\n\n",
-      b["column_softmax_fro"].get<double>(), b["column_grad_fro"].get<double>(), b["output_fro"].get<double>(),
-      b["grad_values_fro"].get<double>(), b["grad_scores_fro"].get<double>());
-  if (!out["families"].empty()) {
+      b[0], b[1], b[2], b[3], b[4]);
+  if (!report.families.empty()) {
     fmt::print("largest value over the family's trials, as a fraction of its bound:\n");
     fmt::print("{:<18} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10}  {}\n", "family", "trials", "||P||", "||dP/dV||",
                "||O||", "||dO/dV||", "||dO/dS||", "verdict");
-    for (const json& f : out["families"]) {
-      const json& r = f["ratio"];
-      fmt::print("{:<18} {:>6} {:>10.6f} {:>10.6f} {:>10.6f} {:>10.6f} {:>10.6f}  {}\n", f["family"].get<std::string>(),
-                 f["trials"].get<int>(), r["column_softmax_fro"].get<double>(), r["column_grad_fro"].get<double>(),
-                 r["output_fro"].get<double>(), r["grad_values_fro"].get<double>(), r["grad_scores_fro"].get<double>(),
-                 f["holds"].get<bool>() ? "holds" : "VIOLATED");
-      if (f.contains("search")) {
-        for (const char* term : {"grad_values_term", "grad_scores_term"}) {
-          const json& t = f["search"][term];
-          fmt::print("{:<18}   search for one {} term: best {:.9f} = {:.6f} of the sup 1/8 ({} starts){}\n", "",
-                     std::string(term) == "grad_values_term" ? "||dO/dV||^2" : "||dO/dS||^2", t["best"].get<double>(),
-                     t["ratio"].get<double>(), t["starts"].get<int>(),
-                     t["within_sup"].get<bool>() ? "" : " - ABOVE 1/8, which contradicts fact 11");
+    for (const exact::CrossNormFamilyReport& f : report.families) {
+      const exact::CrossNormValues& r = f.ratio;
+      fmt::print("{:<18} {:>6} {:>10.6f} {:>10.6f} {:>10.6f} {:>10.6f} {:>10.6f}  {}\n", exact::family_name(f.family),
+                 f.trials, r[0], r[1], r[2], r[3], r[4], f.holds ? "holds" : "VIOLATED");
+      if (f.search) {
+        for (const auto& [term, norm] : {std::pair{&f.search->grad_values_term, "||dO/dV||^2"},
+                                         std::pair{&f.search->grad_scores_term, "||dO/dS||^2"}}) {
+          fmt::print("{:<18}   search for one {} term: best {:.9f} = {:.6f} of the sup 1/8 ({} starts){}\n", "", norm,
+                     term->best, term->ratio, term->starts,
+                     term->within_sup ? "" : " - ABOVE 1/8, which contradicts fact 11");
         }
       }
     }
     fmt::print("\n");
-    for (const json& v : out["verdicts"]) {
-      const std::string verdict = v["verdict"].get<std::string>();
-      fmt::print("C9 {}: {} (exact), largest {:.6f} of the bound ({}){}\n", v["statement"].get<std::string>(), verdict,
-                 v["largest_ratio"].get<double>(), v["largest_in_family"].get<std::string>(),
-                 verdict == "tight"   ? ": reached"
-                 : verdict == "holds" ? ": not reached by these families"
-                                      : "");
+    for (std::size_t q = 0; q < exact::kCrossNormQuantities; ++q) {
+      const exact::CrossNormVerdict& v = report.verdicts[q];
+      fmt::print("C9 {}: {} (exact), largest {:.6f} of the bound ({}){}\n", exact::cross_norm_statement(q),
+                 records::to_string(*v.verdict), v.largest_ratio, exact::family_name(*v.largest_in_family),
+                 v.verdict == records::Verdict::tight   ? ": reached"
+                 : v.verdict == records::Verdict::holds ? ": not reached by these families"
+                                                        : "");
     }
   }
-  for (const json& m : out["mix"]) {
-    const double alpha = m["alpha"].get<double>();
+  for (const exact::MixReport& m : report.mix) {
     fmt::print(
         "\nmix alpha = {:g}: O = softmax(S) (alpha softmax_col(V) + (1 - alpha) V) along V = t V0 (S and V0 "
         "with i.i.d. N(0, 1) entries)\n",
-        alpha);
+        m.alpha);
     fmt::print("{:>8} {:>14} {:>14} {:>14}\n", "t", "||O||_F", "||dO/dV||_F", "||dO/dS||_F");
-    for (const json& g : m["growth"]) {
-      fmt::print("{:>8g} {:>14.6g} {:>14.6g} {:>14.6g}\n", g["t"].get<double>(), g["output_fro"].get<double>(),
-                 g["grad_values_fro"].get<double>(), g["grad_scores_fro"].get<double>());
+    for (const exact::MixGrowth& g : m.growth) {
+      fmt::print("{:>8g} {:>14.6g} {:>14.6g} {:>14.6g}\n", g.t, g.output_fro, g.grad_values_fro, g.grad_scores_fro);
     }
-    const json& step = m["growth_last_step"];
-    if (m["output"] == "unbounded") {
+    const exact::MixLastStep& step = m.last_step;
+    if (!m.bounded) {
       fmt::print(
           "  ||O||_F and ||dO/dS||_F: unbounded in V (no bound for alpha < 1): x{:.2f} and x{:.2f} from "
           "t = {:g} to {:g}, growing like t\n",
-          step["output"].get<double>(), step["grad_scores"].get<double>(), step["from_t"].get<double>(),
-          step["to_t"].get<double>());
+          step.output, step.grad_scores, step.from_t, step.to_t);
     } else {
       fmt::print("  ||O||_F and ||dO/dS||_F: bounded (facts 10-11): x{:.2f} and x{:.2f} from t = {:g} to {:g}\n",
-                 step["output"].get<double>(), step["grad_scores"].get<double>(), step["from_t"].get<double>(),
-                 step["to_t"].get<double>());
+                 step.output, step.grad_scores, step.from_t, step.to_t);
     }
-    fmt::print("  ||dO/dV||_F: bounded by {} = {:.6g}: {}, largest {:.6f} of it\n",
-               m["grad_values_bound_formula"].get<std::string>(), m["grad_values_bound"].get<double>(),
-               m["holds"].get<bool>() ? "holds" : "VIOLATED", m["max_ratio_grad_values"].get<double>());
+    fmt::print("  ||dO/dV||_F: bounded by {} = {:.6g}: {}, largest {:.6f} of it\n", exact::kMixGradValuesBoundFormula,
+               m.grad_values_bound, m.holds ? "holds" : "VIOLATED", m.max_ratio_grad_values);
   }
-  return ok ? kExitHolds : kExitViolated;
 }
 
-int run(const BoundsOptions& options) {
-  if (options.cross_norm) return run_cross_norm(options);
-  for (const auto& [given, name] :
-       {std::pair{options.dv.has_value(), "--dv"}, std::pair{!options.values.empty(), "--values"},
-        std::pair{options.mix.has_value(), "--mix"}}) {
-    if (given) throw UsageError(fmt::format("{} is an option of --cross-norm (C9): add --cross-norm", name));
-  }
-  const json out = mc::run_bounds({options.n, options.trials, options.search_starts, options.families, options.input,
-                                   options.seed, options.threads});
-  const bool ok = out["holds"].get<bool>();
-  if (options.json) {
-    fmt::print("{}\n", out.dump(2));
-    return ok ? kExitHolds : kExitViolated;
-  }
-
-  const auto n = out["N"].get<theory::Index>();
-  const theory::SoftmaxBounds bounds = theory::softmax_bounds(n);
-  const bool all_hold = out["paper_bounds_hold"].get<bool>(), tight_holds = out["tight_bound_holds"].get<bool>();
-  fmt::print("Theorem 4.1 (v1 (4.1)-(4.2) / v2 (6)-(7)), checked exactly (closed forms) for N = {}{}\n", n,
+void print_bounds(const exact::BoundsReport& report, const BoundsOptions& options) {
+  const theory::SoftmaxBounds& bounds = report.bounds;
+  fmt::print("Theorem 4.1 (v1 (4.1)-(4.2) / v2 (6)-(7)), checked exactly (closed forms) for N = {}{}\n", report.n,
              options.input.empty() ? "" : fmt::format(" (rows of {})", options.input));
   fmt::print(
       "  bounds: ||softmax(A)||_F <= sqrt(N) = {:.6g};  ||grad softmax(A)||_F <= 2 sqrt(N) = {:.6g} (papers), "
@@ -155,20 +116,48 @@ int run(const BoundsOptions& options) {
       bounds.softmax_paper, bounds.grad_paper, bounds.grad_tight);
   fmt::print("{:<18} {:>6} {:>16} {:>18} {:>20}  {:<8}  {}\n", "family", "trials", "max|A|/sqrt(N)",
              "max|dA|/(2sqrt N)", "max|dA|/(sqrt(N)/2)", "verdict", "worst matrix for |dA|");
-  for (const json& j : out["families"]) {
-    fmt::print("{:<18} {:>6} {:>16.6f} {:>18.6f} {:>20.6f}  {:<8}  {}\n", j["family"].get<std::string>(),
-               j["trials"].get<int>(), j["ratio_softmax"].get<double>(), j["ratio_grad_paper"].get<double>(),
-               j["ratio_grad_tight"].get<double>(), j["holds"].get<bool>() ? "holds" : "VIOLATED",
-               summary_text(j["worst_grad_matrix"]));
+  for (const exact::BoundsFamilyReport& f : report.families) {
+    fmt::print("{:<18} {:>6} {:>16.6f} {:>18.6f} {:>20.6f}  {:<8}  {}\n", exact::family_name(f.result.family),
+               f.result.trials, f.ratio_softmax, f.ratio_grad_paper, f.ratio_grad_tight, f.holds ? "holds" : "VIOLATED",
+               summary_text(f.result.worst_grad));
   }
+  const char* verdict = report.paper_bounds_hold ? "holds" : "VIOLATED";
   fmt::print("\nC1 ||softmax(A)||_F <= sqrt(N): {}, largest value {:.6f} sqrt(N) (the bound is tight: one-hot rows).\n",
-             all_hold ? "holds" : "VIOLATED", out["max_ratio_softmax"].get<double>());
+             verdict, report.max_ratio_softmax);
   fmt::print(
       "C2 ||grad softmax(A)||_F <= 2 sqrt(N): {}; the exact sup is sqrt(N)/2, 4x lower; largest value found "
       "{:.6f} of sqrt(N)/2{}.\n",
-      all_hold ? "holds" : "VIOLATED", out["max_ratio_grad_tight"].get<double>(),
-      tight_holds ? "" : " - ABOVE the exact sup, which contradicts fact 2");
-  return ok ? kExitHolds : kExitViolated;
+      verdict, report.max_ratio_grad_tight,
+      report.tight_bound_holds ? "" : " - ABOVE the exact sup, which contradicts fact 2");
+}
+
+// The report as one JSON object with --json, else as the table; the exit code of its verdict either way.
+template <class Report, class Print>
+int finish(const Report& report, bool holds, const BoundsOptions& options, Print print) {
+  if (options.json) {
+    fmt::print("{}\n", exact::to_json(report).dump(2));
+  } else {
+    print(report, options);
+  }
+  return holds ? kExitHolds : kExitViolated;
+}
+
+int run(const BoundsOptions& options) {
+  if (options.cross_norm) {
+    const CrossNormReport report = exact::run_cross_norm_bounds(
+        {options.n, options.dv, options.trials, options.search_starts, options.families, options.input, options.values,
+         options.mix.value_or("1"), options.seed, options.threads});
+    return finish(report, report.holds, options, print_cross_norm);
+  }
+  for (const auto& [given, name] :
+       {std::pair{options.dv.has_value(), "--dv"}, std::pair{!options.values.empty(), "--values"},
+        std::pair{options.mix.has_value(), "--mix"}}) {
+    if (given) throw UsageError(fmt::format("{} is an option of --cross-norm (C9): add --cross-norm", name));
+  }
+  const exact::BoundsReport report =
+      exact::run_bounds({options.n, options.trials, options.search_starts, options.families, options.input,
+                         options.seed, options.threads});
+  return finish(report, report.holds(), options, print_bounds);
 }
 
 const bool registered = register_subcommand(
@@ -191,10 +180,10 @@ const bool registered = register_subcommand(
       command.add_option("--N", options->n, "matrix size N (N x N logits)")->check(integer_in(1, INT64_MAX));
       command.add_option("--trials", options->trials, "random matrices per family")
           ->capture_default_str()
-          ->check(integer_in(1, mc::kMaxBoundsTrials));
+          ->check(integer_in(1, exact::kMaxBoundsTrials));
       command.add_option("--search-starts", options->search_starts, "random starts of the worst-case search")
           ->capture_default_str()
-          ->check(integer_in(1, mc::kMaxSearchStarts));
+          ->check(integer_in(1, exact::kMaxSearchStarts));
       command.add_option("--family", options->families, "families to evaluate (default: all)")->take_all();
       command.add_option("--input", options->input, "a matrix of logits: .npy (float32/float64) or CSV; N = rows");
       command.add_option("--seed", options->seed, "random seed")
@@ -208,7 +197,7 @@ const bool registered = register_subcommand(
                        "N x N scores");
       command
           .add_option("--dv", options->dv, "with --cross-norm: value columns d_v (default 64, or --values' columns)")
-          ->check(integer_in(1, mc::kMaxValueDim));
+          ->check(integer_in(1, exact::kMaxValueDim));
       command.add_option("--values", options->values, "with --cross-norm: a value matrix V, N x d_v (.npy or CSV)");
       command.add_option("--mix", options->mix,
                          "with --cross-norm: mix weights alpha in [0, 1], comma-separated, for alpha softmax_col(V) + "

@@ -6,7 +6,7 @@
 // never reaches an int.
 
 #include "attncheck/monte_carlo/commands.hpp"
-#include "attncheck/monte_carlo/option_ranges.hpp"
+#include "attncheck/records/option_ranges.hpp"
 
 #include <CLI/CLI.hpp>
 
@@ -17,9 +17,9 @@
 
 namespace attncheck::cli {
 
-using monte_carlo::parse_integer;
-using monte_carlo::parse_integer_list;
-using monte_carlo::RealRange;
+using records::parse_integer;
+using records::parse_integer_list;
+using records::RealRange;
 // parse_integer and parse_integer_list check numbers inside a text option (lists such as --p 1,2,3, or
 // --samples 500 | auto) the same way; the message names the option and the value.
 
@@ -30,6 +30,6 @@ CLI::Validator integer_in(std::int64_t min, std::int64_t max);
 CLI::Validator unsigned_in(std::uint64_t min, std::uint64_t max);
 
 // Ranges shared by several subcommands (and by the library functions the Python package calls).
-inline constexpr std::int64_t kMaxThreads = monte_carlo::kMaxThreads;
+inline constexpr std::int64_t kMaxThreads = records::kMaxThreads;
 
 }  // namespace attncheck::cli

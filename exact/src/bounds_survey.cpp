@@ -1,5 +1,7 @@
 #include "attncheck/exact/bounds_survey.hpp"
 
+#include "attncheck/exact/family_table.hpp"
+
 #include "attncheck/records/memory_budget.hpp"
 #include "attncheck/streams/parallel.hpp"
 #include "attncheck/streams/random_stream.hpp"
@@ -22,11 +24,7 @@ using theory::Matrix;
 
 namespace {
 
-struct FamilyInfo {
-  BoundsFamily family;
-  const char* name;
-};
-constexpr std::array<FamilyInfo, 9> kFamilies{{
+constexpr FamilyTable kFamilies{std::array<NamedFamily<BoundsFamily>, 9>{{
     {BoundsFamily::gaussian_1e_3, "gaussian-1e-3"},
     {BoundsFamily::gaussian_1, "gaussian-1"},
     {BoundsFamily::gaussian_10, "gaussian-10"},
@@ -36,7 +34,7 @@ constexpr std::array<FamilyInfo, 9> kFamilies{{
     {BoundsFamily::constant, "constant"},
     {BoundsFamily::worst_case, "worst-case-search"},
     {BoundsFamily::input, "input"},
-}};
+}}};
 
 // Each family draws from its own stream; trial t is subsequence t of it.
 PhiloxStream family_stream(std::uint64_t seed, BoundsFamily family, std::uint64_t trial) {
@@ -136,9 +134,6 @@ FamilyResult reduce(BoundsFamily family, const std::vector<TrialResult>& trials)
   return out;
 }
 
-// Starts alternate between scales so that both flat and peaked rows are explored.
-constexpr std::array<double, 4> kSearchStartScales{1.0, 3.0, 0.1, 10.0};
-
 // The best row found from `starts` random starts, repeated N times: both norms are sums of per-row terms, so
 // that matrix maximizes the objective among matrices built from the rows the search visited.
 Matrix worst_case_matrix(theory::RowObjective objective, const SurveyOptions& options) {
@@ -165,26 +160,14 @@ Matrix worst_case_matrix(theory::RowObjective objective, const SurveyOptions& op
 
 }  // namespace
 
-std::string family_name(BoundsFamily family) {
-  for (const auto& info : kFamilies) {
-    if (info.family == family) return info.name;
-  }
-  return "?";
-}
+std::string family_name(BoundsFamily family) { return kFamilies.name(family); }
 
-std::optional<BoundsFamily> parse_family(const std::string& name) {
-  for (const auto& info : kFamilies) {
-    if (name == info.name) return info.family;
-  }
-  return std::nullopt;
-}
+std::optional<BoundsFamily> parse_family(const std::string& name) { return kFamilies.parse(name); }
 
-std::vector<BoundsFamily> default_families() {
-  std::vector<BoundsFamily> out;
-  for (const auto& info : kFamilies) {
-    if (info.family != BoundsFamily::input) out.push_back(info.family);
-  }
-  return out;
+std::vector<BoundsFamily> default_families() { return kFamilies.surveyed(); }
+
+std::vector<BoundsFamily> requested_families(const std::vector<std::string>& names) {
+  return kFamilies.requested(names);
 }
 
 std::uint64_t survey_bytes(Index n, int threads) {

@@ -1,21 +1,18 @@
 #include "attncheck/monte_carlo/commands.hpp"
 
-#include "attncheck/exact/bounds_survey.hpp"
 #include "attncheck/monte_carlo/cpu_backend.hpp"
 #include "attncheck/monte_carlo/distributed.hpp"
-#include "attncheck/monte_carlo/option_ranges.hpp"
 #include "attncheck/monte_carlo/proved_bounds.hpp"
 #include "attncheck/monte_carlo/results.hpp"
 #include "attncheck/monte_carlo/runner.hpp"
 #include "attncheck/monte_carlo/sample_norms.hpp"
 #include "attncheck/monte_carlo/sweep.hpp"
-#include "attncheck/records/matrix_io.hpp"
 #include "attncheck/records/memory_budget.hpp"
-#include "attncheck/theory/bound_check.hpp"
+#include "attncheck/records/option_ranges.hpp"
 #include "attncheck/streams/random_stream.hpp"
 
 #include <fmt/format.h>
-#include <omp.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -25,108 +22,15 @@
 
 namespace attncheck::monte_carlo {
 
-using exact::BoundsFamily;
-using exact::WorstMatrixSummary;
 using nlohmann::json;
+using records::check_integer;
+using records::check_real;
+using records::kMaxThreads;
+using records::parse_integer;
+using records::parse_integer_list;
+using records::parse_real_list;
 using theory::Index;
 using theory::InputError;
-using theory::within;
-
-namespace {
-
-json summary_json(const WorstMatrixSummary& s) {
-  return {{"trial", s.trial},
-          {"min_logit", s.min_logit},
-          {"max_logit", s.max_logit},
-          {"worst_row_top_probabilities", {s.worst_row_top1, s.worst_row_top2}},
-          {"worst_row_jacobian_sq", s.worst_row_jacobian_sq}};
-}
-
-}  // namespace
-
-json run_bounds(const BoundsRequest& request) {
-  if (request.n) check_integer("--N", *request.n, 1, INT64_MAX);
-  check_integer("--trials", request.trials, 1, kMaxBoundsTrials);
-  check_integer("--search-starts", request.search_starts, 1, kMaxSearchStarts);
-  if (request.threads != 0) check_integer("--threads", request.threads, 1, kMaxThreads);
-  const int threads = request.threads > 0 ? request.threads : omp_get_max_threads();
-  std::optional<theory::Matrix> input;
-  if (!request.input.empty()) input = records::read_matrix(request.input, records::memory_budget_bytes());
-  if (!input && !request.n) throw InputError("give the matrix size with --N, or a matrix with --input FILE");
-  const Index n = input ? input->rows() : static_cast<Index>(*request.n);
-  if (input && request.n && *request.n != n) {
-    throw InputError(fmt::format("--N {} disagrees with --input {}, which has {} rows", *request.n, request.input, n));
-  }
-
-  std::vector<BoundsFamily> families;
-  for (const std::string& name : request.families) {
-    const auto family = exact::parse_family(name);
-    if (!family || *family == BoundsFamily::input) {
-      std::string known;
-      for (auto f : exact::default_families()) known += (known.empty() ? "" : ", ") + exact::family_name(f);
-      throw InputError(fmt::format("unknown --family '{}' (known: {})", name, known));
-    }
-    families.push_back(*family);
-  }
-  if (request.families.empty() && !input) families = exact::default_families();
-  if (!families.empty()) {
-    records::require_memory(exact::survey_bytes(n, threads),
-                            fmt::format("--N {}: {} x {} matrices held by {} threads", n, n, n, threads),
-                            "; use a smaller N or fewer --threads");
-  }
-
-  exact::SurveyOptions survey{n, request.trials, request.seed, threads, request.search_starts};
-  std::vector<exact::FamilyResult> results;
-  for (const auto family : families) results.push_back(exact::survey_family(family, survey));
-  if (input) {
-    try {
-      results.push_back(exact::survey_matrix(*input));
-    } catch (const InputError& e) {
-      throw InputError(fmt::format("{}: {}", request.input, e.what()));
-    }
-  }
-
-  const theory::SoftmaxBounds bounds = theory::softmax_bounds(n);
-  bool all_hold = true, tight_holds = true;
-  double max_softmax_ratio = 0, max_grad_tight_ratio = 0;
-  json family_list = json::array();
-  for (const auto& r : results) {
-    const bool holds = within(r.max_softmax_fro, bounds.softmax_paper) && within(r.max_grad_fro, bounds.grad_paper);
-    const bool within_tight = within(r.max_grad_fro, bounds.grad_tight);
-    all_hold = all_hold && holds;
-    tight_holds = tight_holds && within_tight;
-    max_softmax_ratio = std::max(max_softmax_ratio, r.max_softmax_fro / bounds.softmax_paper);
-    max_grad_tight_ratio = std::max(max_grad_tight_ratio, r.max_grad_fro / bounds.grad_tight);
-    family_list.push_back({{"family", exact::family_name(r.family)},
-                           {"trials", r.trials},
-                           {"max_softmax_fro", r.max_softmax_fro},
-                           {"max_grad_fro", r.max_grad_fro},
-                           {"bound_softmax", bounds.softmax_paper},
-                           {"bound_grad_paper", bounds.grad_paper},
-                           {"bound_grad_tight", bounds.grad_tight},
-                           {"ratio_softmax", r.max_softmax_fro / bounds.softmax_paper},
-                           {"ratio_grad_paper", r.max_grad_fro / bounds.grad_paper},
-                           {"ratio_grad_tight", r.max_grad_fro / bounds.grad_tight},
-                           {"holds", holds},
-                           {"within_tight_bound", within_tight},
-                           {"worst_softmax_matrix", summary_json(r.worst_softmax)},
-                           {"worst_grad_matrix", summary_json(r.worst_grad)}});
-  }
-  return {{"N", n},
-          {"holds", all_hold && tight_holds},
-          {"claims",
-           {{"C1", "||softmax(A)||_F <= sqrt(N): v1 Thm 4.1 (4.1) / v2 Thm 4.1 (6)"},
-            {"C2", "||grad softmax(A)||_F <= 2 sqrt(N): v1 Thm 4.1 (4.2) / v2 Thm 4.1 (7)"}}},
-          {"paper_bounds_hold", all_hold},
-          {"tight_bound_holds", tight_holds},
-          {"max_ratio_softmax", max_softmax_ratio},
-          {"max_ratio_grad_tight", max_grad_tight_ratio},
-          {"seed", request.seed},
-          {"trials", request.trials},
-          {"threads", threads},
-          {"input", request.input.empty() ? json(nullptr) : json(request.input)},
-          {"families", family_list}};
-}
 
 namespace {
 

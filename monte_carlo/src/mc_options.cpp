@@ -48,7 +48,7 @@ McOption text(std::string_view name, std::string help, std::string McRequest::*f
 McOption optional_text(std::string_view name, std::string help, std::optional<std::string> McRequest::*field) {
   return {name, std::move(help), field};
 }
-McOption real(std::string_view name, std::string help, double McRequest::*field, RealRange range) {
+McOption real(std::string_view name, std::string help, double McRequest::*field, records::RealRange range) {
   McOption option{name, std::move(help), field};
   option.real_range = range;
   return option;
@@ -113,7 +113,7 @@ std::vector<McOption> make_options() {
   seed.count_range = std::pair<std::uint64_t, std::uint64_t>{0, std::numeric_limits<std::uint64_t>::max()};
   options.push_back(std::move(seed));
   McOption threads{"threads", "CPU threads (0: all cores); results do not depend on it", &McRequest::threads};
-  threads.integer_range = std::pair<std::int64_t, std::int64_t>{0, kMaxThreads};
+  threads.integer_range = std::pair<std::int64_t, std::int64_t>{0, records::kMaxThreads};
   options.push_back(std::move(threads));
   // The real limit of the tile is the memory check; its side must fit the BLAS integer type.
   McOption tile{"tile", "Score tile size (tile x tile entries per thread)", &McRequest::tile};

@@ -1,5 +1,6 @@
 #include "attncheck/monte_carlo/sweep.hpp"
 
+#include "attncheck/records/option_ranges.hpp"
 #include "attncheck/streams/random_stream.hpp"
 #include "attncheck/theory/cross_norm.hpp"
 #include "attncheck/theory/moments.hpp"
@@ -16,6 +17,7 @@
 
 namespace attncheck::monte_carlo {
 
+using records::parse_real;
 using theory::ActivationKind;
 using theory::Index;
 using theory::InputError;
@@ -36,16 +38,6 @@ std::string trim(const std::string& s) {
   const auto b = s.find_first_not_of(" \t");
   if (b == std::string::npos) return "";
   return s.substr(b, s.find_last_not_of(" \t") - b + 1);
-}
-
-double parse_real(const std::string& raw, const std::string& option, const std::string& whole) {
-  const std::string text = trim(raw);
-  double value = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || ec != std::errc{} || end != text.data() + text.size() || !std::isfinite(value)) {
-    throw InputError(fmt::format("{}: '{}' in '{}' is not a number", option, raw, whole));
-  }
-  return value;
 }
 
 Index parse_positive_index(const std::string& raw, const std::string& option, const std::string& whole) {
@@ -83,13 +75,6 @@ std::vector<Index> parse_index_grid(const std::string& text, const std::string& 
     return out;
   }
   for (const auto& part : split(text, ',')) out.push_back(parse_positive_index(part, option, text));
-  if (out.empty()) throw InputError(fmt::format("{}: empty list", option));
-  return out;
-}
-
-std::vector<double> parse_real_list(const std::string& text, const std::string& option) {
-  std::vector<double> out;
-  for (const auto& part : split(text, ',')) out.push_back(parse_real(part, option, text));
   if (out.empty()) throw InputError(fmt::format("{}: empty list", option));
   return out;
 }

@@ -2,9 +2,10 @@
 // Arrays are read where they lie (any strides, float32 or float64) and the computations run without the GIL;
 // the package's Python layer (attncheck/__init__.py) turns tensors into arrays and documents the functions.
 
+#include "attncheck/exact/bounds.hpp"
+#include "attncheck/exact/cross_norm_bounds.hpp"
 #include "attncheck/monte_carlo/commands.hpp"
 #include "attncheck/monte_carlo/mc_options.hpp"
-#include "attncheck/monte_carlo/cross_norm_bounds.hpp"
 #include "attncheck/probes/live_metrics.hpp"
 #include "attncheck/probes/watch.hpp"
 #include "attncheck/records/input_file.hpp"
@@ -330,7 +331,7 @@ py::dict bounds(std::optional<long long> n, const std::vector<std::string>& fami
   json out;
   {
     py::gil_scoped_release release;
-    out = monte_carlo::run_bounds({n, trials, search_starts, families, input, seed, threads});
+    out = exact::to_json(exact::run_bounds({n, trials, search_starts, families, input, seed, threads}));
   }
   return to_python(out);
 }
@@ -342,8 +343,8 @@ py::dict cross_norm_bounds(std::optional<long long> n, std::optional<long long> 
   json out;
   {
     py::gil_scoped_release release;
-    out =
-        monte_carlo::run_cross_norm_bounds({n, dv, trials, search_starts, families, input, values, mix, seed, threads});
+    out = exact::to_json(
+        exact::run_cross_norm_bounds({n, dv, trials, search_starts, families, input, values, mix, seed, threads}));
   }
   return to_python(out);
 }

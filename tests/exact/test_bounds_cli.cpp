@@ -12,6 +12,7 @@
 
 #include <sys/stat.h>
 
+using attncheck::testing::expect_refused;
 using attncheck::testing::family;
 using attncheck::testing::run_attncheck;
 
@@ -78,47 +79,41 @@ TEST_CASE("input matrices: the user's matrix, N from the file, same answer from 
 }
 
 TEST_CASE("bad usage and bad input exit 2 with a message naming the problem") {
-  const auto expect = [](const std::string& arguments, const std::string& fragment) {
-    INFO(arguments);
-    const auto result = run_attncheck(arguments);
-    CHECK(result.exit_code == 2);
-    CHECK_THAT(result.err, Catch::Contains(fragment));
-  };
-  expect("bounds --N 0", "--N: 0 is out of range");
-  expect("bounds --N -4", "--N: -4 is out of range");
-  expect("bounds --N abc", "'abc'");
-  expect("bounds", "--N");
-  expect("bounds --N 3000000", "--N 3000000");  // 7e13 bytes per matrix: refused before allocating
+  expect_refused("bounds --N 0", "--N: 0 is out of range");
+  expect_refused("bounds --N -4", "--N: -4 is out of range");
+  expect_refused("bounds --N abc", "'abc'");
+  expect_refused("bounds", "--N");
+  expect_refused("bounds --N 3000000", "--N 3000000");  // 7e13 bytes per matrix: refused before allocating
   // N^2 would wrap a 64-bit byte count: still refused by the memory check, not aborted by bad_alloc.
-  expect("bounds --N 2305843009213693952", "--N 2305843009213693952");
-  expect("bounds --N 1.5", "--N: '1.5' is not a whole number");
-  expect("bounds --N 8 --seed -1", "--seed: -1 is out of range");
-  expect("bounds --N 8 --threads 100000", "--threads: 100000 is out of range");
-  expect("bounds --N 8 --family nope", "unknown --family 'nope'");
-  expect("bounds --N 8 --trials 0", "--trials");
-  expect("bounds --input " + (kDir / "absent.npy").string(), "absent.npy: no such file");
+  expect_refused("bounds --N 2305843009213693952", "--N 2305843009213693952");
+  expect_refused("bounds --N 1.5", "--N: '1.5' is not a whole number");
+  expect_refused("bounds --N 8 --seed -1", "--seed: -1 is out of range");
+  expect_refused("bounds --N 8 --threads 100000", "--threads: 100000 is out of range");
+  expect_refused("bounds --N 8 --family nope", "unknown --family 'nope'");
+  expect_refused("bounds --N 8 --trials 0", "--trials");
+  expect_refused("bounds --input " + (kDir / "absent.npy").string(), "absent.npy: no such file");
   const auto nan_csv = fresh("nan.csv");
   std::ofstream(nan_csv) << "1,2\n3,nan\n";
-  expect("bounds --input " + nan_csv.string(), "NaN logit at row 1, column 1");
+  expect_refused("bounds --input " + nan_csv.string(), "NaN logit at row 1, column 1");
   const auto nan_npy = fresh("nan.npy");
   attncheck::testing::write_npy_raw(nan_npy, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 2), }",
                                     attncheck::testing::raw_bytes(std::vector<float>{1, NAN, 0, 0}));
-  expect("bounds --input " + nan_npy.string(), "NaN logit at row 0, column 1");
+  expect_refused("bounds --input " + nan_npy.string(), "NaN logit at row 0, column 1");
   const auto truncated = fresh("truncated.npy");
   attncheck::testing::write_npy_raw(truncated, "{'descr': '<f8', 'fortran_order': False, 'shape': (4, 4), }",
                                     std::string(100, '\0'));
-  expect("bounds --input " + truncated.string(), "truncated.npy");
-  expect("bounds --N 5 --input " + nan_csv.string(), "--N 5 disagrees");
+  expect_refused("bounds --input " + truncated.string(), "truncated.npy");
+  expect_refused("bounds --N 5 --input " + nan_csv.string(), "--N 5 disagrees");
   // Not a regular file: refused at once (a FIFO is not waited on), naming it.
   const auto fifo = fresh("logits.fifo");
   std::filesystem::remove(fifo);
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
-  expect("bounds --input " + fifo.string(), "logits.fifo: is a FIFO");
-  expect("bounds --input " + kDir.string(), "is a folder");
-  expect("bounds --input /dev/zero", "/dev/zero: is a character device");
+  expect_refused("bounds --input " + fifo.string(), "logits.fifo: is a FIFO");
+  expect_refused("bounds --input " + kDir.string(), "is a folder");
+  expect_refused("bounds --input /dev/zero", "/dev/zero: is a character device");
   const auto all_masked = fresh("masked.csv");
   std::ofstream(all_masked) << "-inf,-inf\n0,1\n";
-  expect("bounds --input " + all_masked.string(), "every logit of row 0");
+  expect_refused("bounds --input " + all_masked.string(), "every logit of row 0");
 }
 
 TEST_CASE("help explains the families and exit codes") {

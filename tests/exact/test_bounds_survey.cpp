@@ -99,6 +99,16 @@ TEST_CASE("families are named for the command line and parsed back, and bad requ
   }
   CHECK(exact::parse_family("input") == BoundsFamily::input);
   CHECK_FALSE(exact::parse_family("gaussian"));
+  CHECK(exact::requested_families({"constant", "gaussian-1"}) ==
+        std::vector<BoundsFamily>{BoundsFamily::constant, BoundsFamily::gaussian_1});
+  // --family never names the user's matrix; the refusal lists what it does name.
+  for (const char* bad : {"input", "gaussian"}) {
+    INFO(bad);
+    CHECK_THROWS_WITH(exact::requested_families({"constant", bad}),
+                      Catch::Equals(std::string("unknown --family '") + bad +
+                                    "' (known: gaussian-1e-3, gaussian-1, gaussian-10, gaussian-1e3, near-one-hot, "
+                                    "two-equal-top, constant, worst-case-search)"));
+  }
   CHECK_THROWS_AS(exact::survey_family(BoundsFamily::gaussian_1, options(0, 1)), theory::InputError);
   CHECK_THROWS_WITH(exact::survey_family(BoundsFamily::input, options(4, 1)), Catch::Contains("survey_matrix"));
 }

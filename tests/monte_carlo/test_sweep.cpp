@@ -16,7 +16,6 @@ TEST_CASE("grids parse as lists and as start:stop:xfactor") {
   CHECK_THROWS_WITH(parse_index_grid("16:64:x1", "--N"), Catch::Contains("x1"));
   CHECK_THROWS_WITH(parse_index_grid("0,4", "--N"), Catch::Contains("must be >= 1"));
   CHECK_THROWS_WITH(parse_index_grid("12,abc", "--D"), Catch::Contains("'abc'"));
-  CHECK(parse_real_list("0.5, 1,2e-1", "--alpha") == std::vector<double>{0.5, 1, 0.2});
 }
 
 TEST_CASE("outer and inner scales parse into explicit constants") {

@@ -4,6 +4,7 @@
 
 #include "attncheck/theory/softmax.hpp"
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -28,6 +29,8 @@ std::string family_name(BoundsFamily family);
 std::optional<BoundsFamily> parse_family(const std::string& name);
 // Every family but `input`, in table order.
 std::vector<BoundsFamily> default_families();
+// The families `--family` names, in the order given; an InputError listing the known ones for any other name.
+std::vector<BoundsFamily> requested_families(const std::vector<std::string>& names);
 
 // What the worst matrix of a family looked like.
 struct WorstMatrixSummary {
@@ -45,6 +48,10 @@ struct FamilyResult {
   WorstMatrixSummary worst_softmax;  // the trial attaining max_softmax_fro
   WorstMatrixSummary worst_grad;     // the trial attaining max_grad_fro
 };
+
+// The worst-case searches' random starts cycle through these scales, so that both flat and peaked rows are
+// explored.
+inline constexpr std::array<double, 4> kSearchStartScales{1.0, 3.0, 0.1, 10.0};
 
 struct SurveyOptions {
   theory::Index n = 256;

@@ -1,11 +1,11 @@
 #pragma once
-// `attncheck bounds` and `attncheck mc` as functions: the command line and the Python package both call these,
-// so their JSON is the same. Bad requests are theory::InputErrors with the command line's messages, which
-// name options as the command line spells them.
+// `attncheck mc` as a function: the command line and the Python package both call it, so their JSON is the
+// same. Bad requests are theory::InputErrors with the command line's messages, which name options as the command
+// line spells them. (`attncheck bounds` is in exact/bounds.hpp.)
 
 #include "attncheck/monte_carlo/backend.hpp"
 #include "attncheck/monte_carlo/backend_registry.hpp"
-#include "attncheck/monte_carlo/option_ranges.hpp"
+#include "attncheck/records/option_ranges.hpp"
 #include "attncheck/records/results_folder.hpp"
 
 #include <nlohmann/json.hpp>
@@ -19,35 +19,17 @@
 
 namespace attncheck::monte_carlo {
 
-// Ranges of `bounds` and `mc` options, shared by the command line's validators and the checks here.
-inline constexpr int kMaxBoundsTrials = 1000000;
-inline constexpr int kMaxSearchStarts = 100000;
-inline constexpr int kMaxThreads = 1024;  // far above any machine's cores; more only adds overhead
+// Ranges of `mc` options, shared by the command line's validators and the checks here.
 // More samples than any point needs; the range keeps counts exact in the doubles of the statistics.
 inline constexpr std::int64_t kMaxSamples = std::int64_t{1} << 40;
 // The real-valued options' ranges.
-inline constexpr RealRange kSigmaRange{0, 1e100, true};
-inline constexpr RealRange kToleranceRange{0, 1, true};
-inline constexpr RealRange kRelativeErrorRange{0, 1, true};
-inline constexpr RealRange kSecondsRange{0, 1e9, true};
-inline constexpr RealRange kClaimedExponentRange{-64, 64};
+inline constexpr records::RealRange kSigmaRange{0, 1e100, true};
+inline constexpr records::RealRange kToleranceRange{0, 1, true};
+inline constexpr records::RealRange kRelativeErrorRange{0, 1, true};
+inline constexpr records::RealRange kSecondsRange{0, 1e9, true};
+inline constexpr records::RealRange kClaimedExponentRange{-64, 64};
 // A grid is a product: bounded before its points are built, or a few long lists would exhaust memory.
 inline constexpr std::uint64_t kMaxPoints = 100000;
-
-struct BoundsRequest {
-  std::optional<long long> n;         // --N; the rows of `input` when absent
-  int trials = 8;                     // --trials
-  int search_starts = 8;              // --search-starts
-  std::vector<std::string> families;  // --family; all but the input when empty and no input is given
-  std::string input;                  // --input FILE (.npy or CSV), empty for none
-  std::uint64_t seed = 1;             // --seed
-  int threads = 0;                    // --threads; 0: OpenMP's default
-};
-
-// The object `attncheck bounds --json` prints: N, holds, claims, paper_bounds_hold, tight_bound_holds, the
-// largest ratios, seed, trials, threads, input and every family's maxima, bounds, ratios, verdicts and worst
-// matrices. Sizes whose matrices would not fit in the available memory are refused before allocating.
-nlohmann::json run_bounds(const BoundsRequest& request);
 
 // What `attncheck mc` is asked, option by option as the command line spells them; presets fill the rest.
 struct McRequest {

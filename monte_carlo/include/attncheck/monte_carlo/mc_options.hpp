@@ -4,7 +4,7 @@
 // "-"), and their tests check both against it, so an option added here reaches every front end.
 
 #include "attncheck/monte_carlo/commands.hpp"
-#include "attncheck/monte_carlo/option_ranges.hpp"
+#include "attncheck/records/option_ranges.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -24,7 +24,7 @@ struct McOption {
                              long long McRequest::*, bool McRequest::*>;
   Field field;
   // The checks on the option's text (the command line runs them before converting; run_mc repeats them on values).
-  std::optional<RealRange> real_range;
+  std::optional<records::RealRange> real_range;
   std::optional<std::pair<std::int64_t, std::int64_t>> integer_range;
   std::optional<std::pair<std::uint64_t, std::uint64_t>> count_range;
   std::vector<std::string> choices;  // the words a text option takes, where the list is fixed

@@ -14,7 +14,6 @@ namespace attncheck::monte_carlo {
 // "16:4096:x2" (start:stop:xfactor, stop included when hit), "16,32,64", or one value. Throws
 // theory::InputError naming `option` and the bad text.
 std::vector<theory::Index> parse_index_grid(const std::string& text, const std::string& option);
-std::vector<double> parse_real_list(const std::string& text, const std::string& option);
 std::vector<Estimand> parse_estimands(const std::string& text);
 
 // The outer constant c(N) = factor * d^(-d_exponent) * N^(-n_exponent) as the claims write it.

@@ -7,7 +7,10 @@
 #include <string>
 #include <vector>
 
-namespace attncheck::monte_carlo {
+namespace attncheck::records {
+
+// --threads of every command: far above any machine's cores; more only adds overhead.
+inline constexpr int kMaxThreads = 1024;
 
 // A closed range of finite reals; `above_min` makes the lower end open (a value must exceed it).
 struct RealRange {
@@ -27,5 +30,10 @@ std::int64_t check_integer(const std::string& option, std::int64_t value, std::i
 std::int64_t parse_integer(const std::string& text, const std::string& option, std::int64_t min, std::int64_t max);
 std::vector<std::int64_t> parse_integer_list(const std::string& text, const std::string& option, std::int64_t min,
                                              std::int64_t max);
+// One finite real, `raw`, inside the option's text `whole` (a list or a formula); theory::InputError
+// "OPTION: 'RAW' in 'WHOLE' is not a number" otherwise. Surrounding blanks are allowed, a leading '+' is not.
+double parse_real(const std::string& raw, const std::string& option, const std::string& whole);
+// "0.5, 1,2e-1": comma-separated finite reals, none missing.
+std::vector<double> parse_real_list(const std::string& text, const std::string& option);
 
-}  // namespace attncheck::monte_carlo
+}  // namespace attncheck::records

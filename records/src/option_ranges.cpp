@@ -1,4 +1,4 @@
-#include "attncheck/monte_carlo/option_ranges.hpp"
+#include "attncheck/records/option_ranges.hpp"
 
 #include "attncheck/theory/common.hpp"
 
@@ -10,7 +10,7 @@
 #include <sstream>
 #include <string_view>
 
-namespace attncheck::monte_carlo {
+namespace attncheck::records {
 
 namespace {
 
@@ -97,4 +97,24 @@ std::vector<std::int64_t> parse_integer_list(const std::string& text, const std:
   return values;
 }
 
-}  // namespace attncheck::monte_carlo
+double parse_real(const std::string& raw, const std::string& option, const std::string& whole) {
+  const std::string_view text = trimmed(raw);
+  double value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc{} || end != text.data() + text.size() || !std::isfinite(value)) {
+    throw theory::InputError(fmt::format("{}: '{}' in '{}' is not a number", option, raw, whole));
+  }
+  return value;
+}
+
+std::vector<double> parse_real_list(const std::string& text, const std::string& option) {
+  std::vector<double> values;
+  std::istringstream parts(text);
+  for (std::string part; std::getline(parts, part, ',');) values.push_back(parse_real(part, option, text));
+  // getline yields no part after a trailing comma: that missing number is refused as an empty one.
+  if (!text.empty() && text.back() == ',') values.push_back(parse_real("", option, text));
+  if (values.empty()) throw theory::InputError(fmt::format("{}: empty list", option));
+  return values;
+}
+
+}  // namespace attncheck::records

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <fstream>
 
+using attncheck::testing::expect_refused;
 using attncheck::testing::family;
 using attncheck::testing::run_attncheck;
 using attncheck::theory::Matrix;
@@ -176,42 +177,36 @@ TEST_CASE("bounds --cross-norm: results do not depend on the thread count") {
 }
 
 TEST_CASE("bounds --cross-norm: bad usage and bad input exit 2 naming the bad value") {
-  const auto expect = [](const std::string& arguments, const std::string& fragment) {
-    INFO(arguments);
-    const auto result = run_attncheck(arguments);
-    CHECK(result.exit_code == 2);
-    CHECK_THAT(result.err, Catch::Contains(fragment));
-  };
-  expect("bounds --cross-norm --N 8 --dv 0", "--dv: 0 is out of range");
-  expect("bounds --cross-norm --N 8 --dv 2.5", "--dv: '2.5' is not a whole number");
-  expect("bounds --cross-norm --N 8 --dv nan", "--dv");
-  expect("bounds --cross-norm --N 8 --mix 1.5", "--mix: 1.5 is out of range");
-  expect("bounds --cross-norm --N 8 --mix 0.5,x", "--mix");
-  expect("bounds --cross-norm --N 8 --mix nan", "--mix");
-  expect("bounds --cross-norm --N 8 --family nope", "unknown --family 'nope'");
-  expect("bounds --cross-norm", "--N");
-  expect("bounds --N 8 --dv 4", "--dv is an option of --cross-norm");
-  expect("bounds --N 8 --mix 0.5", "--mix is an option of --cross-norm");
+  expect_refused("bounds --cross-norm --N 8 --dv 0", "--dv: 0 is out of range");
+  expect_refused("bounds --cross-norm --N 8 --dv 2.5", "--dv: '2.5' is not a whole number");
+  expect_refused("bounds --cross-norm --N 8 --dv nan", "--dv");
+  expect_refused("bounds --cross-norm --N 8 --mix 1.5", "--mix: 1.5 is out of range");
+  expect_refused("bounds --cross-norm --N 8 --mix 0.5,x", "--mix");
+  expect_refused("bounds --cross-norm --N 8 --mix nan", "--mix");
+  expect_refused("bounds --cross-norm --N 8 --family nope", "unknown --family 'nope'");
+  expect_refused("bounds --cross-norm", "--N");
+  expect_refused("bounds --N 8 --dv 4", "--dv is an option of --cross-norm");
+  expect_refused("bounds --N 8 --mix 0.5", "--mix is an option of --cross-norm");
   const auto values = fresh("v3x2.csv");
   std::ofstream(values) << "1,2\n3,4\n5,6\n";
-  expect("bounds --cross-norm --N 4 --values " + values.string(),
-         "shape mismatch: --values " + values.string() + " has 3 rows");
-  expect("bounds --cross-norm --dv 5 --values " + values.string(), "--dv 5 disagrees with --values");
+  expect_refused("bounds --cross-norm --N 4 --values " + values.string(),
+                 "shape mismatch: --values " + values.string() + " has 3 rows");
+  expect_refused("bounds --cross-norm --dv 5 --values " + values.string(), "--dv 5 disagrees with --values");
   const auto square = fresh("s4x4.csv");
   std::ofstream(square) << "0,0,0,0\n0,0,0,0\n0,0,0,0\n0,0,0,0\n";
-  expect("bounds --cross-norm --input " + square.string() + " --values " + values.string(),
-         "has 3 rows (tokens), but N = 4");
+  expect_refused("bounds --cross-norm --input " + square.string() + " --values " + values.string(),
+                 "has 3 rows (tokens), but N = 4");
   const auto wide = fresh("s2x3.csv");
   std::ofstream(wide) << "0,0,0\n0,0,0\n";
-  expect("bounds --cross-norm --input " + wide.string(), "must be square");
+  expect_refused("bounds --cross-norm --input " + wide.string(), "must be square");
   const auto nan_values = fresh("vnan.csv");
   std::ofstream(nan_values) << "1,2\nnan,4\n";
-  expect("bounds --cross-norm --values " + nan_values.string(), "entry [1][0] (0-based) is nan");
+  expect_refused("bounds --cross-norm --values " + nan_values.string(), "entry [1][0] (0-based) is nan");
   const auto inf_values = fresh("vinf.csv");
   std::ofstream(inf_values) << "1,inf\n3,4\n";
-  expect("bounds --cross-norm --values " + inf_values.string(), "entry [0][1] (0-based) is inf");
+  expect_refused("bounds --cross-norm --values " + inf_values.string(), "entry [0][1] (0-based) is inf");
   const auto nan_scores = fresh("snan.csv");
   std::ofstream(nan_scores) << "0,nan\n0,0\n";
-  expect("bounds --cross-norm --input " + nan_scores.string(), "NaN logit at row 0, column 1");
-  expect("bounds --cross-norm --values " + (kDir / "absent.npy").string(), "absent.npy: no such file");
+  expect_refused("bounds --cross-norm --input " + nan_scores.string(), "NaN logit at row 0, column 1");
+  expect_refused("bounds --cross-norm --values " + (kDir / "absent.npy").string(), "absent.npy: no such file");
 }

@@ -1,11 +1,10 @@
-#include "attncheck/monte_carlo/cross_norm_bounds.hpp"
+#include "attncheck/exact/cross_norm_bounds.hpp"
 
-#include "attncheck/monte_carlo/commands.hpp"
-#include "attncheck/monte_carlo/option_ranges.hpp"
-#include "attncheck/monte_carlo/sweep.hpp"
+#include "attncheck/exact/bounds.hpp"
+#include "attncheck/exact/family_table.hpp"
 #include "attncheck/records/matrix_io.hpp"
 #include "attncheck/records/memory_budget.hpp"
-#include "attncheck/records/verdict.hpp"
+#include "attncheck/records/option_ranges.hpp"
 #include "attncheck/streams/parallel.hpp"
 #include "attncheck/streams/random_stream.hpp"
 #include "attncheck/theory/bound_check.hpp"
@@ -13,12 +12,11 @@
 #include "attncheck/theory/worst_case.hpp"
 
 #include <fmt/format.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 
-namespace attncheck::monte_carlo {
+namespace attncheck::exact {
 
 using nlohmann::json;
 using streams::derive_point_seed;
@@ -32,25 +30,9 @@ using theory::within;
 
 namespace {
 
-enum class Family {
-  gaussian_1e_3,
-  gaussian_1,
-  gaussian_10,
-  gaussian_1e3,
-  uniform,
-  one_hot,
-  tight_values,
-  tight_scores,
-  near_tight,
-  worst_case,
-  input,
-};
+using Family = CrossNormFamily;
 
-struct FamilyInfo {
-  Family family;
-  const char* name;
-};
-constexpr std::array<FamilyInfo, 11> kFamilies{{
+constexpr FamilyTable kFamilies{std::array<NamedFamily<Family>, 11>{{
     {Family::gaussian_1e_3, "gaussian-1e-3"},
     {Family::gaussian_1, "gaussian-1"},
     {Family::gaussian_10, "gaussian-10"},
@@ -62,23 +44,14 @@ constexpr std::array<FamilyInfo, 11> kFamilies{{
     {Family::near_tight, "near-tight"},
     {Family::worst_case, "worst-case-search"},
     {Family::input, "input"},
-}};
+}}};
 
-const char* name_of(Family family) {
-  for (const auto& info : kFamilies) {
-    if (info.family == family) return info.name;
-  }
-  return "?";
-}
-
-// The five norms of facts 10-11, in this order everywhere (JSON keys, bounds, table columns).
-constexpr std::array<const char*, 5> kQuantityKeys{"column_softmax_fro", "column_grad_fro", "output_fro",
-                                                   "grad_values_fro", "grad_scores_fro"};
-constexpr std::array<const char*, 5> kQuantityNames{"||softmax_col(V)||_F", "||d softmax_col(V)/dV||_F", "||O||_F",
-                                                    "||dO/dV||_F", "||dO/dS||_F"};
-constexpr std::array<const char*, 5> kBoundFormulas{"sqrt(d_v)", "sqrt(d_v)/2", "sqrt(N d_v)", "sqrt(N d_v / 8)",
-                                                    "sqrt(N d_v / 8)"};
-using Norms = std::array<double, 5>;
+constexpr std::array<const char*, kCrossNormQuantities> kQuantityNames{"||softmax_col(V)||_F",
+                                                                       "||d softmax_col(V)/dV||_F", "||O||_F",
+                                                                       "||dO/dV||_F", "||dO/dS||_F"};
+constexpr std::array<const char*, kCrossNormQuantities> kBoundFormulas{"sqrt(d_v)", "sqrt(d_v)/2", "sqrt(N d_v)",
+                                                                       "sqrt(N d_v / 8)", "sqrt(N d_v / 8)"};
+using Norms = CrossNormValues;
 
 Norms bound_values(Index n, Index dv) {
   const theory::CrossNormBounds b = theory::cross_norm_bounds(n, dv);
@@ -160,23 +133,15 @@ MatrixPair make_pair(Family family, Index n, Index dv, std::uint64_t seed, int t
     case Family::worst_case:
     case Family::input: break;
   }
-  throw InputError(std::string("internal: family ") + name_of(family) + " has no generator");
+  throw InputError("internal: family " + kFamilies.name(family) + " has no generator");
 }
 
-struct FamilyMaxima {
-  Family family = Family::gaussian_1;
-  int trials = 0;
-  Norms max{};
-  std::array<int, 5> worst_trial{};
-  json search = nullptr;  // the worst-case search's per-term results
-};
-
-FamilyMaxima reduce(Family family, const std::vector<Norms>& trials) {
-  FamilyMaxima out;
+CrossNormFamilyReport reduce(Family family, const std::vector<Norms>& trials) {
+  CrossNormFamilyReport out;
   out.family = family;
   out.trials = static_cast<int>(trials.size());
   for (std::size_t t = 0; t < trials.size(); ++t) {
-    for (std::size_t q = 0; q < 5; ++q) {
+    for (std::size_t q = 0; q < kCrossNormQuantities; ++q) {
       if (t == 0 || trials[t][q] > out.max[q]) {
         out.max[q] = trials[t][q];
         out.worst_trial[q] = static_cast<int>(t);
@@ -188,11 +153,9 @@ FamilyMaxima reduce(Family family, const std::vector<Norms>& trials) {
 
 // Both Jacobian norms are sums of one term per (row, column) pair, so the best pair found, repeated over every row
 // of S and every column of V, is the worst matrix pair among those the search visited.
-constexpr std::array<double, 4> kSearchStartScales{1.0, 3.0, 0.1, 10.0};
-
-FamilyMaxima search_worst_case(Index n, Index dv, std::uint64_t seed, int starts, int threads) {
+CrossNormFamilyReport search_worst_case(Index n, Index dv, std::uint64_t seed, int starts, int threads) {
   std::vector<Norms> trials;
-  json search = json::object();
+  CrossNormSearch search;
   for (const auto term : {theory::CrossNormTerm::grad_values, theory::CrossNormTerm::grad_scores}) {
     const bool values_term = term == theory::CrossNormTerm::grad_values;
     std::vector<theory::PairSearchResult> results(static_cast<std::size_t>(starts));
@@ -214,25 +177,18 @@ FamilyMaxima search_worst_case(Index n, Index dv, std::uint64_t seed, int starts
     for (Index i = 0; i < n; ++i) pair.scores.row(i) = score_row.transpose();
     for (Index k = 0; k < dv; ++k) pair.values.col(k) = value_column;
     trials.push_back(evaluate(pair.scores, pair.values));
-    search[values_term ? "grad_values_term" : "grad_scores_term"] = {
-        {"best", best->objective},
-        {"sup", theory::kCrossNormTermSqSup},
-        {"ratio", best->objective / theory::kCrossNormTermSqSup},
-        {"within_sup", within(best->objective, theory::kCrossNormTermSqSup)},
-        {"starts", starts},
-        {"iterations", best->iterations}};
+    (values_term ? search.grad_values_term : search.grad_scores_term) =
+        TermSearch{best->objective,
+                   theory::kCrossNormTermSqSup,
+                   best->objective / theory::kCrossNormTermSqSup,
+                   within(best->objective, theory::kCrossNormTermSqSup),
+                   starts,
+                   best->iterations};
   }
-  FamilyMaxima out = reduce(Family::worst_case, trials);
+  CrossNormFamilyReport out = reduce(Family::worst_case, trials);
   out.trials = starts;
-  out.search = std::move(search);
+  out.search = search;
   return out;
-}
-
-std::optional<Family> parse(const std::string& name) {
-  for (const auto& info : kFamilies) {
-    if (name == info.name && info.family != Family::input) return info.family;
-  }
-  return std::nullopt;
 }
 
 Matrix read_input(const std::string& path, const std::string& what) {
@@ -255,78 +211,101 @@ void require_finite(const Matrix& m, const std::string& option, const std::strin
   }
 }
 
-json norms_json(const Norms& norms) {
-  json out = json::object();
-  for (std::size_t q = 0; q < 5; ++q) out[kQuantityKeys[q]] = norms[q];
-  return out;
-}
-
-json mix_section(double alpha, const Matrix& scores, const Matrix& direction, Index n, Index dv) {
+MixReport mix_section(double alpha, const Matrix& scores, const Matrix& direction, Index n, Index dv) {
   const theory::CrossNormBounds b = theory::cross_norm_bounds(n, dv);
+  MixReport out;
+  out.alpha = alpha;
   // ||dO/dV|| = ||alpha J_P + (1 - alpha) (A x I)||_F, and ||A x I||_F = sqrt(d_v) ||A||_F <= sqrt(N d_v).
-  const double values_bound = alpha * b.grad_values + (1 - alpha) * b.output;
-  json growth = json::array();
+  out.grad_values_bound = alpha * b.grad_values + (1 - alpha) * b.output;
   std::vector<theory::CrossNormNorms> at;
   for (double t : kMixGrowthScales) {
     at.push_back(theory::cross_norm_norms_from_scores(scores, t * direction, alpha));
-    growth.push_back({{"t", t},
-                      {"output_fro", at.back().output_fro},
-                      {"grad_values_fro", at.back().grad_values_fro},
-                      {"grad_scores_fro", at.back().grad_scores_fro}});
+    out.growth.push_back({t, at.back().output_fro, at.back().grad_values_fro, at.back().grad_scores_fro});
   }
   const auto& last = at.back();
   const auto& before = at[at.size() - 2];
-  const double decade = kMixGrowthScales.back() / kMixGrowthScales[kMixGrowthScales.size() - 2];
-  const bool bounded = alpha == 1;
-  double max_values_ratio = 0;
-  bool holds = true;
+  out.bounded = alpha == 1;
   for (const auto& norms : at) {
-    max_values_ratio = std::max(max_values_ratio, norms.grad_values_fro / values_bound);
-    holds = holds && within(norms.grad_values_fro, values_bound);
-    if (bounded) holds = holds && within(norms.output_fro, b.output) && within(norms.grad_scores_fro, b.grad_scores);
+    out.max_ratio_grad_values = std::max(out.max_ratio_grad_values, norms.grad_values_fro / out.grad_values_bound);
+    out.holds = out.holds && within(norms.grad_values_fro, out.grad_values_bound);
+    if (out.bounded) {
+      out.holds = out.holds && within(norms.output_fro, b.output) && within(norms.grad_scores_fro, b.grad_scores);
+    }
+  }
+  if (out.bounded) {
+    out.output_bound = b.output;
+    out.grad_scores_bound = b.grad_scores;
   }
   const auto growth_of = [&](double a, double z) { return z == 0 ? 0.0 : a / z; };
-  return {{"alpha", alpha},
+  const double from_t = kMixGrowthScales[kMixGrowthScales.size() - 2], to_t = kMixGrowthScales.back();
+  out.last_step = {from_t,
+                   to_t,
+                   to_t / from_t,
+                   growth_of(last.output_fro, before.output_fro),
+                   growth_of(last.grad_values_fro, before.grad_values_fro),
+                   growth_of(last.grad_scores_fro, before.grad_scores_fro)};
+  return out;
+}
+
+json norms_json(const Norms& norms) {
+  json out = json::object();
+  for (std::size_t q = 0; q < kCrossNormQuantities; ++q) out[kCrossNormKeys[q]] = norms[q];
+  return out;
+}
+
+json term_json(const TermSearch& term) {
+  return {{"best", term.best},     {"sup", term.sup},
+          {"ratio", term.ratio},   {"within_sup", term.within_sup},
+          {"starts", term.starts}, {"iterations", term.iterations}};
+}
+
+json mix_json(const MixReport& mix) {
+  json growth = json::array();
+  for (const MixGrowth& g : mix.growth) {
+    growth.push_back({{"t", g.t},
+                      {"output_fro", g.output_fro},
+                      {"grad_values_fro", g.grad_values_fro},
+                      {"grad_scores_fro", g.grad_scores_fro}});
+  }
+  const MixLastStep& step = mix.last_step;
+  const auto optional = [](const std::optional<double>& value) { return value ? json(*value) : json(nullptr); };
+  return {{"alpha", mix.alpha},
           {"family", "V = t V0, S and V0 i.i.d. N(0, 1)"},
           {"growth", growth},
           {"growth_last_step",
-           {{"from_t", kMixGrowthScales[kMixGrowthScales.size() - 2]},
-            {"to_t", kMixGrowthScales.back()},
-            {"t_ratio", decade},
-            {"output", growth_of(last.output_fro, before.output_fro)},
-            {"grad_values", growth_of(last.grad_values_fro, before.grad_values_fro)},
-            {"grad_scores", growth_of(last.grad_scores_fro, before.grad_scores_fro)}}},
-          {"output", bounded ? "bounded" : "unbounded"},
-          {"grad_scores", bounded ? "bounded" : "unbounded"},
+           {{"from_t", step.from_t},
+            {"to_t", step.to_t},
+            {"t_ratio", step.t_ratio},
+            {"output", step.output},
+            {"grad_values", step.grad_values},
+            {"grad_scores", step.grad_scores}}},
+          {"output", mix.bounded ? "bounded" : "unbounded"},
+          {"grad_scores", mix.bounded ? "bounded" : "unbounded"},
           {"grad_values", "bounded"},
-          {"output_bound", bounded ? json(b.output) : json(nullptr)},
-          {"grad_scores_bound", bounded ? json(b.grad_scores) : json(nullptr)},
-          {"grad_values_bound", values_bound},
-          {"grad_values_bound_formula", "alpha sqrt(N d_v / 8) + (1 - alpha) sqrt(N d_v)"},
-          {"max_ratio_grad_values", max_values_ratio},
-          {"holds", holds}};
+          {"output_bound", optional(mix.output_bound)},
+          {"grad_scores_bound", optional(mix.grad_scores_bound)},
+          {"grad_values_bound", mix.grad_values_bound},
+          {"grad_values_bound_formula", kMixGradValuesBoundFormula},
+          {"max_ratio_grad_values", mix.max_ratio_grad_values},
+          {"holds", mix.holds}};
 }
 
 }  // namespace
 
-std::vector<std::string> cross_norm_family_names() {
-  std::vector<std::string> out;
-  for (const auto& info : kFamilies) {
-    if (info.family != Family::input) out.emplace_back(info.name);
-  }
-  return out;
+std::string family_name(CrossNormFamily family) { return kFamilies.name(family); }
+
+std::vector<CrossNormFamily> default_cross_norm_families() { return kFamilies.surveyed(); }
+
+std::string cross_norm_statement(std::size_t q) {
+  return fmt::format("{} <= {}", kQuantityNames[q], kBoundFormulas[q]);
 }
 
-json run_cross_norm_bounds(const CrossNormBoundsRequest& request) {
-  if (request.n) check_integer("--N", *request.n, 1, INT64_MAX);
-  if (request.dv) check_integer("--dv", *request.dv, 1, kMaxValueDim);
-  check_integer("--trials", request.trials, 1, kMaxBoundsTrials);
-  check_integer("--search-starts", request.search_starts, 1, kMaxSearchStarts);
-  if (request.threads != 0) check_integer("--threads", request.threads, 1, kMaxThreads);
-  const int threads = request.threads > 0 ? request.threads : omp_get_max_threads();
-  std::vector<double> alphas = parse_real_list(request.mix, "--mix");
-  for (double alpha : alphas) check_real("--mix", alpha, RealRange{0, 1});
-
+CrossNormReport run_cross_norm_bounds(const CrossNormBoundsRequest& request) {
+  if (request.n) records::check_integer("--N", *request.n, 1, INT64_MAX);
+  if (request.dv) records::check_integer("--dv", *request.dv, 1, kMaxValueDim);
+  const int threads = check_survey_options(request.trials, request.search_starts, request.threads);
+  const std::vector<double> alphas = records::parse_real_list(request.mix, "--mix");
+  for (double alpha : alphas) records::check_real("--mix", alpha, records::RealRange{0, 1});
   std::optional<Matrix> scores_in, values_in;
   if (!request.scores_input.empty()) scores_in = read_input(request.scores_input, "--input");
   if (!request.values_input.empty()) values_in = read_input(request.values_input, "--values");
@@ -360,22 +339,9 @@ json run_cross_norm_bounds(const CrossNormBoundsRequest& request) {
   }
   const Index dv = values_in ? values_in->cols() : static_cast<Index>(request.dv.value_or(kDefaultValueDim));
 
-  std::vector<Family> families;
-  for (const std::string& name : request.families) {
-    const auto family = parse(name);
-    if (!family) {
-      std::string known;
-      for (const auto& f : cross_norm_family_names()) known += (known.empty() ? "" : ", ") + f;
-      throw InputError(fmt::format("unknown --family '{}' (known: {})", name, known));
-    }
-    families.push_back(*family);
-  }
+  std::vector<Family> families = kFamilies.requested(request.families);
   const bool has_input = scores_in || values_in;
-  if (request.families.empty() && !has_input) {
-    for (const auto& info : kFamilies) {
-      if (info.family != Family::input) families.push_back(info.family);
-    }
-  }
+  if (request.families.empty() && !has_input) families = kFamilies.surveyed();
   // A pair of matrices and the routines' temporaries (A, P, the mix, O) per thread, and the mix's growth family.
   const auto nn = static_cast<std::uint64_t>(n), ndv = static_cast<std::uint64_t>(dv);
   const std::uint64_t per_pair = records::saturating_sum({records::saturating_product({nn, nn, 2 * sizeof(double)}),
@@ -385,7 +351,10 @@ json run_cross_norm_bounds(const CrossNormBoundsRequest& request) {
                                       n, n, dv, threads),
                           "; use a smaller N or d_v, or fewer --threads");
 
-  std::vector<FamilyMaxima> results;
+  CrossNormReport report;
+  report.n = n;
+  report.dv = dv;
+  std::vector<CrossNormFamilyReport>& results = report.families;
   for (const Family family : families) {
     if (family == Family::worst_case) {
       results.push_back(search_worst_case(n, dv, request.seed, request.search_starts, threads));
@@ -417,91 +386,102 @@ json run_cross_norm_bounds(const CrossNormBoundsRequest& request) {
     }
   }
 
-  const Norms bounds = bound_values(n, dv);
-  Norms largest{};
-  std::array<std::string, 5> largest_family{};
-  bool all_hold = true;
-  json family_list = json::array();
-  for (const auto& r : results) {
-    bool holds = true;
-    Norms ratio{};
-    for (std::size_t q = 0; q < 5; ++q) {
-      ratio[q] = bounds[q] > 0 ? r.max[q] / bounds[q] : 0;
-      holds = holds && within(r.max[q], bounds[q]);
-      if (ratio[q] > largest[q] || largest_family[q].empty()) {
-        largest[q] = ratio[q];
-        largest_family[q] = name_of(r.family);
+  report.bounds = bound_values(n, dv);
+  std::array<std::optional<Family>, kCrossNormQuantities> largest_family{};
+  for (auto& r : results) {
+    for (std::size_t q = 0; q < kCrossNormQuantities; ++q) {
+      r.ratio[q] = report.bounds[q] > 0 ? r.max[q] / report.bounds[q] : 0;
+      r.holds = r.holds && within(r.max[q], report.bounds[q]);
+      if (r.ratio[q] > report.max_ratio[q] || !largest_family[q]) {
+        report.max_ratio[q] = r.ratio[q];
+        largest_family[q] = r.family;
       }
     }
-    all_hold = all_hold && holds;
-    json entry = {{"family", name_of(r.family)},
-                  {"trials", r.trials},
-                  {"max", norms_json(r.max)},
-                  {"ratio", norms_json(ratio)},
-                  {"holds", holds}};
-    json worst = json::object();
-    for (std::size_t q = 0; q < 5; ++q) worst[kQuantityKeys[q]] = r.worst_trial[q];
-    entry["worst_trial"] = worst;
-    if (!r.search.is_null()) entry["search"] = r.search;
-    family_list.push_back(std::move(entry));
+    report.holds = report.holds && r.holds;
   }
-
-  json verdicts = json::array();
-  for (std::size_t q = 0; q < 5; ++q) {
-    const bool within_bound = largest[q] <= 1 + kBoundRoundingSlack;
-    const records::Verdict verdict = !within_bound                  ? records::Verdict::violated
-                                     : largest[q] >= kTightFraction ? records::Verdict::tight
-                                                                    : records::Verdict::holds;
-    verdicts.push_back({{"quantity", kQuantityKeys[q]},
-                        {"statement", fmt::format("{} <= {}", kQuantityNames[q], kBoundFormulas[q])},
-                        {"bound", bounds[q]},
-                        {"largest_ratio", largest[q]},
-                        {"largest_in_family", results.empty() ? json(nullptr) : json(largest_family[q])},
-                        {"verdict", results.empty() ? json(nullptr) : json(records::to_string(verdict))},
-                        {"basis", records::to_string(records::Basis::exact)}});
+  for (std::size_t q = 0; q < kCrossNormQuantities; ++q) {
+    CrossNormVerdict& v = report.verdicts[q];
+    v.bound = report.bounds[q];
+    v.largest_ratio = report.max_ratio[q];
+    v.largest_in_family = largest_family[q];
+    if (!results.empty()) {
+      const bool within_bound = v.largest_ratio <= 1 + kBoundRoundingSlack;
+      v.verdict = !within_bound                       ? records::Verdict::violated
+                  : v.largest_ratio >= kTightFraction ? records::Verdict::tight
+                                                      : records::Verdict::holds;
+    }
   }
 
   // The growth family for the mix: one fixed draw of scores and values, scaled.
-  json mix = json::array();
-  {
-    PhiloxStream stream(derive_point_seed(request.seed, kMixStream), 0);
-    const Matrix scores = gaussian(stream, n, n, 1.0);
-    const Matrix direction = gaussian(stream, n, dv, 1.0);
-    for (double alpha : alphas) {
-      json section = mix_section(alpha, scores, direction, n, dv);
-      all_hold = all_hold && section["holds"].get<bool>();
-      mix.push_back(std::move(section));
-    }
+  PhiloxStream stream(derive_point_seed(request.seed, kMixStream), 0);
+  const Matrix scores = gaussian(stream, n, n, 1.0);
+  const Matrix direction = gaussian(stream, n, dv, 1.0);
+  for (double alpha : alphas) {
+    report.mix.push_back(mix_section(alpha, scores, direction, n, dv));
+    report.holds = report.holds && report.mix.back().holds;
   }
+  report.seed = request.seed;
+  report.trials = request.trials;
+  report.search_starts = request.search_starts;
+  report.threads = threads;
+  report.scores_input = request.scores_input;
+  report.values_input = request.values_input;
+  return report;
+}
 
-  json bounds_json = json::object();
-  for (std::size_t q = 0; q < 5; ++q) bounds_json[kQuantityKeys[q]] = bounds[q];
-  json largest_json = json::object();
-  for (std::size_t q = 0; q < 5; ++q) largest_json[kQuantityKeys[q]] = largest[q];
+json to_json(const CrossNormReport& report) {
+  json families = json::array();
+  for (const auto& r : report.families) {
+    json entry = {{"family", family_name(r.family)},
+                  {"trials", r.trials},
+                  {"max", norms_json(r.max)},
+                  {"ratio", norms_json(r.ratio)},
+                  {"holds", r.holds}};
+    json worst = json::object();
+    for (std::size_t q = 0; q < kCrossNormQuantities; ++q) worst[kCrossNormKeys[q]] = r.worst_trial[q];
+    entry["worst_trial"] = worst;
+    if (r.search) {
+      entry["search"] = {{"grad_values_term", term_json(r.search->grad_values_term)},
+                         {"grad_scores_term", term_json(r.search->grad_scores_term)}};
+    }
+    families.push_back(std::move(entry));
+  }
+  json verdicts = json::array();
+  for (std::size_t q = 0; q < kCrossNormQuantities; ++q) {
+    const CrossNormVerdict& v = report.verdicts[q];
+    verdicts.push_back(
+        {{"quantity", kCrossNormKeys[q]},
+         {"statement", cross_norm_statement(q)},
+         {"bound", v.bound},
+         {"largest_ratio", v.largest_ratio},
+         {"largest_in_family", v.largest_in_family ? json(family_name(*v.largest_in_family)) : json(nullptr)},
+         {"verdict", v.verdict ? json(records::to_string(*v.verdict)) : json(nullptr)},
+         {"basis", records::to_string(records::Basis::exact)}});
+  }
+  json mix = json::array();
+  for (const MixReport& m : report.mix) mix.push_back(mix_json(m));
+  json formulas = json::object();
+  for (std::size_t q = 0; q < kCrossNormQuantities; ++q) formulas[kCrossNormKeys[q]] = kBoundFormulas[q];
+  const auto file = [](const std::string& path) { return path.empty() ? json(nullptr) : json(path); };
   return {{"claim", "C9"},
           {"statement", "O = softmax(S) softmax_col(V) (softmax(c K Q^T) softmax^T(V)), THEORY.md facts 10-11"},
           {"basis", records::to_string(records::Basis::exact)},
-          {"N", n},
-          {"d_v", dv},
-          {"holds", all_hold},
-          {"bounds", bounds_json},
-          {"bound_formulas",
-           {{"column_softmax_fro", kBoundFormulas[0]},
-            {"column_grad_fro", kBoundFormulas[1]},
-            {"output_fro", kBoundFormulas[2]},
-            {"grad_values_fro", kBoundFormulas[3]},
-            {"grad_scores_fro", kBoundFormulas[4]}}},
-          {"max_ratio", largest_json},
+          {"N", report.n},
+          {"d_v", report.dv},
+          {"holds", report.holds},
+          {"bounds", norms_json(report.bounds)},
+          {"bound_formulas", formulas},
+          {"max_ratio", norms_json(report.max_ratio)},
           {"verdicts", verdicts},
           {"tight_fraction", kTightFraction},
-          {"families", family_list},
+          {"families", families},
           {"mix", mix},
-          {"seed", request.seed},
-          {"trials", request.trials},
-          {"search_starts", request.search_starts},
-          {"threads", threads},
-          {"input", request.scores_input.empty() ? json(nullptr) : json(request.scores_input)},
-          {"values", request.values_input.empty() ? json(nullptr) : json(request.values_input)}};
+          {"seed", report.seed},
+          {"trials", report.trials},
+          {"search_starts", report.search_starts},
+          {"threads", report.threads},
+          {"input", file(report.scores_input)},
+          {"values", file(report.values_input)}};
 }
 
-}  // namespace attncheck::monte_carlo
+}  // namespace attncheck::exact
