@@ -7,6 +7,7 @@
 #include "attncheck/theory/vocabulary.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <charconv>
@@ -229,10 +230,12 @@ std::vector<SeriesSpec> derivative_series(const SweepRequest& rq, const records:
 // factor L^-1 is needed (row sums then grow). The Frobenius norm is reported beside them, not counted.
 std::vector<SeriesSpec> relu_paper_series(const SweepRequest& rq, const records::Claim& claim) {
   const std::string h = rq.phi.value_or("relu");
-  if (h == "poly" || h == "matpow" || h == "softmax") {
-    throw InputError(
-        fmt::format("--phi {}: C7 is about h in relu, relu2, gelu, softplus, identity, relu6, sigmoid", h));
+  std::vector<std::string_view> maps;  // the pointwise h of one map each
+  for (const theory::ActivationTerm& term : theory::all_activations()) {
+    if (term.kind == ActivationKind::pointwise && !term.takes_p) maps.push_back(term.word);
   }
+  if (std::find(maps.begin(), maps.end(), h) == maps.end())
+    throw InputError(fmt::format("--phi {}: C7 is about h in {}", h, fmt::join(maps, ", ")));
   std::vector<SeriesSpec> out;
   for (double alpha : rq.alpha.value_or(std::vector<double>{0.0, 0.5, 1.0})) {
     for (const auto scores : {theory::ScoreModel::projected_layernorm, theory::ScoreModel::projected}) {

@@ -1,4 +1,7 @@
 #include "attncheck/monte_carlo/sweep.hpp"
+#include "attncheck/theory/vocabulary.hpp"
+
+#include <fmt/format.h>
 
 #include <catch2/catch.hpp>
 
@@ -82,6 +85,25 @@ TEST_CASE("claim presets set the constants exactly as each theorem states them")
   CHECK_FALSE(c8[2].claims_variance_equals_d);
   CHECK_FALSE(c8[2].counts_for_exit);  // the projected model is reported as what it is
   rq.claim = "C7";
+  // C7's h are the vocabulary's pointwise maps of one map each; the refusal names every one of them.
+  for (const char* other : {"softmax", "poly", "matpow", "tanh"}) {
+    rq.phi = other;
+    const std::string message = [&] {
+      try {
+        build_series(rq);
+      } catch (const theory::InputError& e) {
+        return std::string(e.what());
+      }
+      return std::string("accepted");
+    }();
+    CHECK_THAT(message, Catch::StartsWith(fmt::format("--phi {}: C7 is about h in", other)));
+    const std::string listed = message.substr(std::min(message.size(), message.find(" h in ")));
+    for (const theory::ActivationTerm& term : theory::all_activations()) {
+      const bool one_pointwise_map = term.kind == theory::ActivationKind::pointwise && !term.takes_p;
+      CHECK(one_pointwise_map == (listed.find(std::string(term.word)) != std::string::npos));
+    }
+  }
+  rq.phi.reset();
 
   rq.outer_scale = "none";
   CHECK_THROWS_WITH(build_series(rq), Catch::Contains("--outer-scale none"));
