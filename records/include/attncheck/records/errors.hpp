@@ -5,6 +5,7 @@
 #include "attncheck/theory/common.hpp"
 
 #include <stdexcept>
+#include <string>
 
 namespace attncheck::records {
 
@@ -14,14 +15,14 @@ using theory::InputError;
 // write permission, a failed rename. The message names the path and the system's reason.
 class IoError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit IoError(const std::string& message) : std::runtime_error(theory::printable(message)) {}
 };
 
 // A compute device that cannot do what was asked (lost device, launch or allocation failure). The message names
 // the device and the failed call.
 class DeviceError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit DeviceError(const std::string& message) : std::runtime_error(theory::printable(message)) {}
 };
 
 }  // namespace attncheck::records
