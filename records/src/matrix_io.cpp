@@ -3,6 +3,7 @@
 #include "attncheck/records/input_file.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <bit>
@@ -10,7 +11,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -35,14 +35,138 @@ void check_fits(const std::filesystem::path& path, std::uint64_t rows, std::uint
   }
 }
 
-// The header is a Python dict literal; only the three keys NumPy always writes are needed.
-std::string header_field(const std::filesystem::path& path, const std::string& header, const std::string& key,
-                         const std::string& value_pattern) {
-  const std::regex pattern("['\"]" + key + "['\"]\\s*:\\s*(" + value_pattern + ")");
-  std::smatch match;
-  if (!std::regex_search(header, match, pattern)) fail(path, fmt::format("npy header has no valid '{}' field", key));
-  return match[1].str();
-}
+// The header: a Python dict literal with the three keys NumPy writes, {'descr': '<f8', 'fortran_order': False,
+// 'shape': (3, 4), }, padded with spaces. Read by one pass over its characters (no regular expression: std::regex
+// recurses once per character it repeats over, and a shape padded with 60,000 spaces ended the program), each
+// value checked as it is read.
+struct NpyHeader {
+  std::string descr;
+  bool fortran = false;
+  std::vector<std::uint64_t> shape;
+  std::string shape_text;  // as Python writes it, for messages
+};
+
+// NumPy's own limit on the number of dimensions.
+constexpr std::size_t kMaxNpyDimensions = 64;
+
+class NpyHeaderReader {
+ public:
+  NpyHeaderReader(const std::filesystem::path& path, std::string_view text) : path_(path), text_(text) {}
+
+  NpyHeader read() {
+    NpyHeader out;
+    bool has_descr = false, has_order = false, has_shape = false;
+    expect('{');
+    for (;;) {
+      skip_blanks();
+      if (peek() == '}') break;
+      const std::string key = quoted("a key");
+      skip_blanks();
+      expect(':');
+      skip_blanks();
+      bool* seen = nullptr;
+      if (key == "descr") {
+        out.descr = quoted("'descr'");
+        seen = &has_descr;
+      } else if (key == "fortran_order") {
+        out.fortran = word();
+        seen = &has_order;
+      } else if (key == "shape") {
+        out.shape = tuple();
+        out.shape_text = fmt::format("({}{})", fmt::join(out.shape, ", "), out.shape.size() == 1 ? "," : "");
+        seen = &has_shape;
+      } else {
+        fail(fmt::format("key '{}' is not one of 'descr', 'fortran_order', 'shape'", shown(key)));
+      }
+      if (*seen) fail(fmt::format("key '{}' appears twice", key));
+      *seen = true;
+      skip_blanks();
+      if (peek() == ',') {
+        ++at_;
+      } else if (peek() != '}') {
+        fail("expected ',' or '}'");
+      }
+    }
+    for (const auto& [has, key] : {std::pair{has_descr, "descr"}, {has_order, "fortran_order"}, {has_shape, "shape"}}) {
+      if (!has) throw InputError(fmt::format("{}: npy header has no '{}' field", path_.string(), key));
+    }
+    return out;
+  }
+
+ private:
+  static std::string shown(std::string_view text) {
+    return text.size() > 40 ? std::string(text.substr(0, 40)) + "..." : std::string(text);
+  }
+  [[noreturn]] void fail(const std::string& what) const {
+    throw InputError(fmt::format("{}: npy header, byte {}: {}", path_.string(), at_, what));
+  }
+  char peek() const { return at_ < text_.size() ? text_[at_] : '\0'; }
+  void skip_blanks() {
+    while (at_ < text_.size() && (text_[at_] == ' ' || text_[at_] == '\t' || text_[at_] == '\n' || text_[at_] == '\r'))
+      ++at_;
+  }
+  void expect(char c) {
+    if (peek() != c) fail(fmt::format("expected '{}'", c));
+    ++at_;
+  }
+  // A Python string literal in single or double quotes, without escapes (NumPy writes none).
+  std::string quoted(const char* what) {
+    const char quote = peek();
+    if (quote != '\'' && quote != '"') fail(fmt::format("expected {} in quotes", what));
+    const std::size_t end = text_.find(quote, at_ + 1);
+    if (end == std::string_view::npos) fail(fmt::format("{} has no closing quote", what));
+    const std::string_view value = text_.substr(at_ + 1, end - at_ - 1);
+    if (value.find('\\') != std::string_view::npos) fail(fmt::format("{} holds an escape", what));
+    at_ = end + 1;
+    return std::string(value);
+  }
+  bool word() {
+    for (const auto& [text, value] : {std::pair{std::string_view("True"), true}, {std::string_view("False"), false}}) {
+      if (text_.substr(at_, text.size()) == text) {
+        at_ += text.size();
+        return value;
+      }
+    }
+    fail("'fortran_order' is neither True nor False");
+  }
+  // (a, b, ...): whole numbers >= 0, a trailing comma allowed, as Python writes tuples.
+  std::vector<std::uint64_t> tuple() {
+    std::vector<std::uint64_t> out;
+    expect('(');
+    for (;;) {
+      skip_blanks();
+      if (peek() == ')') break;
+      const std::size_t begin = at_;
+      if (peek() == '-' || peek() == '+') ++at_;
+      while (at_ < text_.size() && text_[at_] >= '0' && text_[at_] <= '9') ++at_;
+      const std::string_view digits = text_.substr(begin, at_ - begin);
+      std::uint64_t extent = 0;
+      const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), extent);
+      if (digits.empty() || digits[0] == '-' || digits[0] == '+' || error != std::errc() ||
+          end != digits.data() + digits.size()) {
+        at_ = begin;
+        fail(digits.starts_with("-") ? fmt::format("'shape' holds the negative dimension {}", shown(digits))
+                                     : fmt::format("'shape' holds '{}', not a dimension (a whole number >= 0 that "
+                                                   "fits 64 bits)",
+                                                   shown(digits.empty() ? text_.substr(at_, 1) : digits)));
+      }
+      if (out.size() == kMaxNpyDimensions) fail(fmt::format("'shape' has more than {} dimensions", kMaxNpyDimensions));
+      out.push_back(extent);
+      skip_blanks();
+      if (peek() == ',') {
+        ++at_;
+      } else if (peek() != ')') {
+        fail("expected ',' or ')' in 'shape'");
+      }
+    }
+    ++at_;
+    return out;
+  }
+
+  const std::filesystem::path& path_;
+  std::string_view text_;
+  std::size_t at_ = 0;
+};
 
 template <class Real>
 Real load_swapped(const char* bytes, bool swap) {
@@ -74,25 +198,23 @@ NpyArray read_npy_image(const InputFile& in, std::uint64_t max_bytes, std::size_
   if (file_size < 8 + static_cast<std::uint64_t>(len_size)) fail(path, "truncated .npy header");
   in.read_at(8, bytes_of(len_bytes, static_cast<std::size_t>(len_size)));
   for (int k = len_size - 1; k >= 0; --k) header_len = header_len * 256 + len_bytes[k];
+  // NumPy itself refuses headers above 10,000 bytes unless told otherwise; this bound only keeps the copy small.
+  constexpr std::uint64_t kMaxHeaderBytes = std::uint64_t{1} << 20;
+  if (header_len > kMaxHeaderBytes) {
+    fail(path,
+         fmt::format("npy header length {} is more than the {} bytes a header takes", header_len, kMaxHeaderBytes));
+  }
   const std::uint64_t data_offset = 8 + static_cast<std::uint64_t>(len_size) + header_len;
   if (data_offset > file_size)
     fail(path, fmt::format("npy header length {} runs past the end of the file", header_len));
   std::string header(header_len, '\0');
   in.read_at(8 + static_cast<std::uint64_t>(len_size), bytes_of(header.data(), header.size()));
 
-  const std::string descr = header_field(path, header, "descr", "'[^']*'|\"[^\"]*\"");
-  const std::string type = descr.substr(1, descr.size() - 2);
-  const bool fortran = header_field(path, header, "fortran_order", "True|False") == "True";
-  const std::string shape_text = header_field(path, header, "shape", "\\([^)]*\\)");
-  std::vector<std::uint64_t> shape;
-  const std::regex digits("\\d+");
-  for (std::sregex_iterator it(shape_text.begin(), shape_text.end(), digits), end; it != end; ++it) {
-    const std::string digits_text = it->str();
-    std::uint64_t extent = 0;
-    const auto result = std::from_chars(digits_text.data(), digits_text.data() + digits_text.size(), extent);
-    if (result.ec != std::errc()) fail(path, fmt::format("npy shape {} is out of range", shape_text));
-    shape.push_back(extent);
-  }
+  const NpyHeader parsed = NpyHeaderReader(path, header).read();
+  const std::string& type = parsed.descr;
+  const bool fortran = parsed.fortran;
+  const std::vector<std::uint64_t>& shape = parsed.shape;
+  const std::string& shape_text = parsed.shape_text;
   if (shape.size() != wanted_dimensions) {
     fail(path, wanted_dimensions == 2
                    ? fmt::format("npy array has shape {}, expected a 2-D matrix", shape_text)
@@ -107,7 +229,8 @@ NpyArray read_npy_image(const InputFile& in, std::uint64_t max_bytes, std::size_
     item = 4;
     is_float32 = true;
   } else {
-    fail(path, fmt::format("npy dtype '{}' is not float32 or float64", type));
+    fail(path,
+         fmt::format("npy dtype '{}' is not float32 or float64", type.size() > 40 ? type.substr(0, 40) + "..." : type));
   }
   const bool swap = (type[0] == '>') != (std::endian::native == std::endian::big);
   // Rows are the first extent, columns all the others: the size check is the matrix one.
