@@ -2,6 +2,7 @@
 
 #include "adapters.hpp"
 #include "attncheck/records/input_file.hpp"
+#include "attncheck/records/json_input.hpp"
 #include "attncheck/records/matrix_io.hpp"
 #include "attncheck/records/memory_budget.hpp"
 
@@ -81,7 +82,7 @@ std::int64_t side_of(const nlohmann::json& object, const char* key, const fs::pa
   const auto& value = object[key];
   if (!value.is_number_integer() || value.get<std::int64_t>() <= 0 || value.get<std::int64_t>() > 65536) {
     throw InputError(fmt::format("{}: \"{}\".\"{}\" is {}, not a positive number of pixels (at most 65536)",
-                                 file.string(), where, key, value.dump()));
+                                 file.string(), where, key, records::json_excerpt(value)));
   }
   return value.get<std::int64_t>();
 }
@@ -94,13 +95,13 @@ std::array<double, 3> triple(const nlohmann::json& config, const char* key, std:
   const bool scalar = value.is_number();
   if (!scalar && !(value.is_array() && value.size() == 3 &&
                    std::all_of(value.begin(), value.end(), [](const auto& v) { return v.is_number(); }))) {
-    throw InputError(
-        fmt::format("{}: \"{}\" is {}, not a number or a list of 3 numbers", file.string(), key, value.dump()));
+    throw InputError(fmt::format("{}: \"{}\" is {}, not a number or a list of 3 numbers", file.string(), key,
+                                 records::json_excerpt(value)));
   }
   for (std::size_t c = 0; c < 3; ++c) {
     out[c] = scalar ? value.get<double>() : value[c].get<double>();
     if (!std::isfinite(out[c]) || (positive && !(out[c] > 0))) {
-      throw InputError(fmt::format("{}: \"{}\" is {}: {}", file.string(), key, value.dump(),
+      throw InputError(fmt::format("{}: \"{}\" is {}: {}", file.string(), key, records::json_excerpt(value),
                                    positive ? "every value must be positive" : "every value must be finite"));
     }
   }
@@ -119,12 +120,7 @@ ImagePreprocessing read_preprocessing(const fs::path& model, const ModelConfig& 
     return out;
   }
   out.from_file = true;
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(records::read_text_file(file));
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError(fmt::format("{}: not valid JSON ({})", file.string(), e.what()));
-  }
+  const nlohmann::json json = records::read_json_file(file);
   if (!json.is_object()) throw InputError(fmt::format("{}: not a JSON object", file.string()));
   out.resize = value_or<bool>(json, "do_resize", true, file);
   if (out.resize) {
@@ -142,8 +138,8 @@ ImagePreprocessing read_preprocessing(const fs::path& model, const ModelConfig& 
       }
     }
     if (out.shortest_edge == 0 && (out.resize_height == 0 || out.resize_width == 0)) {
-      throw InputError(
-          fmt::format("{}: \"size\" is {}: give shortest_edge, or height and width", file.string(), size.dump()));
+      throw InputError(fmt::format("{}: \"size\" is {}: give shortest_edge, or height and width", file.string(),
+                                   records::json_excerpt(size)));
     }
     const auto resample = value_or<std::int64_t>(json, "resample", 2, file);
     if (resample != 2 && resample != 3) {
@@ -162,7 +158,8 @@ ImagePreprocessing read_preprocessing(const fs::path& model, const ModelConfig& 
       out.crop_width = side_of(crop, "width", file, "crop_size");
     }
     if (out.crop_height == 0 || out.crop_width == 0) {
-      throw InputError(fmt::format("{}: \"crop_size\" is {}: give height and width", file.string(), crop.dump()));
+      throw InputError(
+          fmt::format("{}: \"crop_size\" is {}: give height and width", file.string(), records::json_excerpt(crop)));
     }
   }
   out.rescale = value_or<bool>(json, "do_rescale", true, file);

@@ -113,15 +113,12 @@ ModelConfig config_from_json(const nlohmann::json& config, const fs::path& file,
   } else {
     c.intermediate = positive_int(config, "intermediate_size", file);
   }
-  c.layer_norm_eps = value_or<double>(config, "layer_norm_eps", dinov2 ? 1e-6 : 1e-12, file);
-  if (!(c.layer_norm_eps >= 0) || !std::isfinite(c.layer_norm_eps)) {
-    throw InputError(
-        fmt::format("{}: layer_norm_eps {} is not a non-negative number", file.string(), c.layer_norm_eps));
-  }
+  c.layer_norm_eps = detail::checked_number(value_or<double>(config, "layer_norm_eps", dinov2 ? 1e-6 : 1e-12, file), 0,
+                                            false, file.string(), "layer_norm_eps");
   c.hidden_act = value_or<std::string>(config, "hidden_act", "gelu", file);
-  c.image_size = config.contains("image_size") ? positive_int(config, "image_size", file) : 224;
-  c.patch_size = config.contains("patch_size") ? positive_int(config, "patch_size", file) : (dinov2 ? 14 : 16);
-  c.channels = config.contains("num_channels") ? positive_int(config, "num_channels", file) : 3;
+  c.image_size = detail::positive_int_or(config, "image_size", 224, file);
+  c.patch_size = detail::positive_int_or(config, "patch_size", dinov2 ? 14 : 16, file);
+  c.channels = detail::positive_int_or(config, "num_channels", 3, file);
   if (c.patch_size > c.image_size) {
     throw InputError(
         fmt::format("{}: patch_size {} is larger than image_size {}", file.string(), c.patch_size, c.image_size));

@@ -127,6 +127,13 @@ Document start_document(std::string title, bool with_plots) {
   return document;
 }
 
+// What the readers skipped (a probe log's last line cut short) is said at the top of the report and on the
+// command line.
+void add_warnings(std::vector<std::string> warnings, Document& document, ReportSummary& summary) {
+  for (const std::string& text : warnings) document.blocks.push_back(Notice{text});
+  summary.warnings.insert(summary.warnings.end(), warnings.begin(), warnings.end());
+}
+
 // The name of a run in a comparison: its folder's name, or the file's name when it is not a run folder's log.
 std::string run_name(const fs::path& input) {
   const fs::path trimmed = input.filename().empty() ? input.parent_path() : input;
@@ -158,8 +165,10 @@ ReportSummary write_report(const ReportOptions& options) {
   if (inputs.probe_output) probe_output = read_probe_output(*inputs.probe_output);
   std::optional<records::ResultsFolder> results;
   if (inputs.results_folder) results = records::read_results_folder(*inputs.results_folder);
+  std::vector<std::string> warnings;
+  const auto warn = [&warnings](const std::string& text) { warnings.push_back(text); };
   std::optional<std::vector<ProbeRecord>> probes;
-  if (inputs.probe_log) probes = read_probe_log(*inputs.probe_log);
+  if (inputs.probe_log) probes = read_probe_log(*inputs.probe_log, warn);
   std::optional<TrainingCurves> curves;
   if (inputs.training_curves) curves = read_training_curves(*inputs.training_curves);
   std::optional<VitResults> vit;
@@ -172,6 +181,7 @@ ReportSummary write_report(const ReportOptions& options) {
                      options.plots);
   PendingFigures pending;
   ReportSummary summary;
+  add_warnings(std::move(warnings), document, summary);
   if (results) {
     add_scaling_section(*results, options.plots, document, pending);
     count_verdicts(*results, summary);
@@ -251,6 +261,8 @@ ReportSummary write_comparison(const ReportOptions& options, const std::vector<f
     summary.probe_outputs = outputs.size();
   } else {
     std::vector<ProbeLog> logs;
+    std::vector<std::string> warnings;
+    const auto warn = [&warnings](const std::string& text) { warnings.push_back(text); };
     for (std::size_t i = 0; i < paths.size(); ++i) {
       if (inputs[i].training_curves) {
         document.blocks.push_back(
@@ -258,7 +270,7 @@ ReportSummary write_comparison(const ReportOptions& options, const std::vector<f
                                "logs; a report of that folder alone draws them.",
                                inputs[i].training_curves->string())});
       }
-      logs.push_back(ProbeLog{*inputs[i].probe_log, run_name(paths[i]), read_probe_log(*inputs[i].probe_log)});
+      logs.push_back(ProbeLog{*inputs[i].probe_log, run_name(paths[i]), read_probe_log(*inputs[i].probe_log, warn)});
       summary.probe_records += logs.back().records.size();
     }
     for (std::size_t i = 0; i < logs.size(); ++i) {
@@ -269,6 +281,7 @@ ReportSummary write_comparison(const ReportOptions& options, const std::vector<f
         }
       }
     }
+    add_warnings(std::move(warnings), document, summary);
     add_probe_section(logs, options.plots, document, pending);
   }
   return write_document(options, document, pending, summary);

@@ -201,7 +201,7 @@ TEST_CASE("bad models and inputs are InputErrors naming the value", "[model]") {
                             {"attention_activation", "cubic"}});
     CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("attention_activation 'cubic'"));
     std::ofstream(dir.path / "config.json") << "{not json";
-    CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("config.json: not valid JSON"));
+    CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("config.json line 1 column 3: malformed JSON"));
     std::filesystem::remove(dir.path / "config.json");
     CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("config.json"));
   }

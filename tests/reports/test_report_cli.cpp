@@ -127,7 +127,7 @@ TEST_CASE("attncheck report exits 2 naming a probe --json file that is not one, 
   const std::string out = shell_quoted((dir.path() / "report").string());
   const Run truncated = run_report(dir, fmt::format("{} --out {}", shell_quoted(bad.string()), out));
   CHECK(truncated.exit_code == 2);
-  CHECK_THAT(truncated.err, Contains(bad.string() + ": not JSON"));
+  CHECK_THAT(truncated.err, Contains(bad.string() + " line 1 column 24: malformed JSON"));
   write_text(bad, "[1, 2]");
   const Run not_object = run_report(dir, fmt::format("{} --out {}", shell_quoted(bad.string()), out));
   CHECK(not_object.exit_code == 2);
