@@ -114,3 +114,21 @@ TEST_CASE("a file replaced under its name has a new identity: appends add whole 
   append_to_file(dir.path() / "log.jsonl", "two\n");
   CHECK(read_text_file(dir.path() / "log.jsonl") == "one\ntwo\n");
 }
+
+TEST_CASE("an append never glues onto a last line a killed writer left without its newline") {
+  const TempDir dir;
+  const fs::path log = dir.path() / "log.jsonl";
+  // Cut short mid-record: removed, so that the next record starts its own line.
+  write_text(log, "{\"a\": 1}\n{\"b\": [1, 2");
+  append_to_file(log, "{\"c\": 3}\n");
+  CHECK(read_text_file(log) == "{\"a\": 1}\n{\"c\": 3}\n");
+  // Whole JSON without a newline (written by hand): kept, and ended.
+  write_text(log, "{\"a\": 1}\n{\"b\": 2}");
+  append_to_file(log, "{\"c\": 3}\n");
+  CHECK(read_text_file(log) == "{\"a\": 1}\n{\"b\": 2}\n{\"c\": 3}\n");
+  // Text longer than any record without a newline is not attncheck's: kept, and ended.
+  const std::string foreign(std::size_t{3} << 20, 'x');
+  write_text(log, foreign);
+  append_to_file(log, "{\"c\": 3}\n");
+  CHECK(read_text_file(log) == foreign + "\n{\"c\": 3}\n");
+}

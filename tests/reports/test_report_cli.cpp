@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include <sys/stat.h>
@@ -152,4 +153,19 @@ TEST_CASE("attncheck report exits 2 naming a probe --json file that is not one, 
                                                 shell_quoted(results.string()), out));
   CHECK(mixed.exit_code == 2);
   CHECK_THAT(mixed.err, Contains("cannot compare " + results.string() + " (results of `attncheck mc`)"));
+}
+
+TEST_CASE("attncheck report reads a probe log whose last record was cut short, and warns", "[cli][errors]") {
+  TempDir dir;
+  const std::string log_text = read_text(ATTNCHECK_REPORTS_DATA "/probe-small/attncheck-probe.jsonl");
+  const fs::path log = dir.path() / "attncheck-probe.jsonl";
+  // As a writer killed mid-append leaves it: half a line, no newline.
+  const std::size_t last = log_text.rfind('\n', log_text.size() - 2);
+  write_text(log, log_text + log_text.substr(last + 1, (log_text.size() - last) / 2));
+  const Run run = run_report(dir, fmt::format("{} --out {} --no-plots", shell_quoted(log.string()),
+                                              shell_quoted((dir.path() / "report").string())));
+  CHECK(run.exit_code == 0);
+  const auto lines = static_cast<std::size_t>(std::count(log_text.begin(), log_text.end(), '\n'));
+  CHECK_THAT(run.err, Contains("warning") && Contains(fmt::format("line {}", lines + 1)) && Contains("skipped"));
+  CHECK_THAT(run.out, Contains(fmt::format("{} probe records", lines)));
 }

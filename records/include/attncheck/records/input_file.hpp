@@ -68,8 +68,11 @@ std::string read_text_file(const std::filesystem::path& path);
 // The identity of the regular file at `path` now; none when it is absent or not a regular file.
 std::optional<FileIdentity> file_identity(const std::filesystem::path& path);
 
-// Appends `text` to `path` (created when absent) with one O_APPEND write, so that concurrent readers see whole
-// lines. A folder, FIFO or device at `path` is an InputError naming it.
+// Appends `text` (whole lines) to `path` (created when absent) under an exclusive lock, with O_APPEND writes, so
+// that concurrent readers see whole lines. The append is whole or absent: a write the file system refuses part way
+// (a full disk) is cut back and is an IoError saying nothing was appended. A last line left without its newline
+// by a killed writer is cut off first (it is ended with a newline instead when it is whole JSON). A folder, FIFO
+// or device at `path` is an InputError naming it.
 void append_to_file(const std::filesystem::path& path, std::string_view text);
 
 // Refuses (InputError naming it) a `path` that exists and is not a regular file: a writer that replaces its
