@@ -169,3 +169,30 @@ TEST_CASE("attncheck report reads a probe log whose last record was cut short, a
   CHECK_THAT(run.err, Contains("warning") && Contains(fmt::format("line {}", lines + 1)) && Contains("skipped"));
   CHECK_THAT(run.out, Contains(fmt::format("{} probe records", lines)));
 }
+
+TEST_CASE("attncheck report --out into a folder holding the user's files removes none of them", "[cli]") {
+  TempDir dir;
+  const fs::path out = dir.path() / "out";
+  const std::vector<fs::path> users = {out / "notes.md",
+                                       out / "report.md.tmp.keep",
+                                       out / "plots" / "figure1.png",
+                                       out / "plots" / "diagram.svg",
+                                       out / "plots" / "draft.tmp.keep.txt",
+                                       out / "plots" / "plots.gp.old"};
+  for (const fs::path& file : users) {
+    fs::create_directories(file.parent_path());
+    write_text(file, "the user's own");
+  }
+  for (const char* plots : {"", " --no-plots"}) {
+    const Run run = run_report(dir, fmt::format("{} --out {}{}", shell_quoted(ATTNCHECK_REPORTS_DATA "/c3-small"),
+                                                shell_quoted(out.string()), plots));
+    INFO(run.err);
+    CHECK(run.exit_code == 0);
+    for (const fs::path& file : users) {
+      INFO(file);
+      CHECK(fs::exists(file));
+      CHECK(read_text(file) == "the user's own");
+    }
+  }
+  CHECK_FALSE(fs::exists(out / "plots" / "series01.svg"));  // the report's own, gone with --no-plots
+}
