@@ -212,3 +212,42 @@ TEST_CASE("free text from the input is escaped in report.md and index.html", "[r
   CHECK_THAT(markdown, Contains("- command: ````<script>alert(1)</script>"));
   CHECK_THAT(markdown, Contains("| a | ``` `` ` ````"));
 }
+
+TEST_CASE("a results folder or probe log named with markup is text in report.md's title and headings",
+          "[report][hostile]") {
+  TempDir dir;
+  // Every '<' in report.md is escaped but in the anchors the report writes itself and in the code spans of
+  // "- name: `value`" lines, which Markdown shows verbatim.
+  const auto raw_markup = [](const std::string& markdown) {
+    std::istringstream lines(markdown);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind("- ", 0) == 0 && line.find(": `") != std::string::npos) line.resize(line.find(": `"));
+      for (auto at = line.find('<'); at != std::string::npos; at = line.find('<', at + 1)) {
+        const bool anchor = line.compare(at, 7, "<a id=\"") == 0 || line.compare(at, 4, "</a>") == 0;
+        if ((at == 0 || line[at - 1] != '\\') && !anchor) return true;
+      }
+    }
+    return false;
+  };
+  for (const std::string name : {"<img src=x onerror=alert(1)>", "run\n<script>alert(1)</script>"}) {
+    INFO(name);
+    const fs::path results = dir.path() / name;
+    write_results_folder(results, {FixtureSeries{}});
+    write_report(options_for(dir, results, false));
+    const std::string markdown = read_text(dir.path() / "report" / "report.md");
+    CHECK_FALSE(raw_markup(markdown));
+    CHECK(markdown.rfind("# attncheck report: ", 0) == 0);
+    CHECK(markdown.find("\n<script") == std::string::npos);
+    CHECK_THAT(read_text(dir.path() / "report" / "index.html"), !Contains("<img") && !Contains("<script"));
+
+    // A probe log of that name, alone and compared with another.
+    const fs::path log = dir.path() / (name + ".jsonl");
+    write_text(log, read_text(ATTNCHECK_REPORTS_DATA "/probe-small/attncheck-probe.jsonl"));
+    write_report(options_for(dir, log, false));
+    CHECK_FALSE(raw_markup(read_text(dir.path() / "report" / "report.md")));
+    ReportOptions compared = options_for(dir, log, false);
+    compared.compare_with = {ATTNCHECK_REPORTS_DATA "/probe-small/attncheck-probe.jsonl"};
+    write_report(compared);
+    CHECK_FALSE(raw_markup(read_text(dir.path() / "report" / "report.md")));
+  }
+}
