@@ -140,7 +140,7 @@ void remove_stale_plots(const fs::path& folder, const std::set<std::string>& bef
   if (!fs::is_directory(folder, error)) return;
   std::set<std::string> written = before;
   written.insert(now.begin(), now.end());
-  written.insert({"gnuplot.log", kPlotManifest});
+  written.insert({"plots.gp", "gnuplot.log", kPlotManifest});
   for (const std::string& name : written) records::remove_stale_temporaries(folder / name);
 }
 

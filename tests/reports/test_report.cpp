@@ -339,6 +339,8 @@ TEST_CASE("a report removes what a killed report left half-written", "[report]")
                            "plots/gnuplot.log.tmp.99", "plots/plots.gp.tmp.5"}) {
     write_text(dir.path() / "report" / name, "half");
   }
+  // The killed report had listed what it was drawing before it drew it.
+  write_text(dir.path() / "report" / "plots" / ".attncheck-plots", "plots.gp\nseries01.png\nseries01.svg\n");
   write_text(dir.path() / "report" / "notes.txt", "mine");
   write_standard_report(dir, false, standard_series());
   std::vector<std::string> left;
