@@ -56,7 +56,10 @@ expect 2 "pixel value nan at flat index 1091" -- "$attncheck" probe "$vit" --pix
 /usr/bin/python3 -c "import numpy as np; np.save('$work/tiny.npy', np.zeros((3, 4, 4)))"
 expect 2 "smaller than one 6 x 6 patch" -- "$attncheck" probe "$dinov2" --pixels "$work/tiny.npy"
 echo "not an image" >"$work/text.png"
-expect 2 "text.png: not an image stb_image can decode" -- "$attncheck" probe "$vit" --image "$work/text.png"
+expect 2 "text.png: not an image attncheck reads" -- "$attncheck" probe "$vit" --image "$work/text.png"
+# Cut short: refused, never decoded with made-up pixels (once a different result each run).
+head -c 1000 "$work/image.ppm" >"$work/cut.ppm"
+expect 2 "cut.ppm: the image is cut short" -- "$attncheck" probe "$vit" --image "$work/cut.ppm"
 expect 2 "no/such.png: no such file" -- "$attncheck" probe "$vit" --image /no/such.png
 cp -r "$vit" "$work/vit-config"
 echo '{"do_resize": true, "size": {"height": 32, "width": 32}, "resample": 1}' >"$work/vit-config/preprocessor_config.json"
