@@ -1,6 +1,7 @@
 #include "attncheck/records/input_file.hpp"
 
 #include "attncheck/records/errors.hpp"
+#include "attncheck/records/memory_budget.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -131,6 +132,7 @@ void InputFile::for_each_chunk(const std::function<void(std::string_view)>& visi
 }
 
 std::string InputFile::read_all() const {
+  require_memory(identity_.size, fmt::format("reading {} whole", path_.string()));
   std::string text;
   text.reserve(identity_.size);
   for_each_chunk([&](std::string_view chunk) { text.append(chunk); });
@@ -146,6 +148,10 @@ void InputFile::for_each_line(const std::function<void(std::string_view, std::si
       visit(pending, ++number);
       pending.clear();
       rest.remove_prefix(end + 1);
+    }
+    if (pending.size() + rest.size() > kMaxLineBytes) {
+      throw InputError(fmt::format("{}: line {} runs on for more than {} MiB without a newline", path_.string(),
+                                   number + 1, kMaxLineBytes >> 20));
     }
     pending.append(rest);
   });

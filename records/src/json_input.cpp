@@ -1,6 +1,7 @@
 #include "attncheck/records/json_input.hpp"
 
 #include "attncheck/records/input_file.hpp"
+#include "attncheck/records/memory_budget.hpp"
 #include "attncheck/theory/common.hpp"
 
 #include <fmt/format.h>
@@ -100,6 +101,12 @@ void check_depth(std::string_view text, const std::string& where, JsonPlacement 
 json parse_json(std::string_view text, const std::string& where, JsonPlacement placement,
                 const json::parser_callback_t& callback) {
   check_depth(text, where, placement);
+  // A parsed value takes up to 16 bytes of memory per byte of text ("[[],[],..." or {"":0,...}); small texts are
+  // not worth reading the budget for.
+  constexpr std::uint64_t kBytesPerCharacter = 16;
+  if (text.size() > (std::size_t{1} << 20)) {
+    require_memory(saturating_product({text.size(), kBytesPerCharacter}), fmt::format("parsing {}", where));
+  }
   try {
     return json::parse(text.begin(), text.end(), callback);
   } catch (const json::parse_error& e) {
@@ -109,6 +116,9 @@ json parse_json(std::string_view text, const std::string& where, JsonPlacement p
     const std::string detail = colon == std::string::npos ? reason : reason.substr(colon + 2);
     throw InputError(
         fmt::format("{} {}: malformed JSON: {}", where, place(text, e.byte > 0 ? e.byte - 1 : 0, placement), detail));
+  } catch (const json::exception& e) {
+    // A number beyond double's range (out_of_range.406), and whatever else the parser refuses without a position.
+    throw InputError(fmt::format("{}: malformed JSON: {}", where, e.what()));
   }
 }
 

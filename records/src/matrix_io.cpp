@@ -11,7 +11,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -284,6 +283,13 @@ Matrix read_npy(const InputFile& in, std::uint64_t max_bytes) {
   return out;
 }
 
+// A value's text longer than this is no number anyone writes; it is refused, not held.
+constexpr std::size_t kMaxCsvToken = 4096;
+
+std::string shown_token(std::string_view token) {
+  return token.size() > 40 ? std::string(token.substr(0, 40)) + "..." : std::string(token);
+}
+
 double parse_csv_number(const std::filesystem::path& path, std::string_view token, std::size_t line,
                         std::size_t column) {
   std::string lowered(token);
@@ -296,49 +302,93 @@ double parse_csv_number(const std::filesystem::path& path, std::string_view toke
   if (!token.empty() && *first == '+') ++first;
   const auto [end, error] = std::from_chars(first, token.data() + token.size(), value);
   if (error != std::errc() || end != token.data() + token.size()) {
-    fail(path, fmt::format("line {}, column {}: '{}' is not a number", line, column, token));
+    fail(path, fmt::format("line {}, column {}: '{}' is not a number", line, column, shown_token(token)));
   }
   return value;
 }
 
+// Values are read as the bytes stream past, a token at a time: neither a line nor the file is ever held whole,
+// so a file with no newline (or one value of gigabytes) is refused naming its line, not met with bad_alloc.
 Matrix read_csv(const InputFile& in, std::uint64_t max_bytes) {
   const std::filesystem::path& path = in.path();
   std::vector<double> values;
-  std::uint64_t cols = 0, rows = 0;
-  in.for_each_line([&](std::string_view text, std::size_t line_number) {
-    std::string line(text);
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.find_first_not_of(" \t") == std::string::npos || line[line.find_first_not_of(" \t")] == '#') return;
-    std::replace(line.begin(), line.end(), ',', ' ');
-    std::istringstream tokens(line);
-    std::string token;
-    std::uint64_t count = 0;
-    while (tokens >> token) values.push_back(parse_csv_number(path, token, line_number, ++count));
-    if (rows == 0) cols = count;
-    if (count != cols) {
-      fail(path, fmt::format("line {} has {} values, but the first row has {}", line_number, count, cols));
+  std::uint64_t cols = 0, rows = 0, count = 0;
+  std::size_t line = 1;
+  std::string token;
+  bool comment = false;
+  const auto end_token = [&] {
+    if (token.empty()) return;
+    values.push_back(parse_csv_number(path, token, line, ++count));
+    token.clear();
+    // Reading holds the list of values as it grows (up to twice its length), then the matrix: three times it.
+    if (values.size() > max_bytes / sizeof(double) / 3) {
+      fail(path, fmt::format("line {}: {} values so far, and reading them needs more than the {:.3g} GiB available "
+                             "(three times the matrix: the values as they are read, then the matrix)",
+                             line, values.size(), static_cast<double>(max_bytes) / (1 << 30)));
     }
-    ++rows;
-    if (values.size() > max_bytes / sizeof(double)) check_fits(path, rows, cols, max_bytes);
+  };
+  const auto end_line = [&] {
+    end_token();
+    if (count > 0) {
+      if (rows == 0) cols = count;
+      if (count != cols) fail(path, fmt::format("line {} has {} values, but the first row has {}", line, count, cols));
+      ++rows;
+    }
+    count = 0;
+    comment = false;
+    ++line;
+  };
+  in.for_each_chunk([&](std::string_view chunk) {
+    for (const char c : chunk) {
+      if (c == '\n') {
+        end_line();
+      } else if (comment) {
+        continue;
+      } else if (c == ',' || c == ' ' || c == '\t' || c == '\r') {
+        end_token();
+      } else if (c == '#' && token.empty() && count == 0) {
+        comment = true;
+      } else if (token.size() == kMaxCsvToken) {
+        fail(path, fmt::format("line {}, column {}: a value of more than {} characters ('{}...')", line, count + 1,
+                               kMaxCsvToken, token.substr(0, 40)));
+      } else {
+        token += c;
+      }
+    }
   });
+  end_line();
   check_fits(path, rows, cols, max_bytes);
   Matrix out(static_cast<theory::Index>(rows), static_cast<theory::Index>(cols));
   std::copy(values.begin(), values.end(), out.data());
   return out;
 }
 
+// Every allocation is sized against max_bytes first; memory that runs out all the same (another process took it)
+// still ends with the file's name.
+template <class Read>
+auto naming_the_file_when_memory_runs_out(const std::filesystem::path& path, Read&& read) {
+  try {
+    return read();
+  } catch (const std::bad_alloc&) {
+    fail(path, "ran out of memory while reading it");
+  }
+}
+
 }  // namespace
 
 Matrix read_matrix(const std::filesystem::path& path, std::uint64_t max_bytes) {
-  const InputFile in(path);
-  char first = 0;
-  if (in.size() > 0) in.read_at(0, bytes_of(&first, 1));
-  if (first == '\x93') return read_npy(in, max_bytes);
-  return read_csv(in, max_bytes);
+  return naming_the_file_when_memory_runs_out(path, [&] {
+    const InputFile in(path);
+    char first = 0;
+    if (in.size() > 0) in.read_at(0, bytes_of(&first, 1));
+    if (first == '\x93') return read_npy(in, max_bytes);
+    return read_csv(in, max_bytes);
+  });
 }
 
 NpyArray read_npy_array(const std::filesystem::path& path, std::size_t dimensions, std::uint64_t max_bytes) {
-  return read_npy_image(InputFile(path), max_bytes, dimensions);
+  return naming_the_file_when_memory_runs_out(path,
+                                              [&] { return read_npy_image(InputFile(path), max_bytes, dimensions); });
 }
 
 }  // namespace attncheck::records

@@ -117,3 +117,26 @@ TEST_CASE("a matrix larger than the memory budget is refused before it is read")
   CHECK_THROWS_WITH(records::read_matrix(huge, 1ULL << 30),
                     Catch::Contains("100000 x 100000") && Catch::Contains("GiB"));
 }
+
+TEST_CASE("a CSV is read a value at a time: no line or value is held whole, and the budget is checked as it grows",
+          "[hostile]") {
+  // One value of a megabyte and no newline: refused at its 4,097th character, naming line and column.
+  const auto long_value = fresh("long-value.csv");
+  std::ofstream(long_value) << std::string(1 << 20, '1');
+  CHECK_THROWS_WITH(records::read_matrix(long_value, kPlenty),
+                    Catch::Contains("long-value.csv: line 1, column 1: a value of more than 4096 characters"));
+  // A million values on one line and no newline, with room for fewer: refused while reading, naming the line.
+  const auto one_line = fresh("one-line.csv");
+  {
+    std::ofstream out(one_line);
+    for (int k = 0; k < 1'000'000; ++k) out << "1,";
+  }
+  CHECK_THROWS_WITH(records::read_matrix(one_line, 1 << 20),
+                    Catch::Contains("one-line.csv: line 1: 43691 values so far"));
+  CHECK(records::read_matrix(one_line, kPlenty).cols() == 1'000'000);
+  // A comment, a blank line, a carriage return and a missing last newline change nothing.
+  const auto plain = fresh("plain.csv");
+  std::ofstream(plain) << "# logits\n1, 2\r\n\n3 ,4";
+  const theory::Matrix m = records::read_matrix(plain, kPlenty);
+  CHECK(m == (theory::Matrix(2, 2) << 1, 2, 3, 4).finished());
+}

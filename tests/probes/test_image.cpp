@@ -51,16 +51,13 @@ std::vector<std::pair<std::string, std::string>> whole_images() {
   std::string rgb16 = fmt::format("P6 {} {} 1000\n", kWidth, kHeight);
   for (std::uint8_t v : rgb) rgb16 += std::string{static_cast<char>(v % 3), static_cast<char>(v)};
   images.emplace_back("ppm16", rgb16);
-  images.emplace_back("png", written_by_stb(
-                                 [](stbi_write_func* f, void* c, int w, int h, int n, const void* d) {
-                                   return stbi_write_png_to_func(f, c, w, h, n, d, w * n);
-                                 },
-                                 3));
-  images.emplace_back("jpg", written_by_stb(
-                                 [](stbi_write_func* f, void* c, int w, int h, int n, const void* d) {
-                                   return stbi_write_jpg_to_func(f, c, w, h, n, d, 90);
-                                 },
-                                 3));
+  images.emplace_back("png",
+                      written_by_stb([](stbi_write_func* f, void* c, int w, int h, int n,
+                                        const void* d) { return stbi_write_png_to_func(f, c, w, h, n, d, w * n); },
+                                     3));
+  images.emplace_back("jpg", written_by_stb([](stbi_write_func* f, void* c, int w, int h, int n,
+                                               const void* d) { return stbi_write_jpg_to_func(f, c, w, h, n, d, 90); },
+                                            3));
   images.emplace_back("bmp", written_by_stb(&stbi_write_bmp_to_func, 3));
   return images;
 }
