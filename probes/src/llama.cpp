@@ -190,7 +190,8 @@ std::vector<LayerInputs> forward(const Checkpoint& checkpoint, const ModelConfig
       inputs.W_K = W_k.middleRows(g * d, d).transpose();
       inputs.b_Q = b_q.segment(head * d, d);
       inputs.b_K = b_k.segment(g * d, d);
-      inputs.attention = apply_attention(map, inner * (inputs.V * inputs.U.transpose()), true);
+      inputs.attention = apply_attention(map, inner * (inputs.V * inputs.U.transpose()), true,
+                                         fmt::format("layer {} head {}", l, head));
       inputs.values = values.middleCols(g * d, d);
       context.middleCols(head * d, d) = inputs.attention * inputs.values;
       layer.heads.push_back(std::move(inputs));

@@ -129,7 +129,14 @@ Matrix linear(const Matrix& x, const Matrix& weight_out_in, const Vector& bias) 
 
 }  // namespace
 
-Matrix apply_attention(const theory::AttentionMap& map, const Matrix& scores, bool causal) {
+Matrix apply_attention(const theory::AttentionMap& map, const Matrix& scores, bool causal, std::string_view where) {
+  // Said here, where the cause is known: the softmax would only see a NaN logit.
+  if (!scores.allFinite()) {
+    throw InputError(
+        fmt::format("{}: the attention scores are not finite: the activations overflowed double "
+                    "precision (an input or weights far too large)",
+                    where));
+  }
   const Index n = scores.rows();
   Matrix out = Matrix::Zero(n, n);
   const double c = map.outer.at(n);
@@ -398,7 +405,8 @@ std::vector<LayerInputs> TransformerModel::forward_embeddings(Matrix h, const st
       inputs.b_Q = b_q.segment(head * d, d);
       inputs.b_K = b_k.segment(head * d, d);
       inputs.kv_head = head;
-      inputs.attention = apply_attention(map, inner * (inputs.V * inputs.U.transpose()), layer.causal);
+      inputs.attention = apply_attention(map, inner * (inputs.V * inputs.U.transpose()), layer.causal,
+                                         fmt::format("layer {} head {}", l, head));
       inputs.values = values.middleCols(head * d, d);
       context.middleCols(head * d, d) = inputs.attention * inputs.values;
       layer.heads.push_back(std::move(inputs));

@@ -177,6 +177,14 @@ Matrix embed(const Checkpoint& checkpoint, const ModelConfig& c, const Pixels& p
   h.row(0) = checkpoint.flattened(e + "cls_token", {1, 1, D});
   h.bottomRows(patches) = patch_rows * kernel.transpose();
   h.bottomRows(patches).rowwise() += checkpoint.vector(e + "patch_embeddings.projection.bias", D).transpose();
+  if (!h.bottomRows(patches).allFinite()) {
+    double largest = 0;
+    for (const double v : pixels.values) largest = std::max(largest, std::fabs(v));
+    throw InputError(
+        fmt::format("the patch embeddings are not finite: pixel values up to {:g} in magnitude overflow "
+                    "double precision in the patch projection (pixels are normalized, of order 1)",
+                    largest));
+  }
 
   const auto& position_shape = checkpoint.info(position_embedding_name(c)).shape;
   const std::int64_t stored = position_shape.size() == 3 ? position_shape[1] : 0;
@@ -231,7 +239,8 @@ std::vector<LayerInputs> forward(const Checkpoint& checkpoint, const ModelConfig
       inputs.W_K = W_k.middleCols(head * d, d);
       inputs.b_Q = b_q.segment(head * d, d);
       inputs.b_K = b_k.segment(head * d, d);
-      inputs.attention = apply_attention(map, inner * (inputs.V * inputs.U.transpose()), false);
+      inputs.attention = apply_attention(map, inner * (inputs.V * inputs.U.transpose()), false,
+                                         fmt::format("layer {} head {}", l, head));
       inputs.values = values.middleCols(head * d, d);
       context.middleCols(head * d, d) = inputs.attention * inputs.values;
       layer.heads.push_back(std::move(inputs));

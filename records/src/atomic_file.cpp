@@ -53,8 +53,9 @@ void replace_file(const fs::path& from, const fs::path& to) {
   }
   fs::rename(from, to, error);
   if (error) {
+    const std::string reason = error.message();  // before removing `from` sets `error` again
     fs::remove(from, error);
-    throw IoError(fmt::format("cannot move {} into place as {}: {}", from.string(), to.string(), error.message()));
+    throw IoError(fmt::format("cannot move {} into place as {}: {}", from.string(), to.string(), reason));
   }
 }
 

@@ -123,6 +123,10 @@ done
 expect_exit 2 "--dv: 4611686018427387904 in '16:4611686018427387904:x2' is beyond what attncheck can run" -- \
   mc --claim C9 --N 16 --D 4 --d 4 --dv 16:4611686018427387904:x2 --samples 4
 expect_exit 2 "is too close to 1" -- mc --claim C3 --N 1:100:x1.0000000000000002 --samples 4
+# Threads the system cannot start (here: their stacks beyond a 2 GB address space) are bad input naming
+# --threads, never OpenMP's own exit 1, which reads as "violated".
+(ulimit -v 2000000 && expect_exit 2 "--threads 1024: the system cannot start 1024 threads" -- \
+  mc --claim C3 --N 16 --D 4 --d 4 --samples 4 --threads 1024) || fail "--threads 1024 under ulimit -v"
 expect_exit 2 "points, more than 100000" -- mc --claim C3 --N 1:10000:x1.001 --D 1:100:x1.05 --samples 4
 
 # A holding claim: C4 elementwise, exit 0; --json on stdout with the series fields; files in --out.

@@ -57,7 +57,8 @@ inline std::string outcome_with_memory_room(std::uint64_t room, const std::funct
   ::close(channel[1]);
   std::string outcome;
   char buffer[4096];
-  for (ssize_t n; (n = ::read(channel[0], buffer, sizeof buffer)) > 0;) outcome.append(buffer, static_cast<std::size_t>(n));
+  for (ssize_t n; (n = ::read(channel[0], buffer, sizeof buffer)) > 0;)
+    outcome.append(buffer, static_cast<std::size_t>(n));
   ::close(channel[0]);
   int status = 0;
   ::waitpid(child, &status, 0);

@@ -251,3 +251,34 @@ TEST_CASE("a results folder or probe log named with markup is text in report.md'
     CHECK_FALSE(raw_markup(read_text(dir.path() / "report" / "report.md")));
   }
 }
+
+TEST_CASE("values at the ends of double's range are drawn or left out, and the report is written",
+          "[report][hostile]") {
+  TempDir dir;
+  // Once: a margin of 8% around 1e308, or decades padded around 5e-324, became "inf" in the script, gnuplot
+  // refused it and no report was written.
+  const std::vector<std::vector<double>> extremes = {{96.1, 1e308, 383.2},
+                                                     {96.1, 5e-324, 383.2},
+                                                     {1e308, 1e308, 1e308},
+                                                     {5e-324, 1e-310, 4e-320}};
+  for (const std::vector<double>& mean : extremes) {
+    INFO(mean[0] << ", " << mean[1] << ", " << mean[2]);
+    FixtureSeries series;
+    series.mean = mean;
+    series.se = {0, 0, 0};
+    series.intercept = 1e308;
+    const fs::path results = dir.path() / "results";
+    write_results_folder(results, {series});
+    ReportOptions options = options_for(dir, results, true);
+    const ReportSummary summary = write_report(options);
+    CHECK(summary.plots > 0);
+    const std::string script = read_text(dir.path() / "report" / "plots" / "plots.gp");
+    std::istringstream lines(script);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind("set ", 0) != 0) continue;
+      INFO(line);
+      CHECK(line.find("inf") == std::string::npos);
+      CHECK(line.find("nan") == std::string::npos);
+    }
+  }
+}
