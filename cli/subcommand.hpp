@@ -23,7 +23,7 @@ inline constexpr int kExitDevice = 4;
 // Thrown for bad values the parser cannot catch itself; main prints the message and exits 2.
 class UsageError : public std::runtime_error {
  public:
-  explicit UsageError(const std::string& message) : std::runtime_error(attncheck::theory::printable(message)) {}
+  explicit UsageError(const std::string& message) : std::runtime_error(attncheck::theory::message_text(message)) {}
 };
 
 // Adds the subcommand's options to `command` and returns the function that runs it (its exit code).

@@ -337,7 +337,14 @@ Checkpoint Checkpoint::open(const std::filesystem::path& file_or_folder) {
         weight_map[tensor] = shard;
         files.insert(shard);
       }
-      for (const auto& file : files) shards.push_back(file_or_folder / file);
+      for (const auto& file : files) {
+        // Said of the index, which names it: the shard's own "no such file" would not say where the name came from.
+        if (!fs::is_regular_file(file_or_folder / file, error)) {
+          throw InputError(
+              fmt::format("{}: shard '{}' is not a file in {}", index_path.string(), file, file_or_folder.string()));
+        }
+        shards.push_back(file_or_folder / file);
+      }
     } else if (fs::exists(file_or_folder / "model.safetensors", error)) {
       shards.push_back(file_or_folder / "model.safetensors");
     } else {
@@ -365,8 +372,9 @@ Checkpoint Checkpoint::open(const std::filesystem::path& file_or_folder) {
   for (const auto& [tensor, shard] : weight_map) {
     const auto it = checkpoint.entries_.find(tensor);
     if (it == checkpoint.entries_.end() || checkpoint.files_[it->second.file]->path().filename() != shard) {
-      throw InputError(fmt::format("{}: tensor '{}' is listed in the index but missing from that shard",
-                                   (file_or_folder / shard).string(), tensor));
+      throw InputError(fmt::format("{}: tensor '{}' is listed in shard {}, which does not hold it",
+                                   (file_or_folder / "model.safetensors.index.json").string(), tensor,
+                                   (file_or_folder / shard).string()));
     }
   }
   return checkpoint;

@@ -44,7 +44,8 @@ void require_threads(int threads) {
   int error = 0;
   for (int k = 1; k < threads && error == 0; ++k) {
     pthread_t helper;
-    error = pthread_create(&helper, &attributes, [](void*) -> void* { return nullptr; }, nullptr);
+    error = pthread_create(
+        &helper, &attributes, [](void*) -> void* { return nullptr; }, nullptr);
     if (error == 0) helpers.push_back(helper);
   }
   for (const pthread_t helper : helpers) pthread_join(helper, nullptr);

@@ -13,7 +13,8 @@ TEST_CASE("printable escapes NUL, terminal escapes and bytes that are not UTF-8,
   CHECK(printable(std::string("a\0b", 3)) == "a\\x00b");
   CHECK(printable("\x1b]0;title\x07 \x1b[2J") == "\\x1b]0;title\\x07 \\x1b[2J");
   CHECK(printable("csi \xc2\x9b and del \x7f") == "csi \\x9b and del \\x7f");
-  CHECK(printable("cut \xc3 and stray \x80 and overlong \xc0\xaf") == "cut \\xc3 and stray \\x80 and overlong \\xc0\\xaf");
+  CHECK(printable("cut \xc3 and stray \x80 and overlong \xc0\xaf") ==
+        "cut \\xc3 and stray \\x80 and overlong \\xc0\\xaf");
   CHECK(printable("caf\xc3\xa9 \xe2\x80\x94 \xf0\x9f\x99\x82") == "caf\xc3\xa9 \xe2\x80\x94 \xf0\x9f\x99\x82");
   CHECK(printable("two\nlines\tand a tab") == "two\nlines\tand a tab");
   CHECK(printable("two\nlines\tand a tab", true) == "two\\x0alines\\x09and a tab");

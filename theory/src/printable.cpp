@@ -61,4 +61,12 @@ std::string printable(std::string_view text, bool one_line) {
   return out;
 }
 
+std::string message_text(std::string_view message) {
+  constexpr std::size_t kHead = 3000, kTail = 800;
+  if (message.size() <= kHead + kTail + 100) return printable(message);
+  return printable(message.substr(0, kHead)) +
+         fmt::format(" ... ({} bytes left out) ... ", message.size() - kHead - kTail) +
+         printable(message.substr(message.size() - kTail));
+}
+
 }  // namespace attncheck::theory

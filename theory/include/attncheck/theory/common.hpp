@@ -22,11 +22,15 @@ using Index = Eigen::Index;
 // UTF-8 written as \xNN, except newline and tab unless `one_line`. Idempotent: what it returns it returns unchanged.
 std::string printable(std::string_view text, bool one_line = false);
 
-// Bad input to an exact routine (NaN logit, all -inf row, shape mismatch). The message names the place. Messages
-// quote file names and file contents, so they are made printable here, once for every thrower.
+// An error message as every error type keeps it: printable, and at most a few thousand bytes (its start and its end,
+// saying how much was left out between): messages quote file names and file contents, which may be any size.
+std::string message_text(std::string_view message);
+
+// Bad input to an exact routine (NaN logit, all -inf row, shape mismatch). The message names the place; it is made
+// a message_text here, once for every thrower.
 class InputError : public std::invalid_argument {
  public:
-  explicit InputError(const std::string& message) : std::invalid_argument(printable(message)) {}
+  explicit InputError(const std::string& message) : std::invalid_argument(message_text(message)) {}
   explicit InputError(const char* message) : InputError(std::string(message)) {}
 };
 
