@@ -127,4 +127,42 @@ inline void write_tiny_bert(const fs::path& folder, const TinyShape& s = {}, std
   for (int k = 16; k < s.vocab; ++k) vocab << "w" << k << "\n";
 }
 
+// ViT layout: one layer on 16 x 16 pixels in 8 x 8 patches (five positions), with a preprocessor_config.json that
+// resizes any image to that size.
+inline void write_tiny_vit(const fs::path& folder, std::uint64_t seed = 5) {
+  constexpr int D = 8, I = 16, P = 8, side = 16, positions = 1 + (side / P) * (side / P);
+  WeightWriter w(seed);
+  w.add("embeddings.cls_token", {1, 1, D}, 0.5);
+  w.add("embeddings.position_embeddings", {1, positions, D}, 0.5);
+  w.add("embeddings.patch_embeddings.projection.weight", {D, 3, P, P}, 0.05);
+  w.add("embeddings.patch_embeddings.projection.bias", {D}, 0.1);
+  const std::string p = "encoder.layer.0.";
+  for (const char* norm : {"layernorm_before", "layernorm_after"}) {
+    w.add(p + norm + ".weight", {D}, 0.1, 1);
+    w.add(p + norm + ".bias", {D}, 0.1);
+  }
+  for (const char* name : {"attention.attention.query", "attention.attention.key", "attention.attention.value",
+                           "attention.output.dense"}) {
+    w.add(p + name + ".weight", {D, D}, 0.6);
+    w.add(p + name + ".bias", {D}, 0.2);
+  }
+  w.add(p + "intermediate.dense.weight", {I, D}, 0.4);
+  w.add(p + "intermediate.dense.bias", {I}, 0.1);
+  w.add(p + "output.dense.weight", {D, I}, 0.4);
+  w.add(p + "output.dense.bias", {D}, 0.1);
+  fs::create_directories(folder);
+  write_safetensors(folder / "model.safetensors", w.tensors());
+  write_config(folder, {{"model_type", "vit"},
+                        {"hidden_size", D},
+                        {"num_attention_heads", 2},
+                        {"num_hidden_layers", 1},
+                        {"intermediate_size", I},
+                        {"image_size", side},
+                        {"patch_size", P}});
+  std::ofstream(folder / "preprocessor_config.json")
+      << R"({"do_resize": true, "size": {"height": 16, "width": 16}, "resample": 2, "do_rescale": true,)"
+      << R"( "rescale_factor": 0.00392156862745098, "do_normalize": true, "image_mean": [0.5, 0.5, 0.5],)"
+      << R"( "image_std": [0.5, 0.5, 0.5]})";
+}
+
 }  // namespace attncheck::probes::testing
