@@ -26,14 +26,34 @@ inline std::vector<std::string> hostile_values() {
             return nested + "1" + std::string(50'000, '}');
           }(),
           "\"" + std::string(1 << 20, 'x') + "\"",
-          "[" + [] {
-            std::string zeros;
-            for (int k = 0; k < 200'000; ++k) zeros += "0,";
-            return zeros;
-          }() + "0]",
-          "null", "true", "false", "0", "-1", "-5", "1.5", "1e308", "-1e308", "5e-324", "1e999",
-          "18446744073709551615", "-9223372036854775808", "\"\"", "\"\\u0000\\u001b]0;title\\u0007<img src=x>\\n# x\"",
-          "[]", "{}", "[1, 2, 3]", "{\"a\": {\"b\": []}}", "\"softmax\"", "\"C3\""};
+          "[" +
+              [] {
+                std::string zeros;
+                for (int k = 0; k < 200'000; ++k) zeros += "0,";
+                return zeros;
+              }() +
+              "0]",
+          "null",
+          "true",
+          "false",
+          "0",
+          "-1",
+          "-5",
+          "1.5",
+          "1e308",
+          "-1e308",
+          "5e-324",
+          "1e999",
+          "18446744073709551615",
+          "-9223372036854775808",
+          "\"\"",
+          "\"\\u0000\\u001b]0;title\\u0007<img src=x>\\n# x\"",
+          "[]",
+          "{}",
+          "[1, 2, 3]",
+          "{\"a\": {\"b\": []}}",
+          "\"softmax\"",
+          "\"C3\""};
 }
 
 // Every value's place in a document, outermost first (the documents here are a few levels deep).
