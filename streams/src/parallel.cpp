@@ -40,15 +40,15 @@ void require_threads(int threads) {
   pthread_attr_t attributes;
   pthread_attr_init(&attributes);
   if (const std::size_t stack = openmp_stack_bytes(); stack > 0) pthread_attr_setstacksize(&attributes, stack);
-  std::vector<pthread_t> helpers;
+  std::vector<pthread_t> trial_threads;
   int error = 0;
   for (int k = 1; k < threads && error == 0; ++k) {
-    pthread_t helper;
+    pthread_t thread;
     error = pthread_create(
-        &helper, &attributes, [](void*) -> void* { return nullptr; }, nullptr);
-    if (error == 0) helpers.push_back(helper);
+        &thread, &attributes, [](void*) -> void* { return nullptr; }, nullptr);
+    if (error == 0) trial_threads.push_back(thread);
   }
-  for (const pthread_t helper : helpers) pthread_join(helper, nullptr);
+  for (const pthread_t thread : trial_threads) pthread_join(thread, nullptr);
   pthread_attr_destroy(&attributes);
   if (error != 0) {
     throw theory::InputError("--threads " + std::to_string(threads) + ": the system cannot start " +
