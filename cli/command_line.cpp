@@ -78,8 +78,8 @@ int attncheck::cli::run_command_line(int argc, char** argv) {
     fmt::print(stderr, "attncheck: error: out of memory\n");
     return failed(kExitUsage);
   } catch (const std::exception& e) {
-    // Anything else still ends with a message, not an abort.
-    fmt::print(stderr, "attncheck: error: {}\n", e.what());
+    // Anything else still ends with a message, not an abort; its text was not made printable where it was made.
+    fmt::print(stderr, "attncheck: error: {}\n", attncheck::theory::message_text(e.what()));
     return failed(kExitUsage);
   } catch (...) {
     fmt::print(stderr, "attncheck: error: an unknown failure\n");

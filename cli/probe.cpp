@@ -194,25 +194,6 @@ void print_columns(const std::vector<std::string>& headers, const std::vector<st
   for (const auto& line : cells) print_line(line);
 }
 
-// A vocabulary string as printed: control characters (C0, DEL and UTF-8's C1) as \xNN, so that a vocabulary
-// file cannot send escape sequences to the terminal.
-std::string terminal_safe(const std::string& text) {
-  std::string out;
-  for (std::size_t k = 0; k < text.size(); ++k) {
-    const auto byte = static_cast<unsigned char>(text[k]);
-    const bool c1 = byte == 0xC2 && k + 1 < text.size() && static_cast<unsigned char>(text[k + 1]) >= 0x80 &&
-                    static_cast<unsigned char>(text[k + 1]) <= 0x9F;
-    if (byte < 0x20 || byte == 0x7F) {
-      out += fmt::format("\\x{:02x}", byte);
-    } else if (c1) {
-      out += fmt::format("\\x{:02x}", static_cast<unsigned char>(text[++k]));
-    } else {
-      out += text[k];
-    }
-  }
-  return out;
-}
-
 void print_table(const probes::ProbeResult& result, const probes::ProbeInput& input,
                  const std::vector<std::string>& columns, bool cross_norm) {
   const auto& c = result.config;
@@ -251,7 +232,8 @@ void print_table(const probes::ProbeResult& result, const probes::ProbeInput& in
     fmt::print("input: {} tokens: {}\n", result.ids.size(), fmt::join(result.ids, " "));
     if (!result.token_strings.empty()) {
       std::vector<std::string> shown;
-      for (const auto& token : result.token_strings) shown.push_back(terminal_safe(token));
+      // A vocabulary must not send escape sequences to the terminal, nor break the line.
+      for (const auto& token : result.token_strings) shown.push_back(attncheck::theory::printable(token, true));
       fmt::print("tokens: {}\n", fmt::join(shown, " "));
     }
   }
@@ -564,8 +546,10 @@ int run(const ProbeOptions& o) {
     watch.progress = terminal_progress("attncheck probe --watch: a checkpoint");
     std::signal(SIGINT, [](int) { stop_requested = true; });
     std::signal(SIGTERM, [](int) { stop_requested = true; });
-    const auto summary =
-        probes::watch_folder(watch, stop_requested, [](const std::string& line) { fmt::print(stderr, "{}\n", line); });
+    const auto summary = probes::watch_folder(watch, stop_requested, [](const std::string& line) {
+      // Lines name the checkpoints: file names, which may hold escape sequences.
+      fmt::print(stderr, "{}\n", attncheck::theory::printable(line));
+    });
     fmt::print(stderr, "watched {}: {} checkpoints measured ({} above a bound), {} refused; lines in {}\n", o.watch,
                summary.measured, summary.exceeded, summary.refused, watch.output.string());
     return summary.exit_code();

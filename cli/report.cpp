@@ -62,6 +62,7 @@ std::function<int()> setup(CLI::App& command) {
       return attncheck::reports::AttentionMatrix{map.rows(), std::vector<double>(map.data(), map.data() + map.size())};
     };
     const auto summary = attncheck::reports::write_report(options);
+    for (const std::string& warning : summary.warnings) fmt::print(stderr, "attncheck report: warning: {}\n", warning);
     fmt::print("wrote {} and {} ({} plots)\n", summary.html.string(), summary.markdown.string(), summary.plots);
     if (summary.series > 0) {
       const std::size_t checked =

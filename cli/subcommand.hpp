@@ -1,6 +1,8 @@
 #pragma once
 // Every subcommand registers itself from its own file, so adding one never touches main.cpp.
 
+#include "attncheck/theory/common.hpp"
+
 #include <CLI/CLI.hpp>
 
 #include <functional>
@@ -23,7 +25,7 @@ inline constexpr int kExitUnsettled = 5;
 // Thrown for bad values the parser cannot catch itself; main prints the message and exits 2.
 class UsageError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit UsageError(const std::string& message) : std::runtime_error(attncheck::theory::message_text(message)) {}
 };
 
 // Adds the subcommand's options to `command` and returns the function that runs it (its exit code).

@@ -15,6 +15,7 @@
 #include <functional>
 #include <limits>
 #include <sstream>
+#include <string_view>
 
 namespace attncheck::monte_carlo {
 
@@ -41,14 +42,27 @@ std::string trim(const std::string& s) {
   return s.substr(b, s.find_last_not_of(" \t") - b + 1);
 }
 
+// The largest size a grid may hold: the sweep multiplies sizes (N^2 scores, N x D inputs) in 64-bit counts, and
+// far below this every point is refused by the memory check anyway.
+constexpr Index kMaxGridValue = Index{1} << 31;
+
+[[noreturn]] void refuse_beyond(std::string_view value, const std::string& option, const std::string& whole) {
+  throw InputError(fmt::format("{}: {} in '{}' is beyond what attncheck can run: sizes go up to {} (2^31)", option,
+                               value, whole, kMaxGridValue));
+}
+
 Index parse_positive_index(const std::string& raw, const std::string& option, const std::string& whole) {
   const std::string text = trim(raw);
   long long value = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec == std::errc::result_out_of_range && text.find_first_not_of("0123456789") == std::string::npos) {
+    refuse_beyond(text, option, whole);
+  }
   if (text.empty() || ec != std::errc{} || end != text.data() + text.size()) {
     throw InputError(fmt::format("{}: '{}' in '{}' is not an integer", option, raw, whole));
   }
   if (value < 1) throw InputError(fmt::format("{}: {} in '{}' must be >= 1", option, value, whole));
+  if (value > kMaxGridValue) refuse_beyond(text, option, whole);
   return static_cast<Index>(value);
 }
 
@@ -66,11 +80,16 @@ std::vector<Index> parse_index_grid(const std::string& text, const std::string& 
     const double factor = parse_real(trim(parts[2]).substr(1), option, text);
     if (!(factor > 1)) throw InputError(fmt::format("{}: factor x{} in '{}' must be > 1", option, factor, text));
     if (stop < start) throw InputError(fmt::format("{}: stop {} is below start {} in '{}'", option, stop, start, text));
-    double next = static_cast<double>(start);
-    while (std::llround(next) <= stop) {
+    // A factor so close to 1 that the steps from start to stop are past counting would only repeat rounded values
+    // (and one that rounds next * factor back to next would never arrive).
+    if (std::log(static_cast<double>(stop) / static_cast<double>(start)) / std::log(factor) > 1e6) {
+      throw InputError(fmt::format("{}: factor x{} in '{}' is too close to 1: more than a million steps from {} to {}",
+                                   option, factor, text, start, stop));
+    }
+    // In doubles, compared with stop before rounding: every value stays below 2^31, where llround is exact.
+    for (double next = static_cast<double>(start); next < static_cast<double>(stop) + 0.5; next *= factor) {
       const Index value = static_cast<Index>(std::llround(next));
       if (out.empty() || value != out.back()) out.push_back(value);
-      next *= factor;
       if (out.size() > 10000) throw InputError(fmt::format("{}: '{}' has more than 10000 values", option, text));
     }
     return out;

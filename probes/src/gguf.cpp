@@ -1,14 +1,18 @@
 #include "attncheck/probes/gguf.hpp"
 
+#include "attncheck/records/memory_budget.hpp"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstring>
 #include <functional>
 #include <limits>
 #include <set>
+#include <stdexcept>
 
 namespace attncheck::probes {
 
@@ -111,11 +115,15 @@ class Cursor {
 
   template <class T>
   T read(const std::string& what) {
-    need(sizeof(T), what);
     T value;
-    std::memcpy(&value, window(sizeof(T)), sizeof(T));
-    at_ += sizeof(T);
+    read_into(std::as_writable_bytes(std::span(&value, 1)), what);
     return value;
+  }
+
+  void read_into(std::span<std::byte> out, const std::string& what) {
+    need(out.size(), what);
+    std::memcpy(out.data(), window(out.size()), out.size());
+    at_ += out.size();
   }
 
   std::string read_string(const std::string& what) {
@@ -124,6 +132,15 @@ class Cursor {
     const auto bytes = static_cast<std::size_t>(length);
     std::string out(reinterpret_cast<const char*>(window(bytes)), bytes);
     at_ += bytes;
+    return out;
+  }
+
+  // `length` bytes from the cursor on, read straight into their own buffer.
+  std::vector<std::byte> read_bytes(std::uint64_t length, const std::string& what) {
+    need(length, what);
+    std::vector<std::byte> out(static_cast<std::size_t>(length));
+    if (length > 0) read_at_(at_, out);
+    at_ += length;
     return out;
   }
 
@@ -177,23 +194,59 @@ std::uint64_t smallest_size(GgufType type) {
 
 bool known_type(std::uint32_t type) { return type <= static_cast<std::uint32_t>(GgufType::f64); }
 
-GgufValue read_value(Cursor& in, GgufType type, const std::string& key, int depth) {
+bool packed(GgufType type) { return type != GgufType::string && type != GgufType::array; }
+
+// What the metadata will hold in memory, counted before each allocation and held to the memory budget (read once
+// per file): a file's counts are checked against its bytes, but a value in memory takes more than in the file.
+class MetadataMemory {
+ public:
+  explicit MetadataMemory(const std::string& source) : source_(source), budget_(records::memory_budget_bytes()) {}
+  void add(std::uint64_t bytes, const std::string& key) {
+    held_ = records::saturating_sum({held_, bytes});
+    if (held_ > budget_) records::require_memory(held_, fmt::format("{}: the metadata up to '{}'", source_, key));
+  }
+
+ private:
+  const std::string& source_;
+  std::uint64_t budget_, held_ = 0;
+};
+
+template <class T>
+T load(const std::byte* bytes) {
+  T value;
+  std::memcpy(&value, bytes, sizeof(T));
+  return value;
+}
+
+// A number or BOOL from its bytes in the file.
+decltype(GgufValue::data) scalar_at(GgufType type, const std::byte* bytes) {
+  switch (type) {
+    case GgufType::u8: return std::uint64_t{load<std::uint8_t>(bytes)};
+    case GgufType::i8: return std::int64_t{load<std::int8_t>(bytes)};
+    case GgufType::u16: return std::uint64_t{load<std::uint16_t>(bytes)};
+    case GgufType::i16: return std::int64_t{load<std::int16_t>(bytes)};
+    case GgufType::u32: return std::uint64_t{load<std::uint32_t>(bytes)};
+    case GgufType::i32: return std::int64_t{load<std::int32_t>(bytes)};
+    case GgufType::f32: return double{load<float>(bytes)};
+    case GgufType::boolean: return load<std::uint8_t>(bytes) != 0;
+    case GgufType::u64: return load<std::uint64_t>(bytes);
+    case GgufType::i64: return load<std::int64_t>(bytes);
+    case GgufType::f64: return load<double>(bytes);
+    case GgufType::string:
+    case GgufType::array: break;
+  }
+  throw std::logic_error("scalar_at: not a number or BOOL");
+}
+
+GgufValue read_value(Cursor& in, GgufType type, const std::string& key, int depth, MetadataMemory& memory) {
   GgufValue value;
   value.type = type;
   const std::string what = fmt::format("the value of '{}'", key);
   switch (type) {
-    case GgufType::u8: value.data = std::uint64_t{in.read<std::uint8_t>(what)}; break;
-    case GgufType::i8: value.data = std::int64_t{in.read<std::int8_t>(what)}; break;
-    case GgufType::u16: value.data = std::uint64_t{in.read<std::uint16_t>(what)}; break;
-    case GgufType::i16: value.data = std::int64_t{in.read<std::int16_t>(what)}; break;
-    case GgufType::u32: value.data = std::uint64_t{in.read<std::uint32_t>(what)}; break;
-    case GgufType::i32: value.data = std::int64_t{in.read<std::int32_t>(what)}; break;
-    case GgufType::f32: value.data = double{in.read<float>(what)}; break;
-    case GgufType::boolean: value.data = in.read<std::uint8_t>(what) != 0; break;
-    case GgufType::string: value.data = in.read_string(what); break;
-    case GgufType::u64: value.data = in.read<std::uint64_t>(what); break;
-    case GgufType::i64: value.data = in.read<std::int64_t>(what); break;
-    case GgufType::f64: value.data = in.read<double>(what); break;
+    case GgufType::string:
+      value.data = in.read_string(what);  // no larger than the file
+      memory.add(std::get<std::string>(value.data).size(), key);
+      break;
     case GgufType::array: {
       if (depth >= kMaxArrayDepth) {
         throw in.error(fmt::format("'{}': arrays nested more than {} deep", key, kMaxArrayDepth));
@@ -208,13 +261,26 @@ GgufValue read_value(Cursor& in, GgufType type, const std::string& key, int dept
         throw in.error(fmt::format("'{}': an array of {} {} values cannot fit in the {} bytes left", key, count,
                                    gguf_type_name(value.element_type), in.remaining()));
       }
+      if (packed(value.element_type)) {
+        const std::uint64_t bytes = count * smallest_size(value.element_type);
+        memory.add(bytes, key);
+        value.data = GgufPackedArray{in.read_bytes(bytes, what)};
+        break;
+      }
+      memory.add(records::saturating_product({count, sizeof(GgufValue)}), key);
       std::vector<GgufValue> elements;
       elements.reserve(static_cast<std::size_t>(count));
       for (std::uint64_t k = 0; k < count; ++k) {
-        elements.push_back(read_value(in, value.element_type, key, depth + 1));
+        elements.push_back(read_value(in, value.element_type, key, depth + 1, memory));
       }
       value.data = std::move(elements);
       break;
+    }
+    default: {
+      std::array<std::byte, 8> bytes{};
+      const std::size_t width = smallest_size(type);
+      in.read_into(std::span(bytes).first(width), what);
+      value.data = scalar_at(type, bytes.data());
     }
   }
   return value;
@@ -282,6 +348,21 @@ const std::string& GgufHeader::string(std::string_view key) const {
   throw wrong_type(*this, key, value, "a STRING");
 }
 
+std::size_t GgufValue::size() const {
+  if (const auto* list = std::get_if<std::vector<GgufValue>>(&data)) return list->size();
+  if (const auto* list = std::get_if<GgufPackedArray>(&data)) return list->bytes.size() / smallest_size(element_type);
+  return 0;
+}
+
+GgufValue GgufValue::element(std::size_t k) const {
+  if (k >= size()) throw std::out_of_range(fmt::format("element {} of an array of {}", k, size()));
+  if (const auto* list = std::get_if<std::vector<GgufValue>>(&data)) return (*list)[k];
+  GgufValue out;
+  out.type = element_type;
+  out.data = scalar_at(element_type, std::get<GgufPackedArray>(data).bytes.data() + k * smallest_size(element_type));
+  return out;
+}
+
 std::vector<std::string> GgufHeader::strings(std::string_view key) const {
   const GgufValue& value = required(*this, key);
   const auto* elements = std::get_if<std::vector<GgufValue>>(&value.data);
@@ -314,11 +395,13 @@ GgufHeader parse(Cursor& in, const std::string& source) {
   if (kv_count > in.remaining() / 13) {
     throw in.error(fmt::format("{} metadata entries cannot fit in the {} bytes left", kv_count, in.remaining()));
   }
+  MetadataMemory memory(source);
   for (std::uint64_t k = 0; k < kv_count; ++k) {
     std::string key = in.read_string(fmt::format("metadata key {}", k));
+    memory.add(key.size() + sizeof(GgufValue) + 64, key);  // the map's node besides key and value
     const auto type = in.read<std::uint32_t>(fmt::format("the type of '{}'", key));
     if (!known_type(type)) throw in.error(fmt::format("'{}': unknown value type {}", key, type));
-    GgufValue value = read_value(in, static_cast<GgufType>(type), key, 0);
+    GgufValue value = read_value(in, static_cast<GgufType>(type), key, 0, memory);
     if (out.metadata.contains(key)) throw in.error(fmt::format("metadata key '{}' appears twice", key));
     out.metadata.emplace(std::move(key), std::move(value));
   }
@@ -332,6 +415,8 @@ GgufHeader parse(Cursor& in, const std::string& source) {
   if (tensor_count > in.remaining() / 28) {
     throw in.error(fmt::format("{} tensor infos cannot fit in the {} bytes left", tensor_count, in.remaining()));
   }
+  memory.add(records::saturating_product({tensor_count, sizeof(TensorInfo) + 2 * sizeof(std::uint64_t) + 64}),
+             "the tensor infos");
   std::set<std::string, std::less<>> names;
   std::vector<std::uint64_t> offsets, sizes;
   for (std::uint64_t k = 0; k < tensor_count; ++k) {

@@ -2,6 +2,7 @@
 
 #include "adapters.hpp"
 #include "attncheck/records/input_file.hpp"
+#include "attncheck/records/json_input.hpp"
 #include "attncheck/records/matrix_io.hpp"
 #include "attncheck/records/memory_budget.hpp"
 
@@ -12,6 +13,10 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <span>
+#include <string_view>
 #include <cmath>
 #include <memory>
 
@@ -29,6 +34,154 @@ Pixels read_pixels(const fs::path& npy) {
   return out;
 }
 
+namespace {
+
+// stb_image does not check that a file holds all the bytes its header promises: a binary PNM or TGA cut short
+// decodes with the rest of the pixels left as whatever the buffer held (other values each run), a JPEG or BMP with
+// zeros. So an image is decoded only in a format whose end can be found in its bytes, and only when it is there.
+// The checks follow each format's own framing; what is inside a complete frame is the decoder's to judge.
+class CompleteImage {
+ public:
+  CompleteImage(std::span<const std::byte> bytes, const fs::path& file) : bytes_(bytes), file_(file) {}
+
+  void check() const {
+    if (starts_with("\x89PNG\r\n\x1a\n")) return png();
+    if (starts_with("\xff\xd8")) return jpeg();
+    if (starts_with("P5") || starts_with("P6")) return pnm();
+    if (starts_with("BM")) return bmp();
+    const char* refused = starts_with("GIF8")                                  ? "GIF"
+                          : starts_with("8BPS")                                ? "PSD"
+                          : starts_with("#?RADIANCE") || starts_with("#?RGBE") ? "HDR"
+                          : starts_with("P1") || starts_with("P2") || starts_with("P3") || starts_with("P4")
+                              ? "text or 1-bit PNM"
+                              : nullptr;
+    throw InputError(fmt::format(
+        "{}: {}: attncheck reads PNG, JPEG, binary PPM/PGM (P6/P5) and uncompressed BMP, formats whose end it can "
+        "check (a file cut short is refused rather than decoded into made-up pixels); convert it to PNG",
+        file_.string(), refused ? fmt::format("a {} image", refused) : std::string("not an image attncheck reads")));
+  }
+
+ private:
+  bool starts_with(std::string_view magic) const {
+    return bytes_.size() >= magic.size() && std::memcmp(bytes_.data(), magic.data(), magic.size()) == 0;
+  }
+  unsigned byte(std::size_t at) const { return std::to_integer<unsigned>(bytes_[at]); }
+  std::uint64_t big_endian(std::size_t at, int width) const {
+    std::uint64_t value = 0;
+    for (int k = 0; k < width; ++k) value = value << 8 | byte(at + static_cast<std::size_t>(k));
+    return value;
+  }
+  std::uint64_t little_endian(std::size_t at, int width) const {
+    std::uint64_t value = 0;
+    for (int k = width; k-- > 0;) value = value << 8 | byte(at + static_cast<std::size_t>(k));
+    return value;
+  }
+  [[noreturn]] void cut_short(const std::string& what) const {
+    throw InputError(
+        fmt::format("{}: the image is cut short: {} (the file has {} bytes)", file_.string(), what, bytes_.size()));
+  }
+  void need(std::uint64_t end, const std::string& what) const {
+    if (end > bytes_.size()) cut_short(fmt::format("{} ends at byte {}", what, end));
+  }
+
+  // Chunks of length, type, data and CRC, up to IEND.
+  void png() const {
+    for (std::uint64_t at = 8;;) {
+      need(at + 8, fmt::format("the chunk header at byte {}", at));
+      const std::uint64_t end = at + 12 + big_endian(static_cast<std::size_t>(at), 4);
+      const bool last = std::memcmp(bytes_.data() + at + 4, "IEND", 4) == 0;
+      need(end, fmt::format("the chunk at byte {}", at));
+      if (last) return;
+      at = end;
+    }
+  }
+
+  // Marker segments up to the end-of-image marker; after each start of scan, entropy-coded data in which 0xFF is
+  // followed only by 0x00 (a stuffed byte) or a restart marker until the next marker.
+  void jpeg() const {
+    std::uint64_t at = 2;
+    for (;;) {
+      need(at + 2, fmt::format("the marker at byte {}", at));
+      if (byte(at) != 0xFF) {
+        throw InputError(fmt::format("{}: not a JPEG stb_image can decode: no marker at byte {}", file_.string(), at));
+      }
+      const unsigned marker = byte(at + 1);
+      at += 2;
+      if (marker == 0xFF) {  // fill byte
+        --at;
+        continue;
+      }
+      if (marker == 0xD9) return;
+      if ((marker >= 0xD0 && marker <= 0xD7) || marker == 0x01) continue;
+      need(at + 2, fmt::format("the length of the segment at byte {}", at - 2));
+      const std::uint64_t length = big_endian(static_cast<std::size_t>(at), 2);
+      need(at + length, fmt::format("the segment at byte {}", at - 2));
+      at += std::max<std::uint64_t>(length, 2);
+      if (marker != 0xDA) continue;
+      for (;; ++at) {
+        need(at + 2, "the scan data");
+        const unsigned next = byte(at + 1);
+        if (byte(at) == 0xFF && next != 0x00 && !(next >= 0xD0 && next <= 0xD7)) break;
+      }
+    }
+  }
+
+  // "P6 width height maxval" and one whitespace byte (comments allowed, as stb_image reads them), then
+  // width x height samples of 1 (P5) or 3 (P6) channels, each one byte or, above 255, two.
+  void pnm() const {
+    std::size_t at = 2;
+    const auto number = [&](const char* what) {
+      for (;;) {
+        while (at < bytes_.size() && std::isspace(static_cast<int>(byte(at)))) ++at;
+        if (at >= bytes_.size() || byte(at) != '#') break;
+        while (at < bytes_.size() && byte(at) != '\n' && byte(at) != '\r') ++at;
+      }
+      std::uint64_t value = 0;
+      const std::size_t first = at;
+      while (at < bytes_.size() && std::isdigit(static_cast<int>(byte(at))) && value < (std::uint64_t{1} << 40)) {
+        value = value * 10 + (byte(at++) - '0');
+      }
+      if (at == first) cut_short(fmt::format("the header has no {}", what));
+      return value;
+    };
+    const std::uint64_t width = number("width"), height = number("height"), maxval = number("maximum value");
+    const std::uint64_t channels = starts_with("P6") ? 3 : 1, sample = maxval > 255 ? 2 : 1;
+    const std::uint64_t pixels = records::saturating_product({width, height, channels, sample});
+    need(records::saturating_sum({at + 1, pixels}),
+         fmt::format("{} x {} pixels of {} byte{} per channel", width, height, sample, sample > 1 ? "s" : ""));
+  }
+
+  // The file header's offset of the pixels, then |height| rows of width x bits, each padded to 4 bytes.
+  void bmp() const {
+    need(30, "the BMP header");
+    const std::uint64_t offset = little_endian(10, 4), header = little_endian(14, 4);
+    std::uint64_t width = 0, height = 0, bits = 0, compression = 0;
+    if (header == 12) {
+      width = little_endian(18, 2), height = little_endian(20, 2), bits = little_endian(24, 2);
+    } else {
+      need(34, "the BMP header");
+      width = little_endian(18, 4);
+      const auto signed_height = static_cast<std::int32_t>(little_endian(22, 4));
+      height =
+          static_cast<std::uint64_t>(signed_height < 0 ? -static_cast<std::int64_t>(signed_height) : signed_height);
+      bits = little_endian(28, 2), compression = little_endian(30, 4);
+    }
+    if (compression != 0 && compression != 3) {
+      throw InputError(
+          fmt::format("{}: a compressed BMP (compression {}): convert it to PNG", file_.string(), compression));
+    }
+    const std::uint64_t row =
+        records::saturating_product({width, bits}) / 32 * 4 + (records::saturating_product({width, bits}) % 32 ? 4 : 0);
+    need(records::saturating_sum({offset, records::saturating_product({row, height})}),
+         fmt::format("{} rows of {} bytes from byte {}", height, row, offset));
+  }
+
+  std::span<const std::byte> bytes_;
+  const fs::path& file_;
+};
+
+}  // namespace
+
 RgbImage read_image(const fs::path& file) {
   const records::InputFile in(file);
   // A decoded pixel takes at least as much as an encoded one in every format but the compressed ones, whose
@@ -39,24 +192,37 @@ RgbImage read_image(const fs::path& file) {
   if (encoded.size() > static_cast<std::size_t>(INT32_MAX)) {
     throw InputError(fmt::format("{}: {} bytes is too large an image file", file.string(), encoded.size()));
   }
+  CompleteImage(encoded, file).check();
   const auto* bytes = reinterpret_cast<const stbi_uc*>(encoded.data());
   const int length = static_cast<int>(encoded.size());
   int width = 0, height = 0, channels = 0;
   if (!stbi_info_from_memory(bytes, length, &width, &height, &channels)) {
-    throw InputError(fmt::format("{}: not an image stb_image can decode (PNG, JPEG, PPM/PGM, BMP, TGA, GIF): {}",
-                                 file.string(), stbi_failure_reason()));
+    throw InputError(fmt::format("{}: not an image stb_image can decode: {}", file.string(), stbi_failure_reason()));
   }
   records::require_memory(records::saturating_product(
                               {static_cast<std::uint64_t>(width), static_cast<std::uint64_t>(height), 3 * 16}),
                           fmt::format("the {} x {} image {}", width, height, file.string()));
+  // In the file's own channels: stb_image's conversion to 3 channels treats 16-bit samples as 8-bit ones (a 16-bit
+  // PGM came out as a third of its pixels and bytes read past the buffer), so grey is widened to RGB here.
   const std::unique_ptr<stbi_uc, void (*)(void*)> decoded(stbi_load_from_memory(bytes, length, &width, &height,
-                                                                                &channels, 3),
+                                                                                &channels, 0),
                                                           stbi_image_free);
   if (!decoded) throw InputError(fmt::format("{}: cannot decode the image: {}", file.string(), stbi_failure_reason()));
+  if (channels < 1 || channels > 4) {
+    throw InputError(fmt::format("{}: an image of {} channels (1 to 4 are read)", file.string(), channels));
+  }
   RgbImage out;
   out.height = height;
   out.width = width;
-  out.values.assign(decoded.get(), decoded.get() + static_cast<std::size_t>(width) * height * 3);
+  const auto pixels = static_cast<std::size_t>(width) * static_cast<std::size_t>(height);
+  out.values.resize(pixels * 3);
+  // Grey (and grey + alpha) replicated to three channels, alpha dropped.
+  const bool grey = channels < 3;
+  for (std::size_t p = 0; p < pixels; ++p) {
+    for (std::size_t c = 0; c < 3; ++c) {
+      out.values[p * 3 + c] = decoded.get()[p * static_cast<std::size_t>(channels) + (grey ? 0 : c)];
+    }
+  }
   return out;
 }
 
@@ -81,7 +247,7 @@ std::int64_t side_of(const nlohmann::json& object, const char* key, const fs::pa
   const auto& value = object[key];
   if (!value.is_number_integer() || value.get<std::int64_t>() <= 0 || value.get<std::int64_t>() > 65536) {
     throw InputError(fmt::format("{}: \"{}\".\"{}\" is {}, not a positive number of pixels (at most 65536)",
-                                 file.string(), where, key, value.dump()));
+                                 file.string(), where, key, records::json_excerpt(value)));
   }
   return value.get<std::int64_t>();
 }
@@ -94,13 +260,13 @@ std::array<double, 3> triple(const nlohmann::json& config, const char* key, std:
   const bool scalar = value.is_number();
   if (!scalar && !(value.is_array() && value.size() == 3 &&
                    std::all_of(value.begin(), value.end(), [](const auto& v) { return v.is_number(); }))) {
-    throw InputError(
-        fmt::format("{}: \"{}\" is {}, not a number or a list of 3 numbers", file.string(), key, value.dump()));
+    throw InputError(fmt::format("{}: \"{}\" is {}, not a number or a list of 3 numbers", file.string(), key,
+                                 records::json_excerpt(value)));
   }
   for (std::size_t c = 0; c < 3; ++c) {
     out[c] = scalar ? value.get<double>() : value[c].get<double>();
     if (!std::isfinite(out[c]) || (positive && !(out[c] > 0))) {
-      throw InputError(fmt::format("{}: \"{}\" is {}: {}", file.string(), key, value.dump(),
+      throw InputError(fmt::format("{}: \"{}\" is {}: {}", file.string(), key, records::json_excerpt(value),
                                    positive ? "every value must be positive" : "every value must be finite"));
     }
   }
@@ -119,12 +285,7 @@ ImagePreprocessing read_preprocessing(const fs::path& model, const ModelConfig& 
     return out;
   }
   out.from_file = true;
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(records::read_text_file(file));
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError(fmt::format("{}: not valid JSON ({})", file.string(), e.what()));
-  }
+  const nlohmann::json json = records::read_json_file(file);
   if (!json.is_object()) throw InputError(fmt::format("{}: not a JSON object", file.string()));
   out.resize = value_or<bool>(json, "do_resize", true, file);
   if (out.resize) {
@@ -142,8 +303,8 @@ ImagePreprocessing read_preprocessing(const fs::path& model, const ModelConfig& 
       }
     }
     if (out.shortest_edge == 0 && (out.resize_height == 0 || out.resize_width == 0)) {
-      throw InputError(
-          fmt::format("{}: \"size\" is {}: give shortest_edge, or height and width", file.string(), size.dump()));
+      throw InputError(fmt::format("{}: \"size\" is {}: give shortest_edge, or height and width", file.string(),
+                                   records::json_excerpt(size)));
     }
     const auto resample = value_or<std::int64_t>(json, "resample", 2, file);
     if (resample != 2 && resample != 3) {
@@ -162,7 +323,8 @@ ImagePreprocessing read_preprocessing(const fs::path& model, const ModelConfig& 
       out.crop_width = side_of(crop, "width", file, "crop_size");
     }
     if (out.crop_height == 0 || out.crop_width == 0) {
-      throw InputError(fmt::format("{}: \"crop_size\" is {}: give height and width", file.string(), crop.dump()));
+      throw InputError(
+          fmt::format("{}: \"crop_size\" is {}: give height and width", file.string(), records::json_excerpt(crop)));
     }
   }
   out.rescale = value_or<bool>(json, "do_rescale", true, file);

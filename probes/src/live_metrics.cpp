@@ -3,6 +3,7 @@
 #include "attncheck/probes/image.hpp"
 #include "attncheck/probes/tokenizer.hpp"
 #include "attncheck/records/input_file.hpp"
+#include "attncheck/records/json_input.hpp"
 #include "attncheck/records/sha256.hpp"
 #include "attncheck/streams/random_stream.hpp"
 #include "attncheck/theory/bound_check.hpp"
@@ -163,7 +164,7 @@ std::vector<std::int64_t> tokenize_for_model(const fs::path& model_path, const T
     bool lower_case = true;
     const fs::path tokenizer_config = folder / "tokenizer_config.json";
     if (std::error_code absent; fs::exists(tokenizer_config, absent)) {
-      const auto json = nlohmann::json::parse(records::read_text_file(tokenizer_config), nullptr, false);
+      const auto json = records::read_json_file(tokenizer_config);
       if (json.is_object() && json.contains("do_lower_case") && json["do_lower_case"].is_boolean()) {
         lower_case = json["do_lower_case"].get<bool>();
       }
@@ -206,12 +207,20 @@ std::vector<std::string> token_strings_for_model(const fs::path& model_path, con
       by_id.push_back(std::move(line));
       begin = end + 1;
     }
-  } else if (fs::exists(folder / "vocab.json")) {
-    invert(nlohmann::json::parse(records::read_text_file(folder / "vocab.json"), nullptr, false));
-  } else if (fs::exists(folder / "tokenizer.json")) {
-    const auto json = nlohmann::json::parse(records::read_text_file(folder / "tokenizer.json"), nullptr, false);
-    if (json.is_object() && json.contains("model") && json["model"].is_object() && json["model"].contains("vocab")) {
-      invert(json["model"]["vocab"]);
+  } else if (fs::exists(folder / "vocab.json") || fs::exists(folder / "tokenizer.json")) {
+    // The strings only label the ids: a vocabulary that cannot be read leaves them unlabelled.
+    try {
+      if (fs::exists(folder / "vocab.json")) {
+        invert(records::read_json_file(folder / "vocab.json"));
+      } else {
+        const auto json = records::read_json_file(folder / "tokenizer.json");
+        if (json.is_object() && json.contains("model") && json["model"].is_object() &&
+            json["model"].contains("vocab")) {
+          invert(json["model"]["vocab"]);
+        }
+      }
+    } catch (const InputError&) {
+      by_id.clear();
     }
   }
   if (by_id.empty()) return {};

@@ -92,8 +92,11 @@ ModelConfig config_from_gguf(const GgufHeader& header, const Checkpoint& checkpo
   if (header.find("llama.expert_count") && header.unsigned_integer("llama.expert_count") > 0) {
     throw InputError(fmt::format("{}: mixtures of experts are not supported", header.source));
   }
-  c.rope_theta = header.find("llama.rope.freq_base") ? header.number("llama.rope.freq_base") : 10000.0;
-  c.layer_norm_eps = header.number("llama.attention.layer_norm_rms_epsilon");
+  c.rope_theta =
+      detail::checked_number(header.find("llama.rope.freq_base") ? header.number("llama.rope.freq_base") : 10000.0, 0,
+                             true, header.source, "llama.rope.freq_base");
+  c.layer_norm_eps = detail::checked_number(header.number("llama.attention.layer_norm_rms_epsilon"), 0, false,
+                                            header.source, "llama.attention.layer_norm_rms_epsilon");
   const auto& embedding = checkpoint.info("token_embd.weight");
   c.vocab =
       header.find("llama.vocab_size") ? integer("vocab_size") : (embedding.shape.empty() ? 0 : embedding.shape.front());
@@ -112,12 +115,10 @@ ModelConfig config_from_json(const nlohmann::json& config, const fs::path& file,
   c.intermediate = positive_int(config, "intermediate_size", file);
   c.vocab = positive_int(config, "vocab_size", file);
   c.max_positions = positive_int(config, "max_position_embeddings", file);
-  c.kv_heads = config.contains("num_key_value_heads") && !config["num_key_value_heads"].is_null()
-                   ? positive_int(config, "num_key_value_heads", file)
-                   : c.heads;
-  c.head_size = config.contains("head_dim") && !config["head_dim"].is_null() ? positive_int(config, "head_dim", file)
-                                                                             : c.hidden / c.heads;
-  c.layer_norm_eps = value_or<double>(config, "rms_norm_eps", 1e-6, file);
+  c.kv_heads = detail::positive_int_or(config, "num_key_value_heads", c.heads, file);
+  c.head_size = detail::positive_int_or(config, "head_dim", c.hidden / c.heads, file);
+  c.layer_norm_eps = detail::checked_number(value_or<double>(config, "rms_norm_eps", 1e-6, file), 0, false,
+                                            file.string(), "rms_norm_eps");
   c.hidden_act = value_or<std::string>(config, "hidden_act", "silu", file);
   if (c.hidden_act != "silu") {
     throw InputError(fmt::format("{}: hidden_act '{}' is not supported for Llama (silu)", file.string(), c.hidden_act));
@@ -128,14 +129,16 @@ ModelConfig config_from_json(const nlohmann::json& config, const fs::path& file,
   // Older configs give rope_theta and rope_scaling; newer ones one rope_parameters object.
   c.rope_theta = value_or<double>(config, "rope_theta", 10000.0, file);
   if (config.contains("rope_scaling") && !config["rope_scaling"].is_null()) {
-    throw InputError(fmt::format("{}: rope_scaling {} is not supported", file.string(), config["rope_scaling"].dump()));
+    throw InputError(fmt::format("{}: rope_scaling {} is not supported", file.string(),
+                                 records::json_excerpt(config["rope_scaling"])));
   }
   if (config.contains("rope_parameters") && config["rope_parameters"].is_object()) {
     const auto& rope = config["rope_parameters"];
-    const std::string type = value_or<std::string>(rope, "rope_type", "default", file);
+    const std::string type = value_or<std::string>(rope, "rope_type", "default", file, "rope_parameters");
     if (type != "default") throw InputError(fmt::format("{}: rope_type '{}' is not supported", file.string(), type));
-    c.rope_theta = value_or<double>(rope, "rope_theta", c.rope_theta, file);
+    c.rope_theta = value_or<double>(rope, "rope_theta", c.rope_theta, file, "rope_parameters");
   }
+  detail::checked_number(c.rope_theta, 0, true, file.string(), "rope_theta");
   for (const char* prefix : {"", "model."}) {
     if (checkpoint.contains(std::string(prefix) + "embed_tokens.weight")) c.tensor_prefix = prefix;
   }
@@ -187,7 +190,8 @@ std::vector<LayerInputs> forward(const Checkpoint& checkpoint, const ModelConfig
       inputs.W_K = W_k.middleRows(g * d, d).transpose();
       inputs.b_Q = b_q.segment(head * d, d);
       inputs.b_K = b_k.segment(g * d, d);
-      inputs.attention = apply_attention(map, inner * (inputs.V * inputs.U.transpose()), true);
+      inputs.attention = apply_attention(map, inner * (inputs.V * inputs.U.transpose()), true,
+                                         fmt::format("layer {} head {}", l, head));
       inputs.values = values.middleCols(g * d, d);
       context.middleCols(head * d, d) = inputs.attention * inputs.values;
       layer.heads.push_back(std::move(inputs));

@@ -2,6 +2,7 @@
 
 #include "adapters.hpp"
 #include "attncheck/records/input_file.hpp"
+#include "attncheck/records/json_input.hpp"
 #include "attncheck/records/memory_budget.hpp"
 #include "attncheck/theory/pointwise.hpp"
 #include "attncheck/theory/softmax.hpp"
@@ -60,13 +61,30 @@ fs::path config_path_for(const fs::path& model) {
 std::int64_t detail::positive_int(const nlohmann::json& config, const char* key, const fs::path& file) {
   if (!config.contains(key)) throw InputError(fmt::format("{}: no \"{}\"", file.string(), key));
   const auto& value = config[key];
-  if (!value.is_number_integer() || value.get<std::int64_t>() <= 0) {
-    throw InputError(fmt::format("{}: \"{}\" is {}, not a positive integer", file.string(), key, value.dump()));
+  if (!value.is_number_integer() || value.get<std::int64_t>() <= 0 ||
+      (value.is_number_unsigned() && value.get<std::uint64_t>() > INT64_MAX)) {
+    throw InputError(
+        fmt::format("{}: \"{}\" is {}, not a positive integer", file.string(), key, records::json_excerpt(value)));
   }
   return value.get<std::int64_t>();
 }
 
+std::int64_t detail::positive_int_or(const nlohmann::json& config, const char* key, std::int64_t fallback,
+                                     const fs::path& file) {
+  return !config.contains(key) || config[key].is_null() ? fallback : positive_int(config, key, file);
+}
+
+double detail::checked_number(double value, double min, bool above, const std::string& source, std::string_view key) {
+  if (!std::isfinite(value) || value < min || (above && value == min)) {
+    throw InputError(
+        fmt::format("{}: \"{}\" is {}: it must be a finite number {} {}", source, key, value, above ? ">" : ">=", min));
+  }
+  return value;
+}
+
+using detail::checked_number;
 using detail::positive_int;
+using detail::positive_int_or;
 
 Matrix detail::project(const Checkpoint& checkpoint, const Matrix& x, const std::string& name, std::int64_t out) {
   Matrix y = x * checkpoint.matrix(name + ".weight", out, x.cols()).transpose();
@@ -111,7 +129,14 @@ Matrix linear(const Matrix& x, const Matrix& weight_out_in, const Vector& bias) 
 
 }  // namespace
 
-Matrix apply_attention(const theory::AttentionMap& map, const Matrix& scores, bool causal) {
+Matrix apply_attention(const theory::AttentionMap& map, const Matrix& scores, bool causal, std::string_view where) {
+  // Said here, where the cause is known: the softmax would only see a NaN logit.
+  if (!scores.allFinite()) {
+    throw InputError(
+        fmt::format("{}: the attention scores are not finite: the activations overflowed double "
+                    "precision (an input or weights far too large)",
+                    where));
+  }
   const Index n = scores.rows();
   Matrix out = Matrix::Zero(n, n);
   const double c = map.outer.at(n);
@@ -150,13 +175,7 @@ Matrix rms_norm(const Matrix& x, const Vector& gain, double eps) {
 }
 
 ModelConfig read_model_config(const fs::path& config_json, const Checkpoint& checkpoint) {
-  const std::string text = records::read_text_file(config_json);
-  nlohmann::json config;
-  try {
-    config = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError(fmt::format("{}: not valid JSON ({})", config_json.string(), e.what()));
-  }
+  const nlohmann::json config = records::read_json_file(config_json);
   if (!config.is_object()) throw InputError(fmt::format("{}: not a JSON object", config_json.string()));
   ModelConfig out;
   const std::string type = value_or<std::string>(config, "model_type", "", config_json);
@@ -168,8 +187,9 @@ ModelConfig read_model_config(const fs::path& config_json, const Checkpoint& che
     out.intermediate = positive_int(config, "intermediate_size", config_json);
     out.vocab = positive_int(config, "vocab_size", config_json);
     out.max_positions = positive_int(config, "max_position_embeddings", config_json);
-    out.type_vocab = value_or<std::int64_t>(config, "type_vocab_size", 2, config_json);
-    out.layer_norm_eps = value_or<double>(config, "layer_norm_eps", 1e-12, config_json);
+    out.type_vocab = positive_int_or(config, "type_vocab_size", 2, config_json);
+    out.layer_norm_eps = checked_number(value_or<double>(config, "layer_norm_eps", 1e-12, config_json), 0, false,
+                                        config_json.string(), "layer_norm_eps");
     out.hidden_act = value_or<std::string>(config, "hidden_act", "gelu", config_json);
     const std::string position = value_or<std::string>(config, "position_embedding_type", "absolute", config_json);
     if (position != "absolute") {
@@ -189,10 +209,11 @@ ModelConfig read_model_config(const fs::path& config_json, const Checkpoint& che
     out.hidden = positive_int(config, "n_embd", config_json);
     out.heads = positive_int(config, "n_head", config_json);
     out.layers = positive_int(config, "n_layer", config_json);
-    out.intermediate = value_or<std::int64_t>(config, "n_inner", 4 * out.hidden, config_json);
+    out.intermediate = positive_int_or(config, "n_inner", 4 * out.hidden, config_json);
     out.vocab = positive_int(config, "vocab_size", config_json);
     out.max_positions = positive_int(config, "n_positions", config_json);
-    out.layer_norm_eps = value_or<double>(config, "layer_norm_epsilon", 1e-5, config_json);
+    out.layer_norm_eps = checked_number(value_or<double>(config, "layer_norm_epsilon", 1e-5, config_json), 0, false,
+                                        config_json.string(), "layer_norm_epsilon");
     out.hidden_act = value_or<std::string>(config, "activation_function", "gelu_new", config_json);
     out.scale_attn_weights = value_or<bool>(config, "scale_attn_weights", true, config_json);
     out.scale_by_inverse_layer_idx = value_or<bool>(config, "scale_attn_by_inverse_layer_idx", false, config_json);
@@ -384,7 +405,8 @@ std::vector<LayerInputs> TransformerModel::forward_embeddings(Matrix h, const st
       inputs.b_Q = b_q.segment(head * d, d);
       inputs.b_K = b_k.segment(head * d, d);
       inputs.kv_head = head;
-      inputs.attention = apply_attention(map, inner * (inputs.V * inputs.U.transpose()), layer.causal);
+      inputs.attention = apply_attention(map, inner * (inputs.V * inputs.U.transpose()), layer.causal,
+                                         fmt::format("layer {} head {}", l, head));
       inputs.values = values.middleCols(head * d, d);
       context.middleCols(head * d, d) = inputs.attention * inputs.values;
       layer.heads.push_back(std::move(inputs));

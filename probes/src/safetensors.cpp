@@ -2,6 +2,7 @@
 #include "attncheck/probes/gguf.hpp"
 
 #include "attncheck/records/atomic_file.hpp"
+#include "attncheck/records/json_input.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -193,12 +194,9 @@ SafetensorsHeader parse_header(std::string_view header_bytes, std::uint64_t file
     }
     return true;
   };
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(header_text, header_text + header_length, catch_duplicates);
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError(fmt::format("{}: the header is not valid JSON ({})", source, e.what()));
-  }
+  const nlohmann::json header =
+      records::parse_json(std::string_view(header_text, header_length), source + ": the header",
+                          records::JsonPlacement::column, catch_duplicates);
   if (!header.is_object()) {
     throw InputError(fmt::format("{}: the header is JSON but not an object of tensors", source));
   }
@@ -241,7 +239,7 @@ SafetensorsHeader parse_header(std::string_view header_bytes, std::uint64_t file
     std::uint64_t elements = 1;
     for (const auto& dim : shape) {
       const auto size = as_count(dim);
-      if (!size) throw fail(fmt::format("shape entry {} is not a non-negative integer", dim.dump()));
+      if (!size) throw fail(fmt::format("shape entry {} is not a non-negative integer", records::json_excerpt(dim)));
       if (*size != 0 && elements > data_size / *size) {
         elements = std::numeric_limits<std::uint64_t>::max();
       } else {
@@ -261,8 +259,8 @@ SafetensorsHeader parse_header(std::string_view header_bytes, std::uint64_t file
     const std::uint64_t size = dtype_size(tensor.dtype);
     const std::uint64_t expected = elements > data_size ? std::numeric_limits<std::uint64_t>::max() : elements * size;
     if (*end - *begin != expected) {
-      throw fail(fmt::format("shape {} of {} needs {} bytes but data_offsets [{}, {}] hold {}", shape.dump(),
-                             dtype_name(tensor.dtype),
+      throw fail(fmt::format("shape {} of {} needs {} bytes but data_offsets [{}, {}] hold {}",
+                             records::json_excerpt(shape), dtype_name(tensor.dtype),
                              expected == std::numeric_limits<std::uint64_t>::max() ? std::string("more than the file's")
                                                                                    : std::to_string(expected),
                              *begin, *end, *end - *begin));
@@ -320,13 +318,7 @@ Checkpoint Checkpoint::open(const std::filesystem::path& file_or_folder) {
   if (fs::is_directory(file_or_folder, error)) {
     const fs::path index_path = file_or_folder / "model.safetensors.index.json";
     if (fs::exists(index_path, error)) {
-      const std::string text = records::read_text_file(index_path);
-      nlohmann::json index;
-      try {
-        index = nlohmann::json::parse(text);
-      } catch (const nlohmann::json::exception& e) {
-        throw InputError(fmt::format("{}: not valid JSON ({})", index_path.string(), e.what()));
-      }
+      const nlohmann::json index = records::read_json_file(index_path);
       if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
         throw InputError(fmt::format("{}: no \"weight_map\" object", index_path.string()));
       }
@@ -345,7 +337,14 @@ Checkpoint Checkpoint::open(const std::filesystem::path& file_or_folder) {
         weight_map[tensor] = shard;
         files.insert(shard);
       }
-      for (const auto& file : files) shards.push_back(file_or_folder / file);
+      for (const auto& file : files) {
+        // Said of the index, which names it: the shard's own "no such file" would not say where the name came from.
+        if (!fs::is_regular_file(file_or_folder / file, error)) {
+          throw InputError(
+              fmt::format("{}: shard '{}' is not a file in {}", index_path.string(), file, file_or_folder.string()));
+        }
+        shards.push_back(file_or_folder / file);
+      }
     } else if (fs::exists(file_or_folder / "model.safetensors", error)) {
       shards.push_back(file_or_folder / "model.safetensors");
     } else {
@@ -373,8 +372,9 @@ Checkpoint Checkpoint::open(const std::filesystem::path& file_or_folder) {
   for (const auto& [tensor, shard] : weight_map) {
     const auto it = checkpoint.entries_.find(tensor);
     if (it == checkpoint.entries_.end() || checkpoint.files_[it->second.file]->path().filename() != shard) {
-      throw InputError(fmt::format("{}: tensor '{}' is listed in the index but missing from that shard",
-                                   (file_or_folder / shard).string(), tensor));
+      throw InputError(fmt::format("{}: tensor '{}' is listed in shard {}, which does not hold it",
+                                   (file_or_folder / "model.safetensors.index.json").string(), tensor,
+                                   (file_or_folder / shard).string()));
     }
   }
   return checkpoint;

@@ -1,6 +1,9 @@
 #include "attncheck/probes/tokenizer.hpp"
 
+#include "adapters.hpp"
+
 #include "attncheck/records/input_file.hpp"
+#include "attncheck/records/json_input.hpp"
 #include "attncheck/theory/common.hpp"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -302,15 +305,6 @@ ByteLevelBpeTokenizer ByteLevelBpeTokenizer::from_gguf(const GgufHeader& header)
 }
 
 namespace {
-nlohmann::json read_json(const std::filesystem::path& path) {
-  const std::string text = records::read_text_file(path);
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError(fmt::format("{}: not valid JSON ({})", path.string(), e.what()));
-  }
-}
-
 // token -> id from a JSON object; the ids must be distinct and dense enough to index a list.
 std::vector<std::string> tokens_by_id(const nlohmann::json& vocab, const std::filesystem::path& source) {
   if (!vocab.is_object())
@@ -321,7 +315,7 @@ std::vector<std::string> tokens_by_id(const nlohmann::json& vocab, const std::fi
     if (!id.is_number_integer() || id.get<std::int64_t>() < 0 || id.get<std::uint64_t>() >= vocab.size() ||
         seen[id.get<std::size_t>()]) {
       throw InputError(fmt::format("{}: the id of token '{}' ({}) is not a distinct id below {}", source.string(),
-                                   token, id.dump(), vocab.size()));
+                                   token, records::json_excerpt(id), vocab.size()));
     }
     seen[id.get<std::size_t>()] = true;
     tokens[id.get<std::size_t>()] = token;
@@ -338,8 +332,8 @@ std::vector<std::string> merges_of(const nlohmann::json& merges, const std::file
     } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string()) {
       out.push_back(merge[0].get<std::string>() + " " + merge[1].get<std::string>());
     } else {
-      throw InputError(
-          fmt::format("{}: merge {} is neither \"left right\" nor [left, right]", source.string(), merge.dump()));
+      throw InputError(fmt::format("{}: merge {} is neither \"left right\" nor [left, right]", source.string(),
+                                   records::json_excerpt(merge)));
     }
   }
   return out;
@@ -348,7 +342,7 @@ std::vector<std::string> merges_of(const nlohmann::json& merges, const std::file
 
 ByteLevelBpeTokenizer ByteLevelBpeTokenizer::from_files(const std::filesystem::path& vocab_json,
                                                         const std::filesystem::path& merges_txt, PreTokenizer pre) {
-  std::vector<std::string> tokens = tokens_by_id(read_json(vocab_json), vocab_json);
+  std::vector<std::string> tokens = tokens_by_id(records::read_json_file(vocab_json), vocab_json);
   std::istringstream in(records::read_text_file(merges_txt));
   std::vector<std::string> merges;
   std::string line;
@@ -434,51 +428,59 @@ std::vector<std::int64_t> ByteLevelBpeTokenizer::encode(std::string_view text) c
 }
 
 std::vector<std::int64_t> encode_with_tokenizer_json(const std::filesystem::path& path, std::string_view text) {
-  const nlohmann::json json = read_json(path);
+  using detail::value_or;
+  const nlohmann::json json = records::read_json_file(path);
   if (!json.is_object() || !json.contains("model") || !json["model"].is_object()) {
     throw InputError(fmt::format("{}: no \"model\" object", path.string()));
   }
   const auto& model = json["model"];
-  const std::string type = model.value("type", "");
+  const auto member = [](const nlohmann::json& object, const char* key) -> const nlohmann::json& {
+    static const nlohmann::json absent;
+    return object.is_object() && object.contains(key) ? object[key] : absent;
+  };
+  const std::string type = value_or<std::string>(model, "type", "", path, "model");
   const auto refuse = [&](const std::string& what) {
     return InputError(fmt::format("{}: {} is not supported; pass the ids with --tokens FILE", path.string(), what));
   };
   if (type == "WordPiece") {
-    if (model.value("continuing_subword_prefix", "##") != "##" || model.value("unk_token", "[UNK]") != "[UNK]") {
+    if (value_or<std::string>(model, "continuing_subword_prefix", "##", path, "model") != "##" ||
+        value_or<std::string>(model, "unk_token", "[UNK]", path, "model") != "[UNK]") {
       throw refuse("a WordPiece model without the \"##\" prefix and [UNK]");
     }
     std::unordered_map<std::string, std::int64_t> vocab;
-    const auto tokens = tokens_by_id(model.value("vocab", nlohmann::json()), path);
+    const auto tokens = tokens_by_id(member(model, "vocab"), path);
     for (std::size_t id = 0; id < tokens.size(); ++id) vocab.emplace(tokens[id], static_cast<std::int64_t>(id));
-    bool lower_case = true;
-    if (json.contains("normalizer") && json["normalizer"].is_object()) {
-      lower_case = json["normalizer"].value("lowercase", true);
-    }
+    const bool lower_case = value_or<bool>(member(json, "normalizer"), "lowercase", true, path, "normalizer");
     return WordPieceTokenizer(std::move(vocab), lower_case, path).encode(text);
   }
   if (type != "BPE") throw refuse(fmt::format("model type '{}'", type));
   // The pre-tokenizer: ByteLevel, alone or after Digits with individual_digits.
-  const nlohmann::json pre = json.value("pre_tokenizer", nlohmann::json());
-  const auto is_byte_level = [](const nlohmann::json& p) {
-    return p.is_object() && p.value("type", "") == "ByteLevel" && !p.value("add_prefix_space", false) &&
-           p.value("use_regex", true);
+  const nlohmann::json& pre = member(json, "pre_tokenizer");
+  const auto is_byte_level = [&](const nlohmann::json& p, std::string_view within) {
+    return p.is_object() && value_or<std::string>(p, "type", "", path, within) == "ByteLevel" &&
+           !value_or<bool>(p, "add_prefix_space", false, path, within) &&
+           value_or<bool>(p, "use_regex", true, path, within);
   };
+  const nlohmann::json& parts = member(pre, "pretokenizers");
   ByteLevelBpeTokenizer::PreTokenizer kind;
-  if (is_byte_level(pre)) {
+  if (is_byte_level(pre, "pre_tokenizer")) {
     kind = ByteLevelBpeTokenizer::PreTokenizer::gpt2;
-  } else if (pre.is_object() && pre.value("type", "") == "Sequence" && pre.contains("pretokenizers") &&
-             pre["pretokenizers"].is_array() && pre["pretokenizers"].size() == 2 &&
-             pre["pretokenizers"][0].is_object() && pre["pretokenizers"][0].value("type", "") == "Digits" &&
-             pre["pretokenizers"][0].value("individual_digits", false) && is_byte_level(pre["pretokenizers"][1])) {
+  } else if (pre.is_object() && value_or<std::string>(pre, "type", "", path, "pre_tokenizer") == "Sequence" &&
+             parts.is_array() && parts.size() == 2 && parts[0].is_object() &&
+             value_or<std::string>(parts[0], "type", "", path, "pre_tokenizer.pretokenizers[0]") == "Digits" &&
+             value_or<bool>(parts[0], "individual_digits", false, path, "pre_tokenizer.pretokenizers[0]") &&
+             is_byte_level(parts[1], "pre_tokenizer.pretokenizers[1]")) {
     kind = ByteLevelBpeTokenizer::PreTokenizer::digits_then_gpt2;
   } else {
-    throw refuse(fmt::format("the pre-tokenizer {}", pre.dump()));
+    throw refuse(fmt::format("the pre-tokenizer {}", records::json_excerpt(pre)));
   }
-  if (model.value("ignore_merges", false) || model.value("byte_fallback", false)) {
+  if (value_or<bool>(model, "ignore_merges", false, path, "model") ||
+      value_or<bool>(model, "byte_fallback", false, path, "model")) {
     throw refuse("a BPE model with ignore_merges or byte_fallback");
   }
-  return ByteLevelBpeTokenizer(tokens_by_id(model.value("vocab", nlohmann::json()), path),
-                               merges_of(model.value("merges", nlohmann::json::array()), path), kind, path.string())
+  static const nlohmann::json no_merges = nlohmann::json::array();
+  const nlohmann::json& merges = member(model, "merges").is_null() ? no_merges : member(model, "merges");
+  return ByteLevelBpeTokenizer(tokens_by_id(member(model, "vocab"), path), merges_of(merges, path), kind, path.string())
       .encode(text);
 }
 

@@ -113,15 +113,12 @@ ModelConfig config_from_json(const nlohmann::json& config, const fs::path& file,
   } else {
     c.intermediate = positive_int(config, "intermediate_size", file);
   }
-  c.layer_norm_eps = value_or<double>(config, "layer_norm_eps", dinov2 ? 1e-6 : 1e-12, file);
-  if (!(c.layer_norm_eps >= 0) || !std::isfinite(c.layer_norm_eps)) {
-    throw InputError(
-        fmt::format("{}: layer_norm_eps {} is not a non-negative number", file.string(), c.layer_norm_eps));
-  }
+  c.layer_norm_eps = detail::checked_number(value_or<double>(config, "layer_norm_eps", dinov2 ? 1e-6 : 1e-12, file), 0,
+                                            false, file.string(), "layer_norm_eps");
   c.hidden_act = value_or<std::string>(config, "hidden_act", "gelu", file);
-  c.image_size = config.contains("image_size") ? positive_int(config, "image_size", file) : 224;
-  c.patch_size = config.contains("patch_size") ? positive_int(config, "patch_size", file) : (dinov2 ? 14 : 16);
-  c.channels = config.contains("num_channels") ? positive_int(config, "num_channels", file) : 3;
+  c.image_size = detail::positive_int_or(config, "image_size", 224, file);
+  c.patch_size = detail::positive_int_or(config, "patch_size", dinov2 ? 14 : 16, file);
+  c.channels = detail::positive_int_or(config, "num_channels", 3, file);
   if (c.patch_size > c.image_size) {
     throw InputError(
         fmt::format("{}: patch_size {} is larger than image_size {}", file.string(), c.patch_size, c.image_size));
@@ -180,6 +177,14 @@ Matrix embed(const Checkpoint& checkpoint, const ModelConfig& c, const Pixels& p
   h.row(0) = checkpoint.flattened(e + "cls_token", {1, 1, D});
   h.bottomRows(patches) = patch_rows * kernel.transpose();
   h.bottomRows(patches).rowwise() += checkpoint.vector(e + "patch_embeddings.projection.bias", D).transpose();
+  if (!h.bottomRows(patches).allFinite()) {
+    double largest = 0;
+    for (const double v : pixels.values) largest = std::max(largest, std::fabs(v));
+    throw InputError(
+        fmt::format("the patch embeddings are not finite: pixel values up to {:g} in magnitude overflow "
+                    "double precision in the patch projection (pixels are normalized, of order 1)",
+                    largest));
+  }
 
   const auto& position_shape = checkpoint.info(position_embedding_name(c)).shape;
   const std::int64_t stored = position_shape.size() == 3 ? position_shape[1] : 0;
@@ -234,7 +239,8 @@ std::vector<LayerInputs> forward(const Checkpoint& checkpoint, const ModelConfig
       inputs.W_K = W_k.middleCols(head * d, d);
       inputs.b_Q = b_q.segment(head * d, d);
       inputs.b_K = b_k.segment(head * d, d);
-      inputs.attention = apply_attention(map, inner * (inputs.V * inputs.U.transpose()), false);
+      inputs.attention = apply_attention(map, inner * (inputs.V * inputs.U.transpose()), false,
+                                         fmt::format("layer {} head {}", l, head));
       inputs.values = values.middleCols(head * d, d);
       context.middleCols(head * d, d) = inputs.attention * inputs.values;
       layer.heads.push_back(std::move(inputs));

@@ -2,6 +2,7 @@
 
 #include "attncheck/records/errors.hpp"
 #include "attncheck/records/input_file.hpp"
+#include "attncheck/records/json_input.hpp"
 #include "attncheck/records/probe_record.hpp"
 
 #include <fmt/format.h>
@@ -109,10 +110,11 @@ std::map<std::string, std::string> measured_in_log(const fs::path& log) {
   std::map<std::string, std::string> names;
   records::InputFile(log).for_each_line([&](std::string_view line, std::size_t number) {
     // A line this watcher cannot read (cut short by a crash, or edited) only means that checkpoint is probed again.
-    const auto json = nlohmann::json::parse(line, nullptr, false);
-    if (!json.is_object()) return;
     try {
-      const records::ProbeRecord record = records::probe_record_from_json(json, fmt::format("line {}", number));
+      const std::string where = fmt::format("{} line {}", log.string(), number);
+      const auto json = records::parse_json(line, where, records::JsonPlacement::column);
+      if (!json.is_object()) return;
+      const records::ProbeRecord record = records::probe_record_from_json(json, where);
       names[record.checkpoint] = record.fingerprint.value_or("");
     } catch (const theory::InputError&) {
     }

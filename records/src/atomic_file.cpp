@@ -25,13 +25,20 @@ fs::path temporary_sibling(const fs::path& path) {
   return fs::path(path).concat(fmt::format(".tmp.{}", static_cast<long>(::getpid())));
 }
 
+bool is_temporary_of(const fs::path& candidate, const fs::path& path) {
+  const std::string name = candidate.filename().string(), prefix = path.filename().string() + ".tmp.";
+  // Exactly what temporary_sibling makes: the prefix and a process id, so that a user's "report.md.tmp.old" is
+  // never taken for one.
+  return name.size() > prefix.size() && name.compare(0, prefix.size(), prefix) == 0 &&
+         name.find_first_not_of("0123456789", prefix.size()) == std::string::npos;
+}
+
 void remove_stale_temporaries(const fs::path& path) {
-  const std::string prefix = path.filename().string() + ".tmp.";
   const fs::path folder = path.parent_path().empty() ? fs::path(".") : path.parent_path();
   std::error_code error;
   std::vector<fs::path> stale;
   for (const auto& entry : fs::directory_iterator(folder, error)) {
-    if (entry.path().filename().string().rfind(prefix, 0) == 0) stale.push_back(entry.path());
+    if (is_temporary_of(entry.path(), path)) stale.push_back(entry.path());
   }
   for (const fs::path& file : stale) fs::remove(file, error);
 }
@@ -46,8 +53,9 @@ void replace_file(const fs::path& from, const fs::path& to) {
   }
   fs::rename(from, to, error);
   if (error) {
+    const std::string reason = error.message();  // before removing `from` sets `error` again
     fs::remove(from, error);
-    throw IoError(fmt::format("cannot move {} into place as {}: {}", from.string(), to.string(), error.message()));
+    throw IoError(fmt::format("cannot move {} into place as {}: {}", from.string(), to.string(), reason));
   }
 }
 

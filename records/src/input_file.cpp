@@ -1,14 +1,18 @@
 #include "attncheck/records/input_file.hpp"
 
 #include "attncheck/records/errors.hpp"
+#include "attncheck/records/memory_budget.hpp"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -128,6 +132,7 @@ void InputFile::for_each_chunk(const std::function<void(std::string_view)>& visi
 }
 
 std::string InputFile::read_all() const {
+  require_memory(identity_.size, fmt::format("reading {} whole", path_.string()));
   std::string text;
   text.reserve(identity_.size);
   for_each_chunk([&](std::string_view chunk) { text.append(chunk); });
@@ -144,6 +149,10 @@ void InputFile::for_each_line(const std::function<void(std::string_view, std::si
       pending.clear();
       rest.remove_prefix(end + 1);
     }
+    if (pending.size() + rest.size() > kMaxLineBytes) {
+      throw InputError(fmt::format("{}: line {} runs on for more than {} MiB without a newline", path_.string(),
+                                   number + 1, kMaxLineBytes >> 20));
+    }
     pending.append(rest);
   });
   if (!pending.empty()) visit(pending, ++number);
@@ -157,20 +166,74 @@ std::optional<FileIdentity> file_identity(const fs::path& path) {
   return identity_of(status);
 }
 
+namespace {
+
+// Closes `fd` when the append ends, however it ends (the lock goes with it).
+struct Descriptor {
+  int fd;
+  ~Descriptor() { ::close(fd); }
+};
+
+// The bytes after the last newline of a file of `size` bytes: "" when it ends in one. A longer tail than any
+// record is reported as such (its text is not needed: only a record's tail is ever cut).
+std::optional<std::string> unfinished_tail(int fd, std::uint64_t size, const fs::path& path) {
+  constexpr std::uint64_t kLongestRecord = std::uint64_t{1} << 20;
+  const std::uint64_t length = std::min(size, kLongestRecord + 1);
+  std::string tail(length, '\0');
+  std::size_t done = 0;
+  while (done < length) {
+    const ssize_t n = ::pread(fd, tail.data() + done, length - done, static_cast<off_t>(size - length + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw IoError(fmt::format("{}: cannot read its end: {}", path.string(), std::strerror(errno)));
+    done += static_cast<std::size_t>(n);
+  }
+  const auto newline = tail.rfind('\n');
+  if (newline == std::string::npos && size > kLongestRecord) return std::nullopt;
+  return newline == std::string::npos ? tail : tail.substr(newline + 1);
+}
+
+}  // namespace
+
 void append_to_file(const fs::path& path, std::string_view text) {
-  const int fd = open_regular(path, O_WRONLY | O_APPEND | O_CREAT, nullptr);
+  // Read and write: the end of the file is read to find a record cut short.
+  const Descriptor file{open_regular(path, O_RDWR | O_APPEND | O_CREAT, nullptr)};
+  const auto refuse = [&](const char* what) {
+    throw IoError(fmt::format("{}: cannot append: {}: {}", path.string(), what, std::strerror(errno)));
+  };
+  // Appenders take turns, so that the size read here is where this append starts, and cutting a failed append
+  // back never cuts another's.
+  while (::flock(file.fd, LOCK_EX) != 0) {
+    if (errno != EINTR) refuse("cannot lock it");
+  }
+  struct stat status {};
+  if (::fstat(file.fd, &status) != 0) refuse("cannot read its size");
+  auto start = static_cast<std::uint64_t>(status.st_size);
+  // A last line without its newline is a record whose writer was killed mid-append: cut off when it is not whole
+  // JSON, so that this append does not glue onto it; ended with a newline when it is (a line written by hand).
+  std::string whole(text);
+  if (start > 0) {
+    const std::optional<std::string> tail = unfinished_tail(file.fd, start, path);
+    if (!tail || (!tail->empty() && nlohmann::json::accept(*tail))) {
+      whole.insert(0, "\n");
+    } else if (!tail->empty()) {
+      start -= tail->size();
+      if (::ftruncate(file.fd, static_cast<off_t>(start)) != 0) refuse("cannot cut off an unfinished last line");
+    }
+  }
+  // Whole or absent: a write the disk refuses part way (full, quota) is cut back to where it began, so the log
+  // never holds half a record for the next append to glue onto.
   std::size_t written = 0;
-  while (written < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int saved = errno;
-      ::close(fd);
-      throw IoError(fmt::format("{}: cannot append: {}", path.string(), std::strerror(saved)));
+  while (written < whole.size()) {
+    const ssize_t n = ::write(file.fd, whole.data() + written, whole.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int saved = n < 0 ? errno : ENOSPC;
+      const bool cut = ::ftruncate(file.fd, static_cast<off_t>(start)) == 0;
+      throw IoError(fmt::format("{}: cannot append {} bytes: {}; {}", path.string(), whole.size(), std::strerror(saved),
+                                cut ? "nothing was appended" : "the part written could not be removed"));
     }
     written += static_cast<std::size_t>(n);
   }
-  if (::close(fd) != 0) throw IoError(fmt::format("{}: cannot append: {}", path.string(), std::strerror(errno)));
 }
 
 void require_regular_or_absent(const fs::path& path) {

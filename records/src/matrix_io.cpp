@@ -3,6 +3,7 @@
 #include "attncheck/records/input_file.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <bit>
@@ -10,8 +11,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <regex>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -35,14 +34,138 @@ void check_fits(const std::filesystem::path& path, std::uint64_t rows, std::uint
   }
 }
 
-// The header is a Python dict literal; only the three keys NumPy always writes are needed.
-std::string header_field(const std::filesystem::path& path, const std::string& header, const std::string& key,
-                         const std::string& value_pattern) {
-  const std::regex pattern("['\"]" + key + "['\"]\\s*:\\s*(" + value_pattern + ")");
-  std::smatch match;
-  if (!std::regex_search(header, match, pattern)) fail(path, fmt::format("npy header has no valid '{}' field", key));
-  return match[1].str();
-}
+// The header: a Python dict literal with the three keys NumPy writes, {'descr': '<f8', 'fortran_order': False,
+// 'shape': (3, 4), }, padded with spaces. Read by one pass over its characters (no regular expression: std::regex
+// recurses once per character it repeats over, and a shape padded with 60,000 spaces ended the program), each
+// value checked as it is read.
+struct NpyHeader {
+  std::string descr;
+  bool fortran = false;
+  std::vector<std::uint64_t> shape;
+  std::string shape_text;  // as Python writes it, for messages
+};
+
+// NumPy's own limit on the number of dimensions.
+constexpr std::size_t kMaxNpyDimensions = 64;
+
+class NpyHeaderReader {
+ public:
+  NpyHeaderReader(const std::filesystem::path& path, std::string_view text) : path_(path), text_(text) {}
+
+  NpyHeader read() {
+    NpyHeader out;
+    bool has_descr = false, has_order = false, has_shape = false;
+    expect('{');
+    for (;;) {
+      skip_blanks();
+      if (peek() == '}') break;
+      const std::string key = quoted("a key");
+      skip_blanks();
+      expect(':');
+      skip_blanks();
+      bool* seen = nullptr;
+      if (key == "descr") {
+        out.descr = quoted("'descr'");
+        seen = &has_descr;
+      } else if (key == "fortran_order") {
+        out.fortran = word();
+        seen = &has_order;
+      } else if (key == "shape") {
+        out.shape = tuple();
+        out.shape_text = fmt::format("({}{})", fmt::join(out.shape, ", "), out.shape.size() == 1 ? "," : "");
+        seen = &has_shape;
+      } else {
+        fail(fmt::format("key '{}' is not one of 'descr', 'fortran_order', 'shape'", shown(key)));
+      }
+      if (*seen) fail(fmt::format("key '{}' appears twice", key));
+      *seen = true;
+      skip_blanks();
+      if (peek() == ',') {
+        ++at_;
+      } else if (peek() != '}') {
+        fail("expected ',' or '}'");
+      }
+    }
+    for (const auto& [has, key] : {std::pair{has_descr, "descr"}, {has_order, "fortran_order"}, {has_shape, "shape"}}) {
+      if (!has) throw InputError(fmt::format("{}: npy header has no '{}' field", path_.string(), key));
+    }
+    return out;
+  }
+
+ private:
+  static std::string shown(std::string_view text) {
+    return text.size() > 40 ? std::string(text.substr(0, 40)) + "..." : std::string(text);
+  }
+  [[noreturn]] void fail(const std::string& what) const {
+    throw InputError(fmt::format("{}: npy header, byte {}: {}", path_.string(), at_, what));
+  }
+  char peek() const { return at_ < text_.size() ? text_[at_] : '\0'; }
+  void skip_blanks() {
+    while (at_ < text_.size() && (text_[at_] == ' ' || text_[at_] == '\t' || text_[at_] == '\n' || text_[at_] == '\r'))
+      ++at_;
+  }
+  void expect(char c) {
+    if (peek() != c) fail(fmt::format("expected '{}'", c));
+    ++at_;
+  }
+  // A Python string literal in single or double quotes, without escapes (NumPy writes none).
+  std::string quoted(const char* what) {
+    const char quote = peek();
+    if (quote != '\'' && quote != '"') fail(fmt::format("expected {} in quotes", what));
+    const std::size_t end = text_.find(quote, at_ + 1);
+    if (end == std::string_view::npos) fail(fmt::format("{} has no closing quote", what));
+    const std::string_view value = text_.substr(at_ + 1, end - at_ - 1);
+    if (value.find('\\') != std::string_view::npos) fail(fmt::format("{} holds an escape", what));
+    at_ = end + 1;
+    return std::string(value);
+  }
+  bool word() {
+    for (const auto& [text, value] : {std::pair{std::string_view("True"), true}, {std::string_view("False"), false}}) {
+      if (text_.substr(at_, text.size()) == text) {
+        at_ += text.size();
+        return value;
+      }
+    }
+    fail("'fortran_order' is neither True nor False");
+  }
+  // (a, b, ...): whole numbers >= 0, a trailing comma allowed, as Python writes tuples.
+  std::vector<std::uint64_t> tuple() {
+    std::vector<std::uint64_t> out;
+    expect('(');
+    for (;;) {
+      skip_blanks();
+      if (peek() == ')') break;
+      const std::size_t begin = at_;
+      if (peek() == '-' || peek() == '+') ++at_;
+      while (at_ < text_.size() && text_[at_] >= '0' && text_[at_] <= '9') ++at_;
+      const std::string_view digits = text_.substr(begin, at_ - begin);
+      std::uint64_t extent = 0;
+      const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), extent);
+      if (digits.empty() || digits[0] == '-' || digits[0] == '+' || error != std::errc() ||
+          end != digits.data() + digits.size()) {
+        at_ = begin;
+        fail(digits.starts_with("-") ? fmt::format("'shape' holds the negative dimension {}", shown(digits))
+                                     : fmt::format("'shape' holds '{}', not a dimension (a whole number >= 0 that "
+                                                   "fits 64 bits)",
+                                                   shown(digits.empty() ? text_.substr(at_, 1) : digits)));
+      }
+      if (out.size() == kMaxNpyDimensions) fail(fmt::format("'shape' has more than {} dimensions", kMaxNpyDimensions));
+      out.push_back(extent);
+      skip_blanks();
+      if (peek() == ',') {
+        ++at_;
+      } else if (peek() != ')') {
+        fail("expected ',' or ')' in 'shape'");
+      }
+    }
+    ++at_;
+    return out;
+  }
+
+  const std::filesystem::path& path_;
+  std::string_view text_;
+  std::size_t at_ = 0;
+};
 
 template <class Real>
 Real load_swapped(const char* bytes, bool swap) {
@@ -74,25 +197,23 @@ NpyArray read_npy_image(const InputFile& in, std::uint64_t max_bytes, std::size_
   if (file_size < 8 + static_cast<std::uint64_t>(len_size)) fail(path, "truncated .npy header");
   in.read_at(8, bytes_of(len_bytes, static_cast<std::size_t>(len_size)));
   for (int k = len_size - 1; k >= 0; --k) header_len = header_len * 256 + len_bytes[k];
+  // NumPy itself refuses headers above 10,000 bytes unless told otherwise; this bound only keeps the copy small.
+  constexpr std::uint64_t kMaxHeaderBytes = std::uint64_t{1} << 20;
+  if (header_len > kMaxHeaderBytes) {
+    fail(path,
+         fmt::format("npy header length {} is more than the {} bytes a header takes", header_len, kMaxHeaderBytes));
+  }
   const std::uint64_t data_offset = 8 + static_cast<std::uint64_t>(len_size) + header_len;
   if (data_offset > file_size)
     fail(path, fmt::format("npy header length {} runs past the end of the file", header_len));
   std::string header(header_len, '\0');
   in.read_at(8 + static_cast<std::uint64_t>(len_size), bytes_of(header.data(), header.size()));
 
-  const std::string descr = header_field(path, header, "descr", "'[^']*'|\"[^\"]*\"");
-  const std::string type = descr.substr(1, descr.size() - 2);
-  const bool fortran = header_field(path, header, "fortran_order", "True|False") == "True";
-  const std::string shape_text = header_field(path, header, "shape", "\\([^)]*\\)");
-  std::vector<std::uint64_t> shape;
-  const std::regex digits("\\d+");
-  for (std::sregex_iterator it(shape_text.begin(), shape_text.end(), digits), end; it != end; ++it) {
-    const std::string digits_text = it->str();
-    std::uint64_t extent = 0;
-    const auto result = std::from_chars(digits_text.data(), digits_text.data() + digits_text.size(), extent);
-    if (result.ec != std::errc()) fail(path, fmt::format("npy shape {} is out of range", shape_text));
-    shape.push_back(extent);
-  }
+  const NpyHeader parsed = NpyHeaderReader(path, header).read();
+  const std::string& type = parsed.descr;
+  const bool fortran = parsed.fortran;
+  const std::vector<std::uint64_t>& shape = parsed.shape;
+  const std::string& shape_text = parsed.shape_text;
   if (shape.size() != wanted_dimensions) {
     fail(path, wanted_dimensions == 2
                    ? fmt::format("npy array has shape {}, expected a 2-D matrix", shape_text)
@@ -107,7 +228,8 @@ NpyArray read_npy_image(const InputFile& in, std::uint64_t max_bytes, std::size_
     item = 4;
     is_float32 = true;
   } else {
-    fail(path, fmt::format("npy dtype '{}' is not float32 or float64", type));
+    fail(path,
+         fmt::format("npy dtype '{}' is not float32 or float64", type.size() > 40 ? type.substr(0, 40) + "..." : type));
   }
   const bool swap = (type[0] == '>') != (std::endian::native == std::endian::big);
   // Rows are the first extent, columns all the others: the size check is the matrix one.
@@ -161,6 +283,13 @@ Matrix read_npy(const InputFile& in, std::uint64_t max_bytes) {
   return out;
 }
 
+// A value's text longer than this is no number anyone writes; it is refused, not held.
+constexpr std::size_t kMaxCsvToken = 4096;
+
+std::string shown_token(std::string_view token) {
+  return token.size() > 40 ? std::string(token.substr(0, 40)) + "..." : std::string(token);
+}
+
 double parse_csv_number(const std::filesystem::path& path, std::string_view token, std::size_t line,
                         std::size_t column) {
   std::string lowered(token);
@@ -173,49 +302,93 @@ double parse_csv_number(const std::filesystem::path& path, std::string_view toke
   if (!token.empty() && *first == '+') ++first;
   const auto [end, error] = std::from_chars(first, token.data() + token.size(), value);
   if (error != std::errc() || end != token.data() + token.size()) {
-    fail(path, fmt::format("line {}, column {}: '{}' is not a number", line, column, token));
+    fail(path, fmt::format("line {}, column {}: '{}' is not a number", line, column, shown_token(token)));
   }
   return value;
 }
 
+// Values are read as the bytes stream past, a token at a time: neither a line nor the file is ever held whole,
+// so a file with no newline (or one value of gigabytes) is refused naming its line, not met with bad_alloc.
 Matrix read_csv(const InputFile& in, std::uint64_t max_bytes) {
   const std::filesystem::path& path = in.path();
   std::vector<double> values;
-  std::uint64_t cols = 0, rows = 0;
-  in.for_each_line([&](std::string_view text, std::size_t line_number) {
-    std::string line(text);
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.find_first_not_of(" \t") == std::string::npos || line[line.find_first_not_of(" \t")] == '#') return;
-    std::replace(line.begin(), line.end(), ',', ' ');
-    std::istringstream tokens(line);
-    std::string token;
-    std::uint64_t count = 0;
-    while (tokens >> token) values.push_back(parse_csv_number(path, token, line_number, ++count));
-    if (rows == 0) cols = count;
-    if (count != cols) {
-      fail(path, fmt::format("line {} has {} values, but the first row has {}", line_number, count, cols));
+  std::uint64_t cols = 0, rows = 0, count = 0;
+  std::size_t line = 1;
+  std::string token;
+  bool comment = false;
+  const auto end_token = [&] {
+    if (token.empty()) return;
+    values.push_back(parse_csv_number(path, token, line, ++count));
+    token.clear();
+    // Reading holds the list of values as it grows (up to twice its length), then the matrix: three times it.
+    if (values.size() > max_bytes / sizeof(double) / 3) {
+      fail(path, fmt::format("line {}: {} values so far, and reading them needs more than the {:.3g} GiB available "
+                             "(three times the matrix: the values as they are read, then the matrix)",
+                             line, values.size(), static_cast<double>(max_bytes) / (1 << 30)));
     }
-    ++rows;
-    if (values.size() > max_bytes / sizeof(double)) check_fits(path, rows, cols, max_bytes);
+  };
+  const auto end_line = [&] {
+    end_token();
+    if (count > 0) {
+      if (rows == 0) cols = count;
+      if (count != cols) fail(path, fmt::format("line {} has {} values, but the first row has {}", line, count, cols));
+      ++rows;
+    }
+    count = 0;
+    comment = false;
+    ++line;
+  };
+  in.for_each_chunk([&](std::string_view chunk) {
+    for (const char c : chunk) {
+      if (c == '\n') {
+        end_line();
+      } else if (comment) {
+        continue;
+      } else if (c == ',' || c == ' ' || c == '\t' || c == '\r') {
+        end_token();
+      } else if (c == '#' && token.empty() && count == 0) {
+        comment = true;
+      } else if (token.size() == kMaxCsvToken) {
+        fail(path, fmt::format("line {}, column {}: a value of more than {} characters ('{}...')", line, count + 1,
+                               kMaxCsvToken, token.substr(0, 40)));
+      } else {
+        token += c;
+      }
+    }
   });
+  end_line();
   check_fits(path, rows, cols, max_bytes);
   Matrix out(static_cast<theory::Index>(rows), static_cast<theory::Index>(cols));
   std::copy(values.begin(), values.end(), out.data());
   return out;
 }
 
+// Every allocation is sized against max_bytes first; memory that runs out all the same (another process took it)
+// still ends with the file's name.
+template <class Read>
+auto naming_the_file_when_memory_runs_out(const std::filesystem::path& path, Read&& read) {
+  try {
+    return read();
+  } catch (const std::bad_alloc&) {
+    fail(path, "ran out of memory while reading it");
+  }
+}
+
 }  // namespace
 
 Matrix read_matrix(const std::filesystem::path& path, std::uint64_t max_bytes) {
-  const InputFile in(path);
-  char first = 0;
-  if (in.size() > 0) in.read_at(0, bytes_of(&first, 1));
-  if (first == '\x93') return read_npy(in, max_bytes);
-  return read_csv(in, max_bytes);
+  return naming_the_file_when_memory_runs_out(path, [&] {
+    const InputFile in(path);
+    char first = 0;
+    if (in.size() > 0) in.read_at(0, bytes_of(&first, 1));
+    if (first == '\x93') return read_npy(in, max_bytes);
+    return read_csv(in, max_bytes);
+  });
 }
 
 NpyArray read_npy_array(const std::filesystem::path& path, std::size_t dimensions, std::uint64_t max_bytes) {
-  return read_npy_image(InputFile(path), max_bytes, dimensions);
+  return naming_the_file_when_memory_runs_out(path,
+                                              [&] { return read_npy_image(InputFile(path), max_bytes, dimensions); });
 }
 
 }  // namespace attncheck::records

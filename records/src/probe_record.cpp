@@ -607,18 +607,21 @@ ProbeHeadRecord probe_head_from_values(const std::vector<double>& values, bool c
   return r;
 }
 
-std::vector<ProbeRecord> parse_probe_log(const std::string& text, const std::string& name) {
+std::vector<ProbeRecord> parse_probe_log(const std::string& text, const std::string& name, const Warn& warn) {
   std::vector<ProbeRecord> records;
-  detail::for_each_json_line(text, name, [&](const JsonFields& fields, int line) {
-    ProbeRecord r = record_from(fields);
-    r.line = line;
-    records.push_back(std::move(r));
-  });
+  detail::for_each_json_line(
+      text, name,
+      [&](const JsonFields& fields, int line) {
+        ProbeRecord r = record_from(fields);
+        r.line = line;
+        records.push_back(std::move(r));
+      },
+      warn);
   return records;
 }
 
-std::vector<ProbeRecord> read_probe_log(const std::filesystem::path& path) {
-  return parse_probe_log(read_text_file(path), path.string());
+std::vector<ProbeRecord> read_probe_log(const std::filesystem::path& path, const Warn& warn) {
+  return parse_probe_log(read_text_file(path), path.string(), warn);
 }
 
 }  // namespace attncheck::records

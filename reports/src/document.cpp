@@ -72,6 +72,21 @@ std::string markdown_code(const std::string& text) {
   return fence + (pad ? " " : "") + content + (pad ? " " : "") + fence;
 }
 
+// A link target as Markdown writes it: every byte but the few that are safe in any URL percent-encoded, so that
+// no parenthesis, space, angle bracket or newline ends the link or starts markup.
+std::string markdown_destination(const std::string& target) {
+  std::string out;
+  for (const char c : target) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (std::isalnum(byte) || std::string_view("-._~/#").find(c) != std::string_view::npos) {
+      out += c;
+    } else {
+      out += fmt::format("%{:02X}", byte);
+    }
+  }
+  return out;
+}
+
 std::string verdict_class(const std::string& cell) {
   for (const records::Verdict verdict : records::kAllVerdicts) {
     const std::string_view word = records::to_string(verdict);
@@ -116,12 +131,13 @@ std::string escape_html(const std::string& text) {
 }
 
 std::string render_markdown(const Document& document) {
-  std::string out = fmt::format("# {}\n", document.title);
+  // The title names the input (a results folder or a probe log): text from the file system like any other.
+  std::string out = fmt::format("# {}\n", markdown_text(document.title));
   for (const Block& block : document.blocks) {
     out += "\n";
     std::visit(Overloaded{
                    [&](const Heading& h) {
-                     if (!h.anchor.empty()) out += fmt::format("<a id=\"{}\"></a>\n", h.anchor);
+                     if (!h.anchor.empty()) out += fmt::format("<a id=\"{}\"></a>\n", escape_html(h.anchor));
                      out += fmt::format("{} {}\n", std::string(static_cast<std::size_t>(h.level), '#'),
                                         markdown_text(h.text));
                    },
@@ -143,15 +159,18 @@ std::string render_markdown(const Document& document) {
                        for (std::size_t c = 0; c < t.rows[r].size(); ++c) {
                          const std::string cell = markdown_text(t.rows[r][c], true);
                          const bool linked = c == 0 && r < t.row_anchors.size() && !t.row_anchors[r].empty();
-                         out += " " + (linked ? fmt::format("[{}](#{})", cell, t.row_anchors[r]) : cell) + " |";
+                         out +=
+                             " " +
+                             (linked ? fmt::format("[{}](#{})", cell, markdown_destination(t.row_anchors[r])) : cell) +
+                             " |";
                        }
                        out += "\n";
                      }
                    },
                    [&](const Figure& f) {
                      const std::string caption = markdown_text(f.caption);
-                     out += fmt::format("![{}]({})\n\n*{}*", caption, f.file, caption);
-                     out += f.png_file.empty() ? "\n" : fmt::format(" ([PNG]({}))\n", f.png_file);
+                     out += fmt::format("![{}]({})\n\n*{}*", caption, markdown_destination(f.file), caption);
+                     out += f.png_file.empty() ? "\n" : fmt::format(" ([PNG]({}))\n", markdown_destination(f.png_file));
                    },
                },
                block);

@@ -1,6 +1,7 @@
 #include "attncheck/reports/head_maps.hpp"
 
 #include "attncheck/records/input_file.hpp"
+#include "attncheck/records/json_input.hpp"
 #include "attncheck/reports/numbers.hpp"
 #include "attncheck/reports/report.hpp"
 #include "attncheck/records/sha256.hpp"
@@ -117,12 +118,7 @@ HeadMaps head_maps(const std::vector<HeadRatios>& heads, const std::string& sour
 }
 
 ProbeOutput parse_probe_output(const std::string& text, const std::string& name) {
-  nlohmann::json document;
-  try {
-    document = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& error) {
-    throw InputError(fmt::format("{}: not JSON ({})", name, error.what()));
-  }
+  const nlohmann::json document = records::parse_json(text, name);
   const records::ProbeOutput record = records::probe_output_from_json(document, name);
   ProbeOutput out;
   out.file = name;

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <iterator>
+#include <stdexcept>
 #include <tuple>
 #include <algorithm>
 #include <system_error>
@@ -54,11 +55,24 @@ std::string quoted(const std::string& text) {
   return out + "'";
 }
 
-std::string number(double x) { return fmt::format("{:.17g}", x); }
+// Values gnuplot draws: finite, and far enough inside double's range that the script's margins, spans and
+// logarithms of them stay finite (a value of 1e308 padded by 8% was written as "inf", 5e-324 on a log axis padded a
+// range of 1e326 decades, and gnuplot refused the script). Values beyond are left out of the plots; the tables
+// show every number.
+constexpr double kLargestDrawn = 1e290, kSmallestDrawn = 1e-290;
 
-bool plottable(double x, double y, const PlotSpec& plot) {
-  return std::isfinite(x) && std::isfinite(y) && (!plot.log_x || x > 0) && (!plot.log_y || y > 0);
+bool drawable(double v, bool log_axis) {
+  return std::isfinite(v) && std::fabs(v) <= kLargestDrawn && (!log_axis || v >= kSmallestDrawn);
 }
+
+// Every number of the script is written here: the ranges computed from drawable values are finite, and one
+// that is not would be a bug in this file, never text for gnuplot.
+std::string number(double x) {
+  if (!std::isfinite(x)) throw std::logic_error(fmt::format("a plot script number is {}", x));
+  return fmt::format("{:.17g}", x);
+}
+
+bool plottable(double x, double y, const PlotSpec& plot) { return drawable(x, plot.log_x) && drawable(y, plot.log_y); }
 
 // Colours from a palette that stays distinguishable in grey and for colour-blind readers.
 constexpr const char* kPalette[] = {"#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#000000"};
@@ -99,7 +113,8 @@ std::string heat_map_block(const HeatMap& map, const std::string& block) {
       if (!std::isfinite(v) && !(std::isnan(v) && map.missing_allowed)) {
         throw InputError("a heat map holds a value that is not finite");
       }
-      data += (j ? " " : "") + (std::isnan(v) ? std::string("NaN") : number(v));
+      // A value too large to draw is a cell left blank, as a missing one is.
+      data += (j ? " " : "") + (drawable(v, false) ? number(v) : std::string("NaN"));
     }
     data += "\n";
   }
@@ -109,7 +124,7 @@ std::string heat_map_block(const HeatMap& map, const std::string& block) {
 std::string heat_map_commands(const HeatMap& map, const std::string& block, bool in_figure) {
   double largest = 0;
   for (double v : map.values) {
-    if (std::isfinite(v)) largest = std::max(largest, std::fabs(v));
+    if (drawable(v, false)) largest = std::max(largest, std::fabs(v));
   }
   if (largest == 0) largest = 1;  // an all-zero map still gets a colour scale
   // Square cells: a lone map keeps them by its aspect ratio; a figure of maps by its panel areas' shape, which
@@ -135,8 +150,9 @@ std::string heat_map_commands(const HeatMap& map, const std::string& block, bool
     return out + ")\n";
   };
   script += tick_labels("y", map.row_labels) + tick_labels("x", map.column_labels);
-  const auto [lo, hi] =
-      map.scale_range.value_or(map.signed_scale ? std::pair{-largest, largest} : std::pair{0.0, largest});
+  auto [lo, hi] = map.scale_range.value_or(map.signed_scale ? std::pair{-largest, largest} : std::pair{0.0, largest});
+  lo = std::clamp(lo, -kLargestDrawn, kLargestDrawn);
+  hi = std::clamp(hi, -kLargestDrawn, kLargestDrawn);
   script += map.signed_scale
                 ? "set palette defined (-1 '#b2182b', -0.5 '#ef8a62', 0 '#f7f7f7', 0.5 '#67a9cf', 1 '#2166ac')\n"
                 : "set palette defined (0 '#f7fbff', 0.5 '#6baed6', 1 '#08306b')\n";
@@ -151,7 +167,7 @@ std::string heat_map_commands(const HeatMap& map, const std::string& block, bool
     clause += fmt::format(
         ", {0} matrix using 1:2:($3 != $3 ? '' : sprintf('%.2f', $3)):($3 > {1} ? 0xffffff : 0x000000) "
         "with labels textcolor rgb variable font ',9' notitle",
-        block, number(lo + 0.55 * (hi - lo)));
+        block, number(0.45 * lo + 0.55 * hi));  // never hi - lo: it overflows for ends of +-1e308
   }
   return script + "plot " + clause + "\n";
 }
@@ -192,6 +208,7 @@ struct PanelData {
   std::string blocks;                // the data blocks, defined once for both terminals
   std::vector<std::string> clauses;  // the plot command's clauses
   double y_min = INFINITY, y_max = -INFINITY;
+  bool nothing_drawn = false;  // every value lies beyond what a plot shows: an empty panel that says so
 };
 
 PanelData panel_data(const PlotSpec& plot, const std::string& block_prefix) {
@@ -214,10 +231,14 @@ PanelData panel_data(const PlotSpec& plot, const std::string& block_prefix) {
         // An end reaching zero or below has no place on a log axis; it is cut at a hundredth of the estimate.
         lo = plot.log_y && curve.y_lo[i] <= 0 ? curve.y[i] / 100 : curve.y_lo[i];
         hi = curve.y_hi[i];
+        // An end beyond what is drawn is drawn at its edge: the bar runs off the plot, as it does.
+        const double edge = plot.log_y ? kSmallestDrawn : -kLargestDrawn;
+        lo = std::isnan(lo) ? curve.y[i] : std::clamp(lo, edge, kLargestDrawn);
+        hi = std::isnan(hi) ? curve.y[i] : std::clamp(hi, edge, kLargestDrawn);
         data += " " + number(lo) + " " + number(hi);
       }
       for (const double y : {lo, hi}) {
-        if (std::isfinite(y) && (!plot.log_y || y > 0)) {
+        if (drawable(y, plot.log_y)) {
           out.y_min = std::min(out.y_min, y);
           out.y_max = std::max(out.y_max, y);
         }
@@ -232,8 +253,10 @@ PanelData panel_data(const PlotSpec& plot, const std::string& block_prefix) {
                     style_clause(curve.style, curve.colour >= 0 ? curve.colour : static_cast<int>(c), curve.variant),
                     title));
   }
-  if (out.clauses.empty() && !plot.heat_map)
-    throw InputError(fmt::format("plot \"{}\" has no point that can be drawn", plot.title));
+  if (out.clauses.empty() && !plot.heat_map) {
+    out.nothing_drawn = true;
+    out.clauses.push_back("1/0 notitle");  // gnuplot refuses a plot command without a curve
+  }
   return out;
 }
 
@@ -254,16 +277,17 @@ std::string panel_commands(const PlotSpec& plot, const PanelData& data, bool in_
   script += plot.log_x ? "set logscale x 2\nset format x '%g'\n" : "unset logscale x\nset format x '%g'\n";
   double lo = data.y_min, hi = data.y_max;
   if (plot.y_range) std::tie(lo, hi) = *plot.y_range;
-  const bool has_range = std::isfinite(lo) && std::isfinite(hi) && (!plot.log_y || lo > 0);
+  const bool has_range = drawable(lo, plot.log_y) && drawable(hi, plot.log_y);
   if (plot.log_y) {
     script += "set logscale y 10\n";
-    // 10^k labels where the axis spans a decade; within one, plain numbers (10^0.3 would read badly).
+    // 10^k labels where the axis spans a decade; within one, plain numbers (10^0.3 would read badly). Margins in
+    // decades, so that no ratio of the ends is formed.
     if (has_range && !plot.y_range) {
-      const double pad = std::max(std::pow(hi / lo, 0.06), 1.03);
-      lo /= pad;
-      hi *= pad;
+      const double pad = std::max(0.06 * (std::log10(hi) - std::log10(lo)), std::log10(1.03));
+      lo = std::pow(10.0, std::log10(lo) - pad);
+      hi = std::pow(10.0, std::log10(hi) + pad);
     }
-    if (has_range && hi / lo >= 10) {
+    if (has_range && std::log10(hi) - std::log10(lo) >= 1) {
       script += "set format y '10^{%L}'\nset ytics autofreq\nset mytics 10\n";
     } else {
       script += "set format y '%g'\nset mytics default\n";
@@ -278,9 +302,15 @@ std::string panel_commands(const PlotSpec& plot, const PanelData& data, bool in_
     }
   }
   script += has_range ? fmt::format("set yrange [{}:{}]\n", number(lo), number(hi)) : "set autoscale y\n";
+  if (data.nothing_drawn) {
+    script +=
+        "set label 1 'no point can be drawn: every value lies beyond what a plot shows (the tables give them)' at "
+        "graph 0.5, graph 0.5 center noenhanced\nset xrange [1:2]\nset yrange [1:10]\n";
+  }
+  // (With drawable ends, padding by 8% of the span or 6% of its decades stays within double's range.)
   script += "plot ";
   for (std::size_t i = 0; i < data.clauses.size(); ++i) script += (i ? ", \\\n     " : "") + data.clauses[i];
-  return script + "\n";
+  return script + (data.nothing_drawn ? "\nunset label 1\nset autoscale xy\n" : "\n");
 }
 
 std::string heat_map_panel(const PlotSpec& plot, const PanelData& data, bool in_figure) {

@@ -10,6 +10,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <set>
+#include <string_view>
 #include <system_error>
 
 namespace attncheck::reports {
@@ -82,25 +84,64 @@ Inputs find_inputs(const fs::path& input) {
   return inputs;
 }
 
-// plots/ belongs to the report: an SVG or PNG there that this run did not draw is left from an earlier report of other
-// results, and would be mistaken for part of this one. Temporaries there are a killed run's (this one holds the
-// folder's lock).
-void remove_stale_plots(const fs::path& plot_folder, const std::vector<PlotSpec>& drawn) {
+// The files of plots/ that reports wrote are listed in plots/.attncheck-plots, so that a later report into the
+// same folder removes those it no longer draws (they would be mistaken for part of it), and nothing else: plots/
+// may hold a user's own figures and notes.
+constexpr const char* kPlotManifest = ".attncheck-plots";
+
+bool is_plot_file_name(const std::string& name) {
+  const auto ends_with = [&](std::string_view end) { return name.size() > end.size() && name.ends_with(end); };
+  return name == "plots.gp" ||
+         (name.find('/') == std::string::npos && name.front() != '.' && (ends_with(".svg") || ends_with(".png")));
+}
+
+std::set<std::string> plot_files_written(const fs::path& folder) {
+  std::set<std::string> names;
+  const fs::path manifest = folder / kPlotManifest;
   std::error_code error;
-  if (!fs::is_directory(plot_folder, error)) return;
-  std::vector<fs::path> stale;
-  for (const auto& entry : fs::directory_iterator(plot_folder, error)) {
-    const std::string name = entry.path().filename().string();
-    if (name.find(".tmp.") != std::string::npos) {
-      stale.push_back(entry.path());
-      continue;
-    }
-    if (entry.path().extension() != ".svg" && entry.path().extension() != ".png") continue;
-    const std::string stem = entry.path().stem().string();
-    const bool current = std::any_of(drawn.begin(), drawn.end(), [&](const PlotSpec& p) { return p.name == stem; });
-    if (!current) stale.push_back(entry.path());
+  if (!fs::is_regular_file(manifest, error) || fs::file_size(manifest, error) > (std::uintmax_t{1} << 20)) {
+    return names;
   }
-  for (const fs::path& path : stale) fs::remove(path, error);
+  std::string text;
+  try {
+    text = records::read_text_file(manifest);
+  } catch (const InputError&) {
+    return names;
+  }
+  for (std::size_t begin = 0; begin < text.size();) {
+    const std::size_t end = std::min(text.find('\n', begin), text.size());
+    const std::string name = text.substr(begin, end - begin);
+    if (!name.empty() && is_plot_file_name(name)) names.insert(name);
+    begin = end + 1;
+  }
+  return names;
+}
+
+void record_plot_files(const fs::path& folder, const std::set<std::string>& names) {
+  std::error_code error;
+  if (names.empty()) {
+    fs::remove(folder / kPlotManifest, error);
+    return;
+  }
+  fs::create_directories(folder, error);
+  if (error) throw records::IoError(fmt::format("cannot create {}: {}", folder.string(), error.message()));
+  std::string text;
+  for (const std::string& name : names) text += name + "\n";
+  records::write_file_atomically(folder / kPlotManifest, text);
+}
+
+// Removes what earlier reports drew and this one did not, and what killed runs left half-written (this one holds
+// the folder's lock): only names of the manifest, and only their own temporaries.
+void remove_stale_plots(const fs::path& folder, const std::set<std::string>& before, const std::set<std::string>& now) {
+  std::error_code error;
+  for (const std::string& name : before) {
+    if (!now.contains(name)) fs::remove(folder / name, error);
+  }
+  if (!fs::is_directory(folder, error)) return;
+  std::set<std::string> written = before;
+  written.insert(now.begin(), now.end());
+  written.insert({"plots.gp", "gnuplot.log", kPlotManifest});
+  for (const std::string& name : written) records::remove_stale_temporaries(folder / name);
 }
 
 void count_verdicts(const records::ResultsFolder& results, ReportSummary& summary) {
@@ -126,6 +167,13 @@ Document start_document(std::string title, bool with_plots) {
                "run); the tables hold every number."});
   }
   return document;
+}
+
+// What the readers skipped (a probe log's last line cut short) is said at the top of the report and on the
+// command line.
+void add_warnings(std::vector<std::string> warnings, Document& document, ReportSummary& summary) {
+  for (const std::string& text : warnings) document.blocks.push_back(Notice{text});
+  summary.warnings.insert(summary.warnings.end(), warnings.begin(), warnings.end());
 }
 
 // The name of a run in a comparison: its folder's name, or the file's name when it is not a run folder's log.
@@ -159,8 +207,10 @@ ReportSummary write_report(const ReportOptions& options) {
   if (inputs.probe_output) probe_output = read_probe_output(*inputs.probe_output);
   std::optional<records::ResultsFolder> results;
   if (inputs.results_folder) results = records::read_results_folder(*inputs.results_folder);
+  std::vector<std::string> warnings;
+  const auto warn = [&warnings](const std::string& text) { warnings.push_back(text); };
   std::optional<std::vector<ProbeRecord>> probes;
-  if (inputs.probe_log) probes = read_probe_log(*inputs.probe_log);
+  if (inputs.probe_log) probes = read_probe_log(*inputs.probe_log, warn);
   std::optional<TrainingCurves> curves;
   if (inputs.training_curves) curves = read_training_curves(*inputs.training_curves);
   std::optional<VitResults> vit;
@@ -173,6 +223,7 @@ ReportSummary write_report(const ReportOptions& options) {
                      options.plots);
   PendingFigures pending;
   ReportSummary summary;
+  add_warnings(std::move(warnings), document, summary);
   if (results) {
     add_scaling_section(*results, options.plots, document, pending);
     count_verdicts(*results, summary);
@@ -252,6 +303,8 @@ ReportSummary write_comparison(const ReportOptions& options, const std::vector<f
     summary.probe_outputs = outputs.size();
   } else {
     std::vector<ProbeLog> logs;
+    std::vector<std::string> warnings;
+    const auto warn = [&warnings](const std::string& text) { warnings.push_back(text); };
     for (std::size_t i = 0; i < paths.size(); ++i) {
       if (inputs[i].training_curves) {
         document.blocks.push_back(
@@ -259,7 +312,7 @@ ReportSummary write_comparison(const ReportOptions& options, const std::vector<f
                                "logs; a report of that folder alone draws them.",
                                inputs[i].training_curves->string())});
       }
-      logs.push_back(ProbeLog{*inputs[i].probe_log, run_name(paths[i]), read_probe_log(*inputs[i].probe_log)});
+      logs.push_back(ProbeLog{*inputs[i].probe_log, run_name(paths[i]), read_probe_log(*inputs[i].probe_log, warn)});
       summary.probe_records += logs.back().records.size();
     }
     for (std::size_t i = 0; i < logs.size(); ++i) {
@@ -270,6 +323,7 @@ ReportSummary write_comparison(const ReportOptions& options, const std::vector<f
         }
       }
     }
+    add_warnings(std::move(warnings), document, summary);
     add_probe_section(logs, options.plots, document, pending);
   }
   return write_document(options, document, pending, summary);
@@ -292,7 +346,16 @@ ReportSummary write_document(const ReportOptions& options, Document& document, P
   const records::FolderLock lock(options.out);
   records::remove_stale_temporaries(options.out / "report.md");
   records::remove_stale_temporaries(options.out / "index.html");
-  const std::vector<std::string> svgs = render_plots(pending.plots, options.out / "plots", options.gnuplot);
+  const fs::path plot_folder = options.out / "plots";
+  const std::set<std::string> before = plot_files_written(plot_folder);
+  std::set<std::string> now;
+  if (!pending.plots.empty()) now.insert("plots.gp");
+  for (const PlotSpec& plot : pending.plots) now.insert({plot.name + ".svg", plot.name + ".png"});
+  // Listed before they are drawn, so that a run killed midway leaves its files for the next one to remove.
+  std::set<std::string> either = before;
+  either.insert(now.begin(), now.end());
+  if (either != before) record_plot_files(plot_folder, either);
+  const std::vector<std::string> svgs = render_plots(pending.plots, plot_folder, options.gnuplot);
   for (std::size_t i = 0; i < svgs.size(); ++i) {
     Figure& figure = std::get<Figure>(document.blocks[pending.block_of_plot[i]]);
     figure.file = "plots/" + pending.plots[i].name + ".svg";
@@ -300,7 +363,8 @@ ReportSummary write_document(const ReportOptions& options, Document& document, P
     figure.inline_svg = inline_svg(svgs[i], pending.plots[i].name + "-");
   }
   summary.plots = svgs.size();
-  remove_stale_plots(options.out / "plots", pending.plots);
+  remove_stale_plots(plot_folder, before, now);
+  if (now != either) record_plot_files(plot_folder, now);
   summary.markdown = options.out / "report.md";
   summary.html = options.out / "index.html";
   records::write_file_atomically(summary.markdown, render_markdown(document));

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <random>
 
 using namespace attncheck;
 
@@ -116,4 +117,149 @@ TEST_CASE("a matrix larger than the memory budget is refused before it is read")
   testing::write_npy_raw(huge, "{'descr': '<f8', 'fortran_order': False, 'shape': (100000, 100000), }", "");
   CHECK_THROWS_WITH(records::read_matrix(huge, 1ULL << 30),
                     Catch::Contains("100000 x 100000") && Catch::Contains("GiB"));
+}
+
+TEST_CASE("a CSV is read a value at a time: no line or value is held whole, and the budget is checked as it grows",
+          "[hostile]") {
+  // One value of a megabyte and no newline: refused at its 4,097th character, naming line and column.
+  const auto long_value = fresh("long-value.csv");
+  std::ofstream(long_value) << std::string(1 << 20, '1');
+  CHECK_THROWS_WITH(records::read_matrix(long_value, kPlenty),
+                    Catch::Contains("long-value.csv: line 1, column 1: a value of more than 4096 characters"));
+  // A million values on one line and no newline, with room for fewer: refused while reading, naming the line.
+  const auto one_line = fresh("one-line.csv");
+  {
+    std::ofstream out(one_line);
+    for (int k = 0; k < 1'000'000; ++k) out << "1,";
+  }
+  CHECK_THROWS_WITH(records::read_matrix(one_line, 1 << 20),
+                    Catch::Contains("one-line.csv: line 1: 43691 values so far"));
+  CHECK(records::read_matrix(one_line, kPlenty).cols() == 1'000'000);
+  // A comment, a blank line, a carriage return and a missing last newline change nothing.
+  const auto plain = fresh("plain.csv");
+  std::ofstream(plain) << "# logits\n1, 2\r\n\n3 ,4";
+  const theory::Matrix m = records::read_matrix(plain, kPlenty);
+  CHECK(m == (theory::Matrix(2, 2) << 1, 2, 3, 4).finished());
+}
+
+TEST_CASE("npy headers that once overflowed the stack or were misread are read exactly or refused", "[hostile]") {
+  const std::string nine = testing::raw_bytes(std::vector<double>(9, 1.0));
+  // std::regex recursed once per space of a padded shape; a 300 KB descr likewise.
+  const auto padded = fresh("padded.npy");
+  testing::write_npy_raw(padded,
+                         "{'descr': '<f8', 'fortran_order': False, 'shape': (3," + std::string(60000, ' ') + "3), }",
+                         nine);
+  CHECK(records::read_matrix(padded, kPlenty).rows() == 3);
+  const auto long_descr = fresh("long-descr.npy");
+  testing::write_npy_raw(long_descr,
+                         "{'descr': '" + std::string(300000, 'x') + "', 'fortran_order': False, 'shape': (3, 3), }",
+                         nine);
+  CHECK_THROWS_WITH(records::read_matrix(long_descr, kPlenty), Catch::Contains("long-descr.npy: npy dtype 'xxx"));
+  // A negative dimension was read without its sign.
+  const auto negative = fresh("negative.npy");
+  testing::write_npy_raw(negative, "{'descr': '<f8', 'fortran_order': False, 'shape': (3, -32, 32), }", nine);
+  CHECK_THROWS_WITH(records::read_npy_array(negative, 3, kPlenty),
+                    Catch::Contains("negative.npy: npy header, byte") && Catch::Contains("negative dimension -32"));
+}
+
+TEST_CASE("npy and CSV readers fuzzed from a fixed seed: an exact array or an InputError naming the file",
+          "[hostile][fuzz]") {
+  std::mt19937_64 random(20261121);
+  const auto pick = [&](const std::vector<std::string>& choices) { return choices[random() % choices.size()]; };
+  const std::vector<std::string> descrs = {"'<f8'",   "'<f4'",
+                                           "'>f8'",   "'=f4'",
+                                           "'|u1'",   "'<i8'",
+                                           "''",      "'<f8",
+                                           "\"<f8\"", "'" + std::string(5000, 'f') + "'",
+                                           "['<f8']", "'<f\\\\8'"};
+  const std::vector<std::string> orders = {"False", "True", "0", "'False'", "Fals", ""};
+  std::string seventy_dimensions = "(";
+  for (int k = 0; k < 70; ++k) seventy_dimensions += "1, ";
+  seventy_dimensions += ")";
+  const std::vector<std::string> shapes = {"(3, 3)",
+                                           "(9,)",
+                                           "(3, 3, 1)",
+                                           "(1, 3, 3)",
+                                           "()",
+                                           "(3, -3)",
+                                           "(3, 3",
+                                           "(3,, 3)",
+                                           "(3 3)",
+                                           "(1e1, 2)",
+                                           "(0, 9)",
+                                           "(9, 0)",
+                                           "((3, 3),)",
+                                           "(+3, 3)",
+                                           "(03, 3)",
+                                           "(18446744073709551616, 1)",
+                                           "(4294967296, 4294967296)",
+                                           seventy_dimensions,
+                                           "(3," + std::string(5000, ' ') + "3)",
+                                           "[3, 3]"};
+  const auto product = [](const std::vector<std::uint64_t>& shape) {
+    std::uint64_t n = 1;
+    for (auto d : shape) n *= d;
+    return n;
+  };
+  int read = 0, refused = 0;
+  for (int run = 0; run < 400; ++run) {
+    std::string header =
+        "{'descr': " + pick(descrs) + ", 'fortran_order': " + pick(orders) + ", 'shape': " + pick(shapes) + ", }";
+    if (random() % 5 == 0) header[random() % header.size()] = static_cast<char>(random() % 256);
+    if (random() % 10 == 0) header += " 'shape': (3, 3),";
+    std::string data = testing::raw_bytes(std::vector<double>(9, 0.5));
+    if (random() % 5 == 0) data.resize(random() % data.size());
+    const auto file = fresh("fuzz.npy");
+    testing::write_npy_raw(file, header, data);
+    const std::size_t dimensions = 1 + random() % 3;
+    INFO("run " << run << ": " << header.substr(0, 200));
+    try {
+      const records::NpyArray array = records::read_npy_array(file, dimensions, kPlenty);
+      CHECK(array.shape.size() == dimensions);
+      CHECK(array.values.size() == product(array.shape));
+      ++read;
+    } catch (const theory::InputError& e) {
+      CHECK_THAT(e.what(), Catch::Contains("fuzz.npy"));
+      ++refused;
+    }
+  }
+  const std::vector<std::string> tokens = {"1",
+                                           "-2.5",
+                                           "inf",
+                                           "-inf",
+                                           "nan",
+                                           "+3",
+                                           "1e308",
+                                           "1e999",
+                                           "0x10",
+                                           "x",
+                                           "#c",
+                                           ",",
+                                           " ",
+                                           "\t",
+                                           "\r",
+                                           "",
+                                           std::string(5000, '7'),
+                                           "\xff"};
+  for (int run = 0; run < 300; ++run) {
+    std::string text;
+    const int lines = 1 + static_cast<int>(random() % 4);
+    for (int line = 0; line < lines; ++line) {
+      for (int k = 0, n = static_cast<int>(random() % 6); k < n; ++k) text += pick(tokens) + (random() % 2 ? "," : " ");
+      if (line + 1 < lines || random() % 2) text += "\n";
+    }
+    const auto file = fresh("fuzz.csv");
+    std::ofstream(file, std::ios::binary) << text;
+    INFO("run " << run << ": " << text.substr(0, 200));
+    try {
+      const theory::Matrix m = records::read_matrix(file, kPlenty);
+      CHECK(m.size() > 0);
+      ++read;
+    } catch (const theory::InputError& e) {
+      CHECK_THAT(e.what(), Catch::Contains("fuzz.csv"));
+      ++refused;
+    }
+  }
+  CHECK(read > 20);
+  CHECK(refused > 20);
 }

@@ -12,7 +12,7 @@ fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 expect_exit() {  # expect_exit CODE MESSAGE-FRAGMENT -- args...
   local want=$1 fragment=$2
   shift 3
-  "$bin" "$@" >"$work/out" 2>"$work/err"
+  timeout 60 "$bin" "$@" >"$work/out" 2>"$work/err"
   local got=$?
   [ "$got" -eq "$want" ] || fail "exit $got, want $want: $*"
   if [ -n "$fragment" ] && ! grep -qF -- "$fragment" "$work/err"; then
@@ -112,8 +112,28 @@ expect_exit 2 "--seed: -1 is out of range" -- mc --claim C3 --N 8,16 --seed -1
 expect_exit 2 "--threads: 100000 is out of range" -- mc --claim C3 --N 8,16 --threads 100000
 expect_exit 2 "--alpha: 1e+308 is out of range" -- mc --claim C7 --N 8,16 --alpha 1e308
 # Sizes the machine cannot hold are refused before anything is allocated, naming them.
-expect_exit 2 "N = 4000000000000, D = 4, d = 4" -- mc --claim C3 --N 4000000000000 --D 4 --d 4 --samples 4
-expect_exit 2 "d = 4000000000000" -- mc --claim C3 --N 16 --D 4 --d 4000000000000 --samples 4
+expect_exit 2 "N = 2000000000, D = 4, d = 4" -- mc --claim C3 --N 2000000000 --D 4 --d 4 --samples 4
+expect_exit 2 "d = 2000000000" -- mc --claim C3 --N 16 --D 4 --d 2000000000 --samples 4
+# Sizes beyond 2^31 are refused as they are parsed: a grid's last steps past 2^63 once never ended.
+for grid in 16:4611686018427387904:x2 16:4611686018427387904:x3 16:4611686018427387904:x1.5 4000000000000; do
+  expect_exit 2 "--N: 4" -- mc --claim C3 --N "$grid" --D 4 --d 4 --samples 4
+  expect_exit 2 "--D: 4" -- mc --claim C3 --N 16 --D "$grid" --d 4 --samples 4
+  expect_exit 2 "--d: 4" -- mc --claim C3 --N 16 --D 4 --d "$grid" --samples 4
+done
+expect_exit 2 "--dv: 4611686018427387904 in '16:4611686018427387904:x2' is beyond what attncheck can run" -- \
+  mc --claim C9 --N 16 --D 4 --d 4 --dv 16:4611686018427387904:x2 --samples 4
+expect_exit 2 "is too close to 1" -- mc --claim C3 --N 1:100:x1.0000000000000002 --samples 4
+# Threads the system cannot start (here: their stacks beyond a 2 GB address space) are bad input naming
+# --threads, never OpenMP's own exit 1, which reads as "violated".
+# (AddressSanitizer cannot run under an address-space limit: there the check is skipped, saying so.)
+bash -c 'ulimit -v 2000000 && exec "$@"' limited "$bin" mc --claim C3 --N 16 --D 4 --d 4 --samples 4 --threads 1024 \
+  >"$work/out" 2>"$work/err"
+code=$?
+if grep -q ReserveShadowMemoryRange "$work/err"; then
+  echo "skipped: --threads 1024 under ulimit -v (AddressSanitizer cannot run under an address-space limit)"
+elif [ "$code" -ne 2 ] || ! grep -qF -- "--threads 1024: the system cannot start 1024 threads" "$work/err"; then
+  fail "--threads 1024 under ulimit -v: exit $code: $(cat "$work/err")"
+fi
 expect_exit 2 "points, more than 100000" -- mc --claim C3 --N 1:10000:x1.001 --D 1:100:x1.05 --samples 4
 
 # A holding claim: C4 elementwise, exit 0; --json on stdout with the series fields; files in --out.

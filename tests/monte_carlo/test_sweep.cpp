@@ -21,6 +21,24 @@ TEST_CASE("grids parse as lists and as start:stop:xfactor") {
   CHECK_THROWS_WITH(parse_index_grid("12,abc", "--D"), Catch::Contains("'abc'"));
 }
 
+TEST_CASE("grids end at 2^31: values beyond are refused naming the option, and no grid runs on forever") {
+  const std::vector<theory::Index> top = parse_index_grid("1073741824:2147483648:x2", "--N");
+  CHECK(top == std::vector<theory::Index>{1073741824, 2147483648});
+  // Each of these once rounded past 2^63 and never reached stop.
+  for (const char* grid : {"16:4611686018427387904:x2", "16:4611686018427387904:x3", "16:4611686018427387904:x1.5",
+                           "16:9223372036854775807:x2"}) {
+    for (const char* option : {"--N", "--D", "--d", "--dv"}) {
+      CHECK_THROWS_WITH(parse_index_grid(grid, option), Catch::StartsWith(std::string(option) + ": ") &&
+                                                            Catch::Contains("beyond what attncheck can run"));
+    }
+  }
+  CHECK_THROWS_WITH(parse_index_grid("2147483649", "--N"), Catch::Contains("2147483649") && Catch::Contains("2^31"));
+  CHECK_THROWS_WITH(parse_index_grid("99999999999999999999", "--D"), Catch::Contains("beyond"));
+  // A factor that rounds next * factor back to next would never arrive.
+  CHECK_THROWS_WITH(parse_index_grid("2:100:x1.0000000000000002", "--N"), Catch::Contains("too close to 1"));
+  CHECK(parse_index_grid("1:20:x1.001", "--N").size() == 20);
+}
+
 TEST_CASE("outer and inner scales parse into explicit constants") {
   CHECK(parse_outer_scale("none").n_exponent == 0);
   CHECK(parse_outer_scale("1/sqrt(N)").n_exponent == 0.5);

@@ -34,7 +34,9 @@ exec 8>"$work/objects.lock"
 flock 8
 objects=()
 for source in "$root/probes/src/safetensors.cpp" "$root/probes/src/gguf.cpp" "$root/records/src/atomic_file.cpp" \
-              "$root/records/src/input_file.cpp" "$root/tests/probes/fuzz_$target.cpp"; do
+              "$root/records/src/input_file.cpp" "$root/records/src/json_input.cpp" \
+              "$root/records/src/memory_budget.cpp" "$root/theory/src/printable.cpp" \
+              "$root/tests/probes/fuzz_$target.cpp"; do
   object=$work/objects/$(basename "$source" .cpp).o
   if [ ! -f "$object" ] || [ -n "$(find "$source" "${headers[@]}" -newer "$object" -print -quit)" ]; then
     "$clang" "${flags[@]}" -c "$source" -o "$object.tmp"

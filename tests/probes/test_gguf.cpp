@@ -4,6 +4,7 @@
 #include "attncheck/probes/gguf.hpp"
 #include "attncheck/probes/model.hpp"
 #include "gguf_image.hpp"
+#include "records/memory_limit.hpp"
 #include "tiny_models.hpp"
 
 #include <fmt/format.h>
@@ -143,9 +144,13 @@ TEST_CASE("GGUF metadata of every value type is read back with its type") {
   CHECK(header.strings("tokenizer.ggml.tokens") == std::vector<std::string>{"a", "b", "\xc4\xa0the"});
   const auto& nested = std::get<std::vector<GgufValue>>(header.find("nested")->data);
   REQUIRE(nested.size() == 2);
-  CHECK(std::get<std::vector<GgufValue>>(nested[0].data).size() == 2);
-  CHECK(std::get<std::int64_t>(std::get<std::vector<GgufValue>>(nested[0].data)[1].data) == 2);
-  CHECK(std::get<std::vector<GgufValue>>(nested[1].data).empty());
+  // Arrays of numbers are kept packed, a byte in memory per byte in the file; their elements read one by one.
+  CHECK(std::holds_alternative<GgufPackedArray>(nested[0].data));
+  CHECK(nested[0].size() == 2);
+  CHECK(std::get<std::int64_t>(nested[0].element(1).data) == 2);
+  CHECK(nested[0].element(1).type == nested[0].element_type);
+  CHECK(nested[1].size() == 0);
+  CHECK_THROWS_AS(nested[1].element(0), std::out_of_range);
 
   CHECK_THROWS_WITH(header.unsigned_integer("absent"), Catch::Contains("model.gguf: no metadata key 'absent'"));
   CHECK_THROWS_WITH(header.unsigned_integer("i8"), Catch::Contains("'i8' is -5, not a non-negative integer"));
@@ -372,4 +377,35 @@ TEST_CASE(
   CHECK(checkpoint.vector("q4_1", 32)(5) == q4_1_value(5));
   REQUIRE(::truncate(path.c_str(), static_cast<off_t>(from_image.data_begin + 8)) == 0);
   CHECK_THROWS_WITH(checkpoint.matrix("q8_0"), Catch::Contains(path.string()) && Catch::Contains("truncated"));
+}
+
+TEST_CASE("GGUF metadata is held to the memory budget: arrays of numbers packed, arrays of strings counted first",
+          "[hostile]") {
+  if (!attncheck::testing::kAddressLimitsWork) {
+    WARN("skipped under AddressSanitizer, which cannot run under an address-space limit");
+    return;
+  }
+  // A million UINT8 values: a megabyte in the file and in memory (fifty, held value by value as before).
+  GgufImage numbers;
+  std::vector<std::byte> array;
+  GgufImage::append(array, std::uint32_t{0});
+  GgufImage::append(array, std::uint64_t{1'000'000});
+  array.resize(array.size() + 1'000'000, std::byte{7});
+  numbers.kv_raw("big.array", 9, array);
+  const std::vector<std::byte> numbers_file = numbers.bytes();
+  CHECK(attncheck::testing::outcome_with_memory_room(24 << 20, [&] {
+          const GgufHeader header = parse_gguf(numbers_file, "numbers.gguf");
+          if (header.find("big.array")->size() != 1'000'000 ||
+              std::get<std::uint64_t>(header.find("big.array")->element(999'999).data) != 7) {
+            throw std::logic_error("the array did not read back");
+          }
+        }) == "ok");
+  // A million empty strings: 8 MB in the file, far more in memory: refused naming the file and the key.
+  GgufImage strings;
+  strings.kv_strings("tokenizer.ggml.tokens", std::vector<std::string>(1'000'000));
+  const std::vector<std::byte> strings_file = strings.bytes();
+  CHECK_THAT(attncheck::testing::outcome_with_memory_room(24 << 20,
+                                                          [&] { (void)parse_gguf(strings_file, "strings.gguf"); }),
+             Catch::StartsWith("InputError: strings.gguf: the metadata up to 'tokenizer.ggml.tokens' needs"));
+  CHECK(parse_gguf(strings_file, "strings.gguf").strings("tokenizer.ggml.tokens").size() == 1'000'000);
 }

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <tuple>
 #include <thread>
 
 using namespace attncheck::probes;
@@ -200,8 +201,40 @@ TEST_CASE("bad models and inputs are InputErrors naming the value", "[model]") {
                             {"n_positions", 16},
                             {"attention_activation", "cubic"}});
     CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("attention_activation 'cubic'"));
+    // Values of the wrong sign or type are refused naming the file and key, never ignored or truncated: once
+    // n_inner -5 was read as the default, and a negative epsilon surfaced as "NaN logit at row 0".
+    const nlohmann::json gpt2 = {{"model_type", "gpt2"}, {"n_embd", 8},      {"n_head", 2},
+                                 {"n_layer", 2},         {"vocab_size", 20}, {"n_positions", 16}};
+    for (const auto& [key, value, fragment] : std::vector<std::tuple<std::string, nlohmann::json, std::string>>{
+             {"n_inner", -5, "\"n_inner\" is -5, not a positive integer"},
+             {"n_inner", 1.5, "\"n_inner\" is 1.5, not a positive integer"},
+             {"layer_norm_epsilon", -1e-5, "\"layer_norm_epsilon\" is -1e-05: it must be a finite number >= 0"},
+             {"layer_norm_epsilon", "small", "\"layer_norm_epsilon\" is \"small\", not a number"},
+             {"scale_attn_weights", 1, "\"scale_attn_weights\" is 1, not true or false"},
+             {"activation_function", 5, "\"activation_function\" is 5, not text"},
+             {"model_type", nlohmann::json::array({"gpt2"}), "\"model_type\" is [\"gpt2\"], not text"}}) {
+      auto bad = gpt2;
+      bad[key] = value;
+      write_config(dir.path, bad);
+      CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("config.json: " + fragment));
+    }
+    auto bert = nlohmann::json{{"model_type", "bert"},          {"hidden_size", 8},       {"num_attention_heads", 2},
+                               {"num_hidden_layers", 1},        {"intermediate_size", 8}, {"vocab_size", 20},
+                               {"max_position_embeddings", 16}, {"layer_norm_eps", -1}};
+    write_config(dir.path, bert);
+    CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("\"layer_norm_eps\" is -1"));
+    bert["layer_norm_eps"] = 1e-12;
+    bert["type_vocab_size"] = -2;
+    write_config(dir.path, bert);
+    CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("\"type_vocab_size\" is -2"));
+    // A NUL or an escape sequence in a value is shown, escaped, not cut or sent to the terminal.
+    auto named = gpt2;
+    named["attention_activation"] = std::string("cub\0ic\x1b]0;title\x07", 16);
+    write_config(dir.path, named);
+    CHECK_THROWS_WITH(TransformerModel::load(dir.path),
+                      Catch::Contains("attention_activation 'cub\\x00ic\\x1b]0;title\\x07' is not one of"));
     std::ofstream(dir.path / "config.json") << "{not json";
-    CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("config.json: not valid JSON"));
+    CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("config.json line 1 column 3: malformed JSON"));
     std::filesystem::remove(dir.path / "config.json");
     CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("config.json"));
   }

@@ -85,4 +85,18 @@ TEST_CASE("vocab.json, merges.txt and tokenizer.json are read: what is not suppo
       << R"({"model": {"type": "WordPiece", "vocab": {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "the": 4,
             "cat": 5, "##s": 6}}, "normalizer": {"type": "BertNormalizer", "lowercase": true}})";
   CHECK(encode_with_tokenizer_json(dir.path / "wordpiece.json", "The cats dog") == Ids{2, 4, 5, 6, 1, 3});
+  // A value of the wrong type names the file and the key, never the JSON library's bare type_error.302.
+  for (
+      const auto& [text, fragment] : std::vector<std::pair<std::string, std::string>>{
+          {R"({"model": {"type": 5}})", "\"model.type\" is 5, not text"},
+          {R"({"model": {"type": "BPE", "vocab": {}, "byte_fallback": "yes"}, "pre_tokenizer": {"type": "ByteLevel"}})",
+           "\"model.byte_fallback\" is \"yes\", not true or false"},
+          {R"({"model": {"type": "BPE"}, "pre_tokenizer": {"type": ["ByteLevel"]}})",
+           "\"pre_tokenizer.type\" is [\"ByteLevel\"], not text"},
+          {R"({"model": {"type": "WordPiece", "vocab": {"a": 0}}, "normalizer": {"lowercase": 1}})",
+           "\"normalizer.lowercase\" is 1, not true or false"}}) {
+    std::ofstream(dir.path / "typed.json") << text;
+    CHECK_THROWS_WITH(encode_with_tokenizer_json(dir.path / "typed.json", "a"),
+                      Catch::Contains((dir.path / "typed.json").string() + ": " + fragment));
+  }
 }

@@ -1,13 +1,18 @@
 #include <catch2/catch.hpp>
 
 #include "attncheck/probes/watch.hpp"
+#include "attncheck/records/errors.hpp"
+#include "attncheck/records/input_file.hpp"
+#include "attncheck/records/probe_record.hpp"
 #include "tiny_models.hpp"
 
 #include <atomic>
 #include <fstream>
 #include <thread>
 
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -228,4 +233,61 @@ TEST_CASE("an output that is a folder or a FIFO is refused before watching", "[w
   options.output = dir.path / "log.fifo";
   REQUIRE(::mkfifo(options.output.c_str(), 0600) == 0);
   CHECK_THROWS_WITH(watch_folder(options, stop, [](const std::string&) {}), Catch::Contains("log.fifo: is a FIFO"));
+}
+
+namespace {
+// A 64 KiB tmpfs mounted for one test, so that the disk fills at a known point; none when this process may not
+// mount (not root, or a container without the capability).
+class SmallDisk {
+ public:
+  explicit SmallDisk(const fs::path& at) : path_(at) {
+    fs::create_directories(at);
+    mounted_ = ::geteuid() == 0 && ::mount("tmpfs", at.c_str(), "tmpfs", 0, "size=64k") == 0;
+  }
+  ~SmallDisk() {
+    if (mounted_) ::umount2(path_.c_str(), MNT_DETACH);
+  }
+  bool mounted() const { return mounted_; }
+  // Takes every free byte with a file of its own; removing that file frees them again.
+  void fill() const {
+    std::ofstream filler(path_ / "filler", std::ios::binary);
+    const std::string block(4096, 'x');
+    while (filler.write(block.data(), static_cast<std::streamsize>(block.size()))) filler.flush();
+  }
+  void free() const { fs::remove(path_ / "filler"); }
+
+ private:
+  fs::path path_;
+  bool mounted_ = false;
+};
+}  // namespace
+
+TEST_CASE("on a full disk the watch log keeps whole records, and the checkpoint is probed again later", "[watch]") {
+  TempDir dir;
+  const SmallDisk disk(dir.path / "disk");
+  if (!disk.mounted()) {
+    WARN("skipped: mounting a 64 KiB tmpfs needs root (and a container that allows it)");
+    return;
+  }
+  const fs::path run = dir.path / "run", log = dir.path / "disk" / "attncheck-probe.jsonl";
+  write_tiny_gpt2(run / "step-1.safetensors", {}, 31);
+  WatchOptions options = quick_watch(run, 0.2);
+  options.output = log;
+  std::atomic<bool> stop{false};
+  const auto quiet = [](const std::string&) {};
+  REQUIRE(watch_folder(options, stop, quiet).measured == 1);
+  const std::string before = attncheck::records::read_text_file(log);
+  // The next record has room for its start only: the rest of the log's last page (a file system refuses part way).
+  REQUIRE(before.size() % 4096 != 0);
+  write_tiny_gpt2(run / "step-2.safetensors", {}, 32);
+  disk.fill();
+  CHECK_THROWS_AS(watch_folder(options, stop, quiet), attncheck::records::IoError);
+  CHECK(attncheck::records::read_text_file(log) == before);  // nothing of step 2, no half line to glue onto
+
+  disk.free();
+  const auto summary = watch_folder(options, stop, quiet);
+  CHECK(summary.measured == 1);
+  const auto read = attncheck::records::read_probe_log(log);
+  REQUIRE(read.size() == 2 * 4);
+  CHECK(read.back().checkpoint == "step-2.safetensors");
 }

@@ -11,6 +11,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,24 @@ inline void write_tiny_gpt2(const fs::path& file, const TinyShape& s = {}, std::
   write_config(file.parent_path(), config);
 }
 
+// One encoder layer under the prefix `p`: the four attention projections and the two layer norms by the names
+// given (BERT's and ViT's differ), and the MLP (intermediate.dense, output.dense), which both name alike.
+inline void add_encoder_layer(WeightWriter& w, const std::string& p, std::initializer_list<const char*> attention,
+                              std::initializer_list<const char*> norms, int D, int I) {
+  for (const char* name : attention) {
+    w.add(p + name + ".weight", {D, D}, 0.6);
+    w.add(p + name + ".bias", {D}, 0.2);
+  }
+  w.add(p + "intermediate.dense.weight", {I, D}, 0.4);
+  w.add(p + "intermediate.dense.bias", {I}, 0.1);
+  w.add(p + "output.dense.weight", {D, I}, 0.4);
+  w.add(p + "output.dense.bias", {D}, 0.1);
+  for (const char* name : norms) {
+    w.add(p + name + ".weight", {D}, 0.1, 1);
+    w.add(p + name + ".bias", {D}, 0.1);
+  }
+}
+
 inline void write_tiny_bert(const fs::path& folder, const TinyShape& s = {}, std::uint64_t seed = 2) {
   const int D = s.hidden, I = 2 * s.hidden;
   WeightWriter w(seed);
@@ -95,20 +114,9 @@ inline void write_tiny_bert(const fs::path& folder, const TinyShape& s = {}, std
   w.add("embeddings.LayerNorm.weight", {D}, 0.1, 1);
   w.add("embeddings.LayerNorm.bias", {D}, 0.1);
   for (int l = 0; l < s.layers; ++l) {
-    const std::string p = fmt::format("encoder.layer.{}.", l);
-    for (const char* name :
-         {"attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense"}) {
-      w.add(p + name + ".weight", {D, D}, 0.6);
-      w.add(p + name + ".bias", {D}, 0.2);
-    }
-    w.add(p + "intermediate.dense.weight", {I, D}, 0.4);
-    w.add(p + "intermediate.dense.bias", {I}, 0.1);
-    w.add(p + "output.dense.weight", {D, I}, 0.4);
-    w.add(p + "output.dense.bias", {D}, 0.1);
-    for (const char* name : {"attention.output.LayerNorm", "output.LayerNorm"}) {
-      w.add(p + name + ".weight", {D}, 0.1, 1);
-      w.add(p + name + ".bias", {D}, 0.1);
-    }
+    add_encoder_layer(w, fmt::format("encoder.layer.{}.", l),
+                      {"attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense"},
+                      {"attention.output.LayerNorm", "output.LayerNorm"}, D, I);
   }
   fs::create_directories(folder);
   write_safetensors(folder / "model.safetensors", w.tensors());
@@ -125,6 +133,34 @@ inline void write_tiny_bert(const fs::path& folder, const TinyShape& s = {}, std
     vocab << word << "\n";
   }
   for (int k = 16; k < s.vocab; ++k) vocab << "w" << k << "\n";
+}
+
+// ViT layout: one layer on 16 x 16 pixels in 8 x 8 patches (five positions), with a preprocessor_config.json that
+// resizes any image to that size.
+inline void write_tiny_vit(const fs::path& folder, std::uint64_t seed = 5) {
+  constexpr int D = 8, I = 16, P = 8, side = 16, positions = 1 + (side / P) * (side / P);
+  WeightWriter w(seed);
+  w.add("embeddings.cls_token", {1, 1, D}, 0.5);
+  w.add("embeddings.position_embeddings", {1, positions, D}, 0.5);
+  w.add("embeddings.patch_embeddings.projection.weight", {D, 3, P, P}, 0.05);
+  w.add("embeddings.patch_embeddings.projection.bias", {D}, 0.1);
+  add_encoder_layer(w, "encoder.layer.0.",
+                    {"attention.attention.query", "attention.attention.key", "attention.attention.value",
+                     "attention.output.dense"},
+                    {"layernorm_before", "layernorm_after"}, D, I);
+  fs::create_directories(folder);
+  write_safetensors(folder / "model.safetensors", w.tensors());
+  write_config(folder, {{"model_type", "vit"},
+                        {"hidden_size", D},
+                        {"num_attention_heads", 2},
+                        {"num_hidden_layers", 1},
+                        {"intermediate_size", I},
+                        {"image_size", side},
+                        {"patch_size", P}});
+  std::ofstream(folder / "preprocessor_config.json")
+      << R"({"do_resize": true, "size": {"height": 16, "width": 16}, "resample": 2, "do_rescale": true,)"
+      << R"( "rescale_factor": 0.00392156862745098, "do_normalize": true, "image_mean": [0.5, 0.5, 0.5],)"
+      << R"( "image_std": [0.5, 0.5, 0.5]})";
 }
 
 }  // namespace attncheck::probes::testing

@@ -53,10 +53,16 @@ expect 2 "the image has 2 channels, the model takes 3" -- "$attncheck" probe "$v
 expect 2 "the image is 40 x 32 pixels; this ViT takes 32 x 32" -- "$attncheck" probe "$vit" --pixels "$work/wrong-size.npy"
 /usr/bin/python3 -c "import numpy as np; a = np.zeros((3, 32, 32)); a[1, 2, 3] = np.nan; np.save('$work/nan.npy', a)"
 expect 2 "pixel value nan at flat index 1091" -- "$attncheck" probe "$vit" --pixels "$work/nan.npy"
+# Pixels so large that the patch projection overflows: the cause is named, not a NaN logit.
+/usr/bin/python3 -c "import numpy as np; np.save('$work/huge.npy', np.full((3, 32, 32), 1e308))"
+expect 2 "the patch embeddings are not finite: pixel values up to 1e.308" -- "$attncheck" probe "$vit" --pixels "$work/huge.npy"
 /usr/bin/python3 -c "import numpy as np; np.save('$work/tiny.npy', np.zeros((3, 4, 4)))"
 expect 2 "smaller than one 6 x 6 patch" -- "$attncheck" probe "$dinov2" --pixels "$work/tiny.npy"
 echo "not an image" >"$work/text.png"
-expect 2 "text.png: not an image stb_image can decode" -- "$attncheck" probe "$vit" --image "$work/text.png"
+expect 2 "text.png: not an image attncheck reads" -- "$attncheck" probe "$vit" --image "$work/text.png"
+# Cut short: refused, never decoded with made-up pixels (once a different result each run).
+head -c 1000 "$work/image.ppm" >"$work/cut.ppm"
+expect 2 "cut.ppm: the image is cut short" -- "$attncheck" probe "$vit" --image "$work/cut.ppm"
 expect 2 "no/such.png: no such file" -- "$attncheck" probe "$vit" --image /no/such.png
 cp -r "$vit" "$work/vit-config"
 echo '{"do_resize": true, "size": {"height": 32, "width": 32}, "resample": 1}' >"$work/vit-config/preprocessor_config.json"

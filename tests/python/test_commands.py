@@ -3,6 +3,7 @@ refuse what the command line refuses with its messages."""
 import json
 import os
 import signal
+import struct
 import threading
 
 import numpy as np
@@ -85,6 +86,7 @@ def test_mc_passes_on_the_command_lines_notes():
     (lambda: attncheck.mc("C3", samples=1), ["mc", "--claim", "C3", "--samples", "1"]),
     (lambda: attncheck.mc("C3", phi="relu"), ["mc", "--claim", "C3", "--phi", "relu"]),
     (lambda: attncheck.mc("C3", N="16:8:x2"), ["mc", "--claim", "C3", "--N", "16:8:x2"]),
+    (lambda: attncheck.mc("C3", N="16:4611686018427387904:x2"), ["mc", "--claim", "C3", "--N", "16:4611686018427387904:x2"]),
     (lambda: attncheck.mc(phi="poly", sigma_x=-1), ["mc", "--phi", "poly", "--sigma-x", "-1"]),
     (lambda: attncheck.mc("C3", resume=True), ["mc", "--claim", "C3", "--resume"]),
     (lambda: attncheck.mc("C3", precision="single"), ["mc", "--claim", "C3", "--precision", "single"]),
@@ -97,6 +99,28 @@ def test_bad_requests_raise_value_error_with_the_command_lines_message(python_ca
     with pytest.raises(ValueError) as error:
         python_call()
     assert str(error.value) == message
+
+
+def npy_with_header(path, header, data):
+    text = header.encode() + b" " * ((64 - (12 + len(header) + 1) % 64) % 64) + b"\n"
+    path.write_bytes(b"\x93NUMPY\x02\x00" + struct.pack("<I", len(text)) + text + data)
+    return path
+
+
+@pytest.mark.parametrize("header, fragment", [
+    ("{'descr': '<f8', 'fortran_order': False, 'shape': (3," + " " * 60000 + "3), }", None),
+    ("{'descr': '" + "x" * 300000 + "', 'fortran_order': False, 'shape': (3, 3), }", "is not float32 or float64"),
+    ("{'descr': '<f8', 'fortran_order': False, 'shape': (3, -32, 32), }", "negative dimension -32"),
+])
+def test_npy_headers_that_once_overflowed_the_stack_are_read_or_refused(tmp_path, header, fragment):
+    """A shape padded with 60,000 spaces, a 300 KB descr, a negative dimension: the interpreter lives on."""
+    path = npy_with_header(tmp_path / "logits.npy", header, bytes(72))
+    if fragment is None:
+        assert attncheck.bounds(input=str(path), threads=1)["families"]
+        return
+    with pytest.raises(ValueError, match=fragment) as error:
+        attncheck.bounds(input=str(path), threads=1)
+    assert str(path) in str(error.value)
 
 
 def test_ctrl_c_stops_a_long_mc_run():

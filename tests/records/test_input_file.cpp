@@ -4,6 +4,7 @@
 #include "attncheck/theory/common.hpp"
 
 #include "records/fixtures.hpp"
+#include "records/memory_limit.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -113,4 +114,38 @@ TEST_CASE("a file replaced under its name has a new identity: appends add whole 
   append_to_file(dir.path() / "log.jsonl", "one\n");
   append_to_file(dir.path() / "log.jsonl", "two\n");
   CHECK(read_text_file(dir.path() / "log.jsonl") == "one\ntwo\n");
+}
+
+TEST_CASE("an append never glues onto a last line a killed writer left without its newline") {
+  const TempDir dir;
+  const fs::path log = dir.path() / "log.jsonl";
+  // Cut short mid-record: removed, so that the next record starts its own line.
+  write_text(log, "{\"a\": 1}\n{\"b\": [1, 2");
+  append_to_file(log, "{\"c\": 3}\n");
+  CHECK(read_text_file(log) == "{\"a\": 1}\n{\"c\": 3}\n");
+  // Whole JSON without a newline (written by hand): kept, and ended.
+  write_text(log, "{\"a\": 1}\n{\"b\": 2}");
+  append_to_file(log, "{\"c\": 3}\n");
+  CHECK(read_text_file(log) == "{\"a\": 1}\n{\"b\": 2}\n{\"c\": 3}\n");
+  // Text longer than any record without a newline is not attncheck's: kept, and ended.
+  const std::string foreign(std::size_t{3} << 20, 'x');
+  write_text(log, foreign);
+  append_to_file(log, "{\"c\": 3}\n");
+  CHECK(read_text_file(log) == foreign + "\n{\"c\": 3}\n");
+}
+
+TEST_CASE("what a file's content sizes is checked against the memory budget before it is allocated",
+          "[records][hostile]") {
+  if (!attncheck::testing::kAddressLimitsWork) {
+    WARN("skipped under AddressSanitizer, which cannot run under an address-space limit");
+    return;
+  }
+  const TempDir dir;
+  const fs::path big = dir.path() / "big.json";
+  write_text(big, std::string(std::size_t{48} << 20, ' '));
+  // With 32 MiB of room, a 48 MiB file is refused by name, not read into a bad_alloc.
+  const std::string outcome =
+      attncheck::testing::outcome_with_memory_room(32 << 20, [&] { (void)read_text_file(big); });
+  CHECK_THAT(outcome, Catch::StartsWith("InputError: reading " + big.string() + " whole needs"));
+  CHECK(attncheck::testing::outcome_with_memory_room(256 << 20, [&] { (void)read_text_file(big); }) == "ok");
 }

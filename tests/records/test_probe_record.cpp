@@ -441,6 +441,18 @@ TEST_CASE("a truncated or corrupt probe-log line is refused, naming the file and
     CHECK_THROWS_AS(read_probe_log(file.path), InputError);
     CHECK_THROWS_WITH(read_probe_log(file.path),
                       Contains(file.path.string() + " line 3") && Contains("malformed JSON"));
+    // A reader that can warn skips that last line, and says so.
+    std::vector<std::string> warnings;
+    const auto read = read_probe_log(file.path, [&](const std::string& text) { warnings.push_back(text); });
+    CHECK(read.size() == 2);
+    REQUIRE(warnings.size() == 1);
+    CHECK_THAT(warnings[0], Contains(file.path.string() + " line 3") && Contains("skipped"));
+    // Only the last line, and only without its newline: anywhere else a malformed line is refused.
+    const auto warn = [](const std::string&) {};
+    CHECK_THROWS_WITH(parse_probe_log(good + good.substr(0, 20) + "\n" + good, "log.jsonl", warn),
+                      Contains("log.jsonl line 2"));
+    CHECK_THROWS_WITH(parse_probe_log(good + good.substr(0, 20) + "\n", "log.jsonl", warn),
+                      Contains("log.jsonl line 2"));
   }
   SECTION("bytes that are not JSON") {
     const ScratchFile file(good + "\x01\xff garbage\n" + good);

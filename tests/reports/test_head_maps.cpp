@@ -214,7 +214,7 @@ TEST_CASE("a probe --json output that is not one is refused naming the file and 
   bad_ratio["heads"][1]["softmax_over_sqrt_N"] = "high";
   CHECK_THROWS_WITH(parse_probe_output(bad_ratio.dump(), "p.json"),
                     Contains("p.json heads[1]") && Contains("\"softmax_over_sqrt_N\" must be a number"));
-  CHECK_THROWS_WITH(parse_probe_output("{\"model\": ", "p.json"), Contains("p.json: not JSON"));
+  CHECK_THROWS_WITH(parse_probe_output("{\"model\": ", "p.json"), Contains("p.json line 1 column 11: malformed JSON"));
   // Output of attncheck before the version key (version 1) and of this one read; a newer version does not.
   json versioned = probe_document(1, 1);
   CHECK_NOTHROW(parse_probe_output(versioned.dump(), "p.json"));

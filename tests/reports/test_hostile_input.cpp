@@ -212,3 +212,73 @@ TEST_CASE("free text from the input is escaped in report.md and index.html", "[r
   CHECK_THAT(markdown, Contains("- command: ````<script>alert(1)</script>"));
   CHECK_THAT(markdown, Contains("| a | ``` `` ` ````"));
 }
+
+TEST_CASE("a results folder or probe log named with markup is text in report.md's title and headings",
+          "[report][hostile]") {
+  TempDir dir;
+  // Every '<' in report.md is escaped but in the anchors the report writes itself and in the code spans of
+  // "- name: `value`" lines, which Markdown shows verbatim.
+  const auto raw_markup = [](const std::string& markdown) {
+    std::istringstream lines(markdown);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind("- ", 0) == 0 && line.find(": `") != std::string::npos) line.resize(line.find(": `"));
+      for (auto at = line.find('<'); at != std::string::npos; at = line.find('<', at + 1)) {
+        const bool anchor = line.compare(at, 7, "<a id=\"") == 0 || line.compare(at, 4, "</a>") == 0;
+        if ((at == 0 || line[at - 1] != '\\') && !anchor) return true;
+      }
+    }
+    return false;
+  };
+  for (const std::string name : {"<img src=x onerror=alert(1)>", "run\n<script>alert(1)</script>"}) {
+    INFO(name);
+    const fs::path results = dir.path() / name;
+    write_results_folder(results, {FixtureSeries{}});
+    write_report(options_for(dir, results, false));
+    const std::string markdown = read_text(dir.path() / "report" / "report.md");
+    CHECK_FALSE(raw_markup(markdown));
+    CHECK(markdown.rfind("# attncheck report: ", 0) == 0);
+    CHECK(markdown.find("\n<script") == std::string::npos);
+    CHECK_THAT(read_text(dir.path() / "report" / "index.html"), !Contains("<img") && !Contains("<script"));
+
+    // A probe log of that name, alone and compared with another.
+    const fs::path log = dir.path() / (name + ".jsonl");
+    write_text(log, read_text(ATTNCHECK_REPORTS_DATA "/probe-small/attncheck-probe.jsonl"));
+    write_report(options_for(dir, log, false));
+    CHECK_FALSE(raw_markup(read_text(dir.path() / "report" / "report.md")));
+    ReportOptions compared = options_for(dir, log, false);
+    compared.compare_with = {ATTNCHECK_REPORTS_DATA "/probe-small/attncheck-probe.jsonl"};
+    write_report(compared);
+    CHECK_FALSE(raw_markup(read_text(dir.path() / "report" / "report.md")));
+  }
+}
+
+TEST_CASE("values at the ends of double's range are drawn or left out, and the report is written",
+          "[report][hostile]") {
+  TempDir dir;
+  // Once: a margin of 8% around 1e308, or decades padded around 5e-324, became "inf" in the script, gnuplot
+  // refused it and no report was written.
+  const std::vector<std::vector<double>> extremes = {{96.1, 1e308, 383.2},
+                                                     {96.1, 5e-324, 383.2},
+                                                     {1e308, 1e308, 1e308},
+                                                     {5e-324, 1e-310, 4e-320}};
+  for (const std::vector<double>& mean : extremes) {
+    INFO(mean[0] << ", " << mean[1] << ", " << mean[2]);
+    FixtureSeries series;
+    series.mean = mean;
+    series.se = {0, 0, 0};
+    series.intercept = 1e308;
+    const fs::path results = dir.path() / "results";
+    write_results_folder(results, {series});
+    ReportOptions options = options_for(dir, results, true);
+    const ReportSummary summary = write_report(options);
+    CHECK(summary.plots > 0);
+    const std::string script = read_text(dir.path() / "report" / "plots" / "plots.gp");
+    std::istringstream lines(script);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind("set ", 0) != 0) continue;
+      INFO(line);
+      CHECK(line.find("inf") == std::string::npos);
+      CHECK(line.find("nan") == std::string::npos);
+    }
+  }
+}

@@ -234,16 +234,29 @@ TEST_CASE("a report written over an older one keeps no plot of the older", "[rep
   TempDir dir;
   write_standard_report(dir, true, standard_series());
   REQUIRE(fs::exists(dir.path() / "report" / "plots" / "series04.svg"));
-  write_text(dir.path() / "report" / "plots" / "notes.txt", "mine");
+  const fs::path plots = dir.path() / "report" / "plots";
+  // The user's own files beside the plots, named like plots and like temporaries: none is the report's.
+  const std::vector<std::string> users = {"notes.txt",          "figure1.png",           "diagram.svg",
+                                          "draft.tmp.keep.txt", "series04.svg.tmp.keep", "plots.gp.tmp.",
+                                          "series04.svg.tmp.1x"};
+  for (const std::string& name : users) write_text(plots / name, "mine");
+  write_text(plots / "series04.svg.tmp.4242", "a killed run's");  // a report's own temporary
   write_results_folder(dir.path() / "results", {FixtureSeries{}});
   ReportOptions options;
   options.input = dir.path() / "results";
   options.out = dir.path() / "report";
   CHECK(write_report(options).plots == 1);
-  CHECK(fs::exists(dir.path() / "report" / "plots" / "series01.svg"));
-  CHECK_FALSE(fs::exists(dir.path() / "report" / "plots" / "series04.svg"));
-  CHECK_FALSE(fs::exists(dir.path() / "report" / "plots" / "readings01.svg"));
-  CHECK(fs::exists(dir.path() / "report" / "plots" / "notes.txt"));  // only SVGs are the report's own
+  CHECK(fs::exists(plots / "series01.svg"));
+  CHECK_FALSE(fs::exists(plots / "series04.svg"));
+  CHECK_FALSE(fs::exists(plots / "readings01.svg"));
+  CHECK_FALSE(fs::exists(plots / "series04.svg.tmp.4242"));
+  for (const std::string& name : users) CHECK(read_text(plots / name) == "mine");
+  // Without plots the earlier report's are removed too, the user's kept.
+  options.plots = false;
+  write_report(options);
+  CHECK_FALSE(fs::exists(plots / "series01.svg"));
+  CHECK_FALSE(fs::exists(plots / "plots.gp"));
+  for (const std::string& name : users) CHECK(read_text(plots / name) == "mine");
 }
 
 TEST_CASE("the extra shapes attncheck mc writes: C8 fitted over d, no claimed exponent, no fit, null values",
@@ -328,6 +341,8 @@ TEST_CASE("a report removes what a killed report left half-written", "[report]")
                            "plots/gnuplot.log.tmp.99", "plots/plots.gp.tmp.5"}) {
     write_text(dir.path() / "report" / name, "half");
   }
+  // The killed report had listed what it was drawing before it drew it.
+  write_text(dir.path() / "report" / "plots" / ".attncheck-plots", "plots.gp\nseries01.png\nseries01.svg\n");
   write_text(dir.path() / "report" / "notes.txt", "mine");
   write_standard_report(dir, false, standard_series());
   std::vector<std::string> left;

@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include <sys/stat.h>
@@ -127,7 +128,7 @@ TEST_CASE("attncheck report exits 2 naming a probe --json file that is not one, 
   const std::string out = shell_quoted((dir.path() / "report").string());
   const Run truncated = run_report(dir, fmt::format("{} --out {}", shell_quoted(bad.string()), out));
   CHECK(truncated.exit_code == 2);
-  CHECK_THAT(truncated.err, Contains(bad.string() + ": not JSON"));
+  CHECK_THAT(truncated.err, Contains(bad.string() + " line 1 column 24: malformed JSON"));
   write_text(bad, "[1, 2]");
   const Run not_object = run_report(dir, fmt::format("{} --out {}", shell_quoted(bad.string()), out));
   CHECK(not_object.exit_code == 2);
@@ -152,4 +153,46 @@ TEST_CASE("attncheck report exits 2 naming a probe --json file that is not one, 
                                                 shell_quoted(results.string()), out));
   CHECK(mixed.exit_code == 2);
   CHECK_THAT(mixed.err, Contains("cannot compare " + results.string() + " (results of `attncheck mc`)"));
+}
+
+TEST_CASE("attncheck report reads a probe log whose last record was cut short, and warns", "[cli][errors]") {
+  TempDir dir;
+  const std::string log_text = read_text(ATTNCHECK_REPORTS_DATA "/probe-small/attncheck-probe.jsonl");
+  const fs::path log = dir.path() / "attncheck-probe.jsonl";
+  // As a writer killed mid-append leaves it: half a line, no newline.
+  const std::size_t last = log_text.rfind('\n', log_text.size() - 2);
+  write_text(log, log_text + log_text.substr(last + 1, (log_text.size() - last) / 2));
+  const Run run = run_report(dir, fmt::format("{} --out {} --no-plots", shell_quoted(log.string()),
+                                              shell_quoted((dir.path() / "report").string())));
+  CHECK(run.exit_code == 0);
+  const auto lines = static_cast<std::size_t>(std::count(log_text.begin(), log_text.end(), '\n'));
+  CHECK_THAT(run.err, Contains("warning") && Contains(fmt::format("line {}", lines + 1)) && Contains("skipped"));
+  CHECK_THAT(run.out, Contains(fmt::format("{} probe records", lines)));
+}
+
+TEST_CASE("attncheck report --out into a folder holding the user's files removes none of them", "[cli]") {
+  TempDir dir;
+  const fs::path out = dir.path() / "out";
+  const std::vector<fs::path> users = {out / "notes.md",
+                                       out / "report.md.tmp.keep",
+                                       out / "plots" / "figure1.png",
+                                       out / "plots" / "diagram.svg",
+                                       out / "plots" / "draft.tmp.keep.txt",
+                                       out / "plots" / "plots.gp.old"};
+  for (const fs::path& file : users) {
+    fs::create_directories(file.parent_path());
+    write_text(file, "the user's own");
+  }
+  for (const char* plots : {"", " --no-plots"}) {
+    const Run run = run_report(dir, fmt::format("{} --out {}{}", shell_quoted(ATTNCHECK_REPORTS_DATA "/c3-small"),
+                                                shell_quoted(out.string()), plots));
+    INFO(run.err);
+    CHECK(run.exit_code == 0);
+    for (const fs::path& file : users) {
+      INFO(file);
+      CHECK(fs::exists(file));
+      CHECK(read_text(file) == "the user's own");
+    }
+  }
+  CHECK_FALSE(fs::exists(out / "plots" / "series01.svg"));  // the report's own, gone with --no-plots
 }

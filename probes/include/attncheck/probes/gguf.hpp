@@ -56,11 +56,22 @@ enum class GgufType : std::uint32_t {
 };
 std::string_view gguf_type_name(GgufType type);
 
+// An array of numbers or BOOLs as the file holds them (little-endian values of the array's element type): one byte
+// of memory per byte of file, where a value each would take fifty (a 100 MB array of UINT8 once took 4.85 GB).
+struct GgufPackedArray {
+  std::vector<std::byte> bytes;
+};
+
 struct GgufValue {
   GgufType type = GgufType::u8;
   GgufType element_type = GgufType::u8;  // for arrays
-  // Unsigned integers as uint64, signed as int64, floats as double, then bool, string, array.
-  std::variant<std::uint64_t, std::int64_t, double, bool, std::string, std::vector<GgufValue>> data;
+  // Unsigned integers as uint64, signed as int64, floats as double, then bool, string, an array of strings or of
+  // arrays, and an array of numbers or BOOLs packed.
+  std::variant<std::uint64_t, std::int64_t, double, bool, std::string, std::vector<GgufValue>, GgufPackedArray> data;
+
+  // The number of elements of an array (0 for a single value), and element k as a value of its own.
+  std::size_t size() const;
+  GgufValue element(std::size_t k) const;
 };
 
 struct GgufHeader {
@@ -81,8 +92,9 @@ struct GgufHeader {
   std::vector<std::string> strings(std::string_view key) const;  // an array of strings
 };
 
-// Validates a whole file image: magic, version 2 or 3, every length and count within the file, value types
-// known, arrays nested at most 16 deep, no duplicate keys or tensor names, 1-4 dimensions, known ggml types,
+// Validates a whole file image: magic, version 2 or 3, every length and count within the file (and what the
+// metadata takes in memory within the memory budget, records/memory_budget.hpp), value types known, arrays nested
+// at most 16 deep, no duplicate keys or tensor names, 1-4 dimensions, known ggml types,
 // rows that are whole blocks, alignment a power of two, offsets aligned, data inside the file and not
 // overlapping. Needs no file: the fuzz target calls it directly.
 GgufHeader parse_gguf(std::span<const std::byte> image, const std::string& source);

@@ -23,8 +23,10 @@ struct RgbImage {
   std::vector<std::uint8_t> values;
 };
 
-// PNG, JPEG, PPM/PGM, BMP, ... as stb_image decodes them (its JPEG decoder can differ from libjpeg's by a few
-// levels per pixel). InputError naming the file when it cannot be decoded or would not fit in memory.
+// PNG, JPEG, binary PPM/PGM and uncompressed BMP as stb_image decodes them (its JPEG decoder can differ from
+// libjpeg's by a few levels per pixel), once the file is seen to hold every byte its format frames (a file cut
+// short is refused, never decoded into made-up pixels); formats whose end cannot be checked (GIF, TGA, PSD, HDR)
+// are refused. InputError naming the file when it cannot be decoded or would not fit in memory.
 RgbImage read_image(const std::filesystem::path& file);
 
 // Pillow's resampling filters as Hugging Face's processors give them ("resample").

@@ -11,6 +11,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace attncheck::probes {
@@ -130,7 +131,8 @@ Matrix layer_norm(const Matrix& x, const Vector& gain, const Vector& bias, doubl
 // Row-wise RMSNorm: x / sqrt(mean(x^2) + eps) * gain.
 Matrix rms_norm(const Matrix& x, const Vector& gain, double eps);
 
-// The map applied to one head's scores; masked entries (causal, j > i) are 0.
-Matrix apply_attention(const theory::AttentionMap& map, const Matrix& scores, bool causal);
+// The map applied to one head's scores; masked entries (causal, j > i) are 0. Scores that are not finite are an
+// InputError naming `where` (the layer and head) and the cause: activations that overflowed double precision.
+Matrix apply_attention(const theory::AttentionMap& map, const Matrix& scores, bool causal, std::string_view where);
 
 }  // namespace attncheck::probes

@@ -16,6 +16,9 @@ void write_file_atomically(const std::filesystem::path& path, std::string_view c
 // this process so that two writers never share one.
 std::filesystem::path temporary_sibling(const std::filesystem::path& path);
 
+// Whether `candidate` is a name temporary_sibling(path) gives (in any process).
+bool is_temporary_of(const std::filesystem::path& candidate, const std::filesystem::path& path);
+
 // Removes the temporaries that writers killed mid-write left next to `path`. Only call it while holding the
 // lock under which every writer of `path` writes (folder_lock.hpp): then none of them is in use.
 void remove_stale_temporaries(const std::filesystem::path& path);

@@ -48,15 +48,17 @@ class InputFile {
   // Fills `buffer` with the bytes at `offset`. A file now shorter than offset + buffer.size() (truncated since
   // it was opened) is an InputError naming it and the sizes.
   void read_at(std::uint64_t offset, std::span<std::byte> buffer) const;
-  // Everything from the start to the end of the file as it is now.
+  // Everything from the start to the end of the file as it is now; a file larger than the memory budget
+  // (records/memory_budget.hpp) is an InputError naming it, before anything is allocated.
   std::string read_all() const;
   // Calls visit(line, number) for every line (1-based numbers, without the '\n'), reading in chunks so that
-  // a large file is never held whole.
+  // a large file is never held whole. A line longer than kMaxLineBytes is an InputError naming the file and line.
+  static constexpr std::size_t kMaxLineBytes = std::size_t{64} << 20;
   void for_each_line(const std::function<void(std::string_view line, std::size_t number)>& visit) const;
-
- private:
   // Calls visit(bytes) for the file's content from the start to its end now, 64 KiB at a time.
   void for_each_chunk(const std::function<void(std::string_view)>& visit) const;
+
+ private:
   std::filesystem::path path_;
   int fd_ = -1;
   FileIdentity identity_;
@@ -68,8 +70,11 @@ std::string read_text_file(const std::filesystem::path& path);
 // The identity of the regular file at `path` now; none when it is absent or not a regular file.
 std::optional<FileIdentity> file_identity(const std::filesystem::path& path);
 
-// Appends `text` to `path` (created when absent) with one O_APPEND write, so that concurrent readers see whole
-// lines. A folder, FIFO or device at `path` is an InputError naming it.
+// Appends `text` (whole lines) to `path` (created when absent) under an exclusive lock, with O_APPEND writes, so
+// that concurrent readers see whole lines. The append is whole or absent: a write the file system refuses part way
+// (a full disk) is cut back and is an IoError saying nothing was appended. A last line left without its newline
+// by a killed writer is cut off first (it is ended with a newline instead when it is whole JSON). A folder, FIFO
+// or device at `path` is an InputError naming it.
 void append_to_file(const std::filesystem::path& path, std::string_view text);
 
 // Refuses (InputError naming it) a `path` that exists and is not a regular file: a writer that replaces its

@@ -2,12 +2,14 @@
 // Typed access to the keys of one JSON object, with errors that say where the object came from
 // ("points.jsonl line 3", "fits.json series[2]") and which key is missing or of the wrong type.
 
+#include "attncheck/records/json_input.hpp"
 #include "attncheck/theory/common.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <functional>
 #include <initializer_list>
 #include <span>
 #include <string_view>
@@ -24,7 +26,7 @@ using nlohmann::json;
 class JsonFields {
  public:
   JsonFields(const json& object, std::string where) : object_(object), where_(std::move(where)) {
-    if (!object_.is_object()) fail(fmt::format("expected a JSON object, got {}", shorten(object_.dump())));
+    if (!object_.is_object()) fail(fmt::format("expected a JSON object, got {}", shorten(object_)));
   }
 
   const std::string& where() const { return where_; }
@@ -53,7 +55,7 @@ class JsonFields {
 
   std::string text(const char* key) const {
     const json& value = at(key);
-    if (!value.is_string()) fail(fmt::format("\"{}\" must be text, got {}", key, shorten(value.dump())));
+    if (!value.is_string()) fail(fmt::format("\"{}\" must be text, got {}", key, shorten(value)));
     return value.get<std::string>();
   }
 
@@ -88,14 +90,14 @@ class JsonFields {
       if (value == word) return;
       list += fmt::format("{}\"{}\"", list.empty() ? "" : ", ", word);
     }
-    fail(fmt::format("\"{}\" must be one of {}, got {}", key, list, shorten(json(value).dump())));
+    fail(fmt::format("\"{}\" must be one of {}, got {}", key, list, shorten(json(value))));
   }
 
   // A whole number >= 0 (a seed, a thread count) as written, so that a 64-bit seed keeps every digit.
   std::string count_text(const char* key) const {
     const json& value = at(key);
     if (!value.is_number_unsigned() && !(value.is_number_integer() && value.get<long long>() >= 0)) {
-      fail(fmt::format("\"{}\" must be a whole number >= 0, got {}", key, shorten(value.dump())));
+      fail(fmt::format("\"{}\" must be a whole number >= 0, got {}", key, shorten(value)));
     }
     return value.dump();
   }
@@ -134,7 +136,7 @@ class JsonFields {
     const json& value = at(key);
     if (value.is_null()) return {std::nan(""), std::nan("")};
     if (!value.is_array() || value.size() != 2) {
-      fail(fmt::format("\"{}\" must be [lo, hi], got {}", key, shorten(value.dump())));
+      fail(fmt::format("\"{}\" must be [lo, hi], got {}", key, shorten(value)));
     }
     const double lo = nan_for_null(value[0], key), hi = nan_for_null(value[1], key);
     if (lo > hi) fail(fmt::format("\"{}\" = [{}, {}] has lo > hi", key, lo, hi));
@@ -143,14 +145,14 @@ class JsonFields {
 
   bool boolean(const char* key) const {
     const json& value = at(key);
-    if (!value.is_boolean()) fail(fmt::format("\"{}\" must be true or false, got {}", key, shorten(value.dump())));
+    if (!value.is_boolean()) fail(fmt::format("\"{}\" must be true or false, got {}", key, shorten(value)));
     return value.get<bool>();
   }
 
   std::pair<double, double> interval(const char* key) const {
     const json& value = at(key);
     if (!value.is_array() || value.size() != 2) {
-      fail(fmt::format("\"{}\" must be [lo, hi], got {}", key, shorten(value.dump())));
+      fail(fmt::format("\"{}\" must be [lo, hi], got {}", key, shorten(value)));
     }
     const double lo = as_number(value[0], key), hi = as_number(value[1], key);
     if (lo > hi) fail(fmt::format("\"{}\" = [{}, {}] has lo > hi", key, lo, hi));
@@ -159,7 +161,7 @@ class JsonFields {
 
   const json& array(const char* key) const {
     const json& value = at(key);
-    if (!value.is_array()) fail(fmt::format("\"{}\" must be a list, got {}", key, shorten(value.dump())));
+    if (!value.is_array()) fail(fmt::format("\"{}\" must be a list, got {}", key, shorten(value)));
     return value;
   }
 
@@ -188,14 +190,10 @@ class JsonFields {
   }
 
  private:
-  static std::string shorten(std::string text) {
-    constexpr std::size_t limit = 60;
-    if (text.size() > limit) text = text.substr(0, limit) + "...";
-    return text;
-  }
+  static std::string shorten(const json& value) { return json_excerpt(value); }
 
   double as_number(const json& value, const char* key) const {
-    if (!value.is_number()) fail(fmt::format("\"{}\" must be a number, got {}", key, shorten(value.dump())));
+    if (!value.is_number()) fail(fmt::format("\"{}\" must be a number, got {}", key, shorten(value)));
     const double x = value.get<double>();
     if (!std::isfinite(x)) fail(fmt::format("\"{}\" is not finite", key));
     return x;
@@ -208,7 +206,7 @@ class JsonFields {
   long long as_integer(const json& value, const char* key) const {
     if (value.is_number_integer()) {
       if (value.is_number_unsigned() && value.get<unsigned long long>() > 9223372036854775807ULL) {
-        fail(fmt::format("\"{}\" = {} is too large", key, value.dump()));
+        fail(fmt::format("\"{}\" = {} is too large", key, shorten(value)));
       }
       return value.get<long long>();
     }
@@ -217,48 +215,47 @@ class JsonFields {
       const double x = value.get<double>();
       if (std::isfinite(x) && x == std::floor(x) && std::fabs(x) < 9e15) return static_cast<long long>(x);
     }
-    fail(fmt::format("\"{}\" must be a whole number, got {}", key, shorten(value.dump())));
+    fail(fmt::format("\"{}\" must be a whole number, got {}", key, shorten(value)));
   }
 
   const json& object_;
   std::string where_;
 };
 
-// Parses one JSON text; a syntax error names `where` plus the line and column inside `text`.
+// Parses one JSON text (records/json_input.hpp); a syntax error names `where` plus the line (when `report_line`) and
+// column inside `text`.
 inline json parse_json(const std::string& text, const std::string& where, bool report_line) {
-  try {
-    return json::parse(text);
-  } catch (const json::parse_error& e) {
-    std::size_t line = 1, column = 1;
-    for (std::size_t i = 0; i + 1 < e.byte && i < text.size(); ++i) {
-      if (text[i] == '\n') {
-        ++line;
-        column = 1;
-      } else {
-        ++column;
-      }
-    }
-    const std::string reason = e.what();
-    const auto colon = reason.rfind(": ");
-    const std::string detail = colon == std::string::npos ? reason : reason.substr(colon + 2);
-    if (report_line) {
-      throw theory::InputError(fmt::format("{} line {} column {}: malformed JSON: {}", where, line, column, detail));
-    }
-    throw theory::InputError(fmt::format("{} column {}: malformed JSON: {}", where, column, detail));
-  }
+  return records::parse_json(text, where, report_line ? JsonPlacement::line_and_column : JsonPlacement::column);
 }
 
 // Calls visit(fields, line) for every non-blank line of a JSON-lines text; `name` is the file named in errors.
+// With `warn`, a last line that has no newline and is not JSON is a record whose append never finished (its
+// writer was killed): it is skipped, and `warn` says so. Without it, such a line is malformed like any other.
 template <class Visit>
-void for_each_json_line(const std::string& text, const std::string& name, Visit&& visit) {
-  std::istringstream in(text);
-  std::string line_text;
+void for_each_json_line(const std::string& text, const std::string& name, Visit&& visit,
+                        const std::function<void(const std::string&)>& warn = {}) {
+  std::size_t begin = 0;
   int line = 0;
-  while (std::getline(in, line_text)) {
+  while (begin < text.size()) {
+    const std::size_t newline = text.find('\n', begin);
+    const bool last_unterminated = newline == std::string::npos;
+    const std::string_view line_text =
+        std::string_view(text).substr(begin, last_unterminated ? std::string::npos : newline - begin);
+    begin = last_unterminated ? text.size() : newline + 1;
     ++line;
-    if (line_text.find_first_not_of(" \t\r") == std::string::npos) continue;
+    if (line_text.find_first_not_of(" \t\r") == std::string_view::npos) continue;
     const std::string where = fmt::format("{} line {}", name, line);
-    const json object = parse_json(line_text, where, false);
+    json object;
+    try {
+      object = records::parse_json(line_text, where, JsonPlacement::column);
+    } catch (const theory::InputError& e) {
+      if (!last_unterminated || !warn) throw;
+      warn(
+          fmt::format("{}: skipped: it has no newline and is not whole JSON, a record whose writing never "
+                      "finished ({})",
+                      where, e.what()));
+      continue;
+    }
     visit(JsonFields(object, where), line);
   }
 }

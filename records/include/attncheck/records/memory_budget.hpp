@@ -17,7 +17,8 @@ std::uint64_t saturating_product(std::initializer_list<std::uint64_t> factors);
 // a + b + ..., or kSaturated when the sum does not fit.
 std::uint64_t saturating_sum(std::initializer_list<std::uint64_t> terms);
 
-// Bytes that can be allocated now without swapping (MemAvailable; physical memory when the kernel does not say).
+// Bytes that can be allocated now without swapping (MemAvailable; physical memory when the kernel does not say),
+// and within this process's memory cgroup and its address-space and data-segment limits.
 std::uint64_t available_memory_bytes();
 // What one run may plan to hold: 80% of the available memory, the rest left to the system and to estimates'
 // slack.

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -197,8 +198,10 @@ std::string probe_log_line(const ProbeRecord& record);
 std::vector<std::string> probe_head_columns(bool cross_norm);
 std::vector<double> probe_head_values(const ProbeHeadRecord& head);
 
-// Every line of the log; the first malformed one is a theory::InputError naming `name` and the line.
-std::vector<ProbeRecord> parse_probe_log(const std::string& text, const std::string& name);
-std::vector<ProbeRecord> read_probe_log(const std::filesystem::path& path);
+// Every line of the log; the first malformed one is a theory::InputError naming `name` and the line. With `warn`, a
+// last line cut short (no newline, not JSON: its writer was killed mid-append) is skipped and `warn` told so.
+using Warn = std::function<void(const std::string&)>;
+std::vector<ProbeRecord> parse_probe_log(const std::string& text, const std::string& name, const Warn& warn = {});
+std::vector<ProbeRecord> read_probe_log(const std::filesystem::path& path, const Warn& warn = {});
 
 }  // namespace attncheck::records

@@ -45,6 +45,7 @@ struct ReportSummary {
   std::size_t vit_runs = 0;
   std::size_t probe_outputs = 0;  // `attncheck probe --json` documents drawn as layer x head maps
   std::size_t plots = 0;
+  std::vector<std::string> warnings;  // what the readers skipped, also noted in the report
 };
 
 // Reads the input, renders the plots and writes both documents (each file atomically). Throws

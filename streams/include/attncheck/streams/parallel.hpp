@@ -10,9 +10,15 @@
 
 namespace attncheck::streams {
 
+// Throws theory::InputError naming --threads when `threads` threads cannot all be started now (a memory limit on
+// their stacks, a limit on processes): OpenMP itself would print "Thread creation failed" and exit the program with
+// status 1, which reads as "a claim is violated". Threads are started, and joined, once per larger count.
+void require_threads(int threads);
+
 // Runs body(k) for k = 0 .. count - 1 over `threads` threads (dynamic schedule, one iteration at a time).
 template <class Body>
 void parallel_for(theory::Index count, int threads, Body&& body) {
+  if (threads > 1) require_threads(threads);
   std::exception_ptr failure;
   std::mutex failure_mutex;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1)

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include "attncheck/theory/host_device.hpp"
 
@@ -16,10 +17,21 @@ using Matrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowM
 using Vector = Eigen::VectorXd;
 using Index = Eigen::Index;
 
-// Bad input to an exact routine (NaN logit, all -inf row, shape mismatch). The message names the place.
+// `text` as it may reach a terminal or a log: every control character (C0, DEL and C1, which start terminal escape
+// sequences; NUL, which would end the message where C strings are read) and every byte that is not part of valid
+// UTF-8 written as \xNN, except newline and tab unless `one_line`. Idempotent: what it returns it returns unchanged.
+std::string printable(std::string_view text, bool one_line = false);
+
+// An error message as every error type keeps it: printable, and at most a few thousand bytes (its start and its end,
+// saying how much was left out between): messages quote file names and file contents, which may be any size.
+std::string message_text(std::string_view message);
+
+// Bad input to an exact routine (NaN logit, all -inf row, shape mismatch). The message names the place; it is made
+// a message_text here, once for every thrower.
 class InputError : public std::invalid_argument {
  public:
-  using std::invalid_argument::invalid_argument;
+  explicit InputError(const std::string& message) : std::invalid_argument(message_text(message)) {}
+  explicit InputError(const char* message) : InputError(std::string(message)) {}
 };
 
 }  // namespace attncheck::theory
