@@ -1,5 +1,6 @@
 #include "attncheck/monte_carlo/commands.hpp"
 
+#include "attncheck/monte_carlo/mc_options.hpp"
 #include "attncheck/monte_carlo/cpu_backend.hpp"
 #include "attncheck/monte_carlo/distributed.hpp"
 #include "attncheck/monte_carlo/proved_bounds.hpp"

@@ -876,12 +876,6 @@ SampleValues evaluate_inputs(const theory::AttentionMap& map, const Matrix& X, c
 
 const char* precision_name(ScorePrecision precision) { return precision == ScorePrecision::mixed ? "mixed" : "double"; }
 
-ScorePrecision parse_score_precision(const std::string& text) {
-  if (text == "double") return ScorePrecision::fp64;
-  if (text == "mixed") return ScorePrecision::mixed;
-  throw InputError(fmt::format("--precision {}: not one of double, mixed", text));
-}
-
 bool uses_fp32_scores(const SweepPoint& point, const std::vector<Estimand>& estimands) {
   if (point.mix) return false;
   const EstimandRequest request = check_request(point, estimands);

@@ -1,5 +1,6 @@
 #include "attncheck/monte_carlo/sweep.hpp"
 
+#include "attncheck/monte_carlo/mc_options.hpp"
 #include "attncheck/records/option_ranges.hpp"
 #include "attncheck/streams/random_stream.hpp"
 #include "attncheck/theory/cross_norm.hpp"
@@ -10,11 +11,9 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <functional>
 #include <limits>
-#include <sstream>
 #include <string_view>
 
 namespace attncheck::monte_carlo {
@@ -25,141 +24,7 @@ using theory::Index;
 using theory::InputError;
 using theory::Pointwise;
 
-namespace {
-
-std::vector<std::string> split(const std::string& text, char sep) {
-  std::vector<std::string> parts;
-  std::string part;
-  std::istringstream in(text);
-  while (std::getline(in, part, sep)) parts.push_back(part);
-  if (!text.empty() && text.back() == sep) parts.emplace_back();
-  return parts;
-}
-
-std::string trim(const std::string& s) {
-  const auto b = s.find_first_not_of(" \t");
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
-}
-
-// The largest size a grid may hold: the sweep multiplies sizes (N^2 scores, N x D inputs) in 64-bit counts, and
-// far below this every point is refused by the memory check anyway.
-constexpr Index kMaxGridValue = Index{1} << 31;
-
-[[noreturn]] void refuse_beyond(std::string_view value, const std::string& option, const std::string& whole) {
-  throw InputError(fmt::format("{}: {} in '{}' is beyond what attncheck can run: sizes go up to {} (2^31)", option,
-                               value, whole, kMaxGridValue));
-}
-
-Index parse_positive_index(const std::string& raw, const std::string& option, const std::string& whole) {
-  const std::string text = trim(raw);
-  long long value = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec == std::errc::result_out_of_range && text.find_first_not_of("0123456789") == std::string::npos) {
-    refuse_beyond(text, option, whole);
-  }
-  if (text.empty() || ec != std::errc{} || end != text.data() + text.size()) {
-    throw InputError(fmt::format("{}: '{}' in '{}' is not an integer", option, raw, whole));
-  }
-  if (value < 1) throw InputError(fmt::format("{}: {} in '{}' must be >= 1", option, value, whole));
-  if (value > kMaxGridValue) refuse_beyond(text, option, whole);
-  return static_cast<Index>(value);
-}
-
-}  // namespace
-
-std::vector<Index> parse_index_grid(const std::string& text, const std::string& option) {
-  std::vector<Index> out;
-  if (text.find(':') != std::string::npos) {
-    const auto parts = split(text, ':');
-    if (parts.size() != 3 || trim(parts[2]).empty() || trim(parts[2])[0] != 'x') {
-      throw InputError(fmt::format("{}: '{}' is not start:stop:xFACTOR (e.g. 16:4096:x2)", option, text));
-    }
-    const Index start = parse_positive_index(parts[0], option, text);
-    const Index stop = parse_positive_index(parts[1], option, text);
-    const double factor = parse_real(trim(parts[2]).substr(1), option, text);
-    if (!(factor > 1)) throw InputError(fmt::format("{}: factor x{} in '{}' must be > 1", option, factor, text));
-    if (stop < start) throw InputError(fmt::format("{}: stop {} is below start {} in '{}'", option, stop, start, text));
-    // A factor so close to 1 that the steps from start to stop are past counting would only repeat rounded values
-    // (and one that rounds next * factor back to next would never arrive).
-    if (std::log(static_cast<double>(stop) / static_cast<double>(start)) / std::log(factor) > 1e6) {
-      throw InputError(fmt::format("{}: factor x{} in '{}' is too close to 1: more than a million steps from {} to {}",
-                                   option, factor, text, start, stop));
-    }
-    // In doubles, compared with stop before rounding: every value stays below 2^31, where llround is exact.
-    for (double next = static_cast<double>(start); next < static_cast<double>(stop) + 0.5; next *= factor) {
-      const Index value = static_cast<Index>(std::llround(next));
-      if (out.empty() || value != out.back()) out.push_back(value);
-      if (out.size() > 10000) throw InputError(fmt::format("{}: '{}' has more than 10000 values", option, text));
-    }
-    return out;
-  }
-  for (const auto& part : split(text, ',')) out.push_back(parse_positive_index(part, option, text));
-  if (out.empty()) throw InputError(fmt::format("{}: empty list", option));
-  return out;
-}
-
-std::vector<Estimand> parse_estimands(const std::string& text) {
-  std::vector<Estimand> out;
-  for (const auto& raw : split(text, ',')) {
-    const std::string name = trim(raw);
-    const std::optional<Estimand> estimand = theory::estimand_from_word(name);
-    if (!estimand) {
-      throw InputError(
-          fmt::format("--estimand: '{}' is not one of {}", name, theory::words_of(theory::all_estimands())));
-    }
-    if (std::find(out.begin(), out.end(), *estimand) == out.end()) out.push_back(*estimand);
-  }
-  if (out.empty()) throw InputError("--estimand: empty list");
-  return out;
-}
-
-OuterRule parse_outer_scale(const std::string& raw) {
-  const std::string text = trim(raw);
-  OuterRule rule;
-  if (text == "none" || text == "1") return rule;
-  if (text == "1/sqrt(N)") {
-    rule.text = "1/sqrt(N)";
-    rule.n_exponent = 0.5;
-    return rule;
-  }
-  if (text.rfind("1/k:", 0) == 0) {
-    const double k = parse_real(text.substr(4), "--outer-scale", text);
-    if (!(k > 0)) throw InputError(fmt::format("--outer-scale: K = {} in '{}' must be > 0", k, text));
-    rule.text = fmt::format("1/k:{:g}", k);
-    rule.factor = 1 / k;
-    return rule;
-  }
-  if (text.rfind("N^-", 0) == 0) {
-    const double a = parse_real(text.substr(3), "--outer-scale", text);
-    rule.text = fmt::format("N^-{}", a);  // the shortest text that reads back as a: records keep alpha exactly
-    rule.n_exponent = a;
-    return rule;
-  }
-  throw InputError(
-      fmt::format("--outer-scale: '{}' is not one of none, 1/sqrt(N), 1/k:K (e.g. 1/k:8), N^-a (e.g. N^-1)", raw));
-}
-
 double InnerRule::at(Index d) const { return inverse_sqrt_d ? 1 / std::sqrt(static_cast<double>(d)) : value; }
-
-InnerRule parse_inner_scale(const std::string& raw) {
-  const std::string text = trim(raw);
-  if (text == "1/sqrt(d)") return {};
-  const double value = parse_real(text, "--inner-scale", raw);
-  if (value == 0) throw InputError("--inner-scale: 0 makes every score 0");
-  return {false, value};
-}
-
-theory::Activation parse_phi(const std::string& name, int p) {
-  const std::optional<theory::Activation> activation = theory::activation_from_word(name, p);
-  if (!activation) {
-    throw InputError(fmt::format("--phi: '{}' is not one of {}", name, theory::words_of(theory::all_activations())));
-  }
-  if (theory::term_of(*activation).takes_p && p < 1) {
-    throw InputError(fmt::format("--p: {} needs p >= 1, got {}", name == "matpow" ? "the matrix power" : name, p));
-  }
-  return *activation;
-}
 
 std::optional<double> SeriesSpec::claimed_for(Estimand estimand) const {
   if (!claimed_exponent) return std::nullopt;

@@ -339,13 +339,6 @@ Sums chunked_sums(const Plan& plan, const MonomialTable& table, Index n, Index D
 
 }  // namespace
 
-EvaluationPath parse_evaluation_path(const std::string& text) {
-  if (text == "auto") return EvaluationPath::automatic;
-  if (text == "direct") return EvaluationPath::direct;
-  if (text == "tensor") return EvaluationPath::tensor;
-  throw InputError(fmt::format("--path: '{}' is not one of auto, direct, tensor", text));
-}
-
 const char* evaluation_path_name(EvaluationPath path) {
   switch (path) {
     case EvaluationPath::automatic: return "auto";

@@ -2,6 +2,7 @@
 // the same drawn matrices, the verdict at mix alpha = 1 (exact, from the deterministic bounds of facts 10-11, with
 // every sample checked against its bound), and the requests C9 refuses.
 
+#include "attncheck/monte_carlo/mc_options.hpp"
 #include "attncheck/monte_carlo/commands.hpp"
 #include "attncheck/monte_carlo/cpu_backend.hpp"
 #include "attncheck/monte_carlo/fit.hpp"

@@ -1,4 +1,5 @@
 #include "attncheck/monte_carlo/cpu_backend.hpp"
+#include "attncheck/monte_carlo/mc_options.hpp"
 #include "attncheck/monte_carlo/sweep.hpp"
 #include "attncheck/monte_carlo/tensor_power.hpp"
 #include "attncheck/theory/attention.hpp"

@@ -69,8 +69,6 @@ enum class ScorePrecision { fp64, mixed };
 
 // "double" or "mixed", as --precision spells them.
 const char* precision_name(ScorePrecision precision);
-// The inverse; an InputError naming any other text.
-ScorePrecision parse_score_precision(const std::string& text);
 
 // NaN where an estimand was not requested.
 using SampleValues = std::array<double, kEstimandCount>;

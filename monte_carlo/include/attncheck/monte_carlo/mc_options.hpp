@@ -1,9 +1,12 @@
 #pragma once
-// The options of `attncheck mc`, each once: its name, its help text, its range and the McRequest field it fills.
-// The command line builds its options from this list, the Python package its attncheck.mc() (names with "_" for
-// "-"), and their tests check both against it, so an option added here reaches every front end.
+// The options of `attncheck mc`, each once: its name, its help text, its range, the McRequest field it fills, and
+// the parser of its text. The command line builds its options from this list, the Python package its
+// attncheck.mc() (names with "_" for "-"), and their tests check both against it, so an option added here reaches
+// every front end.
 
 #include "attncheck/monte_carlo/commands.hpp"
+#include "attncheck/monte_carlo/sweep.hpp"
+#include "attncheck/monte_carlo/tensor_power.hpp"
 #include "attncheck/records/option_ranges.hpp"
 
 #include <cstdint>
@@ -35,5 +38,22 @@ struct McOption {
 
 // Every option of `attncheck mc`, in the order --help lists them.
 const std::vector<McOption>& mc_options();
+
+// The options' text as values. Each throws theory::InputError naming the option and the bad text.
+
+// "16:4096:x2" (start:stop:xfactor, stop included when hit), "16,32,64", or one value; sizes up to 2^31.
+std::vector<theory::Index> parse_index_grid(const std::string& text, const std::string& option);
+// A comma list of estimand words (theory/vocabulary.hpp), duplicates dropped.
+std::vector<Estimand> parse_estimands(const std::string& text);
+// "none", "1/sqrt(N)", "1/k:K", "N^-a" (also the scale text of a record's series key).
+OuterRule parse_outer_scale(const std::string& text);
+// "1/sqrt(d)" or a non-zero number.
+InnerRule parse_inner_scale(const std::string& text);
+// The activation of a --phi word (theory/vocabulary.hpp) at exponent p.
+theory::Activation parse_phi(const std::string& name, int p);
+// --path: the words of evaluation_path_name.
+EvaluationPath parse_evaluation_path(const std::string& text);
+// --precision: the words of precision_name.
+ScorePrecision parse_score_precision(const std::string& text);
 
 }  // namespace attncheck::monte_carlo

@@ -11,11 +11,6 @@
 
 namespace attncheck::monte_carlo {
 
-// "16:4096:x2" (start:stop:xfactor, stop included when hit), "16,32,64", or one value. Throws
-// theory::InputError naming `option` and the bad text.
-std::vector<theory::Index> parse_index_grid(const std::string& text, const std::string& option);
-std::vector<Estimand> parse_estimands(const std::string& text);
-
 // The outer constant c(N) = factor * d^(-d_exponent) * N^(-n_exponent) as the claims write it.
 struct OuterRule {
   std::string text = "none";  // "none", "1/sqrt(N)", "1/k:K", "N^-a" with the numbers filled in
@@ -23,7 +18,6 @@ struct OuterRule {
   double d_exponent = 0;  // C5/C6 put 1/sqrt(d) outside the power
   double n_exponent = 0;
 };
-OuterRule parse_outer_scale(const std::string& text);
 
 // The inner constant lambda: "1/sqrt(d)" or a number.
 struct InnerRule {
@@ -31,10 +25,6 @@ struct InnerRule {
   double value = 1;
   double at(theory::Index d) const;
 };
-InnerRule parse_inner_scale(const std::string& text);
-
-// The activation of a --phi word (theory/vocabulary.hpp); an InputError naming the word otherwise.
-theory::Activation parse_phi(const std::string& name, int p);
 
 // One fitted family: everything but the swept variable (N, or d for C8).
 struct SeriesSpec {

@@ -36,8 +36,7 @@ namespace attncheck::monte_carlo {
 // How a point's samples are evaluated: score tiles / Gram matrices (direct), tensor powers, or whichever
 // the flop estimate finds cheaper (automatic).
 enum class EvaluationPath { automatic, direct, tensor };
-// "auto", "direct", "tensor"; throws theory::InputError naming the bad text.
-EvaluationPath parse_evaluation_path(const std::string& text);
+// "auto", "direct", "tensor", as --path spells them.
 const char* evaluation_path_name(EvaluationPath path);
 
 // Why the tensor path cannot take these estimands of the point (empty when it can): it needs elementwise x^p
