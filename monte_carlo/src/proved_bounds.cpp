@@ -1,5 +1,6 @@
 #include "attncheck/monte_carlo/proved_bounds.hpp"
 
+#include "attncheck/monte_carlo/exact_references.hpp"
 #include "attncheck/monte_carlo/mc_options.hpp"
 #include "attncheck/theory/cross_norm.hpp"
 #include "attncheck/theory/pointwise.hpp"

@@ -1,5 +1,6 @@
 #include "attncheck/monte_carlo/results.hpp"
 
+#include "attncheck/monte_carlo/exact_references.hpp"
 #include "attncheck/monte_carlo/fit.hpp"
 #include "attncheck/monte_carlo/proved_bounds.hpp"
 #include "attncheck/records/atomic_file.hpp"

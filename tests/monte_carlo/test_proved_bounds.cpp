@@ -2,6 +2,7 @@
 // exponent, the Monte Carlo means, every sample of the engine; and the verdicts they give on the cases where a fit
 // used to go wrong (heavy-tailed powers, bounded maps, softmax's slow convergence), through the engine itself.
 
+#include "attncheck/monte_carlo/exact_references.hpp"
 #include "attncheck/monte_carlo/mc_options.hpp"
 #include "attncheck/monte_carlo/commands.hpp"
 #include "attncheck/monte_carlo/proved_bounds.hpp"

@@ -1,4 +1,5 @@
 #include "attncheck/monte_carlo/sweep.hpp"
+#include "attncheck/monte_carlo/exact_references.hpp"
 #include "attncheck/monte_carlo/mc_options.hpp"
 #include "attncheck/theory/vocabulary.hpp"
 

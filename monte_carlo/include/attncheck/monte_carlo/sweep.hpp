@@ -1,5 +1,5 @@
 #pragma once
-// Sweep grids, the claim presets of THEORY.md and the exact reference values of every sweep point.
+// The claim presets of THEORY.md as series, and the sweep points of a series with their seeds and keys.
 
 #include "attncheck/monte_carlo/backend.hpp"
 #include "attncheck/monte_carlo/fit.hpp"
@@ -77,24 +77,5 @@ std::uint64_t point_seed(std::uint64_t run_seed, const std::string& key);
 // dv: C9's value columns (0: d); other claims have no values.
 PointSpec make_point(const SeriesSpec& series, theory::Index N, theory::Index D, theory::Index d, double sigma_x,
                      double sigma_t, std::uint64_t run_seed, theory::Index dv = 0);
-
-// What is known exactly about one estimand at one point (THEORY.md facts 3-4, 7, 9, the relu and qk-layernorm
-// moments; C9 has no closed-form moment, only the deterministic bounds of proved_bounds.hpp). A closed form whose
-// value exceeds a double is absent with out_of_range set.
-struct ExactMoments {
-  std::optional<double> mean;    // E[value] where the expectation itself is known: row sums, row means
-  std::optional<double> second;  // E||F||_F^2; for score-var, Var(s_ij) (i != j)
-  // A lower bound on Var(||F||_F^2) (the variance of one sample of the second-moment estimator): all N^4 pair
-  // terms E[f_ij^2 f_kl^2] are >= 0, so E||F||^4 >= sum_ij E f_ij^4, whence Var >= sum_ij E f_ij^4 - (E||F||^2)^2.
-  std::optional<double> second_variance_floor;
-  bool out_of_range = false;
-};
-ExactMoments exact_moments(const PointSpec& point, Estimand estimand);
-// exact_moments(point, estimand).second.
-std::optional<double> exact_norm_sq(const PointSpec& point, Estimand estimand);
-
-// How the exactly known quantity of the point's series grows in its swept variable (N, or d for C8), from the
-// closed form.
-std::optional<ExactLaw> exact_law(const PointSpec& point, Estimand estimand);
 
 }  // namespace attncheck::monte_carlo
