@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <initializer_list>
 #include <limits>
 #include <sstream>
 #include <string_view>
@@ -297,22 +298,29 @@ theory::Activation parse_phi(const std::string& name, int p) {
   return *activation;
 }
 
-EvaluationPath parse_evaluation_path(const std::string& text) {
+namespace {
+
+// The choice whose word is `text`; the refusal lists every word, in the form the backend's refusal has.
+template <class Choice>
+Choice word_choice(const std::string& text, const char* option, std::initializer_list<Choice> choices,
+                   const char* (*word)(Choice)) {
   std::string words;
-  for (EvaluationPath path : {EvaluationPath::automatic, EvaluationPath::direct, EvaluationPath::tensor}) {
-    if (text == evaluation_path_name(path)) return path;
-    words += (words.empty() ? "" : ", ") + std::string(evaluation_path_name(path));
+  for (Choice choice : choices) {
+    if (text == word(choice)) return choice;
+    words += (words.empty() ? "" : ", ") + std::string(word(choice));
   }
-  throw InputError(fmt::format("--path: '{}' is not one of {}", text, words));
+  throw InputError(fmt::format("{} {}: not one of {}", option, text, words));
+}
+
+}  // namespace
+
+EvaluationPath parse_evaluation_path(const std::string& text) {
+  return word_choice(text, "--path", {EvaluationPath::automatic, EvaluationPath::direct, EvaluationPath::tensor},
+                     evaluation_path_name);
 }
 
 ScorePrecision parse_score_precision(const std::string& text) {
-  std::string words;
-  for (ScorePrecision precision : {ScorePrecision::fp64, ScorePrecision::mixed}) {
-    if (text == precision_name(precision)) return precision;
-    words += (words.empty() ? "" : ", ") + std::string(precision_name(precision));
-  }
-  throw InputError(fmt::format("--precision {}: not one of {}", text, words));
+  return word_choice(text, "--precision", {ScorePrecision::fp64, ScorePrecision::mixed}, precision_name);
 }
 
 }  // namespace attncheck::monte_carlo
