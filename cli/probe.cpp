@@ -6,7 +6,7 @@
 
 #include "attncheck/probes/live_metrics.hpp"
 #include "attncheck/probes/watch.hpp"
-#include "attncheck/monte_carlo/statistics.hpp"
+#include "attncheck/theory/accumulator.hpp"
 #include "attncheck/records/input_file.hpp"
 
 #include <fmt/format.h>
@@ -396,8 +396,8 @@ std::vector<std::string> read_sentences(const std::string& path) {
 
 // Per layer and head, the mean and standard error over the sentences of every measured value.
 struct SentenceStatistics {
-  std::vector<std::string> keys;                                // csv_columns()
-  std::vector<std::vector<monte_carlo::Accumulator>> per_head;  // [head row][key]
+  std::vector<std::string> keys;                           // csv_columns()
+  std::vector<std::vector<theory::Accumulator>> per_head;  // [head row][key]
 };
 
 int run_text_file(const ProbeOptions& o, probes::ProbeProgress progress) {
@@ -419,7 +419,7 @@ int run_text_file(const ProbeOptions& o, probes::ProbeProgress progress) {
                                                                 static_cast<std::int64_t>(sentences.size()) * total);
                                                      } : probes::ProbeProgress{});
     if (stats.per_head.empty())
-      stats.per_head.assign(result.heads.size(), std::vector<monte_carlo::Accumulator>(stats.keys.size()));
+      stats.per_head.assign(result.heads.size(), std::vector<theory::Accumulator>(stats.keys.size()));
     for (std::size_t h = 0; h < result.heads.size(); ++h) {
       const auto values = probes::csv_values(result.heads[h]);
       for (std::size_t v = 0; v < values.size(); ++v) stats.per_head[h][v].add(values[v]);
@@ -487,7 +487,7 @@ int run_text_file(const ProbeOptions& o, probes::ProbeProgress progress) {
                                      fmt::format("{:.1f}", stats.per_head[h][index_of("N")].mean())};
     for (const auto& key : columns) {
       const auto& column = table_column(key);
-      monte_carlo::Accumulator values;
+      theory::Accumulator values;
       for (const auto& r : results) values.add(column.value(r.heads[h]));
       line.push_back(cell(values.mean(), column.format) + " +- " + cell(values.standard_error(), column.format));
     }

@@ -1,6 +1,6 @@
 #include "attncheck/reports/training_curves.hpp"
 
-#include "attncheck/monte_carlo/statistics.hpp"
+#include "attncheck/theory/accumulator.hpp"
 
 #include "attncheck/records/input_file.hpp"
 #include "attncheck/reports/numbers.hpp"
@@ -134,7 +134,7 @@ std::vector<SeedSummary> summarize_seeds(const TrainingCurves& curves, const std
   }
   std::vector<SeedSummary> out;
   for (const auto& [step, values] : by_step) {
-    monte_carlo::Accumulator seeds;
+    theory::Accumulator seeds;
     for (double v : values) seeds.add(v);
     out.push_back({step, seeds.mean(), values.size() > 1 ? seeds.standard_error() : std::nan(""), values.size()});
   }

@@ -1,7 +1,7 @@
 // The ViT section: the papers' Figures 1-3, Table 1 and Figures 6-7 from examples/vit_digits.py's results, and
 // what of the papers' findings the small model reproduces.
 
-#include "attncheck/monte_carlo/statistics.hpp"
+#include "attncheck/theory/accumulator.hpp"
 #include "attncheck/records/input_file.hpp"
 #include "attncheck/reports/numbers.hpp"
 #include "attncheck/reports/report.hpp"
@@ -96,7 +96,7 @@ struct MeanSe {
   std::size_t count = 0;
 };
 MeanSe mean_se(const std::vector<double>& values) {
-  monte_carlo::Accumulator seeds;
+  theory::Accumulator seeds;
   for (double v : values) seeds.add(v);
   return {values.empty() ? NAN : seeds.mean(), values.size() < 2 ? NAN : seeds.standard_error(), values.size()};
 }

@@ -1,37 +1,15 @@
 #pragma once
 // Mergeable running statistics and the uncertainty of a Monte Carlo mean.
 
+#include "attncheck/theory/accumulator.hpp"
+
 #include <cstdint>
 #include <vector>
 
 namespace attncheck::monte_carlo {
 
-// Count, mean and sums of squared, cubed and fourth-power deviations (Welford and Pebay's one-pass updates;
-// Chan et al. and Pebay for merging): merging the accumulators of two shards gives the accumulator of the
-// concatenated stream, up to rounding.
-class Accumulator {
- public:
-  void add(double x);
-  void merge(const Accumulator& other);
-  std::uint64_t count() const { return count_; }
-  double mean() const { return mean_; }
-  double m2() const { return m2_; }
-  double m4() const { return m4_; }
-  double variance() const;        // unbiased sample variance; 0 for fewer than 2 values
-  double standard_error() const;  // sqrt(variance / count); infinity for fewer than 2 values
-  // How many samples carry the variance: (sum of squared deviations)^2 / (sum of fourth powers), between 1 (one
-  // sample carries all of it) and the count (all deviations equal); count / kurtosis. 0 without spread.
-  double effective_samples() const;
-  // Relative standard error of the sample variance itself, sqrt(1 / effective_samples - 1 / count), i.e.
-  // sqrt((kurtosis - 1) / count): how well the variance behind the standard error is known. Infinity for fewer
-  // than 2 values or without spread.
-  double variance_relative_se() const;
-
- private:
-  std::uint64_t count_ = 0;
-  double mean_ = 0;
-  double m2_ = 0, m3_ = 0, m4_ = 0;
-};
+// The samples' running mean and standard error, in the name the estimators below use.
+using theory::Accumulator;
 
 // Two-sided Student-t quantile t_{dof, (1 + level)/2} (Boost.Math); dof may be fractional, <= 0 means normal.
 double student_t_quantile(double dof, double level);
