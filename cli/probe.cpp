@@ -5,8 +5,9 @@
 #include "subcommand.hpp"
 
 #include "attncheck/probes/live_metrics.hpp"
-#include "attncheck/probes/watch.hpp"
+#include "attncheck/probes/probe_document.hpp"
 #include "attncheck/theory/accumulator.hpp"
+#include "attncheck/probes/watch.hpp"
 #include "attncheck/records/input_file.hpp"
 
 #include <fmt/format.h>
@@ -283,76 +284,6 @@ void print_table(const probes::ProbeResult& result, const probes::ProbeInput& in
   note_non_finite(cell.non_finite(), "marked inf! or nan!");
 }
 
-records::ProbeInputInfo::Kind input_kind(probes::ProbeInput::Kind kind) {
-  using Kind = records::ProbeInputInfo::Kind;
-  switch (kind) {
-    case probes::ProbeInput::Kind::text: return Kind::text;
-    case probes::ProbeInput::Kind::tokens: return Kind::tokens;
-    case probes::ProbeInput::Kind::random: return Kind::random;
-    case probes::ProbeInput::Kind::pixels: return Kind::pixels;
-    case probes::ProbeInput::Kind::image: return Kind::image;
-  }
-  return Kind::random;
-}
-
-std::optional<std::vector<std::string>> token_strings(const probes::ProbeResult& result) {
-  if (result.token_strings.empty()) return std::nullopt;
-  return result.token_strings;
-}
-
-// One record that traces a result back to what produced it: the model and its configuration's hash, the
-// exact input, the tool's version, the verdict and its basis, then the per-head rows.
-records::ProbeOutput probe_document(const ProbeOptions& o, const probes::ProbeInput& input,
-                                    const probes::ProbeResult& result, bool bounds_hold) {
-  const auto& c = result.config;
-  records::ProbeOutput out;
-  out.model.path = o.model;
-  out.model.architecture = std::string(probes::architecture_name(c.architecture));
-  out.model.layers = c.layers;
-  out.model.heads = c.heads;
-  out.model.head_dim = c.head_dim();
-  out.model.hidden = c.hidden;
-  out.model.attention_activation = c.attention_activation;
-  if (!result.config_file.empty()) {
-    out.model.config_file = result.config_file.string();
-    out.model.config_sha256 = result.config_sha256;
-  }
-  records::ProbeInputInfo& in = out.input;
-  in.kind = input_kind(input.kind);
-  switch (input.kind) {
-    case probes::ProbeInput::Kind::text: in.text = input.text; break;
-    case probes::ProbeInput::Kind::tokens: in.file = input.tokens_file.string(); break;
-    case probes::ProbeInput::Kind::pixels: in.file = input.pixels_file.string(); break;
-    case probes::ProbeInput::Kind::image: in.file = input.image_file.string(); break;
-    case probes::ProbeInput::Kind::random:
-      in.seed = input.seed;
-      in.length = result.random_length;
-      in.sigma = result.random_sigma;
-      break;
-  }
-  in.token_ids = result.ids;
-  in.tokens = token_strings(result);
-  in.height = result.image_height;
-  in.width = result.image_width;
-  if (!result.preprocessing.empty()) in.preprocessing = result.preprocessing;
-  out.tool_version = ATTNCHECK_VERSION;
-  out.verdict.holds = bounds_hold;
-  out.verdict.statement = std::string(
-                              "every measured head within Theorem 4.1's deterministic bounds: ||A||_F <= "
-                              "sqrt(N) and ||grad softmax(S)||_F <= sqrt(N)/2 (the tight form of the "
-                              "papers' 2 sqrt(N))") +
-                          (o.cross_norm ? "; and the cross-normalization bounds at mix alpha 1: ||O||_F <= "
-                                          "sqrt(N d_v), ||dO/dV||_F <= sqrt(N d_v / 8)"
-                                        : "");
-  for (const auto& m : result.heads) {
-    if (!probes::within_theorem_bounds(m) || !probes::within_cross_norm_bounds(m)) {
-      out.verdict.heads_above_a_bound.push_back({std::nullopt, m.layer, m.head});
-    }
-    out.heads.push_back({probes::head_record(m), std::nullopt});
-  }
-  return out;
-}
-
 // Theorem 4.1's bounds are deterministic: a live value above them is a violation (exit 1).
 bool bounds_hold(const probes::ProbeResult& result) {
   bool hold = true;
@@ -394,76 +325,24 @@ std::vector<std::string> read_sentences(const std::string& path) {
   return sentences;
 }
 
-// Per layer and head, the mean and standard error over the sentences of every measured value.
-struct SentenceStatistics {
-  std::vector<std::string> keys;                           // csv_columns()
-  std::vector<std::vector<theory::Accumulator>> per_head;  // [head row][key]
-};
-
 int run_text_file(const ProbeOptions& o, probes::ProbeProgress progress) {
-  const auto sentences = read_sentences(o.text_file);
-  SentenceStatistics stats{probes::csv_columns(o.cross_norm), {}};
-  std::vector<probes::ProbeResult> results;
-  bool hold = true;
-  std::vector<records::ProbeHeadAbove> above;
-  std::vector<records::ProbeSentence> sentence_list;
-  for (std::size_t k = 0; k < sentences.size(); ++k) {
-    probes::ProbeInput input;
-    input.kind = probes::ProbeInput::Kind::text;
-    input.text = sentences[k];
-    if (o.length_given) input.max_tokens = o.length;
-    // One forward pass per sentence: no padding, so no mask can leak between sentences of different lengths.
-    probes::ProbeResult result = probes::probe_model(o.model, input, o.layers, o.heads, false, o.cross_norm,
-                                                     progress ? [&, k](std::int64_t done, std::int64_t total) {
-                                                       progress(static_cast<std::int64_t>(k) * total + done,
-                                                                static_cast<std::int64_t>(sentences.size()) * total);
-                                                     } : probes::ProbeProgress{});
-    if (stats.per_head.empty())
-      stats.per_head.assign(result.heads.size(), std::vector<theory::Accumulator>(stats.keys.size()));
-    for (std::size_t h = 0; h < result.heads.size(); ++h) {
-      const auto values = probes::csv_values(result.heads[h]);
-      for (std::size_t v = 0; v < values.size(); ++v) stats.per_head[h][v].add(values[v]);
-      if (!probes::within_theorem_bounds(result.heads[h]) || !probes::within_cross_norm_bounds(result.heads[h])) {
-        hold = false;
-        fmt::print(stderr, "sentence {} layer {} head {}: a softmax bound is exceeded\n", k + 1, result.heads[h].layer,
-                   result.heads[h].head);
-        above.push_back({static_cast<std::int64_t>(k + 1), result.heads[h].layer, result.heads[h].head});
-      }
-    }
-    sentence_list.push_back({sentences[k], result.ids, token_strings(result)});
-    results.push_back(std::move(result));
+  const probes::SentencesProbe probe =
+      probes::probe_sentences(o.model, read_sentences(o.text_file),
+                              o.length_given ? std::optional<std::int64_t>(o.length) : std::nullopt, o.layers, o.heads,
+                              o.cross_norm, progress);
+  for (const records::ProbeHeadAbove& above : probe.above) {
+    fmt::print(stderr, "sentence {} layer {} head {}: a softmax bound is exceeded\n", *above.sentence, above.layer,
+               above.head);
   }
-  const auto& first = results.front();
-  const auto index_of = [&](const std::string& key) {
-    return static_cast<std::size_t>(std::find(stats.keys.begin(), stats.keys.end(), key) - stats.keys.begin());
-  };
+  const bool hold = probe.above.empty();
   if (o.json) {
-    probes::ProbeInput input;
-    input.kind = probes::ProbeInput::Kind::text;
-    records::ProbeOutput document = probe_document(o, input, first, hold);
-    document.input = {};
-    document.input.kind = records::ProbeInputInfo::Kind::text_file;
-    document.input.file = o.text_file;
-    document.input.sentences = std::move(sentence_list);
-    document.verdict.heads_above_a_bound = std::move(above);
-    document.verdict.statement =
-        "every measured head, on every sentence, within Theorem 4.1's deterministic "
-        "bounds: ||A||_F <= sqrt(N) and ||grad softmax(S)||_F <= sqrt(N)/2";
-    const std::size_t n_index = index_of("N");
-    for (std::size_t h = 0; h < stats.per_head.size(); ++h) {
-      // Each value the mean over the sentences; layer, head and the shapes are the same in every sentence.
-      std::vector<double> means, errors;
-      for (const auto& accumulator : stats.per_head[h]) {
-        means.push_back(accumulator.mean());
-        errors.push_back(accumulator.standard_error());
-      }
-      records::ProbeSentenceMeans over{static_cast<std::int64_t>(sentences.size()), means[n_index], errors[n_index],
-                                       records::probe_head_from_values(errors, o.cross_norm)};
-      document.heads[h] = {records::probe_head_from_values(means, o.cross_norm), std::move(over)};
-    }
-    std::cout << records::to_json(document).dump(1) << "\n";
+    std::cout << records::to_json(probes::sentences_document(o.model, o.text_file, probe, o.cross_norm)).dump(1)
+              << "\n";
     return hold ? kExitHolds : kExitViolated;
   }
+  const auto& sentences = probe.sentences;
+  const auto& results = probe.results;
+  const auto& first = results.front();
   const auto& c = first.config;
   fmt::print("{} model: {} layers, {} heads of dimension {}, D = {}; trained attention: {}\n",
              probes::architecture_name(c.architecture), c.layers, c.heads, c.head_dim(), c.hidden,
@@ -482,9 +361,11 @@ int run_text_file(const ProbeOptions& o, probes::ProbeProgress progress) {
   for (const auto& key : columns) headers.push_back(table_column(key).header);
   std::vector<std::vector<std::string>> cells;
   Cells cell;
-  for (std::size_t h = 0; h < stats.per_head.size(); ++h) {
+  const std::vector<std::string> keys = probes::csv_columns(o.cross_norm);
+  const auto n_index = static_cast<std::size_t>(std::find(keys.begin(), keys.end(), "N") - keys.begin());
+  for (std::size_t h = 0; h < probe.per_head.size(); ++h) {
     std::vector<std::string> line = {fmt::format("{}", first.heads[h].layer), fmt::format("{}", first.heads[h].head),
-                                     fmt::format("{:.1f}", stats.per_head[h][index_of("N")].mean())};
+                                     fmt::format("{:.1f}", probe.per_head[h][n_index].mean())};
     for (const auto& key : columns) {
       const auto& column = table_column(key);
       theory::Accumulator values;
@@ -574,7 +455,7 @@ int run(const ProbeOptions& o) {
     for (const auto& m : result.heads) {
       for (double v : probes::csv_values(m)) non_finite += std::isfinite(v) ? 0 : 1;
     }
-    std::cout << records::to_json(probe_document(o, input, result, hold)).dump(1) << "\n";
+    std::cout << records::to_json(probes::probe_document(o.model, input, result, o.cross_norm)).dump(1) << "\n";
     note_non_finite(non_finite, "written as null");
   } else if (o.csv) {
     fmt::print("{}\n", fmt::join(probes::csv_columns(o.cross_norm), ","));
