@@ -184,41 +184,12 @@ std::vector<std::int64_t> tokenize_for_model(const fs::path& model_path, const T
 std::vector<std::string> token_strings_for_model(const fs::path& model_path, const TransformerModel& model,
                                                  std::span<const std::int64_t> ids) {
   std::vector<std::string> by_id;
-  const fs::path folder = fs::is_directory(model_path) ? model_path : model_path.parent_path();
-  const auto invert = [&](const nlohmann::json& vocab) {
-    if (!vocab.is_object()) return;
-    for (const auto& [token, id] : vocab.items()) {
-      if (!id.is_number_integer() || id.get<std::int64_t>() < 0 || id.get<std::int64_t>() > (1 << 24)) continue;
-      const auto k = static_cast<std::size_t>(id.get<std::int64_t>());
-      if (by_id.size() <= k) by_id.resize(k + 1);
-      by_id[k] = token;
-    }
-  };
   if (const GgufFile* gguf = model.checkpoint().gguf()) {
     if (gguf->header().find("tokenizer.ggml.tokens")) by_id = gguf->header().strings("tokenizer.ggml.tokens");
-  } else if (fs::exists(folder / "vocab.txt")) {
-    const std::string text = records::read_text_file(folder / "vocab.txt");
-    std::size_t begin = 0;
-    while (begin < text.size()) {
-      std::size_t end = text.find('\n', begin);
-      if (end == std::string::npos) end = text.size();
-      std::string line = text.substr(begin, end - begin);
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      by_id.push_back(std::move(line));
-      begin = end + 1;
-    }
-  } else if (fs::exists(folder / "vocab.json") || fs::exists(folder / "tokenizer.json")) {
+  } else {
     // The strings only label the ids: a vocabulary that cannot be read leaves them unlabelled.
     try {
-      if (fs::exists(folder / "vocab.json")) {
-        invert(records::read_json_file(folder / "vocab.json"));
-      } else {
-        const auto json = records::read_json_file(folder / "tokenizer.json");
-        if (json.is_object() && json.contains("model") && json["model"].is_object() &&
-            json["model"].contains("vocab")) {
-          invert(json["model"]["vocab"]);
-        }
-      }
+      by_id = vocabulary_strings(fs::is_directory(model_path) ? model_path : model_path.parent_path());
     } catch (const InputError&) {
       by_id.clear();
     }

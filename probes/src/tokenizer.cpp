@@ -484,6 +484,27 @@ std::vector<std::int64_t> encode_with_tokenizer_json(const std::filesystem::path
       .encode(text);
 }
 
+std::vector<std::string> vocabulary_strings(const std::filesystem::path& folder) {
+  if (std::filesystem::exists(folder / "vocab.txt")) {
+    std::vector<std::string> strings;
+    records::InputFile(folder / "vocab.txt").for_each_line([&](std::string_view line, std::size_t) {
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+      strings.emplace_back(line);
+    });
+    return strings;
+  }
+  if (std::filesystem::exists(folder / "vocab.json")) {
+    return tokens_by_id(records::read_json_file(folder / "vocab.json"), folder / "vocab.json");
+  }
+  if (std::filesystem::exists(folder / "tokenizer.json")) {
+    const auto json = records::read_json_file(folder / "tokenizer.json");
+    if (json.is_object() && json.contains("model") && json["model"].is_object() && json["model"].contains("vocab")) {
+      return tokens_by_id(json["model"]["vocab"], folder / "tokenizer.json");
+    }
+  }
+  return {};
+}
+
 std::vector<std::int64_t> read_token_file(const std::filesystem::path& path) {
   std::istringstream in(records::read_text_file(path));
   std::vector<std::int64_t> ids;

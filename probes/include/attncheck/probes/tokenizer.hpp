@@ -84,6 +84,11 @@ class ByteLevelBpeTokenizer {
 std::vector<std::int64_t> encode_with_tokenizer_json(const std::filesystem::path& tokenizer_json,
                                                      std::string_view text);
 
+// The string of each id in the vocabulary of a Hugging Face checkpoint's FOLDER, from the file its tokenizer reads
+// (vocab.txt, vocab.json or tokenizer.json's model.vocab); empty when the folder has none. A malformed vocabulary
+// is an InputError naming the file, as it is for the tokenizer.
+std::vector<std::string> vocabulary_strings(const std::filesystem::path& folder);
+
 // Whitespace-separated integer token ids from a file; errors name the file and the bad entry.
 std::vector<std::int64_t> read_token_file(const std::filesystem::path& path);
 
