@@ -194,6 +194,18 @@ void decode_q6_k(const std::byte* block, double* out) {
   }
 }
 
+// IQ4_NL: Q4_0's layout, the nibbles indexing a non-linear grid of 16 int8 values (ggml's kvalues_iq4nl).
+// llama.cpp writes it for the tensors of Q2_K and Q3_K files whose rows are not whole super-blocks.
+void decode_iq4_nl(const std::byte* block, double* out) {
+  constexpr std::array<int, 16> kGrid = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  const float d = half_at(block);
+  for (int j = 0; j < 16; ++j) {
+    const auto q = static_cast<std::size_t>(byte_at(block, 2 + j));
+    out[j] = d * static_cast<float>(kGrid[q & 0x0f]);
+    out[j + 16] = d * static_cast<float>(kGrid[q >> 4]);
+  }
+}
+
 // Q8_K: a float32 scale and 256 int8 quants (then 16 sums of 16 quants, which only ggml's dot products use).
 void decode_q8_k(const std::byte* block, double* out) {
   const auto d = load<float>(block);
@@ -221,7 +233,7 @@ constexpr BlockFormat kFormats[] = {
     {"IQ2_XS", 17, 256, 74},
     {"IQ3_XXS", 18, 256, 98},
     {"IQ1_S", 19, 256, 50},
-    {"IQ4_NL", 20, 32, 18},
+    {"IQ4_NL", 20, 32, 18, decode_iq4_nl},
     {"IQ3_S", 21, 256, 110},
     {"IQ2_S", 22, 256, 82},
     {"IQ4_XS", 23, 256, 136},

@@ -5,8 +5,8 @@
                    of 16 blocks of random bytes (fixed seed) whose scales are finite, the first blocks with
                    extreme scales (largest, smallest subnormal, -0, negative); and two tiny Llamas (hidden size
                    256, so that rows are whole K-quant super-blocks) with the same weights:
-                   DIR/kquant-llama.gguf, its matrices in every K-quant llama.cpp writes and in Q5_0 and Q8_0
-                   (the types Q4_K_M files mix in), and DIR/kquant-llama-f32.gguf, the same matrices
+                   DIR/kquant-llama.gguf, its matrices in every K-quant llama.cpp writes and in Q5_0, Q8_0 and
+                   IQ4_NL (the types K-quant files fall back to), and DIR/kquant-llama-f32.gguf, the same matrices
                    dequantized by the gguf package and stored as F32; the token ids in DIR/tokens.txt
   probe BIN DIR    runs `BIN probe` on both Llamas: attention matrices and every head's norms must agree to
                    1e-12 relative (the weights are the same numbers, read from blocks or from F32)
@@ -28,7 +28,7 @@ from torch_reference import read_safetensors, reference_dequantize, tiny_bpe, wr
 SKIP = 77
 # Where each block type keeps its scales (byte offsets of float16 fields; Q8_K's one scale is a float32).
 SCALE_OFFSETS = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0], "Q2_K": [80, 82],
-                 "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208], "Q8_K": [0]}
+                 "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208], "Q8_K": [0], "IQ4_NL": [0]}
 # Extreme scales for the first blocks: the largest finite half, the smallest subnormal, -0 and a negative one
 # (as float32 for Q8_K, within the range where 127 times the scale stays finite).
 EXTREME_HALVES = [0x7bff, 0x0001, 0x8000, 0xbc00]
@@ -54,25 +54,27 @@ def random_blocks(rng, gguf, name, count):
     return blocks
 
 
-# Scales that give random K-quant blocks weights up to about W in size: attention neither uniform nor one-hot.
-# d, and dmin for the types with minimums, against the largest scale times quant (and minimum) a block can hold.
+# Scales that give random blocks of the types gguf cannot quantize to weights up to about W in size (attention
+# neither uniform nor one-hot): d, and dmin for the types with minimums, against the largest scale times quant
+# (and minimum) a block can hold.
 W = 0.15
-KQUANT_SCALES = {"Q2_K": (W / 45, W / 15), "Q3_K": (W / 128, None), "Q4_K": (W / 945, W / 63),
-                 "Q5_K": (W / 1953, W / 63), "Q6_K": (W / 4096, None)}
-# Per layer, the type of each matrix: every K-quant a file can hold, and Q5_0 and Q8_0 as Q4_K_M files mix in.
+RANDOM_SCALES = {"Q2_K": (W / 45, W / 15), "Q3_K": (W / 128, None), "Q4_K": (W / 945, W / 63),
+                 "Q5_K": (W / 1953, W / 63), "Q6_K": (W / 4096, None), "IQ4_NL": (W / 127, None)}
+# Per layer, the type of each matrix: every K-quant a file can hold, and the types llama.cpp falls back to for
+# rows that are not whole super-blocks (Q5_0, Q8_0 in Q4_K_M files; IQ4_NL in Q2_K and Q3_K ones).
 LLAMA_TYPES = [
     {"attn_q": "Q4_K", "attn_k": "Q5_K", "attn_v": "Q6_K", "attn_output": "Q3_K", "ffn_gate": "Q8_0",
      "ffn_up": "Q5_0", "ffn_down": "Q2_K"},
     {"attn_q": "Q2_K", "attn_k": "Q3_K", "attn_v": "Q4_K", "attn_output": "Q6_K", "ffn_gate": "Q5_K",
-     "ffn_up": "Q4_K", "ffn_down": "Q6_K"},
+     "ffn_up": "IQ4_NL", "ffn_down": "Q6_K"},
 ]
 
 
 def weight_blocks(rng, gguf, name, shape):
-    """A matrix of `shape` in K-quant `name`: random quants and sub-block scales, super-block scales set."""
-    _, cols = shape
-    blocks = random_blocks(rng, gguf, name, shape[0] * cols // 256)
-    for offset, scale in zip(SCALE_OFFSETS[name], KQUANT_SCALES[name]):
+    """A matrix of `shape` in type `name`: random quants and sub-block scales, (super-)block scales set."""
+    block_size, _ = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[name]]
+    blocks = random_blocks(rng, gguf, name, shape[0] * shape[1] // block_size)
+    for offset, scale in zip(SCALE_OFFSETS[name], RANDOM_SCALES[name]):
         if scale is not None:
             values = (scale * rng.uniform(0.5, 1.5, size=len(blocks))).astype(np.float16)
             blocks[:, offset:offset + 2] = values.view(np.uint8).reshape(-1, 2)
@@ -111,7 +113,7 @@ def make(folder):
         for short in ("attn_q", "attn_k", "attn_v"):
             plain[p + short + ".bias"] = 0.3 * rng.normal(size=shapes[short][0])
         for short, name in types.items():
-            if name in KQUANT_SCALES:
+            if name in RANDOM_SCALES:
                 blocks[p + short + ".weight"] = (weight_blocks(rng, gguf, name, shapes[short]), name)
             else:
                 weights = (W / 2 * rng.normal(size=shapes[short])).astype(np.float32)
