@@ -24,10 +24,20 @@ constexpr std::uint32_t kMagic = 0x46554747;  // "GGUF" read as a little-endian 
 constexpr int kMaxDimensions = 4;             // GGML_MAX_DIMS
 constexpr int kMaxArrayDepth = 16;
 
-float half_at(const std::byte* p) { return static_cast<float>(element_to_double(DType::F16, p)); }
+template <class T>
+T load(const std::byte* bytes) {
+  T value;
+  std::memcpy(&value, bytes, sizeof(T));
+  return value;
+}
 
-// ggml's reference dequantization, in float32 (each product of a half-precision scale and a small integer is
-// exact in float32; Q4_1's added minimum is rounded to float32 as ggml rounds it), then widened exactly.
+float half_at(const std::byte* p) { return static_cast<float>(element_to_double(DType::F16, p)); }
+int byte_at(const std::byte* p, int k) { return std::to_integer<int>(p[k]); }
+
+// ggml's reference dequantization (ggml-quants.c, dequantize_row_*), in float32 with ggml's order of operations,
+// then widened exactly. A half-precision scale (11 significant bits) times the block's small integers needs at
+// most 24 bits, so it is exact in float32: float32 rounds only where ggml's does, where a minimum is added or
+// subtracted (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K) and where Q8_K's float32 scale multiplies its quant.
 void decode_q8_0(const std::byte* block, double* out) {
   const float d = half_at(block);
   for (int j = 0; j < 32; ++j) out[j] = static_cast<float>(static_cast<std::int8_t>(block[2 + j])) * d;
@@ -36,7 +46,7 @@ void decode_q8_0(const std::byte* block, double* out) {
 void decode_q4_0(const std::byte* block, double* out) {
   const float d = half_at(block);
   for (int j = 0; j < 16; ++j) {
-    const auto q = std::to_integer<int>(block[2 + j]);
+    const auto q = byte_at(block, 2 + j);
     out[j] = static_cast<float>((q & 0x0f) - 8) * d;
     out[j + 16] = static_cast<float>((q >> 4) - 8) * d;
   }
@@ -45,11 +55,161 @@ void decode_q4_0(const std::byte* block, double* out) {
 void decode_q4_1(const std::byte* block, double* out) {
   const float d = half_at(block), m = half_at(block + 2);
   for (int j = 0; j < 16; ++j) {
-    const auto q = std::to_integer<int>(block[4 + j]);
+    const auto q = byte_at(block, 4 + j);
     const float low = static_cast<float>(q & 0x0f) * d, high = static_cast<float>(q >> 4) * d;
     out[j] = low + m;
     out[j + 16] = high + m;
   }
+}
+
+// Q5_0 and Q5_1: the fifth bit of element j is bit j of a 32-bit word after the scale(s).
+void decode_q5_0(const std::byte* block, double* out) {
+  const float d = half_at(block);
+  const auto high = load<std::uint32_t>(block + 2);
+  for (int j = 0; j < 16; ++j) {
+    const auto q = byte_at(block, 6 + j);
+    const int low = static_cast<int>((q & 0x0f) | (((high >> j) & 1) << 4));
+    const int up = static_cast<int>((q >> 4) | (((high >> (j + 16)) & 1) << 4));
+    out[j] = static_cast<float>(low - 16) * d;
+    out[j + 16] = static_cast<float>(up - 16) * d;
+  }
+}
+
+void decode_q5_1(const std::byte* block, double* out) {
+  const float d = half_at(block), m = half_at(block + 2);
+  const auto high = load<std::uint32_t>(block + 4);
+  for (int j = 0; j < 16; ++j) {
+    const auto q = byte_at(block, 8 + j);
+    const float low = static_cast<float>((q & 0x0f) | (((high >> j) & 1) << 4)) * d;
+    const float up = static_cast<float>((q >> 4) | (((high >> (j + 16)) & 1) << 4)) * d;
+    out[j] = low + m;
+    out[j + 16] = up + m;
+  }
+}
+
+// The K-quants: super-blocks of 256 (ggml's QK_K) in sub-blocks of 16 or 32, each with its own small integer
+// scale (and minimum) times the super-block's.
+
+// Q2_K: 16 bytes of 4-bit scale (low) and minimum (high) per 16 values, 2-bit quants four to a byte, then d and
+// dmin. Each 32 bytes of quants hold 128 values: the byte's bit pairs 0-1, 2-3, 4-5, 6-7 in turn.
+void decode_q2_k(const std::byte* block, double* out) {
+  const std::byte* scales = block;
+  const float d = half_at(block + 80), dmin = half_at(block + 82);
+  int sub = 0;
+  for (int half = 0; half < 2; ++half) {
+    const std::byte* q = block + 16 + 32 * half;
+    for (int shift = 0; shift < 8; shift += 2) {
+      for (int part = 0; part < 2; ++part, ++sub) {
+        const int sc = byte_at(scales, sub);
+        const float dl = d * static_cast<float>(sc & 0x0f), ml = dmin * static_cast<float>(sc >> 4);
+        for (int l = 0; l < 16; ++l) {
+          const float scaled = dl * static_cast<float>((byte_at(q, 16 * part + l) >> shift) & 3);
+          *out++ = scaled - ml;
+        }
+      }
+    }
+  }
+}
+
+// Q3_K: a high-bit mask (32 bytes, bit b of byte l for the b-th run of 32 values), 2-bit quants as Q2_K's, then
+// sixteen 6-bit scales packed in 12 bytes (low nibbles in bytes 0-7, high bit pairs in bytes 8-11), then d.
+// A clear high bit subtracts 4, so quants run from -4 to 3; scales are stored plus 32.
+void decode_q3_k(const std::byte* block, double* out) {
+  const std::byte* mask = block;
+  const std::byte* packed_scales = block + 96;
+  const float d = half_at(block + 108);
+  std::array<int, 16> scales{};
+  for (int k = 0; k < 16; ++k) {
+    const int low = k < 8 ? byte_at(packed_scales, k) & 0x0f : byte_at(packed_scales, k - 8) >> 4;
+    const int high = (byte_at(packed_scales, 8 + k % 4) >> (2 * (k / 4))) & 3;
+    scales[static_cast<std::size_t>(k)] = (low | (high << 4)) - 32;
+  }
+  int sub = 0, bit = 0;
+  for (int half = 0; half < 2; ++half) {
+    const std::byte* q = block + 32 + 32 * half;
+    for (int shift = 0; shift < 8; shift += 2, ++bit) {
+      for (int part = 0; part < 2; ++part, ++sub) {
+        const float dl = d * static_cast<float>(scales[static_cast<std::size_t>(sub)]);
+        for (int l = 0; l < 16; ++l) {
+          const int at = 16 * part + l;
+          const int value = ((byte_at(q, at) >> shift) & 3) - (((byte_at(mask, at) >> bit) & 1) ? 0 : 4);
+          *out++ = dl * static_cast<float>(value);
+        }
+      }
+    }
+  }
+}
+
+// Q4_K's and Q5_K's scale and minimum of sub-block j (of 8), 6 bits each in 12 bytes (ggml's get_scale_min_k4):
+// sub-blocks 0-3 in the low 6 bits of bytes 0-3 (scales) and 4-7 (minimums); sub-blocks 4-7 in the nibbles of
+// bytes 8-11 with their top two bits in the top bits of bytes 0-7.
+std::pair<int, int> scale_min_k4(int j, const std::byte* scales) {
+  if (j < 4) return {byte_at(scales, j) & 63, byte_at(scales, j + 4) & 63};
+  return {(byte_at(scales, j + 4) & 0x0f) | ((byte_at(scales, j - 4) >> 6) << 4),
+          (byte_at(scales, j + 4) >> 4) | ((byte_at(scales, j) >> 6) << 4)};
+}
+
+// Q4_K and Q5_K: d, dmin, the packed scales, (Q5_K: a fifth bit per value, bit 2c or 2c + 1 of byte l for the
+// chunk c of 64 values,) then 4-bit quants: each 32 bytes hold 64 values, low nibbles first.
+void decode_q45_k(const std::byte* block, double* out, const std::byte* fifth_bits) {
+  const float d = half_at(block), dmin = half_at(block + 2);
+  const std::byte* scales = block + 4;
+  const std::byte* qs = block + (fifth_bits ? 48 : 16);
+  for (int chunk = 0; chunk < 4; ++chunk) {
+    const std::byte* q = qs + 32 * chunk;
+    for (int nibble = 0; nibble < 2; ++nibble) {
+      const int sub = 2 * chunk + nibble;
+      const auto [sc, m] = scale_min_k4(sub, scales);
+      const float dl = d * static_cast<float>(sc), ml = dmin * static_cast<float>(m);
+      for (int l = 0; l < 32; ++l) {
+        int value = (byte_at(q, l) >> (4 * nibble)) & 0x0f;
+        if (fifth_bits) value |= ((byte_at(fifth_bits, l) >> sub) & 1) << 4;
+        const float scaled = dl * static_cast<float>(value);
+        *out++ = scaled - ml;
+      }
+    }
+  }
+}
+void decode_q4_k(const std::byte* block, double* out) { decode_q45_k(block, out, nullptr); }
+void decode_q5_k(const std::byte* block, double* out) { decode_q45_k(block, out, block + 16); }
+
+// Q6_K: low nibbles (128 bytes), high bit pairs (64 bytes), sixteen int8 scales, then d. Each half of 128 values
+// takes 64 bytes of nibbles (values l and l + 64 from byte l, l + 32 and l + 96 from byte l + 32) and 32 bytes of
+// bit pairs (pairs 0, 1, 2, 3 of byte l for values l, l + 32, l + 64, l + 96); quants are stored plus 32.
+void decode_q6_k(const std::byte* block, double* out) {
+  const float d = half_at(block + 208);
+  for (int half = 0; half < 2; ++half) {
+    const std::byte* ql = block + 64 * half;
+    const std::byte* qh = block + 128 + 32 * half;
+    const std::byte* scales = block + 192 + 8 * half;
+    double* y = out + 128 * half;
+    for (int l = 0; l < 32; ++l) {
+      for (int k = 0; k < 4; ++k) {
+        const int low = (byte_at(ql, l + 32 * (k % 2)) >> (4 * (k / 2))) & 0x0f;
+        const int value = (low | (((byte_at(qh, l) >> (2 * k)) & 3) << 4)) - 32;
+        const float dl = d * static_cast<float>(static_cast<std::int8_t>(scales[l / 16 + 2 * k]));
+        y[l + 32 * k] = dl * static_cast<float>(value);
+      }
+    }
+  }
+}
+
+// IQ4_NL: Q4_0's layout, the nibbles indexing a non-linear grid of 16 int8 values (ggml's kvalues_iq4nl).
+// llama.cpp writes it for the tensors of Q2_K and Q3_K files whose rows are not whole super-blocks.
+void decode_iq4_nl(const std::byte* block, double* out) {
+  constexpr std::array<int, 16> kGrid = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  const float d = half_at(block);
+  for (int j = 0; j < 16; ++j) {
+    const auto q = static_cast<std::size_t>(byte_at(block, 2 + j));
+    out[j] = d * static_cast<float>(kGrid[q & 0x0f]);
+    out[j + 16] = d * static_cast<float>(kGrid[q >> 4]);
+  }
+}
+
+// Q8_K: a float32 scale and 256 int8 quants (then 16 sums of 16 quants, which only ggml's dot products use).
+void decode_q8_k(const std::byte* block, double* out) {
+  const auto d = load<float>(block);
+  for (int j = 0; j < 256; ++j) out[j] = d * static_cast<float>(static_cast<std::int8_t>(block[4 + j]));
 }
 
 // Every ggml type GGUF files use today (ggml.h's numbering; the gaps are types ggml has retired). F32, F16 and
@@ -59,21 +219,21 @@ constexpr BlockFormat kFormats[] = {
     {"F16", 1, 1, 2},
     {"Q4_0", 2, 32, 18, decode_q4_0},
     {"Q4_1", 3, 32, 20, decode_q4_1},
-    {"Q5_0", 6, 32, 22},
-    {"Q5_1", 7, 32, 24},
+    {"Q5_0", 6, 32, 22, decode_q5_0},
+    {"Q5_1", 7, 32, 24, decode_q5_1},
     {"Q8_0", 8, 32, 34, decode_q8_0},
     {"Q8_1", 9, 32, 40},
-    {"Q2_K", 10, 256, 84},
-    {"Q3_K", 11, 256, 110},
-    {"Q4_K", 12, 256, 144},
-    {"Q5_K", 13, 256, 176},
-    {"Q6_K", 14, 256, 210},
-    {"Q8_K", 15, 256, 292},
+    {"Q2_K", 10, 256, 84, decode_q2_k},
+    {"Q3_K", 11, 256, 110, decode_q3_k},
+    {"Q4_K", 12, 256, 144, decode_q4_k},
+    {"Q5_K", 13, 256, 176, decode_q5_k},
+    {"Q6_K", 14, 256, 210, decode_q6_k},
+    {"Q8_K", 15, 256, 292, decode_q8_k},
     {"IQ2_XXS", 16, 256, 66},
     {"IQ2_XS", 17, 256, 74},
     {"IQ3_XXS", 18, 256, 98},
     {"IQ1_S", 19, 256, 50},
-    {"IQ4_NL", 20, 32, 18},
+    {"IQ4_NL", 20, 32, 18, decode_iq4_nl},
     {"IQ3_S", 21, 256, 110},
     {"IQ2_S", 22, 256, 82},
     {"IQ4_XS", 23, 256, 136},
@@ -87,6 +247,8 @@ constexpr BlockFormat kFormats[] = {
     {"TQ1_0", 34, 256, 54},
     {"TQ2_0", 35, 256, 66},
     {"MXFP4", 39, 32, 17},
+    {"NVFP4", 40, 64, 36},
+    {"Q1_0", 41, 128, 18},
 };
 
 std::optional<DType> plain_dtype(std::uint32_t ggml_type) {
@@ -211,13 +373,6 @@ class MetadataMemory {
   std::uint64_t budget_, held_ = 0;
 };
 
-template <class T>
-T load(const std::byte* bytes) {
-  T value;
-  std::memcpy(&value, bytes, sizeof(T));
-  return value;
-}
-
 // A number or BOOL from its bytes in the file.
 decltype(GgufValue::data) scalar_at(GgufType type, const std::byte* bytes) {
   switch (type) {
@@ -293,6 +448,14 @@ const BlockFormat* block_format(std::uint32_t ggml_type) {
     if (format.ggml_type == ggml_type) return &format;
   }
   return nullptr;
+}
+
+std::vector<std::string_view> readable_ggml_types() {
+  std::vector<std::string_view> out;
+  for (const auto& format : kFormats) {
+    if (format.decode || plain_dtype(format.ggml_type)) out.push_back(format.name);
+  }
+  return out;
 }
 
 std::string_view gguf_type_name(GgufType type) {

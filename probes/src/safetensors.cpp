@@ -415,8 +415,8 @@ void for_each_element(const TensorFile& file, const TensorInfo& tensor, std::int
   std::size_t unit_bytes = 0;
   if (tensor.block) {
     if (!tensor.block->decode) {
-      throw InputError(fmt::format("{} has type {}, which is not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_1)", where,
-                                   tensor.block->name));
+      throw InputError(fmt::format("{} has type {}, which is not supported ({})", where, tensor.block->name,
+                                   fmt::join(readable_ggml_types(), ", ")));
     }
     unit_elements = static_cast<std::int64_t>(tensor.block->elements);
     unit_bytes = tensor.block->bytes;

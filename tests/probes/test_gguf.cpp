@@ -63,6 +63,35 @@ std::vector<std::byte> q8_0_block() {
 }
 double q8_0_value(int k) { return (-16 + 3 * k) * 0.125; }
 
+// Q4_K, two super-blocks with every quant 1: the first with d = 1 and dmin = 0 gives each sub-block's 6-bit scale
+// (10 + j for j < 4, stored in bytes 0-3; 49 + j for 4 + j, its low nibble in byte 8 + j and its top bits in the
+// top of byte j), the second with d = 0 and dmin = 1 the negated minimums (20 + j, bytes 4-7; 37 + j, the high
+// nibble of byte 8 + j and the top of byte 4 + j).
+std::vector<std::byte> q4_k_blocks() {
+  std::vector<std::byte> scales;
+  for (int j = 0; j < 4; ++j) scales.push_back(static_cast<std::byte>(0xc0 | (10 + j)));
+  for (int j = 0; j < 4; ++j) scales.push_back(static_cast<std::byte>(0x80 | (20 + j)));
+  for (int j = 0; j < 4; ++j) scales.push_back(static_cast<std::byte>(((j + 5) << 4) | (j + 1)));
+  std::vector<std::byte> out;
+  for (const auto& d_dmin : {bytes_of({0x00, 0x3c, 0x00, 0x00}), bytes_of({0x00, 0x00, 0x00, 0x3c})}) {
+    out.insert(out.end(), d_dmin.begin(), d_dmin.end());
+    out.insert(out.end(), scales.begin(), scales.end());
+    out.resize(out.size() + 128, std::byte{0x11});
+  }
+  return out;
+}
+double q4_k_scale(int sub) { return sub < 4 ? 10 + sub : 49 + (sub - 4); }
+double q4_k_minimum(int sub) { return sub < 4 ? 20 + sub : 37 + (sub - 4); }
+
+// Q8_K: a float32 scale 0.1 (rounded, so that its products with the quants -128 + j round too), then 32 bytes of
+// sums that dequantization ignores.
+std::vector<std::byte> q8_k_block() {
+  auto out = raw<float>({0.1f});
+  for (int j = 0; j < 256; ++j) out.push_back(static_cast<std::byte>(static_cast<std::int8_t>(j - 128)));
+  out.resize(292, std::byte{0x55});
+  return out;
+}
+
 // A valid file with metadata of every value type and one tensor of every supported type.
 GgufImage valid_image() {
   GgufImage g;
@@ -101,7 +130,9 @@ GgufImage valid_image() {
   two_rows.resize(34, std::byte{7});
   two_rows.insert(two_rows.end(), q8_0.begin(), q8_0.end());
   g.tensor("q8_0", {32, 2}, 8, two_rows);
-  g.tensor("q4_k", {256}, 12, std::vector<std::byte>(144, std::byte{1}));
+  g.tensor("q4_k", {256, 2}, 12, q4_k_blocks());
+  g.tensor("q8_k", {256}, 15, q8_k_block());
+  g.tensor("iq4_xs", {256}, 23, std::vector<std::byte>(136, std::byte{1}));
   return g;
 }
 
@@ -189,10 +220,22 @@ TEST_CASE("GGUF tensors: shapes outermost first, plain types and blocks dequanti
   double sum = 0;
   for (int k = 0; k < 32; ++k) sum += q4_0_value(k) * q4_0_value(k);
   CHECK(rms == Approx(std::sqrt(sum / 32)).epsilon(1e-15));
-  // A known type that is not supported is refused when read, by name.
-  CHECK_THROWS_WITH(checkpoint.vector("q4_k"),
-                    Catch::Contains("tensor 'q4_k' in " + file.string()) && Catch::Contains("type Q4_K"));
+  const Matrix q4_k = checkpoint.matrix("q4_k", 2, 256);
+  const Vector q8_k = checkpoint.vector("q8_k", 256);
+  for (int k = 0; k < 256; ++k) {
+    INFO("element " << k);
+    CHECK(q4_k(0, k) == q4_k_scale(k / 32));
+    CHECK(q4_k(1, k) == -q4_k_minimum(k / 32));
+    CHECK(q8_k[k] == static_cast<double>(0.1f * static_cast<float>(k - 128)));
+  }
+  CHECK(q8_k[129] == static_cast<double>(0.1f));
+  CHECK(q8_k[131] != 3 * static_cast<double>(0.1f));  // 3 times 0.1f is not a float32: the product is rounded
+  // A known type that is not supported is refused when read, by name, with the types that are read.
+  CHECK_THROWS_WITH(checkpoint.vector("iq4_xs"), Catch::Contains("tensor 'iq4_xs' in " + file.string()) &&
+                                                     Catch::Contains("type IQ4_XS, which is not supported") &&
+                                                     Catch::Contains("Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K"));
   CHECK(type_name(checkpoint.info("q4_k")) == "Q4_K");
+  CHECK(type_name(checkpoint.info("iq4_xs")) == "IQ4_XS");
   CHECK(type_name(checkpoint.info("bf16")) == "BF16");
 }
 
@@ -238,6 +281,16 @@ TEST_CASE("Malformed GGUF files are refused, naming the file and what is wrong")
   expect_refused(with([](GgufImage& g) { g.tensor("odd", {1}, 99, {}); }), "tensor 'odd': unknown ggml type 99");
   expect_refused(with([](GgufImage& g) { g.tensor("part", {16}, 2, q4_0_block()); }),
                  "tensor 'part': rows of 16 elements are not whole blocks of 32 (Q4_0)");
+  // llama.cpp stores a tensor whose rows are not whole super-blocks of 256 in another type: one that says it is
+  // a K-quant is refused, and one whose blocks the file does not hold in full is never read past its end.
+  expect_refused(with([](GgufImage& g) {
+                   g.tensor("rows", {100, 2}, 12, q4_k_blocks());
+                 }),
+                 "tensor 'rows': rows of 100 elements are not whole blocks of 256 (Q4_K)");
+  expect_refused(with([](GgufImage& g) {
+                   g.tensor("cut", {256, 3}, 14, std::vector<std::byte>(2 * 210));
+                 }),
+                 "tensor 'cut': 630 bytes at offset");
   expect_refused(with([](GgufImage& g) {
                    g.tensor("huge", {1ull << 40, 1ull << 40}, 0, {});
                  }),

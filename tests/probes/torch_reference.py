@@ -29,7 +29,8 @@
   dequant BIN FILE.gguf [--rows K] [NAME ...]
                            has BIN (the test program dump_gguf) write the named tensors (all supported ones by
                            default; the first K rows of each with --rows) as F64 and checks them bit for bit
-                           against the `gguf` package's dequantization.
+                           against the `gguf` package's dequantization (Q8_K, which it lacks, against ggml's
+                           formula written here).
 
 Exit 0 pass, 1 mismatch, 77 skipped (PyTorch, NumPy or gguf absent). The safetensors format is read and
 written here by hand (8-byte little-endian header length, JSON header, raw bytes) so no extra package is
@@ -398,39 +399,52 @@ def make_tiny_llama(folder):
                 if short in ("attn_q", "attn_k"):
                     value = permute_for_gguf(value, H if short == "attn_q" else G)
                 converted[f"blk.{layer}.{short}.{kind}"] = value
+    dims = {"L": L, "P": P, "D": D, "I": I, "H": H, "G": G, "theta": theta, "eps": eps, "d": d}
     for type_name in LLAMA_GGUF_TYPES:
-        path = os.path.join(folder, f"tiny-llama-{type_name}.gguf")
-        writer = gguf.GGUFWriter(path + ".tmp", "llama")
-        writer.add_block_count(L)
-        writer.add_context_length(P)
-        writer.add_embedding_length(D)
-        writer.add_feed_forward_length(I)
-        writer.add_head_count(H)
-        writer.add_head_count_kv(G)
-        writer.add_rope_freq_base(theta)
-        writer.add_layer_norm_rms_eps(eps)
-        writer.add_rope_dimension_count(d)
-        writer.add_vocab_size(V)
-        writer.add_tokenizer_model("gpt2")
-        writer.add_tokenizer_pre("gpt2")
-        writer.add_token_list(vocab)
-        writer.add_token_merges([f"{a} {b}" for a, b in merges])
-        writer.add_add_bos_token(False)
         qtype = getattr(gguf.GGMLQuantizationType, type_name.upper())
+        tensors = {}
         for name, value in converted.items():
             value = value.astype(np.float32)
             # Norms and biases stay F32, as llama.cpp's converter keeps 1-D tensors.
             if value.ndim == 1 or type_name == "f32":
-                writer.add_tensor(name, value)
+                tensors[name] = (value, None)
             elif type_name == "f16":
-                writer.add_tensor(name, value.astype(np.float16))
+                tensors[name] = (value.astype(np.float16), None)
             else:
-                writer.add_tensor(name, quantize(value, qtype), raw_dtype=qtype)
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-        writer.close()
-        os.replace(path + ".tmp", path)
+                tensors[name] = (quantize(value, qtype), qtype)
+        write_llama_gguf(os.path.join(folder, f"tiny-llama-{type_name}.gguf"), dims, vocab, merges, tensors)
+
+
+def write_llama_gguf(path, dims, vocab, merges, tensors):
+    """A Llama GGUF file of the sizes `dims` with the byte-level BPE vocabulary; tensors: name -> (array, None)
+    for plain types, (raw block bytes, ggml type) for block types."""
+    import gguf
+    writer = gguf.GGUFWriter(path + ".tmp", "llama")
+    writer.add_block_count(dims["L"])
+    writer.add_context_length(dims["P"])
+    writer.add_embedding_length(dims["D"])
+    writer.add_feed_forward_length(dims["I"])
+    writer.add_head_count(dims["H"])
+    writer.add_head_count_kv(dims["G"])
+    writer.add_rope_freq_base(dims["theta"])
+    writer.add_layer_norm_rms_eps(dims["eps"])
+    writer.add_rope_dimension_count(dims["d"])
+    writer.add_vocab_size(len(vocab))
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("gpt2")
+    writer.add_token_list(vocab)
+    writer.add_token_merges([f"{a} {b}" for a, b in merges])
+    writer.add_add_bos_token(False)
+    for name, (value, qtype) in tensors.items():
+        if qtype is None:
+            writer.add_tensor(name, value)
+        else:
+            writer.add_tensor(name, value, raw_dtype=qtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    os.replace(path + ".tmp", path)
 
 
 def read_gguf(path):
@@ -629,9 +643,21 @@ def check_llama_norms(layers, metrics, cross_norm):
     return failures
 
 
-def dequant(binary, path, args):
+def reference_dequantize(data, qtype):
+    """The gguf package's dequantization, and for Q8_K, which it lacks (llama.cpp uses Q8_K for activations in
+    its dot products, not in files), ggml's dequantize_row_q8_K: the float32 scale times each int8 quant."""
     import gguf
     from gguf.quants import dequantize
+    if qtype == gguf.GGMLQuantizationType.Q8_K:
+        blocks = np.ascontiguousarray(data).view(np.uint8).reshape(-1, 292)
+        scale = blocks[:, :4].copy().view(np.float32)
+        quants = blocks[:, 4:260].copy().view(np.int8).astype(np.float32)
+        return (scale * quants).reshape(*data.shape[:-1], -1)
+    return dequantize(data, qtype)
+
+
+def dequant(binary, path, args):
+    import gguf
     rows = None
     if args[:1] == ["--rows"]:
         rows, args = int(args[1]), args[2:]
@@ -648,7 +674,7 @@ def dequant(binary, path, args):
     for t in reader.tensors:
         if t.name not in ours:
             continue
-        reference = dequantize(t.data, t.tensor_type).astype(np.float64)
+        reference = reference_dequantize(t.data, t.tensor_type).astype(np.float64)
         if rows:
             reference = reference.reshape(-1, reference.shape[-1])[:rows]
         mine = ours.pop(t.name).reshape(reference.shape)
@@ -657,6 +683,7 @@ def dequant(binary, path, args):
             bad = int(np.sum(mine.view(np.uint64) != reference.view(np.uint64)))
             print(f"FAIL: {t.name} ({t.tensor_type.name}): {bad} of {mine.size} values differ from gguf's")
             failures += 1
+            continue
         counts[t.tensor_type.name] = counts.get(t.tensor_type.name, 0) + mine.size
     if ours:
         print(f"FAIL: tensors {sorted(ours)} are not in {path} according to gguf")

@@ -7,9 +7,10 @@
 //
 // Tensors are described in the readers' common TensorInfo with their shape outermost first (GGUF's
 // dimensions reversed), so a GGUF weight has the shape of the PyTorch tensor it was converted from. F32, F16
-// and BF16 are plain element types; the block formats Q8_0, Q4_0 and Q4_1 are dequantized exactly as ggml
-// does (in float32, then widened); every other ggml type is known by its name and size, so the file still
-// validates, and refused with its name when one of its tensors is read.
+// and BF16 are plain element types; the block formats Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, the K-quants Q2_K, Q3_K,
+// Q4_K, Q5_K, Q6_K, Q8_K and IQ4_NL (the K-quant files' fallback) are dequantized exactly as ggml does (in
+// float32, then widened); every other ggml type (the other IQ, the TQ and FP4 formats) is known by its name and
+// size, so the file still validates, and refused with its name when one of its tensors is read.
 
 #include "attncheck/probes/safetensors.hpp"
 
@@ -38,6 +39,8 @@ struct BlockFormat {
 
 // The block formats (and other ggml types) by ggml type id; nullptr when the id is unknown.
 const BlockFormat* block_format(std::uint32_t ggml_type);
+// The names of the ggml types whose tensors are read (plain or dequantized), for messages.
+std::vector<std::string_view> readable_ggml_types();
 
 enum class GgufType : std::uint32_t {
   u8 = 0,
