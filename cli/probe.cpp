@@ -198,25 +198,11 @@ void print_columns(const std::vector<std::string>& headers, const std::vector<st
 void print_table(const probes::ProbeResult& result, const probes::ProbeInput& input,
                  const std::vector<std::string>& columns, bool cross_norm) {
   const auto& c = result.config;
-  const bool vision = probes::is_vision(c.architecture);
+  const bool vision = probes::is_vision(c);
   fmt::print("{} model: {} layers, {} heads of dimension {}, D = {}; trained attention: {}; {} attention\n",
-             probes::architecture_name(c.architecture), c.layers, c.heads, c.head_dim(), c.hidden,
-             c.attention_activation,
-             c.architecture == probes::Architecture::bert || vision ? "bidirectional" : "causal");
-  if (vision) {
-    fmt::print("{} x {} pixel patches{}\n", c.patch_size, c.patch_size,
-               c.architecture == probes::Architecture::dinov2
-                   ? fmt::format("; LayerScale; position embeddings for {0} x {0} pixels, interpolated bicubically "
-                                 "to other patch grids",
-                                 c.image_size)
-                   : fmt::format("; position embeddings for {0} x {0} pixels", c.image_size));
-  }
-  if (c.architecture == probes::Architecture::llama) {
-    fmt::print(
-        "rotary positions (base {:g}, pairs {}); {} query heads share {} key/value heads: |dA/dWk| is one "
-        "head's, the JSON's dWk_group_fro its group's\n",
-        c.rope_theta, c.rope_interleaved ? "(2p, 2p+1)" : "(p, p+d/2)", c.heads, c.key_value_heads());
-  }
+             probes::architecture_name(c), c.layers, c.heads, c.head_dim(), c.hidden, c.attention_activation,
+             c.causal ? "causal" : "bidirectional");
+  fmt::print("{}", probes::describe_family(c));
   if (input.kind == probes::ProbeInput::Kind::random) {
     fmt::print("input: {} Gaussian embeddings, sigma = {:.4g} (RMS of the {} embeddings), seed {}\n",
                result.random_length, result.random_sigma, vision ? "position" : "token", input.seed);
@@ -345,8 +331,7 @@ int run_text_file(const ProbeOptions& o, probes::ProbeProgress progress) {
   const auto& first = results.front();
   const auto& c = first.config;
   fmt::print("{} model: {} layers, {} heads of dimension {}, D = {}; trained attention: {}\n",
-             probes::architecture_name(c.architecture), c.layers, c.heads, c.head_dim(), c.hidden,
-             c.attention_activation);
+             probes::architecture_name(c), c.layers, c.heads, c.head_dim(), c.hidden, c.attention_activation);
   std::int64_t fewest = INT64_MAX, most = 0;
   for (const auto& r : results) {
     fewest = std::min<std::int64_t>(fewest, static_cast<std::int64_t>(r.ids.size()));

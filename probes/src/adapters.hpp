@@ -1,6 +1,6 @@
 #pragma once
-// Internal to the probes library: what the architecture adapters share, and the adapters kept in their own
-// files (one per architecture).
+// Internal to the probes library: the interface every model family's adapter fills in (one file per family,
+// probes/src/<family>.cpp; the list of them in probes/src/adapters.cpp), and what the adapters share.
 
 #include "attncheck/probes/gguf.hpp"
 #include "attncheck/probes/model.hpp"
@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -24,6 +25,10 @@ std::int64_t positive_int(const nlohmann::json& config, const char* key, const s
 // The same, or `fallback` when the key is absent or null.
 std::int64_t positive_int_or(const nlohmann::json& config, const char* key, std::int64_t fallback,
                              const std::filesystem::path& file);
+
+// The sizes that most text models' config.json files name as BERT's does: hidden_size, num_attention_heads,
+// num_hidden_layers, intermediate_size, vocab_size, max_position_embeddings.
+void read_text_model_sizes(const nlohmann::json& config, const std::filesystem::path& file, ModelConfig& c);
 
 // A number from a model's configuration that must be finite and at least `min` (above it when `above`): a negative
 // normalization epsilon or rotary base would make the forward pass NaN, and the message would then blame a logit.
@@ -69,30 +74,60 @@ void apply_hidden_activation(Matrix& m, const std::string& act);
 Matrix project(const Checkpoint& checkpoint, const Matrix& x, const std::string& name, std::int64_t out);
 Vector bias_or_zero(const Checkpoint& checkpoint, const std::string& name, std::int64_t length);
 
+// One layer's attention weights for all heads as maps of rows (x -> x W + b): W_Q is D x (heads d), W_K is
+// D x (kv_heads d), W_V is D x (kv_heads d_v) or empty (no values). A bias is added only when it is not empty
+// (an empty b_Q or b_K is zero in the heads' inputs).
+struct AttentionWeights {
+  Matrix W_Q, W_K, W_V;
+  Vector b_Q, b_K, b_V;
+};
+
+// Query, key and value projections stored as nn.Linear (NAME.weight [out, in], NAME.bias when present): the
+// query and key biases are zeros where the checkpoint has none, the value bias empty.
+AttentionWeights linear_attention_weights(const Checkpoint& checkpoint, const std::string& query,
+                                          const std::string& key, const std::string& value, std::int64_t hidden,
+                                          std::int64_t query_width, std::int64_t key_value_width);
+
+// Fills layer.heads from layer.X: head h reads the query columns h d .. h d + d - 1 and the keys and values of
+// its key/value head h / (heads / kv_heads); V and U are rotated to their positions when layer.rotary is set.
+// With `map`, also each head's attention (scores scaled by layer.inner, masked when layer.causal; errors name
+// layer `layer_index`), and returns the context: N x (heads d_v), each head's attention times its values.
+// Without, the heads have no attention and the context is empty.
+Matrix fill_heads(LayerInputs& layer, const AttentionWeights& weights, std::int64_t heads,
+                  const theory::AttentionMap* map = nullptr, std::int64_t layer_index = 0);
+
+// Refuses hidden states that overflowed in `layer`, before the next layer turns them into NaN scores.
+void require_finite_hidden_states(const Matrix& h, std::int64_t layer);
+
+// What the probes need of one model family. Each family's file defines its adapter, naming only what the family
+// has (a text family no embed_pixels); adapters.cpp lists them.
+struct FamilyAdapter {
+  std::string_view name;  // as reports and probe logs write it ("BERT"; docs/results-format.md lists them)
+  std::vector<std::string_view> model_types;         // config.json "model_type" values it reads
+  std::vector<std::string_view> gguf_architectures;  // GGUF general.architecture values it reads (none: empty)
+  // The configuration from config.json (`file` names it in errors; the tensor prefix is found from the
+  // checkpoint's names). The family, the attention activation and the heads' split are checked by the caller.
+  ModelConfig (*config_from_json)(const nlohmann::json& config, const std::filesystem::path& file,
+                                  const Checkpoint& checkpoint);
+  // The configuration from a GGUF file's metadata; null when gguf_architectures is empty.
+  ModelConfig (*config_from_gguf)(const GgufHeader& header, const Checkpoint& checkpoint) = nullptr;
+  // The tensor whose entries' RMS is the scale of the model's own embeddings, which random inputs are drawn at.
+  std::string (*embedding_scale_tensor)(const ModelConfig& config);
+  // The embeddings (N x D) of token ids already checked against the vocabulary and the positions; null for a
+  // family that takes images.
+  Matrix (*embed_tokens)(const Checkpoint& checkpoint, const ModelConfig& config,
+                         std::span<const std::int64_t> ids) = nullptr;
+  // The embeddings (N x D) of an image; null for a family that takes tokens.
+  Matrix (*embed_pixels)(const Checkpoint& checkpoint, const ModelConfig& config, const Pixels& pixels) = nullptr;
+  // The inputs of layers 0 .. last from the embeddings (N x D, sizes and memory already checked).
+  std::vector<LayerInputs> (*forward)(const Checkpoint& checkpoint, const ModelConfig& config, Matrix h,
+                                      std::int64_t last);
+  // What `attncheck probe` says of the family's own traits under the model's sizes (lines, each ending in a
+  // newline); null when there is nothing to add.
+  std::string (*describe)(const ModelConfig& config) = nullptr;
+};
+
+// Every family, in the order refusals list their model_type values.
+std::span<const FamilyAdapter* const> family_adapters();
+
 }  // namespace attncheck::probes::detail
-
-namespace attncheck::probes::llama {
-
-// The architecture from a GGUF file's metadata (general.architecture "llama").
-ModelConfig config_from_gguf(const GgufHeader& header, const Checkpoint& checkpoint);
-// The architecture from a Hugging Face config.json with model_type "llama".
-ModelConfig config_from_json(const nlohmann::json& config, const std::filesystem::path& file,
-                             const Checkpoint& checkpoint);
-std::string embedding_name(const ModelConfig& config);
-// The layers 0 .. last from the token embeddings.
-std::vector<LayerInputs> forward(const Checkpoint& checkpoint, const ModelConfig& config, Matrix h, std::int64_t last);
-
-}  // namespace attncheck::probes::llama
-
-namespace attncheck::probes::vit {
-
-// The architecture from a Hugging Face config.json with model_type "vit" or "dinov2".
-ModelConfig config_from_json(const nlohmann::json& config, const std::filesystem::path& file,
-                             const Checkpoint& checkpoint);
-// The CLS token, the patch embeddings in row-major patch order and the position embeddings: N x D.
-Matrix embed(const Checkpoint& checkpoint, const ModelConfig& config, const Pixels& pixels);
-std::string position_embedding_name(const ModelConfig& config);
-// The layers 0 .. last from the embeddings.
-std::vector<LayerInputs> forward(const Checkpoint& checkpoint, const ModelConfig& config, Matrix h, std::int64_t last);
-
-}  // namespace attncheck::probes::vit

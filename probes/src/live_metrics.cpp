@@ -1,5 +1,6 @@
 #include "attncheck/probes/live_metrics.hpp"
 
+#include "adapters.hpp"
 #include "attncheck/probes/image.hpp"
 #include "attncheck/probes/tokenizer.hpp"
 #include "attncheck/records/input_file.hpp"
@@ -318,26 +319,11 @@ LayerInputs split_heads(Matrix X, const Matrix& W_Q, const Matrix& W_K, const Ve
   if (b_V.size() != 0 && (!with_values || b_V.size() != W_V.cols())) {
     throw InputError(fmt::format("b_v has {} entries, w_v {} columns", b_V.size(), W_V.cols()));
   }
-  const Index d = W_Q.cols() / heads, d_v = W_V.cols() / heads;
   LayerInputs layer;
   layer.X = std::move(X);
   layer.inner = inner;
   layer.causal = causal;
-  for (int head = 0; head < heads; ++head) {
-    HeadInputs inputs;
-    inputs.kv_head = head;  // no grouped queries: each head reads its own key
-    inputs.W_Q = W_Q.middleCols(head * d, d);
-    inputs.W_K = W_K.middleCols(head * d, d);
-    inputs.b_Q = b_Q.size() ? Vector(b_Q.segment(head * d, d)) : Vector::Zero(d);
-    inputs.b_K = b_K.size() ? Vector(b_K.segment(head * d, d)) : Vector::Zero(d);
-    inputs.V = (layer.X * inputs.W_Q).rowwise() + inputs.b_Q.transpose();
-    inputs.U = (layer.X * inputs.W_K).rowwise() + inputs.b_K.transpose();
-    if (with_values) {
-      inputs.values = layer.X * W_V.middleCols(head * d_v, d_v);
-      if (b_V.size()) inputs.values.rowwise() += b_V.segment(head * d_v, d_v).transpose();
-    }
-    layer.heads.push_back(std::move(inputs));
-  }
+  detail::fill_heads(layer, {W_Q, W_K, W_V, b_Q, b_K, b_V}, heads);
   return layer;
 }
 
@@ -417,14 +403,14 @@ ProbeResult probe_model(const fs::path& model_path, const ProbeInput& input, con
     }
   }
   std::vector<LayerInputs> computed;
-  const bool vision = is_vision(model.config().architecture);
+  const bool vision = is_vision(model.config());
   if (vision && (input.kind == ProbeInput::Kind::text || input.kind == ProbeInput::Kind::tokens)) {
     throw InputError(fmt::format("{} takes images, not tokens: use --pixels, --image or --random",
-                                 architecture_name(model.config().architecture)));
+                                 architecture_name(model.config())));
   }
   if (!vision && (input.kind == ProbeInput::Kind::pixels || input.kind == ProbeInput::Kind::image)) {
     throw InputError(fmt::format("{} takes tokens, not images: use --text, --tokens or --random",
-                                 architecture_name(model.config().architecture)));
+                                 architecture_name(model.config())));
   }
   switch (input.kind) {
     case ProbeInput::Kind::pixels:

@@ -5,12 +5,9 @@
 
 #include <cmath>
 
-namespace attncheck::probes::llama {
+namespace attncheck::probes::detail {
 
 namespace fs = std::filesystem;
-using detail::bias_or_zero;
-using detail::project;
-using theory::Index;
 
 namespace {
 
@@ -48,14 +45,7 @@ Names layer_names(const ModelConfig& c, std::int64_t layer) {
           p + "mlp.gate_proj",    p + "mlp.up_proj",      p + "mlp.down_proj"};
 }
 
-}  // namespace
-
 ModelConfig config_from_gguf(const GgufHeader& header, const Checkpoint& checkpoint) {
-  const std::string& architecture = header.string("general.architecture");
-  if (architecture != "llama") {
-    throw InputError(
-        fmt::format("{}: general.architecture '{}' is not supported (llama)", header.source, architecture));
-  }
   const auto integer = [&](const std::string& key) {
     const auto value = header.unsigned_integer("llama." + key);
     if (value == 0 || value > static_cast<std::uint64_t>(INT32_MAX)) {
@@ -67,7 +57,7 @@ ModelConfig config_from_gguf(const GgufHeader& header, const Checkpoint& checkpo
     return header.find("llama." + key) ? integer(key) : fallback;
   };
   ModelConfig c;
-  c.architecture = Architecture::llama;
+  c.causal = true;
   c.gguf = true;
   c.rope_interleaved = true;
   c.hidden_act = "silu";
@@ -92,11 +82,10 @@ ModelConfig config_from_gguf(const GgufHeader& header, const Checkpoint& checkpo
   if (header.find("llama.expert_count") && header.unsigned_integer("llama.expert_count") > 0) {
     throw InputError(fmt::format("{}: mixtures of experts are not supported", header.source));
   }
-  c.rope_theta =
-      detail::checked_number(header.find("llama.rope.freq_base") ? header.number("llama.rope.freq_base") : 10000.0, 0,
-                             true, header.source, "llama.rope.freq_base");
-  c.layer_norm_eps = detail::checked_number(header.number("llama.attention.layer_norm_rms_epsilon"), 0, false,
-                                            header.source, "llama.attention.layer_norm_rms_epsilon");
+  c.rope_theta = checked_number(header.find("llama.rope.freq_base") ? header.number("llama.rope.freq_base") : 10000.0,
+                                0, true, header.source, "llama.rope.freq_base");
+  c.layer_norm_eps = checked_number(header.number("llama.attention.layer_norm_rms_epsilon"), 0, false, header.source,
+                                    "llama.attention.layer_norm_rms_epsilon");
   const auto& embedding = checkpoint.info("token_embd.weight");
   c.vocab =
       header.find("llama.vocab_size") ? integer("vocab_size") : (embedding.shape.empty() ? 0 : embedding.shape.front());
@@ -105,20 +94,13 @@ ModelConfig config_from_gguf(const GgufHeader& header, const Checkpoint& checkpo
 }
 
 ModelConfig config_from_json(const nlohmann::json& config, const fs::path& file, const Checkpoint& checkpoint) {
-  using detail::positive_int;
-  using detail::value_or;
   ModelConfig c;
-  c.architecture = Architecture::llama;
-  c.hidden = positive_int(config, "hidden_size", file);
-  c.heads = positive_int(config, "num_attention_heads", file);
-  c.layers = positive_int(config, "num_hidden_layers", file);
-  c.intermediate = positive_int(config, "intermediate_size", file);
-  c.vocab = positive_int(config, "vocab_size", file);
-  c.max_positions = positive_int(config, "max_position_embeddings", file);
-  c.kv_heads = detail::positive_int_or(config, "num_key_value_heads", c.heads, file);
-  c.head_size = detail::positive_int_or(config, "head_dim", c.hidden / c.heads, file);
-  c.layer_norm_eps = detail::checked_number(value_or<double>(config, "rms_norm_eps", 1e-6, file), 0, false,
-                                            file.string(), "rms_norm_eps");
+  c.causal = true;
+  read_text_model_sizes(config, file, c);
+  c.kv_heads = positive_int_or(config, "num_key_value_heads", c.heads, file);
+  c.head_size = positive_int_or(config, "head_dim", c.hidden / c.heads, file);
+  c.layer_norm_eps =
+      checked_number(value_or<double>(config, "rms_norm_eps", 1e-6, file), 0, false, file.string(), "rms_norm_eps");
   c.hidden_act = value_or<std::string>(config, "hidden_act", "silu", file);
   if (c.hidden_act != "silu") {
     throw InputError(fmt::format("{}: hidden_act '{}' is not supported for Llama (silu)", file.string(), c.hidden_act));
@@ -138,7 +120,7 @@ ModelConfig config_from_json(const nlohmann::json& config, const fs::path& file,
     if (type != "default") throw InputError(fmt::format("{}: rope_type '{}' is not supported", file.string(), type));
     c.rope_theta = value_or<double>(rope, "rope_theta", c.rope_theta, file, "rope_parameters");
   }
-  detail::checked_number(c.rope_theta, 0, true, file.string(), "rope_theta");
+  checked_number(c.rope_theta, 0, true, file.string(), "rope_theta");
   for (const char* prefix : {"", "model."}) {
     if (checkpoint.contains(std::string(prefix) + "embed_tokens.weight")) c.tensor_prefix = prefix;
   }
@@ -150,9 +132,15 @@ std::string embedding_name(const ModelConfig& c) {
   return c.gguf ? "token_embd.weight" : c.tensor_prefix + "embed_tokens.weight";
 }
 
+Matrix embed_tokens(const Checkpoint& checkpoint, const ModelConfig& c, std::span<const std::int64_t> ids) {
+  return checkpoint.rows(embedding_name(c), ids, c.hidden);
+}
+
 std::vector<LayerInputs> forward(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h, std::int64_t last) {
   const std::int64_t D = c.hidden, H = c.heads, G = c.key_value_heads(), d = c.head_dim(), I = c.intermediate;
-  const Index n = h.rows();
+  if (h.rows() > c.max_positions) {
+    throw InputError(fmt::format("the input has {} positions, more than the model's {}", h.rows(), c.max_positions));
+  }
   const theory::Rotary rotary =
       c.rope_interleaved ? theory::Rotary::interleaved(d, c.rope_theta) : theory::Rotary::half_split(d, c.rope_theta);
   const double inner = 1 / std::sqrt(static_cast<double>(d));
@@ -161,52 +149,39 @@ std::vector<LayerInputs> forward(const Checkpoint& checkpoint, const ModelConfig
   for (std::int64_t l = 0; l <= last; ++l) {
     const Names names = layer_names(c, l);
     LayerInputs layer;
-    layer.causal = true;
+    layer.causal = c.causal;
     layer.inner = inner;
     layer.rotary = rotary;
     layer.X = rms_norm(h, checkpoint.vector(names.attention_norm + ".weight", D), c.layer_norm_eps);
-    const Matrix W_q = checkpoint.matrix(names.q + ".weight", H * d, D);
-    const Matrix W_k = checkpoint.matrix(names.k + ".weight", G * d, D);
-    const Vector b_q = bias_or_zero(checkpoint, names.q, H * d), b_k = bias_or_zero(checkpoint, names.k, G * d);
-    Matrix queries = layer.X * W_q.transpose(), keys = layer.X * W_k.transpose();
-    queries.rowwise() += b_q.transpose();
-    keys.rowwise() += b_k.transpose();
-    const Matrix values = project(checkpoint, layer.X, names.v, G * d);
-    std::vector<Matrix> rotated_keys;
-    for (std::int64_t g = 0; g < G; ++g) {
-      rotated_keys.push_back(keys.middleCols(g * d, d));
-      theory::apply_rotary(rotary, rotated_keys.back());
-    }
-    Matrix context(n, H * d);
-    for (std::int64_t head = 0; head < H; ++head) {
-      const std::int64_t g = c.kv_head_of(head);
-      HeadInputs inputs;
-      inputs.kv_head = g;
-      inputs.V = queries.middleCols(head * d, d);
-      theory::apply_rotary(rotary, inputs.V);
-      inputs.U = rotated_keys[static_cast<std::size_t>(g)];
-      // Weights as D x d maps of rows (x -> x W).
-      inputs.W_Q = W_q.middleRows(head * d, d).transpose();
-      inputs.W_K = W_k.middleRows(g * d, d).transpose();
-      inputs.b_Q = b_q.segment(head * d, d);
-      inputs.b_K = b_k.segment(g * d, d);
-      inputs.attention = apply_attention(map, inner * (inputs.V * inputs.U.transpose()), true,
-                                         fmt::format("layer {} head {}", l, head));
-      inputs.values = values.middleCols(g * d, d);
-      context.middleCols(head * d, d) = inputs.attention * inputs.values;
-      layer.heads.push_back(std::move(inputs));
-    }
-    h += project(checkpoint, context, names.o, D);
+    const AttentionWeights weights = linear_attention_weights(checkpoint, names.q, names.k, names.v, D, H * d, G * d);
+    h += project(checkpoint, fill_heads(layer, weights, H, &map, l), names.o, D);
     const Matrix m = rms_norm(h, checkpoint.vector(names.mlp_norm + ".weight", D), c.layer_norm_eps);
     const Matrix gate = project(checkpoint, m, names.gate, I), up = project(checkpoint, m, names.up, I);
     const Matrix inter = gate.unaryExpr([](double x) { return x / (1 + std::exp(-x)); }).cwiseProduct(up);
     h += project(checkpoint, inter, names.down, D);
-    if (!h.allFinite()) {
-      throw InputError(fmt::format("hidden states after layer {} are not finite (the activations overflowed)", l));
-    }
+    require_finite_hidden_states(h, l);
     out.push_back(std::move(layer));
   }
   return out;
 }
 
-}  // namespace attncheck::probes::llama
+std::string describe(const ModelConfig& c) {
+  return fmt::format(
+      "rotary positions (base {:g}, pairs {}); {} query heads share {} key/value heads: |dA/dWk| is one "
+      "head's, the JSON's dWk_group_fro its group's\n",
+      c.rope_theta, c.rope_interleaved ? "(2p, 2p+1)" : "(p, p+d/2)", c.heads, c.key_value_heads());
+}
+
+}  // namespace
+
+extern const FamilyAdapter llama_adapter{.name = "Llama",
+                                         .model_types = {"llama"},
+                                         .gguf_architectures = {"llama"},
+                                         .config_from_json = config_from_json,
+                                         .config_from_gguf = config_from_gguf,
+                                         .embedding_scale_tensor = embedding_name,
+                                         .embed_tokens = embed_tokens,
+                                         .forward = forward,
+                                         .describe = describe};
+
+}  // namespace attncheck::probes::detail

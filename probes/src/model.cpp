@@ -20,19 +20,12 @@ namespace fs = std::filesystem;
 using detail::value_or;
 using theory::Index;
 
-std::string_view architecture_name(Architecture architecture) {
-  switch (architecture) {
-    case Architecture::bert: return "BERT";
-    case Architecture::gpt2: return "GPT-2";
-    case Architecture::llama: return "Llama";
-    case Architecture::vit: return "ViT";
-    case Architecture::dinov2: return "DINOv2";
-  }
-  return "?";
-}
+std::string_view architecture_name(const ModelConfig& config) { return config.family ? config.family->name : "?"; }
 
-bool is_vision(Architecture architecture) {
-  return architecture == Architecture::vit || architecture == Architecture::dinov2;
+bool is_vision(const ModelConfig& config) { return config.family && config.family->embed_pixels; }
+
+std::string describe_family(const ModelConfig& config) {
+  return config.family && config.family->describe ? config.family->describe(config) : "";
 }
 
 theory::AttentionMap trained_attention_map(const std::string& attention_activation, double inner) {
@@ -74,6 +67,15 @@ std::int64_t detail::positive_int_or(const nlohmann::json& config, const char* k
   return !config.contains(key) || config[key].is_null() ? fallback : positive_int(config, key, file);
 }
 
+void detail::read_text_model_sizes(const nlohmann::json& config, const fs::path& file, ModelConfig& c) {
+  c.hidden = positive_int(config, "hidden_size", file);
+  c.heads = positive_int(config, "num_attention_heads", file);
+  c.layers = positive_int(config, "num_hidden_layers", file);
+  c.intermediate = positive_int(config, "intermediate_size", file);
+  c.vocab = positive_int(config, "vocab_size", file);
+  c.max_positions = positive_int(config, "max_position_embeddings", file);
+}
+
 double detail::checked_number(double value, double min, bool above, const std::string& source, std::string_view key) {
   if (!std::isfinite(value) || value < min || (above && value == min)) {
     throw InputError(
@@ -81,10 +83,6 @@ double detail::checked_number(double value, double min, bool above, const std::s
   }
   return value;
 }
-
-using detail::checked_number;
-using detail::positive_int;
-using detail::positive_int_or;
 
 Matrix detail::project(const Checkpoint& checkpoint, const Matrix& x, const std::string& name, std::int64_t out) {
   Matrix y = x * checkpoint.matrix(name + ".weight", out, x.cols()).transpose();
@@ -94,6 +92,26 @@ Matrix detail::project(const Checkpoint& checkpoint, const Matrix& x, const std:
 
 Vector detail::bias_or_zero(const Checkpoint& checkpoint, const std::string& name, std::int64_t length) {
   return checkpoint.contains(name + ".bias") ? checkpoint.vector(name + ".bias", length) : Vector::Zero(length);
+}
+
+detail::AttentionWeights detail::linear_attention_weights(const Checkpoint& checkpoint, const std::string& query,
+                                                          const std::string& key, const std::string& value,
+                                                          std::int64_t hidden, std::int64_t query_width,
+                                                          std::int64_t key_value_width) {
+  AttentionWeights weights;
+  weights.W_Q = checkpoint.matrix(query + ".weight", query_width, hidden).transpose();
+  weights.W_K = checkpoint.matrix(key + ".weight", key_value_width, hidden).transpose();
+  weights.b_Q = bias_or_zero(checkpoint, query, query_width);
+  weights.b_K = bias_or_zero(checkpoint, key, key_value_width);
+  weights.W_V = checkpoint.matrix(value + ".weight", key_value_width, hidden).transpose();
+  if (checkpoint.contains(value + ".bias")) weights.b_V = checkpoint.vector(value + ".bias", key_value_width);
+  return weights;
+}
+
+void detail::require_finite_hidden_states(const Matrix& h, std::int64_t layer) {
+  if (!h.allFinite()) {
+    throw InputError(fmt::format("hidden states after layer {} are not finite (the activations overflowed)", layer));
+  }
 }
 
 namespace {
@@ -116,18 +134,6 @@ void detail::apply_hidden_activation(Matrix& m, const std::string& act) {
     throw InputError(fmt::format("hidden activation '{}' is not supported (gelu, gelu_new, relu)", act));
   }
 }
-
-namespace {
-using detail::apply_hidden_activation;
-
-// y = x W^T + b for nn.Linear weights stored [out, in].
-Matrix linear(const Matrix& x, const Matrix& weight_out_in, const Vector& bias) {
-  Matrix y = x * weight_out_in.transpose();
-  y.rowwise() += bias.transpose();
-  return y;
-}
-
-}  // namespace
 
 Matrix apply_attention(const theory::AttentionMap& map, const Matrix& scores, bool causal, std::string_view where) {
   // Said here, where the cause is known: the softmax would only see a NaN logit.
@@ -154,6 +160,49 @@ Matrix apply_attention(const theory::AttentionMap& map, const Matrix& scores, bo
   return out;
 }
 
+Matrix detail::fill_heads(LayerInputs& layer, const AttentionWeights& weights, std::int64_t heads,
+                          const theory::AttentionMap* map, std::int64_t layer_index) {
+  const Index n = layer.X.rows(), d = weights.W_Q.cols() / heads, kv_heads = weights.W_K.cols() / d;
+  const Index d_v = weights.W_V.cols() / kv_heads;
+  const auto project_rows = [&](const Matrix& W, const Vector& b) {
+    Matrix y = layer.X * W;
+    if (b.size() != 0) y.rowwise() += b.transpose();
+    return y;
+  };
+  const Matrix queries = project_rows(weights.W_Q, weights.b_Q), keys = project_rows(weights.W_K, weights.b_K);
+  const Matrix values = weights.W_V.size() != 0 ? project_rows(weights.W_V, weights.b_V) : Matrix();
+  const auto bias_of = [](const Vector& b, Index offset, Index length) {
+    return b.size() != 0 ? Vector(b.segment(offset, length)) : Vector(Vector::Zero(length));
+  };
+  // Rotated once for all the query heads that share them.
+  std::vector<Matrix> head_keys;
+  for (Index g = 0; g < kv_heads; ++g) {
+    head_keys.push_back(keys.middleCols(g * d, d));
+    if (layer.rotary) theory::apply_rotary(*layer.rotary, head_keys.back());
+  }
+  Matrix context = map ? Matrix(n, heads * d_v) : Matrix();
+  for (Index head = 0; head < heads; ++head) {
+    const Index g = head / (heads / kv_heads);
+    HeadInputs inputs;
+    inputs.kv_head = g;
+    inputs.V = queries.middleCols(head * d, d);
+    if (layer.rotary) theory::apply_rotary(*layer.rotary, inputs.V);
+    inputs.U = head_keys[static_cast<std::size_t>(g)];
+    inputs.W_Q = weights.W_Q.middleCols(head * d, d);
+    inputs.W_K = weights.W_K.middleCols(g * d, d);
+    inputs.b_Q = bias_of(weights.b_Q, head * d, d);
+    inputs.b_K = bias_of(weights.b_K, g * d, d);
+    if (values.size() != 0) inputs.values = values.middleCols(g * d_v, d_v);
+    if (map) {
+      inputs.attention = apply_attention(*map, layer.inner * (inputs.V * inputs.U.transpose()), layer.causal,
+                                         fmt::format("layer {} head {}", layer_index, head));
+      context.middleCols(head * d_v, d_v) = inputs.attention * inputs.values;
+    }
+    layer.heads.push_back(std::move(inputs));
+  }
+  return context;
+}
+
 Matrix layer_norm(const Matrix& x, const Vector& gain, const Vector& bias, double eps) {
   Matrix out(x.rows(), x.cols());
   for (Index i = 0; i < x.rows(); ++i) {
@@ -174,60 +223,38 @@ Matrix rms_norm(const Matrix& x, const Vector& gain, double eps) {
   return out;
 }
 
+namespace {
+
+// "bert, gpt2, ...": what a refusal offers instead.
+std::string supported(std::vector<std::string_view> detail::FamilyAdapter::*names) {
+  std::string list;
+  for (const detail::FamilyAdapter* family : detail::family_adapters()) {
+    for (const std::string_view name : family->*names) list += fmt::format("{}{}", list.empty() ? "" : ", ", name);
+  }
+  return list;
+}
+
+const detail::FamilyAdapter* family_reading(std::vector<std::string_view> detail::FamilyAdapter::*names,
+                                            std::string_view name) {
+  for (const detail::FamilyAdapter* family : detail::family_adapters()) {
+    if (std::find((family->*names).begin(), (family->*names).end(), name) != (family->*names).end()) return family;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 ModelConfig read_model_config(const fs::path& config_json, const Checkpoint& checkpoint) {
   const nlohmann::json config = records::read_json_file(config_json);
   if (!config.is_object()) throw InputError(fmt::format("{}: not a JSON object", config_json.string()));
-  ModelConfig out;
   const std::string type = value_or<std::string>(config, "model_type", "", config_json);
-  if (type == "bert") {
-    out.architecture = Architecture::bert;
-    out.hidden = positive_int(config, "hidden_size", config_json);
-    out.heads = positive_int(config, "num_attention_heads", config_json);
-    out.layers = positive_int(config, "num_hidden_layers", config_json);
-    out.intermediate = positive_int(config, "intermediate_size", config_json);
-    out.vocab = positive_int(config, "vocab_size", config_json);
-    out.max_positions = positive_int(config, "max_position_embeddings", config_json);
-    out.type_vocab = positive_int_or(config, "type_vocab_size", 2, config_json);
-    out.layer_norm_eps = checked_number(value_or<double>(config, "layer_norm_eps", 1e-12, config_json), 0, false,
-                                        config_json.string(), "layer_norm_eps");
-    out.hidden_act = value_or<std::string>(config, "hidden_act", "gelu", config_json);
-    const std::string position = value_or<std::string>(config, "position_embedding_type", "absolute", config_json);
-    if (position != "absolute") {
-      throw InputError(
-          fmt::format("{}: position_embedding_type '{}' is not supported (absolute)", config_json.string(), position));
-    }
-    for (const char* prefix : {"", "bert."}) {
-      if (checkpoint.contains(std::string(prefix) + "embeddings.word_embeddings.weight")) out.tensor_prefix = prefix;
-    }
-    // Checkpoints saved by older code name the LayerNorm parameters gamma and beta.
-    if (checkpoint.contains(out.tensor_prefix + "embeddings.LayerNorm.gamma")) {
-      out.norm_gain = "gamma";
-      out.norm_bias = "beta";
-    }
-  } else if (type == "gpt2") {
-    out.architecture = Architecture::gpt2;
-    out.hidden = positive_int(config, "n_embd", config_json);
-    out.heads = positive_int(config, "n_head", config_json);
-    out.layers = positive_int(config, "n_layer", config_json);
-    out.intermediate = positive_int_or(config, "n_inner", 4 * out.hidden, config_json);
-    out.vocab = positive_int(config, "vocab_size", config_json);
-    out.max_positions = positive_int(config, "n_positions", config_json);
-    out.layer_norm_eps = checked_number(value_or<double>(config, "layer_norm_epsilon", 1e-5, config_json), 0, false,
-                                        config_json.string(), "layer_norm_epsilon");
-    out.hidden_act = value_or<std::string>(config, "activation_function", "gelu_new", config_json);
-    out.scale_attn_weights = value_or<bool>(config, "scale_attn_weights", true, config_json);
-    out.scale_by_inverse_layer_idx = value_or<bool>(config, "scale_attn_by_inverse_layer_idx", false, config_json);
-    for (const char* prefix : {"", "transformer."}) {
-      if (checkpoint.contains(std::string(prefix) + "wte.weight")) out.tensor_prefix = prefix;
-    }
-  } else if (type == "llama") {
-    out = llama::config_from_json(config, config_json, checkpoint);
-  } else if (type == "vit" || type == "dinov2") {
-    out = vit::config_from_json(config, config_json, checkpoint);
-  } else {
-    throw InputError(fmt::format("{}: model_type '{}' is not supported (bert, gpt2, llama, vit, dinov2)",
-                                 config_json.string(), type));
+  const detail::FamilyAdapter* family = family_reading(&detail::FamilyAdapter::model_types, type);
+  if (!family) {
+    throw InputError(fmt::format("{}: model_type '{}' is not supported ({})", config_json.string(), type,
+                                 supported(&detail::FamilyAdapter::model_types)));
   }
+  ModelConfig out = family->config_from_json(config, config_json, checkpoint);
+  out.family = family;
   if (out.head_size == 0 && out.hidden % out.heads != 0) {
     throw InputError(fmt::format("{}: hidden size {} is not a multiple of the {} heads", config_json.string(),
                                  out.hidden, out.heads));
@@ -237,37 +264,46 @@ ModelConfig read_model_config(const fs::path& config_json, const Checkpoint& che
   return out;
 }
 
+namespace {
+
+ModelConfig read_gguf_config(const GgufHeader& header, const Checkpoint& checkpoint) {
+  const std::string& architecture = header.string("general.architecture");
+  const detail::FamilyAdapter* family = family_reading(&detail::FamilyAdapter::gguf_architectures, architecture);
+  if (!family) {
+    throw InputError(fmt::format("{}: general.architecture '{}' is not supported ({})", header.source, architecture,
+                                 supported(&detail::FamilyAdapter::gguf_architectures)));
+  }
+  ModelConfig out = family->config_from_gguf(header, checkpoint);
+  out.family = family;
+  return out;
+}
+
+}  // namespace
+
 TransformerModel TransformerModel::load(const fs::path& model) {
   Checkpoint checkpoint = Checkpoint::open(model);
-  ModelConfig config = checkpoint.gguf() ? llama::config_from_gguf(checkpoint.gguf()->header(), checkpoint)
+  ModelConfig config = checkpoint.gguf() ? read_gguf_config(checkpoint.gguf()->header(), checkpoint)
                                          : read_model_config(config_path_for(model), checkpoint);
   return TransformerModel(std::move(checkpoint), std::move(config));
 }
 
 double TransformerModel::token_embedding_rms() const {
-  switch (config_.architecture) {
-    case Architecture::bert: return checkpoint_.root_mean_square(name("embeddings.word_embeddings.weight"));
-    case Architecture::gpt2: return checkpoint_.root_mean_square(name("wte.weight"));
-    case Architecture::llama: return checkpoint_.root_mean_square(llama::embedding_name(config_));
-    case Architecture::vit:
-    case Architecture::dinov2: return checkpoint_.root_mean_square(vit::position_embedding_name(config_));
-  }
-  return 0;
+  return checkpoint_.root_mean_square(config_.family->embedding_scale_tensor(config_));
 }
 
 std::vector<LayerInputs> TransformerModel::forward_pixels(const Pixels& pixels, const std::vector<int>& layers) const {
-  if (!is_vision(config_.architecture)) {
-    throw InputError(fmt::format("{} takes tokens, not pixels: use --text, --tokens or --random",
-                                 architecture_name(config_.architecture)));
+  if (!config_.family->embed_pixels) {
+    throw InputError(
+        fmt::format("{} takes tokens, not pixels: use --text, --tokens or --random", architecture_name(config_)));
   }
-  return forward_embeddings(vit::embed(checkpoint_, config_, pixels), layers);
+  return forward_embeddings(config_.family->embed_pixels(checkpoint_, config_, pixels), layers);
 }
 
 std::vector<LayerInputs> TransformerModel::forward(std::span<const std::int64_t> ids,
                                                    const std::vector<int>& layers) const {
-  if (is_vision(config_.architecture)) {
-    throw InputError(fmt::format("{} takes images, not tokens: use --pixels, --image or --random",
-                                 architecture_name(config_.architecture)));
+  if (!config_.family->embed_tokens) {
+    throw InputError(
+        fmt::format("{} takes images, not tokens: use --pixels, --image or --random", architecture_name(config_)));
   }
   const auto n = static_cast<std::int64_t>(ids.size());
   if (n == 0) throw InputError("the input has no tokens");
@@ -281,21 +317,7 @@ std::vector<LayerInputs> TransformerModel::forward(std::span<const std::int64_t>
           fmt::format("token id {} at position {} is outside the vocabulary of {}", ids[k], k, config_.vocab));
     }
   }
-  std::vector<std::int64_t> positions(static_cast<std::size_t>(n));
-  for (std::int64_t k = 0; k < n; ++k) positions[k] = k;
-  const std::int64_t D = config_.hidden;
-  Matrix embeddings;
-  if (config_.architecture == Architecture::llama) {
-    embeddings = checkpoint_.rows(llama::embedding_name(config_), ids, D);
-  } else if (config_.architecture == Architecture::bert) {
-    const std::vector<std::int64_t> types(static_cast<std::size_t>(n), 0);
-    embeddings = checkpoint_.rows(name("embeddings.word_embeddings.weight"), ids, D) +
-                 checkpoint_.rows(name("embeddings.position_embeddings.weight"), positions, D) +
-                 checkpoint_.rows(name("embeddings.token_type_embeddings.weight"), types, D);
-  } else {
-    embeddings = checkpoint_.rows(name("wte.weight"), ids, D) + checkpoint_.rows(name("wpe.weight"), positions, D);
-  }
-  return forward_embeddings(std::move(embeddings), layers);
+  return forward_embeddings(config_.family->embed_tokens(checkpoint_, config_, ids), layers);
 }
 
 void TransformerModel::require_memory_for(std::int64_t positions, const std::vector<int>& layers) const {
@@ -325,12 +347,10 @@ void TransformerModel::require_memory_for(std::int64_t positions, const std::vec
 }
 
 std::vector<LayerInputs> TransformerModel::forward_embeddings(Matrix h, const std::vector<int>& layers) const {
-  const std::int64_t D = config_.hidden, H = config_.heads, d = config_.head_dim(), I = config_.intermediate;
-  const Index n = h.rows();
-  if (h.cols() != D) throw InputError(fmt::format("embeddings have {} columns, the model {}", h.cols(), D));
-  require_memory_for(n, layers);
-  const bool bert = config_.architecture == Architecture::bert;
-  const double eps = config_.layer_norm_eps;
+  if (h.cols() != config_.hidden) {
+    throw InputError(fmt::format("embeddings have {} columns, the model {}", h.cols(), config_.hidden));
+  }
+  require_memory_for(h.rows(), layers);
   std::int64_t last = config_.layers - 1;
   if (!layers.empty()) {
     for (int layer : layers) {
@@ -340,109 +360,7 @@ std::vector<LayerInputs> TransformerModel::forward_embeddings(Matrix h, const st
     }
     last = *std::max_element(layers.begin(), layers.end());
   }
-  if (config_.architecture == Architecture::llama) {
-    if (n > config_.max_positions) {
-      throw InputError(fmt::format("the input has {} positions, more than the model's {}", n, config_.max_positions));
-    }
-    return llama::forward(checkpoint_, config_, std::move(h), last);
-  }
-  if (is_vision(config_.architecture)) return vit::forward(checkpoint_, config_, std::move(h), last);
-  if (bert) {
-    h = layer_norm(h, checkpoint_.vector(name("embeddings.LayerNorm." + config_.norm_gain), D),
-                   checkpoint_.vector(name("embeddings.LayerNorm." + config_.norm_bias), D), eps);
-  }
-  std::vector<LayerInputs> out;
-  for (std::int64_t l = 0; l <= last; ++l) {
-    LayerInputs layer;
-    layer.causal = !bert;
-    double inner = 1;
-    if (bert || config_.scale_attn_weights) inner /= std::sqrt(static_cast<double>(d));
-    if (!bert && config_.scale_by_inverse_layer_idx) inner /= static_cast<double>(l + 1);
-    layer.inner = inner;
-    // Weights as D x D' maps of rows (x -> x W), whatever the storage order.
-    Matrix W_q, W_k, W_v, W_o;
-    Vector b_q, b_k, b_v, b_o;
-    if (bert) {
-      const std::string p = fmt::format("encoder.layer.{}.", l);
-      layer.X = h;
-      W_q = checkpoint_.matrix(name(p + "attention.self.query.weight"), D, D).transpose();
-      W_k = checkpoint_.matrix(name(p + "attention.self.key.weight"), D, D).transpose();
-      W_v = checkpoint_.matrix(name(p + "attention.self.value.weight"), D, D).transpose();
-      W_o = checkpoint_.matrix(name(p + "attention.output.dense.weight"), D, D).transpose();
-      b_q = checkpoint_.vector(name(p + "attention.self.query.bias"), D);
-      b_k = checkpoint_.vector(name(p + "attention.self.key.bias"), D);
-      b_v = checkpoint_.vector(name(p + "attention.self.value.bias"), D);
-      b_o = checkpoint_.vector(name(p + "attention.output.dense.bias"), D);
-    } else {
-      const std::string p = fmt::format("h.{}.", l);
-      layer.X = layer_norm(h, checkpoint_.vector(name(p + "ln_1.weight"), D),
-                           checkpoint_.vector(name(p + "ln_1.bias"), D), eps);
-      const Matrix c_attn = checkpoint_.matrix(name(p + "attn.c_attn.weight"), D, 3 * D);
-      const Vector c_attn_b = checkpoint_.vector(name(p + "attn.c_attn.bias"), 3 * D);
-      W_q = c_attn.leftCols(D);
-      W_k = c_attn.middleCols(D, D);
-      W_v = c_attn.rightCols(D);
-      b_q = c_attn_b.head(D);
-      b_k = c_attn_b.segment(D, D);
-      b_v = c_attn_b.tail(D);
-      W_o = checkpoint_.matrix(name(p + "attn.c_proj.weight"), D, D);
-      b_o = checkpoint_.vector(name(p + "attn.c_proj.bias"), D);
-    }
-    const auto project = [&](const Matrix& W, const Vector& b) {
-      Matrix y = layer.X * W;
-      y.rowwise() += b.transpose();
-      return y;
-    };
-    const Matrix V_all = project(W_q, b_q), U_all = project(W_k, b_k), values = project(W_v, b_v);
-    const theory::AttentionMap map = trained_attention_map(config_.attention_activation, inner);
-    Matrix context(n, D);
-    for (std::int64_t head = 0; head < H; ++head) {
-      HeadInputs inputs;
-      inputs.V = V_all.middleCols(head * d, d);
-      inputs.U = U_all.middleCols(head * d, d);
-      inputs.W_Q = W_q.middleCols(head * d, d);
-      inputs.W_K = W_k.middleCols(head * d, d);
-      inputs.b_Q = b_q.segment(head * d, d);
-      inputs.b_K = b_k.segment(head * d, d);
-      inputs.kv_head = head;
-      inputs.attention = apply_attention(map, inner * (inputs.V * inputs.U.transpose()), layer.causal,
-                                         fmt::format("layer {} head {}", l, head));
-      inputs.values = values.middleCols(head * d, d);
-      context.middleCols(head * d, d) = inputs.attention * inputs.values;
-      layer.heads.push_back(std::move(inputs));
-    }
-    Matrix attended = context * W_o;
-    attended.rowwise() += b_o.transpose();
-    if (bert) {
-      const std::string p = fmt::format("encoder.layer.{}.", l);
-      const Matrix h1 =
-          layer_norm(attended + h, checkpoint_.vector(name(p + "attention.output.LayerNorm." + config_.norm_gain), D),
-                     checkpoint_.vector(name(p + "attention.output.LayerNorm." + config_.norm_bias), D), eps);
-      Matrix inter = linear(h1, checkpoint_.matrix(name(p + "intermediate.dense.weight"), I, D),
-                            checkpoint_.vector(name(p + "intermediate.dense.bias"), I));
-      apply_hidden_activation(inter, config_.hidden_act);
-      const Matrix mlp = linear(inter, checkpoint_.matrix(name(p + "output.dense.weight"), D, I),
-                                checkpoint_.vector(name(p + "output.dense.bias"), D));
-      h = layer_norm(mlp + h1, checkpoint_.vector(name(p + "output.LayerNorm." + config_.norm_gain), D),
-                     checkpoint_.vector(name(p + "output.LayerNorm." + config_.norm_bias), D), eps);
-    } else {
-      const std::string p = fmt::format("h.{}.", l);
-      h += attended;
-      const Matrix m = layer_norm(h, checkpoint_.vector(name(p + "ln_2.weight"), D),
-                                  checkpoint_.vector(name(p + "ln_2.bias"), D), eps);
-      Matrix inter = m * checkpoint_.matrix(name(p + "mlp.c_fc.weight"), D, I);
-      inter.rowwise() += checkpoint_.vector(name(p + "mlp.c_fc.bias"), I).transpose();
-      apply_hidden_activation(inter, config_.hidden_act);
-      Matrix mlp = inter * checkpoint_.matrix(name(p + "mlp.c_proj.weight"), I, D);
-      mlp.rowwise() += checkpoint_.vector(name(p + "mlp.c_proj.bias"), D).transpose();
-      h += mlp;
-    }
-    if (!h.allFinite()) {
-      throw InputError(fmt::format("hidden states after layer {} are not finite (the activations overflowed)", l));
-    }
-    out.push_back(std::move(layer));
-  }
-  return out;
+  return config_.family->forward(checkpoint_, config_, std::move(h), last);
 }
 
 }  // namespace attncheck::probes

@@ -27,7 +27,7 @@ records::ProbeModelInfo model_info(const std::filesystem::path& model, const Pro
   const auto& c = result.config;
   records::ProbeModelInfo info;
   info.path = model.string();
-  info.architecture = std::string(architecture_name(c.architecture));
+  info.architecture = std::string(architecture_name(c));
   info.layers = c.layers;
   info.heads = c.heads;
   info.head_dim = c.head_dim();

@@ -1,4 +1,4 @@
-// The vision adapter: Hugging Face ViTModel and Dinov2Model checkpoints. A stride-P convolution cuts the
+// The vision adapters: Hugging Face ViTModel and Dinov2Model checkpoints. A stride-P convolution cuts the
 // image into patches (row-major: over height, then width), a CLS token goes first, position embeddings are
 // added (DINOv2: interpolated bicubically to the image's patch grid), then pre-LayerNorm encoder blocks with
 // bidirectional attention (DINOv2: each branch scaled by its LayerScale vector).
@@ -9,12 +9,16 @@
 #include <array>
 #include <cmath>
 
-namespace attncheck::probes::vit {
+namespace attncheck::probes::detail {
 
 namespace fs = std::filesystem;
 using theory::Index;
 
+extern const FamilyAdapter dinov2_adapter;
+
 namespace {
+
+bool is_dinov2(const ModelConfig& c) { return c.family == &dinov2_adapter; }
 
 // Tensor names of one layer's parts, in the checkpoint's own naming.
 struct Names {
@@ -24,7 +28,7 @@ struct Names {
 Names layer_names(const ModelConfig& c, std::int64_t layer) {
   const std::string p = fmt::format("{}encoder.layer.{}.", c.tensor_prefix, layer);
   const std::string a = p + "attention.attention.";
-  if (c.architecture == Architecture::dinov2) {
+  if (is_dinov2(c)) {
     return {p + "norm1",
             a + "query",
             a + "key",
@@ -88,14 +92,9 @@ Matrix resize_bicubic(const Matrix& grid, Index in_h, Index in_w, Index out_h, I
   return out;
 }
 
-}  // namespace
-
 ModelConfig config_from_json(const nlohmann::json& config, const fs::path& file, const Checkpoint& checkpoint) {
-  using detail::positive_int;
-  using detail::value_or;
   ModelConfig c;
   const bool dinov2 = value_or<std::string>(config, "model_type", "", file) == "dinov2";
-  c.architecture = dinov2 ? Architecture::dinov2 : Architecture::vit;
   c.hidden = positive_int(config, "hidden_size", file);
   c.heads = positive_int(config, "num_attention_heads", file);
   c.layers = positive_int(config, "num_hidden_layers", file);
@@ -113,12 +112,12 @@ ModelConfig config_from_json(const nlohmann::json& config, const fs::path& file,
   } else {
     c.intermediate = positive_int(config, "intermediate_size", file);
   }
-  c.layer_norm_eps = detail::checked_number(value_or<double>(config, "layer_norm_eps", dinov2 ? 1e-6 : 1e-12, file), 0,
-                                            false, file.string(), "layer_norm_eps");
+  c.layer_norm_eps = checked_number(value_or<double>(config, "layer_norm_eps", dinov2 ? 1e-6 : 1e-12, file), 0, false,
+                                    file.string(), "layer_norm_eps");
   c.hidden_act = value_or<std::string>(config, "hidden_act", "gelu", file);
-  c.image_size = detail::positive_int_or(config, "image_size", 224, file);
-  c.patch_size = detail::positive_int_or(config, "patch_size", dinov2 ? 14 : 16, file);
-  c.channels = detail::positive_int_or(config, "num_channels", 3, file);
+  c.image_size = positive_int_or(config, "image_size", 224, file);
+  c.patch_size = positive_int_or(config, "patch_size", dinov2 ? 14 : 16, file);
+  c.channels = positive_int_or(config, "num_channels", 3, file);
   if (c.patch_size > c.image_size) {
     throw InputError(
         fmt::format("{}: patch_size {} is larger than image_size {}", file.string(), c.patch_size, c.image_size));
@@ -142,7 +141,7 @@ Matrix embed(const Checkpoint& checkpoint, const ModelConfig& c, const Pixels& p
     throw InputError(
         fmt::format("the image is {} x {} pixels, smaller than one {} x {} patch", pixels.height, pixels.width, P, P));
   }
-  if (c.architecture == Architecture::vit && (pixels.height != c.image_size || pixels.width != c.image_size)) {
+  if (!is_dinov2(c) && (pixels.height != c.image_size || pixels.width != c.image_size)) {
     throw InputError(
         fmt::format("the image is {} x {} pixels; this ViT takes {} x {} (its position embeddings "
                     "are not interpolated)",
@@ -199,7 +198,7 @@ Matrix embed(const Checkpoint& checkpoint, const ModelConfig& c, const Pixels& p
   h.row(0) += positions.row(0);
   if (grid_h == side && grid_w == side) {
     h.bottomRows(patches) += positions.bottomRows(trained);
-  } else if (c.architecture == Architecture::dinov2) {
+  } else if (is_dinov2(c)) {
     h.bottomRows(patches) += resize_bicubic(positions.bottomRows(trained), side, side, grid_h, grid_w);
   } else {
     throw InputError(fmt::format("the image's {} x {} patches do not match the model's {} x {} position embeddings",
@@ -209,60 +208,59 @@ Matrix embed(const Checkpoint& checkpoint, const ModelConfig& c, const Pixels& p
 }
 
 std::vector<LayerInputs> forward(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h, std::int64_t last) {
-  const std::int64_t D = c.hidden, H = c.heads, d = c.head_dim(), I = c.intermediate;
-  const Index n = h.rows();
-  const double inner = 1 / std::sqrt(static_cast<double>(d));
+  const std::int64_t D = c.hidden, I = c.intermediate;
+  const double inner = 1 / std::sqrt(static_cast<double>(c.head_dim()));
   const theory::AttentionMap map = trained_attention_map(c.attention_activation, inner);
   std::vector<LayerInputs> out;
   for (std::int64_t l = 0; l <= last; ++l) {
     const Names names = layer_names(c, l);
     LayerInputs layer;
-    layer.causal = false;
+    layer.causal = c.causal;
     layer.inner = inner;
     layer.X = layer_norm(h, checkpoint.vector(names.norm_before + ".weight", D),
                          checkpoint.vector(names.norm_before + ".bias", D), c.layer_norm_eps);
-    // Weights as D x D maps of rows (x -> x W), as the theory writes them.
-    const Matrix W_q = checkpoint.matrix(names.q + ".weight", D, D).transpose();
-    const Matrix W_k = checkpoint.matrix(names.k + ".weight", D, D).transpose();
-    const Vector b_q = detail::bias_or_zero(checkpoint, names.q, D), b_k = detail::bias_or_zero(checkpoint, names.k, D);
-    Matrix queries = layer.X * W_q, keys = layer.X * W_k;
-    queries.rowwise() += b_q.transpose();
-    keys.rowwise() += b_k.transpose();
-    const Matrix values = detail::project(checkpoint, layer.X, names.v, D);
-    Matrix context(n, D);
-    for (std::int64_t head = 0; head < H; ++head) {
-      HeadInputs inputs;
-      inputs.kv_head = head;
-      inputs.V = queries.middleCols(head * d, d);
-      inputs.U = keys.middleCols(head * d, d);
-      inputs.W_Q = W_q.middleCols(head * d, d);
-      inputs.W_K = W_k.middleCols(head * d, d);
-      inputs.b_Q = b_q.segment(head * d, d);
-      inputs.b_K = b_k.segment(head * d, d);
-      inputs.attention = apply_attention(map, inner * (inputs.V * inputs.U.transpose()), false,
-                                         fmt::format("layer {} head {}", l, head));
-      inputs.values = values.middleCols(head * d, d);
-      context.middleCols(head * d, d) = inputs.attention * inputs.values;
-      layer.heads.push_back(std::move(inputs));
-    }
-    Matrix attended = detail::project(checkpoint, context, names.o, D);
+    const AttentionWeights weights = linear_attention_weights(checkpoint, names.q, names.k, names.v, D, D, D);
+    Matrix attended = project(checkpoint, fill_heads(layer, weights, c.heads, &map, l), names.o, D);
     if (!names.scale_attention.empty()) {
       attended.array().rowwise() *= checkpoint.vector(names.scale_attention, D).transpose().array();
     }
     h += attended;
     const Matrix m = layer_norm(h, checkpoint.vector(names.norm_after + ".weight", D),
                                 checkpoint.vector(names.norm_after + ".bias", D), c.layer_norm_eps);
-    Matrix inter = detail::project(checkpoint, m, names.mlp_in, I);
-    detail::apply_hidden_activation(inter, c.hidden_act);
-    Matrix mlp = detail::project(checkpoint, inter, names.mlp_out, D);
+    Matrix inter = project(checkpoint, m, names.mlp_in, I);
+    apply_hidden_activation(inter, c.hidden_act);
+    Matrix mlp = project(checkpoint, inter, names.mlp_out, D);
     if (!names.scale_mlp.empty()) mlp.array().rowwise() *= checkpoint.vector(names.scale_mlp, D).transpose().array();
     h += mlp;
-    if (!h.allFinite()) {
-      throw InputError(fmt::format("hidden states after layer {} are not finite (the activations overflowed)", l));
-    }
+    require_finite_hidden_states(h, l);
     out.push_back(std::move(layer));
   }
   return out;
 }
 
-}  // namespace attncheck::probes::vit
+std::string describe(const ModelConfig& c) {
+  return fmt::format("{} x {} pixel patches{}\n", c.patch_size, c.patch_size,
+                     is_dinov2(c) ? fmt::format("; LayerScale; position embeddings for {0} x {0} pixels, interpolated "
+                                                "bicubically to other patch grids",
+                                                c.image_size)
+                                  : fmt::format("; position embeddings for {0} x {0} pixels", c.image_size));
+}
+
+FamilyAdapter vision_adapter(std::string_view name, std::string_view model_type) {
+  return {.name = name,
+          .model_types = {model_type},
+          .config_from_json = config_from_json,
+          .embedding_scale_tensor = position_embedding_name,
+          .embed_pixels = embed,
+          .forward = forward,
+          .describe = describe};
+}
+
+}  // namespace
+
+// ViT (ViTModel): a CLS token and patch embeddings, pre-LayerNorm encoder blocks, bidirectional attention.
+extern const FamilyAdapter vit_adapter = vision_adapter("ViT", "vit");
+// DINOv2 (Dinov2Model): a ViT with LayerScale and position embeddings interpolated to the image's patch grid.
+extern const FamilyAdapter dinov2_adapter = vision_adapter("DINOv2", "dinov2");
+
+}  // namespace attncheck::probes::detail

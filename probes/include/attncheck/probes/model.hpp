@@ -16,23 +16,19 @@
 
 namespace attncheck::probes {
 
-enum class Architecture {
-  bert,    // BERT, MiniLM: post-LayerNorm encoder, bidirectional attention, separate query/key/value
-  gpt2,    // GPT-2: pre-LayerNorm decoder, causal mask, fused c_attn (Conv1D, weights stored [in, out])
-  llama,   // Llama: pre-RMSNorm decoder, causal, rotary positions, grouped-query attention, SwiGLU MLP
-  vit,     // ViT (Hugging Face ViTModel): patch embeddings + CLS, pre-LayerNorm encoder, bidirectional attention
-  dinov2,  // DINOv2 (Dinov2Model): ViT with LayerScale and position embeddings interpolated to the patch grid
-};
-
-std::string_view architecture_name(Architecture architecture);  // "BERT", "GPT-2", "Llama", "ViT", "DINOv2"
-bool is_vision(Architecture architecture);                      // ViT or DINOv2: images in, no tokens
+namespace detail {
+struct FamilyAdapter;  // how one model family is read and run: probes/src/adapters.hpp
+}
 
 struct ModelConfig {
-  Architecture architecture = Architecture::bert;
+  // The family the configuration was read for (BERT, GPT-2, Llama, ViT, DINOv2): set by load and
+  // read_model_config.
+  const detail::FamilyAdapter* family = nullptr;
   std::int64_t layers = 0, heads = 0, hidden = 0, intermediate = 0;
   std::int64_t vocab = 0, max_positions = 0, type_vocab = 0;
   double layer_norm_eps = 1e-12;
   std::string hidden_act;                   // "gelu", "gelu_new", "relu", ...
+  bool causal = false;                      // decoders: each position attends to itself and the earlier ones
   bool scale_attn_weights = true;           // GPT-2: divide scores by sqrt(head dim)
   bool scale_by_inverse_layer_idx = false;  // GPT-2: also divide by (layer + 1)
   // The attention the model was trained with: config.json's "attention_activation" ("softmax" when absent,
@@ -54,6 +50,13 @@ struct ModelConfig {
   std::int64_t key_value_heads() const { return kv_heads > 0 ? kv_heads : heads; }
   std::int64_t kv_head_of(std::int64_t head) const { return head / (heads / key_value_heads()); }
 };
+
+// The family's name as reports and probe logs write it: "BERT", "GPT-2", "Llama", "ViT", "DINOv2".
+std::string_view architecture_name(const ModelConfig& config);
+bool is_vision(const ModelConfig& config);  // images in, no tokens
+// What `attncheck probe` says of the family's own traits under the model's sizes: lines, each ending in a
+// newline, or nothing.
+std::string describe_family(const ModelConfig& config);
 
 // The map of the model's attention activation on scores S = inner * V U^T.
 theory::AttentionMap trained_attention_map(const std::string& attention_activation, double inner);
@@ -121,7 +124,6 @@ class TransformerModel {
  private:
   TransformerModel(Checkpoint checkpoint, ModelConfig config)
       : checkpoint_(std::move(checkpoint)), config_(std::move(config)) {}
-  std::string name(const std::string& suffix) const { return config_.tensor_prefix + suffix; }
   Checkpoint checkpoint_;
   ModelConfig config_;
 };

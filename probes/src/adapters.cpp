@@ -1,0 +1,16 @@
+// The model families the probes read: a new family's adapter is added here, once, by name.
+
+#include "adapters.hpp"
+
+namespace attncheck::probes::detail {
+
+// Each defined in the family's own file.
+extern const FamilyAdapter bert_adapter, gpt2_adapter, llama_adapter, vit_adapter, dinov2_adapter;
+
+std::span<const FamilyAdapter* const> family_adapters() {
+  static constexpr const FamilyAdapter* adapters[]{&bert_adapter, &gpt2_adapter, &llama_adapter, &vit_adapter,
+                                                   &dinov2_adapter};
+  return adapters;
+}
+
+}  // namespace attncheck::probes::detail
