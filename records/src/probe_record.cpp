@@ -548,7 +548,7 @@ ProbeOutput probe_output_from_json(const json& object, const std::string& where)
   ProbeOutput out;
   const JsonFields model(top.at("model"), where + " model");
   out.model.path = model.text("path");
-  out.model.architecture = model.word("architecture", {"BERT", "GPT-2", "Llama", "ViT", "DINOv2"});
+  out.model.architecture = model.text("architecture");
   out.model.config_file = model.text_or_null("config_file");
   out.model.config_sha256 = model.text_or_null("config_sha256");
   out.model.layers = model.integer("layers");

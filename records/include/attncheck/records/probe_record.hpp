@@ -111,8 +111,8 @@ struct ProbeRecord {
 
 // `attncheck probe MODEL --json`: what produced the measurement (model, input, tool), the verdict and the heads.
 struct ProbeModelInfo {
-  std::string path;                                       // as given
-  std::string architecture;                               // "BERT", "GPT-2", "Llama", "ViT", "DINOv2"
+  std::string path;          // as given
+  std::string architecture;  // the model family's name as the probes print it ("BERT", "Llama", ...): any text
   std::optional<std::string> config_file, config_sha256;  // none for a GGUF file: its metadata is its configuration
   std::int64_t layers = 0, heads = 0, head_dim = 0, hidden = 0;
   std::string attention_activation;
