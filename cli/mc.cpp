@@ -243,13 +243,13 @@ mc::McHooks terminal_hooks(ProgressLine& line) {
   hooks.backend_chosen = [](const std::string& text) {
     if (mc::distributed::is_root()) fmt::print(stderr, "attncheck: {}\n", text);
   };
-  hooks.progress = [&line](std::size_t point, std::size_t points, const std::string& label, std::uint64_t done,
-                           std::uint64_t planned) {
+  hooks.progress = [&line, time_left = TimeLeft()](std::size_t point, std::size_t points, const std::string& label,
+                                                   std::uint64_t done, std::uint64_t planned) {
     const double fraction =
         (static_cast<double>(point) + (planned ? static_cast<double>(done) / static_cast<double>(planned) : 0.0)) /
         static_cast<double>(points);
-    line.update(fmt::format("{} point {}/{} {} samples {}{}", progress_bar(fraction), point + 1, points, label, done,
-                            planned ? fmt::format("/{}", planned) : std::string()));
+    line.update(fmt::format("{} point {}/{} {} samples {}{} ({})", progress_bar(fraction), point + 1, points, label,
+                            done, planned ? fmt::format("/{}", planned) : std::string(), time_left.text(fraction)));
   };
   return hooks;
 }

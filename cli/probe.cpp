@@ -369,15 +369,14 @@ int run_text_file(const ProbeOptions& o, probes::ProbeProgress progress) {
 probes::ProbeProgress terminal_progress(std::string what) {
   auto line = std::make_shared<ProgressLine>();
   if (!line->shown()) return {};
-  return
-      [line, what = std::move(what), start = std::chrono::steady_clock::now()](std::int64_t done, std::int64_t total) {
-        if (done < total) {
-          const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-          line->update(fmt::format("{}: {}/{} heads measured ({:.0f} s)", what, done, total, seconds));
-        } else {
-          line->finish();
-        }
-      };
+  return [line, what = std::move(what), time_left = TimeLeft()](std::int64_t done, std::int64_t total) {
+    if (done < total) {
+      const double fraction = total > 0 ? static_cast<double>(done) / static_cast<double>(total) : 0.0;
+      line->update(fmt::format("{}: {}/{} heads measured ({})", what, done, total, time_left.text(fraction)));
+    } else {
+      line->finish();
+    }
+  };
 }
 
 std::atomic<bool> stop_requested{false};

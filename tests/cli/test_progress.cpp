@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <string>
 
@@ -38,4 +39,20 @@ TEST_CASE("the progress line is silent when stderr is a file", "[progress]") {
   ::close(saved);
   CHECK(std::ftell(file) == 0);
   std::fclose(file);
+}
+
+TEST_CASE("the time left is the rate so far extrapolated, once there is a rate to extrapolate", "[progress]") {
+  CHECK(duration_text(0.2) == "0 s");
+  CHECK(duration_text(59.4) == "59 s");
+  CHECK(duration_text(200) == "3 min 20 s");
+  CHECK(duration_text(7500) == "2 h 5 min");
+  CHECK(duration_text(-3) == "0 s");
+  // A quarter done in 10 s leaves three quarters: 30 s.
+  CHECK(time_left_text(10, 0.25) == "10 s, about 30 s left");
+  CHECK(time_left_text(60, 0.5) == "1 min 0 s, about 1 min 0 s left");
+  // Too soon, too little done, done, or no fraction at all: the elapsed time alone.
+  CHECK(time_left_text(1, 0.5) == "1 s");
+  CHECK(time_left_text(30, 0.001) == "30 s");
+  CHECK(time_left_text(30, 1.0) == "30 s");
+  CHECK(time_left_text(30, std::nan("")) == "30 s");
 }
