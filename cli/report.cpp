@@ -4,7 +4,6 @@
 #include "number_options.hpp"
 #include "subcommand.hpp"
 
-#include "attncheck/probes/safetensors.hpp"
 #include "attncheck/reports/report.hpp"
 
 #include <fmt/format.h>
@@ -57,10 +56,6 @@ std::function<int()> setup(CLI::App& command) {
     options.plots = !arguments->no_plots;
     options.map_layer = arguments->map_layer;
     options.map_head = arguments->map_head;
-    options.read_attention_map = [](const std::filesystem::path& file, const std::string& tensor, long long head) {
-      const attncheck::theory::Matrix map = attncheck::probes::read_attention_head(file, tensor, head);
-      return attncheck::reports::AttentionMatrix{map.rows(), std::vector<double>(map.data(), map.data() + map.size())};
-    };
     const auto summary = attncheck::reports::write_report(options);
     for (const std::string& warning : summary.warnings) fmt::print(stderr, "attncheck report: warning: {}\n", warning);
     fmt::print("wrote {} and {} ({} plots)\n", summary.html.string(), summary.markdown.string(), summary.plots);

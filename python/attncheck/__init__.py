@@ -10,6 +10,7 @@ Bad input raises ValueError with the command line's message.
     bounds(N, families=..., seed=...)     `attncheck bounds --json`
     cross_norm_bounds(N, dv, mix=...)     `attncheck bounds --cross-norm --json` (claim C9)
     mc(claim=..., N=..., ...)             `attncheck mc --json`
+    report(input, out, ...)               `attncheck report`: index.html and report.md with their plots
 
 attncheck.torch.AttentionRecorder records a live PyTorch training run in the log `attncheck probe --watch`
 writes, which `attncheck report` plots over training steps.
@@ -23,7 +24,7 @@ import numpy as np
 
 from . import _core
 
-__all__ = ["softmax_norms", "attention_norms", "bounds", "cross_norm_bounds", "mc", "ACTIVATIONS"]
+__all__ = ["softmax_norms", "attention_norms", "bounds", "cross_norm_bounds", "mc", "report", "ACTIVATIONS"]
 __version__ = _core.__version__
 
 # The activations a model can be trained with that the probe log and `attncheck report` know by name:
@@ -214,3 +215,18 @@ mc.__signature__ = inspect.Signature(
     [inspect.Parameter("claim", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)]
     + [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default)
        for name, _, default, _ in _core._mc_options if name != "claim"])
+
+
+def report(input, out, *, compare_with=(), plots=True, gnuplot="gnuplot", map_layer=0, map_head=0):
+    """`attncheck report INPUT [COMPARE_WITH...] --out OUT`: writes OUT/index.html and OUT/report.md (with plots/
+    drawn by gnuplot unless plots=False) from a results folder of `mc(out=...)` (the verdicts of C3-C9, their
+    fits and figures), a probe log of `attncheck probe --watch` or of attncheck.torch.AttentionRecorder, training
+    curves, or `attncheck probe --json` output; compare_with holds further runs of the same kind drawn in the same
+    report. Returns what was written: {"html", "markdown", "plots", "series", "verdicts": {"holds", "tight",
+    "violated", "consistent", "inconclusive"}, "probe_records", "curve_points", "vit_runs", "probe_outputs",
+    "warnings"}. A missing or malformed input raises ValueError naming the file.
+    """
+    if isinstance(compare_with, (str, os.PathLike)):
+        compare_with = [compare_with]
+    return _core.report(os.fspath(input), [os.fspath(path) for path in compare_with], os.fspath(out), bool(plots),
+                        str(gnuplot), int(map_layer), int(map_head))

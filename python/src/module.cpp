@@ -9,6 +9,7 @@
 #include "attncheck/probes/live_metrics.hpp"
 #include "attncheck/probes/watch.hpp"
 #include "attncheck/records/input_file.hpp"
+#include "attncheck/reports/report.hpp"
 #include "attncheck/theory/softmax.hpp"
 
 #include <fmt/format.h>
@@ -433,4 +434,42 @@ PYBIND11_MODULE(_core, m) {
   }
   m.attr("_mc_options") = options;
   m.def("mc", &mc, py::arg("request"));
+  m.def(
+      "report",
+      [](const std::string& input, const std::vector<std::string>& compare_with, const std::string& out, bool plots,
+         const std::string& gnuplot, long long map_layer, long long map_head) {
+        reports::ReportOptions request;
+        request.input = input;
+        request.compare_with.assign(compare_with.begin(), compare_with.end());
+        request.out = out;
+        request.plots = plots;
+        request.gnuplot = gnuplot;
+        request.map_layer = map_layer;
+        request.map_head = map_head;
+        reports::ReportSummary summary;
+        {
+          py::gil_scoped_release release;
+          summary = reports::write_report(request);
+        }
+        py::dict d;
+        d["html"] = summary.html.string();
+        d["markdown"] = summary.markdown.string();
+        d["plots"] = summary.plots;
+        d["series"] = summary.series;
+        py::dict verdicts;
+        verdicts["holds"] = summary.holds;
+        verdicts["tight"] = summary.tight;
+        verdicts["violated"] = summary.violated;
+        verdicts["consistent"] = summary.consistent;
+        verdicts["inconclusive"] = summary.inconclusive;
+        d["verdicts"] = verdicts;
+        d["probe_records"] = summary.probe_records;
+        d["curve_points"] = summary.curve_points;
+        d["vit_runs"] = summary.vit_runs;
+        d["probe_outputs"] = summary.probe_outputs;
+        d["warnings"] = summary.warnings;
+        return d;
+      },
+      py::arg("input"), py::arg("compare_with"), py::arg("out"), py::arg("plots"), py::arg("gnuplot"),
+      py::arg("map_layer"), py::arg("map_head"));
 }

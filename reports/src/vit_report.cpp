@@ -1,11 +1,12 @@
 // The ViT section: the papers' Figures 1-3, Table 1 and Figures 6-7 from examples/vit_digits.py's results, and
 // what of the papers' findings the small model reproduces.
 
-#include "attncheck/theory/accumulator.hpp"
+#include "attncheck/probes/safetensors.hpp"
 #include "attncheck/records/input_file.hpp"
 #include "attncheck/reports/numbers.hpp"
 #include "attncheck/reports/report.hpp"
 #include "attncheck/reports/vit_results.hpp"
+#include "attncheck/theory/accumulator.hpp"
 #include "attncheck/theory/common.hpp"
 
 #include "attncheck/records/json_fields.hpp"
@@ -24,6 +25,13 @@
 namespace attncheck::reports {
 
 namespace fs = std::filesystem;
+
+AttentionMapReader safetensors_attention_maps() {
+  return [](const fs::path& file, const std::string& tensor, long long head) {
+    const theory::Matrix map = probes::read_attention_head(file, tensor, head);
+    return AttentionMatrix{map.rows(), std::vector<double>(map.data(), map.data() + map.size())};
+  };
+}
 using records::detail::JsonFields;
 using theory::InputError;
 

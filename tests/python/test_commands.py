@@ -178,3 +178,25 @@ def test_mc_runs_c9_with_its_mix_and_value_columns():
     assert {p["dv"] for p in got["points"]} == {3}
     dv_series = [s for s in got["series"] if s["estimand"] == "dV"]
     assert all(s["verdict"] == "holds" and s["basis"] == "bound" for s in dv_series)
+
+
+def test_report_writes_what_the_command_line_writes(tmp_path):
+    attncheck.mc("C4", out=tmp_path / "results", N="8,16,32", D=4, d=4, p=3, samples=32, threads=1, seed=2)
+    summary = attncheck.report(tmp_path / "results", tmp_path / "python", plots=False)
+    printed = run_program("report", tmp_path / "results", "--out", tmp_path / "cli", "--no-plots").stdout
+    assert summary["html"] == str(tmp_path / "python" / "index.html")
+    assert summary["plots"] == 0 and summary["warnings"] == []
+    # The command line prints the same counts of series and verdicts.
+    verdicts = summary["verdicts"]
+    assert (f"{summary['series']} series: {verdicts['holds']} holds, {verdicts['tight']} tight, "
+            f"{verdicts['violated']} violated") in printed
+    assert summary["series"] == 2  # both readings of ^p at p = 3
+    # Both reports are the same document but for where they were written.
+    python_md = (tmp_path / "python" / "report.md").read_text().replace(str(tmp_path / "python"), "OUT")
+    cli_md = (tmp_path / "cli" / "report.md").read_text().replace(str(tmp_path / "cli"), "OUT")
+    assert python_md == cli_md
+
+
+def test_report_refuses_a_missing_input_naming_it(tmp_path):
+    with pytest.raises(ValueError, match="nowhere"):
+        attncheck.report(tmp_path / "nowhere", tmp_path / "out", plots=False)

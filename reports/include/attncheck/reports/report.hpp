@@ -33,7 +33,7 @@ struct ReportOptions {
   // Which attention map the ViT section draws from each attention-ACTIVATION.safetensors.
   long long map_layer = 0, map_head = 0;
   // Reads those maps; without it the ViT section lists the map files and draws none.
-  AttentionMapReader read_attention_map;
+  AttentionMapReader read_attention_map = safetensors_attention_maps();
 };
 
 struct ReportSummary {

@@ -44,9 +44,11 @@ struct AttentionMatrix {
   long long N = 0;
   std::vector<double> values;  // row-major N x N
 };
-// Reads head `head` of tensor `tensor` of a safetensors file. The safetensors reader lives in probes, above this
-// library, so `attncheck report` passes it in.
+// Reads head `head` of tensor `tensor` of a safetensors file; a report given none lists the map files and draws
+// none of them.
 using AttentionMapReader =
     std::function<AttentionMatrix(const std::filesystem::path& path, const std::string& tensor, long long head)>;
+// The reader of the probes' safetensors files.
+AttentionMapReader safetensors_attention_maps();
 
 }  // namespace attncheck::reports
