@@ -183,10 +183,17 @@ class AttentionRecorder:
     current_step is the step the next forward pass belongs to.
     A call the recorder cannot measure (cross-attention, masks that change the scores, NaN weights, a softmax
     row with nothing to attend to) is skipped with one warning per layer; training goes on.
+
+    callback: called once per recorded step with {"step": step, "heads": [one dict per measured head: the row
+    `attncheck probe --json` prints, with "layer" and "head"], "summary": summary_scalars(heads)}, e.g. to log
+    to W&B (wandb.log(record["summary"], step=record["step"])) or MLflow.
+    tensorboard: a log folder or a torch.utils.tensorboard.SummaryWriter (needs the tensorboard package): every
+    recorded step adds the summary scalars under "attncheck/" and, per layer and head, ||A||_F / sqrt(N) and
+    ||grad softmax||_F / (sqrt(N)/2) under "attncheck/layer L/head H/" (both at most 1 by Theorem 4.1).
     """
 
     def __init__(self, model, every=10, out="attncheck-probe.jsonl", *, sample=0, activation="softmax",
-                 training_only=True, count="auto"):
+                 training_only=True, count="auto", callback=None, tensorboard=None):
         if not isinstance(model, torch.nn.Module):
             raise ValueError(f"model is a {type(model).__name__}, not a torch.nn.Module")
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
@@ -197,6 +204,10 @@ class AttentionRecorder:
             raise ValueError(f"activation '{activation}' is not one of {', '.join(ACTIVATIONS)}")
         if count not in ("auto", "forwards", "steps"):
             raise ValueError(f"count '{count}' is not one of auto, forwards, steps")
+        if callback is not None and not callable(callback):
+            raise ValueError("callback must be callable as callback(record)")
+        self.callback = callback
+        self._tensorboard, self._owns_tensorboard = _summary_writer(tensorboard)
         out = os.fspath(out)
         if os.path.isdir(out) or not out.endswith(".jsonl"):
             out = os.path.join(out, "attncheck-probe.jsonl")
@@ -265,6 +276,9 @@ class AttentionRecorder:
     def close(self):
         """Writes what is pending and detaches from the model: the modules are as they were."""
         self._flush()
+        if self._owns_tensorboard:
+            self._tensorboard.close()
+        self._tensorboard = None
         for handle in self._handles:
             handle.remove()
         self._handles = []
@@ -353,9 +367,54 @@ class AttentionRecorder:
             heads = _measure(x, w_q, w_k, b_q, b_k, spec.get("heads", 1), spec.get("causal", False), mask,
                              spec.get("scale"), layer.index)
         checkpoint = f"step-{self.current_step:06d}"
-        return "".join(head.log_line(checkpoint, self.current_step, activation) for head in heads)
+        return ("".join(head.log_line(checkpoint, self.current_step, activation) for head in heads),
+                [head.as_dict() for head in heads])
 
     def _flush(self):
         if self._pending:
-            text, self._pending = "".join(self._pending), []
-            _core.append_log_lines(self.out, text)
+            pending, self._pending = self._pending, []
+            _core.append_log_lines(self.out, "".join(lines for lines, _ in pending))
+            heads = [head for _, step_heads in pending for head in step_heads]
+            self._publish(self._recorded_step if self._recorded_step is not None else self.current_step, heads)
+
+    def _publish(self, step, heads):
+        if self.callback is None and self._tensorboard is None:
+            return
+        record = {"step": step, "heads": heads, "summary": summary_scalars(heads)}
+        if self._tensorboard is not None:
+            for name, value in record["summary"].items():
+                self._tensorboard.add_scalar(f"attncheck/{name}", value, step)
+            for head in heads:
+                prefix = f"attncheck/layer {head['layer']}/head {head['head']}"
+                self._tensorboard.add_scalar(f"{prefix}/softmax_over_sqrt_N", head["softmax_over_sqrt_N"], step)
+                self._tensorboard.add_scalar(f"{prefix}/grad_over_half_sqrt_N", head["grad_over_half_sqrt_N"], step)
+            self._tensorboard.flush()
+        if self.callback is not None:
+            self.callback(record)
+
+
+def summary_scalars(heads):
+    """The scalars a dashboard plots per step from the heads' rows: the largest and the mean over the heads of
+    ||A||_F / sqrt(N) and ||grad softmax||_F / (sqrt(N)/2) (Theorem 4.1 bounds both by 1), and the number of
+    heads. Non-finite values are left out of the means and maxima."""
+    summary = {"heads": float(len(heads))}
+    for key in ("softmax_over_sqrt_N", "grad_over_half_sqrt_N"):
+        values = [h[key] for h in heads if h.get(key) is not None and math.isfinite(h[key])]
+        if values:
+            summary[f"{key}/max"] = max(values)
+            summary[f"{key}/mean"] = sum(values) / len(values)
+    return summary
+
+
+def _summary_writer(tensorboard):
+    """(writer, whether the recorder closes it) from a SummaryWriter, a log folder or None."""
+    if tensorboard is None:
+        return None, False
+    if hasattr(tensorboard, "add_scalar"):
+        return tensorboard, False
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError as error:
+        raise ValueError(f"tensorboard={tensorboard!r} needs the tensorboard package (pip install tensorboard): "
+                         f"{error}") from None
+    return SummaryWriter(log_dir=os.fspath(tensorboard)), True

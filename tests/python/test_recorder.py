@@ -266,3 +266,58 @@ def test_bad_settings_are_value_errors(tmp_path):
         with pytest.raises(ValueError, match="already recorded"):
             recorder.register(model.layers[0].self_attn, lambda *a: None)
     assert "forward" not in model.layers[0].self_attn.__dict__
+
+
+def _recorded_with(tmp_path, **options):
+    """Twelve training forwards of a two-layer encoder, recorded every 5: steps 0, 5 and 10."""
+    model = encoder()
+    with AttentionRecorder(model, every=5, out=tmp_path / "run.jsonl", **options) as recorder:
+        for _ in range(12):
+            model(torch.randn(2, 7, 16))
+        return recorder, read_log(tmp_path / "run.jsonl")
+
+
+def test_the_callback_gets_each_recorded_step_with_the_logs_rows_and_their_summary(tmp_path):
+    records = []
+    _, lines = _recorded_with(tmp_path, callback=records.append)
+    assert [r["step"] for r in records] == [0, 5, 10]
+    for record in records:
+        logged = [line for line in lines if line["step"] == record["step"]]
+        assert [(h["layer"], h["head"]) for h in record["heads"]] == [(l["layer"], l["head"]) for l in logged]
+        assert [h["softmax_fro"] for h in record["heads"]] == [l["softmax_fro"] for l in logged]
+        ratios = [h["grad_over_half_sqrt_N"] for h in record["heads"]]
+        summary = record["summary"]
+        assert summary["heads"] == 8  # two layers of four heads
+        assert summary["grad_over_half_sqrt_N/max"] == max(ratios)
+        assert summary["grad_over_half_sqrt_N/mean"] == pytest.approx(sum(ratios) / len(ratios), rel=1e-15)
+        assert 0 < summary["softmax_over_sqrt_N/max"] <= 1  # Theorem 4.1
+
+
+def test_tensorboard_gets_the_summary_and_every_heads_ratios(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    records = []
+    recorder, _ = _recorded_with(tmp_path, callback=records.append, tensorboard=tmp_path / "tb")
+    assert recorder._tensorboard is None  # closed with the recorder
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    tags = events.Tags()["scalars"]
+    assert "attncheck/grad_over_half_sqrt_N/max" in tags
+    assert "attncheck/layer 1/head 3/softmax_over_sqrt_N" in tags
+    scalars = events.Scalars("attncheck/grad_over_half_sqrt_N/max")
+    assert [s.step for s in scalars] == [0, 5, 10]
+    # TensorBoard keeps float32.
+    assert [s.value for s in scalars] == pytest.approx([r["summary"]["grad_over_half_sqrt_N/max"] for r in records],
+                                                       rel=1e-6)
+    head = events.Scalars("attncheck/layer 1/head 3/softmax_over_sqrt_N")
+    assert [s.value for s in head] == pytest.approx(
+        [next(h for h in r["heads"] if (h["layer"], h["head"]) == (1, 3))["softmax_over_sqrt_N"] for r in records],
+        rel=1e-6)
+
+
+def test_a_tensorboard_folder_without_the_package_or_a_bad_callback_is_a_value_error(tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match="callback must be callable"):
+        AttentionRecorder(encoder(), out=tmp_path / "x.jsonl", callback=3)
+    monkeypatch.setitem(__import__("sys").modules, "torch.utils.tensorboard", None)
+    with pytest.raises(ValueError, match="needs the tensorboard package"):
+        AttentionRecorder(encoder(), out=tmp_path / "y.jsonl", tensorboard=tmp_path / "tb")
