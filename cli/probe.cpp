@@ -48,6 +48,7 @@ struct ProbeOptions {
   std::optional<double> until_idle;
   std::string out;
   std::vector<std::string> columns;
+  int threads = 0;
 };
 
 probes::ProbeInput make_input(const ProbeOptions& o) {
@@ -315,7 +316,7 @@ int run_text_file(const ProbeOptions& o, probes::ProbeProgress progress) {
   const probes::SentencesProbe probe =
       probes::probe_sentences(o.model, read_sentences(o.text_file),
                               o.length_given ? std::optional<std::int64_t>(o.length) : std::nullopt, o.layers, o.heads,
-                              o.cross_norm, progress);
+                              o.cross_norm, progress, o.threads);
   for (const records::ProbeHeadAbove& above : probe.above) {
     fmt::print(stderr, "sentence {} layer {} head {}: a softmax bound is exceeded\n", *above.sentence, above.layer,
                above.head);
@@ -408,6 +409,7 @@ int run(const ProbeOptions& o) {
     watch.input = input;
     watch.layers = o.layers;
     watch.heads = o.heads;
+    watch.threads = o.threads;
     watch.progress = terminal_progress("attncheck probe --watch: a checkpoint");
     std::signal(SIGINT, [](int) { stop_requested = true; });
     std::signal(SIGTERM, [](int) { stop_requested = true; });
@@ -430,7 +432,7 @@ int run(const ProbeOptions& o) {
   }
   if (o.model.empty()) throw UsageError("give MODEL (a folder, a .safetensors or a .gguf file) or --watch DIR");
   const auto result = probes::probe_model(o.model, input, o.layers, o.heads, !o.attention_out.empty(), o.cross_norm,
-                                          terminal_progress("attncheck probe " + o.model));
+                                          terminal_progress("attncheck probe " + o.model), o.threads);
   if (!o.attention_out.empty()) probes::write_attention(o.attention_out, result);
   const bool hold = bounds_hold(result);
   if (o.json) {
@@ -499,6 +501,10 @@ const bool registered = register_subcommand(
       command.add_option("--seed", o->seed, "seed of the random input")
           ->capture_default_str()
           ->check(unsigned_in(0, UINT64_MAX));
+      command
+          .add_option("--threads", o->threads,
+                      "threads the heads are measured on (default: all cores); the numbers do not depend on it")
+          ->check(integer_in(1, kMaxThreads));
       command.add_option("--layers", o->layers, "0-based layers to measure (default all)")
           ->delimiter(',')
           ->check(integer_in(0, INT32_MAX));

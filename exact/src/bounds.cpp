@@ -3,10 +3,10 @@
 #include "attncheck/records/matrix_io.hpp"
 #include "attncheck/records/memory_budget.hpp"
 #include "attncheck/records/option_ranges.hpp"
+#include "attncheck/streams/parallel.hpp"
 #include "attncheck/theory/bound_check.hpp"
 
 #include <fmt/format.h>
-#include <omp.h>
 
 #include <algorithm>
 
@@ -33,7 +33,7 @@ int check_survey_options(int trials, int search_starts, int threads) {
   records::check_integer("--trials", trials, 1, kMaxBoundsTrials);
   records::check_integer("--search-starts", search_starts, 1, kMaxSearchStarts);
   if (threads != 0) records::check_integer("--threads", threads, 1, records::kMaxThreads);
-  return threads > 0 ? threads : omp_get_max_threads();
+  return streams::thread_count(threads);
 }
 
 BoundsReport run_bounds(const BoundsRequest& request) {

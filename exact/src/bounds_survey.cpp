@@ -7,8 +7,6 @@
 #include "attncheck/streams/random_stream.hpp"
 #include "attncheck/theory/worst_case.hpp"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -19,6 +17,7 @@ namespace attncheck::exact {
 using streams::derive_point_seed;
 using streams::parallel_for;
 using streams::PhiloxStream;
+using streams::thread_count;
 using theory::Index;
 using theory::Matrix;
 
@@ -139,7 +138,7 @@ FamilyResult reduce(BoundsFamily family, const std::vector<TrialResult>& trials)
 Matrix worst_case_matrix(theory::RowObjective objective, const SurveyOptions& options) {
   const Index n = options.n;
   std::vector<theory::RowSearchResult> results(static_cast<std::size_t>(options.search_starts));
-  parallel_for(options.search_starts, options.threads > 0 ? options.threads : omp_get_max_threads(), [&](Index k) {
+  parallel_for(options.search_starts, thread_count(options.threads), [&](Index k) {
     const int start = static_cast<int>(k);
     PhiloxStream stream =
         family_stream(options.seed, BoundsFamily::worst_case,
@@ -193,7 +192,7 @@ FamilyResult survey_family(BoundsFamily family, const SurveyOptions& options) {
   }
   const int trial_count = options.trials;
   std::vector<TrialResult> trials(static_cast<std::size_t>(trial_count));
-  parallel_for(trial_count, options.threads > 0 ? options.threads : omp_get_max_threads(), [&](Index k) {
+  parallel_for(trial_count, thread_count(options.threads), [&](Index k) {
     const int trial = static_cast<int>(k);
     trials[static_cast<std::size_t>(trial)] =
         evaluate_trial(make_matrix(family, options.n, options.seed, trial), trial);

@@ -11,7 +11,6 @@
 #include "attncheck/theory/softmax.hpp"
 
 #include <fmt/format.h>
-#include <omp.h>
 
 #if defined(ATTNCHECK_MC_OPENBLAS)
 #include <cblas.h>
@@ -892,7 +891,7 @@ double mixed_precision_relative_bound(int p, Index d, Index D) {
 }
 
 CpuBackend::CpuBackend(int threads, Index tile, EvaluationPath path, ScorePrecision precision)
-    : threads_(threads > 0 ? threads : omp_get_max_threads()), tile_(tile), precision_(precision), path_(path) {
+    : threads_(streams::thread_count(threads)), tile_(tile), precision_(precision), path_(path) {
   if (tile < 1) throw InputError(fmt::format("tile size {} must be >= 1", tile));
   use_single_threaded_gemm();
 }

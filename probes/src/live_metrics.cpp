@@ -6,6 +6,7 @@
 #include "attncheck/records/input_file.hpp"
 #include "attncheck/records/json_input.hpp"
 #include "attncheck/records/sha256.hpp"
+#include "attncheck/streams/parallel.hpp"
 #include "attncheck/streams/random_stream.hpp"
 #include "attncheck/theory/bound_check.hpp"
 #include "attncheck/theory/cross_norm.hpp"
@@ -17,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <mutex>
 
 namespace attncheck::probes {
 
@@ -387,8 +389,8 @@ std::vector<std::string> csv_columns(bool cross_norm) { return records::probe_he
 std::vector<double> csv_values(const HeadMetrics& metrics) { return records::probe_head_values(head_record(metrics)); }
 
 ProbeResult probe_model(const fs::path& model_path, const ProbeInput& input, const std::vector<int>& layers,
-                        const std::vector<int>& heads, bool keep_layers, bool cross_norm,
-                        const ProbeProgress& progress) {
+                        const std::vector<int>& heads, bool keep_layers, bool cross_norm, const ProbeProgress& progress,
+                        int threads) {
   const TransformerModel model = TransformerModel::load(model_path);
   ProbeResult result;
   result.config = model.config();
@@ -472,23 +474,33 @@ ProbeResult probe_model(const fs::path& model_path, const ProbeInput& input, con
   const auto selected = [](const std::vector<int>& chosen, int index) {
     return chosen.empty() || std::find(chosen.begin(), chosen.end(), index) != chosen.end();
   };
-  std::int64_t heads_total = 0;
+  std::vector<std::pair<int, int>> layer_heads;  // in layer, head order
   for (std::size_t l = 0; l < computed.size(); ++l) {
     if (!selected(layers, static_cast<int>(l))) continue;
-    for (int head = 0; head < model.config().heads; ++head) heads_total += selected(heads, head) ? 1 : 0;
-  }
-  if (progress) progress(0, heads_total);
-  for (std::size_t l = 0; l < computed.size(); ++l) {
-    const int layer = static_cast<int>(l);
-    if (!selected(layers, layer)) continue;
-    const std::size_t first = result.heads.size();
     for (int head = 0; head < model.config().heads; ++head) {
-      if (!selected(heads, head)) continue;
-      result.heads.push_back(measure_head(computed[l], layer, head, cross_norm));
-      if (progress) progress(static_cast<std::int64_t>(result.heads.size()), heads_total);
+      if (selected(heads, head)) layer_heads.emplace_back(static_cast<int>(l), head);
     }
-    const auto measured = std::span(result.heads).subspan(first);
-    set_group_key_derivatives(computed[l], measured);
+  }
+  const auto heads_total = static_cast<std::int64_t>(layer_heads.size());
+  if (progress) progress(0, heads_total);
+  result.heads.resize(layer_heads.size());
+  std::int64_t heads_done = 0;
+  std::mutex progress_mutex;
+  streams::parallel_for(heads_total, streams::thread_count(threads), [&](theory::Index k) {
+    const auto [layer, head] = layer_heads[static_cast<std::size_t>(k)];
+    result.heads[static_cast<std::size_t>(k)] =
+        measure_head(computed[static_cast<std::size_t>(layer)], layer, head, cross_norm);
+    const std::lock_guard lock(progress_mutex);
+    ++heads_done;
+    if (progress) progress(heads_done, heads_total);
+  });
+  // Grouped keys: a key head's derivative sums over the query heads that share it, once all are measured.
+  for (std::size_t first = 0; first < result.heads.size();) {
+    std::size_t end = first;
+    while (end < result.heads.size() && result.heads[end].layer == result.heads[first].layer) ++end;
+    set_group_key_derivatives(computed[static_cast<std::size_t>(result.heads[first].layer)],
+                              std::span(result.heads).subspan(first, end - first));
+    first = end;
   }
   if (keep_layers) result.layers = std::move(computed);
   return result;

@@ -86,7 +86,8 @@ records::ProbeOutput probe_document(const std::filesystem::path& model, const Pr
 
 SentencesProbe probe_sentences(const std::filesystem::path& model, const std::vector<std::string>& sentences,
                                std::optional<std::int64_t> max_tokens, const std::vector<int>& layers,
-                               const std::vector<int>& heads, bool cross_norm, const ProbeProgress& progress) {
+                               const std::vector<int>& heads, bool cross_norm, const ProbeProgress& progress,
+                               int threads) {
   SentencesProbe probe;
   probe.sentences = sentences;
   const std::size_t columns = csv_columns(cross_norm).size();
@@ -99,7 +100,7 @@ SentencesProbe probe_sentences(const std::filesystem::path& model, const std::ve
       progress(static_cast<std::int64_t>(k) * total + done, static_cast<std::int64_t>(sentences.size()) * total);
     };
     ProbeResult result = probe_model(model, input, layers, heads, false, cross_norm,
-                                     progress ? ProbeProgress(sentence_progress) : ProbeProgress{});
+                                     progress ? ProbeProgress(sentence_progress) : ProbeProgress{}, threads);
     if (probe.per_head.empty()) probe.per_head.assign(result.heads.size(), std::vector<theory::Accumulator>(columns));
     for (std::size_t h = 0; h < result.heads.size(); ++h) {
       const auto values = csv_values(result.heads[h]);

@@ -169,8 +169,8 @@ WatchSummary watch_folder(const WatchOptions& options, const std::atomic<bool>& 
       std::string lines;
       bool within = true;
       try {
-        const ProbeResult result =
-            probe_model(path, options.input, options.layers, options.heads, false, false, options.progress);
+        const ProbeResult result = probe_model(path, options.input, options.layers, options.heads, false, false,
+                                               options.progress, options.threads);
         for (const HeadMetrics& m : result.heads) within = within && within_theorem_bounds(m);
         lines = checkpoint_lines(name, result, now);
         log(fmt::format("{} {} ({} heads){}", logged != done.end() ? "probed again (replaced)" : "probed", name,

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include <omp.h>
 #include <pthread.h>
 
 namespace attncheck::streams {
@@ -34,6 +35,8 @@ std::size_t openmp_stack_bytes() {
 std::atomic<int> started{1};
 
 }  // namespace
+
+int thread_count(int requested) { return requested > 0 ? requested : omp_get_max_threads(); }
 
 void require_threads(int threads) {
   if (threads <= started.load()) return;

@@ -17,6 +17,13 @@ trap 'rm -rf "$work"' EXIT
   >"$work/hf.json" || { echo "FAIL: probe of the Hugging Face checkpoint exited $?"; exit 1; }
 "$attncheck" probe "$tiny/tiny-llama-f32.gguf" --tokens "$tiny/tiny-llama/tokens.txt" --json \
   --attention-out "$work/gguf.st" >"$work/gguf.json" || { echo "FAIL: probe of the GGUF file exited $?"; exit 1; }
+# Heads measured on several threads give the same document, byte for byte: each head's numbers are its own,
+# and a grouped key head's derivative is summed once all its query heads are measured.
+"$attncheck" probe "$tiny/tiny-llama" --tokens "$tiny/tiny-llama/tokens.txt" --json --threads 1 >"$work/t1.json" &&
+  "$attncheck" probe "$tiny/tiny-llama" --tokens "$tiny/tiny-llama/tokens.txt" --json --threads 3 >"$work/t3.json" ||
+  { echo "FAIL: probe --threads exited $?"; exit 1; }
+cmp -s "$work/t1.json" "$work/t3.json" || { echo "FAIL: probe --threads 1 and --threads 3 differ"; exit 1; }
+grep -q '"dWk_group_fro": [0-9]' "$work/t1.json" || { echo "FAIL: no grouped key derivative to compare"; exit 1; }
 # --text: the GGUF file's own byte-level BPE and the checkpoint's vocab.json + merges.txt give the same ids.
 for model in "$tiny/tiny-llama-f32.gguf" "$tiny/tiny-llama"; do
   "$attncheck" probe "$model" --text "the cats sat on the mat, 12345" | grep "^input: " >>"$work/text-ids" ||

@@ -141,11 +141,12 @@ std::vector<std::string> token_strings_for_model(const std::filesystem::path& mo
 // Loads MODEL, builds the input, runs the forward pass and measures the selected layers and heads (all when
 // empty), with the cross-normalization what-if when `cross_norm`. Out-of-range layers or heads are InputErrors
 // naming them. `progress`, when set, is told after the forward pass and after each head how many of the heads
-// to measure are done (0 of them once the forward pass is over).
+// to measure are done (0 of them once the forward pass is over; then from one thread at a time). Heads are
+// measured on `threads` threads (0: every core); each head's numbers do not depend on it.
 using ProbeProgress = std::function<void(std::int64_t heads_done, std::int64_t heads_total)>;
 ProbeResult probe_model(const std::filesystem::path& model, const ProbeInput& input, const std::vector<int>& layers,
                         const std::vector<int>& heads, bool keep_layers = false, bool cross_norm = false,
-                        const ProbeProgress& progress = {});
+                        const ProbeProgress& progress = {}, int threads = 1);
 
 // The attention matrices of every layer up to the last measured one, one F64 tensor "layer.L" of shape
 // [heads, N, N], the rows each layer's projections act on ("inputs.L", [N, D]), plus the input ids or the

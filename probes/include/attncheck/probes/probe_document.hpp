@@ -34,7 +34,8 @@ struct SentencesProbe {
 // every sentence.
 SentencesProbe probe_sentences(const std::filesystem::path& model, const std::vector<std::string>& sentences,
                                std::optional<std::int64_t> max_tokens, const std::vector<int>& layers,
-                               const std::vector<int>& heads, bool cross_norm, const ProbeProgress& progress = {});
+                               const std::vector<int>& heads, bool cross_norm, const ProbeProgress& progress = {},
+                               int threads = 1);
 // The document of a probe over the sentences of `text_file`: each head's row the means over the sentences, with
 // their standard errors beside them.
 records::ProbeOutput sentences_document(const std::filesystem::path& model, const std::filesystem::path& text_file,

@@ -21,6 +21,7 @@ struct WatchOptions {
   ProbeInput input;
   std::vector<int> layers, heads;
   ProbeProgress progress;  // passed to probe_model for each checkpoint
+  int threads = 1;         // the threads probe_model measures each checkpoint's heads on (0: every core)
 };
 
 struct WatchSummary {

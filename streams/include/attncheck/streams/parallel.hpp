@@ -15,6 +15,10 @@ namespace attncheck::streams {
 // status 1, which reads as "a claim is violated". Threads are started, and joined, once per larger count.
 void require_threads(int threads);
 
+// The threads a --threads value asks for: itself, or for 0 as many as OpenMP would use (every core unless
+// OMP_NUM_THREADS says otherwise).
+int thread_count(int requested);
+
 // Runs body(k) for k = 0 .. count - 1 over `threads` threads (dynamic schedule, one iteration at a time).
 template <class Body>
 void parallel_for(theory::Index count, int threads, Body&& body) {
