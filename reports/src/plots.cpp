@@ -5,6 +5,7 @@
 #include "attncheck/records/results_folder.hpp"
 #include "attncheck/theory/common.hpp"
 
+#include <fstream>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -494,7 +495,13 @@ std::vector<std::string> render_plots(const std::vector<PlotSpec>& plots, const 
         throw InputError(fmt::format("gnuplot (\"{}\") wrote no {}: {}", gnuplot_program, drawn.string(), log));
       }
     }
-    svgs.push_back(records::read_text_file(plot_folder / (plot.name + ".svg" + suffix)));
+    const fs::path svg = plot_folder / (plot.name + ".svg" + suffix);
+    svgs.push_back(with_crisp_images(records::read_text_file(svg)));
+    std::ofstream rewritten(svg, std::ios::binary | std::ios::trunc);
+    if (!(rewritten << svgs.back()) || !rewritten.flush()) {
+      remove_partial();
+      throw InputError(fmt::format("could not write {}: {}", svg.string(), std::strerror(errno)));
+    }
   }
   // Moved into place only once every file is drawn, so a failure leaves no half set.
   for (const PlotSpec& plot : plots) {
@@ -503,6 +510,16 @@ std::vector<std::string> render_plots(const std::vector<PlotSpec>& plots, const 
     }
   }
   return svgs;
+}
+
+std::string with_crisp_images(std::string svg) {
+  // gnuplot draws a heat map as one bitmap of a pixel per cell; a viewer smooths it when scaling it up, so
+  // that a 4 x 2 map of heads becomes a blur. Each cell stays a sharp square drawn nearest-neighbour.
+  const std::string tag = "<image ", crisp = "<image style=\"image-rendering:pixelated\" ";
+  for (auto at = svg.find(tag); at != std::string::npos; at = svg.find(tag, at + crisp.size())) {
+    svg.replace(at, tag.size(), crisp);
+  }
+  return svg;
 }
 
 std::string inline_svg(const std::string& svg, const std::string& id_prefix) {

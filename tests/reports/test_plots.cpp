@@ -139,3 +139,25 @@ TEST_CASE("a figure of panels is one multiplot, drawn as SVG and as PNG, with ba
   const auto log_range = script.find("set yrange [22.");
   CHECK(log_range != std::string::npos);
 }
+
+TEST_CASE("a heat map's cells stay sharp squares when a viewer scales it up, in the file and inline", "[plots]") {
+  TempDir dir;
+  PlotSpec plot;
+  plot.name = "heads";
+  plot.title = "layer x head";
+  HeatMap map;
+  map.rows = 4;
+  map.columns = 2;
+  map.values = {0.1, 0.9, 0.5, 0.2, 0.7, 0.3, 0.4, 0.8};
+  plot.heat_map = map;
+  const auto svgs = render_plots({plot}, dir.path() / "plots", "gnuplot");
+  REQUIRE(svgs.size() == 1);
+  // gnuplot draws the map as one bitmap of a pixel per cell.
+  CHECK_THAT(svgs[0], Contains("<image style=\"image-rendering:pixelated\" "));
+  CHECK_THAT(svgs[0], !Contains("<image  ") && !Contains("<image x"));
+  CHECK(read_text(dir.path() / "plots" / "heads.svg") == svgs[0]);
+  CHECK_THAT(inline_svg(svgs[0], "heads-"), Contains("image-rendering:pixelated"));
+  CHECK(with_crisp_images("<svg><image x='0'/><image y='1'/></svg>") ==
+        "<svg><image style=\"image-rendering:pixelated\" x='0'/><image style=\"image-rendering:pixelated\" "
+        "y='1'/></svg>");
+}

@@ -89,5 +89,7 @@ std::vector<std::string> render_plots(const std::vector<PlotSpec>& plots, const 
 // The SVG made fit to sit inside an HTML page: no XML prolog, no namespace URIs (HTML knows SVG), and its ids
 // prefixed with `id_prefix` so that several plots on one page do not share ids.
 std::string inline_svg(const std::string& svg, const std::string& id_prefix);
+// The SVG with its bitmaps (heat maps) drawn nearest-neighbour when scaled, in every viewer.
+std::string with_crisp_images(std::string svg);
 
 }  // namespace attncheck::reports
