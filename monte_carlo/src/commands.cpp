@@ -363,7 +363,7 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
   outcome.provenance = run_provenance(o, backends, points, precision, wall);
   // fits.json describes the whole folder: with --resume a folder can gather several claims' runs, and a
   // report of it must see all of their series.
-  if (folder) folder->write_fits(outcome.provenance, o.tolerance);
+  if (folder) folder->write_fits(outcome.provenance, o.tolerance, note);
   // Only rank 0 holds the points --resume kept, so its verdicts are the run's.
   outcome.exit_code = static_cast<int>(
       distributed::broadcast_count(static_cast<std::uint64_t>(exit_code_of(run_verdict(outcome.series)))));

@@ -623,11 +623,27 @@ void ResultsWriter::append(const std::vector<records::PointRecord>& records) {
   loaded_ = records::file_identity(dir_ / kPointsFile);
 }
 
-void ResultsWriter::write_fits(const records::Provenance& provenance, double tolerance) {
+void ResultsWriter::write_fits(const records::Provenance& provenance, double tolerance,
+                               const std::function<void(const std::string&)>& note) {
   const records::FolderLock lock(dir_);
   reload();
-  records::write_file_atomically(dir_ / kFitsFile,
-                                 records::fits_json_text(provenance, fit_series(records_, tolerance)));
+  // The runs that wrote the folder before this one (under the lock, so that concurrent runs each add theirs).
+  std::vector<records::Provenance> runs;
+  std::error_code error;
+  if (fs::exists(dir_ / kFitsFile, error)) {
+    try {
+      runs = records::parse_fits_json(records::read_text_file(dir_ / kFitsFile), (dir_ / kFitsFile).string()).runs;
+    } catch (const theory::InputError& e) {
+      // The fits are rewritten from points.jsonl below; only the earlier runs' provenance is lost, and said so.
+      if (note)
+        note(
+            fmt::format("the earlier runs' provenance in {} could not be read ({}); it lists this "
+                        "run only",
+                        (dir_ / kFitsFile).string(), e.what()));
+    }
+  }
+  runs.push_back(provenance);
+  records::write_file_atomically(dir_ / kFitsFile, records::fits_json_text(runs, fit_series(records_, tolerance)));
 }
 
 std::string records_csv(const std::vector<records::PointRecord>& records) {

@@ -528,12 +528,20 @@ std::vector<int> top_level_array_element_lines(const std::string& text, std::str
 
 }  // namespace
 
-std::pair<Provenance, std::vector<Series>> parse_fits_json(const std::string& text, const std::string& name) {
+FitsDocument parse_fits_json(const std::string& text, const std::string& name) {
   const detail::json document = detail::parse_json(text, name, true);
   const JsonFields top(document, name);
   check_format_version(top);
-  const Provenance provenance = read_provenance(JsonFields(top.at("provenance"), name + " provenance"));
-  std::vector<Series> series;
+  FitsDocument fits;
+  if (top.has("runs")) {
+    const detail::json& runs = top.array("runs");
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+      fits.runs.push_back(read_provenance(JsonFields(runs[i], fmt::format("{} runs[{}]", name, i))));
+    }
+  }
+  // Folders written before "runs" existed name their last run only.
+  if (fits.runs.empty()) fits.runs.push_back(read_provenance(JsonFields(top.at("provenance"), name + " provenance")));
+  std::vector<Series>& series = fits.series;
   const detail::json& list = top.array("series");
   const std::vector<int> lines = top_level_array_element_lines(text, "series");
   for (std::size_t i = 0; i < list.size(); ++i) {
@@ -541,7 +549,7 @@ std::pair<Provenance, std::vector<Series>> parse_fits_json(const std::string& te
                                                : fmt::format("{} series[{}]", name, i);
     series.push_back(read_series(JsonFields(list[i], where)));
   }
-  return {provenance, std::move(series)};
+  return fits;
 }
 
 std::vector<PointRecord> parse_points_jsonl(const std::string& text, const std::string& name) {
@@ -824,9 +832,12 @@ void to_json(nlohmann::json& out, const Series& s) {
 
 void from_json(const nlohmann::json& in, Series& series) { series = read_series(JsonFields(in, "series")); }
 
-std::string fits_json_text(const Provenance& provenance, const std::vector<Series>& series) {
-  return detail::json{{"format_version", kResultsFormatVersion}, {"provenance", provenance}, {"series", series}}.dump(
-             2) +
+std::string fits_json_text(const std::vector<Provenance>& runs, const std::vector<Series>& series) {
+  return detail::json{{"format_version", kResultsFormatVersion},
+                      {"provenance", runs.back()},
+                      {"runs", runs},
+                      {"series", series}}
+             .dump(2) +
          "\n";
 }
 
@@ -843,7 +854,10 @@ ResultsFolder read_results_folder(const fs::path& folder) {
   }
   ResultsFolder results;
   results.folder = folder;
-  std::tie(results.provenance, results.series) = parse_fits_json(read_text_file(fits_path), fits_path.string());
+  FitsDocument fits = parse_fits_json(read_text_file(fits_path), fits_path.string());
+  results.runs = std::move(fits.runs);
+  results.provenance = results.runs.back();
+  results.series = std::move(fits.series);
 
   const fs::path points_path = folder / "points.jsonl";
   if (fs::exists(points_path, error)) {

@@ -820,6 +820,19 @@ void add_provenance(const records::ResultsFolder& results, std::vector<Block>& b
                        run.wall_seconds ? fmt::format("{} s", format_number(*run.wall_seconds)) : "not recorded"},
                       {"report written by", "attncheck " ATTNCHECK_VERSION}};
   blocks.push_back(std::move(provenance));
+  if (results.runs.size() > 1) {
+    blocks.push_back(Paragraph{
+        fmt::format("{} runs wrote this folder (with --resume, or at once); the facts above are the last one's. Each:",
+                    results.runs.size())});
+    Table runs{{"run", "date (UTC)", "command", "backend", "threads", "run seed", "wall time", "version"}, {}, {}};
+    for (std::size_t i = 0; i < results.runs.size(); ++i) {
+      const records::Provenance& r = results.runs[i];
+      runs.rows.push_back(
+          {std::to_string(i + 1), r.date, r.command, r.backend, std::to_string(r.threads), std::to_string(r.run_seed),
+           r.wall_seconds ? fmt::format("{} s", format_number(*r.wall_seconds)) : "not recorded", r.version});
+    }
+    blocks.push_back(std::move(runs));
+  }
   if (!results.has_points_file) {
     blocks.push_back(Notice{fmt::format(
         "{} is missing: the report shows the fitted series only, without per-point samples, seeds, second moments "

@@ -200,3 +200,18 @@ def test_report_writes_what_the_command_line_writes(tmp_path):
 def test_report_refuses_a_missing_input_naming_it(tmp_path):
     with pytest.raises(ValueError, match="nowhere"):
         attncheck.report(tmp_path / "nowhere", tmp_path / "out", plots=False)
+
+
+def test_a_folder_written_by_several_runs_keeps_and_reports_each_runs_provenance(tmp_path):
+    folder = tmp_path / "results"
+    attncheck.mc("C4", out=folder, N="8,16", D=4, d=4, p=1, samples=8, threads=1, seed=3)
+    attncheck.mc("C3", out=folder, N="8,16", D=4, d=4, p=1, samples=8, threads=1, seed=4, resume=True)
+    fits = json.load(open(folder / "fits.json"))
+    assert [run["run_seed"] for run in fits["runs"]] == [3, 4]
+    assert fits["runs"][0]["command"].startswith("attncheck.mc(claim='C4'")
+    assert fits["runs"][1]["command"].startswith("attncheck.mc(claim='C3'")
+    assert fits["provenance"] == fits["runs"][1]  # the last run, for readers that know no "runs"
+    attncheck.report(folder, tmp_path / "report", plots=False)
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "2 runs wrote this folder" in text
+    assert "attncheck.mc(claim='C4'" in text and "attncheck.mc(claim='C3'" in text

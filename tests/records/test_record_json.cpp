@@ -533,13 +533,18 @@ TEST_CASE("a point record reads back from its points.jsonl line exactly as it wa
 }
 
 TEST_CASE("fitted series and the provenance read back from fits.json exactly as they were written") {
-  rc::prop("(Provenance, Series) -> fits.json -> (Provenance, Series) is the identity", [] {
+  rc::prop("(runs, Series) -> fits.json -> (runs, Series) is the identity", [] {
     const std::vector<records::Series> written{any_series(), any_series()};
     const records::Provenance run = any_provenance();
-    const std::string text = records::fits_json_text(run, written);
+    const records::Provenance earlier = any_provenance();
+    const std::string text = records::fits_json_text({earlier, run}, written);
     RC_ASSERT(json::parse(text)["format_version"] == records::kResultsFormatVersion);
-    const auto [provenance, read] = records::parse_fits_json(text, "fits.json");
-    check_same_provenance(run, provenance);
+    const auto [runs, read] = records::parse_fits_json(text, "fits.json");
+    RC_ASSERT(runs.size() == 2u);
+    check_same_provenance(earlier, runs[0]);
+    check_same_provenance(run, runs[1]);
+    // "provenance" is the last run's, for readers that know no "runs".
+    check_same_provenance(run, json::parse(text)["provenance"].get<records::Provenance>());
     check_same_provenance(run, json(run).get<records::Provenance>());
     RC_ASSERT(read.size() == written.size());
     for (std::size_t i = 0; i < read.size(); ++i) check_same_series(written[i], read[i]);
@@ -577,8 +582,8 @@ TEST_CASE("the sweep's own records and fits read back field for field") {
   records::Provenance run;
   run.backend = "cpu";
   run.run_seed = 21;
-  const auto [provenance, series] = records::parse_fits_json(records::fits_json_text(run, fitted), "fits.json");
-  CHECK(provenance.run_seed == 21u);
+  const auto [runs, series] = records::parse_fits_json(records::fits_json_text({run}, fitted), "fits.json");
+  CHECK(runs.back().run_seed == 21u);
   REQUIRE(series.size() == fitted.size());
   for (std::size_t i = 0; i < series.size(); ++i) {
     INFO("series " << i);

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -78,8 +79,10 @@ class ResultsWriter {
   // Adds the records (replacing any with the same key) to what the folder holds now, and rewrites
   // points.jsonl and points.csv.
   void append(const std::vector<records::PointRecord>& records);
-  // Fits every series of the folder's records as they are on disk now and writes fits.json with `provenance`.
-  void write_fits(const records::Provenance& provenance, double tolerance);
+  // Fits every series of the folder's records as they are on disk now and writes fits.json with `provenance` after
+  // those of the runs that wrote the folder before; `note` hears when their provenance could not be read.
+  void write_fits(const records::Provenance& provenance, double tolerance,
+                  const std::function<void(const std::string&)>& note = {});
   const std::filesystem::path& dir() const { return dir_; }
 
  private:

@@ -310,11 +310,14 @@ void to_json(nlohmann::json& out, const Series& series);
 void from_json(const nlohmann::json& in, Series& series);
 
 // fits.json: the version, the run's provenance (as the writer gives it) and every series of the folder.
-std::string fits_json_text(const Provenance& provenance, const std::vector<Series>& series);
+// `runs` are the provenances of every run that wrote the folder, earliest first: "runs" holds them all and
+// "provenance" the last (what readers of earlier versions show).
+std::string fits_json_text(const std::vector<Provenance>& runs, const std::vector<Series>& series);
 
 struct ResultsFolder {
   std::filesystem::path folder;
-  Provenance provenance;
+  Provenance provenance;         // the last run's
+  std::vector<Provenance> runs;  // every run that wrote the folder, earliest first (the last alone in older folders)
   std::vector<Series> series;
   bool has_points_file = false;  // points.jsonl was present (it adds per-point detail)
 };
@@ -327,7 +330,11 @@ std::string resume_key(std::string_view point_key, std::string_view estimand, st
 ResultsFolder read_results_folder(const std::filesystem::path& folder);
 
 // Parsers of the two files on their own, for tests and other readers. `name` is used in messages.
-std::pair<Provenance, std::vector<Series>> parse_fits_json(const std::string& text, const std::string& name);
+struct FitsDocument {
+  std::vector<Provenance> runs;  // earliest first; never empty
+  std::vector<Series> series;
+};
+FitsDocument parse_fits_json(const std::string& text, const std::string& name);
 std::vector<PointRecord> parse_points_jsonl(const std::string& text, const std::string& name);
 
 }  // namespace attncheck::records
