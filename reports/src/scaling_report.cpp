@@ -655,6 +655,34 @@ std::optional<PlotSpec> claim_figure(const std::vector<records::Series>& series,
   return figure;
 }
 
+// Every series of a claim on one panel, each divided by x^a of its own claim (or fit) with its 95% band: which
+// activation, reading or scale stays flat, and which grows, side by side. None with fewer than two such series.
+std::optional<PlotSpec> claim_overlay(const std::vector<records::Series>& series,
+                                      const std::vector<std::size_t>& members, const std::string& claim,
+                                      const std::string& name) {
+  PlotSpec overlay;
+  overlay.name = name;
+  overlay.title = fmt::format("Claim {}: every series, each divided by x^a (flat: growth like x^a)", claim);
+  overlay.log_y = true;
+  std::set<std::string> x_labels;
+  int drawn = 0;
+  for (std::size_t i : members) {
+    const records::Series& s = series[i];
+    const auto a = compensating_exponent(s);
+    if (!a || s.x.size() < 2) continue;
+    const SeriesValues v = series_values(s);
+    add_compensated(overlay, s, a->first, v.fitted, v.fitted_se,
+                    fmt::format("{}: {} / {}^{} ({})", i + 1, s.key.label(), x_name(s), format_number(a->first),
+                                verdict_word(s)),
+                    drawn++);
+    x_labels.insert(x_axis_label(s));
+  }
+  if (drawn < 2 || x_labels.size() != 1) return std::nullopt;
+  overlay.x_label = *x_labels.begin();
+  overlay.y_label = "value / x^a";
+  return overlay;
+}
+
 // How far, as a factor, the stored line exp(intercept) x^slope lies from the estimates at their log-log
 // centroid. A least-squares line passes through it (a weighted one near it); a large factor means the
 // intercept is not what the report takes it for (a natural logarithm), so the drawn fit would mislead.
@@ -932,7 +960,7 @@ void add_scaling_section(const records::ResultsFolder& results, bool with_plots,
   add_summary(results, blocks);
   add_provenance(results, blocks);
   // Series in file order within a claim.
-  std::size_t claim_figures = 0;
+  std::size_t claim_figures = 0, claim_overlays = 0;
   for (const std::string& claim : claims_in_order(series)) {
     blocks.push_back(Heading{2, "Claim " + claim_title(claim), "claim-" + claim});
     if (const auto statement = records::find_claim(claim)) {
@@ -941,6 +969,16 @@ void add_scaling_section(const records::ResultsFolder& results, bool with_plots,
     std::vector<std::size_t> members;
     for (std::size_t i = 0; i < series.size(); ++i) {
       if (series[i].key.claim == claim) members.push_back(i);
+    }
+    if (with_plots) {
+      if (auto overlay = claim_overlay(series, members, claim, fmt::format("overlay{:02}", ++claim_overlays))) {
+        pending.add_drawable(std::move(*overlay),
+                             fmt::format("Claim {}: every series of the folder on one figure, each divided by x^a "
+                                         "(its claimed exponent, or its fitted slope without a claim), with its 95% "
+                                         "band; the legend numbers the series as below and gives its verdict",
+                                         claim),
+                             blocks);
+      }
     }
     if (const auto pairs = reading_pairs(series, members); !pairs.empty())
       add_reading_comparison(series, pairs, with_plots, blocks, pending);

@@ -162,7 +162,7 @@ TEST_CASE("a results folder with a probe log gives both parts", "[probes][report
   CHECK(summary.probe_records == 1);
   const std::string html = read_text(options.out / "index.html");
   CHECK(count_occurrences(html, "<svg") ==
-        series.size() + 2 + 4 + 1);  // series, readings, a claim's ps, probes, the one checkpoint's head maps
+        series.size() + 3 + 4 + 1);  // series, readings, a claim's ps and overlay, probes, the head maps
   const std::string markdown = read_text(options.out / "report.md");
   CHECK(markdown.find("## Summary") < markdown.find("## Probes during training"));
 }

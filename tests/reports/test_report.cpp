@@ -54,12 +54,13 @@ TEST_CASE("the HTML report stands alone: no external resource, one inline SVG pe
   TempDir dir;
   const auto series = standard_series();
   const WrittenReport report = write_standard_report(dir, true, series);
-  // One plot per series, one for the pair of readings of p = 2 and one for C3's elementwise p = 1 and 2 side
-  // by side.
-  CHECK(report.summary.plots == series.size() + 2);
-  CHECK(count_occurrences(report.html, "<svg") == series.size() + 2);
-  CHECK(count_occurrences(report.html, "</svg>") == series.size() + 2);
-  CHECK_THAT(report.markdown, Contains("](plots/readings01.svg)"));
+  // One plot per series, one for the pair of readings of p = 2, one for C3's elementwise p = 1 and 2 side
+  // by side, and C3's overlay of every series.
+  CHECK(report.summary.plots == series.size() + 3);
+  CHECK(count_occurrences(report.html, "<svg") == series.size() + 3);
+  CHECK(count_occurrences(report.html, "</svg>") == series.size() + 3);
+  CHECK_THAT(report.markdown, Contains("](plots/overlay01.svg)"));
+  CHECK_THAT(report.markdown, Contains("](plots/readings02.svg)"));
   CHECK_THAT(report.markdown, Contains("](plots/claim01.svg)"));
   // The claim's figure: rows compensated, local slope, log-log; one column per p; the verdicts on it.
   const std::string script = read_text(dir.path() / "report" / "plots" / "plots.gp");
@@ -76,7 +77,7 @@ TEST_CASE("the HTML report stands alone: no external resource, one inline SVG pe
   CHECK_THAT(report.html, !Contains("@import") && !Contains("url(http"));
   // The only links leave to the PNG copies of the plots, beside the page.
   const std::regex outside_link(R"(href=["'](?!#|plots/[a-z0-9]+\.png["']))");
-  CHECK(count_occurrences(report.html, ".png\">PNG</a>") == series.size() + 2);
+  CHECK(count_occurrences(report.html, ".png\">PNG</a>") == series.size() + 3);
   CHECK_FALSE(std::regex_search(report.html, outside_link));
   // The Markdown shows the same plots as files beside it.
   for (std::size_t i = 1; i <= series.size(); ++i) {
@@ -248,7 +249,8 @@ TEST_CASE("a report written over an older one keeps no plot of the older", "[rep
   CHECK(write_report(options).plots == 1);
   CHECK(fs::exists(plots / "series01.svg"));
   CHECK_FALSE(fs::exists(plots / "series04.svg"));
-  CHECK_FALSE(fs::exists(plots / "readings01.svg"));
+  CHECK_FALSE(fs::exists(plots / "readings02.svg"));
+  CHECK_FALSE(fs::exists(plots / "overlay01.svg"));
   CHECK_FALSE(fs::exists(plots / "series04.svg.tmp.4242"));
   for (const std::string& name : users) CHECK(read_text(plots / name) == "mine");
   // Without plots the earlier report's are removed too, the user's kept.
@@ -408,4 +410,20 @@ TEST_CASE("a verdict names its basis in the summary, the series text and the fig
   CHECK_THAT(markdown, Contains("scores qk-layernorm"));
   CHECK_THAT(markdown, Contains("exact E[row sum of F]"));
   CHECK_THAT(markdown, Contains("| -0.02"));
+}
+
+TEST_CASE("each claim has one figure of every series divided by x^a, with its band, verdict and number", "[report]") {
+  TempDir dir;
+  const auto series = standard_series();
+  write_standard_report(dir, true, series);
+  const std::string script = read_text(dir.path() / "report" / "plots" / "plots.gp");
+  CHECK_THAT(script, Contains("Claim C3: every series, each divided by x^a (flat: growth like x^a)"));
+  // Every C3 series in the legend, numbered as in the report, with its verdict.
+  std::size_t c3 = 0;
+  for (std::size_t i = 0; i < series.size(); ++i) {
+    if (series[i].claim != "C3") continue;
+    ++c3;
+    CHECK_THAT(script, Contains(fmt::format("'{}: ", i + 1)));
+  }
+  REQUIRE(c3 >= 2);
 }
