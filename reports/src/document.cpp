@@ -108,6 +108,9 @@ dl.facts dt { font-weight: 600; } dl.facts dd { margin: 0; font-family: ui-monos
 .verdict { font-weight: 700; }
 .holds { color: #00703c; } .tight { color: #0b5394; } .violated { color: #b00020; } .inconclusive { color: #7a5c00; }
 .consistent { color: #5b3a8c; }
+nav.contents { border: 1px solid #ccc; padding: 0.5rem 1rem; margin: 1rem 0; font-size: 0.9rem; }
+nav.contents ul { margin: 0.2rem 0; padding-left: 1.2rem; }
+details > summary { cursor: pointer; color: #0b5394; margin: 0.4rem 0; }
 figure { margin: 0.8rem 0; } figure svg { max-width: 100%; height: auto; }
 figcaption { font-size: 0.85rem; color: #444; }
 )";
@@ -130,9 +133,31 @@ std::string escape_html(const std::string& text) {
   return out;
 }
 
+namespace {
+
+// The anchored headings of levels 2 and 3, for the table of contents; none for a document too short to need one.
+std::vector<const Heading*> contents_of(const Document& document) {
+  std::vector<const Heading*> headings;
+  for (const Block& block : document.blocks) {
+    if (const auto* h = std::get_if<Heading>(&block); h && !h->anchor.empty() && (h->level == 2 || h->level == 3))
+      headings.push_back(h);
+  }
+  if (headings.size() < 3) headings.clear();
+  return headings;
+}
+
+}  // namespace
+
 std::string render_markdown(const Document& document) {
   // The title names the input (a results folder or a probe log): text from the file system like any other.
   std::string out = fmt::format("# {}\n", markdown_text(document.title));
+  if (const auto contents = contents_of(document); !contents.empty()) {
+    out += "\nContents:\n\n";
+    for (const Heading* h : contents) {
+      out += fmt::format("{}- [{}](#{})\n", h->level == 3 ? "  " : "", markdown_text(h->text),
+                         markdown_destination(h->anchor));
+    }
+  }
   for (const Block& block : document.blocks) {
     out += "\n";
     std::visit(Overloaded{
@@ -184,6 +209,31 @@ std::string render_html(const Document& document) {
       "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>{}</title>\n"
       "<style>{}</style>\n</head>\n<body>\n<h1>{}</h1>\n",
       escape_html(document.title), kStyle, escape_html(document.title));
+  if (const auto contents = contents_of(document); !contents.empty()) {
+    out += "<nav class=\"contents\"><strong>Contents</strong>\n<ul>\n";
+    // Level 3 entries nest in a list under the level 2 entry before them (or stand at the top without one).
+    bool item_open = false, nested = false;
+    for (const Heading* h : contents) {
+      if (h->level == 3 && item_open && !nested) {
+        out += "\n<ul>\n";
+        nested = true;
+      } else if (h->level == 2 || !item_open) {
+        if (nested) out += "</ul>\n";
+        if (item_open) out += "</li>\n";
+        nested = false;
+      }
+      const std::string link = fmt::format("<a href=\"#{}\">{}</a>", escape_html(h->anchor), escape_html(h->text));
+      if (nested) {
+        out += "<li>" + link + "</li>\n";
+      } else {
+        out += "<li>" + link;
+        item_open = true;
+      }
+    }
+    if (nested) out += "</ul>\n";
+    if (item_open) out += "</li>\n";
+    out += "</ul>\n</nav>\n";
+  }
   for (const Block& block : document.blocks) {
     std::visit(Overloaded{
                    [&](const Heading& h) {
@@ -203,6 +253,8 @@ std::string render_html(const Document& document) {
                      out += "</dl>\n";
                    },
                    [&](const Table& t) {
+                     if (!t.folded_as.empty())
+                       out += fmt::format("<details>\n<summary>{}</summary>\n", escape_html(t.folded_as));
                      out += "<table>\n<thead><tr>";
                      for (const std::string& h : t.header) out += fmt::format("<th>{}</th>", escape_html(h));
                      out += "</tr></thead>\n<tbody>\n";
@@ -219,6 +271,7 @@ std::string render_html(const Document& document) {
                        out += "</tr>\n";
                      }
                      out += "</tbody>\n</table>\n";
+                     if (!t.folded_as.empty()) out += "</details>\n";
                    },
                    [&](const Figure& f) {
                      const std::string png =

@@ -940,7 +940,10 @@ void add_series(const records::Series& s, std::size_t i, const records::Provenan
         format_number(*s.intercept), x_name(s), format_number(*s.slope), format_number(*miss, 3))});
   }
   if (with_plots) pending.add(series_plot(s, i), series_figure_caption(s, i), blocks);
-  blocks.push_back(points_table(s));
+  Table points = points_table(s);
+  points.folded_as =
+      fmt::format("Points of series {}: {} rows (estimates, standard errors, exact values)", i + 1, points.rows.size());
+  blocks.push_back(std::move(points));
   blocks.push_back(exact_values_note(s));
   if (std::any_of(s.points.begin(), s.points.end(), [](const auto& p) { return p && !p->se_reliable; })) {
     blocks.push_back(

@@ -373,10 +373,10 @@ TEST_CASE("results folders of attncheck mc are compared run after run, their plo
   CHECK(fs::exists(options.out / "plots" / "run2-series01.svg"));
   CHECK(fs::exists(options.out / "plots" / "run2-series02.png"));
   const std::string html = read_text(options.out / "index.html");
-  // Every link target once, and every summary row links to its own run's series.
+  // Every link target once, and every summary row links to its own run's series (and the table of contents).
   CHECK(count_occurrences(html, "id=\"run1-series-1\"") == 1);
   CHECK(count_occurrences(html, "id=\"run2-series-1\"") == 1);
-  CHECK(count_occurrences(html, "href=\"#run2-series-2\"") == 1);
+  CHECK(count_occurrences(html, "href=\"#run2-series-2\"") == 2);
   CHECK(count_occurrences(html, "href=\"#series-") == 0);
   const std::string markdown = read_text(options.out / "report.md");
   CHECK(markdown.find("# Run 1: ") < markdown.find("# Run 2: "));

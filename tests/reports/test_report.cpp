@@ -427,3 +427,28 @@ TEST_CASE("each claim has one figure of every series divided by x^a, with its ba
   }
   REQUIRE(c3 >= 2);
 }
+
+TEST_CASE("a table of contents links every section and series, and per-point tables fold in the HTML page",
+          "[report]") {
+  TempDir dir;
+  const auto series = standard_series();
+  const WrittenReport report = write_standard_report(dir, false, series);
+  // Markdown: a list of links before the first section, series nested under their claim.
+  const auto contents = report.markdown.find("Contents:");
+  REQUIRE(contents != std::string::npos);
+  CHECK(contents < report.markdown.find("## Summary"));
+  CHECK_THAT(report.markdown, Contains("- [Summary](#summary)") && Contains("- [Provenance](#provenance)"));
+  CHECK_THAT(report.markdown, Contains("\n  - [Series 1: "));
+  // HTML: the same links, series in a list of their own under their claim's entry.
+  const auto nav = report.html.find("<nav class=\"contents\">");
+  REQUIRE(nav != std::string::npos);
+  const std::string toc = report.html.substr(nav, report.html.find("</nav>", nav) - nav);
+  CHECK(count_occurrences(toc, "<ul>") == count_occurrences(toc, "</ul>"));
+  CHECK(count_occurrences(toc, "<li>") == count_occurrences(toc, "</li>"));
+  for (std::size_t i = 1; i <= series.size(); ++i) CHECK_THAT(toc, Contains(fmt::format("href=\"#series-{}\"", i)));
+  CHECK_THAT(toc, Contains("</a>\n<ul>\n<li><a href=\"#series-1\">"));
+  // Each series' points table folds under a line that says what it holds.
+  CHECK(count_occurrences(report.html, "<details>") == series.size());
+  CHECK_THAT(report.html, Contains("<summary>Points of series 1: "));
+  CHECK_THAT(report.markdown, !Contains("<details>"));
+}

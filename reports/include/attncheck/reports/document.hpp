@@ -33,6 +33,9 @@ struct Table {
   std::vector<std::string> header;
   std::vector<std::vector<std::string>> rows;
   std::vector<std::string> row_anchors;  // per row, a link target for the row's first cell (empty: none)
+  // When set, the HTML page shows the table folded under this line, opened by a click (long per-point tables);
+  // Markdown shows it as it is.
+  std::string folded_as;
 };
 
 struct Figure {
