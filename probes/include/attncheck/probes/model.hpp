@@ -21,7 +21,7 @@ struct FamilyAdapter;  // how one model family is read and run: probes/src/adapt
 }
 
 struct ModelConfig {
-  // The family the configuration was read for (BERT, GPT-2, Llama, ViT, DINOv2): set by load and
+  // The family the configuration was read for (BERT, GPT-2, Llama, ViT, DINOv2, ...): set by load and
   // read_model_config.
   const detail::FamilyAdapter* family = nullptr;
   std::int64_t layers = 0, heads = 0, hidden = 0, intermediate = 0;
@@ -37,6 +37,9 @@ struct ModelConfig {
   std::string tensor_prefix;  // "bert.", "transformer.", "model." or empty
   // BERT: the LayerNorm parameters' names ("weight"/"bias", or the older "gamma"/"beta").
   std::string norm_gain = "weight", norm_bias = "bias";
+  // RoBERTa: the padding token, whose position embedding is padding_idx; the other tokens' positions count from
+  // padding_idx + 1. -1: positions 0 .. N-1.
+  std::int64_t padding_idx = -1;
   // Llama: the query heads share kv_heads key/value heads (query head h uses kv head h / (heads / kv_heads)).
   std::int64_t kv_heads = 0;      // 0: as many as the query heads
   std::int64_t head_size = 0;     // 0: hidden / heads
