@@ -2,10 +2,10 @@
 """Hugging Face transformers (4.38.2, scripts/pyenv's "transformers" set) as the reference for `attncheck probe`:
 tiny random models built and saved by transformers itself, and their own eager attention probabilities.
 
-Encoders (RoBERTa, XLM-RoBERTa):
+Encoders (RoBERTa, XLM-RoBERTa, DistilBERT):
   make-tiny-encoders DIR   writes, in float64 safetensors by save_pretrained, DIR/tiny-roberta (with tokens.txt
-                           and tokens-padded.txt, which holds pad tokens) and DIR/tiny-xlm-roberta (pad_token_id 3,
-                           relu)
+                           and tokens-padded.txt, which holds pad tokens), DIR/tiny-xlm-roberta (pad_token_id 3,
+                           relu) and DIR/tiny-distilbert
   encoder-compare BIN MODEL ARGS...
                            runs `BIN probe MODEL ARGS --json --attention-out F`, runs the saved model through
                            transformers (eager attention, output_attentions) on the same ids, and checks every layer's and head's attention matrix entry by entry
@@ -37,7 +37,7 @@ torch.set_default_dtype(torch.float64)
 transformers.logging.set_verbosity_error()
 
 
-# ---- Encoders: RoBERTa, XLM-RoBERTa ---------------------------------------------------------------------------
+# ---- Encoders: RoBERTa, XLM-RoBERTa, DistilBERT ---------------------------------------------------------------
 
 ENCODER_TOKENS = [0, 5, 17, 33, 8, 21, 9, 38, 12, 30, 2]
 # Pad tokens (id 1) inside and after the text: they keep position padding_idx and do not count.
@@ -83,6 +83,12 @@ def make_tiny_encoders(root):
     encoder_save(transformers.XLMRobertaModel(xlm, add_pooling_layer=False), folder, 2)
     encoder_write_tokens(folder, "tokens.txt", [0, 7, 3, 19, 25, 3, 11, 2, 3])
 
+    distil = transformers.DistilBertConfig(vocab_size=40, dim=32, n_layers=2, n_heads=4, hidden_dim=64,
+                                           max_position_embeddings=16)
+    folder = os.path.join(root, "tiny-distilbert")
+    encoder_save(transformers.DistilBertModel(distil), folder, 3)
+    encoder_write_tokens(folder, "tokens.txt", ENCODER_TOKENS)
+
 
 def encoder_run(model_dir, config, dumped):
     """The model's attention probabilities and, per layer, the rows its projections act on and the modules."""
@@ -92,7 +98,10 @@ def encoder_run(model_dir, config, dumped):
                                                        torch_dtype=torch.float64)
         out = model(input_ids=ids, output_attentions=True, output_hidden_states=True)
         inputs = [h[0] for h in out.hidden_states[:-1]]
-        attention = [(b.attention.self.query, b.attention.self.key) for b in model.encoder.layer]
+        if config["model_type"] == "distilbert":
+            attention = [(b.attention.q_lin, b.attention.k_lin) for b in model.transformer.layer]
+        else:
+            attention = [(b.attention.self.query, b.attention.self.key) for b in model.encoder.layer]
     heads = out.attentions[0].shape[1]
     return [{"attention": a[0], "X": x, "wq": q.weight.detach(), "bq": q.bias.detach(), "wk": k.weight.detach(),
              "bk": k.bias.detach(), "heads": heads} for a, x, (q, k) in zip(out.attentions, inputs, attention)]

@@ -260,7 +260,7 @@ TEST_CASE("bad models and inputs are InputErrors naming the value", "[model]") {
   }
 }
 
-TEST_CASE("RoBERTa configurations are refused naming the file and the key", "[model]") {
+TEST_CASE("RoBERTa and DistilBERT configurations are refused naming the file and the key", "[model]") {
   TempDir dir;
   write_tiny_gpt2(dir.path / "model.safetensors");
   const auto refused = [&](const nlohmann::json& config, const std::string& fragment) {
@@ -286,6 +286,23 @@ TEST_CASE("RoBERTa configurations are refused naming the file and the key", "[mo
   bad["model_type"] = "xlm-roberta";
   bad["position_embedding_type"] = "relative_key";
   refused(bad, "position_embedding_type 'relative_key' is not supported");
+
+  const nlohmann::json distilbert = {{"model_type", "distilbert"},
+                                     {"dim", 8},
+                                     {"n_heads", 2},
+                                     {"n_layers", 1},
+                                     {"hidden_dim", 8},
+                                     {"vocab_size", 20},
+                                     {"max_position_embeddings", 16}};
+  bad = distilbert;
+  bad["n_heads"] = 3;
+  refused(bad, "hidden size 8 is not a multiple of the 3 heads");
+  bad = distilbert;
+  bad.erase("hidden_dim");
+  refused(bad, "no \"hidden_dim\"");
+  bad = distilbert;
+  bad["sinusoidal_pos_embds"] = "yes";
+  refused(bad, "\"sinusoidal_pos_embds\" is \"yes\", not true or false");
 }
 
 TEST_CASE("random input uses the embeddings' own scale and is reproducible by seed", "[model]") {
