@@ -260,7 +260,7 @@ TEST_CASE("bad models and inputs are InputErrors naming the value", "[model]") {
   }
 }
 
-TEST_CASE("RoBERTa and DistilBERT configurations are refused naming the file and the key", "[model]") {
+TEST_CASE("RoBERTa, DistilBERT and CLIP configurations are refused naming the file and the key", "[model]") {
   TempDir dir;
   write_tiny_gpt2(dir.path / "model.safetensors");
   const auto refused = [&](const nlohmann::json& config, const std::string& fragment) {
@@ -303,6 +303,18 @@ TEST_CASE("RoBERTa and DistilBERT configurations are refused naming the file and
   bad = distilbert;
   bad["sinusoidal_pos_embds"] = "yes";
   refused(bad, "\"sinusoidal_pos_embds\" is \"yes\", not true or false");
+
+  refused({{"model_type", "clip"}, {"vision_config", {{"patch_size", -8}}}},
+          "\"vision_config.patch_size\" is -8, not a positive integer");
+  refused({{"model_type", "clip"}, {"vision_config", {{"patch_size", 64}, {"image_size", 32}}}},
+          "patch_size 64 is larger than image_size 32");
+  refused({{"model_type", "clip"}, {"vision_config", {{"layer_norm_eps", -1}}}},
+          "\"vision_config.layer_norm_eps\" is -1");
+  refused({{"model_type", "clip"}, {"vision_config", {{"hidden_act", 5}}}},
+          "\"vision_config.hidden_act\" is 5, not text");
+  refused({{"model_type", "clip"}, {"vision_config", 3}}, "\"vision_config\" is 3, not an object");
+  refused({{"model_type", "clip_vision_model"}, {"num_attention_heads", 1.5}},
+          "\"num_attention_heads\" is 1.5, not a whole number");
 }
 
 TEST_CASE("random input uses the embeddings' own scale and is reproducible by seed", "[model]") {
