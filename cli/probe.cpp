@@ -464,8 +464,8 @@ int run(const ProbeOptions& o) {
 
 const bool registered = register_subcommand(
     "probe",
-    "live per-layer, per-head attention norms of a checkpoint (BERT, GPT-2, Llama, ViT, DINOv2; safetensors or GGUF) "
-    "against the theory",
+    "live per-layer, per-head attention norms of a checkpoint (BERT, RoBERTa, DistilBERT, GPT-2, Llama, ViT, DINOv2, "
+    "CLIP's vision and text towers; safetensors or GGUF) against the theory",
     [](CLI::App& command) -> std::function<int()> {
       auto o = std::make_shared<ProbeOptions>();
       command.add_option("MODEL", o->model, "model folder (config.json + safetensors), a .safetensors or a .gguf file")
@@ -480,16 +480,16 @@ const bool registered = register_subcommand(
                       "table and --json give per layer and head the mean over the sentences and its standard error")
           ->type_name("FILE");
       command.add_option("--tokens", o->tokens, "file of whitespace-separated token ids")->type_name("FILE");
-      command.add_option("--pixels", o->pixels,
-                         "ViT, DINOv2: the model's pixel_values for one image, a channels x height x width float32 or "
-                         "float64 .npy file, already normalized");
+      command.add_option(
+          "--pixels", o->pixels,
+          "ViT, DINOv2, CLIP: the model's pixel_values for one image, a channels x height x width float32 or "
+          "float64 .npy file, already normalized");
       command.add_option("--image", o->image,
-                         "ViT, DINOv2: an image file (PNG, JPEG, PPM, BMP), preprocessed as the checkpoint's "
+                         "ViT, DINOv2, CLIP: an image file (PNG, JPEG, PPM, BMP), preprocessed as the checkpoint's "
                          "preprocessor_config.json says (ImageNet defaults when absent)");
-      command.add_flag(
-          "--random", o->random,
-          "Gaussian embeddings (the default input), sigma = RMS of the model's token embeddings (ViT, DINOv2: of its "
-          "position embeddings)");
+      command.add_flag("--random", o->random,
+                       "Gaussian embeddings (the default input), sigma = RMS of the model's token embeddings (ViT, "
+                       "DINOv2, CLIP's vision tower: of its position embeddings)");
       command
           .add_option(
               "--length", o->length,

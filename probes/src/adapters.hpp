@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <initializer_list>
 #include <span>
 #include <string>
 #include <string_view>
@@ -26,9 +27,17 @@ std::int64_t positive_int(const nlohmann::json& config, const char* key, const s
 std::int64_t positive_int_or(const nlohmann::json& config, const char* key, std::int64_t fallback,
                              const std::filesystem::path& file);
 
-// The sizes that most text models' config.json files name as BERT's does: hidden_size, num_attention_heads,
-// num_hidden_layers, intermediate_size, vocab_size, max_position_embeddings.
-void read_text_model_sizes(const nlohmann::json& config, const std::filesystem::path& file, ModelConfig& c);
+// The keys of a text model's sizes in config.json: as most name them, BERT's, by default.
+struct TextSizeKeys {
+  const char* hidden = "hidden_size";
+  const char* heads = "num_attention_heads";
+  const char* layers = "num_hidden_layers";
+  const char* intermediate = "intermediate_size";
+  const char* vocab = "vocab_size";
+  const char* positions = "max_position_embeddings";
+};
+void read_text_model_sizes(const nlohmann::json& config, const std::filesystem::path& file, ModelConfig& c,
+                           const TextSizeKeys& keys = {});
 
 // A number from a model's configuration that must be finite and at least `min` (above it when `above`): a negative
 // normalization epsilon or rotary base would make the forward pass NaN, and the message would then blame a logit.
@@ -68,8 +77,13 @@ T value_or(const nlohmann::json& object, const char* key, T fallback, const std:
   return value.get<T>();
 }
 
-// The model's MLP activation, in place: "gelu" (erf), "gelu_new"/"gelu_pytorch_tanh", "relu".
+// The model's MLP activation, in place: "gelu" (erf), "gelu_new"/"gelu_pytorch_tanh", "quick_gelu"
+// (x sigmoid(1.702 x)), "relu".
 void apply_hidden_activation(Matrix& m, const std::string& act);
+// Rows `ids` of the token embeddings plus rows `positions` of the learned position embeddings (empty: 0 .. N-1).
+Matrix token_and_position_embeddings(const Checkpoint& checkpoint, const std::string& token_tensor,
+                                     const std::string& position_tensor, std::span<const std::int64_t> ids,
+                                     std::int64_t hidden, std::span<const std::int64_t> positions = {});
 // y = x W^T (+ b when the checkpoint has NAME.bias) for NAME.weight stored [out, in] (nn.Linear).
 Matrix project(const Checkpoint& checkpoint, const Matrix& x, const std::string& name, std::int64_t out);
 Vector bias_or_zero(const Checkpoint& checkpoint, const std::string& name, std::int64_t length);
@@ -98,6 +112,46 @@ Matrix fill_heads(LayerInputs& layer, const AttentionWeights& weights, std::int6
 
 // Refuses hidden states that overflowed in `layer`, before the next layer turns them into NaN scores.
 void require_finite_hidden_states(const Matrix& h, std::int64_t layer);
+
+// BERT's encoder, which RoBERTa and DistilBERT share (probes/src/bert.cpp). The tensor names of its parts:
+// prefix + embedding_norm, and per layer prefix + layers + N + "." + each part's name.
+struct PostNormNames {
+  std::string embedding_norm, layers, query, key, value, output, attention_norm, mlp_in, mlp_out, output_norm;
+};
+// The configuration as BERT's config.json names it, the tensor prefix the last of `prefixes` the checkpoint uses.
+ModelConfig bert_config_from_json(const nlohmann::json& config, const std::filesystem::path& file,
+                                  const Checkpoint& checkpoint, std::initializer_list<const char*> prefixes);
+std::string bert_word_embeddings(const ModelConfig& config);
+// Word and position embeddings (at `positions`; empty: 0 .. N-1), plus token type 0's when `token_types`.
+Matrix bert_embeddings(const Checkpoint& checkpoint, const ModelConfig& config, std::span<const std::int64_t> ids,
+                       bool token_types, std::span<const std::int64_t> positions = {});
+// The embeddings' LayerNorm, then post-LayerNorm layers 0..last with biased query, key, value and output projections.
+std::vector<LayerInputs> post_norm_encoder(const Checkpoint& checkpoint, const ModelConfig& config, Matrix h,
+                                           std::int64_t last, const PostNormNames& names);
+std::vector<LayerInputs> bert_forward(const Checkpoint& checkpoint, const ModelConfig& config, Matrix h,
+                                      std::int64_t last);
+
+// The vision encoders' pieces, which CLIP's vision tower shares with ViT and DINOv2 (probes/src/vit.cpp).
+// max_positions from image_size and patch_size, refusing a patch larger than the image.
+void set_patch_grid(ModelConfig& config, const std::filesystem::path& file);
+// Where a family keeps its patch embedding: the stride-P convolution's kernel [D, C, P, P] and bias (empty: none),
+// the CLS token's embedding and the position embeddings ([1, 1, D] and [1, N, D] when `batched`, else [D] and
+// [N, D]); `interpolate`: resampled bicubically to another patch grid, else that image size is refused.
+struct PatchEmbeddingNames {
+  std::string kernel, bias, cls, positions;
+  bool batched = true, interpolate = false;
+};
+// The CLS token then the image's patches, row-major, each with its position embedding (N = 1 + patches).
+Matrix embed_patches(const Checkpoint& checkpoint, const ModelConfig& config, const Pixels& pixels,
+                     const PatchEmbeddingNames& names);
+// Tensor names of one pre-LayerNorm layer's parts; the LayerScale vectors' empty when the family has none.
+struct PreNormNames {
+  std::string norm_before, q, k, v, o, norm_after, mlp_in, mlp_out, scale_attention, scale_mlp;
+};
+// Layers 0..last of pre-LayerNorm blocks (causal when the configuration is), named by `layer_names`.
+std::vector<LayerInputs> pre_norm_encoder(const Checkpoint& checkpoint, const ModelConfig& config, Matrix h,
+                                          std::int64_t last,
+                                          PreNormNames (*layer_names)(const ModelConfig& config, std::int64_t layer));
 
 // What the probes need of one model family. Each family's file defines its adapter, naming only what the family
 // has (a text family no embed_pixels); adapters.cpp lists them.

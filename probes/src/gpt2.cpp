@@ -4,7 +4,6 @@
 #include "adapters.hpp"
 
 #include <cmath>
-#include <numeric>
 
 namespace attncheck::probes::detail {
 
@@ -35,10 +34,7 @@ ModelConfig config_from_json(const nlohmann::json& config, const fs::path& file,
 std::string token_embeddings(const ModelConfig& c) { return c.tensor_prefix + "wte.weight"; }
 
 Matrix embed_tokens(const Checkpoint& checkpoint, const ModelConfig& c, std::span<const std::int64_t> ids) {
-  std::vector<std::int64_t> positions(ids.size());
-  std::iota(positions.begin(), positions.end(), 0);
-  return checkpoint.rows(token_embeddings(c), ids, c.hidden) +
-         checkpoint.rows(c.tensor_prefix + "wpe.weight", positions, c.hidden);
+  return token_and_position_embeddings(checkpoint, token_embeddings(c), c.tensor_prefix + "wpe.weight", ids, c.hidden);
 }
 
 std::vector<LayerInputs> forward(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h, std::int64_t last) {

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 
 namespace attncheck::probes {
 
@@ -67,13 +68,14 @@ std::int64_t detail::positive_int_or(const nlohmann::json& config, const char* k
   return !config.contains(key) || config[key].is_null() ? fallback : positive_int(config, key, file);
 }
 
-void detail::read_text_model_sizes(const nlohmann::json& config, const fs::path& file, ModelConfig& c) {
-  c.hidden = positive_int(config, "hidden_size", file);
-  c.heads = positive_int(config, "num_attention_heads", file);
-  c.layers = positive_int(config, "num_hidden_layers", file);
-  c.intermediate = positive_int(config, "intermediate_size", file);
-  c.vocab = positive_int(config, "vocab_size", file);
-  c.max_positions = positive_int(config, "max_position_embeddings", file);
+void detail::read_text_model_sizes(const nlohmann::json& config, const fs::path& file, ModelConfig& c,
+                                   const TextSizeKeys& keys) {
+  c.hidden = positive_int(config, keys.hidden, file);
+  c.heads = positive_int(config, keys.heads, file);
+  c.layers = positive_int(config, keys.layers, file);
+  c.intermediate = positive_int(config, keys.intermediate, file);
+  c.vocab = positive_int(config, keys.vocab, file);
+  c.max_positions = positive_int(config, keys.positions, file);
 }
 
 double detail::checked_number(double value, double min, bool above, const std::string& source, std::string_view key) {
@@ -82,6 +84,18 @@ double detail::checked_number(double value, double min, bool above, const std::s
         fmt::format("{}: \"{}\" is {}: it must be a finite number {} {}", source, key, value, above ? ">" : ">=", min));
   }
   return value;
+}
+
+Matrix detail::token_and_position_embeddings(const Checkpoint& checkpoint, const std::string& token_tensor,
+                                             const std::string& position_tensor, std::span<const std::int64_t> ids,
+                                             std::int64_t hidden, std::span<const std::int64_t> positions) {
+  std::vector<std::int64_t> from_zero;
+  if (positions.empty()) {
+    from_zero.resize(ids.size());
+    std::iota(from_zero.begin(), from_zero.end(), 0);
+    positions = from_zero;
+  }
+  return checkpoint.rows(token_tensor, ids, hidden) + checkpoint.rows(position_tensor, positions, hidden);
 }
 
 Matrix detail::project(const Checkpoint& checkpoint, const Matrix& x, const std::string& name, std::int64_t out) {
@@ -128,10 +142,12 @@ void detail::apply_hidden_activation(Matrix& m, const std::string& act) {
     m = m.unaryExpr([](double x) { return theory::pointwise_value(theory::Pointwise::gelu, 1, x); });
   } else if (act == "gelu_new" || act == "gelu_pytorch_tanh") {
     m = m.unaryExpr(&gelu_tanh);
+  } else if (act == "quick_gelu") {
+    m = m.unaryExpr([](double x) { return x / (1 + std::exp(-1.702 * x)); });
   } else if (act == "relu") {
     m = m.cwiseMax(0.0);
   } else {
-    throw InputError(fmt::format("hidden activation '{}' is not supported (gelu, gelu_new, relu)", act));
+    throw InputError(fmt::format("hidden activation '{}' is not supported (gelu, gelu_new, quick_gelu, relu)", act));
   }
 }
 

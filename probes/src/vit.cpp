@@ -20,12 +20,7 @@ namespace {
 
 bool is_dinov2(const ModelConfig& c) { return c.family == &dinov2_adapter; }
 
-// Tensor names of one layer's parts, in the checkpoint's own naming.
-struct Names {
-  std::string norm_before, q, k, v, o, norm_after, mlp_in, mlp_out, scale_attention, scale_mlp;
-};
-
-Names layer_names(const ModelConfig& c, std::int64_t layer) {
+PreNormNames layer_names(const ModelConfig& c, std::int64_t layer) {
   const std::string p = fmt::format("{}encoder.layer.{}.", c.tensor_prefix, layer);
   const std::string a = p + "attention.attention.";
   if (is_dinov2(c)) {
@@ -92,6 +87,128 @@ Matrix resize_bicubic(const Matrix& grid, Index in_h, Index in_w, Index out_h, I
   return out;
 }
 
+}  // namespace
+
+void set_patch_grid(ModelConfig& c, const fs::path& file) {
+  if (c.patch_size > c.image_size) {
+    throw InputError(
+        fmt::format("{}: patch_size {} is larger than image_size {}", file.string(), c.patch_size, c.image_size));
+  }
+  const std::int64_t grid = c.image_size / c.patch_size;
+  c.max_positions = 1 + grid * grid;
+}
+
+Matrix embed_patches(const Checkpoint& checkpoint, const ModelConfig& c, const Pixels& pixels,
+                     const PatchEmbeddingNames& names) {
+  const std::int64_t D = c.hidden, P = c.patch_size, C = c.channels;
+  if (pixels.channels != C) {
+    throw InputError(fmt::format("the image has {} channels, the model takes {}", pixels.channels, C));
+  }
+  if (pixels.height < P || pixels.width < P) {
+    throw InputError(
+        fmt::format("the image is {} x {} pixels, smaller than one {} x {} patch", pixels.height, pixels.width, P, P));
+  }
+  if (!names.interpolate && (pixels.height != c.image_size || pixels.width != c.image_size)) {
+    throw InputError(
+        fmt::format("the image is {} x {} pixels; this {} takes {} x {} (its position embeddings "
+                    "are not interpolated)",
+                    pixels.height, pixels.width, architecture_name(c), c.image_size, c.image_size));
+  }
+  for (std::size_t k = 0; k < pixels.values.size(); ++k) {
+    if (!std::isfinite(pixels.values[k])) {
+      throw InputError(
+          fmt::format("pixel value {} at flat index {} (channel-major) is not finite", pixels.values[k], k));
+    }
+  }
+  // The convolution drops the pixels past the last whole patch, as PyTorch's stride-P convolution does.
+  const std::int64_t grid_h = pixels.height / P, grid_w = pixels.width / P, patches = grid_h * grid_w;
+  const std::int64_t n = 1 + patches;
+  // The convolution as one product: each patch flattened over (channel, row, column), as the kernel is.
+  const Matrix kernel = checkpoint.flattened(names.kernel, {D, C, P, P}).reshaped<Eigen::RowMajor>(D, C * P * P);
+  Matrix patch_rows(patches, C * P * P);
+  for (std::int64_t py = 0; py < grid_h; ++py) {
+    for (std::int64_t px = 0; px < grid_w; ++px) {
+      Index column = 0;
+      for (std::int64_t ch = 0; ch < C; ++ch) {
+        for (std::int64_t i = 0; i < P; ++i) {
+          for (std::int64_t j = 0; j < P; ++j)
+            patch_rows(py * grid_w + px, column++) = pixels.at(ch, py * P + i, px * P + j);
+        }
+      }
+    }
+  }
+  Matrix h(n, D);
+  h.row(0) = checkpoint.flattened(names.cls, names.batched ? std::vector<std::int64_t>{1, 1, D} : std::vector{D});
+  h.bottomRows(patches) = patch_rows * kernel.transpose();
+  if (!names.bias.empty()) h.bottomRows(patches).rowwise() += checkpoint.vector(names.bias, D).transpose();
+  if (!h.bottomRows(patches).allFinite()) {
+    double largest = 0;
+    for (const double v : pixels.values) largest = std::max(largest, std::fabs(v));
+    throw InputError(
+        fmt::format("the patch embeddings are not finite: pixel values up to {:g} in magnitude overflow "
+                    "double precision in the patch projection (pixels are normalized, of order 1)",
+                    largest));
+  }
+
+  const auto& position_shape = checkpoint.info(names.positions).shape;
+  const std::size_t rank = names.batched ? 3 : 2;
+  const std::int64_t stored = position_shape.size() == rank ? position_shape[rank - 2] : 0;
+  const Matrix positions = checkpoint.flattened(names.positions, names.batched ? std::vector<std::int64_t>{1, stored, D}
+                                                                               : std::vector{stored, D});
+  const std::int64_t trained = stored - 1;
+  const auto side =
+      static_cast<std::int64_t>(std::llround(std::sqrt(static_cast<double>(std::max<std::int64_t>(trained, 0)))));
+  if (trained < 1 || side * side != trained) {
+    throw InputError(fmt::format("{}: {} position embeddings are not 1 + a square grid of patches",
+                                 checkpoint.where(names.positions), stored));
+  }
+  h.row(0) += positions.row(0);
+  if (grid_h == side && grid_w == side) {
+    h.bottomRows(patches) += positions.bottomRows(trained);
+  } else if (names.interpolate) {
+    h.bottomRows(patches) += resize_bicubic(positions.bottomRows(trained), side, side, grid_h, grid_w);
+  } else {
+    throw InputError(fmt::format("the image's {} x {} patches do not match the model's {} x {} position embeddings",
+                                 grid_h, grid_w, side, side));
+  }
+  return h;
+}
+
+std::vector<LayerInputs> pre_norm_encoder(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h,
+                                          std::int64_t last,
+                                          PreNormNames (*layer_names)(const ModelConfig&, std::int64_t)) {
+  const std::int64_t D = c.hidden, I = c.intermediate;
+  const double inner = 1 / std::sqrt(static_cast<double>(c.head_dim()));
+  const theory::AttentionMap map = trained_attention_map(c.attention_activation, inner);
+  std::vector<LayerInputs> out;
+  for (std::int64_t l = 0; l <= last; ++l) {
+    const PreNormNames names = layer_names(c, l);
+    LayerInputs layer;
+    layer.causal = c.causal;
+    layer.inner = inner;
+    layer.X = layer_norm(h, checkpoint.vector(names.norm_before + ".weight", D),
+                         checkpoint.vector(names.norm_before + ".bias", D), c.layer_norm_eps);
+    const AttentionWeights weights = linear_attention_weights(checkpoint, names.q, names.k, names.v, D, D, D);
+    Matrix attended = project(checkpoint, fill_heads(layer, weights, c.heads, &map, l), names.o, D);
+    if (!names.scale_attention.empty()) {
+      attended.array().rowwise() *= checkpoint.vector(names.scale_attention, D).transpose().array();
+    }
+    h += attended;
+    const Matrix m = layer_norm(h, checkpoint.vector(names.norm_after + ".weight", D),
+                                checkpoint.vector(names.norm_after + ".bias", D), c.layer_norm_eps);
+    Matrix inter = project(checkpoint, m, names.mlp_in, I);
+    apply_hidden_activation(inter, c.hidden_act);
+    Matrix mlp = project(checkpoint, inter, names.mlp_out, D);
+    if (!names.scale_mlp.empty()) mlp.array().rowwise() *= checkpoint.vector(names.scale_mlp, D).transpose().array();
+    h += mlp;
+    require_finite_hidden_states(h, l);
+    out.push_back(std::move(layer));
+  }
+  return out;
+}
+
+namespace {
+
 ModelConfig config_from_json(const nlohmann::json& config, const fs::path& file, const Checkpoint& checkpoint) {
   ModelConfig c;
   const bool dinov2 = value_or<std::string>(config, "model_type", "", file) == "dinov2";
@@ -118,12 +235,7 @@ ModelConfig config_from_json(const nlohmann::json& config, const fs::path& file,
   c.image_size = positive_int_or(config, "image_size", 224, file);
   c.patch_size = positive_int_or(config, "patch_size", dinov2 ? 14 : 16, file);
   c.channels = positive_int_or(config, "num_channels", 3, file);
-  if (c.patch_size > c.image_size) {
-    throw InputError(
-        fmt::format("{}: patch_size {} is larger than image_size {}", file.string(), c.patch_size, c.image_size));
-  }
-  const std::int64_t grid = c.image_size / c.patch_size;
-  c.max_positions = 1 + grid * grid;
+  set_patch_grid(c, file);
   for (const char* prefix : {"", "vit.", "dinov2."}) {
     if (checkpoint.contains(std::string(prefix) + "embeddings.cls_token")) c.tensor_prefix = prefix;
   }
@@ -133,109 +245,18 @@ ModelConfig config_from_json(const nlohmann::json& config, const fs::path& file,
 std::string position_embedding_name(const ModelConfig& c) { return c.tensor_prefix + "embeddings.position_embeddings"; }
 
 Matrix embed(const Checkpoint& checkpoint, const ModelConfig& c, const Pixels& pixels) {
-  const std::int64_t D = c.hidden, P = c.patch_size, C = c.channels;
-  if (pixels.channels != C) {
-    throw InputError(fmt::format("the image has {} channels, the model takes {}", pixels.channels, C));
-  }
-  if (pixels.height < P || pixels.width < P) {
-    throw InputError(
-        fmt::format("the image is {} x {} pixels, smaller than one {} x {} patch", pixels.height, pixels.width, P, P));
-  }
-  if (!is_dinov2(c) && (pixels.height != c.image_size || pixels.width != c.image_size)) {
-    throw InputError(
-        fmt::format("the image is {} x {} pixels; this ViT takes {} x {} (its position embeddings "
-                    "are not interpolated)",
-                    pixels.height, pixels.width, c.image_size, c.image_size));
-  }
-  for (std::size_t k = 0; k < pixels.values.size(); ++k) {
-    if (!std::isfinite(pixels.values[k])) {
-      throw InputError(
-          fmt::format("pixel value {} at flat index {} (channel-major) is not finite", pixels.values[k], k));
-    }
-  }
-  // The convolution drops the pixels past the last whole patch, as PyTorch's stride-P convolution does.
-  const std::int64_t grid_h = pixels.height / P, grid_w = pixels.width / P, patches = grid_h * grid_w;
-  const std::int64_t n = 1 + patches;
   const std::string e = c.tensor_prefix + "embeddings.";
-  // The convolution as one product: each patch flattened over (channel, row, column), as the kernel is.
-  const Matrix kernel = checkpoint.flattened(e + "patch_embeddings.projection.weight", {D, C, P, P})
-                            .reshaped<Eigen::RowMajor>(D, C * P * P);
-  Matrix patch_rows(patches, C * P * P);
-  for (std::int64_t py = 0; py < grid_h; ++py) {
-    for (std::int64_t px = 0; px < grid_w; ++px) {
-      Index column = 0;
-      for (std::int64_t ch = 0; ch < C; ++ch) {
-        for (std::int64_t i = 0; i < P; ++i) {
-          for (std::int64_t j = 0; j < P; ++j)
-            patch_rows(py * grid_w + px, column++) = pixels.at(ch, py * P + i, px * P + j);
-        }
-      }
-    }
-  }
-  Matrix h(n, D);
-  h.row(0) = checkpoint.flattened(e + "cls_token", {1, 1, D});
-  h.bottomRows(patches) = patch_rows * kernel.transpose();
-  h.bottomRows(patches).rowwise() += checkpoint.vector(e + "patch_embeddings.projection.bias", D).transpose();
-  if (!h.bottomRows(patches).allFinite()) {
-    double largest = 0;
-    for (const double v : pixels.values) largest = std::max(largest, std::fabs(v));
-    throw InputError(
-        fmt::format("the patch embeddings are not finite: pixel values up to {:g} in magnitude overflow "
-                    "double precision in the patch projection (pixels are normalized, of order 1)",
-                    largest));
-  }
-
-  const auto& position_shape = checkpoint.info(position_embedding_name(c)).shape;
-  const std::int64_t stored = position_shape.size() == 3 ? position_shape[1] : 0;
-  const Matrix positions = checkpoint.flattened(position_embedding_name(c), {1, stored, D});
-  const std::int64_t trained = stored - 1;
-  const auto side =
-      static_cast<std::int64_t>(std::llround(std::sqrt(static_cast<double>(std::max<std::int64_t>(trained, 0)))));
-  if (trained < 1 || side * side != trained) {
-    throw InputError(fmt::format("{}: {} position embeddings are not 1 + a square grid of patches",
-                                 checkpoint.where(position_embedding_name(c)), stored));
-  }
-  h.row(0) += positions.row(0);
-  if (grid_h == side && grid_w == side) {
-    h.bottomRows(patches) += positions.bottomRows(trained);
-  } else if (is_dinov2(c)) {
-    h.bottomRows(patches) += resize_bicubic(positions.bottomRows(trained), side, side, grid_h, grid_w);
-  } else {
-    throw InputError(fmt::format("the image's {} x {} patches do not match the model's {} x {} position embeddings",
-                                 grid_h, grid_w, side, side));
-  }
-  return h;
+  return embed_patches(checkpoint, c, pixels,
+                       {.kernel = e + "patch_embeddings.projection.weight",
+                        .bias = e + "patch_embeddings.projection.bias",
+                        .cls = e + "cls_token",
+                        .positions = position_embedding_name(c),
+                        .batched = true,
+                        .interpolate = is_dinov2(c)});
 }
 
 std::vector<LayerInputs> forward(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h, std::int64_t last) {
-  const std::int64_t D = c.hidden, I = c.intermediate;
-  const double inner = 1 / std::sqrt(static_cast<double>(c.head_dim()));
-  const theory::AttentionMap map = trained_attention_map(c.attention_activation, inner);
-  std::vector<LayerInputs> out;
-  for (std::int64_t l = 0; l <= last; ++l) {
-    const Names names = layer_names(c, l);
-    LayerInputs layer;
-    layer.causal = c.causal;
-    layer.inner = inner;
-    layer.X = layer_norm(h, checkpoint.vector(names.norm_before + ".weight", D),
-                         checkpoint.vector(names.norm_before + ".bias", D), c.layer_norm_eps);
-    const AttentionWeights weights = linear_attention_weights(checkpoint, names.q, names.k, names.v, D, D, D);
-    Matrix attended = project(checkpoint, fill_heads(layer, weights, c.heads, &map, l), names.o, D);
-    if (!names.scale_attention.empty()) {
-      attended.array().rowwise() *= checkpoint.vector(names.scale_attention, D).transpose().array();
-    }
-    h += attended;
-    const Matrix m = layer_norm(h, checkpoint.vector(names.norm_after + ".weight", D),
-                                checkpoint.vector(names.norm_after + ".bias", D), c.layer_norm_eps);
-    Matrix inter = project(checkpoint, m, names.mlp_in, I);
-    apply_hidden_activation(inter, c.hidden_act);
-    Matrix mlp = project(checkpoint, inter, names.mlp_out, D);
-    if (!names.scale_mlp.empty()) mlp.array().rowwise() *= checkpoint.vector(names.scale_mlp, D).transpose().array();
-    h += mlp;
-    require_finite_hidden_states(h, l);
-    out.push_back(std::move(layer));
-  }
-  return out;
+  return pre_norm_encoder(checkpoint, c, std::move(h), last, layer_names);
 }
 
 std::string describe(const ModelConfig& c) {

@@ -260,6 +260,63 @@ TEST_CASE("bad models and inputs are InputErrors naming the value", "[model]") {
   }
 }
 
+TEST_CASE("RoBERTa, DistilBERT and CLIP configurations are refused naming the file and the key", "[model]") {
+  TempDir dir;
+  write_tiny_gpt2(dir.path / "model.safetensors");
+  const auto refused = [&](const nlohmann::json& config, const std::string& fragment) {
+    write_config(dir.path, config);
+    CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("config.json: " + fragment));
+  };
+  const nlohmann::json roberta = {{"model_type", "roberta"},       {"hidden_size", 8},       {"num_attention_heads", 2},
+                                  {"num_hidden_layers", 1},        {"intermediate_size", 8}, {"vocab_size", 20},
+                                  {"max_position_embeddings", 20}, {"pad_token_id", 1}};
+  // Positions past the padding index: 20 - 1 - 1 of them.
+  write_config(dir.path, roberta);
+  const std::vector<std::int64_t> too_long(19, 0);
+  CHECK_THROWS_WITH(TransformerModel::load(dir.path).forward(too_long),
+                    Catch::Contains("19 tokens, more than the model's 18 positions"));
+  auto bad = roberta;
+  bad["pad_token_id"] = 19;
+  refused(bad, "\"pad_token_id\" is 19: RoBERTa's positions start past it, so it must lie in 0 .. 18");
+  bad["pad_token_id"] = -1;
+  refused(bad, "\"pad_token_id\" is -1");
+  bad["pad_token_id"] = "one";
+  refused(bad, "\"pad_token_id\" is \"one\", not a whole number");
+  bad = roberta;
+  bad["model_type"] = "xlm-roberta";
+  bad["position_embedding_type"] = "relative_key";
+  refused(bad, "position_embedding_type 'relative_key' is not supported");
+
+  const nlohmann::json distilbert = {{"model_type", "distilbert"},
+                                     {"dim", 8},
+                                     {"n_heads", 2},
+                                     {"n_layers", 1},
+                                     {"hidden_dim", 8},
+                                     {"vocab_size", 20},
+                                     {"max_position_embeddings", 16}};
+  bad = distilbert;
+  bad["n_heads"] = 3;
+  refused(bad, "hidden size 8 is not a multiple of the 3 heads");
+  bad = distilbert;
+  bad.erase("hidden_dim");
+  refused(bad, "no \"hidden_dim\"");
+  bad = distilbert;
+  bad["sinusoidal_pos_embds"] = "yes";
+  refused(bad, "\"sinusoidal_pos_embds\" is \"yes\", not true or false");
+
+  refused({{"model_type", "clip"}, {"vision_config", {{"patch_size", -8}}}},
+          "\"vision_config.patch_size\" is -8, not a positive integer");
+  refused({{"model_type", "clip"}, {"vision_config", {{"patch_size", 64}, {"image_size", 32}}}},
+          "patch_size 64 is larger than image_size 32");
+  refused({{"model_type", "clip"}, {"vision_config", {{"layer_norm_eps", -1}}}},
+          "\"vision_config.layer_norm_eps\" is -1");
+  refused({{"model_type", "clip"}, {"vision_config", {{"hidden_act", 5}}}},
+          "\"vision_config.hidden_act\" is 5, not text");
+  refused({{"model_type", "clip"}, {"vision_config", 3}}, "\"vision_config\" is 3, not an object");
+  refused({{"model_type", "clip_vision_model"}, {"num_attention_heads", 1.5}},
+          "\"num_attention_heads\" is 1.5, not a whole number");
+}
+
 TEST_CASE("random input uses the embeddings' own scale and is reproducible by seed", "[model]") {
   TempDir dir;
   write_tiny_bert(dir.path);

@@ -772,17 +772,24 @@ def head_attention(x, wq, bq, wk, bk, causal):
     return torch.softmax(scores, dim=-1)
 
 
-def compare(binary, model, probe_args):
-    config, weights = read_gguf(model) if model.endswith(".gguf") else read_model(model)
+def run_probe(binary, model, probe_args):
+    """`attncheck probe --json --attention-out`: (per-head metrics, the dumped tensors), or None when it failed."""
     with tempfile.TemporaryDirectory() as tmp:
         dump = os.path.join(tmp, "attention.safetensors")
         run = subprocess.run([binary, "probe", model, *probe_args, "--json", "--attention-out", dump],
                              capture_output=True, text=True)
         if run.returncode != 0:
             print(f"FAIL: attncheck probe exited {run.returncode}: {run.stderr}")
-            return 1
-        metrics = json.loads(run.stdout)["heads"]
-        dumped = read_safetensors(dump)
+            return None
+        return json.loads(run.stdout)["heads"], read_safetensors(dump)
+
+
+def compare(binary, model, probe_args):
+    config, weights = read_gguf(model) if model.endswith(".gguf") else read_model(model)
+    probed = run_probe(binary, model, probe_args)
+    if probed is None:
+        return 1
+    metrics, dumped = probed
     cross_norm = "--cross-norm" in probe_args
     if config["model_type"] in ("vit", "dinov2"):
         pixels = np.load(probe_args[probe_args.index("--pixels") + 1]).astype(np.float64)
@@ -858,17 +865,23 @@ def compare(binary, model, probe_args):
     return 1 if failures else 0
 
 
+def attention_difference(dumped, layer, ref, oracle):
+    """The probe's attention in `layer` against `oracle`'s, entry by entry relative to the reference (masked entries
+    are 0 in both); None, said, when the shapes differ."""
+    ours = dumped[f"layer.{layer}"]
+    if ours.shape != ref.shape:
+        print(f"FAIL: layer {layer}: attention shape {ours.shape}, {oracle} {ref.shape}")
+        return None
+    return float(np.max(np.abs(ours - ref) / np.where(ref == 0, 1.0, np.abs(ref))))
+
+
 def compare_llama(config, weights, ids, dumped, metrics, cross_norm):
     layers = llama_layers(config, weights, ids)
     failures, worst = 0, 0.0
     for l, layer in enumerate(layers):
-        ours, ref = dumped[f"layer.{l}"], layer["attention"].numpy()
-        if ours.shape != ref.shape:
-            print(f"FAIL: layer {l}: attention shape {ours.shape}, PyTorch {ref.shape}")
+        rel = attention_difference(dumped, l, layer["attention"].numpy(), "PyTorch")
+        if rel is None:
             return 1
-        # Entry by entry, relative to the reference (masked entries are 0 in both).
-        scale = np.where(ref == 0, 1.0, np.abs(ref))
-        rel = float(np.max(np.abs(ours - ref) / scale))
         worst = max(worst, rel)
         if rel > 1e-10:
             print(f"FAIL: layer {l}: attention differs from PyTorch's by {rel:.3e} relative > 1e-10")

@@ -1,5 +1,5 @@
 #pragma once
-// Images for the vision models (ViT, DINOv2): a model's pixel_values from a NumPy file, or an image file
+// Images for the vision models (ViT, DINOv2, CLIP): a model's pixel_values from a NumPy file, or an image file
 // decoded by stb_image and preprocessed as the checkpoint's preprocessor_config.json says (Hugging Face's
 // ViTImageProcessor and BitImageProcessor steps: resize with Pillow's resampling, center crop, rescale,
 // normalize).

@@ -103,8 +103,8 @@ struct ProbeInput {
   enum class Kind { text, tokens, random, pixels, image } kind = Kind::random;
   std::string text;
   std::filesystem::path tokens_file;
-  std::filesystem::path pixels_file;  // .npy of channels x height x width, normalized (ViT, DINOv2)
-  std::filesystem::path image_file;   // PNG, JPEG, PPM, ... preprocessed as the checkpoint says (ViT, DINOv2)
+  std::filesystem::path pixels_file;  // .npy of channels x height x width, normalized (vision models)
+  std::filesystem::path image_file;   // PNG, JPEG, PPM, ... preprocessed as the checkpoint says (vision models)
   std::int64_t random_length = 128;
   bool random_length_chosen = true;  // false: the default, shortened to the model's positions when it has fewer
   std::int64_t max_tokens = -1;      // text or token input: keep the first max_tokens (an error when there are fewer)

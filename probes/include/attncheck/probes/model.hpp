@@ -21,7 +21,7 @@ struct FamilyAdapter;  // how one model family is read and run: probes/src/adapt
 }
 
 struct ModelConfig {
-  // The family the configuration was read for (BERT, GPT-2, Llama, ViT, DINOv2): set by load and
+  // The family the configuration was read for (BERT, GPT-2, Llama, ViT, DINOv2, ...): set by load and
   // read_model_config.
   const detail::FamilyAdapter* family = nullptr;
   std::int64_t layers = 0, heads = 0, hidden = 0, intermediate = 0;
@@ -37,14 +37,17 @@ struct ModelConfig {
   std::string tensor_prefix;  // "bert.", "transformer.", "model." or empty
   // BERT: the LayerNorm parameters' names ("weight"/"bias", or the older "gamma"/"beta").
   std::string norm_gain = "weight", norm_bias = "bias";
+  // RoBERTa: the padding token, whose position embedding is padding_idx; the other tokens' positions count from
+  // padding_idx + 1. -1: positions 0 .. N-1.
+  std::int64_t padding_idx = -1;
   // Llama: the query heads share kv_heads key/value heads (query head h uses kv head h / (heads / kv_heads)).
   std::int64_t kv_heads = 0;      // 0: as many as the query heads
   std::int64_t head_size = 0;     // 0: hidden / heads
   double rope_theta = 10000;      // rotary frequencies rope_theta^(-2p/d)
   bool rope_interleaved = false;  // pairs (2p, 2p+1) as in GGUF; else (p, p + d/2) as in Hugging Face checkpoints
   bool gguf = false;              // tensor names as llama.cpp writes them
-  // ViT, DINOv2: square patches of patch_size pixels over images of num_channels channels; image_size is the
-  // side the position embeddings were trained for (DINOv2 interpolates them to other grids).
+  // ViT, DINOv2, CLIP vision: square patches of patch_size pixels over images of num_channels channels; image_size is
+  // the side the position embeddings were trained for (DINOv2 interpolates them to other grids).
   std::int64_t image_size = 0, patch_size = 0, channels = 0;
   std::int64_t head_dim() const { return head_size > 0 ? head_size : hidden / heads; }
   std::int64_t key_value_heads() const { return kv_heads > 0 ? kv_heads : heads; }
@@ -111,10 +114,10 @@ class TransformerModel {
   std::vector<LayerInputs> forward(std::span<const std::int64_t> ids, const std::vector<int>& layers = {}) const;
   // Same from given embeddings (the summed token + position (+ type) embeddings, N x D), for --random.
   std::vector<LayerInputs> forward_embeddings(Matrix embeddings, const std::vector<int>& layers = {}) const;
-  // ViT, DINOv2: the patch embeddings of an image with the CLS token and the position embeddings (N = 1 + the
-  // number of patches), then the forward pass.
+  // ViT, DINOv2, CLIP vision: the patch embeddings of an image with the CLS token and the position embeddings (N = 1 +
+  // the number of patches), then the forward pass.
   std::vector<LayerInputs> forward_pixels(const Pixels& pixels, const std::vector<int>& layers = {}) const;
-  // RMS of the token-embedding entries (ViT, DINOv2: of the position embeddings): the sigma of the model's own
+  // RMS of the token-embedding entries (vision models: of the position embeddings): the sigma of the model's own
   // embeddings.
   double token_embedding_rms() const;
   // Refuses (InputError naming the sizes) a forward pass over `positions` positions, keeping the layers up to
