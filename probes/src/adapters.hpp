@@ -68,7 +68,7 @@ T value_or(const nlohmann::json& object, const char* key, T fallback, const std:
   return value.get<T>();
 }
 
-// The model's MLP activation, in place: "gelu" (erf), "gelu_new"/"gelu_pytorch_tanh", "relu".
+// The model's MLP activation, in place: "gelu" (erf), "gelu_new"/"gelu_pytorch_tanh", "relu", "silu".
 void apply_hidden_activation(Matrix& m, const std::string& act);
 // y = x W^T (+ b when the checkpoint has NAME.bias) for NAME.weight stored [out, in] (nn.Linear).
 Matrix project(const Checkpoint& checkpoint, const Matrix& x, const std::string& name, std::int64_t out);
