@@ -194,6 +194,11 @@ TEST_CASE("bad models and inputs are InputErrors naming the value", "[model]") {
       CHECK_THROWS_WITH(TransformerModel::load(dir.path),
                         Catch::Contains("config.json") && Catch::Contains("\"sliding_window\" is"));
     }
+    family["model_type"] = "qwen2";
+    family["use_sliding_window"] = true;
+    write_config(dir.path, family);
+    CHECK_THROWS_WITH(TransformerModel::load(dir.path),
+                      Catch::Contains("config.json") && Catch::Contains("\"use_sliding_window\" is true"));
     write_config(dir.path, {{"model_type", "gpt2"},
                             {"n_embd", 8},
                             {"n_head", 3},
