@@ -463,7 +463,7 @@ int run(const ProbeOptions& o) {
 
 const bool registered = register_subcommand(
     "probe",
-    "live per-layer, per-head attention norms of a checkpoint (BERT, GPT-2, Llama, Mistral, Qwen2, ViT, "
+    "live per-layer, per-head attention norms of a checkpoint (BERT, GPT-2, Llama, Mistral, Qwen2, Gemma, ViT, "
     "DINOv2; safetensors, or GGUF for Llama) against the theory",
     [](CLI::App& command) -> std::function<int()> {
       auto o = std::make_shared<ProbeOptions>();

@@ -5,12 +5,12 @@
 namespace attncheck::probes::detail {
 
 // Each defined in the family's own file.
-extern const FamilyAdapter bert_adapter, gpt2_adapter, llama_adapter, mistral_adapter, qwen2_adapter, vit_adapter,
-    dinov2_adapter;
+extern const FamilyAdapter bert_adapter, gpt2_adapter, llama_adapter, mistral_adapter, qwen2_adapter, gemma_adapter,
+    vit_adapter, dinov2_adapter;
 
 std::span<const FamilyAdapter* const> family_adapters() {
-  static constexpr const FamilyAdapter* adapters[]{&bert_adapter,  &gpt2_adapter, &llama_adapter, &mistral_adapter,
-                                                   &qwen2_adapter, &vit_adapter,  &dinov2_adapter};
+  static constexpr const FamilyAdapter* adapters[]{&bert_adapter,  &gpt2_adapter,  &llama_adapter, &mistral_adapter,
+                                                   &qwen2_adapter, &gemma_adapter, &vit_adapter,   &dinov2_adapter};
   return adapters;
 }
 

@@ -9,7 +9,8 @@
                            group ||dA/dW_K||_F against autograd Jacobians (relative 1e-9).
 
 Decoder families (transformers 4.38.2): mistral (Llama with a sliding window, 5 positions over 12 tokens so that
-it masks), qwen2 (biased query, key and value projections). Each family's functions are prefixed with its name.
+it masks), qwen2 (biased query, key and value projections), gemma (sqrt(hidden) embeddings, RMSNorm 1 + weight,
+GeGLU, head_dim apart from hidden / heads). Each family's functions are prefixed with its name.
 
 Run with the interpreter of `scripts/pyenv CACHE transformers`. Exit 0 pass, 1 mismatch, 77 skipped
 (transformers absent).
@@ -35,7 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_reference import compare_norms, read_safetensors  # noqa: E402
 
 
-# --- Llama-like decoders (Mistral, Qwen2), transformers 4.38.2 ---------------------------------------
+# --- Llama-like decoders (Mistral, Qwen2, Gemma), transformers 4.38.2 ---------------------------------------
 
 DECODER_TOKENS = 12
 
@@ -48,6 +49,10 @@ def decoder_config(family):
         return transformers.MistralConfig(**common, sliding_window=5)
     if family == "qwen2":
         return transformers.Qwen2Config(**common, use_sliding_window=False)
+    if family == "gemma":
+        config = transformers.GemmaConfig(**common, head_dim=12, hidden_act="gelu_pytorch_tanh")
+        config.hidden_activation = "gelu_pytorch_tanh"  # the key attncheck reads, as transformers >= 4.40 do
+        return config
     raise SystemExit(f"unknown decoder family {family}")
 
 
@@ -233,7 +238,7 @@ def decoder_check(family, binary, folder):
 
 
 def main(argv):
-    if len(argv) == 4 and argv[0] == "check" and argv[1] in ("mistral", "qwen2"):
+    if len(argv) == 4 and argv[0] == "check" and argv[1] in ("mistral", "qwen2", "gemma"):
         os.makedirs(argv[3], exist_ok=True)
         return decoder_check(argv[1], argv[2], argv[3])
     print(__doc__)

@@ -199,6 +199,13 @@ TEST_CASE("bad models and inputs are InputErrors naming the value", "[model]") {
     write_config(dir.path, family);
     CHECK_THROWS_WITH(TransformerModel::load(dir.path),
                       Catch::Contains("config.json") && Catch::Contains("\"use_sliding_window\" is true"));
+    family.erase("use_sliding_window");
+    family["model_type"] = "gemma";
+    family["hidden_activation"] = "relu";
+    write_config(dir.path, family);
+    CHECK_THROWS_WITH(TransformerModel::load(dir.path),
+                      Catch::Contains("config.json") &&
+                          Catch::Contains("hidden_activation 'relu' is not supported for Gemma"));
     write_config(dir.path, {{"model_type", "gpt2"},
                             {"n_embd", 8},
                             {"n_head", 3},
