@@ -31,15 +31,10 @@ using theory::Pointwise;
 namespace {
 
 NormSet norms_of(const AttentionMap& map, const LayerInputs& layer, const HeadInputs& head) {
-  if (layer.attended && layer.rotary) {
-    throw InputError(
-        "rotary positions under a padding mask are not supported: the rotary key term needs the keys "
-        "as a causal prefix or all of them");
-  }
-  const auto norms = layer.attended
-                         ? theory::attention_norms_from_projections(map, layer.X, head.V, head.U, *layer.attended)
-                         : theory::attention_norms_from_projections(map, layer.X, head.V, head.U, layer.causal,
-                                                                    layer.rotary ? &*layer.rotary : nullptr);
+  const theory::Rotary* rotary = layer.rotary ? &*layer.rotary : nullptr;
+  const auto norms =
+      layer.attended ? theory::attention_norms_from_projections(map, layer.X, head.V, head.U, *layer.attended, rotary)
+                     : theory::attention_norms_from_projections(map, layer.X, head.V, head.U, layer.causal, rotary);
   return {norms.value_fro, *norms.dS_fro, *norms.dQ_fro, *norms.dK_fro};
 }
 

@@ -1,9 +1,12 @@
 // The Llama adapter: pre-RMSNorm decoder blocks, rotary positions, grouped-query attention, SwiGLU MLP, from
 // GGUF files (llama.cpp's names and metadata) or Hugging Face safetensors checkpoints (config.json).
 
-#include "adapters.hpp"
+#include "llama_like.hpp"
 
+#include <algorithm>
 #include <cmath>
+
+#include <fmt/ranges.h>
 
 namespace attncheck::probes::detail {
 
@@ -93,7 +96,22 @@ ModelConfig config_from_gguf(const GgufHeader& header, const Checkpoint& checkpo
   return c;
 }
 
-ModelConfig config_from_json(const nlohmann::json& config, const fs::path& file, const Checkpoint& checkpoint) {
+const DecoderTraits llama_traits{.family = "Llama"};
+
+// Positions i attend to keys j with i - window < j <= i (transformers' sliding-window causal mask).
+theory::AttendedMask sliding_window_mask(std::int64_t n, std::int64_t window) {
+  theory::AttendedMask mask = theory::AttendedMask::Constant(n, n, false);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t first = std::max<std::int64_t>(0, i - window + 1);
+    mask.row(i).segment(first, i - first + 1) = true;
+  }
+  return mask;
+}
+
+}  // namespace
+
+ModelConfig llama_like_config(const nlohmann::json& config, const fs::path& file, const Checkpoint& checkpoint,
+                              const DecoderTraits& traits) {
   ModelConfig c;
   c.causal = true;
   read_text_model_sizes(config, file, c);
@@ -101,9 +119,10 @@ ModelConfig config_from_json(const nlohmann::json& config, const fs::path& file,
   c.head_size = positive_int_or(config, "head_dim", c.hidden / c.heads, file);
   c.layer_norm_eps =
       checked_number(value_or<double>(config, "rms_norm_eps", 1e-6, file), 0, false, file.string(), "rms_norm_eps");
-  c.hidden_act = value_or<std::string>(config, "hidden_act", "silu", file);
-  if (c.hidden_act != "silu") {
-    throw InputError(fmt::format("{}: hidden_act '{}' is not supported for Llama (silu)", file.string(), c.hidden_act));
+  c.hidden_act = value_or<std::string>(config, traits.activation_key, std::string(traits.default_activation), file);
+  if (std::find(traits.activations.begin(), traits.activations.end(), c.hidden_act) == traits.activations.end()) {
+    throw InputError(fmt::format("{}: {} '{}' is not supported for {} ({})", file.string(), traits.activation_key,
+                                 c.hidden_act, traits.family, fmt::join(traits.activations, ", ")));
   }
   if (value_or<bool>(config, "mlp_bias", false, file)) {
     throw InputError(fmt::format("{}: mlp_bias is not supported", file.string()));
@@ -128,60 +147,75 @@ ModelConfig config_from_json(const nlohmann::json& config, const fs::path& file,
   return c;
 }
 
-std::string embedding_name(const ModelConfig& c) {
+std::string llama_like_embeddings(const ModelConfig& c) {
   return c.gguf ? "token_embd.weight" : c.tensor_prefix + "embed_tokens.weight";
 }
 
-Matrix embed_tokens(const Checkpoint& checkpoint, const ModelConfig& c, std::span<const std::int64_t> ids) {
-  return checkpoint.rows(embedding_name(c), ids, c.hidden);
+Matrix llama_like_embed_tokens(const Checkpoint& checkpoint, const ModelConfig& c, std::span<const std::int64_t> ids) {
+  return checkpoint.rows(llama_like_embeddings(c), ids, c.hidden);
 }
 
-std::vector<LayerInputs> forward(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h, std::int64_t last) {
+std::vector<LayerInputs> llama_like_forward(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h,
+                                            std::int64_t last, const DecoderTraits& traits) {
   const std::int64_t D = c.hidden, H = c.heads, G = c.key_value_heads(), d = c.head_dim(), I = c.intermediate;
-  if (h.rows() > c.max_positions) {
-    throw InputError(fmt::format("the input has {} positions, more than the model's {}", h.rows(), c.max_positions));
+  const std::int64_t n = h.rows();
+  if (n > c.max_positions) {
+    throw InputError(fmt::format("the input has {} positions, more than the model's {}", n, c.max_positions));
   }
   const theory::Rotary rotary =
       c.rope_interleaved ? theory::Rotary::interleaved(d, c.rope_theta) : theory::Rotary::half_split(d, c.rope_theta);
   const double inner = 1 / std::sqrt(static_cast<double>(d));
   const theory::AttentionMap map = trained_attention_map(c.attention_activation, inner);
+  // A window that covers every earlier position masks nothing beyond causality.
+  std::optional<theory::AttendedMask> window;
+  if (c.sliding_window > 0 && c.sliding_window < n) window = sliding_window_mask(n, c.sliding_window);
+  if (traits.gemma_scaling) h *= std::sqrt(static_cast<double>(D));
+  const auto norm = [&](const Matrix& x, const std::string& name) {
+    Vector gain = checkpoint.vector(name + ".weight", D);
+    if (traits.gemma_scaling) gain.array() += 1;
+    return rms_norm(x, gain, c.layer_norm_eps);
+  };
   std::vector<LayerInputs> out;
   for (std::int64_t l = 0; l <= last; ++l) {
     const Names names = layer_names(c, l);
     LayerInputs layer;
     layer.causal = c.causal;
+    layer.attended = window;
     layer.inner = inner;
     layer.rotary = rotary;
-    layer.X = rms_norm(h, checkpoint.vector(names.attention_norm + ".weight", D), c.layer_norm_eps);
+    layer.X = norm(h, names.attention_norm);
     const AttentionWeights weights = linear_attention_weights(checkpoint, names.q, names.k, names.v, D, H * d, G * d);
     h += project(checkpoint, fill_heads(layer, weights, H, &map, l), names.o, D);
-    const Matrix m = rms_norm(h, checkpoint.vector(names.mlp_norm + ".weight", D), c.layer_norm_eps);
-    const Matrix gate = project(checkpoint, m, names.gate, I), up = project(checkpoint, m, names.up, I);
-    const Matrix inter = gate.unaryExpr([](double x) { return x / (1 + std::exp(-x)); }).cwiseProduct(up);
-    h += project(checkpoint, inter, names.down, D);
+    const Matrix m = norm(h, names.mlp_norm);
+    Matrix gate = project(checkpoint, m, names.gate, I);
+    apply_hidden_activation(gate, c.hidden_act);
+    h += project(checkpoint, gate.cwiseProduct(project(checkpoint, m, names.up, I)), names.down, D);
     require_finite_hidden_states(h, l);
     out.push_back(std::move(layer));
   }
   return out;
 }
 
-std::string describe(const ModelConfig& c) {
-  return fmt::format(
+std::string llama_like_describe(const ModelConfig& c) {
+  std::string lines = fmt::format(
       "rotary positions (base {:g}, pairs {}); {} query heads share {} key/value heads: |dA/dWk| is one "
       "head's, the JSON's dWk_group_fro its group's\n",
       c.rope_theta, c.rope_interleaved ? "(2p, 2p+1)" : "(p, p+d/2)", c.heads, c.key_value_heads());
+  if (c.sliding_window > 0) {
+    lines +=
+        fmt::format("sliding window: each position attends to itself and the {} before it\n", c.sliding_window - 1);
+  }
+  return lines;
 }
-
-}  // namespace
 
 extern const FamilyAdapter llama_adapter{.name = "Llama",
                                          .model_types = {"llama"},
                                          .gguf_architectures = {"llama"},
-                                         .config_from_json = config_from_json,
+                                         .config_from_json = llama_like_config_for<llama_traits>,
                                          .config_from_gguf = config_from_gguf,
-                                         .embedding_scale_tensor = embedding_name,
-                                         .embed_tokens = embed_tokens,
-                                         .forward = forward,
-                                         .describe = describe};
+                                         .embedding_scale_tensor = llama_like_embeddings,
+                                         .embed_tokens = llama_like_embed_tokens,
+                                         .forward = llama_like_forward_for<llama_traits>,
+                                         .describe = llama_like_describe};
 
 }  // namespace attncheck::probes::detail

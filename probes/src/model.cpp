@@ -146,12 +146,16 @@ void detail::apply_hidden_activation(Matrix& m, const std::string& act) {
     m = m.unaryExpr([](double x) { return x / (1 + std::exp(-1.702 * x)); });
   } else if (act == "relu") {
     m = m.cwiseMax(0.0);
+  } else if (act == "silu") {
+    m = m.unaryExpr([](double x) { return x / (1 + std::exp(-x)); });
   } else {
-    throw InputError(fmt::format("hidden activation '{}' is not supported (gelu, gelu_new, quick_gelu, relu)", act));
+    throw InputError(
+        fmt::format("hidden activation '{}' is not supported (gelu, gelu_new, quick_gelu, relu, silu)", act));
   }
 }
 
-Matrix apply_attention(const theory::AttentionMap& map, const Matrix& scores, bool causal, std::string_view where) {
+Matrix apply_attention(const theory::AttentionMap& map, const Matrix& scores, bool causal, std::string_view where,
+                       const theory::AttendedMask* attended) {
   // Said here, where the cause is known: the softmax would only see a NaN logit.
   if (!scores.allFinite()) {
     throw InputError(
@@ -162,7 +166,27 @@ Matrix apply_attention(const theory::AttentionMap& map, const Matrix& scores, bo
   const Index n = scores.rows();
   Matrix out = Matrix::Zero(n, n);
   const double c = map.outer.at(n);
+  std::vector<Index> keys;
+  Vector row_scores(n), row_out(n);
   for (Index i = 0; i < n; ++i) {
+    if (attended) {
+      keys.clear();
+      for (Index j = 0; j < n; ++j) {
+        if ((*attended)(i, j)) keys.push_back(j);
+      }
+      const auto visible = static_cast<std::size_t>(keys.size());
+      row_scores.head(static_cast<Index>(visible)) = scores.row(i)(keys).transpose();
+      if (map.activation.kind == theory::ActivationKind::softmax) {
+        theory::softmax_row({row_scores.data(), visible}, {row_out.data(), visible}, i);
+      } else {
+        for (std::size_t k = 0; k < visible; ++k) {
+          row_out[static_cast<Index>(k)] =
+              c * theory::pointwise_value(map.activation.h, map.activation.p, row_scores[static_cast<Index>(k)]);
+        }
+      }
+      out.row(i)(keys) = row_out.head(static_cast<Index>(visible)).transpose();
+      continue;
+    }
     const Index visible = causal ? i + 1 : n;
     if (map.activation.kind == theory::ActivationKind::softmax) {
       theory::softmax_row({scores.row(i).data(), static_cast<std::size_t>(visible)},
@@ -211,7 +235,8 @@ Matrix detail::fill_heads(LayerInputs& layer, const AttentionWeights& weights, s
     if (values.size() != 0) inputs.values = values.middleCols(g * d_v, d_v);
     if (map) {
       inputs.attention = apply_attention(*map, layer.inner * (inputs.V * inputs.U.transpose()), layer.causal,
-                                         fmt::format("layer {} head {}", layer_index, head));
+                                         fmt::format("layer {} head {}", layer_index, head),
+                                         layer.attended ? &*layer.attended : nullptr);
       context.middleCols(head * d_v, d_v) = inputs.attention * inputs.values;
     }
     layer.heads.push_back(std::move(inputs));

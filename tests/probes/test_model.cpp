@@ -161,8 +161,8 @@ TEST_CASE("bad models and inputs are InputErrors naming the value", "[model]") {
   CHECK_THROWS_WITH(probe_model(dir.path, input, {}, {}), Catch::Contains("--tokens"));
 
   SECTION("config problems") {
-    write_config(dir.path, {{"model_type", "mistral"}});
-    CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("model_type 'mistral' is not supported"));
+    write_config(dir.path, {{"model_type", "mamba"}});
+    CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("model_type 'mamba' is not supported"));
     write_config(dir.path, {{"model_type", "llama"}});
     CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("config.json: no \"hidden_size\""));
     const nlohmann::json llama = {{"model_type", "llama"},    {"hidden_size", 8},
@@ -184,6 +184,28 @@ TEST_CASE("bad models and inputs are InputErrors naming the value", "[model]") {
     write_config(dir.path, gelu);
     CHECK_THROWS_WITH(TransformerModel::load(dir.path),
                       Catch::Contains("hidden_act 'gelu' is not supported for Llama"));
+    // Llama's descendants: what each reads beyond Llama's keys is refused naming the file and the key.
+    auto family = llama;
+    family["num_key_value_heads"] = 2;
+    family["model_type"] = "mistral";
+    for (const auto& window : {nlohmann::json(0), nlohmann::json("five")}) {
+      family["sliding_window"] = window;
+      write_config(dir.path, family);
+      CHECK_THROWS_WITH(TransformerModel::load(dir.path),
+                        Catch::Contains("config.json") && Catch::Contains("\"sliding_window\" is"));
+    }
+    family["model_type"] = "qwen2";
+    family["use_sliding_window"] = true;
+    write_config(dir.path, family);
+    CHECK_THROWS_WITH(TransformerModel::load(dir.path),
+                      Catch::Contains("config.json") && Catch::Contains("\"use_sliding_window\" is true"));
+    family.erase("use_sliding_window");
+    family["model_type"] = "gemma";
+    family["hidden_activation"] = "relu";
+    write_config(dir.path, family);
+    CHECK_THROWS_WITH(TransformerModel::load(dir.path),
+                      Catch::Contains("config.json") &&
+                          Catch::Contains("hidden_activation 'relu' is not supported for Gemma"));
     write_config(dir.path, {{"model_type", "gpt2"},
                             {"n_embd", 8},
                             {"n_head", 3},

@@ -284,18 +284,25 @@ Eigen::RowVectorXd rotated_back(const theory::Rotary& rotary, const Eigen::RowVe
 }
 
 // ||dF/dW||_F by the chain rule entry by entry, independently of the closed forms:
-// dS_ik/dW_Q[a][b] = lambda x_ia (R(i)^T u_k)_b and dS_ik/dW_K[a][b] = lambda x_ka (R(k)^T v_i)_b.
-double chain_rule_norm(const AttentionMap& map, const RotaryCase& c, bool causal, theory::Parameter parameter) {
+// dS_ik/dW_Q[a][b] = lambda x_ia (R(i)^T u_k)_b and dS_ik/dW_K[a][b] = lambda x_ka (R(k)^T v_i)_b. With `mask`,
+// row i's keys are those it attends (causal is then ignored).
+double chain_rule_norm(const AttentionMap& map, const RotaryCase& c, bool causal, theory::Parameter parameter,
+                       const theory::AttendedMask* mask = nullptr) {
   const Index n = c.X.rows(), D = c.X.cols(), d = c.V.cols();
   const Matrix S = map.inner * c.V * c.U.transpose();
   const double scale = map.outer.at(n);
   double sum = 0;
   for (Index i = 0; i < n; ++i) {
-    const Index visible = causal ? i + 1 : n;
+    std::vector<Index> keys;
+    for (Index k = 0; k < n; ++k) {
+      if (mask ? (*mask)(i, k) : (!causal || k <= i)) keys.push_back(k);
+    }
+    const auto visible = static_cast<Index>(keys.size());
+    const auto key = [&](Index k) { return keys[static_cast<std::size_t>(k)]; };
     // dF_ij/dS_ik for the visible k.
     Matrix dF_dS = Matrix::Zero(visible, visible);
     if (map.activation.kind == ActivationKind::softmax) {
-      const Eigen::RowVectorXd a = theory::row_softmax(S.row(i).head(visible)).row(0);
+      const Eigen::RowVectorXd a = theory::row_softmax(S.row(i)(keys)).row(0);
       // 1 - a_j as the sum of the other probabilities, so a near one-hot row keeps its small terms.
       for (Index j = 0; j < visible; ++j) {
         double others = 0;
@@ -304,7 +311,7 @@ double chain_rule_norm(const AttentionMap& map, const RotaryCase& c, bool causal
       }
     } else {
       for (Index j = 0; j < visible; ++j) {
-        dF_dS(j, j) = theory::pointwise_derivative(map.activation.h, map.activation.p, S(i, j));
+        dF_dS(j, j) = theory::pointwise_derivative(map.activation.h, map.activation.p, S(i, key(j)));
       }
     }
     // dS_ik/dW as D x d matrices.
@@ -312,8 +319,8 @@ double chain_rule_norm(const AttentionMap& map, const RotaryCase& c, bool causal
     for (Index k = 0; k < visible; ++k) {
       dS[static_cast<std::size_t>(k)] =
           parameter == theory::Parameter::Q
-              ? Matrix(map.inner * c.X.row(i).transpose() * rotated_back(c.rotary, c.U.row(k), i))
-              : Matrix(map.inner * c.X.row(k).transpose() * rotated_back(c.rotary, c.V.row(i), k));
+              ? Matrix(map.inner * c.X.row(i).transpose() * rotated_back(c.rotary, c.U.row(key(k)), i))
+              : Matrix(map.inner * c.X.row(key(k)).transpose() * rotated_back(c.rotary, c.V.row(i), key(k)));
     }
     for (Index j = 0; j < visible; ++j) {
       Matrix total = Matrix::Zero(D, d);
@@ -375,6 +382,32 @@ TEST_CASE("with rotary positions the closed forms equal the chain-rule Jacobians
       const double floor_k = 1e-14 * chain_rule_norm(scores_only, c, causal, theory::Parameter::K);
       RC_ASSERT(std::abs(*norms.dQ_fro - dq) <= 1e-10 * dq + floor_q);
       RC_ASSERT(std::abs(*norms.dK_fro - dk) <= 1e-10 * dk + floor_k);
+    }
+  });
+}
+
+TEST_CASE("with rotary positions under a mask the closed forms equal the chain-rule Jacobians to 1e-10") {
+  rc::prop("sliding windows (keys i - w < j <= i) and random masks with the diagonal, both pairings", [] {
+    const auto n = *rc::gen::inRange<Index>(1, 8);
+    const auto D = *rc::gen::inRange<Index>(1, 5);
+    const auto d = *rc::gen::inRange<Index>(2, 6);
+    const bool interleaved = *rc::gen::arbitrary<bool>(), window = *rc::gen::arbitrary<bool>();
+    const RotaryCase c = rotary_case(n, D, d, 1.5, *rc::gen::arbitrary<std::uint64_t>(), interleaved, 1000);
+    const auto w = *rc::gen::inRange<Index>(1, n + 1);
+    theory::AttendedMask mask(n, n);
+    for (Index i = 0; i < n; ++i) {
+      for (Index j = 0; j < n; ++j)
+        mask(i, j) = window ? (j <= i && j > i - w) : (i == j || *rc::gen::arbitrary<bool>());
+    }
+    for (const AttentionMap& map : every_differentiable_map(d)) {
+      const auto norms = theory::attention_norms_from_projections(map, c.X, c.V, c.U, mask, &c.rotary);
+      const AttentionMap scores_only{{ActivationKind::pointwise, Pointwise::identity, 1}, map.inner, map.outer};
+      for (const auto parameter : {theory::Parameter::Q, theory::Parameter::K}) {
+        const double expected = chain_rule_norm(map, c, false, parameter, &mask);
+        const double floor = 1e-14 * chain_rule_norm(scores_only, c, false, parameter, &mask);
+        RC_ASSERT(std::abs(*(parameter == theory::Parameter::Q ? norms.dQ_fro : norms.dK_fro) - expected) <=
+                  1e-10 * expected + floor);
+      }
     }
   });
 }

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <optional>
 #include <span>
 #include <vector>
@@ -141,10 +142,14 @@ namespace {
 // the row's term is sum_j a_j^2 ||z_j - zbar||^2 in the feature space where <z_k, z_l> = B(k, l). Measured from the
 // row's most probable key r (H(k, l) = B(k, l) - B(k, r) - B(r, l) + B(r, r), which vanishes on r's row and
 // column), no term cancels when the row is near one-hot: the sums skip r, whose weight would otherwise cancel.
-double rotary_key_term(const Matrix& gram, std::span<const double> a, std::span<const double> c) {
+double rotary_key_term(const Matrix& gram, std::span<const double> a, std::span<const double> c,
+                       std::span<const Index> keys) {
   const auto visible = static_cast<Index>(a.size());
   const Index r = static_cast<Index>(std::max_element(a.begin(), a.end()) - a.begin());
-  const auto B = [&](Index k, Index l) { return gram(k, l) * c[static_cast<std::size_t>(std::abs(k - l))]; };
+  const auto position = [&](Index k) { return keys[static_cast<std::size_t>(k)]; };
+  const auto B = [&](Index k, Index l) {
+    return gram(position(k), position(l)) * c[static_cast<std::size_t>(std::abs(position(k) - position(l)))];
+  };
   const double b_rr = B(r, r);
   Vector g(visible), weights = Eigen::Map<const Vector>(a.data(), visible);
   weights[r] = 0;
@@ -152,11 +157,18 @@ double rotary_key_term(const Matrix& gram, std::span<const double> a, std::span<
   const double others = weights.sum();  // 1 - a_r, summed from the small terms
   const double weighted_g = weights.dot(g);
   Vector h_a(visible);  // (H a)_j over l != r
+  // Keys in one run of positions (a causal prefix, a sliding window, all) read the Gram rows in place: this loop
+  // is the O(N^3) of the whole measure.
+  const bool run = keys.back() - keys.front() == visible - 1;
   for (Index j = 0; j < visible; ++j) {
     double sum = 0;
-    const double* gram_row = gram.row(j).data();
-    for (Index l = 0; l < j; ++l) sum += weights[l] * gram_row[l] * c[static_cast<std::size_t>(j - l)];
-    for (Index l = j; l < visible; ++l) sum += weights[l] * gram_row[l] * c[static_cast<std::size_t>(l - j)];
+    if (run) {
+      const double* gram_row = gram.row(keys.front() + j).data() + keys.front();
+      for (Index l = 0; l < j; ++l) sum += weights[l] * gram_row[l] * c[static_cast<std::size_t>(j - l)];
+      for (Index l = j; l < visible; ++l) sum += weights[l] * gram_row[l] * c[static_cast<std::size_t>(l - j)];
+    } else {
+      for (Index l = 0; l < visible; ++l) sum += weights[l] * B(j, l);
+    }
     h_a[j] = sum - (g[j] - b_rr) * others - weighted_g;
   }
   h_a[r] = 0;
@@ -193,18 +205,17 @@ struct RotaryKeys {
     }
   }
 
-  // Row i's ||dA/dW_K||^2 / lambda^2 from its probabilities `a` over the keys 0 .. a.size() - 1 (a causal prefix
-  // or every key: the cosines need the keys' positions in order).
-  double key_term(const Matrix& V, Index i, std::span<const double> a) const {
-    const auto visible = static_cast<Index>(a.size());
+  // Row i's ||dA/dW_K||^2 / lambda^2 from its probabilities `a` over the keys at positions `keys` (any mask: the
+  // rotation between two keys depends only on how far apart they are).
+  double key_term(const Matrix& V, Index i, std::span<const double> a, std::span<const Index> keys) const {
     Vector pair_sq(cosines.cols());
     for (Index p = 0; p < pair_sq.size(); ++p) {
       pair_sq[p] = V(i, rotary.first[p]) * V(i, rotary.first[p]) + V(i, rotary.second[p]) * V(i, rotary.second[p]);
     }
     double unrotated = 0;
     for (Index k : unpaired) unrotated += V(i, k) * V(i, k);
-    const Vector c_row = (cosines.topRows(visible) * pair_sq).array() + unrotated;
-    return rotary_key_term(gram, a, {c_row.data(), static_cast<std::size_t>(visible)});
+    const Vector c_row = (cosines * pair_sq).array() + unrotated;
+    return rotary_key_term(gram, a, {c_row.data(), static_cast<std::size_t>(c_row.size())}, keys);
   }
 
   const Rotary& rotary;
@@ -255,7 +266,7 @@ struct NormSums {
 void add_row(const AttentionMap& map, Index i, const Eigen::Ref<const Matrix>& U_att,
              const Eigen::Ref<const Matrix>& X_att, const Eigen::Ref<const Vector>& u_sq_att,
              const Eigen::Ref<const Vector>& x_sq_att, const Matrix& V, double x_sq_i, double v_sq_i, Vector& s_row,
-             Vector& w_row, NormSums& sums, const RotaryKeys* rotary_keys = nullptr) {
+             Vector& w_row, NormSums& sums, const RotaryKeys* rotary_keys = nullptr, std::span<const Index> keys = {}) {
   const Index visible = U_att.rows();
   s_row.head(visible).noalias() = map.inner * (U_att * V.row(i).transpose());
   const RowTerms terms = row_terms(map, {s_row.data(), static_cast<std::size_t>(visible)},
@@ -280,8 +291,8 @@ void add_row(const AttentionMap& map, Index i, const Eigen::Ref<const Matrix>& U
   }
   sums.dQ_sq += x_sq_i * q_sum;
   // Rotary keys mix positions, so no rotation factors out of dA/dW_K (docs/THEORY.md).
-  sums.dK_sq +=
-      rotary_keys ? rotary_keys->key_term(V, i, {w_row.data(), static_cast<std::size_t>(visible)}) : v_sq_i * k_sum;
+  sums.dK_sq += rotary_keys ? rotary_keys->key_term(V, i, {w_row.data(), static_cast<std::size_t>(visible)}, keys)
+                            : v_sq_i * k_sum;
 }
 
 void check_projections(const AttentionMap& map, const Matrix& X, const Matrix& V, const Matrix& U) {
@@ -321,22 +332,27 @@ AttentionNorms attention_norms_from_projections(const AttentionMap& map, const M
   const Vector x_sq = X.rowwise().squaredNorm(), u_sq = U.rowwise().squaredNorm(), v_sq = V.rowwise().squaredNorm();
   std::optional<RotaryKeys> rotary_keys;
   if (rotary && map.activation.kind == ActivationKind::softmax) rotary_keys.emplace(*rotary, X, V.cols());
+  std::vector<Index> positions(static_cast<std::size_t>(n));
+  std::iota(positions.begin(), positions.end(), Index{0});
   NormSums sums;
   Vector s_row(n), w_row(n);
   for (Index i = 0; i < n; ++i) {
     // The attended keys of a causal row are a prefix, so they are used in place.
     const Index visible = causal ? i + 1 : n;
     add_row(map, i, U.topRows(visible), X.topRows(visible), u_sq.head(visible), x_sq.head(visible), V, x_sq[i], v_sq[i],
-            s_row, w_row, sums, rotary_keys ? &*rotary_keys : nullptr);
+            s_row, w_row, sums, rotary_keys ? &*rotary_keys : nullptr,
+            std::span<const Index>(positions).first(static_cast<std::size_t>(visible)));
   }
   return norms_of_sums(map, n, sums);
 }
 
 AttentionNorms attention_norms_from_projections(const AttentionMap& map, const Matrix& X, const Matrix& V,
-                                                const Matrix& U, const AttendedMask& attended) {
+                                                const Matrix& U, const AttendedMask& attended, const Rotary* rotary) {
   check_projections(map, X, V, U);
   const Index n = X.rows();
   check_mask(attended, n, n);
+  std::optional<RotaryKeys> rotary_keys;
+  if (rotary && map.activation.kind == ActivationKind::softmax) rotary_keys.emplace(*rotary, X, V.cols());
   const Vector x_sq = X.rowwise().squaredNorm(), u_sq = U.rowwise().squaredNorm(), v_sq = V.rowwise().squaredNorm();
   NormSums sums;
   Vector s_row(n), w_row(n);
@@ -349,7 +365,8 @@ AttentionNorms attention_norms_from_projections(const AttentionMap& map, const M
     }
     const Matrix U_att = U(keys, Eigen::all), X_att = X(keys, Eigen::all);
     const Vector u_sq_att = u_sq(keys), x_sq_att = x_sq(keys);
-    add_row(map, i, U_att, X_att, u_sq_att, x_sq_att, V, x_sq[i], v_sq[i], s_row, w_row, sums);
+    add_row(map, i, U_att, X_att, u_sq_att, x_sq_att, V, x_sq[i], v_sq[i], s_row, w_row, sums,
+            rotary_keys ? &*rotary_keys : nullptr, keys);
   }
   return norms_of_sums(map, n, sums);
 }

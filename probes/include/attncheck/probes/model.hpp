@@ -21,7 +21,7 @@ struct FamilyAdapter;  // how one model family is read and run: probes/src/adapt
 }
 
 struct ModelConfig {
-  // The family the configuration was read for (BERT, GPT-2, Llama, ViT, DINOv2, ...): set by load and
+  // The family the configuration was read for (BERT, GPT-2, Llama, Mistral, ViT, ...): set by load and
   // read_model_config.
   const detail::FamilyAdapter* family = nullptr;
   std::int64_t layers = 0, heads = 0, hidden = 0, intermediate = 0;
@@ -46,6 +46,8 @@ struct ModelConfig {
   double rope_theta = 10000;      // rotary frequencies rope_theta^(-2p/d)
   bool rope_interleaved = false;  // pairs (2p, 2p+1) as in GGUF; else (p, p + d/2) as in Hugging Face checkpoints
   bool gguf = false;              // tensor names as llama.cpp writes them
+  // Mistral: position i attends to the keys i - sliding_window < j <= i (0: every earlier one).
+  std::int64_t sliding_window = 0;
   // ViT, DINOv2, CLIP vision: square patches of patch_size pixels over images of num_channels channels; image_size is
   // the side the position embeddings were trained for (DINOv2 interpolates them to other grids).
   std::int64_t image_size = 0, patch_size = 0, channels = 0;
@@ -86,8 +88,8 @@ struct LayerInputs {
   double inner = 1;
   bool causal = false;
   std::optional<theory::Rotary> rotary;  // positions 0 .. N-1
-  // Entries attended when the mask is neither "all" nor causal (padding): then it is the whole mask, with any
-  // causal part already in it.
+  // Entries attended when the mask is neither "all" nor causal (padding, a sliding window): then it is the whole
+  // mask, with any causal part already in it.
   std::optional<theory::AttendedMask> attended;
   std::vector<HeadInputs> heads;
 };
@@ -136,8 +138,10 @@ Matrix layer_norm(const Matrix& x, const Vector& gain, const Vector& bias, doubl
 // Row-wise RMSNorm: x / sqrt(mean(x^2) + eps) * gain.
 Matrix rms_norm(const Matrix& x, const Vector& gain, double eps);
 
-// The map applied to one head's scores; masked entries (causal, j > i) are 0. Scores that are not finite are an
-// InputError naming `where` (the layer and head) and the cause: activations that overflowed double precision.
-Matrix apply_attention(const theory::AttentionMap& map, const Matrix& scores, bool causal, std::string_view where);
+// The map applied to one head's scores; masked entries (causal, j > i, or outside `attended` when given) are 0.
+// Scores that are not finite are an InputError naming `where` (the layer and head) and the cause: activations that
+// overflowed double precision.
+Matrix apply_attention(const theory::AttentionMap& map, const Matrix& scores, bool causal, std::string_view where,
+                       const theory::AttendedMask* attended = nullptr);
 
 }  // namespace attncheck::probes

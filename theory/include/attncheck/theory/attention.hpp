@@ -89,9 +89,11 @@ using AttendedMask = Eigen::Array<bool, Eigen::Dynamic, Eigen::Dynamic, Eigen::R
 // "Rotary positions and grouped queries").
 AttentionNorms attention_norms_from_projections(const AttentionMap& map, const Matrix& X, const Matrix& V,
                                                 const Matrix& U, bool causal = false, const Rotary* rotary = nullptr);
-// Same with an explicit N x N mask; a softmax row that attends to nothing is an InputError naming the row.
+// Same with an explicit N x N mask (a sliding window, padding); a softmax row that attends to nothing is an
+// InputError naming the row.
 AttentionNorms attention_norms_from_projections(const AttentionMap& map, const Matrix& X, const Matrix& V,
-                                                const Matrix& U, const AttendedMask& attended);
+                                                const Matrix& U, const AttendedMask& attended,
+                                                const Rotary* rotary = nullptr);
 
 // ||F||_F and ||dF/dS||_F from the scores S themselves (lambda already applied, so map.inner is not used), for
 // callers that have no weights: dQ_fro and dK_fro stay empty. `attended` (optional) masks as above.

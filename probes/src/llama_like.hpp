@@ -1,0 +1,44 @@
+#pragma once
+// Internal to the probes library: Llama's decoder (llama.cpp) as the families built on it read and run it
+// (mistral.cpp, qwen2.cpp, gemma.cpp), each naming only what it changes.
+
+#include "adapters.hpp"
+
+namespace attncheck::probes::detail {
+
+// What a family changes in Llama's block beyond ModelConfig's values.
+struct DecoderTraits {
+  std::string_view family;                            // in messages: "Mistral"
+  const char* activation_key = "hidden_act";          // config.json's key for the gated MLP's activation
+  std::string_view default_activation = "silu";       // when that key is absent
+  std::vector<std::string_view> activations{"silu"};  // the ones the family's checkpoints use
+  // Gemma: RMSNorm gains stored as (gain - 1), and embeddings multiplied by sqrt(hidden_size) before layer 0.
+  bool gemma_scaling = false;
+};
+
+// config.json of a Llama-like decoder: sizes, grouped queries, head_dim, RMSNorm epsilon, the activation, rotary
+// base (rope scaling refused), the tensor prefix. Errors name the file and the key.
+ModelConfig llama_like_config(const nlohmann::json& config, const std::filesystem::path& file,
+                              const Checkpoint& checkpoint, const DecoderTraits& traits);
+// Llama's embedding table (GGUF or Hugging Face names).
+std::string llama_like_embeddings(const ModelConfig& c);
+Matrix llama_like_embed_tokens(const Checkpoint& checkpoint, const ModelConfig& c, std::span<const std::int64_t> ids);
+// Layers 0 .. last: pre-RMSNorm blocks, rotary queries and keys, grouped-query causal attention (within
+// config.sliding_window positions when set), a gated MLP.
+std::vector<LayerInputs> llama_like_forward(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h,
+                                            std::int64_t last, const DecoderTraits& traits);
+std::string llama_like_describe(const ModelConfig& c);
+
+// The same as a FamilyAdapter's config_from_json and forward, for a family's traits.
+template <const DecoderTraits& traits>
+ModelConfig llama_like_config_for(const nlohmann::json& config, const std::filesystem::path& file,
+                                  const Checkpoint& checkpoint) {
+  return llama_like_config(config, file, checkpoint, traits);
+}
+template <const DecoderTraits& traits>
+std::vector<LayerInputs> llama_like_forward_for(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h,
+                                                std::int64_t last) {
+  return llama_like_forward(checkpoint, c, std::move(h), last, traits);
+}
+
+}  // namespace attncheck::probes::detail
