@@ -33,8 +33,9 @@ namespace {
 NormSet norms_of(const AttentionMap& map, const LayerInputs& layer, const HeadInputs& head) {
   const theory::Rotary* rotary = layer.rotary ? &*layer.rotary : nullptr;
   const auto norms =
-      layer.attended ? theory::attention_norms_from_projections(map, layer.X, head.V, head.U, *layer.attended, rotary)
-                     : theory::attention_norms_from_projections(map, layer.X, head.V, head.U, layer.causal, rotary);
+      layer.attended
+          ? theory::attention_norms_from_projections(map, layer.X, head.queries, head.keys, *layer.attended, rotary)
+          : theory::attention_norms_from_projections(map, layer.X, head.queries, head.keys, layer.causal, rotary);
   return {norms.value_fro, *norms.dS_fro, *norms.dQ_fro, *norms.dK_fro};
 }
 
@@ -110,7 +111,7 @@ AttentionMap softmax_map(double inner) {
 
 // Softmax on the head's scores whatever the trained activation: the what-if changes only what A multiplies.
 Matrix softmax_attention(const LayerInputs& layer, const HeadInputs& head) {
-  Matrix scores = layer.inner * (head.V * head.U.transpose());
+  Matrix scores = layer.inner * (head.queries * head.keys.transpose());
   for (Index i = 0; i < scores.rows(); ++i) {
     for (Index j = 0; j < scores.cols(); ++j) {
       if (!is_attended(i, j, layer.causal, layer.attended)) scores(i, j) = -std::numeric_limits<double>::infinity();
@@ -222,14 +223,15 @@ HeadMetrics measure_head(const LayerInputs& layer, int layer_index, int head_ind
   m.head = head_index;
   m.N = layer.X.rows();
   m.D = layer.X.cols();
-  m.d = head.V.cols();
+  m.d = head.queries.cols();
   m.causal = layer.causal;
   m.inner = layer.inner;
   m.kv_head = head.kv_head;
   const double lambda = layer.inner;
   m.softmax = norms_of(softmax_map(lambda), layer, head);
   set_bounds(m);
-  set_score_statistics(m, score_statistics(lambda * (head.V * head.U.transpose()), layer.causal, layer.attended));
+  set_score_statistics(m,
+                       score_statistics(lambda * (head.queries * head.keys.transpose()), layer.causal, layer.attended));
 
   m.linear_scaled = norms_of(linear_scaled_map(lambda), layer, head);
   m.poly3_scaled = norms_of(poly3_scaled_map(lambda), layer, head);

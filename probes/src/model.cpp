@@ -225,16 +225,16 @@ Matrix detail::fill_heads(LayerInputs& layer, const AttentionWeights& weights, s
     const Index g = head / (heads / kv_heads);
     HeadInputs inputs;
     inputs.kv_head = g;
-    inputs.V = queries.middleCols(head * d, d);
-    if (layer.rotary) theory::apply_rotary(*layer.rotary, inputs.V);
-    inputs.U = head_keys[static_cast<std::size_t>(g)];
+    inputs.queries = queries.middleCols(head * d, d);
+    if (layer.rotary) theory::apply_rotary(*layer.rotary, inputs.queries);
+    inputs.keys = head_keys[static_cast<std::size_t>(g)];
     inputs.W_Q = weights.W_Q.middleCols(head * d, d);
     inputs.W_K = weights.W_K.middleCols(g * d, d);
     inputs.b_Q = bias_of(weights.b_Q, head * d, d);
     inputs.b_K = bias_of(weights.b_K, g * d, d);
     if (values.size() != 0) inputs.values = values.middleCols(g * d_v, d_v);
     if (map) {
-      inputs.attention = apply_attention(*map, layer.inner * (inputs.V * inputs.U.transpose()), layer.causal,
+      inputs.attention = apply_attention(*map, layer.inner * (inputs.queries * inputs.keys.transpose()), layer.causal,
                                          fmt::format("layer {} head {}", layer_index, head),
                                          layer.attended ? &*layer.attended : nullptr);
       context.middleCols(head * d_v, d_v) = inputs.attention * inputs.values;

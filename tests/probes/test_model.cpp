@@ -78,7 +78,7 @@ TEST_CASE("GPT-2 forward pass: causal rows are probability vectors and metrics m
       CHECK(m.softmax.value <= m.sqrt_n);
       CHECK(m.softmax.grad <= m.grad_tight_bound);
       // S^3 / sqrt(N) over the lower triangle, from the projections directly.
-      const Matrix S = layer.inner * head.V * head.U.transpose();
+      const Matrix S = layer.inner * head.queries * head.keys.transpose();
       double poly_sq = 0, relu_sq = 0, max_abs = 0;
       for (Index i = 0; i < 8; ++i) {
         for (Index j = 0; j <= i; ++j) {
@@ -94,7 +94,7 @@ TEST_CASE("GPT-2 forward pass: causal rows are probability vectors and metrics m
       // Projections carry the biases: V = X W_Q + b_Q.
       Matrix V = layer.X * head.W_Q;
       V.rowwise() += head.b_Q.transpose();
-      CHECK((V - head.V).cwiseAbs().maxCoeff() < 1e-12);
+      CHECK((V - head.queries).cwiseAbs().maxCoeff() < 1e-12);
     }
   }
 }
@@ -132,7 +132,7 @@ TEST_CASE("a model trained with x^3/sqrt(N) attention propagates through that ma
   // Layer 0 sees the same input; its map is N^-1/2 S^3 on the lower triangle.
   CHECK((soft[0].X - poly[0].X).cwiseAbs().maxCoeff() == 0.0);
   const auto& head = poly[0].heads[1];
-  const Matrix S = poly[0].inner * head.V * head.U.transpose();
+  const Matrix S = poly[0].inner * head.queries * head.keys.transpose();
   for (Index i = 0; i < 5; ++i) {
     for (Index j = 0; j < 5; ++j) {
       const double expected = j <= i ? std::pow(S(i, j), 3) / std::sqrt(5.0) : 0.0;
@@ -541,7 +541,7 @@ TEST_CASE("a head measured from its scores alone has the score norms of the full
   const auto& head = layer.heads[1];
   const auto full = to_json(measure_head(layer, 0, 1));
   const HeadMetrics from_scores =
-      measure_scores(layer.inner * head.V * head.U.transpose(), 0, 1, false, layer.attended);
+      measure_scores(layer.inner * head.queries * head.keys.transpose(), 0, 1, false, layer.attended);
   const auto scores_only = to_json(from_scores);
   for (const char* key : {"softmax_fro", "grad_fro", "poly3_scaled_fro", "poly3_scaled_grad_fro", "poly3_fro",
                           "relu_n_fro", "score_mean", "score_std", "score_max_abs", "scores_fro", "sqrt_N"}) {
@@ -552,7 +552,7 @@ TEST_CASE("a head measured from its scores alone has the score norms of the full
     CHECK_FALSE(scores_only.contains(key));
   }
   // The padded key really is out: with it, softmax's norm differs.
-  CHECK(measure_scores(layer.inner * head.V * head.U.transpose(), 0, 1, false).softmax.value !=
+  CHECK(measure_scores(layer.inner * head.queries * head.keys.transpose(), 0, 1, false).softmax.value !=
         Approx(from_scores.softmax.value).epsilon(1e-6));
   CHECK_THROWS_WITH(measure_scores(Matrix::Ones(2, 3), 0, 0, false), Catch::Contains("the scores are 2x3"));
 }

@@ -71,12 +71,14 @@ theory::AttentionMap trained_attention_map(const std::string& attention_activati
 ModelConfig read_model_config(const std::filesystem::path& config_json, const Checkpoint& checkpoint);
 std::filesystem::path config_path_for(const std::filesystem::path& model);
 
-// One head's attention inputs in one layer (theory's convention: V = X W_Q + b_Q, U = X W_K + b_K).
+// One head's attention inputs in one layer. THEORY.md writes the queries and keys V = X W_Q + b_Q and U = X W_K + b_K
+// (theory's functions take them in that order); here they are named for what they are, since C9 and `values` below
+// use V for the value projections.
 struct HeadInputs {
-  Matrix V, U;       // N x d biased projections (rotated to their positions under rotary embeddings)
-  Matrix W_Q, W_K;   // D x d slices of the weights (for the i.i.d. model's sigma_t)
-  Vector b_Q, b_K;   // d
-  Matrix attention;  // N x N: the map the forward pass applied (the trained activation)
+  Matrix queries, keys;  // N x d biased projections (rotated to their positions under rotary embeddings)
+  Matrix W_Q, W_K;       // D x d slices of the weights (for the i.i.d. model's sigma_t)
+  Vector b_Q, b_K;       // d
+  Matrix attention;      // N x N: the map the forward pass applied (the trained activation)
   // N x d_v: the value projections X W_V + b_V this head's attention multiplies (its key/value head's under
   // grouped queries); empty when the weights were given without them.
   Matrix values;
