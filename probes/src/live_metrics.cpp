@@ -19,6 +19,7 @@
 #include <cmath>
 #include <limits>
 #include <mutex>
+#include <tuple>
 
 namespace attncheck::probes {
 
@@ -293,35 +294,56 @@ HeadMetrics measure_scores(const Matrix& scores, int layer_index, int head_index
 }
 
 LayerInputs split_heads(Matrix X, const Matrix& W_Q, const Matrix& W_K, const Vector& b_Q, const Vector& b_K, int heads,
-                        double inner, bool causal, const Matrix& W_V, const Vector& b_V) {
+                        double inner, bool causal, const Matrix& W_V, const Vector& b_V, HeadSplit split) {
   const Index D = X.cols();
   if (heads < 1) throw InputError(fmt::format("heads = {} must be >= 1", heads));
-  if (W_Q.rows() != D || W_K.rows() != D || W_Q.cols() != W_K.cols()) {
-    throw InputError(
-        fmt::format("shapes do not chain: x is {}x{}, w_q is {}x{}, w_k is {}x{} (need w_q, w_k of "
-                    "D x (heads d) with D = {})",
-                    X.rows(), D, W_Q.rows(), W_Q.cols(), W_K.rows(), W_K.cols(), D));
+  const int kv_heads = split.kv_heads == 0 ? heads : split.kv_heads;
+  if (kv_heads < 1 || heads % kv_heads != 0) {
+    throw InputError(fmt::format("kv_heads = {} does not divide heads = {}", split.kv_heads, heads));
   }
   if (W_Q.cols() == 0 || W_Q.cols() % heads != 0) {
     throw InputError(fmt::format("w_q has {} columns, not a positive multiple of heads = {}", W_Q.cols(), heads));
   }
-  for (const auto& [bias, name] : {std::pair{&b_Q, "b_q"}, std::pair{&b_K, "b_k"}}) {
-    if (bias->size() != 0 && bias->size() != W_Q.cols()) {
-      throw InputError(fmt::format("{} has {} entries, w_q {} columns", name, bias->size(), W_Q.cols()));
+  if (W_Q.rows() != D || W_K.rows() != D || W_Q.cols() / heads * kv_heads != W_K.cols()) {
+    throw InputError(
+        fmt::format("shapes do not chain: x is {}x{}, w_q is {}x{}, w_k is {}x{} (need w_q of D x (heads d) and w_k "
+                    "of D x (kv_heads d) with D = {}, heads = {}, kv_heads = {})",
+                    X.rows(), D, W_Q.rows(), W_Q.cols(), W_K.rows(), W_K.cols(), D, heads, kv_heads));
+  }
+  for (const auto& [bias, weight, name] : {std::tuple{&b_Q, &W_Q, "b_q"}, std::tuple{&b_K, &W_K, "b_k"}}) {
+    if (bias->size() != 0 && bias->size() != weight->cols()) {
+      throw InputError(fmt::format("{} has {} entries, {} {} columns", name, bias->size(), weight == &W_Q ? "w_q" : "w_k",
+                                   weight->cols()));
     }
   }
   const bool with_values = W_V.size() != 0;
-  if (with_values && (W_V.rows() != D || W_V.cols() % heads != 0)) {
-    throw InputError(fmt::format("w_v is {}x{}: need D = {} rows and a multiple of heads = {} columns", W_V.rows(),
-                                 W_V.cols(), D, heads));
+  if (with_values && (W_V.rows() != D || W_V.cols() % kv_heads != 0)) {
+    throw InputError(fmt::format("w_v is {}x{}: need D = {} rows and a multiple of kv_heads = {} columns", W_V.rows(),
+                                 W_V.cols(), D, kv_heads));
   }
   if (b_V.size() != 0 && (!with_values || b_V.size() != W_V.cols())) {
     throw InputError(fmt::format("b_v has {} entries, w_v {} columns", b_V.size(), W_V.cols()));
+  }
+  const Index d = W_Q.cols() / heads;
+  if (split.rotary && split.rotary->dimension != d) {
+    throw InputError(fmt::format("the rotary embedding rotates {} coordinates, the heads have d = {}",
+                                 split.rotary->dimension, d));
+  }
+  if (split.attended && (split.attended->rows() != X.rows() || split.attended->cols() != X.rows())) {
+    throw InputError(fmt::format("the mask is {}x{}, the layer has N = {} positions", split.attended->rows(),
+                                 split.attended->cols(), X.rows()));
   }
   LayerInputs layer;
   layer.X = std::move(X);
   layer.inner = inner;
   layer.causal = causal;
+  layer.rotary = std::move(split.rotary);
+  if (split.attended) {
+    if (causal) {
+      for (Index i = 0; i < split.attended->rows(); ++i) split.attended->row(i).tail(split.attended->cols() - i - 1) = false;
+    }
+    layer.attended = std::move(split.attended);
+  }
   detail::fill_heads(layer, {W_Q, W_K, W_V, b_Q, b_K, b_V}, heads);
   return layer;
 }

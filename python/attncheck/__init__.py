@@ -84,7 +84,8 @@ def _check_activation(activation):
         raise ValueError(f"activation '{activation}' is not one of {', '.join(ACTIVATIONS)}")
 
 
-def _measure(x, w_q, w_k, b_q, b_k, heads, causal, mask, scale, layer):
+def _measure(x, w_q, w_k, b_q, b_k, heads, causal, mask, scale, layer, kv_heads=None, rotary=None,
+             rotary_layout="half"):
     """The per-head measurements as _core._Head objects (for the recorder, which also writes them as log lines)."""
     x = _as_array(x, "x")
     arrays = [_as_array(w_q, "w_q"), _as_array(w_k, "w_k"),
@@ -92,14 +93,18 @@ def _measure(x, w_q, w_k, b_q, b_k, heads, causal, mask, scale, layer):
     if mask is not None:
         n = x.shape[0] if x.ndim else 0
         mask = _as_mask(mask, (n, n), "a query attends to a key")
-    if not isinstance(heads, numbers.Integral):
-        raise ValueError(f"heads = {heads!r} is not an integer")
-    return _core.measure(x, *arrays, heads=int(heads), causal=bool(causal), mask=mask,
-                         scale=None if scale is None else float(scale), layer=int(layer))
+    for name, value in (("heads", heads), ("kv_heads", kv_heads)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
+            raise ValueError(f"{name} = {value!r} is not an integer")
+    if rotary is not None:
+        rotary = np.ascontiguousarray(_as_array(rotary, "rotary"), dtype=np.float64)
+    return _core.measure(x, *arrays, heads=int(heads), kv_heads=0 if kv_heads is None else int(kv_heads),
+                         causal=bool(causal), mask=mask, scale=None if scale is None else float(scale),
+                         layer=int(layer), rotary=rotary, rotary_layout=str(rotary_layout))
 
 
 def attention_norms(x, w_q, w_k, b_q=None, b_k=None, heads=1, activation="softmax", causal=False, mask=None,
-                    scale=None):
+                    scale=None, *, kv_heads=None, rotary=None, rotary_layout="half"):
     """Per head, what `attncheck probe` measures on one sequence: the attention map's Frobenius norm against the
     bounds, its Jacobians in the scores and in the weights, score statistics and the alternative activations on
     the same scores, all in closed form (no Jacobian is formed; O(N^2 d) per head).
@@ -109,6 +114,11 @@ def attention_norms(x, w_q, w_k, b_q=None, b_k=None, heads=1, activation="softma
     h * d_head .. (h + 1) * d_head - 1. For an nn.Linear, pass linear.weight.T and linear.bias. The scores are
     S = scale * q_h k_h^T with scale = 1/sqrt(d_head) unless given. causal masks j > i; mask (N, N) booleans,
     True where query i attends to key j, masks the rest (with causal, both apply).
+    kv_heads: grouped-query attention, w_k (and b_k) of D x (kv_heads * d_head), query head h reading key head
+    h // (heads // kv_heads); dWk_group is then the derivative in the key head's weights shared by its group.
+    rotary: the frequencies (radians per position) of rotary position embeddings, queries and keys of row t
+    rotated by t * frequency; pair p rotates coordinates (p, p + len(rotary)) (rotary_layout "half", Hugging
+    Face's) or (2p, 2p + 1) ("interleaved", ggml's); coordinates past 2 * len(rotary) are not rotated.
 
     Returns one dict per head, keyed like the rows under `heads` of `attncheck probe --json`: layer (0), head,
     N, D, d, causal, inner (the scale), softmax_fro (||A||_F), grad_fro (||dA/dS||_F), dWq_fro and dWk_fro (||dA/dW_Q||_F, ||dA/dW_K||_F,
@@ -119,7 +129,7 @@ def attention_norms(x, w_q, w_k, b_q=None, b_k=None, heads=1, activation="softma
     model's own columns among these.
     """
     _check_activation(activation)
-    heads_measured = _measure(x, w_q, w_k, b_q, b_k, heads, causal, mask, scale, 0)
+    heads_measured = _measure(x, w_q, w_k, b_q, b_k, heads, causal, mask, scale, 0, kv_heads, rotary, rotary_layout)
     return [dict(head.as_dict(), activation=activation) for head in heads_measured]
 
 

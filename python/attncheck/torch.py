@@ -12,10 +12,16 @@
 
 and `attncheck report runs/x` plots every layer's norms over the training steps.
 
-The recorder attaches to every torch.nn.MultiheadAttention used as self-attention, and to any module given to
-register() with an adapter. It measures on a copy of one sequence of the batch (`sample`), in float64, after the
-module has run, under torch.no_grad(): the model's outputs and gradients are those it computes without the
-recorder, bit for bit.
+The recorder attaches to every torch.nn.MultiheadAttention used as self-attention, to the attention layers of
+Hugging Face transformers models (recognised by their query and key projections and their config, not by class
+name: BERT, RoBERTa, DistilBERT, GPT-2, Llama, Mistral, Qwen2, Gemma, ViT, DINOv2, CLIP and their descendants,
+eager or SDPA), and to any module given to register() with an adapter. It measures on a copy of one sequence of
+the batch (`sample`), in float64, after the module has run, under torch.no_grad(): the model's outputs and
+gradients are those it computes without the recorder, bit for bit. It measures what `attncheck probe` measures:
+grouped keys, rotary positions (dA/dW_Q and dA/dW_K included) and the model's own masks (causal, sliding window,
+padding: padded positions are left out, so a padded sequence gives the rows of the sequence without them).
+
+    attncheck.torch.probe(model, inputs)   the rows of `attncheck probe --json` for a model in memory
 """
 
 import math
@@ -25,9 +31,9 @@ import warnings
 import numpy as np
 import torch
 
-from . import ACTIVATIONS, _core, _measure
+from . import ACTIVATIONS, _core, _measure, _transformers
 
-__all__ = ["AttentionRecorder"]
+__all__ = ["AttentionRecorder", "probe", "summary_scalars"]
 
 
 def _numpy(tensor):
@@ -40,8 +46,7 @@ def _pick(tensor, sample, batched_ndim):
     return tensor[sample] if tensor.dim() == batched_ndim else tensor
 
 
-class _Skip(Exception):
-    """A call the recorder does not measure, and why (said once per layer)."""
+_Skip = _transformers.Unmeasurable  # a call the recorder does not measure, and why (said once per layer)
 
 
 def _multihead_attention_adapter(module, args, kwargs, output, sample):
@@ -108,10 +113,48 @@ def _allowed(mask, name):
     return finite
 
 
+def _recognised_adapter(root):
+    """The adapter of every module _transformers recognises: its batched description of the call."""
+    def adapter(module, args, kwargs, output):
+        forward = type(module).forward.__get__(module)
+        return _transformers.describe_call(module, root, forward, args, kwargs)
+    return adapter
+
+
+def _without_padding(x, mask, causal, positions):
+    """The sequence without its padding: a position no query attends to as a key is padding (the mask's rows that
+    attend past the causal triangle of a causal layer are filler for padded queries, as SDPA masks make them, and
+    are not counted). Returns x, mask, causal and positions of the kept positions, the mask None where it is
+    "all" or the causal triangle (then causal is True)."""
+    if mask is None:
+        return x, None, causal, positions
+    n = x.shape[0]
+    mask = np.asarray(mask, dtype=bool)
+    lower = np.tril(np.ones((n, n), dtype=bool))
+    if causal:
+        proper = ~(mask & ~lower).any(axis=1)
+        mask = mask & lower
+    else:
+        proper = np.ones(n, dtype=bool)
+    keep = (mask & proper[:, None]).any(axis=0)
+    if not keep.all():
+        if not keep.any():
+            raise _Skip("the mask leaves no position attended")
+        x, mask = x[keep], mask[np.ix_(keep, keep)]
+        positions = None if positions is None else positions[keep]
+        lower = lower[np.ix_(keep, keep)]
+    if mask.all():
+        return x, None, causal, positions
+    if (mask == lower).all():
+        return x, None, True, positions
+    return x, mask, causal, positions
+
+
 class _Layer:
     def __init__(self, index, name, module, adapter, with_sample):
         self.index, self.name, self.module, self.adapter, self.with_sample = index, name, module, adapter, with_sample
         self.warned = False
+        self.recognised = False  # attached by recognition (register() may replace its adapter)
         self.own_forward = module.__dict__.get("forward")  # an instance attribute that was there before ours
         self.wrapper = None
 
@@ -164,11 +207,13 @@ class _RecordedForward:
 class AttentionRecorder:
     """Records the attention norms of a model's layers every `every` steps into `out`.
 
-    model: a torch.nn.Module; every torch.nn.MultiheadAttention in it that is called as self-attention is
-    measured (layers are numbered in the order of model.named_modules(), then of register()).
+    model: a torch.nn.Module; every torch.nn.MultiheadAttention in it that is called as self-attention, and every
+    attention layer of a transformers model in it, is measured (layers are numbered in the order of
+    model.named_modules(), then of register()). A model in which nothing is recognised gets a warning at its
+    first recorded step naming the attention-like module classes it saw.
     every: record steps 0, every, 2 every, ...
     out: the JSON-lines log (a name ending in .jsonl), or a folder for FOLDER/attncheck-probe.jsonl as
-    `attncheck probe --watch FOLDER` writes it; created if needed. Lines are appended, one write per step, as the
+    `attncheck probe --watch FOLDER` writes it; created if needed. None: no log (callback or tensorboard only). Lines are appended, one write per step, as the
     watcher appends them; a step's lines carry checkpoint "step-NNNNNN" and its step.
     sample: which sequence of each batch is measured.
     activation: the activation the registered modules use unless their adapter says (one of
@@ -208,11 +253,12 @@ class AttentionRecorder:
             raise ValueError("callback must be callable as callback(record)")
         self.callback = callback
         self._tensorboard, self._owns_tensorboard = _summary_writer(tensorboard)
-        out = os.fspath(out)
-        if os.path.isdir(out) or not out.endswith(".jsonl"):
-            out = os.path.join(out, "attncheck-probe.jsonl")
-        if os.path.dirname(out):
-            os.makedirs(os.path.dirname(out), exist_ok=True)
+        if out is not None:
+            out = os.fspath(out)
+            if os.path.isdir(out) or not out.endswith(".jsonl"):
+                out = os.path.join(out, "attncheck-probe.jsonl")
+            if os.path.dirname(out):
+                os.makedirs(os.path.dirname(out), exist_ok=True)
         self.model, self.every, self.out, self.sample = model, every, out, sample
         self.activation, self.training_only = activation, training_only
         self.count = count
@@ -225,9 +271,19 @@ class AttentionRecorder:
         self._layers = []
         self._handles = [model.register_forward_pre_hook(_Hook(self._before_model)),
                          model.register_forward_hook(_Hook(self._after_model))]
+        self._samples = None  # None: the one `sample`; "all": every sequence of the batch (probe())
+        self._collected = []  # probe()'s measurements: (sample, log lines, rows)
+        seen = set()
         for name, module in model.named_modules():
             if isinstance(module, torch.nn.MultiheadAttention):
                 self._attach(module, name or type(module).__name__, _multihead_attention_adapter, with_sample=True)
+            elif _transformers.recognise(module):
+                self._attach(module, name or type(module).__name__, _recognised_adapter(model), with_sample=False)
+                self._layers[-1].recognised = True
+            elif _transformers.looks_like_attention(module):
+                seen.add(type(module).__name__)
+        self._unrecognised = sorted(seen)  # named in the warning when nothing is recorded
+        self._warned_empty = False
 
     @property
     def layers(self):
@@ -244,14 +300,19 @@ class AttentionRecorder:
 
         or scores ((heads, N, N) or (batch, heads, N, N): what the activation is applied to), optionally causal,
         mask and activation; from scores alone the norms in W_Q and W_K are not known and are left out.
-        A tuple (x, w_q, w_k, b_q, b_k, heads) is read as the first form.
+        A tuple (x, w_q, w_k, b_q, b_k, heads) is read as the first form. A layer the recorder recognised by
+        itself is measured through `adapter` instead, under its number.
         """
         if not isinstance(module, torch.nn.Module):
             raise ValueError(f"module is a {type(module).__name__}, not a torch.nn.Module")
         if not callable(adapter):
             raise ValueError("adapter must be callable as adapter(module, args, kwargs, output)")
-        if any(layer.module is module for layer in self._layers):
-            raise ValueError(f"{name or type(module).__name__} is already recorded")
+        for layer in self._layers:
+            if layer.module is module:
+                if not layer.recognised:
+                    raise ValueError(f"{name or type(module).__name__} is already recorded")
+                layer.adapter, layer.with_sample, layer.recognised = adapter, False, False  # the user's adapter wins
+                return self
         if name is None:
             name = next((n for n, m in self.model.named_modules() if m is module), type(module).__name__)
         self._attach(module, name, adapter, with_sample=False)
@@ -312,6 +373,13 @@ class AttentionRecorder:
                            and not (self._counting_steps and self._recorded_step == self.current_step))
 
     def _after_model(self, model, args, output):
+        if self._recording and not self._layers and not self._warned_empty:
+            self._warned_empty = True
+            found = (f"it saw {', '.join(self._unrecognised)}, whose query and key projections it does not "
+                     "recognise" if self._unrecognised else "it saw no module named like attention")
+            warnings.warn(f"attncheck: no attention layer of {type(model).__name__} is recorded: {found}. Measure "
+                          "one with recorder.register(module, adapter) (see AttentionRecorder.register).",
+                          RuntimeWarning, stacklevel=2)
         if self._recording:
             self._recorded_step = self.current_step
             self._flush()
@@ -325,21 +393,44 @@ class AttentionRecorder:
         try:
             with torch.no_grad():
                 if layer.with_sample:
-                    spec = layer.adapter(layer.module, args, kwargs, output, self.sample)
+                    samples = self._sample_indices(layer.module, args, kwargs)
+                    specs = [(sample, layer.adapter(layer.module, args, kwargs, output, sample)) for sample in samples]
                 else:
                     spec = layer.adapter(layer.module, args, kwargs, output)
-                if spec is None:
-                    return
-                lines = self._lines(layer, spec)
+                    specs = [(sample, spec) for sample in self._sample_indices_of(spec)]
+                measured = [(sample, self._heads(layer, spec, sample)) for sample, spec in specs if spec is not None]
         except (_Skip, ValueError, IndexError) as reason:
             if not layer.warned:
                 layer.warned = True
                 warnings.warn(f"attncheck: layer {layer.index} ({layer.name}) not recorded at step "
                               f"{self.current_step}: {reason}", RuntimeWarning, stacklevel=2)
             return
-        self._pending.append(lines)
+        checkpoint = f"step-{self.current_step:06d}"
+        for sample, (heads, activation) in measured:
+            self._pending.append((sample, "".join(head.log_line(checkpoint, self.current_step, activation)
+                                                  for head in heads),
+                                  [dict(head.as_dict(), activation=activation) for head in heads]))
 
-    def _lines(self, layer, spec):
+    def _sample_indices(self, module, args, kwargs):
+        """The sequences measured: `sample`, or every one of the batch for probe()."""
+        if self._samples != "all":
+            return [self.sample]
+        query = args[0] if args else kwargs["query"]
+        if query.dim() != 3:
+            return [0]
+        return range(query.shape[0] if module.batch_first else query.shape[1])
+
+    def _sample_indices_of(self, spec):
+        if spec is None:
+            return []
+        if self._samples != "all":
+            return [self.sample]
+        x = spec.get("x", spec.get("scores"))
+        batched = getattr(x, "ndim", 0) == (4 if "scores" in spec else 3)
+        return range(x.shape[0] if batched else 1)
+
+    def _heads(self, layer, spec, sample):
+        """The measured heads of one sequence of the call, and the activation they are recorded under."""
         if isinstance(spec, tuple):
             spec = dict(zip(("x", "w_q", "w_k", "b_q", "b_k", "heads"), spec))
         activation = spec.get("activation", self.activation)
@@ -348,33 +439,50 @@ class AttentionRecorder:
         mask = spec.get("mask")
         if "scores" in spec:
             scores = spec["scores"]
-            scores = _pick(scores, self.sample, 4) if isinstance(scores, torch.Tensor) else np.asarray(scores)
+            scores = _pick(scores, sample, 4) if isinstance(scores, torch.Tensor) else np.asarray(scores)
             if isinstance(scores, torch.Tensor):
                 scores = _numpy(scores)
             if scores.ndim == 2:
                 scores = scores[None]
             if isinstance(mask, torch.Tensor):
-                mask = _pick(mask, self.sample, 3).detach().cpu().numpy()
+                mask = _pick(mask, sample, 3).detach().cpu().numpy()
             heads = _core.measure_scores(scores, causal=bool(spec.get("causal", False)), mask=mask, layer=layer.index)
-        else:
-            x = spec["x"]
-            if isinstance(x, torch.Tensor):
-                x = _numpy(_pick(x, self.sample, 3))
-            if isinstance(mask, torch.Tensor):
-                mask = _pick(mask, self.sample, 3).detach().cpu().numpy()
-            tensors = [spec["w_q"], spec["w_k"], spec.get("b_q"), spec.get("b_k")]
-            w_q, w_k, b_q, b_k = (_numpy(t) if isinstance(t, torch.Tensor) else t for t in tensors)
-            heads = _measure(x, w_q, w_k, b_q, b_k, spec.get("heads", 1), spec.get("causal", False), mask,
-                             spec.get("scale"), layer.index)
-        checkpoint = f"step-{self.current_step:06d}"
-        return ("".join(head.log_line(checkpoint, self.current_step, activation) for head in heads),
-                [head.as_dict() for head in heads])
+            return heads, activation
+        x = spec["x"]
+        if isinstance(x, torch.Tensor):
+            x = _numpy(_pick(x, sample, 3))
+        if isinstance(mask, torch.Tensor):
+            mask = _pick(mask, sample, 3).detach().cpu().numpy()
+        positions = spec.get("positions")
+        if isinstance(positions, torch.Tensor):
+            positions = _pick(positions, sample, 2).numpy() if positions.shape[0] > 1 else positions[0].numpy()
+        causal = bool(spec.get("causal", False))
+        x, mask, causal, positions = _without_padding(np.asarray(x), mask, causal, positions)
+        rotary = spec.get("rotary")
+        if rotary is not None and positions is not None and np.any(np.diff(positions) != 1):
+            raise _Skip("the positions of the measured sequence are not consecutive (packed sequences?): its rotary "
+                        "angles are not those of positions 0 .. N-1")
+        tensors = [spec["w_q"], spec["w_k"], spec.get("b_q"), spec.get("b_k")]
+        w_q, w_k, b_q, b_k = (_numpy(t) if isinstance(t, torch.Tensor) else t for t in tensors)
+        for name in ("query_norm", "key_norm"):
+            if spec.get(name) is not None:
+                raise _Skip(f"the layer applies an RMSNorm to each head's {name.split('_')[0]}s, whose derivatives "
+                            "in W_Q and W_K this build does not evaluate")
+        if spec.get("softcap"):
+            raise _Skip("the layer soft-caps its logits, whose derivatives this build does not evaluate")
+        heads = _measure(x, w_q, w_k, b_q, b_k, spec.get("heads", 1), causal, mask, spec.get("scale"), layer.index,
+                         spec.get("kv_heads"), rotary)
+        return heads, activation
 
     def _flush(self):
         if self._pending:
             pending, self._pending = self._pending, []
-            _core.append_log_lines(self.out, "".join(lines for lines, _ in pending))
-            heads = [head for _, step_heads in pending for head in step_heads]
+            if self._samples == "all":
+                self._collected.extend(pending)
+                return
+            if self.out is not None:
+                _core.append_log_lines(self.out, "".join(lines for _, lines, _ in pending))
+            heads = [head for _, _, step_heads in pending for head in step_heads]
             self._publish(self._recorded_step if self._recorded_step is not None else self.current_step, heads)
 
     def _publish(self, step, heads):
@@ -391,6 +499,49 @@ class AttentionRecorder:
             self._tensorboard.flush()
         if self.callback is not None:
             self.callback(record)
+
+
+def probe(model, inputs, **forward_kwargs):
+    """What `attncheck probe --json` reports under "heads", measured on a model in memory: one forward pass of
+    `model` (in evaluation mode, without gradients; its mode is restored) on `inputs`, and per attention layer and
+    head the row the command line prints (same fields, same numbers for the same checkpoint and input), with
+    "activation".
+
+    inputs: token ids ((N,) or (batch, N)), pixel values, or a mapping of the model's inputs (a tokenizer's
+    output: input_ids, attention_mask, ...), passed as model(**inputs); forward_kwargs go to the model too.
+    Layers are recognised as AttentionRecorder recognises them (register() is not available here: record with
+    an AttentionRecorder for modules that need an adapter). Padding is left out: a padded sequence gives the rows
+    of the sequence without it.
+
+    Returns the rows of one sequence (for 1-D ids or a batch of one), else one list of rows per sequence.
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise ValueError(f"model is a {type(model).__name__}, not a torch.nn.Module")
+    recorder = AttentionRecorder(model, every=1, out=None, training_only=False, count="forwards")
+    recorder._samples = "all"
+    if isinstance(inputs, torch.Tensor) and inputs.dim() == 1 and not inputs.is_floating_point():
+        inputs = inputs[None]
+    was_training = model.training
+    try:
+        model.eval()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with torch.no_grad():
+                if isinstance(inputs, dict) or hasattr(inputs, "keys"):
+                    model(**inputs, **forward_kwargs)
+                else:
+                    model(inputs, **forward_kwargs)
+        recorder.flush()
+    finally:
+        recorder.close()
+        model.train(was_training)
+    for warning in caught:
+        warnings.warn(warning.message, warning.category, stacklevel=2)
+    batch = 1 + max((sample for sample, _, _ in recorder._collected), default=0)
+    per_sequence = [[] for _ in range(batch)]
+    for sample, _, rows in recorder._collected:
+        per_sequence[sample].extend(rows)
+    return per_sequence[0] if batch == 1 else per_sequence
 
 
 def summary_scalars(heads):

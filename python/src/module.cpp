@@ -277,18 +277,45 @@ py::dict softmax_norms(const py::array& logits_array, const std::optional<py::ar
   return out;
 }
 
+// Rotary positions from the frequencies a model uses (its inv_freq, in double where the configuration gives them):
+// pair p rotates coordinates (p, p + rotated/2) in Hugging Face's layout ("half") or (2p, 2p + 1) in ggml's
+// ("interleaved"); coordinates past 2 * len(frequencies) are not rotated (partial rotary).
+theory::Rotary rotary_of(const RealArray& frequencies, const std::string& layout, Index d) {
+  const Index pairs = frequencies.shape(0);
+  if (pairs < 1 || 2 * pairs > d) {
+    throw InputError(fmt::format("rotary has {} frequencies: need 1 .. d/2 = {}", pairs, d / 2));
+  }
+  if (layout != "half" && layout != "interleaved") {
+    throw InputError(fmt::format("rotary_layout '{}' is not half or interleaved", layout));
+  }
+  theory::Rotary rotary;
+  rotary.dimension = d;
+  const Vector f = frequencies.vector();
+  for (Index p = 0; p < pairs; ++p) {
+    if (!std::isfinite(f(p))) throw InputError(fmt::format("rotary frequency {} is {}", p, f(p)));
+    rotary.first.push_back(layout == "half" ? p : 2 * p);
+    rotary.second.push_back(layout == "half" ? p + pairs : 2 * p + 1);
+    rotary.frequency.push_back(f(p));
+  }
+  return rotary;
+}
+
 std::vector<probes::HeadMetrics> measure(const py::array& x_array, const py::array& w_q_array,
                                          const py::array& w_k_array, const std::optional<py::array>& b_q_array,
-                                         const std::optional<py::array>& b_k_array, int heads, bool causal,
-                                         const std::optional<py::array>& mask_array, std::optional<double> scale,
-                                         int layer) {
+                                         const std::optional<py::array>& b_k_array, int heads, int kv_heads,
+                                         bool causal, const std::optional<py::array>& mask_array,
+                                         std::optional<double> scale, int layer,
+                                         const std::optional<py::array>& rotary_array,
+                                         const std::string& rotary_layout) {
   const RealArray x = real_array(x_array, "x", 2), w_q = real_array(w_q_array, "w_q", 2),
                   w_k = real_array(w_k_array, "w_k", 2);
-  std::optional<RealArray> b_q, b_k;
+  std::optional<RealArray> b_q, b_k, rotary_frequencies;
   if (b_q_array) b_q.emplace(real_array(*b_q_array, "b_q", 1));
   if (b_k_array) b_k.emplace(real_array(*b_k_array, "b_k", 1));
-  std::optional<theory::AttendedMask> attended;
-  if (mask_array) attended = attended_mask(*mask_array, x.shape(0), x.shape(0));
+  if (rotary_array) rotary_frequencies.emplace(real_array(*rotary_array, "rotary", 1));
+  probes::HeadSplit split;
+  split.kv_heads = kv_heads;
+  if (mask_array) split.attended = attended_mask(*mask_array, x.shape(0), x.shape(0));
   if (heads < 1) throw InputError(fmt::format("heads = {} must be >= 1", heads));
   if (scale && !std::isfinite(*scale)) throw InputError(fmt::format("scale = {} is not finite", *scale));
   py::gil_scoped_release release;
@@ -296,17 +323,14 @@ std::vector<probes::HeadMetrics> measure(const py::array& x_array, const py::arr
   const Vector B_Q = b_q ? b_q->vector() : Vector(), B_K = b_k ? b_k->vector() : Vector();
   if (x.shape(0) == 0 || x.shape(1) == 0)
     throw InputError(fmt::format("x of shape ({}, {}) is empty", x.shape(0), x.shape(1)));
-  const double d = W_Q.cols() % heads == 0 ? static_cast<double>(W_Q.cols() / heads) : 1;
-  probes::LayerInputs inputs =
-      probes::split_heads(x.matrix(), W_Q, W_K, B_Q, B_K, heads, scale ? *scale : 1 / std::sqrt(d), causal);
-  if (attended) {
-    if (causal) {
-      for (Index i = 0; i < attended->rows(); ++i) attended->row(i).tail(attended->cols() - i - 1) = false;
-    }
-    inputs.attended = std::move(attended);
-  }
+  const Index d = W_Q.cols() % heads == 0 ? W_Q.cols() / heads : 1;
+  if (rotary_frequencies) split.rotary = rotary_of(*rotary_frequencies, rotary_layout, d);
+  probes::LayerInputs inputs = probes::split_heads(x.matrix(), W_Q, W_K, B_Q, B_K, heads,
+                                                   scale ? *scale : 1 / std::sqrt(static_cast<double>(d)), causal, {},
+                                                   {}, std::move(split));
   std::vector<probes::HeadMetrics> out;
   for (int head = 0; head < heads; ++head) out.push_back(probes::measure_head(inputs, layer, head));
+  probes::set_group_key_derivatives(inputs, out);
   return out;
 }
 
@@ -394,8 +418,9 @@ PYBIND11_MODULE(_core, m) {
 
   m.def("softmax_norms", &softmax_norms, py::arg("logits"), py::arg("mask") = py::none());
   m.def("measure", &measure, py::arg("x"), py::arg("w_q"), py::arg("w_k"), py::arg("b_q") = py::none(),
-        py::arg("b_k") = py::none(), py::arg("heads") = 1, py::arg("causal") = false, py::arg("mask") = py::none(),
-        py::arg("scale") = py::none(), py::arg("layer") = 0);
+        py::arg("b_k") = py::none(), py::arg("heads") = 1, py::arg("kv_heads") = 0, py::arg("causal") = false,
+        py::arg("mask") = py::none(), py::arg("scale") = py::none(), py::arg("layer") = 0,
+        py::arg("rotary") = py::none(), py::arg("rotary_layout") = "half");
   m.def("measure_scores", &measure_scores, py::arg("scores"), py::arg("causal") = false, py::arg("mask") = py::none(),
         py::arg("layer") = 0);
   m.def("append_log_lines", [](const std::string& path, const std::string& lines) {

@@ -77,19 +77,19 @@ def test_the_lines_are_attention_norms_of_the_layer_and_match_pytorchs_own_atten
         model(x, src_key_padding_mask=padding)
     lines = read_log(log)
     assert [line["head"] for line in lines] == [0, 1, 2, 3]
-    keep = np.ones((7, 7), dtype=bool)
-    keep[:, 5:] = False
+    # The padded positions are left out: the rows of the sequence's five positions alone.
     e = 16
-    expected = attncheck.attention_norms(x[0], mha.in_proj_weight[:e].T, mha.in_proj_weight[e:2 * e].T,
-                                         mha.in_proj_bias[:e], mha.in_proj_bias[e:2 * e], heads=4, mask=keep)
+    expected = attncheck.attention_norms(x[0, :5], mha.in_proj_weight[:e].T, mha.in_proj_weight[e:2 * e].T,
+                                         mha.in_proj_bias[:e], mha.in_proj_bias[e:2 * e], heads=4)
     for line, head in zip(lines, expected):
+        assert line["N"] == 5
         assert {k: v for k, v in line.items() if k not in ("checkpoint", "step", "format_version")} == head
         assert line["step"] == 0 and line["checkpoint"] == "step-000000" and line["format_version"] == 2
-    # PyTorch's attention probabilities of the same call, head by head.
+    # PyTorch's attention probabilities of the same call, head by head, on the unpadded queries.
     with torch.no_grad():
         _, weights = mha(x, x, x, key_padding_mask=padding, need_weights=True, average_attn_weights=False)
     for line in lines:
-        assert line["softmax_fro"] == pytest.approx(weights[0, line["head"]].double().norm().item(), rel=1e-6)
+        assert line["softmax_fro"] == pytest.approx(weights[0, line["head"], :5].double().norm().item(), rel=1e-6)
 
 
 def test_steps_count_training_forwards_or_step_calls(tmp_path):

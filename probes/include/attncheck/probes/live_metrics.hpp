@@ -85,11 +85,21 @@ bool within_cross_norm_bounds(const HeadMetrics& metrics);
 HeadMetrics measure_scores(const Matrix& scores, int layer_index, int head_index, bool causal,
                            const std::optional<theory::AttendedMask>& attended = std::nullopt);
 
+// What a layer applies beyond splitting its weights into heads: grouped keys, rotary positions, a mask that is
+// neither "all" nor causal.
+struct HeadSplit {
+  int kv_heads = 0;  // key/value heads, each read by heads / kv_heads query heads; 0: one per query head
+  std::optional<theory::Rotary> rotary;  // queries and keys rotated to positions 0 .. N-1
+  std::optional<theory::AttendedMask> attended;  // N x N, true where query i attends to key j (with causal: both)
+};
+
 // A layer's attention inputs from X (N x D) and the weights of all heads as maps of rows, q = x W_Q + b_Q with
-// W_Q of D x (heads d) (head h owns columns h d .. h d + d - 1); empty biases are zeros. W_V (D x (heads d_v))
-// is optional: without it the heads have no values (and no cross-normalization what-if).
+// W_Q of D x (heads d) (head h owns columns h d .. h d + d - 1) and W_K of D x (kv_heads d); empty biases are
+// zeros. W_V (D x (kv_heads d_v)) is optional: without it the heads have no values (and no cross-normalization
+// what-if).
 LayerInputs split_heads(Matrix X, const Matrix& W_Q, const Matrix& W_K, const Vector& b_Q, const Vector& b_K, int heads,
-                        double inner, bool causal, const Matrix& W_V = {}, const Vector& b_V = {});
+                        double inner, bool causal, const Matrix& W_V = {}, const Vector& b_V = {},
+                        HeadSplit split = {});
 
 // The record of what was measured on the head (records/probe_record.hpp): what the log, --json and --csv hold.
 records::ProbeHeadRecord head_record(const HeadMetrics& metrics);
