@@ -312,8 +312,8 @@ LayerInputs split_heads(Matrix X, const Matrix& W_Q, const Matrix& W_K, const Ve
   }
   for (const auto& [bias, weight, name] : {std::tuple{&b_Q, &W_Q, "b_q"}, std::tuple{&b_K, &W_K, "b_k"}}) {
     if (bias->size() != 0 && bias->size() != weight->cols()) {
-      throw InputError(fmt::format("{} has {} entries, {} {} columns", name, bias->size(), weight == &W_Q ? "w_q" : "w_k",
-                                   weight->cols()));
+      throw InputError(fmt::format("{} has {} entries, {} {} columns", name, bias->size(),
+                                   weight == &W_Q ? "w_q" : "w_k", weight->cols()));
     }
   }
   const bool with_values = W_V.size() != 0;
@@ -326,8 +326,8 @@ LayerInputs split_heads(Matrix X, const Matrix& W_Q, const Matrix& W_K, const Ve
   }
   const Index d = W_Q.cols() / heads;
   if (split.rotary && split.rotary->dimension != d) {
-    throw InputError(fmt::format("the rotary embedding rotates {} coordinates, the heads have d = {}",
-                                 split.rotary->dimension, d));
+    throw InputError(
+        fmt::format("the rotary embedding rotates {} coordinates, the heads have d = {}", split.rotary->dimension, d));
   }
   if (split.attended && (split.attended->rows() != X.rows() || split.attended->cols() != X.rows())) {
     throw InputError(fmt::format("the mask is {}x{}, the layer has N = {} positions", split.attended->rows(),
@@ -340,7 +340,8 @@ LayerInputs split_heads(Matrix X, const Matrix& W_Q, const Matrix& W_K, const Ve
   layer.rotary = std::move(split.rotary);
   if (split.attended) {
     if (causal) {
-      for (Index i = 0; i < split.attended->rows(); ++i) split.attended->row(i).tail(split.attended->cols() - i - 1) = false;
+      for (Index i = 0; i < split.attended->rows(); ++i)
+        split.attended->row(i).tail(split.attended->cols() - i - 1) = false;
     }
     layer.attended = std::move(split.attended);
   }

@@ -325,9 +325,9 @@ std::vector<probes::HeadMetrics> measure(const py::array& x_array, const py::arr
     throw InputError(fmt::format("x of shape ({}, {}) is empty", x.shape(0), x.shape(1)));
   const Index d = W_Q.cols() % heads == 0 ? W_Q.cols() / heads : 1;
   if (rotary_frequencies) split.rotary = rotary_of(*rotary_frequencies, rotary_layout, d);
-  probes::LayerInputs inputs = probes::split_heads(x.matrix(), W_Q, W_K, B_Q, B_K, heads,
-                                                   scale ? *scale : 1 / std::sqrt(static_cast<double>(d)), causal, {},
-                                                   {}, std::move(split));
+  probes::LayerInputs inputs =
+      probes::split_heads(x.matrix(), W_Q, W_K, B_Q, B_K, heads, scale ? *scale : 1 / std::sqrt(static_cast<double>(d)),
+                          causal, {}, {}, std::move(split));
   std::vector<probes::HeadMetrics> out;
   for (int head = 0; head < heads; ++head) out.push_back(probes::measure_head(inputs, layer, head));
   probes::set_group_key_derivatives(inputs, out);

@@ -89,7 +89,7 @@ HeadMetrics measure_scores(const Matrix& scores, int layer_index, int head_index
 // neither "all" nor causal.
 struct HeadSplit {
   int kv_heads = 0;  // key/value heads, each read by heads / kv_heads query heads; 0: one per query head
-  std::optional<theory::Rotary> rotary;  // queries and keys rotated to positions 0 .. N-1
+  std::optional<theory::Rotary> rotary;          // queries and keys rotated to positions 0 .. N-1
   std::optional<theory::AttendedMask> attended;  // N x N, true where query i attends to key j (with causal: both)
 };
 
