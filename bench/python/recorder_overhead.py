@@ -10,7 +10,12 @@ step: met when the directly timed overhead is at most 5% and the end-to-end diff
 above it (z < 2).
 
   /usr/bin/python3 bench/python/recorder_overhead.py [BUILD_DIR] [--blocks 12] [--steps-per-block 40]
-                                                     [--every 10] [--activation softmax]
+                                                     [--every 10] [--activation softmax] [--model digits]
+
+--model llama trains a Hugging Face LlamaForCausalLM instead (4 layers x 8 query heads sharing 4 key/value heads,
+hidden 256, rotary positions, batch 8 of N = 128 tokens, float32, causal language-model loss), recorded with no
+adapter: the recorder recognises its attention layers. It needs transformers: run it with the interpreter of
+`scripts/pyenv build/cache transformers`.
 """
 import argparse
 import math
@@ -21,7 +26,6 @@ import tempfile
 import time
 
 here = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(here, "..", "..", "examples"))
 
 
 def main():
@@ -31,16 +35,14 @@ def main():
     parser.add_argument("--steps-per-block", type=int, default=40)
     parser.add_argument("--every", type=int, default=10)
     parser.add_argument("--activation", default="softmax", choices=["softmax", "poly3_scaled", "poly3"])
+    parser.add_argument("--model", default="digits", choices=["digits", "llama"])
     args = parser.parse_args()
     sys.path.insert(0, os.path.join(os.path.abspath(args.build), "python"))
     import torch
-    import train_digits
     from attncheck.torch import AttentionRecorder
 
     torch.set_num_threads(1)  # as the example trains
-    tokens, labels, train, _ = train_digits.digit_tokens(0)
-    x_train, y_train = torch.tensor(tokens[train]), torch.tensor(labels[train])
-    draws = train_digits.batches(0, len(x_train), 64)
+    workload = digits_workload(torch, args) if args.model == "digits" else llama_workload(torch)
 
     inside_recorder = [0.0]
 
@@ -55,28 +57,29 @@ def main():
 
     def arm(recorded, log):
         torch.manual_seed(0)
-        model = train_digits.Encoder(args.activation)
+        model = workload["model"]()
         recorder = None
         if recorded:
             recorder = AttentionRecorder(model, every=args.every, out=log)
             # The model's hooks call these through the instance; step counting itself is a few attribute updates.
             for name in ("_measure", "_flush"):
                 setattr(recorder, name, timed(getattr(recorder, name)))
-            for block in model.blocks:
-                recorder.register(block["attention"], train_digits.recorded_inputs)
+            workload["register"](model, recorder)
+            if not recorder.layers:
+                raise SystemExit("the recorder measures no layer of the model")
         return model, torch.optim.Adam(model.parameters(), lr=3e-3), recorder
 
     def run_block(model, optimizer, recorder, batches):
         start = time.perf_counter()
         for batch in batches:
-            train_digits.train_step(model, optimizer, recorder, x_train[batch], y_train[batch])
+            workload["step"](model, optimizer, recorder, batch)
         return time.perf_counter() - start
 
     with tempfile.TemporaryDirectory() as tmp:
         log = os.path.join(tmp, "attncheck-probe.jsonl")
         plain, recorded = arm(False, None), arm(True, log)
         # The same batches for both; one warm-up block each.
-        blocks = [[torch.tensor(next(draws)) for _ in range(args.steps_per_block)] for _ in range(args.blocks + 1)]
+        blocks = [[workload["batch"]() for _ in range(args.steps_per_block)] for _ in range(args.blocks + 1)]
         run_block(*plain, blocks[0])
         run_block(*recorded, blocks[0])
         inside_recorder[0] = 0.0
@@ -95,8 +98,8 @@ def main():
     step_ms = 1e3 * sum(plain_times) / steps
     direct = inside_recorder[0] / sum(plain_times)
     median = statistics.median(ratios) - 1
-    print(f"digits training ({args.activation}), batch 64, N = 65, 2 layers x 4 heads, one thread; {args.blocks} "
-          f"blocks of {args.steps_per_block} steps per arm (after a warm-up block), ABBA order")
+    print(f"{workload['what']}, one thread; {args.blocks} blocks of {args.steps_per_block} steps per arm (after a "
+          f"warm-up block), ABBA order")
     print(f"training step without the recorder: {step_ms:.3f} ms; with it (every {args.every} steps): "
           f"{1e3 * sum(recorded_times) / steps:.3f} ms; {lines} log lines written")
     print(f"end-to-end overhead: {100 * overhead:+.2f}% +- {100 * se:.2f}% (mean over blocks, standard error), "
@@ -108,6 +111,46 @@ def main():
     met = direct <= goal and z < 2
     print(f"goal <= {100 * goal:.0f}%: {'met' if met else 'NOT met'} (end-to-end z = {z:+.1f} against the goal)")
     return 0 if met else 1
+
+def digits_workload(torch, args):
+    sys.path.insert(0, os.path.join(here, "..", "..", "examples"))
+    import train_digits
+    tokens, labels, train, _ = train_digits.digit_tokens(0)
+    x_train, y_train = torch.tensor(tokens[train]), torch.tensor(labels[train])
+    draws = train_digits.batches(0, len(x_train), 64)
+
+    def register(model, recorder):
+        for block in model.blocks:
+            recorder.register(block["attention"], train_digits.recorded_inputs)
+
+    def step(model, optimizer, recorder, batch):
+        train_digits.train_step(model, optimizer, recorder, x_train[batch], y_train[batch])
+
+    return dict(what=f"digits training ({args.activation}), batch 64, N = 65, 2 layers x 4 heads",
+                model=lambda: train_digits.Encoder(args.activation), register=register, step=step,
+                batch=lambda: torch.tensor(next(draws)))
+
+
+def llama_workload(torch):
+    import transformers
+    transformers.logging.set_verbosity_error()
+    config = transformers.LlamaConfig(vocab_size=1000, hidden_size=256, intermediate_size=688, num_hidden_layers=4,
+                                      num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=256)
+    generator = torch.Generator().manual_seed(1)
+
+    def step(model, optimizer, recorder, batch):
+        loss = model(input_ids=batch, labels=batch).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if recorder is not None:
+            recorder.step()
+
+    return dict(what="Hugging Face Llama training (transformers " + transformers.__version__ + "), batch 8, N = 128, "
+                "4 layers x 8 heads (4 key/value heads), rotary", model=lambda: transformers.LlamaForCausalLM(config),
+                register=lambda model, recorder: None, step=step,
+                batch=lambda: torch.randint(0, 1000, (8, 128), generator=generator))
+
 
 if __name__ == "__main__":
     sys.exit(main())
