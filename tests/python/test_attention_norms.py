@@ -129,3 +129,52 @@ def test_bad_input_is_a_value_error_naming_it():
         attncheck.attention_norms(x, w_q, w_k, mask=np.ones((4, 4), dtype=np.int64))
     with pytest.raises(ValueError, match=r"heads = 0 must be >= 1"):
         attncheck.attention_norms(x, w_q, w_k, heads=0)
+
+
+def test_rotary_positions_and_grouped_keys_equal_autograd():
+    """kv_heads and rotary: four query heads on two key heads, queries and keys rotated to their positions in
+    Hugging Face's half layout with the last two coordinates left unrotated (partial rotary), causal; the
+    derivatives in a key head's weights summed over its group (dWk_group_fro) too."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(RNG_SEED + 11)
+    n, D, heads, kv_heads, d = 8, 6, 4, 2, 6
+    x = rng.standard_normal((n, D))
+    w_q, w_k = 0.6 * rng.standard_normal((D, heads * d)), 0.6 * rng.standard_normal((D, kv_heads * d))
+    b_q, b_k = 0.3 * rng.standard_normal(heads * d), 0.3 * rng.standard_normal(kv_heads * d)
+    frequencies = np.array([1.0, 0.3])  # pairs (0, 2) and (1, 3); coordinates 4 and 5 unrotated
+    ours = attncheck.attention_norms(x, w_q, w_k, b_q, b_k, heads=heads, causal=True, kv_heads=kv_heads,
+                                     rotary=frequencies)
+
+    t = lambda a: torch.tensor(a, dtype=torch.float64)  # noqa: E731
+    positions = torch.arange(n, dtype=torch.float64)[:, None] * t(frequencies)[None, :]
+    cos, sin = torch.cos(positions), torch.sin(positions)
+
+    def rotate(rows):
+        first, second, rest = rows[:, :2], rows[:, 2:4], rows[:, 4:]
+        return torch.cat([first * cos - second * sin, first * sin + second * cos, rest], dim=1)
+
+    keep = torch.ones(n, n, dtype=torch.bool).tril()
+    softmax = dense_maps(torch)["softmax"]
+    jacobian = torch.autograd.functional.jacobian
+    xs = t(x)
+    group_sq = [0.0] * kv_heads
+    for h in range(heads):
+        g = h // (heads // kv_heads)
+        wq, bq = t(w_q[:, h * d:(h + 1) * d]), t(b_q[h * d:(h + 1) * d])
+        wk, bk = t(w_k[:, g * d:(g + 1) * d]), t(b_k[g * d:(g + 1) * d])
+
+        def attention(wq_, wk_):
+            return softmax(rotate(xs @ wq_ + bq) @ rotate(xs @ wk_ + bk).T / math.sqrt(d), keep, n)
+
+        dWk = jacobian(lambda w: attention(wq, w), wk).norm().item()
+        group_sq[g] += dWk ** 2
+        assert ours[h]["kv_head"] == g
+        assert ours[h]["softmax_fro"] == pytest.approx(attention(wq, wk).norm().item(), rel=1e-12)
+        assert ours[h]["dWq_fro"] == pytest.approx(jacobian(lambda w: attention(w, wk), wq).norm().item(), rel=1e-10)
+        assert ours[h]["dWk_fro"] == pytest.approx(dWk, rel=1e-10)
+    for h in range(heads):
+        assert ours[h]["dWk_group_fro"] == pytest.approx(math.sqrt(group_sq[h // 2]), rel=1e-10)
+    with pytest.raises(ValueError, match="kv_heads = 3 does not divide heads = 4"):
+        attncheck.attention_norms(x, w_q, w_k, heads=heads, kv_heads=3)
+    with pytest.raises(ValueError, match="rotary has 4 frequencies: need 1 .. d/2 = 3"):
+        attncheck.attention_norms(x, w_q, w_k, heads=heads, kv_heads=kv_heads, rotary=np.ones(4))

