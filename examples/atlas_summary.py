@@ -41,7 +41,9 @@ def read_runs(folder):
 
 
 def spread(values):
-    return statistics.median(values), min(values), max(values)
+    """median, min, max, first and third quartiles."""
+    q1, _, q3 = statistics.quantiles(values, n=4) if len(values) > 1 else (values[0],) * 3
+    return statistics.median(values), min(values), max(values), q1, q3
 
 
 def statistics_of(rows):
@@ -84,30 +86,32 @@ def plot(folder, table):
               ("poly3_scaled", "what if S^3/sqrt(N): its norm / ||A||_F", False),
               ("relu_n", "what if relu(S)/N: its norm / ||A||_F", False)]
     plots = []
-    for key, title, bounded in panels:
+    for panel, (key, title, bounded) in enumerate(panels):
         lines = []
         for name in table:
             data = os.path.join(folder, f"atlas-{name}-{key}.dat")
             with open(data, "w") as f:
                 for n, s in sorted(table[name].items()):
-                    f.write(f"{n} {s[key][0]:.10g} {s[key][1]:.10g} {s[key][2]:.10g}\n")
+                    f.write(" ".join(f"{v:.10g}" for v in (n, *s[key])) + "\n")
             color = COLORS[name]
-            lines.append(f"'{data}' using 1:3:4 with filledcurves fs transparent solid 0.15 noborder "
+            # Columns: N, median, min, max, first and third quartiles.
+            lines.append(f"'{data}' using 1:5:6 with filledcurves fs transparent solid 0.18 noborder "
                          f"lc rgb '{color}' notitle")
-            lines.append(f"'{data}' using 1:2 with linespoints pt 7 ps 0.7 lc rgb '{color}' "
-                         f"title '{labels[name]}'")
+            lines.append(f"'{data}' using 1:2 with linespoints pt 7 ps 0.7 lw 1.5 lc rgb '{color}' "
+                         + (f"title '{labels[name]}'" if panel == 0 else "notitle"))
         if bounded:
-            lines.append("1 with lines dt 2 lc rgb 'black' title 'the bound'")
-        scale = "set yrange [0:1.08]\nunset logscale y" if bounded else "set logscale y"
+            lines.append("1 with lines dt 2 lc rgb 'black' " + ("title 'the bound'" if panel == 0 else "notitle"))
+        scale = ("set yrange [0:1.25]\nunset logscale y\nset key top right" if bounded
+                 else "set autoscale y\nset logscale y\nset key off")
         plots.append(f"set title '{title}'\n{scale}\nplot " + ", \\\n     ".join(lines))
     script = f"""set terminal svg size 1200,900 dynamic font 'sans,12'
 set output '{os.path.join(folder, 'atlas.svg')}'
-set multiplot layout 2,2 title 'Real checkpoints against Theorem 4.1: median over heads, band from min to max'
+set multiplot layout 2,2 title 'Real checkpoints against Theorem 4.1: median over heads (lines), middle half of the heads (bands)'
 set logscale x 2
 set xlabel 'N (tokens, or 1 + patches)'
 set xrange [24:1400]
 set grid
-set key top right font 'sans,10'
+set key font 'sans,10'
 """ + "\n".join(plots) + "\nunset multiplot\n"
     with open(os.path.join(folder, "atlas.gp"), "w") as f:
         f.write(script)
