@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <sstream>
 #include <limits>
 #include <optional>
 #include <string>
@@ -40,13 +41,15 @@ namespace {
 
 // The value after `key` in a "key value [unit]" file (/proc/meminfo, /proc/self/status, cgroup memory.stat), in
 // the file's unit; none when absent.
+// Line by line: /proc/self/status begins with lines of words ("Name:", "State:"), where reading a number would
+// end the search before VmSize.
 std::optional<std::uint64_t> field(const char* file, std::string_view key) {
   std::ifstream in(file);
-  std::string name;
-  std::uint64_t value = 0;
-  while (in >> name >> value) {
-    if (name == key) return value;
-    in.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream words(line);
+    std::string name;
+    std::uint64_t value = 0;
+    if (words >> name && name == key && words >> value) return value;
   }
   return std::nullopt;
 }

@@ -32,10 +32,12 @@ inline std::string outcome_with_memory_room(std::uint64_t room, const std::funct
   const pid_t child = ::fork();
   if (child == 0) {
     ::close(channel[0]);
+    // Line by line: the first lines ("Name:", "State:") hold words, where reading a number would stop the search.
     std::ifstream status("/proc/self/status");
-    std::string key;
     std::uint64_t kib = 0;
-    while (status >> key >> kib && key != "VmSize:") status.ignore(1 << 20, '\n');
+    for (std::string line; std::getline(status, line);) {
+      if (line.rfind("VmSize:", 0) == 0) kib = std::stoull(line.substr(7));
+    }
     const rlimit limit{kib * 1024 + room, kib * 1024 + room};
     std::string outcome = "ok";
     if (::setrlimit(RLIMIT_AS, &limit) != 0) {

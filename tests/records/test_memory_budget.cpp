@@ -2,6 +2,10 @@
 
 #include "attncheck/records/memory_budget.hpp"
 #include "attncheck/theory/common.hpp"
+#include "memory_limit.hpp"
+
+#include <stdexcept>
+#include <string>
 
 using namespace attncheck::records;
 
@@ -27,4 +31,20 @@ TEST_CASE("a size beyond the available memory is an input error naming it", "[me
                         Catch::Contains("GiB are available") && Catch::Contains("; use a smaller N"));
   // (Free memory changes from one call to the next: only sizes far from the budget are compared.)
   CHECK_THROWS_AS(require_memory(4 * available_memory_bytes(), "x"), attncheck::theory::InputError);
+}
+
+TEST_CASE("under an address-space limit the room is the limit less what the process already maps", "[memory]") {
+  if (!attncheck::testing::kAddressLimitsWork) {
+    WARN("skipped under AddressSanitizer, which cannot run under an address-space limit");
+    return;
+  }
+  // 64 MiB more than the process maps: the available memory is about that, not the whole limit (the process
+  // itself maps far more than 64 MiB: its libraries, OpenBLAS's buffers).
+  const std::string outcome = attncheck::testing::outcome_with_memory_room(64 << 20, [] {
+    const std::uint64_t available = available_memory_bytes();
+    if (available > (64u << 20) || available < (48u << 20)) {
+      throw std::runtime_error("available " + std::to_string(available) + " bytes under a 64 MiB room");
+    }
+  });
+  CHECK(outcome == "ok");
 }
