@@ -11,6 +11,10 @@
 #include <omp.h>
 #include <pthread.h>
 
+#if defined(ATTNCHECK_STREAMS_OPENBLAS)
+extern "C" void openblas_set_num_threads(int);  // OpenBLAS's declaration, without the rest of its header
+#endif
+
 namespace attncheck::streams {
 
 namespace {
@@ -39,6 +43,15 @@ std::atomic<int> started{1};
 int thread_count(int requested) { return requested > 0 ? requested : omp_get_max_threads(); }
 
 void require_threads(int threads) {
+#if defined(ATTNCHECK_STREAMS_OPENBLAS)
+  // Eigen's products go to OpenBLAS, whose own threads would nest inside ours: from the first parallel loop on,
+  // each product runs on the thread that asks for it.
+  static const bool blas_on_one_thread = [] {
+    openblas_set_num_threads(1);
+    return true;
+  }();
+  (void)blas_on_one_thread;
+#endif
   if (threads <= started.load()) return;
   pthread_attr_t attributes;
   pthread_attr_init(&attributes);
