@@ -713,6 +713,9 @@ std::vector<ReadingPair> reading_pairs(const std::vector<records::Series>& serie
   return pairs;
 }
 
+// How far apart (a factor in N, 0.08 of the log2 axis's step either way) the two readings' points are drawn.
+const double kReadingOffset = std::exp2(0.08);
+
 void add_reading_comparison(const std::vector<records::Series>& series, const std::vector<ReadingPair>& pairs,
                             bool with_plots, std::vector<Block>& blocks, PendingFigures& pending) {
   blocks.push_back(Heading{3, "Elementwise vs matrix-power reading of (.)^p", ""});
@@ -753,11 +756,15 @@ void add_reading_comparison(const std::vector<records::Series>& series, const st
       plot.x_label = "N (sequence length)";
       plot.y_label = estimand_symbol(e.key.estimand);
       for (const records::Series* reading : {&e, &m}) {
-        // A reading's points and its fit share one colour.
+        // A reading's points and its fit share one colour. At p = 1 the two readings are one map and their
+        // points (nearly) coincide: the elementwise points are drawn a little left of their N, the matrix power's a
+        // little right and hollow, so that neither hides the other (the fits stay where they are).
         const int colour = reading == &e ? 0 : 1;
         plot.curves.push_back(
             estimate_curve(*reading, fmt::format("{} reading, 95% CI", reading->key.reading().value_or("?"))));
         plot.curves.back().colour = colour;
+        plot.curves.back().variant = colour;
+        for (double& x : plot.curves.back().x) x *= reading == &e ? 1 / kReadingOffset : kReadingOffset;
         if (reading->slope && reading->intercept) {
           plot.curves.push_back(power_law(*reading, *reading->intercept, *reading->slope,
                                           fmt::format("fit, slope {}", format_number(*reading->slope)),
@@ -766,8 +773,10 @@ void add_reading_comparison(const std::vector<records::Series>& series, const st
         }
       }
       pending.add(std::move(plot),
-                  fmt::format("Both readings of p = {} on one log-log plot, with their fitted lines.",
-                              e.key.activation.p),
+                  fmt::format("Both readings of p = {} on one log-log plot, with their fitted lines. The points "
+                              "are drawn a little apart so that equal values stay visible (at p = 1 the readings are "
+                              "the same map): elementwise (filled) at N / {:.3f}, matrix power (hollow) at N x {:.3f}.",
+                              e.key.activation.p, kReadingOffset, kReadingOffset),
                   blocks);
     }
   }
