@@ -17,6 +17,9 @@
 namespace attncheck::reports {
 
 inline constexpr const char* kProbeLogName = "attncheck-probe.jsonl";
+// In a results folder: the output of `attncheck bounds --json`, C1 and C2 checked exactly, shown beside the
+// Monte Carlo claims.
+inline constexpr const char* kBoundsName = "bounds.json";
 
 struct ReportOptions {
   // a results folder (fits.json, attncheck-probe.jsonl, attncheck-curves.jsonl, vit-results.json), or a probe
