@@ -2,7 +2,7 @@
 # Trains the digits transformer with softmax, x^3/sqrt(N) and x^3 attention while attncheck's AttentionRecorder
 # measures every layer and head live (no checkpoints), then summarizes the logs; `attncheck report OUT/RUN`
 # plots one. For a run one cannot modify, `attncheck probe --watch RUN` measures its checkpoints instead
-# (train_digits.py --save-every; see README.md).
+# (train_digits.py --save-every; see docs/usage.md).
 # Usage: examples/digits_attention.sh [OUT_DIR] [STEPS] [SEED]   (defaults: digits-runs, 300, 0)
 # Seeded (weights, data split and batches from SEED; one torch thread): a rerun gives the same numbers.
 # Needs the built package (build/python, or attncheck installed with pip), python3-torch and python3-sklearn.

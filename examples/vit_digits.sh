@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The full ViT digits run behind the README's figures: the five activations at N = 16 (five seeds, norms every
-# 10 steps, the recorder on seed 0, heat maps), and the c * x^3 sweep at N = 4, 16, 64 (three seeds), seed by seed, all with
+# The full ViT digits run behind the figures of docs/usage.md: the five activations at N = 16 (five seeds, norms
+# every 10 steps, the recorder on seed 0, heat maps), and the c * x^3 sweep at N = 4, 16, 64 (three seeds), seed by seed, all with
 # one thread at low priority; then `attncheck report`. Rerunning it reproduces the numbers (seeded, one thread).
 # Usage: examples/vit_digits.sh [OUT_DIR]   (default vit-digits; the report goes to OUT_DIR-report)
 set -euo pipefail

@@ -82,12 +82,23 @@ BoundsReport run_bounds(const BoundsRequest& request) {
     report.tight_bound_holds = report.tight_bound_holds && f.within_tight_bound;
     report.max_ratio_softmax = std::max(report.max_ratio_softmax, f.ratio_softmax);
     report.max_ratio_grad_tight = std::max(report.max_ratio_grad_tight, f.ratio_grad_tight);
+    report.max_ratio_grad_paper = std::max(report.max_ratio_grad_paper, f.ratio_grad_paper);
+    report.softmax_bound_holds = report.softmax_bound_holds && within(r.max_softmax_fro, bounds.softmax_paper);
+    report.grad_bound_holds = report.grad_bound_holds && within(r.max_grad_fro, bounds.grad_paper);
   }
   report.seed = request.seed;
   report.trials = request.trials;
   report.threads = threads;
   report.input = request.input;
   return report;
+}
+
+records::Verdict c1_verdict(const BoundsReport& report) {
+  return records::bound_verdict(report.max_ratio_softmax, report.softmax_bound_holds);
+}
+
+records::Verdict c2_verdict(const BoundsReport& report) {
+  return records::bound_verdict(report.max_ratio_grad_paper, report.grad_bound_holds);
 }
 
 json to_json(const BoundsReport& report) {
@@ -113,6 +124,8 @@ json to_json(const BoundsReport& report) {
           {"claims",
            {{"C1", "||softmax(A)||_F <= sqrt(N): v1 Thm 4.1 (4.1) / v2 Thm 4.1 (6)"},
             {"C2", "||grad softmax(A)||_F <= 2 sqrt(N): v1 Thm 4.1 (4.2) / v2 Thm 4.1 (7)"}}},
+          {"verdicts",
+           {{"C1", records::to_string(c1_verdict(report))}, {"C2", records::to_string(c2_verdict(report))}}},
           {"paper_bounds_hold", report.paper_bounds_hold},
           {"tight_bound_holds", report.tight_bound_holds},
           {"max_ratio_softmax", report.max_ratio_softmax},

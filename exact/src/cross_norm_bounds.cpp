@@ -405,10 +405,7 @@ CrossNormReport run_cross_norm_bounds(const CrossNormBoundsRequest& request) {
     v.largest_ratio = report.max_ratio[q];
     v.largest_in_family = largest_family[q];
     if (!results.empty()) {
-      const bool within_bound = v.largest_ratio <= 1 + kBoundRoundingSlack;
-      v.verdict = !within_bound                       ? records::Verdict::violated
-                  : v.largest_ratio >= kTightFraction ? records::Verdict::tight
-                                                      : records::Verdict::holds;
+      v.verdict = records::bound_verdict(v.largest_ratio, v.largest_ratio <= 1 + kBoundRoundingSlack);
     }
   }
 
@@ -473,7 +470,7 @@ json to_json(const CrossNormReport& report) {
           {"bound_formulas", formulas},
           {"max_ratio", norms_json(report.max_ratio)},
           {"verdicts", verdicts},
-          {"tight_fraction", kTightFraction},
+          {"tight_fraction", records::kTightFraction},
           {"families", families},
           {"mix", mix},
           {"seed", report.seed},

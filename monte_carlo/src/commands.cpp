@@ -79,7 +79,8 @@ SamplingPolicy sampling_policy(const McRequest& o) {
   if (o.samples != "auto")
     policy.fixed = static_cast<std::uint64_t>(parse_integer(o.samples, "--samples (or auto)", 2, kMaxSamples));
   check_real("--rel-se", o.rel_se, kRelativeErrorRange);
-  check_real("--max-seconds", o.max_seconds, kSecondsRange);
+  const double max_seconds = sizes_of(o).max_seconds;
+  check_real("--max-seconds", max_seconds, kSecondsRange);
   if (o.max_samples < 2 || o.max_samples > static_cast<std::uint64_t>(kMaxSamples)) {
     throw InputError(
         fmt::format("--max-samples: {} is out of range: give a whole number from 2 to {}", o.max_samples, kMaxSamples));
@@ -87,7 +88,7 @@ SamplingPolicy sampling_policy(const McRequest& o) {
   policy.rel_se = o.rel_se;
   policy.max_samples = o.max_samples;
   policy.min_samples = std::min<std::uint64_t>(64, o.max_samples);
-  policy.max_seconds = o.max_seconds;
+  policy.max_seconds = max_seconds;
   return policy;
 }
 
@@ -142,7 +143,11 @@ struct SweepGrids {
 };
 
 SweepGrids sweep_grids(const McRequest& o) {
-  SweepGrids grids{parse_index_grid(o.N, "--N"), parse_index_grid(o.D, "--D"), parse_index_grid(o.d, "--d"), {}};
+  const McSizes sizes = sizes_of(o);
+  SweepGrids grids{parse_index_grid(sizes.N, "--N"),
+                   parse_index_grid(sizes.D, "--D"),
+                   parse_index_grid(sizes.d, "--d"),
+                   {}};
   // 0 stands for "d": C9's default, and the only value the other claims have.
   grids.dv = o.dv ? parse_index_grid(*o.dv, "--dv") : std::vector<Index>{0};
   return grids;

@@ -45,6 +45,19 @@ std::string estimand_help() {
   return "Comma list of " + words + "; default value. C9 fixes value, dV, dS and dQ";
 }
 
+constexpr McPreset kPresets[] = {{"quick", "16:2048:x2", "32", "32", 4}, {"paper", "16:1024:x2", "64", "64", 600}};
+
+std::string preset_help() {
+  std::string out =
+      "Sizes and time limit per point wherever --N, --D, --d or --max-seconds is not given: quick (default; a first "
+      "sweep of one claim in about a minute on two cores) or paper (the papers' dimensions)";
+  for (const McPreset& preset : kPresets) {
+    out += fmt::format("; {}: --N {} --D {} --d {} --max-seconds {:g}", preset.name, preset.N, preset.D, preset.d,
+                       preset.max_seconds);
+  }
+  return out;
+}
+
 std::vector<std::string> claim_choices() {
   std::vector<std::string> out;
   for (std::string_view id : records::sampled_claim_ids()) out.emplace_back(id);
@@ -80,9 +93,15 @@ std::vector<McOption> make_options() {
       &McRequest::claim);
   claim.choices = claim_choices();
   options.push_back(std::move(claim));
-  options.push_back(text("N", "Sequence lengths: list (16,64,256) or start:stop:xfactor (16:4096:x2)", &McRequest::N));
-  options.push_back(text("D", "Model dimensions (list or grid)", &McRequest::D));
-  options.push_back(text("d", "Head dimensions (list or grid)", &McRequest::d));
+  options.push_back(
+      optional_text("N",
+                    "Sequence lengths: list (16,64,256) or start:stop:xfactor (16:4096:x2); default the --preset's",
+                    &McRequest::N));
+  options.push_back(optional_text("D", "Model dimensions (list or grid); default the --preset's", &McRequest::D));
+  options.push_back(optional_text("d", "Head dimensions (list or grid); default the --preset's", &McRequest::d));
+  McOption preset = text("preset", preset_help(), &McRequest::preset);
+  for (const McPreset& each : kPresets) preset.choices.emplace_back(each.name);
+  options.push_back(std::move(preset));
   options.push_back(text("p", "Exponents of poly/matpow (list)", &McRequest::p));
   options.push_back(optional_text("phi", phi_help(), &McRequest::phi));
   options.push_back(
@@ -113,9 +132,12 @@ std::vector<McOption> make_options() {
   McOption max_samples{"max-samples", "auto: at most this many samples per point", &McRequest::max_samples};
   max_samples.count_range = std::pair<std::uint64_t, std::uint64_t>{2, kMaxSamples};
   options.push_back(std::move(max_samples));
-  options.push_back(real("max-seconds",
-                         "auto: at most this much wall time per point (read after every sample from the second on)",
-                         &McRequest::max_seconds, kSecondsRange));
+  McOption max_seconds{"max-seconds",
+                       "auto: at most this much wall time per point (read after every sample from the second on); "
+                       "default the --preset's",
+                       &McRequest::max_seconds};
+  max_seconds.real_range = kSecondsRange;
+  options.push_back(std::move(max_seconds));
   options.push_back(real("sigma-x", "Standard deviation of the entries of X", &McRequest::sigma_x, kSigmaRange));
   options.push_back(real("sigma-t", "Standard deviation of the entries of Q and K", &McRequest::sigma_t, kSigmaRange));
   McOption seed{"seed", "Run seed; each point's seed is derived from it and the point", &McRequest::seed};
@@ -162,6 +184,26 @@ const std::vector<McOption>& mc_options() {
   // Built on first use: the backend names come from the registry, which other files fill at static initialization.
   static const std::vector<McOption> options = make_options();
   return options;
+}
+
+const std::vector<McPreset>& mc_presets() {
+  static const std::vector<McPreset> presets(std::begin(kPresets), std::end(kPresets));
+  return presets;
+}
+
+const McPreset& mc_preset(const std::string& name) {
+  std::string words;
+  for (const McPreset& preset : mc_presets()) {
+    if (preset.name == name) return preset;
+    words += (words.empty() ? "" : ", ") + std::string(preset.name);
+  }
+  throw InputError(fmt::format("--preset {}: not one of {}", name, words));
+}
+
+McSizes sizes_of(const McRequest& request) {
+  const McPreset& preset = mc_preset(request.preset);
+  return {request.N.value_or(std::string(preset.N)), request.D.value_or(std::string(preset.D)),
+          request.d.value_or(std::string(preset.d)), request.max_seconds.value_or(preset.max_seconds)};
 }
 
 namespace {

@@ -202,13 +202,14 @@ def mc(claim=None, **options):
     1 violated, 5 not settled), plus "notes" when the command line would print a note.
 
     Every option of `attncheck mc` (see `attncheck mc --help`), with underscores for dashes, built from the same
-    table as the command line's: claim (C3-C9), N, D, d, p, phi, alpha (C7), mix and dv (C9), inner_scale,
+    table as the command line's: claim (C3-C9), N, D, d, preset, p, phi, alpha (C7), mix and dv (C9), inner_scale,
     outer_scale, estimand, claimed_exponent, samples, rel_se, max_samples, max_seconds, sigma_x, sigma_t, seed,
-    threads, tile, tolerance, backend, precision, path, out, resume, force. Grids (N, D, d, dv) and lists (p,
-    alpha, mix, estimand) may be strings as on the command line ("16:4096:x2", "1,2,3"), numbers or sequences;
-    samples is an integer or "auto". out names a results folder (points.jsonl, points.csv, fits.json), which
-    `attncheck report` reads. Ctrl-C stops the run between chunks of samples (KeyboardInterrupt); points already
-    finished are in out.
+    threads, tile, tolerance, backend, precision, path, out, resume, force. N, D, d and max_seconds not given are
+    the preset's: "quick" (the default; a first sweep in about a minute) or "paper" (the papers' D = d = 64).
+    Grids (N, D, d, dv) and lists (p, alpha, mix, estimand) may be strings as on the command line ("16:4096:x2",
+    "1,2,3"), numbers or sequences; samples is an integer or "auto". out names a results folder (points.jsonl,
+    points.csv, fits.json), which `attncheck report` reads. Ctrl-C stops the run between chunks of samples
+    (KeyboardInterrupt); points already finished are in out.
     """
     request = _core._McRequest()
     known = {name: kind for name, kind, _, _ in _core._mc_options}

@@ -26,6 +26,11 @@ bool settles(Verdict verdict) {
   return verdict == Verdict::holds || verdict == Verdict::tight || verdict == Verdict::violated;
 }
 
+Verdict bound_verdict(double largest_ratio, bool within) {
+  if (!within) return Verdict::violated;
+  return largest_ratio >= kTightFraction ? Verdict::tight : Verdict::holds;
+}
+
 std::optional<Verdict> verdict_from_word(std::string_view word) {
   for (Verdict v : kAllVerdicts) {
     if (to_string(v) == word) return v;

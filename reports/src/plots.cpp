@@ -84,7 +84,9 @@ std::string style_clause(CurveStyle style, int index, int variant) {
   static constexpr int kPointTypes[] = {7, 5, 9, 11, 13};
   switch (style) {
     case CurveStyle::points_with_error_bars:
-      return fmt::format("using 1:2:3:4 with yerrorbars pointtype 7 pointsize 0.8 linecolor rgb '{}'", colour);
+      // Variants alternate filled and larger hollow circles: points of two curves at one place both show.
+      return fmt::format("using 1:2:3:4 with yerrorbars pointtype {} linecolor rgb '{}'",
+                         variant % 2 ? "6 pointsize 1.3" : "7 pointsize 0.8", colour);
     case CurveStyle::points:
       return fmt::format("using 1:2 with points pointtype 6 pointsize 1 linecolor rgb '{}'", colour);
     case CurveStyle::line: return fmt::format("using 1:2 with lines linewidth 1.5 linecolor rgb '{}'", colour);
@@ -175,9 +177,15 @@ std::string heat_map_commands(const HeatMap& map, const std::string& block, bool
 
 bool has_ends(CurveStyle style) { return style == CurveStyle::points_with_error_bars || style == CurveStyle::band; }
 
-// Tick marks for a log axis spanning less than a decade, where gnuplot would label only the powers of ten
-// (often none): 1, 2, 5 times a power of ten, or every digit, or evenly spaced ticks, whichever first gives three.
-std::string log_ticks_within_a_decade(double lo, double hi) {
+// The powers of ten in [lo, hi]: the ticks gnuplot labels on a log axis.
+int powers_of_ten_within(double lo, double hi) {
+  return static_cast<int>(std::floor(std::log10(hi)) - std::ceil(std::log10(lo))) + 1;
+}
+
+// Tick marks for a log axis holding fewer than two powers of ten (less than a decade, or up to two decades placed
+// across one power), where gnuplot's labels would leave one tick labelled or none: 1, 2, 5 times a power of ten,
+// or every digit, or evenly spaced ticks, whichever first gives three.
+std::string log_ticks_of_few_powers(double lo, double hi) {
   for (const std::vector<double>& mantissas :
        {std::vector<double>{1, 2, 5}, std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8, 9}}) {
     std::vector<double> ticks;
@@ -281,18 +289,19 @@ std::string panel_commands(const PlotSpec& plot, const PanelData& data, bool in_
   const bool has_range = drawable(lo, plot.log_y) && drawable(hi, plot.log_y);
   if (plot.log_y) {
     script += "set logscale y 10\n";
-    // 10^k labels where the axis spans a decade; within one, plain numbers (10^0.3 would read badly). Margins in
-    // decades, so that no ratio of the ends is formed.
+    // 10^k labels where the axis holds two powers of ten or more; otherwise plain numbers at chosen ticks, so that
+    // every log axis has at least two labels (10^0.3 would read badly). Margins in decades, so that no ratio of
+    // the ends is formed.
     if (has_range && !plot.y_range) {
       const double pad = std::max(0.06 * (std::log10(hi) - std::log10(lo)), std::log10(1.03));
       lo = std::pow(10.0, std::log10(lo) - pad);
       hi = std::pow(10.0, std::log10(hi) + pad);
     }
-    if (has_range && std::log10(hi) - std::log10(lo) >= 1) {
+    if (has_range && powers_of_ten_within(lo, hi) >= 2) {
       script += "set format y '10^{%L}'\nset ytics autofreq\nset mytics 10\n";
     } else {
       script += "set format y '%g'\nset mytics default\n";
-      if (has_range) script += log_ticks_within_a_decade(lo, hi);
+      if (has_range) script += log_ticks_of_few_powers(lo, hi);
     }
   } else {
     script += "unset logscale y\nset format y '%g'\nset ytics autofreq\nset mytics default\n";

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -85,6 +86,75 @@ void add_checkpoint_maps(const Model& model, const std::vector<ProbeRecord>& rec
                             model.label, step_text(step)),
                 document.blocks);
   }
+}
+
+// One line per layer over training: the largest over the layer's heads of the softmax's ||A||_F / sqrt(N) and
+// ||dA/dS||_F / (sqrt(N)/2) on the model's scores, with the bounds (ratio 1) drawn. The mean over layers and heads
+// of the plots above can hide one layer that nears a bound; its largest head shows it.
+void add_layer_curves(const Model& model, std::size_t index, const std::vector<ProbeRecord>& records, bool with_plots,
+                      std::vector<Block>& blocks, PendingFigures& pending) {
+  const auto& steps = model.series.steps;
+  if (steps.empty() || !with_plots) return;
+  std::map<long long, std::pair<Curve, Curve>> layers;  // layer -> (attention, gradient)
+  double largest = 1;
+  for (const ProbeStep& step : steps) {
+    std::map<long long, std::pair<double, double>> of_layer;
+    for (const HeadRatios& head : checkpoint_ratios(records, model.series.activation, step.checkpoint)) {
+      auto [it, fresh] = of_layer.try_emplace(head.layer, head.attention, head.gradient);
+      if (!fresh) {
+        it->second.first = std::fmax(it->second.first, head.attention);
+        it->second.second = std::fmax(it->second.second, head.gradient);
+      }
+    }
+    for (const auto& [layer, ratios] : of_layer) {
+      auto& [attention, gradient] = layers[layer];
+      for (auto [curve, value] : {std::pair{&attention, ratios.first}, std::pair{&gradient, ratios.second}}) {
+        curve->x.push_back(step.position);
+        curve->y.push_back(value);
+        if (std::isfinite(value)) largest = std::max(largest, value);
+      }
+    }
+  }
+  if (layers.empty()) return;
+  PlotSpec figure;
+  figure.name = fmt::format("probe-model{}-layers", index + 1);
+  figure.title = fmt::format("{}: per layer, the largest head's ratio to its bound", model.label);
+  figure.columns = 2;
+  const std::pair<double, double> steps_range{steps.front().position, steps.back().position};
+  for (const bool gradient : {false, true}) {
+    PlotSpec panel;
+    panel.title = gradient ? "||dA/dS||_F / (sqrt(N)/2) per layer" : "||A||_F / sqrt(N) per layer";
+    panel.x_label = x_label(model.series);
+    panel.y_label = "ratio to the bound (max over heads)";
+    panel.log_x = false;
+    panel.log_y = false;
+    panel.y_range = std::pair{0.0, 1.05 * largest};
+    int place = 0;
+    for (auto& [layer, curves] : layers) {
+      Curve curve = gradient ? curves.second : curves.first;
+      curve.title = fmt::format("layer {}", layer);
+      curve.style = CurveStyle::line_with_points;
+      curve.colour = place;
+      curve.variant = place / 7;  // past the palette's seven colours, another point type and dash
+      ++place;
+      panel.curves.push_back(std::move(curve));
+    }
+    panel.curves.push_back(Curve{gradient ? "bound: sqrt(N)/2 (ratio 1)" : "bound: sqrt(N) (ratio 1)",
+                                 CurveStyle::dashed_line,
+                                 {steps_range.first, steps_range.second},
+                                 {1, 1},
+                                 {},
+                                 {},
+                                 activation_colour("")});  // black: the colour of no activation
+    figure.panels.push_back(std::move(panel));
+  }
+  pending.add(std::move(figure),
+              fmt::format("{}: for each layer (one line each), the largest over its heads of ||A||_F / sqrt(N) "
+                          "(left) and of ||dA/dS||_F / (sqrt(N)/2) (right) of the softmax on the model's scores; the "
+                          "dashed black line at 1 is the bound (Theorem 4.1: ||A||_F <= sqrt(N), and the exact sup "
+                          "sqrt(N)/2 of ||dA/dS||_F, a quarter of the published 2 sqrt(N)).",
+                          model.label),
+              blocks);
 }
 
 // The models of every log: one per trained activation of each run.
@@ -241,6 +311,7 @@ void add_model(const Model& entry, std::size_t m, const std::vector<ProbeRecord>
                      "with the band from its min to its max over layers and heads).",
           blocks);
   }
+  add_layer_curves(entry, m, records, with_plots, blocks, pending);
   add_checkpoint_maps(entry, records, m, with_plots, document, pending);
 
   Table table;

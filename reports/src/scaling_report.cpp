@@ -2,6 +2,9 @@
 // points with exact values and Jensen ratios, the verdict and the provenance; a summary table first.
 
 #include "attncheck/records/claims.hpp"
+#include "attncheck/records/json_fields.hpp"
+#include "attncheck/records/json_input.hpp"
+#include "attncheck/records/verdict.hpp"
 #include "attncheck/reports/numbers.hpp"
 #include "attncheck/reports/report.hpp"
 
@@ -9,6 +12,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <set>
@@ -16,6 +21,8 @@
 namespace attncheck::reports {
 
 namespace {
+
+namespace fs = std::filesystem;
 
 constexpr double kZ95 = 1.959963984540054;  // two-sided 95% normal quantile, for points without a stored CI
 
@@ -713,6 +720,9 @@ std::vector<ReadingPair> reading_pairs(const std::vector<records::Series>& serie
   return pairs;
 }
 
+// How far apart (a factor in N, 0.08 of the log2 axis's step either way) the two readings' points are drawn.
+const double kReadingOffset = std::exp2(0.08);
+
 void add_reading_comparison(const std::vector<records::Series>& series, const std::vector<ReadingPair>& pairs,
                             bool with_plots, std::vector<Block>& blocks, PendingFigures& pending) {
   blocks.push_back(Heading{3, "Elementwise vs matrix-power reading of (.)^p", ""});
@@ -753,11 +763,15 @@ void add_reading_comparison(const std::vector<records::Series>& series, const st
       plot.x_label = "N (sequence length)";
       plot.y_label = estimand_symbol(e.key.estimand);
       for (const records::Series* reading : {&e, &m}) {
-        // A reading's points and its fit share one colour.
+        // A reading's points and its fit share one colour. At p = 1 the two readings are one map and their
+        // points (nearly) coincide: the elementwise points are drawn a little left of their N, the matrix power's a
+        // little right and hollow, so that neither hides the other (the fits stay where they are).
         const int colour = reading == &e ? 0 : 1;
         plot.curves.push_back(
             estimate_curve(*reading, fmt::format("{} reading, 95% CI", reading->key.reading().value_or("?"))));
         plot.curves.back().colour = colour;
+        plot.curves.back().variant = colour;
+        for (double& x : plot.curves.back().x) x *= reading == &e ? 1 / kReadingOffset : kReadingOffset;
         if (reading->slope && reading->intercept) {
           plot.curves.push_back(power_law(*reading, *reading->intercept, *reading->slope,
                                           fmt::format("fit, slope {}", format_number(*reading->slope)),
@@ -766,12 +780,78 @@ void add_reading_comparison(const std::vector<records::Series>& series, const st
         }
       }
       pending.add(std::move(plot),
-                  fmt::format("Both readings of p = {} on one log-log plot, with their fitted lines.",
-                              e.key.activation.p),
+                  fmt::format("Both readings of p = {} on one log-log plot, with their fitted lines. The points "
+                              "are drawn a little apart so that equal values stay visible (at p = 1 the readings are "
+                              "the same map): elementwise (filled) at N / {:.3f}, matrix power (hollow) at N x {:.3f}.",
+                              e.key.activation.p, kReadingOffset, kReadingOffset),
                   blocks);
     }
   }
   blocks.push_back(std::move(values));
+}
+
+// C1 and C2 as `attncheck bounds --json` checked them: exact norms of every family against Theorem 4.1's bounds.
+struct ExactBounds {
+  fs::path file;
+  long long N = 0, trials = 0;
+  std::uint64_t seed = 0;
+  std::string c1, c2;  // verdict words
+  Table families;
+};
+
+std::string verdict_of(const records::detail::JsonFields& verdicts, const char* claim) {
+  const std::string word = verdicts.text(claim);
+  if (!records::verdict_from_word(word)) verdicts.fail(fmt::format("\"{}\" = \"{}\" is not a verdict", claim, word));
+  return word;
+}
+
+std::optional<ExactBounds> read_exact_bounds(const fs::path& folder) {
+  const fs::path file = folder / kBoundsName;
+  std::error_code error;
+  if (!fs::exists(file, error)) return std::nullopt;
+  const nlohmann::json document = records::read_json_file(file);  // JsonFields refers to it
+  const records::detail::JsonFields fields(document, file.string());
+  ExactBounds out;
+  out.file = file;
+  out.N = fields.integer("N");
+  out.trials = fields.integer("trials");
+  out.seed = static_cast<std::uint64_t>(fields.integer("seed"));
+  const records::detail::JsonFields verdicts(fields.at("verdicts"), file.string() + " \"verdicts\"");
+  out.c1 = verdict_of(verdicts, "C1");
+  out.c2 = verdict_of(verdicts, "C2");
+  out.families.header = {"family",
+                         "trials",
+                         "max ||A||_F / sqrt(N)",
+                         "max ||dA/dS||_F / (2 sqrt(N))",
+                         "max ||dA/dS||_F / (sqrt(N)/2)",
+                         "within the bounds"};
+  for (const auto& item : fields.array("families")) {
+    const records::detail::JsonFields family(item, file.string() + " \"families\"");
+    out.families.rows.push_back(
+        {family.text("family"), fmt::format("{}", family.integer("trials")),
+         format_number(family.number("ratio_softmax"), 6), format_number(family.number("ratio_grad_paper"), 6),
+         format_number(family.number("ratio_grad_tight"), 6), family.boolean("holds") ? "yes" : "NO"});
+  }
+  return out;
+}
+
+void add_exact_bounds(const ExactBounds& bounds, std::vector<Block>& blocks) {
+  blocks.push_back(Heading{2, "Claims C1 and C2: Theorem 4.1, checked exactly", "claim-C1"});
+  blocks.push_back(Paragraph{fmt::format(
+      "C1 ({}): {}. C2 ({}): {}. Exact closed forms of both norms on every family of N x N logits (no sampling "
+      "error); a bound counts as reached (tight) when a family comes within {} of it. Verdicts: C1 {}, C2 {} (as "
+      "stated, 2 sqrt(N); its exact sup sqrt(N)/2 is a quarter of that, and 1 in the last column).",
+      records::find_claim("C1")->numbering(), records::find_claim("C1")->statement,
+      records::find_claim("C2")->numbering(), records::find_claim("C2")->statement,
+      format_number(records::kTightFraction), bounds.c1, bounds.c2)});
+  blocks.push_back(Facts{{{"checked by", "attncheck bounds --json"},
+                          {"file", bounds.file.string()},
+                          {"N", fmt::format("{}", bounds.N)},
+                          {"trials per family", fmt::format("{}", bounds.trials)},
+                          {"seed", fmt::format("{}", bounds.seed)},
+                          {"C1 verdict (basis exact)", bounds.c1},
+                          {"C2 verdict (basis exact)", bounds.c2}}});
+  blocks.push_back(bounds.families);
 }
 
 // The summary: how verdicts are reached, the tally of words, and a row per series.
@@ -960,8 +1040,16 @@ void add_scaling_section(const records::ResultsFolder& results, bool with_plots,
                          PendingFigures& pending) {
   const std::vector<records::Series>& series = results.series;
   auto& blocks = document.blocks;
+  const std::optional<ExactBounds> bounds = read_exact_bounds(results.folder);
   add_summary(results, blocks);
+  if (bounds) {
+    blocks.push_back(
+        Paragraph{fmt::format("Checked exactly beside the series (attncheck bounds, N = {}): C1 {}, C2 "
+                              "{} (the section Claims C1 and C2 below).",
+                              bounds->N, bounds->c1, bounds->c2)});
+  }
   add_provenance(results, blocks);
+  if (bounds) add_exact_bounds(*bounds, blocks);
   // Series in file order within a claim.
   std::size_t claim_figures = 0, claim_overlays = 0;
   for (const std::string& claim : claims_in_order(series)) {

@@ -391,7 +391,8 @@ class Generator {
       required("--claim", {"C3", "C4", "C5", "C6", "C7", "C8", "C9"}, {"C10", "c3", ""});
       option("--alpha", {"1", "0.5,1", "0"}, {"nan", "1e308", "9"}, 20);
     }
-    // The default grid (N to 1024, D = d = 64) takes seconds: sizes are always given.
+    // A preset's grid (N to 1024) takes seconds: sizes are always given, and the preset sets only the time limit.
+    option("--preset", {"quick", "paper"}, {"fast", ""}, 15);
     required("--N", {"4", "4,8", "2:16:x2", "3,5,9", "16,48"},
              {"8:4:x2", "0", "-3", "x", "4000000000000", "16:1e9:x2", "4:8:x1", "1:1000000:x1.00001"});
     required("--D", {"2", "3", "2,4"}, {"0", "x", "4000000000000"});

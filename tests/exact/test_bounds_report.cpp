@@ -2,6 +2,7 @@
 // their JSON, and bad requests are refused naming the option.
 #include "attncheck/exact/bounds.hpp"
 #include "attncheck/exact/cross_norm_bounds.hpp"
+#include "attncheck/records/verdict.hpp"
 #include "attncheck/theory/cross_norm.hpp"
 #include "attncheck/theory/softmax.hpp"
 
@@ -47,6 +48,26 @@ TEST_CASE("the bounds report: ratios of each family's maxima, the verdicts over 
   CHECK(json["families"][0]["ratio_grad_tight"].get<double>() == report.families[0].ratio_grad_tight);
   CHECK(json["families"][1]["worst_grad_matrix"]["trial"] == report.families[1].result.worst_grad.trial);
   CHECK(json["max_ratio_softmax"].get<double>() == report.max_ratio_softmax);
+  // Neither family reaches sqrt(N) (two equal tops: 1/sqrt(2) of it), and C2's 2 sqrt(N) is never reached.
+  CHECK(report.max_ratio_softmax < records::kTightFraction);
+  CHECK(json["verdicts"]["C1"] == "holds");
+  CHECK(json["verdicts"]["C2"] == "holds");
+
+  // One-hot rows reach sqrt(N): C1 is tight.
+  request.families = {"near-one-hot"};
+  const exact::BoundsReport one_hot = exact::run_bounds(request);
+  CHECK(one_hot.max_ratio_softmax >= records::kTightFraction);
+  CHECK(exact::c1_verdict(one_hot) == records::Verdict::tight);
+  CHECK(exact::c2_verdict(one_hot) == records::Verdict::holds);
+  CHECK(exact::to_json(one_hot)["verdicts"]["C1"] == "tight");
+}
+
+TEST_CASE("a bound checked on families: violated above it, tight within 0.999 of it, else holds") {
+  CHECK(records::bound_verdict(1.5, false) == records::Verdict::violated);
+  CHECK(records::bound_verdict(1.0, true) == records::Verdict::tight);
+  CHECK(records::bound_verdict(0.999, true) == records::Verdict::tight);
+  CHECK(records::bound_verdict(0.998, true) == records::Verdict::holds);
+  CHECK(records::bound_verdict(0.25, true) == records::Verdict::holds);
 }
 
 TEST_CASE("bad bounds requests are InputErrors naming the option") {

@@ -5,6 +5,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include <catch2/catch.hpp>
 
 using namespace attncheck;
@@ -39,6 +43,35 @@ TEST_CASE("grids end at 2^31: values beyond are refused naming the option, and n
   // A factor that rounds next * factor back to next would never arrive.
   CHECK_THROWS_WITH(parse_index_grid("2:100:x1.0000000000000002", "--N"), Catch::Contains("too close to 1"));
   CHECK(parse_index_grid("1:20:x1.001", "--N").size() == 20);
+}
+
+TEST_CASE("sizes not given come from the preset, sizes given win, and an unknown preset is refused naming it") {
+  McRequest request;
+  const McSizes quick = sizes_of(request);
+  CHECK(quick.N == "16:2048:x2");
+  CHECK(quick.D == "32");
+  CHECK(quick.d == "32");
+  CHECK(quick.max_seconds == 4);
+  request.preset = "paper";
+  const McSizes paper = sizes_of(request);
+  CHECK(paper.N == "16:1024:x2");
+  CHECK(paper.D == "64");
+  CHECK(paper.d == "64");
+  CHECK(paper.max_seconds == 600);
+  request.D = "8";
+  request.max_seconds = 5;
+  const McSizes given = sizes_of(request);
+  CHECK(given.D == "8");
+  CHECK(given.d == "64");
+  CHECK(given.max_seconds == 5);
+  request.preset = "fast";
+  CHECK_THROWS_WITH(sizes_of(request), "--preset fast: not one of quick, paper");
+  // The command line's --help lists both presets with their sizes.
+  const auto preset = std::find_if(mc_options().begin(), mc_options().end(),
+                                   [](const McOption& option) { return option.name == "preset"; });
+  REQUIRE(preset != mc_options().end());
+  CHECK(preset->choices == std::vector<std::string>{"quick", "paper"});
+  CHECK(preset->help.find("paper: --N 16:1024:x2 --D 64 --d 64 --max-seconds 600") != std::string::npos);
 }
 
 TEST_CASE("outer and inner scales parse into explicit constants") {

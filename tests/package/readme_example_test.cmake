@@ -1,6 +1,6 @@
 # cmake -DREADME=... -DEXAMPLE=... -P readme_example_test.cmake
-# The README's C++ example (the first ```cpp block under "## Use it from C++") must be the consumer's main.cpp,
-# which package_consumer compiles and runs: the documented code cannot rot.
+# The documented C++ example (README: docs/usage.md, the first ```cpp block under "## Use it from C++") must be the
+# consumer's main.cpp, which package_consumer compiles and runs: the documented code cannot rot.
 file(READ ${README} readme)
 file(READ ${EXAMPLE} example)
 string(FIND "${readme}" "\n## Use it from C++\n" section)

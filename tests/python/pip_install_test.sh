@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
-# `pip install .` of the source tree into a fresh virtual environment on Debian's python3, then the installed
-# package is used from outside the source and build folders. The environment has no system packages, so NumPy
-# comes from PyPI as the package's only dependency, and attncheck.torch is unavailable without PyTorch.
-# Exit 77 (skipped) when PyPI cannot be reached. The compiler goes through ccache when there is one.
-# Usage: pip_install_test.sh SOURCE_ROOT WORK_DIR
+# `pip wheel` of the source tree, then `pip install` of that wheel into a fresh virtual environment on Debian's
+# python3 (no system site packages), and the installed package used from outside the source and build folders:
+# the `attncheck` command (bounds, mc, report) and `import attncheck`. NumPy comes from PyPI as the package's only
+# dependency, and attncheck.torch is unavailable without PyTorch. The shared libraries the wheel's program and
+# module load must come from the wheel itself or from glibc and GCC's runtime (ldd).
+# Exit 77 (skipped) when PyPI cannot be reached. The compiler is CXX, the one of the build the test belongs to
+# (pip's environment would name x86_64-linux-gnu-g++, another ccache key for the same compiler), through ccache when
+# there is one; two compile jobs (CMAKE_BUILD_PARALLEL_LEVEL), as the suite's other tests share the cores; the
+# CMake build folder WORK_DIR/cmake-build is kept between runs, so a second run rebuilds only what changed.
+# Usage: pip_install_test.sh SOURCE_ROOT WORK_DIR CXX
 set -euo pipefail
 root=$1
 work=$2
-rm -rf "$work"
+cxx=$3
+export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-2}
 mkdir -p "$work"
+rm -rf "$work/venv" "$work/wheel" "$work/probe" "$work/run"
 /usr/bin/python3 -m venv "$work/venv"
 pip=("$work/venv/bin/python" -m pip --disable-pip-version-check)
 build_requirement=$(sed -n 's/^requires = \["\(.*\)"\]$/\1/p' "$root/pyproject.toml")
@@ -16,10 +23,57 @@ if ! "${pip[@]}" download --quiet --no-deps --dest "$work/probe" "$build_require
   echo "SKIPPED: cannot fetch $build_requirement from PyPI (no network?)"
   exit 77
 fi
-settings=()
-if command -v ccache >/dev/null; then settings=(--config-settings=cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
-"${pip[@]}" install --quiet "${settings[@]}" "$root"
-cd "$work"
+settings=(--config-settings=build-dir="$work/cmake-build" --config-settings=cmake.define.CMAKE_CXX_COMPILER="$cxx")
+if command -v ccache >/dev/null; then settings+=(--config-settings=cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+started=$SECONDS
+"${pip[@]}" wheel --quiet --no-deps "${settings[@]}" --wheel-dir "$work/wheel" "$root"
+echo "pip wheel: $((SECONDS - started)) s"
+wheels=("$work"/wheel/attncheck-*.whl)
+[ "${#wheels[@]}" -eq 1 ] || { echo "expected one wheel in $work/wheel, found: ${wheels[*]}" >&2; exit 1; }
+"${pip[@]}" install --quiet "${wheels[0]}"
+
+mkdir -p "$work/run"
+cd "$work/run"
+PATH="$work/venv/bin:$PATH"
+package=$("$work/venv/bin/python" -c 'import attncheck, os; print(os.path.dirname(attncheck.__file__))')
+case "$package" in "$work/venv/"*) ;; *) echo "attncheck imported from $package, not the environment" >&2; exit 1 ;; esac
+[ "$(command -v attncheck)" = "$work/venv/bin/attncheck" ] || { echo "attncheck on PATH: $(command -v attncheck)" >&2; exit 1; }
+
+# Every library the program and the module load is the wheel's own (attncheck/lib), or glibc's or GCC's runtime.
+for binary in "$package/bin/attncheck" "$package"/_core*.so; do
+  ldd "$binary" >"$work/ldd.txt"
+  if grep -q "not found" "$work/ldd.txt"; then
+    echo "$binary: shared libraries not found:" >&2
+    cat "$work/ldd.txt" >&2
+    exit 1
+  fi
+  while read -r name _ path _; do
+    case "$name" in linux-vdso.so.* | /*ld-linux* | ld-linux* | libc.so.* | libm.so.* | libmvec.so.* | libdl.so.* | \
+      libpthread.so.* | librt.so.* | libutil.so.* | libresolv.so.* | libstdc++.so.* | libgcc_s.so.*) continue ;; esac
+    case "$(readlink -f "$path")" in "$(readlink -f "$package/lib")/"*) ;; *)
+      echo "$binary loads $name from $path, not from the wheel ($package/lib)" >&2
+      exit 1
+      ;;
+    esac
+  done <"$work/ldd.txt"
+done
+[ -n "$(ls "$package/lib")" ] || { echo "the wheel carries no libraries in $package/lib" >&2; exit 1; }
+
+# The command: Theorem 4.1's bounds, a small sweep, and its report.
+attncheck bounds --N 256 >"$work/bounds.txt"
+grep -q "sqrt(N)/2" "$work/bounds.txt" || { echo "attncheck bounds does not name the bound sqrt(N)/2:" >&2; cat "$work/bounds.txt" >&2; exit 1; }
+code=0
+attncheck mc --claim C4 --N 8,16,32 --D 4 --d 4 --p 1 --samples 16 --out "$work/run/results" >"$work/mc.txt" || code=$?
+case "$code" in 0 | 1 | 5) ;; *) echo "attncheck mc exited $code" >&2; cat "$work/mc.txt" >&2; exit 1 ;; esac
+[ -s "$work/run/results/points.jsonl" ] || { echo "attncheck mc wrote no points" >&2; exit 1; }
+attncheck report "$work/run/results" --out "$work/run/report" >/dev/null
+for file in index.html report.md; do
+  [ -s "$work/run/report/$file" ] || { echo "attncheck report wrote no $file" >&2; exit 1; }
+done
+code=0
+attncheck mc --claim C4 --N 0 >/dev/null 2>&1 || code=$?
+[ "$code" -eq 2 ] || { echo "attncheck mc --claim C4 --N 0 exited $code through the console command, not 2" >&2; exit 1; }
+
 exec "$work/venv/bin/python" - "$work/venv" <<'PYTHON'
 import math
 import sys

@@ -215,3 +215,23 @@ def test_a_folder_written_by_several_runs_keeps_and_reports_each_runs_provenance
     text = (tmp_path / "report" / "report.md").read_text()
     assert "2 runs wrote this folder" in text
     assert "attncheck.mc(claim='C4'" in text and "attncheck.mc(claim='C3'" in text
+
+
+def test_console_command_runs_the_bundled_program_or_names_its_absence(tmp_path, monkeypatch, capsys):
+    # The wheel's `attncheck` (attncheck._cli) execs attncheck/bin/attncheck; the build folder's package has none.
+    from attncheck import _cli
+    monkeypatch.setattr(_cli, "program", lambda: tmp_path / "bin" / "attncheck")
+    assert _cli.main() == 2
+    assert str(tmp_path / "bin" / "attncheck") in capsys.readouterr().err
+    # With the program there, the command becomes it: arguments in, exit code out (exec in a child process).
+    script = tmp_path / "bin" / "attncheck"
+    script.parent.mkdir()
+    script.write_text('#!/bin/sh\necho "$*"\nexit 5\n')
+    script.chmod(0o755)
+    import subprocess
+    import sys
+    code = ("import sys, attncheck._cli as c, pathlib; path = pathlib.Path(sys.argv[1]); c.program = lambda: path; "
+            "sys.argv = ['attncheck', 'mc', '--claim', 'C4']; sys.exit(c.main())")
+    done = subprocess.run([sys.executable, "-c", code, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 5, done.stderr
+    assert done.stdout.strip() == "mc --claim C4"

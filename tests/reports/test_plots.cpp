@@ -5,6 +5,11 @@
 
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <sstream>
+#include <string>
+#include <vector>
+
 using namespace attncheck::reports;
 using namespace attncheck::records::testing;
 using attncheck::theory::InputError;
@@ -160,4 +165,65 @@ TEST_CASE("a heat map's cells stay sharp squares when a viewer scales it up, in 
   CHECK(with_crisp_images("<svg><image x='0'/><image y='1'/></svg>") ==
         "<svg><image style=\"image-rendering:pixelated\" x='0'/><image style=\"image-rendering:pixelated\" "
         "y='1'/></svg>");
+}
+
+namespace {
+
+// The y tick labels of a plot's script: gnuplot's 10^k labels (the powers of ten in the y range) or the listed
+// ticks inside it.
+std::vector<double> labelled_y_ticks(const std::string& script) {
+  const auto range = script.find("set yrange [");
+  REQUIRE(range != std::string::npos);
+  const double lo = std::stod(script.substr(range + 12));
+  const double hi = std::stod(script.substr(script.find(':', range) + 1));
+  std::vector<double> ticks;
+  if (script.find("set format y '10^{%L}'") != std::string::npos) {
+    for (int k = -30; k <= 30; ++k) {
+      if (std::pow(10.0, k) >= lo && std::pow(10.0, k) <= hi) ticks.push_back(std::pow(10.0, k));
+    }
+    return ticks;
+  }
+  const auto list = script.find("set ytics (");
+  REQUIRE(list != std::string::npos);
+  std::istringstream in(script.substr(list + 11, script.find(')', list) - list - 11));
+  for (std::string item; std::getline(in, item, ',');) {
+    const double tick = std::stod(item);
+    if (tick >= lo && tick <= hi) ticks.push_back(tick);
+  }
+  return ticks;
+}
+
+}  // namespace
+
+TEST_CASE("every log y axis has at least two labelled ticks, whatever span its data has", "[plots]") {
+  // Spans from a few percent to three decades, placed across a power of ten and between two.
+  for (const double lo : {0.013, 0.3, 0.45, 0.9, 1.0, 1.7, 3.0, 8.5}) {
+    for (const double factor : {1.04, 1.5, 3.0, 9.0, 11.0, 14.0, 60.0, 99.0, 150.0, 2000.0}) {
+      PlotSpec plot;
+      plot.name = "span";
+      plot.title = "span";
+      plot.x_label = "N";
+      plot.y_label = "y";
+      plot.curves.push_back(Curve{"data", CurveStyle::line_with_points, {16, 32}, {lo, lo * factor}, {}, {}});
+      const std::vector<double> ticks = labelled_y_ticks(gnuplot_script({plot}, ""));
+      INFO("data from " << lo << " to " << lo * factor);
+      CHECK(ticks.size() >= 2);
+    }
+  }
+}
+
+TEST_CASE("a log axis holding one power of ten is drawn with more than its one label", "[plots]") {
+  // 0.4 to 6 spans more than a decade with only 1 inside: gnuplot's 10^k labels would leave "1" alone.
+  PlotSpec plot;
+  plot.name = "one-power";
+  plot.title = "one power of ten";
+  plot.x_label = "N";
+  plot.y_label = "y";
+  plot.curves.push_back(Curve{"data", CurveStyle::line_with_points, {16, 32, 64}, {0.4, 1.5, 6}, {}, {}});
+  TempDir dir;
+  const auto svgs = render_plots({plot}, dir.path() / "plots", "gnuplot");
+  REQUIRE(svgs.size() == 1);
+  // gnuplot's SVG writes each y tick label right-aligned, and nothing else so.
+  CHECK(count_occurrences(svgs[0], "text-anchor=\"end\">") >= 3);
+  CHECK_THAT(svgs[0], Contains(">0.5</tspan>") && Contains(">1</tspan>") && Contains(">5</tspan>"));
 }

@@ -121,11 +121,11 @@ TEST_CASE("a probe log alone gives the training plots, one SVG each, and exact t
     const ReportSummary summary = write_report(options);
     CHECK(summary.probe_records == 4);
     CHECK(summary.series == 0);
-    // Two plots over all models (Figs. 2-3) and two per model, and the layer x head maps of the first and last
-    // checkpoints (softmax: two checkpoints, poly3_scaled: one).
-    CHECK(summary.plots == 2 + 2 * 2 + 2 + 1);
+    // Two plots over all models (Figs. 2-3), two per model and one of its layers, and the layer x head maps of the
+    // first and last checkpoints (softmax: two checkpoints, poly3_scaled: one).
+    CHECK(summary.plots == 2 + 2 * 2 + 2 + 2 + 1);
     const std::string html = read_text(options.out / "index.html");
-    CHECK(count_occurrences(html, "<svg") == 9);
+    CHECK(count_occurrences(html, "<svg") == 11);
     CHECK_THAT(html, !Contains("http://") && !Contains("https://"));
     const std::string markdown = read_text(options.out / "report.md");
     CHECK_THAT(markdown, Contains("## Probes during training"));
@@ -162,7 +162,7 @@ TEST_CASE("a results folder with a probe log gives both parts", "[probes][report
   CHECK(summary.probe_records == 1);
   const std::string html = read_text(options.out / "index.html");
   CHECK(count_occurrences(html, "<svg") ==
-        series.size() + 3 + 4 + 1);  // series, readings, a claim's ps and overlay, probes, the head maps
+        series.size() + 3 + 4 + 1 + 1);  // series, readings, a claim's ps and overlay, probes, per layer, the head maps
   const std::string markdown = read_text(options.out / "report.md");
   CHECK(markdown.find("## Summary") < markdown.find("## Probes during training"));
 }
@@ -176,4 +176,32 @@ TEST_CASE("a malformed probe log stops the report naming the file and line", "[p
   CHECK_THROWS_WITH(write_report(options), Contains((dir.path() / kProbeLogName).string() + " line 2") &&
                                                Contains("\"checkpoint\" must be text"));
   CHECK_FALSE(fs::exists(options.out / "index.html"));
+}
+
+TEST_CASE("per layer, the largest head's ratios to the bounds are drawn over training, with the bounds at 1",
+          "[probes][report]") {
+  TempDir dir;
+  const fs::path log = dir.path() / kProbeLogName;
+  // N = 64: ||A||_F / 8 and ||dA/dS||_F / 4. Layer 0's heads 4 and 6 (grad 1 and 3), layer 1's 2 and 7.2 (grad 3.6
+  // and 0.4) at step 0; at step 100 one head each.
+  write_text(log, lines({probe_line("softmax", 0, 0, 0, 4, 1), probe_line("softmax", 0, 0, 1, 6, 3),
+                         probe_line("softmax", 0, 1, 0, 2, 3.6), probe_line("softmax", 0, 1, 1, 7.2, 0.4),
+                         probe_line("softmax", 100, 0, 0, 2, 2), probe_line("softmax", 100, 1, 0, 8, 4)}));
+  ReportOptions options;
+  options.input = log;
+  options.out = dir.path() / "report";
+  write_report(options);
+  const std::string script = read_text(options.out / "plots" / "plots.gp");
+  const auto figure = script.find("# trained with softmax: per layer, the largest head's ratio to its bound");
+  REQUIRE(figure != std::string::npos);
+  const std::string layers = script.substr(figure, script.find("unset multiplot", figure) - figure);
+  // The attention panel: layer 0 max(4, 6)/8, then 2/8; layer 1 max(2, 7.2)/8, then 8/8; the bound's line at 1.
+  CHECK_THAT(layers, Contains("0 0.75\n100 0.25\nEOD") && Contains("0 0.90000000000000002\n100 1\nEOD"));
+  // The gradient panel: layer 0 max(1, 3)/4, then 2/4; layer 1 max(3.6, 0.4)/4, then 4/4.
+  CHECK_THAT(layers, Contains("0 0.75\n100 0.5\nEOD") && Contains("0 0.90000000000000002\n100 1\nEOD"));
+  CHECK_THAT(layers, Contains("0 1\n100 1\nEOD"));
+  CHECK_THAT(layers, Contains("'layer 0'") && Contains("'layer 1'"));
+  CHECK_THAT(layers, Contains("'bound: sqrt(N) (ratio 1)'") && Contains("'bound: sqrt(N)/2 (ratio 1)'"));
+  const std::string html = read_text(options.out / "index.html");
+  CHECK_THAT(html, Contains("layer 1") && Contains("bound: sqrt(N) (ratio 1)"));
 }

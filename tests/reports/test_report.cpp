@@ -5,7 +5,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <regex>
+#include <sstream>
 
 using namespace attncheck::reports;
 using namespace attncheck::records;
@@ -451,4 +453,60 @@ TEST_CASE("a table of contents links every section and series, and per-point tab
   CHECK(count_occurrences(report.html, "<details>") == series.size());
   CHECK_THAT(report.html, Contains("<summary>Points of series 1: "));
   CHECK_THAT(report.markdown, !Contains("<details>"));
+}
+
+namespace {
+
+// The data blocks (x and y columns) of the plot whose script section starts with "# `title`".
+std::vector<std::vector<std::pair<double, double>>> plot_blocks(const std::string& script, const std::string& title) {
+  const auto start = script.find("\n# " + title + "\n");
+  REQUIRE(start != std::string::npos);
+  const std::string section = script.substr(start, script.find("unset output", start) - start);
+  std::vector<std::vector<std::pair<double, double>>> blocks;
+  for (auto at = section.find("<< EOD\n"); at != std::string::npos; at = section.find("<< EOD\n", at + 1)) {
+    std::istringstream in(section.substr(at + 7, section.find("EOD\n", at + 7) - at - 7));
+    blocks.emplace_back();
+    for (std::string line; std::getline(in, line);) {
+      std::istringstream fields(line);
+      double x = 0, y = 0;
+      fields >> x >> y;
+      blocks.back().emplace_back(x, y);
+    }
+  }
+  return blocks;
+}
+
+}  // namespace
+
+TEST_CASE("equal readings at p = 1 are drawn apart, so that neither hides the other", "[report]") {
+  TempDir dir;
+  auto series = standard_series();
+  FixtureSeries p1_matrix = series[0];  // the same values: at p = 1 the readings are one map
+  p1_matrix.reading = "matrix";
+  p1_matrix.phi = "matpow";
+  p1_matrix.formula = "F = (T/sqrt(4))^1 (matrix power)";
+  p1_matrix.first_seed = 9400;
+  series.push_back(p1_matrix);
+  const WrittenReport report = write_standard_report(dir, true, series);
+  const std::string script = read_text(dir.path() / "report" / "plots" / "plots.gp");
+  // Estimates, fit, estimates, fit: elementwise first.
+  const auto blocks = plot_blocks(script, "C3 p=1 value, D=6 d=4: elementwise vs matrix power");
+  REQUIRE(blocks.size() == 4);
+  const auto& elementwise = blocks[0];
+  const auto& matrix = blocks[2];
+  REQUIRE(elementwise.size() == series[0].N.size());
+  REQUIRE(matrix.size() == elementwise.size());
+  for (std::size_t i = 0; i < matrix.size(); ++i) {
+    const double n = static_cast<double>(series[0].N[i]);
+    CHECK(elementwise[i].second == matrix[i].second);
+    CHECK(elementwise[i].first < n);
+    CHECK(matrix[i].first > n);
+    CHECK(matrix[i].first / elementwise[i].first == Approx(std::exp2(0.16)));
+  }
+  // Filled and hollow markers, and the caption says where the points are.
+  const auto section = script.find("# C3 p=1 value, D=6 d=4: elementwise vs matrix power");
+  const std::string plot = script.substr(section, script.find("unset output", section) - section);
+  CHECK_THAT(plot,
+             Contains("yerrorbars pointtype 7 pointsize 0.8") && Contains("yerrorbars pointtype 6 pointsize 1.3"));
+  CHECK_THAT(report.markdown, Contains("elementwise (filled) at N / 1.057, matrix power (hollow) at N x 1.057"));
 }

@@ -196,3 +196,33 @@ TEST_CASE("attncheck report --out into a folder holding the user's files removes
   }
   CHECK_FALSE(fs::exists(out / "plots" / "series01.svg"));  // the report's own, gone with --no-plots
 }
+
+TEST_CASE("a results folder with the output of attncheck bounds --json reports C1 and C2 beside the series", "[cli]") {
+  TempDir dir;
+  const fs::path results = dir.path() / "results";
+  write_results_folder(results, standard_series());
+  const std::string bounds = fmt::format("{} bounds --N 64 --trials 2 --json >{}", shell_quoted(ATTNCHECK_PROGRAM),
+                                         shell_quoted((results / "bounds.json").string()));
+  REQUIRE(std::system(bounds.c_str()) == 0);
+  const fs::path report = dir.path() / "report";
+  const Run run = run_report(dir, fmt::format("{} --out {} --no-plots", shell_quoted(results.string()),
+                                              shell_quoted(report.string())));
+  INFO(run.err);
+  CHECK(run.exit_code == 0);
+  const std::string markdown = read_text(report / "report.md");
+  CHECK_THAT(markdown, Contains("## Claims C1 and C2: Theorem 4.1, checked exactly"));
+  // One-hot rows reach sqrt(N): C1 is tight; C2's stated 2 sqrt(N) is four times its exact sup: it holds.
+  CHECK_THAT(markdown, Contains("Checked exactly beside the series (attncheck bounds, N = 64): C1 tight, C2 holds"));
+  CHECK_THAT(markdown, Contains("| two-equal-top | 2 | 0.707107 | 0.25 | 1 | yes |"));
+  CHECK(markdown.find("## Summary") < markdown.find("## Claims C1 and C2"));
+  CHECK(markdown.find("## Claims C1 and C2") < markdown.find("## Claim C3"));
+
+  // A verdict that is not one of the words is refused, naming the file.
+  json edited = json::parse(read_text(results / "bounds.json"));
+  edited["verdicts"]["C1"] = "fine";
+  write_text(results / "bounds.json", edited.dump());
+  const Run refused = run_report(dir, fmt::format("{} --out {} --no-plots", shell_quoted(results.string()),
+                                                  shell_quoted(report.string())));
+  CHECK(refused.exit_code == 2);
+  CHECK_THAT(refused.err, Contains("bounds.json") && Contains("fine"));
+}

@@ -4,6 +4,7 @@
 // theory::InputErrors with the command line's messages, which name options as the command line spells them.
 
 #include "attncheck/exact/bounds_survey.hpp"
+#include "attncheck/records/verdict.hpp"
 #include "attncheck/theory/softmax.hpp"
 
 #include <nlohmann/json.hpp>
@@ -51,6 +52,9 @@ struct BoundsReport {
   bool tight_bound_holds = true;    // the exact sup on every family
   double max_ratio_softmax = 0;     // the largest ratio_softmax
   double max_ratio_grad_tight = 0;  // the largest ratio_grad_tight
+  double max_ratio_grad_paper = 0;  // the largest ratio_grad_paper
+  bool softmax_bound_holds = true;  // C1 on every family
+  bool grad_bound_holds = true;     // C2 (as stated, 2 sqrt(N)) on every family
   std::uint64_t seed = 1;
   int trials = 0;
   int threads = 0;                           // the threads run on
@@ -63,9 +67,14 @@ struct BoundsReport {
 // Sizes whose matrices would not fit in the available memory are refused before allocating.
 BoundsReport run_bounds(const BoundsRequest& request);
 
-// The object `attncheck bounds --json` prints: N, holds, claims, paper_bounds_hold, tight_bound_holds, the
-// largest ratios, seed, trials, threads, input and every family's maxima, bounds, ratios, verdicts and worst
-// matrices.
+// The verdicts of C1 and C2 (basis exact: every family's exact norms against the bound): tight when a family
+// reaches the bound (C1: one-hot rows), holds when none exceeds it (C2: its exact sup is a quarter of it).
+records::Verdict c1_verdict(const BoundsReport& report);
+records::Verdict c2_verdict(const BoundsReport& report);
+
+// The object `attncheck bounds --json` prints: N, holds, claims, verdicts (C1, C2), paper_bounds_hold,
+// tight_bound_holds, the largest ratios, seed, trials, threads, input and every family's maxima, bounds, ratios,
+// verdicts and worst matrices.
 nlohmann::json to_json(const BoundsReport& report);
 
 }  // namespace attncheck::exact

@@ -63,8 +63,6 @@ inline constexpr long long kDefaultValueDim = 64;
 inline constexpr long long kMaxValueDim = 1 << 20;
 // V = t V0 for these t shows the growth of the mix's norms (linear in t for alpha < 1).
 inline constexpr std::array<double, 4> kMixGrowthScales{1, 10, 100, 1000};
-// A bound counts as reached (verdict `tight`) when a family comes within this fraction of it.
-inline constexpr double kTightFraction = 0.999;
 // The mix's bound on ||dO/dV||_F, for every alpha (fact 11).
 inline constexpr const char* kMixGradValuesBoundFormula = "alpha sqrt(N d_v / 8) + (1 - alpha) sqrt(N d_v)";
 

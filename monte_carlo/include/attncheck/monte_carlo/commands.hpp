@@ -34,13 +34,17 @@ inline constexpr std::uint64_t kMaxPoints = 100000;
 // What `attncheck mc` is asked, option by option as the command line spells them; presets fill the rest.
 struct McRequest {
   std::optional<std::string> claim, phi, inner_scale, outer_scale, estimand, out;
-  std::string N = "16:1024:x2", D = "64", d = "64", p = "1,2,3";
+  // Sizes and the time limit per point; the --preset's when absent (mc_options.hpp).
+  std::optional<std::string> N, D, d;
+  std::optional<double> max_seconds;
+  std::string preset = "quick";
+  std::string p = "1,2,3";
   std::optional<std::string> alpha;  // C7's exponents; the preset's when absent
   std::optional<std::string> mix;    // C9's mix alphas (list in [0, 1]); 1 when absent
   std::optional<std::string> dv;     // C9's value columns (list or grid); d when absent
   std::string samples = "auto";
   std::optional<double> claimed_exponent;
-  double rel_se = 0.01, max_seconds = 600, sigma_x = 1, sigma_t = 1, tolerance = 0.05;
+  double rel_se = 0.01, sigma_x = 1, sigma_t = 1, tolerance = 0.05;
   std::uint64_t max_samples = 100000, seed = 1;
   int threads = 0;
   long long tile = 256;

@@ -39,6 +39,23 @@ struct McOption {
 // Every option of `attncheck mc`, in the order --help lists them.
 const std::vector<McOption>& mc_options();
 
+// --preset: the sizes and the time limit per point of a run that does not give --N, --D, --d or --max-seconds.
+// quick (the default) finishes a first sweep of one claim in about a minute on two cores; paper has the papers'
+// dimensions and lets each point run until --rel-se is met.
+struct McPreset {
+  std::string_view name, N, D, d;
+  double max_seconds;
+};
+const std::vector<McPreset>& mc_presets();
+// The preset named `name`; theory::InputError naming it and the choices otherwise.
+const McPreset& mc_preset(const std::string& name);
+// The request with every absent size and time limit taken from its preset.
+struct McSizes {
+  std::string N, D, d;
+  double max_seconds;
+};
+McSizes sizes_of(const McRequest& request);
+
 // The options' text as values. Each throws theory::InputError naming the option and the bad text.
 
 // "16:4096:x2" (start:stop:xfactor, stop included when hit), "16,32,64", or one value; sizes up to 2^31.

@@ -30,6 +30,12 @@ std::string_view to_string(Basis basis);
 // Whether the verdict settles its claim (holds, tight, violated) or leaves it open (consistent, inconclusive).
 bool settles(Verdict verdict);
 
+// A deterministic bound checked exactly on families of inputs, from the largest value over them divided by the
+// bound (`within`: no value above it beyond rounding): violated when one is above it, tight when a family comes
+// within kTightFraction of it, else holds.
+inline constexpr double kTightFraction = 0.999;
+Verdict bound_verdict(double largest_ratio, bool within);
+
 // The enum of a word of the results format; none for any other text.
 std::optional<Verdict> verdict_from_word(std::string_view word);
 std::optional<Basis> basis_from_word(std::string_view word);

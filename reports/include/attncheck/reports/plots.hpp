@@ -69,7 +69,8 @@ struct PlotSpec {
   std::optional<HeatMap> heat_map;  // when set, drawn instead of the curves (log_x and log_y are ignored); a
                                     // figure's panels may be heat maps
   // The y range drawn; absent: gnuplot's autoscale with a margin. Tick labels on a log y axis read 10^k when
-  // the range spans a decade or more.
+  // the range holds two powers of ten or more; otherwise they are plain numbers at 1, 2, 5 times powers of ten
+  // (or finer), at least two of them.
   std::optional<std::pair<double, double>> y_range;
   std::vector<std::string> notes;  // lines written on the figure under its title (e.g. the verdict and its basis)
   std::vector<PlotSpec> panels;

@@ -17,6 +17,9 @@
 namespace attncheck::reports {
 
 inline constexpr const char* kProbeLogName = "attncheck-probe.jsonl";
+// In a results folder: the output of `attncheck bounds --json`, C1 and C2 checked exactly, shown beside the
+// Monte Carlo claims.
+inline constexpr const char* kBoundsName = "bounds.json";
 
 struct ReportOptions {
   // a results folder (fits.json, attncheck-probe.jsonl, attncheck-curves.jsonl, vit-results.json), or a probe
@@ -72,8 +75,8 @@ void add_scaling_section(const records::ResultsFolder& results, bool with_plots,
                          PendingFigures& pending);
 
 // The probe part (the papers' Figs. 2-3): per trained activation, the mean over layers and heads of ||A||_F
-// and of the gradient norms against the training step, with the band from their min to their max, and the
-// layer x head maps of the first and the last checkpoint.
+// and of the gradient norms against the training step, with the band from their min to their max, per layer the
+// largest head's ratios to the softmax bounds, and the layer x head maps of the first and the last checkpoint.
 void add_probe_section(const std::vector<ProbeRecord>& records, const std::filesystem::path& log, bool with_plots,
                        Document& document, PendingFigures& pending);
 
