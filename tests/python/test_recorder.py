@@ -321,3 +321,29 @@ def test_a_tensorboard_folder_without_the_package_or_a_bad_callback_is_a_value_e
     monkeypatch.setitem(__import__("sys").modules, "torch.utils.tensorboard", None)
     with pytest.raises(ValueError, match="needs the tensorboard package"):
         AttentionRecorder(encoder(), out=tmp_path / "y.jsonl", tensorboard=tmp_path / "tb")
+
+
+def test_padding_is_left_out_of_the_masks_eager_and_sdpa_attention_give():
+    """Left padding of 3 in a causal layer of N = 8, as transformers' eager masks give it (padded queries attend to
+    nothing) and as its SDPA masks give it (padded queries attend to everything, so that no row is empty): both are
+    the causal mask of the 5 tokens. A bidirectional layer's padding (the keys nobody attends to) likewise."""
+    from attncheck.torch import _without_padding
+    n, pad = 8, 3
+    x = np.arange(n * 2, dtype=float).reshape(n, 2)
+    causal = np.tril(np.ones((n, n), dtype=bool))
+    eager = causal.copy()
+    eager[:, :pad] = False
+    sdpa = eager.copy()
+    sdpa[:pad] = True
+    positions = np.arange(n)
+    for mask in (eager, sdpa):
+        kept, kept_mask, is_causal, kept_positions = _without_padding(x, mask, True, positions)
+        assert (kept == x[pad:]).all() and kept_mask is None and is_causal
+        assert (kept_positions == positions[pad:]).all()
+    bidirectional = np.ones((n, n), dtype=bool)
+    bidirectional[:, n - 2:] = False  # right padding of 2
+    kept, kept_mask, is_causal, _ = _without_padding(x, bidirectional, False, None)
+    assert (kept == x[:n - 2]).all() and kept_mask is None and not is_causal
+    window = np.tril(np.ones((n, n), dtype=bool)) & ~np.tril(np.ones((n, n), dtype=bool), -3)  # sliding window 3
+    kept, kept_mask, is_causal, _ = _without_padding(x, window, True, None)
+    assert (kept == x).all() and (kept_mask == window).all()
