@@ -103,7 +103,8 @@ struct LayerInputs {
   Matrix X;  // N x D: the rows the projections act on (after ln_1 for GPT-2, the attention RMSNorm for Llama)
   double inner = 1;
   bool causal = false;
-  // Qwen3, Gemma 3: the norms applied to each head's queries and keys (X W + b) before the rotation.
+  // Qwen3, Gemma 3: the norms applied to each head's queries and keys (X W + b) before the rotation. fill_heads
+  // applies them, so they are set before it runs: the measures take the heads' rows as already normalized.
   std::optional<HeadNorm> query_norm, key_norm;
   // Gemma 2: the softmax's logits are logit_softcap tanh(S / logit_softcap), S = inner queries keys^T (0: S).
   double logit_softcap = 0;
