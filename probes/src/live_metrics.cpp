@@ -32,11 +32,12 @@ using theory::Pointwise;
 namespace {
 
 NormSet norms_of(const AttentionMap& map, const LayerInputs& layer, const HeadInputs& head) {
-  const theory::Rotary* rotary = layer.rotary ? &*layer.rotary : nullptr;
+  Matrix raw_queries, raw_keys;
+  const theory::ScoreMaps maps = score_maps(layer, head, raw_queries, raw_keys);
   const auto norms =
       layer.attended
-          ? theory::attention_norms_from_projections(map, layer.X, head.queries, head.keys, *layer.attended, rotary)
-          : theory::attention_norms_from_projections(map, layer.X, head.queries, head.keys, layer.causal, rotary);
+          ? theory::attention_norms_from_projections(map, layer.X, head.queries, head.keys, *layer.attended, maps)
+          : theory::attention_norms_from_projections(map, layer.X, head.queries, head.keys, layer.causal, maps);
   return {norms.value_fro, *norms.dS_fro, *norms.dQ_fro, *norms.dK_fro};
 }
 
@@ -112,7 +113,7 @@ AttentionMap softmax_map(double inner) {
 
 // Softmax on the head's scores whatever the trained activation: the what-if changes only what A multiplies.
 Matrix softmax_attention(const LayerInputs& layer, const HeadInputs& head) {
-  Matrix scores = layer.inner * (head.queries * head.keys.transpose());
+  Matrix scores = softmax_logits(layer, head);
   for (Index i = 0; i < scores.rows(); ++i) {
     for (Index j = 0; j < scores.cols(); ++j) {
       if (!is_attended(i, j, layer.causal, layer.attended)) scores(i, j) = -std::numeric_limits<double>::infinity();

@@ -34,6 +34,8 @@ void check_shape(const ModelConfig& c, const std::string& source) {
 // Tensor names of one layer's parts, in the checkpoint's own naming.
 struct Names {
   std::string attention_norm, q, k, v, o, mlp_norm, gate, up, down;
+  // Safetensors only: the head norms and Gemma 2's sandwich norms (used when the family has them).
+  std::string q_norm, k_norm, attention_out_norm, mlp_out_norm;
 };
 
 Names layer_names(const ModelConfig& c, std::int64_t layer) {
@@ -43,9 +45,25 @@ Names layer_names(const ModelConfig& c, std::int64_t layer) {
             p + "ffn_norm",  p + "ffn_gate", p + "ffn_up", p + "ffn_down"};
   }
   const std::string p = fmt::format("{}layers.{}.", c.tensor_prefix, layer);
-  return {p + "input_layernorm",  p + "self_attn.q_proj", p + "self_attn.k_proj",
-          p + "self_attn.v_proj", p + "self_attn.o_proj", p + "post_attention_layernorm",
-          p + "mlp.gate_proj",    p + "mlp.up_proj",      p + "mlp.down_proj"};
+  return {p + "input_layernorm",
+          p + "self_attn.q_proj",
+          p + "self_attn.k_proj",
+          p + "self_attn.v_proj",
+          p + "self_attn.o_proj",
+          p + "post_attention_layernorm",
+          p + "mlp.gate_proj",
+          p + "mlp.up_proj",
+          p + "mlp.down_proj",
+          p + "self_attn.q_norm",
+          p + "self_attn.k_norm",
+          p + "post_attention_layernorm",
+          p + "post_feedforward_layernorm"};
+}
+
+// Gemma 2 and 3 name the MLP's input norm apart: their post_attention_layernorm normalizes the attention's output.
+Names sandwich_names(Names names, const ModelConfig& c, std::int64_t layer) {
+  names.mlp_norm = fmt::format("{}layers.{}.pre_feedforward_layernorm", c.tensor_prefix, layer);
+  return names;
 }
 
 ModelConfig config_from_gguf(const GgufHeader& header, const Checkpoint& checkpoint) {
@@ -162,34 +180,53 @@ std::vector<LayerInputs> llama_like_forward(const Checkpoint& checkpoint, const 
   if (n > c.max_positions) {
     throw InputError(fmt::format("the input has {} positions, more than the model's {}", n, c.max_positions));
   }
-  const theory::Rotary rotary =
-      c.rope_interleaved ? theory::Rotary::interleaved(d, c.rope_theta) : theory::Rotary::half_split(d, c.rope_theta);
-  const double inner = 1 / std::sqrt(static_cast<double>(d));
+  const auto rotary_of = [&](double base) {
+    return c.rope_interleaved ? theory::Rotary::interleaved(d, base) : theory::Rotary::half_split(d, base);
+  };
+  theory::Rotary rotary = rotary_of(c.rope_theta);
+  for (double& frequency : rotary.frequency) frequency /= c.rope_linear_factor;
+  const theory::Rotary local_rotary = rotary_of(c.rope_local_theta > 0 ? c.rope_local_theta : c.rope_theta);
+  const double inner = 1 / std::sqrt(c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar : static_cast<double>(d));
   const theory::AttentionMap map = trained_attention_map(c.attention_activation, inner);
   // A window that covers every earlier position masks nothing beyond causality.
   std::optional<theory::AttendedMask> window;
   if (c.sliding_window > 0 && c.sliding_window < n) window = sliding_window_mask(n, c.sliding_window);
+  const auto sliding = [&](std::int64_t l) {
+    return c.sliding_window > 0 && (c.sliding_layers.empty() || c.sliding_layers[static_cast<std::size_t>(l)]);
+  };
   if (traits.gemma_scaling) h *= std::sqrt(static_cast<double>(D));
-  const auto norm = [&](const Matrix& x, const std::string& name) {
-    Vector gain = checkpoint.vector(name + ".weight", D);
+  const auto gain_of = [&](const std::string& name, std::int64_t length) {
+    Vector gain = checkpoint.vector(name + ".weight", length);
     if (traits.gemma_scaling) gain.array() += 1;
-    return rms_norm(x, gain, c.layer_norm_eps);
+    return gain;
+  };
+  const auto norm = [&](const Matrix& x, const std::string& name) {
+    return rms_norm(x, gain_of(name, D), c.layer_norm_eps);
   };
   std::vector<LayerInputs> out;
   for (std::int64_t l = 0; l <= last; ++l) {
-    const Names names = layer_names(c, l);
+    const Names names = traits.sandwich_norms ? sandwich_names(layer_names(c, l), c, l) : layer_names(c, l);
     LayerInputs layer;
     layer.causal = c.causal;
-    layer.attended = window;
+    if (sliding(l)) layer.attended = window;
     layer.inner = inner;
-    layer.rotary = rotary;
+    layer.rotary = sliding(l) && c.rope_local_theta > 0 ? local_rotary : rotary;
+    layer.logit_softcap = c.logit_softcap;
+    if (traits.head_norms) {
+      layer.query_norm = HeadNorm{gain_of(names.q_norm, d), c.layer_norm_eps};
+      layer.key_norm = HeadNorm{gain_of(names.k_norm, d), c.layer_norm_eps};
+    }
     layer.X = norm(h, names.attention_norm);
     const AttentionWeights weights = linear_attention_weights(checkpoint, names.q, names.k, names.v, D, H * d, G * d);
-    h += project(checkpoint, fill_heads(layer, weights, H, &map, l), names.o, D);
+    Matrix attended = project(checkpoint, fill_heads(layer, weights, H, &map, l), names.o, D);
+    if (traits.sandwich_norms) attended = norm(attended, names.attention_out_norm);
+    h += attended;
     const Matrix m = norm(h, names.mlp_norm);
     Matrix gate = project(checkpoint, m, names.gate, I);
     apply_hidden_activation(gate, c.hidden_act);
-    h += project(checkpoint, gate.cwiseProduct(project(checkpoint, m, names.up, I)), names.down, D);
+    Matrix mlp = project(checkpoint, gate.cwiseProduct(project(checkpoint, m, names.up, I)), names.down, D);
+    if (traits.sandwich_norms) mlp = norm(mlp, names.mlp_out_norm);
+    h += mlp;
     require_finite_hidden_states(h, l);
     out.push_back(std::move(layer));
   }
@@ -206,6 +243,65 @@ std::string llama_like_describe(const ModelConfig& c) {
         fmt::format("sliding window: each position attends to itself and the {} before it\n", c.sliding_window - 1);
   }
   return lines;
+}
+
+std::vector<bool> sliding_layers_from_json(const nlohmann::json& config, const fs::path& file, std::int64_t layers,
+                                           std::int64_t global_every) {
+  std::vector<bool> sliding(static_cast<std::size_t>(layers));
+  if (!config.contains("layer_types") || config["layer_types"].is_null()) {
+    for (std::int64_t l = 0; l < layers; ++l) sliding[static_cast<std::size_t>(l)] = (l + 1) % global_every != 0;
+    return sliding;
+  }
+  const auto& types = config["layer_types"];
+  if (!types.is_array() || static_cast<std::int64_t>(types.size()) != layers) {
+    throw InputError(fmt::format("{}: \"layer_types\" is {}, not a list of the {} layers' attention types",
+                                 file.string(), records::json_excerpt(types), layers));
+  }
+  for (std::int64_t l = 0; l < layers; ++l) {
+    const auto& type = types[static_cast<std::size_t>(l)];
+    if (type == "sliding_attention") {
+      sliding[static_cast<std::size_t>(l)] = true;
+    } else if (type != "full_attention") {
+      throw InputError(fmt::format("{}: \"layer_types\"[{}] is {}, not \"sliding_attention\" or \"full_attention\"",
+                                   file.string(), l, records::json_excerpt(type)));
+    }
+  }
+  return sliding;
+}
+
+void read_gemma_attention(const nlohmann::json& config, const fs::path& file, ModelConfig& c,
+                          const GemmaAttentionDefaults& defaults) {
+  c.query_pre_attn_scalar =
+      checked_number(value_or<double>(config, "query_pre_attn_scalar", defaults.query_pre_attn_scalar, file), 0, true,
+                     file.string(), "query_pre_attn_scalar");
+  c.logit_softcap = checked_number(value_or<double>(config, "attn_logit_softcapping", defaults.logit_softcap, file), 0,
+                                   false, file.string(), "attn_logit_softcapping");
+  c.sliding_window = positive_int_or(config, "sliding_window", defaults.sliding_window, file);
+  c.sliding_layers = sliding_layers_from_json(config, file, c.layers, defaults.global_every);
+  if (c.logit_softcap > 0 && value_or<std::string>(config, "attention_activation", "softmax", file) != "softmax") {
+    throw InputError(
+        fmt::format("{}: attn_logit_softcapping caps a softmax's logits: attention_activation must be "
+                    "softmax",
+                    file.string()));
+  }
+}
+
+std::string gemma_attention_describe(const ModelConfig& c) {
+  std::string global;
+  for (std::size_t l = 0; l < c.sliding_layers.size(); ++l) {
+    if (!c.sliding_layers[l]) global += fmt::format("{}{}", global.empty() ? "" : ", ", l);
+  }
+  std::string lines =
+      fmt::format("scores scaled by query_pre_attn_scalar^-1/2 = {:g}; the window on every layer but {}\n",
+                  1 / std::sqrt(c.query_pre_attn_scalar), global.empty() ? "none" : global);
+  if (c.logit_softcap > 0) {
+    lines += fmt::format(
+        "softmax logits soft-capped, {:g} tanh(S/{:g}): |dA/dW_Q|, |dA/dW_K| through the cap, |grad softmax| in "
+        "the capped logits, the other activations on S uncapped\n",
+        c.logit_softcap, c.logit_softcap);
+  }
+  return lines + "embeddings times sqrt(" + std::to_string(c.hidden) +
+         "); RMSNorm gains 1 + weight, also after the attention and the MLP; GeGLU MLP (" + c.hidden_act + ")\n";
 }
 
 extern const FamilyAdapter llama_adapter{.name = "Llama",

@@ -14,6 +14,11 @@ struct DecoderTraits {
   std::vector<std::string_view> activations{"silu"};  // the ones the family's checkpoints use
   // Gemma: RMSNorm gains stored as (gain - 1), and embeddings multiplied by sqrt(hidden_size) before layer 0.
   bool gemma_scaling = false;
+  // Qwen3, Gemma 3: RMSNorms over each head's queries and keys before the rotation (self_attn.q_norm, k_norm).
+  bool head_norms = false;
+  // Gemma 2, Gemma 3: the attention's and the MLP's outputs normalized before the residual sum
+  // (post_attention_layernorm, post_feedforward_layernorm), the MLP's input by pre_feedforward_layernorm.
+  bool sandwich_norms = false;
 };
 
 // config.json of a Llama-like decoder: sizes, grouped queries, head_dim, RMSNorm epsilon, the activation, rotary
@@ -24,10 +29,26 @@ ModelConfig llama_like_config(const nlohmann::json& config, const std::filesyste
 std::string llama_like_embeddings(const ModelConfig& c);
 Matrix llama_like_embed_tokens(const Checkpoint& checkpoint, const ModelConfig& c, std::span<const std::int64_t> ids);
 // Layers 0 .. last: pre-RMSNorm blocks, rotary queries and keys, grouped-query causal attention (within
-// config.sliding_window positions when set), a gated MLP.
+// config.sliding_window positions when set, on config.sliding_layers when listed), a gated MLP.
+// With "sliding_window" absent or null in config.json, every layer attends to every earlier key.
 std::vector<LayerInputs> llama_like_forward(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h,
                                             std::int64_t last, const DecoderTraits& traits);
 std::string llama_like_describe(const ModelConfig& c);
+
+// config.json's "layer_types" ("sliding_attention" or "full_attention" per layer) as the layers the window applies
+// to; when absent, layer l slides unless (l + 1) is a multiple of `global_every`. Errors name the file and the entry.
+std::vector<bool> sliding_layers_from_json(const nlohmann::json& config, const std::filesystem::path& file,
+                                           std::int64_t layers, std::int64_t global_every);
+// Gemma 2 and 3's attention in config.json: query_pre_attn_scalar, attn_logit_softcapping, sliding_window and the
+// sliding layers (see sliding_layers_from_json), each key's fallback the family's configuration default.
+struct GemmaAttentionDefaults {
+  double query_pre_attn_scalar = 256, logit_softcap = 0;
+  std::int64_t sliding_window = 4096, global_every = 2;
+};
+void read_gemma_attention(const nlohmann::json& config, const std::filesystem::path& file, ModelConfig& c,
+                          const GemmaAttentionDefaults& defaults);
+// What Gemma 2 and 3 add to Llama's description: the scale, the cap, the sliding layers, the sandwich norms.
+std::string gemma_attention_describe(const ModelConfig& c);
 
 // The same as a FamilyAdapter's config_from_json and forward, for a family's traits.
 template <const DecoderTraits& traits>

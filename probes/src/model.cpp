@@ -214,19 +214,27 @@ Matrix detail::fill_heads(LayerInputs& layer, const AttentionWeights& weights, s
   const auto bias_of = [](const Vector& b, Index offset, Index length) {
     return b.size() != 0 ? Vector(b.segment(offset, length)) : Vector(Vector::Zero(length));
   };
-  // Rotated once for all the query heads that share them.
-  std::vector<Matrix> head_keys;
-  for (Index g = 0; g < kv_heads; ++g) {
-    head_keys.push_back(keys.middleCols(g * d, d));
-    if (layer.rotary) theory::apply_rotary(*layer.rotary, head_keys.back());
+  if (!std::isfinite(layer.logit_softcap) || layer.logit_softcap < 0) {
+    throw InputError(fmt::format("logit soft-cap {} is not a finite number >= 0 (0: none)", layer.logit_softcap));
   }
+  if (map && layer.logit_softcap > 0 && map->activation.kind != theory::ActivationKind::softmax) {
+    throw InputError("soft-capped logits are a softmax's: the trained activation is not softmax");
+  }
+  // Normalized, then rotated, as the models do.
+  const auto head_rows = [&](Matrix rows, const std::optional<HeadNorm>& norm) {
+    if (norm) rows = theory::rms_normalized(rows, norm->gain, norm->eps);
+    if (layer.rotary) theory::apply_rotary(*layer.rotary, rows);
+    return rows;
+  };
+  // Once for all the query heads that share them.
+  std::vector<Matrix> head_keys;
+  for (Index g = 0; g < kv_heads; ++g) head_keys.push_back(head_rows(keys.middleCols(g * d, d), layer.key_norm));
   Matrix context = map ? Matrix(n, heads * d_v) : Matrix();
   for (Index head = 0; head < heads; ++head) {
     const Index g = head / (heads / kv_heads);
     HeadInputs inputs;
     inputs.kv_head = g;
-    inputs.queries = queries.middleCols(head * d, d);
-    if (layer.rotary) theory::apply_rotary(*layer.rotary, inputs.queries);
+    inputs.queries = head_rows(queries.middleCols(head * d, d), layer.query_norm);
     inputs.keys = head_keys[static_cast<std::size_t>(g)];
     inputs.W_Q = weights.W_Q.middleCols(head * d, d);
     inputs.W_K = weights.W_K.middleCols(g * d, d);
@@ -234,7 +242,7 @@ Matrix detail::fill_heads(LayerInputs& layer, const AttentionWeights& weights, s
     inputs.b_K = bias_of(weights.b_K, g * d, d);
     if (values.size() != 0) inputs.values = values.middleCols(g * d_v, d_v);
     if (map) {
-      inputs.attention = apply_attention(*map, layer.inner * (inputs.queries * inputs.keys.transpose()), layer.causal,
+      inputs.attention = apply_attention(*map, softmax_logits(layer, inputs), layer.causal,
                                          fmt::format("layer {} head {}", layer_index, head),
                                          layer.attended ? &*layer.attended : nullptr);
       context.middleCols(head * d_v, d_v) = inputs.attention * inputs.values;
@@ -256,12 +264,31 @@ Matrix layer_norm(const Matrix& x, const Vector& gain, const Vector& bias, doubl
   return out;
 }
 
-Matrix rms_norm(const Matrix& x, const Vector& gain, double eps) {
-  Matrix out(x.rows(), x.cols());
-  for (Index i = 0; i < x.rows(); ++i)
-    out.row(i) = x.row(i) / std::sqrt(x.row(i).squaredNorm() / static_cast<double>(x.cols()) + eps);
-  out.array().rowwise() *= gain.transpose().array();
-  return out;
+Matrix rms_norm(const Matrix& x, const Vector& gain, double eps) { return theory::rms_normalized(x, gain, eps); }
+
+Matrix softmax_logits(const LayerInputs& layer, const HeadInputs& head) {
+  Matrix scores = layer.inner * (head.queries * head.keys.transpose());
+  if (layer.logit_softcap > 0) {
+    const double cap = layer.logit_softcap;
+    scores = scores.unaryExpr([cap](double s) { return cap * std::tanh(s / cap); });
+  }
+  return scores;
+}
+
+theory::ScoreMaps score_maps(const LayerInputs& layer, const HeadInputs& head, Matrix& raw_queries, Matrix& raw_keys) {
+  const auto raw = [&](const Matrix& W, const Vector& b) {
+    Matrix y = layer.X * W;
+    if (b.size() != 0) y.rowwise() += b.transpose();
+    return y;
+  };
+  if (layer.query_norm) raw_queries = raw(head.W_Q, head.b_Q);
+  if (layer.key_norm) raw_keys = raw(head.W_K, head.b_K);
+  return {layer.rotary ? &*layer.rotary : nullptr,
+          layer.query_norm ? &*layer.query_norm : nullptr,
+          layer.key_norm ? &*layer.key_norm : nullptr,
+          &raw_queries,
+          &raw_keys,
+          layer.logit_softcap};
 }
 
 namespace {

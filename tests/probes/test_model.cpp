@@ -206,6 +206,48 @@ TEST_CASE("bad models and inputs are InputErrors naming the value", "[model]") {
     CHECK_THROWS_WITH(TransformerModel::load(dir.path),
                       Catch::Contains("config.json") &&
                           Catch::Contains("hidden_activation 'relu' is not supported for Gemma"));
+    family.erase("hidden_activation");
+    family.erase("sliding_window");
+    family["model_type"] = "qwen3";
+    family["use_sliding_window"] = true;
+    write_config(dir.path, family);
+    CHECK_THROWS_WITH(TransformerModel::load(dir.path),
+                      Catch::Contains("config.json") && Catch::Contains("\"use_sliding_window\" is true"));
+    family.erase("use_sliding_window");
+    // Gemma 2 and 3: their attention's keys, each refused naming the file, the key and the value.
+    for (const char* type : {"gemma2", "gemma3_text"}) {
+      family["model_type"] = type;
+      for (const auto& [key, value, fragment] : std::vector<std::tuple<std::string, nlohmann::json, std::string>>{
+               {"attn_logit_softcapping", -50, "\"attn_logit_softcapping\" is -50"},
+               {"query_pre_attn_scalar", 0, "\"query_pre_attn_scalar\" is 0"},
+               {"layer_types", nlohmann::json::array({"full_attention", "full_attention"}),
+                "not a list of the 1 layers'"},
+               {"layer_types", nlohmann::json::array({"local"}), "\"layer_types\"[0] is \"local\""}}) {
+        auto bad = family;
+        bad[key] = value;
+        write_config(dir.path, bad);
+        CHECK_THROWS_WITH(TransformerModel::load(dir.path),
+                          Catch::Contains("config.json") && Catch::Contains(fragment));
+      }
+    }
+    family["model_type"] = "gemma3_text";
+    family["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4}};
+    write_config(dir.path, family);
+    CHECK_THROWS_WITH(TransformerModel::load(dir.path),
+                      Catch::Contains("rope_scaling") && Catch::Contains("not supported (linear only)"));
+    family["rope_scaling"] = {{"rope_type", "linear"}, {"factor", -4}};
+    write_config(dir.path, family);
+    CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("\"rope_scaling.factor\" is -4"));
+    family.erase("rope_scaling");
+    write_config(dir.path, {{"model_type", "gemma3"}, {"vision_config", nlohmann::json::object()}});
+    CHECK_THROWS_WITH(TransformerModel::load(dir.path),
+                      Catch::Contains("a \"gemma3\" configuration without a \"text_config\" object"));
+    family["attention_activation"] = "poly3";
+    family["model_type"] = "gemma2";
+    write_config(dir.path, family);
+    CHECK_THROWS_WITH(TransformerModel::load(dir.path),
+                      Catch::Contains("attn_logit_softcapping caps a softmax's logits"));
+    family.erase("attention_activation");
     write_config(dir.path, {{"model_type", "gpt2"},
                             {"n_embd", 8},
                             {"n_head", 3},

@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <vector>
 
 using namespace attncheck;
@@ -450,4 +451,242 @@ TEST_CASE("rotary closed forms agree with finite differences of the rotated atte
   // Without the rotation in the key derivative the value would differ: the rotation matters here.
   const auto unrotated = theory::attention_norms_from_projections(map, c.X, c.V, c.U, true);
   CHECK(testing::relative_difference(*unrotated.dK_fro, fd_k) > 1e-3);
+}
+
+namespace {
+
+// A head with optional query/key RMSNorms (before the rotation), rotary positions and a logit soft-cap, its
+// rows written from the definition: v_i = R(i) norm_Q(x_i W_Q + b_Q), u_j = R(j) norm_K(x_j W_K + b_K).
+struct NormedCase {
+  Matrix X, Q, K, P_Q, P_K, V, U;
+  Eigen::RowVectorXd bq, bk;
+  std::optional<theory::HeadNorm> query_norm, key_norm;
+  std::optional<theory::Rotary> rotary;
+  double cap = 0;
+};
+
+Matrix normalized_rows(const Matrix& P, const std::optional<theory::HeadNorm>& norm) {
+  if (!norm) return P;
+  Matrix out = P;
+  for (Index i = 0; i < P.rows(); ++i) {
+    const double mean_square = P.row(i).squaredNorm() / static_cast<double>(P.cols());
+    for (Index b = 0; b < P.cols(); ++b) out(i, b) = norm->gain[b] * P(i, b) / std::sqrt(mean_square + norm->eps);
+  }
+  return out;
+}
+
+void set_rows(NormedCase& c) {
+  c.P_Q = (c.X * c.Q).rowwise() + c.bq;
+  c.P_K = (c.X * c.K).rowwise() + c.bk;
+  c.V = normalized_rows(c.P_Q, c.query_norm);
+  c.U = normalized_rows(c.P_K, c.key_norm);
+  if (c.rotary) {
+    theory::apply_rotary(*c.rotary, c.V);
+    theory::apply_rotary(*c.rotary, c.U);
+  }
+}
+
+NormedCase normed_case(Index n, Index D, Index d, double sd, std::uint64_t seed, bool query_norm, bool key_norm,
+                       bool rotary, double cap) {
+  NormedCase c;
+  c.X = testing::random_matrix(n, D, sd, seed, 0);
+  c.Q = testing::random_matrix(D, d, 1.0, seed, 1);
+  c.K = testing::random_matrix(D, d, 1.0, seed, 2);
+  c.bq = testing::random_matrix(1, d, 0.5, seed, 3).row(0);
+  c.bk = testing::random_matrix(1, d, 0.5, seed, 4).row(0);
+  const Matrix gains = testing::random_matrix(2, d, 0.5, seed, 5).array() + 1.0;
+  if (query_norm) c.query_norm = theory::HeadNorm{gains.row(0).transpose(), 1e-6};
+  if (key_norm) c.key_norm = theory::HeadNorm{gains.row(1).transpose(), 0.3};
+  if (rotary) c.rotary = theory::Rotary::half_split(d, 100);
+  c.cap = cap;
+  set_rows(c);
+  return c;
+}
+
+theory::ScoreMaps maps_of(const NormedCase& c) {
+  return {c.rotary ? &*c.rotary : nullptr,
+          c.query_norm ? &*c.query_norm : nullptr,
+          c.key_norm ? &*c.key_norm : nullptr,
+          &c.P_Q,
+          &c.P_K,
+          c.cap};
+}
+
+// d(position t's row)/d(its raw projection), d x d, entry by entry: R(t) (diag(g)/r - g_a p_a p_b / (d r^3)).
+Matrix row_map(const NormedCase& c, const std::optional<theory::HeadNorm>& norm, const Matrix& P, Index t) {
+  const Index d = P.cols();
+  Matrix N = Matrix::Identity(d, d);
+  if (norm) {
+    const double r = std::sqrt(P.row(t).squaredNorm() / static_cast<double>(d) + norm->eps);
+    for (Index a = 0; a < d; ++a) {
+      for (Index b = 0; b < d; ++b) {
+        N(a, b) = norm->gain[a] * ((a == b ? 1 / r : 0.0) - P(t, a) * P(t, b) / (static_cast<double>(d) * r * r * r));
+      }
+    }
+  }
+  if (!c.rotary) return N;
+  Matrix rotated_rows = N.transpose();  // rows (N^T)_b = column b of N, rotated as row vectors
+  for (Index b = 0; b < d; ++b) {
+    Matrix row = rotated_rows.row(b);
+    theory::apply_rotary(*c.rotary, row, static_cast<double>(t));
+    rotated_rows.row(b) = row;
+  }
+  return rotated_rows.transpose();
+}
+
+// ||dF/dW||_F by the chain rule entry by entry: dF_ij/dL_ik (softmax in the capped logits L, or h' on the
+// diagonal), dL_ik/dS_ik = 1 - tanh^2(S_ik / cap), dS_ik/dW_Q = lambda x_i (M_i^T u_k)^T, dS_ik/dW_K =
+// lambda x_k (M_k^T v_i)^T with M_t the d x d map of position t built above.
+double normed_chain_rule_norm(const AttentionMap& map, const NormedCase& c, const theory::AttendedMask& mask,
+                              theory::Parameter parameter) {
+  const Index n = c.X.rows(), D = c.X.cols(), d = c.V.cols();
+  const bool softmax = map.activation.kind == ActivationKind::softmax;
+  const Matrix S = map.inner * c.V * c.U.transpose();
+  double sum = 0;
+  for (Index i = 0; i < n; ++i) {
+    std::vector<Index> keys;
+    for (Index k = 0; k < n; ++k) {
+      if (mask(i, k)) keys.push_back(k);
+    }
+    const auto visible = static_cast<Index>(keys.size());
+    Eigen::RowVectorXd logits(visible), slope = Eigen::RowVectorXd::Ones(visible);
+    for (Index k = 0; k < visible; ++k) {
+      const double s = S(i, keys[static_cast<std::size_t>(k)]);
+      logits[k] = softmax && c.cap > 0 ? c.cap * std::tanh(s / c.cap) : s;
+      if (softmax && c.cap > 0) slope[k] = 1 - std::pow(std::tanh(s / c.cap), 2);
+    }
+    Matrix dF_dS = Matrix::Zero(visible, visible);
+    if (softmax) {
+      const Eigen::RowVectorXd a = theory::row_softmax(logits).row(0);
+      for (Index j = 0; j < visible; ++j) {
+        double others = 0;
+        for (Index k = 0; k < visible; ++k) others += k == j ? 0.0 : a[k];
+        for (Index k = 0; k < visible; ++k) dF_dS(j, k) = (j == k ? a[j] * others : -a[j] * a[k]) * slope[k];
+      }
+    } else {
+      for (Index j = 0; j < visible; ++j)
+        dF_dS(j, j) = theory::pointwise_derivative(map.activation.h, map.activation.p, logits[j]);
+    }
+    std::vector<Matrix> dS;
+    for (Index k = 0; k < visible; ++k) {
+      const Index key = keys[static_cast<std::size_t>(k)];
+      dS.push_back(parameter == theory::Parameter::Q
+                       ? Matrix(map.inner * c.X.row(i).transpose() *
+                                (row_map(c, c.query_norm, c.P_Q, i).transpose() * c.U.row(key).transpose()).transpose())
+                       : Matrix(map.inner * c.X.row(key).transpose() *
+                                (row_map(c, c.key_norm, c.P_K, key).transpose() * c.V.row(i).transpose()).transpose()));
+    }
+    for (Index j = 0; j < visible; ++j) {
+      Matrix total = Matrix::Zero(D, d);
+      for (Index k = 0; k < visible; ++k) total += dF_dS(j, k) * dS[static_cast<std::size_t>(k)];
+      sum += (map.outer.at(n) * total).squaredNorm();
+    }
+  }
+  return std::sqrt(sum);
+}
+
+}  // namespace
+
+TEST_CASE("with query/key norms and soft-capped logits the closed forms equal the chain-rule Jacobians to 1e-10") {
+  rc::prop("softmax and elementwise maps; each norm, rotary, cap on or off; causal, sliding window or random mask", [] {
+    const auto n = *rc::gen::inRange<Index>(1, 7);
+    const auto D = *rc::gen::inRange<Index>(1, 5);
+    const auto d = *rc::gen::inRange<Index>(2, 6);
+    const double sd = *rc::gen::inRange(3, 30) / 10.0;
+    const bool query_norm = *rc::gen::arbitrary<bool>(), key_norm = *rc::gen::arbitrary<bool>();
+    const bool rotary = *rc::gen::arbitrary<bool>();
+    const double cap = *rc::gen::element(0.0, 0.7, 5.0);
+    const NormedCase c =
+        normed_case(n, D, d, sd, *rc::gen::arbitrary<std::uint64_t>(), query_norm, key_norm, rotary, cap);
+    const int mask_kind = *rc::gen::inRange(0, 3);  // 0 causal, 1 window, 2 random with the diagonal
+    const auto w = *rc::gen::inRange<Index>(1, n + 1);
+    theory::AttendedMask mask(n, n);
+    for (Index i = 0; i < n; ++i) {
+      for (Index j = 0; j < n; ++j) {
+        mask(i, j) = mask_kind == 0   ? j <= i
+                     : mask_kind == 1 ? (j <= i && j > i - w)
+                                      : (i == j || *rc::gen::arbitrary<bool>());
+      }
+    }
+    for (const AttentionMap& map : every_differentiable_map(d)) {
+      const auto norms = mask_kind == 0
+                             ? theory::attention_norms_from_projections(map, c.X, c.V, c.U, true, maps_of(c))
+                             : theory::attention_norms_from_projections(map, c.X, c.V, c.U, mask, maps_of(c));
+      const AttentionMap scores_only{{ActivationKind::pointwise, Pointwise::identity, 1}, map.inner, map.outer};
+      for (const auto parameter : {theory::Parameter::Q, theory::Parameter::K}) {
+        const double expected = normed_chain_rule_norm(map, c, mask, parameter);
+        const double floor = 1e-14 * normed_chain_rule_norm(scores_only, c, mask, parameter);
+        RC_ASSERT(std::abs(*(parameter == theory::Parameter::Q ? norms.dQ_fro : norms.dK_fro) - expected) <=
+                  1e-10 * expected + floor);
+      }
+    }
+  });
+}
+
+TEST_CASE("norms, rotation and cap: closed forms agree with finite differences of the whole head") {
+  const Index n = 5, D = 3, d = 4;
+  NormedCase c = normed_case(n, D, d, 1.0, 17, true, true, true, 0.9);
+  const double inner = 1 / std::sqrt(static_cast<double>(d));
+  const auto attention = [&](const Matrix& Q, const Matrix& K) {
+    NormedCase moved = c;
+    moved.Q = Q;
+    moved.K = K;
+    set_rows(moved);
+    Matrix L =
+        (inner * moved.V * moved.U.transpose()).unaryExpr([&](double s) { return c.cap * std::tanh(s / c.cap); });
+    for (Index i = 0; i < n; ++i)
+      for (Index j = i + 1; j < n; ++j) L(i, j) = -std::numeric_limits<double>::infinity();
+    return theory::row_softmax(L);
+  };
+  const AttentionMap map{{ActivationKind::softmax}, inner, {}};
+  const auto norms = theory::attention_norms_from_projections(map, c.X, c.V, c.U, true, maps_of(c));
+  CHECK(testing::relative_difference(norms.value_fro, attention(c.Q, c.K).norm()) < 1e-14);
+  const double fd_q =
+      testing::finite_difference_jacobian([&](const Matrix& q) { return attention(q, c.K); }, c.Q).norm();
+  const double fd_k =
+      testing::finite_difference_jacobian([&](const Matrix& k) { return attention(c.Q, k); }, c.K).norm();
+  CHECK(testing::relative_difference(*norms.dQ_fro, fd_q) < 1e-7);
+  CHECK(testing::relative_difference(*norms.dK_fro, fd_k) < 1e-7);
+  // Leaving out the norms' Jacobians (the rows as given, rotated) would miss: they matter here.
+  const auto without = theory::attention_norms_from_projections(map, c.X, c.V, c.U, true, &*c.rotary);
+  CHECK(testing::relative_difference(*without.dK_fro, fd_k) > 1e-3);
+  CHECK(testing::relative_difference(*without.dQ_fro, fd_q) > 1e-3);
+  // The cap leaves dF/dS the softmax's Jacobian in its (capped) logits.
+  CHECK(*norms.dS_fro <= std::sqrt(static_cast<double>(n)) / 2);
+}
+
+TEST_CASE("soft-capped softmax dA/dW_K keeps its relative accuracy on near one-hot rows") {
+  // Normalized rows bound the scores, so it takes a larger scale than without the norms to make the rows one-hot.
+  NormedCase c = normed_case(6, 3, 4, 1.0, 41, true, true, true, 2000);
+  for (const double inner : {80.0, 160.0, 320.0}) {
+    const AttentionMap map{{ActivationKind::softmax}, inner, {}};
+    theory::AttendedMask causal(6, 6);
+    for (Index i = 0; i < 6; ++i)
+      for (Index j = 0; j < 6; ++j) causal(i, j) = j <= i;
+    const auto norms = theory::attention_norms_from_projections(map, c.X, c.V, c.U, true, maps_of(c));
+    const double dk = normed_chain_rule_norm(map, c, causal, theory::Parameter::K);
+    INFO("inner " << inner << ": closed form " << *norms.dK_fro << ", chain rule " << dk);
+    CHECK(dk < 1e-3 * normed_chain_rule_norm({{ActivationKind::pointwise, Pointwise::identity, 1}, inner, {}}, c,
+                                             causal, theory::Parameter::K));
+    CHECK(testing::relative_difference(*norms.dK_fro, dk) < 1e-9);
+  }
+}
+
+TEST_CASE("norms and caps that cannot apply are refused, naming what is wrong") {
+  NormedCase c = normed_case(3, 2, 4, 1.0, 5, true, false, false, 0);
+  const AttentionMap map{{ActivationKind::softmax}, 0.5, {}};
+  theory::ScoreMaps maps = maps_of(c);
+  maps.raw_queries = nullptr;
+  CHECK_THROWS_WITH(theory::attention_norms_from_projections(map, c.X, c.V, c.U, true, maps),
+                    Catch::Contains("query norm needs the query projections"));
+  maps = maps_of(c);
+  maps.logit_softcap = -2;
+  CHECK_THROWS_WITH(theory::attention_norms_from_projections(map, c.X, c.V, c.U, true, maps),
+                    Catch::Contains("logit soft-cap -2"));
+  theory::HeadNorm short_gain{Eigen::VectorXd::Ones(3), 1e-6};
+  maps = maps_of(c);
+  maps.query_norm = &short_gain;
+  CHECK_THROWS_WITH(theory::attention_norms_from_projections(map, c.X, c.V, c.U, true, maps),
+                    Catch::Contains("gain of 3"));
+  CHECK_THROWS_WITH(theory::rms_normalized(c.P_Q, short_gain.gain, 1e-6), Catch::Contains("gain of 3 entries"));
 }

@@ -137,19 +137,15 @@ void apply_rotary(const Rotary& rotary, Matrix& rows, double first_position) {
 
 namespace {
 
-// Softmax's ||dA/dW_K||_F^2 / lambda^2 for row i under rotary positions (docs/THEORY.md). With
-// B(k, l) = (x_k . x_l) C_i(k - l), C_i(m) = sum_p |v_i,p|^2 cos(m theta_p) (+ the unrotated coordinates' share),
-// the row's term is sum_j a_j^2 ||z_j - zbar||^2 in the feature space where <z_k, z_l> = B(k, l). Measured from the
-// row's most probable key r (H(k, l) = B(k, l) - B(k, r) - B(r, l) + B(r, r), which vanishes on r's row and
+// Softmax's ||dA/dW_K||_F^2 / lambda^2 for one row whose keys' parameter gradients are features z_k with
+// <z_k, z_l> = B(k, l) (docs/THEORY.md): sum_j a_j^2 ||z_j - zbar||^2 with zbar = sum_l a_l z_l. Measured from
+// the row's most probable key r (H(k, l) = B(k, l) - B(k, r) - B(r, l) + B(r, r), which vanishes on r's row and
 // column), no term cancels when the row is near one-hot: the sums skip r, whose weight would otherwise cancel.
-double rotary_key_term(const Matrix& gram, std::span<const double> a, std::span<const double> c,
-                       std::span<const Index> keys) {
+// `B(k, l)` reads the kernel; `weighted_row(j, w)` returns sum_l w_l B(j, l), the O(N) per key that dominates.
+template <class Kernel, class WeightedRow>
+double centered_kernel_term(std::span<const double> a, const Kernel& B, const WeightedRow& weighted_row) {
   const auto visible = static_cast<Index>(a.size());
   const Index r = static_cast<Index>(std::max_element(a.begin(), a.end()) - a.begin());
-  const auto position = [&](Index k) { return keys[static_cast<std::size_t>(k)]; };
-  const auto B = [&](Index k, Index l) {
-    return gram(position(k), position(l)) * c[static_cast<std::size_t>(std::abs(position(k) - position(l)))];
-  };
   const double b_rr = B(r, r);
   Vector g(visible), weights = Eigen::Map<const Vector>(a.data(), visible);
   weights[r] = 0;
@@ -157,20 +153,7 @@ double rotary_key_term(const Matrix& gram, std::span<const double> a, std::span<
   const double others = weights.sum();  // 1 - a_r, summed from the small terms
   const double weighted_g = weights.dot(g);
   Vector h_a(visible);  // (H a)_j over l != r
-  // Keys in one run of positions (a causal prefix, a sliding window, all) read the Gram rows in place: this loop
-  // is the O(N^3) of the whole measure.
-  const bool run = keys.back() - keys.front() == visible - 1;
-  for (Index j = 0; j < visible; ++j) {
-    double sum = 0;
-    if (run) {
-      const double* gram_row = gram.row(keys.front() + j).data() + keys.front();
-      for (Index l = 0; l < j; ++l) sum += weights[l] * gram_row[l] * c[static_cast<std::size_t>(j - l)];
-      for (Index l = j; l < visible; ++l) sum += weights[l] * gram_row[l] * c[static_cast<std::size_t>(l - j)];
-    } else {
-      for (Index l = 0; l < visible; ++l) sum += weights[l] * B(j, l);
-    }
-    h_a[j] = sum - (g[j] - b_rr) * others - weighted_g;
-  }
+  for (Index j = 0; j < visible; ++j) h_a[j] = weighted_row(j, weights) - (g[j] - b_rr) * others - weighted_g;
   h_a[r] = 0;
   const double a_h_a = weights.dot(h_a);
   double term = a[static_cast<std::size_t>(r)] * a[static_cast<std::size_t>(r)] * a_h_a;
@@ -180,6 +163,32 @@ double rotary_key_term(const Matrix& gram, std::span<const double> a, std::span<
     term += a[static_cast<std::size_t>(j)] * a[static_cast<std::size_t>(j)] * (h_jj - 2 * h_a[j] + a_h_a);
   }
   return std::max(term, 0.0);  // a sum of squares; rounding must not make it negative
+}
+
+// Under rotary positions alone the kernel is B(k, l) = (x_k . x_l) C_i(k - l), C_i(m) = sum_p |v_i,p|^2
+// cos(m theta_p) (+ the unrotated coordinates' share): O(N^2) per row from the Gram matrix of X.
+double rotary_key_term(const Matrix& gram, std::span<const double> a, std::span<const double> c,
+                       std::span<const Index> keys) {
+  const auto visible = static_cast<Index>(a.size());
+  const auto position = [&](Index k) { return keys[static_cast<std::size_t>(k)]; };
+  const auto B = [&](Index k, Index l) {
+    return gram(position(k), position(l)) * c[static_cast<std::size_t>(std::abs(position(k) - position(l)))];
+  };
+  // Keys in one run of positions (a causal prefix, a sliding window, all) read the Gram rows in place: this loop
+  // is the O(N^3) of the whole measure.
+  const bool run = keys.back() - keys.front() == visible - 1;
+  const auto weighted_row = [&](Index j, const Vector& weights) {
+    double sum = 0;
+    if (run) {
+      const double* gram_row = gram.row(keys.front() + j).data() + keys.front();
+      for (Index l = 0; l < j; ++l) sum += weights[l] * gram_row[l] * c[static_cast<std::size_t>(j - l)];
+      for (Index l = j; l < visible; ++l) sum += weights[l] * gram_row[l] * c[static_cast<std::size_t>(l - j)];
+    } else {
+      for (Index l = 0; l < visible; ++l) sum += weights[l] * B(j, l);
+    }
+    return sum;
+  };
+  return centered_kernel_term(a, B, weighted_row);
 }
 
 // Softmax's keys under rotary positions: the Gram matrix of X, the cosines cos(m theta_p) for m = 0 .. N-1 and
@@ -367,6 +376,201 @@ AttentionNorms attention_norms_from_projections(const AttentionMap& map, const M
     const Vector u_sq_att = u_sq(keys), x_sq_att = x_sq(keys);
     add_row(map, i, U_att, X_att, u_sq_att, x_sq_att, V, x_sq[i], v_sq[i], s_row, w_row, sums,
             rotary_keys ? &*rotary_keys : nullptr, keys);
+  }
+  return norms_of_sums(map, n, sums);
+}
+
+Matrix rms_normalized(const Matrix& rows, const Vector& gain, double eps) {
+  if (gain.size() != rows.cols()) {
+    throw InputError(fmt::format("an RMSNorm gain of {} entries for rows of {}", gain.size(), rows.cols()));
+  }
+  Matrix out(rows.rows(), rows.cols());
+  for (Index i = 0; i < rows.rows(); ++i)
+    out.row(i) = rows.row(i) / std::sqrt(rows.row(i).squaredNorm() / static_cast<double>(rows.cols()) + eps);
+  out.array().rowwise() *= gain.transpose().array();
+  return out;
+}
+
+namespace {
+
+using RowVector = Eigen::RowVectorXd;
+
+// A head norm's Jacobian at each row p of P: diag(g) (I - w w^T) / r with r = sqrt(mean(p^2) + eps) and
+// w = p / (sqrt(d) r). Its transpose sends y to ((g . y) - w (w . (g . y))) / r, O(d).
+struct NormJacobians {
+  NormJacobians(const HeadNorm& norm, const Matrix* raw, const Matrix& normalized, const char* which)
+      : gain(norm.gain.transpose()) {
+    if (!raw) throw InputError(fmt::format("the {} norm needs the {} projections before it", which, which));
+    if (raw->rows() != normalized.rows() || raw->cols() != normalized.cols() || gain.size() != raw->cols()) {
+      throw InputError(fmt::format("the {} projections are {}x{} before the norm (gain of {}), {}x{} after it", which,
+                                   raw->rows(), raw->cols(), gain.size(), normalized.rows(), normalized.cols()));
+    }
+    if (!std::isfinite(norm.eps) || norm.eps < 0) {
+      throw InputError(fmt::format("the {} norm's epsilon {} is not a finite number >= 0", which, norm.eps));
+    }
+    const double d = static_cast<double>(raw->cols());
+    directions.resize(raw->rows(), raw->cols());
+    inverse_rms.resize(raw->rows());
+    for (Index i = 0; i < raw->rows(); ++i) {
+      const double rms = std::sqrt(raw->row(i).squaredNorm() / d + norm.eps);
+      inverse_rms[i] = 1 / rms;
+      directions.row(i) = raw->row(i) / (std::sqrt(d) * rms);
+    }
+  }
+  void transpose_times(Index i, Eigen::Ref<RowVector> y) const {
+    y.array() *= gain.array();
+    const double along = directions.row(i).dot(y);
+    y -= along * directions.row(i);
+    y *= inverse_rms[i];
+  }
+  RowVector gain;
+  Matrix directions;
+  Vector inverse_rms;
+};
+
+// R(t)^T y for positions t = 0 .. N-1 from a table of the angles' cosines and sines.
+struct RotationsBack {
+  RotationsBack(const Rotary& embedding, Index n, Index d) : rotary(embedding) {
+    if (rotary.dimension != d) {
+      throw InputError(fmt::format("rotary embedding of dimension {} for heads of dimension {}", rotary.dimension, d));
+    }
+    const auto pairs = static_cast<Index>(rotary.frequency.size());
+    cosines.resize(n, pairs);
+    sines.resize(n, pairs);
+    for (Index t = 0; t < n; ++t) {
+      for (Index p = 0; p < pairs; ++p) {
+        cosines(t, p) = std::cos(static_cast<double>(t) * rotary.frequency[static_cast<std::size_t>(p)]);
+        sines(t, p) = std::sin(static_cast<double>(t) * rotary.frequency[static_cast<std::size_t>(p)]);
+      }
+    }
+  }
+  void apply(Index t, Eigen::Ref<RowVector> y) const {
+    for (Index p = 0; p < cosines.cols(); ++p) {
+      const Index f = rotary.first[static_cast<std::size_t>(p)], s = rotary.second[static_cast<std::size_t>(p)];
+      const double a = y[f], b = y[s];
+      y[f] = cosines(t, p) * a + sines(t, p) * b;
+      y[s] = -sines(t, p) * a + cosines(t, p) * b;
+    }
+  }
+  const Rotary& rotary;
+  Matrix cosines, sines;
+};
+
+// The maps of one call, prepared once: the norms' Jacobians, the rotations, the Gram matrix of X.
+struct PreparedMaps {
+  PreparedMaps(const ScoreMaps& maps, const Matrix& X, const Matrix& V, const Matrix& U) : cap(maps.logit_softcap) {
+    if (!std::isfinite(cap) || cap < 0) {
+      throw InputError(fmt::format("logit soft-cap {} is not a finite number >= 0 (0: none)", cap));
+    }
+    if (maps.query_norm) query_norm.emplace(*maps.query_norm, maps.raw_queries, V, "query");
+    if (maps.key_norm) key_norm.emplace(*maps.key_norm, maps.raw_keys, U, "key");
+    if (maps.rotary) rotations.emplace(*maps.rotary, X.rows(), V.cols());
+    gram = X * X.transpose();
+  }
+  // M^T y for the map M from a raw projection at position t to the row the scores read: R(t) norm(.).
+  void back(const std::optional<NormJacobians>& norm, Index t, Eigen::Ref<RowVector> y) const {
+    if (rotations) rotations->apply(t, y);
+    if (norm) norm->transpose_times(t, y);
+  }
+  double cap;
+  std::optional<NormJacobians> query_norm, key_norm;
+  std::optional<RotationsBack> rotations;
+  Matrix gram;
+};
+
+// Row i of the general case (docs/THEORY.md, "Query and key norms, soft-capped logits"): s_j = lambda v_i . u_j
+// over the attended keys, the softmax's logits capped, and dF_il/dW_Q = lambda x_i (M_i^T y_l)^T,
+// dF_il/dW_K = lambda sum_j J_lj c_j x_j (M'_j^T v_i)^T through each position's map.
+void add_general_row(const AttentionMap& map, Index i, std::span<const Index> keys, const Matrix& V, const Matrix& U,
+                     const Vector& x_sq, const PreparedMaps& prepared, NormSums& sums) {
+  const auto visible = static_cast<Index>(keys.size());
+  const bool softmax = map.activation.kind == ActivationKind::softmax;
+  const Matrix U_att = U(keys, Eigen::all);
+  Vector s = map.inner * (U_att * V.row(i).transpose());
+  // c_j = d(cap tanh(s_j / cap)) / ds_j multiplies every derivative through the logit.
+  Vector c = Vector::Ones(visible);
+  if (softmax && prepared.cap > 0) {
+    for (Index j = 0; j < visible; ++j) {
+      const double t = std::tanh(s[j] / prepared.cap);
+      s[j] = prepared.cap * t;
+      c[j] = 1 - t * t;
+    }
+  }
+  Vector w(visible);
+  const RowTerms terms =
+      row_terms(map, {s.data(), static_cast<std::size_t>(visible)}, {w.data(), static_cast<std::size_t>(visible)}, i);
+  sums.value_sq += terms.value_sq;
+  sums.dS_sq += terms.dS_sq;
+  const auto key = [&](Index j) { return keys[static_cast<std::size_t>(j)]; };
+  // Queries: y_l = a_l (c_l u_l - sum_j a_j c_j u_j) for softmax (differences formed explicitly: a near one-hot
+  // row would cancel them), u_l with weight h'(s_l)^2 for the elementwise maps.
+  Matrix Y = U_att;
+  if (softmax) {
+    Y = c.asDiagonal() * U_att;
+    const RowVector y_bar = w.transpose() * Y;
+    for (Index l = 0; l < visible; ++l) Y.row(l) = w[l] * (Y.row(l) - y_bar);
+  }
+  if (prepared.query_norm) {
+    for (Index l = 0; l < visible; ++l) prepared.back(prepared.query_norm, i, Y.row(l));
+  }
+  const Vector y_sq = Y.rowwise().squaredNorm();
+  sums.dQ_sq += x_sq[i] * (softmax ? y_sq.sum() : w.dot(y_sq));
+  // Keys: z_j = c_j M'_j^T v_i, the key j's gradient direction in W_K (times x_j).
+  Matrix Z = V.row(i).replicate(visible, 1);
+  for (Index j = 0; j < visible; ++j) {
+    prepared.back(prepared.key_norm, key(j), Z.row(j));
+    Z.row(j) *= c[j];
+  }
+  if (!softmax) {
+    for (Index j = 0; j < visible; ++j) sums.dK_sq += w[j] * x_sq[key(j)] * Z.row(j).squaredNorm();
+    return;
+  }
+  const Matrix B = prepared.gram(keys, keys).cwiseProduct(Z * Z.transpose());
+  sums.dK_sq += centered_kernel_term(
+      {w.data(), static_cast<std::size_t>(visible)}, [&](Index k, Index l) { return B(k, l); },
+      [&](Index j, const Vector& weights) { return B.row(j).dot(weights.transpose()); });
+}
+
+bool needs_general_rows(const AttentionMap& map, const ScoreMaps& maps) {
+  return maps.query_norm || maps.key_norm ||
+         (maps.logit_softcap != 0 && map.activation.kind == ActivationKind::softmax);
+}
+
+}  // namespace
+
+AttentionNorms attention_norms_from_projections(const AttentionMap& map, const Matrix& X, const Matrix& V,
+                                                const Matrix& U, bool causal, const ScoreMaps& maps) {
+  if (!needs_general_rows(map, maps)) return attention_norms_from_projections(map, X, V, U, causal, maps.rotary);
+  check_projections(map, X, V, U);
+  const Index n = X.rows();
+  const PreparedMaps prepared(maps, X, V, U);
+  const Vector x_sq = X.rowwise().squaredNorm();
+  std::vector<Index> positions(static_cast<std::size_t>(n));
+  std::iota(positions.begin(), positions.end(), Index{0});
+  NormSums sums;
+  for (Index i = 0; i < n; ++i) {
+    const auto visible = static_cast<std::size_t>(causal ? i + 1 : n);
+    add_general_row(map, i, std::span<const Index>(positions).first(visible), V, U, x_sq, prepared, sums);
+  }
+  return norms_of_sums(map, n, sums);
+}
+
+AttentionNorms attention_norms_from_projections(const AttentionMap& map, const Matrix& X, const Matrix& V,
+                                                const Matrix& U, const AttendedMask& attended, const ScoreMaps& maps) {
+  if (!needs_general_rows(map, maps)) return attention_norms_from_projections(map, X, V, U, attended, maps.rotary);
+  check_projections(map, X, V, U);
+  const Index n = X.rows();
+  check_mask(attended, n, n);
+  const PreparedMaps prepared(maps, X, V, U);
+  const Vector x_sq = X.rowwise().squaredNorm();
+  NormSums sums;
+  std::vector<Index> keys;
+  for (Index i = 0; i < n; ++i) {
+    keys.clear();
+    for (Index j = 0; j < n; ++j) {
+      if (attended(i, j)) keys.push_back(j);
+    }
+    add_general_row(map, i, keys, V, U, x_sq, prepared, sums);
   }
   return norms_of_sums(map, n, sums);
 }

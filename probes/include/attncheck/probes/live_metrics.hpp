@@ -18,7 +18,9 @@
 namespace attncheck::probes {
 
 // ||F||_F, ||dF/dS||_F, ||dF/dW_Q||_F, ||dF/dW_K||_F of one activation on the head's scores S = inner V U^T
-// (derivatives in the weights, the biases entering through V and U).
+// (derivatives in the weights through the biases, the query/key norms and the rotation; softmax takes the
+// layer's soft-capped logits when it caps them, dF/dS then being its Jacobian in those logits, while the
+// elementwise maps take S itself).
 struct NormSet {
   double value = 0, grad = 0, dWq = 0, dWk = 0;
 };
@@ -53,7 +55,7 @@ struct HeadMetrics {
   double sigma_x = 0, sigma_t = 0;
   double iid_scores_fro = 0, iid_poly3_scaled_fro = 0, iid_poly3_fro = 0;
   // Cross-normalization what-if (claim C9), filled only when asked: the head's own softmax attention A (the
-  // softmax of its scores, masked as the model masks them, whatever the trained activation) applied to
+  // softmax of its logits, soft-capped and masked as the model does, whatever the trained activation) applied to
   // P_mix = mix softmax_col(V) + (1 - mix) V, with V = X W_V + b_V the head's values and softmax_col over all
   // N rows. One entry per mix in kCrossNormMixes; d_v = 0 and the list empty otherwise.
   std::int64_t d_v = 0;

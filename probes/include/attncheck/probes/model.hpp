@@ -48,6 +48,14 @@ struct ModelConfig {
   bool gguf = false;              // tensor names as llama.cpp writes them
   // Mistral: position i attends to the keys i - sliding_window < j <= i (0: every earlier one).
   std::int64_t sliding_window = 0;
+  // Gemma 2, Gemma 3: the layers the window applies to (empty: all), the others attending to every earlier key.
+  std::vector<bool> sliding_layers;
+  // Gemma 2, Gemma 3: scores scaled by query_pre_attn_scalar^(-1/2) (0: by head_dim^(-1/2)); Gemma 2's softmax logits
+  // soft-capped, cap tanh(S / cap) (0: none).
+  double query_pre_attn_scalar = 0, logit_softcap = 0;
+  // Gemma 3: the sliding layers' rotary base (0: rope_theta), and the other layers' linear rope scaling (positions
+  // divided by the factor).
+  double rope_local_theta = 0, rope_linear_factor = 1;
   // ViT, DINOv2, CLIP vision: square patches of patch_size pixels over images of num_channels channels; image_size is
   // the side the position embeddings were trained for (DINOv2 interpolates them to other grids).
   std::int64_t image_size = 0, patch_size = 0, channels = 0;
@@ -75,20 +83,31 @@ std::filesystem::path config_path_for(const std::filesystem::path& model);
 // (theory's functions take them in that order); here they are named for what they are, since C9 and `values` below
 // use V for the value projections.
 struct HeadInputs {
-  Matrix queries, keys;  // N x d biased projections (rotated to their positions under rotary embeddings)
-  Matrix W_Q, W_K;       // D x d slices of the weights (for the i.i.d. model's sigma_t)
-  Vector b_Q, b_K;       // d
-  Matrix attention;      // N x N: the map the forward pass applied (the trained activation)
+  // N x d biased projections, normalized by the layer's query and key norms when it has them, then rotated to their
+  // positions under rotary embeddings: the rows the scores are products of.
+  Matrix queries, keys;
+  Matrix W_Q, W_K;   // D x d slices of the weights (for the i.i.d. model's sigma_t)
+  Vector b_Q, b_K;   // d
+  Matrix attention;  // N x N: the map the forward pass applied (the trained activation)
   // N x d_v: the value projections X W_V + b_V this head's attention multiplies (its key/value head's under
   // grouped queries); empty when the weights were given without them.
   Matrix values;
   std::int64_t kv_head = 0;  // the key/value head this query head reads (itself without grouped queries)
 };
 
+// An RMSNorm over one head's d coordinates, y = x / sqrt(mean(x^2) + eps) * gain, one gain for every head (Gemma's
+// 1 + weight already added).
+using theory::HeadNorm;
+
 struct LayerInputs {
   Matrix X;  // N x D: the rows the projections act on (after ln_1 for GPT-2, the attention RMSNorm for Llama)
   double inner = 1;
   bool causal = false;
+  // Qwen3, Gemma 3: the norms applied to each head's queries and keys (X W + b) before the rotation. fill_heads
+  // applies them, so they are set before it runs: the measures take the heads' rows as already normalized.
+  std::optional<HeadNorm> query_norm, key_norm;
+  // Gemma 2: the softmax's logits are logit_softcap tanh(S / logit_softcap), S = inner queries keys^T (0: S).
+  double logit_softcap = 0;
   std::optional<theory::Rotary> rotary;  // positions 0 .. N-1
   // Entries attended when the mask is neither "all" nor causal (padding, a sliding window): then it is the whole
   // mask, with any causal part already in it.
@@ -139,6 +158,12 @@ class TransformerModel {
 Matrix layer_norm(const Matrix& x, const Vector& gain, const Vector& bias, double eps);
 // Row-wise RMSNorm: x / sqrt(mean(x^2) + eps) * gain.
 Matrix rms_norm(const Matrix& x, const Vector& gain, double eps);
+
+// The head's logits as its softmax takes them: S = inner queries keys^T, soft-capped when the layer caps them.
+Matrix softmax_logits(const LayerInputs& layer, const HeadInputs& head);
+// The theory's maps of the layer for one head: rotary, the norms with the head's projections before them (which
+// `raw_queries` and `raw_keys` are filled with), the cap.
+theory::ScoreMaps score_maps(const LayerInputs& layer, const HeadInputs& head, Matrix& raw_queries, Matrix& raw_keys);
 
 // The map applied to one head's scores; masked entries (causal, j > i, or outside `attended` when given) are 0.
 // Scores that are not finite are an InputError naming `where` (the layer and head) and the cause: activations that

@@ -95,6 +95,38 @@ AttentionNorms attention_norms_from_projections(const AttentionMap& map, const M
                                                 const Matrix& U, const AttendedMask& attended,
                                                 const Rotary* rotary = nullptr);
 
+// An RMSNorm over one head's d coordinates (Qwen3's and Gemma 3's query and key norms): each row p becomes
+// p / sqrt(mean(p^2) + eps) * gain, the gain (d entries, Gemma's 1 + weight already added) shared by every head.
+struct HeadNorm {
+  Vector gain;
+  double eps = 1e-6;
+};
+
+// Each row of `rows` normalized as above: x / sqrt(mean(x^2) + eps) * gain.
+Matrix rms_normalized(const Matrix& rows, const Vector& gain, double eps);
+
+// What a head applies between its projections P_Q = X W_Q + b_Q, P_K = X W_K + b_K and its attention, beyond the
+// map's own scale: v_i = R(i) norm_Q(p_i), u_j = R(j) norm_K(p_j), S = lambda V U^T, and for softmax the logits
+// cap tanh(S / cap) (Gemma 2's soft-capping). The elementwise maps take S itself: the cap belongs to the softmax.
+struct ScoreMaps {
+  const Rotary* rotary = nullptr;
+  const HeadNorm* query_norm = nullptr;
+  const HeadNorm* key_norm = nullptr;
+  // P_Q and P_K before the norms (N x d), which the norms' Jacobians are taken at: required with the norms.
+  const Matrix* raw_queries = nullptr;
+  const Matrix* raw_keys = nullptr;
+  double logit_softcap = 0;  // 0: none
+};
+
+// The closed forms with every map of `maps`: V and U are the final rows (normalized, rotated), and dF/dW_Q,
+// dF/dW_K are the derivatives through the norms, the rotation and the cap; dF/dS stays the Jacobian of the
+// activation in its own input (the capped logits for softmax). Softmax's dF/dW_K is then O(N^3 d) per head
+// (docs/THEORY.md, "Query and key norms, soft-capped logits").
+AttentionNorms attention_norms_from_projections(const AttentionMap& map, const Matrix& X, const Matrix& V,
+                                                const Matrix& U, bool causal, const ScoreMaps& maps);
+AttentionNorms attention_norms_from_projections(const AttentionMap& map, const Matrix& X, const Matrix& V,
+                                                const Matrix& U, const AttendedMask& attended, const ScoreMaps& maps);
+
 // ||F||_F and ||dF/dS||_F from the scores S themselves (lambda already applied, so map.inner is not used), for
 // callers that have no weights: dQ_fro and dK_fro stay empty. `attended` (optional) masks as above.
 AttentionNorms score_map_norms(const AttentionMap& map, const Matrix& scores, const AttendedMask* attended = nullptr);

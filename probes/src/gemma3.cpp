@@ -1,0 +1,103 @@
+// The Gemma 3 adapter (text): Gemma 2's decoder without the logit soft-cap (attn_logit_softcapping is null in the
+// published configs, applied when set), with an RMSNorm over each head's queries and keys before the rotation
+// (self_attn.q_norm and k_norm, gain 1 + weight), a sliding window on every layer but each
+// sliding_window_pattern-th (or on those config.json's layer_types names), and two rotary bases: the sliding layers'
+// rope_local_base_freq, the others' rope_theta with rope_scaling's linear factor. Reads "gemma3_text" configs, and
+// "gemma3" (image and text) configs whose text_config holds the text model, with its tensors under
+// language_model.model. or model.language_model. (the vision tower is not read). Keys that a config leaves out take
+// Gemma3TextConfig's defaults, as multimodal configs rely on. Safetensors only.
+
+#include "llama_like.hpp"
+
+namespace attncheck::probes::detail {
+
+namespace {
+
+const DecoderTraits gemma3_traits{.family = "Gemma 3",
+                                  .activation_key = "hidden_activation",
+                                  .default_activation = "gelu_pytorch_tanh",
+                                  .activations = {"gelu_pytorch_tanh", "gelu_new", "gelu"},
+                                  .gemma_scaling = true,
+                                  .head_norms = true,
+                                  .sandwich_norms = true};
+
+// rope_scaling's linear factor (1 without scaling); other kinds are refused, naming them.
+double linear_rope_factor(const nlohmann::json& text, const std::filesystem::path& file) {
+  if (!text.contains("rope_scaling") || text["rope_scaling"].is_null()) return 1;
+  const auto& scaling = text["rope_scaling"];
+  const std::string type =
+      value_or<std::string>(scaling, "rope_type",
+                            value_or<std::string>(scaling, "type", "default", file, "rope_scaling"), file,
+                            "rope_scaling");
+  if (!scaling.is_object() || (type != "linear" && type != "default")) {
+    throw InputError(fmt::format("{}: rope_scaling {} is not supported (linear only)", file.string(),
+                                 records::json_excerpt(scaling)));
+  }
+  if (type == "default") return 1;
+  return checked_number(value_or<double>(scaling, "factor", 1.0, file, "rope_scaling"), 0, true, file.string(),
+                        "rope_scaling.factor");
+}
+
+ModelConfig config_from_json(const nlohmann::json& config, const std::filesystem::path& file,
+                             const Checkpoint& checkpoint) {
+  nlohmann::json text = config;
+  if (value_or<std::string>(config, "model_type", "", file) == "gemma3") {
+    if (!config.contains("text_config") || !config["text_config"].is_object()) {
+      throw InputError(fmt::format("{}: a \"gemma3\" configuration without a \"text_config\" object", file.string()));
+    }
+    text = config["text_config"];
+  }
+  if (text.contains("rope_parameters")) {
+    throw InputError(
+        fmt::format("{}: \"rope_parameters\" is not supported for Gemma 3 (rope_theta, rope_local_base_freq and "
+                    "rope_scaling are)",
+                    file.string()));
+  }
+  // Gemma3TextConfig's defaults, for the keys a config leaves out.
+  const nlohmann::json defaults = {{"vocab_size", 262208},
+                                   {"hidden_size", 2304},
+                                   {"intermediate_size", 9216},
+                                   {"num_hidden_layers", 26},
+                                   {"num_attention_heads", 8},
+                                   {"num_key_value_heads", 4},
+                                   {"head_dim", 256},
+                                   {"max_position_embeddings", 131072},
+                                   {"rms_norm_eps", 1e-6},
+                                   {"rope_theta", 1000000.0},
+                                   {"rope_local_base_freq", 10000.0}};
+  for (const auto& [key, value] : defaults.items()) {
+    if (!text.contains(key) || text[key].is_null()) text[key] = value;
+  }
+  const double factor = linear_rope_factor(text, file);
+  text.erase("rope_scaling");  // read above; Llama's reader refuses every scaling
+  ModelConfig c = llama_like_config(text, file, checkpoint, gemma3_traits);
+  read_gemma_attention(text, file, c,
+                       {.logit_softcap = 0, .global_every = positive_int_or(text, "sliding_window_pattern", 6, file)});
+  c.rope_local_theta = checked_number(value_or<double>(text, "rope_local_base_freq", 10000.0, file), 0, true,
+                                      file.string(), "rope_local_base_freq");
+  c.rope_linear_factor = factor;
+  for (const char* prefix : {"language_model.model.", "model.language_model."}) {
+    if (checkpoint.contains(std::string(prefix) + "embed_tokens.weight")) c.tensor_prefix = prefix;
+  }
+  return c;
+}
+
+std::string describe(const ModelConfig& c) {
+  return llama_like_describe(c) + gemma_attention_describe(c) +
+         fmt::format(
+             "sliding layers' rotary base {:g}, the others' positions divided by {:g}; queries and keys "
+             "RMS-normalized per head (d = {}) before the rotation: |dA/dW_Q|, |dA/dW_K| through the norms\n",
+             c.rope_local_theta, c.rope_linear_factor, c.head_dim());
+}
+
+}  // namespace
+
+extern const FamilyAdapter gemma3_adapter{.name = "Gemma 3",
+                                          .model_types = {"gemma3_text", "gemma3"},
+                                          .config_from_json = config_from_json,
+                                          .embedding_scale_tensor = llama_like_embeddings,
+                                          .embed_tokens = llama_like_embed_tokens,
+                                          .forward = llama_like_forward_for<gemma3_traits>,
+                                          .describe = describe};
+
+}  // namespace attncheck::probes::detail
