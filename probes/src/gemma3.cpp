@@ -38,6 +38,41 @@ double linear_rope_factor(const nlohmann::json& text, const std::filesystem::pat
                         "rope_scaling.factor");
 }
 
+// Newer configs give one "rope_parameters" object per kind of layer ({"full_attention": {...},
+// "sliding_attention": {...}}) or one for all: the same as the older keys rope_theta and rope_scaling (the full
+// layers') and rope_local_base_freq (the sliding layers'), which the reader below takes.
+nlohmann::json with_rope_keys(nlohmann::json text, const std::filesystem::path& file) {
+  const nlohmann::json& rope = text["rope_parameters"];
+  if (!rope.is_object()) {
+    throw InputError(fmt::format("{}: \"rope_parameters\" is {}, not an object", file.string(),
+                                 records::json_excerpt(rope)));
+  }
+  const bool per_kind = rope.contains("full_attention") || rope.contains("sliding_attention");
+  const auto kind = [&](const char* name) -> nlohmann::json {
+    if (!per_kind) return rope;
+    if (!rope.contains(name) || !rope[name].is_object()) {
+      throw InputError(fmt::format("{}: \"rope_parameters.{}\" is missing or not an object", file.string(), name));
+    }
+    return rope[name];
+  };
+  const nlohmann::json full = kind("full_attention"), sliding = kind("sliding_attention");
+  for (const auto& [parameters, name] : {std::pair{&full, "full_attention"}, std::pair{&sliding, "sliding_attention"}}) {
+    const std::string type = value_or<std::string>(*parameters, "rope_type", "default", file, "rope_parameters");
+    if (type != "default" && !(type == "linear" && parameters == &full)) {
+      throw InputError(fmt::format("{}: rope_parameters{}{} has rope_type '{}': the probe reads default rotary "
+                                   "positions (and linear scaling of the full-attention layers')",
+                                   file.string(), per_kind ? "." : "", per_kind ? name : "", type));
+    }
+  }
+  if (full.contains("rope_theta")) text["rope_theta"] = full["rope_theta"];
+  if (sliding.contains("rope_theta")) text["rope_local_base_freq"] = sliding["rope_theta"];
+  if (value_or<std::string>(full, "rope_type", "default", file, "rope_parameters") == "linear") {
+    text["rope_scaling"] = {{"rope_type", "linear"}, {"factor", full.value("factor", nlohmann::json(1.0))}};
+  }
+  text.erase("rope_parameters");
+  return text;
+}
+
 ModelConfig config_from_json(const nlohmann::json& config, const std::filesystem::path& file,
                              const Checkpoint& checkpoint) {
   nlohmann::json text = config;
@@ -47,12 +82,7 @@ ModelConfig config_from_json(const nlohmann::json& config, const std::filesystem
     }
     text = config["text_config"];
   }
-  if (text.contains("rope_parameters")) {
-    throw InputError(
-        fmt::format("{}: \"rope_parameters\" is not supported for Gemma 3 (rope_theta, rope_local_base_freq and "
-                    "rope_scaling are)",
-                    file.string()));
-  }
+  if (text.contains("rope_parameters")) text = with_rope_keys(std::move(text), file);
   // Gemma3TextConfig's defaults, for the keys a config leaves out.
   const nlohmann::json defaults = {{"vocab_size", 262208},
                                    {"hidden_size", 2304},

@@ -338,7 +338,17 @@ LayerInputs split_heads(Matrix X, const Matrix& W_Q, const Matrix& W_K, const Ve
   layer.X = std::move(X);
   layer.inner = inner;
   layer.causal = causal;
+  for (const auto& [norm, name] : {std::pair{&split.query_norm, "query_norm"}, std::pair{&split.key_norm, "key_norm"}}) {
+    if (*norm && (*norm)->gain.size() != d)
+      throw InputError(fmt::format("{} has {} gains, the heads d = {}", name, (*norm)->gain.size(), d));
+    if (*norm && !((*norm)->eps >= 0)) throw InputError(fmt::format("{} eps = {} is negative", name, (*norm)->eps));
+  }
+  if (!(split.logit_softcap >= 0) || !std::isfinite(split.logit_softcap))
+    throw InputError(fmt::format("logit_softcap = {} is not a finite cap >= 0", split.logit_softcap));
   layer.rotary = std::move(split.rotary);
+  layer.query_norm = std::move(split.query_norm);
+  layer.key_norm = std::move(split.key_norm);
+  layer.logit_softcap = split.logit_softcap;
   if (split.attended) {
     if (causal) {
       for (Index i = 0; i < split.attended->rows(); ++i)

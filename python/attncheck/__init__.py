@@ -85,7 +85,7 @@ def _check_activation(activation):
 
 
 def _measure(x, w_q, w_k, b_q, b_k, heads, causal, mask, scale, layer, kv_heads=None, rotary=None,
-             rotary_layout="half"):
+             rotary_layout="half", query_norm=None, key_norm=None, logit_softcap=0.0):
     """The per-head measurements as _core._Head objects (for the recorder, which also writes them as log lines)."""
     x = _as_array(x, "x")
     arrays = [_as_array(w_q, "w_q"), _as_array(w_k, "w_k"),
@@ -98,13 +98,25 @@ def _measure(x, w_q, w_k, b_q, b_k, heads, causal, mask, scale, layer, kv_heads=
             raise ValueError(f"{name} = {value!r} is not an integer")
     if rotary is not None:
         rotary = np.ascontiguousarray(_as_array(rotary, "rotary"), dtype=np.float64)
+    gains, eps = {}, []
+    for name, norm in (("query_norm", query_norm), ("key_norm", key_norm)):
+        if norm is not None:
+            if not (isinstance(norm, tuple) and len(norm) == 2):
+                raise ValueError(f"{name} must be a pair (gain, eps)")
+            gains[name] = np.ascontiguousarray(_as_array(norm[0], name), dtype=np.float64)
+            eps.append(float(norm[1]))
+    if len(set(eps)) > 1:
+        raise ValueError(f"query_norm and key_norm have different eps ({eps[0]} and {eps[1]})")
     return _core.measure(x, *arrays, heads=int(heads), kv_heads=0 if kv_heads is None else int(kv_heads),
                          causal=bool(causal), mask=mask, scale=None if scale is None else float(scale),
-                         layer=int(layer), rotary=rotary, rotary_layout=str(rotary_layout))
+                         layer=int(layer), rotary=rotary, rotary_layout=str(rotary_layout),
+                         query_norm=gains.get("query_norm"), key_norm=gains.get("key_norm"),
+                         norm_eps=eps[0] if eps else 1e-6, logit_softcap=float(logit_softcap or 0.0))
 
 
 def attention_norms(x, w_q, w_k, b_q=None, b_k=None, heads=1, activation="softmax", causal=False, mask=None,
-                    scale=None, *, kv_heads=None, rotary=None, rotary_layout="half"):
+                    scale=None, *, kv_heads=None, rotary=None, rotary_layout="half", query_norm=None, key_norm=None,
+                    logit_softcap=0.0):
     """Per head, what `attncheck probe` measures on one sequence: the attention map's Frobenius norm against the
     bounds, its Jacobians in the scores and in the weights, score statistics and the alternative activations on
     the same scores, all in closed form (no Jacobian is formed; O(N^2 d) per head).
@@ -119,6 +131,9 @@ def attention_norms(x, w_q, w_k, b_q=None, b_k=None, heads=1, activation="softma
     rotary: the frequencies (radians per position) of rotary position embeddings, queries and keys of row t
     rotated by t * frequency; pair p rotates coordinates (p, p + len(rotary)) (rotary_layout "half", Hugging
     Face's) or (2p, 2p + 1) ("interleaved", ggml's); coordinates past 2 * len(rotary) are not rotated.
+    query_norm, key_norm: (gain, eps) of an RMSNorm applied to each head's queries or keys before the rotation,
+    q / sqrt(mean(q^2) + eps) * gain (Qwen3, Gemma 3); logit_softcap: the softmax takes cap * tanh(S / cap) (Gemma
+    2). The derivatives in W_Q and W_K go through both; grad_fro stays the softmax's Jacobian in its logits.
 
     Returns one dict per head, keyed like the rows under `heads` of `attncheck probe --json`: layer (0), head,
     N, D, d, causal, inner (the scale), softmax_fro (||A||_F), grad_fro (||dA/dS||_F), dWq_fro and dWk_fro (||dA/dW_Q||_F, ||dA/dW_K||_F,
@@ -129,7 +144,8 @@ def attention_norms(x, w_q, w_k, b_q=None, b_k=None, heads=1, activation="softma
     model's own columns among these.
     """
     _check_activation(activation)
-    heads_measured = _measure(x, w_q, w_k, b_q, b_k, heads, causal, mask, scale, 0, kv_heads, rotary, rotary_layout)
+    heads_measured = _measure(x, w_q, w_k, b_q, b_k, heads, causal, mask, scale, 0, kv_heads, rotary, rotary_layout,
+                              query_norm, key_norm, logit_softcap)
     return [dict(head.as_dict(), activation=activation) for head in heads_measured]
 
 

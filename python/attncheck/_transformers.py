@@ -134,50 +134,41 @@ def _double_copy(module):
     return twin.to(dtype=torch.float64, device="cpu")
 
 
-def _rotary_frequencies(module, root, d, config):
-    """The rotary frequencies of a module's queries and keys in double precision: from the config (rope_theta,
-    the local base of sliding layers, linear scaling), checked against the module's or the model's inv_freq."""
-    theta = getattr(config, "rope_theta", None) if config is not None else None
-    parameters = getattr(config, "rope_parameters", None) if config is not None else None
-    if theta is None and isinstance(parameters, dict):
-        theta = parameters.get("rope_theta")
-    sliding = getattr(module, "sliding_window", None) or getattr(module, "is_sliding", False)
-    local = getattr(config, "rope_local_base_freq", None) if config is not None else None
+def _rope_settings(module, config):
+    """(base, scaling dict) of this layer's rotary positions from the config: rope_theta and rope_scaling, the
+    sliding layers' rope_local_base_freq, or rope_parameters (one object, or one per kind of layer)."""
+    sliding = bool(getattr(module, "is_sliding", False) or getattr(module, "sliding_window", None))
+    theta = getattr(config, "rope_theta", None)
+    scaling = getattr(config, "rope_scaling", None) or {}
+    local = getattr(config, "rope_local_base_freq", None)
     if local is not None and sliding:
-        theta = local
-    buffers = []
-    for owner in (module, root):
-        for name, child in owner.named_modules():
-            inv = getattr(child, "inv_freq", None)
-            if isinstance(inv, torch.Tensor) and inv.dim() == 1:
-                buffers.append((name, child, inv.detach().cpu().double()))
-        if buffers:
-            break
-    if theta is None and not buffers:
-        return None, 1.0
+        return local, {}
+    parameters = getattr(config, "rope_parameters", None)
+    if isinstance(parameters, dict):
+        if "full_attention" in parameters or "sliding_attention" in parameters:
+            parameters = parameters.get("sliding_attention" if sliding else "full_attention") or {}
+        theta = parameters.get("rope_theta", theta)
+        scaling = parameters
+    return theta, scaling if isinstance(scaling, dict) else {}
+
+
+def _rotary_frequencies(module, root, d, config):
+    """The rotary frequencies of a module's queries and keys in double precision, and the factor the rotary
+    embedding multiplies cos and sin by: from the config for default and linear rotary positions (the model
+    computes them from the same config), else the model's own inv_freq (llama3, yarn, dynamic, ...)."""
+    theta, scaling = _rope_settings(module, config) if config is not None else (None, {})
+    kind = scaling.get("rope_type", scaling.get("type", "default")) or "default"
     pairs = d // 2
-    from_config = None
-    if theta is not None:
-        from_config = np.power(float(theta), -2.0 * np.arange(pairs) / d)
-        scaling = getattr(config, "rope_scaling", None) or {}
-        kind = scaling.get("rope_type", scaling.get("type", "default")) if isinstance(scaling, dict) else "default"
-        if kind == "linear" and not (local is not None and sliding):
-            from_config = from_config / float(scaling["factor"])
-        elif kind not in ("default", "linear"):
-            from_config = None  # llama3, yarn, dynamic, ...: the model's own inv_freq says what they give
-    attention_scaling = 1.0
-    for _, child, inv in buffers:
-        attention_scaling = float(getattr(child, "attention_scaling", 1.0) or 1.0)
-        effective = inv / float(getattr(child, "scaling_factor", 1.0) or 1.0)
-        if from_config is not None and inv.shape[0] == pairs and np.allclose(effective.numpy(), from_config,
-                                                                             rtol=1e-5, atol=0):
-            return from_config, attention_scaling
-    if from_config is not None and not buffers:
-        return from_config, attention_scaling
-    for _, child, inv in buffers:
-        if inv.shape[0] == pairs:
-            return (inv / float(getattr(child, "scaling_factor", 1.0) or 1.0)).numpy(), attention_scaling
-    raise Unmeasurable(f"no rotary frequencies of {pairs} pairs found (rope_theta {theta})")
+    if theta is not None and kind in ("default", "linear"):
+        frequencies = np.power(float(theta), -2.0 * np.arange(pairs) / d)
+        return frequencies / (float(scaling.get("factor", 1.0)) if kind == "linear" else 1.0), 1.0
+    for owner in (module, root):
+        for _, child in owner.named_modules():
+            inv = getattr(child, "inv_freq", None)
+            if isinstance(inv, torch.Tensor) and inv.dim() == 1 and inv.shape[0] == pairs:
+                scaled = inv.detach().cpu().double() / float(getattr(child, "scaling_factor", 1.0) or 1.0)
+                return scaled.numpy(), float(getattr(child, "attention_scaling", 1.0) or 1.0)
+    raise Unmeasurable(f"rotary positions of type '{kind}' and no inv_freq of {pairs} frequencies found")
 
 
 def _has_rotary(module, config):

@@ -464,14 +464,9 @@ class AttentionRecorder:
                         "angles are not those of positions 0 .. N-1")
         tensors = [spec["w_q"], spec["w_k"], spec.get("b_q"), spec.get("b_k")]
         w_q, w_k, b_q, b_k = (_numpy(t) if isinstance(t, torch.Tensor) else t for t in tensors)
-        for name in ("query_norm", "key_norm"):
-            if spec.get(name) is not None:
-                raise _Skip(f"the layer applies an RMSNorm to each head's {name.split('_')[0]}s, whose derivatives "
-                            "in W_Q and W_K this build does not evaluate")
-        if spec.get("softcap"):
-            raise _Skip("the layer soft-caps its logits, whose derivatives this build does not evaluate")
         heads = _measure(x, w_q, w_k, b_q, b_k, spec.get("heads", 1), causal, mask, spec.get("scale"), layer.index,
-                         spec.get("kv_heads"), rotary)
+                         spec.get("kv_heads"), rotary, "half", spec.get("query_norm"), spec.get("key_norm"),
+                         spec.get("softcap", 0.0))
         return heads, activation
 
     def _flush(self):

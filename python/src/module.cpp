@@ -306,13 +306,19 @@ std::vector<probes::HeadMetrics> measure(const py::array& x_array, const py::arr
                                          bool causal, const std::optional<py::array>& mask_array,
                                          std::optional<double> scale, int layer,
                                          const std::optional<py::array>& rotary_array,
-                                         const std::string& rotary_layout) {
+                                         const std::string& rotary_layout,
+                                         const std::optional<py::array>& query_norm_array,
+                                         const std::optional<py::array>& key_norm_array, double norm_eps,
+                                         double logit_softcap) {
   const RealArray x = real_array(x_array, "x", 2), w_q = real_array(w_q_array, "w_q", 2),
                   w_k = real_array(w_k_array, "w_k", 2);
   std::optional<RealArray> b_q, b_k, rotary_frequencies;
   if (b_q_array) b_q.emplace(real_array(*b_q_array, "b_q", 1));
   if (b_k_array) b_k.emplace(real_array(*b_k_array, "b_k", 1));
   if (rotary_array) rotary_frequencies.emplace(real_array(*rotary_array, "rotary", 1));
+  std::optional<RealArray> query_gain, key_gain;
+  if (query_norm_array) query_gain.emplace(real_array(*query_norm_array, "query_norm", 1));
+  if (key_norm_array) key_gain.emplace(real_array(*key_norm_array, "key_norm", 1));
   probes::HeadSplit split;
   split.kv_heads = kv_heads;
   if (mask_array) split.attended = attended_mask(*mask_array, x.shape(0), x.shape(0));
@@ -325,6 +331,9 @@ std::vector<probes::HeadMetrics> measure(const py::array& x_array, const py::arr
     throw InputError(fmt::format("x of shape ({}, {}) is empty", x.shape(0), x.shape(1)));
   const Index d = W_Q.cols() % heads == 0 ? W_Q.cols() / heads : 1;
   if (rotary_frequencies) split.rotary = rotary_of(*rotary_frequencies, rotary_layout, d);
+  if (query_gain) split.query_norm = probes::HeadNorm{query_gain->vector(), norm_eps};
+  if (key_gain) split.key_norm = probes::HeadNorm{key_gain->vector(), norm_eps};
+  split.logit_softcap = logit_softcap;
   probes::LayerInputs inputs =
       probes::split_heads(x.matrix(), W_Q, W_K, B_Q, B_K, heads, scale ? *scale : 1 / std::sqrt(static_cast<double>(d)),
                           causal, {}, {}, std::move(split));
@@ -420,7 +429,8 @@ PYBIND11_MODULE(_core, m) {
   m.def("measure", &measure, py::arg("x"), py::arg("w_q"), py::arg("w_k"), py::arg("b_q") = py::none(),
         py::arg("b_k") = py::none(), py::arg("heads") = 1, py::arg("kv_heads") = 0, py::arg("causal") = false,
         py::arg("mask") = py::none(), py::arg("scale") = py::none(), py::arg("layer") = 0,
-        py::arg("rotary") = py::none(), py::arg("rotary_layout") = "half");
+        py::arg("rotary") = py::none(), py::arg("rotary_layout") = "half", py::arg("query_norm") = py::none(),
+        py::arg("key_norm") = py::none(), py::arg("norm_eps") = 1e-6, py::arg("logit_softcap") = 0.0);
   m.def("measure_scores", &measure_scores, py::arg("scores"), py::arg("causal") = false, py::arg("mask") = py::none(),
         py::arg("layer") = 0);
   m.def("append_log_lines", [](const std::string& path, const std::string& lines) {

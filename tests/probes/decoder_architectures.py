@@ -29,6 +29,7 @@ Run with /usr/bin/python3 (PyTorch and NumPy). Exit 0 pass, 1 mismatch, 77 skipp
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -332,7 +333,33 @@ def check(family, binary, folder):
                 failures += 1
     print(f"norms vs autograd ({checked} values: first and last head per layer, first key head's group): max "
           f"relative difference {worst_norm:.3e}")
+    if family == "gemma3_text":
+        failures += newer_rope_keys_read_alike(binary, out, config, tokens, probed["heads"])
     return 1 if failures else 0
+
+
+def newer_rope_keys_read_alike(binary, out, config, tokens, rows):
+    """transformers >= 5 writes Gemma 3's rotary settings as one rope_parameters object per kind of layer: the same
+    checkpoint with its config written that way gives the same rows."""
+    newer = dict(config)
+    full = {"rope_type": "linear", "rope_theta": newer.pop("rope_theta"), "factor": newer.pop("rope_scaling")["factor"]}
+    newer["rope_parameters"] = {"full_attention": full,
+                                "sliding_attention": {"rope_type": "default",
+                                                      "rope_theta": newer.pop("rope_local_base_freq")}}
+    folder = out + "-rope-parameters"
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(newer, f, indent=1)
+    shutil.copyfile(os.path.join(out, "model.safetensors"), os.path.join(folder, "model.safetensors"))
+    run = subprocess.run([binary, "probe", folder, "--tokens", tokens, "--json"], capture_output=True, text=True)
+    if run.returncode != 0:
+        print(f"FAIL: with rope_parameters, attncheck probe exited {run.returncode}: {run.stderr}")
+        return 1
+    if json.loads(run.stdout)["heads"] != rows:
+        print("FAIL: the config's rope_parameters give other rows than rope_theta, rope_local_base_freq, rope_scaling")
+        return 1
+    print("rope_parameters per kind of layer (transformers >= 5): the same rows")
+    return 0
 
 
 def main(argv):

@@ -178,3 +178,49 @@ def test_rotary_positions_and_grouped_keys_equal_autograd():
         attncheck.attention_norms(x, w_q, w_k, heads=heads, kv_heads=3)
     with pytest.raises(ValueError, match="rotary has 4 frequencies: need 1 .. d/2 = 3"):
         attncheck.attention_norms(x, w_q, w_k, heads=heads, kv_heads=kv_heads, rotary=np.ones(4))
+
+
+@pytest.mark.parametrize("softcap", [0.0, 1.5])
+def test_query_and_key_norms_and_soft_capped_logits_equal_autograd(softcap):
+    """Qwen3's and Gemma 3's per-head RMSNorms of queries and keys (before the rotation) and Gemma 2's soft-capped
+    logits: the derivatives in W_Q and W_K go through them; grad_fro is the softmax's Jacobian in its logits."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(RNG_SEED + 12 + int(softcap))
+    n, D, heads, kv_heads, d, eps = 7, 5, 2, 1, 4, 1e-6
+    x = rng.standard_normal((n, D))
+    w_q, w_k = 0.8 * rng.standard_normal((D, heads * d)), 0.8 * rng.standard_normal((D, kv_heads * d))
+    gain_q, gain_k = 1 + 0.3 * rng.standard_normal(d), 1 + 0.3 * rng.standard_normal(d)
+    frequencies = np.array([1.0, 0.1])
+    ours = attncheck.attention_norms(x, w_q, w_k, heads=heads, causal=True, kv_heads=kv_heads, rotary=frequencies,
+                                     query_norm=(gain_q, eps), key_norm=(gain_k, eps), logit_softcap=softcap)
+    t = lambda a: torch.tensor(a, dtype=torch.float64)  # noqa: E731
+    angles = torch.arange(n, dtype=torch.float64)[:, None] * t(frequencies)[None, :]
+    cos, sin = torch.cos(angles), torch.sin(angles)
+
+    def rotate(rows):
+        first, second = rows[:, :2], rows[:, 2:]
+        return torch.cat([first * cos - second * sin, first * sin + second * cos], dim=1)
+
+    def norm(rows, gain):
+        return rows / torch.sqrt(rows.pow(2).mean(-1, keepdim=True) + eps) * t(gain)
+
+    keep = torch.ones(n, n, dtype=torch.bool).tril()
+    jacobian = torch.autograd.functional.jacobian
+    xs, wk = t(x), t(w_k)
+    for h in range(heads):
+        wq = t(w_q[:, h * d:(h + 1) * d])
+
+        def logits(wq_, wk_):
+            s = rotate(norm(xs @ wq_, gain_q)) @ rotate(norm(xs @ wk_, gain_k)).T / math.sqrt(d)
+            return softcap * torch.tanh(s / softcap) if softcap else s
+
+        def attention(wq_, wk_):
+            return torch.softmax(logits(wq_, wk_).masked_fill(~keep, -math.inf), dim=-1)
+
+        softmax_of = lambda z: torch.softmax(z.masked_fill(~keep, -math.inf), dim=-1)  # noqa: E731
+        assert ours[h]["softmax_fro"] == pytest.approx(attention(wq, wk).norm().item(), rel=1e-12)
+        assert ours[h]["grad_fro"] == pytest.approx(jacobian(softmax_of, logits(wq, wk)).norm().item(), rel=1e-10)
+        assert ours[h]["dWq_fro"] == pytest.approx(jacobian(lambda w: attention(w, wk), wq).norm().item(), rel=1e-10)
+        assert ours[h]["dWk_fro"] == pytest.approx(jacobian(lambda w: attention(wq, w), wk).norm().item(), rel=1e-10)
+    with pytest.raises(ValueError, match="query_norm has 3 gains, the heads d = 4"):
+        attncheck.attention_norms(x, w_q, w_k, heads=heads, kv_heads=kv_heads, query_norm=(np.ones(3), eps))
