@@ -44,8 +44,8 @@ double linear_rope_factor(const nlohmann::json& text, const std::filesystem::pat
 nlohmann::json with_rope_keys(nlohmann::json text, const std::filesystem::path& file) {
   const nlohmann::json& rope = text["rope_parameters"];
   if (!rope.is_object()) {
-    throw InputError(fmt::format("{}: \"rope_parameters\" is {}, not an object", file.string(),
-                                 records::json_excerpt(rope)));
+    throw InputError(
+        fmt::format("{}: \"rope_parameters\" is {}, not an object", file.string(), records::json_excerpt(rope)));
   }
   const bool per_kind = rope.contains("full_attention") || rope.contains("sliding_attention");
   const auto kind = [&](const char* name) -> nlohmann::json {
@@ -56,12 +56,14 @@ nlohmann::json with_rope_keys(nlohmann::json text, const std::filesystem::path& 
     return rope[name];
   };
   const nlohmann::json full = kind("full_attention"), sliding = kind("sliding_attention");
-  for (const auto& [parameters, name] : {std::pair{&full, "full_attention"}, std::pair{&sliding, "sliding_attention"}}) {
+  for (const auto& [parameters, name] :
+       {std::pair{&full, "full_attention"}, std::pair{&sliding, "sliding_attention"}}) {
     const std::string type = value_or<std::string>(*parameters, "rope_type", "default", file, "rope_parameters");
     if (type != "default" && !(type == "linear" && parameters == &full)) {
-      throw InputError(fmt::format("{}: rope_parameters{}{} has rope_type '{}': the probe reads default rotary "
-                                   "positions (and linear scaling of the full-attention layers')",
-                                   file.string(), per_kind ? "." : "", per_kind ? name : "", type));
+      throw InputError(
+          fmt::format("{}: rope_parameters{}{} has rope_type '{}': the probe reads default rotary "
+                      "positions (and linear scaling of the full-attention layers')",
+                      file.string(), per_kind ? "." : "", per_kind ? name : "", type));
     }
   }
   if (full.contains("rope_theta")) text["rope_theta"] = full["rope_theta"];

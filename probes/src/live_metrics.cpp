@@ -338,7 +338,8 @@ LayerInputs split_heads(Matrix X, const Matrix& W_Q, const Matrix& W_K, const Ve
   layer.X = std::move(X);
   layer.inner = inner;
   layer.causal = causal;
-  for (const auto& [norm, name] : {std::pair{&split.query_norm, "query_norm"}, std::pair{&split.key_norm, "key_norm"}}) {
+  for (const auto& [norm, name] :
+       {std::pair{&split.query_norm, "query_norm"}, std::pair{&split.key_norm, "key_norm"}}) {
     if (*norm && (*norm)->gain.size() != d)
       throw InputError(fmt::format("{} has {} gains, the heads d = {}", name, (*norm)->gain.size(), d));
     if (*norm && !((*norm)->eps >= 0)) throw InputError(fmt::format("{} eps = {} is negative", name, (*norm)->eps));

@@ -305,8 +305,7 @@ std::vector<probes::HeadMetrics> measure(const py::array& x_array, const py::arr
                                          const std::optional<py::array>& b_k_array, int heads, int kv_heads,
                                          bool causal, const std::optional<py::array>& mask_array,
                                          std::optional<double> scale, int layer,
-                                         const std::optional<py::array>& rotary_array,
-                                         const std::string& rotary_layout,
+                                         const std::optional<py::array>& rotary_array, const std::string& rotary_layout,
                                          const std::optional<py::array>& query_norm_array,
                                          const std::optional<py::array>& key_norm_array, double norm_eps,
                                          double logit_softcap) {
