@@ -8,11 +8,14 @@
 # (pip's environment would name x86_64-linux-gnu-g++, another ccache key for the same compiler), through ccache when
 # there is one; two compile jobs (CMAKE_BUILD_PARALLEL_LEVEL), as the suite's other tests share the cores; the
 # CMake build folder WORK_DIR/cmake-build is kept between runs, so a second run rebuilds only what changed.
-# Usage: pip_install_test.sh SOURCE_ROOT WORK_DIR CXX
+# With WERROR, the build's ATTNCHECK_WERROR: the wheel's objects are then compiled with the build's very flags, and
+# ccache gives them back instead of compiling the sources a second time.
+# Usage: pip_install_test.sh SOURCE_ROOT WORK_DIR CXX WERROR
 set -euo pipefail
 root=$1
 work=$2
 cxx=$3
+werror=${4:-OFF}
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-2}
 mkdir -p "$work"
 rm -rf "$work/venv" "$work/wheel" "$work/probe" "$work/run"
@@ -23,7 +26,8 @@ if ! "${pip[@]}" download --quiet --no-deps --dest "$work/probe" "$build_require
   echo "SKIPPED: cannot fetch $build_requirement from PyPI (no network?)"
   exit 77
 fi
-settings=(--config-settings=build-dir="$work/cmake-build" --config-settings=cmake.define.CMAKE_CXX_COMPILER="$cxx")
+settings=(--config-settings=build-dir="$work/cmake-build" --config-settings=cmake.define.CMAKE_CXX_COMPILER="$cxx"
+          --config-settings=cmake.define.ATTNCHECK_WERROR="$werror")
 if command -v ccache >/dev/null; then settings+=(--config-settings=cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 started=$SECONDS
 "${pip[@]}" wheel --quiet --no-deps "${settings[@]}" --wheel-dir "$work/wheel" "$root"
