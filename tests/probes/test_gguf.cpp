@@ -385,8 +385,11 @@ TEST_CASE("Llama's architecture is read from GGUF metadata: what it cannot probe
     g.kv_string("general.architecture", architecture);
     return write(dir.path / "other.gguf", g.bytes());
   };
-  CHECK_THROWS_WITH(TransformerModel::load(other("qwen2")),
-                    Catch::Contains("general.architecture 'qwen2' is not supported (llama)"));
+  CHECK_THROWS_WITH(TransformerModel::load(other("phi3")),
+                    Catch::Contains("general.architecture 'phi3' is not supported (") && Catch::Contains("qwen2") &&
+                        Catch::Contains("gemma3"));
+  // Another architecture's keys carry its own prefix.
+  CHECK_THROWS_WITH(TransformerModel::load(other("qwen2")), Catch::Contains("no metadata key 'qwen2.block_count'"));
   CHECK_THROWS_WITH(TransformerModel::load(other("llama")), Catch::Contains("no metadata key 'llama.block_count'"));
   CHECK_THROWS_WITH(TransformerModel::load(
                         make([](GgufImage& g) { g.kv<std::uint32_t>("llama.rope.dimension_count", 4, 1); })),
