@@ -3,7 +3,8 @@
 // tanh(S / cap)), a sliding window on the even layers (or on those config.json's layer_types names), and the
 // attention's and the MLP's outputs RMS-normalized before the residual sum (post_attention_layernorm,
 // post_feedforward_layernorm; the MLP reads pre_feedforward_layernorm). The final logits' soft-capping acts after
-// the last layer, outside what the probes measure. Safetensors only.
+// the last layer, outside what the probes measure. From safetensors, or GGUF files of architecture "gemma2" (gains
+// written as 1 + weight; blk.N.post_attention_norm, ffn_norm, post_ffw_norm; the scale as llama.cpp sets it).
 
 #include "llama_like.hpp"
 
@@ -26,13 +27,23 @@ ModelConfig config_from_json(const nlohmann::json& config, const std::filesystem
   return c;
 }
 
+ModelConfig config_from_gguf(const GgufHeader& header, const Checkpoint& checkpoint) {
+  ModelConfig c = llama_like_config_from_gguf(header, checkpoint, gemma2_traits);
+  // llama.cpp's defaults: Gemma2Config's cap and window, the window on the even layers, 46 layers for the 27B model.
+  read_gemma_gguf_attention(GgufMetadata(header), c,
+                            {.global_every = 2, .layers_27b = 46, .sliding_window = 4096, .logit_softcap = 50});
+  return c;
+}
+
 std::string describe(const ModelConfig& c) { return llama_like_describe(c) + gemma_attention_describe(c); }
 
 }  // namespace
 
 extern const FamilyAdapter gemma2_adapter{.name = "Gemma 2",
                                           .model_types = {"gemma2"},
+                                          .gguf_architectures = {"gemma2"},
                                           .config_from_json = config_from_json,
+                                          .config_from_gguf = config_from_gguf,
                                           .embedding_scale_tensor = llama_like_embeddings,
                                           .embed_tokens = llama_like_embed_tokens,
                                           .forward = llama_like_forward_for<gemma2_traits>,

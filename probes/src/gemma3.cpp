@@ -5,7 +5,9 @@
 // rope_local_base_freq, the others' rope_theta with rope_scaling's linear factor. Reads "gemma3_text" configs, and
 // "gemma3" (image and text) configs whose text_config holds the text model, with its tensors under
 // language_model.model. or model.language_model. (the vision tower is not read). Keys that a config leaves out take
-// Gemma3TextConfig's defaults, as multimodal configs rely on. Safetensors only.
+// Gemma3TextConfig's defaults, as multimodal configs rely on. Or GGUF files of architecture "gemma3" (the text model;
+// gains, q/k norms' too, written as 1 + weight), read as llama.cpp reads them: the window on every layer but each
+// sixth, the sliding layers' rotary base 10000, the others' rope.freq_base with rope.scaling's linear factor.
 
 #include "llama_like.hpp"
 
@@ -114,6 +116,15 @@ ModelConfig config_from_json(const nlohmann::json& config, const std::filesystem
   return c;
 }
 
+ModelConfig config_from_gguf(const GgufHeader& header, const Checkpoint& checkpoint) {
+  ModelConfig c = llama_like_config_from_gguf(header, checkpoint, gemma3_traits, /*linear_rope_scaling=*/true);
+  // No window when attention.sliding_window is absent; 62 layers for the 27B model; no logit cap.
+  read_gemma_gguf_attention(GgufMetadata(header), c,
+                            {.global_every = 6, .layers_27b = 62, .sliding_window = 0, .logit_softcap = 0});
+  c.rope_local_theta = 10000;
+  return c;
+}
+
 std::string describe(const ModelConfig& c) {
   return llama_like_describe(c) + gemma_attention_describe(c) +
          fmt::format(
@@ -126,7 +137,9 @@ std::string describe(const ModelConfig& c) {
 
 extern const FamilyAdapter gemma3_adapter{.name = "Gemma 3",
                                           .model_types = {"gemma3_text", "gemma3"},
+                                          .gguf_architectures = {"gemma3"},
                                           .config_from_json = config_from_json,
+                                          .config_from_gguf = config_from_gguf,
                                           .embedding_scale_tensor = llama_like_embeddings,
                                           .embed_tokens = llama_like_embed_tokens,
                                           .forward = llama_like_forward_for<gemma3_traits>,

@@ -34,15 +34,17 @@ void check_shape(const ModelConfig& c, const std::string& source) {
 // Tensor names of one layer's parts, in the checkpoint's own naming.
 struct Names {
   std::string attention_norm, q, k, v, o, mlp_norm, gate, up, down;
-  // Safetensors only: the head norms and Gemma 2's sandwich norms (used when the family has them).
+  // The head norms and Gemma 2's sandwich norms (used when the family has them).
   std::string q_norm, k_norm, attention_out_norm, mlp_out_norm;
 };
 
 Names layer_names(const ModelConfig& c, std::int64_t layer) {
   if (c.gguf) {
     const std::string p = fmt::format("blk.{}.", layer);
-    return {p + "attn_norm", p + "attn_q",   p + "attn_k", p + "attn_v",  p + "attn_output",
-            p + "ffn_norm",  p + "ffn_gate", p + "ffn_up", p + "ffn_down"};
+    return {p + "attn_norm",    p + "attn_q",      p + "attn_k",      p + "attn_v",
+            p + "attn_output",  p + "ffn_norm",    p + "ffn_gate",    p + "ffn_up",
+            p + "ffn_down",     p + "attn_q_norm", p + "attn_k_norm", p + "post_attention_norm",
+            p + "post_ffw_norm"};
   }
   const std::string p = fmt::format("{}layers.{}.", c.tensor_prefix, layer);
   return {p + "input_layernorm",
@@ -61,60 +63,14 @@ Names layer_names(const ModelConfig& c, std::int64_t layer) {
 }
 
 // Gemma 2 and 3 name the MLP's input norm apart: their post_attention_layernorm normalizes the attention's output.
+// llama.cpp's converter writes pre_feedforward_layernorm as ffn_norm, the name GGUF files give every MLP's input norm.
 Names sandwich_names(Names names, const ModelConfig& c, std::int64_t layer) {
+  if (c.gguf) return names;
   names.mlp_norm = fmt::format("{}layers.{}.pre_feedforward_layernorm", c.tensor_prefix, layer);
   return names;
 }
 
-ModelConfig config_from_gguf(const GgufHeader& header, const Checkpoint& checkpoint) {
-  const auto integer = [&](const std::string& key) {
-    const auto value = header.unsigned_integer("llama." + key);
-    if (value == 0 || value > static_cast<std::uint64_t>(INT32_MAX)) {
-      throw InputError(fmt::format("{}: metadata 'llama.{}' is {}, not a positive size", header.source, key, value));
-    }
-    return static_cast<std::int64_t>(value);
-  };
-  const auto optional_integer = [&](const std::string& key, std::int64_t fallback) {
-    return header.find("llama." + key) ? integer(key) : fallback;
-  };
-  ModelConfig c;
-  c.causal = true;
-  c.gguf = true;
-  c.rope_interleaved = true;
-  c.hidden_act = "silu";
-  c.layers = integer("block_count");
-  c.hidden = integer("embedding_length");
-  c.intermediate = integer("feed_forward_length");
-  c.heads = integer("attention.head_count");
-  c.kv_heads = optional_integer("attention.head_count_kv", c.heads);
-  c.max_positions = integer("context_length");
-  c.head_size = optional_integer("attention.key_length", c.hidden / c.heads);
-  if (optional_integer("attention.value_length", c.head_size) != c.head_size) {
-    throw InputError(fmt::format("{}: key and value heads of different lengths are not supported", header.source));
-  }
-  if (optional_integer("rope.dimension_count", c.head_size) != c.head_size) {
-    throw InputError(fmt::format("{}: rotary embeddings on {} of the {} head dimensions are not supported (all)",
-                                 header.source, integer("rope.dimension_count"), c.head_size));
-  }
-  if (header.find("llama.rope.scaling.type") && header.string("llama.rope.scaling.type") != "none") {
-    throw InputError(
-        fmt::format("{}: rope scaling '{}' is not supported", header.source, header.string("llama.rope.scaling.type")));
-  }
-  if (header.find("llama.expert_count") && header.unsigned_integer("llama.expert_count") > 0) {
-    throw InputError(fmt::format("{}: mixtures of experts are not supported", header.source));
-  }
-  c.rope_theta = checked_number(header.find("llama.rope.freq_base") ? header.number("llama.rope.freq_base") : 10000.0,
-                                0, true, header.source, "llama.rope.freq_base");
-  c.layer_norm_eps = checked_number(header.number("llama.attention.layer_norm_rms_epsilon"), 0, false, header.source,
-                                    "llama.attention.layer_norm_rms_epsilon");
-  const auto& embedding = checkpoint.info("token_embd.weight");
-  c.vocab =
-      header.find("llama.vocab_size") ? integer("vocab_size") : (embedding.shape.empty() ? 0 : embedding.shape.front());
-  check_shape(c, header.source);
-  return c;
-}
-
-const DecoderTraits llama_traits{.family = "Llama"};
+const DecoderTraits llama_traits{.family = "Llama", .gguf_interleaved_rope = true};
 
 // Positions i attend to keys j with i - window < j <= i (transformers' sliding-window causal mask).
 theory::AttendedMask sliding_window_mask(std::int64_t n, std::int64_t window) {
@@ -165,6 +121,70 @@ ModelConfig llama_like_config(const nlohmann::json& config, const fs::path& file
   return c;
 }
 
+GgufMetadata::GgufMetadata(const GgufHeader& gguf) : header(gguf), prefix(gguf.string("general.architecture") + ".") {}
+
+bool GgufMetadata::has(std::string_view key) const { return header.find(prefix + std::string(key)) != nullptr; }
+
+std::int64_t GgufMetadata::size(std::string_view key) const {
+  const std::string name = prefix + std::string(key);
+  const auto value = header.unsigned_integer(name);
+  if (value == 0 || value > static_cast<std::uint64_t>(INT32_MAX)) {
+    throw InputError(fmt::format("{}: metadata '{}' is {}, not a positive size", header.source, name, value));
+  }
+  return static_cast<std::int64_t>(value);
+}
+
+std::int64_t GgufMetadata::size_or(std::string_view key, std::int64_t fallback) const {
+  return has(key) ? size(key) : fallback;
+}
+
+double GgufMetadata::number_or(std::string_view key, double fallback, double min, bool above) const {
+  const std::string name = prefix + std::string(key);
+  return checked_number(has(key) ? header.number(name) : fallback, min, above, header.source, name);
+}
+
+ModelConfig llama_like_config_from_gguf(const GgufHeader& header, const Checkpoint& checkpoint,
+                                        const DecoderTraits& traits, bool linear_rope_scaling) {
+  const GgufMetadata meta(header);
+  ModelConfig c;
+  c.causal = true;
+  c.gguf = true;
+  c.rope_interleaved = traits.gguf_interleaved_rope;
+  c.hidden_act = std::string(traits.default_activation);
+  c.layers = meta.size("block_count");
+  c.hidden = meta.size("embedding_length");
+  c.intermediate = meta.size("feed_forward_length");
+  c.heads = meta.size("attention.head_count");
+  c.kv_heads = meta.size_or("attention.head_count_kv", c.heads);
+  c.max_positions = meta.size("context_length");
+  c.head_size = meta.size_or("attention.key_length", c.hidden / c.heads);
+  if (meta.size_or("attention.value_length", c.head_size) != c.head_size) {
+    throw InputError(fmt::format("{}: key and value heads of different lengths are not supported", header.source));
+  }
+  if (meta.size_or("rope.dimension_count", c.head_size) != c.head_size) {
+    throw InputError(fmt::format("{}: rotary embeddings on {} of the {} head dimensions are not supported (all)",
+                                 header.source, meta.size("rope.dimension_count"), c.head_size));
+  }
+  const std::string scaling = meta.prefix + "rope.scaling.type";
+  if (header.find(scaling) && header.string(scaling) != "none") {
+    if (!linear_rope_scaling || header.string(scaling) != "linear") {
+      throw InputError(fmt::format("{}: rope scaling '{}' is not supported", header.source, header.string(scaling)));
+    }
+    c.rope_linear_factor = meta.number_or("rope.scaling.factor", 1, 0, true);
+  }
+  if (meta.has("expert_count") && header.unsigned_integer(meta.prefix + "expert_count") > 0) {
+    throw InputError(fmt::format("{}: mixtures of experts are not supported", header.source));
+  }
+  // llama.cpp's default when a converter leaves the base out, as Gemma's and Gemma 2's do.
+  c.rope_theta = meta.number_or("rope.freq_base", 10000.0, 0, true);
+  const std::string epsilon = meta.prefix + "attention.layer_norm_rms_epsilon";
+  c.layer_norm_eps = checked_number(header.number(epsilon), 0, false, header.source, epsilon);
+  const auto& embedding = checkpoint.info("token_embd.weight");
+  c.vocab = meta.size_or("vocab_size", embedding.shape.empty() ? 0 : embedding.shape.front());
+  check_shape(c, header.source);
+  return c;
+}
+
 std::string llama_like_embeddings(const ModelConfig& c) {
   return c.gguf ? "token_embd.weight" : c.tensor_prefix + "embed_tokens.weight";
 }
@@ -197,7 +217,8 @@ std::vector<LayerInputs> llama_like_forward(const Checkpoint& checkpoint, const 
   if (traits.gemma_scaling) h *= std::sqrt(static_cast<double>(D));
   const auto gain_of = [&](const std::string& name, std::int64_t length) {
     Vector gain = checkpoint.vector(name + ".weight", length);
-    if (traits.gemma_scaling) gain.array() += 1;
+    // llama.cpp's converter adds the 1 when it writes Gemma's gains.
+    if (traits.gemma_scaling && !c.gguf) gain.array() += 1;
     return gain;
   };
   const auto norm = [&](const Matrix& x, const std::string& name) {
@@ -245,13 +266,16 @@ std::string llama_like_describe(const ModelConfig& c) {
   return lines;
 }
 
+std::vector<bool> all_but_every(std::int64_t layers, std::int64_t global_every) {
+  std::vector<bool> sliding(static_cast<std::size_t>(layers));
+  for (std::int64_t l = 0; l < layers; ++l) sliding[static_cast<std::size_t>(l)] = (l + 1) % global_every != 0;
+  return sliding;
+}
+
 std::vector<bool> sliding_layers_from_json(const nlohmann::json& config, const fs::path& file, std::int64_t layers,
                                            std::int64_t global_every) {
+  if (!config.contains("layer_types") || config["layer_types"].is_null()) return all_but_every(layers, global_every);
   std::vector<bool> sliding(static_cast<std::size_t>(layers));
-  if (!config.contains("layer_types") || config["layer_types"].is_null()) {
-    for (std::int64_t l = 0; l < layers; ++l) sliding[static_cast<std::size_t>(l)] = (l + 1) % global_every != 0;
-    return sliding;
-  }
   const auto& types = config["layer_types"];
   if (!types.is_array() || static_cast<std::int64_t>(types.size()) != layers) {
     throw InputError(fmt::format("{}: \"layer_types\" is {}, not a list of the {} layers' attention types",
@@ -286,6 +310,17 @@ void read_gemma_attention(const nlohmann::json& config, const fs::path& file, Mo
   }
 }
 
+void read_gemma_gguf_attention(const GgufMetadata& meta, ModelConfig& c, const GemmaGgufAttention& gemma) {
+  // llama.cpp reads no query_pre_attn_scalar: it takes the one Gemma's reference code sets, hidden / heads for the
+  // 27B models (told apart by their layer count), head_dim for the others.
+  c.query_pre_attn_scalar = static_cast<double>(c.layers == gemma.layers_27b ? c.hidden / c.heads : c.head_dim());
+  if (gemma.logit_softcap > 0)
+    c.logit_softcap = meta.number_or("attn_logit_softcapping", gemma.logit_softcap, 0, false);
+  c.sliding_window = meta.size_or("attention.sliding_window", gemma.sliding_window);
+  c.sliding_layers = c.sliding_window > 0 ? all_but_every(c.layers, gemma.global_every)
+                                          : std::vector<bool>(static_cast<std::size_t>(c.layers), false);
+}
+
 std::string gemma_attention_describe(const ModelConfig& c) {
   std::string global;
   for (std::size_t l = 0; l < c.sliding_layers.size(); ++l) {
@@ -308,7 +343,7 @@ extern const FamilyAdapter llama_adapter{.name = "Llama",
                                          .model_types = {"llama"},
                                          .gguf_architectures = {"llama"},
                                          .config_from_json = llama_like_config_for<llama_traits>,
-                                         .config_from_gguf = config_from_gguf,
+                                         .config_from_gguf = llama_like_gguf_config_for<llama_traits>,
                                          .embedding_scale_tensor = llama_like_embeddings,
                                          .embed_tokens = llama_like_embed_tokens,
                                          .forward = llama_like_forward_for<llama_traits>,

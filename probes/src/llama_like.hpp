@@ -19,12 +19,32 @@ struct DecoderTraits {
   // Gemma 2, Gemma 3: the attention's and the MLP's outputs normalized before the residual sum
   // (post_attention_layernorm, post_feedforward_layernorm), the MLP's input by pre_feedforward_layernorm.
   bool sandwich_norms = false;
+  // Llama: llama.cpp's converter permutes the query and key rows so that ggml rotates pairs (2p, 2p+1); the other
+  // families' GGUF files keep Hugging Face's rows, which ggml rotates in pairs (p, p + d/2).
+  bool gguf_interleaved_rope = false;
 };
 
 // config.json of a Llama-like decoder: sizes, grouped queries, head_dim, RMSNorm epsilon, the activation, rotary
 // base (rope scaling refused), the tensor prefix. Errors name the file and the key.
 ModelConfig llama_like_config(const nlohmann::json& config, const std::filesystem::path& file,
                               const Checkpoint& checkpoint, const DecoderTraits& traits);
+// A GGUF file's metadata under its architecture's prefix ("qwen2." for "block_count"); errors name the file and the
+// whole key.
+struct GgufMetadata {
+  explicit GgufMetadata(const GgufHeader& gguf);
+  bool has(std::string_view key) const;
+  std::int64_t size(std::string_view key) const;  // a positive integer
+  std::int64_t size_or(std::string_view key, std::int64_t fallback) const;
+  // A finite number at least `min` (above it when `above`), or `fallback` when absent.
+  double number_or(std::string_view key, double fallback, double min, bool above) const;
+  const GgufHeader& header;
+  std::string prefix;
+};
+// A GGUF file of a Llama-like decoder as llama.cpp writes it: the same values as llama_like_config reads, under the
+// file's architecture prefix, the activation the family's default; rope scaling refused, or read when linear and
+// `linear_rope_scaling`; experts refused.
+ModelConfig llama_like_config_from_gguf(const GgufHeader& header, const Checkpoint& checkpoint,
+                                        const DecoderTraits& traits, bool linear_rope_scaling = false);
 // Llama's embedding table (GGUF or Hugging Face names).
 std::string llama_like_embeddings(const ModelConfig& c);
 Matrix llama_like_embed_tokens(const Checkpoint& checkpoint, const ModelConfig& c, std::span<const std::int64_t> ids);
@@ -39,6 +59,8 @@ std::string llama_like_describe(const ModelConfig& c);
 // to; when absent, layer l slides unless (l + 1) is a multiple of `global_every`. Errors name the file and the entry.
 std::vector<bool> sliding_layers_from_json(const nlohmann::json& config, const std::filesystem::path& file,
                                            std::int64_t layers, std::int64_t global_every);
+// Layer l slides unless (l + 1) is a multiple of `global_every`.
+std::vector<bool> all_but_every(std::int64_t layers, std::int64_t global_every);
 // Gemma 2 and 3's attention in config.json: query_pre_attn_scalar, attn_logit_softcapping, sliding_window and the
 // sliding layers (see sliding_layers_from_json), each key's fallback the family's configuration default.
 struct GemmaAttentionDefaults {
@@ -47,14 +69,26 @@ struct GemmaAttentionDefaults {
 };
 void read_gemma_attention(const nlohmann::json& config, const std::filesystem::path& file, ModelConfig& c,
                           const GemmaAttentionDefaults& defaults);
+// Gemma 2 and 3's attention in a GGUF file as llama.cpp reads it: the window (attention.sliding_window, or
+// `sliding_window` when absent; 0: none) on every layer but each `global_every`-th, the logit cap
+// (attn_logit_softcapping, or `logit_softcap` when absent; 0: the family has none), the scale from the sizes.
+struct GemmaGgufAttention {
+  std::int64_t global_every, layers_27b, sliding_window;
+  double logit_softcap;
+};
+void read_gemma_gguf_attention(const GgufMetadata& meta, ModelConfig& c, const GemmaGgufAttention& gemma);
 // What Gemma 2 and 3 add to Llama's description: the scale, the cap, the sliding layers, the sandwich norms.
 std::string gemma_attention_describe(const ModelConfig& c);
 
-// The same as a FamilyAdapter's config_from_json and forward, for a family's traits.
+// The same as a FamilyAdapter's config_from_json, config_from_gguf and forward, for a family's traits.
 template <const DecoderTraits& traits>
 ModelConfig llama_like_config_for(const nlohmann::json& config, const std::filesystem::path& file,
                                   const Checkpoint& checkpoint) {
   return llama_like_config(config, file, checkpoint, traits);
+}
+template <const DecoderTraits& traits>
+ModelConfig llama_like_gguf_config_for(const GgufHeader& header, const Checkpoint& checkpoint) {
+  return llama_like_config_from_gguf(header, checkpoint, traits);
 }
 template <const DecoderTraits& traits>
 std::vector<LayerInputs> llama_like_forward_for(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h,

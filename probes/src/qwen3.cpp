@@ -1,7 +1,8 @@
 // The Qwen3 adapter: Llama's decoder with an RMSNorm over each head's queries and keys before the rotation
 // (self_attn.q_norm and k_norm, gain = weight), head_dim given apart from hidden_size / heads, and the q/k/v
 // biases read wherever the checkpoint has them (attention_bias, false in the published configs). Its sliding
-// window is refused as Qwen2's is (use_sliding_window is false in the published checkpoints). Safetensors only.
+// window is refused as Qwen2's is (use_sliding_window is false in the published checkpoints). From safetensors, or
+// GGUF files of architecture "qwen3" (head norms blk.N.attn_q_norm, attn_k_norm; head_dim as attention.key_length).
 
 #include "llama_like.hpp"
 
@@ -33,7 +34,9 @@ std::string describe(const ModelConfig& c) {
 
 extern const FamilyAdapter qwen3_adapter{.name = "Qwen3",
                                          .model_types = {"qwen3"},
+                                         .gguf_architectures = {"qwen3"},
                                          .config_from_json = config_from_json,
+                                         .config_from_gguf = llama_like_gguf_config_for<qwen3_traits>,
                                          .embedding_scale_tensor = llama_like_embeddings,
                                          .embed_tokens = llama_like_embed_tokens,
                                          .forward = llama_like_forward_for<qwen3_traits>,

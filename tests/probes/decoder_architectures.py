@@ -78,7 +78,11 @@ def text_config(config):
 
 
 def is_gemma(config):
-    return text_config(config)["model_type"] != "qwen3"
+    return text_config(config)["model_type"].startswith("gemma")
+
+
+def has_sandwich_norms(config):
+    return text_config(config)["model_type"] in ("gemma2", "gemma3_text")
 
 
 def has_head_norms(config):
@@ -86,7 +90,8 @@ def has_head_norms(config):
 
 
 def tensor_prefix(family):
-    return {"qwen3": "model.", "gemma2": "", "gemma3_text": "model.", "gemma3": "language_model.model."}[family]
+    return {"qwen2": "model.", "qwen3": "model.", "gemma": "model.", "gemma2": "", "gemma3_text": "model.",
+            "gemma3": "language_model.model."}[family]
 
 
 def random_weights(config, family):
@@ -108,7 +113,10 @@ def random_weights(config, family):
                   q + "mlp.down_proj.weight": randn(D, I)})
         if has_head_norms(config):
             w.update({q + "self_attn.q_norm.weight": gain(d), q + "self_attn.k_norm.weight": gain(d)})
-        if is_gemma(config):
+        if c.get("attention_bias"):
+            w.update({q + f"self_attn.{name}_proj.bias": randn(rows, scale=0.3)
+                      for name, rows in (("q", H * d), ("k", G * d), ("v", G * d))})
+        if has_sandwich_norms(config):
             w.update({q + "pre_feedforward_layernorm.weight": gain(D),
                       q + "post_feedforward_layernorm.weight": gain(D)})
     if family == "qwen3":

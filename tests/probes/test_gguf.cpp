@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -385,8 +386,11 @@ TEST_CASE("Llama's architecture is read from GGUF metadata: what it cannot probe
     g.kv_string("general.architecture", architecture);
     return write(dir.path / "other.gguf", g.bytes());
   };
-  CHECK_THROWS_WITH(TransformerModel::load(other("qwen2")),
-                    Catch::Contains("general.architecture 'qwen2' is not supported (llama)"));
+  CHECK_THROWS_WITH(TransformerModel::load(other("phi3")),
+                    Catch::Contains("general.architecture 'phi3' is not supported (") && Catch::Contains("qwen2") &&
+                        Catch::Contains("gemma3"));
+  // Another architecture's keys carry its own prefix.
+  CHECK_THROWS_WITH(TransformerModel::load(other("qwen2")), Catch::Contains("no metadata key 'qwen2.block_count'"));
   CHECK_THROWS_WITH(TransformerModel::load(other("llama")), Catch::Contains("no metadata key 'llama.block_count'"));
   CHECK_THROWS_WITH(TransformerModel::load(
                         make([](GgufImage& g) { g.kv<std::uint32_t>("llama.rope.dimension_count", 4, 1); })),
@@ -395,6 +399,54 @@ TEST_CASE("Llama's architecture is read from GGUF metadata: what it cannot probe
                     Catch::Contains("rope scaling 'yarn' is not supported"));
   CHECK_THROWS_WITH(TransformerModel::load(make([](GgufImage& g) { g.kv<std::uint32_t>("llama.expert_count", 4, 8); })),
                     Catch::Contains("mixtures of experts are not supported"));
+}
+
+TEST_CASE("Gemma 2 and 3 GGUF files take what llama.cpp does not read from it: the scale, the cap, the windows") {
+  TempDir dir;
+  const auto make = [&](const std::string& arch, std::uint32_t layers, const std::function<void(GgufImage&)>& change) {
+    GgufImage g;
+    g.kv_string("general.architecture", arch);
+    g.kv<std::uint32_t>(arch + ".block_count", 4, layers);
+    g.kv<std::uint32_t>(arch + ".context_length", 4, 64);
+    g.kv<std::uint32_t>(arch + ".embedding_length", 4, 8);
+    g.kv<std::uint32_t>(arch + ".feed_forward_length", 4, 16);
+    g.kv<std::uint32_t>(arch + ".attention.head_count", 4, 4);
+    g.kv<std::uint32_t>(arch + ".attention.key_length", 4, 6);
+    g.kv<std::uint32_t>(arch + ".attention.value_length", 4, 6);
+    g.kv<float>(arch + ".attention.layer_norm_rms_epsilon", 6, 1e-6f);
+    change(g);
+    g.tensor("token_embd.weight", {8, 5}, 0, std::vector<std::byte>(8 * 5 * 4, std::byte{0}));
+    return write(dir.path / (arch + ".gguf"), g.bytes());
+  };
+  // Gemma 2: the cap and window llama.cpp defaults to, the even layers sliding; 46 layers are the 27B model,
+  // scaled by (D / heads)^-1/2 instead of head_dim^-1/2.
+  const auto gemma2 = TransformerModel::load(make("gemma2", 4, [](GgufImage&) {})).config();
+  CHECK(architecture_name(gemma2) == "Gemma 2");
+  CHECK(!gemma2.rope_interleaved);
+  CHECK(gemma2.rope_theta == 10000.0);
+  CHECK(gemma2.query_pre_attn_scalar == 6);
+  CHECK(gemma2.logit_softcap == 50);
+  CHECK(gemma2.sliding_window == 4096);
+  CHECK(gemma2.sliding_layers == std::vector<bool>{true, false, true, false});
+  CHECK(TransformerModel::load(make("gemma2", 46, [](GgufImage&) {})).config().query_pre_attn_scalar == 2);
+  // Gemma 3: every sixth layer global, linear scaling read; without a window, none.
+  const auto gemma3 = TransformerModel::load(make("gemma3", 7, [](GgufImage& g) {
+                        g.kv<std::uint32_t>("gemma3.attention.sliding_window", 4, 3);
+                        g.kv_string("gemma3.rope.scaling.type", "linear");
+                        g.kv<float>("gemma3.rope.scaling.factor", 6, 8.0f);
+                      })).config();
+  CHECK(gemma3.sliding_window == 3);
+  CHECK(gemma3.sliding_layers == std::vector<bool>{true, true, true, true, true, false, true});
+  CHECK(gemma3.rope_linear_factor == 8);
+  CHECK(gemma3.rope_local_theta == 10000);
+  CHECK(gemma3.logit_softcap == 0);
+  const auto unwindowed = TransformerModel::load(make("gemma3", 7, [](GgufImage&) {})).config();
+  CHECK(unwindowed.sliding_window == 0);
+  CHECK(std::none_of(unwindowed.sliding_layers.begin(), unwindowed.sliding_layers.end(), [](bool b) { return b; }));
+  // Only Gemma 3 reads linear scaling.
+  CHECK_THROWS_WITH(TransformerModel::load(
+                        make("gemma2", 4, [](GgufImage& g) { g.kv_string("gemma2.rope.scaling.type", "linear"); })),
+                    Catch::Contains("rope scaling 'linear' is not supported"));
 }
 
 TEST_CASE("An empty tensor with huge other dimensions has no elements (no overflow)") {

@@ -44,7 +44,7 @@ struct ModelConfig {
   std::int64_t kv_heads = 0;      // 0: as many as the query heads
   std::int64_t head_size = 0;     // 0: hidden / heads
   double rope_theta = 10000;      // rotary frequencies rope_theta^(-2p/d)
-  bool rope_interleaved = false;  // pairs (2p, 2p+1) as in GGUF; else (p, p + d/2) as in Hugging Face checkpoints
+  bool rope_interleaved = false;  // pairs (2p, 2p+1) as in Llama's GGUF files; else (p, p + d/2)
   bool gguf = false;              // tensor names as llama.cpp writes them
   // Mistral: position i attends to the keys i - sliding_window < j <= i (0: every earlier one).
   std::int64_t sliding_window = 0;
