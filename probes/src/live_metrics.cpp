@@ -45,6 +45,11 @@ double softmax_key_derivative(const LayerInputs& layer, const HeadInputs& head) 
   return norms_of(AttentionMap{{ActivationKind::softmax, Pointwise::identity, 1}, layer.inner, {}}, layer, head).dWk;
 }
 
+// A mask under causal attention: the entries j > i are masked too (LayerInputs::attended holds them so).
+void keep_causal_part(theory::AttendedMask& mask) {
+  for (Index i = 0; i < mask.rows(); ++i) mask.row(i).tail(mask.cols() - i - 1) = false;
+}
+
 bool is_attended(Index i, Index j, bool causal, const std::optional<theory::AttendedMask>& attended) {
   return attended ? (*attended)(i, j) : (!causal || j <= i);
 }
@@ -269,9 +274,9 @@ HeadMetrics measure_scores(const Matrix& scores, int layer_index, int head_index
         fmt::format("the scores are {}x{}: self-attention scores are N x N", scores.rows(), scores.cols()));
   }
   std::optional<theory::AttendedMask> mask = attended;
-  if (!mask && causal) {
-    mask = theory::AttendedMask::Constant(scores.rows(), scores.cols(), false);
-    for (Index i = 0; i < scores.rows(); ++i) mask->row(i).head(i + 1) = true;
+  if (causal) {
+    if (!mask) mask = theory::AttendedMask::Constant(scores.rows(), scores.cols(), true);
+    keep_causal_part(*mask);
   }
   const theory::AttendedMask* mask_or_all = mask ? &*mask : nullptr;
   const auto norms = [&](const AttentionMap& map) {
@@ -351,10 +356,7 @@ LayerInputs split_heads(Matrix X, const Matrix& W_Q, const Matrix& W_K, const Ve
   layer.key_norm = std::move(split.key_norm);
   layer.logit_softcap = split.logit_softcap;
   if (split.attended) {
-    if (causal) {
-      for (Index i = 0; i < split.attended->rows(); ++i)
-        split.attended->row(i).tail(split.attended->cols() - i - 1) = false;
-    }
+    if (causal) keep_causal_part(*split.attended);
     layer.attended = std::move(split.attended);
   }
   detail::fill_heads(layer, {W_Q, W_K, W_V, b_Q, b_K, b_V}, heads);

@@ -277,9 +277,8 @@ py::dict softmax_norms(const py::array& logits_array, const std::optional<py::ar
   return out;
 }
 
-// Rotary positions from the frequencies a model uses (its inv_freq, in double where the configuration gives them):
-// pair p rotates coordinates (p, p + rotated/2) in Hugging Face's layout ("half") or (2p, 2p + 1) in ggml's
-// ("interleaved"); coordinates past 2 * len(frequencies) are not rotated (partial rotary).
+// Rotary positions from the frequencies a model uses (its inv_freq, in double where the configuration gives them),
+// in Hugging Face's layout ("half") or ggml's ("interleaved"): theory::Rotary::with_frequencies, checked first.
 theory::Rotary rotary_of(const RealArray& frequencies, const std::string& layout, Index d) {
   const Index pairs = frequencies.shape(0);
   if (pairs < 1 || 2 * pairs > d) {
@@ -288,16 +287,11 @@ theory::Rotary rotary_of(const RealArray& frequencies, const std::string& layout
   if (layout != "half" && layout != "interleaved") {
     throw InputError(fmt::format("rotary_layout '{}' is not half or interleaved", layout));
   }
-  theory::Rotary rotary;
-  rotary.dimension = d;
   const Vector f = frequencies.vector();
   for (Index p = 0; p < pairs; ++p) {
     if (!std::isfinite(f(p))) throw InputError(fmt::format("rotary frequency {} is {}", p, f(p)));
-    rotary.first.push_back(layout == "half" ? p : 2 * p);
-    rotary.second.push_back(layout == "half" ? p + pairs : 2 * p + 1);
-    rotary.frequency.push_back(f(p));
   }
-  return rotary;
+  return theory::Rotary::with_frequencies(d, std::vector<double>(f.data(), f.data() + pairs), layout == "interleaved");
 }
 
 std::vector<probes::HeadMetrics> measure(const py::array& x_array, const py::array& w_q_array,
@@ -348,9 +342,6 @@ std::vector<probes::HeadMetrics> measure_scores(const py::array& scores_array, b
   std::optional<theory::AttendedMask> attended;
   if (mask_array) attended = attended_mask(*mask_array, scores.shape(1), scores.shape(2));
   py::gil_scoped_release release;
-  if (attended && causal) {
-    for (Index i = 0; i < attended->rows(); ++i) attended->row(i).tail(attended->cols() - i - 1) = false;
-  }
   std::vector<probes::HeadMetrics> out;
   for (py::ssize_t head = 0; head < scores.shape(0); ++head) {
     out.push_back(probes::measure_scores(scores.matrix(head * scores.stride(0)), layer, static_cast<int>(head), causal,

@@ -96,27 +96,33 @@ AttentionNorms attention_norms(const AttentionMap& map, const Matrix& X, const M
   return attention_norms_from_projections(map, X, X * Q, X * K);
 }
 
-Rotary Rotary::interleaved(Index d, double base) {
-  Rotary out;
-  out.dimension = d;
-  for (Index p = 0; p < d / 2; ++p) {
-    out.first.push_back(2 * p);
-    out.second.push_back(2 * p + 1);
-    out.frequency.push_back(std::pow(base, -2.0 * static_cast<double>(p) / static_cast<double>(d)));
-  }
+namespace {
+
+// base^(-2p/d) for p = 0 .. d/2 - 1: the frequencies of both layouts.
+std::vector<double> frequencies_of(Index d, double base) {
+  std::vector<double> out;
+  for (Index p = 0; p < d / 2; ++p)
+    out.push_back(std::pow(base, -2.0 * static_cast<double>(p) / static_cast<double>(d)));
   return out;
 }
 
-Rotary Rotary::half_split(Index d, double base) {
+}  // namespace
+
+Rotary Rotary::with_frequencies(Index d, std::vector<double> frequency, bool interleaved) {
+  const auto pairs = static_cast<Index>(frequency.size());
   Rotary out;
   out.dimension = d;
-  for (Index p = 0; p < d / 2; ++p) {
-    out.first.push_back(p);
-    out.second.push_back(p + d / 2);
-    out.frequency.push_back(std::pow(base, -2.0 * static_cast<double>(p) / static_cast<double>(d)));
+  for (Index p = 0; p < pairs; ++p) {
+    out.first.push_back(interleaved ? 2 * p : p);
+    out.second.push_back(interleaved ? 2 * p + 1 : p + pairs);
   }
+  out.frequency = std::move(frequency);
   return out;
 }
+
+Rotary Rotary::interleaved(Index d, double base) { return with_frequencies(d, frequencies_of(d, base), true); }
+
+Rotary Rotary::half_split(Index d, double base) { return with_frequencies(d, frequencies_of(d, base), false); }
 
 void apply_rotary(const Rotary& rotary, Matrix& rows, double first_position) {
   if (rows.cols() != rotary.dimension) {

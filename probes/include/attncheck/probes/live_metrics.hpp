@@ -83,7 +83,8 @@ bool within_theorem_bounds(const HeadMetrics& metrics);
 bool within_cross_norm_bounds(const HeadMetrics& metrics);
 
 // One head from its N x N scores S (lambda already applied): the norms of every activation and of their
-// Jacobians in S, and the score statistics. `attended` masks as in LayerInputs.
+// Jacobians in S, and the score statistics. `attended` masks as in LayerInputs; with `causal`, its entries j > i
+// are masked too.
 HeadMetrics measure_scores(const Matrix& scores, int layer_index, int head_index, bool causal,
                            const std::optional<theory::AttendedMask>& attended = std::nullopt);
 

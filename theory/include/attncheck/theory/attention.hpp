@@ -70,6 +70,9 @@ struct Rotary {
   static Rotary interleaved(Index d, double base);
   // Hugging Face's rotate_half (and GPT-NeoX's): pairs (p, p + d/2).
   static Rotary half_split(Index d, double base);
+  // Given frequencies (a model's own inv_freq), P of them for P <= d/2 pairs: (2p, 2p + 1) when `interleaved`, else
+  // (p, p + P); coordinates from 2P on are not rotated (partial rotary).
+  static Rotary with_frequencies(Index d, std::vector<double> frequency, bool interleaved);
 };
 
 // Row k of `rows` (a query or key of one head) rotated to position first_position + k.
