@@ -193,7 +193,7 @@ def _positions(call, n):
     return positions
 
 
-# --- the recognisers: (name, matches(module), describe(module, root, call)) ---------------------------------------
+# --- what is recognised, and how a call is described ---------------------------------------------------------
 
 def _projection_pairs(module):
     """Query and key projections: q_proj/k_proj (Llama, Mistral, Qwen, Gemma, CLIP), query/key (BERT, RoBERTa, ViT,
@@ -316,11 +316,17 @@ def _keys_cached_before(module, call):
     return cached > x.shape[1]
 
 
+def _spec(x, w_q, w_k, b_q, b_k, heads, kv_heads, scale, causal, allowed, positions=None, rotary=None,
+          query_norm=None, key_norm=None, softcap=0.0):
+    return dict(x=x, w_q=w_q, w_k=w_k, b_q=b_q, b_k=b_k, heads=int(heads), kv_heads=int(kv_heads), scale=scale,
+                causal=causal, mask=allowed, positions=positions, rotary=rotary, query_norm=query_norm,
+                key_norm=key_norm, softcap=softcap)
+
+
 def _linear_spec(query, key, x, heads, kv_heads, scale, causal, allowed, positions, rotary, query_norm, key_norm,
                  softcap):
-    return dict(x=x, w_q=query.weight.T, w_k=key.weight.T, b_q=query.bias, b_k=key.bias, heads=int(heads),
-                kv_heads=int(kv_heads), scale=scale, causal=causal, mask=allowed, positions=positions, rotary=rotary,
-                query_norm=query_norm, key_norm=key_norm, softcap=softcap)
+    return _spec(x, query.weight.T, key.weight.T, query.bias, key.bias, heads, kv_heads, scale, causal, allowed,
+                 positions, rotary, query_norm, key_norm, softcap)
 
 
 def _gpt2(module, call):
@@ -341,6 +347,5 @@ def _gpt2(module, call):
     causal_buffer = getattr(module, "bias", None)
     causal = not (isinstance(causal_buffer, torch.Tensor) and causal_buffer.dtype == torch.bool
                   and bool(causal_buffer[..., :n, :n].all()))
-    return dict(x=x, w_q=weight[:, :embed], w_k=weight[:, embed:2 * embed], b_q=bias[:embed],
-                b_k=bias[embed:2 * embed], heads=heads, kv_heads=heads, scale=scale, causal=causal, mask=allowed,
-                positions=None, rotary=None, query_norm=None, key_norm=None, softcap=0.0)
+    return _spec(x, weight[:, :embed], weight[:, embed:2 * embed], bias[:embed], bias[embed:2 * embed], heads, heads,
+                 scale, causal, allowed)

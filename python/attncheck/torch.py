@@ -89,16 +89,10 @@ def _multihead_attention_adapter(module, args, kwargs, output, sample):
     if padding is not None:
         padding = _pick(padding, sample, 2)
         attended &= _allowed(padding.detach().cpu(), "key_padding_mask")[None, :]
-    lower = torch.ones(n, n, dtype=torch.bool).tril()
-    if causal:
-        attended &= lower
-    mask = None
-    if bool(attended.all()):
-        pass
-    elif bool((attended == lower).all()):
-        causal = True
-    else:
-        mask = attended.numpy()
+    if causal:  # the mask as the layer applies it (rows past the triangle would read as padded queries' filler)
+        attended &= torch.ones(n, n, dtype=torch.bool).tril()
+    # _without_padding reads "all" and the causal triangle back as no mask.
+    mask = attended.numpy()
     return dict(x=x, w_q=w_q.T, w_k=w_k.T, b_q=b_q, b_k=b_k, heads=module.num_heads, causal=causal, mask=mask,
                 activation="softmax")
 
