@@ -83,7 +83,8 @@ def float64_softmax():
 
 def decoder_float64(model, family):
     """4.38.2 computes the RMSNorms and the rotary frequencies in float32 even in a float64 model, which alone
-    differs from float64 by 1e-7: the same formulas in float64."""
+    differs from float64 by 1e-7: the same formulas in float64. Llama's and Gemma's rotary embeddings take position
+    ids; Mistral's and Qwen2's keep a cos/sin cache."""
     float64_softmax()
     for module in model.modules():
         if type(module).__name__.endswith("RMSNorm"):
@@ -95,7 +96,7 @@ def decoder_float64(model, family):
     for layer in model.model.layers:
         rotary = layer.self_attn.rotary_emb
         exact = 1.0 / (rotary.base ** (torch.arange(0, rotary.dim, 2, dtype=torch.float64) / rotary.dim))
-        if family == "gemma":
+        if family in ("gemma", "llama"):
             rotary.inv_freq = exact
 
             def forward(x, position_ids, seq_len=None, inv_freq=exact):

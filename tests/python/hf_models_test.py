@@ -37,16 +37,6 @@ def _llama_config():
                                     rms_norm_eps=1e-6, rope_theta=1000.0, tie_word_embeddings=False)
 
 
-def _float64_rotary(model, family):
-    """Llama 4.38.2 forces its rotary angles to float32: the same angles in float64 (Gemma's patch)."""
-    decoder_float64(model, "gemma" if family in ("gemma", "llama") else family)
-    if family == "llama":  # decoder_float64 gave Llama Gemma's 1 + weight norms: Llama's own, in float64
-        for module in model.modules():
-            if type(module).__name__.endswith("RMSNorm"):
-                module.forward = lambda x, m=module: m.weight * (
-                    x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + m.variance_epsilon))
-
-
 def _decoder(family, folder):
     config = _llama_config() if family == "llama" else decoder_config(family)
     torch.manual_seed(0)
@@ -55,7 +45,7 @@ def _decoder(family, folder):
     model.save_pretrained(folder, safe_serialization=True)
     model = transformers.AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float64,
                                                               attn_implementation="eager")
-    _float64_rotary(model, family)
+    decoder_float64(model, family)
     return model
 
 
@@ -162,13 +152,10 @@ def test_a_padded_batch_gives_the_rows_of_each_sequence_without_padding(family, 
     mask = [int(i >= len(full) - len(short)) for i in range(len(full))] if side == "left" else \
         [1] * len(short) + [0] * (len(full) - len(short))
     batch = {"input_ids": torch.tensor([padded, full]), "attention_mask": torch.tensor([mask, [1] * len(full)])}
-    if side == "left" and family in DECODERS:
+    if side == "left":
         # Positions count from the first token, as generate() gives them.
         batch["position_ids"] = torch.tensor([[0] * (len(full) - len(short)) + list(range(len(short))),
                                               list(range(len(full)))])
-    if side == "left" and family == "gpt2":
-        batch["position_ids"] = batch["position_ids"] = torch.tensor(
-            [[0] * (len(full) - len(short)) + list(range(len(short))), list(range(len(full)))])
     padded_rows, full_rows = attncheck.torch.probe(model, batch)
     alone_short = attncheck.torch.probe(model, torch.tensor(short))
     alone_full = attncheck.torch.probe(model, torch.tensor(full))
