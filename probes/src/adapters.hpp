@@ -107,8 +107,10 @@ AttentionWeights linear_attention_weights(const Checkpoint& checkpoint, const st
 // With `map`, also each head's attention (scores scaled by layer.inner, masked when layer.causal; errors name
 // layer `layer_index`), and returns the context: N x (heads d_v), each head's attention times its values.
 // Without, the heads have no attention and the context is empty.
+// Unless sink.keep_attention, no head's attention is kept and the context is computed sink.query_row_block rows at a
+// time.
 Matrix fill_heads(LayerInputs& layer, const AttentionWeights& weights, std::int64_t heads,
-                  const theory::AttentionMap* map = nullptr, std::int64_t layer_index = 0);
+                  const theory::AttentionMap* map = nullptr, std::int64_t layer_index = 0, const LayerSink& sink = {});
 
 // Refuses hidden states that overflowed in `layer`, before the next layer turns them into NaN scores.
 void require_finite_hidden_states(const Matrix& h, std::int64_t layer);
@@ -126,10 +128,10 @@ std::string bert_word_embeddings(const ModelConfig& config);
 Matrix bert_embeddings(const Checkpoint& checkpoint, const ModelConfig& config, std::span<const std::int64_t> ids,
                        bool token_types, std::span<const std::int64_t> positions = {});
 // The embeddings' LayerNorm, then post-LayerNorm layers 0..last with biased query, key, value and output projections.
-std::vector<LayerInputs> post_norm_encoder(const Checkpoint& checkpoint, const ModelConfig& config, Matrix h,
-                                           std::int64_t last, const PostNormNames& names);
-std::vector<LayerInputs> bert_forward(const Checkpoint& checkpoint, const ModelConfig& config, Matrix h,
-                                      std::int64_t last);
+void post_norm_encoder(const Checkpoint& checkpoint, const ModelConfig& config, Matrix h, std::int64_t last,
+                       const LayerSink& sink, const PostNormNames& names);
+void bert_forward(const Checkpoint& checkpoint, const ModelConfig& config, Matrix h, std::int64_t last,
+                  const LayerSink& sink);
 
 // The vision encoders' pieces, which CLIP's vision tower shares with ViT and DINOv2 (probes/src/vit.cpp).
 // max_positions from image_size and patch_size, refusing a patch larger than the image.
@@ -149,9 +151,9 @@ struct PreNormNames {
   std::string norm_before, q, k, v, o, norm_after, mlp_in, mlp_out, scale_attention, scale_mlp;
 };
 // Layers 0..last of pre-LayerNorm blocks (causal when the configuration is), named by `layer_names`.
-std::vector<LayerInputs> pre_norm_encoder(const Checkpoint& checkpoint, const ModelConfig& config, Matrix h,
-                                          std::int64_t last,
-                                          PreNormNames (*layer_names)(const ModelConfig& config, std::int64_t layer));
+void pre_norm_encoder(const Checkpoint& checkpoint, const ModelConfig& config, Matrix h, std::int64_t last,
+                      const LayerSink& sink,
+                      PreNormNames (*layer_names)(const ModelConfig& config, std::int64_t layer));
 
 // What the probes need of one model family. Each family's file defines its adapter, naming only what the family
 // has (a text family no embed_pixels); adapters.cpp lists them.
@@ -173,12 +175,15 @@ struct FamilyAdapter {
                          std::span<const std::int64_t> ids) = nullptr;
   // The embeddings (N x D) of an image; null for a family that takes tokens.
   Matrix (*embed_pixels)(const Checkpoint& checkpoint, const ModelConfig& config, const Pixels& pixels) = nullptr;
-  // The inputs of layers 0 .. last from the embeddings (N x D, sizes and memory already checked).
-  std::vector<LayerInputs> (*forward)(const Checkpoint& checkpoint, const ModelConfig& config, Matrix h,
-                                      std::int64_t last);
+  // The inputs of layers 0 .. last from the embeddings (N x D, sizes and memory already checked), each handed to
+  // `sink` as soon as it is computed.
+  void (*forward)(const Checkpoint& checkpoint, const ModelConfig& config, Matrix h, std::int64_t last,
+                  const LayerSink& sink);
   // What `attncheck probe` says of the family's own traits under the model's sizes (lines, each ending in a
   // newline); null when there is nothing to add.
   std::string (*describe)(const ModelConfig& config) = nullptr;
+  // Rotary positions on the keys: softmax's dA/dW_K then reads the N x N Gram matrix of the layer's rows.
+  bool rotates_keys = false;
 };
 
 // Every family, in the order refusals list their model_type values.

@@ -60,8 +60,8 @@ Matrix linear(const Checkpoint& checkpoint, const Matrix& x, const std::string& 
 
 }  // namespace
 
-std::vector<LayerInputs> post_norm_encoder(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h,
-                                           std::int64_t last, const PostNormNames& names) {
+void post_norm_encoder(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h, std::int64_t last,
+                       const LayerSink& sink, const PostNormNames& names) {
   const std::int64_t D = c.hidden, I = c.intermediate;
   const auto norm = [&](const Matrix& x, const std::string& name) {
     return layer_norm(x, checkpoint.vector(name + "." + c.norm_gain, D), checkpoint.vector(name + "." + c.norm_bias, D),
@@ -70,7 +70,6 @@ std::vector<LayerInputs> post_norm_encoder(const Checkpoint& checkpoint, const M
   h = norm(h, c.tensor_prefix + names.embedding_norm);
   const double inner = 1 / std::sqrt(static_cast<double>(c.head_dim()));
   const theory::AttentionMap map = trained_attention_map(c.attention_activation, inner);
-  std::vector<LayerInputs> out;
   for (std::int64_t l = 0; l <= last; ++l) {
     const std::string p = fmt::format("{}{}{}.", c.tensor_prefix, names.layers, l);
     const auto name = [&](const std::string& suffix) { return p + suffix; };
@@ -86,18 +85,19 @@ std::vector<LayerInputs> post_norm_encoder(const Checkpoint& checkpoint, const M
     weights.b_Q = checkpoint.vector(name(names.query + ".bias"), D);
     weights.b_K = checkpoint.vector(name(names.key + ".bias"), D);
     weights.b_V = checkpoint.vector(name(names.value + ".bias"), D);
-    const Matrix attended = linear(checkpoint, fill_heads(layer, weights, c.heads, &map, l), name(names.output), D, D);
+    const Matrix attended =
+        linear(checkpoint, fill_heads(layer, weights, c.heads, &map, l, sink), name(names.output), D, D);
     const Matrix h1 = norm(attended + h, name(names.attention_norm));
     Matrix inter = linear(checkpoint, h1, name(names.mlp_in), I, D);
     apply_hidden_activation(inter, c.hidden_act);
     h = norm(linear(checkpoint, inter, name(names.mlp_out), D, I) + h1, name(names.output_norm));
     require_finite_hidden_states(h, l);
-    out.push_back(std::move(layer));
+    sink.receive(layer, l);
   }
-  return out;
 }
 
-std::vector<LayerInputs> bert_forward(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h, std::int64_t last) {
+void bert_forward(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h, std::int64_t last,
+                  const LayerSink& sink) {
   static const PostNormNames names{.embedding_norm = "embeddings.LayerNorm",
                                    .layers = "encoder.layer.",
                                    .query = "attention.self.query",
@@ -108,7 +108,7 @@ std::vector<LayerInputs> bert_forward(const Checkpoint& checkpoint, const ModelC
                                    .mlp_in = "intermediate.dense",
                                    .mlp_out = "output.dense",
                                    .output_norm = "output.LayerNorm"};
-  return post_norm_encoder(checkpoint, c, std::move(h), last, names);
+  post_norm_encoder(checkpoint, c, std::move(h), last, sink, names);
 }
 
 namespace {

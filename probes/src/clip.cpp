@@ -104,16 +104,17 @@ PreNormNames layer_names(const ModelConfig& c, std::int64_t layer) {
 }
 
 // The text tower has no LayerNorm before its first layer.
-std::vector<LayerInputs> text_forward(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h, std::int64_t last) {
-  return pre_norm_encoder(checkpoint, c, std::move(h), last, layer_names);
+void text_forward(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h, std::int64_t last,
+                  const LayerSink& sink) {
+  pre_norm_encoder(checkpoint, c, std::move(h), last, sink, layer_names);
 }
 
-std::vector<LayerInputs> vision_forward(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h,
-                                        std::int64_t last) {
+void vision_forward(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h, std::int64_t last,
+                    const LayerSink& sink) {
   const std::string norm = c.tensor_prefix + "pre_layrnorm";
   h = layer_norm(h, checkpoint.vector(norm + ".weight", c.hidden), checkpoint.vector(norm + ".bias", c.hidden),
                  c.layer_norm_eps);
-  return pre_norm_encoder(checkpoint, c, std::move(h), last, layer_names);
+  pre_norm_encoder(checkpoint, c, std::move(h), last, sink, layer_names);
 }
 
 std::string describe_vision(const ModelConfig& c) {

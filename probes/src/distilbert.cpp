@@ -29,7 +29,7 @@ Matrix embed_tokens(const Checkpoint& checkpoint, const ModelConfig& c, std::spa
   return bert_embeddings(checkpoint, c, ids, false);
 }
 
-std::vector<LayerInputs> forward(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h, std::int64_t last) {
+void forward(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h, std::int64_t last, const LayerSink& sink) {
   static const PostNormNames names{.embedding_norm = "embeddings.LayerNorm",
                                    .layers = "transformer.layer.",
                                    .query = "attention.q_lin",
@@ -40,7 +40,7 @@ std::vector<LayerInputs> forward(const Checkpoint& checkpoint, const ModelConfig
                                    .mlp_in = "ffn.lin1",
                                    .mlp_out = "ffn.lin2",
                                    .output_norm = "output_layer_norm"};
-  return post_norm_encoder(checkpoint, c, std::move(h), last, names);
+  post_norm_encoder(checkpoint, c, std::move(h), last, sink, names);
 }
 
 }  // namespace

@@ -32,6 +32,7 @@ extern const FamilyAdapter gemma_adapter{.name = "Gemma",
                                          .embedding_scale_tensor = llama_like_embeddings,
                                          .embed_tokens = llama_like_embed_tokens,
                                          .forward = llama_like_forward_for<gemma_traits>,
-                                         .describe = describe};
+                                         .describe = describe,
+                                         .rotates_keys = true};
 
 }  // namespace attncheck::probes::detail

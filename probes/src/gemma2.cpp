@@ -47,6 +47,7 @@ extern const FamilyAdapter gemma2_adapter{.name = "Gemma 2",
                                           .embedding_scale_tensor = llama_like_embeddings,
                                           .embed_tokens = llama_like_embed_tokens,
                                           .forward = llama_like_forward_for<gemma2_traits>,
-                                          .describe = describe};
+                                          .describe = describe,
+                                          .rotates_keys = true};
 
 }  // namespace attncheck::probes::detail

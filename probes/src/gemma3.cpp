@@ -143,6 +143,7 @@ extern const FamilyAdapter gemma3_adapter{.name = "Gemma 3",
                                           .embedding_scale_tensor = llama_like_embeddings,
                                           .embed_tokens = llama_like_embed_tokens,
                                           .forward = llama_like_forward_for<gemma3_traits>,
-                                          .describe = describe};
+                                          .describe = describe,
+                                          .rotates_keys = true};
 
 }  // namespace attncheck::probes::detail

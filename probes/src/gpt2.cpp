@@ -37,14 +37,13 @@ Matrix embed_tokens(const Checkpoint& checkpoint, const ModelConfig& c, std::spa
   return token_and_position_embeddings(checkpoint, token_embeddings(c), c.tensor_prefix + "wpe.weight", ids, c.hidden);
 }
 
-std::vector<LayerInputs> forward(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h, std::int64_t last) {
+void forward(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h, std::int64_t last, const LayerSink& sink) {
   const std::int64_t D = c.hidden, I = c.intermediate;
   const auto tensor = [&](const std::string& suffix) { return c.tensor_prefix + suffix; };
   const auto norm = [&](const Matrix& x, const std::string& name) {
     return layer_norm(x, checkpoint.vector(tensor(name + ".weight"), D), checkpoint.vector(tensor(name + ".bias"), D),
                       c.layer_norm_eps);
   };
-  std::vector<LayerInputs> out;
   for (std::int64_t l = 0; l <= last; ++l) {
     const std::string p = fmt::format("h.{}.", l);
     LayerInputs layer;
@@ -62,7 +61,7 @@ std::vector<LayerInputs> forward(const Checkpoint& checkpoint, const ModelConfig
     const Matrix W_o = checkpoint.matrix(tensor(p + "attn.c_proj.weight"), D, D);
     const Vector b_o = checkpoint.vector(tensor(p + "attn.c_proj.bias"), D);
     const theory::AttentionMap map = trained_attention_map(c.attention_activation, inner);
-    Matrix attended = fill_heads(layer, weights, c.heads, &map, l) * W_o;
+    Matrix attended = fill_heads(layer, weights, c.heads, &map, l, sink) * W_o;
     attended.rowwise() += b_o.transpose();
     h += attended;
     const Matrix m = norm(h, p + "ln_2");
@@ -73,9 +72,8 @@ std::vector<LayerInputs> forward(const Checkpoint& checkpoint, const ModelConfig
     mlp.rowwise() += checkpoint.vector(tensor(p + "mlp.c_proj.bias"), D).transpose();
     h += mlp;
     require_finite_hidden_states(h, l);
-    out.push_back(std::move(layer));
+    sink.receive(layer, l);
   }
-  return out;
 }
 
 }  // namespace

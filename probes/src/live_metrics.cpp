@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <iterator>
 #include <cmath>
 #include <limits>
 #include <mutex>
@@ -33,7 +34,8 @@ namespace {
 
 NormSet norms_of(const AttentionMap& map, const LayerInputs& layer, const HeadInputs& head) {
   Matrix raw_queries, raw_keys;
-  const theory::ScoreMaps maps = score_maps(layer, head, raw_queries, raw_keys);
+  theory::ScoreMaps maps = score_maps(layer, head, raw_queries, raw_keys);
+  if (layer.gram.size() != 0) maps.gram = &layer.gram;
   const auto norms =
       layer.attended
           ? theory::attention_norms_from_projections(map, layer.X, head.queries, head.keys, *layer.attended, maps)
@@ -58,21 +60,26 @@ struct ScoreStatistics {
   double mean = 0, std = 0, max_abs = 0, fro = 0;
 };
 
-// Over the attended entries only.
-ScoreStatistics score_statistics(const Matrix& scores, bool causal,
-                                 const std::optional<theory::AttendedMask>& attended) {
+struct ScoreSums {
   double sum = 0, sum_sq = 0, max_abs = 0;
   std::int64_t count = 0;
-  for (Index i = 0; i < scores.rows(); ++i) {
-    for (Index j = 0; j < scores.cols(); ++j) {
-      if (!is_attended(i, j, causal, attended)) continue;
-      const double s = scores(i, j);
-      sum += s;
-      sum_sq += s * s;
-      max_abs = std::max(max_abs, std::abs(s));
-      ++count;
+  // Rows first_row .. of the N x N scores, over their attended entries.
+  void add(const Matrix& scores, Index first_row, bool causal, const std::optional<theory::AttendedMask>& attended) {
+    for (Index r = 0; r < scores.rows(); ++r) {
+      for (Index j = 0; j < scores.cols(); ++j) {
+        if (!is_attended(first_row + r, j, causal, attended)) continue;
+        const double s = scores(r, j);
+        sum += s;
+        sum_sq += s * s;
+        max_abs = std::max(max_abs, std::abs(s));
+        ++count;
+      }
     }
   }
+};
+
+ScoreStatistics statistics_of(const ScoreSums& sums) {
+  const auto [sum, sum_sq, max_abs, count] = sums;
   ScoreStatistics out;
   if (count == 0) return out;
   out.mean = sum / static_cast<double>(count);
@@ -80,6 +87,26 @@ ScoreStatistics score_statistics(const Matrix& scores, bool causal,
   out.max_abs = max_abs;
   out.fro = std::sqrt(sum_sq);
   return out;
+}
+
+// Over the attended entries only.
+ScoreStatistics score_statistics(const Matrix& scores, bool causal,
+                                 const std::optional<theory::AttendedMask>& attended) {
+  ScoreSums sums;
+  sums.add(scores, 0, causal, attended);
+  return statistics_of(sums);
+}
+
+// The statistics of S = inner queries keys^T, a block of query rows at a time: no N x N matrix is formed.
+ScoreStatistics head_score_statistics(const LayerInputs& layer, const HeadInputs& head) {
+  ScoreSums sums;
+  const Index n = head.queries.rows();
+  for (Index first = 0; first < n; first += kQueryRowBlock) {
+    const Index rows = std::min(kQueryRowBlock, n - first);
+    sums.add(layer.inner * (head.queries.middleRows(first, rows) * head.keys.transpose()), first, layer.causal,
+             layer.attended);
+  }
+  return statistics_of(sums);
 }
 
 AttentionMap pointwise_map(Pointwise h, int p, double inner, theory::OuterScale outer) {
@@ -237,8 +264,7 @@ HeadMetrics measure_head(const LayerInputs& layer, int layer_index, int head_ind
   const double lambda = layer.inner;
   m.softmax = norms_of(softmax_map(lambda), layer, head);
   set_bounds(m);
-  set_score_statistics(m,
-                       score_statistics(lambda * (head.queries * head.keys.transpose()), layer.causal, layer.attended));
+  set_score_statistics(m, head_score_statistics(layer, head));
 
   m.linear_scaled = norms_of(linear_scaled_map(lambda), layer, head);
   m.poly3_scaled = norms_of(poly3_scaled_map(lambda), layer, head);
@@ -438,7 +464,6 @@ ProbeResult probe_model(const fs::path& model_path, const ProbeInput& input, con
           fmt::format("head {} does not exist: the model has heads 0..{}", head, model.config().heads - 1));
     }
   }
-  std::vector<LayerInputs> computed;
   const bool vision = is_vision(model.config());
   if (vision && (input.kind == ProbeInput::Kind::text || input.kind == ProbeInput::Kind::tokens)) {
     throw InputError(fmt::format("{} takes images, not tokens: use --pixels, --image or --random",
@@ -448,6 +473,11 @@ ProbeResult probe_model(const fs::path& model_path, const ProbeInput& input, con
     throw InputError(fmt::format("{} takes tokens, not images: use --text, --tokens or --random",
                                  architecture_name(model.config())));
   }
+  const int measuring_threads = streams::thread_count(threads);
+  const auto require_memory = [&](std::int64_t positions) {
+    model.require_memory_for(positions, layers, keep_layers, measuring_threads, cross_norm);
+  };
+  Matrix embeddings;
   switch (input.kind) {
     case ProbeInput::Kind::pixels:
     case ProbeInput::Kind::image: {
@@ -462,8 +492,8 @@ ProbeResult probe_model(const fs::path& model_path, const ProbeInput& input, con
       result.image_height = pixels.height;
       result.image_width = pixels.width;
       const std::int64_t P = model.config().patch_size;
-      model.require_memory_for(1 + (pixels.height / P) * (pixels.width / P), layers);
-      computed = model.forward_pixels(pixels, layers);
+      require_memory(1 + (pixels.height / P) * (pixels.width / P));
+      embeddings = model.embed_pixels(pixels);
       if (keep_layers) result.pixels = std::move(pixels);
       break;
     }
@@ -478,7 +508,8 @@ ProbeResult probe_model(const fs::path& model_path, const ProbeInput& input, con
         }
         result.ids.resize(static_cast<std::size_t>(input.max_tokens));
       }
-      computed = model.forward(result.ids, layers);
+      embeddings = model.embed_tokens(result.ids);
+      require_memory(embeddings.rows());
       result.token_strings = token_strings_for_model(model_path, model, result.ids);
       break;
     case ProbeInput::Kind::random: {
@@ -495,49 +526,65 @@ ProbeResult probe_model(const fs::path& model_path, const ProbeInput& input, con
                         "positions",
                         input.random_length, input.random_length, model.config().max_positions));
       }
-      model.require_memory_for(length, layers);
+      require_memory(length);
       result.random_length = length;
       result.random_sigma = model.token_embedding_rms();
-      Matrix embeddings(length, model.config().hidden);
+      embeddings.resize(length, model.config().hidden);
       streams::PhiloxStream stream(input.seed, 0);
       stream.fill_normal(embeddings.data(), embeddings.data() + embeddings.size(), result.random_sigma);
-      computed = model.forward_embeddings(std::move(embeddings), layers);
       break;
     }
   }
   const auto selected = [](const std::vector<int>& chosen, int index) {
     return chosen.empty() || std::find(chosen.begin(), chosen.end(), index) != chosen.end();
   };
-  std::vector<std::pair<int, int>> layer_heads;  // in layer, head order
-  for (std::size_t l = 0; l < computed.size(); ++l) {
-    if (!selected(layers, static_cast<int>(l))) continue;
-    for (int head = 0; head < model.config().heads; ++head) {
-      if (selected(heads, head)) layer_heads.emplace_back(static_cast<int>(l), head);
-    }
-  }
-  const auto heads_total = static_cast<std::int64_t>(layer_heads.size());
+  std::int64_t selected_layers = 0;
+  for (std::int64_t l = 0; l < model.config().layers; ++l) selected_layers += selected(layers, static_cast<int>(l));
+  std::int64_t selected_heads = 0;
+  for (int head = 0; head < model.config().heads; ++head) selected_heads += selected(heads, head);
+  const std::int64_t heads_total = selected_layers * selected_heads;
   if (progress) progress(0, heads_total);
-  result.heads.resize(layer_heads.size());
   std::int64_t heads_done = 0;
   std::mutex progress_mutex;
-  streams::parallel_for(heads_total, streams::thread_count(threads), [&](theory::Index k) {
-    const auto [layer, head] = layer_heads[static_cast<std::size_t>(k)];
-    result.heads[static_cast<std::size_t>(k)] =
-        measure_head(computed[static_cast<std::size_t>(layer)], layer, head, cross_norm);
+  const auto head_done = [&] {
     const std::lock_guard lock(progress_mutex);
     ++heads_done;
     if (progress) progress(heads_done, heads_total);
+  };
+  // Each layer is measured as soon as it is computed, then released (kept only for the attention dump).
+  LayerSink sink;
+  sink.keep_attention = keep_layers;
+  sink.receive = [&](LayerInputs& layer, std::int64_t index) {
+    const int l = static_cast<int>(index);
+    if (selected(layers, l)) {
+      std::vector<int> layer_heads;
+      for (int head = 0; head < model.config().heads; ++head) {
+        if (selected(heads, head)) layer_heads.push_back(head);
+      }
+      std::vector<HeadMetrics> measured = measure_layer(layer, l, layer_heads, cross_norm, threads, head_done);
+      std::move(measured.begin(), measured.end(), std::back_inserter(result.heads));
+    }
+    if (keep_layers) result.layers.push_back(std::move(layer));
+  };
+  model.forward_embeddings(std::move(embeddings), layers, sink);
+  return result;
+}
+
+std::vector<HeadMetrics> measure_layer(LayerInputs& layer, int layer_index, const std::vector<int>& heads,
+                                       bool cross_norm, int threads, const std::function<void()>& head_done) {
+  // Softmax's dA/dW_K under rotary keys reads X X^T: once for the layer rather than once per head.
+  const bool shares_gram = layer.rotary && layer.gram.size() == 0;
+  if (shares_gram) layer.gram.noalias() = layer.X * layer.X.transpose();
+  std::vector<HeadMetrics> measured(heads.size());
+  streams::parallel_for(static_cast<Index>(heads.size()), streams::thread_count(threads), [&](Index k) {
+    measured[static_cast<std::size_t>(k)] =
+        measure_head(layer, layer_index, heads[static_cast<std::size_t>(k)], cross_norm);
+    if (head_done) head_done();
   });
   // Grouped keys: a key head's derivative sums over the query heads that share it, once all are measured.
-  for (std::size_t first = 0; first < result.heads.size();) {
-    std::size_t end = first;
-    while (end < result.heads.size() && result.heads[end].layer == result.heads[first].layer) ++end;
-    set_group_key_derivatives(computed[static_cast<std::size_t>(result.heads[first].layer)],
-                              std::span(result.heads).subspan(first, end - first));
-    first = end;
-  }
-  if (keep_layers) result.layers = std::move(computed);
-  return result;
+  set_group_key_derivatives(layer, measured);
+  if (shares_gram) layer.gram = Matrix();
+  return measured;
 }
 
 void write_attention(const fs::path& path, const ProbeResult& result) {

@@ -193,8 +193,8 @@ Matrix llama_like_embed_tokens(const Checkpoint& checkpoint, const ModelConfig& 
   return checkpoint.rows(llama_like_embeddings(c), ids, c.hidden);
 }
 
-std::vector<LayerInputs> llama_like_forward(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h,
-                                            std::int64_t last, const DecoderTraits& traits) {
+void llama_like_forward(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h, std::int64_t last,
+                        const LayerSink& sink, const DecoderTraits& traits) {
   const std::int64_t D = c.hidden, H = c.heads, G = c.key_value_heads(), d = c.head_dim(), I = c.intermediate;
   const std::int64_t n = h.rows();
   if (n > c.max_positions) {
@@ -224,7 +224,6 @@ std::vector<LayerInputs> llama_like_forward(const Checkpoint& checkpoint, const 
   const auto norm = [&](const Matrix& x, const std::string& name) {
     return rms_norm(x, gain_of(name, D), c.layer_norm_eps);
   };
-  std::vector<LayerInputs> out;
   for (std::int64_t l = 0; l <= last; ++l) {
     const Names names = traits.sandwich_norms ? sandwich_names(layer_names(c, l), c, l) : layer_names(c, l);
     LayerInputs layer;
@@ -239,7 +238,7 @@ std::vector<LayerInputs> llama_like_forward(const Checkpoint& checkpoint, const 
     }
     layer.X = norm(h, names.attention_norm);
     const AttentionWeights weights = linear_attention_weights(checkpoint, names.q, names.k, names.v, D, H * d, G * d);
-    Matrix attended = project(checkpoint, fill_heads(layer, weights, H, &map, l), names.o, D);
+    Matrix attended = project(checkpoint, fill_heads(layer, weights, H, &map, l, sink), names.o, D);
     if (traits.sandwich_norms) attended = norm(attended, names.attention_out_norm);
     h += attended;
     const Matrix m = norm(h, names.mlp_norm);
@@ -249,9 +248,8 @@ std::vector<LayerInputs> llama_like_forward(const Checkpoint& checkpoint, const 
     if (traits.sandwich_norms) mlp = norm(mlp, names.mlp_out_norm);
     h += mlp;
     require_finite_hidden_states(h, l);
-    out.push_back(std::move(layer));
+    sink.receive(layer, l);
   }
-  return out;
 }
 
 std::string llama_like_describe(const ModelConfig& c) {
@@ -347,6 +345,7 @@ extern const FamilyAdapter llama_adapter{.name = "Llama",
                                          .embedding_scale_tensor = llama_like_embeddings,
                                          .embed_tokens = llama_like_embed_tokens,
                                          .forward = llama_like_forward_for<llama_traits>,
-                                         .describe = llama_like_describe};
+                                         .describe = llama_like_describe,
+                                         .rotates_keys = true};
 
 }  // namespace attncheck::probes::detail

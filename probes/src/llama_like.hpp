@@ -51,8 +51,8 @@ Matrix llama_like_embed_tokens(const Checkpoint& checkpoint, const ModelConfig& 
 // Layers 0 .. last: pre-RMSNorm blocks, rotary queries and keys, grouped-query causal attention (within
 // config.sliding_window positions when set, on config.sliding_layers when listed), a gated MLP.
 // With "sliding_window" absent or null in config.json, every layer attends to every earlier key.
-std::vector<LayerInputs> llama_like_forward(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h,
-                                            std::int64_t last, const DecoderTraits& traits);
+void llama_like_forward(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h, std::int64_t last,
+                        const LayerSink& sink, const DecoderTraits& traits);
 std::string llama_like_describe(const ModelConfig& c);
 
 // config.json's "layer_types" ("sliding_attention" or "full_attention" per layer) as the layers the window applies
@@ -91,9 +91,9 @@ ModelConfig llama_like_gguf_config_for(const GgufHeader& header, const Checkpoin
   return llama_like_config_from_gguf(header, checkpoint, traits);
 }
 template <const DecoderTraits& traits>
-std::vector<LayerInputs> llama_like_forward_for(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h,
-                                                std::int64_t last) {
-  return llama_like_forward(checkpoint, c, std::move(h), last, traits);
+void llama_like_forward_for(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h, std::int64_t last,
+                            const LayerSink& sink) {
+  llama_like_forward(checkpoint, c, std::move(h), last, sink, traits);
 }
 
 }  // namespace attncheck::probes::detail

@@ -25,6 +25,7 @@ extern const FamilyAdapter mistral_adapter{.name = "Mistral",
                                            .embedding_scale_tensor = llama_like_embeddings,
                                            .embed_tokens = llama_like_embed_tokens,
                                            .forward = llama_like_forward_for<mistral_traits>,
-                                           .describe = llama_like_describe};
+                                           .describe = llama_like_describe,
+                                           .rotates_keys = true};
 
 }  // namespace attncheck::probes::detail

@@ -156,6 +156,11 @@ void detail::apply_hidden_activation(Matrix& m, const std::string& act) {
 
 Matrix apply_attention(const theory::AttentionMap& map, const Matrix& scores, bool causal, std::string_view where,
                        const theory::AttendedMask* attended) {
+  return apply_attention_rows(map, scores, 0, causal, where, attended);
+}
+
+Matrix apply_attention_rows(const theory::AttentionMap& map, const Matrix& scores, Index first_row, bool causal,
+                            std::string_view where, const theory::AttendedMask* attended) {
   // Said here, where the cause is known: the softmax would only see a NaN logit.
   if (!scores.allFinite()) {
     throw InputError(
@@ -163,19 +168,20 @@ Matrix apply_attention(const theory::AttentionMap& map, const Matrix& scores, bo
                     "precision (an input or weights far too large)",
                     where));
   }
-  const Index n = scores.rows();
-  Matrix out = Matrix::Zero(n, n);
+  const Index n = scores.cols();
+  Matrix out = Matrix::Zero(scores.rows(), n);
   const double c = map.outer.at(n);
   std::vector<Index> keys;
   Vector row_scores(n), row_out(n);
-  for (Index i = 0; i < n; ++i) {
+  for (Index r = 0; r < scores.rows(); ++r) {
+    const Index i = first_row + r;
     if (attended) {
       keys.clear();
       for (Index j = 0; j < n; ++j) {
         if ((*attended)(i, j)) keys.push_back(j);
       }
       const auto visible = static_cast<std::size_t>(keys.size());
-      row_scores.head(static_cast<Index>(visible)) = scores.row(i)(keys).transpose();
+      row_scores.head(static_cast<Index>(visible)) = scores.row(r)(keys).transpose();
       if (map.activation.kind == theory::ActivationKind::softmax) {
         theory::softmax_row({row_scores.data(), visible}, {row_out.data(), visible}, i);
       } else {
@@ -184,16 +190,18 @@ Matrix apply_attention(const theory::AttentionMap& map, const Matrix& scores, bo
               c * theory::pointwise_value(map.activation.h, map.activation.p, row_scores[static_cast<Index>(k)]);
         }
       }
-      out.row(i)(keys) = row_out.head(static_cast<Index>(visible)).transpose();
+      out.row(r)(keys) = row_out.head(static_cast<Index>(visible)).transpose();
       continue;
     }
     const Index visible = causal ? i + 1 : n;
     if (map.activation.kind == theory::ActivationKind::softmax) {
-      theory::softmax_row({scores.row(i).data(), static_cast<std::size_t>(visible)},
-                          {out.row(i).data(), static_cast<std::size_t>(visible)}, i);
+      row_scores.head(visible) = scores.row(r).head(visible).transpose();
+      theory::softmax_row({row_scores.data(), static_cast<std::size_t>(visible)},
+                          {row_out.data(), static_cast<std::size_t>(visible)}, i);
+      out.row(r).head(visible) = row_out.head(visible).transpose();
     } else {
       for (Index j = 0; j < visible; ++j) {
-        out(i, j) = c * theory::pointwise_value(map.activation.h, map.activation.p, scores(i, j));
+        out(r, j) = c * theory::pointwise_value(map.activation.h, map.activation.p, scores(r, j));
       }
     }
   }
@@ -201,7 +209,7 @@ Matrix apply_attention(const theory::AttentionMap& map, const Matrix& scores, bo
 }
 
 Matrix detail::fill_heads(LayerInputs& layer, const AttentionWeights& weights, std::int64_t heads,
-                          const theory::AttentionMap* map, std::int64_t layer_index) {
+                          const theory::AttentionMap* map, std::int64_t layer_index, const LayerSink& sink) {
   const Index n = layer.X.rows(), d = weights.W_Q.cols() / heads, kv_heads = weights.W_K.cols() / d;
   const Index d_v = weights.W_V.cols() / kv_heads;
   const auto project_rows = [&](const Matrix& W, const Vector& b) {
@@ -242,10 +250,20 @@ Matrix detail::fill_heads(LayerInputs& layer, const AttentionWeights& weights, s
     inputs.b_K = bias_of(weights.b_K, g * d, d);
     if (values.size() != 0) inputs.values = values.middleCols(g * d_v, d_v);
     if (map) {
-      inputs.attention = apply_attention(*map, softmax_logits(layer, inputs), layer.causal,
-                                         fmt::format("layer {} head {}", layer_index, head),
-                                         layer.attended ? &*layer.attended : nullptr);
-      context.middleCols(head * d_v, d_v) = inputs.attention * inputs.values;
+      const std::string where = fmt::format("layer {} head {}", layer_index, head);
+      const theory::AttendedMask* attended = layer.attended ? &*layer.attended : nullptr;
+      if (sink.keep_attention) {
+        inputs.attention = apply_attention(*map, softmax_logits(layer, inputs), layer.causal, where, attended);
+        context.middleCols(head * d_v, d_v).noalias() = inputs.attention * inputs.values;
+      } else {
+        const Index block_rows = std::max<Index>(1, sink.query_row_block);
+        for (Index first = 0; first < n; first += block_rows) {
+          const Index rows = std::min(block_rows, n - first);
+          const Matrix block = apply_attention_rows(*map, softmax_logits(layer, inputs, first, rows), first,
+                                                    layer.causal, where, attended);
+          context.block(first, head * d_v, rows, d_v).noalias() = block * inputs.values;
+        }
+      }
     }
     layer.heads.push_back(std::move(inputs));
   }
@@ -266,8 +284,9 @@ Matrix layer_norm(const Matrix& x, const Vector& gain, const Vector& bias, doubl
 
 Matrix rms_norm(const Matrix& x, const Vector& gain, double eps) { return theory::rms_normalized(x, gain, eps); }
 
-Matrix softmax_logits(const LayerInputs& layer, const HeadInputs& head) {
-  Matrix scores = layer.inner * (head.queries * head.keys.transpose());
+Matrix softmax_logits(const LayerInputs& layer, const HeadInputs& head, Index first_row, Index rows) {
+  if (rows < 0) rows = head.queries.rows() - first_row;
+  Matrix scores = layer.inner * (head.queries.middleRows(first_row, rows) * head.keys.transpose());
   if (layer.logit_softcap > 0) {
     const double cap = layer.logit_softcap;
     scores = scores.unaryExpr([cap](double s) { return cap * std::tanh(s / cap); });
@@ -359,16 +378,15 @@ double TransformerModel::token_embedding_rms() const {
   return checkpoint_.root_mean_square(config_.family->embedding_scale_tensor(config_));
 }
 
-std::vector<LayerInputs> TransformerModel::forward_pixels(const Pixels& pixels, const std::vector<int>& layers) const {
+Matrix TransformerModel::embed_pixels(const Pixels& pixels) const {
   if (!config_.family->embed_pixels) {
     throw InputError(
         fmt::format("{} takes tokens, not pixels: use --text, --tokens or --random", architecture_name(config_)));
   }
-  return forward_embeddings(config_.family->embed_pixels(checkpoint_, config_, pixels), layers);
+  return config_.family->embed_pixels(checkpoint_, config_, pixels);
 }
 
-std::vector<LayerInputs> TransformerModel::forward(std::span<const std::int64_t> ids,
-                                                   const std::vector<int>& layers) const {
+Matrix TransformerModel::embed_tokens(std::span<const std::int64_t> ids) const {
   if (!config_.family->embed_tokens) {
     throw InputError(
         fmt::format("{} takes images, not tokens: use --pixels, --image or --random", architecture_name(config_)));
@@ -385,40 +403,70 @@ std::vector<LayerInputs> TransformerModel::forward(std::span<const std::int64_t>
           fmt::format("token id {} at position {} is outside the vocabulary of {}", ids[k], k, config_.vocab));
     }
   }
-  return forward_embeddings(config_.family->embed_tokens(checkpoint_, config_, ids), layers);
+  return config_.family->embed_tokens(checkpoint_, config_, ids);
 }
 
-void TransformerModel::require_memory_for(std::int64_t positions, const std::vector<int>& layers) const {
+std::vector<LayerInputs> TransformerModel::forward_pixels(const Pixels& pixels, const std::vector<int>& layers) const {
+  return forward_embeddings(embed_pixels(pixels), layers);
+}
+
+std::vector<LayerInputs> TransformerModel::forward(std::span<const std::int64_t> ids,
+                                                   const std::vector<int>& layers) const {
+  return forward_embeddings(embed_tokens(ids), layers);
+}
+
+void TransformerModel::require_memory_for(std::int64_t positions, const std::vector<int>& layers, bool keep_layers,
+                                          int measuring_threads, bool cross_norm) const {
   using records::saturating_product;
   using records::saturating_sum;
   const auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(std::max<std::int64_t>(v, 0)); };
-  const std::uint64_t n = u(positions), D = u(config_.hidden), H = u(config_.heads), d = u(config_.head_dim()),
-                      I = u(config_.intermediate);
+  const std::uint64_t n = u(positions), D = u(config_.hidden), H = u(config_.heads), G = u(config_.key_value_heads()),
+                      d = u(config_.head_dim()), I = u(config_.intermediate), threads = u(measuring_threads);
   // Layers past the model's are refused elsewhere, by name.
   const std::uint64_t kept =
       std::min(u(config_.layers), layers.empty()
                                       ? u(config_.layers)
                                       : u(std::int64_t{*std::max_element(layers.begin(), layers.end())} + 1));
-  // Every kept layer: its input rows, and per head the projections, the weight slices and the N x N attention.
-  const std::uint64_t per_layer =
-      saturating_sum({saturating_product({n, D}),
-                      saturating_product({H, saturating_sum({saturating_product({n, n}), saturating_product({3, n, d}),
-                                                             saturating_product({2, D, d}), 2 * d})})});
-  // The layer being computed: its projections, MLP rows and weights, and a few N x N score matrices at once.
-  const std::uint64_t working =
-      saturating_sum({saturating_product({n, saturating_sum({8 * D, 2 * I})}), saturating_product({4, D, D}),
-                      saturating_product({2, D, I}), saturating_product({4, n, n})});
+  // The layer being computed, in doubles: its weights dequantized (query, key, value and output projections, a gated
+  // MLP), the hidden rows and their norms, the projections and each head's copies of its queries, keys and values,
+  // the context and the MLP's rows.
+  const std::uint64_t weights =
+      saturating_sum({saturating_product({D, saturating_sum({2 * H * d, 2 * G * d})}), saturating_product({3, D, I})});
+  const std::uint64_t activations = saturating_product({n, saturating_sum({6 * D, 5 * H * d, 3 * G * d, 3 * I})});
+  // Each measuring thread: a block of score rows or its row-by-row scratch, the attended keys' rows, and with the
+  // cross-normalization what-if the head's N x N softmax attention and its scores.
+  const std::uint64_t block = std::min<std::uint64_t>(n, static_cast<std::uint64_t>(kQueryRowBlock));
+  const std::uint64_t per_thread =
+      saturating_sum({saturating_product({3, block, n}), saturating_product({n, saturating_sum({D, 4 * d, 8})}),
+                      cross_norm ? saturating_product({3, n, n}) : 0});
+  // Layer-wide and shared: the Gram matrix of the layer's rows (rotary keys) and a sliding window's mask (bytes).
+  const std::uint64_t gram = config_.family->rotates_keys ? saturating_product({n, n}) : 0;
+  const std::uint64_t window =
+      config_.sliding_window > 0 && u(config_.sliding_window) < n ? saturating_product({n, n}) / sizeof(double) : 0;
+  std::uint64_t total = saturating_sum(
+      {weights, activations, saturating_product({threads, per_thread}), gram, window, saturating_product({n, D})});
+  if (keep_layers) {
+    // Every kept layer: its input rows, and per head the projections, the weight slices and the N x N attention.
+    const std::uint64_t per_layer = saturating_sum(
+        {saturating_product({n, D}),
+         saturating_product({H, saturating_sum({saturating_product({n, n}), saturating_product({3, n, d}),
+                                                saturating_product({2, D, d}), 2 * d})})});
+    total = saturating_sum({total, saturating_product({kept, per_layer})});
+  }
   records::require_memory(
-      saturating_product({sizeof(double), saturating_sum({saturating_product({kept, per_layer}), working})}),
-      fmt::format("a forward pass over {} positions keeping {} layers of {} heads (D = {})", n, kept, H, D),
-      "; use fewer positions or --layers");
+      saturating_product({sizeof(double), total}),
+      keep_layers
+          ? fmt::format("a forward pass over {} positions keeping {} layers of {} heads (D = {})", n, kept, H, D)
+          : fmt::format("a probe over {} positions, one layer of {} heads (D = {}) at a time, {} measuring "
+                        "thread{}",
+                        n, H, D, threads, threads == 1 ? "" : "s"),
+      keep_layers ? "; use fewer positions or --layers" : "; use fewer positions or --threads");
 }
 
-std::vector<LayerInputs> TransformerModel::forward_embeddings(Matrix h, const std::vector<int>& layers) const {
+void TransformerModel::forward_embeddings(Matrix h, const std::vector<int>& layers, const LayerSink& sink) const {
   if (h.cols() != config_.hidden) {
     throw InputError(fmt::format("embeddings have {} columns, the model {}", h.cols(), config_.hidden));
   }
-  require_memory_for(h.rows(), layers);
   std::int64_t last = config_.layers - 1;
   if (!layers.empty()) {
     for (int layer : layers) {
@@ -428,7 +476,15 @@ std::vector<LayerInputs> TransformerModel::forward_embeddings(Matrix h, const st
     }
     last = *std::max_element(layers.begin(), layers.end());
   }
-  return config_.family->forward(checkpoint_, config_, std::move(h), last);
+  require_memory_for(h.rows(), layers, sink.keep_attention);
+  config_.family->forward(checkpoint_, config_, std::move(h), last, sink);
+}
+
+std::vector<LayerInputs> TransformerModel::forward_embeddings(Matrix h, const std::vector<int>& layers) const {
+  std::vector<LayerInputs> kept;
+  forward_embeddings(std::move(h), layers,
+                     {[&](LayerInputs& layer, std::int64_t) { kept.push_back(std::move(layer)); }, true});
+  return kept;
 }
 
 }  // namespace attncheck::probes

@@ -33,6 +33,7 @@ extern const FamilyAdapter qwen2_adapter{.name = "Qwen2",
                                          .embedding_scale_tensor = llama_like_embeddings,
                                          .embed_tokens = llama_like_embed_tokens,
                                          .forward = llama_like_forward_for<qwen2_traits>,
-                                         .describe = llama_like_describe};
+                                         .describe = llama_like_describe,
+                                         .rotates_keys = true};
 
 }  // namespace attncheck::probes::detail

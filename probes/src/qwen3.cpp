@@ -40,6 +40,7 @@ extern const FamilyAdapter qwen3_adapter{.name = "Qwen3",
                                          .embedding_scale_tensor = llama_like_embeddings,
                                          .embed_tokens = llama_like_embed_tokens,
                                          .forward = llama_like_forward_for<qwen3_traits>,
-                                         .describe = describe};
+                                         .describe = describe,
+                                         .rotates_keys = true};
 
 }  // namespace attncheck::probes::detail

@@ -174,13 +174,11 @@ Matrix embed_patches(const Checkpoint& checkpoint, const ModelConfig& c, const P
   return h;
 }
 
-std::vector<LayerInputs> pre_norm_encoder(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h,
-                                          std::int64_t last,
-                                          PreNormNames (*layer_names)(const ModelConfig&, std::int64_t)) {
+void pre_norm_encoder(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h, std::int64_t last,
+                      const LayerSink& sink, PreNormNames (*layer_names)(const ModelConfig&, std::int64_t)) {
   const std::int64_t D = c.hidden, I = c.intermediate;
   const double inner = 1 / std::sqrt(static_cast<double>(c.head_dim()));
   const theory::AttentionMap map = trained_attention_map(c.attention_activation, inner);
-  std::vector<LayerInputs> out;
   for (std::int64_t l = 0; l <= last; ++l) {
     const PreNormNames names = layer_names(c, l);
     LayerInputs layer;
@@ -189,7 +187,7 @@ std::vector<LayerInputs> pre_norm_encoder(const Checkpoint& checkpoint, const Mo
     layer.X = layer_norm(h, checkpoint.vector(names.norm_before + ".weight", D),
                          checkpoint.vector(names.norm_before + ".bias", D), c.layer_norm_eps);
     const AttentionWeights weights = linear_attention_weights(checkpoint, names.q, names.k, names.v, D, D, D);
-    Matrix attended = project(checkpoint, fill_heads(layer, weights, c.heads, &map, l), names.o, D);
+    Matrix attended = project(checkpoint, fill_heads(layer, weights, c.heads, &map, l, sink), names.o, D);
     if (!names.scale_attention.empty()) {
       attended.array().rowwise() *= checkpoint.vector(names.scale_attention, D).transpose().array();
     }
@@ -202,9 +200,8 @@ std::vector<LayerInputs> pre_norm_encoder(const Checkpoint& checkpoint, const Mo
     if (!names.scale_mlp.empty()) mlp.array().rowwise() *= checkpoint.vector(names.scale_mlp, D).transpose().array();
     h += mlp;
     require_finite_hidden_states(h, l);
-    out.push_back(std::move(layer));
+    sink.receive(layer, l);
   }
-  return out;
 }
 
 namespace {
@@ -255,8 +252,8 @@ Matrix embed(const Checkpoint& checkpoint, const ModelConfig& c, const Pixels& p
                         .interpolate = is_dinov2(c)});
 }
 
-std::vector<LayerInputs> forward(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h, std::int64_t last) {
-  return pre_norm_encoder(checkpoint, c, std::move(h), last, layer_names);
+void forward(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h, std::int64_t last, const LayerSink& sink) {
+  pre_norm_encoder(checkpoint, c, std::move(h), last, sink, layer_names);
 }
 
 std::string describe(const ModelConfig& c) {

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <numeric>
 #include <tuple>
 #include <thread>
 
@@ -651,4 +652,83 @@ TEST_CASE("the cross-normalization what-if reads the forward pass's values, with
   CHECK_THROWS_WITH(split_heads(layer.X, c_attn.leftCols(D), c_attn.middleCols(D, D), c_attn_b.head(D),
                                 c_attn_b.segment(D, D), heads, layer.inner, true, c_attn.rightCols(D).leftCols(3)),
                     Catch::Contains("w_v is 8x3"));
+}
+
+TEST_CASE("layers streamed a block of query rows at a time measure what layers kept whole measure, to 1e-12",
+          "[model][streaming]") {
+  TempDir dir;
+  write_tiny_gpt2(dir.path / "gpt2" / "model.safetensors", {.layers = 2, .heads = 2, .hidden = 8, .positions = 32}, 3);
+  write_tiny_bert(dir.path / "bert", {.layers = 2, .heads = 2, .hidden = 8, .positions = 32}, 4);
+  write_tiny_llama(dir.path / "llama", "llama", 2);
+  write_tiny_llama(dir.path / "mistral", "mistral", 2, 5);
+  write_tiny_llama(dir.path / "qwen3", "qwen3", 1);
+  std::vector<std::int64_t> ids;
+  for (std::int64_t k = 0; k < 19; ++k) ids.push_back((7 * k + 3) % 20);
+  for (const char* name : {"gpt2", "bert", "llama", "mistral", "qwen3"}) {
+    INFO(name);
+    const TransformerModel model = TransformerModel::load(dir.path / name);
+    const int heads = static_cast<int>(model.config().heads);
+    std::vector<int> all_heads(static_cast<std::size_t>(heads));
+    std::iota(all_heads.begin(), all_heads.end(), 0);
+    // Kept: every layer with its heads' whole attention, each head measured on its own (its own Gram matrix).
+    std::vector<LayerInputs> kept = model.forward(ids);
+    std::vector<std::vector<HeadMetrics>> expected;
+    for (std::size_t l = 0; l < kept.size(); ++l) {
+      std::vector<HeadMetrics> layer_heads;
+      for (int h = 0; h < heads; ++h) layer_heads.push_back(measure_head(kept[l], static_cast<int>(l), h));
+      set_group_key_derivatives(kept[l], layer_heads);
+      expected.push_back(std::move(layer_heads));
+    }
+    // Streamed: blocks of 4 query rows (19 = 4 + 4 + 4 + 4 + 3), measured on two threads as each layer arrives.
+    std::size_t received = 0;
+    LayerSink sink;
+    sink.keep_attention = false;
+    sink.query_row_block = 4;
+    sink.receive = [&](LayerInputs& layer, std::int64_t index) {
+      REQUIRE(static_cast<std::size_t>(index) == received);
+      for (const auto& head : layer.heads) CHECK(head.attention.size() == 0);
+      CHECK((layer.X - kept[received].X).norm() <= 1e-12 * kept[received].X.norm());
+      const auto measured = measure_layer(layer, static_cast<int>(index), all_heads, false, 2);
+      CHECK(layer.gram.size() == 0);  // released with the layer's measurement
+      for (int h = 0; h < heads; ++h) {
+        const auto streamed = to_json(measured[static_cast<std::size_t>(h)]);
+        const auto whole = to_json(expected[received][static_cast<std::size_t>(h)]);
+        for (const auto& [key, value] : whole.items()) {
+          INFO(key);
+          if (value.is_number()) {
+            CHECK(streamed[key].get<double>() == Approx(value.get<double>()).epsilon(1e-12).margin(1e-300));
+          } else {
+            CHECK(streamed[key] == value);
+          }
+        }
+      }
+      ++received;
+    };
+    model.forward_embeddings(model.embed_tokens(ids), {}, sink);
+    CHECK(received == kept.size());
+  }
+}
+
+TEST_CASE("a block of attention rows is the same rows of the whole attention, under every mask", "[model][streaming]") {
+  attncheck::streams::PhiloxStream stream(11, 0);
+  Matrix scores(9, 9);
+  stream.fill_normal(scores.data(), scores.data() + scores.size(), 2.0);
+  attncheck::theory::AttendedMask window = attncheck::theory::AttendedMask::Constant(9, 9, false);
+  for (Index i = 0; i < 9; ++i) window.row(i).segment(std::max<Index>(0, i - 2), std::min<Index>(i, 2) + 1) = true;
+  attncheck::theory::AttentionMap poly;
+  poly.activation = {attncheck::theory::ActivationKind::pointwise, attncheck::theory::Pointwise::poly, 3};
+  poly.outer = {1, 0.5};
+  for (const auto& map : {attncheck::theory::AttentionMap{}, poly}) {
+    for (const bool causal : {false, true}) {
+      for (const auto* mask : {static_cast<const attncheck::theory::AttendedMask*>(nullptr),
+                               static_cast<const attncheck::theory::AttendedMask*>(&window)}) {
+        const Matrix whole = apply_attention(map, scores, causal, "test", mask);
+        for (Index first = 0; first < 9; first += 4) {
+          const Index rows = std::min<Index>(4, 9 - first);
+          const Matrix block = apply_attention_rows(map, scores.middleRows(first, rows), first, causal, "test", mask);
+          CHECK(block == whole.middleRows(first, rows));
+        }
+      }
+    }
+  }
 }

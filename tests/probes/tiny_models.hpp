@@ -163,4 +163,46 @@ inline void write_tiny_vit(const fs::path& folder, std::uint64_t seed = 5) {
       << R"( "image_std": [0.5, 0.5, 0.5]})";
 }
 
+// Llama layout (model_type "llama", "mistral" or "qwen3"): RMSNorms, rotary queries and keys, `kv_heads` key/value
+// heads, a gated MLP; Mistral's window when `sliding_window` > 0, Qwen3's query and key norms.
+inline void write_tiny_llama(const fs::path& folder, const std::string& model_type, int kv_heads,
+                             int sliding_window = 0, std::uint64_t seed = 7) {
+  constexpr int D = 16, H = 4, d = 6, I = 24, V = 40, layers = 2;
+  WeightWriter w(seed);
+  w.add("model.embed_tokens.weight", {V, D}, 0.5);
+  for (int l = 0; l < layers; ++l) {
+    const std::string p = fmt::format("model.layers.{}.", l);
+    w.add(p + "input_layernorm.weight", {D}, 0.1, 1);
+    w.add(p + "self_attn.q_proj.weight", {H * d, D}, 0.4);
+    w.add(p + "self_attn.k_proj.weight", {kv_heads * d, D}, 0.4);
+    w.add(p + "self_attn.v_proj.weight", {kv_heads * d, D}, 0.4);
+    w.add(p + "self_attn.o_proj.weight", {D, H * d}, 0.3);
+    if (model_type == "qwen3") {
+      w.add(p + "self_attn.q_norm.weight", {d}, 0.1, 1);
+      w.add(p + "self_attn.k_norm.weight", {d}, 0.1, 1);
+    }
+    w.add(p + "post_attention_layernorm.weight", {D}, 0.1, 1);
+    w.add(p + "mlp.gate_proj.weight", {I, D}, 0.3);
+    w.add(p + "mlp.up_proj.weight", {I, D}, 0.3);
+    w.add(p + "mlp.down_proj.weight", {D, I}, 0.3);
+  }
+  w.add("model.norm.weight", {D}, 0.1, 1);
+  fs::create_directories(folder);
+  write_safetensors(folder / "model.safetensors", w.tensors());
+  nlohmann::json config = {{"model_type", model_type},
+                           {"hidden_size", D},
+                           {"num_attention_heads", H},
+                           {"num_key_value_heads", kv_heads},
+                           {"head_dim", d},
+                           {"num_hidden_layers", layers},
+                           {"intermediate_size", I},
+                           {"vocab_size", V},
+                           {"max_position_embeddings", 64},
+                           {"rms_norm_eps", 1e-6},
+                           {"rope_theta", 100.0},
+                           {"hidden_act", "silu"}};
+  if (sliding_window > 0) config["sliding_window"] = sliding_window;
+  write_config(folder, config);
+}
+
 }  // namespace attncheck::probes::testing

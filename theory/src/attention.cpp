@@ -200,8 +200,13 @@ double rotary_key_term(const Matrix& gram, std::span<const double> a, std::span<
 // Softmax's keys under rotary positions: the Gram matrix of X, the cosines cos(m theta_p) for m = 0 .. N-1 and
 // the coordinates in no pair, computed once per call.
 struct RotaryKeys {
-  RotaryKeys(const Rotary& embedding, const Matrix& X, Index head_dimension)
-      : rotary(embedding), gram(X * X.transpose()) {
+  RotaryKeys(const Rotary& embedding, const Matrix& X, Index head_dimension, const Matrix* given_gram)
+      : rotary(embedding),
+        own_gram(given_gram ? Matrix() : Matrix(X * X.transpose())),
+        gram(given_gram ? *given_gram : own_gram) {
+    if (gram.rows() != X.rows() || gram.cols() != X.rows()) {
+      throw InputError(fmt::format("the Gram matrix is {}x{} for {} rows", gram.rows(), gram.cols(), X.rows()));
+    }
     if (rotary.dimension != head_dimension) {
       throw InputError(
           fmt::format("rotary embedding of dimension {} for heads of dimension {}", rotary.dimension, head_dimension));
@@ -234,7 +239,9 @@ struct RotaryKeys {
   }
 
   const Rotary& rotary;
-  Matrix gram, cosines;
+  Matrix own_gram;
+  const Matrix& gram;
+  Matrix cosines;
   std::vector<Index> unpaired;
 };
 
@@ -341,12 +348,13 @@ void check_mask(const AttendedMask& attended, Index rows, Index cols) {
 }  // namespace
 
 AttentionNorms attention_norms_from_projections(const AttentionMap& map, const Matrix& X, const Matrix& V,
-                                                const Matrix& U, bool causal, const Rotary* rotary) {
+                                                const Matrix& U, bool causal, const Rotary* rotary,
+                                                const Matrix* gram) {
   check_projections(map, X, V, U);
   const Index n = X.rows();
   const Vector x_sq = X.rowwise().squaredNorm(), u_sq = U.rowwise().squaredNorm(), v_sq = V.rowwise().squaredNorm();
   std::optional<RotaryKeys> rotary_keys;
-  if (rotary && map.activation.kind == ActivationKind::softmax) rotary_keys.emplace(*rotary, X, V.cols());
+  if (rotary && map.activation.kind == ActivationKind::softmax) rotary_keys.emplace(*rotary, X, V.cols(), gram);
   std::vector<Index> positions(static_cast<std::size_t>(n));
   std::iota(positions.begin(), positions.end(), Index{0});
   NormSums sums;
@@ -362,12 +370,13 @@ AttentionNorms attention_norms_from_projections(const AttentionMap& map, const M
 }
 
 AttentionNorms attention_norms_from_projections(const AttentionMap& map, const Matrix& X, const Matrix& V,
-                                                const Matrix& U, const AttendedMask& attended, const Rotary* rotary) {
+                                                const Matrix& U, const AttendedMask& attended, const Rotary* rotary,
+                                                const Matrix* gram) {
   check_projections(map, X, V, U);
   const Index n = X.rows();
   check_mask(attended, n, n);
   std::optional<RotaryKeys> rotary_keys;
-  if (rotary && map.activation.kind == ActivationKind::softmax) rotary_keys.emplace(*rotary, X, V.cols());
+  if (rotary && map.activation.kind == ActivationKind::softmax) rotary_keys.emplace(*rotary, X, V.cols(), gram);
   const Vector x_sq = X.rowwise().squaredNorm(), u_sq = U.rowwise().squaredNorm(), v_sq = V.rowwise().squaredNorm();
   NormSums sums;
   Vector s_row(n), w_row(n);
@@ -464,14 +473,20 @@ struct RotationsBack {
 
 // The maps of one call, prepared once: the norms' Jacobians, the rotations, the Gram matrix of X.
 struct PreparedMaps {
-  PreparedMaps(const ScoreMaps& maps, const Matrix& X, const Matrix& V, const Matrix& U) : cap(maps.logit_softcap) {
+  PreparedMaps(const AttentionMap& map, const ScoreMaps& maps, const Matrix& X, const Matrix& V, const Matrix& U)
+      : cap(maps.logit_softcap) {
     if (!std::isfinite(cap) || cap < 0) {
       throw InputError(fmt::format("logit soft-cap {} is not a finite number >= 0 (0: none)", cap));
     }
     if (maps.query_norm) query_norm.emplace(*maps.query_norm, maps.raw_queries, V, "query");
     if (maps.key_norm) key_norm.emplace(*maps.key_norm, maps.raw_keys, U, "key");
     if (maps.rotary) rotations.emplace(*maps.rotary, X.rows(), V.cols());
-    gram = X * X.transpose();
+    // Only softmax's key term reads the Gram matrix.
+    if (map.activation.kind == ActivationKind::softmax && !maps.gram) own_gram = X * X.transpose();
+    gram = maps.gram ? maps.gram : &own_gram;
+    if (map.activation.kind == ActivationKind::softmax && (gram->rows() != X.rows() || gram->cols() != X.rows())) {
+      throw InputError(fmt::format("the Gram matrix is {}x{} for {} rows", gram->rows(), gram->cols(), X.rows()));
+    }
   }
   // M^T y for the map M from a raw projection at position t to the row the scores read: R(t) norm(.).
   void back(const std::optional<NormJacobians>& norm, Index t, Eigen::Ref<RowVector> y) const {
@@ -481,7 +496,8 @@ struct PreparedMaps {
   double cap;
   std::optional<NormJacobians> query_norm, key_norm;
   std::optional<RotationsBack> rotations;
-  Matrix gram;
+  Matrix own_gram;
+  const Matrix* gram = nullptr;
 };
 
 // Row i of the general case (docs/THEORY.md, "Query and key norms, soft-capped logits"): s_j = lambda v_i . u_j
@@ -531,7 +547,7 @@ void add_general_row(const AttentionMap& map, Index i, std::span<const Index> ke
     for (Index j = 0; j < visible; ++j) sums.dK_sq += w[j] * x_sq[key(j)] * Z.row(j).squaredNorm();
     return;
   }
-  const Matrix B = prepared.gram(keys, keys).cwiseProduct(Z * Z.transpose());
+  const Matrix B = (*prepared.gram)(keys, keys).cwiseProduct(Z * Z.transpose());
   sums.dK_sq += centered_kernel_term(
       {w.data(), static_cast<std::size_t>(visible)}, [&](Index k, Index l) { return B(k, l); },
       [&](Index j, const Vector& weights) { return B.row(j).dot(weights.transpose()); });
@@ -546,10 +562,12 @@ bool needs_general_rows(const AttentionMap& map, const ScoreMaps& maps) {
 
 AttentionNorms attention_norms_from_projections(const AttentionMap& map, const Matrix& X, const Matrix& V,
                                                 const Matrix& U, bool causal, const ScoreMaps& maps) {
-  if (!needs_general_rows(map, maps)) return attention_norms_from_projections(map, X, V, U, causal, maps.rotary);
+  if (!needs_general_rows(map, maps)) {
+    return attention_norms_from_projections(map, X, V, U, causal, maps.rotary, maps.gram);
+  }
   check_projections(map, X, V, U);
   const Index n = X.rows();
-  const PreparedMaps prepared(maps, X, V, U);
+  const PreparedMaps prepared(map, maps, X, V, U);
   const Vector x_sq = X.rowwise().squaredNorm();
   std::vector<Index> positions(static_cast<std::size_t>(n));
   std::iota(positions.begin(), positions.end(), Index{0});
@@ -563,11 +581,13 @@ AttentionNorms attention_norms_from_projections(const AttentionMap& map, const M
 
 AttentionNorms attention_norms_from_projections(const AttentionMap& map, const Matrix& X, const Matrix& V,
                                                 const Matrix& U, const AttendedMask& attended, const ScoreMaps& maps) {
-  if (!needs_general_rows(map, maps)) return attention_norms_from_projections(map, X, V, U, attended, maps.rotary);
+  if (!needs_general_rows(map, maps)) {
+    return attention_norms_from_projections(map, X, V, U, attended, maps.rotary, maps.gram);
+  }
   check_projections(map, X, V, U);
   const Index n = X.rows();
   check_mask(attended, n, n);
-  const PreparedMaps prepared(maps, X, V, U);
+  const PreparedMaps prepared(map, maps, X, V, U);
   const Vector x_sq = X.rowwise().squaredNorm();
   NormSums sums;
   std::vector<Index> keys;

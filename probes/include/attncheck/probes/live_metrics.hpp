@@ -74,6 +74,12 @@ struct HeadMetrics {
 // With `cross_norm`, also the cross-normalization what-if (InputError when the head has no values).
 HeadMetrics measure_head(const LayerInputs& layer, int layer_index, int head_index, bool cross_norm = false);
 void set_group_key_derivatives(const LayerInputs& layer, std::span<HeadMetrics> heads);
+// The heads `heads` of one layer (in that order) on `threads` threads (0: every core), with the grouped keys'
+// derivatives; `head_done`, when set, is called after each head (from one thread at a time or several). Under rotary
+// keys the rows' Gram matrix, which every head's softmax dA/dW_K reads, is computed once into layer.gram and released.
+std::vector<HeadMetrics> measure_layer(LayerInputs& layer, int layer_index, const std::vector<int>& heads,
+                                       bool cross_norm = false, int threads = 1,
+                                       const std::function<void()>& head_done = {});
 
 // Theorem 4.1 on this head: ||softmax(S)||_F <= sqrt(N) and ||grad softmax(S)||_F <= sqrt(N)/2 (the tight bound;
 // the papers' 2 sqrt(N) is weaker). Both are deterministic, so a value above them, beyond rounding, is a violation.
@@ -155,9 +161,10 @@ std::vector<std::string> token_strings_for_model(const std::filesystem::path& mo
 
 // Loads MODEL, builds the input, runs the forward pass and measures the selected layers and heads (all when
 // empty), with the cross-normalization what-if when `cross_norm`. Out-of-range layers or heads are InputErrors
-// naming them. `progress`, when set, is told after the forward pass and after each head how many of the heads
-// to measure are done (0 of them once the forward pass is over; then from one thread at a time). Heads are
-// measured on `threads` threads (0: every core); each head's numbers do not depend on it.
+// naming them. Each layer is measured as soon as the forward pass has computed it and then released, so memory holds
+// one layer at a time; `keep_layers` keeps every layer with its heads' attention (for write_attention). `progress`,
+// when set, is told once the input is read and after each head how many of the heads to measure are done (from one
+// thread at a time). Heads are measured on `threads` threads (0: every core); each head's numbers do not depend on it.
 using ProbeProgress = std::function<void(std::int64_t heads_done, std::int64_t heads_total)>;
 ProbeResult probe_model(const std::filesystem::path& model, const ProbeInput& input, const std::vector<int>& layers,
                         const std::vector<int>& heads, bool keep_layers = false, bool cross_norm = false,

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -113,6 +114,9 @@ struct LayerInputs {
   // mask, with any causal part already in it.
   std::optional<theory::AttendedMask> attended;
   std::vector<HeadInputs> heads;
+  // X X^T (N x N) while the layer's heads are measured under rotary keys (probes::measure_layer shares it among them);
+  // empty otherwise.
+  Matrix gram;
 };
 
 // One image as the model takes it: channels x height x width values, row-major, already normalized.
@@ -124,6 +128,21 @@ struct Pixels {
   }
 };
 
+// Query rows per block wherever rows of an N x N matrix are formed a block at a time: enough rows for the products
+// to run at the BLAS's speed, few enough that a block stays small beside the layer (256 x N doubles).
+inline constexpr theory::Index kQueryRowBlock = 256;
+
+// Receives each layer's inputs as soon as the forward pass has computed them, layers in order. What the receiver
+// leaves in `layer` is released before the next layer is computed, so a receiver that measures and drops each layer
+// holds one layer at a time, whatever the depth.
+struct LayerSink {
+  std::function<void(LayerInputs& layer, std::int64_t index)> receive;
+  // Each head's N x N attention kept in HeadInputs::attention (for the attention dump and comparisons). Without it the
+  // heads' context is computed one block of query rows at a time and no N x N matrix is formed.
+  bool keep_attention = true;
+  theory::Index query_row_block = kQueryRowBlock;  // rows per block when the attention is not kept
+};
+
 class TransformerModel {
  public:
   // MODEL is a folder (with config.json), a .safetensors file (config.json beside it) or a .gguf file.
@@ -132,20 +151,30 @@ class TransformerModel {
   const ModelConfig& config() const { return config_; }
   const Checkpoint& checkpoint() const { return checkpoint_; }
 
-  // Forward pass on token ids; returns the inputs of every layer up to the last one in `layers` (all when
-  // empty). Ids are checked against the vocabulary and the sequence length against the positions.
-  std::vector<LayerInputs> forward(std::span<const std::int64_t> ids, const std::vector<int>& layers = {}) const;
-  // Same from given embeddings (the summed token + position (+ type) embeddings, N x D), for --random.
-  std::vector<LayerInputs> forward_embeddings(Matrix embeddings, const std::vector<int>& layers = {}) const;
+  // The embeddings (N x D) of token ids, checked against the vocabulary, with the sequence length checked against
+  // the positions.
+  Matrix embed_tokens(std::span<const std::int64_t> ids) const;
   // ViT, DINOv2, CLIP vision: the patch embeddings of an image with the CLS token and the position embeddings (N = 1 +
-  // the number of patches), then the forward pass.
+  // the number of patches).
+  Matrix embed_pixels(const Pixels& pixels) const;
+  // The forward pass from embeddings (N x D: the summed token + position (+ type) embeddings, or random rows for
+  // --random) through every layer up to the last one in `layers` (all when empty), each layer's inputs handed to
+  // `sink` as soon as they are computed. Memory is checked first (require_memory_for).
+  void forward_embeddings(Matrix embeddings, const std::vector<int>& layers, const LayerSink& sink) const;
+  // The same, every layer's inputs (with their attention) kept and returned.
+  std::vector<LayerInputs> forward_embeddings(Matrix embeddings, const std::vector<int>& layers = {}) const;
+  std::vector<LayerInputs> forward(std::span<const std::int64_t> ids, const std::vector<int>& layers = {}) const;
   std::vector<LayerInputs> forward_pixels(const Pixels& pixels, const std::vector<int>& layers = {}) const;
   // RMS of the token-embedding entries (vision models: of the position embeddings): the sigma of the model's own
   // embeddings.
   double token_embedding_rms() const;
-  // Refuses (InputError naming the sizes) a forward pass over `positions` positions, keeping the layers up to
-  // the last of `layers`, that would not fit in the memory available: checked before anything is allocated.
-  void require_memory_for(std::int64_t positions, const std::vector<int>& layers = {}) const;
+  // Refuses (InputError naming the sizes) a probe over `positions` positions that would not fit in the memory
+  // available, checked before anything is allocated. Streamed (`keep_layers` false), it holds one layer's weights,
+  // activations and heads at a time, one N x N Gram matrix of the layer's rows when its keys are rotated, and per
+  // measuring thread a block of query rows (an N x N attention per thread with `cross_norm`); kept, every layer up
+  // to the last of `layers` with each head's N x N attention.
+  void require_memory_for(std::int64_t positions, const std::vector<int>& layers = {}, bool keep_layers = true,
+                          int measuring_threads = 1, bool cross_norm = false) const;
 
  private:
   TransformerModel(Checkpoint checkpoint, ModelConfig config)
@@ -159,8 +188,10 @@ Matrix layer_norm(const Matrix& x, const Vector& gain, const Vector& bias, doubl
 // Row-wise RMSNorm: x / sqrt(mean(x^2) + eps) * gain.
 Matrix rms_norm(const Matrix& x, const Vector& gain, double eps);
 
-// The head's logits as its softmax takes them: S = inner queries keys^T, soft-capped when the layer caps them.
-Matrix softmax_logits(const LayerInputs& layer, const HeadInputs& head);
+// The head's logits as its softmax takes them: S = inner queries keys^T, soft-capped when the layer caps them; rows
+// first_row .. first_row + rows - 1 of them (rows < 0: to the last).
+Matrix softmax_logits(const LayerInputs& layer, const HeadInputs& head, theory::Index first_row = 0,
+                      theory::Index rows = -1);
 // The theory's maps of the layer for one head: rotary, the norms with the head's projections before them (which
 // `raw_queries` and `raw_keys` are filled with), the cap.
 theory::ScoreMaps score_maps(const LayerInputs& layer, const HeadInputs& head, Matrix& raw_queries, Matrix& raw_keys);
@@ -170,5 +201,8 @@ theory::ScoreMaps score_maps(const LayerInputs& layer, const HeadInputs& head, M
 // overflowed double precision.
 Matrix apply_attention(const theory::AttentionMap& map, const Matrix& scores, bool causal, std::string_view where,
                        const theory::AttendedMask* attended = nullptr);
+// The same on a block of rows: `scores` holds rows first_row .. of the N x N scores (N = its columns).
+Matrix apply_attention_rows(const theory::AttentionMap& map, const Matrix& scores, theory::Index first_row, bool causal,
+                            std::string_view where, const theory::AttendedMask* attended = nullptr);
 
 }  // namespace attncheck::probes

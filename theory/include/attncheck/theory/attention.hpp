@@ -90,13 +90,16 @@ using AttendedMask = Eigen::Array<bool, Eigen::Dynamic, Eigen::Dynamic, Eigen::R
 // Rotations keep lengths, so every norm is that of the rotated projections except softmax's dF/dW_K, where
 // the row's probabilities mix keys of different positions; it is then evaluated in O(N^3) (docs/THEORY.md,
 // "Rotary positions and grouped queries").
+// Softmax's dF/dW_K under rotary keys reads the Gram matrix X X^T (N x N): `gram`, when given, is that matrix, which a
+// caller measuring several heads on the same rows computes once; otherwise each call computes its own.
 AttentionNorms attention_norms_from_projections(const AttentionMap& map, const Matrix& X, const Matrix& V,
-                                                const Matrix& U, bool causal = false, const Rotary* rotary = nullptr);
+                                                const Matrix& U, bool causal = false, const Rotary* rotary = nullptr,
+                                                const Matrix* gram = nullptr);
 // Same with an explicit N x N mask (a sliding window, padding); a softmax row that attends to nothing is an
 // InputError naming the row.
 AttentionNorms attention_norms_from_projections(const AttentionMap& map, const Matrix& X, const Matrix& V,
                                                 const Matrix& U, const AttendedMask& attended,
-                                                const Rotary* rotary = nullptr);
+                                                const Rotary* rotary = nullptr, const Matrix* gram = nullptr);
 
 // An RMSNorm over one head's d coordinates (Qwen3's and Gemma 3's query and key norms): each row p becomes
 // p / sqrt(mean(p^2) + eps) * gain, the gain (d entries, Gemma's 1 + weight already added) shared by every head.
@@ -119,6 +122,8 @@ struct ScoreMaps {
   const Matrix* raw_queries = nullptr;
   const Matrix* raw_keys = nullptr;
   double logit_softcap = 0;  // 0: none
+  // X X^T, when the caller has it (see the rotary overloads above); softmax's dF/dW_K reads it.
+  const Matrix* gram = nullptr;
 };
 
 // The closed forms with every map of `maps`: V and U are the final rows (normalized, rotated), and dF/dW_Q,
