@@ -6,6 +6,7 @@
 #include "attncheck/probes/watch.hpp"
 #include "attncheck/records/probe_record.hpp"
 #include "attncheck/theory/moments.hpp"
+#include "records/memory_limit.hpp"
 #include "run_command.hpp"
 #include "tiny_models.hpp"
 
@@ -731,4 +732,37 @@ TEST_CASE("a block of attention rows is the same rows of the whole attention, un
       }
     }
   }
+}
+
+TEST_CASE("a probe streams its layers within a memory budget that keeping them would exceed", "[model][streaming]") {
+  if (!attncheck::testing::kAddressLimitsWork) {
+    WARN("skipped under AddressSanitizer, which cannot run under an address-space limit");
+    return;
+  }
+  TempDir dir;
+  write_tiny_llama(dir.path, "llama", 2, 0, 7, 4096);
+  const auto probe = [&](std::int64_t length, bool keep_layers) {
+    ProbeInput input;
+    input.random_length = length;
+    return probe_model(dir.path, input, {}, {}, keep_layers, false, {}, 1);
+  };
+  // The libraries' own buffers (OpenBLAS's) are mapped before the fork, outside the budget.
+  const auto small = probe(64, false);
+  REQUIRE(small.heads.size() == 8);
+  // N = 1024, 2 layers of 4 heads: kept, each head's 8 MiB attention (64 MiB) and the rest; streamed, one layer's
+  // rows, the 8 MiB Gram matrix of its rows and blocks of 256 query rows.
+  constexpr std::uint64_t room = 40 << 20;
+  const std::string kept = attncheck::testing::outcome_with_memory_room(room, [&] { probe(1024, true); });
+  CHECK_THAT(kept, Catch::StartsWith("InputError") && Catch::Contains("keeping 2 layers of 4 heads"));
+  std::vector<HeadMetrics> streamed_heads;
+  const std::string streamed = attncheck::testing::outcome_with_memory_room(room, [&] {
+    const auto result = probe(1024, false);
+    if (result.heads.size() != 8) throw std::runtime_error(fmt::format("{} heads measured", result.heads.size()));
+    for (const auto& head : result.heads) {
+      if (!within_theorem_bounds(head) || head.N != 1024 || !(head.softmax.dWk > 0)) {
+        throw std::runtime_error(fmt::format("layer {} head {}: not a measurement", head.layer, head.head));
+      }
+    }
+  });
+  CHECK(streamed == "ok");
 }

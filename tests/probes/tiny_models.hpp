@@ -166,7 +166,7 @@ inline void write_tiny_vit(const fs::path& folder, std::uint64_t seed = 5) {
 // Llama layout (model_type "llama", "mistral" or "qwen3"): RMSNorms, rotary queries and keys, `kv_heads` key/value
 // heads, a gated MLP; Mistral's window when `sliding_window` > 0, Qwen3's query and key norms.
 inline void write_tiny_llama(const fs::path& folder, const std::string& model_type, int kv_heads,
-                             int sliding_window = 0, std::uint64_t seed = 7) {
+                             int sliding_window = 0, std::uint64_t seed = 7, int positions = 64) {
   constexpr int D = 16, H = 4, d = 6, I = 24, V = 40, layers = 2;
   WeightWriter w(seed);
   w.add("model.embed_tokens.weight", {V, D}, 0.5);
@@ -197,7 +197,7 @@ inline void write_tiny_llama(const fs::path& folder, const std::string& model_ty
                            {"num_hidden_layers", layers},
                            {"intermediate_size", I},
                            {"vocab_size", V},
-                           {"max_position_embeddings", 64},
+                           {"max_position_embeddings", positions},
                            {"rms_norm_eps", 1e-6},
                            {"rope_theta", 100.0},
                            {"hidden_act", "silu"}};

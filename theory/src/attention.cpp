@@ -182,16 +182,23 @@ double rotary_key_term(const Matrix& gram, std::span<const double> a, std::span<
   };
   // Keys in one run of positions (a causal prefix, a sliding window, all) read the Gram rows in place: this loop
   // is the O(N^3) of the whole measure.
+  // C(|j - l|) is read from a table symmetric about its middle, so that key j's sum over l runs over three contiguous
+  // arrays, which Eigen's vectorized reduction takes.
   const bool run = keys.back() - keys.front() == visible - 1;
-  const auto weighted_row = [&](Index j, const Vector& weights) {
-    double sum = 0;
-    if (run) {
-      const double* gram_row = gram.row(keys.front() + j).data() + keys.front();
-      for (Index l = 0; l < j; ++l) sum += weights[l] * gram_row[l] * c[static_cast<std::size_t>(j - l)];
-      for (Index l = j; l < visible; ++l) sum += weights[l] * gram_row[l] * c[static_cast<std::size_t>(l - j)];
-    } else {
-      for (Index l = 0; l < visible; ++l) sum += weights[l] * B(j, l);
+  Eigen::ArrayXd symmetric;
+  if (run) {
+    symmetric.resize(2 * visible - 1);
+    for (Index m = 0; m < visible; ++m) {
+      symmetric[visible - 1 + m] = symmetric[visible - 1 - m] = c[static_cast<std::size_t>(m)];
     }
+  }
+  const auto weighted_row = [&](Index j, const Vector& weights) {
+    if (run) {
+      const Eigen::Map<const Eigen::ArrayXd> gram_row(gram.row(keys.front() + j).data() + keys.front(), visible);
+      return (weights.array() * gram_row * symmetric.segment(visible - 1 - j, visible)).sum();
+    }
+    double sum = 0;
+    for (Index l = 0; l < visible; ++l) sum += weights[l] * B(j, l);
     return sum;
   };
   return centered_kernel_term(a, B, weighted_row);
