@@ -449,6 +449,61 @@ TEST_CASE("Gemma 2 and 3 GGUF files take what llama.cpp does not read from it: t
                     Catch::Contains("rope scaling 'linear' is not supported"));
 }
 
+TEST_CASE(
+    "BERT GGUF files (RoBERTa's and DistilBERT's too) are read as llama.cpp runs them; what is missing is named") {
+  TempDir dir;
+  const auto make = [&](const std::function<void(GgufImage&)>& change, bool token_types = true, std::uint32_t heads = 2,
+                        float epsilon = 1e-5f) {
+    GgufImage g;
+    g.kv_string("general.architecture", "bert");
+    g.kv<std::uint32_t>("bert.block_count", 4, 3);
+    g.kv<std::uint32_t>("bert.context_length", 4, 510);
+    g.kv<std::uint32_t>("bert.embedding_length", 4, 8);
+    g.kv<std::uint32_t>("bert.feed_forward_length", 4, 16);
+    g.kv<std::uint32_t>("bert.attention.head_count", 4, heads);
+    g.kv<float>("bert.attention.layer_norm_epsilon", 6, epsilon);
+    change(g);
+    g.tensor("token_embd.weight", {8, 5}, 0, std::vector<std::byte>(8 * 5 * 4, std::byte{0}));
+    if (token_types) g.tensor("token_types.weight", {8, 2}, 0, std::vector<std::byte>(8 * 2 * 4, std::byte{0}));
+    return write(dir.path / "bert.gguf", g.bytes());
+  };
+  const auto causal = [](bool value) {
+    return [value](GgufImage& g) { g.kv<std::uint8_t>("bert.attention.causal", 7, value ? 1 : 0); };
+  };
+  const auto c = TransformerModel::load(make(causal(false))).config();
+  CHECK(architecture_name(c) == "BERT");
+  CHECK(c.gguf);
+  CHECK(c.layers == 3);
+  CHECK(c.hidden == 8);
+  CHECK(c.intermediate == 16);
+  CHECK(c.heads == 2);
+  CHECK(c.max_positions == 510);
+  CHECK(c.vocab == 5);
+  CHECK(c.type_vocab == 2);
+  CHECK(!c.causal);
+  CHECK(c.layer_norm_eps == static_cast<double>(1e-5f));
+  CHECK(c.hidden_act == "gelu_pytorch_tanh");  // ggml_gelu, whatever the model was trained with
+  CHECK(TransformerModel::load(make(causal(false), false)).config().type_vocab == 0);  // DistilBERT's
+  CHECK(TransformerModel::load(make(causal(true))).config().causal);
+
+  CHECK_THROWS_WITH(TransformerModel::load(make([](GgufImage&) {})),
+                    Catch::Contains("no metadata key 'bert.attention.causal'"));
+  CHECK_THROWS_WITH(TransformerModel::load(make([&](GgufImage& g) {
+                      causal(false)(g);
+                      g.kv<std::uint32_t>("bert.attention.head_count_kv", 4, 1);
+                    })),
+                    Catch::Contains("2 query heads with 1 key/value heads"));
+  CHECK_THROWS_WITH(TransformerModel::load(make(causal(false), true, 3)),
+                    Catch::Contains("embedding_length 8 is not a multiple of the 3 heads"));
+  CHECK_THROWS_WITH(TransformerModel::load(make([&](GgufImage& g) {
+                      causal(false)(g);
+                      g.tensor("blk.0.attn_qkv.weight", {8, 24}, 0, std::vector<std::byte>(8 * 24 * 4, std::byte{0}));
+                    })),
+                    Catch::Contains("fused query/key/value projections (attn_qkv) are not supported"));
+  CHECK_THROWS_WITH(TransformerModel::load(make(causal(false), true, 2, -1.0f)),
+                    Catch::Contains("\"bert.attention.layer_norm_epsilon\" is -1"));
+}
+
 TEST_CASE("An empty tensor with huge other dimensions has no elements (no overflow)") {
   GgufImage g;
   g.tensor("empty", {0, 1ull << 40, 1ull << 40, 1ull << 40}, 0, {});
