@@ -449,8 +449,7 @@ TEST_CASE("Gemma 2 and 3 GGUF files take what llama.cpp does not read from it: t
                     Catch::Contains("rope scaling 'linear' is not supported"));
 }
 
-TEST_CASE(
-    "BERT GGUF files (RoBERTa's and DistilBERT's too) are read as llama.cpp runs them; what is missing is named") {
+TEST_CASE("BERT GGUF files (RoBERTa's and DistilBERT's too) are read as llama.cpp runs them, what is missing named") {
   TempDir dir;
   const auto make = [&](const std::function<void(GgufImage&)>& change, bool token_types = true, std::uint32_t heads = 2,
                         float epsilon = 1e-5f) {
@@ -505,7 +504,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "CLIP mmproj GGUF files: the vision tower's sizes, llama.cpp's activation and MLP names; other towers refused") {
+    "CLIP mmproj GGUF files: the vision tower's sizes, llama.cpp's activation and MLP names, other towers refused") {
   TempDir dir;
   const auto zeros = [](std::size_t floats) { return std::vector<std::byte>(floats * 4, std::byte{0}); };
   const auto make = [&](const std::function<void(GgufImage&)>& change, bool legacy_mlp = true, bool cls = true) {
