@@ -88,6 +88,19 @@ Matrix token_and_position_embeddings(const Checkpoint& checkpoint, const std::st
 Matrix project(const Checkpoint& checkpoint, const Matrix& x, const std::string& name, std::int64_t out);
 Vector bias_or_zero(const Checkpoint& checkpoint, const std::string& name, std::int64_t length);
 
+// A GGUF file's metadata under its architecture's prefix ("qwen2." for "block_count"); errors name the file and the
+// whole key.
+struct GgufMetadata {
+  explicit GgufMetadata(const GgufHeader& gguf);
+  bool has(std::string_view key) const;
+  std::int64_t size(std::string_view key) const;  // a positive integer
+  std::int64_t size_or(std::string_view key, std::int64_t fallback) const;
+  // A finite number at least `min` (above it when `above`), or `fallback` when absent.
+  double number_or(std::string_view key, double fallback, double min, bool above) const;
+  const GgufHeader& header;
+  std::string prefix;
+};
+
 // One layer's attention weights for all heads as maps of rows (x -> x W + b): W_Q is D x (heads d), W_K is
 // D x (kv_heads d), W_V is D x (kv_heads d_v) or empty (no values). A bias is added only when it is not empty
 // (an empty b_Q or b_K is zero in the heads' inputs).

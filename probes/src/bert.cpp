@@ -1,6 +1,10 @@
 // The BERT adapter (BERT, MiniLM: model_type "bert"): word, position and token-type embeddings under a
 // LayerNorm, then post-LayerNorm encoder blocks with bidirectional attention and separate query, key and value
 // projections. RoBERTa and DistilBERT run the same encoder through the pieces declared in adapters.hpp.
+// Also GGUF files of architecture "bert", which llama.cpp's converter writes for BERT, RoBERTa and DistilBERT alike:
+// RoBERTa's position embeddings cut to the rows from pad_token_id + 1 on (so positions count from 0), DistilBERT's
+// without token types; read as llama.cpp runs them, token type 0's row added when the file has token_types, the MLP's
+// GELU ggml's tanh approximation whatever the original configuration said.
 
 #include "adapters.hpp"
 
@@ -34,16 +38,20 @@ ModelConfig bert_config_from_json(const nlohmann::json& config, const fs::path& 
   return c;
 }
 
-std::string bert_word_embeddings(const ModelConfig& c) { return c.tensor_prefix + "embeddings.word_embeddings.weight"; }
+std::string bert_word_embeddings(const ModelConfig& c) {
+  return c.gguf ? "token_embd.weight" : c.tensor_prefix + "embeddings.word_embeddings.weight";
+}
 
 Matrix bert_embeddings(const Checkpoint& checkpoint, const ModelConfig& c, std::span<const std::int64_t> ids,
                        bool token_types, std::span<const std::int64_t> positions) {
   const std::string e = c.tensor_prefix + "embeddings.";
-  Matrix h = token_and_position_embeddings(checkpoint, bert_word_embeddings(c), e + "position_embeddings.weight", ids,
-                                           c.hidden, positions);
+  const std::string position_tensor = c.gguf ? "position_embd.weight" : e + "position_embeddings.weight";
+  const std::string type_tensor = c.gguf ? "token_types.weight" : e + "token_type_embeddings.weight";
+  Matrix h =
+      token_and_position_embeddings(checkpoint, bert_word_embeddings(c), position_tensor, ids, c.hidden, positions);
   if (token_types) {
     const std::vector<std::int64_t> types(ids.size(), 0);
-    h += checkpoint.rows(e + "token_type_embeddings.weight", types, c.hidden);
+    h += checkpoint.rows(type_tensor, types, c.hidden);
   }
   return h;
 }
@@ -108,7 +116,17 @@ void bert_forward(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h, 
                                    .mlp_in = "intermediate.dense",
                                    .mlp_out = "output.dense",
                                    .output_norm = "output.LayerNorm"};
-  post_norm_encoder(checkpoint, c, std::move(h), last, sink, names);
+  static const PostNormNames gguf_names{.embedding_norm = "token_embd_norm",
+                                        .layers = "blk.",
+                                        .query = "attn_q",
+                                        .key = "attn_k",
+                                        .value = "attn_v",
+                                        .output = "attn_output",
+                                        .attention_norm = "attn_output_norm",
+                                        .mlp_in = "ffn_up",
+                                        .mlp_out = "ffn_down",
+                                        .output_norm = "layer_output_norm"};
+  post_norm_encoder(checkpoint, c, std::move(h), last, sink, c.gguf ? gguf_names : names);
 }
 
 namespace {
@@ -117,17 +135,62 @@ ModelConfig config_from_json(const nlohmann::json& config, const fs::path& file,
   return bert_config_from_json(config, file, checkpoint, {"", "bert."});
 }
 
+// The sizes as llama.cpp's converter writes them under "bert.", every one required as llama.cpp requires them.
+ModelConfig config_from_gguf(const GgufHeader& header, const Checkpoint& checkpoint) {
+  const GgufMetadata meta(header);
+  ModelConfig c;
+  c.gguf = true;
+  c.layers = meta.size("block_count");
+  c.hidden = meta.size("embedding_length");
+  c.intermediate = meta.size("feed_forward_length");
+  c.heads = meta.size("attention.head_count");
+  c.max_positions = meta.size("context_length");
+  if (meta.size_or("attention.head_count_kv", c.heads) != c.heads) {
+    throw InputError(fmt::format("{}: {} query heads with {} key/value heads: BERT's heads each have their own",
+                                 header.source, c.heads, meta.size("attention.head_count_kv")));
+  }
+  if (c.hidden % c.heads != 0) {
+    throw InputError(
+        fmt::format("{}: embedding_length {} is not a multiple of the {} heads", header.source, c.hidden, c.heads));
+  }
+  const std::string epsilon = meta.prefix + "attention.layer_norm_epsilon";
+  c.layer_norm_eps = checked_number(header.number(epsilon), 0, false, header.source, epsilon);
+  c.causal = header.boolean(meta.prefix + "attention.causal");
+  // llama.cpp's BERT MLP is ggml_gelu, the tanh approximation, for every model the converter writes as "bert".
+  c.hidden_act = "gelu_pytorch_tanh";
+  if (checkpoint.contains("blk.0.attn_qkv.weight")) {
+    throw InputError(fmt::format("{}: fused query/key/value projections (attn_qkv) are not supported", header.source));
+  }
+  const auto rows = [&](const char* name) {
+    return checkpoint.contains(name) && !checkpoint.info(name).shape.empty() ? checkpoint.info(name).shape.front() : 0;
+  };
+  c.vocab = rows("token_embd.weight");
+  // DistilBERT's files have none.
+  c.type_vocab = rows("token_types.weight");
+  return c;
+}
+
 Matrix embed_tokens(const Checkpoint& checkpoint, const ModelConfig& c, std::span<const std::int64_t> ids) {
-  return bert_embeddings(checkpoint, c, ids, true);
+  return bert_embeddings(checkpoint, c, ids, !c.gguf || c.type_vocab > 0);
+}
+
+std::string describe(const ModelConfig& c) {
+  if (!c.gguf) return "";
+  return fmt::format("as llama.cpp runs GGUF BERT: positions 0 .. N-1, {}the MLP's GELU in tanh form{}\n",
+                     c.type_vocab > 0 ? "token type 0's embedding added, " : "no token types, ",
+                     c.causal ? ", causal attention (attention.causal)" : "");
 }
 
 }  // namespace
 
 extern const FamilyAdapter bert_adapter{.name = "BERT",
                                         .model_types = {"bert"},
+                                        .gguf_architectures = {"bert"},
                                         .config_from_json = config_from_json,
+                                        .config_from_gguf = config_from_gguf,
                                         .embedding_scale_tensor = bert_word_embeddings,
                                         .embed_tokens = embed_tokens,
-                                        .forward = bert_forward};
+                                        .forward = bert_forward,
+                                        .describe = describe};
 
 }  // namespace attncheck::probes::detail

@@ -2,8 +2,16 @@
 // CLIPModel ("clip", its vision_config): ViT's patches and CLS token, with a convolution without bias, a LayerNorm
 // over the embeddings before the first layer (pre_layrnorm, so spelled in the checkpoints), then pre-LayerNorm
 // blocks with quick_gelu MLPs. The text tower of CLIPTextModel ("clip_text_model"): the same blocks, causal.
+// The vision tower is also read from llama.cpp's mmproj GGUF files (general.architecture "clip", keys clip.vision.*,
+// tensors v.*) as its CLIP and LLaVA converter writes them: the layers the file holds (LLaVA's drop the last one),
+// the MLP's activation as llama.cpp picks it (clip.use_gelu: ggml's tanh GELU; else quick_gelu), ffn_up and
+// ffn_down told apart by shape. Towers other than CLIP's (SigLIP, Qwen2-VL, Pixtral, ...) are refused by their
+// projector type.
 
 #include "adapters.hpp"
+
+#include <algorithm>
+#include <array>
 
 namespace attncheck::probes::detail {
 
@@ -64,7 +72,59 @@ ModelConfig vision_config(const nlohmann::json& config, const fs::path& file, co
 }
 
 std::string position_embedding_name(const ModelConfig& c) {
-  return c.tensor_prefix + "embeddings.position_embedding.weight";
+  return c.gguf ? "v.position_embd.weight" : c.tensor_prefix + "embeddings.position_embedding.weight";
+}
+
+ModelConfig vision_config_from_gguf(const GgufHeader& header, const Checkpoint& checkpoint) {
+  const GgufMetadata meta(header);
+  if (meta.has("has_vision_encoder") && !header.boolean(meta.prefix + "has_vision_encoder")) {
+    throw InputError(
+        fmt::format("{}: {}has_vision_encoder is false: no vision tower to probe", header.source, meta.prefix));
+  }
+  // LLaVA's and MobileVLM's projectors sit on CLIP's tower; the other types name other towers.
+  static constexpr std::array<std::string_view, 4> clip_projectors{"mlp", "mlp_norm", "ldp", "ldpv2"};
+  const std::string projector_key = meta.prefix + "projector_type";
+  if (header.find(projector_key)) {
+    const std::string& projector = header.string(projector_key);
+    if (std::find(clip_projectors.begin(), clip_projectors.end(), projector) == clip_projectors.end()) {
+      throw InputError(fmt::format(
+          "{}: {} '{}' is not supported: only CLIP's vision tower is (projectors mlp, mlp_norm, ldp, ldpv2, or none)",
+          header.source, projector_key, projector));
+    }
+  }
+  for (const char* tensor : {"v.class_embd", "v.pre_ln.weight"}) {
+    if (!checkpoint.contains(tensor)) {
+      throw InputError(fmt::format(
+          "{}: no tensor '{}': not CLIP's vision tower (a class embedding, a LayerNorm before the first layer)",
+          header.source, tensor));
+    }
+  }
+  ModelConfig c;
+  c.gguf = true;
+  c.layers = meta.size("vision.block_count");
+  c.hidden = meta.size("vision.embedding_length");
+  c.intermediate = meta.size("vision.feed_forward_length");
+  c.heads = meta.size("vision.attention.head_count");
+  c.image_size = meta.size("vision.image_size");
+  c.patch_size = meta.size("vision.patch_size");
+  c.channels = 3;
+  if (c.hidden % c.heads != 0) {
+    throw InputError(fmt::format("{}: {}vision.embedding_length {} is not a multiple of the {} heads", header.source,
+                                 meta.prefix, c.hidden, c.heads));
+  }
+  const std::string epsilon = meta.prefix + "vision.attention.layer_norm_epsilon";
+  c.layer_norm_eps = checked_number(header.number(epsilon), 0, false, header.source, epsilon);
+  const auto flag = [&](const char* key) { return meta.has(key) && header.boolean(meta.prefix + key); };
+  if (flag("use_gelu") && flag("use_silu")) {
+    throw InputError(fmt::format("{}: {}use_gelu and use_silu are both true", header.source, meta.prefix));
+  }
+  c.hidden_act = flag("use_gelu") ? "gelu_pytorch_tanh" : flag("use_silu") ? "silu" : "quick_gelu";
+  set_patch_grid(c, header.source);
+  // llama.cpp's own test: a second projection that reads the embedding is the first one.
+  const std::string down = "v.blk.0.ffn_down.weight";
+  c.gguf_mlp_swapped = checkpoint.contains(down) && checkpoint.info(down).shape.size() == 2 &&
+                       checkpoint.info(down).shape.back() == c.hidden;
+  return c;
 }
 
 ModelConfig text_config(const nlohmann::json& config, const fs::path& file, const Checkpoint& checkpoint) {
@@ -83,6 +143,14 @@ Matrix embed_tokens(const Checkpoint& checkpoint, const ModelConfig& c, std::spa
 }
 
 Matrix embed(const Checkpoint& checkpoint, const ModelConfig& c, const Pixels& pixels) {
+  if (c.gguf) {
+    return embed_patches(checkpoint, c, pixels,
+                         {.kernel = "v.patch_embd.weight",
+                          .bias = checkpoint.contains("v.patch_embd.bias") ? "v.patch_embd.bias" : "",
+                          .cls = "v.class_embd",
+                          .positions = position_embedding_name(c),
+                          .batched = false});
+  }
   const std::string e = c.tensor_prefix + "embeddings.";
   return embed_patches(checkpoint, c, pixels,
                        {.kernel = e + "patch_embedding.weight",
@@ -92,6 +160,17 @@ Matrix embed(const Checkpoint& checkpoint, const ModelConfig& c, const Pixels& p
 }
 
 PreNormNames layer_names(const ModelConfig& c, std::int64_t layer) {
+  if (c.gguf) {
+    const std::string p = fmt::format("v.blk.{}.", layer);
+    return {.norm_before = p + "ln1",
+            .q = p + "attn_q",
+            .k = p + "attn_k",
+            .v = p + "attn_v",
+            .o = p + "attn_out",
+            .norm_after = p + "ln2",
+            .mlp_in = p + (c.gguf_mlp_swapped ? "ffn_down" : "ffn_up"),
+            .mlp_out = p + (c.gguf_mlp_swapped ? "ffn_up" : "ffn_down")};
+  }
   const std::string p = fmt::format("{}encoder.layers.{}.", c.tensor_prefix, layer);
   return {.norm_before = p + "layer_norm1",
           .q = p + "self_attn.q_proj",
@@ -111,21 +190,30 @@ void text_forward(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h, 
 
 void vision_forward(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h, std::int64_t last,
                     const LayerSink& sink) {
-  const std::string norm = c.tensor_prefix + "pre_layrnorm";
+  const std::string norm = c.gguf ? "v.pre_ln" : c.tensor_prefix + "pre_layrnorm";
   h = layer_norm(h, checkpoint.vector(norm + ".weight", c.hidden), checkpoint.vector(norm + ".bias", c.hidden),
                  c.layer_norm_eps);
   pre_norm_encoder(checkpoint, c, std::move(h), last, sink, layer_names);
 }
 
 std::string describe_vision(const ModelConfig& c) {
-  return fmt::format("{0} x {0} pixel patches; position embeddings for {1} x {1} pixels\n", c.patch_size, c.image_size);
+  std::string lines =
+      fmt::format("{0} x {0} pixel patches; position embeddings for {1} x {1} pixels\n", c.patch_size, c.image_size);
+  if (c.gguf) {
+    lines +=
+        fmt::format("mmproj GGUF as llama.cpp runs it: the {} layers the file holds, the MLP's activation {}\n",
+                    c.layers, c.hidden_act == "gelu_pytorch_tanh" ? "GELU in tanh form (clip.use_gelu)" : c.hidden_act);
+  }
+  return lines;
 }
 
 }  // namespace
 
 extern const FamilyAdapter clip_vision_adapter{.name = "CLIP vision",
                                                .model_types = {"clip_vision_model", "clip"},
+                                               .gguf_architectures = {"clip"},
                                                .config_from_json = vision_config,
+                                               .config_from_gguf = vision_config_from_gguf,
                                                .embedding_scale_tensor = position_embedding_name,
                                                .embed_pixels = embed,
                                                .forward = vision_forward,

@@ -121,28 +121,6 @@ ModelConfig llama_like_config(const nlohmann::json& config, const fs::path& file
   return c;
 }
 
-GgufMetadata::GgufMetadata(const GgufHeader& gguf) : header(gguf), prefix(gguf.string("general.architecture") + ".") {}
-
-bool GgufMetadata::has(std::string_view key) const { return header.find(prefix + std::string(key)) != nullptr; }
-
-std::int64_t GgufMetadata::size(std::string_view key) const {
-  const std::string name = prefix + std::string(key);
-  const auto value = header.unsigned_integer(name);
-  if (value == 0 || value > static_cast<std::uint64_t>(INT32_MAX)) {
-    throw InputError(fmt::format("{}: metadata '{}' is {}, not a positive size", header.source, name, value));
-  }
-  return static_cast<std::int64_t>(value);
-}
-
-std::int64_t GgufMetadata::size_or(std::string_view key, std::int64_t fallback) const {
-  return has(key) ? size(key) : fallback;
-}
-
-double GgufMetadata::number_or(std::string_view key, double fallback, double min, bool above) const {
-  const std::string name = prefix + std::string(key);
-  return checked_number(has(key) ? header.number(name) : fallback, min, above, header.source, name);
-}
-
 ModelConfig llama_like_config_from_gguf(const GgufHeader& header, const Checkpoint& checkpoint,
                                         const DecoderTraits& traits, bool linear_rope_scaling) {
   const GgufMetadata meta(header);

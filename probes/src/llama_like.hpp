@@ -28,18 +28,6 @@ struct DecoderTraits {
 // base (rope scaling refused), the tensor prefix. Errors name the file and the key.
 ModelConfig llama_like_config(const nlohmann::json& config, const std::filesystem::path& file,
                               const Checkpoint& checkpoint, const DecoderTraits& traits);
-// A GGUF file's metadata under its architecture's prefix ("qwen2." for "block_count"); errors name the file and the
-// whole key.
-struct GgufMetadata {
-  explicit GgufMetadata(const GgufHeader& gguf);
-  bool has(std::string_view key) const;
-  std::int64_t size(std::string_view key) const;  // a positive integer
-  std::int64_t size_or(std::string_view key, std::int64_t fallback) const;
-  // A finite number at least `min` (above it when `above`), or `fallback` when absent.
-  double number_or(std::string_view key, double fallback, double min, bool above) const;
-  const GgufHeader& header;
-  std::string prefix;
-};
 // A GGUF file of a Llama-like decoder as llama.cpp writes it: the same values as llama_like_config reads, under the
 // file's architecture prefix, the activation the family's default; rope scaling refused, or read when linear and
 // `linear_rope_scaling`; experts refused.

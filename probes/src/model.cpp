@@ -86,6 +86,29 @@ double detail::checked_number(double value, double min, bool above, const std::s
   return value;
 }
 
+detail::GgufMetadata::GgufMetadata(const GgufHeader& gguf)
+    : header(gguf), prefix(gguf.string("general.architecture") + ".") {}
+
+bool detail::GgufMetadata::has(std::string_view key) const { return header.find(prefix + std::string(key)) != nullptr; }
+
+std::int64_t detail::GgufMetadata::size(std::string_view key) const {
+  const std::string name = prefix + std::string(key);
+  const auto value = header.unsigned_integer(name);
+  if (value == 0 || value > static_cast<std::uint64_t>(INT32_MAX)) {
+    throw InputError(fmt::format("{}: metadata '{}' is {}, not a positive size", header.source, name, value));
+  }
+  return static_cast<std::int64_t>(value);
+}
+
+std::int64_t detail::GgufMetadata::size_or(std::string_view key, std::int64_t fallback) const {
+  return has(key) ? size(key) : fallback;
+}
+
+double detail::GgufMetadata::number_or(std::string_view key, double fallback, double min, bool above) const {
+  const std::string name = prefix + std::string(key);
+  return checked_number(has(key) ? header.number(name) : fallback, min, above, header.source, name);
+}
+
 Matrix detail::token_and_position_embeddings(const Checkpoint& checkpoint, const std::string& token_tensor,
                                              const std::string& position_tensor, std::span<const std::int64_t> ids,
                                              std::int64_t hidden, std::span<const std::int64_t> positions) {

@@ -117,23 +117,38 @@ def write_gguf(path, family, config, weights, q8_0=False):
             raise SystemExit(f"{name}: no GGUF name for {gguf.MODEL_ARCH_NAMES[arch]}")
         if family.startswith("gemma") and name.endswith("norm.weight"):
             value = (value.astype(np.float64) + 1).astype(np.float32)
-        if q8_0 and value.ndim == 2 and value.shape[1] % 32 == 0:
-            blocks = quantize(value, gguf.GGMLQuantizationType.Q8_0)
-            writer.add_tensor(mapped, blocks, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
-            held[name] = dequantize(blocks, gguf.GGMLQuantizationType.Q8_0).reshape(value.shape)
-        else:
-            writer.add_tensor(mapped, value)
+        stored = add_weight(writer, mapped, value, q8_0)
+        if stored is not value:  # quantized (Gemma's gains stay as the safetensors twin holds them)
+            held[name] = stored
+    finish(writer, path)
+    return held
+
+
+def add_weight(writer, name, value, q8_0):
+    """Adds tensor `name`: F32, or with `q8_0` in Q8_0 when its rows are whole blocks (32). Returns the values the
+    file holds (for Q8_0 the gguf package's dequantization; else `value` itself)."""
+    if q8_0 and value.ndim == 2 and value.shape[1] % 32 == 0:
+        blocks = quantize(value, gguf.GGMLQuantizationType.Q8_0)
+        writer.add_tensor(name, blocks, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+        return dequantize(blocks, gguf.GGMLQuantizationType.Q8_0).reshape(value.shape)
+    writer.add_tensor(name, value)
+    return value
+
+
+def finish(writer, path):
+    """Writes the file begun as path + ".tmp" and moves it to `path`."""
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
     os.replace(path + ".tmp", path)
-    return held
 
 
-def probe(binary, model, tokens, tmp, tag):
+def probe(binary, model, tokens, tmp, tag, inputs=None):
+    """`inputs`: the probe's input arguments instead of --tokens TOKENS."""
     dump = os.path.join(tmp, f"{tag}.safetensors")
-    run = subprocess.run([binary, "probe", model, "--tokens", tokens, "--json", "--attention-out", dump],
+    given = inputs if inputs is not None else ["--tokens", tokens]
+    run = subprocess.run([binary, "probe", model, *given, "--json", "--attention-out", dump],
                          capture_output=True, text=True)
     if run.returncode != 0:
         raise SystemExit(f"FAIL: attncheck probe {model} exited {run.returncode}: {run.stderr}")
@@ -184,14 +199,18 @@ def check(family, binary, folder):
         tokens = os.path.join(out, "tokens.txt")
         with open(tokens, "w") as f:
             f.write(" ".join(str(int(t)) for t in ids) + "\n")
-        failures += compare_pair(family, kind, binary, out, gguf_path, tokens)
+        label = f"{family} ({gguf.MODEL_ARCH_NAMES[ARCHITECTURES[family]]} GGUF {kind} vs safetensors of its values)"
+        failures += compare_pair(label, binary, out, gguf_path, tokens)
     return 1 if failures else 0
 
 
-def compare_pair(family, kind, binary, out, gguf_path, tokens):
+def compare_pair(label, binary, out, gguf_path, tokens, inputs=None):
+    """Probes the safetensors folder `out` and the GGUF file on the same tokens (or `inputs`, the probe's input
+    arguments): the JSON rows, every attention entry and every input row must agree within 1e-10 relative. Returns
+    the number of failures."""
     with tempfile.TemporaryDirectory() as tmp:
-        hf_rows, hf_dump = probe(binary, out, tokens, tmp, "safetensors")
-        gguf_rows, gguf_dump = probe(binary, gguf_path, tokens, tmp, "gguf")
+        hf_rows, hf_dump = probe(binary, out, tokens, tmp, "safetensors", inputs)
+        gguf_rows, gguf_dump = probe(binary, gguf_path, tokens, tmp, "gguf", inputs)
     failures = 0
     count, worst, mismatches = compare_rows(hf_rows["heads"], gguf_rows["heads"], "heads")
     for message in mismatches:
@@ -214,8 +233,7 @@ def compare_pair(family, kind, binary, out, gguf_path, tokens):
         if value > 1e-10:
             print(f"FAIL: {what} differ by {value:.3e} relative > 1e-10")
             failures += 1
-    print(f"{family} ({gguf.MODEL_ARCH_NAMES[ARCHITECTURES[family]]} GGUF {kind} vs safetensors of its values): "
-          f"{len(hf_rows['heads'])} rows, {count} numbers, max relative difference {worst:.3e}; {len(hf_dump)} "
+    print(f"{label}: {len(hf_rows['heads'])} rows, {count} numbers, max relative difference {worst:.3e}; {len(hf_dump)} "
           f"dumped tensors, max relative difference {worst_dump:.3e}")
     return failures
 

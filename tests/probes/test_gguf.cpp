@@ -449,6 +449,110 @@ TEST_CASE("Gemma 2 and 3 GGUF files take what llama.cpp does not read from it: t
                     Catch::Contains("rope scaling 'linear' is not supported"));
 }
 
+TEST_CASE("BERT GGUF files (RoBERTa's and DistilBERT's too) are read as llama.cpp runs them, what is missing named") {
+  TempDir dir;
+  const auto make = [&](const std::function<void(GgufImage&)>& change, bool token_types = true, std::uint32_t heads = 2,
+                        float epsilon = 1e-5f) {
+    GgufImage g;
+    g.kv_string("general.architecture", "bert");
+    g.kv<std::uint32_t>("bert.block_count", 4, 3);
+    g.kv<std::uint32_t>("bert.context_length", 4, 510);
+    g.kv<std::uint32_t>("bert.embedding_length", 4, 8);
+    g.kv<std::uint32_t>("bert.feed_forward_length", 4, 16);
+    g.kv<std::uint32_t>("bert.attention.head_count", 4, heads);
+    g.kv<float>("bert.attention.layer_norm_epsilon", 6, epsilon);
+    change(g);
+    g.tensor("token_embd.weight", {8, 5}, 0, std::vector<std::byte>(8 * 5 * 4, std::byte{0}));
+    if (token_types) g.tensor("token_types.weight", {8, 2}, 0, std::vector<std::byte>(8 * 2 * 4, std::byte{0}));
+    return write(dir.path / "bert.gguf", g.bytes());
+  };
+  const auto causal = [](bool value) {
+    return [value](GgufImage& g) { g.kv<std::uint8_t>("bert.attention.causal", 7, value ? 1 : 0); };
+  };
+  const auto c = TransformerModel::load(make(causal(false))).config();
+  CHECK(architecture_name(c) == "BERT");
+  CHECK(c.gguf);
+  CHECK(c.layers == 3);
+  CHECK(c.hidden == 8);
+  CHECK(c.intermediate == 16);
+  CHECK(c.heads == 2);
+  CHECK(c.max_positions == 510);
+  CHECK(c.vocab == 5);
+  CHECK(c.type_vocab == 2);
+  CHECK(!c.causal);
+  CHECK(c.layer_norm_eps == static_cast<double>(1e-5f));
+  CHECK(c.hidden_act == "gelu_pytorch_tanh");  // ggml_gelu, whatever the model was trained with
+  CHECK(TransformerModel::load(make(causal(false), false)).config().type_vocab == 0);  // DistilBERT's
+  CHECK(TransformerModel::load(make(causal(true))).config().causal);
+
+  CHECK_THROWS_WITH(TransformerModel::load(make([](GgufImage&) {})),
+                    Catch::Contains("no metadata key 'bert.attention.causal'"));
+  CHECK_THROWS_WITH(TransformerModel::load(make([&](GgufImage& g) {
+                      causal(false)(g);
+                      g.kv<std::uint32_t>("bert.attention.head_count_kv", 4, 1);
+                    })),
+                    Catch::Contains("2 query heads with 1 key/value heads"));
+  CHECK_THROWS_WITH(TransformerModel::load(make(causal(false), true, 3)),
+                    Catch::Contains("embedding_length 8 is not a multiple of the 3 heads"));
+  CHECK_THROWS_WITH(TransformerModel::load(make([&](GgufImage& g) {
+                      causal(false)(g);
+                      g.tensor("blk.0.attn_qkv.weight", {8, 24}, 0, std::vector<std::byte>(8 * 24 * 4, std::byte{0}));
+                    })),
+                    Catch::Contains("fused query/key/value projections (attn_qkv) are not supported"));
+  CHECK_THROWS_WITH(TransformerModel::load(make(causal(false), true, 2, -1.0f)),
+                    Catch::Contains("\"bert.attention.layer_norm_epsilon\" is -1"));
+}
+
+TEST_CASE(
+    "CLIP mmproj GGUF files: the vision tower's sizes, llama.cpp's activation and MLP names, other towers refused") {
+  TempDir dir;
+  const auto zeros = [](std::size_t floats) { return std::vector<std::byte>(floats * 4, std::byte{0}); };
+  const auto make = [&](const std::function<void(GgufImage&)>& change, bool legacy_mlp = true, bool cls = true) {
+    GgufImage g;
+    g.kv_string("general.architecture", "clip");
+    g.kv<std::uint8_t>("clip.has_vision_encoder", 7, 1);
+    g.kv<std::uint32_t>("clip.vision.image_size", 4, 24);
+    g.kv<std::uint32_t>("clip.vision.patch_size", 4, 6);
+    g.kv<std::uint32_t>("clip.vision.embedding_length", 4, 8);
+    g.kv<std::uint32_t>("clip.vision.feed_forward_length", 4, 16);
+    g.kv<std::uint32_t>("clip.vision.attention.head_count", 4, 2);
+    g.kv<std::uint32_t>("clip.vision.block_count", 4, 1);
+    g.kv<float>("clip.vision.attention.layer_norm_epsilon", 6, 1e-5f);
+    change(g);
+    if (cls) g.tensor("v.class_embd", {8}, 0, zeros(8));
+    g.tensor("v.pre_ln.weight", {8}, 0, zeros(8));
+    // The older converter's ffn_down is the first projection: it reads the 8 embedding columns.
+    g.tensor("v.blk.0.ffn_down.weight",
+             legacy_mlp ? std::vector<std::uint64_t>{8, 16} : std::vector<std::uint64_t>{16, 8}, 0, zeros(128));
+    return write(dir.path / "mmproj.gguf", g.bytes());
+  };
+  const auto c = TransformerModel::load(make([](GgufImage& g) { g.kv_string("clip.projector_type", "mlp"); })).config();
+  CHECK(architecture_name(c) == "CLIP vision");
+  CHECK(c.gguf);
+  CHECK(c.layers == 1);
+  CHECK(c.hidden == 8);
+  CHECK(c.intermediate == 16);
+  CHECK(c.heads == 2);
+  CHECK(c.max_positions == 17);
+  CHECK(c.layer_norm_eps == static_cast<double>(1e-5f));
+  CHECK(c.hidden_act == "quick_gelu");
+  CHECK(c.gguf_mlp_swapped);
+  CHECK(!TransformerModel::load(make([](GgufImage&) {}, false)).config().gguf_mlp_swapped);
+  CHECK(TransformerModel::load(make([](GgufImage& g) { g.kv<std::uint8_t>("clip.use_gelu", 7, 1); }))
+            .config()
+            .hidden_act == "gelu_pytorch_tanh");
+
+  CHECK_THROWS_WITH(TransformerModel::load(make([](GgufImage& g) { g.kv_string("clip.projector_type", "gemma3"); })),
+                    Catch::Contains("clip.projector_type 'gemma3' is not supported"));
+  CHECK_THROWS_WITH(TransformerModel::load(make([](GgufImage&) {}, true, false)),
+                    Catch::Contains("no tensor 'v.class_embd': not CLIP's vision tower"));
+  CHECK_THROWS_WITH(TransformerModel::load(make([](GgufImage& g) {
+                      g.kv<std::uint8_t>("clip.use_gelu", 7, 1);
+                      g.kv<std::uint8_t>("clip.use_silu", 7, 1);
+                    })),
+                    Catch::Contains("use_gelu and use_silu are both true"));
+}
+
 TEST_CASE("An empty tensor with huge other dimensions has no elements (no overflow)") {
   GgufImage g;
   g.tensor("empty", {0, 1ull << 40, 1ull << 40, 1ull << 40}, 0, {});

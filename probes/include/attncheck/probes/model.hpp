@@ -47,6 +47,9 @@ struct ModelConfig {
   double rope_theta = 10000;      // rotary frequencies rope_theta^(-2p/d)
   bool rope_interleaved = false;  // pairs (2p, 2p+1) as in Llama's GGUF files; else (p, p + d/2)
   bool gguf = false;              // tensor names as llama.cpp writes them
+  // CLIP mmproj GGUF files of llama.cpp's older converter name the MLP's first projection ffn_down and its second
+  // ffn_up; llama.cpp tells them apart by their shapes, as the probes do.
+  bool gguf_mlp_swapped = false;
   // Mistral: position i attends to the keys i - sliding_window < j <= i (0: every earlier one).
   std::int64_t sliding_window = 0;
   // Gemma 2, Gemma 3: the layers the window applies to (empty: all), the others attending to every earlier key.
