@@ -1,7 +1,9 @@
 // Times one probe of MODEL on the first N tokens of a text file, by phase: opening the checkpoint, tokenizing,
-// the forward pass through every layer, and the norms of every head. Prints one JSON object: wall seconds, and
-// the forward's and norms' process CPU seconds (which other work on a shared machine disturbs less).
-// Usage: bench_probe MODEL TEXT_FILE N
+// the forward pass through every layer (streamed, as `attncheck probe` runs it: each layer measured as it is computed,
+// then released), and the norms of the heads (every layer's, or LAYER's alone, on THREADS threads). Prints one JSON
+// object: wall seconds, and the forward's and norms' process CPU seconds (which other work on a shared machine
+// disturbs less).
+// Usage: bench_probe MODEL TEXT_FILE N [LAYER [THREADS]]   (LAYER -1: every layer, the default; THREADS 1)
 
 #include "attncheck/probes/live_metrics.hpp"
 
@@ -10,13 +12,14 @@
 #include <chrono>
 #include <ctime>
 #include <fstream>
+#include <numeric>
 #include <sstream>
 
 int main(int argc, char** argv) {
   using namespace attncheck::probes;
   using Clock = std::chrono::steady_clock;
-  if (argc != 4) {
-    fmt::print(stderr, "usage: bench_probe MODEL TEXT_FILE N\n");
+  if (argc < 4 || argc > 6) {
+    fmt::print(stderr, "usage: bench_probe MODEL TEXT_FILE N [LAYER [THREADS]]\n");
     return 2;
   }
   const auto seconds = [](Clock::time_point a, Clock::time_point b) {
@@ -33,25 +36,35 @@ int main(int argc, char** argv) {
     const auto n = static_cast<std::size_t>(std::stoll(argv[3]));
     if (ids.size() < n) throw InputError(fmt::format("{} has only {} tokens", argv[2], ids.size()));
     ids.resize(n);
+    const int only_layer = argc > 4 ? std::stoi(argv[4]) : -1;
+    const int threads = argc > 5 ? std::stoi(argv[5]) : 1;
+    std::vector<int> all_heads(static_cast<std::size_t>(model.config().heads));
+    std::iota(all_heads.begin(), all_heads.end(), 0);
     const auto t2 = Clock::now();
     const std::clock_t c2 = std::clock();
-    const auto layers = model.forward(ids);
-    const auto t3 = Clock::now();
-    const std::clock_t c3 = std::clock();
-    double checksum = 0;
-    for (std::size_t l = 0; l < layers.size(); ++l) {
-      std::vector<HeadMetrics> heads;
-      for (int h = 0; h < model.config().heads; ++h) heads.push_back(measure_head(layers[l], static_cast<int>(l), h));
-      set_group_key_derivatives(layers[l], heads);
-      for (const auto& m : heads) checksum += m.softmax.value;
-    }
+    double checksum = 0, norms_s = 0, norms_cpu_s = 0;
+    LayerSink sink;
+    sink.keep_attention = false;
+    sink.receive = [&](LayerInputs& layer, std::int64_t index) {
+      if (only_layer >= 0 && index != only_layer) return;
+      const auto start = Clock::now();
+      const std::clock_t start_cpu = std::clock();
+      for (const auto& m : measure_layer(layer, static_cast<int>(index), all_heads, false, threads)) {
+        checksum += m.softmax.value;
+      }
+      norms_s += seconds(start, Clock::now());
+      norms_cpu_s += static_cast<double>(std::clock() - start_cpu) / CLOCKS_PER_SEC;
+    };
+    model.forward_embeddings(model.embed_tokens(ids), only_layer >= 0 ? std::vector<int>{only_layer} : std::vector<int>{},
+                             sink);
     const auto t4 = Clock::now();
     const std::clock_t c4 = std::clock();
     const auto cpu = [](std::clock_t a, std::clock_t b) { return static_cast<double>(b - a) / CLOCKS_PER_SEC; };
     fmt::print(
         "{{\"N\": {}, \"load_s\": {:.4f}, \"tokenize_s\": {:.4f}, \"forward_s\": {:.4f}, \"norms_s\": {:.4f}, "
         "\"forward_cpu_s\": {:.4f}, \"norms_cpu_s\": {:.4f}, \"softmax_fro_sum\": {:.12g}}}\n",
-        n, seconds(t0, t1), seconds(t1, t2), seconds(t2, t3), seconds(t3, t4), cpu(c2, c3), cpu(c3, c4), checksum);
+        n, seconds(t0, t1), seconds(t1, t2), seconds(t2, t4) - norms_s, norms_s, cpu(c2, c4) - norms_cpu_s, norms_cpu_s,
+        checksum);
   } catch (const InputError& e) {
     fmt::print(stderr, "{}\n", e.what());
     return 2;
