@@ -55,8 +55,8 @@ int main(int argc, char** argv) {
       norms_s += seconds(start, Clock::now());
       norms_cpu_s += static_cast<double>(std::clock() - start_cpu) / CLOCKS_PER_SEC;
     };
-    model.forward_embeddings(model.embed_tokens(ids), only_layer >= 0 ? std::vector<int>{only_layer} : std::vector<int>{},
-                             sink);
+    model.forward_embeddings(model.embed_tokens(ids),
+                             only_layer >= 0 ? std::vector<int>{only_layer} : std::vector<int>{}, sink);
     const auto t4 = Clock::now();
     const std::clock_t c4 = std::clock();
     const auto cpu = [](std::clock_t a, std::clock_t b) { return static_cast<double>(b - a) / CLOCKS_PER_SEC; };

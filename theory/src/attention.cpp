@@ -232,17 +232,63 @@ struct RotaryKeys {
     }
   }
 
-  // Row i's ||dA/dW_K||^2 / lambda^2 from its probabilities `a` over the keys at positions `keys` (any mask: the
-  // rotation between two keys depends only on how far apart they are).
-  double key_term(const Matrix& V, Index i, std::span<const double> a, std::span<const Index> keys) const {
+  // C_i(m) for m = 0 .. N-1.
+  Vector kernel_cosines(const Matrix& V, Index i) const {
     Vector pair_sq(cosines.cols());
     for (Index p = 0; p < pair_sq.size(); ++p) {
       pair_sq[p] = V(i, rotary.first[p]) * V(i, rotary.first[p]) + V(i, rotary.second[p]) * V(i, rotary.second[p]);
     }
     double unrotated = 0;
     for (Index k : unpaired) unrotated += V(i, k) * V(i, k);
-    const Vector c_row = (cosines * pair_sq).array() + unrotated;
+    return (cosines * pair_sq).array() + unrotated;
+  }
+
+  // Row i's ||dA/dW_K||^2 / lambda^2 from its probabilities `a` over the keys at positions `keys` (any mask: the
+  // rotation between two keys depends only on how far apart they are).
+  double key_term(const Matrix& V, Index i, std::span<const double> a, std::span<const Index> keys) const {
+    const Vector c_row = kernel_cosines(V, i);
     return rotary_key_term(gram, a, {c_row.data(), static_cast<std::size_t>(c_row.size())}, keys);
+  }
+
+  // The sum of key_term over rows `rows`, row k attending to the keys 0 .. probabilities[k].size() - 1 (a causal
+  // prefix, or all). Row by row, the O(N^2) sweep of each row reads the whole Gram matrix from memory, which at long
+  // contexts is the bound on its speed; here each Gram row is read once for the block and used by every row of it,
+  // while the rows' own weights and cosines stay in cache. The sums are key_term's, in the same order.
+  double prefix_key_terms(const Matrix& V, std::span<const Index> rows, std::span<const Vector> probabilities) const {
+    const std::size_t block = rows.size();
+    std::vector<Vector> c(block), weighted(block);
+    std::vector<Eigen::ArrayXd> weights(block), symmetric(block);
+    Index longest = 0;
+    for (std::size_t k = 0; k < block; ++k) {
+      const Vector& a = probabilities[k];
+      const Index visible = a.size();
+      longest = std::max(longest, visible);
+      c[k] = kernel_cosines(V, rows[k]);
+      symmetric[k].resize(2 * visible - 1);
+      for (Index m = 0; m < visible; ++m) symmetric[k][visible - 1 + m] = symmetric[k][visible - 1 - m] = c[k][m];
+      // As centered_kernel_term weighs the keys: the most probable one left out.
+      weights[k] = a.array();
+      weights[k][static_cast<Index>(std::max_element(a.begin(), a.end()) - a.begin())] = 0;
+      weighted[k].resize(visible);
+    }
+    for (Index j = 0; j < longest; ++j) {
+      const double* gram_row = gram.row(j).data();
+      for (std::size_t k = 0; k < block; ++k) {
+        const Index visible = weights[k].size();
+        if (j >= visible) continue;
+        weighted[k][j] = (weights[k] * Eigen::Map<const Eigen::ArrayXd>(gram_row, visible) *
+                          symmetric[k].segment(visible - 1 - j, visible))
+                             .sum();
+      }
+    }
+    double total = 0;
+    for (std::size_t k = 0; k < block; ++k) {
+      const Vector& a = probabilities[k];
+      const auto B = [&](Index row, Index col) { return gram(row, col) * c[k][std::abs(row - col)]; };
+      total += centered_kernel_term({a.data(), static_cast<std::size_t>(a.size())}, B,
+                                    [&](Index j, const Vector&) { return weighted[k][j]; });
+    }
+    return total;
   }
 
   const Rotary& rotary;
@@ -295,7 +341,8 @@ struct NormSums {
 void add_row(const AttentionMap& map, Index i, const Eigen::Ref<const Matrix>& U_att,
              const Eigen::Ref<const Matrix>& X_att, const Eigen::Ref<const Vector>& u_sq_att,
              const Eigen::Ref<const Vector>& x_sq_att, const Matrix& V, double x_sq_i, double v_sq_i, Vector& s_row,
-             Vector& w_row, NormSums& sums, const RotaryKeys* rotary_keys = nullptr, std::span<const Index> keys = {}) {
+             Vector& w_row, NormSums& sums, const RotaryKeys* rotary_keys = nullptr, std::span<const Index> keys = {},
+             Vector* deferred_probabilities = nullptr) {
   const Index visible = U_att.rows();
   s_row.head(visible).noalias() = map.inner * (U_att * V.row(i).transpose());
   const RowTerms terms = row_terms(map, {s_row.data(), static_cast<std::size_t>(visible)},
@@ -319,9 +366,14 @@ void add_row(const AttentionMap& map, Index i, const Eigen::Ref<const Matrix>& U
     if (!rotary_keys) k_sum += a[j] * a[j] * (X_att.row(j) - x_bar).squaredNorm();
   }
   sums.dQ_sq += x_sq_i * q_sum;
-  // Rotary keys mix positions, so no rotation factors out of dA/dW_K (docs/THEORY.md).
-  sums.dK_sq += rotary_keys ? rotary_keys->key_term(V, i, {w_row.data(), static_cast<std::size_t>(visible)}, keys)
-                            : v_sq_i * k_sum;
+  // Rotary keys mix positions, so no rotation factors out of dA/dW_K (docs/THEORY.md). A caller that batches the
+  // key terms of several rows (RotaryKeys::prefix_key_terms) takes the probabilities instead.
+  if (deferred_probabilities) {
+    *deferred_probabilities = a;
+  } else {
+    sums.dK_sq += rotary_keys ? rotary_keys->key_term(V, i, {w_row.data(), static_cast<std::size_t>(visible)}, keys)
+                              : v_sq_i * k_sum;
+  }
 }
 
 void check_projections(const AttentionMap& map, const Matrix& X, const Matrix& V, const Matrix& U) {
@@ -366,12 +418,24 @@ AttentionNorms attention_norms_from_projections(const AttentionMap& map, const M
   std::iota(positions.begin(), positions.end(), Index{0});
   NormSums sums;
   Vector s_row(n), w_row(n);
+  // Rotary keys' terms a block of rows at a time (RotaryKeys::prefix_key_terms).
+  constexpr Index kKeyTermRows = 8;
+  std::vector<Index> block_rows;
+  std::vector<Vector> block_probabilities(static_cast<std::size_t>(kKeyTermRows));
   for (Index i = 0; i < n; ++i) {
     // The attended keys of a causal row are a prefix, so they are used in place.
     const Index visible = causal ? i + 1 : n;
+    Vector* deferred = rotary_keys ? &block_probabilities[block_rows.size()] : nullptr;
     add_row(map, i, U.topRows(visible), X.topRows(visible), u_sq.head(visible), x_sq.head(visible), V, x_sq[i], v_sq[i],
             s_row, w_row, sums, rotary_keys ? &*rotary_keys : nullptr,
-            std::span<const Index>(positions).first(static_cast<std::size_t>(visible)));
+            std::span<const Index>(positions).first(static_cast<std::size_t>(visible)), deferred);
+    if (!rotary_keys) continue;
+    block_rows.push_back(i);
+    if (static_cast<Index>(block_rows.size()) == kKeyTermRows || i == n - 1) {
+      sums.dK_sq +=
+          rotary_keys->prefix_key_terms(V, block_rows, std::span(block_probabilities).first(block_rows.size()));
+      block_rows.clear();
+    }
   }
   return norms_of_sums(map, n, sums);
 }
