@@ -190,8 +190,13 @@ void set_score_statistics(HeadMetrics& m, const ScoreStatistics& statistics) {
 
 std::vector<std::int64_t> tokenize_for_model(const fs::path& model_path, const TransformerModel& model,
                                              std::string_view text) {
-  if (const GgufFile* gguf = model.checkpoint().gguf())
-    return ByteLevelBpeTokenizer::from_gguf(gguf->header()).encode(text);
+  if (const GgufFile* gguf = model.checkpoint().gguf()) {
+    const GgufHeader& header = gguf->header();
+    if (header.find("tokenizer.ggml.model") && header.string("tokenizer.ggml.model") == "bert") {
+      return WordPieceTokenizer::from_gguf(header).encode(text);
+    }
+    return ByteLevelBpeTokenizer::from_gguf(header).encode(text);
+  }
   const fs::path folder = fs::is_directory(model_path) ? model_path : model_path.parent_path();
   if (fs::exists(folder / "vocab.txt")) {
     bool lower_case = true;

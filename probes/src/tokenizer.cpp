@@ -102,6 +102,45 @@ WordPieceTokenizer::WordPieceTokenizer(std::unordered_map<std::string, std::int6
   for (const char* special : {"[CLS]", "[SEP]", "[UNK]"}) id(special);
 }
 
+WordPieceTokenizer WordPieceTokenizer::from_gguf(const GgufHeader& header) {
+  const std::string& model = header.string("tokenizer.ggml.model");
+  if (model != "bert") {
+    throw InputError(fmt::format("{}: tokenizer.ggml.model '{}' is not WordPiece's (bert)", header.source, model));
+  }
+  const std::vector<std::string> tokens = header.strings("tokenizer.ggml.tokens");
+  // Newer converters keep control tokens (type 3) as they are; older ones kept every "[...]" token.
+  constexpr std::int64_t kControl = 3;
+  const GgufValue* types = header.find("tokenizer.ggml.token_type");
+  if (types && types->size() != tokens.size()) {
+    throw InputError(fmt::format("{}: tokenizer.ggml.token_type has {} entries for {} tokens", header.source,
+                                 types->size(), tokens.size()));
+  }
+  const auto is_control = [&](std::size_t k) {
+    if (types) {
+      const GgufValue type = types->element(k);
+      const auto* value = std::get_if<std::int64_t>(&type.data);
+      const auto* unsigned_value = std::get_if<std::uint64_t>(&type.data);
+      return (value && *value == kControl) || (unsigned_value && *unsigned_value == kControl);
+    }
+    return tokens[k].size() >= 2 && tokens[k].front() == '[' && tokens[k].back() == ']';
+  };
+  constexpr std::string_view kWordStart = "\xe2\x96\x81";  // U+2581
+  std::unordered_map<std::string, std::int64_t> vocab;
+  for (std::size_t k = 0; k < tokens.size(); ++k) {
+    const std::string& token = tokens[k];
+    std::string piece;
+    if (is_control(k)) {
+      piece = token;
+    } else if (token.starts_with(kWordStart)) {
+      piece = token.substr(kWordStart.size());
+    } else {
+      piece = "##" + token;
+    }
+    vocab.emplace(std::move(piece), static_cast<std::int64_t>(k));
+  }
+  return WordPieceTokenizer(std::move(vocab), true, header.source);
+}
+
 WordPieceTokenizer::WordPieceTokenizer(const std::filesystem::path& vocab_txt, bool lower_case)
     : vocab_path_(vocab_txt), lower_case_(lower_case) {
   std::int64_t next = 0;

@@ -12,6 +12,9 @@ vision tower (mmproj files, architecture "clip"), against the same weights in sa
                            whole blocks in Q8_0 (position and token type tables kept F32, as the converter keeps
                            them) against a safetensors twin of the gguf package's dequantization. And the F32
                            file against a twin configured with the exact (erf) GELU: layer 1's inputs must differ.
+                           For bert, the F32 file also carries a WordPiece vocabulary as the converter writes it
+                           (tokenizer.ggml.model "bert"): --text on it must give the ids, and the rows, that
+                           vocab.txt gives beside the safetensors twin.
   check clip-VARIANT BIN DIR
                            CLIP's vision tower as an mmproj file (general.architecture "clip"): VARIANT llava as
                            the legacy LLaVA converter writes it (its own names, MLP projections named ffn_down
@@ -101,10 +104,25 @@ def random_weights(family, seed):
     return t
 
 
-def write_gguf(path, family, config, weights, q8_0=False, causal=False):
+# A WordPiece vocabulary of V entries: the specials, whole words, continuations.
+WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "mat", "un", "##able", "##s", "dog",
+         "run", "##ning", ".", ",", "!", "a"] + [f"w{k}" for k in range(20, V)]
+TEXT = "The cat sat on the mat, unable! The dogs running. A cat, a mat."
+
+
+def phantom(token):
+    """llama.cpp's spelling of a WordPiece token (convert_hf_to_gguf.py's BertModel.set_vocab): control tokens as
+    they are, a continuation without its ##, a word's first piece after U+2581."""
+    if token.startswith("[") and token.endswith("]"):
+        return token
+    return token[2:] if token.startswith("##") else "\u2581" + token
+
+
+def write_gguf(path, family, config, weights, q8_0=False, causal=False, vocabulary=None):
     """The GGUF file llama.cpp's converter writes for the checkpoint (architecture "bert"). Returns the weights as the
     file holds them, under their Hugging Face names (RoBERTa's position table whole: the probe of the safetensors
-    twin reads the rows past the padding). `causal` None leaves attention.causal out."""
+    twin reads the rows past the padding). `causal` None leaves attention.causal out. `vocabulary`: WordPiece tokens
+    written as the converter writes them (tokenizer.ggml.model "bert", control tokens typed 3)."""
     arch = gguf.MODEL_ARCH.BERT
     writer = gguf.GGUFWriter(path + ".tmp", gguf.MODEL_ARCH_NAMES[arch])
     distil = family == "distilbert"
@@ -119,6 +137,11 @@ def write_gguf(path, family, config, weights, q8_0=False, causal=False):
     if causal is not None:
         writer.add_causal_attention(causal)
     writer.add_token_type_count(config.get("type_vocab_size", 1))
+    if vocabulary is not None:
+        writer.add_tokenizer_model("bert")
+        writer.add_token_list([phantom(t) for t in vocabulary])
+        writer.add_token_types([gguf.TokenType.CONTROL if t.startswith("[") and t.endswith("]")
+                                else gguf.TokenType.NORMAL for t in vocabulary])
     names = gguf.get_tensor_name_map(arch, L)
     held = dict(weights)
     for name, value in weights.items():
@@ -266,7 +289,8 @@ def check(family, binary, folder):
     for kind in ("f32", "q8_0"):
         name = f"tiny-{family}" + ("" if kind == "f32" else "-q8_0")
         gguf_path = os.path.join(folder, f"{name}.gguf")
-        held = write_gguf(gguf_path, family, config, weights, q8_0=kind == "q8_0")
+        held = write_gguf(gguf_path, family, config, weights, q8_0=kind == "q8_0",
+                          vocabulary=WORDS if family == "bert" else None)
         if kind == "q8_0" and all(held[k] is weights[k] for k in weights):
             print("FAIL: no matrix was quantized")
             failures += 1
@@ -282,7 +306,28 @@ def check(family, binary, folder):
                                  tokens)
         if kind == "f32":
             failures += check_tanh_gelu(family, binary, out, gguf_path, tokens)
+        if family == "bert" and kind == "f32":
+            failures += check_text(binary, out, gguf_path)
     return 1 if failures else 0
+
+
+def check_text(binary, out, gguf_path):
+    """--text on the GGUF file's own vocabulary gives the ids vocab.txt gives beside the safetensors twin (lower-cased,
+    as llama.cpp's tokenizer and an uncased BERT's do), and with them the same rows."""
+    with open(os.path.join(out, "vocab.txt"), "w") as f:
+        f.write("\n".join(WORDS) + "\n")
+    with open(os.path.join(out, "tokenizer_config.json"), "w") as f:
+        json.dump({"do_lower_case": True}, f)
+    with tempfile.TemporaryDirectory() as tmp:
+        _, from_vocab = probe(binary, out, None, tmp, "vocab", ["--text", TEXT])
+        _, from_gguf = probe(binary, gguf_path, None, tmp, "gguf", ["--text", TEXT])
+    ids_vocab, ids_gguf = from_vocab["input_ids"].tolist(), from_gguf["input_ids"].tolist()
+    print(f"bert --text: ids from vocab.txt {ids_vocab}, from the GGUF vocabulary {ids_gguf}")
+    unknown = WORDS.index("[UNK]")
+    if ids_vocab != ids_gguf or unknown in ids_vocab or WORDS.index("##able") not in ids_vocab:
+        print("FAIL: the GGUF file's WordPiece vocabulary tokenizes otherwise (or the text was not split into pieces)")
+        return 1
+    return compare_pair("bert --text (GGUF vocabulary vs vocab.txt)", binary, out, gguf_path, None, ["--text", TEXT])
 
 
 def check_tanh_gelu(family, binary, out, gguf_path, tokens):

@@ -31,6 +31,10 @@ class WordPieceTokenizer {
   // A vocabulary given as token -> id (tokenizer.json's); `source` names it in messages.
   WordPieceTokenizer(std::unordered_map<std::string, std::int64_t> vocab, bool lower_case,
                      const std::filesystem::path& source);
+  // A GGUF file's vocabulary of tokenizer.ggml.model "bert", which llama.cpp's converter writes with a word's first
+  // piece prefixed by U+2581 and its continuations without "##" (control tokens as they are); read back into
+  // WordPiece's spelling and lower-cased, as llama.cpp's tokenizer lower-cases.
+  static WordPieceTokenizer from_gguf(const GgufHeader& header);
   std::vector<std::int64_t> encode(std::string_view text) const;  // with [CLS] and [SEP]
   std::vector<std::string> basic_split(std::string_view text) const;
   std::vector<std::int64_t> word_pieces(const std::string& word) const;
