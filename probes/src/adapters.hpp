@@ -84,8 +84,10 @@ void apply_hidden_activation(Matrix& m, const std::string& act);
 Matrix token_and_position_embeddings(const Checkpoint& checkpoint, const std::string& token_tensor,
                                      const std::string& position_tensor, std::span<const std::int64_t> ids,
                                      std::int64_t hidden, std::span<const std::int64_t> positions = {});
-// y = x W^T (+ b when the checkpoint has NAME.bias) for NAME.weight stored [out, in] (nn.Linear).
-Matrix project(const Checkpoint& checkpoint, const Matrix& x, const std::string& name, std::int64_t out);
+// y = x W^T (+ b when the checkpoint has NAME.bias) for NAME.weight stored [out, in] (nn.Linear), the product in the
+// forward pass's precision (LayerSink::float32_products).
+Matrix project(const Checkpoint& checkpoint, const Matrix& x, const std::string& name, std::int64_t out,
+               const LayerSink& sink);
 Vector bias_or_zero(const Checkpoint& checkpoint, const std::string& name, std::int64_t length);
 
 // A GGUF file's metadata under its architecture's prefix ("qwen2." for "block_count"); errors name the file and the

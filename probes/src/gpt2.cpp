@@ -61,14 +61,15 @@ void forward(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h, std::
     const Matrix W_o = checkpoint.matrix(tensor(p + "attn.c_proj.weight"), D, D);
     const Vector b_o = checkpoint.vector(tensor(p + "attn.c_proj.bias"), D);
     const theory::AttentionMap map = trained_attention_map(c.attention_activation, inner);
-    Matrix attended = fill_heads(layer, weights, c.heads, &map, l, sink) * W_o;
+    Matrix attended = forward_product(fill_heads(layer, weights, c.heads, &map, l, sink), W_o, sink.float32_products);
     attended.rowwise() += b_o.transpose();
     h += attended;
     const Matrix m = norm(h, p + "ln_2");
-    Matrix inter = m * checkpoint.matrix(tensor(p + "mlp.c_fc.weight"), D, I);
+    Matrix inter = forward_product(m, checkpoint.matrix(tensor(p + "mlp.c_fc.weight"), D, I), sink.float32_products);
     inter.rowwise() += checkpoint.vector(tensor(p + "mlp.c_fc.bias"), I).transpose();
     apply_hidden_activation(inter, c.hidden_act);
-    Matrix mlp = inter * checkpoint.matrix(tensor(p + "mlp.c_proj.weight"), I, D);
+    Matrix mlp =
+        forward_product(inter, checkpoint.matrix(tensor(p + "mlp.c_proj.weight"), I, D), sink.float32_products);
     mlp.rowwise() += checkpoint.vector(tensor(p + "mlp.c_proj.bias"), D).transpose();
     h += mlp;
     require_finite_hidden_states(h, l);

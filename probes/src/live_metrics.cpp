@@ -455,7 +455,7 @@ std::vector<double> csv_values(const HeadMetrics& metrics) { return records::pro
 
 ProbeResult probe_model(const fs::path& model_path, const ProbeInput& input, const std::vector<int>& layers,
                         const std::vector<int>& heads, bool keep_layers, bool cross_norm, const ProbeProgress& progress,
-                        int threads) {
+                        int threads, bool float32_products) {
   const TransformerModel model = TransformerModel::load(model_path);
   ProbeResult result;
   result.config = model.config();
@@ -559,6 +559,7 @@ ProbeResult probe_model(const fs::path& model_path, const ProbeInput& input, con
   // Each layer is measured as soon as it is computed, then released (kept only for the attention dump).
   LayerSink sink;
   sink.keep_attention = keep_layers;
+  sink.float32_products = result.float32_products = float32_products;
   sink.receive = [&](LayerInputs& layer, std::int64_t index) {
     const int l = static_cast<int>(index);
     if (selected(layers, l)) {

@@ -216,13 +216,13 @@ void llama_like_forward(const Checkpoint& checkpoint, const ModelConfig& c, Matr
     }
     layer.X = norm(h, names.attention_norm);
     const AttentionWeights weights = linear_attention_weights(checkpoint, names.q, names.k, names.v, D, H * d, G * d);
-    Matrix attended = project(checkpoint, fill_heads(layer, weights, H, &map, l, sink), names.o, D);
+    Matrix attended = project(checkpoint, fill_heads(layer, weights, H, &map, l, sink), names.o, D, sink);
     if (traits.sandwich_norms) attended = norm(attended, names.attention_out_norm);
     h += attended;
     const Matrix m = norm(h, names.mlp_norm);
-    Matrix gate = project(checkpoint, m, names.gate, I);
+    Matrix gate = project(checkpoint, m, names.gate, I, sink);
     apply_hidden_activation(gate, c.hidden_act);
-    Matrix mlp = project(checkpoint, gate.cwiseProduct(project(checkpoint, m, names.up, I)), names.down, D);
+    Matrix mlp = project(checkpoint, gate.cwiseProduct(project(checkpoint, m, names.up, I, sink)), names.down, D, sink);
     if (traits.sandwich_norms) mlp = norm(mlp, names.mlp_out_norm);
     h += mlp;
     require_finite_hidden_states(h, l);

@@ -121,8 +121,9 @@ Matrix detail::token_and_position_embeddings(const Checkpoint& checkpoint, const
   return checkpoint.rows(token_tensor, ids, hidden) + checkpoint.rows(position_tensor, positions, hidden);
 }
 
-Matrix detail::project(const Checkpoint& checkpoint, const Matrix& x, const std::string& name, std::int64_t out) {
-  Matrix y = x * checkpoint.matrix(name + ".weight", out, x.cols()).transpose();
+Matrix detail::project(const Checkpoint& checkpoint, const Matrix& x, const std::string& name, std::int64_t out,
+                       const LayerSink& sink) {
+  Matrix y = forward_product(x, checkpoint.matrix(name + ".weight", out, x.cols()).transpose(), sink.float32_products);
   if (checkpoint.contains(name + ".bias")) y.rowwise() += checkpoint.vector(name + ".bias", out).transpose();
   return y;
 }
@@ -236,7 +237,7 @@ Matrix detail::fill_heads(LayerInputs& layer, const AttentionWeights& weights, s
   const Index n = layer.X.rows(), d = weights.W_Q.cols() / heads, kv_heads = weights.W_K.cols() / d;
   const Index d_v = weights.W_V.cols() / kv_heads;
   const auto project_rows = [&](const Matrix& W, const Vector& b) {
-    Matrix y = layer.X * W;
+    Matrix y = forward_product(layer.X, W, sink.float32_products);
     if (b.size() != 0) y.rowwise() += b.transpose();
     return y;
   };
@@ -276,15 +277,17 @@ Matrix detail::fill_heads(LayerInputs& layer, const AttentionWeights& weights, s
       const std::string where = fmt::format("layer {} head {}", layer_index, head);
       const theory::AttendedMask* attended = layer.attended ? &*layer.attended : nullptr;
       if (sink.keep_attention) {
-        inputs.attention = apply_attention(*map, softmax_logits(layer, inputs), layer.causal, where, attended);
-        context.middleCols(head * d_v, d_v).noalias() = inputs.attention * inputs.values;
+        inputs.attention = apply_attention(*map, softmax_logits(layer, inputs, 0, -1, sink.float32_products),
+                                           layer.causal, where, attended);
+        context.middleCols(head * d_v, d_v) = forward_product(inputs.attention, inputs.values, sink.float32_products);
       } else {
         const Index block_rows = std::max<Index>(1, sink.query_row_block);
         for (Index first = 0; first < n; first += block_rows) {
           const Index rows = std::min(block_rows, n - first);
-          const Matrix block = apply_attention_rows(*map, softmax_logits(layer, inputs, first, rows), first,
-                                                    layer.causal, where, attended);
-          context.block(first, head * d_v, rows, d_v).noalias() = block * inputs.values;
+          const Matrix block =
+              apply_attention_rows(*map, softmax_logits(layer, inputs, first, rows, sink.float32_products), first,
+                                   layer.causal, where, attended);
+          context.block(first, head * d_v, rows, d_v) = forward_product(block, inputs.values, sink.float32_products);
         }
       }
     }
@@ -307,9 +310,11 @@ Matrix layer_norm(const Matrix& x, const Vector& gain, const Vector& bias, doubl
 
 Matrix rms_norm(const Matrix& x, const Vector& gain, double eps) { return theory::rms_normalized(x, gain, eps); }
 
-Matrix softmax_logits(const LayerInputs& layer, const HeadInputs& head, Index first_row, Index rows) {
+Matrix softmax_logits(const LayerInputs& layer, const HeadInputs& head, Index first_row, Index rows,
+                      bool float32_products) {
   if (rows < 0) rows = head.queries.rows() - first_row;
-  Matrix scores = layer.inner * (head.queries.middleRows(first_row, rows) * head.keys.transpose());
+  Matrix scores =
+      layer.inner * forward_product(head.queries.middleRows(first_row, rows), head.keys.transpose(), float32_products);
   if (layer.logit_softcap > 0) {
     const double cap = layer.logit_softcap;
     scores = scores.unaryExpr([cap](double s) { return cap * std::tanh(s / cap); });

@@ -187,16 +187,16 @@ void pre_norm_encoder(const Checkpoint& checkpoint, const ModelConfig& c, Matrix
     layer.X = layer_norm(h, checkpoint.vector(names.norm_before + ".weight", D),
                          checkpoint.vector(names.norm_before + ".bias", D), c.layer_norm_eps);
     const AttentionWeights weights = linear_attention_weights(checkpoint, names.q, names.k, names.v, D, D, D);
-    Matrix attended = project(checkpoint, fill_heads(layer, weights, c.heads, &map, l, sink), names.o, D);
+    Matrix attended = project(checkpoint, fill_heads(layer, weights, c.heads, &map, l, sink), names.o, D, sink);
     if (!names.scale_attention.empty()) {
       attended.array().rowwise() *= checkpoint.vector(names.scale_attention, D).transpose().array();
     }
     h += attended;
     const Matrix m = layer_norm(h, checkpoint.vector(names.norm_after + ".weight", D),
                                 checkpoint.vector(names.norm_after + ".bias", D), c.layer_norm_eps);
-    Matrix inter = project(checkpoint, m, names.mlp_in, I);
+    Matrix inter = project(checkpoint, m, names.mlp_in, I, sink);
     apply_hidden_activation(inter, c.hidden_act);
-    Matrix mlp = project(checkpoint, inter, names.mlp_out, D);
+    Matrix mlp = project(checkpoint, inter, names.mlp_out, D, sink);
     if (!names.scale_mlp.empty()) mlp.array().rowwise() *= checkpoint.vector(names.scale_mlp, D).transpose().array();
     h += mlp;
     require_finite_hidden_states(h, l);

@@ -533,7 +533,7 @@ json to_json(const ProbeOutput& output) {
   return {{kFormatVersion, kProbeFormatVersion},
           {"model", std::move(model)},
           {"input", std::move(in)},
-          {"tool", {{"name", "attncheck"}, {"version", output.tool_version}}},
+          {"tool", {{"name", "attncheck"}, {"version", output.tool_version}, {"precision", output.precision}}},
           {"verdict",
            {{"holds", output.verdict.holds},
             {"basis", "exact"},
@@ -560,6 +560,8 @@ ProbeOutput probe_output_from_json(const json& object, const std::string& where)
   const JsonFields tool(top.at("tool"), where + " tool");
   tool.word("name", {"attncheck"});
   out.tool_version = tool.text("version");
+  // Output of attncheck before --precision was added ran in double precision.
+  out.precision = tool.is_null("precision") ? "double" : tool.word("precision", {"double", "mixed"});
   const JsonFields verdict(top.at("verdict"), where + " verdict");
   out.verdict.holds = verdict.boolean("holds");
   verdict.word("basis", {"exact"});

@@ -11,6 +11,8 @@
       <= 1e-4 (float32 rounding through 12 layers: measured 2.7e-6 and 1.6e-5 on this input; the measured
       differences are printed). --layers K compares the first K layers only (the probe computes no more).
   bench BIN MODEL_DIR MODEL.onnx [--repeat R]
+                          (also the probe with --precision mixed: its time, its ratio to ONNX Runtime's, and the
+                          largest relative difference of its row's numbers from the double-precision probe's)
       Wall and CPU time of the whole probe command (load and convert the F32 weights, the forward through all
       12 layers in double precision, the norms of one head) and of ONNX Runtime's forward (float32, session
       already loaded) on the same 224 x 224 input (N = 257 positions), in one run; medians of R runs.
@@ -62,11 +64,11 @@ def dinov2_pixels(model_dir, size):
     return hf_preprocess(sample_photograph("china.jpg"), config).astype(np.float32)
 
 
-def run_probe(binary, model_dir, pixels_file, dump, layers):
+def run_probe(binary, model_dir, pixels_file, dump, layers, precision="double", rows=None):
     """Runs the probe through `layers` layers, measuring one head of the last; returns wall and CPU seconds
-    (CPU: the child's user + system time)."""
+    (CPU: the child's user + system time). `rows`, a list, receives the JSON rows."""
     command = [binary, "probe", model_dir, "--pixels", pixels_file, "--layers", str(layers - 1), "--heads", "0",
-               "--json"] + (["--attention-out", dump] if dump else [])
+               "--json", "--precision", precision] + (["--attention-out", dump] if dump else [])
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     run = subprocess.run(command, capture_output=True, text=True)
@@ -75,7 +77,19 @@ def run_probe(binary, model_dir, pixels_file, dump, layers):
     if run.returncode != 0:
         print(f"FAIL: {' '.join(command)} exited {run.returncode}: {run.stderr}")
         sys.exit(1)
+    if rows is not None:
+        rows[:] = json.loads(run.stdout)["heads"]
     return elapsed, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def largest_relative_difference(rows, reference):
+    """Over every number of the rows, relative to the reference's (entries below 1e-12 in size compared absolutely)."""
+    worst = 0.0
+    for row, ref in zip(rows, reference):
+        for key, value in ref.items():
+            if isinstance(value, float) and isinstance(row.get(key), float):
+                worst = max(worst, abs(row[key] - value) / max(abs(value), 1e-12))
+    return worst
 
 
 def compare(binary, model_dir, onnx_path, size, layers):
@@ -117,7 +131,8 @@ def bench(binary, model_dir, onnx_path, repeat):
     options.intra_op_num_threads = 1
     session = onnxruntime.InferenceSession(onnx_path, options, providers=["CPUExecutionProvider"])
     session.run(None, {"input_image": pixels[None]})
-    ort_times, probe_times = [], []
+    ort_times, probe_times, mixed_times = [], [], []
+    double_rows, mixed_rows = [], []
     with tempfile.TemporaryDirectory() as tmp:
         pixels_file = os.path.join(tmp, "pixels.npy")
         np.save(pixels_file, pixels)
@@ -125,13 +140,19 @@ def bench(binary, model_dir, onnx_path, repeat):
             started, cpu = time.perf_counter(), time.process_time()
             session.run(None, {"input_image": pixels[None]})
             ort_times.append((time.perf_counter() - started, time.process_time() - cpu))
-            probe_times.append(run_probe(binary, model_dir, pixels_file, None, layers))
+            probe_times.append(run_probe(binary, model_dir, pixels_file, None, layers, "double", double_rows))
+            mixed_times.append(run_probe(binary, model_dir, pixels_file, None, layers, "mixed", mixed_rows))
     ort, probe = np.median(np.array(ort_times), axis=0), np.median(np.array(probe_times), axis=0)
+    mixed = np.median(np.array(mixed_times), axis=0)
     print(json.dumps({"model": "DINOv2-small", "N": 257, "repeat": repeat, "threads": 1,
                       "load_average_1min": os.getloadavg()[0],
                       "onnxruntime_forward_wall_s": float(ort[0]), "onnxruntime_forward_cpu_s": float(ort[1]),
                       "probe_wall_s": float(probe[0]), "probe_cpu_s": float(probe[1]),
-                      "wall_ratio": float(probe[0] / ort[0]), "cpu_ratio": float(probe[1] / ort[1])}))
+                      "wall_ratio": float(probe[0] / ort[0]), "cpu_ratio": float(probe[1] / ort[1]),
+                      "mixed_probe_wall_s": float(mixed[0]), "mixed_probe_cpu_s": float(mixed[1]),
+                      "mixed_wall_ratio": float(mixed[0] / ort[0]), "mixed_cpu_ratio": float(mixed[1] / ort[1]),
+                      "mixed_largest_relative_difference_from_double": largest_relative_difference(mixed_rows,
+                                                                                                   double_rows)}))
     return 0
 
 

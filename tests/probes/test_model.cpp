@@ -766,3 +766,32 @@ TEST_CASE("a probe streams its layers within a memory budget that keeping them w
   });
   CHECK(streamed == "ok");
 }
+
+TEST_CASE("mixed precision: float32 products give every norm within float32's rounding of double's, and differ from it",
+          "[model][streaming]") {
+  TempDir dir;
+  write_tiny_gpt2(dir.path / "gpt2" / "model.safetensors", {.layers = 2, .heads = 2, .hidden = 8, .positions = 32}, 3);
+  write_tiny_bert(dir.path / "bert", {.layers = 2, .heads = 2, .hidden = 8, .positions = 32}, 4);
+  write_tiny_llama(dir.path / "llama", "llama", 2);
+  for (const char* name : {"gpt2", "bert", "llama"}) {
+    INFO(name);
+    ProbeInput input;
+    input.random_length = 24;
+    const auto exact = probe_model(dir.path / name, input, {}, {}, false, false, {}, 1, false);
+    const auto mixed = probe_model(dir.path / name, input, {}, {}, false, false, {}, 1, true);
+    REQUIRE(exact.heads.size() == mixed.heads.size());
+    // Float32 rounds each product's factors and sums to 2^-24 = 6e-8 relative per operation; over inner
+    // dimensions of at most 24 and two layers the norms move by well under 1e-4 relative (1e-6 absolute near 0).
+    double largest = 0;
+    for (std::size_t k = 0; k < exact.heads.size(); ++k) {
+      const auto a = csv_values(exact.heads[k]), b = csv_values(mixed.heads[k]);
+      for (std::size_t v = 0; v < a.size(); ++v) {
+        INFO(csv_columns()[v]);
+        CHECK(b[v] == Approx(a[v]).epsilon(1e-4).margin(1e-6));
+        if (a[v] != 0) largest = std::max(largest, std::abs(b[v] - a[v]) / std::abs(a[v]));
+      }
+    }
+    CHECK(largest > 1e-12);  // the products did run in float32
+    CHECK(mixed.float32_products);
+  }
+}

@@ -147,6 +147,7 @@ struct ProbeResult {
   std::vector<HeadMetrics> heads;                  // in layer, head order
   std::vector<LayerInputs> layers;                 // kept only when asked (for the attention dump)
   Pixels pixels;                                   // the image as the model saw it, kept with the layers
+  bool float32_products = false;                   // the forward pass's products in float32 (--precision mixed)
 };
 
 // The ids of `text` for MODEL: a GGUF file's own byte-level BPE; beside a safetensors checkpoint, vocab.txt
@@ -168,7 +169,7 @@ std::vector<std::string> token_strings_for_model(const std::filesystem::path& mo
 using ProbeProgress = std::function<void(std::int64_t heads_done, std::int64_t heads_total)>;
 ProbeResult probe_model(const std::filesystem::path& model, const ProbeInput& input, const std::vector<int>& layers,
                         const std::vector<int>& heads, bool keep_layers = false, bool cross_norm = false,
-                        const ProbeProgress& progress = {}, int threads = 1);
+                        const ProbeProgress& progress = {}, int threads = 1, bool float32_products = false);
 
 // The attention matrices of every layer up to the last measured one, one F64 tensor "layer.L" of shape
 // [heads, N, N], the rows each layer's projections act on ("inputs.L", [N, D]), plus the input ids or the

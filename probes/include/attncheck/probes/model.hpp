@@ -144,7 +144,18 @@ struct LayerSink {
   // heads' context is computed one block of query rows at a time and no N x N matrix is formed.
   bool keep_attention = true;
   theory::Index query_row_block = kQueryRowBlock;  // rows per block when the attention is not kept
+  // The forward pass's matrix products (the projections, the scores, attention times values, the MLP) in float32,
+  // their inputs rounded to float32 and the results widened back; normalizations, softmax and every norm the probe
+  // measures stay in double (`probe --precision mixed`).
+  bool float32_products = false;
 };
+
+// a b in double, or with `float32` its factors rounded to float32, multiplied in float32 and the product widened back.
+template <class A, class B>
+Matrix forward_product(const A& a, const B& b, bool float32) {
+  if (float32) return (a.template cast<float>() * b.template cast<float>()).template cast<double>();
+  return a * b;
+}
 
 class TransformerModel {
  public:
@@ -194,7 +205,7 @@ Matrix rms_norm(const Matrix& x, const Vector& gain, double eps);
 // The head's logits as its softmax takes them: S = inner queries keys^T, soft-capped when the layer caps them; rows
 // first_row .. first_row + rows - 1 of them (rows < 0: to the last).
 Matrix softmax_logits(const LayerInputs& layer, const HeadInputs& head, theory::Index first_row = 0,
-                      theory::Index rows = -1);
+                      theory::Index rows = -1, bool float32_products = false);
 // The theory's maps of the layer for one head: rotary, the norms with the head's projections before them (which
 // `raw_queries` and `raw_keys` are filled with), the cap.
 theory::ScoreMaps score_maps(const LayerInputs& layer, const HeadInputs& head, Matrix& raw_queries, Matrix& raw_keys);

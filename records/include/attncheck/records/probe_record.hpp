@@ -169,6 +169,8 @@ struct ProbeOutput {
   ProbeModelInfo model;
   ProbeInputInfo input;
   std::string tool_version;
+  // The forward pass's products: "double", or "mixed" (float32 products, everything else double: probe --precision).
+  std::string precision = "double";
   ProbeVerdict verdict;
   std::vector<ProbeOutputRow> heads;  // in layer, head order
 };
