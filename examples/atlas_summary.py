@@ -7,17 +7,24 @@
                                                                  resized (bicubic) to SIDE x SIDE, normalized with
                                                                  ImageNet's mean and deviation: a 3 x SIDE x SIDE
                                                                  float64 .npy for `probe --pixels`
+  /usr/bin/python3 examples/atlas_summary.py tokens GGUF TEXT FILE
+                                                                 TEXT's token ids by GGUF's SentencePiece
+                                                                 vocabulary, split as llama.cpp does, into FILE
+                                                                 for `probe --tokens` (Gemma 3, whose tokenizer
+                                                                 `--text` cannot read)
 
 Every statistic is over the model's heads at one N, on one input: a description of these inputs, not a verdict
 (THEORY.md's verdicts need i.i.d. samples). Ratios to the bounds: ||A||_F / sqrt(N) <= 1 and
 ||grad softmax||_F / (sqrt(N)/2) <= 1 hold for every head by Theorem 4.1 (the tight form of its second bound).
 """
 import glob
+import heapq
 import json
 import math
 import os
 import re
 import statistics
+import struct
 import subprocess
 import sys
 
@@ -26,9 +33,11 @@ MODELS = [
     ("bert-tiny", "bert-tiny (BERT, 2 x 2)"),
     ("minilm", "all-MiniLM-L6-v2 (BERT, 6 x 12)"),
     ("smollm2", "SmolLM2-135M (Llama, Q4_1 GGUF, 30 x 9)"),
+    ("gemma3-270m", "Gemma 3 270M (Q4_K_M GGUF, 18 x 4)"),
     ("dinov2-small", "DINOv2-small (ViT-S/14, 12 x 6)"),
 ]
-COLORS = {"bert-tiny": "#8e44ad", "minilm": "#2a9d4b", "smollm2": "#1f5fa8", "dinov2-small": "#c0392b"}
+COLORS = {"bert-tiny": "#8e44ad", "minilm": "#2a9d4b", "smollm2": "#1f5fa8", "gemma3-270m": "#d68910",
+          "dinov2-small": "#c0392b"}
 
 
 def read_runs(folder):
@@ -132,10 +141,133 @@ def pixels(side, path):
     np.save(path, np.ascontiguousarray(values.transpose(2, 0, 1)))
 
 
+def gguf_metadata(path, wanted):
+    """The GGUF header's values under the keys in wanted (the tensors are not read)."""
+    scalars = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+    with open(path, "rb") as f:
+        def read(fmt):
+            return struct.unpack(fmt, f.read(struct.calcsize(fmt)))[0]
+
+        def string():
+            return f.read(read("<Q")).decode("utf-8", errors="surrogateescape")
+
+        def value(kind):
+            if kind == 8:
+                return string()
+            if kind == 9:
+                item, count = read("<I"), read("<Q")
+                return [value(item) for _ in range(count)]
+            return read(scalars[kind])
+
+        if f.read(4) != b"GGUF" or read("<I") < 2:
+            sys.exit(f"atlas_summary.py: {path} is not a GGUF file of version 2 or later")
+        read("<Q")
+        found = {}
+        for _ in range(read("<Q")):
+            key = string()
+            kind = read("<I")
+            # Every value is parsed, wanted or not: its length is only known by reading it.
+            v = value(kind)
+            if key in wanted:
+                found[key] = v
+        return found
+
+
+def spm_tokens(gguf, text):
+    """llama.cpp's SentencePiece tokenization (llm_tokenizer_spm): user-defined pieces matched in the raw text,
+    then per fragment the highest-scoring merge of neighbouring pieces first (the leftmost on ties), pieces
+    outside the vocabulary as <0xXX> bytes; BOS first when the file asks for it."""
+    meta = gguf_metadata(gguf, {"tokenizer.ggml.model", "tokenizer.ggml.tokens", "tokenizer.ggml.scores",
+                                "tokenizer.ggml.token_type", "tokenizer.ggml.bos_token_id",
+                                "tokenizer.ggml.add_bos_token", "tokenizer.ggml.add_space_prefix"})
+    if meta.get("tokenizer.ggml.model") != "llama":
+        sys.exit(f"atlas_summary.py: {gguf} has no SentencePiece vocabulary (tokenizer.ggml.model 'llama')")
+    pieces, scores, types = (meta[f"tokenizer.ggml.{k}"] for k in ("tokens", "scores", "token_type"))
+    ids = {p: i for i, p in enumerate(pieces)}
+    user_defined = sorted((p for p, t in zip(pieces, types) if t == 4), key=len, reverse=True)
+    fragments = [text]
+    for piece in user_defined:
+        split = []
+        for fragment in fragments:
+            if isinstance(fragment, int) or piece not in fragment:
+                split.append(fragment)
+                continue
+            parts = fragment.split(piece)
+            for k, part in enumerate(parts):
+                if part:
+                    split.append(part)
+                if k + 1 < len(parts):
+                    split.append(ids[piece])
+        fragments = split
+    out = []
+    if meta.get("tokenizer.ggml.add_bos_token", True):
+        out.append(meta["tokenizer.ggml.bos_token_id"])
+    prefix = meta.get("tokenizer.ggml.add_space_prefix", True)
+    previous_special = True
+    for fragment in fragments:
+        if isinstance(fragment, int):
+            out.append(fragment)
+            previous_special = True
+            continue
+        out += spm_fragment((" " if prefix and previous_special else "") + fragment, ids, scores)
+        previous_special = False
+    return out
+
+
+def spm_fragment(text, ids, scores):
+    symbols = list(text.replace(" ", "\u2581"))
+    prev = list(range(-1, len(symbols) - 1))
+    nxt = list(range(1, len(symbols) + 1))
+    nxt[-1] = -1
+    queue, merged_from = [], {}
+
+    def bigram(left, right):
+        if left < 0 or right < 0:
+            return
+        piece = symbols[left] + symbols[right]
+        if piece in ids:
+            heapq.heappush(queue, (-scores[ids[piece]], left, right, piece))
+            merged_from.setdefault(piece, (symbols[left], symbols[right]))
+
+    for i in range(1, len(symbols)):
+        bigram(i - 1, i)
+    while queue:
+        _, left, right, piece = heapq.heappop(queue)
+        # A bigram whose symbols changed since it was queued is stale.
+        if not symbols[left] or not symbols[right] or symbols[left] + symbols[right] != piece:
+            continue
+        symbols[left], symbols[right] = piece, ""
+        nxt[left] = nxt[right]
+        if nxt[right] >= 0:
+            prev[nxt[right]] = left
+        bigram(prev[left], left)
+        bigram(left, nxt[left])
+    out = []
+
+    def resegment(piece):
+        if piece in ids:
+            out.append(ids[piece])
+        elif piece in merged_from:
+            for part in merged_from[piece]:
+                resegment(part)
+        else:
+            out.extend(ids[f"<0x{b:02X}>"] for b in piece.encode("utf-8"))
+
+    i = 0
+    while i >= 0:
+        resegment(symbols[i])
+        i = nxt[i]
+    return out
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "summary":
         summary(sys.argv[2])
     elif len(sys.argv) == 4 and sys.argv[1] == "pixels":
         pixels(int(sys.argv[2]), sys.argv[3])
+    elif len(sys.argv) == 5 and sys.argv[1] == "tokens":
+        ids = spm_tokens(sys.argv[2], sys.argv[3])
+        with open(sys.argv[4], "w") as f:
+            f.write(" ".join(map(str, ids)) + "\n")
     else:
         sys.exit(__doc__)
