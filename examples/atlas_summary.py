@@ -185,7 +185,7 @@ def spm_tokens(gguf, text):
     pieces, scores, types = (meta[f"tokenizer.ggml.{k}"] for k in ("tokens", "scores", "token_type"))
     ids = {p: i for i, p in enumerate(pieces)}
     user_defined = sorted((p for p, t in zip(pieces, types) if t == 4), key=len, reverse=True)
-    fragments = [text]
+    fragments = [text] if text else []  # llama.cpp tokenizes no empty fragment: an empty text is BOS alone
     for piece in user_defined:
         split = []
         for fragment in fragments:
