@@ -205,6 +205,11 @@ void print_table(const probes::ProbeResult& result, const probes::ProbeInput& in
              probes::architecture_name(c), c.layers, c.heads, c.head_dim(), c.hidden, c.attention_activation,
              c.causal ? "causal" : "bidirectional");
   fmt::print("{}", probes::describe_family(c));
+  if (result.float32_products) {
+    fmt::print(
+        "precision: mixed (the forward pass's products in float32, every norm in double: within about 1e-5 relative "
+        "of double precision, docs/usage.md)\n");
+  }
   if (input.kind == probes::ProbeInput::Kind::random) {
     fmt::print("input: {} Gaussian embeddings, sigma = {:.4g} (RMS of the {} embeddings), seed {}\n",
                result.random_length, result.random_sigma, vision ? "position" : "token", input.seed);
@@ -449,6 +454,9 @@ int run(const ProbeOptions& o) {
     std::cout << records::to_json(probes::probe_document(o.model, input, result, o.cross_norm)).dump(1) << "\n";
     note_non_finite(non_finite, "written as null");
   } else if (o.csv) {
+    if (result.float32_products) {
+      fmt::print(stderr, "attncheck probe: --precision mixed: the forward pass's products ran in float32\n");
+    }
     fmt::print("{}\n", fmt::join(probes::csv_columns(o.cross_norm), ","));
     int non_finite = 0;
     for (const auto& m : result.heads) {

@@ -199,6 +199,9 @@ struct FamilyAdapter {
   std::string (*describe)(const ModelConfig& config) = nullptr;
   // Rotary positions on the keys: softmax's dA/dW_K then reads the N x N Gram matrix of the layer's rows.
   bool rotates_keys = false;
+  // RMSNorms over each head's queries and keys (Qwen3, Gemma 3): softmax's dA/dW_K then forms an N x N kernel per
+  // query row (theory's general rows), as it does under a logit cap.
+  bool normalizes_heads = false;
 };
 
 // Every family, in the order refusals list their model_type values.

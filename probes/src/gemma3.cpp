@@ -144,6 +144,7 @@ extern const FamilyAdapter gemma3_adapter{.name = "Gemma 3",
                                           .embed_tokens = llama_like_embed_tokens,
                                           .forward = llama_like_forward_for<gemma3_traits>,
                                           .describe = describe,
-                                          .rotates_keys = true};
+                                          .rotates_keys = true,
+                                          .normalizes_heads = true};
 
 }  // namespace attncheck::probes::detail

@@ -478,7 +478,12 @@ ProbeResult probe_model(const fs::path& model_path, const ProbeInput& input, con
     throw InputError(fmt::format("{} takes tokens, not images: use --text, --tokens or --random",
                                  architecture_name(model.config())));
   }
-  const int measuring_threads = streams::thread_count(threads);
+  // One layer's selected heads at a time: no more threads than those measure at once.
+  int selected_head_count = 0;
+  for (int head = 0; head < model.config().heads; ++head) {
+    selected_head_count += heads.empty() || std::find(heads.begin(), heads.end(), head) != heads.end();
+  }
+  const int measuring_threads = std::min(streams::thread_count(threads), std::max(1, selected_head_count));
   const auto require_memory = [&](std::int64_t positions) {
     model.require_memory_for(positions, layers, keep_layers, measuring_threads, cross_norm);
   };

@@ -464,9 +464,11 @@ void TransformerModel::require_memory_for(std::int64_t positions, const std::vec
   // Each measuring thread: a block of score rows or its row-by-row scratch, the attended keys' rows, and with the
   // cross-normalization what-if the head's N x N softmax attention and its scores.
   const std::uint64_t block = std::min<std::uint64_t>(n, static_cast<std::uint64_t>(kQueryRowBlock));
-  const std::uint64_t per_thread =
-      saturating_sum({saturating_product({3, block, n}), saturating_product({n, saturating_sum({D, 4 * d, 8})}),
-                      cross_norm ? saturating_product({3, n, n}) : 0});
+  // Under query/key norms or a logit cap each query row forms an N x N kernel and a product of that size.
+  const bool general_rows = config_.family->normalizes_heads || config_.logit_softcap > 0;
+  const std::uint64_t per_thread = saturating_sum(
+      {saturating_product({3, block, n}), saturating_product({n, saturating_sum({D, 4 * d, 8})}),
+       cross_norm ? saturating_product({3, n, n}) : 0, general_rows ? saturating_product({2, n, n}) : 0});
   // Layer-wide and shared: the Gram matrix of the layer's rows (rotary keys) and a sliding window's mask (bytes).
   const std::uint64_t gram = config_.family->rotates_keys ? saturating_product({n, n}) : 0;
   const std::uint64_t window =

@@ -41,6 +41,7 @@ extern const FamilyAdapter qwen3_adapter{.name = "Qwen3",
                                          .embed_tokens = llama_like_embed_tokens,
                                          .forward = llama_like_forward_for<qwen3_traits>,
                                          .describe = describe,
-                                         .rotates_keys = true};
+                                         .rotates_keys = true,
+                                         .normalizes_heads = true};
 
 }  // namespace attncheck::probes::detail

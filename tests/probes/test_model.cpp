@@ -765,6 +765,15 @@ TEST_CASE("a probe streams its layers within a memory budget that keeping them w
     }
   });
   CHECK(streamed == "ok");
+  // Query/key norms make softmax's dA/dW_K form an N x N kernel per query row: counted, the same probe of a Qwen3 is
+  // refused before it allocates.
+  write_tiny_llama(dir.path / "qwen3", "qwen3", 1, 0, 7, 4096);
+  const std::string normalized = attncheck::testing::outcome_with_memory_room(room, [&] {
+    ProbeInput input;
+    input.random_length = 1024;
+    probe_model(dir.path / "qwen3", input, {}, {}, false, false, {}, 1);
+  });
+  CHECK_THAT(normalized, Catch::StartsWith("InputError") && Catch::Contains("one layer of 4 heads"));
 }
 
 TEST_CASE("mixed precision: float32 products give every norm within float32's rounding of double's, and differ from it",
