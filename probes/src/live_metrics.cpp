@@ -478,12 +478,16 @@ ProbeResult probe_model(const fs::path& model_path, const ProbeInput& input, con
     throw InputError(fmt::format("{} takes tokens, not images: use --text, --tokens or --random",
                                  architecture_name(model.config())));
   }
-  // One layer's selected heads at a time: no more threads than those measure at once.
-  int selected_head_count = 0;
+  const auto selected = [](const std::vector<int>& chosen, int index) {
+    return chosen.empty() || std::find(chosen.begin(), chosen.end(), index) != chosen.end();
+  };
+  std::vector<int> layer_heads;  // the heads measured in every selected layer, in order
   for (int head = 0; head < model.config().heads; ++head) {
-    selected_head_count += heads.empty() || std::find(heads.begin(), heads.end(), head) != heads.end();
+    if (selected(heads, head)) layer_heads.push_back(head);
   }
-  const int measuring_threads = std::min(streams::thread_count(threads), std::max(1, selected_head_count));
+  // One layer's selected heads at a time: no more threads than those measure at once.
+  const int measuring_threads =
+      std::min(streams::thread_count(threads), std::max(1, static_cast<int>(layer_heads.size())));
   const auto require_memory = [&](std::int64_t positions) {
     model.require_memory_for(positions, layers, keep_layers, measuring_threads, cross_norm);
   };
@@ -545,14 +549,9 @@ ProbeResult probe_model(const fs::path& model_path, const ProbeInput& input, con
       break;
     }
   }
-  const auto selected = [](const std::vector<int>& chosen, int index) {
-    return chosen.empty() || std::find(chosen.begin(), chosen.end(), index) != chosen.end();
-  };
   std::int64_t selected_layers = 0;
   for (std::int64_t l = 0; l < model.config().layers; ++l) selected_layers += selected(layers, static_cast<int>(l));
-  std::int64_t selected_heads = 0;
-  for (int head = 0; head < model.config().heads; ++head) selected_heads += selected(heads, head);
-  const std::int64_t heads_total = selected_layers * selected_heads;
+  const std::int64_t heads_total = selected_layers * static_cast<std::int64_t>(layer_heads.size());
   if (progress) progress(0, heads_total);
   std::int64_t heads_done = 0;
   std::mutex progress_mutex;
@@ -568,10 +567,6 @@ ProbeResult probe_model(const fs::path& model_path, const ProbeInput& input, con
   sink.receive = [&](LayerInputs& layer, std::int64_t index) {
     const int l = static_cast<int>(index);
     if (selected(layers, l)) {
-      std::vector<int> layer_heads;
-      for (int head = 0; head < model.config().heads; ++head) {
-        if (selected(heads, head)) layer_heads.push_back(head);
-      }
       std::vector<HeadMetrics> measured = measure_layer(layer, l, layer_heads, cross_norm, threads, head_done);
       std::move(measured.begin(), measured.end(), std::back_inserter(result.heads));
     }

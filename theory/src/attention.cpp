@@ -171,6 +171,25 @@ double centered_kernel_term(std::span<const double> a, const Kernel& B, const We
   return std::max(term, 0.0);  // a sum of squares; rounding must not make it negative
 }
 
+// C(|m|) for m = -(visible - 1) .. visible - 1, as a table symmetric about its middle: the C(|j - l|) of key j over
+// l = 0 .. visible - 1 is then the contiguous segment from visible - 1 - j, so that key j's weighted sum runs over
+// three contiguous arrays, which Eigen's vectorized reduction takes.
+Eigen::ArrayXd symmetric_cosines(std::span<const double> c, Index visible) {
+  Eigen::ArrayXd symmetric(2 * visible - 1);
+  for (Index m = 0; m < visible; ++m) {
+    symmetric[visible - 1 + m] = symmetric[visible - 1 - m] = c[static_cast<std::size_t>(m)];
+  }
+  return symmetric;
+}
+
+// sum_l weights_l G(j, l) C(|j - l|) over a run of `visible` keys whose Gram row for key j starts at `gram_row`
+// (`symmetric` from symmetric_cosines).
+double weighted_gram_row(const double* gram_row, const double* weights, const Eigen::ArrayXd& symmetric, Index j,
+                         Index visible) {
+  using Row = Eigen::Map<const Eigen::ArrayXd>;
+  return (Row(weights, visible) * Row(gram_row, visible) * symmetric.segment(visible - 1 - j, visible)).sum();
+}
+
 // Under rotary positions alone the kernel is B(k, l) = (x_k . x_l) C_i(k - l), C_i(m) = sum_p |v_i,p|^2
 // cos(m theta_p) (+ the unrotated coordinates' share): O(N^2) per row from the Gram matrix of X.
 double rotary_key_term(const Matrix& gram, std::span<const double> a, std::span<const double> c,
@@ -182,20 +201,11 @@ double rotary_key_term(const Matrix& gram, std::span<const double> a, std::span<
   };
   // Keys in one run of positions (a causal prefix, a sliding window, all) read the Gram rows in place: this loop
   // is the O(N^3) of the whole measure.
-  // C(|j - l|) is read from a table symmetric about its middle, so that key j's sum over l runs over three contiguous
-  // arrays, which Eigen's vectorized reduction takes.
   const bool run = keys.back() - keys.front() == visible - 1;
-  Eigen::ArrayXd symmetric;
-  if (run) {
-    symmetric.resize(2 * visible - 1);
-    for (Index m = 0; m < visible; ++m) {
-      symmetric[visible - 1 + m] = symmetric[visible - 1 - m] = c[static_cast<std::size_t>(m)];
-    }
-  }
+  const Eigen::ArrayXd symmetric = run ? symmetric_cosines(c, visible) : Eigen::ArrayXd();
   const auto weighted_row = [&](Index j, const Vector& weights) {
     if (run) {
-      const Eigen::Map<const Eigen::ArrayXd> gram_row(gram.row(keys.front() + j).data() + keys.front(), visible);
-      return (weights.array() * gram_row * symmetric.segment(visible - 1 - j, visible)).sum();
+      return weighted_gram_row(gram.row(keys.front() + j).data() + keys.front(), weights.data(), symmetric, j, visible);
     }
     double sum = 0;
     for (Index l = 0; l < visible; ++l) sum += weights[l] * B(j, l);
@@ -264,8 +274,7 @@ struct RotaryKeys {
       const Index visible = a.size();
       longest = std::max(longest, visible);
       c[k] = kernel_cosines(V, rows[k]);
-      symmetric[k].resize(2 * visible - 1);
-      for (Index m = 0; m < visible; ++m) symmetric[k][visible - 1 + m] = symmetric[k][visible - 1 - m] = c[k][m];
+      symmetric[k] = symmetric_cosines({c[k].data(), static_cast<std::size_t>(c[k].size())}, visible);
       // As centered_kernel_term weighs the keys: the most probable one left out.
       weights[k] = a.array();
       weights[k][static_cast<Index>(std::max_element(a.begin(), a.end()) - a.begin())] = 0;
@@ -276,9 +285,7 @@ struct RotaryKeys {
       for (std::size_t k = 0; k < block; ++k) {
         const Index visible = weights[k].size();
         if (j >= visible) continue;
-        weighted[k][j] = (weights[k] * Eigen::Map<const Eigen::ArrayXd>(gram_row, visible) *
-                          symmetric[k].segment(visible - 1 - j, visible))
-                             .sum();
+        weighted[k][j] = weighted_gram_row(gram_row, weights[k].data(), symmetric[k], j, visible);
       }
     }
     double total = 0;
