@@ -413,6 +413,28 @@ TEST_CASE("with rotary positions under a mask the closed forms equal the chain-r
   });
 }
 
+TEST_CASE("rotary softmax dA/dW_K at lengths past the vectorized sums' lanes equals the chain-rule Jacobian") {
+  // The key term's inner sums run in lanes of 16 keys and pair adjacent keys, and causal rows are taken in blocks
+  // of 8: odd and even lengths with partial lanes and blocks, causal and not, and a sliding window (one row at a
+  // time).
+  const AttentionMap softmax{{ActivationKind::softmax, Pointwise::identity, 1}, 0.5, {}};
+  for (const Index n : {37, 50}) {
+    const RotaryCase c = rotary_case(n, 3, 4, 1.0, 97 + static_cast<std::uint64_t>(n), n % 2 == 0, 10000);
+    for (const bool causal : {true, false}) {
+      const auto norms = theory::attention_norms_from_projections(softmax, c.X, c.V, c.U, causal, &c.rotary);
+      CHECK(testing::relative_difference(*norms.dK_fro, chain_rule_norm(softmax, c, causal, theory::Parameter::K)) <
+            1e-10);
+    }
+    theory::AttendedMask window(n, n);
+    for (Index i = 0; i < n; ++i) {
+      for (Index j = 0; j < n; ++j) window(i, j) = j <= i && j > i - 21;
+    }
+    const auto norms = theory::attention_norms_from_projections(softmax, c.X, c.V, c.U, window, &c.rotary);
+    CHECK(testing::relative_difference(*norms.dK_fro,
+                                       chain_rule_norm(softmax, c, false, theory::Parameter::K, &window)) < 1e-10);
+  }
+}
+
 TEST_CASE("rotary softmax dA/dW_K keeps its relative accuracy on near one-hot rows") {
   // Scores scaled up until every row puts all but ~1e-9 of its mass on one key: the term is then tiny, and an
   // expanded square would lose it to cancellation. The chain rule takes 1 - a_j as the sum of the others.

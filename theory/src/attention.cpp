@@ -3,6 +3,7 @@
 #include "attncheck/theory/vocabulary.hpp"
 
 #include "attncheck/theory/softmax.hpp"
+#include "rotary_kernel.hpp"
 
 #include <fmt/format.h>
 
@@ -147,47 +148,46 @@ namespace {
 // <z_k, z_l> = B(k, l) (docs/THEORY.md): sum_j a_j^2 ||z_j - zbar||^2 with zbar = sum_l a_l z_l. Measured from
 // the row's most probable key r (H(k, l) = B(k, l) - B(k, r) - B(r, l) + B(r, r), which vanishes on r's row and
 // column), no term cancels when the row is near one-hot: the sums skip r, whose weight would otherwise cancel.
-// `B(k, l)` reads the kernel; `weighted_row(j, w)` returns sum_l w_l B(j, l), the O(N) per key that dominates.
-template <class Kernel, class WeightedRow>
-double centered_kernel_term(std::span<const double> a, const Kernel& B, const WeightedRow& weighted_row) {
-  const auto visible = static_cast<Index>(a.size());
-  const Index r = static_cast<Index>(std::max_element(a.begin(), a.end()) - a.begin());
-  const double b_rr = B(r, r);
-  Vector g(visible), weights = Eigen::Map<const Vector>(a.data(), visible);
-  weights[r] = 0;
-  for (Index j = 0; j < visible; ++j) g[j] = B(j, r);
-  const double others = weights.sum();  // 1 - a_r, summed from the small terms
-  const double weighted_g = weights.dot(g);
-  Vector h_a(visible);  // (H a)_j over l != r
-  for (Index j = 0; j < visible; ++j) h_a[j] = weighted_row(j, weights) - (g[j] - b_rr) * others - weighted_g;
-  h_a[r] = 0;
-  const double a_h_a = weights.dot(h_a);
-  double term = a[static_cast<std::size_t>(r)] * a[static_cast<std::size_t>(r)] * a_h_a;
-  for (Index j = 0; j < visible; ++j) {
-    if (j == r) continue;
-    const double h_jj = B(j, j) - 2 * g[j] + b_rr;
-    term += a[static_cast<std::size_t>(j)] * a[static_cast<std::size_t>(j)] * (h_jj - 2 * h_a[j] + a_h_a);
+// What costs O(N^2) are two forms of B, w^T B w and u^T B w, with w = a and u = a^2 off r (0 at r); the rest is
+// O(N) from B's diagonal and its column r.
+struct CenteredRow {
+  explicit CenteredRow(std::span<const double> a)
+      : probabilities(a),
+        r(static_cast<Index>(std::max_element(a.begin(), a.end()) - a.begin())),
+        w(Eigen::Map<const Vector>(a.data(), static_cast<Index>(a.size()))) {
+    w[r] = 0;
+    u = w.cwiseAbs2();
   }
-  return std::max(term, 0.0);  // a sum of squares; rounding must not make it negative
-}
 
-// C(|m|) for m = -(visible - 1) .. visible - 1, as a table symmetric about its middle: the C(|j - l|) of key j over
-// l = 0 .. visible - 1 is then the contiguous segment from visible - 1 - j, so that key j's weighted sum runs over
-// three contiguous arrays, which Eigen's vectorized reduction takes.
-Eigen::ArrayXd symmetric_cosines(std::span<const double> c, Index visible) {
-  Eigen::ArrayXd symmetric(2 * visible - 1);
-  for (Index m = 0; m < visible; ++m) {
-    symmetric[visible - 1 + m] = symmetric[visible - 1 - m] = c[static_cast<std::size_t>(m)];
+  template <class Kernel>
+  double term(const Kernel& B, const detail::KernelForms& forms) const {
+    const Index visible = w.size();
+    const double b_rr = B(r, r);
+    Vector g(visible);
+    for (Index j = 0; j < visible; ++j) g[j] = B(j, r);
+    const double others = w.sum();  // 1 - a_r, summed from the small terms
+    const double weighted_g = w.dot(g), u_sum = u.sum();
+    // a^T H a and sum_{j != r} a_j^2 (H a)_j, from the forms of B.
+    const double a_h_a = forms.ww - 2 * others * weighted_g + b_rr * others * others;
+    const double u_h_a = forms.uw - others * (u.dot(g) - b_rr * u_sum) - weighted_g * u_sum;
+    double diagonal = 0;  // sum_{j != r} a_j^2 H(j, j)
+    for (Index j = 0; j < visible; ++j) {
+      if (j != r) diagonal += u[j] * (B(j, j) - 2 * g[j] + b_rr);
+    }
+    const double a_r = probabilities[static_cast<std::size_t>(r)];
+    // a sum of squares; rounding must not make it negative
+    return std::max(a_r * a_r * a_h_a + diagonal - 2 * u_h_a + u_sum * a_h_a, 0.0);
   }
-  return symmetric;
-}
 
-// sum_l weights_l G(j, l) C(|j - l|) over a run of `visible` keys whose Gram row for key j starts at `gram_row`
-// (`symmetric` from symmetric_cosines).
-double weighted_gram_row(const double* gram_row, const double* weights, const Eigen::ArrayXd& symmetric, Index j,
-                         Index visible) {
-  using Row = Eigen::Map<const Eigen::ArrayXd>;
-  return (Row(weights, visible) * Row(gram_row, visible) * symmetric.segment(visible - 1 - j, visible)).sum();
+  std::span<const double> probabilities;
+  Index r;
+  Vector w, u;
+};
+
+// The forms of a kernel given as a matrix: O(N^2).
+detail::KernelForms dense_forms(const Matrix& B, const CenteredRow& row) {
+  const Vector Bw = B * row.w;
+  return {row.w.dot(Bw), row.u.dot(Bw)};
 }
 
 // Under rotary positions alone the kernel is B(k, l) = (x_k . x_l) C_i(k - l), C_i(m) = sum_p |v_i,p|^2
@@ -199,19 +199,20 @@ double rotary_key_term(const Matrix& gram, std::span<const double> a, std::span<
   const auto B = [&](Index k, Index l) {
     return gram(position(k), position(l)) * c[static_cast<std::size_t>(std::abs(position(k) - position(l)))];
   };
-  // Keys in one run of positions (a causal prefix, a sliding window, all) read the Gram rows in place: this loop
-  // is the O(N^3) of the whole measure.
-  const bool run = keys.back() - keys.front() == visible - 1;
-  const Eigen::ArrayXd symmetric = run ? symmetric_cosines(c, visible) : Eigen::ArrayXd();
-  const auto weighted_row = [&](Index j, const Vector& weights) {
-    if (run) {
-      return weighted_gram_row(gram.row(keys.front() + j).data() + keys.front(), weights.data(), symmetric, j, visible);
-    }
-    double sum = 0;
-    for (Index l = 0; l < visible; ++l) sum += weights[l] * B(j, l);
-    return sum;
-  };
-  return centered_kernel_term(a, B, weighted_row);
+  const CenteredRow row(a);
+  // Keys in one run of positions (a sliding window, a causal prefix, all) read the Gram rows in place.
+  if (keys.back() - keys.front() == visible - 1) {
+    detail::RotaryKernelRows run(1, keys.front(), visible);
+    std::copy(row.w.begin(), row.w.end(), run.w(0));
+    std::copy(row.u.begin(), row.u.end(), run.u(0));
+    run.set_cosines(0, c.data());
+    return row.term(B, run.forms(gram).front());
+  }
+  Matrix kernel(visible, visible);
+  for (Index k = 0; k < visible; ++k) {
+    for (Index l = 0; l < visible; ++l) kernel(k, l) = B(k, l);
+  }
+  return row.term(B, dense_forms(kernel, row));
 }
 
 // Softmax's keys under rotary positions: the Gram matrix of X, the cosines cos(m theta_p) for m = 0 .. N-1 and
@@ -262,38 +263,30 @@ struct RotaryKeys {
 
   // The sum of key_term over rows `rows`, row k attending to the keys 0 .. probabilities[k].size() - 1 (a causal
   // prefix, or all). Row by row, the O(N^2) sweep of each row reads the whole Gram matrix from memory, which at long
-  // contexts is the bound on its speed; here each Gram row is read once for the block and used by every row of it,
-  // while the rows' own weights and cosines stay in cache. The sums are key_term's, in the same order.
+  // contexts is the bound on its speed; here each Gram row is read once for the block and used by every row of it.
   double prefix_key_terms(const Matrix& V, std::span<const Index> rows, std::span<const Vector> probabilities) const {
-    const std::size_t block = rows.size();
-    std::vector<Vector> c(block), weighted(block);
-    std::vector<Eigen::ArrayXd> weights(block), symmetric(block);
     Index longest = 0;
-    for (std::size_t k = 0; k < block; ++k) {
-      const Vector& a = probabilities[k];
-      const Index visible = a.size();
-      longest = std::max(longest, visible);
-      c[k] = kernel_cosines(V, rows[k]);
-      symmetric[k] = symmetric_cosines({c[k].data(), static_cast<std::size_t>(c[k].size())}, visible);
-      // As centered_kernel_term weighs the keys: the most probable one left out.
-      weights[k] = a.array();
-      weights[k][static_cast<Index>(std::max_element(a.begin(), a.end()) - a.begin())] = 0;
-      weighted[k].resize(visible);
+    for (const Vector& a : probabilities) longest = std::max(longest, a.size());
+    const auto block = static_cast<Index>(rows.size());
+    detail::RotaryKernelRows run(block, 0, longest);
+    std::vector<CenteredRow> centered;
+    centered.reserve(static_cast<std::size_t>(block));
+    std::vector<Vector> c(static_cast<std::size_t>(block));
+    for (Index k = 0; k < block; ++k) {
+      const Vector& a = probabilities[static_cast<std::size_t>(k)];
+      const CenteredRow& row =
+          centered.emplace_back(std::span<const double>(a.data(), static_cast<std::size_t>(a.size())));
+      std::copy(row.w.begin(), row.w.end(), run.w(k));
+      std::copy(row.u.begin(), row.u.end(), run.u(k));
+      c[static_cast<std::size_t>(k)] = kernel_cosines(V, rows[static_cast<std::size_t>(k)]);
+      run.set_cosines(k, c[static_cast<std::size_t>(k)].data());
     }
-    for (Index j = 0; j < longest; ++j) {
-      const double* gram_row = gram.row(j).data();
-      for (std::size_t k = 0; k < block; ++k) {
-        const Index visible = weights[k].size();
-        if (j >= visible) continue;
-        weighted[k][j] = weighted_gram_row(gram_row, weights[k].data(), symmetric[k], j, visible);
-      }
-    }
+    const std::vector<detail::KernelForms> forms = run.forms(gram);
     double total = 0;
-    for (std::size_t k = 0; k < block; ++k) {
-      const Vector& a = probabilities[k];
-      const auto B = [&](Index row, Index col) { return gram(row, col) * c[k][std::abs(row - col)]; };
-      total += centered_kernel_term({a.data(), static_cast<std::size_t>(a.size())}, B,
-                                    [&](Index j, const Vector&) { return weighted[k][j]; });
+    for (Index k = 0; k < block; ++k) {
+      const Vector& c_k = c[static_cast<std::size_t>(k)];
+      const auto B = [&](Index row, Index col) { return gram(row, col) * c_k[std::abs(row - col)]; };
+      total += centered[static_cast<std::size_t>(k)].term(B, forms[static_cast<std::size_t>(k)]);
     }
     return total;
   }
@@ -366,11 +359,12 @@ void add_row(const AttentionMap& map, Index i, const Eigen::Ref<const Matrix>& U
   // Differences u_j - ubar_i are formed explicitly: expanding the square cancels when a row is near one-hot.
   const auto a = w_row.head(visible);
   const Eigen::RowVectorXd u_bar = a.transpose() * U_att;
-  const Eigen::RowVectorXd x_bar = a.transpose() * X_att;
   double q_sum = 0, k_sum = 0;
-  for (Index j = 0; j < visible; ++j) {
-    q_sum += a[j] * a[j] * (U_att.row(j) - u_bar).squaredNorm();
-    if (!rotary_keys) k_sum += a[j] * a[j] * (X_att.row(j) - x_bar).squaredNorm();
+  for (Index j = 0; j < visible; ++j) q_sum += a[j] * a[j] * (U_att.row(j) - u_bar).squaredNorm();
+  // Under rotary keys the key term reads the Gram matrix instead, and the O(N D) mean of the keys' rows is not needed.
+  if (!rotary_keys) {
+    const Eigen::RowVectorXd x_bar = a.transpose() * X_att;
+    for (Index j = 0; j < visible; ++j) k_sum += a[j] * a[j] * (X_att.row(j) - x_bar).squaredNorm();
   }
   sums.dQ_sq += x_sq_i * q_sum;
   // Rotary keys mix positions, so no rotation factors out of dA/dW_K (docs/THEORY.md). A caller that batches the
@@ -626,9 +620,8 @@ void add_general_row(const AttentionMap& map, Index i, std::span<const Index> ke
     return;
   }
   const Matrix B = (*prepared.gram)(keys, keys).cwiseProduct(Z * Z.transpose());
-  sums.dK_sq += centered_kernel_term(
-      {w.data(), static_cast<std::size_t>(visible)}, [&](Index k, Index l) { return B(k, l); },
-      [&](Index j, const Vector& weights) { return B.row(j).dot(weights.transpose()); });
+  const CenteredRow row({w.data(), static_cast<std::size_t>(visible)});
+  sums.dK_sq += row.term([&](Index k, Index l) { return B(k, l); }, dense_forms(B, row));
 }
 
 bool needs_general_rows(const AttentionMap& map, const ScoreMaps& maps) {
