@@ -49,18 +49,20 @@ inline void lower_sums_lanes(const double* g0, const double* g1, const double* c
 // the lanes' partial sums, i.e. the last bits, per machine.)
 using LowerSums = void (*)(const double*, const double*, const double*, const double*, const double*, const double*,
                            Index, double*, double*);
-void lower_sums_baseline(const double* g0, const double* g1, const double* c, const double* c1, const double* w, const double* u,
-                         Index n, double* p, double* q) {
+void lower_sums_baseline(const double* g0, const double* g1, const double* c, const double* c1, const double* w,
+                         const double* u, Index n, double* p, double* q) {
   lower_sums_lanes(g0, g1, c, c1, w, u, n, p, q);
 }
 #if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("avx2,fma"), flatten)) void lower_sums_avx2(const double* g0, const double* g1, const double* c, const double* c1,
-                                                                  const double* w, const double* u, Index n, double* p,
-                                                                  double* q) {
+__attribute__((target("avx2,fma"), flatten)) void lower_sums_avx2(const double* g0, const double* g1, const double* c,
+                                                                  const double* c1, const double* w, const double* u,
+                                                                  Index n, double* p, double* q) {
   lower_sums_lanes(g0, g1, c, c1, w, u, n, p, q);
 }
-__attribute__((target("avx512f,fma"), flatten)) void lower_sums_avx512(const double* g0, const double* g1, const double* c, const double* c1, const double* w,
-                                                                      const double* u, Index n, double* p, double* q) {
+__attribute__((target("avx512f,fma"), flatten)) void lower_sums_avx512(const double* g0, const double* g1,
+                                                                       const double* c, const double* c1,
+                                                                       const double* w, const double* u, Index n,
+                                                                       double* p, double* q) {
   lower_sums_lanes(g0, g1, c, c1, w, u, n, p, q);
 }
 #endif
