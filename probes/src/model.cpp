@@ -8,6 +8,9 @@
 #include "attncheck/theory/softmax.hpp"
 
 #include <fmt/format.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -16,6 +19,14 @@
 #include <numeric>
 
 namespace attncheck::probes {
+
+void keep_freed_matrices_in_heap() {
+#if defined(__GLIBC__)
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  // The heap's free top is kept too (trimming it would return the same pages); RSS stays at the peak it reached.
+  mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
+#endif
+}
 
 namespace fs = std::filesystem;
 using detail::value_or;

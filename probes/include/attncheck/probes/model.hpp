@@ -135,6 +135,13 @@ struct Pixels {
 // to run at the BLAS's speed, few enough that a block stays small beside the layer (256 x N doubles).
 inline constexpr theory::Index kQueryRowBlock = 256;
 
+// A forward pass allocates and frees the same few sizes of matrix once per layer (weights, projections, blocks).
+// glibc hands every block above its adaptive threshold back to the kernel when freed, so each layer faults its pages in
+// again, zero-filled: about 15% of SmolLM2's forward at N = 512. This keeps freed blocks of up to 32 MiB (glibc's
+// largest threshold) in the heap for the next layer. It sets the malloc policy of the whole process, so programs call
+// it once at start (the CLI and the benchmarks do); a library does not. Elsewhere than glibc it does nothing.
+void keep_freed_matrices_in_heap();
+
 // Receives each layer's inputs as soon as the forward pass has computed them, layers in order. What the receiver
 // leaves in `layer` is released before the next layer is computed, so a receiver that measures and drops each layer
 // holds one layer at a time, whatever the depth.
