@@ -517,8 +517,10 @@ const bool registered = register_subcommand(
           ->capture_default_str()
           ->check(unsigned_in(0, UINT64_MAX));
       command
-          .add_option("--threads", o->threads,
-                      "threads the heads are measured on (default: all cores); the numbers do not depend on it")
+          .add_option(
+              "--threads", o->threads,
+              "threads the heads are measured on (default: all cores): one layer's heads in parallel, or each head's "
+              "rows when there are fewer heads than threads (--heads 0); the numbers do not depend on it")
           ->check(integer_in(1, kMaxThreads));
       command
           .add_option("--precision", o->precision,

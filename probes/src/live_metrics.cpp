@@ -32,19 +32,42 @@ using theory::Pointwise;
 
 namespace {
 
-NormSet norms_of(const AttentionMap& map, const LayerInputs& layer, const HeadInputs& head) {
-  Matrix raw_queries, raw_keys;
+// Rows per part of one head's norms. The parts are independent (theory::AttentionSquaredSums), so up to N / 64 threads
+// share a head; a part starts at a multiple of the rotary key term's blocks, so the parts sum the same blocks.
+constexpr Index kRowsPerPart = 8 * theory::kRotaryKeyBlockRows;
+
+// The parts are always the same rows and are added in order, so the norms have the same bits on any number of threads.
+NormSet norms_of(const AttentionMap& map, const LayerInputs& layer, const HeadInputs& head, int threads) {
+  Matrix raw_queries, raw_keys, own_gram;
   theory::ScoreMaps maps = score_maps(layer, head, raw_queries, raw_keys);
-  if (layer.gram.size() != 0) maps.gram = &layer.gram;
-  const auto norms =
-      layer.attended
-          ? theory::attention_norms_from_projections(map, layer.X, head.queries, head.keys, *layer.attended, maps)
-          : theory::attention_norms_from_projections(map, layer.X, head.queries, head.keys, layer.causal, maps);
+  if (layer.gram.size() != 0) {
+    maps.gram = &layer.gram;
+  } else if (map.activation.kind == ActivationKind::softmax &&
+             (maps.rotary || maps.query_norm || maps.key_norm || maps.logit_softcap != 0)) {
+    // Softmax's dA/dW_K then reads X X^T: formed once here, not once per part.
+    own_gram.noalias() = layer.X * layer.X.transpose();
+    maps.gram = &own_gram;
+  }
+  const Index n = layer.X.rows(), parts = (n + kRowsPerPart - 1) / kRowsPerPart;
+  std::vector<theory::AttentionSquaredSums> part_sums(static_cast<std::size_t>(parts));
+  streams::parallel_for(parts, threads, [&](Index k) {
+    const theory::RowRange rows{k * kRowsPerPart, std::min(kRowsPerPart, n - k * kRowsPerPart)};
+    part_sums[static_cast<std::size_t>(k)] =
+        layer.attended ? theory::attention_row_sums_from_projections(map, layer.X, head.queries, head.keys,
+                                                                     *layer.attended, maps, rows)
+                       : theory::attention_row_sums_from_projections(map, layer.X, head.queries, head.keys,
+                                                                     layer.causal, maps, rows);
+  });
+  theory::AttentionSquaredSums sums;
+  for (const auto& part : part_sums) sums += part;
+  const auto norms = theory::attention_norms_from_sums(map, n, sums);
   return {norms.value_fro, *norms.dS_fro, *norms.dQ_fro, *norms.dK_fro};
 }
 
-double softmax_key_derivative(const LayerInputs& layer, const HeadInputs& head) {
-  return norms_of(AttentionMap{{ActivationKind::softmax, Pointwise::identity, 1}, layer.inner, {}}, layer, head).dWk;
+double softmax_key_derivative(const LayerInputs& layer, const HeadInputs& head, int threads) {
+  return norms_of(AttentionMap{{ActivationKind::softmax, Pointwise::identity, 1}, layer.inner, {}}, layer, head,
+                  threads)
+      .dWk;
 }
 
 // A mask under causal attention: the entries j > i are masked too (LayerInputs::attended holds them so).
@@ -241,21 +264,21 @@ std::vector<std::string> token_strings_for_model(const fs::path& model_path, con
   return strings;
 }
 
-void set_group_key_derivatives(const LayerInputs& layer, std::span<HeadMetrics> heads) {
+void set_group_key_derivatives(const LayerInputs& layer, std::span<HeadMetrics> heads, int threads) {
   for (auto& metrics : heads) {
     double sum = 0;
     for (std::size_t h = 0; h < layer.heads.size(); ++h) {
       if (layer.heads[h].kv_head != metrics.kv_head) continue;
       const auto it =
           std::find_if(heads.begin(), heads.end(), [&](const HeadMetrics& m) { return m.head == static_cast<int>(h); });
-      const double dWk = it != heads.end() ? it->softmax.dWk : softmax_key_derivative(layer, layer.heads[h]);
+      const double dWk = it != heads.end() ? it->softmax.dWk : softmax_key_derivative(layer, layer.heads[h], threads);
       sum += dWk * dWk;
     }
     metrics.dWk_group = std::sqrt(sum);
   }
 }
 
-HeadMetrics measure_head(const LayerInputs& layer, int layer_index, int head_index, bool cross_norm) {
+HeadMetrics measure_head(const LayerInputs& layer, int layer_index, int head_index, bool cross_norm, int threads) {
   const HeadInputs& head = layer.heads.at(static_cast<std::size_t>(head_index));
   HeadMetrics m;
   m.layer = layer_index;
@@ -267,14 +290,14 @@ HeadMetrics measure_head(const LayerInputs& layer, int layer_index, int head_ind
   m.inner = layer.inner;
   m.kv_head = head.kv_head;
   const double lambda = layer.inner;
-  m.softmax = norms_of(softmax_map(lambda), layer, head);
+  m.softmax = norms_of(softmax_map(lambda), layer, head, threads);
   set_bounds(m);
   set_score_statistics(m, head_score_statistics(layer, head));
 
-  m.linear_scaled = norms_of(linear_scaled_map(lambda), layer, head);
-  m.poly3_scaled = norms_of(poly3_scaled_map(lambda), layer, head);
-  m.poly3 = norms_of(poly3_map(lambda), layer, head);
-  m.relu_n = norms_of(relu_n_map(lambda), layer, head);
+  m.linear_scaled = norms_of(linear_scaled_map(lambda), layer, head, threads);
+  m.poly3_scaled = norms_of(poly3_scaled_map(lambda), layer, head, threads);
+  m.poly3 = norms_of(poly3_map(lambda), layer, head, threads);
+  m.relu_n = norms_of(relu_n_map(lambda), layer, head, threads);
 
   m.sigma_x = std::sqrt(layer.X.squaredNorm() / static_cast<double>(layer.X.size()));
   m.sigma_t = std::sqrt((head.W_Q.squaredNorm() + head.W_K.squaredNorm()) /
@@ -581,14 +604,19 @@ std::vector<HeadMetrics> measure_layer(LayerInputs& layer, int layer_index, cons
   // Softmax's dA/dW_K under rotary keys reads X X^T: once for the layer rather than once per head.
   const bool shares_gram = layer.rotary && layer.gram.size() == 0;
   if (shares_gram) layer.gram.noalias() = layer.X * layer.X.transpose();
+  // The heads in parallel while there are at least as many as threads; otherwise one head at a time, its rows in
+  // parallel (`--heads 0` on every core).
+  const int thread_total = streams::thread_count(threads);
+  const bool rows_in_parallel = static_cast<int>(heads.size()) < thread_total;
+  const int head_threads = rows_in_parallel ? 1 : thread_total, row_threads = rows_in_parallel ? thread_total : 1;
   std::vector<HeadMetrics> measured(heads.size());
-  streams::parallel_for(static_cast<Index>(heads.size()), streams::thread_count(threads), [&](Index k) {
+  streams::parallel_for(static_cast<Index>(heads.size()), head_threads, [&](Index k) {
     measured[static_cast<std::size_t>(k)] =
-        measure_head(layer, layer_index, heads[static_cast<std::size_t>(k)], cross_norm);
+        measure_head(layer, layer_index, heads[static_cast<std::size_t>(k)], cross_norm, row_threads);
     if (head_done) head_done();
   });
   // Grouped keys: a key head's derivative sums over the query heads that share it, once all are measured.
-  set_group_key_derivatives(layer, measured);
+  set_group_key_derivatives(layer, measured, thread_total);
   if (shares_gram) layer.gram = Matrix();
   return measured;
 }

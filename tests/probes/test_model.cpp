@@ -710,6 +710,30 @@ TEST_CASE("layers streamed a block of query rows at a time measure what layers k
   }
 }
 
+TEST_CASE("a head's rows measured in parts on several threads give the same bits as on one thread",
+          "[model][streaming]") {
+  // N = 150: three parts of rows (64 + 64 + 22), under rotary keys with grouped queries, a sliding window, and
+  // query/key norms.
+  TempDir dir;
+  write_tiny_llama(dir.path / "llama", "llama", 2, 0, 7, 256);
+  write_tiny_llama(dir.path / "mistral", "mistral", 2, 40, 5, 256);
+  write_tiny_llama(dir.path / "qwen3", "qwen3", 1, 0, 7, 256);
+  std::vector<std::int64_t> ids;
+  for (std::int64_t k = 0; k < 150; ++k) ids.push_back((7 * k + 3) % 20);
+  for (const char* name : {"llama", "mistral", "qwen3"}) {
+    INFO(name);
+    const TransformerModel model = TransformerModel::load(dir.path / name);
+    std::vector<LayerInputs> layers = model.forward(ids, {1});
+    LayerInputs& layer = layers.back();
+    const auto one_thread = to_json(measure_head(layer, 1, 0, false, 1));
+    CHECK(to_json(measure_head(layer, 1, 0, false, 3)) == one_thread);
+    // One head on two threads: measure_layer gives them its rows (and the group's other heads' key terms).
+    std::vector<HeadMetrics> alone{measure_head(layer, 1, 0)};
+    set_group_key_derivatives(layer, alone);
+    CHECK(to_json(measure_layer(layer, 1, {0}, false, 2).front()) == to_json(alone.front()));
+  }
+}
+
 TEST_CASE("a block of attention rows is the same rows of the whole attention, under every mask", "[model][streaming]") {
   attncheck::streams::PhiloxStream stream(11, 0);
   Matrix scores(9, 9);

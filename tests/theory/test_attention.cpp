@@ -435,6 +435,58 @@ TEST_CASE("rotary softmax dA/dW_K at lengths past the vectorized sums' lanes equ
   }
 }
 
+TEST_CASE("the norms' squared sums over parts of the rows add up to the whole head's, and a bad part is refused") {
+  const AttentionMap softmax{{ActivationKind::softmax, Pointwise::identity, 1}, 0.5, {}};
+  const Index n = 45;
+  const RotaryCase c = rotary_case(n, 3, 4, 1.0, 5, false, 10000);
+  const Matrix gram = c.X * c.X.transpose();
+  theory::AttendedMask window(n, n);
+  for (Index i = 0; i < n; ++i) {
+    for (Index j = 0; j < n; ++j) window(i, j) = j <= i && j > i - 9;
+  }
+  const theory::HeadNorm norm{Eigen::VectorXd::Constant(4, 1.2), 1e-6};
+  theory::ScoreMaps rotary_only;
+  rotary_only.rotary = &c.rotary;
+  rotary_only.gram = &gram;
+  theory::ScoreMaps normed = rotary_only;  // the general rows, here on V and U standing for their own raw rows
+  normed.query_norm = normed.key_norm = &norm;
+  normed.raw_queries = &c.V;
+  normed.raw_keys = &c.U;
+  const auto check_parts = [&](const auto& whole_sums, const auto& part_sums) {
+    theory::AttentionSquaredSums added;
+    // Parts that do not start at multiples of the key term's blocks: the same sums, added in another order.
+    for (const theory::RowRange rows : {theory::RowRange{0, 13}, theory::RowRange{13, 20}, theory::RowRange{33, -1}}) {
+      added += part_sums(rows);
+    }
+    const theory::AttentionSquaredSums whole = whole_sums();
+    CHECK(testing::relative_difference(added.value_sq, whole.value_sq) < 1e-12);
+    CHECK(testing::relative_difference(added.dS_sq, whole.dS_sq) < 1e-12);
+    CHECK(testing::relative_difference(added.dQ_sq, whole.dQ_sq) < 1e-12);
+    CHECK(testing::relative_difference(added.dK_sq, whole.dK_sq) < 1e-12);
+  };
+  for (const theory::ScoreMaps* maps : {&rotary_only, &normed}) {
+    for (const bool causal : {true, false}) {
+      check_parts(
+          [&] { return theory::attention_row_sums_from_projections(softmax, c.X, c.V, c.U, causal, *maps, {}); },
+          [&](theory::RowRange rows) {
+            return theory::attention_row_sums_from_projections(softmax, c.X, c.V, c.U, causal, *maps, rows);
+          });
+    }
+    check_parts([&] { return theory::attention_row_sums_from_projections(softmax, c.X, c.V, c.U, window, *maps, {}); },
+                [&](theory::RowRange rows) {
+                  return theory::attention_row_sums_from_projections(softmax, c.X, c.V, c.U, window, *maps, rows);
+                });
+  }
+  // The whole head's sums are its norms, squared and unscaled.
+  const auto whole = theory::attention_row_sums_from_projections(softmax, c.X, c.V, c.U, true, rotary_only, {});
+  const auto norms = theory::attention_norms_from_projections(softmax, c.X, c.V, c.U, true, rotary_only);
+  CHECK(theory::attention_norms_from_sums(softmax, n, whole).dK_fro == norms.dK_fro);
+  for (const theory::RowRange bad : {theory::RowRange{-1, 3}, theory::RowRange{40, 6}, theory::RowRange{46, -1}}) {
+    CHECK_THROWS_WITH(theory::attention_row_sums_from_projections(softmax, c.X, c.V, c.U, true, rotary_only, bad),
+                      Catch::Contains("not within the 45 rows"));
+  }
+}
+
 TEST_CASE("rotary softmax dA/dW_K keeps its relative accuracy on near one-hot rows") {
   // Scores scaled up until every row puts all but ~1e-9 of its mass on one key: the term is then tiny, and an
   // expanded square would lose it to cancellation. The chain rule takes 1 - a_j as the sum of the others.

@@ -332,17 +332,13 @@ RowTerms row_terms(const AttentionMap& map, std::span<const double> s, std::span
   return {norms.softmax_sq, norms.jacobian_sq};
 }
 
-struct NormSums {
-  double value_sq = 0, dS_sq = 0, dQ_sq = 0, dK_sq = 0;
-};
-
 // Adds row i: U_att, X_att hold the rows u_j, x_j of the keys row i attends to, u_sq_att, x_sq_att their squared
 // norms; s_row and w_row are scratch of at least that many entries.
 void add_row(const AttentionMap& map, Index i, const Eigen::Ref<const Matrix>& U_att,
              const Eigen::Ref<const Matrix>& X_att, const Eigen::Ref<const Vector>& u_sq_att,
              const Eigen::Ref<const Vector>& x_sq_att, const Matrix& V, double x_sq_i, double v_sq_i, Vector& s_row,
-             Vector& w_row, NormSums& sums, const RotaryKeys* rotary_keys = nullptr, std::span<const Index> keys = {},
-             Vector* deferred_probabilities = nullptr) {
+             Vector& w_row, AttentionSquaredSums& sums, const RotaryKeys* rotary_keys = nullptr,
+             std::span<const Index> keys = {}, Vector* deferred_probabilities = nullptr) {
   const Index visible = U_att.rows();
   s_row.head(visible).noalias() = map.inner * (U_att * V.row(i).transpose());
   const RowTerms terms = row_terms(map, {s_row.data(), static_cast<std::size_t>(visible)},
@@ -388,7 +384,17 @@ void check_projections(const AttentionMap& map, const Matrix& X, const Matrix& V
   }
 }
 
-AttentionNorms norms_of_sums(const AttentionMap& map, Index n, const NormSums& sums) {
+}  // namespace
+
+AttentionSquaredSums& AttentionSquaredSums::operator+=(const AttentionSquaredSums& other) {
+  value_sq += other.value_sq;
+  dS_sq += other.dS_sq;
+  dQ_sq += other.dQ_sq;
+  dK_sq += other.dK_sq;
+  return *this;
+}
+
+AttentionNorms attention_norms_from_sums(const AttentionMap& map, Index n, const AttentionSquaredSums& sums) {
   const double c = map.outer.at(n);
   AttentionNorms out;
   out.value_fro = c * std::sqrt(sums.value_sq);
@@ -398,6 +404,8 @@ AttentionNorms norms_of_sums(const AttentionMap& map, Index n, const NormSums& s
   return out;
 }
 
+namespace {
+
 void check_mask(const AttendedMask& attended, Index rows, Index cols) {
   if (attended.rows() != rows || attended.cols() != cols) {
     throw InputError(
@@ -405,25 +413,32 @@ void check_mask(const AttendedMask& attended, Index rows, Index cols) {
   }
 }
 
-}  // namespace
+// The rows [first, end) of `rows` within n rows.
+std::pair<Index, Index> row_span(RowRange rows, Index n) {
+  const Index end = rows.count < 0 ? n : rows.first + rows.count;
+  if (rows.first < 0 || rows.first > n || end < rows.first || end > n) {
+    throw InputError(fmt::format("rows {} .. {} (0-based) are not within the {} rows", rows.first, end - 1, n));
+  }
+  return {rows.first, end};
+}
 
-AttentionNorms attention_norms_from_projections(const AttentionMap& map, const Matrix& X, const Matrix& V,
-                                                const Matrix& U, bool causal, const Rotary* rotary,
-                                                const Matrix* gram) {
+// Rows `rows` without query/key norms or a cap: the rotary and plain overloads.
+AttentionSquaredSums plain_row_sums(const AttentionMap& map, const Matrix& X, const Matrix& V, const Matrix& U,
+                                    bool causal, const Rotary* rotary, const Matrix* gram, RowRange rows) {
   check_projections(map, X, V, U);
   const Index n = X.rows();
+  const auto [first, end] = row_span(rows, n);
   const Vector x_sq = X.rowwise().squaredNorm(), u_sq = U.rowwise().squaredNorm(), v_sq = V.rowwise().squaredNorm();
   std::optional<RotaryKeys> rotary_keys;
   if (rotary && map.activation.kind == ActivationKind::softmax) rotary_keys.emplace(*rotary, X, V.cols(), gram);
   std::vector<Index> positions(static_cast<std::size_t>(n));
   std::iota(positions.begin(), positions.end(), Index{0});
-  NormSums sums;
+  AttentionSquaredSums sums;
   Vector s_row(n), w_row(n);
   // Rotary keys' terms a block of rows at a time (RotaryKeys::prefix_key_terms).
-  constexpr Index kKeyTermRows = 8;
   std::vector<Index> block_rows;
-  std::vector<Vector> block_probabilities(static_cast<std::size_t>(kKeyTermRows));
-  for (Index i = 0; i < n; ++i) {
+  std::vector<Vector> block_probabilities(static_cast<std::size_t>(kRotaryKeyBlockRows));
+  for (Index i = first; i < end; ++i) {
     // The attended keys of a causal row are a prefix, so they are used in place.
     const Index visible = causal ? i + 1 : n;
     Vector* deferred = rotary_keys ? &block_probabilities[block_rows.size()] : nullptr;
@@ -432,29 +447,30 @@ AttentionNorms attention_norms_from_projections(const AttentionMap& map, const M
             std::span<const Index>(positions).first(static_cast<std::size_t>(visible)), deferred);
     if (!rotary_keys) continue;
     block_rows.push_back(i);
-    if (static_cast<Index>(block_rows.size()) == kKeyTermRows || i == n - 1) {
+    if (static_cast<Index>(block_rows.size()) == kRotaryKeyBlockRows || i == end - 1) {
       sums.dK_sq +=
           rotary_keys->prefix_key_terms(V, block_rows, std::span(block_probabilities).first(block_rows.size()));
       block_rows.clear();
     }
   }
-  return norms_of_sums(map, n, sums);
+  return sums;
 }
 
-AttentionNorms attention_norms_from_projections(const AttentionMap& map, const Matrix& X, const Matrix& V,
-                                                const Matrix& U, const AttendedMask& attended, const Rotary* rotary,
-                                                const Matrix* gram) {
+AttentionSquaredSums plain_row_sums(const AttentionMap& map, const Matrix& X, const Matrix& V, const Matrix& U,
+                                    const AttendedMask& attended, const Rotary* rotary, const Matrix* gram,
+                                    RowRange rows) {
   check_projections(map, X, V, U);
   const Index n = X.rows();
   check_mask(attended, n, n);
+  const auto [first, end] = row_span(rows, n);
   std::optional<RotaryKeys> rotary_keys;
   if (rotary && map.activation.kind == ActivationKind::softmax) rotary_keys.emplace(*rotary, X, V.cols(), gram);
   const Vector x_sq = X.rowwise().squaredNorm(), u_sq = U.rowwise().squaredNorm(), v_sq = V.rowwise().squaredNorm();
-  NormSums sums;
+  AttentionSquaredSums sums;
   Vector s_row(n), w_row(n);
   std::vector<Index> keys;
   keys.reserve(static_cast<std::size_t>(n));
-  for (Index i = 0; i < n; ++i) {
+  for (Index i = first; i < end; ++i) {
     keys.clear();
     for (Index j = 0; j < n; ++j) {
       if (attended(i, j)) keys.push_back(j);
@@ -464,7 +480,21 @@ AttentionNorms attention_norms_from_projections(const AttentionMap& map, const M
     add_row(map, i, U_att, X_att, u_sq_att, x_sq_att, V, x_sq[i], v_sq[i], s_row, w_row, sums,
             rotary_keys ? &*rotary_keys : nullptr, keys);
   }
-  return norms_of_sums(map, n, sums);
+  return sums;
+}
+
+}  // namespace
+
+AttentionNorms attention_norms_from_projections(const AttentionMap& map, const Matrix& X, const Matrix& V,
+                                                const Matrix& U, bool causal, const Rotary* rotary,
+                                                const Matrix* gram) {
+  return attention_norms_from_sums(map, X.rows(), plain_row_sums(map, X, V, U, causal, rotary, gram, {}));
+}
+
+AttentionNorms attention_norms_from_projections(const AttentionMap& map, const Matrix& X, const Matrix& V,
+                                                const Matrix& U, const AttendedMask& attended, const Rotary* rotary,
+                                                const Matrix* gram) {
+  return attention_norms_from_sums(map, X.rows(), plain_row_sums(map, X, V, U, attended, rotary, gram, {}));
 }
 
 Matrix rms_normalized(const Matrix& rows, const Vector& gain, double eps) {
@@ -576,7 +606,7 @@ struct PreparedMaps {
 // over the attended keys, the softmax's logits capped, and dF_il/dW_Q = lambda x_i (M_i^T y_l)^T,
 // dF_il/dW_K = lambda sum_j J_lj c_j x_j (M'_j^T v_i)^T through each position's map.
 void add_general_row(const AttentionMap& map, Index i, std::span<const Index> keys, const Matrix& V, const Matrix& U,
-                     const Vector& x_sq, const PreparedMaps& prepared, NormSums& sums) {
+                     const Vector& x_sq, const PreparedMaps& prepared, AttentionSquaredSums& sums) {
   const auto visible = static_cast<Index>(keys.size());
   const bool softmax = map.activation.kind == ActivationKind::softmax;
   const Matrix U_att = U(keys, Eigen::all);
@@ -631,45 +661,56 @@ bool needs_general_rows(const AttentionMap& map, const ScoreMaps& maps) {
 
 }  // namespace
 
-AttentionNorms attention_norms_from_projections(const AttentionMap& map, const Matrix& X, const Matrix& V,
-                                                const Matrix& U, bool causal, const ScoreMaps& maps) {
-  if (!needs_general_rows(map, maps)) {
-    return attention_norms_from_projections(map, X, V, U, causal, maps.rotary, maps.gram);
-  }
+AttentionSquaredSums attention_row_sums_from_projections(const AttentionMap& map, const Matrix& X, const Matrix& V,
+                                                         const Matrix& U, bool causal, const ScoreMaps& maps,
+                                                         RowRange rows) {
+  if (!needs_general_rows(map, maps)) return plain_row_sums(map, X, V, U, causal, maps.rotary, maps.gram, rows);
   check_projections(map, X, V, U);
   const Index n = X.rows();
+  const auto [first, end] = row_span(rows, n);
   const PreparedMaps prepared(map, maps, X, V, U);
   const Vector x_sq = X.rowwise().squaredNorm();
   std::vector<Index> positions(static_cast<std::size_t>(n));
   std::iota(positions.begin(), positions.end(), Index{0});
-  NormSums sums;
-  for (Index i = 0; i < n; ++i) {
+  AttentionSquaredSums sums;
+  for (Index i = first; i < end; ++i) {
     const auto visible = static_cast<std::size_t>(causal ? i + 1 : n);
     add_general_row(map, i, std::span<const Index>(positions).first(visible), V, U, x_sq, prepared, sums);
   }
-  return norms_of_sums(map, n, sums);
+  return sums;
 }
 
 AttentionNorms attention_norms_from_projections(const AttentionMap& map, const Matrix& X, const Matrix& V,
-                                                const Matrix& U, const AttendedMask& attended, const ScoreMaps& maps) {
-  if (!needs_general_rows(map, maps)) {
-    return attention_norms_from_projections(map, X, V, U, attended, maps.rotary, maps.gram);
-  }
+                                                const Matrix& U, bool causal, const ScoreMaps& maps) {
+  return attention_norms_from_sums(map, X.rows(), attention_row_sums_from_projections(map, X, V, U, causal, maps, {}));
+}
+
+AttentionSquaredSums attention_row_sums_from_projections(const AttentionMap& map, const Matrix& X, const Matrix& V,
+                                                         const Matrix& U, const AttendedMask& attended,
+                                                         const ScoreMaps& maps, RowRange rows) {
+  if (!needs_general_rows(map, maps)) return plain_row_sums(map, X, V, U, attended, maps.rotary, maps.gram, rows);
   check_projections(map, X, V, U);
   const Index n = X.rows();
   check_mask(attended, n, n);
+  const auto [first, end] = row_span(rows, n);
   const PreparedMaps prepared(map, maps, X, V, U);
   const Vector x_sq = X.rowwise().squaredNorm();
-  NormSums sums;
+  AttentionSquaredSums sums;
   std::vector<Index> keys;
-  for (Index i = 0; i < n; ++i) {
+  for (Index i = first; i < end; ++i) {
     keys.clear();
     for (Index j = 0; j < n; ++j) {
       if (attended(i, j)) keys.push_back(j);
     }
     add_general_row(map, i, keys, V, U, x_sq, prepared, sums);
   }
-  return norms_of_sums(map, n, sums);
+  return sums;
+}
+
+AttentionNorms attention_norms_from_projections(const AttentionMap& map, const Matrix& X, const Matrix& V,
+                                                const Matrix& U, const AttendedMask& attended, const ScoreMaps& maps) {
+  return attention_norms_from_sums(map, X.rows(),
+                                   attention_row_sums_from_projections(map, X, V, U, attended, maps, {}));
 }
 
 AttentionNorms score_map_norms(const AttentionMap& map, const Matrix& scores, const AttendedMask* attended) {

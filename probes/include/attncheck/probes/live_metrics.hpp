@@ -71,12 +71,15 @@ struct HeadMetrics {
 // heads of one layer (measuring the group's other heads' softmax dA/dW_K where they were not selected).
 // Throws InputError naming layer and head when a norm the log requires (softmax's value and gradients) is not
 // finite: the checkpoint's scores overflow, and no bound can be checked on them.
-// With `cross_norm`, also the cross-normalization what-if (InputError when the head has no values).
-HeadMetrics measure_head(const LayerInputs& layer, int layer_index, int head_index, bool cross_norm = false);
-void set_group_key_derivatives(const LayerInputs& layer, std::span<HeadMetrics> heads);
-// The heads `heads` of one layer (in that order) on `threads` threads (0: every core), with the grouped keys'
-// derivatives; `head_done`, when set, is called after each head (from one thread at a time or several). Under rotary
-// keys the rows' Gram matrix, which every head's softmax dA/dW_K reads, is computed once into layer.gram and released.
+// With `cross_norm`, also the cross-normalization what-if (InputError when the head has no values). The head's rows
+// are measured on `threads` threads (0: every core), with the same result on any number.
+HeadMetrics measure_head(const LayerInputs& layer, int layer_index, int head_index, bool cross_norm = false,
+                         int threads = 1);
+void set_group_key_derivatives(const LayerInputs& layer, std::span<HeadMetrics> heads, int threads = 1);
+// The heads `heads` of one layer (in that order) on `threads` threads (0: every core): the heads in parallel, or when
+// there are fewer heads than threads, each head's rows. With the grouped keys' derivatives; `head_done`, when set, is
+// called after each head (from one thread at a time or several). Under rotary keys the rows' Gram matrix, which every
+// head's softmax dA/dW_K reads, is computed once into layer.gram and released.
 std::vector<HeadMetrics> measure_layer(LayerInputs& layer, int layer_index, const std::vector<int>& heads,
                                        bool cross_norm = false, int threads = 1,
                                        const std::function<void()>& head_done = {});

@@ -101,6 +101,23 @@ AttentionNorms attention_norms_from_projections(const AttentionMap& map, const M
                                                 const Matrix& U, const AttendedMask& attended,
                                                 const Rotary* rotary = nullptr, const Matrix* gram = nullptr);
 
+// The squares behind AttentionNorms, before the map's scales: each is a sum over the rows of the scores, so a head's
+// rows may be measured in parts (on several threads) and the parts added, in a fixed order for the same bits.
+struct AttentionSquaredSums {
+  double value_sq = 0, dS_sq = 0, dQ_sq = 0, dK_sq = 0;
+  AttentionSquaredSums& operator+=(const AttentionSquaredSums& other);
+};
+AttentionNorms attention_norms_from_sums(const AttentionMap& map, Index n, const AttentionSquaredSums& sums);
+
+// Rows first .. first + count - 1 of the scores (count -1: through the last row).
+struct RowRange {
+  Index first = 0, count = -1;
+};
+
+// Softmax's dF/dW_K under rotary keys takes causal rows in blocks of this many, starting at the range's first row:
+// ranges that start at multiples of it sum the same blocks as the whole head.
+inline constexpr Index kRotaryKeyBlockRows = 8;
+
 // An RMSNorm over one head's d coordinates (Qwen3's and Gemma 3's query and key norms): each row p becomes
 // p / sqrt(mean(p^2) + eps) * gain, the gain (d entries, Gemma's 1 + weight already added) shared by every head.
 struct HeadNorm {
@@ -134,6 +151,14 @@ AttentionNorms attention_norms_from_projections(const AttentionMap& map, const M
                                                 const Matrix& U, bool causal, const ScoreMaps& maps);
 AttentionNorms attention_norms_from_projections(const AttentionMap& map, const Matrix& X, const Matrix& V,
                                                 const Matrix& U, const AttendedMask& attended, const ScoreMaps& maps);
+
+// The squared sums of the closed forms above over rows `rows` only.
+AttentionSquaredSums attention_row_sums_from_projections(const AttentionMap& map, const Matrix& X, const Matrix& V,
+                                                         const Matrix& U, bool causal, const ScoreMaps& maps,
+                                                         RowRange rows);
+AttentionSquaredSums attention_row_sums_from_projections(const AttentionMap& map, const Matrix& X, const Matrix& V,
+                                                         const Matrix& U, const AttendedMask& attended,
+                                                         const ScoreMaps& maps, RowRange rows);
 
 // ||F||_F and ||dF/dS||_F from the scores S themselves (lambda already applied, so map.inner is not used), for
 // callers that have no weights: dQ_fro and dK_fro stay empty. `attended` (optional) masks as above.
