@@ -1,10 +1,13 @@
-// Times one probe of MODEL on the first N tokens of a text file, by phase: opening the checkpoint, tokenizing,
-// the forward pass through every layer (streamed, as `attncheck probe` runs it: each layer measured as it is computed,
-// then released), and the norms of the heads (every layer's, or LAYER's alone, on THREADS threads). Prints one JSON
-// object: wall seconds, and the forward's and norms' process CPU seconds (which other work on a shared machine
-// disturbs less).
-// Usage: bench_probe MODEL TEXT_FILE N [LAYER [THREADS]]   (LAYER -1: every layer, the default; THREADS 1)
+// Times one probe of MODEL on the first N tokens of a text file, or on the pixels of a .npy file (a vision model; N is
+// then its 1 + patches), by phase: opening the checkpoint, tokenizing (or reading and embedding the pixels), the
+// forward pass through every layer (streamed, as `attncheck probe` runs it: each layer measured as it is computed,
+// then released, its weights read and widened as it starts), and the norms of the heads (every layer's, or LAYER's
+// alone, on THREADS threads). PRECISION is the forward's products' (`probe --precision`). Prints one JSON object:
+// wall seconds, and the forward's and norms' process CPU seconds (which other work on a shared machine disturbs less).
+// Usage: bench_probe MODEL INPUT N [LAYER [THREADS [PRECISION]]]   (LAYER -1: every layer, the default; THREADS 1;
+//        PRECISION double or mixed, default double)
 
+#include "attncheck/probes/image.hpp"
 #include "attncheck/probes/live_metrics.hpp"
 
 #include <fmt/format.h>
@@ -18,8 +21,8 @@
 int main(int argc, char** argv) {
   using namespace attncheck::probes;
   using Clock = std::chrono::steady_clock;
-  if (argc < 4 || argc > 6) {
-    fmt::print(stderr, "usage: bench_probe MODEL TEXT_FILE N [LAYER [THREADS]]\n");
+  if (argc < 4 || argc > 7) {
+    fmt::print(stderr, "usage: bench_probe MODEL INPUT N [LAYER [THREADS [double|mixed]]]\n");
     return 2;
   }
   const auto seconds = [](Clock::time_point a, Clock::time_point b) {
@@ -27,18 +30,30 @@ int main(int argc, char** argv) {
   };
   keep_freed_matrices_in_heap();  // as the CLI runs
   try {
-    std::ifstream in(argv[2]);
-    std::stringstream text;
-    text << in.rdbuf();
+    const std::string input = argv[2];
+    const auto n = static_cast<std::size_t>(std::stoll(argv[3]));
     const auto t0 = Clock::now();
     const auto model = TransformerModel::load(argv[1]);
     const auto t1 = Clock::now();
-    auto ids = tokenize_for_model(argv[1], model, text.str());
-    const auto n = static_cast<std::size_t>(std::stoll(argv[3]));
-    if (ids.size() < n) throw InputError(fmt::format("{} has only {} tokens", argv[2], ids.size()));
-    ids.resize(n);
+    Matrix embeddings;
+    if (input.ends_with(".npy")) {
+      embeddings = model.embed_pixels(read_pixels(input));
+    } else {
+      std::ifstream in(input);
+      std::stringstream text;
+      text << in.rdbuf();
+      auto ids = tokenize_for_model(argv[1], model, text.str());
+      if (ids.size() < n) throw InputError(fmt::format("{} has only {} tokens", input, ids.size()));
+      ids.resize(n);
+      embeddings = model.embed_tokens(ids);
+    }
+    if (static_cast<std::size_t>(embeddings.rows()) != n) {
+      throw InputError(fmt::format("{} gives N = {}, not {}", input, embeddings.rows(), n));
+    }
     const int only_layer = argc > 4 ? std::stoi(argv[4]) : -1;
     const int threads = argc > 5 ? std::stoi(argv[5]) : 1;
+    const std::string precision = argc > 6 ? argv[6] : "double";
+    if (precision != "double" && precision != "mixed") throw InputError(fmt::format("precision {}?", precision));
     std::vector<int> all_heads(static_cast<std::size_t>(model.config().heads));
     std::iota(all_heads.begin(), all_heads.end(), 0);
     const auto t2 = Clock::now();
@@ -46,6 +61,7 @@ int main(int argc, char** argv) {
     double checksum = 0, norms_s = 0, norms_cpu_s = 0;
     LayerSink sink;
     sink.keep_attention = false;
+    sink.float32_products = precision == "mixed";
     sink.receive = [&](LayerInputs& layer, std::int64_t index) {
       if (only_layer >= 0 && index != only_layer) return;
       const auto start = Clock::now();
@@ -56,13 +72,13 @@ int main(int argc, char** argv) {
       norms_s += seconds(start, Clock::now());
       norms_cpu_s += static_cast<double>(std::clock() - start_cpu) / CLOCKS_PER_SEC;
     };
-    model.forward_embeddings(model.embed_tokens(ids),
-                             only_layer >= 0 ? std::vector<int>{only_layer} : std::vector<int>{}, sink);
+    model.forward_embeddings(std::move(embeddings), only_layer >= 0 ? std::vector<int>{only_layer} : std::vector<int>{},
+                             sink);
     const auto t4 = Clock::now();
     const std::clock_t c4 = std::clock();
     const auto cpu = [](std::clock_t a, std::clock_t b) { return static_cast<double>(b - a) / CLOCKS_PER_SEC; };
     fmt::print(
-        "{{\"N\": {}, \"load_s\": {:.4f}, \"tokenize_s\": {:.4f}, \"forward_s\": {:.4f}, \"norms_s\": {:.4f}, "
+        "{{\"N\": {}, \"load_s\": {:.4f}, \"input_s\": {:.4f}, \"forward_s\": {:.4f}, \"norms_s\": {:.4f}, "
         "\"forward_cpu_s\": {:.4f}, \"norms_cpu_s\": {:.4f}, \"softmax_fro_sum\": {:.12g}}}\n",
         n, seconds(t0, t1), seconds(t1, t2), seconds(t2, t4) - norms_s, norms_s, cpu(c2, c4) - norms_cpu_s, norms_cpu_s,
         checksum);

@@ -25,9 +25,9 @@ echo "load average (1 min) before/after: $load_before / $load_after on $(nproc) 
 /usr/bin/python3 - "$out/probe.json" "$out/torch.json" <<'PY'
 import json, sys
 probe, torch = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
-total = probe["load_s"] + probe["tokenize_s"] + probe["forward_s"] + probe["norms_s"]
+total = probe["load_s"] + probe["input_s"] + probe["forward_s"] + probe["norms_s"]
 print(f"SmolLM2-135M-Instruct Q4_1, N = {probe['N']}, 30 layers x 9 heads, double precision on both sides")
-print(f"  attncheck: open {probe['load_s']:.2f} s, tokenize {probe['tokenize_s']:.2f} s, forward (dequantizing as it "
+print(f"  attncheck: open {probe['load_s']:.2f} s, tokenize {probe['input_s']:.2f} s, forward (dequantizing as it "
       f"goes) {probe['forward_s']:.2f} s ({probe['forward_cpu_s']:.2f} CPU s), norms of 270 heads "
       f"{probe['norms_s']:.2f} s ({probe['norms_cpu_s']:.2f} CPU s); total {total:.2f} s")
 print(f"  PyTorch reference ({torch['threads']} thread(s)): dequantize (gguf) {torch['dequantize_s']:.2f} s, "

@@ -130,6 +130,25 @@ double element_to_double(DType dtype, const std::byte* p) {
   return 0;
 }
 
+namespace {
+// `count` elements from p, widened as element_to_double widens each.
+void elements_to_double(DType dtype, const std::byte* p, std::int64_t count, double* out) {
+  switch (dtype) {
+    case DType::F64:
+      for (std::int64_t k = 0; k < count; ++k) out[k] = load<double>(p + k * 8);
+      return;
+    case DType::F32:
+      for (std::int64_t k = 0; k < count; ++k) out[k] = load<float>(p + k * 4);
+      return;
+    default: {
+      const std::size_t size = dtype_size(dtype);
+      for (std::int64_t k = 0; k < count; ++k)
+        out[k] = element_to_double(dtype, p + static_cast<std::size_t>(k) * size);
+    }
+  }
+}
+}  // namespace
+
 std::int64_t TensorInfo::element_count() const {
   // An empty tensor may declare huge other dimensions whose product would overflow: it has no elements.
   if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
@@ -405,7 +424,8 @@ std::string Checkpoint::where(std::string_view name) const {
 }
 
 namespace {
-// Calls visit(index, value) for elements first .. first + count - 1, read in chunks of about 1 MiB, so that
+// Calls visit(index, values) for the elements first .. first + count - 1, values[k] being element first + index + k,
+// read a chunk of about 1 MiB at a time, so that
 // converting a tensor never holds its raw bytes whole. For GGUF's block formats both are whole blocks (whole
 // rows), decoded as ggml does. Non-finite values are refused naming the element.
 template <class Visit>
@@ -426,32 +446,38 @@ void for_each_element(const TensorFile& file, const TensorInfo& tensor, std::int
   const std::int64_t first_unit = first / unit_elements, units = count / unit_elements;
   const std::int64_t per_chunk =
       std::max<std::int64_t>(1, static_cast<std::int64_t>((std::size_t{1} << 20) / unit_bytes));
-  std::vector<std::byte> chunk(static_cast<std::size_t>(std::min(units, per_chunk)) * unit_bytes);
-  std::vector<double> values(static_cast<std::size_t>(unit_elements));
+  const std::int64_t chunk_units = std::min(units, per_chunk);
+  std::vector<std::byte> chunk(static_cast<std::size_t>(chunk_units) * unit_bytes);
+  std::vector<double> values(static_cast<std::size_t>(chunk_units * unit_elements));
   for (std::int64_t start = 0; start < units; start += per_chunk) {
     const std::int64_t n = std::min(per_chunk, units - start);
     const std::span<std::byte> bytes(chunk.data(), static_cast<std::size_t>(n) * unit_bytes);
     file.read(tensor, static_cast<std::uint64_t>(first_unit + start) * unit_bytes, bytes);
-    for (std::int64_t k = 0; k < n; ++k) {
-      const std::byte* unit = bytes.data() + static_cast<std::size_t>(k) * unit_bytes;
-      if (tensor.block) {
-        tensor.block->decode(unit, values.data());
-      } else {
-        values[0] = element_to_double(tensor.dtype, unit);
+    // The whole chunk is converted before any value is visited: one loop per type, which the compiler vectorizes,
+    // rather than a switch per element (reading DINOv2's float32 weights took a tenth of its forward).
+    if (tensor.block) {
+      for (std::int64_t k = 0; k < n; ++k) {
+        tensor.block->decode(bytes.data() + static_cast<std::size_t>(k) * unit_bytes,
+                             values.data() + k * unit_elements);
       }
-      for (std::int64_t j = 0; j < unit_elements; ++j) {
-        const std::int64_t index = (start + k) * unit_elements + j;
-        const double value = values[static_cast<std::size_t>(j)];
-        if (!std::isfinite(value)) throw InputError(fmt::format("{}: element {} is {}", where, first + index, value));
-        visit(index, value);
-      }
+    } else {
+      elements_to_double(tensor.dtype, bytes.data(), n, values.data());
     }
+    const std::span<const double> converted(values.data(), static_cast<std::size_t>(n * unit_elements));
+    if (!Eigen::Map<const Eigen::ArrayXd>(converted.data(), static_cast<Eigen::Index>(converted.size())).allFinite()) {
+      const auto bad = std::find_if(converted.begin(), converted.end(), [](double v) { return !std::isfinite(v); });
+      throw InputError(
+          fmt::format("{}: element {} is {}", where, first + start * unit_elements + (bad - converted.begin()), *bad));
+    }
+    visit(start * unit_elements, converted);
   }
 }
 
 void fill_checked(const TensorFile& file, const TensorInfo& tensor, std::int64_t first, std::int64_t count, double* out,
                   const std::string& where) {
-  for_each_element(file, tensor, first, count, where, [out](std::int64_t k, double value) { out[k] = value; });
+  for_each_element(file, tensor, first, count, where, [out](std::int64_t index, std::span<const double> values) {
+    std::copy(values.begin(), values.end(), out + index);
+  });
 }
 
 std::string shape_text(const std::vector<std::int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
@@ -522,7 +548,9 @@ double Checkpoint::root_mean_square(std::string_view name) const {
   if (count == 0) throw InputError(fmt::format("{} is empty", where(name)));
   double sum = 0;
   for_each_element(*files_[e.file], tensor, 0, count, where(name),
-                   [&sum](std::int64_t, double value) { sum += value * value; });
+                   [&sum](std::int64_t, std::span<const double> values) {
+                     for (const double value : values) sum += value * value;
+                   });
   return std::sqrt(sum / static_cast<double>(count));
 }
 

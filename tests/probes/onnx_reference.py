@@ -10,12 +10,15 @@
       checks that they agree: per layer, max |X difference| <= 2e-5 max |X| and max |attention difference|
       <= 1e-4 (float32 rounding through 12 layers: measured 2.7e-6 and 1.6e-5 on this input; the measured
       differences are printed). --layers K compares the first K layers only (the probe computes no more).
-  bench BIN MODEL_DIR MODEL.onnx [--repeat R]
+  bench BIN MODEL_DIR MODEL.onnx [--repeat R] [--bench-probe BENCH_PROBE]
                           (also the probe with --precision mixed: its time, its ratio to ONNX Runtime's, and the
                           largest relative difference of its row's numbers from the double-precision probe's)
       Wall and CPU time of the whole probe command (load and convert the F32 weights, the forward through all
       12 layers in double precision, the norms of one head) and of ONNX Runtime's forward (float32, session
-      already loaded) on the same 224 x 224 input (N = 257 positions), in one run; medians of R runs.
+      already loaded) on the same 224 x 224 input (N = 257 positions), in one run; medians of R runs. Also ONNX
+      Runtime's whole in-process job (creating the session from the file, then the forward), and, with
+      BENCH_PROBE (bench/probes/bench_probe), the probe's forward alone (the 12 layers, their weights read and
+      widened as each starts; not the process start, the pixels or the norms), double and mixed.
 
 Exit 0 pass, 1 mismatch, 77 skipped (onnx, onnxruntime, Pillow or the model absent).
 """
@@ -124,14 +127,15 @@ def compare(binary, model_dir, onnx_path, size, layers):
     return 1 if failures else 0
 
 
-def bench(binary, model_dir, onnx_path, repeat):
+def bench(binary, model_dir, onnx_path, repeat, bench_probe=None):
     layers = json.load(open(os.path.join(model_dir, "config.json")))["num_hidden_layers"]
     pixels = dinov2_pixels(model_dir, 224)
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = 1
     session = onnxruntime.InferenceSession(onnx_path, options, providers=["CPUExecutionProvider"])
     session.run(None, {"input_image": pixels[None]})
-    ort_times, probe_times, mixed_times = [], [], []
+    ort_times, ort_whole_times, probe_times, mixed_times = [], [], [], []
+    forward_times = {"double": [], "mixed": []}
     double_rows, mixed_rows = [], []
     with tempfile.TemporaryDirectory() as tmp:
         pixels_file = os.path.join(tmp, "pixels.npy")
@@ -140,10 +144,23 @@ def bench(binary, model_dir, onnx_path, repeat):
             started, cpu = time.perf_counter(), time.process_time()
             session.run(None, {"input_image": pixels[None]})
             ort_times.append((time.perf_counter() - started, time.process_time() - cpu))
+            started, cpu = time.perf_counter(), time.process_time()
+            fresh = onnxruntime.InferenceSession(onnx_path, options, providers=["CPUExecutionProvider"])
+            fresh.run(None, {"input_image": pixels[None]})
+            ort_whole_times.append((time.perf_counter() - started, time.process_time() - cpu))
+            del fresh
             probe_times.append(run_probe(binary, model_dir, pixels_file, None, layers, "double", double_rows))
             mixed_times.append(run_probe(binary, model_dir, pixels_file, None, layers, "mixed", mixed_rows))
+            if bench_probe:
+                for precision, times in forward_times.items():
+                    run = subprocess.run([bench_probe, model_dir, pixels_file, "257", str(layers - 1), "1", precision],
+                                         capture_output=True, text=True, check=True)
+                    phases = json.loads(run.stdout)
+                    times.append((phases["forward_s"], phases["forward_cpu_s"]))
     ort, probe = np.median(np.array(ort_times), axis=0), np.median(np.array(probe_times), axis=0)
+    ort_whole = np.median(np.array(ort_whole_times), axis=0)
     mixed = np.median(np.array(mixed_times), axis=0)
+    forward = {p: np.median(np.array(t), axis=0) for p, t in forward_times.items() if t}
     print(json.dumps({"model": "DINOv2-small", "N": 257, "repeat": repeat, "threads": 1,
                       "load_average_1min": os.getloadavg()[0],
                       "onnxruntime_forward_wall_s": float(ort[0]), "onnxruntime_forward_cpu_s": float(ort[1]),
@@ -151,6 +168,12 @@ def bench(binary, model_dir, onnx_path, repeat):
                       "wall_ratio": float(probe[0] / ort[0]), "cpu_ratio": float(probe[1] / ort[1]),
                       "mixed_probe_wall_s": float(mixed[0]), "mixed_probe_cpu_s": float(mixed[1]),
                       "mixed_wall_ratio": float(mixed[0] / ort[0]), "mixed_cpu_ratio": float(mixed[1] / ort[1]),
+                      "onnxruntime_session_and_forward_wall_s": float(ort_whole[0]),
+                      "onnxruntime_session_and_forward_cpu_s": float(ort_whole[1]),
+                      "mixed_probe_over_session_and_forward_cpu": float(mixed[1] / ort_whole[1]),
+                      **{f"{p}_forward_{what}_s": float(t[k]) for p, t in forward.items()
+                         for k, what in ((0, "wall"), (1, "cpu"))},
+                      **{f"{p}_forward_over_onnxruntime_forward_cpu": float(t[1] / ort[1]) for p, t in forward.items()},
                       "mixed_largest_relative_difference_from_double": largest_relative_difference(mixed_rows,
                                                                                                    double_rows)}))
     return 0
@@ -168,7 +191,8 @@ def main(argv):
     option = lambda name, default: int(argv[argv.index(name) + 1]) if name in argv else default
     if argv[0] == "compare":
         return compare(binary, model_dir, onnx_path, option("--size", 224), option("--layers", 0))
-    return bench(binary, model_dir, onnx_path, option("--repeat", 3))
+    bench_probe = argv[argv.index("--bench-probe") + 1] if "--bench-probe" in argv else None
+    return bench(binary, model_dir, onnx_path, option("--repeat", 3), bench_probe)
 
 
 if __name__ == "__main__":

@@ -160,8 +160,15 @@ struct LayerSink {
 // a b in double, or with `float32` its factors rounded to float32, multiplied in float32 and the product widened back.
 template <class A, class B>
 Matrix forward_product(const A& a, const B& b, bool float32) {
-  if (float32) return (a.template cast<float>() * b.template cast<float>()).template cast<double>();
-  return a * b;
+  if (!float32) return a * b;
+  // Each factor is rounded in its own storage order: a transposed weight is read along its rows, not across them.
+  const auto rounded = [](const auto& m) {
+    using Plain = typename std::decay_t<decltype(m)>::PlainObject;
+    using Float =
+        Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Plain::IsRowMajor ? Eigen::RowMajor : Eigen::ColMajor>;
+    return Float(m.template cast<float>());
+  };
+  return (rounded(a) * rounded(b)).template cast<double>();
 }
 
 class TransformerModel {
