@@ -33,26 +33,24 @@ const attncheck::theory::AttentionMap& softmax() {
   return map;
 }
 
-void causal(benchmark::State& state) {
-  const Head head(state.range(0));
+// One head's norms under rotary keys per iteration; `attended` is `true` (causal) or a mask.
+template <class Attended>
+void rotary_head(benchmark::State& state, const Head& head, const Attended& attended) {
   for (auto _ : state) {
     benchmark::DoNotOptimize(attncheck::theory::attention_norms_from_projections(softmax(), head.X, head.V, head.U,
-                                                                                 true, &head.rotary, &head.gram)
+                                                                                 attended, &head.rotary, &head.gram)
                                  .dK_fro);
   }
 }
 
+void causal(benchmark::State& state) { rotary_head(state, Head(state.range(0)), true); }
+
 void per_row(benchmark::State& state) {
-  const Head head(state.range(0));
   attncheck::theory::AttendedMask mask(state.range(0), state.range(0));
   for (Index i = 0; i < mask.rows(); ++i) {
     for (Index j = 0; j < mask.cols(); ++j) mask(i, j) = j <= i;
   }
-  for (auto _ : state) {
-    benchmark::DoNotOptimize(attncheck::theory::attention_norms_from_projections(softmax(), head.X, head.V, head.U,
-                                                                                 mask, &head.rotary, &head.gram)
-                                 .dK_fro);
-  }
+  rotary_head(state, Head(state.range(0)), mask);
 }
 
 void plain_keys(benchmark::State& state) {
