@@ -53,8 +53,8 @@ def main(folder):
     if len(ns) < 2:
         sys.exit(f"summarize_context.py: fewer than two N-*.json in {folder}")
     heads = len(runs[ns[0]])
-    print(f"SmolLM2-135M-Instruct (Q4_1), examples/context_paragraph.txt cut to its first N tokens; "
-          f"{heads} heads (30 layers x 9 query heads).\n")
+    print(f"SmolLM2-135M-Instruct (Q4_1), examples/context_paragraph.txt (repeated past its 1052 tokens) cut to its "
+          f"first N tokens; {heads} heads (30 layers x 9 query heads).\n")
     print("| N | ‖A‖_F/√N median [min, max] | ‖∇softmax‖_F/(√N/2) median [max] | heads with ‖A‖_F ≥ 0.99 √N "
           "| ‖S‖_F/√N ÷ ‖A‖_F | ‖S³‖_F/√N ÷ ‖A‖_F | ‖relu(S)‖_F/N ÷ ‖A‖_F |")
     print("|---|---|---|---|---|---|---|")
@@ -97,7 +97,7 @@ def plot(folder, ns, runs, medians):
     script = f"""set terminal svg size 860,640 dynamic font 'sans,13'
 set output '{os.path.join(folder, 'smollm2-context.svg')}'
 set logscale xy
-set xlabel 'N (tokens of the paragraph)'
+set xlabel 'N (tokens of the paragraph, repeated past 1052)'
 set ylabel 'Frobenius norm (median over the 270 heads)'
 set title 'SmolLM2-135M-Instruct: live norms against context length'
 set key below maxrows 4
