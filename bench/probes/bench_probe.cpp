@@ -31,7 +31,29 @@ int main(int argc, char** argv) {
   keep_freed_matrices_in_heap();  // as the CLI runs
   try {
     const std::string input = argv[2];
-    const auto n = static_cast<std::size_t>(std::stoll(argv[3]));
+    // The arguments are checked before anything is loaded.
+    const auto whole_number = [](const char* text, const char* what) {
+      std::size_t used = 0;
+      long long value = 0;
+      try {
+        value = std::stoll(text, &used);
+      } catch (const std::logic_error&) {
+        used = 0;
+      }
+      if (used == 0 || used != std::string_view(text).size()) {
+        throw InputError(fmt::format("{} = '{}' is not a whole number", what, text));
+      }
+      return value;
+    };
+    const long long length = whole_number(argv[3], "N");
+    if (length <= 0) throw InputError(fmt::format("N = {} is not positive", length));
+    const auto n = static_cast<std::size_t>(length);
+    const int only_layer = argc > 4 ? static_cast<int>(whole_number(argv[4], "LAYER")) : -1;
+    const int threads = argc > 5 ? static_cast<int>(whole_number(argv[5], "THREADS")) : 1;
+    const std::string precision = argc > 6 ? argv[6] : "double";
+    if (precision != "double" && precision != "mixed") {
+      throw InputError(fmt::format("precision '{}' is neither double nor mixed", precision));
+    }
     const auto t0 = Clock::now();
     const auto model = TransformerModel::load(argv[1]);
     const auto t1 = Clock::now();
@@ -50,10 +72,6 @@ int main(int argc, char** argv) {
     if (static_cast<std::size_t>(embeddings.rows()) != n) {
       throw InputError(fmt::format("{} gives N = {}, not {}", input, embeddings.rows(), n));
     }
-    const int only_layer = argc > 4 ? std::stoi(argv[4]) : -1;
-    const int threads = argc > 5 ? std::stoi(argv[5]) : 1;
-    const std::string precision = argc > 6 ? argv[6] : "double";
-    if (precision != "double" && precision != "mixed") throw InputError(fmt::format("precision {}?", precision));
     std::vector<int> all_heads(static_cast<std::size_t>(model.config().heads));
     std::iota(all_heads.begin(), all_heads.end(), 0);
     const auto t2 = Clock::now();

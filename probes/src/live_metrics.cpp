@@ -278,7 +278,9 @@ void set_group_key_derivatives(const LayerInputs& layer, std::span<HeadMetrics> 
   }
 }
 
-HeadMetrics measure_head(const LayerInputs& layer, int layer_index, int head_index, bool cross_norm, int threads) {
+HeadMetrics measure_head(const LayerInputs& layer, int layer_index, int head_index, bool cross_norm,
+                         int requested_threads) {
+  const int threads = streams::thread_count(requested_threads);
   const HeadInputs& head = layer.heads.at(static_cast<std::size_t>(head_index));
   HeadMetrics m;
   m.layer = layer_index;

@@ -481,7 +481,8 @@ TEST_CASE("the norms' squared sums over parts of the rows add up to the whole he
   const auto whole = theory::attention_row_sums_from_projections(softmax, c.X, c.V, c.U, true, rotary_only, {});
   const auto norms = theory::attention_norms_from_projections(softmax, c.X, c.V, c.U, true, rotary_only);
   CHECK(theory::attention_norms_from_sums(softmax, n, whole).dK_fro == norms.dK_fro);
-  for (const theory::RowRange bad : {theory::RowRange{-1, 3}, theory::RowRange{40, 6}, theory::RowRange{46, -1}}) {
+  for (const theory::RowRange bad :
+       {theory::RowRange{-1, 3}, theory::RowRange{40, 6}, theory::RowRange{46, -1}, theory::RowRange{5, -7}}) {
     CHECK_THROWS_WITH(theory::attention_row_sums_from_projections(softmax, c.X, c.V, c.U, true, rotary_only, bad),
                       Catch::Contains("not within the 45 rows"));
   }

@@ -415,8 +415,8 @@ void check_mask(const AttendedMask& attended, Index rows, Index cols) {
 
 // The rows [first, end) of `rows` within n rows.
 std::pair<Index, Index> row_span(RowRange rows, Index n) {
-  const Index end = rows.count < 0 ? n : rows.first + rows.count;
-  if (rows.first < 0 || rows.first > n || end < rows.first || end > n) {
+  const Index end = rows.count == -1 ? n : rows.first + rows.count;
+  if (rows.first < 0 || rows.first > n || rows.count < -1 || end < rows.first || end > n) {
     throw InputError(fmt::format("rows {} .. {} (0-based) are not within the {} rows", rows.first, end - 1, n));
   }
   return {rows.first, end};

@@ -100,7 +100,8 @@ void RotaryKernelRows::set_cosines(Index k, const double* cosines) {
 std::vector<KernelForms> RotaryKernelRows::forms(const Matrix& gram) const {
   const LowerSums sums = lower_sums();
   std::vector<KernelForms> out(static_cast<std::size_t>(rows_));
-  // Keys j and j + 1 together (j + 1 alone past the end: its row stands in for both, its second result unused).
+  // Keys j and j + 1 together. On an odd length the last key j has no partner: its row is passed twice and the second
+  // result is not used.
   for (Index j = 0; j < length_; j += 2) {
     const bool pair = j + 1 < length_;
     const Index j1 = pair ? j + 1 : j;
