@@ -42,9 +42,8 @@ NormSet norms_of(const AttentionMap& map, const LayerInputs& layer, const HeadIn
   theory::ScoreMaps maps = score_maps(layer, head, raw_queries, raw_keys);
   if (layer.gram.size() != 0) {
     maps.gram = &layer.gram;
-  } else if (map.activation.kind == ActivationKind::softmax &&
-             (maps.rotary || maps.query_norm || maps.key_norm || maps.logit_softcap != 0)) {
-    // Softmax's dA/dW_K then reads X X^T: formed once here, not once per part.
+  } else if (theory::key_term_reads_gram(map, maps)) {
+    // Formed once here, not once per part.
     own_gram.noalias() = layer.X * layer.X.transpose();
     maps.gram = &own_gram;
   }

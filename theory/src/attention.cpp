@@ -203,9 +203,7 @@ double rotary_key_term(const Matrix& gram, std::span<const double> a, std::span<
   // Keys in one run of positions (a sliding window, a causal prefix, all) read the Gram rows in place.
   if (keys.back() - keys.front() == visible - 1) {
     detail::RotaryKernelRows run(1, keys.front(), visible);
-    std::copy(row.w.begin(), row.w.end(), run.w(0));
-    std::copy(row.u.begin(), row.u.end(), run.u(0));
-    run.set_cosines(0, c.data());
+    run.set_row(0, row.w, row.u, c.data());
     return row.term(B, run.forms(gram).front());
   }
   Matrix kernel(visible, visible);
@@ -276,10 +274,8 @@ struct RotaryKeys {
       const Vector& a = probabilities[static_cast<std::size_t>(k)];
       const CenteredRow& row =
           centered.emplace_back(std::span<const double>(a.data(), static_cast<std::size_t>(a.size())));
-      std::copy(row.w.begin(), row.w.end(), run.w(k));
-      std::copy(row.u.begin(), row.u.end(), run.u(k));
       c[static_cast<std::size_t>(k)] = kernel_cosines(V, rows[static_cast<std::size_t>(k)]);
-      run.set_cosines(k, c[static_cast<std::size_t>(k)].data());
+      run.set_row(k, row.w, row.u, c[static_cast<std::size_t>(k)].data());
     }
     const std::vector<detail::KernelForms> forms = run.forms(gram);
     double total = 0;
@@ -660,6 +656,10 @@ bool needs_general_rows(const AttentionMap& map, const ScoreMaps& maps) {
 }
 
 }  // namespace
+
+bool key_term_reads_gram(const AttentionMap& map, const ScoreMaps& maps) {
+  return map.activation.kind == ActivationKind::softmax && (maps.rotary || needs_general_rows(map, maps));
+}
 
 AttentionSquaredSums attention_row_sums_from_projections(const AttentionMap& map, const Matrix& X, const Matrix& V,
                                                          const Matrix& U, bool causal, const ScoreMaps& maps,

@@ -90,7 +90,9 @@ RotaryKernelRows::RotaryKernelRows(Index rows, Index offset, Index length)
       u_(w_.size(), 0.0),
       reversed_cosines_(w_.size(), 0.0) {}
 
-void RotaryKernelRows::set_cosines(Index k, const double* cosines) {
+void RotaryKernelRows::set_row(Index k, const Vector& w, const Vector& u, const double* cosines) {
+  std::copy(w.begin(), w.end(), w_.begin() + k * length_);
+  std::copy(u.begin(), u.end(), u_.begin() + k * length_);
   std::reverse_copy(cosines, cosines + length_, reversed_cosines_.begin() + k * length_);
 }
 

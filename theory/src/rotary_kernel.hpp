@@ -20,10 +20,9 @@ class RotaryKernelRows {
   RotaryKernelRows(Index rows, Index offset, Index length);
   Index rows() const { return rows_; }
   Index length() const { return length_; }
-  // Row k's w, u (`length` entries each) and C_k(m) for m = 0 .. length - 1, all zero until set.
-  double* w(Index k) { return w_.data() + k * length_; }
-  double* u(Index k) { return u_.data() + k * length_; }
-  void set_cosines(Index k, const double* cosines);
+  // Row k's w and u (up to `length` entries each; zero past them) and C_k(m) for m = 0 .. length - 1. Rows not set
+  // are zero.
+  void set_row(Index k, const Vector& w, const Vector& u, const double* cosines);
   // Every row's forms: O(length^2 / 2) per row, each Gram row read once for all rows.
   std::vector<KernelForms> forms(const Matrix& gram) const;
 

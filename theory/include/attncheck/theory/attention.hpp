@@ -152,6 +152,10 @@ AttentionNorms attention_norms_from_projections(const AttentionMap& map, const M
 AttentionNorms attention_norms_from_projections(const AttentionMap& map, const Matrix& X, const Matrix& V,
                                                 const Matrix& U, const AttendedMask& attended, const ScoreMaps& maps);
 
+// Whether the closed forms above read X X^T (softmax's dF/dW_K under rotary keys, norms or a cap): a caller measuring
+// a head in several parts passes it once in `maps.gram`, or each part forms its own.
+bool key_term_reads_gram(const AttentionMap& map, const ScoreMaps& maps);
+
 // The squared sums of the closed forms above over rows `rows` only.
 AttentionSquaredSums attention_row_sums_from_projections(const AttentionMap& map, const Matrix& X, const Matrix& V,
                                                          const Matrix& U, bool causal, const ScoreMaps& maps,
