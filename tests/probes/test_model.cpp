@@ -655,14 +655,23 @@ TEST_CASE("the cross-normalization what-if reads the forward pass's values, with
                     Catch::Contains("w_v is 8x3"));
 }
 
+namespace {
+// One small model of each attention the streamed and mixed-precision paths treat apart, each in its own folder under
+// `root`: gpt2 (learned positions, causal), bert (bidirectional), llama (rotary, grouped keys), mistral (a sliding
+// window of 5) and qwen3 (query/key norms).
+void write_tiny_family_models(const fs::path& root) {
+  write_tiny_gpt2(root / "gpt2" / "model.safetensors", {.layers = 2, .heads = 2, .hidden = 8, .positions = 32}, 3);
+  write_tiny_bert(root / "bert", {.layers = 2, .heads = 2, .hidden = 8, .positions = 32}, 4);
+  write_tiny_llama(root / "llama", "llama", 2);
+  write_tiny_llama(root / "mistral", "mistral", 2, 5);
+  write_tiny_llama(root / "qwen3", "qwen3", 1);
+}
+}  // namespace
+
 TEST_CASE("layers streamed a block of query rows at a time measure what layers kept whole measure, to 1e-12",
           "[model][streaming]") {
   TempDir dir;
-  write_tiny_gpt2(dir.path / "gpt2" / "model.safetensors", {.layers = 2, .heads = 2, .hidden = 8, .positions = 32}, 3);
-  write_tiny_bert(dir.path / "bert", {.layers = 2, .heads = 2, .hidden = 8, .positions = 32}, 4);
-  write_tiny_llama(dir.path / "llama", "llama", 2);
-  write_tiny_llama(dir.path / "mistral", "mistral", 2, 5);
-  write_tiny_llama(dir.path / "qwen3", "qwen3", 1);
+  write_tiny_family_models(dir.path);
   std::vector<std::int64_t> ids;
   for (std::int64_t k = 0; k < 19; ++k) ids.push_back((7 * k + 3) % 20);
   for (const char* name : {"gpt2", "bert", "llama", "mistral", "qwen3"}) {
@@ -803,9 +812,7 @@ TEST_CASE("a probe streams its layers within a memory budget that keeping them w
 TEST_CASE("mixed precision: float32 products give every norm within float32's rounding of double's, and differ from it",
           "[model][streaming]") {
   TempDir dir;
-  write_tiny_gpt2(dir.path / "gpt2" / "model.safetensors", {.layers = 2, .heads = 2, .hidden = 8, .positions = 32}, 3);
-  write_tiny_bert(dir.path / "bert", {.layers = 2, .heads = 2, .hidden = 8, .positions = 32}, 4);
-  write_tiny_llama(dir.path / "llama", "llama", 2);
+  write_tiny_family_models(dir.path);
   for (const char* name : {"gpt2", "bert", "llama"}) {
     INFO(name);
     ProbeInput input;
