@@ -5,6 +5,7 @@
 #include "attncheck/monte_carlo/entry_terms.hpp"
 #include "attncheck/monte_carlo/sample_norms.hpp"
 #include "attncheck/records/memory_budget.hpp"
+#include "attncheck/streams/cpu_features.hpp"
 #include "attncheck/streams/parallel.hpp"
 #include "attncheck/streams/random_stream.hpp"
 #include "attncheck/theory/cross_norm.hpp"
@@ -530,13 +531,6 @@ ATTNCHECK_AVX512 void fused_panel_avx512(const Real* vp, const Real* up, const d
   }
 }
 
-// ATTNCHECK_NO_AVX512 (any value) takes the portable kernels, as a CPU without AVX-512 would: read per sample
-// so that a test can compare both paths in one process.
-bool use_avx512() {
-  static const bool cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
-  return cpu && std::getenv("ATTNCHECK_NO_AVX512") == nullptr;
-}
-
 // The portable kernel once more with AVX2 + FMA code generation (std::fma then is one instruction).
 template <int P, class Real>
 __attribute__((target("avx2,fma"))) void fused_panel_avx2(const Real* vp, const Real* up, const double* u_sq,
@@ -548,7 +542,7 @@ __attribute__((target("avx2,fma"))) void fused_panel_avx2(const Real* vp, const 
 enum class FusedIsa { avx512, avx2, portable };
 
 FusedIsa fused_isa() {
-  if (use_avx512()) return FusedIsa::avx512;
+  if (streams::use_avx512_kernels()) return FusedIsa::avx512;
   static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return avx2 ? FusedIsa::avx2 : FusedIsa::portable;
 }
