@@ -4,6 +4,7 @@
 #include "progress.hpp"
 #include "subcommand.hpp"
 
+#include "attncheck/probes/float_kernels.hpp"
 #include "attncheck/probes/live_metrics.hpp"
 #include "attncheck/probes/probe_document.hpp"
 #include "attncheck/theory/accumulator.hpp"
@@ -207,8 +208,9 @@ void print_table(const probes::ProbeResult& result, const probes::ProbeInput& in
   fmt::print("{}", probes::describe_family(c));
   if (result.float32_products) {
     fmt::print(
-        "precision: mixed (the forward pass's products in float32, every norm in double: within about 1e-5 relative "
-        "of double precision, docs/usage.md)\n");
+        "precision: mixed (the forward pass's products, GELU and softmax in float32 on the {} kernels, every norm in "
+        "double: within about 1e-5 relative of double precision, docs/usage.md)\n",
+        probes::float_kernels::instruction_set());
   }
   if (input.kind == probes::ProbeInput::Kind::random) {
     fmt::print("input: {} Gaussian embeddings, sigma = {:.4g} (RMS of the {} embeddings), seed {}\n",
@@ -455,7 +457,9 @@ int run(const ProbeOptions& o) {
     note_non_finite(non_finite, "written as null");
   } else if (o.csv) {
     if (result.float32_products) {
-      fmt::print(stderr, "attncheck probe: --precision mixed: the forward pass's products ran in float32\n");
+      fmt::print(stderr,
+                 "attncheck probe: --precision mixed: the forward pass's products ran in float32 ({} kernels)\n",
+                 probes::float_kernels::instruction_set());
     }
     fmt::print("{}\n", fmt::join(probes::csv_columns(o.cross_norm), ","));
     int non_finite = 0;
@@ -524,10 +528,10 @@ const bool registered = register_subcommand(
           ->check(integer_in(1, kMaxThreads));
       command
           .add_option("--precision", o->precision,
-                      "the forward pass's matrix products: double (the default), or mixed: float32 products "
-                      "(projections, scores, attention times values, the MLP), normalizations, softmax and every "
-                      "measured norm in double; faster, with norms within about 1e-5 relative of double's "
-                      "(docs/usage.md)")
+                      "the forward pass's precision: double (the default), or mixed: its matrix products "
+                      "(projections, scores, attention times values, the MLP), GELU and the softmax that weights the "
+                      "values in float32 (AVX-512 kernels where the CPU has them), normalizations and every measured "
+                      "norm in double; faster, with norms within about 1e-5 relative of double's (docs/usage.md)")
           ->check(CLI::IsMember({"double", "mixed"}));
       command.add_option("--layers", o->layers, "0-based layers to measure (default all)")
           ->delimiter(',')

@@ -1,12 +1,14 @@
 // Times one probe of MODEL on the first N tokens of a text file, or on the pixels of a .npy file (a vision model; N is
 // then its 1 + patches), by phase: opening the checkpoint, tokenizing (or reading and embedding the pixels), the
 // forward pass through every layer (streamed, as `attncheck probe` runs it: each layer measured as it is computed,
-// then released, its weights read and widened as it starts), and the norms of the heads (every layer's, or LAYER's
-// alone, on THREADS threads). PRECISION is the forward's products' (`probe --precision`). Prints one JSON object:
-// wall seconds, and the forward's and norms' process CPU seconds (which other work on a shared machine disturbs less).
+// then released, its weights read as it starts), and the norms of the heads (every layer's, or LAYER's
+// alone, on THREADS threads). PRECISION is the forward's (`probe --precision`). Prints one JSON object: wall seconds,
+// the forward's and norms' process CPU seconds (which other work on a shared machine disturbs less), and the float32
+// kernels a mixed forward runs on ("avx512" or "portable").
 // Usage: bench_probe MODEL INPUT N [LAYER [THREADS [PRECISION]]]   (LAYER -1: every layer, the default; THREADS 1;
 //        PRECISION double or mixed, default double)
 
+#include "attncheck/probes/float_kernels.hpp"
 #include "attncheck/probes/image.hpp"
 #include "attncheck/probes/live_metrics.hpp"
 
@@ -97,9 +99,10 @@ int main(int argc, char** argv) {
     const auto cpu = [](std::clock_t a, std::clock_t b) { return static_cast<double>(b - a) / CLOCKS_PER_SEC; };
     fmt::print(
         "{{\"N\": {}, \"load_s\": {:.4f}, \"input_s\": {:.4f}, \"forward_s\": {:.4f}, \"norms_s\": {:.4f}, "
-        "\"forward_cpu_s\": {:.4f}, \"norms_cpu_s\": {:.4f}, \"softmax_fro_sum\": {:.12g}}}\n",
+        "\"forward_cpu_s\": {:.4f}, \"norms_cpu_s\": {:.4f}, \"softmax_fro_sum\": {:.12g}, \"float_kernels\": "
+        "\"{}\"}}\n",
         n, seconds(t0, t1), seconds(t1, t2), seconds(t2, t4) - norms_s, norms_s, cpu(c2, c4) - norms_cpu_s, norms_cpu_s,
-        checksum);
+        checksum, float_kernels::instruction_set());
   } catch (const InputError& e) {
     fmt::print(stderr, "{}\n", e.what());
     return 2;

@@ -78,8 +78,9 @@ T value_or(const nlohmann::json& object, const char* key, T fallback, const std:
 }
 
 // The model's MLP activation, in place: "gelu" (erf), "gelu_new"/"gelu_pytorch_tanh", "quick_gelu"
-// (x sigmoid(1.702 x)), "relu", "silu".
-void apply_hidden_activation(Matrix& m, const std::string& act);
+// (x sigmoid(1.702 x)), "relu", "silu". With `float32` (the mixed-precision forward) "gelu" runs in float32, as the
+// products around it do.
+void apply_hidden_activation(Matrix& m, const std::string& act, bool float32 = false);
 // Rows `ids` of the token embeddings plus rows `positions` of the learned position embeddings (empty: 0 .. N-1).
 Matrix token_and_position_embeddings(const Checkpoint& checkpoint, const std::string& token_tensor,
                                      const std::string& position_tensor, std::span<const std::int64_t> ids,

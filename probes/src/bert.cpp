@@ -97,7 +97,7 @@ void post_norm_encoder(const Checkpoint& checkpoint, const ModelConfig& c, Matri
         linear(checkpoint, fill_heads(layer, weights, c.heads, &map, l, sink), name(names.output), D, D, sink);
     const Matrix h1 = norm(attended + h, name(names.attention_norm));
     Matrix inter = linear(checkpoint, h1, name(names.mlp_in), I, D, sink);
-    apply_hidden_activation(inter, c.hidden_act);
+    apply_hidden_activation(inter, c.hidden_act, sink.float32_products);
     h = norm(linear(checkpoint, inter, name(names.mlp_out), D, I, sink) + h1, name(names.output_norm));
     require_finite_hidden_states(h, l);
     sink.receive(layer, l);

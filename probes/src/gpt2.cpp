@@ -67,7 +67,7 @@ void forward(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h, std::
     const Matrix m = norm(h, p + "ln_2");
     Matrix inter = forward_product(m, checkpoint.matrix(tensor(p + "mlp.c_fc.weight"), D, I), sink.float32_products);
     inter.rowwise() += checkpoint.vector(tensor(p + "mlp.c_fc.bias"), I).transpose();
-    apply_hidden_activation(inter, c.hidden_act);
+    apply_hidden_activation(inter, c.hidden_act, sink.float32_products);
     Matrix mlp =
         forward_product(inter, checkpoint.matrix(tensor(p + "mlp.c_proj.weight"), I, D), sink.float32_products);
     mlp.rowwise() += checkpoint.vector(tensor(p + "mlp.c_proj.bias"), D).transpose();

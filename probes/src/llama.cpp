@@ -221,7 +221,7 @@ void llama_like_forward(const Checkpoint& checkpoint, const ModelConfig& c, Matr
     h += attended;
     const Matrix m = norm(h, names.mlp_norm);
     Matrix gate = project(checkpoint, m, names.gate, I, sink);
-    apply_hidden_activation(gate, c.hidden_act);
+    apply_hidden_activation(gate, c.hidden_act, sink.float32_products);
     Matrix mlp = project(checkpoint, gate.cwiseProduct(project(checkpoint, m, names.up, I, sink)), names.down, D, sink);
     if (traits.sandwich_norms) mlp = norm(mlp, names.mlp_out_norm);
     h += mlp;

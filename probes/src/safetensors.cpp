@@ -19,6 +19,7 @@
 #include <cstring>
 #include <limits>
 #include <set>
+#include <span>
 
 namespace attncheck::probes {
 
@@ -424,6 +425,15 @@ std::string Checkpoint::where(std::string_view name) const {
 }
 
 namespace {
+// Refuses a tensor's elements first, first + 1, ... held in `values` when one is not finite, naming it.
+template <class Real>
+void require_finite_elements(std::span<const Real> values, std::int64_t first, const std::string& where) {
+  using Array = Eigen::Array<Real, Eigen::Dynamic, 1>;
+  if (Eigen::Map<const Array>(values.data(), static_cast<Eigen::Index>(values.size())).allFinite()) return;
+  const auto bad = std::find_if(values.begin(), values.end(), [](Real v) { return !std::isfinite(v); });
+  throw InputError(fmt::format("{}: element {} is {}", where, first + (bad - values.begin()), *bad));
+}
+
 // Calls visit(index, values) for the elements first .. first + count - 1, values[k] being element first + index + k,
 // read a chunk of about 1 MiB at a time, so that
 // converting a tensor never holds its raw bytes whole. For GGUF's block formats both are whole blocks (whole
@@ -464,11 +474,7 @@ void for_each_element(const TensorFile& file, const TensorInfo& tensor, std::int
       elements_to_double(tensor.dtype, bytes.data(), n, values.data());
     }
     const std::span<const double> converted(values.data(), static_cast<std::size_t>(n * unit_elements));
-    if (!Eigen::Map<const Eigen::ArrayXd>(converted.data(), static_cast<Eigen::Index>(converted.size())).allFinite()) {
-      const auto bad = std::find_if(converted.begin(), converted.end(), [](double v) { return !std::isfinite(v); });
-      throw InputError(
-          fmt::format("{}: element {} is {}", where, first + start * unit_elements + (bad - converted.begin()), *bad));
-    }
+    require_finite_elements(converted, first + start * unit_elements, where);
     visit(start * unit_elements, converted);
   }
 }
@@ -483,17 +489,51 @@ void fill_checked(const TensorFile& file, const TensorInfo& tensor, std::int64_t
 std::string shape_text(const std::vector<std::int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 }  // namespace
 
-Matrix Checkpoint::matrix(std::string_view name, std::int64_t rows, std::int64_t cols) const {
-  const auto& e = entry(name);
-  const TensorInfo& tensor = *e.tensor;
+std::pair<std::int64_t, std::int64_t> Checkpoint::matrix_shape(std::string_view name, std::int64_t rows,
+                                                               std::int64_t cols) const {
+  const TensorInfo& tensor = info(name);
   const std::int64_t r = tensor.shape.size() == 2 ? tensor.shape[0] : 1;
   const std::int64_t c = tensor.shape.size() == 2 ? tensor.shape[1] : (tensor.shape.size() == 1 ? tensor.shape[0] : -1);
   if (tensor.shape.size() > 2 || tensor.shape.empty() || (rows >= 0 && r != rows) || (cols >= 0 && c != cols)) {
     throw InputError(fmt::format("{} has shape {}, expected [{}, {}]", where(name), shape_text(tensor.shape),
                                  rows >= 0 ? std::to_string(rows) : "any", cols >= 0 ? std::to_string(cols) : "any"));
   }
+  return {r, c};
+}
+
+Matrix Checkpoint::matrix(std::string_view name, std::int64_t rows, std::int64_t cols) const {
+  const auto [r, c] = matrix_shape(name, rows, cols);
+  const auto& e = entry(name);
   Matrix out(r, c);
-  fill_checked(*files_[e.file], tensor, 0, r * c, out.data(), where(name));
+  fill_checked(*files_[e.file], *e.tensor, 0, r * c, out.data(), where(name));
+  return out;
+}
+
+FloatMatrix Checkpoint::float_matrix(std::string_view name, std::int64_t rows, std::int64_t cols) const {
+  const auto [r, c] = matrix_shape(name, rows, cols);
+  const auto& e = entry(name);
+  const TensorInfo& tensor = *e.tensor;
+  FloatMatrix out(r, c);
+  const std::string source = where(name);
+  if (!tensor.block && tensor.dtype == DType::F32 && std::endian::native == std::endian::little) {
+    // Stored as the forward takes it: read in place, then checked as what is widened is.
+    const std::span<float> values(out.data(), static_cast<std::size_t>(r * c));
+    files_[e.file]->read(tensor, 0, std::as_writable_bytes(values));
+    require_finite_elements<float>(values, 0, source);
+    return out;
+  }
+  for_each_element(*files_[e.file], tensor, 0, r * c, source, [&](std::int64_t index, std::span<const double> chunk) {
+    for (std::size_t k = 0; k < chunk.size(); ++k) {
+      const float rounded = static_cast<float>(chunk[k]);
+      if (std::isinf(rounded)) {
+        throw InputError(
+            fmt::format("{}: element {} is {:g}, beyond float32's range (--precision mixed rounds the "
+                        "weights to float32; --precision double takes them)",
+                        source, index + static_cast<std::int64_t>(k), chunk[k]));
+      }
+      out.data()[index + static_cast<std::int64_t>(k)] = rounded;
+    }
+  });
   return out;
 }
 

@@ -195,7 +195,7 @@ void pre_norm_encoder(const Checkpoint& checkpoint, const ModelConfig& c, Matrix
     const Matrix m = layer_norm(h, checkpoint.vector(names.norm_after + ".weight", D),
                                 checkpoint.vector(names.norm_after + ".bias", D), c.layer_norm_eps);
     Matrix inter = project(checkpoint, m, names.mlp_in, I, sink);
-    apply_hidden_activation(inter, c.hidden_act);
+    apply_hidden_activation(inter, c.hidden_act, sink.float32_products);
     Matrix mlp = project(checkpoint, inter, names.mlp_out, D, sink);
     if (!names.scale_mlp.empty()) mlp.array().rowwise() *= checkpoint.vector(names.scale_mlp, D).transpose().array();
     h += mlp;

@@ -17,8 +17,9 @@
       12 layers in double precision, the norms of one head) and of ONNX Runtime's forward (float32, session
       already loaded) on the same 224 x 224 input (N = 257 positions), in one run; medians of R runs. Also ONNX
       Runtime's whole in-process job (creating the session from the file, then the forward), and, with
-      BENCH_PROBE (bench/probes/bench_probe), the probe's forward alone (the 12 layers, their weights read and
-      widened as each starts; not the process start, the pixels or the norms), double and mixed.
+      BENCH_PROBE (bench/probes/bench_probe), the probe's forward alone (the 12 layers, their weights read as
+      each starts; not the process start, the pixels or the norms), double, mixed on the float32 kernels the CPU
+      takes (float_kernels), and mixed on the portable ones (mixed_portable: ATTNCHECK_NO_AVX512=1).
 
 Exit 0 pass, 1 mismatch, 77 skipped (onnx, onnxruntime, Pillow or the model absent).
 """
@@ -135,7 +136,10 @@ def bench(binary, model_dir, onnx_path, repeat, bench_probe=None):
     session = onnxruntime.InferenceSession(onnx_path, options, providers=["CPUExecutionProvider"])
     session.run(None, {"input_image": pixels[None]})
     ort_times, ort_whole_times, probe_times, mixed_times = [], [], [], []
-    forward_times = {"double": [], "mixed": []}
+    # mixed_portable: the mixed forward on the portable float32 kernels (products through OpenBLAS's SGEMM), as a
+    # CPU without AVX-512 runs it.
+    forward_times = {"double": [], "mixed": [], "mixed_portable": []}
+    float_kernels = None
     double_rows, mixed_rows = [], []
     with tempfile.TemporaryDirectory() as tmp:
         pixels_file = os.path.join(tmp, "pixels.npy")
@@ -153,10 +157,15 @@ def bench(binary, model_dir, onnx_path, repeat, bench_probe=None):
             mixed_times.append(run_probe(binary, model_dir, pixels_file, None, layers, "mixed", mixed_rows))
             if bench_probe:
                 for precision, times in forward_times.items():
-                    run = subprocess.run([bench_probe, model_dir, pixels_file, "257", str(layers - 1), "1", precision],
-                                         capture_output=True, text=True, check=True)
+                    portable = precision == "mixed_portable"
+                    environment = dict(os.environ, **({"ATTNCHECK_NO_AVX512": "1"} if portable else {}))
+                    run = subprocess.run([bench_probe, model_dir, pixels_file, "257", str(layers - 1), "1",
+                                          "mixed" if portable else precision],
+                                         capture_output=True, text=True, check=True, env=environment)
                     phases = json.loads(run.stdout)
                     times.append((phases["forward_s"], phases["forward_cpu_s"]))
+                    if precision == "mixed":
+                        float_kernels = phases["float_kernels"]
     ort, probe = np.median(np.array(ort_times), axis=0), np.median(np.array(probe_times), axis=0)
     ort_whole = np.median(np.array(ort_whole_times), axis=0)
     mixed = np.median(np.array(mixed_times), axis=0)
@@ -174,6 +183,7 @@ def bench(binary, model_dir, onnx_path, repeat, bench_probe=None):
                       **{f"{p}_forward_{what}_s": float(t[k]) for p, t in forward.items()
                          for k, what in ((0, "wall"), (1, "cpu"))},
                       **{f"{p}_forward_over_onnxruntime_forward_cpu": float(t[1] / ort[1]) for p, t in forward.items()},
+                      "float_kernels": float_kernels,
                       "mixed_largest_relative_difference_from_double": largest_relative_difference(mixed_rows,
                                                                                                    double_rows)}))
     return 0

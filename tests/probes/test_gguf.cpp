@@ -230,6 +230,13 @@ TEST_CASE("GGUF tensors: shapes outermost first, plain types and blocks dequanti
     CHECK(q8_k[k] == static_cast<double>(0.1f * static_cast<float>(k - 128)));
   }
   CHECK(q8_k[129] == static_cast<double>(0.1f));
+  // The mixed-precision forward's float32 weights: every type rounded from what the double reader gives (exact here:
+  // each value is a float32).
+  CHECK(checkpoint.float_matrix("f32", 2, 3) == m.cast<float>());
+  CHECK(checkpoint.float_matrix("q4_k", 2, 256) == q4_k.cast<float>());
+  CHECK(checkpoint.float_matrix("bf16") == checkpoint.matrix("bf16").cast<float>());
+  CHECK_THROWS_WITH(checkpoint.float_matrix("q4_k", 2, 255),
+                    Catch::Contains("tensor 'q4_k'") && Catch::Contains("has shape [2, 256], expected [2, 255]"));
   CHECK(q8_k[131] != 3 * static_cast<double>(0.1f));  // 3 times 0.1f is not a float32: the product is rounded
   // A known type that is not supported is refused when read, by name, with the types that are read.
   CHECK_THROWS_WITH(checkpoint.vector("iq4_xs"), Catch::Contains("tensor 'iq4_xs' in " + file.string()) &&

@@ -244,6 +244,32 @@ TEST_CASE("written files read back exactly, through a folder and a sharded index
   }
 }
 
+TEST_CASE(
+    "float32 matrices for the mixed-precision forward: float32 read as stored, wider types rounded, range checked",
+    "[safetensors]") {
+  TempDir dir;
+  const double third = 1.0 / 3;
+  write_safetensors(dir.path / "m.safetensors", {{"f32", {2, 2}, {1.5, -third, 1e30, 7}, DType::F32},
+                                                 {"f64", {2, 1}, {third, -2}, DType::F64},
+                                                 {"huge", {3}, {1, -4e38, 2}, DType::F64},
+                                                 {"nan", {2}, {0, std::nan("")}, DType::F32}});
+  const auto checkpoint = Checkpoint::open(dir.path / "m.safetensors");
+  const FloatMatrix f32 = checkpoint.float_matrix("f32", 2, 2);
+  CHECK(f32 == checkpoint.matrix("f32").cast<float>());
+  CHECK(f32(0, 1) == static_cast<float>(-third));
+  const FloatMatrix f64 = checkpoint.float_matrix("f64", 2, 1);
+  CHECK(f64(0, 0) == static_cast<float>(third));  // rounded to nearest, not truncated
+  CHECK(f64(1, 0) == -2.0f);
+  const std::string file = (dir.path / "m.safetensors").string();
+  CHECK_THROWS_WITH(checkpoint.float_matrix("huge"),
+                    Catch::Contains("tensor 'huge' in " + file) &&
+                        Catch::Contains("element 1 is -4e+38, beyond float32's range") &&
+                        Catch::Contains("--precision double"));
+  CHECK_THROWS_WITH(checkpoint.float_matrix("nan"),
+                    Catch::Contains("tensor 'nan' in " + file) && Catch::Contains("element 1 is nan"));
+  CHECK_THROWS_WITH(checkpoint.float_matrix("f64", 1, 2), Catch::Contains("has shape [2, 1], expected [1, 2]"));
+}
+
 TEST_CASE("the parser never crashes on mutated files and accepts only consistent ones", "[safetensors][property]") {
   const auto valid = image(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                            R"("b":{"dtype":"BF16","shape":[2,2],"data_offsets":[8,16]}})",

@@ -3,6 +3,7 @@
 // metadata), the weights from safetensors or GGUF, and a double-precision forward pass that yields each
 // layer's attention inputs per head.
 
+#include "attncheck/probes/float_kernels.hpp"
 #include "attncheck/probes/safetensors.hpp"
 #include "attncheck/theory/attention.hpp"
 
@@ -13,6 +14,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 namespace attncheck::probes {
@@ -151,11 +153,24 @@ struct LayerSink {
   // heads' context is computed one block of query rows at a time and no N x N matrix is formed.
   bool keep_attention = true;
   theory::Index query_row_block = kQueryRowBlock;  // rows per block when the attention is not kept
-  // The forward pass's matrix products (the projections, the scores, attention times values, the MLP) in float32,
-  // their inputs rounded to float32 and the results widened back; normalizations, softmax and every norm the probe
-  // measures stay in double (`probe --precision mixed`).
+  // The forward pass in float32 where its time goes (`probe --precision mixed`): the matrix products (the projections,
+  // the scores, attention times values, the MLP), their inputs rounded to float32 and the results widened back; GELU;
+  // and, when the attention is not kept, the softmax that weights the values over every key or a causal prefix. Layer
+  // norms, residual sums, other masks and activations, the heads' rows and every norm the probe measures stay in
+  // double. The float32 kernels are float_kernels.hpp's.
   bool float32_products = false;
 };
+
+// a b for float32 matrices (plain, or a plain one transposed: either storage order) in float32, widened to double.
+template <class A, class B>
+Matrix float32_product(const A& a, const B& b) {
+  const auto operand = [](const auto& m) {
+    return float_kernels::Operand{m.data(), m.rows(), m.cols(), std::decay_t<decltype(m)>::IsRowMajor};
+  };
+  FloatMatrix c(a.rows(), b.cols());
+  float_kernels::product(operand(a), operand(b), c.data());
+  return c.template cast<double>();
+}
 
 // a b in double, or with `float32` its factors rounded to float32, multiplied in float32 and the product widened back.
 template <class A, class B>
@@ -168,7 +183,7 @@ Matrix forward_product(const A& a, const B& b, bool float32) {
         Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Plain::IsRowMajor ? Eigen::RowMajor : Eigen::ColMajor>;
     return Float(m.template cast<float>());
   };
-  return (rounded(a) * rounded(b)).template cast<double>();
+  return float32_product(rounded(a), rounded(b));
 }
 
 class TransformerModel {

@@ -23,6 +23,8 @@ namespace attncheck::probes {
 using theory::InputError;
 using theory::Matrix;
 using theory::Vector;
+// Float32 matrices of the mixed-precision forward pass (`probe --precision mixed`), stored by rows as Matrix is.
+using FloatMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
 enum class DType { F64, F32, F16, BF16, F8_E4M3, F8_E5M2, I64, I32, I16, I8, U64, U32, U16, U8, BOOL };
 
@@ -107,6 +109,9 @@ class Checkpoint {
 
   // Whole tensor as a matrix: 2-D as is, 1-D as one row; the shape must be exactly `rows` x `cols` (-1: any).
   Matrix matrix(std::string_view name, std::int64_t rows = -1, std::int64_t cols = -1) const;
+  // The same in float32, for the mixed-precision forward: float32 tensors read as they are stored, others rounded (a
+  // value beyond float32's range is an InputError naming it).
+  FloatMatrix float_matrix(std::string_view name, std::int64_t rows = -1, std::int64_t cols = -1) const;
   Vector vector(std::string_view name, std::int64_t length = -1) const;
   // A tensor of exactly `shape` (any number of dimensions) as rows of its last extent, in row-major order.
   Matrix flattened(std::string_view name, const std::vector<std::int64_t>& shape) const;
@@ -121,6 +126,8 @@ class Checkpoint {
     const TensorInfo* tensor;
   };
   const Entry& entry(std::string_view name) const;
+  // A 2-D (or 1-D: one row) tensor's rows and columns, checked against the ones asked for (-1: any).
+  std::pair<std::int64_t, std::int64_t> matrix_shape(std::string_view name, std::int64_t rows, std::int64_t cols) const;
   std::vector<std::unique_ptr<TensorFile>> files_;
   std::map<std::string, Entry, std::less<>> entries_;
   const GgufFile* gguf_ = nullptr;
