@@ -400,7 +400,8 @@ int run(const ProbeOptions& o) {
   }
   const probes::ProbeInput input = make_input(o);
   if (o.precision != "double" && (!o.watch.empty() || !o.text_file.empty())) {
-    throw UsageError("--precision mixed applies to one MODEL and one input, not to --watch or --text-file");
+    throw UsageError(
+        fmt::format("--precision {} applies to one MODEL and one input, not to --watch or --text-file", o.precision));
   }
   if (!o.watch.empty()) {
     if (!o.model.empty()) throw UsageError("--watch DIR takes the folder instead of MODEL; give one of them");
@@ -442,9 +443,31 @@ int run(const ProbeOptions& o) {
     return run_text_file(o, terminal_progress("attncheck probe " + o.model));
   }
   if (o.model.empty()) throw UsageError("give MODEL (a folder, a .safetensors or a .gguf file) or --watch DIR");
-  const auto result =
-      probes::probe_model(o.model, input, o.layers, o.heads, !o.attention_out.empty(), o.cross_norm,
-                          terminal_progress("attncheck probe " + o.model), o.threads, o.precision == "mixed");
+  const auto timed_probe = [&](bool mixed, bool keep_layers, std::string what, double& seconds) {
+    const auto start = std::chrono::steady_clock::now();
+    auto result = probes::probe_model(o.model, input, o.layers, o.heads, keep_layers, o.cross_norm,
+                                      terminal_progress(std::move(what)), o.threads, mixed);
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return result;
+  };
+  double seconds = 0, mixed_seconds = 0;
+  auto result = timed_probe(o.precision == "mixed", !o.attention_out.empty(), "attncheck probe " + o.model, seconds);
+  if (o.precision == "compare") {
+    const auto mixed = timed_probe(true, false, "attncheck probe " + o.model + " (again, mixed)", mixed_seconds);
+    result.mixed_against_double = probes::precision_difference(result, mixed);
+  }
+  // What --precision compare measured, said where the output's reader looks: under the table, or on stderr beside
+  // --csv (the JSON holds it in tool.mixed_against_double).
+  const auto print_comparison = [&](std::FILE* stream) {
+    if (!result.mixed_against_double) return;
+    const records::ProbePrecisionCheck& check = *result.mixed_against_double;
+    fmt::print(stream,
+               "precision: the numbers are double's; the same probe with --precision mixed ({} kernels) fell within "
+               "{:.2g} relative of them (largest: {} of layer {} head {}), its Frobenius norms within {:.2g}; it took "
+               "{:.3g} s against double's {:.3g} s\n",
+               check.float_kernels, check.largest, check.field, check.layer, check.head, check.largest_norm,
+               mixed_seconds, seconds);
+  };
   if (!o.attention_out.empty()) probes::write_attention(o.attention_out, result);
   const bool hold = bounds_hold(result);
   if (o.json) {
@@ -456,6 +479,7 @@ int run(const ProbeOptions& o) {
     std::cout << records::to_json(probes::probe_document(o.model, input, result, o.cross_norm)).dump(1) << "\n";
     note_non_finite(non_finite, "written as null");
   } else if (o.csv) {
+    print_comparison(stderr);
     if (result.float32_products) {
       fmt::print(stderr,
                  "attncheck probe: --precision mixed: the forward pass's products ran in float32 ({} kernels)\n",
@@ -475,6 +499,7 @@ int run(const ProbeOptions& o) {
     note_non_finite(non_finite, "left empty");
   } else {
     print_table(result, input, table_columns(o.columns), o.cross_norm);
+    print_comparison(stdout);
   }
   return hold ? kExitHolds : kExitViolated;
 }
@@ -528,11 +553,13 @@ const bool registered = register_subcommand(
           ->check(integer_in(1, kMaxThreads));
       command
           .add_option("--precision", o->precision,
-                      "the forward pass's precision: double (the default), or mixed: its matrix products "
+                      "the forward pass's precision: double (the default); mixed: its matrix products "
                       "(projections, scores, attention times values, the MLP), GELU and the softmax that weights the "
                       "values in float32 (AVX-512 kernels where the CPU has them), normalizations and every measured "
-                      "norm in double; faster, with norms within about 1e-5 relative of double's (docs/usage.md)")
-          ->check(CLI::IsMember({"double", "mixed"}));
+                      "norm in double, faster, with norms within about 1e-5 relative of double's (docs/usage.md); "
+                      "compare: the probe in double, then again in mixed, printing double's numbers and how far "
+                      "mixed's fell from them on this model and input")
+          ->check(CLI::IsMember({"double", "mixed", "compare"}));
       command.add_option("--layers", o->layers, "0-based layers to measure (default all)")
           ->delimiter(',')
           ->check(integer_in(0, INT32_MAX));

@@ -20,6 +20,7 @@
 #include <cmath>
 #include <limits>
 #include <mutex>
+#include <stdexcept>
 #include <tuple>
 
 namespace attncheck::probes {
@@ -476,6 +477,32 @@ nlohmann::json to_json(const HeadMetrics& metrics) { return records::to_json(hea
 std::vector<std::string> csv_columns(bool cross_norm) { return records::probe_head_columns(cross_norm); }
 
 std::vector<double> csv_values(const HeadMetrics& metrics) { return records::probe_head_values(head_record(metrics)); }
+
+records::ProbePrecisionCheck precision_difference(const ProbeResult& exact, const ProbeResult& mixed) {
+  if (exact.heads.size() != mixed.heads.size()) {
+    throw std::invalid_argument("precision_difference: the two probes measured different heads");
+  }
+  records::ProbePrecisionCheck check{.largest = -1, .float_kernels = std::string(float_kernels::instruction_set())};
+  for (std::size_t k = 0; k < exact.heads.size(); ++k) {
+    const std::vector<double> a = csv_values(exact.heads[k]), b = csv_values(mixed.heads[k]);
+    const std::vector<std::string> columns = csv_columns(a.size() > csv_columns(false).size());
+    for (std::size_t v = 0; v < a.size(); ++v) {
+      const bool both_finite = std::isfinite(a[v]) && std::isfinite(b[v]);
+      const bool same = a[v] == b[v] || (std::isnan(a[v]) && std::isnan(b[v]));
+      const double difference = both_finite ? std::abs(b[v] - a[v]) / std::max(std::abs(a[v]), 1e-12)
+                                            : (same ? 0.0 : std::numeric_limits<double>::infinity());
+      if (difference > check.largest) {
+        check.largest = difference;
+        check.field = columns[v];
+        check.layer = exact.heads[k].layer;
+        check.head = exact.heads[k].head;
+      }
+      if (columns[v].ends_with("_fro")) check.largest_norm = std::max(check.largest_norm, difference);
+    }
+  }
+  check.largest = std::max(check.largest, 0.0);
+  return check;
+}
 
 ProbeResult probe_model(const fs::path& model_path, const ProbeInput& input, const std::vector<int>& layers,
                         const std::vector<int>& heads, bool keep_layers, bool cross_norm, const ProbeProgress& progress,

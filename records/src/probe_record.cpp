@@ -530,10 +530,20 @@ json to_json(const ProbeOutput& output) {
   }
   json heads = json::array();
   for (const ProbeOutputRow& row : output.heads) heads.push_back(row_json(row));
+  json tool = {{"name", "attncheck"}, {"version", output.tool_version}, {"precision", output.precision}};
+  if (const auto& check = output.mixed_against_double) {
+    // An infinite difference (a number finite in one precision only) is written as null.
+    tool["mixed_against_double"] = {{"largest_relative_difference", number_or_null(check->largest)},
+                                    {"field", check->field},
+                                    {"layer", check->layer},
+                                    {"head", check->head},
+                                    {"norms_largest_relative_difference", number_or_null(check->largest_norm)},
+                                    {"float_kernels", check->float_kernels}};
+  }
   return {{kFormatVersion, kProbeFormatVersion},
           {"model", std::move(model)},
           {"input", std::move(in)},
-          {"tool", {{"name", "attncheck"}, {"version", output.tool_version}, {"precision", output.precision}}},
+          {"tool", std::move(tool)},
           {"verdict",
            {{"holds", output.verdict.holds},
             {"basis", "exact"},
@@ -562,6 +572,20 @@ ProbeOutput probe_output_from_json(const json& object, const std::string& where)
   out.tool_version = tool.text("version");
   // Output of attncheck before --precision was added ran in double precision.
   out.precision = tool.is_null("precision") ? "double" : tool.word("precision", {"double", "mixed"});
+  if (!tool.is_null("mixed_against_double")) {
+    const JsonFields check(tool.at("mixed_against_double"), where + " tool mixed_against_double");
+    const auto difference = [&check](const char* key) {
+      const double value = check.number_or_nan(key);
+      return std::isnan(value) ? std::numeric_limits<double>::infinity() : value;
+    };
+    out.mixed_against_double =
+        ProbePrecisionCheck{.largest = difference("largest_relative_difference"),
+                            .field = check.text("field"),
+                            .layer = check.integer("layer"),
+                            .head = check.integer("head"),
+                            .largest_norm = difference("norms_largest_relative_difference"),
+                            .float_kernels = check.word("float_kernels", {"avx512", "portable"})};
+  }
   const JsonFields verdict(top.at("verdict"), where + " verdict");
   out.verdict.holds = verdict.boolean("holds");
   verdict.word("basis", {"exact"});

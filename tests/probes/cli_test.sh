@@ -122,6 +122,45 @@ ids = list(struct.unpack("<6q", blob[8 + length + begin:8 + length + end]))
 assert ids == doc["input"]["token_ids"], ids
 PY
 
+# --precision compare: double's numbers, unchanged by the second run, and how far mixed's fell from them: in
+# tool.mixed_against_double (valid against the schema), under the table, and on stderr beside --csv.
+"$attncheck" probe "$tiny/tiny-gpt2" --random --length 7 --seed 11 --precision compare --json >"$work/compare.json" ||
+  fail "--precision compare --json exited $?"
+"$attncheck" probe "$tiny/tiny-gpt2" --random --length 7 --seed 11 --precision mixed --json >"$work/mixed.json" ||
+  fail "--precision mixed --json exited $?"
+/usr/bin/python3 - "$schema" "$work" <<'PY' || fail "--precision compare JSON"
+import json, os, sys
+import jsonschema
+schema, work = json.load(open(sys.argv[1])), sys.argv[2]
+compare, double, mixed = (json.load(open(os.path.join(work, name))) for name in ("compare.json", "random.json", "mixed.json"))
+jsonschema.validate(compare, schema, cls=jsonschema.Draft202012Validator)
+assert compare["tool"]["precision"] == "double" and "mixed_against_double" not in double["tool"], compare["tool"]
+assert compare["heads"] == double["heads"], "compare's numbers are not double's"
+check = compare["tool"]["mixed_against_double"]
+# Recomputed from the double and mixed documents of the same input: the same largest difference, at the same place.
+worst, where, norms = 0.0, None, 0.0
+for a, b in zip(double["heads"], mixed["heads"]):
+    for key, value in a.items():
+        if isinstance(value, float) and isinstance(b.get(key), float):
+            difference = abs(b[key] - value) / max(abs(value), 1e-12)
+            if difference > worst:
+                worst, where = difference, (key, a["layer"], a["head"])
+            if key.endswith("_fro"):
+                norms = max(norms, difference)
+assert 0 < worst < 1e-4, worst
+assert abs(check["largest_relative_difference"] - worst) <= 1e-12 * worst, (check, worst)
+assert (check["field"], check["layer"], check["head"]) == where, (check, where)
+assert abs(check["norms_largest_relative_difference"] - norms) <= 1e-12 * norms, (check, norms)
+assert check["float_kernels"] in ("avx512", "portable"), check
+PY
+expect 0 "precision: the numbers are double's; the same probe with --precision mixed \\((avx512|portable) kernels\\) fell within [0-9.e-]+ relative" -- \
+  "$attncheck" probe "$tiny/tiny-gpt2" --random --length 7 --precision compare
+"$attncheck" probe "$tiny/tiny-gpt2" --random --length 7 --precision compare --csv >"$work/compare.csv" 2>"$work/compare.err" ||
+  fail "--precision compare --csv exited $?"
+grep -q "fell within" "$work/compare.err" || fail "--precision compare --csv: no comparison on stderr: $(cat "$work/compare.err")"
+grep -q "fell within" "$work/compare.csv" && fail "--precision compare --csv: the comparison went into the CSV"
+expect 2 "--precision compare applies to one MODEL and one input" -- "$attncheck" probe --watch "$tiny" --precision compare
+
 # --text-file: every line probed on its own; per layer and head the mean over the sentences and its standard
 # error, in the JSON and the table, equal to the means and standard errors of the single-sentence outputs.
 printf 'the cats sat\nthe cat sat on the mat.\nthe mat\n' >"$work/sentences.txt"

@@ -809,6 +809,44 @@ TEST_CASE("a probe streams its layers within a memory budget that keeping them w
   CHECK_THAT(normalized, Catch::StartsWith("InputError") && Catch::Contains("one layer of 4 heads"));
 }
 
+TEST_CASE("precision_difference finds the largest relative difference, where it is, and the norms' apart", "[model]") {
+  TempDir dir;
+  write_tiny_family_models(dir.path);
+  ProbeInput input;
+  input.random_length = 9;
+  const ProbeResult exact = probe_model(dir.path / "bert", input, {}, {}, false, false, {}, 1, false);
+  REQUIRE(exact.heads.size() == 4);
+  ProbeResult mixed = exact;
+  const auto nothing = precision_difference(exact, mixed);
+  CHECK(nothing.largest == 0);
+  CHECK(nothing.largest_norm == 0);
+  CHECK(nothing.float_kernels == float_kernels::instruction_set());
+  // A norm 1e-3 off in layer 1 head 0 (the third row), then a score statistic 1e-2 off elsewhere: the largest moves to
+  // the statistic, the norms' stays.
+  mixed.heads[2].softmax.dWq *= 1 + 1e-3;
+  auto check = precision_difference(exact, mixed);
+  CHECK(check.largest == Approx(1e-3).epsilon(1e-9));
+  CHECK(check.field == "dWq_fro");
+  CHECK(check.layer == 1);
+  CHECK(check.head == 0);
+  CHECK(check.largest_norm == Approx(1e-3).epsilon(1e-9));
+  mixed.heads[1].score_std *= 1 - 1e-2;
+  check = precision_difference(exact, mixed);
+  CHECK(check.largest == Approx(1e-2).epsilon(1e-9));
+  CHECK(check.field == "score_std");
+  CHECK(check.layer == 0);
+  CHECK(check.head == 1);
+  CHECK(check.largest_norm == Approx(1e-3).epsilon(1e-9));
+  // A number finite in one precision only is an infinite difference, never a silently small one.
+  mixed.heads[3].softmax.dWk = std::numeric_limits<double>::infinity();
+  check = precision_difference(exact, mixed);
+  CHECK(std::isinf(check.largest));
+  CHECK(check.field == "dWk_fro");
+  CHECK(std::isinf(check.largest_norm));
+  mixed.heads.pop_back();
+  CHECK_THROWS_AS(precision_difference(exact, mixed), std::invalid_argument);
+}
+
 TEST_CASE("mixed precision: float32 products give every norm within float32's rounding of double's, and differ from it",
           "[model][streaming]") {
   TempDir dir;

@@ -133,6 +133,18 @@ ProbeOutput probe_output() {
     for (int k = 0; k < count; ++k) in.sentences.push_back({text(), ids(), tokens()});
   }
   out.tool_version = text();
+  out.precision = *rc::gen::element<std::string>("double", "mixed");
+  if (out.precision == "double" && *rc::gen::arbitrary<bool>()) {
+    // A number finite in one precision only makes the difference infinite (null in JSON).
+    const auto difference = [] { return *rc::gen::arbitrary<bool>() ? norm() : HUGE_VAL; };
+    out.mixed_against_double =
+        ProbePrecisionCheck{.largest = difference(),
+                            .field = text(),
+                            .layer = *rc::gen::inRange(0, 100),
+                            .head = *rc::gen::inRange(0, 100),
+                            .largest_norm = difference(),
+                            .float_kernels = *rc::gen::element<std::string>("avx512", "portable")};
+  }
   out.verdict.holds = *rc::gen::arbitrary<bool>();
   out.verdict.statement = text();
   const int above = *rc::gen::inRange(0, 3);
@@ -219,6 +231,12 @@ bool same(const ProbeOutput& a, const ProbeOutput& b) {
       return false;
     }
   }
+  const auto same_check = [](const std::optional<ProbePrecisionCheck>& x, const std::optional<ProbePrecisionCheck>& y) {
+    if (!x || !y) return x.has_value() == y.has_value();
+    return x->largest == y->largest && x->field == y->field && x->layer == y->layer && x->head == y->head &&
+           x->largest_norm == y->largest_norm && x->float_kernels == y->float_kernels;
+  };
+  if (a.precision != b.precision || !same_check(a.mixed_against_double, b.mixed_against_double)) return false;
   if (a.tool_version != b.tool_version || a.verdict.holds != b.verdict.holds ||
       a.verdict.statement != b.verdict.statement ||
       a.verdict.heads_above_a_bound.size() != b.verdict.heads_above_a_bound.size() ||

@@ -151,6 +151,8 @@ struct ProbeResult {
   std::vector<LayerInputs> layers;                 // kept only when asked (for the attention dump)
   Pixels pixels;                                   // the image as the model saw it, kept with the layers
   bool float32_products = false;                   // the forward pass's products in float32 (--precision mixed)
+  // With --precision compare: how far the same probe's numbers fell in mixed precision (precision_difference).
+  std::optional<records::ProbePrecisionCheck> mixed_against_double;
 };
 
 // The ids of `text` for MODEL: a GGUF file's own byte-level BPE; beside a safetensors checkpoint, vocab.txt
@@ -173,6 +175,10 @@ using ProbeProgress = std::function<void(std::int64_t heads_done, std::int64_t h
 ProbeResult probe_model(const std::filesystem::path& model, const ProbeInput& input, const std::vector<int>& layers,
                         const std::vector<int>& heads, bool keep_layers = false, bool cross_norm = false,
                         const ProbeProgress& progress = {}, int threads = 1, bool float32_products = false);
+
+// How far `mixed`'s numbers (the probe with float32_products) fall from `exact`'s, the same probe in double precision
+// (the same model, input, layers and heads), with the float32 kernels that ran now.
+records::ProbePrecisionCheck precision_difference(const ProbeResult& exact, const ProbeResult& mixed);
 
 // The attention matrices of every layer up to the last measured one, one F64 tensor "layer.L" of shape
 // [heads, N, N], the rows each layer's projections act on ("inputs.L", [N, D]), plus the input ids or the

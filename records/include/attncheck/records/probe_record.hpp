@@ -165,12 +165,24 @@ struct ProbeOutputRow {
   std::optional<ProbeSentenceMeans> over_sentences;
 };
 
+// How far a probe's numbers moved when its forward pass ran in mixed precision (`probe --precision compare`: the probe
+// in double, then again in mixed): |mixed - double| / max(|double|, 1e-12) over every number of every head.
+struct ProbePrecisionCheck {
+  double largest = 0;  // over every number; infinite when one of the two is not finite and the other differs
+  std::string field;   // where it is: a column of `probe --csv`, a layer and a head
+  std::int64_t layer = 0, head = 0;
+  double largest_norm = 0;    // over the Frobenius norms alone (the columns ending in "_fro")
+  std::string float_kernels;  // the float32 kernels the mixed forward ran on: "avx512" or "portable"
+};
+
 struct ProbeOutput {
   ProbeModelInfo model;
   ProbeInputInfo input;
   std::string tool_version;
-  // The forward pass's products: "double", or "mixed" (float32 products, everything else double: probe --precision).
+  // The forward pass's precision: "double", or "mixed" (its products, GELU and softmax in float32, every norm in
+  // double: probe --precision).
   std::string precision = "double";
+  std::optional<ProbePrecisionCheck> mixed_against_double;  // with probe --precision compare (then precision double)
   ProbeVerdict verdict;
   std::vector<ProbeOutputRow> heads;  // in layer, head order
 };
