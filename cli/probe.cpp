@@ -4,7 +4,6 @@
 #include "progress.hpp"
 #include "subcommand.hpp"
 
-#include "attncheck/probes/float_kernels.hpp"
 #include "attncheck/probes/live_metrics.hpp"
 #include "attncheck/probes/probe_document.hpp"
 #include "attncheck/theory/accumulator.hpp"
@@ -208,9 +207,9 @@ void print_table(const probes::ProbeResult& result, const probes::ProbeInput& in
   fmt::print("{}", probes::describe_family(c));
   if (result.float32_products) {
     fmt::print(
-        "precision: mixed (the forward pass's products, GELU and softmax in float32 on the {} kernels, every norm in "
-        "double: within about 1e-5 relative of double precision, docs/usage.md)\n",
-        probes::float_kernels::instruction_set());
+        "precision: mixed (the forward pass in float32 where its time goes, on the {} kernels; every norm in double: "
+        "within about 1e-5 relative of double precision, docs/usage.md; --precision compare measures it)\n",
+        result.float_kernels);
   }
   if (input.kind == probes::ProbeInput::Kind::random) {
     fmt::print("input: {} Gaussian embeddings, sigma = {:.4g} (RMS of the {} embeddings), seed {}\n",
@@ -462,10 +461,10 @@ int run(const ProbeOptions& o) {
     if (!result.mixed_against_double) return;
     const records::ProbePrecisionCheck& check = *result.mixed_against_double;
     fmt::print(stream,
-               "precision: the numbers are double's; the same probe with --precision mixed ({} kernels) fell within "
-               "{:.2g} relative of them (largest: {} of layer {} head {}), its Frobenius norms within {:.2g}; it took "
-               "{:.3g} s against double's {:.3g} s\n",
-               check.float_kernels, check.largest, check.field, check.layer, check.head, check.largest_norm,
+               "precision: the numbers are double's; the same probe with --precision mixed ({} kernels) gave Frobenius "
+               "norms within {:.2g} relative of them, and every number within {:.2g} (largest: {} of layer {} head "
+               "{}); it took {:.3g} s against double's {:.3g} s\n",
+               check.float_kernels, check.largest_norm, check.largest, check.field, check.layer, check.head,
                mixed_seconds, seconds);
   };
   if (!o.attention_out.empty()) probes::write_attention(o.attention_out, result);
@@ -481,9 +480,10 @@ int run(const ProbeOptions& o) {
   } else if (o.csv) {
     print_comparison(stderr);
     if (result.float32_products) {
-      fmt::print(stderr,
-                 "attncheck probe: --precision mixed: the forward pass's products ran in float32 ({} kernels)\n",
-                 probes::float_kernels::instruction_set());
+      fmt::print(
+          stderr,
+          "attncheck probe: --precision mixed: the forward pass ran in float32 where its time goes ({} kernels)\n",
+          result.float_kernels);
     }
     fmt::print("{}\n", fmt::join(probes::csv_columns(o.cross_norm), ","));
     int non_finite = 0;

@@ -58,12 +58,12 @@ Matrix bert_embeddings(const Checkpoint& checkpoint, const ModelConfig& c, std::
 
 namespace {
 
-// y = x W^T + b for nn.Linear weights stored [out, in].
-Matrix linear(const Checkpoint& checkpoint, const Matrix& x, const std::string& name, std::int64_t out, std::int64_t in,
+// y = x W^T + b for nn.Linear weights stored [out, in]: detail::project, with the bias every BERT layer has required
+// (a checkpoint without it is refused, naming the tensor).
+Matrix linear(const Checkpoint& checkpoint, const Matrix& x, const std::string& name, std::int64_t out,
               const LayerSink& sink) {
-  Matrix y = forward_product(x, checkpoint.matrix(name + ".weight", out, in).transpose(), sink.float32_products);
-  y.rowwise() += checkpoint.vector(name + ".bias", out).transpose();
-  return y;
+  checkpoint.info(name + ".bias");
+  return project(checkpoint, x, name, out, sink);
 }
 
 }  // namespace
@@ -94,11 +94,11 @@ void post_norm_encoder(const Checkpoint& checkpoint, const ModelConfig& c, Matri
     weights.b_K = checkpoint.vector(name(names.key + ".bias"), D);
     weights.b_V = checkpoint.vector(name(names.value + ".bias"), D);
     const Matrix attended =
-        linear(checkpoint, fill_heads(layer, weights, c.heads, &map, l, sink), name(names.output), D, D, sink);
+        linear(checkpoint, fill_heads(layer, weights, c.heads, &map, l, sink), name(names.output), D, sink);
     const Matrix h1 = norm(attended + h, name(names.attention_norm));
-    Matrix inter = linear(checkpoint, h1, name(names.mlp_in), I, D, sink);
+    Matrix inter = linear(checkpoint, h1, name(names.mlp_in), I, sink);
     apply_hidden_activation(inter, c.hidden_act, sink.float32_products);
-    h = norm(linear(checkpoint, inter, name(names.mlp_out), D, I, sink) + h1, name(names.output_norm));
+    h = norm(linear(checkpoint, inter, name(names.mlp_out), D, sink) + h1, name(names.output_norm));
     require_finite_hidden_states(h, l);
     sink.receive(layer, l);
   }

@@ -4,7 +4,9 @@
 // BLAS, and run on the calling thread, as every product does inside the probe's parallel loops.
 #if defined(ATTNCHECK_FLOAT_KERNELS_AVX512)
 #undef EIGEN_USE_BLAS
+#ifndef EIGEN_DONT_PARALLELIZE
 #define EIGEN_DONT_PARALLELIZE
+#endif
 #define Eigen attncheck_eigen_avx512
 #include <Eigen/Core>
 #include <unsupported/Eigen/SpecialFunctions>

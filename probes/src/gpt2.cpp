@@ -44,6 +44,15 @@ void forward(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h, std::
     return layer_norm(x, checkpoint.vector(tensor(name + ".weight"), D), checkpoint.vector(tensor(name + ".bias"), D),
                       c.layer_norm_eps);
   };
+  // x W + b for Conv1D weights NAME.weight stored [in, out] (maps of rows already) in the forward pass's precision;
+  // mixed precision reads them in float32, as detail::project does nn.Linear's.
+  const auto conv1d = [&](const Matrix& x, const std::string& name, std::int64_t in, std::int64_t out) {
+    const std::string weight = tensor(name + ".weight");
+    Matrix y = sink.float32_products ? float32_product(rounded_to_float32(x), checkpoint.float_matrix(weight, in, out))
+                                     : Matrix(x * checkpoint.matrix(weight, in, out));
+    y.rowwise() += checkpoint.vector(tensor(name + ".bias"), out).transpose();
+    return y;
+  };
   for (std::int64_t l = 0; l <= last; ++l) {
     const std::string p = fmt::format("h.{}.", l);
     LayerInputs layer;
@@ -58,20 +67,11 @@ void forward(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h, std::
     const Vector c_attn_b = checkpoint.vector(tensor(p + "attn.c_attn.bias"), 3 * D);
     const AttentionWeights weights{c_attn.leftCols(D), c_attn.middleCols(D, D), c_attn.rightCols(D),
                                    c_attn_b.head(D),   c_attn_b.segment(D, D),  c_attn_b.tail(D)};
-    const Matrix W_o = checkpoint.matrix(tensor(p + "attn.c_proj.weight"), D, D);
-    const Vector b_o = checkpoint.vector(tensor(p + "attn.c_proj.bias"), D);
     const theory::AttentionMap map = trained_attention_map(c.attention_activation, inner);
-    Matrix attended = forward_product(fill_heads(layer, weights, c.heads, &map, l, sink), W_o, sink.float32_products);
-    attended.rowwise() += b_o.transpose();
-    h += attended;
-    const Matrix m = norm(h, p + "ln_2");
-    Matrix inter = forward_product(m, checkpoint.matrix(tensor(p + "mlp.c_fc.weight"), D, I), sink.float32_products);
-    inter.rowwise() += checkpoint.vector(tensor(p + "mlp.c_fc.bias"), I).transpose();
+    h += conv1d(fill_heads(layer, weights, c.heads, &map, l, sink), p + "attn.c_proj", D, D);
+    Matrix inter = conv1d(norm(h, p + "ln_2"), p + "mlp.c_fc", D, I);
     apply_hidden_activation(inter, c.hidden_act, sink.float32_products);
-    Matrix mlp =
-        forward_product(inter, checkpoint.matrix(tensor(p + "mlp.c_proj.weight"), I, D), sink.float32_products);
-    mlp.rowwise() += checkpoint.vector(tensor(p + "mlp.c_proj.bias"), D).transpose();
-    h += mlp;
+    h += conv1d(inter, p + "mlp.c_proj", I, D);
     require_finite_hidden_states(h, l);
     sink.receive(layer, l);
   }

@@ -482,7 +482,7 @@ records::ProbePrecisionCheck precision_difference(const ProbeResult& exact, cons
   if (exact.heads.size() != mixed.heads.size()) {
     throw std::invalid_argument("precision_difference: the two probes measured different heads");
   }
-  records::ProbePrecisionCheck check{.largest = -1, .float_kernels = std::string(float_kernels::instruction_set())};
+  records::ProbePrecisionCheck check{.largest = -1, .float_kernels = mixed.float_kernels};
   for (std::size_t k = 0; k < exact.heads.size(); ++k) {
     const std::vector<double> a = csv_values(exact.heads[k]), b = csv_values(mixed.heads[k]);
     const std::vector<std::string> columns = csv_columns(a.size() > csv_columns(false).size());
@@ -615,6 +615,7 @@ ProbeResult probe_model(const fs::path& model_path, const ProbeInput& input, con
   LayerSink sink;
   sink.keep_attention = keep_layers;
   sink.float32_products = result.float32_products = float32_products;
+  if (float32_products) result.float_kernels = std::string(float_kernels::instruction_set());
   sink.receive = [&](LayerInputs& layer, std::int64_t index) {
     const int l = static_cast<int>(index);
     if (selected(layers, l)) {

@@ -137,11 +137,16 @@ Matrix detail::project(const Checkpoint& checkpoint, const Matrix& x, const std:
   const std::string weight = name + ".weight";
   // Mixed precision reads the weights in float32 at once: widening them to double only to round them back took a
   // tenth of DINOv2's forward.
-  Matrix y = sink.float32_products ? float32_product(FloatMatrix(x.cast<float>()),
-                                                     checkpoint.float_matrix(weight, out, x.cols()).transpose())
-                                   : Matrix(x * checkpoint.matrix(weight, out, x.cols()).transpose());
+  Matrix y = sink.float32_products
+                 ? float32_product(rounded_to_float32(x), checkpoint.float_matrix(weight, out, x.cols()).transpose())
+                 : Matrix(x * checkpoint.matrix(weight, out, x.cols()).transpose());
   if (checkpoint.contains(name + ".bias")) y.rowwise() += checkpoint.vector(name + ".bias", out).transpose();
   return y;
+}
+
+void throw_beyond_float32(std::string_view what, double value) {
+  throw InputError(fmt::format("--precision mixed: {} is beyond float32's range{}; --precision double takes it", what,
+                               std::isfinite(value) ? fmt::format(" (magnitude {:g})", value) : std::string()));
 }
 
 Vector detail::bias_or_zero(const Checkpoint& checkpoint, const std::string& name, std::int64_t length) {
@@ -179,7 +184,7 @@ double gelu_tanh(double x) {
 
 void detail::apply_hidden_activation(Matrix& m, const std::string& act, bool float32) {
   if (act == "gelu" && float32) {
-    FloatMatrix rounded = m.cast<float>();
+    FloatMatrix rounded = rounded_to_float32(m);
     float_kernels::gelu(rounded.data(), rounded.size());
     m = rounded.cast<double>();
   } else if (act == "gelu") {
@@ -312,13 +317,13 @@ Matrix detail::fill_heads(LayerInputs& layer, const AttentionWeights& weights, s
         // masks of other shapes and other activations stay in double.
         const bool float32_softmax =
             sink.float32_products && map->activation.kind == theory::ActivationKind::softmax && !attended;
-        const FloatMatrix float_values = float32_softmax ? FloatMatrix(inputs.values.cast<float>()) : FloatMatrix();
+        const FloatMatrix float_values = float32_softmax ? rounded_to_float32(inputs.values) : FloatMatrix();
         for (Index first = 0; first < n; first += block_rows) {
           const Index rows = std::min(block_rows, n - first);
           const Matrix logits = softmax_logits(layer, inputs, first, rows, sink.float32_products);
           if (float32_softmax) {
             require_finite_scores(logits, where);
-            FloatMatrix probabilities = logits.cast<float>();
+            FloatMatrix probabilities = rounded_to_float32(logits);
             float_kernels::softmax_rows(probabilities.data(), rows, n, first, layer.causal);
             context.block(first, head * d_v, rows, d_v) = float32_product(probabilities, float_values);
             continue;

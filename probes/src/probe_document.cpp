@@ -70,6 +70,7 @@ records::ProbeOutput probe_document(const std::filesystem::path& model, const Pr
   if (!result.preprocessing.empty()) in.preprocessing = result.preprocessing;
   out.tool_version = ATTNCHECK_VERSION;
   out.precision = result.float32_products ? "mixed" : "double";
+  out.float_kernels = result.float_kernels;
   out.mixed_against_double = result.mixed_against_double;
   out.verdict.statement = std::string(
                               "every measured head within Theorem 4.1's deterministic bounds: ||A||_F <= "

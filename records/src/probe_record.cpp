@@ -531,6 +531,7 @@ json to_json(const ProbeOutput& output) {
   json heads = json::array();
   for (const ProbeOutputRow& row : output.heads) heads.push_back(row_json(row));
   json tool = {{"name", "attncheck"}, {"version", output.tool_version}, {"precision", output.precision}};
+  if (output.precision == "mixed") tool["float_kernels"] = output.float_kernels;
   if (const auto& check = output.mixed_against_double) {
     // An infinite difference (a number finite in one precision only) is written as null.
     tool["mixed_against_double"] = {{"largest_relative_difference", number_or_null(check->largest)},
@@ -572,6 +573,10 @@ ProbeOutput probe_output_from_json(const json& object, const std::string& where)
   out.tool_version = tool.text("version");
   // Output of attncheck before --precision was added ran in double precision.
   out.precision = tool.is_null("precision") ? "double" : tool.word("precision", {"double", "mixed"});
+  // Mixed output of attncheck before the AVX-512 kernels did not name its kernels: the portable ones.
+  if (out.precision == "mixed") {
+    out.float_kernels = tool.is_null("float_kernels") ? "portable" : tool.word("float_kernels", {"avx512", "portable"});
+  }
   if (!tool.is_null("mixed_against_double")) {
     const JsonFields check(tool.at("mixed_against_double"), where + " tool mixed_against_double");
     const auto difference = [&check](const char* key) {

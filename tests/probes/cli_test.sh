@@ -151,14 +151,14 @@ assert 0 < worst < 1e-4, worst
 assert abs(check["largest_relative_difference"] - worst) <= 1e-12 * worst, (check, worst)
 assert (check["field"], check["layer"], check["head"]) == where, (check, where)
 assert abs(check["norms_largest_relative_difference"] - norms) <= 1e-12 * norms, (check, norms)
-assert check["float_kernels"] in ("avx512", "portable"), check
+assert check["float_kernels"] in ("avx512", "portable") and mixed["tool"]["float_kernels"] == check["float_kernels"], check
 PY
-expect 0 "precision: the numbers are double's; the same probe with --precision mixed \\((avx512|portable) kernels\\) fell within [0-9.e-]+ relative" -- \
+expect 0 "precision: the numbers are double's; the same probe with --precision mixed \\((avx512|portable) kernels\\) gave Frobenius norms within [0-9.e-]+ relative" -- \
   "$attncheck" probe "$tiny/tiny-gpt2" --random --length 7 --precision compare
 "$attncheck" probe "$tiny/tiny-gpt2" --random --length 7 --precision compare --csv >"$work/compare.csv" 2>"$work/compare.err" ||
   fail "--precision compare --csv exited $?"
-grep -q "fell within" "$work/compare.err" || fail "--precision compare --csv: no comparison on stderr: $(cat "$work/compare.err")"
-grep -q "fell within" "$work/compare.csv" && fail "--precision compare --csv: the comparison went into the CSV"
+grep -q "norms within" "$work/compare.err" || fail "--precision compare --csv: no comparison on stderr: $(cat "$work/compare.err")"
+grep -q "norms within" "$work/compare.csv" && fail "--precision compare --csv: the comparison went into the CSV"
 expect 2 "--precision compare applies to one MODEL and one input" -- "$attncheck" probe --watch "$tiny" --precision compare
 
 # --text-file: every line probed on its own; per layer and head the mean over the sentences and its standard

@@ -7,7 +7,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <random>
+#include <stdexcept>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 using namespace attncheck::probes;
@@ -70,6 +73,23 @@ TEST_CASE("float32 products lie within float32's rounding bound of the exact pro
   }
 }
 
+TEST_CASE("float32 products refuse factors not stored whole or of mismatched shapes, and values beyond float32",
+          "[float_kernels]") {
+  std::mt19937_64 random(3);
+  const FloatMatrix a = random_floats(4, 6, random), b = random_floats(6, 5, random);
+  CHECK_THROWS_AS(float32_product(a.leftCols(3), b.topRows(3)), std::invalid_argument);  // rows of 6 floats apart
+  CHECK_THROWS_AS(float32_product(a, b.transpose()), std::invalid_argument);
+  CHECK(float32_product(a.topRows(2), b).isApprox(a.topRows(2).cast<double>() * b.cast<double>(), 1e-5));
+  Matrix huge = Matrix::Ones(2, 2);
+  huge(1, 0) = -4e38;
+  CHECK_THROWS_WITH(rounded_to_float32(huge), Catch::Contains("--precision mixed: an activation or weight is beyond "
+                                                              "float32's range (magnitude 4e+38)") &&
+                                                  Catch::Contains("--precision double takes it"));
+  // Finite factors whose product overflows float32.
+  const FloatMatrix big = FloatMatrix::Constant(2, 2, 3e19f);
+  CHECK_THROWS_WITH(float32_product(big, big), Catch::Contains("a matrix product is beyond float32's range"));
+}
+
 TEST_CASE("float32 GELU is x Phi(x) to a few units in the last place of x", "[float_kernels]") {
   std::vector<float> inputs;
   for (int k = -4000; k <= 4000; ++k) inputs.push_back(static_cast<float>(k) / 400);  // -10 .. 10
@@ -90,11 +110,14 @@ TEST_CASE("float32 GELU is x Phi(x) to a few units in the last place of x", "[fl
 TEST_CASE("float32 softmax rows match double's over the keys attended, causal or not, and are 0 elsewhere",
           "[float_kernels]") {
   std::mt19937_64 random(5);
-  const Index rows = 9, cols = 37, first_row = 20;
+  const Index rows = 9, cols = 37;
   const FloatMatrix logits = 4 * random_floats(rows, cols, random);
-  for (const bool causal : {false, true}) {
+  // From position 0 (its row sees one key), from 20, and from 32, whose last rows see every key: a block of rows past
+  // the columns (a causal block whose rows outnumber the keys it starts at).
+  for (const auto& [causal, first_row] :
+       std::vector<std::pair<bool, Index>>{{false, 20}, {true, 0}, {true, 20}, {true, 32}}) {
     on_every_build([&] {
-      INFO("causal " << causal);
+      INFO("causal " << causal << ", first row " << first_row);
       FloatMatrix p = logits;
       float_kernels::softmax_rows(p.data(), rows, cols, first_row, causal);
       for (Index r = 0; r < rows; ++r) {

@@ -134,6 +134,7 @@ ProbeOutput probe_output() {
   }
   out.tool_version = text();
   out.precision = *rc::gen::element<std::string>("double", "mixed");
+  if (out.precision == "mixed") out.float_kernels = *rc::gen::element<std::string>("avx512", "portable");
   if (out.precision == "double" && *rc::gen::arbitrary<bool>()) {
     // A number finite in one precision only makes the difference infinite (null in JSON).
     const auto difference = [] { return *rc::gen::arbitrary<bool>() ? norm() : HUGE_VAL; };
@@ -236,7 +237,10 @@ bool same(const ProbeOutput& a, const ProbeOutput& b) {
     return x->largest == y->largest && x->field == y->field && x->layer == y->layer && x->head == y->head &&
            x->largest_norm == y->largest_norm && x->float_kernels == y->float_kernels;
   };
-  if (a.precision != b.precision || !same_check(a.mixed_against_double, b.mixed_against_double)) return false;
+  if (a.precision != b.precision || a.float_kernels != b.float_kernels ||
+      !same_check(a.mixed_against_double, b.mixed_against_double)) {
+    return false;
+  }
   if (a.tool_version != b.tool_version || a.verdict.holds != b.verdict.holds ||
       a.verdict.statement != b.verdict.statement ||
       a.verdict.heads_above_a_bound.size() != b.verdict.heads_above_a_bound.size() ||

@@ -151,6 +151,7 @@ struct ProbeResult {
   std::vector<LayerInputs> layers;                 // kept only when asked (for the attention dump)
   Pixels pixels;                                   // the image as the model saw it, kept with the layers
   bool float32_products = false;                   // the forward pass's products in float32 (--precision mixed)
+  std::string float_kernels;                       // then the float32 kernels they ran on: "avx512" or "portable"
   // With --precision compare: how far the same probe's numbers fell in mixed precision (precision_difference).
   std::optional<records::ProbePrecisionCheck> mixed_against_double;
 };
@@ -177,7 +178,7 @@ ProbeResult probe_model(const std::filesystem::path& model, const ProbeInput& in
                         const ProbeProgress& progress = {}, int threads = 1, bool float32_products = false);
 
 // How far `mixed`'s numbers (the probe with float32_products) fall from `exact`'s, the same probe in double precision
-// (the same model, input, layers and heads), with the float32 kernels that ran now.
+// (the same model, input, layers and heads), with the float32 kernels `mixed` ran on.
 records::ProbePrecisionCheck precision_difference(const ProbeResult& exact, const ProbeResult& mixed);
 
 // The attention matrices of every layer up to the last measured one, one F64 tensor "layer.L" of shape

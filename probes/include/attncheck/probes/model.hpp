@@ -7,11 +7,13 @@
 #include "attncheck/probes/safetensors.hpp"
 #include "attncheck/theory/attention.hpp"
 
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -161,14 +163,40 @@ struct LayerSink {
   bool float32_products = false;
 };
 
-// a b for float32 matrices (plain, or a plain one transposed: either storage order) in float32, widened to double.
+// The mixed-precision forward met a value float32 cannot hold (`what`: where, `value`: its size in double); the
+// message says that double precision takes it.
+[[noreturn]] void throw_beyond_float32(std::string_view what, double value);
+
+// m rounded to float32, in its own storage order (a transposed weight is read along its rows, not across them); a
+// value beyond float32's range is an InputError, never an infinity in the forward pass.
+template <class M>
+auto rounded_to_float32(const M& m) {
+  using Plain = typename M::PlainObject;
+  using Float =
+      Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Plain::IsRowMajor ? Eigen::RowMajor : Eigen::ColMajor>;
+  Float rounded = m.template cast<float>();
+  if (!rounded.allFinite()) throw_beyond_float32("an activation or weight", m.cwiseAbs().maxCoeff());
+  return rounded;
+}
+
+// a b for float32 matrices stored whole (plain, or a plain one transposed: either storage order, no blocks) in
+// float32, widened to double. A product beyond float32's range is an InputError.
 template <class A, class B>
 Matrix float32_product(const A& a, const B& b) {
+  static_assert(bool(A::Flags & Eigen::DirectAccessBit) && bool(B::Flags & Eigen::DirectAccessBit),
+                "float32_product reads its factors' storage");
   const auto operand = [](const auto& m) {
-    return float_kernels::Operand{m.data(), m.rows(), m.cols(), std::decay_t<decltype(m)>::IsRowMajor};
+    constexpr bool row_major = std::decay_t<decltype(m)>::IsRowMajor;
+    // The kernels read rows x cols values in one block: a block of columns or a strided map would be misread.
+    if (m.innerStride() != 1 || m.outerStride() != (row_major ? m.cols() : m.rows())) {
+      throw std::invalid_argument("float32_product: a factor is not stored whole");
+    }
+    return float_kernels::Operand{m.data(), m.rows(), m.cols(), row_major};
   };
+  if (a.cols() != b.rows()) throw std::invalid_argument("float32_product: the factors' shapes do not match");
   FloatMatrix c(a.rows(), b.cols());
   float_kernels::product(operand(a), operand(b), c.data());
+  if (!c.allFinite()) throw_beyond_float32("a matrix product", HUGE_VAL);
   return c.template cast<double>();
 }
 
@@ -176,14 +204,7 @@ Matrix float32_product(const A& a, const B& b) {
 template <class A, class B>
 Matrix forward_product(const A& a, const B& b, bool float32) {
   if (!float32) return a * b;
-  // Each factor is rounded in its own storage order: a transposed weight is read along its rows, not across them.
-  const auto rounded = [](const auto& m) {
-    using Plain = typename std::decay_t<decltype(m)>::PlainObject;
-    using Float =
-        Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Plain::IsRowMajor ? Eigen::RowMajor : Eigen::ColMajor>;
-    return Float(m.template cast<float>());
-  };
-  return float32_product(rounded(a), rounded(b));
+  return float32_product(rounded_to_float32(a), rounded_to_float32(b));
 }
 
 class TransformerModel {

@@ -182,6 +182,7 @@ struct ProbeOutput {
   // The forward pass's precision: "double", or "mixed" (its products, GELU and softmax in float32, every norm in
   // double: probe --precision).
   std::string precision = "double";
+  std::string float_kernels;  // with precision "mixed": the float32 kernels it ran on, "avx512" or "portable"
   std::optional<ProbePrecisionCheck> mixed_against_double;  // with probe --precision compare (then precision double)
   ProbeVerdict verdict;
   std::vector<ProbeOutputRow> heads;  // in layer, head order
