@@ -168,7 +168,7 @@ detail::AttentionWeights detail::linear_attention_weights(const Checkpoint& chec
 }
 
 void detail::require_finite_hidden_states(const Matrix& h, std::int64_t layer) {
-  if (!h.allFinite()) {
+  if (!theory::all_finite(h)) {
     throw InputError(fmt::format("hidden states after layer {} are not finite (the activations overflowed)", layer));
   }
 }
@@ -211,7 +211,7 @@ Matrix apply_attention(const theory::AttentionMap& map, const Matrix& scores, bo
 namespace {
 // Said where the cause is known: the softmax would only see a NaN logit.
 void require_finite_scores(const Matrix& scores, std::string_view where) {
-  if (!scores.allFinite()) {
+  if (!theory::all_finite(scores)) {
     throw InputError(
         fmt::format("{}: the attention scores are not finite: the activations overflowed double "
                     "precision (an input or weights far too large)",

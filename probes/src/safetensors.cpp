@@ -429,7 +429,7 @@ namespace {
 template <class Real>
 void require_finite_elements(std::span<const Real> values, std::int64_t first, const std::string& where) {
   using Array = Eigen::Array<Real, Eigen::Dynamic, 1>;
-  if (Eigen::Map<const Array>(values.data(), static_cast<Eigen::Index>(values.size())).allFinite()) return;
+  if (theory::all_finite(Eigen::Map<const Array>(values.data(), static_cast<Eigen::Index>(values.size())))) return;
   const auto bad = std::find_if(values.begin(), values.end(), [](Real v) { return !std::isfinite(v); });
   throw InputError(fmt::format("{}: element {} is {}", where, first + (bad - values.begin()), *bad));
 }

@@ -1,9 +1,11 @@
-// Messages quote file names and file contents: printable() keeps them whole and inert on a terminal.
+// Messages quote file names and file contents: printable() keeps them whole and inert on a terminal. And the shared
+// finiteness check of common.hpp.
 #include "attncheck/theory/common.hpp"
 
 #include <catch2/catch.hpp>
 #include <rapidcheck/catch.h>
 
+#include <limits>
 #include <string>
 
 using attncheck::theory::InputError;
@@ -32,4 +34,24 @@ TEST_CASE("printable output has no control character but newline and tab, and pr
       RC_ASSERT((byte >= 0x20 && byte != 0x7f) || c == '\n' || c == '\t');
     }
   });
+}
+
+TEST_CASE("all_finite finds one infinity or NaN anywhere, in float and double, and passes the largest finite values") {
+  using attncheck::theory::all_finite;
+  for (const int where : {0, 7, 63, 64, 1000}) {
+    INFO("entry " << where);
+    Eigen::ArrayXd d = Eigen::ArrayXd::Constant(1001, std::numeric_limits<double>::max());
+    Eigen::ArrayXf f = Eigen::ArrayXf::Constant(1001, -std::numeric_limits<float>::max());
+    CHECK(all_finite(d));
+    CHECK(all_finite(f));
+    for (const double bad : {std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(),
+                             std::numeric_limits<double>::quiet_NaN()}) {
+      d[where] = bad;
+      f[where] = static_cast<float>(bad);
+      CHECK_FALSE(all_finite(d));
+      CHECK_FALSE(all_finite(f));
+    }
+  }
+  CHECK(all_finite(Eigen::MatrixXd(0, 3)));
+  CHECK(all_finite(Eigen::MatrixXd::Zero(3, 2)));
 }

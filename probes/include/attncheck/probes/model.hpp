@@ -175,7 +175,7 @@ auto rounded_to_float32(const M& m) {
   using Float =
       Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Plain::IsRowMajor ? Eigen::RowMajor : Eigen::ColMajor>;
   Float rounded = m.template cast<float>();
-  if (!rounded.allFinite()) throw_beyond_float32("an activation or weight", m.cwiseAbs().maxCoeff());
+  if (!theory::all_finite(rounded)) throw_beyond_float32("an activation or weight", m.cwiseAbs().maxCoeff());
   return rounded;
 }
 
@@ -196,7 +196,7 @@ Matrix float32_product(const A& a, const B& b) {
   if (a.cols() != b.rows()) throw std::invalid_argument("float32_product: the factors' shapes do not match");
   FloatMatrix c(a.rows(), b.cols());
   float_kernels::product(operand(a), operand(b), c.data());
-  if (!c.allFinite()) throw_beyond_float32("a matrix product", HUGE_VAL);
+  if (!theory::all_finite(c)) throw_beyond_float32("a matrix product", HUGE_VAL);
   return c.template cast<double>();
 }
 

@@ -3,6 +3,7 @@
 
 #include <Eigen/Dense>
 
+#include <cmath>
 #include <cstddef>
 #include <stdexcept>
 #include <string>
@@ -16,6 +17,15 @@ namespace attncheck::theory {
 using Matrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using Vector = Eigen::VectorXd;
 using Index = Eigen::Index;
+
+// Whether every entry of m is finite, in one vectorized sum: x * 0 is 0 for finite x and NaN for an infinity or a NaN.
+// Eigen's allFinite() compares entry by entry and stops at the first failure, a scalar loop that cost as much as a
+// float32 product's kernel on the forward pass's N x N logits.
+template <class Derived>
+bool all_finite(const Eigen::DenseBase<Derived>& m) {
+  using Scalar = typename Derived::Scalar;
+  return m.size() == 0 || !std::isnan((m.derived().array() * Scalar(0)).sum());
+}
 
 // `text` as it may reach a terminal or a log: every control character (C0, DEL and C1, which start terminal escape
 // sequences; NUL, which would end the message where C strings are read) and every byte that is not part of valid
