@@ -549,7 +549,9 @@ const bool registered = register_subcommand(
           .add_option(
               "--threads", o->threads,
               "threads the heads are measured on (default: all cores): one layer's heads in parallel, or each head's "
-              "rows when there are fewer heads than threads (--heads 0); the numbers do not depend on it")
+              "rows when there are fewer heads than threads (--heads 0); the numbers do not depend on it beyond the "
+              "last bit of OpenBLAS's sums, whose threads differ (OPENBLAS_NUM_THREADS=1: the same bits, "
+              "docs/usage.md)")
           ->check(integer_in(1, kMaxThreads));
       command
           .add_option("--precision", o->precision,
