@@ -85,8 +85,12 @@ void apply_hidden_activation(Matrix& m, const std::string& act, bool float32 = f
 Matrix token_and_position_embeddings(const Checkpoint& checkpoint, const std::string& token_tensor,
                                      const std::string& position_tensor, std::span<const std::int64_t> ids,
                                      std::int64_t hidden, std::span<const std::int64_t> positions = {});
+// x W, or x W^T when `transposed`, for the tensor `weight` of shape rows x cols, in the forward pass's precision
+// (LayerSink::float32_products): mixed precision reads the weights in float32 as stored.
+Matrix times_weight(const Checkpoint& checkpoint, const Matrix& x, const std::string& weight, std::int64_t rows,
+                    std::int64_t cols, bool transposed, const LayerSink& sink);
 // y = x W^T (+ b when the checkpoint has NAME.bias) for NAME.weight stored [out, in] (nn.Linear), the product in the
-// forward pass's precision (LayerSink::float32_products).
+// forward pass's precision (times_weight).
 Matrix project(const Checkpoint& checkpoint, const Matrix& x, const std::string& name, std::int64_t out,
                const LayerSink& sink);
 Vector bias_or_zero(const Checkpoint& checkpoint, const std::string& name, std::int64_t length);

@@ -44,12 +44,9 @@ void forward(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h, std::
     return layer_norm(x, checkpoint.vector(tensor(name + ".weight"), D), checkpoint.vector(tensor(name + ".bias"), D),
                       c.layer_norm_eps);
   };
-  // x W + b for Conv1D weights NAME.weight stored [in, out] (maps of rows already) in the forward pass's precision;
-  // mixed precision reads them in float32, as detail::project does nn.Linear's.
+  // x W + b for Conv1D weights NAME.weight stored [in, out] (maps of rows already), in the forward pass's precision.
   const auto conv1d = [&](const Matrix& x, const std::string& name, std::int64_t in, std::int64_t out) {
-    const std::string weight = tensor(name + ".weight");
-    Matrix y = sink.float32_products ? float32_product(rounded_to_float32(x), checkpoint.float_matrix(weight, in, out))
-                                     : Matrix(x * checkpoint.matrix(weight, in, out));
+    Matrix y = times_weight(checkpoint, x, tensor(name + ".weight"), in, out, false, sink);
     y.rowwise() += checkpoint.vector(tensor(name + ".bias"), out).transpose();
     return y;
   };

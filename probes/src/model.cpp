@@ -132,14 +132,21 @@ Matrix detail::token_and_position_embeddings(const Checkpoint& checkpoint, const
   return checkpoint.rows(token_tensor, ids, hidden) + checkpoint.rows(position_tensor, positions, hidden);
 }
 
+Matrix detail::times_weight(const Checkpoint& checkpoint, const Matrix& x, const std::string& weight, std::int64_t rows,
+                            std::int64_t cols, bool transposed, const LayerSink& sink) {
+  if (!sink.float32_products) {
+    const Matrix W = checkpoint.matrix(weight, rows, cols);
+    return transposed ? Matrix(x * W.transpose()) : Matrix(x * W);
+  }
+  // Read in float32 at once: widening the weights to double only to round them back took a tenth of DINOv2's forward.
+  const FloatMatrix W = checkpoint.float_matrix(weight, rows, cols);
+  const FloatMatrix rounded = rounded_to_float32(x);
+  return transposed ? float32_product(rounded, W.transpose()) : float32_product(rounded, W);
+}
+
 Matrix detail::project(const Checkpoint& checkpoint, const Matrix& x, const std::string& name, std::int64_t out,
                        const LayerSink& sink) {
-  const std::string weight = name + ".weight";
-  // Mixed precision reads the weights in float32 at once: widening them to double only to round them back took a
-  // tenth of DINOv2's forward.
-  Matrix y = sink.float32_products
-                 ? float32_product(rounded_to_float32(x), checkpoint.float_matrix(weight, out, x.cols()).transpose())
-                 : Matrix(x * checkpoint.matrix(weight, out, x.cols()).transpose());
+  Matrix y = times_weight(checkpoint, x, name + ".weight", out, x.cols(), true, sink);
   if (checkpoint.contains(name + ".bias")) y.rowwise() += checkpoint.vector(name + ".bias", out).transpose();
   return y;
 }
