@@ -20,6 +20,7 @@ struct ReportArguments {
   std::string out;
   std::string gnuplot = "gnuplot";
   bool no_plots = false;
+  bool force = false;
   long long map_layer = 0, map_head = 0;
 };
 
@@ -36,6 +37,9 @@ std::function<int()> setup(CLI::App& command) {
       ->required()
       ->type_name("INPUT");
   command.add_option("--out", arguments->out, "report folder: index.html, report.md, plots/")->required();
+  command.add_flag("--force", arguments->force,
+                   "replace files of REPORT_DIR that no report wrote (report.md, index.html, plots/*); without it "
+                   "such a file is left as it is and the report refused");
   command.add_option("--gnuplot", arguments->gnuplot, "gnuplot program that draws the plots")->capture_default_str();
   command.add_flag("--no-plots", arguments->no_plots,
                    "write the report without plots (no gnuplot needed); the report says so at the top");
@@ -54,6 +58,7 @@ std::function<int()> setup(CLI::App& command) {
     options.out = arguments->out;
     options.gnuplot = arguments->gnuplot;
     options.plots = !arguments->no_plots;
+    options.force = arguments->force;
     options.map_layer = arguments->map_layer;
     options.map_head = arguments->map_head;
     const auto summary = attncheck::reports::write_report(options);

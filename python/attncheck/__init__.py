@@ -244,16 +244,17 @@ mc.__signature__ = inspect.Signature(
        for name, _, default, _ in _core._mc_options if name != "claim"])
 
 
-def report(input, out, *, compare_with=(), plots=True, gnuplot="gnuplot", map_layer=0, map_head=0):
+def report(input, out, *, compare_with=(), plots=True, gnuplot="gnuplot", map_layer=0, map_head=0, force=False):
     """`attncheck report INPUT [COMPARE_WITH...] --out OUT`: writes OUT/index.html and OUT/report.md (with plots/
     drawn by gnuplot unless plots=False) from a results folder of `mc(out=...)` (the verdicts of C3-C9, their
     fits and figures), a probe log of `attncheck probe --watch` or of attncheck.torch.AttentionRecorder, training
     curves, or `attncheck probe --json` output; compare_with holds further runs of the same kind drawn in the same
     report. Returns what was written: {"html", "markdown", "plots", "series", "verdicts": {"holds", "tight",
     "violated", "consistent", "inconclusive"}, "probe_records", "curve_points", "vit_runs", "probe_outputs",
-    "warnings"}. A missing or malformed input raises ValueError naming the file.
+    "warnings"}. A missing or malformed input raises ValueError naming the file, and so does a file of OUT that
+    no report wrote (index.html, report.md, plots/*), which is left as it is unless force=True.
     """
     if isinstance(compare_with, (str, os.PathLike)):
         compare_with = [compare_with]
     return _core.report(os.fspath(input), [os.fspath(path) for path in compare_with], os.fspath(out), bool(plots),
-                        str(gnuplot), int(map_layer), int(map_head))
+                        str(gnuplot), int(map_layer), int(map_head), bool(force))

@@ -462,8 +462,9 @@ PYBIND11_MODULE(_core, m) {
   m.def(
       "report",
       [](const std::string& input, const std::vector<std::string>& compare_with, const std::string& out, bool plots,
-         const std::string& gnuplot, long long map_layer, long long map_head) {
+         const std::string& gnuplot, long long map_layer, long long map_head, bool force) {
         reports::ReportOptions request;
+        request.force = force;
         request.input = input;
         request.compare_with.assign(compare_with.begin(), compare_with.end());
         request.out = out;
@@ -496,5 +497,5 @@ PYBIND11_MODULE(_core, m) {
         return d;
       },
       py::arg("input"), py::arg("compare_with"), py::arg("out"), py::arg("plots"), py::arg("gnuplot"),
-      py::arg("map_layer"), py::arg("map_head"));
+      py::arg("map_layer"), py::arg("map_head"), py::arg("force"));
 }

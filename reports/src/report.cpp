@@ -86,8 +86,10 @@ Inputs find_inputs(const fs::path& input) {
 
 // The files of plots/ that reports wrote are listed in plots/.attncheck-plots, so that a later report into the
 // same folder removes those it no longer draws (they would be mistaken for part of it), and nothing else: plots/
-// may hold a user's own figures and notes.
+// may hold a user's own figures and notes. report.md and index.html are listed in .attncheck-report for the same
+// reason: a report replaces only what a report wrote, never a user's own file of the same name.
 constexpr const char* kPlotManifest = ".attncheck-plots";
+constexpr const char* kReportManifest = ".attncheck-report";
 
 bool is_plot_file_name(const std::string& name) {
   const auto ends_with = [&](std::string_view end) { return name.size() > end.size() && name.ends_with(end); };
@@ -95,11 +97,15 @@ bool is_plot_file_name(const std::string& name) {
          (name.find('/') == std::string::npos && name.front() != '.' && (ends_with(".svg") || ends_with(".png")));
 }
 
-std::set<std::string> plot_files_written(const fs::path& folder) {
+bool is_document_file_name(const std::string& name) { return name == "report.md" || name == "index.html"; }
+
+// A manifest is read only when it is a regular file of its own: one that is a symbolic link was not written by a
+// report (they write files, never links), and names read through it could make a report remove a user's files.
+std::set<std::string> files_written(const fs::path& manifest, bool (*is_valid_name)(const std::string&)) {
   std::set<std::string> names;
-  const fs::path manifest = folder / kPlotManifest;
   std::error_code error;
-  if (!fs::is_regular_file(manifest, error) || fs::file_size(manifest, error) > (std::uintmax_t{1} << 20)) {
+  if (!fs::is_regular_file(fs::symlink_status(manifest, error)) ||
+      fs::file_size(manifest, error) > (std::uintmax_t{1} << 20)) {
     return names;
   }
   std::string text;
@@ -111,23 +117,62 @@ std::set<std::string> plot_files_written(const fs::path& folder) {
   for (std::size_t begin = 0; begin < text.size();) {
     const std::size_t end = std::min(text.find('\n', begin), text.size());
     const std::string name = text.substr(begin, end - begin);
-    if (!name.empty() && is_plot_file_name(name)) names.insert(name);
+    if (!name.empty() && is_valid_name(name)) names.insert(name);
     begin = end + 1;
   }
   return names;
 }
 
-void record_plot_files(const fs::path& folder, const std::set<std::string>& names) {
+void record_files_written(const fs::path& manifest, const std::set<std::string>& names) {
   std::error_code error;
   if (names.empty()) {
-    fs::remove(folder / kPlotManifest, error);
+    fs::remove(manifest, error);
     return;
   }
-  fs::create_directories(folder, error);
-  if (error) throw records::IoError(fmt::format("cannot create {}: {}", folder.string(), error.message()));
+  fs::create_directories(manifest.parent_path(), error);
+  if (error)
+    throw records::IoError(fmt::format("cannot create {}: {}", manifest.parent_path().string(), error.message()));
   std::string text;
   for (const std::string& name : names) text += name + "\n";
-  records::write_file_atomically(folder / kPlotManifest, text);
+  records::write_file_atomically(manifest, text);
+}
+
+// Refuses, before anything is written, to replace `path` unless a report wrote it (`written`) or the user said
+// --force. A folder or a symbolic link in the way of plots/ is refused even then: the report writes into no folder
+// it did not make, and never through a link.
+void check_replaceable(const fs::path& path, bool written, bool force) {
+  std::error_code error;
+  const fs::file_status status = fs::symlink_status(path, error);
+  if (!fs::exists(status)) return;
+  if (fs::is_directory(status)) {
+    throw InputError(
+        fmt::format("cannot write {}: a folder of that name is in the way; write the report into "
+                    "another folder (--out)",
+                    path.string()));
+  }
+  if ((written && fs::is_regular_file(status)) || force) return;
+  throw InputError(fmt::format(
+      "{} exists and was not written by `attncheck report`{}: it is left as it is; write the report into another "
+      "folder (--out), or replace it with --force",
+      path.string(), fs::is_symlink(status) ? " (it is a symbolic link)" : ""));
+}
+
+void check_plot_folder(const fs::path& folder) {
+  std::error_code error;
+  const fs::file_status status = fs::symlink_status(folder, error);
+  if (fs::is_symlink(status)) {
+    throw InputError(
+        fmt::format("{} is a symbolic link: a report writes its plots only into a plots folder of its "
+                    "own, never through a link; remove the link or write the report into another "
+                    "folder (--out)",
+                    folder.string()));
+  }
+  if (fs::exists(status) && !fs::is_directory(status)) {
+    throw InputError(
+        fmt::format("cannot write the plots into {}: a file of that name is in the way; write the "
+                    "report into another folder (--out)",
+                    folder.string()));
+  }
 }
 
 // Removes what earlier reports drew and this one did not, and what killed runs left half-written (this one holds
@@ -344,17 +389,25 @@ ReportSummary write_document(const ReportOptions& options, Document& document, P
   }
   // Two reports into one folder take turns, and what a killed one left half-written is removed.
   const records::FolderLock lock(options.out);
-  records::remove_stale_temporaries(options.out / "report.md");
-  records::remove_stale_temporaries(options.out / "index.html");
   const fs::path plot_folder = options.out / "plots";
-  const std::set<std::string> before = plot_files_written(plot_folder);
+  const std::set<std::string> documents_before = files_written(options.out / kReportManifest, is_document_file_name);
+  const std::set<std::string> before = files_written(plot_folder / kPlotManifest, is_plot_file_name);
   std::set<std::string> now;
   if (!pending.plots.empty()) now.insert("plots.gp");
   for (const PlotSpec& plot : pending.plots) now.insert({plot.name + ".svg", plot.name + ".png"});
+  // Every file this report would replace is checked before the first is written, so that a refusal leaves the
+  // folder as it was.
+  for (const char* name : {"report.md", "index.html"}) {
+    check_replaceable(options.out / name, documents_before.contains(name), options.force);
+  }
+  if (!now.empty()) check_plot_folder(plot_folder);
+  for (const std::string& name : now) check_replaceable(plot_folder / name, before.contains(name), options.force);
+  records::remove_stale_temporaries(options.out / "report.md");
+  records::remove_stale_temporaries(options.out / "index.html");
   // Listed before they are drawn, so that a run killed midway leaves its files for the next one to remove.
   std::set<std::string> either = before;
   either.insert(now.begin(), now.end());
-  if (either != before) record_plot_files(plot_folder, either);
+  if (either != before) record_files_written(plot_folder / kPlotManifest, either);
   const std::vector<std::string> svgs = render_plots(pending.plots, plot_folder, options.gnuplot);
   for (std::size_t i = 0; i < svgs.size(); ++i) {
     Figure& figure = std::get<Figure>(document.blocks[pending.block_of_plot[i]]);
@@ -364,7 +417,8 @@ ReportSummary write_document(const ReportOptions& options, Document& document, P
   }
   summary.plots = svgs.size();
   remove_stale_plots(plot_folder, before, now);
-  if (now != either) record_plot_files(plot_folder, now);
+  if (now != either) record_files_written(plot_folder / kPlotManifest, now);
+  if (documents_before.size() != 2) record_files_written(options.out / kReportManifest, {"report.md", "index.html"});
   summary.markdown = options.out / "report.md";
   summary.html = options.out / "index.html";
   records::write_file_atomically(summary.markdown, render_markdown(document));

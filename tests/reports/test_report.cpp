@@ -354,7 +354,7 @@ TEST_CASE("a report removes what a killed report left half-written", "[report]")
     left.push_back(fs::relative(entry.path(), dir.path() / "report").string());
   }
   std::sort(left.begin(), left.end());
-  CHECK(left == std::vector<std::string>{"index.html", "notes.txt", "plots", "report.md"});
+  CHECK(left == std::vector<std::string>{".attncheck-report", "index.html", "notes.txt", "plots", "report.md"});
 }
 
 TEST_CASE("a verdict names its basis in the summary, the series text and the figure: the diagnostic sits beside it",

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
 
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -195,6 +196,74 @@ TEST_CASE("attncheck report --out into a folder holding the user's files removes
     }
   }
   CHECK_FALSE(fs::exists(out / "plots" / "series01.svg"));  // the report's own, gone with --no-plots
+}
+
+// Every file of a folder, its bytes by path, to see that a refused report changed nothing.
+std::map<std::string, std::string> contents_of(const fs::path& folder) {
+  std::map<std::string, std::string> files;
+  for (const auto& entry : fs::recursive_directory_iterator(folder)) {
+    if (entry.is_regular_file()) files[fs::relative(entry.path(), folder).string()] = read_text(entry.path());
+  }
+  return files;
+}
+
+TEST_CASE("attncheck report replaces no file it did not write, and writes through no link it did not make",
+          "[cli][errors]") {
+  const std::string input = shell_quoted(ATTNCHECK_REPORTS_DATA "/c3-small");
+  SECTION("a user's file in the way of each kind of file a report writes: documents, script, figures") {
+    for (const char* name : {"index.html", "report.md", "plots/plots.gp", "plots/series01.svg", "plots/series01.png"}) {
+      TempDir dir;
+      const fs::path out = dir.path() / "out";
+      fs::create_directories(out / "plots");
+      write_text(out / name, "the user's own");
+      write_text(out / "notes.md", "mine");
+      const auto before = contents_of(out);
+      const Run refused = run_report(dir, fmt::format("{} --out {}", input, shell_quoted(out.string())));
+      INFO(name << ": " << refused.err);
+      CHECK(refused.exit_code == 2);
+      CHECK_THAT(refused.err, Contains((out / name).string()) && Contains("not written by `attncheck report`") &&
+                                  Contains("--force"));
+      CHECK(contents_of(out) == before);  // nothing written, nothing replaced
+
+      const Run forced = run_report(dir, fmt::format("{} --out {} --force", input, shell_quoted(out.string())));
+      CHECK(forced.exit_code == 0);
+      CHECK(read_text(out / name) != "the user's own");
+      CHECK(read_text(out / "notes.md") == "mine");
+      // Once written by a report, its files are its own: a second report replaces them without --force.
+      const Run again = run_report(dir, fmt::format("{} --out {}", input, shell_quoted(out.string())));
+      CHECK(again.exit_code == 0);
+    }
+  }
+  SECTION("plots/ as a link to a user's folder is refused, even with --force") {
+    TempDir dir;
+    const fs::path out = dir.path() / "out", mine = dir.path() / "mine";
+    fs::create_directories(out);
+    fs::create_directories(mine);
+    write_text(mine / "series01.svg", "the user's own");
+    fs::create_directory_symlink(mine, out / "plots");
+    for (const char* force : {"", " --force"}) {
+      const Run run = run_report(dir, fmt::format("{} --out {}{}", input, shell_quoted(out.string()), force));
+      INFO(run.err);
+      CHECK(run.exit_code == 2);
+      CHECK_THAT(run.err, Contains((out / "plots").string()) && Contains("symbolic link"));
+      CHECK(contents_of(mine) == std::map<std::string, std::string>{{"series01.svg", "the user's own"}});
+      CHECK_FALSE(fs::exists(out / "index.html"));
+    }
+  }
+  SECTION("report.md as a link to a user's file is refused, and --force replaces the link, not the file") {
+    TempDir dir;
+    const fs::path out = dir.path() / "out", mine = dir.path() / "mine.md";
+    fs::create_directories(out);
+    write_text(mine, "the user's own");
+    fs::create_symlink(mine, out / "report.md");
+    const Run refused = run_report(dir, fmt::format("{} --out {}", input, shell_quoted(out.string())));
+    CHECK(refused.exit_code == 2);
+    CHECK_THAT(refused.err, Contains((out / "report.md").string()) && Contains("symbolic link"));
+    const Run forced = run_report(dir, fmt::format("{} --out {} --force", input, shell_quoted(out.string())));
+    CHECK(forced.exit_code == 0);
+    CHECK(read_text(mine) == "the user's own");
+    CHECK_FALSE(fs::is_symlink(out / "report.md"));
+  }
 }
 
 TEST_CASE("a results folder with the output of attncheck bounds --json reports C1 and C2 beside the series", "[cli]") {

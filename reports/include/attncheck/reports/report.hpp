@@ -30,6 +30,8 @@ struct ReportOptions {
   // outputs, all of one kind as `input`.
   std::vector<std::filesystem::path> compare_with;
   std::filesystem::path out;  // REPORT_DIR
+  // Replace files in REPORT_DIR that no report wrote (report.md, index.html, plots/*) instead of refusing.
+  bool force = false;
   std::string gnuplot = "gnuplot";
   // Without plots no gnuplot is needed; the report says so at the top.
   bool plots = true;
@@ -52,8 +54,9 @@ struct ReportSummary {
 };
 
 // Reads the input, renders the plots and writes both documents (each file atomically). Throws
-// theory::InputError for a missing or malformed input (naming the file and line) and when gnuplot is needed
-// but cannot be run.
+// theory::InputError for a missing or malformed input (naming the file and line), when gnuplot is needed but
+// cannot be run, and, before writing anything, when a file it would replace was not written by a report (unless
+// `force`) or plots/ is a symbolic link.
 ReportSummary write_report(const ReportOptions& options);
 
 // The plots a report's sections ask for, drawn together once every section has added its blocks; each Figure
