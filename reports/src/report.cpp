@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <fstream>
 #include <set>
 #include <string_view>
 #include <system_error>
@@ -135,6 +136,19 @@ void record_files_written(const fs::path& manifest, const std::set<std::string>&
   std::string text;
   for (const std::string& name : names) text += name + "\n";
   records::write_file_atomically(manifest, text);
+}
+
+// Reports written before .attncheck-report was kept are known by how every report begins (its renderer's output
+// up to the title "attncheck report..."), so that a report into the folder of an earlier one replaces it as before.
+bool begins_as_a_report(const fs::path& path) {
+  Document empty;
+  empty.title = "attncheck report";
+  const std::string rendered = path.filename() == "report.md" ? render_markdown(empty) : render_html(empty);
+  const std::string start = rendered.substr(0, rendered.find(empty.title) + empty.title.size());
+  std::ifstream in(path, std::ios::binary);
+  std::string head(start.size(), '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  return in.gcount() == static_cast<std::streamsize>(start.size()) && head == start;
 }
 
 // Refuses, before anything is written, to replace `path` unless a report wrote it (`written`) or the user said
@@ -398,7 +412,11 @@ ReportSummary write_document(const ReportOptions& options, Document& document, P
   // Every file this report would replace is checked before the first is written, so that a refusal leaves the
   // folder as it was.
   for (const char* name : {"report.md", "index.html"}) {
-    check_replaceable(options.out / name, documents_before.contains(name), options.force);
+    const fs::path path = options.out / name;
+    const bool written =
+        documents_before.contains(name) ||
+        (documents_before.empty() && fs::is_regular_file(fs::symlink_status(path, error)) && begins_as_a_report(path));
+    check_replaceable(path, written, options.force);
   }
   if (!now.empty()) check_plot_folder(plot_folder);
   for (const std::string& name : now) check_replaceable(plot_folder / name, before.contains(name), options.force);

@@ -234,6 +234,19 @@ TEST_CASE("attncheck report replaces no file it did not write, and writes throug
       CHECK(again.exit_code == 0);
     }
   }
+  SECTION("the documents of a report written before .attncheck-report was kept are replaced as the report's own") {
+    TempDir dir;
+    const fs::path out = dir.path() / "out";
+    REQUIRE(run_report(dir, fmt::format("{} --out {} --no-plots", input, shell_quoted(out.string()))).exit_code == 0);
+    fs::remove(out / ".attncheck-report");
+    const Run again = run_report(dir, fmt::format("{} --out {} --no-plots", input, shell_quoted(out.string())));
+    INFO(again.err);
+    CHECK(again.exit_code == 0);
+    // A user's page that only mentions the tool is not taken for a report.
+    fs::remove(out / ".attncheck-report");
+    write_text(out / "index.html", "<!DOCTYPE html>\n<title>attncheck report notes</title>");
+    CHECK(run_report(dir, fmt::format("{} --out {} --no-plots", input, shell_quoted(out.string()))).exit_code == 2);
+  }
   SECTION("plots/ as a link to a user's folder is refused, even with --force") {
     TempDir dir;
     const fs::path out = dir.path() / "out", mine = dir.path() / "mine";
