@@ -6,6 +6,7 @@
 
 #include "attncheck/exact/bounds.hpp"
 #include "attncheck/exact/cross_norm_bounds.hpp"
+#include "attncheck/records/json_output.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -135,7 +136,7 @@ void print_bounds(const exact::BoundsReport& report, const BoundsOptions& option
 template <class Report, class Print>
 int finish(const Report& report, bool holds, const BoundsOptions& options, Print print) {
   if (options.json) {
-    fmt::print("{}\n", exact::to_json(report).dump(2));
+    fmt::print("{}\n", attncheck::records::json_text(exact::to_json(report), 2));
   } else {
     print(report, options);
   }

@@ -10,6 +10,7 @@
 #include "attncheck/monte_carlo/mc_options.hpp"
 #include "attncheck/monte_carlo/results.hpp"
 #include "attncheck/monte_carlo/sweep.hpp"
+#include "attncheck/records/json_output.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -299,7 +300,7 @@ int run(mc::McRequest request, bool as_json) {
                *request.out);
   }
   if (as_json) {
-    std::cout << outcome.to_json().dump(2) << "\n";
+    std::cout << attncheck::records::json_text(outcome.to_json(), 2) << "\n";
   } else {
     print_human(outcome.records, outcome.series, outcome.provenance, outcome.claims);
   }

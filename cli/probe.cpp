@@ -9,6 +9,7 @@
 #include "attncheck/theory/accumulator.hpp"
 #include "attncheck/probes/watch.hpp"
 #include "attncheck/records/input_file.hpp"
+#include "attncheck/records/json_output.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -330,7 +331,9 @@ int run_text_file(const ProbeOptions& o, probes::ProbeProgress progress) {
   }
   const bool hold = probe.above.empty();
   if (o.json) {
-    std::cout << records::to_json(probes::sentences_document(o.model, o.text_file, probe, o.cross_norm)).dump(1)
+    std::cout << records::json_text(records::to_json(
+                                        probes::sentences_document(o.model, o.text_file, probe, o.cross_norm)),
+                                    1)
               << "\n";
     return hold ? kExitHolds : kExitViolated;
   }
@@ -475,7 +478,8 @@ int run(const ProbeOptions& o) {
     for (const auto& m : result.heads) {
       for (double v : probes::csv_values(m)) non_finite += std::isfinite(v) ? 0 : 1;
     }
-    std::cout << records::to_json(probes::probe_document(o.model, input, result, o.cross_norm)).dump(1) << "\n";
+    std::cout << records::json_text(records::to_json(probes::probe_document(o.model, input, result, o.cross_norm)), 1)
+              << "\n";
     note_non_finite(non_finite, "written as null");
   } else if (o.csv) {
     print_comparison(stderr);

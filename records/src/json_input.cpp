@@ -118,7 +118,14 @@ json parse_json(std::string_view text, const std::string& where, JsonPlacement p
         fmt::format("{} {}: malformed JSON: {}", where, place(text, e.byte > 0 ? e.byte - 1 : 0, placement), detail));
   } catch (const json::exception& e) {
     // A number beyond double's range (out_of_range.406), and whatever else the parser refuses without a position.
-    throw InputError(fmt::format("{}: malformed JSON: {}", where, e.what()));
+    // The library's own tag ("[json.exception.out_of_range.406] ") means nothing to a user: the reason after it is
+    // kept.
+    const std::string reason = e.what();
+    const auto tag_end = reason.rfind("] ", reason.find(' '));
+    throw InputError(fmt::format("{}: malformed JSON: {}", where,
+                                 reason.starts_with("[json.exception") && tag_end != std::string::npos
+                                     ? reason.substr(tag_end + 2)
+                                     : reason));
   }
 }
 

@@ -287,6 +287,23 @@ grep -q "a checkpoint: 7/8 heads measured" <<<"$progress" || fail "--watch shows
 mkdir -p "$work/log-folder"
 expect 2 "log-folder: is a folder" -- "$attncheck" probe --watch "$work/run" --out "$work/log-folder" --until-idle 0
 
+# Bytes that are not UTF-8 in --text or a --text-file line come out of --json as U+FFFD: the output is valid JSON,
+# and the rest of the text is kept.
+"$attncheck" probe "$tiny/tiny-bert" --text $'the \xff\xfe cat\xc3' --json --layers 0 >"$work/not-utf8.json"
+code=$?
+[ "$code" -le 1 ] || fail "--text with bytes that are not UTF-8 exited $code"
+printf 'the cat sat\nthe \xff dog\n' >"$work/not-utf8.txt"
+"$attncheck" probe "$tiny/tiny-bert" --text-file "$work/not-utf8.txt" --json --layers 0 >"$work/not-utf8-file.json"
+code=$?
+[ "$code" -le 1 ] || fail "--text-file with a line that is not UTF-8 exited $code"
+/usr/bin/python3 - "$work/not-utf8.json" "$work/not-utf8-file.json" <<'PY' || fail "JSON of text that is not UTF-8"
+import json, sys
+text = json.loads(open(sys.argv[1], "rb").read().decode("utf-8"))["input"]["text"]
+assert text == "the \ufffd\ufffd cat\ufffd", repr(text)
+sentences = json.loads(open(sys.argv[2], "rb").read().decode("utf-8"))["input"]["sentences"]
+assert sentences[1]["text"] == "the \ufffd dog", sentences
+PY
+
 if [ "$failures" -gt 0 ]; then
   echo "$failures failures"
   exit 1

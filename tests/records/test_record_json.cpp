@@ -5,6 +5,8 @@
 #include "attncheck/monte_carlo/cpu_backend.hpp"
 #include "attncheck/monte_carlo/results.hpp"
 #include "attncheck/records/input_file.hpp"
+#include "attncheck/records/json_input.hpp"
+#include "attncheck/records/point_statistics.hpp"
 #include "attncheck/records/results_folder.hpp"
 
 #include <catch2/catch.hpp>
@@ -669,4 +671,14 @@ TEST_CASE("a folder of the previous format version resumes, and the lines it rew
     CHECK(json::parse(line)["format_version"] == records::kResultsFormatVersion);
   CHECK(lines == 6);
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a JSON text the parser refuses is named with its place and reason, without the library's tag",
+          "[records][errors]") {
+  for (const char* text : {"[1e999]", "{\"a\": -1e400}", "[1, 2", "{\"a\": \"\xff\"}"}) {
+    INFO(text);
+    const std::string message = input_error_of([&] { attncheck::records::parse_json(text, "f.json"); });
+    CHECK_THAT(message, Contains("f.json") && Contains("malformed JSON: "));
+    CHECK_THAT(message, !Contains("[json.exception"));
+  }
 }
