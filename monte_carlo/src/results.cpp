@@ -7,6 +7,8 @@
 #include "attncheck/records/errors.hpp"
 #include "attncheck/records/folder_lock.hpp"
 #include "attncheck/records/input_file.hpp"
+#include "attncheck/records/json_output.hpp"
+#include "attncheck/records/point_statistics.hpp"
 #include "attncheck/records/results_folder.hpp"
 
 #include <fmt/format.h>
@@ -14,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <tuple>
 
 namespace attncheck::monte_carlo {
 
@@ -135,21 +138,9 @@ MeanEstimate floored_second_moment(const MeanTracker& tracker, const std::option
   }
   if (*floor_se > e.se) {
     e.se = *floor_se;
-    const double t = student_t_quantile(static_cast<double>(e.samples - 1), 0.95);
-    e.ci_lo = e.mean - t * e.se;
-    e.ci_hi = e.mean + t * e.se;
+    std::tie(e.ci_lo, e.ci_hi) = records::ci95_of(e.mean, e.se, e.samples);
   }
   return e;
-}
-
-// (estimate - exact) / se, with se no smaller than the rounding of the per-sample sums (1e-12 of the value): a
-// quantity that does not vary between samples (||dS|| of a linear map, |s| = sqrt(2) under qk-layernorm at d = 2)
-// has a standard error of rounding noise, not of sampling.
-std::optional<double> z_score(double estimate, double se, double exact) {
-  const double floor = 1e-12 * std::max(std::abs(exact), std::abs(estimate));
-  const double used = std::max(se, floor);
-  if (!(used > 0)) return estimate == exact ? std::optional<double>(0.0) : std::nullopt;
-  return (estimate - exact) / used;
 }
 
 }  // namespace
@@ -194,9 +185,9 @@ records::PointRecord point_record(const PointSpec& ps, Estimand estimand, const 
   r.ci95_sq_hi = sq.ci_hi;
   r.se_sq_floor = floor_se;
   r.exact_sq = exact.second;
-  if (exact.second) r.z_exact_sq = z_score(sq.mean, sq.se, *exact.second);
+  if (exact.second) r.z_exact_sq = records::z_score(sq.mean, sq.se, *exact.second);
   r.exact_mean = exact.mean;
-  if (exact.mean) r.z_exact_mean = z_score(norm.mean, norm.se, *exact.mean);
+  if (exact.mean) r.z_exact_mean = records::z_score(norm.mean, norm.se, *exact.mean);
   r.exact_out_of_range = exact.out_of_range;
   const bool norm_estimand = is_norm(estimand);
   if (exact.second && norm_estimand) r.jensen_bound = std::sqrt(*exact.second);
@@ -617,7 +608,7 @@ void ResultsWriter::append(const std::vector<records::PointRecord>& records) {
     }
   }
   std::string lines;
-  for (const records::PointRecord& r : records_) lines += json(r).dump() + "\n";
+  for (const records::PointRecord& r : records_) lines += records::json_text(json(r)) + "\n";
   records::write_file_atomically(dir_ / kPointsFile, lines);
   records::write_file_atomically(dir_ / kCsvFile, records_csv(records_));
   loaded_ = records::file_identity(dir_ / kPointsFile);

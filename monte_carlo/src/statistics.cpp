@@ -1,22 +1,14 @@
 #include "attncheck/monte_carlo/statistics.hpp"
 
 #include <boost/math/distributions/chi_squared.hpp>
-#include <boost/math/distributions/normal.hpp>
-#include <boost/math/distributions/students_t.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <functional>
-#include <limits>
 #include <stdexcept>
+#include <tuple>
 
 namespace attncheck::monte_carlo {
-
-double student_t_quantile(double dof, double level) {
-  const double upper = (1 + level) / 2;
-  if (!(dof > 0) || std::isinf(dof)) return boost::math::quantile(boost::math::normal_distribution<>{}, upper);
-  return boost::math::quantile(boost::math::students_t_distribution<>{dof}, upper);
-}
 
 std::uint64_t mean_lower_bound_needs(std::uint64_t n, double level) {
   if (n == 0) return 0;
@@ -152,14 +144,7 @@ MeanEstimate MeanTracker::estimate() const {
   }
   e.se_reliable = e.unreliable_because == nullptr;
   e.se = e.se_reliable ? e.plain_se : std::max(e.plain_se, std::isfinite(e.batch_se) ? e.batch_se : e.plain_se);
-  if (e.samples >= 2) {
-    const double t = student_t_quantile(static_cast<double>(e.samples - 1), 0.95);
-    e.ci_lo = e.mean - t * e.se;
-    e.ci_hi = e.mean + t * e.se;
-  } else {
-    e.ci_lo = -std::numeric_limits<double>::infinity();
-    e.ci_hi = std::numeric_limits<double>::infinity();
-  }
+  std::tie(e.ci_lo, e.ci_hi) = records::ci95_of(e.mean, e.se, e.samples);
   return e;
 }
 

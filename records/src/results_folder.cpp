@@ -2,6 +2,8 @@
 
 #include "attncheck/records/claims.hpp"
 #include "attncheck/records/json_fields.hpp"
+#include "attncheck/records/point_statistics.hpp"
+#include "attncheck/records/json_output.hpp"
 
 #include "attncheck/theory/common.hpp"
 
@@ -472,6 +474,11 @@ PointRecord read_point(const JsonFields& fields, int line) {
   r.resume_id = fields.has("key") ? fields.text("key") : "";
   r.series_id = fields.has("series_key") ? fields.text("series_key") : "";
   r.path = fields.text_or_null("path");
+  if (const auto problem = point_record_inconsistency(r, !fields.is_null("format_version"))) {
+    fields.fail(*problem +
+                ": the record does not agree with itself, so it was changed after attncheck wrote it (delete the line "
+                "and `mc --resume` samples the point again)");
+  }
   return r;
 }
 
@@ -833,11 +840,11 @@ void to_json(nlohmann::json& out, const Series& s) {
 void from_json(const nlohmann::json& in, Series& series) { series = read_series(JsonFields(in, "series")); }
 
 std::string fits_json_text(const std::vector<Provenance>& runs, const std::vector<Series>& series) {
-  return detail::json{{"format_version", kResultsFormatVersion},
-                      {"provenance", runs.back()},
-                      {"runs", runs},
-                      {"series", series}}
-             .dump(2) +
+  return json_text(detail::json{{"format_version", kResultsFormatVersion},
+                                {"provenance", runs.back()},
+                                {"runs", runs},
+                                {"series", series}},
+                   2) +
          "\n";
 }
 

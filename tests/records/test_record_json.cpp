@@ -15,10 +15,13 @@
 #include <rapidcheck/catch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 using namespace attncheck;
@@ -87,44 +90,67 @@ records::PointRecord any_point() {
   r.outer_factor = finite_or_nan();
   r.N = at_least_one();
   r.samples = at_least_one();
+  // The moments are anything the format allows; every field derived from them is what they give, as the sweep
+  // writes it (null where it is not finite), since a reader refuses a record that disagrees with itself.
   // Norms and second moments are not negative; row sums and score-var may be.
+  const auto as_written = [](double x) { return std::isfinite(x) ? x : NAN; };
+  const auto between_0_and_1 = [] { return *rc::gen::inRange(0, 1001) / 1000.0; };
   r.mean = *rc::gen::arbitrary<bool>() ? any_non_negative() : NAN;
-  r.se = *rc::gen::arbitrary<bool>() ? any_non_negative() : NAN;
-  r.ci95_lo = -any_non_negative();
-  r.ci95_hi = any_non_negative();
-  r.mean_sq = *rc::gen::arbitrary<bool>() ? any_non_negative() : NAN;
-  r.se_sq = any_non_negative();
-  r.ci95_sq_lo = finite_or_nan();
-  r.ci95_sq_hi = std::isfinite(r.ci95_sq_lo) ? r.ci95_sq_lo + any_non_negative() / 4 : NAN;
-  r.se_sq_floor = maybe_finite();
-  r.exact_sq = *rc::gen::arbitrary<bool>() ? std::optional(any_non_negative()) : std::nullopt;
-  r.z_exact_sq = maybe_finite();
-  r.exact_mean = maybe_finite();
-  r.z_exact_mean = maybe_finite();
-  r.exact_out_of_range = *rc::gen::arbitrary<bool>();
-  r.jensen_bound = maybe_finite();
-  r.jensen_ratio = maybe_finite();
-  r.jensen_ratio_estimated = maybe_finite();
-  r.sample_bound = maybe_finite();
-  r.sample_max = maybe_finite();
-  r.sample_lower_bound = maybe_finite();
-  r.sample_min = maybe_finite();
-  if (*rc::gen::arbitrary<bool>()) {
-    r.mean_lower_bound = any_non_negative();
-    r.mean_lower_bound_level = *rc::gen::inRange(1, 1000) / 1000.0;
-  }
-  r.se_reliable = *rc::gen::arbitrary<bool>();
+  r.mean_sq = std::isfinite(r.mean) && *rc::gen::arbitrary<bool>()
+                  ? as_written(r.mean * r.mean * (1 + 9 * between_0_and_1()))
+                  : NAN;
+  r.se_plain = *rc::gen::arbitrary<bool>() ? any_non_negative() : NAN;
+  r.se_batch_means = *rc::gen::arbitrary<bool>() ? any_non_negative() : NAN;
   if (*rc::gen::arbitrary<bool>()) {
     r.se_mean_reliable = *rc::gen::arbitrary<bool>();
     r.se_sq_reliable = *rc::gen::arbitrary<bool>();
   }
+  if (r.se_mean_reliable && std::isfinite(r.se_plain)) {
+    r.se =
+        *r.se_mean_reliable || !std::isfinite(r.se_batch_means) ? r.se_plain : std::max(r.se_plain, r.se_batch_means);
+  } else {
+    r.se = *rc::gen::arbitrary<bool>() ? any_non_negative() : NAN;
+  }
+  const auto samples = static_cast<std::uint64_t>(r.samples);
+  std::tie(r.ci95_lo, r.ci95_hi) = records::ci95_of(r.mean, r.se, samples);
+  r.ci95_lo = as_written(r.ci95_lo), r.ci95_hi = as_written(r.ci95_hi);
+  r.se_sq = any_non_negative();
+  if (*rc::gen::arbitrary<bool>()) r.se_sq_floor = r.se_sq * between_0_and_1();
+  std::tie(r.ci95_sq_lo, r.ci95_sq_hi) = records::ci95_of(r.mean_sq, r.se_sq, samples);
+  r.ci95_sq_lo = as_written(r.ci95_sq_lo), r.ci95_sq_hi = as_written(r.ci95_sq_hi);
+  const auto written = [&](const std::optional<double>& x) {
+    return x && std::isfinite(*x) ? x : std::optional<double>();
+  };
+  const bool norm = theory::term_of(r.key.estimand).norm;
+  r.exact_sq = *rc::gen::arbitrary<bool>() ? std::optional(any_non_negative()) : std::nullopt;
+  if (r.exact_sq) {
+    r.z_exact_sq = written(records::z_score(r.mean_sq, r.se_sq, *r.exact_sq));
+    if (norm) r.jensen_bound = written(std::sqrt(*r.exact_sq));
+    if (norm && *r.exact_sq > 0) r.jensen_ratio = written(r.mean / std::sqrt(*r.exact_sq));
+  }
+  r.exact_mean = maybe_finite();
+  if (r.exact_mean) r.z_exact_mean = written(records::z_score(r.mean, r.se, *r.exact_mean));
+  if (norm && r.mean_sq > 0) r.jensen_ratio_estimated = written(r.mean / std::sqrt(r.mean_sq));
+  r.exact_out_of_range = *rc::gen::arbitrary<bool>();
+  r.sample_bound = maybe_finite();
+  r.sample_max = maybe_finite();
+  r.sample_lower_bound = maybe_finite();
+  r.sample_min = maybe_finite();
+  if (std::isfinite(r.mean) && *rc::gen::arbitrary<bool>()) {
+    r.mean_lower_bound = r.mean * between_0_and_1();
+    r.mean_lower_bound_level = *rc::gen::inRange(1, 1000) / 1000.0;
+  }
+  r.se_reliable = *rc::gen::arbitrary<bool>();
   r.unreliable_because = maybe_text();
-  r.effective_samples = finite_or_nan();
-  r.effective_samples_sq = finite_or_nan();
-  r.variance_relative_se = finite_or_nan();
-  r.variance_relative_se_sq = finite_or_nan();
-  r.se_plain = finite_or_nan();
-  r.se_batch_means = finite_or_nan();
+  // How many samples carry the variance, between 1 and all of them, and the relative SE of the variance they give.
+  const auto spread = [&](double& effective, double& relative) {
+    effective = relative = NAN;
+    if (r.samples < 2 || !*rc::gen::arbitrary<bool>()) return;
+    effective = 1 + (static_cast<double>(r.samples) - 1) * between_0_and_1();
+    relative = std::sqrt(std::max(0.0, 1 / effective - 1 / static_cast<double>(r.samples)));
+  };
+  spread(r.effective_samples, r.variance_relative_se);
+  spread(r.effective_samples_sq, r.variance_relative_se_sq);
   r.stopped_by = one_of<std::string>({"samples", "rel-se", "max-samples", "max-seconds"});
   r.seed = *rc::gen::arbitrary<std::uint64_t>();
   r.run_seed = *rc::gen::arbitrary<std::uint64_t>();
@@ -602,6 +628,7 @@ TEST_CASE("a truncated or corrupt points.jsonl stops a resumed run naming the fi
   r.formula = "F";
   r.N = 8;
   r.samples = 10;
+  r.ci95_sq_lo = r.ci95_sq_hi = 0;  // mean_sq 0 -+ t * se_sq 0, as the rest of the record has it
   r.stopped_by = "samples";
   r.backend = "cpu";
   r.resume_id = "a";
@@ -622,6 +649,138 @@ TEST_CASE("a truncated or corrupt points.jsonl stops a resumed run naming the fi
   std::filesystem::remove_all(dir);
 }
 
+namespace {
+
+// The records of a small sweep as the sweep writes them: every estimand of every series of `request` at each N.
+std::vector<records::PointRecord> sweep_records(const monte_carlo::SweepRequest& request,
+                                                const std::vector<theory::Index>& Ns, std::uint64_t samples,
+                                                double sigma_x = 1) {
+  monte_carlo::CpuBackend backend(1, 16);
+  monte_carlo::SamplingPolicy policy;
+  policy.fixed = samples;
+  std::vector<records::PointRecord> points;
+  for (const auto& series : monte_carlo::build_series(request)) {
+    for (theory::Index n : Ns) {
+      const monte_carlo::PointSpec spec = monte_carlo::make_point(series, n, 3, 2, sigma_x, 1, 21);
+      const monte_carlo::PointOutcome outcome = monte_carlo::run_point(backend, spec.point, series.estimands, policy);
+      for (auto estimand : series.estimands)
+        points.push_back(monte_carlo::point_record(spec, estimand, outcome, {21, "cpu", 1}));
+    }
+  }
+  return points;
+}
+
+}  // namespace
+
+TEST_CASE("the sweep's records at its edges read back: two samples, samples that never vary, tiny values") {
+  monte_carlo::SweepRequest softmax;
+  softmax.phi = "softmax";
+  softmax.estimands = "value,dQ,dK,dS,score-var,row-sum,row-mean";
+  softmax.claimed_exponent = 0.5;
+  monte_carlo::SweepRequest relu = softmax;
+  relu.phi = "relu";
+  for (const auto& [request, samples, sigma_x] : {std::tuple{softmax, 2, 1.0}, std::tuple{softmax, 40, 1.0},
+                                                  std::tuple{relu, 2, 1e-100}, std::tuple{relu, 40, 1e-100}}) {
+    const std::vector<records::PointRecord> points =
+        sweep_records(request, {4, 8}, static_cast<std::uint64_t>(samples), sigma_x);
+    std::string lines;
+    for (const auto& p : points) lines += line_of(p);
+    const std::vector<records::PointRecord> read = records::parse_points_jsonl(lines, "points.jsonl");
+    REQUIRE(read.size() == points.size());
+    for (std::size_t i = 0; i < read.size(); ++i) CHECK(json(read[i]) == json(points[i]));
+    if (request.phi == "softmax" && samples == 40) {
+      // Every row of probabilities sums to 1: samples that vary only by rounding, z against the exact 1 included.
+      const auto row_sum = std::find_if(points.begin(), points.end(),
+                                        [](const auto& p) { return p.key.estimand == theory::Estimand::row_sum; });
+      REQUIRE(row_sum != points.end());
+      CHECK(row_sum->se <= 1e-12 * row_sum->mean);
+      CHECK(row_sum->z_exact_mean.has_value());
+    }
+  }
+}
+
+TEST_CASE("a record changed after it was written is refused naming the file, the line and the field") {
+  monte_carlo::SweepRequest request;
+  request.claim = "C4";
+  request.p = {1};
+  std::vector<records::PointRecord> points = sweep_records(request, {8, 16}, 50);
+  // Line 2 holds a record with a closed form (a z to check) and a spread (a sample count to check).
+  const auto judged = std::find_if(points.begin(), points.end(), [](const records::PointRecord& p) {
+    return p.z_exact_sq && p.jensen_ratio && std::isfinite(p.effective_samples) && std::isfinite(p.ci95_lo);
+  });
+  REQUIRE(judged != points.end());
+  REQUIRE(points.size() >= 2);
+  std::iter_swap(points.begin() + 1, judged);
+  const auto dir = fresh_dir("edited");
+  const std::string file = (dir / "points.jsonl").string();
+  const auto write_with_line_2 = [&](const json& second) {
+    std::string text;
+    for (std::size_t i = 0; i < points.size(); ++i) text += (i == 1 ? second.dump() : json(points[i]).dump()) + "\n";
+    std::ofstream(file, std::ios::binary | std::ios::trunc) << text;
+  };
+  const json original = points[1];
+  write_with_line_2(original);
+  CHECK(monte_carlo::ResultsWriter(dir, monte_carlo::FolderStart::resume).records().size() == points.size());
+
+  struct Edit {
+    const char* what;
+    std::function<void(json&)> apply;
+    const char* named;  // the field the message names
+  };
+  const double mean = original["mean"].get<double>();
+  const std::vector<Edit> edits{
+      {"mean set to 1e308", [](json& r) { r["mean"] = 1e308; }, "\"mean\" = 1e+308"},
+      {"mean set to null", [](json& r) { r["mean"] = nullptr; }, "\"mean\" is null"},
+      {"mean moved inside its interval", [&](json& r) { r["mean"] = mean * 1.001; }, "\"ci95\""},
+      {"CI edited", [](json& r) { r["ci95"][0] = r["ci95"][0].get<double>() / 2; }, "\"ci95\""},
+      {"CI set to null",
+       [](json& r) {
+         r["ci95"] = {nullptr, nullptr};
+       },
+       "\"ci95\" = [null, null]"},
+      {"second moment's CI edited", [](json& r) { r["ci95_sq"][1] = r["ci95_sq"][1].get<double>() * 2; },
+       "\"ci95_sq\""},
+      {"sample count doubled", [](json& r) { r["samples"] = 2 * r["samples"].get<long long>(); }, "\"samples\" = 100"},
+      {"sample count one more", [](json& r) { r["samples"] = r["samples"].get<long long>() + 1; }, "\"samples\" = 51"},
+      {"z edited", [](json& r) { r["z_exact_sq"] = r["z_exact_sq"].get<double>() + 0.5; }, "\"z_exact_sq\""},
+      {"z removed", [](json& r) { r["z_exact_sq"] = nullptr; }, "\"z_exact_sq\" = null"},
+      {"standard error edited", [](json& r) { r["se"] = r["se"].get<double>() * 1.5; }, "\"se\""},
+      {"second moment halved", [](json& r) { r["mean_sq"] = r["mean_sq"].get<double>() / 2; }, "\"mean_sq\""},
+      {"Jensen ratio edited", [](json& r) { r["jensen_ratio"] = 0.5; }, "\"jensen_ratio\""},
+      {"Jensen bound edited", [](json& r) { r["jensen_bound"] = r["jensen_bound"].get<double>() * 2; },
+       "\"jensen_bound\""},
+      {"lower bound above the mean", [&](json& r) { r["mean_lower_bound"] = mean * 2; }, "\"mean_lower_bound\""},
+      {"second moment's floor above its SE", [](json& r) { r["se_sq_floor"] = r["se_sq"].get<double>() * 2; },
+       "\"se_sq_floor\""},
+  };
+  for (const Edit& edit : edits) {
+    INFO(edit.what);
+    json edited = original;
+    edit.apply(edited);
+    write_with_line_2(edited);
+    const std::string message =
+        input_error_of([&] { monte_carlo::ResultsWriter folder(dir, monte_carlo::FolderStart::resume); });
+    CHECK_THAT(message, Contains(file + " line 2: ") && Contains(edit.named) && Contains("changed after"));
+  }
+  // A line without "format_version" (an earlier writer's) is held to what every version wrote: its CI centred on
+  // its mean, its z and its Jensen ratios from its moments.
+  for (const auto& [edit, named] :
+       {std::pair{edits[0], "\"ci95\""}, std::pair{edits[1], "\"ci95\""}, std::pair{edits[3], "\"ci95\""},
+        std::pair{edits[8], "\"z_exact_sq\""}, std::pair{edits[12], "\"jensen_ratio\""}}) {
+    INFO(edit.what << " (earlier format)");
+    json edited = original;
+    edited.erase("format_version");
+    write_with_line_2(edited);
+    CHECK(records::parse_points_jsonl(records::read_text_file(file), file).size() == points.size());
+    edit.apply(edited);
+    write_with_line_2(edited);
+    const std::string message =
+        input_error_of([&] { monte_carlo::ResultsWriter folder(dir, monte_carlo::FolderStart::resume); });
+    CHECK_THAT(message, Contains(file + " line 2: ") && Contains(named));
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("a later format version is refused by name, an earlier one still reads") {
   records::PointRecord r;
   r.key.claim = "C4";
@@ -631,6 +790,7 @@ TEST_CASE("a later format version is refused by name, an earlier one still reads
   r.formula = "F";
   r.N = 8;
   r.samples = 10;
+  r.ci95_sq_lo = r.ci95_sq_hi = 0;  // mean_sq 0 -+ t * se_sq 0, as the rest of the record has it
   r.stopped_by = "samples";
   r.backend = "cpu";
   json later = r;

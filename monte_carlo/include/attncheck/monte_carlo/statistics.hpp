@@ -1,6 +1,7 @@
 #pragma once
 // Mergeable running statistics and the uncertainty of a Monte Carlo mean.
 
+#include "attncheck/records/point_statistics.hpp"
 #include "attncheck/theory/accumulator.hpp"
 
 #include <cstdint>
@@ -11,8 +12,8 @@ namespace attncheck::monte_carlo {
 // The samples' running mean and standard error, in the name the estimators below use.
 using theory::Accumulator;
 
-// Two-sided Student-t quantile t_{dof, (1 + level)/2} (Boost.Math); dof may be fractional, <= 0 means normal.
-double student_t_quantile(double dof, double level);
+// Two-sided Student-t quantile t_{dof, (1 + level)/2}: the records' own, which their readers recompute intervals with.
+using records::student_t_quantile;
 
 // The same stream cut into consecutive batches, to judge whether the plain standard error can be trusted.
 // Two checks, both needing only the mergeable per-batch accumulators:
