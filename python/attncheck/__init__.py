@@ -3,7 +3,9 @@
 Every function takes NumPy arrays (float32 or float64, C or Fortran order, any strides) or anything NumPy can
 view without copying: PyTorch CPU tensors (through DLPack; `requires_grad` tensors are detached first). The
 computations run in C++ without the GIL, and results are dictionaries keyed like the command line's JSON.
-Bad input raises ValueError with the command line's message.
+Bad input raises ValueError with the command line's message; so does a size the command line refuses for the
+memory it would take (a broadcast view counts the entries it shows, not the memory it holds). Ctrl-C ends a long
+call with KeyboardInterrupt (attention_norms between heads).
 
     softmax_norms(logits, mask=None)      ||softmax||_F and ||grad softmax||_F, exact, per row and in total
     attention_norms(x, w_q, w_k, ...)     per head what `attncheck probe` reports

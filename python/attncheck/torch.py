@@ -26,6 +26,7 @@ padding: padded positions are left out, so a padded sequence gives the rows of t
 
 import math
 import os
+import stat
 import warnings
 
 import numpy as np
@@ -208,7 +209,9 @@ class AttentionRecorder:
     every: record steps 0, every, 2 every, ...
     out: the JSON-lines log (a name ending in .jsonl), or a folder for FOLDER/attncheck-probe.jsonl as
     `attncheck probe --watch FOLDER` writes it; created if needed. None: no log (callback or tensorboard only). Lines are appended, one write per step, as the
-    watcher appends them; a step's lines carry checkpoint "step-NNNNNN" and its step.
+    watcher appends them; a step's lines carry checkpoint "step-NNNNNN" and its step. An existing file is appended
+    to only when it is an attncheck probe log (or empty): any other file, a symbolic link, or an existing file named
+    without .jsonl is a ValueError naming it, and is left as it is.
     sample: which sequence of each batch is measured.
     activation: the activation the registered modules use unless their adapter says (one of
     attncheck.ACTIVATIONS); MultiheadAttention is softmax.
@@ -246,13 +249,9 @@ class AttentionRecorder:
         if callback is not None and not callable(callback):
             raise ValueError("callback must be callable as callback(record)")
         self.callback = callback
-        self._tensorboard, self._owns_tensorboard = _summary_writer(tensorboard)
         if out is not None:
-            out = os.fspath(out)
-            if os.path.isdir(out) or not out.endswith(".jsonl"):
-                out = os.path.join(out, "attncheck-probe.jsonl")
-            if os.path.dirname(out):
-                os.makedirs(os.path.dirname(out), exist_ok=True)
+            out = _log_path(out)  # before the TensorBoard writer, which creates its folder
+        self._tensorboard, self._owns_tensorboard = _summary_writer(tensorboard)
         self.model, self.every, self.out, self.sample = model, every, out, sample
         self.activation, self.training_only = activation, training_only
         self.count = count
@@ -544,6 +543,55 @@ def summary_scalars(heads):
             summary[f"{key}/max"] = max(values)
             summary[f"{key}/mean"] = sum(values) / len(values)
     return summary
+
+
+# The first line of a probe log is a few kilobytes; more than this is not one.
+_FIRST_LINE_LIMIT = 1 << 20
+
+
+def _log_path(out):
+    """The log `out` names (itself when it ends in .jsonl, else FOLDER/attncheck-probe.jsonl), its folder created.
+    The recorder writes only files it made: an existing log is appended to only when it is an attncheck probe log,
+    and anything else is refused, named, and left as it is."""
+    out = os.fspath(out)
+    if out.endswith(".jsonl") and not os.path.isdir(out):
+        log = out
+    elif os.path.isdir(out) or not os.path.lexists(out):
+        log = os.path.join(out, "attncheck-probe.jsonl")
+    else:
+        raise ValueError(f"out={out!r} is an existing file, not a folder nor a log named *.jsonl: the recorder does "
+                         "not write into it; give a new name, or a folder for the log")
+    folder = os.path.dirname(log)
+    if folder:
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except OSError as error:
+            reason = ("a file (not a folder) is in the way" if isinstance(error, (FileExistsError, NotADirectoryError))
+                      else error.strerror or error)
+            raise ValueError(f"out={out!r}: cannot create the folder {folder!r} for the log: {reason}") from None
+    try:
+        status = os.lstat(log)
+    except FileNotFoundError:
+        return log
+    refusal = "the recorder appends only to its own logs; give a new name, or a folder for the log"
+    if stat.S_ISLNK(status.st_mode):
+        raise ValueError(f"out={log!r} is a symbolic link, which the recorder did not make: {refusal}")
+    if not stat.S_ISREG(status.st_mode):
+        raise ValueError(f"out={log!r} exists and is not a regular file: {refusal}")
+    # An empty file holds nothing an append could spoil, and it is what `attncheck probe --watch` leaves when it
+    # stops before its first checkpoint (it creates its log at its start): so it counts as a log.
+    if status.st_size == 0:
+        return log
+    try:
+        with open(log, "rb") as file:
+            first = file.readline(_FIRST_LINE_LIMIT)
+    except OSError as error:
+        raise ValueError(f"out={log!r} exists and cannot be read ({error.strerror or error}), so it cannot be told "
+                         f"to be an attncheck probe log: {refusal}") from None
+    problem = _core.probe_log_line_problem(first.decode("utf-8", errors="replace"), log)
+    if problem:
+        raise ValueError(f"out={log!r} exists and is not an attncheck probe log ({problem}): {refusal}")
+    return log
 
 
 def _summary_writer(tensorboard):

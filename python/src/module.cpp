@@ -9,6 +9,8 @@
 #include "attncheck/probes/live_metrics.hpp"
 #include "attncheck/probes/watch.hpp"
 #include "attncheck/records/input_file.hpp"
+#include "attncheck/records/memory_budget.hpp"
+#include "attncheck/records/probe_record.hpp"
 #include "attncheck/reports/report.hpp"
 #include "attncheck/theory/softmax.hpp"
 
@@ -18,6 +20,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -57,6 +61,48 @@ py::object to_python(const json& value) {
   }
 }
 
+// Ctrl-C reaches Python only while it holds the GIL, and the loops over the caller's arrays run without it: they
+// count their work, and every few tens of milliseconds take the GIL back and let Python run a pending signal's
+// handler. One that raises (KeyboardInterrupt) ends the call with its exception. Only the main thread runs signal
+// handlers, so a call on another thread never waits for the GIL here.
+class SignalPoll {
+ public:
+  // Constructed with the GIL held.
+  SignalPoll() {
+    const py::module_ threading = py::module_::import("threading");
+    main_thread_ = threading.attr("current_thread")().is(threading.attr("main_thread")());
+  }
+  // `work`: entries read or computed since the last call (a few nanoseconds each), so the clock is read rarely.
+  void add(std::uint64_t work) {
+    pending_ += work;
+    if (pending_ < kWorkBetweenClockReads) return;
+    pending_ = 0;
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_) return;
+    next_ = now + kInterval;
+    check();
+  }
+  // Without the GIL.
+  void check() const {
+    if (main_thread_) check_signals();
+  }
+  static void check_signals() {
+    py::gil_scoped_acquire acquire;
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+  }
+
+ private:
+  // Often enough that Ctrl-C is answered at once; rarely enough that waiting for the GIL, which a busy Python
+  // thread may hold for its switch interval (5 ms), costs little.
+  static constexpr std::chrono::milliseconds kInterval{25};
+  static constexpr std::uint64_t kWorkBetweenClockReads = std::uint64_t{1} << 16;
+  bool main_thread_ = false;
+  std::uint64_t pending_ = 0;
+  std::chrono::steady_clock::time_point next_ = std::chrono::steady_clock::now() + kInterval;
+};
+
+std::uint64_t unsigned_size(py::ssize_t size) { return static_cast<std::uint64_t>(std::max<py::ssize_t>(size, 0)); }
+
 std::string shape_text(const py::array& array) {
   std::string text;
   for (py::ssize_t k = 0; k < array.ndim(); ++k) text += (k ? ", " : "") + std::to_string(array.shape(k));
@@ -92,10 +138,11 @@ class RealArray {
                    : *reinterpret_cast<const double*>(data_ + offset);
   }
   // The 2-D array (or its last two axes at `offset`) as a row-major double matrix; NaN and inf are errors.
-  Matrix matrix(py::ssize_t offset = 0) const {
+  Matrix matrix(SignalPoll& poll, py::ssize_t offset = 0) const {
     const py::ssize_t rows = shape(ndim() - 2), cols = shape(ndim() - 1);
     Matrix out(rows, cols);
     for (py::ssize_t i = 0; i < rows; ++i) {
+      poll.add(unsigned_size(cols));
       for (py::ssize_t j = 0; j < cols; ++j) {
         const double v = at(offset + i * stride(ndim() - 2) + j * stride(ndim() - 1));
         if (!std::isfinite(v)) throw InputError(fmt::format("{} has {} at ({}, {})", name_, v, i, j));
@@ -191,6 +238,19 @@ py::dict softmax_norms(const py::array& logits_array, const std::optional<py::ar
   }
   py::ssize_t batch = 1;
   for (py::ssize_t k = 0; k < nd - 2; ++k) batch *= logits.shape(k);
+  // The command line refuses a matrix whose entries would not fit the memory as doubles. An array whose entries
+  // each have their own storage is in memory already and is read in place; a view that repeats its storage (a
+  // broadcast: zero strides) is refused as that matrix would be, since the work grows with the entries it shows,
+  // not with the memory it holds. The per-row results (two here, four returned) are allocated whatever the layout.
+  const bool own_storage = (logits_array.flags() & (py::array::c_style | py::array::f_style)) != 0;
+  const std::uint64_t entries =
+      records::saturating_product({unsigned_size(batch), unsigned_size(rows), unsigned_size(cols)});
+  records::require_memory(
+      records::saturating_sum(
+          {own_storage ? 0 : records::saturating_product({entries, sizeof(double)}),
+           records::saturating_product({6, unsigned_size(batch), unsigned_size(rows), sizeof(double)})}),
+      fmt::format("softmax_norms on logits of shape {}", shape_text(logits_array)), "; give fewer or smaller matrices");
+  SignalPoll poll;
   std::vector<double> row_softmax_sq(static_cast<std::size_t>(batch * rows)), row_jacobian_sq(row_softmax_sq.size());
   const char* mask_data = mask_array ? static_cast<const char*>(mask_array->data()) : nullptr;
   std::vector<py::ssize_t> mask_strides;
@@ -209,6 +269,7 @@ py::dict softmax_norms(const py::array& logits_array, const std::optional<py::ar
         rest /= logits.shape(k);
       }
       for (py::ssize_t i = 0; i < rows; ++i) {
+        poll.add(unsigned_size(cols));
         const py::ssize_t start = offset + i * row_stride;
         std::span<const double> values;
         if (in_place) {
@@ -294,6 +355,35 @@ theory::Rotary rotary_of(const RealArray& frequencies, const std::string& layout
   return theory::Rotary::with_frequencies(d, std::vector<double>(f.data(), f.data() + pairs), layout == "interleaved");
 }
 
+// Refuses, as the command line's probe refuses a sequence too long for the memory, a measurement whose copies and
+// scratch would not fit: x and the weights in doubles, each head's projections and weight slices, and the scratch
+// of the head being measured, counted as TransformerModel::require_memory_for counts a layer measured on one thread
+// (a block of score rows and the attended keys' rows; N x N kernels under query/key norms or a logit cap; the rows'
+// Gram matrix under rotary keys), the mask in bytes. The arrays' shapes are those already checked to be 2-D.
+void require_memory_to_measure(const py::array& x, const py::array& w_q, const py::array& w_k, int heads, bool mask,
+                               bool rotary, bool general_rows) {
+  using records::saturating_product;
+  using records::saturating_sum;
+  const std::uint64_t n = unsigned_size(x.shape(0)), D = unsigned_size(x.shape(1)), q = unsigned_size(w_q.shape(1)),
+                      k = unsigned_size(w_k.shape(1)), H = unsigned_size(heads), d = q / H,
+                      block = std::min<std::uint64_t>(n, probes::kQueryRowBlock);
+  const std::uint64_t copies =
+      saturating_sum({saturating_product({n, D}), saturating_product({unsigned_size(w_q.shape(0)), q}),
+                      saturating_product({unsigned_size(w_k.shape(0)), k}), q, k});
+  const std::uint64_t per_head =
+      saturating_sum({saturating_product({2, n, d}), saturating_product({2, D, d}), saturating_product({2, d})});
+  const std::uint64_t scratch =
+      saturating_sum({saturating_product({3, block, n}), saturating_product({n, saturating_sum({D, 4 * d, 8})}),
+                      general_rows ? saturating_product({2, n, n}) : 0, rotary ? saturating_product({n, n}) : 0});
+  records::require_memory(
+      saturating_sum(
+          {saturating_product({sizeof(double), saturating_sum({copies, saturating_product({H, per_head}), scratch})}),
+           mask ? saturating_product({2, n, n}) : 0, saturating_product({H, sizeof(probes::HeadMetrics)})}),
+      fmt::format("measuring x of shape {} with w_q of shape {} and w_k of shape {} ({} heads)", shape_text(x),
+                  shape_text(w_q), shape_text(w_k), heads),
+      "; give fewer positions or smaller weights");
+}
+
 std::vector<probes::HeadMetrics> measure(const py::array& x_array, const py::array& w_q_array,
                                          const py::array& w_k_array, const std::optional<py::array>& b_q_array,
                                          const std::optional<py::array>& b_k_array, int heads, int kv_heads,
@@ -312,13 +402,16 @@ std::vector<probes::HeadMetrics> measure(const py::array& x_array, const py::arr
   std::optional<RealArray> query_gain, key_gain;
   if (query_norm_array) query_gain.emplace(real_array(*query_norm_array, "query_norm", 1));
   if (key_norm_array) key_gain.emplace(real_array(*key_norm_array, "key_norm", 1));
+  if (heads < 1) throw InputError(fmt::format("heads = {} must be >= 1", heads));
+  if (scale && !std::isfinite(*scale)) throw InputError(fmt::format("scale = {} is not finite", *scale));
+  require_memory_to_measure(x_array, w_q_array, w_k_array, heads, mask_array.has_value(), rotary_array.has_value(),
+                            query_norm_array || key_norm_array || logit_softcap > 0);
   probes::HeadSplit split;
   split.kv_heads = kv_heads;
   if (mask_array) split.attended = attended_mask(*mask_array, x.shape(0), x.shape(0));
-  if (heads < 1) throw InputError(fmt::format("heads = {} must be >= 1", heads));
-  if (scale && !std::isfinite(*scale)) throw InputError(fmt::format("scale = {} is not finite", *scale));
+  SignalPoll poll;
   py::gil_scoped_release release;
-  const Matrix W_Q = w_q.matrix(), W_K = w_k.matrix();
+  const Matrix W_Q = w_q.matrix(poll), W_K = w_k.matrix(poll);
   const Vector B_Q = b_q ? b_q->vector() : Vector(), B_K = b_k ? b_k->vector() : Vector();
   if (x.shape(0) == 0 || x.shape(1) == 0)
     throw InputError(fmt::format("x of shape ({}, {}) is empty", x.shape(0), x.shape(1)));
@@ -328,10 +421,15 @@ std::vector<probes::HeadMetrics> measure(const py::array& x_array, const py::arr
   if (key_gain) split.key_norm = probes::HeadNorm{key_gain->vector(), norm_eps};
   split.logit_softcap = logit_softcap;
   probes::LayerInputs inputs =
-      probes::split_heads(x.matrix(), W_Q, W_K, B_Q, B_K, heads, scale ? *scale : 1 / std::sqrt(static_cast<double>(d)),
-                          causal, {}, {}, std::move(split));
+      probes::split_heads(x.matrix(poll), W_Q, W_K, B_Q, B_K, heads,
+                          scale ? *scale : 1 / std::sqrt(static_cast<double>(d)), causal, {}, {}, std::move(split));
+  // A head is measured whole, so a signal waits for the head under way.
   std::vector<probes::HeadMetrics> out;
-  for (int head = 0; head < heads; ++head) out.push_back(probes::measure_head(inputs, layer, head));
+  for (int head = 0; head < heads; ++head) {
+    poll.check();
+    out.push_back(probes::measure_head(inputs, layer, head));
+  }
+  poll.check();
   probes::set_group_key_derivatives(inputs, out);
   return out;
 }
@@ -339,13 +437,23 @@ std::vector<probes::HeadMetrics> measure(const py::array& x_array, const py::arr
 std::vector<probes::HeadMetrics> measure_scores(const py::array& scores_array, bool causal,
                                                 const std::optional<py::array>& mask_array, int layer) {
   const RealArray scores = real_array(scores_array, "scores", 3);
+  // One head's N x N scores copied at a time, with the mask and its causal copy (bytes), and every head's
+  // results.
+  const std::uint64_t heads = unsigned_size(scores.shape(0)),
+                      entries =
+                          records::saturating_product({unsigned_size(scores.shape(1)), unsigned_size(scores.shape(2))});
+  records::require_memory(records::saturating_sum({records::saturating_product({entries, sizeof(double) + 2}),
+                                                   records::saturating_product({heads, sizeof(probes::HeadMetrics)})}),
+                          fmt::format("measuring scores of shape {}", shape_text(scores_array)),
+                          "; give fewer heads or positions");
   std::optional<theory::AttendedMask> attended;
   if (mask_array) attended = attended_mask(*mask_array, scores.shape(1), scores.shape(2));
+  SignalPoll poll;
   py::gil_scoped_release release;
   std::vector<probes::HeadMetrics> out;
   for (py::ssize_t head = 0; head < scores.shape(0); ++head) {
-    out.push_back(probes::measure_scores(scores.matrix(head * scores.stride(0)), layer, static_cast<int>(head), causal,
-                                         attended));
+    out.push_back(probes::measure_scores(scores.matrix(poll, head * scores.stride(0)), layer, static_cast<int>(head),
+                                         causal, attended));
   }
   return out;
 }
@@ -381,8 +489,7 @@ py::dict mc(const monte_carlo::McRequest& request) {
   hooks.backend_chosen = [](const std::string&) {};
   // Ctrl-C reaches Python only while it holds the GIL: look after every chunk of samples.
   hooks.progress = [](std::size_t, std::size_t, const std::string&, std::uint64_t, std::uint64_t) {
-    py::gil_scoped_acquire acquire;
-    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    SignalPoll::check_signals();
   };
   json out;
   {
@@ -426,6 +533,16 @@ PYBIND11_MODULE(_core, m) {
   m.def("append_log_lines", [](const std::string& path, const std::string& lines) {
     py::gil_scoped_release release;
     records::append_to_file(path, lines);
+  });
+  // Why `line`, the first line of the file `name`, is not a line of a probe log ("" when it is one), so that the
+  // recorder appends only to its own logs.
+  m.def("probe_log_line_problem", [](const std::string& line, const std::string& name) -> std::string {
+    try {
+      records::parse_probe_log(line, name);
+      return "";
+    } catch (const InputError& e) {
+      return e.what();
+    }
   });
   m.def("bounds", &bounds, py::arg("N"), py::arg("families"), py::arg("input"), py::arg("trials"),
         py::arg("search_starts"), py::arg("seed"), py::arg("threads"));

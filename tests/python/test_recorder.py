@@ -4,6 +4,7 @@ import copy
 import io
 import json
 import math
+import os
 import shutil
 import warnings
 
@@ -275,6 +276,72 @@ def _recorded_with(tmp_path, **options):
         for _ in range(12):
             model(torch.randn(2, 7, 16))
         return recorder, read_log(tmp_path / "run.jsonl")
+
+
+def files_under(folder):
+    """Every entry under `folder`: a regular file's bytes, a symbolic link's target, else its kind."""
+    out = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_symlink():
+            out[path] = os.readlink(path)
+        elif path.is_file():
+            out[path] = path.read_bytes()
+        else:
+            out[path] = "folder" if path.is_dir() else "other"
+    return out
+
+
+def test_out_is_refused_when_it_names_a_file_the_recorder_did_not_write(tmp_path):
+    model = encoder(layers=1, dropout=0.0)
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "notes.jsonl").write_bytes(b'{"epoch": 1, "loss": 0.5}\n')
+    (user / "binary.jsonl").write_bytes(bytes(range(256)))
+    (user / "notes.txt").write_bytes(b"my notes\n")
+    (user / "run").mkdir()
+    (user / "run" / "attncheck-probe.jsonl").write_bytes(b"step,loss\n0,1.5\n")
+    (user / "target.jsonl").write_bytes(b"")  # a log an empty file would be: the link is refused all the same
+    os.symlink(user / "target.jsonl", user / "link.jsonl")
+    os.symlink(user / "nowhere.jsonl", user / "dangling.jsonl")
+    os.mkfifo(user / "fifo.jsonl")
+    before = files_under(user)
+    refusals = [
+        ("notes.jsonl", "notes.jsonl", r"is not an attncheck probe log \(.*key \"checkpoint\" is missing\)"),
+        ("binary.jsonl", "binary.jsonl", "is not an attncheck probe log"),
+        ("run", "run/attncheck-probe.jsonl", "is not an attncheck probe log"),
+        ("notes.txt", "notes.txt", "is an existing file, not a folder nor a log named"),
+        ("notes.txt/x.jsonl", "notes.txt", "cannot create the folder"),
+        ("link.jsonl", "link.jsonl", "is a symbolic link, which the recorder did not make"),
+        ("dangling.jsonl", "dangling.jsonl", "is a symbolic link, which the recorder did not make"),
+        ("fifo.jsonl", "fifo.jsonl", "is not a regular file"),
+    ]
+    for out, named, reason in refusals:
+        with pytest.raises(ValueError, match=reason) as error:
+            AttentionRecorder(model, every=1, out=user / out, tensorboard=tmp_path / f"tb-{len(out)}")
+        assert str(user / named) in str(error.value)
+        if "cannot create" not in reason:
+            assert "give a new name, or a folder for the log" in str(error.value)
+        assert not (tmp_path / f"tb-{len(out)}").exists()
+    assert "forward" not in model.layers[0].self_attn.__dict__  # nothing was attached
+    model(torch.randn(1, 5, 16))
+    assert files_under(user) == before
+
+
+def test_out_appends_to_an_attncheck_log_or_an_empty_file(tmp_path):
+    model = encoder(layers=1, dropout=0.0)
+    log, empty = tmp_path / "log.jsonl", tmp_path / "empty.jsonl"
+    empty.touch()
+    for out in (log, log, empty):
+        with AttentionRecorder(model, every=1, out=out):
+            model(torch.randn(1, 5, 16))
+    assert [line["checkpoint"] for line in read_log(log)] == ["step-000000"] * 8  # 2 runs x 4 heads
+    assert len(read_log(empty)) == 4
+    # A log `attncheck probe --watch` wrote, whose lines carry the checkpoint's fingerprint.
+    watched = tmp_path / "watched.jsonl"
+    watched.write_text(json.dumps(dict(read_log(log)[0], checkpoint="ckpt-1", checkpoint_fingerprint="1:2")) + "\n")
+    with AttentionRecorder(model, every=1, out=watched):
+        model(torch.randn(1, 5, 16))
+    assert [line["checkpoint"] for line in read_log(watched)] == ["ckpt-1"] + ["step-000000"] * 4
 
 
 def test_the_callback_gets_each_recorded_step_with_the_logs_rows_and_their_summary(tmp_path):
