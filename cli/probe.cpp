@@ -553,18 +553,20 @@ const bool registered = register_subcommand(
           .add_option(
               "--threads", o->threads,
               "threads the heads are measured on (default: all cores): one layer's heads in parallel, or each head's "
-              "rows when there are fewer heads than threads (--heads 0); the numbers do not depend on it beyond the "
-              "last bit of OpenBLAS's sums, whose threads differ (OPENBLAS_NUM_THREADS=1: the same bits, "
-              "docs/usage.md)")
+              "rows when they are more (--heads 0); a layer of a short input on one thread, where threads would cost "
+              "more than they save; the numbers do not depend on it beyond the "
+              "last bit of OpenBLAS's sums, whose threads differ (OPENBLAS_NUM_THREADS=1: the same bits, in double "
+              "and mixed precision, docs/usage.md)")
           ->check(integer_in(1, kMaxThreads));
       command
           .add_option("--precision", o->precision,
                       "the forward pass's precision: double (the default); mixed: its matrix products "
                       "(projections, scores, attention times values, the MLP), GELU and the softmax that weights the "
                       "values in float32 (AVX-512 kernels where the CPU has them), normalizations and every measured "
-                      "norm in double, faster, with norms within about 1e-5 relative of double's (docs/usage.md); "
-                      "compare: the probe in double, then again in mixed, printing double's numbers and how far "
-                      "mixed's fell from them on this model and input")
+                      "norm in double, faster, with norms within about 1e-5 relative of double's (docs/usage.md), "
+                      "or exit 2 where float32 cannot hold a value: beyond its range, or below its normal range "
+                      "(1.2e-38) where it would keep fewer bits; compare: the probe in double, then again in mixed, "
+                      "printing double's numbers and how far mixed's fell from them on this model and input")
           ->check(CLI::IsMember({"double", "mixed", "compare"}));
       command.add_option("--layers", o->layers, "0-based layers to measure (default all)")
           ->delimiter(',')

@@ -21,7 +21,12 @@
 
 namespace attncheck::probes::detail {
 
-// A positive integer from config.json; errors name the file and the key.
+// The largest size a configuration may declare. GGUF stores its sizes in 32 bits, and so does every published model;
+// with each size below 2^31, a product of two (heads x head_dim, a grid's patches, a padding index plus the positions)
+// fits in 64 bits.
+inline constexpr std::int64_t kLargestSize = INT32_MAX;
+
+// A positive integer from config.json, at most kLargestSize; errors name the file and the key.
 std::int64_t positive_int(const nlohmann::json& config, const char* key, const std::filesystem::path& file);
 // The same, or `fallback` when the key is absent or null.
 std::int64_t positive_int_or(const nlohmann::json& config, const char* key, std::int64_t fallback,
@@ -38,6 +43,26 @@ struct TextSizeKeys {
 };
 void read_text_model_sizes(const nlohmann::json& config, const std::filesystem::path& file, ModelConfig& c,
                            const TextSizeKeys& keys = {});
+
+// What a configuration declares of one tensor's extent: `declared` says it, naming the keys ("\"hidden_size\" is 8"),
+// `value` is the extent it gives to `dim` of `tensor`, which must equal it when `exact`, else hold at least as many
+// (a vocabulary padded in its table, position rows a sequence never reaches).
+struct DeclaredExtent {
+  std::string declared;
+  std::int64_t value;
+  std::string tensor;
+  std::size_t dim = 0;
+  bool exact = true;
+};
+// "\"key\" is value": a DeclaredExtent's `declared` for one key's own value.
+std::string declared_value(std::string_view key, std::int64_t value);
+// Checks a configuration's sizes against the checkpoint before anything is computed from them (the layers counted,
+// a window per layer, random rows of the hidden size): `layers`, as `layers_key` declares it, must each have tensors
+// in the checkpoint (the highest index N of the names layer_prefix + N + "." is the last layer it holds), and every
+// extent must hold its value. Errors name `source` (the configuration's file), the key and the tensor.
+void require_declared_sizes(const Checkpoint& checkpoint, const std::string& source, std::string_view layers_key,
+                            std::int64_t layers, std::string_view layer_prefix,
+                            const std::vector<DeclaredExtent>& extents);
 
 // A number from a model's configuration that must be finite and at least `min` (above it when `above`): a negative
 // normalization epsilon or rotary base would make the forward pass NaN, and the message would then blame a logit.
@@ -156,6 +181,9 @@ void bert_forward(const Checkpoint& checkpoint, const ModelConfig& config, Matri
 // The vision encoders' pieces, which CLIP's vision tower shares with ViT and DINOv2 (probes/src/vit.cpp).
 // max_positions from image_size and patch_size, refusing a patch larger than the image.
 void set_patch_grid(ModelConfig& config, const std::filesystem::path& file);
+// What image_size and patch_size declare (keys under `within`, "vision_config." or GGUF's "clip.vision."), as a
+// DeclaredExtent's `declared` for the position embeddings' rows.
+std::string patch_grid_declared(const ModelConfig& config, std::string_view within);
 // Where a family keeps its patch embedding: the stride-P convolution's kernel [D, C, P, P] and bias (empty: none),
 // the CLS token's embedding and the position embeddings ([1, 1, D] and [1, N, D] when `batched`, else [D] and
 // [N, D]); `interpolate`: resampled bicubically to another patch grid, else that image size is refused.

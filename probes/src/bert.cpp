@@ -35,6 +35,14 @@ ModelConfig bert_config_from_json(const nlohmann::json& config, const fs::path& 
     c.norm_gain = "gamma";
     c.norm_bias = "beta";
   }
+  const std::string words = c.tensor_prefix + "embeddings.word_embeddings.weight";
+  require_declared_sizes(checkpoint, file.string(), "num_hidden_layers", c.layers, c.tensor_prefix + "encoder.layer.",
+                         {{declared_value("hidden_size", c.hidden), c.hidden, words, 1},
+                          {declared_value("vocab_size", c.vocab), c.vocab, words, 0, false},
+                          {declared_value("max_position_embeddings", c.max_positions), c.max_positions,
+                           c.tensor_prefix + "embeddings.position_embeddings.weight", 0, false},
+                          {declared_value("intermediate_size", c.intermediate), c.intermediate,
+                           c.tensor_prefix + "encoder.layer.0.intermediate.dense.weight", 0}});
   return c;
 }
 
@@ -167,6 +175,12 @@ ModelConfig config_from_gguf(const GgufHeader& header, const Checkpoint& checkpo
   c.vocab = rows("token_embd.weight");
   // DistilBERT's files have none.
   c.type_vocab = rows("token_types.weight");
+  const auto key = [&](const char* name) { return meta.prefix + name; };
+  require_declared_sizes(
+      checkpoint, header.source, key("block_count"), c.layers, "blk.",
+      {{declared_value(key("embedding_length"), c.hidden), c.hidden, "token_embd.weight", 1},
+       {declared_value(key("context_length"), c.max_positions), c.max_positions, "position_embd.weight", 0, false},
+       {declared_value(key("feed_forward_length"), c.intermediate), c.intermediate, "blk.0.ffn_up.weight", 0}});
   return c;
 }
 

@@ -19,15 +19,42 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A positive count from the tower's part of config.json (`within` names that part in errors).
+// The key as messages name it: "vision_config.image_size" within a whole CLIP's configuration.
+std::string tower_key(std::string_view within, const char* key) {
+  return fmt::format("{}{}{}", within, within.empty() ? "" : ".", key);
+}
+
+// A positive count from the tower's part of config.json, at most kLargestSize (`within` names that part in errors).
 std::int64_t tower_size(const nlohmann::json& tower, const char* key, std::int64_t fallback, const fs::path& file,
                         std::string_view within) {
   const auto value = value_or<std::int64_t>(tower, key, fallback, file, within);
   if (value <= 0) {
-    throw InputError(fmt::format("{}: \"{}{}{}\" is {}, not a positive integer", file.string(), within,
-                                 within.empty() ? "" : ".", key, value));
+    throw InputError(
+        fmt::format("{}: \"{}\" is {}, not a positive integer", file.string(), tower_key(within, key), value));
+  }
+  if (value > kLargestSize) {
+    throw InputError(fmt::format("{}: \"{}\" is {}, more than the largest size a model declares ({})", file.string(),
+                                 tower_key(within, key), value, kLargestSize));
   }
   return value;
+}
+
+std::string position_embedding_name(const ModelConfig& c) {
+  return c.gguf ? "v.position_embd.weight" : c.tensor_prefix + "embeddings.position_embedding.weight";
+}
+
+std::string token_embeddings(const ModelConfig& c) { return c.tensor_prefix + "embeddings.token_embedding.weight"; }
+
+// The sizes of either tower checked against its tensors: the layers, the hidden size (the position embeddings'
+// columns), the MLP's width (its first projection's rows), and `extents`, the tower's own.
+void require_tower_sizes(const ModelConfig& c, const Checkpoint& checkpoint, const std::string& source,
+                         std::string_view within, const std::string& mlp_in, std::vector<DeclaredExtent> extents) {
+  extents.push_back(
+      {declared_value(tower_key(within, "hidden_size"), c.hidden), c.hidden, position_embedding_name(c), 1});
+  extents.push_back(
+      {declared_value(tower_key(within, "intermediate_size"), c.intermediate), c.intermediate, mlp_in, 0});
+  require_declared_sizes(checkpoint, source, tower_key(within, "num_hidden_layers"), c.layers,
+                         c.tensor_prefix + "encoder.layers.", extents);
 }
 
 // What both towers' configurations share, with CLIPTextConfig's or CLIPVisionConfig's defaults.
@@ -68,11 +95,13 @@ ModelConfig vision_config(const nlohmann::json& config, const fs::path& file, co
   c.patch_size = tower_size(tower, "patch_size", 32, file, within);
   set_patch_grid(c, file);
   find_prefix(c, checkpoint, "vision_model", "embeddings.class_embedding");
+  const std::string kernel = c.tensor_prefix + "embeddings.patch_embedding.weight";
+  require_tower_sizes(c, checkpoint, file.string(), within, c.tensor_prefix + "encoder.layers.0.mlp.fc1.weight",
+                      {{patch_grid_declared(c, whole ? "vision_config." : ""), c.max_positions,
+                        position_embedding_name(c), 0, false},
+                       {declared_value(tower_key(within, "num_channels"), c.channels), c.channels, kernel, 1},
+                       {declared_value(tower_key(within, "patch_size"), c.patch_size), c.patch_size, kernel, 2}});
   return c;
-}
-
-std::string position_embedding_name(const ModelConfig& c) {
-  return c.gguf ? "v.position_embd.weight" : c.tensor_prefix + "embeddings.position_embedding.weight";
 }
 
 ModelConfig vision_config_from_gguf(const GgufHeader& header, const Checkpoint& checkpoint) {
@@ -124,6 +153,14 @@ ModelConfig vision_config_from_gguf(const GgufHeader& header, const Checkpoint& 
   const std::string down = "v.blk.0.ffn_down.weight";
   c.gguf_mlp_swapped = checkpoint.contains(down) && checkpoint.info(down).shape.size() == 2 &&
                        checkpoint.info(down).shape.back() == c.hidden;
+  const std::string vision = meta.prefix + "vision.";
+  require_declared_sizes(checkpoint, header.source, vision + "block_count", c.layers, "v.blk.",
+                         {{declared_value(vision + "embedding_length", c.hidden), c.hidden, position_embedding_name(c),
+                           1},
+                          {patch_grid_declared(c, vision), c.max_positions, position_embedding_name(c), 0, false},
+                          {declared_value(vision + "patch_size", c.patch_size), c.patch_size, "v.patch_embd.weight", 2},
+                          {declared_value(vision + "feed_forward_length", c.intermediate), c.intermediate,
+                           c.gguf_mlp_swapped ? down : "v.blk.0.ffn_up.weight", 0}});
   return c;
 }
 
@@ -133,10 +170,12 @@ ModelConfig text_config(const nlohmann::json& config, const fs::path& file, cons
   c.vocab = tower_size(config, "vocab_size", 49408, file, "");
   c.max_positions = tower_size(config, "max_position_embeddings", 77, file, "");
   find_prefix(c, checkpoint, "text_model", "embeddings.token_embedding.weight");
+  require_tower_sizes(c, checkpoint, file.string(), "", c.tensor_prefix + "encoder.layers.0.mlp.fc1.weight",
+                      {{declared_value("max_position_embeddings", c.max_positions), c.max_positions,
+                        position_embedding_name(c), 0, false},
+                       {declared_value("vocab_size", c.vocab), c.vocab, token_embeddings(c), 0, false}});
   return c;
 }
-
-std::string token_embeddings(const ModelConfig& c) { return c.tensor_prefix + "embeddings.token_embedding.weight"; }
 
 Matrix embed_tokens(const Checkpoint& checkpoint, const ModelConfig& c, std::span<const std::int64_t> ids) {
   return token_and_position_embeddings(checkpoint, token_embeddings(c), position_embedding_name(c), ids, c.hidden);

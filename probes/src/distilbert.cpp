@@ -22,6 +22,14 @@ ModelConfig config_from_json(const nlohmann::json& config, const fs::path& file,
   for (const char* prefix : {"", "distilbert."}) {
     if (checkpoint.contains(std::string(prefix) + "embeddings.word_embeddings.weight")) c.tensor_prefix = prefix;
   }
+  const std::string words = c.tensor_prefix + "embeddings.word_embeddings.weight";
+  require_declared_sizes(checkpoint, file.string(), "n_layers", c.layers, c.tensor_prefix + "transformer.layer.",
+                         {{declared_value("dim", c.hidden), c.hidden, words, 1},
+                          {declared_value("vocab_size", c.vocab), c.vocab, words, 0, false},
+                          {declared_value("max_position_embeddings", c.max_positions), c.max_positions,
+                           c.tensor_prefix + "embeddings.position_embeddings.weight", 0, false},
+                          {declared_value("hidden_dim", c.intermediate), c.intermediate,
+                           c.tensor_prefix + "transformer.layer.0.ffn.lin1.weight", 0}});
   return c;
 }
 

@@ -21,7 +21,9 @@ const DecoderTraits gemma3_traits{.family = "Gemma 3",
                                   .activations = {"gelu_pytorch_tanh", "gelu_new", "gelu"},
                                   .gemma_scaling = true,
                                   .head_norms = true,
-                                  .sandwich_norms = true};
+                                  .sandwich_norms = true,
+                                  // An image-and-text model's text model.
+                                  .tensor_prefixes = {"", "model.", "language_model.model.", "model.language_model."}};
 
 // rope_scaling's linear factor (1 without scaling); other kinds are refused, naming them.
 double linear_rope_factor(const nlohmann::json& text, const std::filesystem::path& file) {
@@ -110,9 +112,6 @@ ModelConfig config_from_json(const nlohmann::json& config, const std::filesystem
   c.rope_local_theta = checked_number(value_or<double>(text, "rope_local_base_freq", 10000.0, file), 0, true,
                                       file.string(), "rope_local_base_freq");
   c.rope_linear_factor = factor;
-  for (const char* prefix : {"language_model.model.", "model.language_model."}) {
-    if (checkpoint.contains(std::string(prefix) + "embed_tokens.weight")) c.tensor_prefix = prefix;
-  }
   return c;
 }
 

@@ -275,25 +275,38 @@ class Cursor {
   std::uint64_t offset() const { return at_; }
   std::uint64_t remaining() const { return size_ - at_; }
 
+  // Messages name `what` followed by `detail`, joined only when one is written: an array's millions of elements
+  // are read with the same words.
   template <class T>
-  T read(const std::string& what) {
+  T read(std::string_view what, std::string_view detail = {}) {
     T value;
-    read_into(std::as_writable_bytes(std::span(&value, 1)), what);
+    read_into(std::as_writable_bytes(std::span(&value, 1)), what, detail);
     return value;
   }
 
-  void read_into(std::span<std::byte> out, const std::string& what) {
-    need(out.size(), what);
+  void read_into(std::span<std::byte> out, std::string_view what, std::string_view detail = {}) {
+    need(out.size(), what, detail);
     std::memcpy(out.data(), window(out.size()), out.size());
     at_ += out.size();
   }
 
-  std::string read_string(const std::string& what) {
-    const auto length = read<std::uint64_t>(what + " (its length)");
-    need(length, fmt::format("{} ({} bytes)", what, length));
-    const auto bytes = static_cast<std::size_t>(length);
+  std::string read_string(std::string_view what) {
+    const auto bytes = static_cast<std::size_t>(string_length(what));
     std::string out(reinterpret_cast<const char*>(window(bytes)), bytes);
     at_ += bytes;
+    return out;
+  }
+  void skip_string(std::string_view what) { at_ += string_length(what); }
+
+  void skip(std::uint64_t length, std::string_view what) {
+    need(length, what);
+    at_ += length;
+  }
+
+  // The bytes from `begin` to the cursor, read again straight into their own buffer.
+  std::vector<std::byte> bytes_since(std::uint64_t begin) {
+    std::vector<std::byte> out(static_cast<std::size_t>(at_ - begin));
+    if (!out.empty()) read_at_(begin, out);
     return out;
   }
 
@@ -311,10 +324,16 @@ class Cursor {
  private:
   static constexpr std::size_t kWindowBytes = std::size_t{1} << 20;
 
-  void need(std::uint64_t bytes, const std::string& what) const {
+  void need(std::uint64_t bytes, std::string_view what, std::string_view detail = {}) const {
     if (bytes > remaining()) {
-      throw error(fmt::format("{} at byte {} runs beyond the end of the file ({} bytes)", what, at_, size_));
+      throw error(fmt::format("{}{} at byte {} runs beyond the end of the file ({} bytes)", what, detail, at_, size_));
     }
+  }
+  // A string's length, read and checked to lie within the file; the cursor moves past the length.
+  std::uint64_t string_length(std::string_view what) {
+    const auto length = read<std::uint64_t>(what, " (its length)");
+    if (length > remaining()) need(length, what, fmt::format(" ({} bytes)", length));
+    return length;
   }
   // The `bytes` bytes at the cursor (already checked to be in the file), refilling the window when needed.
   const std::byte* window(std::size_t bytes) {
@@ -393,7 +412,68 @@ decltype(GgufValue::data) scalar_at(GgufType type, const std::byte* bytes) {
   throw std::logic_error("scalar_at: not a number or BOOL");
 }
 
-GgufValue read_value(Cursor& in, GgufType type, const std::string& key, int depth, MetadataMemory& memory) {
+// Every 64th element of an array of strings or arrays is marked (GgufArray::marks).
+constexpr std::size_t kMarkEvery = 64;
+
+// The bytes taken by the element at `p` of an array of `type`, from bytes checked when the file was read.
+std::size_t element_size(GgufType type, const std::byte* p) {
+  if (type == GgufType::string) return sizeof(std::uint64_t) + static_cast<std::size_t>(load<std::uint64_t>(p));
+  if (type != GgufType::array) return static_cast<std::size_t>(smallest_size(type));
+  const auto inner = static_cast<GgufType>(load<std::uint32_t>(p));
+  const auto count = static_cast<std::size_t>(load<std::uint64_t>(p + 4));
+  std::size_t at = 12;
+  if (packed(inner)) return at + count * static_cast<std::size_t>(smallest_size(inner));
+  for (std::size_t k = 0; k < count; ++k) at += element_size(inner, p + at);
+  return at;
+}
+
+GgufArray make_array(GgufType element_type, std::uint64_t count, std::vector<std::byte> bytes) {
+  GgufArray out{count, std::move(bytes), {}};
+  if (packed(element_type)) return out;
+  out.marks.reserve(static_cast<std::size_t>((count + kMarkEvery - 1) / kMarkEvery));
+  std::size_t at = 0;
+  for (std::uint64_t k = 0; k < count; ++k) {
+    if (k % kMarkEvery == 0) out.marks.push_back(at);
+    at += element_size(element_type, out.bytes.data() + at);
+  }
+  return out;
+}
+
+// An array's element type and count, the cursor on its first element; `depth` counts the arrays around it.
+std::pair<GgufType, std::uint64_t> read_array_head(Cursor& in, const std::string& key, std::string_view what,
+                                                   int depth) {
+  if (depth >= kMaxArrayDepth) {
+    throw in.error(fmt::format("'{}': arrays nested more than {} deep", key, kMaxArrayDepth));
+  }
+  const auto element_type = in.read<std::uint32_t>(what, " (its element type)");
+  if (!known_type(element_type)) throw in.error(fmt::format("'{}': unknown array element type {}", key, element_type));
+  const auto type = static_cast<GgufType>(element_type);
+  const auto count = in.read<std::uint64_t>(what, " (its length)");
+  if (count > in.remaining() / smallest_size(type)) {
+    throw in.error(fmt::format("'{}': an array of {} {} values cannot fit in the {} bytes left", key, count,
+                               gguf_type_name(type), in.remaining()));
+  }
+  return {type, count};
+}
+
+// Checks an array's elements as they would be read, without holding them, and moves past them.
+void skip_elements(Cursor& in, GgufType type, std::uint64_t count, const std::string& key, std::string_view what,
+                   int depth) {
+  if (packed(type)) {
+    in.skip(count * smallest_size(type), what);
+    return;
+  }
+  for (std::uint64_t k = 0; k < count; ++k) {
+    if (type == GgufType::string) {
+      in.skip_string(what);
+    } else {
+      const auto [inner, inner_count] = read_array_head(in, key, what, depth + 1);
+      skip_elements(in, inner, inner_count, key, what, depth + 1);
+    }
+  }
+}
+
+GgufValue read_value(Cursor& in, GgufType type, const std::string& key, MetadataMemory& memory) {
   GgufValue value;
   value.type = type;
   const std::string what = fmt::format("the value of '{}'", key);
@@ -403,32 +483,20 @@ GgufValue read_value(Cursor& in, GgufType type, const std::string& key, int dept
       memory.add(std::get<std::string>(value.data).size(), key);
       break;
     case GgufType::array: {
-      if (depth >= kMaxArrayDepth) {
-        throw in.error(fmt::format("'{}': arrays nested more than {} deep", key, kMaxArrayDepth));
-      }
-      const auto element_type = in.read<std::uint32_t>(what + " (its element type)");
-      if (!known_type(element_type)) {
-        throw in.error(fmt::format("'{}': unknown array element type {}", key, element_type));
-      }
-      value.element_type = static_cast<GgufType>(element_type);
-      const auto count = in.read<std::uint64_t>(what + " (its length)");
-      if (count > in.remaining() / smallest_size(value.element_type)) {
-        throw in.error(fmt::format("'{}': an array of {} {} values cannot fit in the {} bytes left", key, count,
-                                   gguf_type_name(value.element_type), in.remaining()));
-      }
-      if (packed(value.element_type)) {
-        const std::uint64_t bytes = count * smallest_size(value.element_type);
+      const auto [element_type, count] = read_array_head(in, key, what, 0);
+      value.element_type = element_type;
+      if (packed(element_type)) {
+        const std::uint64_t bytes = count * smallest_size(element_type);
         memory.add(bytes, key);
-        value.data = GgufPackedArray{in.read_bytes(bytes, what)};
+        value.data = make_array(element_type, count, in.read_bytes(bytes, what));
         break;
       }
-      memory.add(records::saturating_product({count, sizeof(GgufValue)}), key);
-      std::vector<GgufValue> elements;
-      elements.reserve(static_cast<std::size_t>(count));
-      for (std::uint64_t k = 0; k < count; ++k) {
-        elements.push_back(read_value(in, value.element_type, key, depth + 1, memory));
-      }
-      value.data = std::move(elements);
+      // Walked once to check it and find its end, then read whole: memory for its bytes, not for a value each.
+      const std::uint64_t begin = in.offset();
+      memory.add((count + kMarkEvery - 1) / kMarkEvery * sizeof(std::uint64_t), key);
+      skip_elements(in, element_type, count, key, what, 0);
+      memory.add(in.offset() - begin, key);
+      value.data = make_array(element_type, count, in.bytes_since(begin));
       break;
     }
     default: {
@@ -512,27 +580,46 @@ const std::string& GgufHeader::string(std::string_view key) const {
 }
 
 std::size_t GgufValue::size() const {
-  if (const auto* list = std::get_if<std::vector<GgufValue>>(&data)) return list->size();
-  if (const auto* list = std::get_if<GgufPackedArray>(&data)) return list->bytes.size() / smallest_size(element_type);
-  return 0;
+  const auto* array = std::get_if<GgufArray>(&data);
+  return array ? static_cast<std::size_t>(array->count) : 0;
 }
 
 GgufValue GgufValue::element(std::size_t k) const {
   if (k >= size()) throw std::out_of_range(fmt::format("element {} of an array of {}", k, size()));
-  if (const auto* list = std::get_if<std::vector<GgufValue>>(&data)) return (*list)[k];
+  const GgufArray& array = std::get<GgufArray>(data);
   GgufValue out;
   out.type = element_type;
-  out.data = scalar_at(element_type, std::get<GgufPackedArray>(data).bytes.data() + k * smallest_size(element_type));
+  if (packed(element_type)) {
+    out.data = scalar_at(element_type, array.bytes.data() + k * smallest_size(element_type));
+    return out;
+  }
+  std::size_t at = static_cast<std::size_t>(array.marks[k / kMarkEvery]);
+  for (std::size_t j = k - k % kMarkEvery; j < k; ++j) at += element_size(element_type, array.bytes.data() + at);
+  const std::byte* p = array.bytes.data() + at;
+  if (element_type == GgufType::string) {
+    out.data = std::string(reinterpret_cast<const char*>(p + 8), static_cast<std::size_t>(load<std::uint64_t>(p)));
+  } else {
+    out.element_type = static_cast<GgufType>(load<std::uint32_t>(p));
+    out.data = make_array(out.element_type, load<std::uint64_t>(p + 4),
+                          std::vector<std::byte>(p + 12, p + element_size(element_type, p)));
+  }
   return out;
 }
 
 std::vector<std::string> GgufHeader::strings(std::string_view key) const {
   const GgufValue& value = required(*this, key);
-  const auto* elements = std::get_if<std::vector<GgufValue>>(&value.data);
-  if (!elements || value.element_type != GgufType::string) throw wrong_type(*this, key, value, "an ARRAY of STRING");
+  const auto* array = std::get_if<GgufArray>(&value.data);
+  if (!array || value.element_type != GgufType::string) throw wrong_type(*this, key, value, "an ARRAY of STRING");
+  records::require_memory(records::saturating_sum(
+                              {records::saturating_product({array->count, sizeof(std::string)}), array->bytes.size()}),
+                          fmt::format("{}: the {} strings of metadata '{}'", source, array->count, key));
   std::vector<std::string> out;
-  out.reserve(elements->size());
-  for (const auto& element : *elements) out.push_back(std::get<std::string>(element.data));
+  out.reserve(static_cast<std::size_t>(array->count));
+  for (std::size_t at = 0; at < array->bytes.size();) {
+    const auto length = static_cast<std::size_t>(load<std::uint64_t>(array->bytes.data() + at));
+    out.emplace_back(reinterpret_cast<const char*>(array->bytes.data() + at + 8), length);
+    at += 8 + length;
+  }
   return out;
 }
 
@@ -564,7 +651,7 @@ GgufHeader parse(Cursor& in, const std::string& source) {
     memory.add(key.size() + sizeof(GgufValue) + 64, key);  // the map's node besides key and value
     const auto type = in.read<std::uint32_t>(fmt::format("the type of '{}'", key));
     if (!known_type(type)) throw in.error(fmt::format("'{}': unknown value type {}", key, type));
-    GgufValue value = read_value(in, static_cast<GgufType>(type), key, 0, memory);
+    GgufValue value = read_value(in, static_cast<GgufType>(type), key, memory);
     if (out.metadata.contains(key)) throw in.error(fmt::format("metadata key '{}' appears twice", key));
     out.metadata.emplace(std::move(key), std::move(value));
   }

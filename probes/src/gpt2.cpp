@@ -28,6 +28,15 @@ ModelConfig config_from_json(const nlohmann::json& config, const fs::path& file,
   for (const char* prefix : {"", "transformer."}) {
     if (checkpoint.contains(std::string(prefix) + "wte.weight")) c.tensor_prefix = prefix;
   }
+  const bool inner_given = config.contains("n_inner") && !config["n_inner"].is_null();
+  require_declared_sizes(checkpoint, file.string(), "n_layer", c.layers, c.tensor_prefix + "h.",
+                         {{declared_value("n_embd", c.hidden), c.hidden, c.tensor_prefix + "wte.weight", 1},
+                          {declared_value("vocab_size", c.vocab), c.vocab, c.tensor_prefix + "wte.weight", 0, false},
+                          {declared_value("n_positions", c.max_positions), c.max_positions,
+                           c.tensor_prefix + "wpe.weight", 0, false},
+                          {inner_given ? declared_value("n_inner", c.intermediate)
+                                       : fmt::format("\"n_inner\" is absent: 4 x \"n_embd\" = {}", c.intermediate),
+                           c.intermediate, c.tensor_prefix + "h.0.mlp.c_fc.weight", 1}});
   return c;
 }
 

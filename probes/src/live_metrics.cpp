@@ -36,6 +36,12 @@ namespace {
 // Rows per part of one head's norms. The parts are independent (theory::AttentionSquaredSums), so up to N / 64 threads
 // share a head; a part starts at a multiple of the rotary key term's blocks, so the parts sum the same blocks.
 constexpr Index kRowsPerPart = 8 * theory::kRotaryKeyBlockRows;
+Index row_parts(Index rows) { return (rows + kRowsPerPart - 1) / kRowsPerPart; }
+
+// The least work, counted as heads x N^2 x D (a head's norms take a few times N^2 D multiply-adds), that a layer's
+// heads are measured in parallel for: milliseconds on one core, where starting a team of threads takes tens of
+// microseconds on idle cores and a scheduler's time slice on busy ones.
+constexpr double kParallelWork = 1 << 24;
 
 // The parts are always the same rows and are added in order, so the norms have the same bits on any number of threads.
 NormSet norms_of(const AttentionMap& map, const LayerInputs& layer, const HeadInputs& head, int threads) {
@@ -48,9 +54,10 @@ NormSet norms_of(const AttentionMap& map, const LayerInputs& layer, const HeadIn
     own_gram.noalias() = layer.X * layer.X.transpose();
     maps.gram = &own_gram;
   }
-  const Index n = layer.X.rows(), parts = (n + kRowsPerPart - 1) / kRowsPerPart;
+  const Index n = layer.X.rows(), parts = row_parts(n);
   std::vector<theory::AttentionSquaredSums> part_sums(static_cast<std::size_t>(parts));
-  streams::parallel_for(parts, threads, [&](Index k) {
+  // No more threads than parts: a thread without one would only be started and waited for.
+  streams::parallel_for(parts, static_cast<int>(std::min<Index>(threads, parts)), [&](Index k) {
     const theory::RowRange rows{k * kRowsPerPart, std::min(kRowsPerPart, n - k * kRowsPerPart)};
     part_sums[static_cast<std::size_t>(k)] =
         layer.attended ? theory::attention_row_sums_from_projections(map, layer.X, head.queries, head.keys,
@@ -633,11 +640,18 @@ std::vector<HeadMetrics> measure_layer(LayerInputs& layer, int layer_index, cons
   // Softmax's dA/dW_K under rotary keys reads X X^T: once for the layer rather than once per head.
   const bool shares_gram = layer.rotary && layer.gram.size() == 0;
   if (shares_gram) layer.gram.noalias() = layer.X * layer.X.transpose();
-  // The heads in parallel while there are at least as many as threads; otherwise one head at a time, its rows in
-  // parallel (`--heads 0` on every core).
-  const int thread_total = streams::thread_count(threads);
-  const bool rows_in_parallel = static_cast<int>(heads.size()) < thread_total;
-  const int head_threads = rows_in_parallel ? 1 : thread_total, row_threads = rows_in_parallel ? thread_total : 1;
+  // The heads in parallel, or one head at a time with its parts of rows in parallel where there are more of those
+  // (`--heads 0` on every core); never more threads than heads or parts. A layer with less work than kParallelWork
+  // runs on the calling thread: a team of threads woken for it costs more than it saves (2,000 lines of a few tokens
+  // of a tiny model took 16 times as long on 2 busy cores as on one thread).
+  const Index n = layer.X.rows();
+  const double work =
+      static_cast<double>(heads.size()) * static_cast<double>(n * n) * static_cast<double>(layer.X.cols());
+  const int thread_total = work < kParallelWork ? 1 : streams::thread_count(threads);
+  const auto head_work = static_cast<int>(std::min<Index>(thread_total, static_cast<Index>(heads.size())));
+  const auto row_work = static_cast<int>(std::min<Index>(thread_total, row_parts(n)));
+  const bool rows_in_parallel = row_work > head_work;
+  const int head_threads = rows_in_parallel ? 1 : std::max(1, head_work), row_threads = rows_in_parallel ? row_work : 1;
   std::vector<HeadMetrics> measured(heads.size());
   streams::parallel_for(static_cast<Index>(heads.size()), head_threads, [&](Index k) {
     measured[static_cast<std::size_t>(k)] =

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include <fmt/ranges.h>
 
@@ -72,6 +73,29 @@ Names sandwich_names(Names names, const ModelConfig& c, std::int64_t layer) {
 
 const DecoderTraits llama_traits{.family = "Llama", .gguf_interleaved_rope = true};
 
+// The sizes as config.json names them (GGUF: under `gguf_prefix`, llama.cpp's names), checked against the
+// embeddings and layer 0's projections: the query heads against the query projection's rows, and so on.
+void require_decoder_sizes(const ModelConfig& c, const Checkpoint& checkpoint, const std::string& source,
+                           const std::optional<std::string>& gguf_prefix, const Names& layer0) {
+  const auto key = [&](const char* json, const char* gguf) {
+    return gguf_prefix ? *gguf_prefix + gguf : std::string(json);
+  };
+  const std::string embeddings = llama_like_embeddings(c), heads = key("num_attention_heads", "attention.head_count");
+  const std::string kv_heads = key("num_key_value_heads", "attention.head_count_kv");
+  const std::string head_dim = key("head_dim", "attention.key_length");
+  const std::int64_t d = c.head_dim();
+  require_declared_sizes(checkpoint, source, key("num_hidden_layers", "block_count"), c.layers,
+                         c.gguf ? "blk." : c.tensor_prefix + "layers.",
+                         {{declared_value(key("hidden_size", "embedding_length"), c.hidden), c.hidden, embeddings, 1},
+                          {declared_value(key("vocab_size", "vocab_size"), c.vocab), c.vocab, embeddings, 0, false},
+                          {fmt::format("\"{}\" {} x \"{}\" {}", heads, c.heads, head_dim, d), c.heads * d,
+                           layer0.q + ".weight", 0},
+                          {fmt::format("\"{}\" {} x \"{}\" {}", kv_heads, c.key_value_heads(), head_dim, d),
+                           c.key_value_heads() * d, layer0.k + ".weight", 0},
+                          {declared_value(key("intermediate_size", "feed_forward_length"), c.intermediate),
+                           c.intermediate, layer0.up + ".weight", 0}});
+}
+
 // Positions i attend to keys j with i - window < j <= i (transformers' sliding-window causal mask).
 theory::AttendedMask sliding_window_mask(std::int64_t n, std::int64_t window) {
   theory::AttendedMask mask = theory::AttendedMask::Constant(n, n, false);
@@ -114,10 +138,11 @@ ModelConfig llama_like_config(const nlohmann::json& config, const fs::path& file
     c.rope_theta = value_or<double>(rope, "rope_theta", c.rope_theta, file, "rope_parameters");
   }
   checked_number(c.rope_theta, 0, true, file.string(), "rope_theta");
-  for (const char* prefix : {"", "model."}) {
+  for (const char* prefix : traits.tensor_prefixes) {
     if (checkpoint.contains(std::string(prefix) + "embed_tokens.weight")) c.tensor_prefix = prefix;
   }
   check_shape(c, file.string());
+  require_decoder_sizes(c, checkpoint, file.string(), std::nullopt, layer_names(c, 0));
   return c;
 }
 
@@ -160,6 +185,7 @@ ModelConfig llama_like_config_from_gguf(const GgufHeader& header, const Checkpoi
   const auto& embedding = checkpoint.info("token_embd.weight");
   c.vocab = meta.size_or("vocab_size", embedding.shape.empty() ? 0 : embedding.shape.front());
   check_shape(c, header.source);
+  require_decoder_sizes(c, checkpoint, header.source, meta.prefix, layer_names(c, 0));
   return c;
 }
 

@@ -22,10 +22,13 @@ struct DecoderTraits {
   // Llama: llama.cpp's converter permutes the query and key rows so that ggml rotates pairs (2p, 2p+1); the other
   // families' GGUF files keep Hugging Face's rows, which ggml rotates in pairs (p, p + d/2).
   bool gguf_interleaved_rope = false;
+  // Where config.json's checkpoints keep the decoder: the last of these the embeddings are found under.
+  std::vector<const char*> tensor_prefixes{"", "model."};
 };
 
-// config.json of a Llama-like decoder: sizes, grouped queries, head_dim, RMSNorm epsilon, the activation, rotary
-// base (rope scaling refused), the tensor prefix. Errors name the file and the key.
+// config.json of a Llama-like decoder: sizes (checked against the checkpoint's tensors), grouped queries, head_dim,
+// RMSNorm epsilon, the activation, rotary base (rope scaling refused), the tensor prefix. Errors name the file and the
+// key.
 ModelConfig llama_like_config(const nlohmann::json& config, const std::filesystem::path& file,
                               const Checkpoint& checkpoint, const DecoderTraits& traits);
 // A GGUF file of a Llama-like decoder as llama.cpp writes it: the same values as llama_like_config reads, under the

@@ -8,12 +8,14 @@
 #include "attncheck/theory/softmax.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -71,6 +73,10 @@ std::int64_t detail::positive_int(const nlohmann::json& config, const char* key,
     throw InputError(
         fmt::format("{}: \"{}\" is {}, not a positive integer", file.string(), key, records::json_excerpt(value)));
   }
+  if (value.get<std::int64_t>() > kLargestSize) {
+    throw InputError(fmt::format("{}: \"{}\" is {}, more than the largest size a model declares ({})", file.string(),
+                                 key, value.get<std::int64_t>(), kLargestSize));
+  }
   return value.get<std::int64_t>();
 }
 
@@ -89,6 +95,45 @@ void detail::read_text_model_sizes(const nlohmann::json& config, const fs::path&
   c.max_positions = positive_int(config, keys.positions, file);
 }
 
+std::string detail::declared_value(std::string_view key, std::int64_t value) {
+  return fmt::format("\"{}\" is {}", key, value);
+}
+
+void detail::require_declared_sizes(const Checkpoint& checkpoint, const std::string& source,
+                                    std::string_view layers_key, std::int64_t layers, std::string_view layer_prefix,
+                                    const std::vector<DeclaredExtent>& extents) {
+  // The last layer the names hold, and one of its tensors to name.
+  std::int64_t held = 0;
+  std::string last_tensor;
+  for (const std::string& name : checkpoint.names()) {
+    if (!name.starts_with(layer_prefix)) continue;
+    const std::string_view rest = std::string_view(name).substr(layer_prefix.size());
+    std::int64_t index = -1;
+    const auto [end, error] = std::from_chars(rest.data(), rest.data() + rest.size(), index);
+    if (error != std::errc() || end == rest.data() || end == rest.data() + rest.size() || *end != '.' || index < 0 ||
+        index >= kLargestSize) {
+      continue;
+    }
+    if (index + 1 > held) held = index + 1, last_tensor = name;
+  }
+  if (layers > held) {
+    throw InputError(held == 0
+                         ? fmt::format("{}: {}, but the checkpoint holds no layer's tensors (named {}N.*)", source,
+                                       declared_value(layers_key, layers), layer_prefix)
+                         : fmt::format("{}: {}, but the checkpoint holds layers 0..{} only (the last: {})", source,
+                                       declared_value(layers_key, layers), held - 1, checkpoint.where(last_tensor)));
+  }
+  for (const DeclaredExtent& e : extents) {
+    const std::vector<std::int64_t>& shape = checkpoint.info(e.tensor).shape;
+    const bool holds = e.dim < shape.size() && (e.exact ? shape[e.dim] == e.value : shape[e.dim] >= e.value);
+    if (!holds) {
+      throw InputError(fmt::format("{}: {}, but {} has shape [{}]: its extent {} should be {}{}", source, e.declared,
+                                   checkpoint.where(e.tensor), fmt::join(shape, ", "), e.dim,
+                                   e.exact ? "" : "at least ", e.value));
+    }
+  }
+}
+
 double detail::checked_number(double value, double min, bool above, const std::string& source, std::string_view key) {
   if (!std::isfinite(value) || value < min || (above && value == min)) {
     throw InputError(
@@ -105,7 +150,7 @@ bool detail::GgufMetadata::has(std::string_view key) const { return header.find(
 std::int64_t detail::GgufMetadata::size(std::string_view key) const {
   const std::string name = prefix + std::string(key);
   const auto value = header.unsigned_integer(name);
-  if (value == 0 || value > static_cast<std::uint64_t>(INT32_MAX)) {
+  if (value == 0 || value > static_cast<std::uint64_t>(kLargestSize)) {
     throw InputError(fmt::format("{}: metadata '{}' is {}, not a positive size", header.source, name, value));
   }
   return static_cast<std::int64_t>(value);
@@ -140,7 +185,7 @@ Matrix detail::times_weight(const Checkpoint& checkpoint, const Matrix& x, const
   }
   // Read in float32 at once: widening the weights to double only to round them back took a tenth of DINOv2's forward.
   const FloatMatrix W = checkpoint.float_matrix(weight, rows, cols);
-  const FloatMatrix rounded = rounded_to_float32(x);
+  const FloatMatrix rounded = rounded_to_float32(x, SummedAlong::rows);
   return transposed ? float32_product(rounded, W.transpose()) : float32_product(rounded, W);
 }
 
@@ -154,6 +199,13 @@ Matrix detail::project(const Checkpoint& checkpoint, const Matrix& x, const std:
 void throw_beyond_float32(std::string_view what, double value) {
   throw InputError(fmt::format("--precision mixed: {} is beyond float32's range{}; --precision double takes it", what,
                                std::isfinite(value) ? fmt::format(" (magnitude {:g})", value) : std::string()));
+}
+
+void throw_below_float32(std::string_view what, double value) {
+  throw InputError(fmt::format(
+      "--precision mixed: {} is below float32's normal range (magnitude {:g}, under {:g}, where float32 keeps fewer "
+      "than its 24 bits and its error exceeds the documented one); --precision double takes it",
+      what, value, static_cast<double>(std::numeric_limits<float>::min())));
 }
 
 Vector detail::bias_or_zero(const Checkpoint& checkpoint, const std::string& name, std::int64_t length) {
@@ -191,7 +243,7 @@ double gelu_tanh(double x) {
 
 void detail::apply_hidden_activation(Matrix& m, const std::string& act, bool float32) {
   if (act == "gelu" && float32) {
-    FloatMatrix rounded = rounded_to_float32(m);
+    FloatMatrix rounded = rounded_to_float32(m, SummedAlong::rows);
     float_kernels::gelu(rounded.data(), rounded.size());
     m = rounded.cast<double>();
   } else if (act == "gelu") {
@@ -324,13 +376,14 @@ Matrix detail::fill_heads(LayerInputs& layer, const AttentionWeights& weights, s
         // masks of other shapes and other activations stay in double.
         const bool float32_softmax =
             sink.float32_products && map->activation.kind == theory::ActivationKind::softmax && !attended;
-        const FloatMatrix float_values = float32_softmax ? rounded_to_float32(inputs.values) : FloatMatrix();
+        const FloatMatrix float_values =
+            float32_softmax ? rounded_to_float32(inputs.values, SummedAlong::columns) : FloatMatrix();
         for (Index first = 0; first < n; first += block_rows) {
           const Index rows = std::min(block_rows, n - first);
           const Matrix logits = softmax_logits(layer, inputs, first, rows, sink.float32_products);
           if (float32_softmax) {
             require_finite_scores(logits, where);
-            FloatMatrix probabilities = rounded_to_float32(logits);
+            FloatMatrix probabilities = rounded_to_float32(logits, SummedAlong::neither);
             float_kernels::softmax_rows(probabilities.data(), rows, n, first, layer.causal);
             context.block(first, head * d_v, rows, d_v) = float32_product(probabilities, float_values);
             continue;

@@ -14,7 +14,8 @@ namespace {
 ModelConfig config_from_json(const nlohmann::json& config, const fs::path& file, const Checkpoint& checkpoint) {
   ModelConfig c = bert_config_from_json(config, file, checkpoint, {"", "roberta."});
   c.padding_idx = value_or<std::int64_t>(config, "pad_token_id", 1, file);
-  if (c.padding_idx < 0 || c.padding_idx + 1 >= c.max_positions) {
+  // Compared without adding to it: a pad_token_id near 2^63 would overflow padding_idx + 1.
+  if (c.padding_idx < 0 || c.padding_idx >= c.max_positions - 1) {
     throw InputError(
         fmt::format("{}: \"pad_token_id\" is {}: RoBERTa's positions start past it, so it must lie in 0 .. {} "
                     "(max_position_embeddings {} minus 2)",

@@ -98,6 +98,12 @@ void set_patch_grid(ModelConfig& c, const fs::path& file) {
   c.max_positions = 1 + grid * grid;
 }
 
+std::string patch_grid_declared(const ModelConfig& c, std::string_view within) {
+  const std::int64_t grid = c.image_size / c.patch_size;
+  return fmt::format("\"{0}image_size\" {1} in patches of \"{0}patch_size\" {2} is 1 + {3} x {3} positions", within,
+                     c.image_size, c.patch_size, grid);
+}
+
 Matrix embed_patches(const Checkpoint& checkpoint, const ModelConfig& c, const Pixels& pixels,
                      const PatchEmbeddingNames& names) {
   const std::int64_t D = c.hidden, P = c.patch_size, C = c.channels;
@@ -236,6 +242,19 @@ ModelConfig config_from_json(const nlohmann::json& config, const fs::path& file,
   for (const char* prefix : {"", "vit.", "dinov2."}) {
     if (checkpoint.contains(std::string(prefix) + "embeddings.cls_token")) c.tensor_prefix = prefix;
   }
+  const std::string positions = c.tensor_prefix + "embeddings.position_embeddings";
+  const std::string kernel = c.tensor_prefix + "embeddings.patch_embeddings.projection.weight";
+  require_declared_sizes(checkpoint, file.string(), "num_hidden_layers", c.layers, c.tensor_prefix + "encoder.layer.",
+                         {{declared_value("hidden_size", c.hidden), c.hidden, positions, 2},
+                          {patch_grid_declared(c, ""), c.max_positions, positions, 1, false},
+                          {declared_value("num_channels", c.channels), c.channels, kernel, 1},
+                          {declared_value("patch_size", c.patch_size), c.patch_size, kernel, 2},
+                          {dinov2 ? fmt::format("\"mlp_ratio\" x \"hidden_size\" is {}", c.intermediate)
+                                  : declared_value("intermediate_size", c.intermediate),
+                           c.intermediate,
+                           c.tensor_prefix + (dinov2 ? "encoder.layer.0.mlp.fc1.weight"
+                                                     : "encoder.layer.0.intermediate.dense.weight"),
+                           0}});
   return c;
 }
 

@@ -153,6 +153,21 @@ assert (check["field"], check["layer"], check["head"]) == where, (check, where)
 assert abs(check["norms_largest_relative_difference"] - norms) <= 1e-12 * norms, (check, norms)
 assert check["float_kernels"] in ("avx512", "portable") and mixed["tool"]["float_kernels"] == check["float_kernels"], check
 PY
+# Mixed precision's bits do not depend on --threads with OpenBLAS on one thread (--help): the float32 kernels run on
+# the calling thread and give the same bits wherever the heap, which the measuring threads change, places their data.
+for threads in 1 2 3; do
+  for model in tiny-gpt2 tiny-bert; do
+    OPENBLAS_NUM_THREADS=1 "$attncheck" probe "$tiny/$model" --tokens "$tiny/$model/tokens.txt" --precision mixed \
+      --json --threads "$threads" >"$work/$model-mixed-$threads.json" || fail "$model mixed --threads $threads: $?"
+  done
+done
+for model in tiny-gpt2 tiny-bert; do
+  grep -q '"precision": "mixed"' "$work/$model-mixed-1.json" || fail "$model: no mixed-precision probe to compare"
+  for threads in 2 3; do
+    cmp -s "$work/$model-mixed-1.json" "$work/$model-mixed-$threads.json" ||
+      fail "$model: --precision mixed differs between --threads 1 and $threads"
+  done
+done
 expect 0 "precision: the numbers are double's; the same probe with --precision mixed \\((avx512|portable) kernels\\) gave Frobenius norms within [0-9.e-]+ relative" -- \
   "$attncheck" probe "$tiny/tiny-gpt2" --random --length 7 --precision compare
 "$attncheck" probe "$tiny/tiny-gpt2" --random --length 7 --precision compare --csv >"$work/compare.csv" 2>"$work/compare.err" ||
@@ -168,6 +183,12 @@ printf 'the cats sat\nthe cat sat on the mat.\nthe mat\n' >"$work/sentences.txt"
   fail "--text-file --json exited $?"
 "$attncheck" probe "$tiny/tiny-bert" --text-file "$work/sentences.txt" --columns A_sqrtN >"$work/sentences.txt.table" ||
   fail "--text-file table exited $?"
+# The same document on any number of threads: each head's numbers are its own, its rows' parts added in order.
+for threads in 1 8; do
+  "$attncheck" probe "$tiny/tiny-bert" --text-file "$work/sentences.txt" --json --threads $threads \
+    >"$work/sentences-$threads.json" || fail "--text-file --threads $threads exited $?"
+done
+cmp -s "$work/sentences-1.json" "$work/sentences-8.json" || fail "--text-file: --threads 1 and --threads 8 differ"
 k=0
 while IFS= read -r sentence; do
   k=$((k + 1))

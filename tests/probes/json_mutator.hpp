@@ -17,7 +17,8 @@ namespace attncheck::testing {
 
 using nlohmann::json;
 
-// Values put in place of one value of a document: raw JSON text, spliced in after the document is printed.
+// Values put in place of one value of a document: raw JSON text, spliced in after the document is printed. Among the
+// numbers, sizes past 32 bits and at the ends of 64 (a count of layers or a padding index no tensor holds).
 inline std::vector<std::string> hostile_values() {
   return {std::string(100'000, '[') + std::string(100'000, ']'),
           [] {
@@ -46,6 +47,10 @@ inline std::vector<std::string> hostile_values() {
           "1e999",
           "18446744073709551615",
           "-9223372036854775808",
+          "2147483648",
+          "1099511627776",
+          "4611686018427387904",
+          "9223372036854775807",
           "\"\"",
           "\"\\u0000\\u001b]0;title\\u0007<img src=x>\\n# x\"",
           "[]",

@@ -82,12 +82,96 @@ TEST_CASE("float32 products refuse factors not stored whole or of mismatched sha
   CHECK(float32_product(a.topRows(2), b).isApprox(a.topRows(2).cast<double>() * b.cast<double>(), 1e-5));
   Matrix huge = Matrix::Ones(2, 2);
   huge(1, 0) = -4e38;
-  CHECK_THROWS_WITH(rounded_to_float32(huge), Catch::Contains("--precision mixed: an activation or weight is beyond "
-                                                              "float32's range (magnitude 4e+38)") &&
-                                                  Catch::Contains("--precision double takes it"));
+  CHECK_THROWS_WITH(rounded_to_float32(huge, SummedAlong::rows),
+                    Catch::Contains("--precision mixed: an activation or weight is beyond "
+                                    "float32's range (magnitude 4e+38)") &&
+                        Catch::Contains("--precision double takes it"));
   // Finite factors whose product overflows float32.
   const FloatMatrix big = FloatMatrix::Constant(2, 2, 3e19f);
   CHECK_THROWS_WITH(float32_product(big, big), Catch::Contains("a matrix product is beyond float32's range"));
+}
+
+TEST_CASE("mixed precision refuses what float32's underflow would lose: a line of a factor, an entry of a product",
+          "[float_kernels]") {
+  constexpr double smallest = 1.1754943508222875e-38;  // FLT_MIN
+  // A row whose largest value is below FLT_MIN keeps fewer than 24 bits (1e-39), or none (1e-46 rounds to 0).
+  for (const double tiny : {1e-39, 1e-46}) {
+    INFO(tiny);
+    Matrix m = Matrix::Ones(3, 4);
+    m.row(1).setConstant(tiny);
+    CHECK_THROWS_WITH(rounded_to_float32(m, SummedAlong::rows),
+                      Catch::Contains("--precision mixed: a row of activations is below float32's normal range") &&
+                          Catch::Contains("--precision double takes it"));
+    // Its columns each hold a 1, next to which tiny's error is below 2^-24 of it.
+    CHECK(rounded_to_float32(m, SummedAlong::columns)(0, 0) == 1.0f);
+    CHECK(rounded_to_float32(m.transpose(), SummedAlong::rows)(0, 0) == 1.0f);
+    CHECK_THROWS_WITH(rounded_to_float32(m.transpose(), SummedAlong::columns),
+                      Catch::Contains("a column of weights, keys or values is below float32's normal range"));
+    // Logits the float32 softmax reads, relative to their largest.
+    CHECK_NOTHROW(rounded_to_float32(m, SummedAlong::neither));
+  }
+  // Zeros, and values below FLT_MIN beside a normal one in their line, are what float32 rounds them to.
+  Matrix sparse = Matrix::Zero(3, 3);
+  sparse(0, 0) = 1;
+  sparse(0, 1) = 1e-42;
+  CHECK(rounded_to_float32(sparse, SummedAlong::rows)(0, 1) == static_cast<float>(1e-42));
+  // Normal factors whose terms underflow: 1e-20 * 1e-20 = 1e-40, subnormal (a few bits); 1e-25 * 1e-25 rounds to 0.
+  for (const float scale : {1e-20f, 1e-25f}) {
+    INFO(scale);
+    const FloatMatrix a = FloatMatrix::Constant(2, 3, scale), b = FloatMatrix::Constant(3, 2, scale);
+    CHECK_THROWS_WITH(float32_product(a, b), Catch::Contains("a matrix product is below float32's normal range") &&
+                                                 Catch::Contains("--precision double takes it"));
+  }
+  // An entry below FLT_MIN by cancellation of normal terms keeps float32's error bound relative to them: kept.
+  FloatMatrix a(1, 2), b(2, 1);
+  a << 1.0f, 1.0f;
+  b << 1.0f, -1.0f;
+  CHECK(float32_product(a, b)(0, 0) == 0.0);
+  // Terms at FLT_MIN sum to at least it; a zero row or column gives exact zeros.
+  const FloatMatrix at_min = FloatMatrix::Constant(2, 2, static_cast<float>(std::sqrt(smallest)));
+  CHECK(float32_product(at_min, at_min)(0, 0) >= smallest);
+  FloatMatrix zero_row = FloatMatrix::Ones(2, 3);
+  zero_row.row(0).setZero();
+  const FloatMatrix right = FloatMatrix::Ones(3, 2);
+  CHECK(float32_product(zero_row, right).row(0).isZero(0));
+}
+
+TEST_CASE("the float32 kernels give the same bits wherever their data lies in memory", "[float_kernels]") {
+  // The heap places matrices differently with the number of threads (--threads), so an offset of the data must not
+  // change a bit: Eigen treats the values before an aligned address apart (scalar code, another order). Offsets 0 to
+  // 15 floats cover every alignment up to AVX-512's 64 bytes. The sizes take both Eigen's product paths: entries one
+  // at a time under 20 (rows + depth + columns), blocked kernels above.
+  std::mt19937_64 random(17);
+  const FloatMatrix logits = 3 * random_floats(7, 301, random);
+  std::vector<float> activations(301);
+  for (float& x : activations) x = 2 * std::normal_distribution<float>()(random);
+  for (const auto& [m, k, n] : std::vector<std::tuple<Index, Index, Index>>{{7, 5, 6}, {9, 70, 66}}) {
+    const FloatMatrix a = random_floats(m, k, random), b = random_floats(k, n, random);
+    on_every_build([&] {
+      INFO(m << " x " << k << " x " << n);
+      std::vector<float> first_product, first_softmax, first_gelu;
+      for (std::size_t offset = 0; offset < 16; ++offset) {
+        INFO("offset " << offset);
+        std::vector<float> storage(offset + static_cast<std::size_t>(std::max<Index>(m * n, logits.size())) + 301);
+        float* at = storage.data() + offset;
+        float_kernels::product({a.data(), m, k, true}, {b.data(), k, n, true}, at);
+        std::vector<float> product(at, at + m * n);
+        std::copy(logits.data(), logits.data() + logits.size(), at);
+        float_kernels::softmax_rows(at, logits.rows(), logits.cols(), 200, true);  // rows of 201 to 207 keys
+        std::vector<float> softmax(at, at + logits.size());
+        std::copy(activations.begin(), activations.end(), at);
+        float_kernels::gelu(at, static_cast<std::int64_t>(activations.size()));
+        std::vector<float> gelu(at, at + activations.size());
+        if (offset == 0) {
+          first_product = product, first_softmax = softmax, first_gelu = gelu;
+          continue;
+        }
+        CHECK(product == first_product);
+        CHECK(softmax == first_softmax);
+        CHECK(gelu == first_gelu);
+      }
+    });
+  }
 }
 
 TEST_CASE("float32 GELU is x Phi(x) to a few units in the last place of x", "[float_kernels]") {

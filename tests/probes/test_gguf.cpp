@@ -155,6 +155,21 @@ fs::path write(const fs::path& path, const std::vector<std::byte>& bytes) {
   return path;
 }
 
+// F32 zeros of ggml dimensions `ne` (fastest first: a [rows, cols] tensor is {cols, rows}).
+void add_zeros(GgufImage& g, const std::string& name, const std::vector<std::uint64_t>& ne) {
+  std::uint64_t count = 1;
+  for (const std::uint64_t n : ne) count *= n;
+  g.tensor(name, ne, 0, std::vector<std::byte>(count * 4, std::byte{0}));
+}
+
+// What the sizes in a file's metadata are checked against: a tensor of each of `layers` layers (PREFIX N.attn_norm),
+// and layer 0's tensors `rows` of them (name, rows), each reading the D columns of the hidden size.
+void add_layers(GgufImage& g, const std::string& prefix, std::uint32_t layers, std::uint64_t D,
+                const std::vector<std::pair<std::string, std::uint64_t>>& rows) {
+  for (std::uint32_t l = 0; l < layers; ++l) add_zeros(g, fmt::format("{}{}.attn_norm.weight", prefix, l), {D});
+  for (const auto& [name, count] : rows) add_zeros(g, prefix + "0." + name + ".weight", {D, count});
+}
+
 }  // namespace
 
 TEST_CASE("GGUF metadata of every value type is read back with its type") {
@@ -174,15 +189,23 @@ TEST_CASE("GGUF metadata of every value type is read back with its type") {
   CHECK(std::get<std::int64_t>(header.find("i64")->data) == -(1ll << 40));
   CHECK(header.number("f64") == 0.1);
   CHECK(header.strings("tokenizer.ggml.tokens") == std::vector<std::string>{"a", "b", "\xc4\xa0the"});
-  const auto& nested = std::get<std::vector<GgufValue>>(header.find("nested")->data);
-  REQUIRE(nested.size() == 2);
-  // Arrays of numbers are kept packed, a byte in memory per byte in the file; their elements read one by one.
-  CHECK(std::holds_alternative<GgufPackedArray>(nested[0].data));
-  CHECK(nested[0].size() == 2);
-  CHECK(std::get<std::int64_t>(nested[0].element(1).data) == 2);
-  CHECK(nested[0].element(1).type == nested[0].element_type);
-  CHECK(nested[1].size() == 0);
-  CHECK_THROWS_AS(nested[1].element(0), std::out_of_range);
+  // Arrays are kept as the file holds them, a byte in memory per byte in the file; their elements read one by one.
+  const GgufValue& outer = *header.find("nested");
+  REQUIRE(outer.size() == 2);
+  CHECK(outer.element_type == GgufType::array);
+  const GgufValue first = outer.element(0), second = outer.element(1);
+  CHECK(first.type == GgufType::array);
+  CHECK(first.element_type == GgufType::i32);
+  CHECK(first.size() == 2);
+  CHECK(std::get<GgufArray>(first.data).bytes.size() == 8);
+  CHECK(std::get<std::int64_t>(first.element(1).data) == 2);
+  CHECK(first.element(1).type == first.element_type);
+  CHECK(second.size() == 0);
+  CHECK_THROWS_AS(second.element(0), std::out_of_range);
+  CHECK_THROWS_AS(outer.element(2), std::out_of_range);
+  const GgufValue* tokens = header.find("tokenizer.ggml.tokens");
+  CHECK(std::get<std::string>(tokens->element(2).data) == "\xc4\xa0the");
+  CHECK(tokens->element(2).type == GgufType::string);
 
   CHECK_THROWS_WITH(header.unsigned_integer("absent"), Catch::Contains("model.gguf: no metadata key 'absent'"));
   CHECK_THROWS_WITH(header.unsigned_integer("i8"), Catch::Contains("'i8' is -5, not a non-negative integer"));
@@ -367,6 +390,7 @@ TEST_CASE("Llama's architecture is read from GGUF metadata: what it cannot probe
     g.kv<float>("llama.attention.layer_norm_rms_epsilon", 6, 1e-5f);
     change(g);
     g.tensor("token_embd.weight", {8, 5}, 0, std::vector<std::byte>(8 * 5 * 4, std::byte{0}));
+    add_layers(g, "blk.", 2, 8, {{"attn_q", 8}, {"attn_k", 4}, {"ffn_up", 16}});
     return write(dir.path / "model.gguf", g.bytes());
   };
   const auto model = TransformerModel::load(make([](GgufImage&) {}));
@@ -423,6 +447,7 @@ TEST_CASE("Gemma 2 and 3 GGUF files take what llama.cpp does not read from it: t
     g.kv<float>(arch + ".attention.layer_norm_rms_epsilon", 6, 1e-6f);
     change(g);
     g.tensor("token_embd.weight", {8, 5}, 0, std::vector<std::byte>(8 * 5 * 4, std::byte{0}));
+    add_layers(g, "blk.", layers, 8, {{"attn_q", 24}, {"attn_k", 24}, {"ffn_up", 16}});
     return write(dir.path / (arch + ".gguf"), g.bytes());
   };
   // Gemma 2: the cap and window llama.cpp defaults to, the even layers sliding; 46 layers are the 27B model,
@@ -471,6 +496,8 @@ TEST_CASE("BERT GGUF files (RoBERTa's and DistilBERT's too) are read as llama.cp
     change(g);
     g.tensor("token_embd.weight", {8, 5}, 0, std::vector<std::byte>(8 * 5 * 4, std::byte{0}));
     if (token_types) g.tensor("token_types.weight", {8, 2}, 0, std::vector<std::byte>(8 * 2 * 4, std::byte{0}));
+    add_zeros(g, "position_embd.weight", {8, 510});
+    add_layers(g, "blk.", 3, 8, {{"ffn_up", 16}});
     return write(dir.path / "bert.gguf", g.bytes());
   };
   const auto causal = [](bool value) {
@@ -531,6 +558,11 @@ TEST_CASE(
     // The older converter's ffn_down is the first projection: it reads the 8 embedding columns.
     g.tensor("v.blk.0.ffn_down.weight",
              legacy_mlp ? std::vector<std::uint64_t>{8, 16} : std::vector<std::uint64_t>{16, 8}, 0, zeros(128));
+    g.tensor("v.blk.0.ffn_up.weight",
+             legacy_mlp ? std::vector<std::uint64_t>{16, 8} : std::vector<std::uint64_t>{8, 16}, 0, zeros(128));
+    // 1 + (24 / 6)^2 positions; the patch kernel [D, 3, 6, 6].
+    g.tensor("v.position_embd.weight", {8, 17}, 0, zeros(8 * 17));
+    g.tensor("v.patch_embd.weight", {6, 6, 3, 8}, 0, zeros(6 * 6 * 3 * 8));
     return write(dir.path / "mmproj.gguf", g.bytes());
   };
   const auto c = TransformerModel::load(make([](GgufImage& g) { g.kv_string("clip.projector_type", "mlp"); })).config();
@@ -558,6 +590,57 @@ TEST_CASE(
                       g.kv<std::uint8_t>("clip.use_silu", 7, 1);
                     })),
                     Catch::Contains("use_gelu and use_silu are both true"));
+}
+
+TEST_CASE("GGUF metadata's sizes are checked against the tensors as the file is read, naming the key and the file") {
+  TempDir dir;
+  const auto llama = [&](std::uint32_t layers) {
+    GgufImage g;
+    g.kv_string("general.architecture", "llama");
+    g.kv<std::uint32_t>("llama.block_count", 4, layers);
+    g.kv<std::uint32_t>("llama.context_length", 4, 64);
+    g.kv<std::uint32_t>("llama.embedding_length", 4, 8);
+    g.kv<std::uint32_t>("llama.feed_forward_length", 4, 16);
+    g.kv<std::uint32_t>("llama.attention.head_count", 4, 4);
+    g.kv<float>("llama.attention.layer_norm_rms_epsilon", 6, 1e-5f);
+    add_zeros(g, "token_embd.weight", {8, 5});
+    add_layers(g, "blk.", 2, 8, {{"attn_q", 8}, {"attn_k", 8}, {"ffn_up", 16}});
+    return write(dir.path / "llama.gguf", g.bytes());
+  };
+  CHECK(TransformerModel::load(llama(2)).config().layers == 2);
+  // Weights for 2 layers: once a count of 2^31 - 1 was taken at its word until the layers were counted.
+  for (const std::uint32_t layers : {3u, 2147483647u}) {
+    const auto file = llama(layers);
+    CHECK_THROWS_WITH(TransformerModel::load(file),
+                      Catch::Contains(file.string() + ": \"llama.block_count\" is " + std::to_string(layers) +
+                                      ", but the checkpoint holds layers 0..1 only") &&
+                          Catch::Contains("tensor 'blk.1.attn_norm.weight' in " + file.string()));
+  }
+  // CLIP: the patch grid image_size / patch_size declares against the position embeddings' rows.
+  const auto clip = [&](std::uint32_t image_size) {
+    GgufImage g;
+    g.kv_string("general.architecture", "clip");
+    g.kv<std::uint32_t>("clip.vision.image_size", 4, image_size);
+    g.kv<std::uint32_t>("clip.vision.patch_size", 4, 6);
+    g.kv<std::uint32_t>("clip.vision.embedding_length", 4, 8);
+    g.kv<std::uint32_t>("clip.vision.feed_forward_length", 4, 16);
+    g.kv<std::uint32_t>("clip.vision.attention.head_count", 4, 2);
+    g.kv<std::uint32_t>("clip.vision.block_count", 4, 1);
+    g.kv<float>("clip.vision.attention.layer_norm_epsilon", 6, 1e-5f);
+    add_zeros(g, "v.class_embd", {8});
+    add_zeros(g, "v.pre_ln.weight", {8});
+    add_zeros(g, "v.position_embd.weight", {8, 17});
+    add_zeros(g, "v.patch_embd.weight", {6, 6, 3, 8});
+    add_layers(g, "v.blk.", 1, 8, {{"ffn_up", 16}});
+    return write(dir.path / "mmproj.gguf", g.bytes());
+  };
+  CHECK(TransformerModel::load(clip(24)).config().max_positions == 17);
+  const auto file = clip(6 * 65536);
+  CHECK_THROWS_WITH(TransformerModel::load(file),
+                    Catch::Contains(file.string() + ": \"clip.vision.image_size\" 393216 in patches of "
+                                                    "\"clip.vision.patch_size\" 6 is 1 + 65536 x 65536 positions") &&
+                        Catch::Contains("tensor 'v.position_embd.weight'") &&
+                        Catch::Contains("should be at least 4294967297"));
 }
 
 TEST_CASE("An empty tensor with huge other dimensions has no elements (no overflow)") {
@@ -588,6 +671,9 @@ TEST_CASE(
   const GgufHeader& from_file = checkpoint.gguf()->header();
   CHECK(from_file.data_begin == from_image.data_begin);
   CHECK(from_file.strings("tokenizer.ggml.merges") == tokens);
+  for (std::size_t k : {0, 1, 63, 64, 65, 4095, 69'999}) {
+    CHECK(std::get<std::string>(from_file.find("tokenizer.ggml.merges")->element(k).data) == tokens[k]);
+  }
   CHECK(from_file.metadata.size() == from_image.metadata.size());
   CHECK(checkpoint.matrix("f32", 2, 3)(1, 2) == 6.0);
   CHECK(checkpoint.vector("q4_1", 32)(5) == q4_1_value(5));
@@ -595,7 +681,7 @@ TEST_CASE(
   CHECK_THROWS_WITH(checkpoint.matrix("q8_0"), Catch::Contains(path.string()) && Catch::Contains("truncated"));
 }
 
-TEST_CASE("GGUF metadata is held to the memory budget: arrays of numbers packed, arrays of strings counted first",
+TEST_CASE("GGUF metadata is held to the memory budget: arrays kept as the file holds them, strings counted as decoded",
           "[hostile]") {
   if (!attncheck::testing::kAddressLimitsWork) {
     WARN("skipped under AddressSanitizer, which cannot run under an address-space limit");
@@ -616,12 +702,59 @@ TEST_CASE("GGUF metadata is held to the memory budget: arrays of numbers packed,
             throw std::logic_error("the array did not read back");
           }
         }) == "ok");
-  // A million empty strings: 8 MB in the file, far more in memory: refused naming the file and the key.
+  // A million empty strings: 8 MB in the file and in memory (48, held value by value as before); decoded, 32 MB,
+  // refused naming the file and the key.
   GgufImage strings;
   strings.kv_strings("tokenizer.ggml.tokens", std::vector<std::string>(1'000'000));
   const std::vector<std::byte> strings_file = strings.bytes();
-  CHECK_THAT(attncheck::testing::outcome_with_memory_room(24 << 20,
-                                                          [&] { (void)parse_gguf(strings_file, "strings.gguf"); }),
-             Catch::StartsWith("InputError: strings.gguf: the metadata up to 'tokenizer.ggml.tokens' needs"));
+  CHECK(attncheck::testing::outcome_with_memory_room(24 << 20, [&] {
+          const GgufHeader header = parse_gguf(strings_file, "strings.gguf");
+          if (header.find("tokenizer.ggml.tokens")->size() != 1'000'000) {
+            throw std::logic_error("the array did not read back");
+          }
+        }) == "ok");
+  CHECK_THAT(attncheck::testing::outcome_with_memory_room(
+                 24 << 20, [&] { (void)parse_gguf(strings_file, "strings.gguf").strings("tokenizer.ggml.tokens"); }),
+             Catch::StartsWith(
+                 "InputError: strings.gguf: the 1000000 strings of metadata 'tokenizer.ggml.tokens' needs"));
   CHECK(parse_gguf(strings_file, "strings.gguf").strings("tokenizer.ggml.tokens").size() == 1'000'000);
+}
+
+TEST_CASE("Unused GGUF arrays of strings and of arrays take about their bytes in the file", "[hostile]") {
+  if (!attncheck::testing::kAddressLimitsWork) {
+    WARN("skipped under AddressSanitizer, which cannot run under an address-space limit");
+    return;
+  }
+  // A million one-letter strings (9 MB) and half a million arrays of one UINT8 (6.5 MB): held a value each, they
+  // took 48 MB and 40 MB.
+  GgufImage g = valid_image();
+  std::vector<std::string> letters(1'000'000);
+  for (std::size_t k = 0; k < letters.size(); ++k) letters[k] = std::string(1, static_cast<char>('a' + k % 26));
+  g.kv_strings("unused.letters", letters);
+  std::vector<std::byte> arrays;
+  GgufImage::append(arrays, std::uint32_t{9});
+  GgufImage::append(arrays, std::uint64_t{500'000});
+  for (int k = 0; k < 500'000; ++k) {
+    GgufImage::append(arrays, std::uint32_t{0});
+    GgufImage::append(arrays, std::uint64_t{1});
+    GgufImage::append(arrays, static_cast<std::uint8_t>(k % 251));
+  }
+  g.kv_raw("unused.arrays", 9, arrays);
+  const std::vector<std::byte> image = g.bytes();
+  const std::uint64_t array_bytes = 9'000'000 + 6'500'000;
+  CHECK(attncheck::testing::outcome_with_memory_room(2 * array_bytes, [&] {
+          const GgufHeader header = parse_gguf(image, "model.gguf");
+          const GgufValue* read_letters = header.find("unused.letters");
+          const GgufValue* read_arrays = header.find("unused.arrays");
+          for (std::size_t k : {0, 63, 64, 65, 127, 128, 500'001, 999'999}) {
+            if (std::get<std::string>(read_letters->element(k).data) != letters[k]) {
+              throw std::logic_error(fmt::format("string {} did not read back", k));
+            }
+            const GgufValue inner = read_arrays->element(k % 500'000);
+            if (inner.size() != 1 || std::get<std::uint64_t>(inner.element(0).data) != k % 500'000 % 251) {
+              throw std::logic_error(fmt::format("array {} did not read back", k % 500'000));
+            }
+          }
+        }) == "ok");
+  CHECK(parse_gguf(image, "model.gguf").strings("unused.letters") == letters);
 }

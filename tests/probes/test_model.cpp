@@ -165,55 +165,56 @@ TEST_CASE("bad models and inputs are InputErrors naming the value", "[model]") {
   SECTION("config problems") {
     write_config(dir.path, {{"model_type", "mamba"}});
     CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("model_type 'mamba' is not supported"));
-    write_config(dir.path, {{"model_type", "llama"}});
-    CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("config.json: no \"hidden_size\""));
-    const nlohmann::json llama = {{"model_type", "llama"},    {"hidden_size", 8},
-                                  {"num_attention_heads", 4}, {"num_key_value_heads", 3},
-                                  {"num_hidden_layers", 1},   {"intermediate_size", 8},
-                                  {"vocab_size", 20},         {"max_position_embeddings", 16}};
-    write_config(dir.path, llama);
-    CHECK_THROWS_WITH(TransformerModel::load(dir.path),
-                      Catch::Contains("4 query heads cannot share 3 key/value heads"));
+    // Llama's family read beside a checkpoint of its layout: the sizes agree with the tensors, the keys under test
+    // do not.
+    const fs::path decoder = dir.path / "decoder";
+    write_tiny_llama(decoder, "llama", 2);
+    write_config(decoder, {{"model_type", "llama"}});
+    CHECK_THROWS_WITH(TransformerModel::load(decoder), Catch::Contains("config.json: no \"hidden_size\""));
+    const nlohmann::json llama = {{"model_type", "llama"},    {"hidden_size", 16}, {"num_attention_heads", 4},
+                                  {"num_key_value_heads", 3}, {"head_dim", 6},     {"num_hidden_layers", 1},
+                                  {"intermediate_size", 24},  {"vocab_size", 40},  {"max_position_embeddings", 16}};
+    write_config(decoder, llama);
+    CHECK_THROWS_WITH(TransformerModel::load(decoder), Catch::Contains("4 query heads cannot share 3 key/value heads"));
     auto scaled = llama;
     scaled["num_key_value_heads"] = 2;
     scaled["rope_scaling"] = {{"type", "linear"}, {"factor", 2}};
-    write_config(dir.path, scaled);
-    CHECK_THROWS_WITH(TransformerModel::load(dir.path),
+    write_config(decoder, scaled);
+    CHECK_THROWS_WITH(TransformerModel::load(decoder),
                       Catch::Contains("rope_scaling") && Catch::Contains("not supported"));
     auto gelu = llama;
     gelu["num_key_value_heads"] = 2;
     gelu["hidden_act"] = "gelu";
-    write_config(dir.path, gelu);
-    CHECK_THROWS_WITH(TransformerModel::load(dir.path),
-                      Catch::Contains("hidden_act 'gelu' is not supported for Llama"));
+    write_config(decoder, gelu);
+    CHECK_THROWS_WITH(TransformerModel::load(decoder), Catch::Contains("hidden_act 'gelu' is not supported for Llama"));
     // Llama's descendants: what each reads beyond Llama's keys is refused naming the file and the key.
     auto family = llama;
     family["num_key_value_heads"] = 2;
     family["model_type"] = "mistral";
     for (const auto& window : {nlohmann::json(0), nlohmann::json("five")}) {
       family["sliding_window"] = window;
-      write_config(dir.path, family);
-      CHECK_THROWS_WITH(TransformerModel::load(dir.path),
+      write_config(decoder, family);
+      CHECK_THROWS_WITH(TransformerModel::load(decoder),
                         Catch::Contains("config.json") && Catch::Contains("\"sliding_window\" is"));
     }
     family["model_type"] = "qwen2";
     family["use_sliding_window"] = true;
-    write_config(dir.path, family);
-    CHECK_THROWS_WITH(TransformerModel::load(dir.path),
+    write_config(decoder, family);
+    CHECK_THROWS_WITH(TransformerModel::load(decoder),
                       Catch::Contains("config.json") && Catch::Contains("\"use_sliding_window\" is true"));
     family.erase("use_sliding_window");
     family["model_type"] = "gemma";
     family["hidden_activation"] = "relu";
-    write_config(dir.path, family);
-    CHECK_THROWS_WITH(TransformerModel::load(dir.path),
+    write_config(decoder, family);
+    CHECK_THROWS_WITH(TransformerModel::load(decoder),
                       Catch::Contains("config.json") &&
                           Catch::Contains("hidden_activation 'relu' is not supported for Gemma"));
     family.erase("hidden_activation");
     family.erase("sliding_window");
     family["model_type"] = "qwen3";
     family["use_sliding_window"] = true;
-    write_config(dir.path, family);
-    CHECK_THROWS_WITH(TransformerModel::load(dir.path),
+    write_config(decoder, family);
+    CHECK_THROWS_WITH(TransformerModel::load(decoder),
                       Catch::Contains("config.json") && Catch::Contains("\"use_sliding_window\" is true"));
     family.erase("use_sliding_window");
     // Gemma 2 and 3: their attention's keys, each refused naming the file, the key and the value.
@@ -227,27 +228,26 @@ TEST_CASE("bad models and inputs are InputErrors naming the value", "[model]") {
                {"layer_types", nlohmann::json::array({"local"}), "\"layer_types\"[0] is \"local\""}}) {
         auto bad = family;
         bad[key] = value;
-        write_config(dir.path, bad);
-        CHECK_THROWS_WITH(TransformerModel::load(dir.path),
-                          Catch::Contains("config.json") && Catch::Contains(fragment));
+        write_config(decoder, bad);
+        CHECK_THROWS_WITH(TransformerModel::load(decoder), Catch::Contains("config.json") && Catch::Contains(fragment));
       }
     }
     family["model_type"] = "gemma3_text";
     family["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4}};
-    write_config(dir.path, family);
-    CHECK_THROWS_WITH(TransformerModel::load(dir.path),
+    write_config(decoder, family);
+    CHECK_THROWS_WITH(TransformerModel::load(decoder),
                       Catch::Contains("rope_scaling") && Catch::Contains("not supported (linear only)"));
     family["rope_scaling"] = {{"rope_type", "linear"}, {"factor", -4}};
-    write_config(dir.path, family);
-    CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("\"rope_scaling.factor\" is -4"));
+    write_config(decoder, family);
+    CHECK_THROWS_WITH(TransformerModel::load(decoder), Catch::Contains("\"rope_scaling.factor\" is -4"));
     family.erase("rope_scaling");
-    write_config(dir.path, {{"model_type", "gemma3"}, {"vision_config", nlohmann::json::object()}});
-    CHECK_THROWS_WITH(TransformerModel::load(dir.path),
+    write_config(decoder, {{"model_type", "gemma3"}, {"vision_config", nlohmann::json::object()}});
+    CHECK_THROWS_WITH(TransformerModel::load(decoder),
                       Catch::Contains("a \"gemma3\" configuration without a \"text_config\" object"));
     family["attention_activation"] = "poly3";
     family["model_type"] = "gemma2";
-    write_config(dir.path, family);
-    CHECK_THROWS_WITH(TransformerModel::load(dir.path),
+    write_config(decoder, family);
+    CHECK_THROWS_WITH(TransformerModel::load(decoder),
                       Catch::Contains("attn_logit_softcapping caps a softmax's logits"));
     family.erase("attention_activation");
     write_config(dir.path, {{"model_type", "gpt2"},
@@ -304,42 +304,50 @@ TEST_CASE("bad models and inputs are InputErrors naming the value", "[model]") {
     std::filesystem::remove(dir.path / "config.json");
     CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("config.json"));
   }
-  SECTION("a model with more layers than tensors") {
+  SECTION("a model with more layers than tensors is refused as it is read, naming the key") {
     write_config(dir.path, {{"model_type", "gpt2"},
                             {"n_embd", 8},
                             {"n_head", 2},
                             {"n_layer", 3},
                             {"vocab_size", 20},
                             {"n_positions", 16}});
-    CHECK_THROWS_WITH(TransformerModel::load(dir.path).forward(ids),
-                      Catch::Contains("tensor 'h.2.ln_1.") && Catch::Contains("is missing from"));
+    CHECK_THROWS_WITH(TransformerModel::load(dir.path),
+                      Catch::Contains("config.json: \"n_layer\" is 3, but the checkpoint holds layers 0..1 only") &&
+                          Catch::Contains("tensor 'h.1."));
   }
-  SECTION("a model whose tensors have the wrong shape") {
+  SECTION("a model whose tensors have the wrong shape is refused as it is read, naming the key and the tensor") {
     write_config(dir.path, {{"model_type", "gpt2"},
                             {"n_embd", 4},
                             {"n_head", 2},
                             {"n_layer", 2},
                             {"vocab_size", 20},
                             {"n_positions", 16}});
-    CHECK_THROWS_WITH(TransformerModel::load(dir.path).forward(ids),
-                      Catch::Contains("tensor 'w") && Catch::Contains("expected [any, 4]"));
+    CHECK_THROWS_WITH(TransformerModel::load(dir.path),
+                      Catch::Contains("config.json: \"n_embd\" is 4, but tensor 'wte.weight'") &&
+                          Catch::Contains("has shape [20, 8]: its extent 1 should be 4"));
   }
 }
 
 TEST_CASE("RoBERTa, DistilBERT and CLIP configurations are refused naming the file and the key", "[model]") {
   TempDir dir;
-  write_tiny_gpt2(dir.path / "model.safetensors");
+  // Checkpoints of each layout, so that the sizes agree with the tensors and the keys under test decide.
+  const fs::path encoder = dir.path / "encoder", distil = dir.path / "distilbert", clip = dir.path / "clip";
+  write_tiny_bert(encoder, {.positions = 20});
+  write_tiny_distilbert(distil);
+  write_tiny_clip_vision(clip);
+  fs::path folder = encoder;
   const auto refused = [&](const nlohmann::json& config, const std::string& fragment) {
-    write_config(dir.path, config);
-    CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("config.json: " + fragment));
+    write_config(folder, config);
+    CHECK_THROWS_WITH(TransformerModel::load(folder), Catch::Contains("config.json: " + fragment));
   };
-  const nlohmann::json roberta = {{"model_type", "roberta"},       {"hidden_size", 8},       {"num_attention_heads", 2},
-                                  {"num_hidden_layers", 1},        {"intermediate_size", 8}, {"vocab_size", 20},
+  const nlohmann::json roberta = {{"model_type", "roberta"},       {"hidden_size", 8},
+                                  {"num_attention_heads", 2},      {"num_hidden_layers", 1},
+                                  {"intermediate_size", 16},       {"vocab_size", 20},
                                   {"max_position_embeddings", 20}, {"pad_token_id", 1}};
   // Positions past the padding index: 20 - 1 - 1 of them.
-  write_config(dir.path, roberta);
+  write_config(encoder, roberta);
   const std::vector<std::int64_t> too_long(19, 0);
-  CHECK_THROWS_WITH(TransformerModel::load(dir.path).forward(too_long),
+  CHECK_THROWS_WITH(TransformerModel::load(encoder).forward(too_long),
                     Catch::Contains("19 tokens, more than the model's 18 positions"));
   auto bad = roberta;
   bad["pad_token_id"] = 19;
@@ -353,11 +361,12 @@ TEST_CASE("RoBERTa, DistilBERT and CLIP configurations are refused naming the fi
   bad["position_embedding_type"] = "relative_key";
   refused(bad, "position_embedding_type 'relative_key' is not supported");
 
+  folder = distil;
   const nlohmann::json distilbert = {{"model_type", "distilbert"},
                                      {"dim", 8},
                                      {"n_heads", 2},
                                      {"n_layers", 1},
-                                     {"hidden_dim", 8},
+                                     {"hidden_dim", 16},
                                      {"vocab_size", 20},
                                      {"max_position_embeddings", 16}};
   bad = distilbert;
@@ -370,6 +379,7 @@ TEST_CASE("RoBERTa, DistilBERT and CLIP configurations are refused naming the fi
   bad["sinusoidal_pos_embds"] = "yes";
   refused(bad, "\"sinusoidal_pos_embds\" is \"yes\", not true or false");
 
+  folder = clip;
   refused({{"model_type", "clip"}, {"vision_config", {{"patch_size", -8}}}},
           "\"vision_config.patch_size\" is -8, not a positive integer");
   refused({{"model_type", "clip"}, {"vision_config", {{"patch_size", 64}, {"image_size", 32}}}},
@@ -381,6 +391,134 @@ TEST_CASE("RoBERTa, DistilBERT and CLIP configurations are refused naming the fi
   refused({{"model_type", "clip"}, {"vision_config", 3}}, "\"vision_config\" is 3, not an object");
   refused({{"model_type", "clip_vision_model"}, {"num_attention_heads", 1.5}},
           "\"num_attention_heads\" is 1.5, not a whole number");
+}
+
+namespace {
+
+// A tiny model of each layout, its config.json with `key` set to `value`.
+void with_config_value(const fs::path& folder, const std::string& key, const nlohmann::json& value) {
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(folder / "config.json"));
+  config[key] = value;
+  write_config(folder, config);
+}
+
+// `attncheck probe FOLDER ARGUMENTS` refused at once: exit 2, the message naming config.json and every fragment.
+void refused_at_once(const fs::path& folder, const std::string& arguments, const std::vector<std::string>& fragments) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto run = attncheck::testing::run_attncheck("probe " + folder.string() + " " + arguments);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  INFO(folder.string() << ": " << run.err);
+  CHECK(run.exit_code == 2);
+  CHECK_THAT(run.err, Catch::Contains((folder / "config.json").string() + ": "));
+  for (const std::string& fragment : fragments) CHECK_THAT(run.err, Catch::Contains(fragment));
+  // Nothing proportional to the declared sizes runs before they are checked: once minutes of CPU, or out of memory.
+  CHECK(seconds < 10);
+}
+
+}  // namespace
+
+TEST_CASE("a declared layer count is checked against the layers' tensors before any work, naming the key and file",
+          "[model][errors]") {
+  TempDir dir;
+  const fs::path bert = dir.path / "bert", gpt2 = dir.path / "gpt2", distilbert = dir.path / "distilbert",
+                 llama = dir.path / "llama", gemma2 = dir.path / "gemma2", vit = dir.path / "vit",
+                 clip = dir.path / "clip";
+  write_tiny_bert(bert);
+  write_tiny_gpt2(gpt2 / "model.safetensors");
+  write_tiny_distilbert(distilbert);
+  write_tiny_llama(llama, "llama", 2);
+  write_tiny_llama(gemma2, "gemma2", 2);
+  write_tiny_vit(vit);
+  write_tiny_clip_vision(clip);
+  // Every layout's own checkpoint probes: the check refuses nothing the weights bear out.
+  for (const fs::path& folder : {bert, gpt2, distilbert, llama, vit, clip}) {
+    const auto run = attncheck::testing::run_attncheck("probe " + folder.string() + " --random --length 4 --layers 0");
+    INFO(folder.string() << ": " << run.err);
+    CHECK(run.exit_code == 0);
+  }
+  // Weights for 2 layers (ViT's 1): 2^40 and 2^62 declared are refused as sizes no model declares; 2^31 - 1 and 3
+  // against the layers the checkpoint holds, naming its last layer's tensor. Gemma 2 built a window flag per layer
+  // (out of memory), the others counted the layers (minutes), even under --layers 0.
+  const std::vector<std::tuple<fs::path, std::string, std::string>> models{
+      {bert, "num_hidden_layers", "encoder.layer.1."},  {gpt2, "n_layer", "h.1."},
+      {distilbert, "n_layers", "transformer.layer.1."}, {llama, "num_hidden_layers", "model.layers.1."},
+      {gemma2, "num_hidden_layers", "model.layers.1."}, {vit, "num_hidden_layers", "encoder.layer.0."},
+      {clip, "num_hidden_layers", "encoder.layers.1."}};
+  for (const auto& [folder, key, last_layer] : models) {
+    const nlohmann::json original = nlohmann::json::parse(std::ifstream(folder / "config.json"));
+    for (const std::int64_t huge : {std::int64_t{1} << 40, std::int64_t{1} << 62}) {
+      with_config_value(folder, key, huge);
+      refused_at_once(folder, "--random --layers 0",
+                      {fmt::format("\"{}\" is {}, more than the largest size a model declares", key, huge)});
+    }
+    for (const std::int64_t beyond : {std::int64_t{INT32_MAX}, std::int64_t{3}}) {
+      with_config_value(folder, key, beyond);
+      refused_at_once(folder, "--random --layers 0",
+                      {fmt::format("\"{}\" is {}, but the checkpoint holds layers", key, beyond),
+                       "tensor '" + last_layer, (folder / "model.safetensors").string()});
+    }
+    write_config(folder, original);
+  }
+}
+
+TEST_CASE("RoBERTa's pad_token_id near 2^63 is refused without overflow, naming the key and the file",
+          "[model][errors]") {
+  TempDir dir;
+  write_tiny_bert(dir.path, {.positions = 20});
+  write_config(dir.path, {{"model_type", "roberta"},
+                          {"hidden_size", 8},
+                          {"num_attention_heads", 2},
+                          {"num_hidden_layers", 2},
+                          {"intermediate_size", 16},
+                          {"vocab_size", 20},
+                          {"max_position_embeddings", 20},
+                          {"pad_token_id", 1}});
+  const auto ok = attncheck::testing::run_attncheck("probe " + dir.path.string() + " --random --layers 0");
+  CHECK(ok.exit_code == 0);
+  CHECK_THAT(ok.out, Catch::Contains("at most 18 tokens"));
+  // pad_token_id + 1 overflowed a signed sum there, and the probe printed a negative count of positions.
+  for (const std::int64_t pad : {INT64_MAX, INT64_MAX - 1, std::int64_t{1} << 62, std::int64_t{19}}) {
+    with_config_value(dir.path, "pad_token_id", pad);
+    refused_at_once(dir.path, "--random",
+                    {fmt::format("\"pad_token_id\" is {}: RoBERTa's positions start past it", pad)});
+  }
+  // The positions past the padding index must lie in the position embeddings' rows.
+  with_config_value(dir.path, "pad_token_id", 1);
+  with_config_value(dir.path, "max_position_embeddings", 514);
+  refused_at_once(dir.path, "--random",
+                  {"\"max_position_embeddings\" is 514, but tensor 'embeddings.position_embeddings.weight'",
+                   "has shape [20, 8]: its extent 0 should be at least 514"});
+}
+
+TEST_CASE("an image_size beyond the position embeddings' rows is refused before a probe, naming the keys and the file",
+          "[model][errors]") {
+  TempDir dir;
+  const fs::path vit = dir.path / "vit", clip = dir.path / "clip";
+  write_tiny_vit(vit);
+  write_tiny_clip_vision(clip);
+  // 16 x 16 pixels in 8 x 8 patches: 5 position rows. Under --random the probe once ran at its own N regardless.
+  for (const auto& [folder, tensor] : {std::pair{vit, std::string("embeddings.position_embeddings")},
+                                       std::pair{clip, std::string("embeddings.position_embedding.weight")}}) {
+    with_config_value(folder, "image_size", 1 << 20);
+    refused_at_once(folder, "--random",
+                    {"\"image_size\" 1048576 in patches of \"patch_size\" 8 is 1 + 131072 x 131072 positions",
+                     "tensor '" + tensor + "'", "should be at least 17179869185"});
+    with_config_value(folder, "image_size", 16);
+    with_config_value(folder, "patch_size", 1);
+    refused_at_once(folder, "--random", {"\"patch_size\" 1 is 1 + 16 x 16 positions"});
+    with_config_value(folder, "patch_size", INT64_MAX);
+    refused_at_once(folder, "--random", {"\"patch_size\" is 9223372036854775807"});
+  }
+  // A whole CLIP's config names the tower's keys.
+  write_config(clip, {{"model_type", "clip"},
+                      {"vision_config",
+                       {{"hidden_size", 8},
+                        {"num_attention_heads", 2},
+                        {"num_hidden_layers", 2},
+                        {"intermediate_size", 16},
+                        {"image_size", 64},
+                        {"patch_size", 8}}}});
+  refused_at_once(clip, "--random", {"\"vision_config.image_size\" 64 in patches of \"vision_config.patch_size\" 8"});
 }
 
 TEST_CASE("random input uses the embeddings' own scale and is reproducible by seed", "[model]") {
@@ -736,11 +874,21 @@ TEST_CASE("a head's rows measured in parts on several threads give the same bits
     LayerInputs& layer = layers.back();
     const auto one_thread = to_json(measure_head(layer, 1, 0, false, 1));
     CHECK(to_json(measure_head(layer, 1, 0, false, 3)) == one_thread);
-    // One head on two threads: measure_layer gives them its rows (and the group's other heads' key terms).
+    // One head on two threads: measure_layer keeps a layer this small on one thread.
     std::vector<HeadMetrics> alone{measure_head(layer, 1, 0)};
     set_group_key_derivatives(layer, alone);
     CHECK(to_json(measure_layer(layer, 1, {0}, false, 2).front()) == to_json(alone.front()));
   }
+  // N = 1100 (18 parts): work enough that measure_layer gives the two threads the head's rows (and the group's other
+  // heads' key terms).
+  write_tiny_llama(dir.path / "long", "llama", 2, 0, 7, 1100);
+  std::vector<std::int64_t> long_ids;
+  for (std::int64_t k = 0; k < 1100; ++k) long_ids.push_back((7 * k + 3) % 20);
+  std::vector<LayerInputs> layers = TransformerModel::load(dir.path / "long").forward(long_ids, {1});
+  LayerInputs& layer = layers.back();
+  std::vector<HeadMetrics> alone{measure_head(layer, 1, 0)};
+  set_group_key_derivatives(layer, alone);
+  CHECK(to_json(measure_layer(layer, 1, {0}, false, 2).front()) == to_json(alone.front()));
 }
 
 TEST_CASE("a block of attention rows is the same rows of the whole attention, under every mask", "[model][streaming]") {
@@ -836,6 +984,37 @@ TEST_CASE("a mixed-precision forward in blocks of query rows follows double's, c
     };
     model.forward_embeddings(model.embed_tokens(ids), {}, sink);
     CHECK(received == exact.size());
+  }
+}
+
+TEST_CASE("mixed precision refuses a model whose attention underflows float32, which double precision measures",
+          "[model][streaming]") {
+  TempDir dir;
+  const TinyShape shape{.layers = 2, .heads = 2, .hidden = 8, .positions = 32};
+  write_tiny_gpt2(dir.path / "plain" / "model.safetensors", shape, 3);
+  // Query, key and value weights scaled by 2^-70 (~8e-22, exactly, in float32): their products with the layer's rows
+  // are normal floats, the scores' terms (~1e-42) are not. By 2^-140 (~7e-43) the weights themselves are below
+  // FLT_MIN: rounded for the products, the queries would be 0 and relu(S)/N's gradient 0.
+  write_tiny_gpt2(dir.path / "scores" / "model.safetensors", shape, 3, "softmax", 1, std::ldexp(1.0, -70));
+  write_tiny_gpt2(dir.path / "weights" / "model.safetensors", shape, 3, "softmax", 1, std::ldexp(1.0, -140));
+  ProbeInput input;
+  input.random_length = 9;
+  const auto plain = probe_model(dir.path / "plain", input, {0}, {}, false, false, {}, 1, false);
+  for (const auto& [name, refusal] : {std::pair{"scores", "a matrix product is below float32's normal range"},
+                                      std::pair{"weights", "a column of weights, keys or values is below float32's"}}) {
+    INFO(name);
+    CHECK_THROWS_WITH(probe_model(dir.path / name, input, {0}, {}, false, false, {}, 1, true),
+                      Catch::Contains(std::string("--precision mixed: ") + refusal) &&
+                          Catch::Contains("--precision double takes it"));
+    const auto exact = probe_model(dir.path / name, input, {0}, {}, false, false, {}, 1, false);
+    REQUIRE(exact.heads.size() == plain.heads.size());
+    for (std::size_t k = 0; k < plain.heads.size(); ++k) {
+      // relu(S)/N's gradient reads only the signs of S, which scaling every query and key by c leaves alone.
+      CHECK(exact.heads[k].relu_n.grad > 0);
+      if (std::string_view(name) == "scores") {
+        CHECK(exact.heads[k].relu_n.grad == Approx(plain.heads[k].relu_n.grad).epsilon(1e-12));
+      }
+    }
   }
 }
 

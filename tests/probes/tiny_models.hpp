@@ -58,8 +58,10 @@ inline void write_config(const fs::path& folder, const nlohmann::json& config) {
 
 // GPT-2 layout; `file` is the safetensors path, config.json goes beside it.
 // `ln1_gain` scales the layer norms' gains in front of attention: a huge gain makes huge (finite) scores.
+// `attention_scale` scales the query, key and value weights and biases: tiny, it makes scores below float32's range.
 inline void write_tiny_gpt2(const fs::path& file, const TinyShape& s = {}, std::uint64_t seed = 1,
-                            const std::string& attention_activation = "softmax", double ln1_gain = 1) {
+                            const std::string& attention_activation = "softmax", double ln1_gain = 1,
+                            double attention_scale = 1) {
   const int D = s.hidden;
   fs::create_directories(file.parent_path());
   WeightWriter w(seed);
@@ -69,8 +71,8 @@ inline void write_tiny_gpt2(const fs::path& file, const TinyShape& s = {}, std::
     const std::string p = fmt::format("h.{}.", l);
     w.add(p + "ln_1.weight", {D}, 0.1 * ln1_gain, ln1_gain);
     w.add(p + "ln_1.bias", {D}, 0.1);
-    w.add(p + "attn.c_attn.weight", {D, 3 * D}, 0.6);
-    w.add(p + "attn.c_attn.bias", {3 * D}, 0.2);
+    w.add(p + "attn.c_attn.weight", {D, 3 * D}, 0.6 * attention_scale);
+    w.add(p + "attn.c_attn.bias", {3 * D}, 0.2 * attention_scale);
     w.add(p + "attn.c_proj.weight", {D, D}, 0.4);
     w.add(p + "attn.c_proj.bias", {D}, 0.1);
     w.add(p + "ln_2.weight", {D}, 0.1, 1);
@@ -161,6 +163,76 @@ inline void write_tiny_vit(const fs::path& folder, std::uint64_t seed = 5) {
       << R"({"do_resize": true, "size": {"height": 16, "width": 16}, "resample": 2, "do_rescale": true,)"
       << R"( "rescale_factor": 0.00392156862745098, "do_normalize": true, "image_mean": [0.5, 0.5, 0.5],)"
       << R"( "image_std": [0.5, 0.5, 0.5]})";
+}
+
+// DistilBERT layout: BERT's embeddings without token types, its layers under DistilBERT's names.
+inline void write_tiny_distilbert(const fs::path& folder, const TinyShape& s = {}, std::uint64_t seed = 3) {
+  const int D = s.hidden, I = 2 * s.hidden;
+  WeightWriter w(seed);
+  w.add("embeddings.word_embeddings.weight", {s.vocab, D}, 0.5);
+  w.add("embeddings.position_embeddings.weight", {s.positions, D}, 0.5);
+  w.add("embeddings.LayerNorm.weight", {D}, 0.1, 1);
+  w.add("embeddings.LayerNorm.bias", {D}, 0.1);
+  for (int l = 0; l < s.layers; ++l) {
+    const std::string p = fmt::format("transformer.layer.{}.", l);
+    for (const char* name : {"attention.q_lin", "attention.k_lin", "attention.v_lin", "attention.out_lin"}) {
+      w.add(p + name + ".weight", {D, D}, 0.6);
+      w.add(p + name + ".bias", {D}, 0.2);
+    }
+    w.add(p + "ffn.lin1.weight", {I, D}, 0.4);
+    w.add(p + "ffn.lin1.bias", {I}, 0.1);
+    w.add(p + "ffn.lin2.weight", {D, I}, 0.4);
+    w.add(p + "ffn.lin2.bias", {D}, 0.1);
+    for (const char* name : {"sa_layer_norm", "output_layer_norm"}) {
+      w.add(p + name + ".weight", {D}, 0.1, 1);
+      w.add(p + name + ".bias", {D}, 0.1);
+    }
+  }
+  fs::create_directories(folder);
+  write_safetensors(folder / "model.safetensors", w.tensors());
+  write_config(folder, {{"model_type", "distilbert"},
+                        {"dim", D},
+                        {"n_heads", s.heads},
+                        {"n_layers", s.layers},
+                        {"hidden_dim", I},
+                        {"vocab_size", s.vocab},
+                        {"max_position_embeddings", s.positions}});
+}
+
+// CLIPVisionModel layout (model_type "clip_vision_model"): two layers on 16 x 16 pixels in 8 x 8 patches (five
+// positions).
+inline void write_tiny_clip_vision(const fs::path& folder, std::uint64_t seed = 6) {
+  constexpr int D = 8, I = 16, P = 8, side = 16, positions = 1 + (side / P) * (side / P), layers = 2;
+  WeightWriter w(seed);
+  w.add("embeddings.class_embedding", {D}, 0.5);
+  w.add("embeddings.patch_embedding.weight", {D, 3, P, P}, 0.05);
+  w.add("embeddings.position_embedding.weight", {positions, D}, 0.5);
+  w.add("pre_layrnorm.weight", {D}, 0.1, 1);
+  w.add("pre_layrnorm.bias", {D}, 0.1);
+  for (int l = 0; l < layers; ++l) {
+    const std::string p = fmt::format("encoder.layers.{}.", l);
+    for (const char* name : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.out_proj"}) {
+      w.add(p + name + ".weight", {D, D}, 0.6);
+      w.add(p + name + ".bias", {D}, 0.2);
+    }
+    w.add(p + "mlp.fc1.weight", {I, D}, 0.4);
+    w.add(p + "mlp.fc1.bias", {I}, 0.1);
+    w.add(p + "mlp.fc2.weight", {D, I}, 0.4);
+    w.add(p + "mlp.fc2.bias", {D}, 0.1);
+    for (const char* name : {"layer_norm1", "layer_norm2"}) {
+      w.add(p + name + ".weight", {D}, 0.1, 1);
+      w.add(p + name + ".bias", {D}, 0.1);
+    }
+  }
+  fs::create_directories(folder);
+  write_safetensors(folder / "model.safetensors", w.tensors());
+  write_config(folder, {{"model_type", "clip_vision_model"},
+                        {"hidden_size", D},
+                        {"num_attention_heads", 2},
+                        {"num_hidden_layers", layers},
+                        {"intermediate_size", I},
+                        {"image_size", side},
+                        {"patch_size", P}});
 }
 
 // Llama layout (model_type "llama", "mistral" or "qwen3"): RMSNorms, rotary queries and keys, `kv_heads` key/value

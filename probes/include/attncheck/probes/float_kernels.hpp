@@ -4,7 +4,9 @@
 // and chosen at run time (streams::use_avx512_kernels): OpenBLAS releases that do not know a CPU run its AVX2
 // kernels even where it has AVX-512, at half the speed. The AVX-512 build compiles its own copy of Eigen under
 // another namespace, so that no inline function it instantiates can stand in for the portable build's; hence this
-// header names no Eigen type, and the kernels take raw storage.
+// header names no Eigen type, and the kernels take raw storage. Each gives the same bits wherever its data lies in
+// memory (float_kernels_body.inc says how), so that the heap's layout, which changes with the probe's threads, does not
+// change a result.
 
 #include <cstdint>
 #include <string_view>

@@ -59,18 +59,23 @@ enum class GgufType : std::uint32_t {
 };
 std::string_view gguf_type_name(GgufType type);
 
-// An array of numbers or BOOLs as the file holds them (little-endian values of the array's element type): one byte
-// of memory per byte of file, where a value each would take fifty (a 100 MB array of UINT8 once took 4.85 GB).
-struct GgufPackedArray {
+// An array as the file holds it: its elements' bytes after the element type and the count (numbers and BOOLs
+// little-endian; strings and inner arrays each with their lengths), checked when the file was read and decoded only
+// when asked for. It takes its bytes in the file, where a value each took about fifty bytes (a 100 MB array of UINT8
+// took 4.85 GB; 36 MB of one-letter strings 188 MB, and of one-element arrays 216 MB).
+struct GgufArray {
+  std::uint64_t count = 0;
   std::vector<std::byte> bytes;
+  // Where every 64th element starts in `bytes`, for arrays of strings or of arrays (whose elements differ in size):
+  // element k is found by walking at most 63 elements.
+  std::vector<std::uint64_t> marks;
 };
 
 struct GgufValue {
   GgufType type = GgufType::u8;
   GgufType element_type = GgufType::u8;  // for arrays
-  // Unsigned integers as uint64, signed as int64, floats as double, then bool, string, an array of strings or of
-  // arrays, and an array of numbers or BOOLs packed.
-  std::variant<std::uint64_t, std::int64_t, double, bool, std::string, std::vector<GgufValue>, GgufPackedArray> data;
+  // Unsigned integers as uint64, signed as int64, floats as double, then bool, string, and an array of any type.
+  std::variant<std::uint64_t, std::int64_t, double, bool, std::string, GgufArray> data;
 
   // The number of elements of an array (0 for a single value), and element k as a value of its own.
   std::size_t size() const;
@@ -92,7 +97,8 @@ struct GgufHeader {
   double number(std::string_view key) const;
   bool boolean(std::string_view key) const;
   const std::string& string(std::string_view key) const;
-  std::vector<std::string> strings(std::string_view key) const;  // an array of strings
+  // An array of strings, decoded now (its memory checked against the budget first).
+  std::vector<std::string> strings(std::string_view key) const;
 };
 
 // Validates a whole file image: magic, version 2 or 3, every length and count within the file (and what the

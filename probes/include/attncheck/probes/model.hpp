@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -166,21 +167,62 @@ struct LayerSink {
 // The mixed-precision forward met a value float32 cannot hold (`what`: where, `value`: its size in double); the
 // message says that double precision takes it.
 [[noreturn]] void throw_beyond_float32(std::string_view what, double value);
+// The same for a value below float32's normal range (FLT_MIN, 1.2e-38), where float32 keeps fewer than its 24 bits.
+[[noreturn]] void throw_below_float32(std::string_view what, double value);
+
+// The lines of a matrix that a float32 product sums over, which rounded_to_float32 requires to keep float32's
+// precision: the rows of its left factor, the columns of its right one; or neither, for values no product sums (the
+// logits of the float32 softmax, which subtracts their largest and so keeps 24 bits of what it reads).
+enum class SummedAlong { rows, columns, neither };
 
 // m rounded to float32, in its own storage order (a transposed weight is read along its rows, not across them); a
-// value beyond float32's range is an InputError, never an infinity in the forward pass.
+// value beyond float32's range is an InputError, never an infinity in the forward pass. So is a line (`along`) whose
+// largest magnitude is below FLT_MIN but not 0: each of its values keeps fewer than float32's 24 bits, or none, so
+// every entry of the product it enters would lose them. Smaller values beside a normal one in their line are kept as
+// float32 rounds them: their error is below 2^-24 of that one's.
 template <class M>
-auto rounded_to_float32(const M& m) {
+auto rounded_to_float32(const M& m, SummedAlong along) {
   using Plain = typename M::PlainObject;
   using Float =
       Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Plain::IsRowMajor ? Eigen::RowMajor : Eigen::ColMajor>;
   Float rounded = m.template cast<float>();
   if (!theory::all_finite(rounded)) throw_beyond_float32("an activation or weight", m.cwiseAbs().maxCoeff());
+  // One vectorized minimum first: the lines are looked at only when some value is below FLT_MIN (or 0).
+  if (along != SummedAlong::neither && rounded.size() != 0 &&
+      !(rounded.cwiseAbs().minCoeff() >= std::numeric_limits<float>::min())) {
+    const bool rows = along == SummedAlong::rows;
+    const theory::Vector largest = rows ? theory::Vector(m.cwiseAbs().rowwise().maxCoeff())
+                                        : theory::Vector(m.cwiseAbs().colwise().maxCoeff().transpose());
+    for (const double value : largest) {
+      if (value > 0 && value < std::numeric_limits<float>::min()) {
+        throw_below_float32(rows ? "a row of activations" : "a column of weights, keys or values", value);
+      }
+    }
+  }
   return rounded;
 }
 
+// Float32 gives an entry of a b within its rounding's k 2^-24 of s_ij = sum_k |a_ik b_kj| only while s_ij is at least
+// FLT_MIN: below, each term that underflows may lose up to 2^-150, more than 2^-24 of s_ij; a b that rounds to 0
+// loses everything. An entry below FLT_MIN (0 included) is looked at closer: its s_ij in double from the float32
+// factors, an InputError when it is neither 0 nor at least FLT_MIN. An entry of at least FLT_MIN has s_ij as large.
+template <class A, class B>
+void require_float32_significance(const A& a, const B& b, const FloatMatrix& c) {
+  constexpr float smallest = std::numeric_limits<float>::min();
+  if (c.size() == 0 || c.cwiseAbs().minCoeff() >= smallest) return;
+  for (theory::Index i = 0; i < c.rows(); ++i) {
+    for (theory::Index j = 0; j < c.cols(); ++j) {
+      if (std::abs(c(i, j)) >= smallest) continue;
+      double s = 0;
+      for (theory::Index k = 0; k < a.cols(); ++k) s += std::abs(double(a(i, k)) * double(b(k, j)));
+      if (s > 0 && s < smallest) throw_below_float32("a matrix product", s);
+    }
+  }
+}
+
 // a b for float32 matrices stored whole (plain, or a plain one transposed: either storage order, no blocks) in
-// float32, widened to double. A product beyond float32's range is an InputError.
+// float32, widened to double. A product beyond float32's range, or below its normal range where its terms are
+// (require_float32_significance), is an InputError.
 template <class A, class B>
 Matrix float32_product(const A& a, const B& b) {
   static_assert(bool(A::Flags & Eigen::DirectAccessBit) && bool(B::Flags & Eigen::DirectAccessBit),
@@ -197,6 +239,7 @@ Matrix float32_product(const A& a, const B& b) {
   FloatMatrix c(a.rows(), b.cols());
   float_kernels::product(operand(a), operand(b), c.data());
   if (!theory::all_finite(c)) throw_beyond_float32("a matrix product", HUGE_VAL);
+  require_float32_significance(a, b, c);
   return c.template cast<double>();
 }
 
@@ -204,7 +247,7 @@ Matrix float32_product(const A& a, const B& b) {
 template <class A, class B>
 Matrix forward_product(const A& a, const B& b, bool float32) {
   if (!float32) return a * b;
-  return float32_product(rounded_to_float32(a), rounded_to_float32(b));
+  return float32_product(rounded_to_float32(a, SummedAlong::rows), rounded_to_float32(b, SummedAlong::columns));
 }
 
 class TransformerModel {
