@@ -126,7 +126,7 @@ class CudaBackend final : public monte_carlo::Backend {
     if (score_bytes_ == 0) {
       int l2_bytes = 0;
       check(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device_), "cudaDeviceGetAttribute");
-      score_bytes_ = std::max<std::size_t>(static_cast<std::size_t>(l2_bytes) / 2, std::size_t{8} << 20);
+      score_bytes_ = default_score_buffer_bytes(l2_bytes);
     }
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     check(cublasCreate(&blas_), "cublasCreate");

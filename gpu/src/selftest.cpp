@@ -25,26 +25,6 @@ namespace {
 
 constexpr std::uint64_t kSelftestSeed = 20261121;
 
-SweepPoint make_point(theory::Index N, theory::Index D, theory::Index d, Activation activation, double n_exponent,
-                      std::uint64_t case_number, double sigma_x = 1, double sigma_t = 1,
-                      std::optional<double> mix = std::nullopt, theory::Index dv = 0) {
-  theory::AttentionMap map;
-  map.activation = activation;
-  map.inner = 1 / std::sqrt(static_cast<double>(d));
-  map.outer.n_exponent = n_exponent;
-  return monte_carlo::make_sweep_point({N, D, d, sigma_x, sigma_t}, map,
-                                       streams::derive_point_seed(kSelftestSeed, case_number),
-                                       theory::ScoreModel::projected, mix, dv);
-}
-
-Activation pointwise(Pointwise h, int p = 1) { return {ActivationKind::pointwise, h, p}; }
-
-std::string estimand_list(const std::vector<Estimand>& estimands) {
-  std::string text;
-  for (Estimand e : estimands) text += (text.empty() ? "" : ",") + std::string(theory::term_of(e).word);
-  return text;
-}
-
 // CPU reference words: the stream the GPU must reproduce.
 std::vector<std::uint32_t> cpu_words(std::uint64_t seed, std::uint64_t first, int subsequences, int blocks) {
   std::vector<std::uint32_t> words;
@@ -73,6 +53,26 @@ CheckResult guarded(std::string name, Check&& check) {
 }
 
 }  // namespace
+
+SweepPoint make_point(theory::Index N, theory::Index D, theory::Index d, Activation activation, double n_exponent,
+                      std::uint64_t case_number, double sigma_x, double sigma_t, std::optional<double> mix,
+                      theory::Index dv) {
+  theory::AttentionMap map;
+  map.activation = activation;
+  map.inner = 1 / std::sqrt(static_cast<double>(d));
+  map.outer.n_exponent = n_exponent;
+  return monte_carlo::make_sweep_point({N, D, d, sigma_x, sigma_t}, map,
+                                       streams::derive_point_seed(kSelftestSeed, case_number),
+                                       theory::ScoreModel::projected, mix, dv);
+}
+
+Activation pointwise(Pointwise h, int p) { return {ActivationKind::pointwise, h, p}; }
+
+std::string estimand_list(const std::vector<Estimand>& estimands) {
+  std::string text;
+  for (Estimand e : estimands) text += (text.empty() ? "" : ",") + std::string(theory::term_of(e).word);
+  return text;
+}
 
 std::vector<SelftestCase> selftest_cases() {
   const std::vector<Estimand> norms{Estimand::value, Estimand::dQ, Estimand::dK, Estimand::dS};
@@ -261,10 +261,9 @@ SelftestReport run_selftest(const SelftestDevice& device, monte_carlo::Backend& 
   return report;
 }
 
-Throughput measure_throughput(monte_carlo::Backend& backend, const std::vector<Estimand>& estimands,
-                              std::uint64_t samples) {
-  constexpr theory::Index kN = 4096, kDim = 64;
-  const SweepPoint point = make_point(kN, kDim, kDim, pointwise(Pointwise::poly, 3), 0, 1000);
+Throughput measure_throughput(monte_carlo::Backend& backend, const SweepPoint& point,
+                              const std::vector<Estimand>& estimands, std::uint64_t samples) {
+  if (samples < 1) throw theory::InputError("measure_throughput: at least one sample must be timed");
   std::vector<SampleValues> values;
   backend.evaluate(point, estimands, 0, 1, values);  // warm-up: allocations, cuBLAS heuristics
   values.clear();
@@ -273,9 +272,19 @@ Throughput measure_throughput(monte_carlo::Backend& backend, const std::vector<E
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   Throughput t;
   t.estimands = estimand_list(estimands);
+  t.samples = samples;
+  t.seconds = seconds;
   t.samples_per_second = static_cast<double>(samples) / seconds;
-  t.score_tflops = t.samples_per_second * 2.0 * kN * kN * kDim / 1e12;
+  t.score_tflops = t.samples_per_second * 2.0 * static_cast<double>(point.N) * static_cast<double>(point.N) *
+                   static_cast<double>(point.d) / 1e12;
   return t;
+}
+
+Throughput measure_throughput(monte_carlo::Backend& backend, const std::vector<Estimand>& estimands,
+                              std::uint64_t samples) {
+  constexpr theory::Index kN = 4096, kDim = 64;
+  return measure_throughput(backend, make_point(kN, kDim, kDim, pointwise(Pointwise::poly, 3), 0, 1000), estimands,
+                            samples);
 }
 
 }  // namespace attncheck::gpu

@@ -230,3 +230,53 @@ TEST_CASE("the self-test passes a device that is the CPU, and fails and names ea
     CHECK(last.detail.find("at sample 1, dK") != std::string::npos);
   }
 }
+
+namespace {
+// Records what it is asked; its values are NaN.
+class RecordingBackend final : public monte_carlo::Backend {
+ public:
+  struct Call {
+    monte_carlo::SweepPoint point;
+    std::uint64_t first, count;
+  };
+  std::string name() const override { return "recording"; }
+  void evaluate(const monte_carlo::SweepPoint& point, const std::vector<Estimand>&, std::uint64_t first,
+                std::uint64_t count, std::vector<SampleValues>& out) override {
+    calls.push_back({point, first, count});
+    SampleValues none;
+    none.fill(kNaN);
+    out.insert(out.end(), count, none);
+  }
+  std::vector<Call> calls;
+};
+}  // namespace
+
+TEST_CASE("throughput is timed at the point asked for, after one warm-up sample, with the score flops of its N") {
+  RecordingBackend backend;
+  const monte_carlo::SweepPoint point = gpu::make_point(300, 16, 8, gpu::pointwise(theory::Pointwise::poly, 3), 0, 7);
+  const gpu::Throughput t = gpu::measure_throughput(backend, point, {Estimand::value, Estimand::dQ}, 5);
+  REQUIRE(backend.calls.size() == 2);
+  CHECK(backend.calls[0].first == 0);
+  CHECK(backend.calls[0].count == 1);
+  CHECK(backend.calls[1].first == 1);
+  CHECK(backend.calls[1].count == 5);
+  CHECK(backend.calls[1].point.N == 300);
+  CHECK(backend.calls[1].point.seed == point.seed);
+  CHECK(t.estimands == "value,dQ");
+  CHECK(t.samples == 5);
+  REQUIRE(t.seconds > 0);
+  CHECK(t.samples_per_second == Approx(5 / t.seconds));
+  CHECK(t.score_tflops == Approx(t.samples_per_second * 2.0 * 300 * 300 * 8 / 1e12));
+  CHECK_THROWS_AS(gpu::measure_throughput(backend, point, {Estimand::value}, 0), theory::InputError);
+
+  // gpu-selftest's point: x^3 at N = 4096, D = d = 64.
+  backend.calls.clear();
+  gpu::measure_throughput(backend, {Estimand::value}, 2);
+  REQUIRE(backend.calls.size() == 2);
+  const monte_carlo::SweepPoint& fixed = backend.calls[1].point;
+  CHECK(fixed.N == 4096);
+  CHECK(fixed.D == 64);
+  CHECK(fixed.d == 64);
+  CHECK(fixed.map.activation == gpu::pointwise(theory::Pointwise::poly, 3));
+  CHECK(fixed.map.inner == Approx(0.125));
+}

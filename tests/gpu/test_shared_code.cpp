@@ -207,3 +207,9 @@ TEST_CASE("the batch plan fills the score buffer without overflowing it, the mem
     }
   });
 }
+
+TEST_CASE("the default score buffer is half the L2 cache, and at least 8 MiB") {
+  CHECK(gpu::default_score_buffer_bytes(50 << 20) == std::size_t{25} << 20);  // an H100's 50 MiB
+  CHECK(gpu::default_score_buffer_bytes(4 << 20) == std::size_t{8} << 20);
+  CHECK(gpu::default_score_buffer_bytes(0) == std::size_t{8} << 20);  // an attribute that reads 0
+}

@@ -2,6 +2,7 @@
 // How many samples the CUDA backend keeps in flight and how many score rows it forms at once. Host-only
 // arithmetic, tested on the CPU.
 
+#include <cstddef>
 #include <cstdint>
 
 namespace attncheck::gpu {
@@ -10,6 +11,14 @@ struct BatchPlan {
   std::int64_t samples = 1;     // samples drawn and reduced together (batched GEMMs and kernels)
   std::int64_t strip_rows = 1;  // score rows per sample in one strip: the buffer holds samples x strip_rows x N
 };
+
+// The default score buffer: half of the device's L2 cache, so that cuBLAS writes a strip and the reduction reads
+// it back without a round trip to device memory; at least 8 MiB.
+inline std::size_t default_score_buffer_bytes(int l2_cache_bytes) {
+  const std::size_t half = l2_cache_bytes > 0 ? static_cast<std::size_t>(l2_cache_bytes) / 2 : 0;
+  constexpr std::size_t kLeast = std::size_t{8} << 20;
+  return half > kLeast ? half : kLeast;
+}
 
 // Most samples batched in one call: bounds the per-call bookkeeping and keeps grids within limits.
 inline constexpr std::int64_t kMaxBatchSamples = 1 << 16;

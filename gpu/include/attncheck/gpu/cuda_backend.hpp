@@ -16,8 +16,8 @@
 namespace attncheck::gpu {
 
 struct CudaBackendOptions {
-  // Bytes of the score-strip buffer; 0 picks half of the device's L2 cache (at least 8 MiB), so that cuBLAS
-  // writes a strip and the reduction reads it back without a round trip to device memory.
+  // Bytes of the score-strip buffer; 0 picks default_score_buffer_bytes (batch_plan.hpp): half of the device's L2
+  // cache (at least 8 MiB), so that cuBLAS writes a strip and the reduction reads it back from L2.
   std::size_t score_buffer_bytes = 0;
   // What the run asks (the CPU's path and precision decide which points the CPU takes instead).
   monte_carlo::BackendRequest request;

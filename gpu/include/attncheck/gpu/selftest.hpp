@@ -92,13 +92,31 @@ double max_abs_difference(const std::vector<double>& a, const std::vector<double
 SelftestReport run_selftest(const SelftestDevice& device, monte_carlo::Backend& cpu,
                             const std::vector<SelftestCase>& cases);
 
-// Samples per second of `backend` at N = 4096, D = d = 64, phi = x^3 (the roofline point of docs/gpu.md),
-// over `samples` samples after one warm-up sample; with the score phase's rate 2 N^2 d / time.
+// The self-test's points (and the benchmark's, bench/gpu): N x D inputs, d-column projections, inner scale
+// 1/sqrt(d), outer scale N^-n_exponent, seed derived from the self-test's seed and `case_number`.
+monte_carlo::SweepPoint make_point(theory::Index N, theory::Index D, theory::Index d, theory::Activation activation,
+                                   double n_exponent, std::uint64_t case_number, double sigma_x = 1, double sigma_t = 1,
+                                   std::optional<double> mix = std::nullopt, theory::Index dv = 0);
+
+// The elementwise map h (x^p for Pointwise::poly).
+theory::Activation pointwise(theory::Pointwise h, int p = 1);
+
+// "value,dQ,dK,dS": the estimands' words, comma-separated.
+std::string estimand_list(const std::vector<monte_carlo::Estimand>& estimands);
+
+// Samples per second of `backend` at `point` over `samples` samples (>= 1) after one warm-up sample (allocations,
+// cuBLAS heuristics), timed on the wall clock; with the score phase's rate 2 N^2 d samples / seconds.
 struct Throughput {
   std::string estimands;
+  std::uint64_t samples = 0;
+  double seconds = 0;
   double samples_per_second = 0;
   double score_tflops = 0;
 };
+Throughput measure_throughput(monte_carlo::Backend& backend, const monte_carlo::SweepPoint& point,
+                              const std::vector<monte_carlo::Estimand>& estimands, std::uint64_t samples);
+
+// The same at N = 4096, D = d = 64, phi = x^3: the roofline point of docs/gpu.md, timed by gpu-selftest.
 Throughput measure_throughput(monte_carlo::Backend& backend, const std::vector<monte_carlo::Estimand>& estimands,
                               std::uint64_t samples);
 
