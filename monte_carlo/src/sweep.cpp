@@ -23,7 +23,7 @@ double InnerRule::at(Index d) const { return inverse_sqrt_d ? 1 / std::sqrt(stat
 
 std::optional<double> SeriesSpec::claimed_for(Estimand estimand) const {
   if (!claimed_exponent) return std::nullopt;
-  return estimand == Estimand::row_mean ? *claimed_exponent - 1 : *claimed_exponent;  // row mean = row sum / N
+  return estimand == Estimand::row_mean && claim_is_of_row_sums ? *claimed_exponent - 1 : *claimed_exponent;
 }
 
 bool SeriesSpec::counts_for_exit_of(Estimand estimand) const {
@@ -126,6 +126,7 @@ std::vector<SeriesSpec> relu_paper_series(const SweepRequest& rq, const records:
       s.estimands = {Estimand::row_sum, Estimand::row_mean, Estimand::value};
       s.secondary = {Estimand::value};
       s.claimed_exponent = 1 - alpha;
+      s.claim_is_of_row_sums = true;
       out.push_back(s);
     }
   }

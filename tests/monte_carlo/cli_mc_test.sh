@@ -464,6 +464,21 @@ grep -q "standard errors are not finite" "$work/huge-p.err" || fail "no note on 
 grep -q "verdict" "$work/human" || fail "no verdict column in the table"
 grep -q "Thm 4.2 (4.3)" "$work/human" || fail "claim numbering missing"
 
+# --claimed-exponent is of the estimand asked for, the row mean's too: relu's row mean is E relu(s) ~ 2.9 N^0 at
+# every N (its closed form), so 0 is tight, -0.5 below it violated and 0.5 above it holds.
+for claim in "0 0 tight" "-0.5 1 violated" "0.5 0 holds"; do
+  read -r a code verdict <<<"$claim"
+  "$bin" mc --phi relu --estimand row-mean --claimed-exponent "$a" --N 16:128:x2 --D 8 --d 8 --samples 100 \
+    --json >"$work/row-mean.json" 2>/dev/null
+  got=$?
+  [ "$got" -eq "$code" ] || fail "row-mean claimed $a: exit $got, want $code"
+  $py - "$work/row-mean.json" "$a" "$verdict" <<'PY' || fail "row-mean claimed $a: not $verdict of exponent $a"
+import json, sys
+series = json.load(open(sys.argv[1]))["series"]
+assert [(s["claimed_exponent"], s["verdict"]) for s in series] == [(float(sys.argv[2]), sys.argv[3])], series
+PY
+done
+
 if [ "$failures" -ne 0 ]; then
   echo "$failures failure(s)"
   exit 1

@@ -171,6 +171,19 @@ TEST_CASE("claim presets set the constants exactly as each theorem states them")
   CHECK(build_series(rq).size() == 3);
 }
 
+TEST_CASE("a custom claimed exponent is of each estimand itself, the row mean's included") {
+  SweepRequest rq;
+  rq.phi = "relu";
+  rq.estimands = "row-sum,row-mean,value";
+  rq.claimed_exponent = 0;
+  const auto series = build_series(rq);
+  REQUIRE(series.size() == 1);
+  for (const Estimand e : {Estimand::row_sum, Estimand::row_mean, Estimand::value}) {
+    INFO(theory::term_of(e).word);
+    CHECK(*series[0].claimed_for(e) == 0);  // as --claimed-exponent's help says: E||F|| = O(N^a) of what is asked
+  }
+}
+
 TEST_CASE("point seeds depend on the point, not on its position in the grid") {
   SweepRequest rq;
   rq.claim = "C4";

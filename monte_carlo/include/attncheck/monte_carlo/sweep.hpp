@@ -42,6 +42,9 @@ struct SeriesSpec {
   bool claims_variance_equals_d = false;  // C8's pairs: the claim is the value d_k itself, not an exponent
   bool counts_for_exit = true;            // the claim as the papers state it; the matrix reading does not
   std::vector<Estimand> secondary;        // reported beside the claim, never counted (C7's Frobenius norm)
+  // C7: the paper's exponent is of the row sums, so the row mean (row sum / N) is held to one less. Elsewhere a
+  // claimed exponent is of each estimand itself, as --claimed-exponent's help says.
+  bool claim_is_of_row_sums = false;
 
   std::optional<double> claimed_for(Estimand estimand) const;
   bool counts_for_exit_of(Estimand estimand) const;
