@@ -584,7 +584,12 @@ def _log_path(out):
         return log
     try:
         with open(log, "rb") as file:
-            first = file.readline(_FIRST_LINE_LIMIT)
+            # The log's reader skips blank lines; the first line with text is what tells a log from a user's file.
+            first = b""
+            while not first.strip():
+                first = file.readline(_FIRST_LINE_LIMIT)
+                if not first:
+                    break
     except OSError as error:
         raise ValueError(f"out={log!r} exists and cannot be read ({error.strerror or error}), so it cannot be told "
                          f"to be an attncheck probe log: {refusal}") from None

@@ -203,6 +203,20 @@ std::string batch_index(const RealArray& a, py::ssize_t b) {
   return "(" + text + (index.size() == 1 ? ",)" : ")");
 }
 
+// Whether the array shows some bytes as more than one entry (a broadcast's zero strides, or a strided view over
+// overlapping memory): its entries then span less memory than they would take of their own. A slice or a transpose
+// of an array in memory does not; only such views make the work grow beyond the memory the array holds.
+bool repeats_storage(const py::array& array) {
+  std::uint64_t entries = 1, span = static_cast<std::uint64_t>(array.itemsize());
+  for (py::ssize_t k = 0; k < array.ndim(); ++k) {
+    if (array.shape(k) == 0) return false;
+    entries = records::saturating_product({entries, unsigned_size(array.shape(k))});
+    span = records::saturating_sum({span, records::saturating_product({unsigned_size(array.shape(k) - 1),
+                                                                       unsigned_size(std::abs(array.strides(k)))})});
+  }
+  return span < records::saturating_product({entries, static_cast<std::uint64_t>(array.itemsize())});
+}
+
 py::ssize_t batch_offset(const RealArray& a, py::ssize_t b) {
   py::ssize_t offset = 0;
   for (py::ssize_t k = a.ndim() - 3; k >= 0; --k) {
@@ -242,7 +256,7 @@ py::dict softmax_norms(const py::array& logits_array, const std::optional<py::ar
   // each have their own storage is in memory already and is read in place; a view that repeats its storage (a
   // broadcast: zero strides) is refused as that matrix would be, since the work grows with the entries it shows,
   // not with the memory it holds. The per-row results (two here, four returned) are allocated whatever the layout.
-  const bool own_storage = (logits_array.flags() & (py::array::c_style | py::array::f_style)) != 0;
+  const bool own_storage = !repeats_storage(logits_array);
   const std::uint64_t entries =
       records::saturating_product({unsigned_size(batch), unsigned_size(rows), unsigned_size(cols)});
   records::require_memory(
@@ -538,8 +552,8 @@ PYBIND11_MODULE(_core, m) {
   // recorder appends only to its own logs.
   m.def("probe_log_line_problem", [](const std::string& line, const std::string& name) -> std::string {
     try {
-      records::parse_probe_log(line, name);
-      return "";
+      // Blank lines are skipped by the reader: a file of them holds no record to be a log by.
+      return records::parse_probe_log(line, name).empty() ? "it holds no record of one" : "";
     } catch (const InputError& e) {
       return e.what();
     }

@@ -2,6 +2,7 @@
 
 #include "attncheck/records/input_file.hpp"
 #include "attncheck/records/json_fields.hpp"
+#include "attncheck/records/json_output.hpp"
 
 #include <fmt/format.h>
 
@@ -312,7 +313,7 @@ std::string probe_log_line(const ProbeRecord& record) {
   } catch (const json::type_error&) {
     // File names on Linux are bytes; JSON text is UTF-8.
     throw theory::InputError(fmt::format("checkpoint {}: its name is not UTF-8 text, which a JSON log cannot hold",
-                                         json(record.checkpoint).dump(-1, ' ', true, json::error_handler_t::replace)));
+                                         json_text(json(record.checkpoint))));
   }
 }
 

@@ -138,17 +138,21 @@ void record_files_written(const fs::path& manifest, const std::set<std::string>&
   records::write_file_atomically(manifest, text);
 }
 
-// Reports written before .attncheck-report was kept are known by how every report begins (its renderer's output
-// up to the title "attncheck report..."), so that a report into the folder of an earlier one replaces it as before.
+// Reports written before .attncheck-report was kept are known by how every report begins: its renderer's output up
+// to the title's fixed part, "attncheck report: " (one input) or "attncheck report comparing " (several), so that a
+// report into the folder of an earlier one replaces it as before.
 bool begins_as_a_report(const fs::path& path) {
-  Document empty;
-  empty.title = "attncheck report";
-  const std::string rendered = path.filename() == "report.md" ? render_markdown(empty) : render_html(empty);
-  const std::string start = rendered.substr(0, rendered.find(empty.title) + empty.title.size());
   std::ifstream in(path, std::ios::binary);
-  std::string head(start.size(), '\0');
+  std::string head(4096, '\0');
   in.read(head.data(), static_cast<std::streamsize>(head.size()));
-  return in.gcount() == static_cast<std::streamsize>(start.size()) && head == start;
+  head.resize(static_cast<std::size_t>(in.gcount()));
+  for (const std::string stem : {"attncheck report: ", "attncheck report comparing "}) {
+    Document empty;
+    empty.title = stem;
+    const std::string rendered = path.filename() == "report.md" ? render_markdown(empty) : render_html(empty);
+    if (head.starts_with(rendered.substr(0, rendered.find(stem) + stem.size()))) return true;
+  }
+  return false;
 }
 
 // Refuses, before anything is written, to replace `path` unless a report wrote it (`written`) or the user said
@@ -405,6 +409,9 @@ ReportSummary write_document(const ReportOptions& options, Document& document, P
   const records::FolderLock lock(options.out);
   const fs::path plot_folder = options.out / "plots";
   const std::set<std::string> documents_before = files_written(options.out / kReportManifest, is_document_file_name);
+  // Before its manifest is read: names read through a link could make even a report without plots remove a user's
+  // files.
+  check_plot_folder(plot_folder);
   const std::set<std::string> before = files_written(plot_folder / kPlotManifest, is_plot_file_name);
   std::set<std::string> now;
   if (!pending.plots.empty()) now.insert("plots.gp");
@@ -418,7 +425,6 @@ ReportSummary write_document(const ReportOptions& options, Document& document, P
         (documents_before.empty() && fs::is_regular_file(fs::symlink_status(path, error)) && begins_as_a_report(path));
     check_replaceable(path, written, options.force);
   }
-  if (!now.empty()) check_plot_folder(plot_folder);
   for (const std::string& name : now) check_replaceable(plot_folder / name, before.contains(name), options.force);
   records::remove_stale_temporaries(options.out / "report.md");
   records::remove_stale_temporaries(options.out / "index.html");

@@ -7,6 +7,7 @@
 #include "attncheck/reports/report.hpp"
 
 #include "attncheck/records/json_fields.hpp"
+#include "attncheck/records/json_input.hpp"
 
 #include <fmt/format.h>
 
@@ -31,7 +32,7 @@ void require_name(const JsonFields& fields, const char* key, const std::string& 
   if (!plain) {
     // Dumped as JSON so that a control character in it is shown escaped, not printed.
     fields.fail(fmt::format("\"{}\" must be 1-64 letters, digits, '_', '-' or '.', got {}", key,
-                            nlohmann::json(name.size() > 64 ? name.substr(0, 64) + "..." : name).dump()));
+                            records::json_excerpt(name, 64)));
   }
 }
 
@@ -93,7 +94,7 @@ TrainingCurves parse_training_curves(const std::string& text, const std::string&
       point.variant = fields.text("variant");
       if (!find_variant(point.variant)) {
         fields.fail(fmt::format("variant {} is not declared by a \"variant\" line above",
-                                nlohmann::json(point.variant.substr(0, 64)).dump()));
+                                records::json_excerpt(point.variant, 64)));
       }
       point.seed = fields.integer("seed");
       point.step = fields.integer("step");
@@ -105,8 +106,8 @@ TrainingCurves parse_training_curves(const std::string& text, const std::string&
       const JsonFields values(fields.at("values"), fields.where() + " \"values\"");
       for (const auto& [metric, value] : fields.at("values").items()) {
         if (!find_metric(metric)) {
-          values.fail(fmt::format("metric {} is not declared by a \"metric\" line above",
-                                  nlohmann::json(metric.substr(0, 64)).dump()));
+          values.fail(
+              fmt::format("metric {} is not declared by a \"metric\" line above", records::json_excerpt(metric, 64)));
         }
         if (const auto number = values.number_or_null(metric.c_str())) point.values[metric] = *number;
       }
@@ -116,7 +117,7 @@ TrainingCurves parse_training_curves(const std::string& text, const std::string&
   if (!header) throw theory::InputError(fmt::format("{}: no \"curves\" record: the file is empty", name));
   if (!find_metric(curves.headline)) {
     throw theory::InputError(fmt::format("{}: the headline metric {} is not declared by a \"metric\" line", name,
-                                         nlohmann::json(curves.headline.substr(0, 64)).dump()));
+                                         records::json_excerpt(curves.headline, 64)));
   }
   return curves;
 }

@@ -297,6 +297,8 @@ def test_out_is_refused_when_it_names_a_file_the_recorder_did_not_write(tmp_path
     user.mkdir()
     (user / "notes.jsonl").write_bytes(b'{"epoch": 1, "loss": 0.5}\n')
     (user / "binary.jsonl").write_bytes(bytes(range(256)))
+    (user / "blank-first.jsonl").write_bytes(b'\n\r\n{"epoch": 1, "loss": 0.5}\n')  # the reader skips blank lines
+    (user / "blanks.jsonl").write_bytes(b"\n  \n")
     (user / "notes.txt").write_bytes(b"my notes\n")
     (user / "run").mkdir()
     (user / "run" / "attncheck-probe.jsonl").write_bytes(b"step,loss\n0,1.5\n")
@@ -308,6 +310,9 @@ def test_out_is_refused_when_it_names_a_file_the_recorder_did_not_write(tmp_path
     refusals = [
         ("notes.jsonl", "notes.jsonl", r"is not an attncheck probe log \(.*key \"checkpoint\" is missing\)"),
         ("binary.jsonl", "binary.jsonl", "is not an attncheck probe log"),
+        ("blank-first.jsonl", "blank-first.jsonl",
+         r"is not an attncheck probe log \(.*key \"checkpoint\" is missing\)"),
+        ("blanks.jsonl", "blanks.jsonl", r"is not an attncheck probe log \(it holds no record of one\)"),
         ("run", "run/attncheck-probe.jsonl", "is not an attncheck probe log"),
         ("notes.txt", "notes.txt", "is an existing file, not a folder nor a log named"),
         ("notes.txt/x.jsonl", "notes.txt", "cannot create the folder"),

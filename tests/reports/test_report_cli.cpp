@@ -246,6 +246,10 @@ TEST_CASE("attncheck report replaces no file it did not write, and writes throug
     fs::remove(out / ".attncheck-report");
     write_text(out / "index.html", "<!DOCTYPE html>\n<title>attncheck report notes</title>");
     CHECK(run_report(dir, fmt::format("{} --out {} --no-plots", input, shell_quoted(out.string()))).exit_code == 2);
+    fs::remove(out / "index.html");
+    write_text(out / "report.md", "# attncheck report for run 3\n\nmy notes\n");
+    CHECK(run_report(dir, fmt::format("{} --out {} --no-plots", input, shell_quoted(out.string()))).exit_code == 2);
+    CHECK(read_text(out / "report.md") == "# attncheck report for run 3\n\nmy notes\n");
   }
   SECTION("plots/ as a link to a user's folder is refused, even with --force") {
     TempDir dir;
@@ -262,6 +266,12 @@ TEST_CASE("attncheck report replaces no file it did not write, and writes throug
       CHECK(contents_of(mine) == std::map<std::string, std::string>{{"series01.svg", "the user's own"}});
       CHECK_FALSE(fs::exists(out / "index.html"));
     }
+    // Nor is a link read for what an earlier report drew: a report without plots removes nothing through it.
+    write_text(mine / ".attncheck-plots", "series01.svg\n");
+    const Run no_plots = run_report(dir, fmt::format("{} --out {} --no-plots", input, shell_quoted(out.string())));
+    CHECK(no_plots.exit_code == 2);
+    CHECK(read_text(mine / "series01.svg") == "the user's own");
+    CHECK(fs::exists(mine / ".attncheck-plots"));
   }
   SECTION("report.md as a link to a user's file is refused, and --force replaces the link, not the file") {
     TempDir dir;
