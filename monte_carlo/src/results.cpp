@@ -590,6 +590,9 @@ std::optional<std::vector<records::PointRecord>> finished_records(const std::vec
     const auto record = std::find_if(existing.begin(), existing.end(),
                                      [&](const records::PointRecord& r) { return r.resume_id == key; });
     if (record == existing.end()) return std::nullopt;
+    // A record judged against another claim (a custom row-mean claim written before it was read as typed) is
+    // sampled again, so that the points of one series never hold two claimed exponents.
+    if (record->claimed_exponent != point.series->claimed_for(estimand)) return std::nullopt;
     found.push_back(*record);
   }
   return found;

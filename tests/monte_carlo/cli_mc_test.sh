@@ -479,6 +479,17 @@ assert [(s["claimed_exponent"], s["verdict"]) for s in series] == [(float(sys.ar
 PY
 done
 
+# A folder whose row-mean records were judged against one less than typed (written before the claim was read as
+# typed) is sampled again on --resume, not mixed with the claim as now read.
+row_mean=(mc --phi relu --estimand row-mean --claimed-exponent 0 --N 16,32 --D 8 --d 8 --samples 20
+  --out "$work/row-mean")
+"$bin" "${row_mean[@]}" >/dev/null 2>&1 || fail "row-mean into a folder exited $?"
+sed -i 's/"claimed_exponent":0\.0/"claimed_exponent":-1.0/' "$work/row-mean/points.jsonl"
+grep -q '"claimed_exponent":-1.0' "$work/row-mean/points.jsonl" || fail "the record's claimed exponent was not edited"
+"$bin" "${row_mean[@]}" --resume >/dev/null 2>"$work/row-mean.err" || fail "row-mean --resume exited $?"
+grep -q "points were already in" "$work/row-mean.err" && fail "records of another claim were kept: $(cat "$work/row-mean.err")"
+grep -q '"claimed_exponent":-1.0' "$work/row-mean/points.jsonl" && fail "a record of another claim is left"
+
 if [ "$failures" -ne 0 ]; then
   echo "$failures failure(s)"
   exit 1
