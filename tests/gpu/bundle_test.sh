@@ -19,14 +19,15 @@ ATTNCHECK_GPU_BUILD=${ATTNCHECK_GPU_BUILD:-$root/build-gpu} "$root/scripts/gpu-b
   { cat "$work/bundle.log" >&2; echo "FAIL: scripts/gpu-bundle exited $?" >&2; exit 1; }
 size=$(du -sm "$bundle" | cut -f1)
 [ "$size" -lt 48 ] || fail "the bundle is $size MiB, not under 48"
-for f in gpu-check gpu_check_report.py payload.tar.xz BUNDLE.txt; do [ -e "$bundle/$f" ] || fail "the bundle lacks $f"; done
+for f in gpu-check gpu_check_report.py payload.tar.xz BUNDLE.txt cuda-libraries.txt; do [ -e "$bundle/$f" ] || fail "the bundle lacks $f"; done
 
 mkdir -p "$work/unpacked"
 unpacked=$(readlink -f "$work/unpacked")
 tar -xJf "$bundle/payload.tar.xz" -C "$unpacked" || fail "payload.tar.xz does not unpack"
 # The CUDA runtime and cuBLAS come from the machine (here the toolkit's own folder, as gpu-check finds them there).
 cuda_lib=$(dirname "$(find /usr/local/cuda/ -name 'libcublas.so.13' -print -quit 2>/dev/null)")
-allowed='^(linux-vdso|ld-linux|libc\.|libm\.|libmvec\.|libdl\.|libpthread\.|librt\.|libstdc\+\+\.|libgcc_s\.|libcudart\.|libcublas\.|libcublasLt\.)'
+runtime='^(linux-vdso|ld-linux|libc\.|libm\.|libmvec\.|libdl\.|libpthread\.|librt\.|libstdc\+\+\.|libgcc_s\.)'
+grep -qx 'libcublas.so.13' "$bundle/cuda-libraries.txt" || fail "cuda-libraries.txt lacks cuBLAS: $(cat "$bundle/cuda-libraries.txt")"
 for program in attncheck gpu_device_tests bench_gpu; do
   [ -x "$unpacked/bin/$program" ] || { fail "bin/$program is missing"; continue; }
   ldd_out=$(env -u LD_LIBRARY_PATH LD_LIBRARY_PATH="$cuda_lib" ldd "$unpacked/bin/$program")
@@ -35,7 +36,8 @@ for program in attncheck gpu_device_tests bench_gpu; do
     path=$(readlink -f "$path")
     case "$path" in
       "$unpacked"/lib/*) ;;
-      *) [[ "$name" =~ $allowed ]] || fail "$program loads $name from $path, outside the bundle" ;;
+      *) [[ "$name" =~ $runtime ]] || grep -qxF "$name" "$bundle/cuda-libraries.txt" ||
+        fail "$program loads $name from $path, outside the bundle" ;;
     esac
   done < <(awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' <<<"$ldd_out")
   # The RPATH is the bundle's own folder alone, of the kind that also serves the copied libraries.
