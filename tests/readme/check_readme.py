@@ -7,11 +7,15 @@
   check_readme.py commands REPO_ROOT ATTNCHECK  every command of the "Verdicts per claim" table runs, exits as the
                                                 row says (0, or N where "(exit N)" follows the command) and prints every
                                                 verdict word of the row's verdict column
+  check_readme.py demo REPO_ROOT ATTNCHECK      scripts/demo (README's first command) with that program, into a
+                                                temporary folder: exit 0, and its closing table has a row per claim
+                                                C1..C9, C8 violated as expected and nothing unexpected
 """
 import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 
 TOP_LEVEL = ("docs", "examples", "scripts", "bench", "tests", "theory", "monte_carlo", "probes", "reports", "cli",
@@ -145,6 +149,60 @@ def check_commands(root, attncheck):
     return 1 if failures else 0
 
 
+def demo_table_rows(output):
+    """{claim: the text of its row's cells, each cell's wrapped lines joined, cells joined by " | "} from the demo's
+    closing table, whose columns the dashes under its header delimit."""
+    lines = output.split("\nClaims C1-C9 (docs/THEORY.md), as this run judged them:\n", 1)[-1].splitlines()
+    if len(lines) < 2:
+        return {}
+    spans = [m.span() for m in re.finditer(r"-+", lines[1])]
+    rows, claim = {}, None
+    for line in lines[2:]:
+        if not line.startswith(" "):
+            claim = line.split(" ", 1)[0] if re.match(r"C\d\s", line) else None
+            if claim is None:
+                break
+            rows[claim] = [""] * len(spans)
+        for i, (a, b) in enumerate(spans):
+            rows[claim][i] += " " + line[a:b + 1 if i + 1 < len(spans) else None]
+    return {c: " | ".join(re.sub(r"\s+", " ", cell).strip() for cell in cells) for c, cells in rows.items()}
+
+
+def check_demo(root, attncheck):
+    with tempfile.TemporaryDirectory() as out:
+        env = dict(os.environ, ATTNCHECK_DEMO_PROGRAM=attncheck, ATTNCHECK_DEMO_OUT=out)
+        start = time.monotonic()
+        result = subprocess.run([os.path.join(root, "scripts", "demo")], capture_output=True, text=True, env=env,
+                                timeout=900)
+        print(f"scripts/demo: exit {result.returncode}, {time.monotonic() - start:.1f} s")
+        failures = []
+        if result.returncode != 0:
+            failures.append(f"exit {result.returncode}; 0 means every series a proof can settle was settled in favour")
+        rows = demo_table_rows(result.stdout)
+        if list(rows) != [f"C{i}" for i in range(1, 10)]:
+            failures.append(f"the closing table's rows are {list(rows)}, expected C1..C9 in order")
+        if "violated, as expected: the proposition is false as stated" not in rows.get("C8", ""):
+            failures.append(f"C8's row does not mark its violation as expected: {rows.get('C8')}")
+        if "as expected: no proof can settle it" not in rows.get("C9", ""):
+            failures.append(f"C9's row does not mark its open series as expected: {rows.get('C9')}")
+        for claim, row in rows.items():
+            cells = row.split(" | ")
+            verdict = re.search(r"\b(holds|tight|violated) \(\d+\)", cells[2]) if len(cells) == 4 else None
+            if not verdict or not cells[1] or "NOT AS EXPECTED" in row:
+                failures.append(f"{claim}'s row lacks its statement, a verdict or its expected mark: {row}")
+        for claim in ("C1", "C2", "C3", "C4", "C5", "C6", "C7"):
+            if "violated" in rows.get(claim, "").split("not counted:")[0]:
+                failures.append(f"{claim} has a counted violated series: {rows[claim]}")
+        last = result.stdout.rstrip().splitlines()[-1] if result.stdout.strip() else ""
+        if last != f"report: {out}/report/index.html" or not os.path.exists(os.path.join(out, "report", "index.html")):
+            failures.append(f"the last line is {last!r}, not the report's path (or the report is missing)")
+    for f in failures:
+        print(f"scripts/demo: {f}", file=sys.stderr)
+    if failures:
+        print(result.stdout[-6000:] + result.stderr[-3000:], file=sys.stderr)
+    return 1 if failures else 0
+
+
 def main(argv):
     if len(argv) == 3 and argv[1] == "paths":
         return check_paths(argv[2])
@@ -152,6 +210,8 @@ def main(argv):
         return check_options(argv[2], argv[3])
     if len(argv) == 4 and argv[1] == "commands":
         return check_commands(argv[2], argv[3])
+    if len(argv) == 4 and argv[1] == "demo":
+        return check_demo(argv[2], argv[3])
     print(__doc__, file=sys.stderr)
     return 2
 
