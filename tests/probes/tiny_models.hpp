@@ -13,6 +13,7 @@
 #include <fstream>
 #include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace attncheck::probes::testing {
@@ -89,18 +90,19 @@ inline void write_tiny_gpt2(const fs::path& file, const TinyShape& s = {}, std::
   write_config(file.parent_path(), config);
 }
 
-// One encoder layer under the prefix `p`: the four attention projections and the two layer norms by the names
-// given (BERT's and ViT's differ), and the MLP (intermediate.dense, output.dense), which both name alike.
+// One encoder layer under the prefix `p`: the four attention projections, the two layer norms and the MLP's two
+// linear layers by the names given (the MLP's default is BERT's and ViT's, intermediate.dense and output.dense).
 inline void add_encoder_layer(WeightWriter& w, const std::string& p, std::initializer_list<const char*> attention,
-                              std::initializer_list<const char*> norms, int D, int I) {
+                              std::initializer_list<const char*> norms, int D, int I,
+                              std::pair<const char*, const char*> mlp = {"intermediate.dense", "output.dense"}) {
   for (const char* name : attention) {
     w.add(p + name + ".weight", {D, D}, 0.6);
     w.add(p + name + ".bias", {D}, 0.2);
   }
-  w.add(p + "intermediate.dense.weight", {I, D}, 0.4);
-  w.add(p + "intermediate.dense.bias", {I}, 0.1);
-  w.add(p + "output.dense.weight", {D, I}, 0.4);
-  w.add(p + "output.dense.bias", {D}, 0.1);
+  w.add(p + mlp.first + ".weight", {I, D}, 0.4);
+  w.add(p + mlp.first + ".bias", {I}, 0.1);
+  w.add(p + mlp.second + ".weight", {D, I}, 0.4);
+  w.add(p + mlp.second + ".bias", {D}, 0.1);
   for (const char* name : norms) {
     w.add(p + name + ".weight", {D}, 0.1, 1);
     w.add(p + name + ".bias", {D}, 0.1);
@@ -174,19 +176,9 @@ inline void write_tiny_distilbert(const fs::path& folder, const TinyShape& s = {
   w.add("embeddings.LayerNorm.weight", {D}, 0.1, 1);
   w.add("embeddings.LayerNorm.bias", {D}, 0.1);
   for (int l = 0; l < s.layers; ++l) {
-    const std::string p = fmt::format("transformer.layer.{}.", l);
-    for (const char* name : {"attention.q_lin", "attention.k_lin", "attention.v_lin", "attention.out_lin"}) {
-      w.add(p + name + ".weight", {D, D}, 0.6);
-      w.add(p + name + ".bias", {D}, 0.2);
-    }
-    w.add(p + "ffn.lin1.weight", {I, D}, 0.4);
-    w.add(p + "ffn.lin1.bias", {I}, 0.1);
-    w.add(p + "ffn.lin2.weight", {D, I}, 0.4);
-    w.add(p + "ffn.lin2.bias", {D}, 0.1);
-    for (const char* name : {"sa_layer_norm", "output_layer_norm"}) {
-      w.add(p + name + ".weight", {D}, 0.1, 1);
-      w.add(p + name + ".bias", {D}, 0.1);
-    }
+    add_encoder_layer(w, fmt::format("transformer.layer.{}.", l),
+                      {"attention.q_lin", "attention.k_lin", "attention.v_lin", "attention.out_lin"},
+                      {"sa_layer_norm", "output_layer_norm"}, D, I, {"ffn.lin1", "ffn.lin2"});
   }
   fs::create_directories(folder);
   write_safetensors(folder / "model.safetensors", w.tensors());
@@ -210,19 +202,9 @@ inline void write_tiny_clip_vision(const fs::path& folder, std::uint64_t seed = 
   w.add("pre_layrnorm.weight", {D}, 0.1, 1);
   w.add("pre_layrnorm.bias", {D}, 0.1);
   for (int l = 0; l < layers; ++l) {
-    const std::string p = fmt::format("encoder.layers.{}.", l);
-    for (const char* name : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.out_proj"}) {
-      w.add(p + name + ".weight", {D, D}, 0.6);
-      w.add(p + name + ".bias", {D}, 0.2);
-    }
-    w.add(p + "mlp.fc1.weight", {I, D}, 0.4);
-    w.add(p + "mlp.fc1.bias", {I}, 0.1);
-    w.add(p + "mlp.fc2.weight", {D, I}, 0.4);
-    w.add(p + "mlp.fc2.bias", {D}, 0.1);
-    for (const char* name : {"layer_norm1", "layer_norm2"}) {
-      w.add(p + name + ".weight", {D}, 0.1, 1);
-      w.add(p + name + ".bias", {D}, 0.1);
-    }
+    add_encoder_layer(w, fmt::format("encoder.layers.{}.", l),
+                      {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.out_proj"},
+                      {"layer_norm1", "layer_norm2"}, D, I, {"mlp.fc1", "mlp.fc2"});
   }
   fs::create_directories(folder);
   write_safetensors(folder / "model.safetensors", w.tensors());
