@@ -36,7 +36,7 @@ struct SeriesSpec {
   OuterRule outer;
   theory::ScoreModel scores = theory::ScoreModel::projected;
   std::vector<Estimand> estimands;
-  // Of E||F|| (E[row sum] for row sums; E||F||^2 for C8) in the swept variable; row-mean's is one less.
+  // Of E||F|| (E[row sum] for row sums; E||F||^2 for C8) in the swept variable; claimed_for gives each estimand's.
   std::optional<double> claimed_exponent;
   bool fit_over_d = false;                // C8: Var(q.k) = d_k is a statement about d
   bool claims_variance_equals_d = false;  // C8's pairs: the claim is the value d_k itself, not an exponent
