@@ -1,7 +1,10 @@
 """Attention modules recognised by their structure, as Hugging Face transformers builds them.
 
-A recogniser keys on a module's submodules (its query and key projections) and reads the rest from the module's
-attributes and its config: heads, key/value heads, head size, scale, rotary frequencies, q/k norms, soft-capping.
+A recogniser keys on a module's submodules (its query and key projections, or one fused query_key_value) and reads
+the rest from the module's attributes and its config: heads, key/value heads, head size, scale, rotary frequencies
+and how many coordinates they turn, q/k norms, soft-capping. What a layer does beyond what is read (ALiBi biases,
+LayerNorms on queries and keys, ...) is refused, not measured as something else. nanoGPT's CausalSelfAttention,
+which no package defines, is recognised by its structure and then checked against nanoGPT's definition.
 Class names are never required, so renamed classes, their eager/SDPA/flash variants and changed forward signatures
 are recognised alike; what the call itself carries (the hidden states, the mask, the positions) is read by argument
 name through the forward's signature.
@@ -14,6 +17,7 @@ rotary (frequencies, radians per position, or None), query_norm and key_norm ((g
 
 import inspect
 import math
+import weakref
 
 import numpy as np
 import torch
@@ -139,6 +143,8 @@ def _rope_settings(module, config):
     sliding layers' rope_local_base_freq, or rope_parameters (one object, or one per kind of layer)."""
     sliding = bool(getattr(module, "is_sliding", False) or getattr(module, "sliding_window", None))
     theta = getattr(config, "rope_theta", None)
+    if theta is None:
+        theta = getattr(config, "rotary_emb_base", None)  # GPT-NeoX before rope_theta
     scaling = getattr(config, "rope_scaling", None) or {}
     local = getattr(config, "rope_local_base_freq", None)
     if local is not None and sliding:
@@ -152,21 +158,66 @@ def _rope_settings(module, config):
     return theta, scaling if isinstance(scaling, dict) else {}
 
 
+def _rotated_coordinates(module, config, scaling, d):
+    """How many of a head's d coordinates the rotary embedding turns (the first ones; the others pass unrotated):
+    the module's rotary_ndims, or partial_rotary_factor (Phi, Persimmon) or rotary_pct (GPT-NeoX) times d, else all
+    of them. Sources that disagree are refused rather than one of them believed."""
+    found = {}
+    ndims = getattr(module, "rotary_ndims", None)
+    if isinstance(ndims, int) and not isinstance(ndims, bool):
+        found["rotary_ndims"] = ndims
+    for name in ("partial_rotary_factor", "rotary_pct"):
+        factor = scaling.get(name) if name in scaling else getattr(module, name, getattr(config, name, None))
+        if isinstance(factor, (int, float)) and not isinstance(factor, bool):
+            found[name] = int(float(factor) * d)
+    if len(set(found.values())) > 1:
+        raise Unmeasurable("the rotated coordinates per head disagree: "
+                           + ", ".join(f"{name} gives {value}" for name, value in found.items()))
+    rotated = next(iter(found.values()), d)
+    if rotated <= 0 or rotated > d or rotated % 2:
+        raise Unmeasurable(f"{rotated} rotated coordinates of a head of {d}: not an even number in 2 .. {d}")
+    return rotated
+
+
+def _check_module_frequencies(module, frequencies, kind, scaling):
+    """The frequencies read from the config against the rotary embedding the module holds (4.38-era layers hold
+    theirs): the same number (a partial rotary turns fewer pairs than d/2) and the same values, to the float32
+    they are stored in (linear scaling may divide them already or divide the positions instead)."""
+    for child in module.modules():
+        inv = getattr(child, "inv_freq", None)
+        if not isinstance(inv, torch.Tensor) or inv.dim() != 1:
+            continue
+        if inv.shape[0] != len(frequencies):
+            raise Unmeasurable(f"the rotary embedding {type(child).__name__} turns {inv.shape[0]} pairs of "
+                               f"coordinates, the config {len(frequencies)}")
+        inv = inv.detach().cpu().double().numpy()
+        candidates = [frequencies]
+        if kind == "linear":
+            candidates.append(frequencies * float(scaling.get("factor", 1.0)))
+        if not any(np.allclose(inv, c, rtol=1e-5, atol=0) for c in candidates):
+            raise Unmeasurable(f"the rotary embedding {type(child).__name__} holds frequencies other than the "
+                               "config's rotary base gives")
+
+
 def _rotary_frequencies(module, root, d, config):
-    """The rotary frequencies of a module's queries and keys in double precision, and the factor the rotary
-    embedding multiplies cos and sin by: from the config for default and linear rotary positions (the model
-    computes them from the same config), else the model's own inv_freq (llama3, yarn, dynamic, ...)."""
+    """The rotary frequencies of a module's queries and keys in double precision (one per rotated pair: fewer than
+    d/2 under a partial rotary), and the factor the rotary embedding multiplies cos and sin by: from the config for
+    default and linear rotary positions (the model computes them from the same config), else the model's own
+    inv_freq (llama3, yarn, dynamic, ...)."""
     theta, scaling = _rope_settings(module, config) if config is not None else (None, {})
     kind = scaling.get("rope_type", scaling.get("type", "default")) or "default"
-    pairs = d // 2
+    pairs = _rotated_coordinates(module, config, scaling, d) // 2
     if theta is not None and kind in ("default", "linear"):
-        frequencies = np.power(float(theta), -2.0 * np.arange(pairs) / d)
+        frequencies = np.power(float(theta), -2.0 * np.arange(pairs) / (2 * pairs))
+        _check_module_frequencies(module, frequencies, kind, scaling)
         return frequencies / (float(scaling.get("factor", 1.0)) if kind == "linear" else 1.0), 1.0
     for owner in (module, root):
         for _, child in owner.named_modules():
             inv = getattr(child, "inv_freq", None)
             if isinstance(inv, torch.Tensor) and inv.dim() == 1 and inv.shape[0] == pairs:
-                scaled = inv.detach().cpu().double() / float(getattr(child, "scaling_factor", 1.0) or 1.0)
+                # Linear scaling divides the positions by scaling_factor; dynamic scaling changes inv_freq itself.
+                divisor = float(getattr(child, "scaling_factor", 1.0) or 1.0) if kind == "linear" else 1.0
+                scaled = inv.detach().cpu().double() / divisor
                 return scaled.numpy(), float(getattr(child, "attention_scaling", 1.0) or 1.0)
     raise Unmeasurable(f"rotary positions of type '{kind}' and no inv_freq of {pairs} frequencies found")
 
@@ -174,6 +225,7 @@ def _rotary_frequencies(module, root, d, config):
 def _has_rotary(module, config):
     """Rotary position embeddings: the config names their base, or the module holds their frequencies."""
     if config is not None and (getattr(config, "rope_theta", None) is not None
+                               or getattr(config, "rotary_emb_base", None) is not None
                                or isinstance(getattr(config, "rope_parameters", None), dict)):
         return True
     return any(isinstance(getattr(child, "inv_freq", None), torch.Tensor) for child in module.modules())
@@ -211,6 +263,18 @@ def _is_gpt2_attention(module):
             and getattr(module, "num_heads", None) is not None)
 
 
+def _is_nanogpt_attention(module):
+    """nanoGPT's (and minGPT's) CausalSelfAttention, which no package defines: c_attn, an nn.Linear from C to 3C
+    features (q | k | v side by side), n_head heads and c_proj. Its forward is checked against nanoGPT's
+    definition at its first measured call (_nanogpt_difference), so a fork that computes something else is
+    refused."""
+    c_attn = _linear(module, "c_attn")
+    heads = getattr(module, "n_head", None)
+    return (type(module).__name__ == "CausalSelfAttention" and c_attn is not None
+            and _linear(module, "c_proj") is not None and isinstance(heads, int) and not isinstance(heads, bool)
+            and heads > 0 and c_attn.out_features == 3 * c_attn.in_features and c_attn.in_features % heads == 0)
+
+
 def _from_transformers(module):
     """A module of a transformers model (its class or a base class is defined in the package): a module of the
     user's with query and key projections may compute anything, and is measured only through register()."""
@@ -219,7 +283,10 @@ def _from_transformers(module):
 
 def recognise(module):
     """Whether this module is an attention layer the recorder measures without an adapter."""
-    return _from_transformers(module) and (_projection_pairs(module) is not None or _is_gpt2_attention(module))
+    if _is_nanogpt_attention(module):
+        return True
+    return _from_transformers(module) and (_projection_pairs(module) is not None or _is_gpt2_attention(module)
+                                           or _linear(module, "query_key_value") is not None)
 
 
 def looks_like_attention(module):
@@ -235,15 +302,18 @@ def describe_call(module, root, forward, args, kwargs):
     head_mask = call.get("head_mask")
     if isinstance(head_mask, torch.Tensor) and not bool((head_mask == 1).all()):
         raise Unmeasurable("a head_mask that scales heads changes the maps measured")
-    if call.get("encoder_hidden_states") is not None:
-        raise Unmeasurable("cross-attention (encoder_hidden_states) is not measured: the theory's maps are "
-                           "self-attention")
+    for name in ("encoder_hidden_states", "key_value_states"):
+        if call.get(name) is not None:
+            raise Unmeasurable(f"cross-attention ({name}) is not measured: the theory's maps are self-attention")
     if _keys_cached_before(module, call):
         raise Unmeasurable("a call with cached keys (generation) is not measured: its queries are not its keys")
+    if _is_nanogpt_attention(module):
+        return _nanogpt(module, call)
     if _is_gpt2_attention(module):
         return _gpt2(module, call)
-    query, key = _projection_pairs(module)
-    if _linear(module, "q_lin") is query:
+    pair = _projection_pairs(module)
+    if pair is not None and _linear(module, "q_lin") is pair[0]:
+        query, key = pair
         x = _hidden_states(call, "query", "hidden_states")
         if call.get("key") is not None and call["key"] is not call.get("query"):
             raise Unmeasurable("cross-attention (key is not the query) is not measured")
@@ -252,17 +322,35 @@ def describe_call(module, root, forward, args, kwargs):
                                                                    x.shape[1], "mask")
         heads = _attribute(module, "n_heads")
         return _linear_spec(query, key, x, heads, heads, None, False, allowed, None, None, None, None, 0.0)
+    if call.get("alibi") is not None:
+        raise Unmeasurable("ALiBi position biases (alibi) add to the scores: not the maps measured")
+    for name in ("q_layernorm", "k_layernorm"):
+        if getattr(module, name, None) is not None:
+            raise Unmeasurable(f"a LayerNorm on the queries or keys ({name}, qk_layernorm) is not measured")
+    if _attribute(module, "rotary_dim") is not None:
+        raise Unmeasurable("rotary positions over rotary_dim coordinates, turned in adjacent pairs (GPT-J's "
+                           "layout, without inv_freq), are not measured")
+    if getattr(config, "attention_layers", None) is not None and getattr(config, "window_size", None) is not None:
+        raise Unmeasurable("GPT-Neo's scores are not divided by sqrt(d) and its local layers mask a window, which "
+                           "the layer does not declare: not measured")
     x = _hidden_states(call, "hidden_states", "x", "query")
     n = x.shape[1]
     heads = _attribute(module, "num_heads", "num_attention_heads", "n_heads")
     if heads is None:
         raise Unmeasurable("the number of heads is neither an attribute nor in the config")
     heads = int(heads)
-    d = query.out_features // heads
-    head_dim = _attribute(module, "head_dim", "attention_head_size", default=d)
-    if head_dim * heads != query.out_features:
-        raise Unmeasurable(f"q projection of {query.out_features} outputs for {heads} heads of {head_dim}")
-    kv_heads = key.out_features // head_dim
+    if pair is not None:
+        query, key = pair
+        d = query.out_features // heads
+        head_dim = _attribute(module, "head_dim", "attention_head_size", default=d)
+        if head_dim * heads != query.out_features:
+            raise Unmeasurable(f"q projection of {query.out_features} outputs for {heads} heads of {head_dim}")
+        kv_heads = key.out_features // head_dim
+        w_q, w_k, b_q, b_k = query.weight.T, key.weight.T, query.bias, key.bias
+    else:
+        if not isinstance(getattr(module, "is_causal", None), bool):
+            raise Unmeasurable("the layer does not say whether it is causal (is_causal): its mask is not known")
+        w_q, w_k, b_q, b_k, head_dim, kv_heads = _fused_projections(module, heads)
     if getattr(module, "position_embedding_type", "absolute") not in ("absolute", None):
         raise Unmeasurable(f"position_embedding_type '{module.position_embedding_type}' adds position terms to the "
                            "scores: not the maps measured")
@@ -292,8 +380,40 @@ def describe_call(module, root, forward, args, kwargs):
     softcap = _attribute(module, "attn_logit_softcapping", "softcap", default=0.0) or 0.0
     query_norm = _rms_norm(getattr(module, "q_norm", None), head_dim)
     key_norm = _rms_norm(getattr(module, "k_norm", None), head_dim)
-    return _linear_spec(query, key, x, heads, kv_heads, scale, causal, allowed, _positions(call, n), rotary,
-                        query_norm, key_norm, float(softcap))
+    return _spec(x, w_q, w_k, b_q, b_k, heads, kv_heads, scale, causal, allowed, _positions(call, n), rotary,
+                 query_norm, key_norm, float(softcap))
+
+
+def _fused_projections(module, heads):
+    """W_Q and W_K (maps of rows), their biases, the head size and the number of key heads of a fused
+    query_key_value projection, in the layout the module declares: Falcon's new decoder architecture (per key
+    group: its query heads, then one key and one value head), Falcon's multi-query (every query head, then one key
+    and one value head), else a query, a key and a value head per head in turn (GPT-NeoX, Falcon, Persimmon)."""
+    fused = _linear(module, "query_key_value")
+    d = int(_attribute(module, "head_dim", "head_size", default=fused.in_features // heads))
+    if getattr(module, "new_decoder_architecture", False):
+        groups = _attribute(module, "num_kv_heads")
+        if not isinstance(groups, int) or groups < 1 or heads % groups:
+            raise Unmeasurable(f"num_kv_heads = {groups!r} key/value heads do not divide {heads} heads")
+        per_group = heads // groups
+        stride = (per_group + 2) * d
+        query_starts = [g * stride + j * d for g in range(groups) for j in range(per_group)]
+        key_starts = [g * stride + per_group * d for g in range(groups)]
+        layout, outputs = "new decoder architecture", groups * stride
+    elif getattr(module, "multi_query", False):
+        query_starts, key_starts = [h * d for h in range(heads)], [heads * d]
+        layout, outputs = "multi-query", (heads + 2) * d
+    else:
+        query_starts, key_starts = [3 * h * d for h in range(heads)], [3 * h * d + d for h in range(heads)]
+        layout, outputs = "per-head query, key, value", 3 * heads * d
+    if fused.out_features != outputs:
+        raise Unmeasurable(f"query_key_value has {fused.out_features} outputs, the {layout} layout of {heads} heads "
+                           f"of {d} has {outputs}")
+    query_rows = torch.cat([torch.arange(start, start + d) for start in query_starts]).to(fused.weight.device)
+    key_rows = torch.cat([torch.arange(start, start + d) for start in key_starts]).to(fused.weight.device)
+    bias = fused.bias
+    return (fused.weight[query_rows].T, fused.weight[key_rows].T, None if bias is None else bias[query_rows],
+            None if bias is None else bias[key_rows], d, len(key_starts))
 
 
 def _keys_cached_before(module, call):
@@ -327,6 +447,58 @@ def _linear_spec(query, key, x, heads, kv_heads, scale, causal, allowed, positio
                  softcap):
     return _spec(x, query.weight.T, key.weight.T, query.bias, key.bias, heads, kv_heads, scale, causal, allowed,
                  positions, rotary, query_norm, key_norm, softcap)
+
+
+# nanoGPT modules checked against nanoGPT's definition: None where the module computes it, else why not.
+_NANOGPT_CHECKED = weakref.WeakKeyDictionary()
+
+
+def _nanogpt(module, call):
+    others = sorted(name for name, value in call.items() if name != "x" and value is not None)
+    if others:
+        raise Unmeasurable(f"CausalSelfAttention is called with {', '.join(others)} besides x: not nanoGPT's "
+                           "attention (measure it with register())")
+    x = _hidden_states(call, "x")
+    if module not in _NANOGPT_CHECKED:
+        _NANOGPT_CHECKED[module] = _nanogpt_difference(module, x)
+    if _NANOGPT_CHECKED[module] is not None:
+        raise Unmeasurable(_NANOGPT_CHECKED[module])
+    embed, weight, bias = module.c_attn.in_features, module.c_attn.weight, module.c_attn.bias
+    return _spec(x, weight[:embed].T, weight[embed:2 * embed].T, None if bias is None else bias[:embed],
+                 None if bias is None else bias[embed:2 * embed], module.n_head, module.n_head, None, True, None)
+
+
+def _nanogpt_difference(module, x):
+    """Why the module is not nanoGPT's attention, or None: its own forward (a float64 copy in evaluation mode, so
+    without dropout, on the call's first sequence) against nanoGPT's definition, y = c_proj(concat over heads of
+    causal softmax(q k^T / sqrt(d)) v) with q | k | v = c_attn(x), to 1e-9 relative. A fork that rotates, scales,
+    masks or projects otherwise differs by far more than rounding."""
+    sequence = x[:1].detach().to(device="cpu", dtype=torch.float64)
+    what = "CausalSelfAttention is not nanoGPT's attention"
+    try:
+        twin = _double_copy(module).eval()
+        with torch.no_grad():
+            output = type(twin).forward(twin, sequence)  # the class's forward: not a hook nor the recorder's
+    except Exception as error:  # noqa: BLE001 - any failure of the user's code on x alone is a refusal, said
+        return f"{what}: its forward on x alone fails ({type(error).__name__}: {error}); measure it with register()"
+    if isinstance(output, (tuple, list)) and output:
+        output = output[0]
+    if not isinstance(output, torch.Tensor) or output.shape != sequence.shape:
+        return f"{what}: its output is not (batch, N, C) like its input; measure it with register()"
+    n, embed = sequence.shape[1], sequence.shape[2]
+    heads = int(twin.n_head)
+    d = embed // heads
+    q, k, v = (part.reshape(n, heads, d).transpose(0, 1) for part in
+               torch.nn.functional.linear(sequence[0], twin.c_attn.weight, twin.c_attn.bias).split(embed, dim=-1))
+    scores = (q @ k.transpose(-1, -2) / math.sqrt(d)).masked_fill(
+        torch.ones(n, n, dtype=torch.bool).triu(1), -math.inf)
+    y = (torch.softmax(scores, dim=-1) @ v).transpose(0, 1).reshape(n, embed)
+    y = torch.nn.functional.linear(y, twin.c_proj.weight, twin.c_proj.bias)
+    difference = float((y - output[0]).abs().max() / y.abs().max().clamp_min(1e-300))
+    if not difference <= 1e-9:
+        return (f"{what}: its output differs from nanoGPT's causal softmax attention by {difference:.1e} relative "
+                "(rotary positions, another scale or mask?); measure it with register()")
+    return None
 
 
 def _gpt2(module, call):

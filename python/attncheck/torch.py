@@ -14,9 +14,10 @@ and `attncheck report runs/x` plots every layer's norms over the training steps.
 
 The recorder attaches to every torch.nn.MultiheadAttention used as self-attention, to the attention layers of
 Hugging Face transformers models (recognised by their query and key projections and their config, not by class
-name: BERT, RoBERTa, DistilBERT, GPT-2, Llama, Mistral, Qwen2, Gemma, ViT, DINOv2, CLIP and their descendants,
-eager or SDPA), and to any module given to register() with an adapter. It measures on a copy of one sequence of
-the batch (`sample`), in float64, after the module has run, under torch.no_grad(): the model's outputs and
+name: BERT, RoBERTa, DistilBERT, GPT-2, Llama, Mistral, Qwen2, Gemma, Phi, GPT-NeoX, Persimmon, Falcon, ViT, DINOv2,
+CLIP and their descendants, eager or SDPA), to nanoGPT's CausalSelfAttention (checked against nanoGPT's definition
+at its first call), and to any module given to register() with an adapter. It measures on a copy of one sequence
+of the batch (`sample`), in float64, after the module has run, under torch.no_grad(): the model's outputs and
 gradients are those it computes without the recorder, bit for bit. It measures what `attncheck probe` measures:
 grouped keys, rotary positions (dA/dW_Q and dA/dW_K included) and the model's own masks (causal, sliding window,
 padding: padded positions are left out, so a padded sequence gives the rows of the sequence without them).
@@ -216,7 +217,7 @@ class AttentionRecorder:
     activation: the activation the registered modules use unless their adapter says (one of
     attncheck.ACTIVATIONS); MultiheadAttention is softmax.
     training_only: measure only forward passes in training mode (evaluation passes are neither steps nor
-    recorded).
+    recorded; a step() reached after evaluation-mode passes only warns once that nothing was recorded).
 
     count: what a step is. "forwards": every training-mode forward of `model`. "steps": what step() ends (call it
     once per optimizer step); only the first training-mode forward of a recorded step is measured, so several
@@ -277,6 +278,10 @@ class AttentionRecorder:
                 seen.add(type(module).__name__)
         self._unrecognised = sorted(seen)  # named in the warning when nothing is recorded
         self._warned_empty = False
+        # Forward passes since the last step() left out for being in evaluation mode, and those counted: a step()
+        # after only the first says once why nothing is recorded (a pretrained model tried as it is loaded).
+        self._evaluation_forwards = self._counted_forwards = 0
+        self._warned_evaluation = False
 
     @property
     def layers(self):
@@ -315,6 +320,15 @@ class AttentionRecorder:
         """Ends a training step: the next forward passes belong to the next step."""
         if self.count == "forwards":
             raise ValueError("count='forwards' counts forward passes as steps: step() is for count='steps' or 'auto'")
+        if self._evaluation_forwards and not self._counted_forwards and not self._warned_evaluation:
+            self._warned_evaluation = True
+            model = type(self.model).__name__
+            warnings.warn(f"attncheck: the {self._evaluation_forwards} forward pass(es) of {model} before this "
+                          "step() ran in evaluation mode (model.eval()) and were not recorded: the recorder measures "
+                          "training-mode passes only (training_only=True). To record evaluation-mode passes (a "
+                          "pretrained model as it is loaded), use AttentionRecorder(..., training_only=False).",
+                          RuntimeWarning, stacklevel=2)
+        self._evaluation_forwards = self._counted_forwards = 0
         self._flush()
         if self._counting_steps:
             self.current_step += 1
@@ -379,8 +393,11 @@ class AttentionRecorder:
         self._recording = False
         if model.training or not self.training_only:
             self._training_forwards += 1
+            self._counted_forwards += 1
             if not self._counting_steps:
                 self.current_step += 1
+        else:
+            self._evaluation_forwards += 1
 
     def _measure(self, layer, args, kwargs, output):
         try:
