@@ -134,7 +134,7 @@ void print_points(const std::vector<records::PointRecord>& records) {
     const bool reliable = row ? r.mean_reliable() : r.sq_reliable();
     fmt::print(
         "{:<6} {:<11} {:<8} {:>2} {:<9} {:<12} {:>6} {:>4} {:>4} {:>7}  {:<22} {:<21}  {:<24} {:<13} {:>7} {:>7}  {}\n",
-        r.key.claim, reading_cell(r.key), theory::term_of(r.key.activation).word, r.key.activation.p,
+        r.key.claim, reading_cell(r.key), theory::phi_label(r.key.activation), r.key.activation.p,
         theory::term_of(r.key.estimand).word, theory::term_of(r.key.scores).word, r.N, r.key.D, r.key.d, r.samples,
         with_se(r.mean, r.se, flags) + (r.se_mean_reliable.value_or(true) ? "" : " !"),
         fmt::format("[{}, {}]", num(std::optional(r.ci95_lo)), num(std::optional(r.ci95_hi))),
@@ -203,7 +203,7 @@ void print_series(const std::vector<records::Series>& series) {
   for (const records::Series& s : series) {
     const std::string verdict = s.verdict ? std::string(records::to_string(*s.verdict)) : "-";
     fmt::print("{:<6} {:<11} {:<8} {:>2} {:<9} {:<12} {:<10} {:>4} {:>4} {:>7}  {:<12} {:<14} {}\n", s.key.claim,
-               reading_cell(s.key), theory::term_of(s.key.activation).word, s.key.activation.p,
+               reading_cell(s.key), theory::phi_label(s.key.activation), s.key.activation.p,
                theory::term_of(s.key.estimand).word, theory::term_of(s.key.scores).word, s.key.scale, s.key.D,
                s.x_variable == "d" ? std::string("swept") : std::to_string(s.key.d),
                s.claims_value ? std::string("= d_k") : num(s.claimed_exponent, "{:g}"), verdict,
@@ -260,7 +260,7 @@ mc::McHooks terminal_hooks(ProgressLine& line) {
 void print_series_notes(const std::vector<records::Series>& series) {
   for (const records::Series& s : series) {
     const std::string name =
-        fmt::format("{} {} p={}{} {}{}", s.key.claim, theory::term_of(s.key.activation).word, s.key.activation.p,
+        fmt::format("{} {} p={}{} {}{}", s.key.claim, theory::phi_label(s.key.activation), s.key.activation.p,
                     s.key.mix ? " " + reading_cell(s.key) : std::string(), theory::term_of(s.key.estimand).word,
                     s.key.scores == theory::ScoreModel::projected
                         ? std::string()

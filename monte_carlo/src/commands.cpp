@@ -97,6 +97,7 @@ SweepRequest sweep_request_of(const McRequest& o) {
   SweepRequest request;
   request.claim = o.claim;
   request.phi = o.phi;
+  request.normalize = o.normalize;
   request.inner_scale = o.inner_scale;
   request.outer_scale = o.outer_scale;
   request.estimands = o.estimand;
@@ -158,6 +159,12 @@ void check_grids(const std::vector<SeriesSpec>& series, const SweepGrids& grids,
                  const std::function<void(const std::string&)>& note) {
   bool noted_over_N = false;
   for (const auto& s : series) {
+    if (s.activation.kind == theory::ActivationKind::expression && &s == &series.front()) {
+      // What the engine will evaluate, so that a reader sees how the text was read and differentiated.
+      note(fmt::format("phi(x) = {}, phi'(x) = {} (formed symbolically){}", s.activation.expression->text(),
+                       s.activation.expression->derivative_text(),
+                       s.activation.normalize_rows ? "; each row of phi(S) divided by its sum" : ""));
+    }
     if (s.fit_over_d && grids.N.size() > 1 && grids.d.size() == 1 && !noted_over_N) {
       note("C8 is a statement about d: sweep --d (e.g. --d 4:256:x2)");
       noted_over_N = true;
@@ -209,7 +216,7 @@ std::string point_label(const PointSpec& ps) {
     return fmt::format("C9 mix alpha={:g} N={} D={} d={} dv={}", *ps.point.mix, ps.point.N, ps.point.D, ps.point.d,
                        ps.point.dv);
   }
-  return fmt::format("{} {} p={} N={} D={} d={}", ps.series->claim, theory::term_of(ps.series->activation).word,
+  return fmt::format("{} {} p={} N={} D={} d={}", ps.series->claim, theory::phi_label(ps.series->activation),
                      ps.series->activation.p, ps.point.N, ps.point.D, ps.point.d);
 }
 

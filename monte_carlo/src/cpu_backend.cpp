@@ -307,8 +307,234 @@ NormSums<double> tiled_sums(const Shared& sh, const EvaluationOptions& options, 
   return total;
 }
 
-// sum_ij phi(s_ij) of an elementwise map, tile by tile; block totals summed in block order.
-double pointwise_entry_total(const Shared& sh, const EvaluationOptions& options, Pointwise h, int p) {
+// ---- Expression activations (theory/expression.hpp) ---------------------------------------------------------------
+// phi and phi' of one row segment at a time, in the calling thread's buffers.
+struct ExpressionRow {
+  const theory::PhiProgram& program;
+  const theory::Activation& activation;
+  std::vector<double>& f;
+  std::vector<double>& g;
+  std::vector<double>& work;
+
+  static ExpressionRow of(const theory::PhiProgram& program, const theory::Activation& activation) {
+    thread_local std::vector<double> f, g, work;
+    return {program, activation, f, g, work};
+  }
+  // Fills f and g for s[0 .. n); refuses a non-finite value, naming the score (1/x at 0, exp(x^2) beyond 26.6).
+  // exponent: the program computes u and u' of phi = exp(u), and the caller rescales.
+  void evaluate(const double* s, Index n, bool exponent = false) {
+    if (static_cast<Index>(f.size()) < n) {
+      f.resize(static_cast<std::size_t>(n));
+      g.resize(static_cast<std::size_t>(n));
+    }
+    program.evaluate(s, n, f.data(), g.data(), work);
+    double check = 0;
+    for (Index j = 0; j < n; ++j) check += f[j] * 0 + g[j] * 0;
+    if (std::isnan(check)) {
+      for (Index j = 0; j < n; ++j) {
+        if (!std::isfinite(f[j]) || !std::isfinite(g[j])) {
+          throw InputError(fmt::format(
+              "--phi '{}': {} = {} and its derivative {} at the score x = {:.17g}: not finite (the expression "
+              "overflows or leaves its domain there); make the scores smaller (--inner-scale, --sigma-x, "
+              "--sigma-t) or change phi",
+              activation.expression->text(), exponent ? "the exponent u(x) of phi = exp(u)" : "phi(x)", f[j], g[j],
+              s[j]));
+        }
+      }
+    }
+  }
+};
+
+NormSums<double> expression_tiles(const Shared& sh, const EvaluationOptions& options, const theory::PhiProgram& program,
+                                  const theory::Activation& activation) {
+  const auto reduce = [&](const double* s, const double* u_sq, const double* x_sq, Index n, double* sums) {
+    ExpressionRow row = ExpressionRow::of(program, activation);
+    row.evaluate(s, n);
+    double value_sq = 0, deriv_sq = 0, dq = 0, dk = 0;
+    for (Index j = 0; j < n; ++j) {
+      const double f = row.f[static_cast<std::size_t>(j)], g = row.g[static_cast<std::size_t>(j)];
+      value_sq += f * f;
+      deriv_sq += g * g;
+      dq += g * g * u_sq[j];
+      dk += g * g * x_sq[j];
+    }
+    sums[0] = value_sq;
+    sums[1] = deriv_sq;
+    sums[2] = dq;
+    sums[3] = dk;
+  };
+  return tiled_sums(sh, options, [&](Index i0) { return pointwise_block(sh, i0, reduce); });
+}
+
+// sum_k (b y_k - a ybar_k)^2 over a row of length n: the differences formed first, never expanded.
+inline double weighted_squared_distance(double b, const double* y, double a, const double* ybar, int n) {
+  double sum = 0;
+  for (int k = 0; k < n; ++k) {
+    const double diff = b * y[k] - a * ybar[k];
+    sum += diff * diff;
+  }
+  return sum;
+}
+
+struct NormalizedSums {
+  NormSums<double> norms;
+  double rows_with_mass = 0;  // rows whose sum is not 0: each then sums to 1 (the row sums' total)
+};
+
+// One row block of F_ij = phi(s_ij) / Z_i, Z_i = sum_k phi(s_ik) (docs/THEORY.md "Expression activations"). With
+// a = phi / Z and b = phi' / Z on a row, its Jacobian in the scores is b_k (delta_jk - a_j), so
+//   ||J_row||^2 = sum_k b_k^2 ((1 - a_k)^2 + sum_{j != k} a_j^2),
+// written as softmax's is (entry_terms.hpp) around the row's largest |a|, 1 - a_top = the others' sum:
+//   sum_{k != top} b_k^2 (1 - 2 a_k) + (a_top^2 + rest_sq) sum_{k != top} b_k^2 + b_top^2 (rest_mass^2 + rest_sq);
+// in W_Q (before lambda^2 ||x_i||^2) sum_j ||b_j u_j - a_j ubar_i||^2 with ubar_i = sum_k b_k u_k, in W_K the same
+// with x for u and ||v_i||^2. Pass 1 forms Z_i, ubar_i and xbar_i, pass 2 (Jacobians only) the sums. When phi =
+// exp(u), every phi and phi' of a row is taken relative to exp(max u), rescaled as the maximum moves (softmax's
+// online pass); the ratios do not change.
+NormalizedSums normalized_block(const Shared& sh, Index i0, const theory::PhiProgram& program,
+                                const theory::Activation& activation, bool exponent, bool need_pass2, bool need_q,
+                                bool need_k) {
+  const Index n = sh.V.rows(), d = sh.U.cols(), D = sh.X.cols();
+  const Index ni = std::min(sh.tile, n - i0);
+  Matrix S(ni, sh.tile), G;
+  if (need_q || need_k) G.resize(ni, sh.tile);
+  Vector row_max = Vector::Constant(ni, exponent ? -std::numeric_limits<double>::infinity() : 0.0);
+  Vector norm = Vector::Zero(ni), f_sq = Vector::Zero(ni), top_size = Vector::Constant(ni, -1.0);
+  std::vector<Index> top(static_cast<std::size_t>(ni), 0);
+  Matrix u_bar = Matrix::Zero(ni, need_q ? d : 0), x_bar = Matrix::Zero(ni, need_k ? D : 0);
+  ExpressionRow row = ExpressionRow::of(program, activation);
+  // An exponent program's u and u' in row.f, row.g become phi and phi' relative to exp(m).
+  const auto to_weights = [&](Index nj, double m) {
+    if (!exponent) return;
+    for (Index j = 0; j < nj; ++j) {
+      const double e = std::exp(row.f[static_cast<std::size_t>(j)] - m);
+      row.g[static_cast<std::size_t>(j)] *= e;
+      row.f[static_cast<std::size_t>(j)] = e;
+    }
+  };
+  for (Index j0 = 0; j0 < n; j0 += sh.tile) {
+    const Index nj = std::min(sh.tile, n - j0);
+    multiply_transposed(sh.V, i0, ni, sh.U, j0, nj, S);
+    for (Index r = 0; r < ni; ++r) {
+      row.evaluate(S.row(r).data(), nj, exponent);
+      if (exponent) {
+        // The top is the row's first largest u, as softmax's is its first largest score.
+        const auto largest = std::max_element(row.f.begin(), row.f.begin() + nj);
+        if (*largest > row_max[r]) {
+          const double rescale = std::exp(row_max[r] - *largest);  // 0 on the first tile
+          norm[r] *= rescale;
+          f_sq[r] *= rescale * rescale;
+          if (need_q) u_bar.row(r) *= rescale;
+          if (need_k) x_bar.row(r) *= rescale;
+          row_max[r] = *largest;
+          top[static_cast<std::size_t>(r)] = j0 + (largest - row.f.begin());
+        }
+      }
+      to_weights(nj, row_max[r]);
+      double l = 0, l2 = 0;
+      for (Index j = 0; j < nj; ++j) {
+        const double f = row.f[static_cast<std::size_t>(j)];
+        l += f;
+        l2 += f * f;
+        if (!exponent && std::abs(f) > top_size[r]) {  // the first largest |phi|
+          top_size[r] = std::abs(f);
+          top[static_cast<std::size_t>(r)] = j0 + j;
+        }
+        if (need_q || need_k) G(r, j) = row.g[static_cast<std::size_t>(j)];
+      }
+      norm[r] += l;
+      f_sq[r] += l2;
+    }
+    if (need_q) u_bar.noalias() += G.leftCols(nj) * sh.U.middleRows(j0, nj);
+    if (need_k) x_bar.noalias() += G.leftCols(nj) * sh.X.middleRows(j0, nj);
+  }
+  NormalizedSums block;
+  for (Index r = 0; r < ni; ++r) {
+    if (norm[r] != 0) block.rows_with_mass += 1;
+  }
+  if (!need_pass2) {
+    for (Index r = 0; r < ni; ++r) {
+      if (norm[r] != 0) block.norms.value_sq += f_sq[r] / (norm[r] * norm[r]);
+    }
+    return block;
+  }
+  for (Index r = 0; r < ni; ++r) {
+    if (norm[r] == 0) continue;
+    if (need_q) u_bar.row(r) /= norm[r];
+    if (need_k) x_bar.row(r) /= norm[r];
+  }
+  struct RowSums {
+    double top_a = 0, top_b = 0, rest_mass = 0, rest_sq = 0, b_one_minus = 0, b_sq = 0, dq = 0, dk = 0;
+  };
+  std::vector<RowSums> rows(static_cast<std::size_t>(ni));
+  for (Index j0 = 0; j0 < n; j0 += sh.tile) {
+    const Index nj = std::min(sh.tile, n - j0);
+    multiply_transposed(sh.V, i0, ni, sh.U, j0, nj, S);
+    for (Index r = 0; r < ni; ++r) {
+      const double z = norm[r];
+      if (z == 0) continue;  // a row of zeros: no term (the convention)
+      row.evaluate(S.row(r).data(), nj, exponent);
+      to_weights(nj, row_max[r]);
+      RowSums& sums = rows[static_cast<std::size_t>(r)];
+      const Index t = top[static_cast<std::size_t>(r)];
+      for (Index j = 0; j < nj; ++j) {
+        const double a = row.f[static_cast<std::size_t>(j)] / z, b = row.g[static_cast<std::size_t>(j)] / z;
+        if (j0 + j == t) {
+          sums.top_a = a;
+          sums.top_b = b;
+        } else {
+          sums.rest_mass += a;
+          sums.rest_sq += a * a;
+          sums.b_one_minus += b * b * (1 - 2 * a);
+          sums.b_sq += b * b;
+        }
+        if (a == 0 && b == 0) continue;
+        if (need_q) {
+          sums.dq += weighted_squared_distance(b, sh.U.row(j0 + j).data(), a, u_bar.row(r).data(), static_cast<int>(d));
+        }
+        if (need_k) {
+          sums.dk += weighted_squared_distance(b, sh.X.row(j0 + j).data(), a, x_bar.row(r).data(), static_cast<int>(D));
+        }
+      }
+    }
+  }
+  for (Index r = 0; r < ni; ++r) {
+    if (norm[r] == 0) continue;
+    const RowSums& q = rows[static_cast<std::size_t>(r)];
+    const double top_sq = q.top_a * q.top_a;
+    block.norms.value_sq += top_sq + q.rest_sq;
+    block.norms.dS_sq +=
+        q.b_one_minus + (top_sq + q.rest_sq) * q.b_sq + q.top_b * q.top_b * (q.rest_mass * q.rest_mass + q.rest_sq);
+    block.norms.dQ_sq += sh.x_sq[i0 + r] * q.dq;
+    block.norms.dK_sq += sh.v_sq[i0 + r] * q.dk;
+  }
+  return block;
+}
+
+NormalizedSums normalized_tiles(const Shared& sh, const EvaluationOptions& options, const theory::PhiProgram& program,
+                                const theory::Activation& activation, bool exponent, bool need_pass2, bool need_q,
+                                bool need_k) {
+  const Index n = sh.X.rows();
+  const Index blocks = (n + sh.tile - 1) / sh.tile;
+  std::vector<NormalizedSums> partial(static_cast<std::size_t>(blocks));
+  parallel_for(blocks, options.threads, [&](Index b) {
+    partial[static_cast<std::size_t>(b)] =
+        normalized_block(sh, b * sh.tile, program, activation, exponent, need_pass2, need_q, need_k);
+  });
+  NormalizedSums total;  // in block order: the same for any thread count
+  for (const auto& p : partial) {
+    total.norms.value_sq += p.norms.value_sq;
+    total.norms.dS_sq += p.norms.dS_sq;
+    total.norms.dQ_sq += p.norms.dQ_sq;
+    total.norms.dK_sq += p.norms.dK_sq;
+    total.rows_with_mass += p.rows_with_mass;
+  }
+  return total;
+}
+
+// sum_ij phi(s_ij) of an elementwise map, tile by tile; block totals summed in block order. row_total(s, n) is
+// sum_j phi(s[j]) over a row segment.
+template <class RowTotal>
+double pointwise_entry_total(const Shared& sh, const EvaluationOptions& options, const RowTotal& row_total) {
   const Index n = sh.V.rows();
   const Index blocks = (n + sh.tile - 1) / sh.tile;
   std::vector<double> partial(static_cast<std::size_t>(blocks), 0.0);
@@ -320,8 +546,7 @@ double pointwise_entry_total(const Shared& sh, const EvaluationOptions& options,
       const Index nj = std::min(sh.tile, n - j0);
       multiply_transposed(sh.V, i0, ni, sh.U, j0, nj, S);
       for (Index r = 0; r < ni; ++r) {
-        double row = 0;
-        for (Index j = 0; j < nj; ++j) row += theory::pointwise_value(h, p, S(r, j));
+        const double row = row_total(S.row(r).data(), nj);
         if (!std::isfinite(row)) throw_nan_score(S, ni, nj, i0, j0);
         total += row;
       }
@@ -824,6 +1049,44 @@ SampleValues evaluate_inputs(const theory::AttentionMap& map, const Matrix& X, c
     layer_normalize_rows(U);
   }
   SampleTotals totals;
+  if (act.kind == ActivationKind::expression) {
+    // N and d as the expression reads them: this sample's rows and head dimension.
+    const double n_value = static_cast<double>(n), d_value = static_cast<double>(Q.cols());
+    const std::optional<theory::PhiProgram> exponent =
+        act.normalize_rows ? act.expression->compile_exponent(n_value, d_value) : std::nullopt;
+    const theory::PhiProgram program = exponent ? *exponent : act.expression->compile(n_value, d_value);
+    Vector& x_sq = scratch.x_sq;
+    Vector& u_sq = scratch.u_sq;
+    Vector& v_sq = scratch.v_sq;
+    x_sq = X.rowwise().squaredNorm();
+    u_sq = U.rowwise().squaredNorm();
+    v_sq = Vraw.rowwise().squaredNorm();
+    Matrix& V = scratch.V;
+    V = lambda * Vraw;
+    const Shared sh{X, V, U, x_sq, u_sq, v_sq, std::min(options.tile, n)};
+    if (request.score_var) {
+      totals.gram_dot = gram_frobenius_sq(Vraw, U, 1.0);
+      totals.diagonal_sq = Vraw.cwiseProduct(U).rowwise().sum().squaredNorm();
+    }
+    if (act.normalize_rows) {
+      const NormalizedSums sums = normalized_tiles(sh, options, program, act, exponent.has_value(),
+                                                   request.dS || request.dQ || request.dK, request.dQ, request.dK);
+      totals.entries = sums.norms;
+      totals.entry_total = sums.rows_with_mass;
+      return sample_values(request, map, n, totals);
+    }
+    if (request.any_row_sum()) {
+      totals.entry_total = pointwise_entry_total(sh, options, [&](const double* s, Index count) {
+        ExpressionRow row = ExpressionRow::of(program, act);
+        row.evaluate(s, count);
+        double total = 0;
+        for (Index j = 0; j < count; ++j) total += row.f[static_cast<std::size_t>(j)];
+        return total;
+      });
+    }
+    if (request.any_norm()) totals.entries = expression_tiles(sh, options, program, act);
+    return sample_values(request, map, n, totals);
+  }
   if (request.any_row_sum()) {
     if (request.softmax) {
       totals.entry_total = static_cast<double>(n);  // every row of probabilities sums to 1
@@ -832,7 +1095,12 @@ SampleValues evaluate_inputs(const theory::AttentionMap& map, const Matrix& X, c
     } else {
       const Matrix V = lambda * Vraw;
       const Vector none = Vector::Zero(n);
-      totals.entry_total = pointwise_entry_total({X, V, U, none, none, none, options.tile}, options, act.h, act.p);
+      totals.entry_total =
+          pointwise_entry_total({X, V, U, none, none, none, options.tile}, options, [&](const double* s, Index count) {
+            double row = 0;
+            for (Index j = 0; j < count; ++j) row += theory::pointwise_value(act.h, act.p, s[j]);
+            return row;
+          });
     }
   }
   if (request.score_var || (request.linear && request.value)) totals.gram_dot = gram_frobenius_sq(Vraw, U, 1.0);

@@ -2,11 +2,13 @@
 
 #include "attncheck/monte_carlo/backend_registry.hpp"
 #include "attncheck/records/claims.hpp"
+#include "attncheck/theory/expression.hpp"
 #include "attncheck/theory/vocabulary.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <initializer_list>
@@ -34,7 +36,8 @@ std::string phi_help() {
     words += (words.empty() ? "" : ", ") + std::string(term.word);
     if (!term.help.empty()) words += fmt::format(" ({})", term.help);
   }
-  return "Activation without --claim (C7: the h): " + words;
+  return "Activation without --claim (C7: the h): " + words + "; or " + theory::expression_language_help() +
+         ", e.g. 'sigmoid(x - log(N))', 'relu(x)^2/N', 'x^3/6 + x' (quote it for the shell)";
 }
 
 std::string estimand_help() {
@@ -104,6 +107,14 @@ std::vector<McOption> make_options() {
   options.push_back(std::move(preset));
   options.push_back(text("p", "Exponents of poly/matpow (list)", &McRequest::p));
   options.push_back(optional_text("phi", phi_help(), &McRequest::phi));
+  McOption normalize =
+      optional_text("normalize",
+                    "rows: divide each row of phi(S) by its sum (an expression --phi only; --phi 'exp(x)' "
+                    "--normalize rows is softmax, 'exp(x/T)' softmax at temperature T); a row whose sum is 0 "
+                    "counts as a row of zeros",
+                    &McRequest::normalize);
+  normalize.choices = {"rows"};
+  options.push_back(std::move(normalize));
   options.push_back(
       optional_text("alpha", "C7's exponent in N^-alpha (list; default 0,0.5,1: the claim at 1, the growth without it)",
                     &McRequest::alpha));
@@ -329,12 +340,28 @@ InnerRule parse_inner_scale(const std::string& raw) {
   return {false, value};
 }
 
-theory::Activation parse_phi(const std::string& name, int p) {
+theory::Activation parse_phi(const std::string& name, int p, const std::optional<std::string>& normalize) {
+  if (normalize && *normalize != "rows") {
+    throw InputError(fmt::format("--normalize: '{}' is not rows (each row of phi(S) divided by its sum)", *normalize));
+  }
   const std::optional<theory::Activation> activation = theory::activation_from_word(name, p);
   if (!activation) {
-    throw InputError(fmt::format("--phi: '{}' is not one of {}", name, theory::words_of(theory::all_activations())));
+    // A lone name is a word mistyped more often than an expression without x.
+    const bool one_name = !name.empty() && std::all_of(name.begin(), name.end(),
+                                                       [](unsigned char ch) { return std::isalnum(ch) || ch == '_'; });
+    if (one_name && name != "x") {
+      throw InputError(fmt::format("--phi: '{}' is not one of {}, nor an expression in x such as 'relu(x)^2/N'",
+                                   theory::printable(name, true), theory::words_of(theory::all_activations())));
+    }
+    return theory::expression_activation(theory::PhiExpression::parse(name, "--phi"), normalize.has_value());
   }
-  if (theory::term_of(*activation).takes_p && p < 1) {
+  if (normalize) {
+    throw InputError(fmt::format(
+        "--normalize rows divides an expression's rows by their sums: write --phi '{}(x)' --normalize rows (softmax "
+        "is --phi 'exp(x)' --normalize rows)",
+        name));
+  }
+  if (theory::takes_p(*activation) && p < 1) {
     throw InputError(fmt::format("--p: {} needs p >= 1, got {}", name == "matpow" ? "the matrix power" : name, p));
   }
   return *activation;

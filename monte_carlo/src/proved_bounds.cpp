@@ -114,7 +114,7 @@ void pointwise_bounds(const GrowthCase& g, std::vector<ProvedBound>& out) {
   };
   switch (g.estimand) {
     case Estimand::value:
-      if (const auto sup = theory::term_of(g.activation).value_sup) {
+      if (const auto sup = theory::value_sup(g.activation)) {
         out.push_back(bound(ProvedBound::Side::upper, 1 - a, true, false,
                             scaled(fmt::format("||F||_F <= c(N) {:g} N for every input (|h| <= {:g})", *sup, *sup), g),
                             "B5"));
@@ -151,6 +151,64 @@ void pointwise_bounds(const GrowthCase& g, std::vector<ProvedBound>& out) {
       break;
     }
     default: break;
+  }
+}
+
+// An expression (docs/THEORY.md "Expression activations"): sup |phi| and sup |phi'| where its intervals prove them
+// finite (B5), B6's lower bound where phi (phi') is non-zero on an interval and the scores have a positive
+// density on the reals, and for rows normalized from phi >= 0 C1's sqrt(N). Nothing else: the fits decide.
+void expression_bounds(const GrowthCase& g, std::vector<ProvedBound>& out) {
+  const theory::Activation& act = g.activation;
+  const double a = g.n_exponent;
+  if (act.normalize_rows) {
+    if (g.estimand == Estimand::value && act.expression->value_inf() >= 0) {
+      out.push_back(bound(ProvedBound::Side::upper, 0.5 - a, true, false,
+                          scaled("||F||_F <= c(N) sqrt(N) for every input (phi >= 0: each row is a probability "
+                                 "vector, or zeros)",
+                                 g),
+                          "B1"));
+    }
+    return;
+  }
+  const bool derivative = g.estimand != Estimand::value;
+  const std::optional<double> sup = derivative ? theory::derivative_sup(act) : theory::value_sup(act);
+  const std::string what = g.estimand == Estimand::value ? "F"
+                           : g.estimand == Estimand::dS  ? "dF/dS"
+                           : g.estimand == Estimand::dQ  ? "dF/dQ"
+                                                         : "dF/dK";
+  switch (g.estimand) {
+    case Estimand::value:
+    case Estimand::dS:
+      if (sup) {
+        out.push_back(bound(ProvedBound::Side::upper, 1 - a, true, false,
+                            scaled(fmt::format("||{}||_F <= c(N) {:.6g} N for every input (|phi{}| <= {:.6g}, by "
+                                               "interval arithmetic on the expression)",
+                                               what, *sup, derivative ? "'" : "", *sup),
+                                   g),
+                            "B5"));
+      }
+      break;
+    case Estimand::dQ:
+    case Estimand::dK:
+      if (sup && g.scores == ScoreModel::projected) {
+        out.push_back(bound(ProvedBound::Side::upper, 1 - a, false, false,
+                            scaled(fmt::format("E||{}||_F <= C N under the Gaussian model (|phi'| <= {:.6g}: every "
+                                               "entry has a finite second moment)",
+                                               what, *sup),
+                                   g),
+                            "B6"));
+      }
+      break;
+    default: return;
+  }
+  if (g.scores == ScoreModel::projected && act.expression->nonzero_somewhere(derivative)) {
+    out.push_back(bound(ProvedBound::Side::lower, 1 - a, false, false,
+                        scaled(fmt::format("E||{}||_F >= (N - 1) E|t_12| with E|t_12| > 0, t_ij the entries (phi{} is "
+                                           "non-zero on an interval, the score has a positive density): a norm is at "
+                                           "least the sum of its N^2 entries' sizes over N",
+                                           what, derivative ? "'" : ""),
+                               g),
+                        "B6"));
   }
 }
 
@@ -210,6 +268,7 @@ std::vector<ProvedBound> proved_bounds(const GrowthCase& g) {
   switch (g.activation.kind) {
     case ActivationKind::softmax: softmax_bounds(g, out); break;
     case ActivationKind::pointwise: pointwise_bounds(g, out); break;
+    case ActivationKind::expression: expression_bounds(g, out); break;
     case ActivationKind::matpow:
       if (g.estimand == Estimand::value && g.scores == ScoreModel::projected) {
         const double e = g.activation.p - g.n_exponent;
@@ -259,8 +318,10 @@ SampleBounds sample_bounds(const PointSpec& point, Estimand estimand) {
     } else if (estimand == Estimand::dS) {
       bounds.upper = c * std::sqrt(n) / 2;
     }
-  } else if (act.kind == ActivationKind::pointwise) {
-    const auto sup = estimand == Estimand::value ? theory::term_of(act).value_sup
+  } else if (act.kind == ActivationKind::expression && act.normalize_rows) {
+    if (estimand == Estimand::value && act.expression->value_inf() >= 0) bounds.upper = std::abs(c) * std::sqrt(n);
+  } else if (act.kind == ActivationKind::pointwise || act.kind == ActivationKind::expression) {
+    const auto sup = estimand == Estimand::value ? theory::value_sup(act)
                      : estimand == Estimand::dS  ? theory::derivative_sup(act)
                                                  : std::nullopt;
     if (sup) bounds.upper = std::abs(c) * *sup * n;

@@ -234,7 +234,7 @@ records::PointRecord point_record(const PointSpec& ps, Estimand estimand, const 
   r.series_id = fmt::format(
       "claim={};reading={};phi={};p={};alpha={};scale={};outer_factor={:.17g}*d^-{:g};inner={};D={};{};estimand={};"
       "sigma_x={:.17g};sigma_t={:.17g};run_seed={}{}{}{}",
-      series.claim, theory::reading_of(series.activation).value_or("-"), theory::term_of(series.activation).word,
+      series.claim, theory::reading_of(series.activation).value_or("-"), theory::phi_identity(series.activation),
       series.activation.p, series.alpha ? fmt::format("{}", *series.alpha) : "-", series.outer.text,
       series.outer.factor, series.outer.d_exponent,
       series.inner.inverse_sqrt_d ? "1/sqrt(d)" : fmt::format("{:.17g}", series.inner.value), pt.D,

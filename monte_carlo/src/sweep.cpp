@@ -50,7 +50,7 @@ std::vector<SeriesSpec> custom_series(const SweepRequest& rq) {
   std::vector<SeriesSpec> out;
   for (int p : rq.p) {
     SeriesSpec s;
-    s.activation = parse_phi(*rq.phi, p);
+    s.activation = parse_phi(*rq.phi, p, rq.normalize);
     s.inner = rq.inner_scale ? parse_inner_scale(*rq.inner_scale) : InnerRule{};
     s.outer = rq.outer_scale ? parse_outer_scale(*rq.outer_scale) : OuterRule{};
     s.estimands = rq.estimands ? parse_estimands(*rq.estimands) : std::vector<Estimand>{Estimand::value};
@@ -60,7 +60,7 @@ std::vector<SeriesSpec> custom_series(const SweepRequest& rq) {
     }
     s.claimed_exponent = rq.claimed_exponent;
     out.push_back(s);
-    if (!theory::term_of(s.activation).takes_p) break;  // p only matters for x^p and the matrix power
+    if (!theory::takes_p(s.activation)) break;  // p only matters for x^p and the matrix power
   }
   return out;
 }
@@ -205,6 +205,7 @@ std::vector<SeriesSpec> build_series(const SweepRequest& rq) {
   fixed(rq.inner_scale, "--inner-scale");
   fixed(rq.outer_scale, "--outer-scale");
   fixed(rq.estimands, "--estimand");
+  fixed(rq.normalize, "--normalize");
   if (!preset->takes_phi) fixed(rq.phi, "--phi");
   return preset->build(rq, claim);
 }
@@ -235,7 +236,7 @@ PointSpec make_point(const SeriesSpec& series, Index N, Index D, Index d, double
   SweepPoint& pt = ps.point;
   ps.key =
       fmt::format("phi={};p={};inner={:.17g};outer={:.17g}*N^-{:.17g};N={};D={};d={};sigma_x={:.17g};sigma_t={:.17g}",
-                  theory::term_of(series.activation).word, series.activation.p, pt.map.inner, pt.map.outer.factor,
+                  theory::phi_identity(series.activation), series.activation.p, pt.map.inner, pt.map.outer.factor,
                   pt.map.outer.n_exponent, N, D, d, sigma_x, sigma_t);
   // The papers' model keeps the key (and the seed) it always had.
   if (series.scores != theory::ScoreModel::projected)

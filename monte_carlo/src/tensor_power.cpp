@@ -88,8 +88,7 @@ std::optional<std::string> unsupported(const SweepPoint& point, const std::vecto
   }
   const bool poly = act.kind == ActivationKind::pointwise && act.h == Pointwise::poly && act.p >= 1;
   const bool identity = act.kind == ActivationKind::pointwise && act.h == Pointwise::identity;
-  if (!poly && !identity)
-    return fmt::format("phi {}: the tensor path needs x^p with p >= 1", theory::term_of(act).word);
+  if (!poly && !identity) return fmt::format("phi {}: the tensor path needs x^p with p >= 1", theory::phi_label(act));
   for (const Estimand e : estimands) {
     if (e == Estimand::score_var || e == Estimand::dV) {
       return fmt::format("estimand {}: the tensor path has value, dS, dQ, dK, row-sum and row-mean",

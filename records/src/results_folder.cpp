@@ -27,7 +27,8 @@ std::optional<std::string_view> SeriesKey::reading() const { return theory::read
 std::string SeriesKey::label() const {
   std::string text = claim;
   if (const auto r = reading()) text += fmt::format(" {}", *r);
-  text += fmt::format(" {} p={}", theory::term_of(activation).word, activation.p);
+  text += theory::takes_p(activation) ? fmt::format(" {} p={}", theory::phi_label(activation), activation.p)
+                                      : fmt::format(" {}", theory::phi_label(activation));
   if (alpha) text += fmt::format(" alpha={}", *alpha);
   if (mix) text += fmt::format(" mix alpha={}", *mix);
   if (scale != "none") text += " scale " + scale;
@@ -84,10 +85,27 @@ SeriesKey read_key(const JsonFields& fields) {
   SeriesKey key;
   key.claim = fields.word("claim", claim_words());
   fields.word_or_null("reading", kReadings);  // checked; it follows from the activation
-  static const std::vector<std::string_view> phis = words(theory::all_activations());
+  static const std::vector<std::string_view> phis = [] {
+    std::vector<std::string_view> out = words(theory::all_activations());
+    out.push_back(theory::kExpressionWord);
+    return out;
+  }();
   const long long p = fields.integer("p");
   if (p < 0 || p > 1024) fields.fail(fmt::format("\"p\" = {} is not an exponent of the tool", p));
-  key.activation = *theory::activation_from_word(fields.word("phi", phis), static_cast<int>(p));
+  const std::string phi = fields.word("phi", phis);
+  if (phi == theory::kExpressionWord) {
+    constexpr std::string_view kNormalizations[] = {"rows"};
+    const bool rows = fields.word_or_null("normalize", kNormalizations).has_value();
+    try {
+      key.activation =
+          theory::expression_activation(theory::PhiExpression::parse(fields.text("expression"), "\"expression\""),
+                                        rows);
+    } catch (const InputError& e) {
+      fields.fail(e.what());
+    }
+  } else {
+    key.activation = *theory::activation_from_word(phi, static_cast<int>(p));
+  }
   key.activation.p = static_cast<int>(p);
   key.alpha = fields.number_or_null("alpha");
   key.mix = fields.number_or_null("mix");
@@ -605,14 +623,28 @@ void to_json(nlohmann::json& out, const ExactLaw& law) {
          {"constant", number_or_null(law.constant)}};
 }
 
+namespace {
+
+// "phi" and "p"; for an expression also the expression, its derivative (for the reader; not read back) and
+// "normalize".
+void write_phi(detail::json& out, const theory::Activation& activation) {
+  out["phi"] = theory::phi_word(activation);
+  out["p"] = activation.p;
+  if (activation.kind != theory::ActivationKind::expression) return;
+  out["expression"] = activation.expression->text();
+  out["derivative"] = activation.expression->derivative_text();
+  out["normalize"] = activation.normalize_rows ? detail::json("rows") : detail::json(nullptr);
+}
+
+}  // namespace
+
 void to_json(nlohmann::json& out, const PointRecord& r) {
   out = detail::json::object();
   out["format_version"] = kResultsFormatVersion;
   out["claim"] = r.key.claim;
   const std::optional<std::string_view> reading = r.key.reading();
   out["reading"] = reading ? detail::json(*reading) : detail::json(nullptr);
-  out["phi"] = theory::term_of(r.key.activation).word;
-  out["p"] = r.key.activation.p;
+  write_phi(out, r.key.activation);
   out["alpha"] = number_or_null(r.key.alpha);
   out["mix"] = number_or_null(r.key.mix);
   out["dv"] = value_or_null(r.key.dv);
@@ -778,8 +810,7 @@ void to_json(nlohmann::json& out, const Series& s) {
   out["claim"] = s.key.claim;
   const std::optional<std::string_view> reading = s.key.reading();
   out["reading"] = reading ? detail::json(*reading) : detail::json(nullptr);
-  out["phi"] = theory::term_of(s.key.activation).word;
-  out["p"] = s.key.activation.p;
+  write_phi(out, s.key.activation);
   out["alpha"] = number_or_null(s.key.alpha);
   out["mix"] = number_or_null(s.key.mix);
   out["dv"] = value_or_null(s.key.dv);

@@ -146,7 +146,7 @@ std::string range_text(long long lo, long long hi) {
 Facts configuration_facts(const records::Series& s) {
   Facts f;
   f.items.emplace_back("formula", s.formula);
-  f.items.emplace_back("activation phi", std::string(theory::term_of(s.key.activation).word));
+  f.items.emplace_back("activation phi", theory::phi_label(s.key.activation));
   f.items.emplace_back("p", fmt::format("{}", s.key.activation.p));
   if (const auto reading = s.key.reading()) f.items.emplace_back("reading of (.)^p", std::string(*reading));
   if (s.key.alpha) f.items.emplace_back("alpha", format_number(*s.key.alpha));

@@ -490,6 +490,41 @@ grep -q '"claimed_exponent":-1.0' "$work/row-mean/points.jsonl" || fail "the rec
 grep -q "points were already in" "$work/row-mean.err" && fail "records of another claim were kept: $(cat "$work/row-mean.err")"
 grep -q '"claimed_exponent":-1.0' "$work/row-mean/points.jsonl" && fail "a record of another claim is left"
 
+# An expression activation: printed with its derivative, written with both, resumed (the same points found again,
+# under another spelling too), and rendered by report; a bounded one proved, an unbounded one left to the fits.
+expression=(mc --phi 'tanh(x)*2' --estimand value,dS --claimed-exponent 1 --N 16,32 --D 8 --d 8 --samples 30
+  --out "$work/expression")
+"$bin" "${expression[@]}" >"$work/expression.out" 2>"$work/expression.err" || fail "tanh(x)*2, claim 1: exit $?"
+grep -qF "phi(x) = 2*tanh(x), phi'(x) = 2*(1 - tanh(x)^2) (formed symbolically)" "$work/expression.err" ||
+  fail "the expression and its derivative are not printed: $(cat "$work/expression.err")"
+$py - "$work/expression/points.jsonl" <<'PY' || fail "points.jsonl does not hold the expression"
+import json, sys
+records = [json.loads(line) for line in open(sys.argv[1])]
+assert records and all(r["phi"] == "expression" and r["expression"] == "2*tanh(x)" for r in records), records[0]
+assert all(r["derivative"] == "2*(1 - tanh(x)^2)" and r["normalize"] is None for r in records)
+PY
+$py - "$work/expression/fits.json" <<'PY' || fail "a bounded expression's claim of 1 is not tight by proof"
+import json, sys
+series = json.load(open(sys.argv[1]))["series"]
+assert len(series) == 2 and all(s["verdict"] == "tight" and s["basis"] == "bound" for s in series), series
+PY
+"$bin" mc --phi '2 * tanh( x )' --estimand value,dS --claimed-exponent 1 --N 16,32 --D 8 --d 8 --samples 30 \
+  --out "$work/expression" --resume >/dev/null 2>"$work/expression.err" || fail "expression --resume exited $?"
+grep -q "2 of 2 points were already in" "$work/expression.err" || fail "another spelling did not find the points: $(cat "$work/expression.err")"
+"$bin" report "$work/expression" --out "$work/expression-report" >/dev/null 2>&1 || fail "report of an expression run exited $?"
+grep -qF "'2*tanh(x)'" "$work/expression-report/report.md" || fail "the report does not name the expression"
+expect_exit 2 "at character 7" -- mc --phi 'relu(x' --N 8 --D 2 --d 2 --samples 4
+expect_exit 2 "nor an expression in x" -- mc --phi reluu --N 8 --D 2 --d 2 --samples 4
+expect_exit 2 "--normalize" -- mc --claim C3 --normalize rows --N 8 --samples 4
+expect_exit 2 "not finite" -- mc --phi 'exp(x^2)' --N 64 --D 16 --d 16 --sigma-x 3 --samples 4
+"$bin" mc --phi 'x^3/6 + x' --claimed-exponent 1 --N 16,32 --D 8 --d 8 --samples 30 --json >"$work/unbounded.json" \
+  2>/dev/null
+$py - "$work/unbounded.json" <<'PY' || fail "an unbounded expression's verdict did not come from the fits"
+import json, sys
+series = json.load(open(sys.argv[1]))["series"]
+assert series and all(s["basis"] == "asymptotic-fit" and s["verdict"] not in ("holds", "tight") for s in series), series
+PY
+
 if [ "$failures" -ne 0 ]; then
   echo "$failures failure(s)"
   exit 1

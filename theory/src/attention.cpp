@@ -60,6 +60,9 @@ std::string describe(const AttentionMap& map, Index d) {
         return fmt::format("F = {}({})^{} (elementwise)", outer, inner, map.activation.p);
       }
       return fmt::format("F = {}{}({}) (elementwise)", outer, term_of(map.activation).formula_name, inner);
+    case ActivationKind::expression:
+      return fmt::format("F = {}phi({}), phi(x) = {}{}", outer, inner, map.activation.expression->text(),
+                         map.activation.normalize_rows ? " (each row divided by its sum)" : " (elementwise)");
   }
   return "?";
 }
@@ -83,6 +86,20 @@ Matrix apply(const AttentionMap& map, const Matrix& X, const Matrix& Q, const Ma
     }
     case ActivationKind::pointwise:
       return c * S.unaryExpr([&](double s) { return pointwise_value(map.activation.h, map.activation.p, s); });
+    case ActivationKind::expression: {
+      const PhiProgram program =
+          map.activation.expression->compile(static_cast<double>(S.rows()), static_cast<double>(Q.cols()));
+      Matrix F(S.rows(), S.cols()), slopes(S.rows(), S.cols());
+      std::vector<double> work;
+      program.evaluate(S.data(), S.size(), F.data(), slopes.data(), work);
+      if (map.activation.normalize_rows) {
+        for (Index r = 0; r < F.rows(); ++r) {
+          const double sum = F.row(r).sum();
+          F.row(r) = sum == 0 ? Vector::Zero(F.cols()).transpose().eval() : (F.row(r) / sum).eval();
+        }
+      }
+      return c * F;
+    }
   }
   return {};
 }
@@ -315,6 +332,9 @@ RowTerms row_terms(const AttentionMap& map, std::span<const double> s, std::span
       terms.dS_sq += g * g;
     }
     return terms;
+  }
+  if (map.activation.kind == ActivationKind::expression) {
+    throw InputError("an expression activation's norms are measured by attncheck mc, not on a model's attention");
   }
   if (map.activation.kind != ActivationKind::softmax) {
     throw InputError("the matrix-power reading needs Q and K themselves: use attention_norms");

@@ -72,6 +72,9 @@ std::optional<Estimand> estimand_from_word(std::string_view word) {
 std::span<const ActivationTerm> all_activations() { return kActivations; }
 
 const ActivationTerm& term_of(const Activation& activation) {
+  if (activation.kind == ActivationKind::expression) {
+    throw std::logic_error("an expression activation has no word of the vocabulary: use phi_word or phi_label");
+  }
   for (const ActivationTerm& term : kActivations) {
     if (term.kind == activation.kind && (term.kind != ActivationKind::pointwise || term.h == activation.h)) return term;
   }
@@ -91,7 +94,45 @@ std::optional<std::string_view> reading_of(const Activation& activation) {
   return std::nullopt;
 }
 
+std::string_view phi_word(const Activation& activation) {
+  return activation.kind == ActivationKind::expression ? kExpressionWord : term_of(activation).word;
+}
+
+std::string phi_label(const Activation& activation) {
+  if (activation.kind != ActivationKind::expression) return std::string(term_of(activation).word);
+  return fmt::format("'{}'{}", activation.expression->text(), activation.normalize_rows ? " normalized by rows" : "");
+}
+
+std::string phi_identity(const Activation& activation) {
+  if (activation.kind != ActivationKind::expression) return std::string(term_of(activation).word);
+  return fmt::format("expression:{}{}", activation.expression->text(),
+                     activation.normalize_rows ? ";normalize=rows" : "");
+}
+
+bool takes_p(const Activation& activation) {
+  return activation.kind != ActivationKind::expression && term_of(activation).takes_p;
+}
+
+Activation expression_activation(PhiExpression expression, bool normalize_rows) {
+  Activation a;
+  a.kind = ActivationKind::expression;
+  a.expression = std::move(expression);
+  a.normalize_rows = normalize_rows;
+  return a;
+}
+
+std::optional<double> value_sup(const Activation& activation) {
+  if (activation.kind == ActivationKind::expression) {
+    return activation.normalize_rows ? std::nullopt : activation.expression->value_sup();
+  }
+  if (activation.kind != ActivationKind::pointwise) return std::nullopt;
+  return term_of(activation).value_sup;
+}
+
 std::optional<double> derivative_sup(const Activation& activation) {
+  if (activation.kind == ActivationKind::expression) {
+    return activation.normalize_rows ? std::nullopt : activation.expression->derivative_sup();
+  }
   if (activation.kind != ActivationKind::pointwise) return std::nullopt;
   if (activation.h == Pointwise::poly) return activation.p == 1 ? std::optional<double>(1.0) : std::nullopt;
   return term_of(activation).derivative_sup;

@@ -33,7 +33,7 @@ inline constexpr std::uint64_t kMaxPoints = 100000;
 
 // What `attncheck mc` is asked, option by option as the command line spells them; presets fill the rest.
 struct McRequest {
-  std::optional<std::string> claim, phi, inner_scale, outer_scale, estimand, out;
+  std::optional<std::string> claim, phi, normalize, inner_scale, outer_scale, estimand, out;
   // Sizes and the time limit per point; the --preset's when absent (mc_options.hpp).
   std::optional<std::string> N, D, d;
   std::optional<double> max_seconds;

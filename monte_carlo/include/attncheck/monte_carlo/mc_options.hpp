@@ -66,8 +66,10 @@ std::vector<Estimand> parse_estimands(const std::string& text);
 OuterRule parse_outer_scale(const std::string& text);
 // "1/sqrt(d)" or a non-zero number.
 InnerRule parse_inner_scale(const std::string& text);
-// The activation of a --phi word (theory/vocabulary.hpp) at exponent p.
-theory::Activation parse_phi(const std::string& name, int p);
+// The activation of a --phi word (theory/vocabulary.hpp) at exponent p, or of an expression (theory/expression.hpp),
+// divided by its row sums when `normalize` is "rows" (expressions only).
+theory::Activation parse_phi(const std::string& name, int p,
+                             const std::optional<std::string>& normalize = std::nullopt);
 // --path: the words of evaluation_path_name.
 EvaluationPath parse_evaluation_path(const std::string& text);
 // --precision: the words of precision_name.

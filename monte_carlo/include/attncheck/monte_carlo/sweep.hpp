@@ -59,6 +59,7 @@ struct SweepRequest {
   std::optional<std::string> claim;  // C3..C8
   std::vector<int> p{1, 2, 3};
   std::optional<std::string> phi;
+  std::optional<std::string> normalize;  // "rows": an expression's rows divided by their sums
   std::optional<std::string> inner_scale, outer_scale;
   std::optional<std::string> estimands;
   std::optional<std::vector<double>> alpha;  // C7: 0, 0.5 and 1 unless given

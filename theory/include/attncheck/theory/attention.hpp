@@ -3,6 +3,7 @@
 // exact Frobenius norms of F and of its derivatives in the scores, in Q and in K (fact 7).
 
 #include "attncheck/theory/common.hpp"
+#include "attncheck/theory/expression.hpp"
 #include "attncheck/theory/pointwise.hpp"
 
 #include <optional>
@@ -12,15 +13,20 @@
 namespace attncheck::theory {
 
 enum class ActivationKind {
-  softmax,    // row-wise softmax
-  pointwise,  // h applied entrywise (x^p, relu, gelu, ...)
-  matpow,     // the matrix power (lambda T)^p: the other reading of "(.)^p"; value only
+  softmax,     // row-wise softmax
+  pointwise,   // h applied entrywise (x^p, relu, gelu, ...)
+  matpow,      // the matrix power (lambda T)^p: the other reading of "(.)^p"; value only
+  expression,  // the user's phi(x) (expression.hpp), entrywise or divided by each row's sum
 };
 
 struct Activation {
   ActivationKind kind = ActivationKind::softmax;
-  Pointwise h = Pointwise::identity;  // for pointwise
-  int p = 1;                          // exponent for Pointwise::poly and for matpow
+  Pointwise h = Pointwise::identity;        // for pointwise
+  int p = 1;                                // exponent for Pointwise::poly and for matpow
+  std::optional<PhiExpression> expression;  // for kind expression
+  // Expressions only: F_ij = phi(s_ij) / sum_k phi(s_ik) (--normalize rows; exp(x) so is softmax). A row whose sum
+  // is 0 is a row of zeros with a zero Jacobian (docs/THEORY.md, "Expression activations").
+  bool normalize_rows = false;
 
   bool operator==(const Activation&) const = default;
 };

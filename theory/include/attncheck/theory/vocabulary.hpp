@@ -65,6 +65,22 @@ std::optional<Activation> activation_from_word(std::string_view word, int p = 1)
 // "elementwise" for x^p, "matrix" for the matrix power: the two readings of "(.)^p" in C3/C4; none otherwise.
 std::optional<std::string_view> reading_of(const Activation& activation);
 
+// What "phi" holds in the results for an expression activation (the expression itself is beside it).
+inline constexpr std::string_view kExpressionWord = "expression";
+// The activation's word, or kExpressionWord.
+std::string_view phi_word(const Activation& activation);
+// The word, or the expression in quotes (and "normalized by rows"), for labels and messages.
+std::string phi_label(const Activation& activation);
+// What identifies phi in a point's key and a series' id: the word, or the expression's canonical text (and
+// ";normalize=rows"), so that two spellings of one expression draw the same samples.
+std::string phi_identity(const Activation& activation);
+// Whether --p applies (x^p and the matrix power).
+bool takes_p(const Activation& activation);
+Activation expression_activation(PhiExpression expression, bool normalize_rows);
+
+// sup |h| where finite: the table's, or an expression's by its intervals (B5); none for normalized rows.
+std::optional<double> value_sup(const Activation& activation);
+
 // sup |h'| and E h(s) > 0 for this activation, its exponent included (x^p: h' = p x^(p-1) is bounded at p = 1 only,
 // E s^p > 0 for even p only).
 std::optional<double> derivative_sup(const Activation& activation);

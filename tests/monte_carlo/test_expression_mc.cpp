@@ -1,0 +1,250 @@
+// Expression activations (--phi 'EXPR') in the CPU backend: against the built-in activations on the same draws,
+// and normalized rows against a dense finite-difference oracle of the whole map.
+#include "attncheck/monte_carlo/cpu_backend.hpp"
+#include "attncheck/monte_carlo/mc_options.hpp"
+#include "attncheck/monte_carlo/proved_bounds.hpp"
+#include "attncheck/monte_carlo/sweep.hpp"
+#include "attncheck/theory/vocabulary.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+using namespace attncheck;
+using namespace attncheck::monte_carlo;
+using theory::ActivationKind;
+using theory::Index;
+using theory::Matrix;
+using theory::Pointwise;
+
+namespace {
+
+const std::vector<Estimand> kAll{Estimand::value, Estimand::dS,      Estimand::dQ,      Estimand::dK,
+                                 Estimand::row_sum, Estimand::row_mean, Estimand::score_var};
+
+SweepPoint point_of(const theory::Activation& act, Index N, Index D, Index d, double inner, double sigma_x = 1,
+                    theory::ScoreModel scores = theory::ScoreModel::projected) {
+  theory::AttentionMap map;
+  map.activation = act;
+  map.inner = inner;
+  map.outer = {0.7, 0.5};
+  return make_sweep_point({N, D, d, sigma_x, 1.0}, map, 4242, scores);
+}
+
+SampleValues evaluate(const SweepPoint& pt, const std::vector<Estimand>& estimands, Index tile, int threads,
+                      std::uint64_t k = 3) {
+  SampleInputs in;
+  draw_sample(pt, k, in);
+  return evaluate_inputs(pt.map, in.X, in.Q, in.K, estimands, {tile, threads, pt.scores});
+}
+
+void check_same(const SampleValues& got, const SampleValues& want, const std::vector<Estimand>& estimands,
+                double tolerance) {
+  for (const Estimand e : estimands) {
+    const double g = got[static_cast<int>(e)], w = want[static_cast<int>(e)];
+    INFO(theory::term_of(e).word << ": " << g << " vs " << w);
+    CHECK(std::isfinite(g));
+    CHECK(std::abs(g - w) <= tolerance * std::max(std::abs(w), 1e-300));
+  }
+}
+
+// F = c phi(S) with each row divided by its sum, dense, for the finite-difference oracle.
+Matrix normalized_map(const theory::PhiExpression& e, const Matrix& X, const Matrix& Q, const Matrix& K, double inner,
+                      double c) {
+  const Matrix S = inner * (X * Q) * (X * K).transpose();
+  const theory::PhiProgram program = e.compile(static_cast<double>(S.rows()), static_cast<double>(Q.cols()));
+  Matrix F(S.rows(), S.cols()), slope(S.rows(), S.cols());
+  std::vector<double> work;
+  program.evaluate(S.data(), S.size(), F.data(), slope.data(), work);
+  for (Index r = 0; r < F.rows(); ++r) {
+    const double z = F.row(r).sum();
+    F.row(r) = z == 0 ? Matrix::Zero(1, F.cols()) : Matrix(F.row(r) / z);
+  }
+  return c * F;
+}
+
+}  // namespace
+
+TEST_CASE("expressions equal to built-ins give the built-ins' estimates on the same draws in every estimand") {
+  const struct {
+    const char* text;
+    theory::Activation builtin;
+  } cases[] = {{"x^3", {ActivationKind::pointwise, Pointwise::poly, 3}},
+               {"x^2", {ActivationKind::pointwise, Pointwise::poly, 2}},
+               {"relu(x)", {ActivationKind::pointwise, Pointwise::relu, 1}},
+               {"sigmoid(x)", {ActivationKind::pointwise, Pointwise::sigmoid, 1}},
+               {"gelu(x)", {ActivationKind::pointwise, Pointwise::gelu, 1}},
+               {"relu2(x)", {ActivationKind::pointwise, Pointwise::relu2, 1}}};
+  for (const auto& c : cases) {
+    for (const auto scores : {theory::ScoreModel::projected, theory::ScoreModel::projected_layernorm}) {
+      INFO(c.text << ", scores " << theory::term_of(scores).word);
+      const std::vector<Estimand> estimands =
+          scores == theory::ScoreModel::projected
+              ? kAll
+              : std::vector<Estimand>{Estimand::value, Estimand::dS, Estimand::row_sum, Estimand::score_var};
+      const theory::Activation expression = parse_phi(c.text, 1);
+      REQUIRE(expression.kind == ActivationKind::expression);
+      const SweepPoint mine = point_of(expression, 70, 6, 4, 0.5, 1, scores);
+      const SweepPoint theirs = point_of(c.builtin, 70, 6, 4, 0.5, 1, scores);
+      for (const Index tile : {Index(16), Index(256)}) {
+        for (const int threads : {1, 2}) {
+          check_same(evaluate(mine, estimands, tile, threads), evaluate(theirs, estimands, tile, threads), estimands,
+                     1e-12);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("exp(x) normalized by rows is softmax also where exp(x) alone would overflow") {
+  const theory::Activation softmax{ActivationKind::softmax, Pointwise::identity, 1};
+  const std::vector<Estimand> estimands{Estimand::value, Estimand::dS, Estimand::dQ, Estimand::dK, Estimand::row_sum,
+                                        Estimand::row_mean};
+  for (const double sigma_x : {0.5, 1.0, 6.0}) {  // at 6 the scores reach past 709, where exp overflows
+    INFO("sigma_x " << sigma_x);
+    const SweepPoint mine = point_of(parse_phi("exp(x)", 1, "rows"), 90, 8, 4, 0.5, sigma_x);
+    const SweepPoint theirs = point_of(softmax, 90, 8, 4, 0.5, sigma_x);
+    for (const Index tile : {Index(16), Index(256)}) {
+      check_same(evaluate(mine, estimands, tile, 2), evaluate(theirs, estimands, tile, 2), estimands, 1e-12);
+    }
+    // a temperature is the inner scale: exp(x/2) at lambda is softmax at lambda/2, and its Jacobian in the scores
+    // S = lambda T half of softmax's in S/2
+    const SweepPoint tempered = point_of(parse_phi("exp(x/2)", 1, "rows"), 90, 8, 4, 1.0, sigma_x);
+    const std::vector<Estimand> tempered_estimands{Estimand::value, Estimand::dS, Estimand::dQ};
+    SampleValues want = evaluate(theirs, tempered_estimands, 16, 1);
+    want[static_cast<int>(Estimand::dS)] /= 2;
+    check_same(evaluate(tempered, tempered_estimands, 16, 1), want, tempered_estimands, 1e-12);
+  }
+}
+
+TEST_CASE("normalized rows of other expressions against a dense finite-difference oracle of the whole map") {
+  for (const char* text : {"relu(x)^2", "x^2 + 1", "exp(x/2) + 1/(1 + x^2)", "softplus(x)"}) {
+    INFO(text);
+    const theory::Activation act = parse_phi(text, 1, "rows");
+    const SweepPoint pt = point_of(act, 7, 3, 2, 0.8);
+    SampleInputs in;
+    draw_sample(pt, 1, in);
+    const double c = pt.map.outer.at(pt.N);
+    const SampleValues got = evaluate_inputs(pt.map, in.X, in.Q, in.K, kAll, {4, 1});
+    const auto F = [&](const Matrix& Q, const Matrix& K) {
+      return normalized_map(*act.expression, in.X, Q, K, pt.map.inner, c);
+    };
+    CHECK(got[static_cast<int>(Estimand::value)] == Approx(F(in.Q, in.K).norm()).epsilon(1e-12));
+    CHECK(got[static_cast<int>(Estimand::row_sum)] == Approx(c).epsilon(1e-12));  // every row sums to 1
+    // Jacobians in W_Q and W_K by central differences, entry by entry
+    const double h = 1e-6;
+    for (const bool in_q : {true, false}) {
+      const Matrix& W = in_q ? in.Q : in.K;
+      double jacobian_sq = 0;
+      for (Index e = 0; e < W.size(); ++e) {
+        Matrix plus = W, minus = W;
+        plus.data()[e] += h;
+        minus.data()[e] -= h;
+        const Matrix diff = in_q ? Matrix((F(plus, in.K) - F(minus, in.K)) / (2 * h))
+                                 : Matrix((F(in.Q, plus) - F(in.Q, minus)) / (2 * h));
+        jacobian_sq += diff.squaredNorm();
+      }
+      CHECK(got[static_cast<int>(in_q ? Estimand::dQ : Estimand::dK)] == Approx(std::sqrt(jacobian_sq)).epsilon(1e-6));
+    }
+    // In the scores: row i of F moves only with row i of S
+    const Matrix S = pt.map.inner * (in.X * in.Q) * (in.X * in.K).transpose();
+    const theory::PhiProgram program = act.expression->compile(7, 2);
+    const auto row_of = [&](Matrix s_row) {
+      Matrix f(1, s_row.cols()), slope(1, s_row.cols());
+      std::vector<double> work;
+      program.evaluate(s_row.data(), s_row.cols(), f.data(), slope.data(), work);
+      return Matrix(c * f / f.sum());
+    };
+    double ds_sq = 0;
+    for (Index r = 0; r < S.rows(); ++r) {
+      for (Index k = 0; k < S.cols(); ++k) {
+        Matrix plus = S.row(r), minus = S.row(r);
+        plus(0, k) += h;
+        minus(0, k) -= h;
+        ds_sq += ((row_of(plus) - row_of(minus)) / (2 * h)).squaredNorm();
+      }
+    }
+    CHECK(got[static_cast<int>(Estimand::dS)] == Approx(std::sqrt(ds_sq)).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("a row whose sum is 0 is a row of zeros with no Jacobian: never a NaN") {
+  // relu(x - 1000): every score of every row is far below 1000
+  const SweepPoint pt = point_of(parse_phi("relu(x - 1000)^2", 1, "rows"), 40, 4, 4, 0.5);
+  const SampleValues v = evaluate(pt, kAll, 16, 2);
+  for (const Estimand e : {Estimand::value, Estimand::dS, Estimand::dQ, Estimand::dK, Estimand::row_sum}) {
+    INFO(theory::term_of(e).word);
+    CHECK(v[static_cast<int>(e)] == 0);
+  }
+}
+
+TEST_CASE("an expression that overflows or leaves its domain is refused naming the score: never averaged") {
+  const SweepPoint big = point_of(parse_phi("exp(x^2)", 1), 64, 16, 16, 1.0, 3.0);
+  CHECK_THROWS_WITH(evaluate(big, {Estimand::value}, 16, 1),
+                    Catch::Contains("--phi 'exp(x^2)'") && Catch::Contains("not finite") &&
+                        Catch::Contains("at the score x ="));
+  const SweepPoint root = point_of(parse_phi("sqrt(x)", 1), 32, 4, 4, 1.0);
+  CHECK_THROWS_WITH(evaluate(root, {Estimand::row_sum}, 16, 1), Catch::Contains("not finite"));
+  // Normalized, exp(x^2) is taken relative to each row's largest exp and stays finite; x^2 exp(x^2) is not.
+  const SweepPoint rescaled = point_of(parse_phi("exp(x^2)", 1, "rows"), 64, 16, 16, 1.0, 3.0);
+  CHECK(std::isfinite(evaluate(rescaled, {Estimand::dS}, 16, 1)[static_cast<int>(Estimand::dS)]));
+  const SweepPoint normalized = point_of(parse_phi("x^2*exp(x^2)", 1, "rows"), 64, 16, 16, 1.0, 3.0);
+  CHECK_THROWS_WITH(evaluate(normalized, {Estimand::dS}, 16, 1), Catch::Contains("not finite"));
+}
+
+TEST_CASE("--phi reads a word or an expression and --normalize only an expression") {
+  CHECK(parse_phi("relu", 1).kind == ActivationKind::pointwise);
+  CHECK(parse_phi("relu(x)^2/N", 1).kind == ActivationKind::expression);
+  CHECK_THROWS_WITH(parse_phi("reluu", 1),
+                    Catch::Contains("'reluu' is not one of") && Catch::Contains("nor an expression in x"));
+  CHECK_THROWS_WITH(parse_phi("relu(x", 1), Catch::Contains("--phi: 'relu(x': at character 7"));
+  CHECK_THROWS_WITH(parse_phi("relu2", 1, "rows"), Catch::Contains("--phi 'relu2(x)' --normalize rows"));
+  CHECK_THROWS_WITH(parse_phi("x^2", 1, "columns"), Catch::Contains("--normalize: 'columns' is not rows"));
+  SweepRequest rq;
+  rq.claim = "C3";
+  rq.normalize = "rows";
+  CHECK_THROWS_WITH(build_series(rq), Catch::Contains("--normalize"));
+}
+
+TEST_CASE("spellings of one expression name the same points (same seeds) while other maps do not") {
+  SweepRequest a, b, c;
+  a.phi = "x^3/6 + x";
+  b.phi = "(x ** 3)/6+x";
+  c.phi = "x^3/6 - x";
+  const auto key = [](const SweepRequest& rq) {
+    const std::vector<SeriesSpec> series = build_series(rq);
+    return make_point(series.front(), 64, 8, 8, 1, 1, 1).key;
+  };
+  CHECK(key(a) == key(b));
+  CHECK(key(a) != key(c));
+  a.normalize = "rows";
+  CHECK(key(a) != key(b));
+}
+
+TEST_CASE("verdicts for expressions: proofs where the intervals give them; fits never prove") {
+  const auto bounds_of = [](const char* text, Estimand estimand, std::optional<std::string> normalize = {}) {
+    GrowthCase g;
+    g.activation = parse_phi(text, 1, normalize);
+    g.estimand = estimand;
+    g.d = 8;
+    return proved_bounds(g);
+  };
+  // tanh: |phi| <= 1 for every input (B5), and non-zero on an interval (B6's lower bound): exponent 1 exactly.
+  const std::vector<records::ProvedBound> tanh_value = bounds_of("tanh(x)", Estimand::value);
+  REQUIRE(decide_by_proof(tanh_value, 1.0));
+  CHECK(decide_by_proof(tanh_value, 1.0)->rule->word == records::Verdict::tight);
+  CHECK(decide_by_proof(tanh_value, 1.5)->rule->word == records::Verdict::holds);
+  CHECK(decide_by_proof(tanh_value, 0.9)->rule->word == records::Verdict::violated);
+  // x^3 is unbounded and its exponent is left to the fits; so is anything with N in it past what intervals prove.
+  CHECK_FALSE(decide_by_proof(bounds_of("x^3/6 + x", Estimand::value), 1.0));
+  CHECK_FALSE(decide_by_proof(bounds_of("x^3/6 + x", Estimand::value), 2.0));
+  // tanh(x)/sqrt(N): the intervals give |phi| <= 1 (exponent 1) but no lower bound, so a claim of 1/2 (its true
+  // exponent) is not decided by proof
+  CHECK_FALSE(decide_by_proof(bounds_of("tanh(x)/sqrt(N)", Estimand::value), 0.5));
+  CHECK(decide_by_proof(bounds_of("tanh(x)/sqrt(N)", Estimand::value), 1.0)->rule->word == records::Verdict::holds);
+  // normalized rows of phi >= 0 are probability vectors: ||F||_F <= sqrt(N)
+  CHECK(decide_by_proof(bounds_of("relu(x)^2", Estimand::value, "rows"), 0.5)->rule->word == records::Verdict::holds);
+  CHECK_FALSE(decide_by_proof(bounds_of("x^3", Estimand::value, "rows"), 0.5));
+}
