@@ -13,6 +13,7 @@
 //   OpenBLAS each: the roofline the whole sample is measured against (2 N^2 d flops at this rate).
 #include "attncheck/monte_carlo/cpu_backend.hpp"
 #include "attncheck/streams/random_stream.hpp"
+#include "attncheck/theory/vocabulary.hpp"
 
 #include <benchmark/benchmark.h>
 
@@ -232,6 +233,23 @@ BENCHMARK(samples)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MeasureProcessCPUTime();
+
+// --phi 'x^3' against --phi poly --p 3 (bench/monte_carlo/expression_ratio.sh): /M, all threads, value + dQ at the
+// reference point; M = 0 the built-in (the fused kernel where AVX-512 is), 1 the built-in on BLAS tiles and the
+// row reducer, 2 the expression 'x^3' (a monomial: the built-in's kernels), 3 'x*x*x', the same map as a program
+// over BLAS score tiles (what every expression that is not c x^k runs).
+void expression_samples(benchmark::State& state) {
+  const ForceBlasTiles blas(state.range(0) == 1);
+  CpuBackend backend(0, 256);
+  SweepPoint pt = reference_point();
+  const char* labels[] = {"poly 3", "poly 3, blas tiles", "x^3", "x*x*x"};
+  if (state.range(0) >= 2) {
+    pt.map.activation = theory::expression_activation(theory::PhiExpression::parse(labels[state.range(0)]), false);
+  }
+  evaluate_batches(state, backend, pt, 32);
+  state.SetLabel(labels[state.range(0)]);
+}
+BENCHMARK(expression_samples)->DenseRange(0, 3)->Unit(benchmark::kMillisecond)->UseRealTime()->MeasureProcessCPUTime();
 
 // The N-scaling table (bench/monte_carlo/scaling.sh): /N/P, all threads, D = d = 64, p = 3, value + dQ.
 void scaling(benchmark::State& state) {

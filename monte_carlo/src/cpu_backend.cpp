@@ -448,10 +448,20 @@ NormalizedSums normalized_block(const Shared& sh, Index i0, const theory::PhiPro
     if (need_k) x_bar.noalias() += G.leftCols(nj) * sh.X.middleRows(j0, nj);
   }
   NormalizedSums block;
+  bool squares_overflow = false;  // sum phi^2 past the doubles: the value comes from pass 2's weights then
   for (Index r = 0; r < ni; ++r) {
+    const bool finite_weights =
+        (!need_q || theory::all_finite(u_bar.row(r))) && (!need_k || theory::all_finite(x_bar.row(r)));
+    if (!std::isfinite(norm[r]) || !finite_weights) {
+      throw InputError(fmt::format(
+          "--phi '{}' --normalize rows: the sum of phi over row {} overflows; phi divided by a constant gives the "
+          "same rows (divide it), and phi = exp(u) has its rows rescaled (write it so)",
+          activation.expression->text(), i0 + r));
+    }
     if (norm[r] != 0) block.rows_with_mass += 1;
+    squares_overflow = squares_overflow || !std::isfinite(f_sq[r]);
   }
-  if (!need_pass2) {
+  if (!need_pass2 && !squares_overflow) {
     for (Index r = 0; r < ni; ++r) {
       if (norm[r] != 0) block.norms.value_sq += f_sq[r] / (norm[r] * norm[r]);
     }
@@ -466,6 +476,9 @@ NormalizedSums normalized_block(const Shared& sh, Index i0, const theory::PhiPro
     double top_a = 0, top_b = 0, rest_mass = 0, rest_sq = 0, b_one_minus = 0, b_sq = 0, dq = 0, dk = 0;
   };
   std::vector<RowSums> rows(static_cast<std::size_t>(ni));
+  // sum_{k != top} b_k u_k and b_k x_k: the top entry's b_t u_t - a_t ubar is b_t (1 - a_t) u_t - a_t (these), with
+  // 1 - a_t the others' mass, so that a saturated row's top term is not a difference of nearly equal vectors.
+  Matrix u_rest = Matrix::Zero(ni, need_q ? d : 0), x_rest = Matrix::Zero(ni, need_k ? D : 0);
   for (Index j0 = 0; j0 < n; j0 += sh.tile) {
     const Index nj = std::min(sh.tile, n - j0);
     multiply_transposed(sh.V, i0, ni, sh.U, j0, nj, S);
@@ -481,13 +494,15 @@ NormalizedSums normalized_block(const Shared& sh, Index i0, const theory::PhiPro
         if (j0 + j == t) {
           sums.top_a = a;
           sums.top_b = b;
-        } else {
-          sums.rest_mass += a;
-          sums.rest_sq += a * a;
-          sums.b_one_minus += b * b * (1 - 2 * a);
-          sums.b_sq += b * b;
+          continue;  // its dq and dk terms once the others' sums are known
         }
+        sums.rest_mass += a;
+        sums.rest_sq += a * a;
+        sums.b_one_minus += b * b * (1 - 2 * a);
+        sums.b_sq += b * b;
         if (a == 0 && b == 0) continue;
+        if (need_q) u_rest.row(r) += b * sh.U.row(j0 + j);
+        if (need_k) x_rest.row(r) += b * sh.X.row(j0 + j);
         if (need_q) {
           sums.dq += weighted_squared_distance(b, sh.U.row(j0 + j).data(), a, u_bar.row(r).data(), static_cast<int>(d));
         }
@@ -499,13 +514,23 @@ NormalizedSums normalized_block(const Shared& sh, Index i0, const theory::PhiPro
   }
   for (Index r = 0; r < ni; ++r) {
     if (norm[r] == 0) continue;
-    const RowSums& q = rows[static_cast<std::size_t>(r)];
+    RowSums& q = rows[static_cast<std::size_t>(r)];
+    const Index t = top[static_cast<std::size_t>(r)];
+    const double top_weight = q.top_b * q.rest_mass;
+    if (need_q) q.dq += (top_weight * sh.U.row(t) - q.top_a * u_rest.row(r)).squaredNorm();
+    if (need_k) q.dk += (top_weight * sh.X.row(t) - q.top_a * x_rest.row(r)).squaredNorm();
     const double top_sq = q.top_a * q.top_a;
     block.norms.value_sq += top_sq + q.rest_sq;
     block.norms.dS_sq +=
         q.b_one_minus + (top_sq + q.rest_sq) * q.b_sq + q.top_b * q.top_b * (q.rest_mass * q.rest_mass + q.rest_sq);
     block.norms.dQ_sq += sh.x_sq[i0 + r] * q.dq;
     block.norms.dK_sq += sh.v_sq[i0 + r] * q.dk;
+  }
+  if (!std::isfinite(block.norms.value_sq + block.norms.dS_sq + block.norms.dQ_sq + block.norms.dK_sq)) {
+    throw InputError(fmt::format(
+        "--phi '{}' --normalize rows: rows {}..{} have weights past the doubles (a row sum near 0 next to large "
+        "phi); normalized rows of a phi that changes sign can do that",
+        activation.expression->text(), i0, i0 + ni - 1));
   }
   return block;
 }
@@ -1029,6 +1054,23 @@ SampleValues evaluate_inputs(const theory::AttentionMap& map, const Matrix& X, c
   use_single_threaded_gemm();
   const double lambda = map.inner;
   const theory::Activation& act = map.activation;
+  if (act.kind == ActivationKind::expression && !act.normalize_rows) {
+    if (const auto monomial = act.expression->monomial(static_cast<double>(n), static_cast<double>(Q.cols()))) {
+      // c x^k is the built-in x^k times c: its kernels (the fused one included, in FP64 as the expression asks)
+      // give the same sums faster than a program over score tiles.
+      theory::AttentionMap builtin = map;
+      builtin.activation = {ActivationKind::pointwise, Pointwise::poly, monomial->power};
+      EvaluationOptions fp64 = options;
+      fp64.precision = ScorePrecision::fp64;
+      SampleValues values = evaluate_inputs(builtin, X, Q, K, estimands, fp64);
+      for (const Estimand e : estimands) {
+        if (e == Estimand::score_var) continue;  // of the scores, not of phi
+        const bool signed_sum = e == Estimand::row_sum || e == Estimand::row_mean;
+        values[static_cast<int>(e)] *= signed_sum ? monomial->coefficient : std::abs(monomial->coefficient);
+      }
+      return values;
+    }
+  }
   if (options.precision == ScorePrecision::mixed && request.any_norm() && !request.layernorm && !request.linear &&
       !request.matpow && !request.score_var && !request.any_row_sum() && act.kind == ActivationKind::pointwise &&
       act.h == Pointwise::poly && act.p >= 2 && act.p <= 6) {

@@ -220,7 +220,8 @@ def mc(claim=None, **options):
     1 violated, 5 not settled), plus "notes" when the command line would print a note.
 
     Every option of `attncheck mc` (see `attncheck mc --help`), with underscores for dashes, built from the same
-    table as the command line's: claim (C3-C9), N, D, d, preset, p, phi, alpha (C7), mix and dv (C9), inner_scale,
+    table as the command line's: claim (C3-C9), N, D, d, preset, p, phi (a word, or your own activation as an
+    expression in x such as "relu(x)^2/N"), normalize ("rows"), alpha (C7), mix and dv (C9), inner_scale,
     outer_scale, estimand, claimed_exponent, samples, rel_se, max_samples, max_seconds, sigma_x, sigma_t, seed,
     threads, tile, tolerance, backend, precision, path, out, resume, force. N, D, d and max_seconds not given are
     the preset's: "quick" (the default; a first sweep in about a minute) or "paper" (the papers' D = d = 64).

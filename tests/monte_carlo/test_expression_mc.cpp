@@ -21,7 +21,7 @@ using theory::Pointwise;
 
 namespace {
 
-const std::vector<Estimand> kAll{Estimand::value, Estimand::dS,      Estimand::dQ,      Estimand::dK,
+const std::vector<Estimand> kAll{Estimand::value,   Estimand::dS,       Estimand::dQ,       Estimand::dK,
                                  Estimand::row_sum, Estimand::row_mean, Estimand::score_var};
 
 SweepPoint point_of(const theory::Activation& act, Index N, Index D, Index d, double inner, double sigma_x = 1,
@@ -72,6 +72,9 @@ TEST_CASE("expressions equal to built-ins give the built-ins' estimates on the s
     const char* text;
     theory::Activation builtin;
   } cases[] = {{"x^3", {ActivationKind::pointwise, Pointwise::poly, 3}},
+               // not a monomial as written, so the expression's own program over score tiles
+               {"x*x*x", {ActivationKind::pointwise, Pointwise::poly, 3}},
+               {"x*x", {ActivationKind::pointwise, Pointwise::poly, 2}},
                {"x^2", {ActivationKind::pointwise, Pointwise::poly, 2}},
                {"relu(x)", {ActivationKind::pointwise, Pointwise::relu, 1}},
                {"sigmoid(x)", {ActivationKind::pointwise, Pointwise::sigmoid, 1}},
@@ -98,10 +101,28 @@ TEST_CASE("expressions equal to built-ins give the built-ins' estimates on the s
   }
 }
 
+TEST_CASE("c x^k runs the built-in x^k's kernels with its norms scaled by |c| and its row sums by c") {
+  const theory::Activation cube{ActivationKind::pointwise, Pointwise::poly, 3};
+  const SampleValues base = evaluate(point_of(cube, 100, 8, 8, 0.5), kAll, 256, 2);
+  const SampleValues exact = evaluate(point_of(parse_phi("x^3", 1), 100, 8, 8, 0.5), kAll, 256, 2);
+  const SampleValues scaled = evaluate(point_of(parse_phi("-x^3/6", 1), 100, 8, 8, 0.5), kAll, 256, 2);
+  for (const Estimand e : kAll) {
+    INFO(theory::term_of(e).word);
+    const int i = static_cast<int>(e);
+    CHECK(exact[i] == base[i]);
+    const bool signed_sum = e == Estimand::row_sum || e == Estimand::row_mean;
+    const double factor = e == Estimand::score_var ? 1.0 : (signed_sum ? -1.0 / 6 : 1.0 / 6);
+    CHECK(scaled[i] == Approx(factor * base[i]).epsilon(1e-15));
+  }
+  CHECK_FALSE(theory::PhiExpression::parse("x*x*x").monomial(100, 8));
+  CHECK_FALSE(theory::PhiExpression::parse("x^3 + x").monomial(100, 8));
+  CHECK(theory::PhiExpression::parse("x^d/N").monomial(100, 8)->power == 8);
+}
+
 TEST_CASE("exp(x) normalized by rows is softmax also where exp(x) alone would overflow") {
   const theory::Activation softmax{ActivationKind::softmax, Pointwise::identity, 1};
-  const std::vector<Estimand> estimands{Estimand::value, Estimand::dS, Estimand::dQ, Estimand::dK, Estimand::row_sum,
-                                        Estimand::row_mean};
+  const std::vector<Estimand> estimands{Estimand::value, Estimand::dS,      Estimand::dQ,
+                                        Estimand::dK,    Estimand::row_sum, Estimand::row_mean};
   for (const double sigma_x : {0.5, 1.0, 6.0}) {  // at 6 the scores reach past 709, where exp overflows
     INFO("sigma_x " << sigma_x);
     const SweepPoint mine = point_of(parse_phi("exp(x)", 1, "rows"), 90, 8, 4, 0.5, sigma_x);
@@ -182,9 +203,9 @@ TEST_CASE("a row whose sum is 0 is a row of zeros with no Jacobian: never a NaN"
 
 TEST_CASE("an expression that overflows or leaves its domain is refused naming the score: never averaged") {
   const SweepPoint big = point_of(parse_phi("exp(x^2)", 1), 64, 16, 16, 1.0, 3.0);
-  CHECK_THROWS_WITH(evaluate(big, {Estimand::value}, 16, 1),
-                    Catch::Contains("--phi 'exp(x^2)'") && Catch::Contains("not finite") &&
-                        Catch::Contains("at the score x ="));
+  CHECK_THROWS_WITH(evaluate(big, {Estimand::value}, 16, 1), Catch::Contains("--phi 'exp(x^2)'") &&
+                                                                 Catch::Contains("not finite") &&
+                                                                 Catch::Contains("at the score x ="));
   const SweepPoint root = point_of(parse_phi("sqrt(x)", 1), 32, 4, 4, 1.0);
   CHECK_THROWS_WITH(evaluate(root, {Estimand::row_sum}, 16, 1), Catch::Contains("not finite"));
   // Normalized, exp(x^2) is taken relative to each row's largest exp and stays finite; x^2 exp(x^2) is not.

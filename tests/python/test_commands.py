@@ -180,6 +180,19 @@ def test_mc_runs_c9_with_its_mix_and_value_columns():
     assert all(s["verdict"] == "holds" and s["basis"] == "bound" for s in dv_series)
 
 
+def test_mc_takes_your_own_activation_as_an_expression():
+    got = attncheck.mc(phi="relu(x)^2", normalize="rows", estimand="value,dS", claimed_exponent=0.5, N="8,16",
+                       D=4, d=4, samples=16, threads=1, backend="cpu")
+    assert {p["expression"] for p in got["points"]} == {"relu(x)^2"}
+    assert {p["derivative"] for p in got["points"]} == {"2*relu(x)*step(x)"}
+    assert {p["normalize"] for p in got["points"]} == {"rows"}
+    value = [s for s in got["series"] if s["estimand"] == "value"]
+    # rows of phi >= 0 normalized are probability vectors: ||F||_F <= sqrt(N) on every input
+    assert value and all(s["verdict"] == "holds" and s["basis"] == "bound" for s in value)
+    with pytest.raises(ValueError, match="at character 7"):
+        attncheck.mc(phi="relu(x", N=8, D=2, d=2, samples=4)
+
+
 def test_report_writes_what_the_command_line_writes(tmp_path):
     attncheck.mc("C4", out=tmp_path / "results", N="8,16,32", D=4, d=4, p=3, samples=32, threads=1, seed=2)
     summary = attncheck.report(tmp_path / "results", tmp_path / "python", plots=False)

@@ -340,7 +340,11 @@ int precedence(const ExpressionNode& n) {
   }
 }
 
+// Past this length a text is cut (a derivative may print far longer than its graph: min and max repeat a').
+constexpr std::size_t kMaxPrintedLength = 4000;
+
 void print(const ExpressionGraph& g, int id, std::string& out) {
+  if (out.size() > kMaxPrintedLength) return;
   const ExpressionNode& n = g.nodes[id];
   const auto child = [&](int c, bool parens) {
     if (parens) out += '(';
@@ -366,11 +370,11 @@ void print(const ExpressionGraph& g, int id, std::string& out) {
       const char* symbol = n.op == Op::add ? " + " : n.op == Op::sub ? " - " : n.op == Op::mul ? "*" : "/";
       child(n.a, precedence(g.nodes[n.a]) < mine);
       out += symbol;
-      // a - (b + c), a/(b*c): the right operand of - and / needs parentheses at equal precedence
-      const bool strict = n.op == Op::sub || n.op == Op::div;
+      // The right operand in parentheses at equal precedence: a - (b + c), a/(b*c), and also a + (b + c), a*(b*c),
+      // whose text must read back as the same program (floating point does not associate) and the same canonical
+      // text (a point's seed); and a negative one: x*(-y).
       const int right = precedence(g.nodes[n.b]);
-      // and a negative right operand reads better in parentheses: x*(-y), not x*-y
-      child(n.b, (strict ? right <= mine : right < mine) || (mine > 1 && right == 3) || (mine == 1 && right == 3));
+      child(n.b, right <= mine || right == 3);
       return;
     }
     case Op::neg:
@@ -402,6 +406,10 @@ void print(const ExpressionGraph& g, int id, std::string& out) {
 std::string text_of(const ExpressionGraph& g, int id) {
   std::string out;
   print(g, id, out);
+  if (out.size() > kMaxPrintedLength) {
+    out.resize(kMaxPrintedLength);
+    out += " ... (cut)";
+  }
   return out;
 }
 
@@ -607,15 +615,15 @@ double gelu_at(double v) {
   return pointwise_value(Pointwise::gelu, 1, v);
 }
 
-Interval interval_of(const ExpressionGraph& g, int id, std::vector<std::optional<Interval>>& memo) {
+Interval interval_of(const ExpressionGraph& g, int id, Interval x, std::vector<std::optional<Interval>>& memo) {
   if (memo[id]) return *memo[id];
   const ExpressionNode& n = g.nodes[id];
-  const auto A = [&] { return interval_of(g, n.a, memo); };
-  const auto B = [&] { return interval_of(g, n.b, memo); };
+  const auto A = [&] { return interval_of(g, n.a, x, memo); };
+  const auto B = [&] { return interval_of(g, n.b, x, memo); };
   Interval out = kWhole;
   switch (n.op) {
-    case Op::constant: out = {n.c, n.c}; break;
-    case Op::x: out = kWhole; break;
+    case Op::constant: out = std::isfinite(n.c) ? Interval{n.c, n.c} : kWhole; break;
+    case Op::x: out = x; break;
     case Op::N:
     case Op::d: out = {1, kInfinity}; break;
     case Op::add: {
@@ -651,7 +659,7 @@ Interval interval_of(const ExpressionGraph& g, int id, std::vector<std::optional
       } else if (a.hi <= 0) {
         out = {-a.hi, -a.lo};
       } else {
-        out = {0, std::max(-a.lo, a.hi)};
+        out = checked({0, std::max(-a.lo, a.hi)});
       }
       break;
     }
@@ -691,18 +699,20 @@ Interval interval_of(const ExpressionGraph& g, int id, std::vector<std::optional
       // GELU falls from 0 to its minimum (about -0.16997 at x = -0.7518) and rises after it; -0.17 is below it.
       constexpr double kTurn = -0.7517916, kBelowMinimum = -0.17;
       const Interval a = A();
-      const double lo = (a.lo <= kTurn && a.hi >= kTurn) ? kBelowMinimum : std::min(gelu_at(a.lo), gelu_at(a.hi));
+      // (a bracket around the turning point, not the rounded point itself)
+      const double lo =
+          (a.lo <= kTurn + 1e-6 && a.hi >= kTurn - 1e-6) ? kBelowMinimum : std::min(gelu_at(a.lo), gelu_at(a.hi));
       out = checked({lo, std::max(gelu_at(a.lo), gelu_at(a.hi))});
       break;
     }
     case Op::min: {
       const Interval a = A(), b = B();
-      out = {std::min(a.lo, b.lo), std::min(a.hi, b.hi)};
+      out = checked({std::min(a.lo, b.lo), std::min(a.hi, b.hi)});
       break;
     }
     case Op::max: {
       const Interval a = A(), b = B();
-      out = {std::max(a.lo, b.lo), std::max(a.hi, b.hi)};
+      out = checked({std::max(a.lo, b.lo), std::max(a.hi, b.hi)});
       break;
     }
   }
@@ -710,15 +720,21 @@ Interval interval_of(const ExpressionGraph& g, int id, std::vector<std::optional
   return out;
 }
 
-Interval interval_of(const ExpressionGraph& g, int root) {
+// Over every x in `x` and every N, d >= 1.
+Interval interval_of(const ExpressionGraph& g, int root, Interval x = kWhole) {
   std::vector<std::optional<Interval>> memo(g.nodes.size());
-  return interval_of(g, root, memo);
+  return interval_of(g, root, x, memo);
 }
 
+// The intervals' ends are rounded to nearest, not outward: the bound is widened by far more than the rounding of any
+// expression the parser accepts can move it (a few ulps per operation).
+constexpr double kRoundingMargin = 1e-12;
+
 std::optional<double> sup_of(Interval v) {
+  if (std::isnan(v.lo) || std::isnan(v.hi)) return std::nullopt;
   const double sup = std::max(std::abs(v.lo), std::abs(v.hi));
   if (!std::isfinite(sup)) return std::nullopt;
-  return sup;
+  return sup * (1 + kRoundingMargin);
 }
 
 }  // namespace
@@ -855,6 +871,12 @@ PhiExpression PhiExpression::parse(std::string_view text, std::string_view optio
   auto graph = std::make_shared<ExpressionGraph>();
   PhiExpression e;
   e.value_root_ = Parser(text, option, *graph).parse();
+  for (const ExpressionNode& n : graph->nodes) {
+    if (n.op == Op::constant && !std::isfinite(n.c)) {
+      throw InputError(fmt::format("{}: '{}': a part without x evaluates to {} (e.g. log(0), 1/0)", option,
+                                   printable(text, true), n.c));
+    }
+  }
   std::map<int, int> memo;
   e.derivative_root_ = graph->derive(e.value_root_, memo);
   e.text_ = text_of(*graph, e.value_root_);
@@ -900,22 +922,58 @@ std::optional<PhiProgram> PhiExpression::compile_exponent(double N, double d) co
   return program;
 }
 
+std::optional<PhiExpression::Monomial> PhiExpression::monomial(double N, double d) const {
+  ExpressionGraph bound;
+  std::map<int, int> memo;
+  int id = bound.bind(*graph_, value_root_, N, d, memo);
+  Monomial m;
+  // c*u, u/c and -u around the power, in any nesting
+  while (true) {
+    const ExpressionNode& n = bound.nodes[id];
+    if (n.op == Op::mul && bound.constant(n.a)) {
+      m.coefficient *= bound.nodes[n.a].c;
+      id = n.b;
+    } else if (n.op == Op::div && bound.constant(n.b)) {
+      m.coefficient /= bound.nodes[n.b].c;
+      id = n.a;
+    } else if (n.op == Op::neg) {
+      m.coefficient = -m.coefficient;
+      id = n.a;
+    } else {
+      break;
+    }
+  }
+  const ExpressionNode& n = bound.nodes[id];
+  if (n.op == Op::x) {
+    m.power = 1;
+  } else if (n.op == Op::powi && n.k >= 1 && bound.nodes[n.a].op == Op::x) {
+    m.power = n.k;
+  } else {
+    return std::nullopt;
+  }
+  if (!std::isfinite(m.coefficient) || m.coefficient == 0) return std::nullopt;
+  return m;
+}
+
 std::optional<double> PhiExpression::value_sup() const { return sup_of(interval_of(*graph_, value_root_)); }
 std::optional<double> PhiExpression::derivative_sup() const { return sup_of(interval_of(*graph_, derivative_root_)); }
-double PhiExpression::value_inf() const { return interval_of(*graph_, value_root_).lo; }
+double PhiExpression::value_inf() const {
+  const double inf = interval_of(*graph_, value_root_).lo;
+  return inf - std::abs(inf) * kRoundingMargin;
+}
 
 bool PhiExpression::nonzero_somewhere(bool derivative) const {
-  if (uses_sizes()) return false;
-  // Points of no special value: no relu, step or sign argument of a sensible expression is 0 exactly there.
+  // Proved, not sampled: the intervals over a small neighbourhood of a point exclude 0 (so step and sign, which
+  // jump, count only where their argument keeps its sign), for every N, d >= 1.
   static constexpr std::array<double, 10> kPoints{-3.0517578125, -1.61803398875, -0.7071067811865, -0.318309886,
                                                   0.1234567891,  0.5772156649,   1.4142135623731,  2.7182818284,
                                                   4.4942328371,  7.3890560989};
-  const PhiProgram program = compile(1, 1);
-  std::vector<double> work;
-  std::array<double, kPoints.size()> value{}, slope{};
-  program.evaluate(kPoints.data(), static_cast<Index>(kPoints.size()), value.data(), slope.data(), work);
-  const auto& read = derivative ? slope : value;
-  return std::any_of(read.begin(), read.end(), [](double v) { return std::isfinite(v) && v != 0; });
+  const int root = derivative ? derivative_root_ : value_root_;
+  return std::any_of(kPoints.begin(), kPoints.end(), [&](double x) {
+    const Interval v = interval_of(*graph_, root, {x - 1e-3, x + 1e-3});
+    const double margin = kRoundingMargin * std::max(std::abs(v.lo), std::abs(v.hi));
+    return std::isfinite(margin) && (v.lo > margin || v.hi < -margin);
+  });
 }
 
 std::string expression_language_help() {

@@ -55,6 +55,14 @@ class PhiExpression {
   // like); the program then computes u and u' instead of phi and phi'. None for other expressions.
   std::optional<PhiProgram> compile_exponent(double N, double d) const;
 
+  // phi = coefficient * x^power at this N and d (x^3, x^3/6, -2*x), power >= 1: the engine then runs the built-in
+  // x^p's kernels and scales their norms; none for any other expression.
+  struct Monomial {
+    double coefficient = 1;
+    int power = 1;
+  };
+  std::optional<Monomial> monomial(double N, double d) const;
+
   // sup over every real x and every N, d >= 1 of |phi| and of |phi'|, where interval arithmetic over the
   // expression proves them finite (a valid bound, not always the least); none otherwise.
   std::optional<double> value_sup() const;
