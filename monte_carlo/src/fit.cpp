@@ -580,6 +580,18 @@ Verdict decide(const std::vector<EvidencePoint>& points, const std::optional<Exa
   all.insert(all.end(), proved.begin(), proved.end());
   if (const std::optional<ProofDecision> proof = decide_by_proof(all, a)) {
     std::string reason = proof_reason(*proof, a, v, claim.x_name);
+    // An asymptotic proof can decide what the measured sizes do not show (softmax with a small sigma_x: rows near
+    // uniform, ||A||_F about 1 at every N measured, while B3 gives exponent 1/2): say so, not only the proof.
+    const records::ProvedBound& b = proof->decided_by;
+    const LocalExponent& e = v.primary;
+    if (!b.deterministic && b.exponent && e.missing.empty() && (*b.exponent < e.lo || *b.exponent > e.hi)) {
+      reason += fmt::format(
+          "; the measured {} cannot show it: up to {} = {:g} the local exponent is {:.3g} [{:.3g}, {:.3g}], not e = "
+          "{}, since the proof holds as {} grows{}",
+          claim.x_name, claim.x_name, e.window.empty() ? 0.0 : e.window.back(), e.exponent, e.lo, e.hi,
+          exponent_text(b.exponent), claim.x_name,
+          b.subpolynomial ? " and its factor N^o(1) still dominates at these sizes" : "");
+    }
     v.decided_by = proof->decided_by;
     return decided(std::move(v), *proof->rule, std::move(reason));
   }

@@ -215,7 +215,7 @@ TEST_CASE("an expression that overflows or leaves its domain is refused naming t
   CHECK_THROWS_WITH(evaluate(normalized, {Estimand::dS}, 16, 1), Catch::Contains("not finite"));
 }
 
-TEST_CASE("--phi reads a word or an expression and --normalize only an expression") {
+TEST_CASE("the phi option reads a word or an expression and normalize only an expression") {
   CHECK(parse_phi("relu", 1).kind == ActivationKind::pointwise);
   CHECK(parse_phi("relu(x)^2/N", 1).kind == ActivationKind::expression);
   CHECK_THROWS_WITH(parse_phi("reluu", 1),
@@ -244,7 +244,7 @@ TEST_CASE("spellings of one expression name the same points (same seeds) while o
   CHECK(key(a) != key(b));
 }
 
-TEST_CASE("verdicts for expressions: proofs where the intervals give them; fits never prove") {
+TEST_CASE("verdicts for expressions: proofs where the intervals give them and fits never prove") {
   const auto bounds_of = [](const char* text, Estimand estimand, std::optional<std::string> normalize = {}) {
     GrowthCase g;
     g.activation = parse_phi(text, 1, normalize);

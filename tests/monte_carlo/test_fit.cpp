@@ -244,6 +244,20 @@ TEST_CASE("proofs first: bounds on the expectation decide with basis exact, sub-
   CHECK(v.word == records::Verdict::violated);
 }
 
+TEST_CASE("an asymptotic proof that the measured sizes cannot show says so in its evidence") {
+  // Flat data (softmax at a small sigma_x: ||A||_F near 1 at every N) against B3's exponent 1/2 from below.
+  const auto flat = power(doublings(16, 1024), 0.0, 0.001);
+  const std::vector<records::ProvedBound> b3{proved(Side::lower, 0.5, false, true)};
+  const Verdict v = decide(flat, std::nullopt, b3, claim_of(0.0));
+  CHECK(v.rule == &rules::exact_violated);
+  CHECK(v.reason.find("the measured N cannot show it: up to N = 1024 the local exponent is") != std::string::npos);
+  CHECK(v.reason.find("factor N^o(1) still dominates") != std::string::npos);
+  // Data that do show the proved exponent get no such remark.
+  const Verdict shown = decide(power(doublings(16, 1024), 0.5, 0.001), std::nullopt, b3, claim_of(0.0));
+  CHECK(shown.rule == &rules::exact_violated);
+  CHECK(shown.reason.find("cannot show it") == std::string::npos);
+}
+
 TEST_CASE("proofs first: what a closed form implies") {
   const auto points = power(doublings(16, 256), 1.17, 0.01);
   // sqrt(E||F||^2) ~ 3 N bounds E||F|| from above only.
