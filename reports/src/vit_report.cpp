@@ -145,6 +145,21 @@ VitResults parse_vit_results(const std::string& text, const std::string& name) {
   results.command = provenance.text("command");
   results.date = provenance.text("date");
   results.wall_seconds = provenance.number("wall_seconds");
+  results.device = provenance.text_or_null("device");
+  results.dtype = provenance.text_or_null("dtype");
+  results.norms = provenance.text_or_null("norms");
+  results.plan = provenance.text_or_null("plan");
+  results.runs_planned = provenance.integer_or_null("runs_planned");
+  results.runs_skipped = provenance.integer_or_null("runs_skipped");
+  if (results.runs_skipped && *results.runs_skipped < 0) provenance.fail("\"runs_skipped\" must be >= 0");
+  results.dataset = top.text_or_null("dataset");
+  if (top.has("model") && !top.is_null("model")) {
+    const JsonFields model(top.at("model"), name + " model");
+    if (const auto model_name = model.text_or_null("name")) {
+      constexpr std::string_view kModels[] = {"small", "vit-tiny"};
+      results.model = model.word("name", kModels);
+    }
+  }
   const auto& runs = top.array("runs");
   for (std::size_t i = 0; i < runs.size(); ++i) {
     results.runs.push_back(read_run(JsonFields(runs[i], fmt::format("{} runs[{}]", name, i))));
@@ -460,12 +475,31 @@ void add_vit_section(const VitResults& results, const fs::path& folder, bool wit
                      PendingFigures& pending, const AttentionMapReader& read_attention_map, long long map_layer,
                      long long map_head) {
   auto& blocks = document.blocks;
-  blocks.push_back(Heading{2, "ViT on the digits: the papers' figures at small scale", "vit"});
-  blocks.push_back(Facts{{{"results", (folder / kVitResultsName).string()},
-                          {"command", results.command},
-                          {"date", results.date},
-                          {"wall time", fmt::format("{:.0f} s", results.wall_seconds)},
-                          {"runs", fmt::format("{}", results.runs.size())}}});
+  const bool papers_model = results.model == "vit-tiny";
+  blocks.push_back(Heading{2,
+                           papers_model ? "ViT-Tiny (12 layers, 3 heads, width 192): the papers' figures at their scale"
+                                        : "ViT on the digits: the papers' figures at small scale",
+                           "vit"});
+  Facts facts{{{"results", (folder / kVitResultsName).string()},
+               {"command", results.command},
+               {"date", results.date},
+               {"wall time", fmt::format("{:.0f} s", results.wall_seconds)},
+               {"runs", fmt::format("{}", results.runs.size())}}};
+  const auto add = [&](const char* what, const std::optional<std::string>& value) {
+    if (value) facts.items.emplace_back(what, *value);
+  };
+  add("data", results.dataset);
+  add("device", results.device);
+  add("training precision", results.dtype);
+  add("norms", results.norms);
+  add("plan", results.plan);
+  blocks.push_back(std::move(facts));
+  if (results.runs_skipped && *results.runs_skipped > 0) {
+    blocks.push_back(
+        Notice{fmt::format("{} of the plan's {} runs were not started (its time limit): the table and "
+                           "figures below lack them",
+                           *results.runs_skipped, results.runs_planned.value_or(0))});
+  }
   const std::map<std::string, ActivationSummary> summaries = add_accuracy_table(results, blocks);
   const std::set<long long> layers = traced_layers(results);
   add_norm_figures(results, layers, with_plots, blocks, pending);
@@ -477,7 +511,10 @@ void add_vit_section(const VitResults& results, const fs::path& folder, bool wit
   for (std::string& f : norm_findings(results, layers)) findings.push_back(std::move(f));
   if (auto f = scale_finding(best_scale)) findings.push_back(std::move(*f));
   if (findings.empty()) return;
-  blocks.push_back(Heading{3, "Agreement with the papers (diagnostic: a small model, few seeds)", "vit-agreement"});
+  blocks.push_back(Heading{3,
+                           papers_model ? "Agreement with the papers (diagnostic: few seeds)"
+                                        : "Agreement with the papers (diagnostic: a small model, few seeds)",
+                           "vit-agreement"});
   for (const std::string& f : findings) blocks.push_back(Paragraph{f});
 }
 

@@ -209,3 +209,30 @@ TEST_CASE("attention heat maps are read from safetensors and drawn on a signed s
   CHECK_THAT(script, Contains("0.5 -2\n1 0.25\n"));
   CHECK_THAT(script, Contains("matrix with image"));
 }
+
+TEST_CASE("ViT-Tiny results name the model, the data, the device and the runs a time limit skipped", "[vit]") {
+  TempDir dir;
+  json document = vit_document({vit_run("activations", "softmax", nullptr, 256, 0, 0.5)});
+  document["model"] = {{"name", "vit-tiny"}, {"layers", 12}, {"heads", 3}, {"hidden", 192}};
+  document["dataset"] = "scikit-learn's 8 x 8 digits enlarged to 64 x 64";
+  document["provenance"]["device"] = "NVIDIA H200";
+  document["provenance"]["dtype"] = "bfloat16 autocast (float32 weights)";
+  document["provenance"]["plan"] = "papers";
+  document["provenance"]["runs_planned"] = 66;
+  document["provenance"]["runs_skipped"] = 20;
+  const VitResults results = parse_vit_results(document.dump(), "vit-results.json");
+  CHECK(results.model == "vit-tiny");
+  PendingFigures pending;
+  const std::string md = render(results, dir.path(), pending);
+  CHECK(md.find("ViT-Tiny (12 layers, 3 heads, width 192)") != std::string::npos);
+  CHECK(md.find("8 x 8 digits enlarged to 64 x 64") != std::string::npos);
+  CHECK(md.find("NVIDIA H200") != std::string::npos);
+  CHECK(md.find("20 of the plan's 66 runs were not started") != std::string::npos);
+  CHECK(md.find("a small model, few seeds") == std::string::npos);
+  // Earlier results (no model name, no dataset) read as the digits model, as before.
+  const VitResults earlier = parse_vit_results(vit_document({}).dump(), "old.json");
+  CHECK(earlier.model == "small");
+  CHECK_FALSE(earlier.dataset);
+  document["model"]["name"] = "vit-huge";
+  CHECK_THROWS_WITH(parse_vit_results(document.dump(), "vit-results.json"), Catch::Contains("vit-huge"));
+}

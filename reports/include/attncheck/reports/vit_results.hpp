@@ -31,6 +31,11 @@ struct VitRun {
 struct VitResults {
   std::string command, date;
   double wall_seconds = 0;
+  std::string model = "small";  // "small" (the digits model) or "vit-tiny" (the papers' 12 x 3 x 192)
+  // Where the example records them (absent in earlier results): the data's plain caption, the device and its
+  // training precision, how the norms were measured, the run plan, and how many planned runs it skipped.
+  std::optional<std::string> dataset, device, dtype, norms, plan;
+  std::optional<long long> runs_planned, runs_skipped;
   std::vector<VitRun> runs;
 };
 
