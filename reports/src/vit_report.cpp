@@ -152,7 +152,9 @@ VitResults parse_vit_results(const std::string& text, const std::string& name) {
   results.runs_planned = provenance.integer_or_null("runs_planned");
   results.runs_skipped = provenance.integer_or_null("runs_skipped");
   if (results.runs_skipped && *results.runs_skipped < 0) provenance.fail("\"runs_skipped\" must be >= 0");
-  results.dataset = top.text_or_null("dataset");
+  if (top.has("dataset") && !top.is_null("dataset")) {
+    results.dataset = JsonFields(top.at("dataset"), name + " dataset").text("caption");
+  }
   if (top.has("model") && !top.is_null("model")) {
     const JsonFields model(top.at("model"), name + " model");
     if (const auto model_name = model.text_or_null("name")) {

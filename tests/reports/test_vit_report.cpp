@@ -214,7 +214,7 @@ TEST_CASE("ViT-Tiny results name the model, the data, the device and the runs a 
   TempDir dir;
   json document = vit_document({vit_run("activations", "softmax", nullptr, 256, 0, 0.5)});
   document["model"] = {{"name", "vit-tiny"}, {"layers", 12}, {"heads", 3}, {"hidden", 192}};
-  document["dataset"] = "scikit-learn's 8 x 8 digits enlarged to 64 x 64";
+  document["dataset"] = {{"name", "digits"}, {"caption", "scikit-learn's 8 x 8 digits enlarged to 64 x 64"}};
   document["provenance"]["device"] = "NVIDIA H200";
   document["provenance"]["dtype"] = "bfloat16 autocast (float32 weights)";
   document["provenance"]["plan"] = "papers";
