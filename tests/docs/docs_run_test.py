@@ -244,7 +244,7 @@ def run_document(root, document, args, transformers_python):
         f.write(f'#!/bin/sh\nexec "{python}" "$@"\n')
     os.chmod(os.path.join(bin_dir, "python3"), 0o755)
     env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""), ATTNCHECK_REPO=root,
-               PYTHONPATH=os.path.abspath(args.pythonpath), MPLBACKEND="Agg")
+               PYTHONPATH=os.path.abspath(args.pythonpath))
     failures, ran, skipped = [], 0, 0
     session = None
     try:
@@ -300,8 +300,9 @@ def main():
     args.build = os.path.abspath(args.build or os.path.join(args.pythonpath, ".."))
     transformers_python = None
     if args.pyenv_cache and any("transformers" in (b.needs or ()) for d in args.documents for b in blocks_of(root, d)):
+        # Built once (minutes, from PyPI) and shared with the tests of tests/python/hf_models_test.py.
         result = subprocess.run([os.path.join(root, "scripts", "pyenv"), args.pyenv_cache, "transformers"],
-                                capture_output=True, text=True, timeout=1800)
+                                capture_output=True, text=True)
         if result.returncode == 0:
             transformers_python = result.stdout.strip().splitlines()[-1]
         else:
