@@ -36,7 +36,33 @@ std::optional<double> both(const std::optional<double>& off, const std::optional
 
 }  // namespace
 
+std::optional<theory::AttentionMap> builtin_form(const theory::AttentionMap& map, theory::Index d) {
+  const theory::Activation& act = map.activation;
+  if (act.kind != ActivationKind::expression || act.normalize_rows) return std::nullopt;
+  const std::optional<theory::PhiExpression::PowerLaw> law = act.expression->power_law();
+  if (!law || !(law->coefficient > 0)) return std::nullopt;
+  theory::AttentionMap builtin = map;
+  builtin.activation = {ActivationKind::pointwise, Pointwise::poly, law->power};
+  builtin.outer.factor *= law->coefficient * std::pow(static_cast<double>(d), law->d_exponent);
+  builtin.outer.n_exponent -= law->n_exponent;
+  return builtin;
+}
+
+namespace {
+
+// The point with an expression replaced by its built-in form, where it has one.
+std::optional<PointSpec> as_builtin(const PointSpec& ps) {
+  const std::optional<theory::AttentionMap> builtin = builtin_form(ps.point.map, ps.point.d);
+  if (!builtin) return std::nullopt;
+  PointSpec copy = ps;
+  copy.point.map = *builtin;
+  return copy;
+}
+
+}  // namespace
+
 ExactMoments exact_moments(const PointSpec& ps, Estimand estimand) {
+  if (const auto builtin = as_builtin(ps)) return exact_moments(*builtin, estimand);
   const SweepPoint& pt = ps.point;
   ExactMoments out;
   if (pt.mix || estimand == Estimand::dV) return out;
@@ -88,6 +114,7 @@ std::optional<double> exact_norm_sq(const PointSpec& ps, Estimand estimand) {
 }
 
 std::optional<ExactLaw> exact_law(const PointSpec& ps, Estimand estimand) {
+  if (const auto builtin = as_builtin(ps)) return exact_law(*builtin, estimand);
   const SweepPoint& pt = ps.point;
   if (pt.mix) return std::nullopt;            // C9 has bounds (proved_bounds.hpp), no closed form
   const double factor = pt.map.outer.factor;  // c(N) = factor N^-n_exponent

@@ -265,6 +265,21 @@ std::vector<ProvedBound> proved_bounds(const GrowthCase& g) {
     return out;
   }
   if (g.estimand == Estimand::score_var) return out;  // a statement about d, decided by its closed form
+  if (g.activation.kind == ActivationKind::expression && !g.activation.normalize_rows) {
+    const auto law = g.activation.expression->power_law();
+    if (law && law->coefficient > 0) {
+      // c N^n d^m x^k is x^k with c(N) N^n in front: x^k's proofs, the scale's exponent shifted
+      GrowthCase builtin = g;
+      builtin.activation = {ActivationKind::pointwise, Pointwise::poly, law->power};
+      builtin.n_exponent = g.n_exponent - law->n_exponent;
+      for (ProvedBound b : proved_bounds(builtin)) {
+        b.statement = fmt::format("phi = {} is x^{} times {:g} N^{:g} d^{:g}: {}", g.activation.expression->text(),
+                                  law->power, law->coefficient, law->n_exponent, law->d_exponent, b.statement);
+        out.push_back(std::move(b));
+      }
+      return out;
+    }
+  }
   switch (g.activation.kind) {
     case ActivationKind::softmax: softmax_bounds(g, out); break;
     case ActivationKind::pointwise: pointwise_bounds(g, out); break;

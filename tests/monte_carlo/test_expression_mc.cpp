@@ -1,6 +1,7 @@
 // Expression activations (--phi 'EXPR') in the CPU backend: against the built-in activations on the same draws,
 // and normalized rows against a dense finite-difference oracle of the whole map.
 #include "attncheck/monte_carlo/cpu_backend.hpp"
+#include "attncheck/monte_carlo/exact_references.hpp"
 #include "attncheck/monte_carlo/mc_options.hpp"
 #include "attncheck/monte_carlo/proved_bounds.hpp"
 #include "attncheck/monte_carlo/sweep.hpp"
@@ -117,6 +118,37 @@ TEST_CASE("c x^k runs the built-in x^k's kernels with its norms scaled by |c| an
   CHECK_FALSE(theory::PhiExpression::parse("x*x*x").monomial(100, 8));
   CHECK_FALSE(theory::PhiExpression::parse("x^3 + x").monomial(100, 8));
   CHECK(theory::PhiExpression::parse("x^d/N").monomial(100, 8)->power == 8);
+}
+
+TEST_CASE("an expression c N^n d^m x^k has x^k's exact moments and laws with its scale") {
+  const theory::PhiExpression e = theory::PhiExpression::parse("2*x^3*d/sqrt(N)");
+  const auto law = e.power_law();
+  REQUIRE(law);
+  CHECK(law->coefficient == 2);
+  CHECK(law->power == 3);
+  CHECK(law->n_exponent == -0.5);
+  CHECK(law->d_exponent == 1);
+  CHECK_FALSE(theory::PhiExpression::parse("x^3 + x").power_law());
+  CHECK_FALSE(theory::PhiExpression::parse("x*x").power_law());
+  CHECK_FALSE(theory::PhiExpression::parse("x^3*log(N)").power_law());
+  SweepRequest mine, theirs;
+  mine.phi = "2*x^3*d/sqrt(N)";
+  theirs.phi = "poly";
+  theirs.p = {3};
+  theirs.outer_scale = "1/sqrt(N)";
+  const std::vector<SeriesSpec> a = build_series(mine), b = build_series(theirs);
+  for (const Index n : {Index(16), Index(256)}) {
+    const PointSpec pa = make_point(a.front(), n, 8, 4, 1, 1, 1), pb = make_point(b.front(), n, 8, 4, 1, 1, 1);
+    for (const Estimand est : {Estimand::value, Estimand::dS, Estimand::dQ, Estimand::row_sum}) {
+      INFO(theory::term_of(est).word << " at N = " << n);
+      const ExactMoments ma = exact_moments(pa, est), mb = exact_moments(pb, est);
+      if (mb.second) CHECK(*ma.second == Approx(64.0 * *mb.second).epsilon(1e-14));  // (2 d)^2
+      if (mb.mean) CHECK(*ma.mean == Approx(8.0 * *mb.mean).epsilon(1e-14).margin(1e-300));
+      const auto la = exact_law(pa, est), lb = exact_law(pb, est);
+      REQUIRE(la.has_value() == lb.has_value());
+      if (la) CHECK(la->exponent == lb->exponent);
+    }
+  }
 }
 
 TEST_CASE("exp(x) normalized by rows is softmax also where exp(x) alone would overflow") {
@@ -265,6 +297,11 @@ TEST_CASE("verdicts for expressions: proofs where the intervals give them and fi
   // exponent) is not decided by proof
   CHECK_FALSE(decide_by_proof(bounds_of("tanh(x)/sqrt(N)", Estimand::value), 0.5));
   CHECK(decide_by_proof(bounds_of("tanh(x)/sqrt(N)", Estimand::value), 1.0)->rule->word == records::Verdict::holds);
+  // c N^n d^m x^k is x^k with c(N) N^n in front: C4's x^3/sqrt(N) gets C4's proofs, the exponent shifted
+  CHECK(decide_by_proof(bounds_of("x^3/sqrt(N)", Estimand::value), 0.5)->rule->word == records::Verdict::tight);
+  CHECK(decide_by_proof(bounds_of("x^3/sqrt(N)", Estimand::value), 0.4)->rule->word == records::Verdict::violated);
+  CHECK(decide_by_proof(bounds_of("2*x^2*d/N", Estimand::dS), 0.0)->rule->word == records::Verdict::tight);
+  CHECK_FALSE(decide_by_proof(bounds_of("-x^3", Estimand::value), 1.0));  // c < 0 is left to the fits
   // normalized rows of phi >= 0 are probability vectors: ||F||_F <= sqrt(N)
   CHECK(decide_by_proof(bounds_of("relu(x)^2", Estimand::value, "rows"), 0.5)->rule->word == records::Verdict::holds);
   CHECK_FALSE(decide_by_proof(bounds_of("x^3", Estimand::value, "rows"), 0.5));

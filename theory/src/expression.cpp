@@ -955,6 +955,84 @@ std::optional<PhiExpression::Monomial> PhiExpression::monomial(double N, double 
   return m;
 }
 
+namespace {
+
+// A factor free of x made of numbers, N and d: coefficient N^n d^m, or none.
+std::optional<PhiExpression::PowerLaw> size_factor(const ExpressionGraph& g, int id) {
+  const ExpressionNode& n = g.nodes[id];
+  using Law = PhiExpression::PowerLaw;
+  switch (n.op) {
+    case Op::constant: return Law{n.c, 0, 0, 0};
+    case Op::N: return Law{1, 1, 0, 0};
+    case Op::d: return Law{1, 0, 1, 0};
+    case Op::neg: {
+      auto a = size_factor(g, n.a);
+      if (a) a->coefficient = -a->coefficient;
+      return a;
+    }
+    case Op::mul:
+    case Op::div: {
+      const auto a = size_factor(g, n.a), b = size_factor(g, n.b);
+      if (!a || !b) return std::nullopt;
+      const double sign = n.op == Op::mul ? 1 : -1;
+      return Law{n.op == Op::mul ? a->coefficient * b->coefficient : a->coefficient / b->coefficient,
+                 a->n_exponent + sign * b->n_exponent, a->d_exponent + sign * b->d_exponent, 0};
+    }
+    case Op::sqrt:
+    case Op::powi:
+    case Op::pow: {
+      const auto a = size_factor(g, n.a);
+      double e = 0.5;
+      if (n.op == Op::powi) e = n.k;
+      if (n.op == Op::pow) {
+        if (!g.constant(n.b)) return std::nullopt;
+        e = g.nodes[n.b].c;
+      }
+      // a positive base keeps c^e real and (N^n)^e = N^(n e)
+      if (!a || !(a->coefficient > 0)) return std::nullopt;
+      return Law{std::pow(a->coefficient, e), a->n_exponent * e, a->d_exponent * e, 0};
+    }
+    default: return std::nullopt;
+  }
+}
+
+std::optional<PhiExpression::PowerLaw> power_law_of(const ExpressionGraph& g, int id) {
+  const ExpressionNode& n = g.nodes[id];
+  if (n.op == Op::x) return PhiExpression::PowerLaw{1, 0, 0, 1};
+  if (n.op == Op::powi && n.k >= 1 && g.nodes[n.a].op == Op::x) return PhiExpression::PowerLaw{1, 0, 0, n.k};
+  if (n.op == Op::neg) {
+    auto a = power_law_of(g, n.a);
+    if (a) a->coefficient = -a->coefficient;
+    return a;
+  }
+  if (n.op != Op::mul && n.op != Op::div) return std::nullopt;
+  // (factor) * (law), (law) * (factor), (law) / (factor)
+  std::optional<PhiExpression::PowerLaw> law = power_law_of(g, n.a);
+  std::optional<PhiExpression::PowerLaw> factor = size_factor(g, n.b);
+  if (n.op == Op::mul && !law) {
+    law = power_law_of(g, n.b);
+    factor = size_factor(g, n.a);
+  }
+  if (!law || !factor) return std::nullopt;
+  if (n.op == Op::div) {
+    return PhiExpression::PowerLaw{law->coefficient / factor->coefficient, law->n_exponent - factor->n_exponent,
+                                   law->d_exponent - factor->d_exponent, law->power};
+  }
+  return PhiExpression::PowerLaw{law->coefficient * factor->coefficient, law->n_exponent + factor->n_exponent,
+                                 law->d_exponent + factor->d_exponent, law->power};
+}
+
+}  // namespace
+
+std::optional<PhiExpression::PowerLaw> PhiExpression::power_law() const {
+  auto law = power_law_of(*graph_, value_root_);
+  if (!law || !std::isfinite(law->coefficient) || law->coefficient == 0 || !std::isfinite(law->n_exponent) ||
+      !std::isfinite(law->d_exponent)) {
+    return std::nullopt;
+  }
+  return law;
+}
+
 std::optional<double> PhiExpression::value_sup() const { return sup_of(interval_of(*graph_, value_root_)); }
 std::optional<double> PhiExpression::derivative_sup() const { return sup_of(interval_of(*graph_, derivative_root_)); }
 double PhiExpression::value_inf() const {

@@ -20,6 +20,10 @@ struct ExactMoments {
   bool out_of_range = false;
 };
 ExactMoments exact_moments(const PointSpec& point, Estimand estimand);
+
+// An expression c N^n d^m x^k with c > 0 (theory::PhiExpression::power_law), not normalized, as the built-in x^k
+// with the outer scale multiplied by c N^n d^m (d given): x^k's closed forms and proofs then apply. None otherwise.
+std::optional<theory::AttentionMap> builtin_form(const theory::AttentionMap& map, theory::Index d);
 // exact_moments(point, estimand).second.
 std::optional<double> exact_norm_sq(const PointSpec& point, Estimand estimand);
 

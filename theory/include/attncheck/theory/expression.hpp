@@ -63,6 +63,15 @@ class PhiExpression {
   };
   std::optional<Monomial> monomial(double N, double d) const;
 
+  // phi = coefficient * N^n_exponent * d^d_exponent * x^power for every N and d, read from the expression's form
+  // (products and quotients of numbers, N, d and their powers and square roots, around x or x^k): x^3/sqrt(N) is
+  // the built-in x^3 with c(N) = N^-1/2, so the built-in's proofs and closed forms apply to it. None otherwise.
+  struct PowerLaw {
+    double coefficient = 1, n_exponent = 0, d_exponent = 0;
+    int power = 1;
+  };
+  std::optional<PowerLaw> power_law() const;
+
   // sup over every real x and every N, d >= 1 of |phi| and of |phi'|, where interval arithmetic over the
   // expression proves them finite (a valid bound, not always the least); none otherwise.
   std::optional<double> value_sup() const;
