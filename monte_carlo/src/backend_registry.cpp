@@ -54,7 +54,7 @@ std::string backend_list() {
 }
 
 std::unique_ptr<Backend> select_backend(const std::string& requested, const BackendRequest& request,
-                                        const std::function<void(const std::string&)>& note) {
+                                        const std::function<void(const std::string&)>& note, bool mention_passed) {
   const auto say = [&](const std::string& text) {
     if (note) note(text);
   };
@@ -70,7 +70,7 @@ std::unique_ptr<Backend> select_backend(const std::string& requested, const Back
         continue;
       }
       std::unique_ptr<Backend> backend = entry->make(request);
-      if (skipped.empty()) {
+      if (skipped.empty() || !mention_passed) {
         say(fmt::format("backend auto: {}", backend->describe()));
       } else {
         std::string upper = entry->name;

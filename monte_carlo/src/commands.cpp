@@ -320,9 +320,11 @@ McOutcome run_mc(const McRequest& o, const McHooks& hooks) {
   const EvaluationPath path = parse_evaluation_path(o.path);
   const ScorePrecision precision = parse_score_precision(o.precision);
   const BackendRequest backend_request{o.threads, static_cast<Index>(o.tile), path, precision};
-  SweepBackends backends(hooks.make_backend ? hooks.make_backend(backend_request)
-                                            : select_backend(o.backend, backend_request,
-                                                             hooks.backend_chosen ? hooks.backend_chosen : note),
+  const bool gpu_could_help = !grids.N.empty() && *std::max_element(grids.N.begin(), grids.N.end()) >= kGpuHelpsFromN;
+  SweepBackends backends(hooks.make_backend
+                             ? hooks.make_backend(backend_request)
+                             : select_backend(o.backend, backend_request,
+                                              hooks.backend_chosen ? hooks.backend_chosen : note, gpu_could_help),
                          backend_request, o.seed, note);
   const std::vector<PointSpec> points = sweep_points(series, grids, o);
   require_sweep_memory(points, backends.chosen(), o.tile);

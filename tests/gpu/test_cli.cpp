@@ -58,12 +58,19 @@ TEST_CASE("without a device, --backend cuda exits 2 naming the reason and auto s
   CHECK(mentions(cuda.err, "--backend cuda: "));
   CHECK(mentions(cuda.err, kNoCudaReason));
 
-  const auto automatic = run_attncheck("mc --claim C3 --N 8,16 --D 4 --d 4 --p 1 --samples 10 --backend auto --json");
+  // Where a GPU could help (N from 1024 on) auto says why it passed CUDA over; below, only what it uses.
+  const auto automatic =
+      run_attncheck("mc --claim C3 --N 512,1024 --D 4 --d 4 --p 1 --samples 10 --backend auto --json");
   INFO(automatic.err);
   CHECK(automatic.exit_code == 0);
   CHECK(mentions(automatic.err, "backend auto: " + kNoCudaReason.substr(0, 2)));
   CHECK(mentions(automatic.err, "using the CPU"));
   CHECK(mentions(automatic.out, "\"backend\": \"cpu\""));
+  const auto small = run_attncheck("mc --claim C3 --N 8,16 --D 4 --d 4 --p 1 --samples 10 --backend auto --json");
+  INFO(small.err);
+  CHECK(small.exit_code == 0);
+  CHECK(mentions(small.err, "backend auto: cpu: "));
+  CHECK_FALSE(mentions(small.err, "CUDA"));
 }
 
 TEST_CASE("gpu-selftest rejects unknown options with exit 2") {

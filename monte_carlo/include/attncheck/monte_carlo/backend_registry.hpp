@@ -45,9 +45,13 @@ const BackendEntry* find_backend(const std::string& name);
 
 // The backend `requested` names ("auto", or a registered name), made with `request`. "auto" takes the available
 // backend of highest preference (CUDA when a device answers, otherwise the CPU) and tells `note` which, with why
-// others were passed. Throws theory::InputError naming the value when it is unknown or cannot run here.
+// others were passed where `mention_passed` (a run a GPU could help: mc passes it for N from kGpuHelpsFromN on;
+// below, the CPU is as fast and the notice would be noise). Throws theory::InputError naming the value when it is
+// unknown or cannot run here.
+inline constexpr long long kGpuHelpsFromN = 1024;
 std::unique_ptr<Backend> select_backend(const std::string& requested, const BackendRequest& request,
-                                        const std::function<void(const std::string&)>& note = {});
+                                        const std::function<void(const std::string&)>& note = {},
+                                        bool mention_passed = true);
 
 // "auto, cpu, cuda": the values --backend takes; and every backend with what it runs on, for --help (whether it
 // can run here is not asked: that would start CUDA for every --help).
