@@ -371,6 +371,11 @@ Checkpoint Checkpoint::open(const std::filesystem::path& file_or_folder) {
       throw InputError(fmt::format("{}: neither model.safetensors nor model.safetensors.index.json is there",
                                    file_or_folder.string()));
     }
+  } else if (file_or_folder.filename() == "config.json" || file_or_folder.filename() == "tokenizer.json" ||
+             file_or_folder.filename() == "model.safetensors.index.json") {
+    // The file a Hugging Face folder is known by, not its weights: name the folder, not a header length.
+    throw InputError(fmt::format("{}: give the model's folder ({}), which holds its weights beside this file",
+                                 file_or_folder.string(), file_or_folder.parent_path().string()));
   } else if (file_or_folder.extension() == ".gguf") {
     auto gguf = std::make_unique<GgufFile>(file_or_folder);
     checkpoint.gguf_ = gguf.get();

@@ -242,6 +242,11 @@ TEST_CASE("written files read back exactly, through a folder and a sharded index
     CHECK_THROWS_WITH(Checkpoint::open(dir.path / "empty.safetensors"), Catch::Contains("too short"));
     CHECK_THROWS_WITH(Checkpoint::open(dir.path / "absent.safetensors"), Catch::Contains("no such file"));
   }
+  SECTION("a folder's config.json given for the model: the folder is asked for, not a header length read") {
+    write_file(dir.path / "config.json", {std::byte{'{'}, std::byte{'}'}});
+    CHECK_THROWS_WITH(Checkpoint::open(dir.path / "config.json"),
+                      Catch::Contains("give the model's folder (" + dir.path.string() + ")"));
+  }
 }
 
 TEST_CASE(
