@@ -10,6 +10,7 @@
 #include "attncheck/probes/watch.hpp"
 #include "attncheck/records/input_file.hpp"
 #include "attncheck/records/json_output.hpp"
+#include "attncheck/theory/expression.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -43,6 +44,7 @@ struct ProbeOptions {
   std::vector<int> layers, heads;
   bool json = false, csv = false;
   bool cross_norm = false;
+  std::vector<std::string> what_if;
   std::string attention_out;
   std::string watch;
   double interval = 5;
@@ -279,6 +281,23 @@ void print_table(const probes::ProbeResult& result, const probes::ProbeInput& in
   note_non_finite(cell.non_finite(), "marked inf! or nan!");
 }
 
+// The --what-if expressions beside softmax, head by head: their norms on the same scores, and the ratio to softmax's.
+void print_what_if(const probes::ProbeResult& result) {
+  if (result.heads.empty() || result.heads.front().what_if.empty()) return;
+  for (std::size_t k = 0; k < result.heads.front().what_if.size(); ++k) {
+    fmt::print("\nwhat-if phi(x) = {} on each head's own scores (x = lambda q.k, F = phi(S) elementwise):\n",
+               result.heads.front().what_if[k].first);
+    std::vector<std::vector<std::string>> cells;
+    for (const auto& m : result.heads) {
+      const probes::NormSet& w = m.what_if[k].second;
+      cells.push_back({fmt::format("{}", m.layer), fmt::format("{}", m.head), fmt::format("{}", m.N),
+                       fmt::format("{:.6g}", w.value), fmt::format("{:.4g}", w.value / m.softmax.value),
+                       fmt::format("{:.6g}", w.grad), fmt::format("{:.4g}", w.grad / m.softmax.grad)});
+    }
+    print_columns({"layer", "head", "N", "|phi(S)|_F", "/ |A|_F", "|dphi/dS|_F", "/ |grad softmax|_F"}, cells);
+  }
+}
+
 // Theorem 4.1's bounds are deterministic: a live value above them is a violation (exit 1).
 bool bounds_hold(const probes::ProbeResult& result) {
   bool hold = true;
@@ -405,6 +424,9 @@ int run(const ProbeOptions& o) {
     throw UsageError(
         fmt::format("--precision {} applies to one MODEL and one input, not to --watch or --text-file", o.precision));
   }
+  if (!o.what_if.empty() && (!o.watch.empty() || !o.text_file.empty())) {
+    throw UsageError("--what-if applies to one MODEL and one input, not (yet) to --watch or --text-file");
+  }
   if (!o.watch.empty()) {
     if (!o.model.empty()) throw UsageError("--watch DIR takes the folder instead of MODEL; give one of them");
     if (!o.text_file.empty())
@@ -445,10 +467,13 @@ int run(const ProbeOptions& o) {
     return run_text_file(o, terminal_progress("attncheck probe " + o.model));
   }
   if (o.model.empty()) throw UsageError("give MODEL (a folder, a .safetensors or a .gguf file) or --watch DIR");
+  std::vector<theory::PhiExpression> what_if;
+  for (const std::string& text : o.what_if) what_if.push_back(theory::PhiExpression::parse(text, "--what-if"));
+  if (!what_if.empty() && o.csv) throw UsageError("--what-if: its norms are in the table and in --json, not in --csv");
   const auto timed_probe = [&](bool mixed, bool keep_layers, std::string what, double& seconds) {
     const auto start = std::chrono::steady_clock::now();
     auto result = probes::probe_model(o.model, input, o.layers, o.heads, keep_layers, o.cross_norm,
-                                      terminal_progress(std::move(what)), o.threads, mixed);
+                                      terminal_progress(std::move(what)), o.threads, mixed, what_if);
     seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return result;
   };
@@ -503,6 +528,7 @@ int run(const ProbeOptions& o) {
     note_non_finite(non_finite, "left empty");
   } else {
     print_table(result, input, table_columns(o.columns), o.cross_norm);
+    print_what_if(result);
     print_comparison(stdout);
   }
   return hold ? kExitHolds : kExitViolated;
@@ -589,6 +615,14 @@ const bool registered = register_subcommand(
       command.add_flag("--cross-norm", o->cross_norm,
                        "add the cross-normalization what-if (claim C9): ||O||_F and ||dO/dV||_F of softmax(S) P with "
                        "P = mix alpha softmax_col(V) + (1 - mix alpha) V on the head's values, at mix alpha 0, 0.5, 1");
+      command
+          .add_option("--what-if", o->what_if,
+                      "an activation to measure beside softmax on each head's own scores (repeatable): an expression "
+                      "in x (the score lambda q.k) with N (the positions) and d, as `attncheck mc --phi` takes it, "
+                      "applied elementwise, e.g. 'x^3/sqrt(N)', 'relu(x)/N', 'sigmoid(x - log(N))'; its ||phi(S)||_F "
+                      "and ||dphi/dS||_F in the table and --json (with its Jacobians in W_Q, W_K)")
+          ->expected(1)
+          ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
       command.add_option("--attention-out", o->attention_out,
                          "write the attention matrices of every layer up to the last measured one (tensor layer.L, "
                          "[heads, N, N], F64) and the input ids to this safetensors file");

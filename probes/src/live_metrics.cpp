@@ -11,6 +11,7 @@
 #include "attncheck/theory/bound_check.hpp"
 #include "attncheck/theory/cross_norm.hpp"
 #include "attncheck/theory/moments.hpp"
+#include "attncheck/theory/vocabulary.hpp"
 #include "attncheck/theory/softmax.hpp"
 
 #include <fmt/format.h>
@@ -286,7 +287,7 @@ void set_group_key_derivatives(const LayerInputs& layer, std::span<HeadMetrics> 
 }
 
 HeadMetrics measure_head(const LayerInputs& layer, int layer_index, int head_index, bool cross_norm,
-                         int requested_threads) {
+                         int requested_threads, std::span<const theory::PhiExpression> what_if) {
   const int threads = streams::thread_count(requested_threads);
   const HeadInputs& head = layer.heads.at(static_cast<std::size_t>(head_index));
   HeadMetrics m;
@@ -307,6 +308,11 @@ HeadMetrics measure_head(const LayerInputs& layer, int layer_index, int head_ind
   m.poly3_scaled = norms_of(poly3_scaled_map(lambda), layer, head, threads);
   m.poly3 = norms_of(poly3_map(lambda), layer, head, threads);
   m.relu_n = norms_of(relu_n_map(lambda), layer, head, threads);
+  for (const theory::PhiExpression& e : what_if) {
+    const AttentionMap map{
+        theory::expression_activation(e.bind(static_cast<double>(m.N), static_cast<double>(m.d)), false), lambda, {}};
+    m.what_if.emplace_back(e.text(), norms_of(map, layer, head, threads));
+  }
 
   m.sigma_x = std::sqrt(layer.X.squaredNorm() / static_cast<double>(layer.X.size()));
   m.sigma_t = std::sqrt((head.W_Q.squaredNorm() + head.W_K.squaredNorm()) /
@@ -476,6 +482,7 @@ records::ProbeHeadRecord head_record(const HeadMetrics& m) {
       cross.mixes.push_back({what_if.mix, what_if.output_fro, what_if.grad_values_fro});
     r.cross_norm = std::move(cross);
   }
+  for (const auto& [phi, set] : m.what_if) r.what_if.push_back({phi, norms(set)});
   return r;
 }
 
@@ -513,7 +520,7 @@ records::ProbePrecisionCheck precision_difference(const ProbeResult& exact, cons
 
 ProbeResult probe_model(const fs::path& model_path, const ProbeInput& input, const std::vector<int>& layers,
                         const std::vector<int>& heads, bool keep_layers, bool cross_norm, const ProbeProgress& progress,
-                        int threads, bool float32_products) {
+                        int threads, bool float32_products, std::span<const theory::PhiExpression> what_if) {
   const TransformerModel model = TransformerModel::load(model_path);
   ProbeResult result;
   result.config = model.config();
@@ -626,7 +633,7 @@ ProbeResult probe_model(const fs::path& model_path, const ProbeInput& input, con
   sink.receive = [&](LayerInputs& layer, std::int64_t index) {
     const int l = static_cast<int>(index);
     if (selected(layers, l)) {
-      std::vector<HeadMetrics> measured = measure_layer(layer, l, layer_heads, cross_norm, threads, head_done);
+      std::vector<HeadMetrics> measured = measure_layer(layer, l, layer_heads, cross_norm, threads, head_done, what_if);
       std::move(measured.begin(), measured.end(), std::back_inserter(result.heads));
     }
     if (keep_layers) result.layers.push_back(std::move(layer));
@@ -636,7 +643,8 @@ ProbeResult probe_model(const fs::path& model_path, const ProbeInput& input, con
 }
 
 std::vector<HeadMetrics> measure_layer(LayerInputs& layer, int layer_index, const std::vector<int>& heads,
-                                       bool cross_norm, int threads, const std::function<void()>& head_done) {
+                                       bool cross_norm, int threads, const std::function<void()>& head_done,
+                                       std::span<const theory::PhiExpression> what_if) {
   // Softmax's dA/dW_K under rotary keys reads X X^T: once for the layer rather than once per head.
   const bool shares_gram = layer.rotary && layer.gram.size() == 0;
   if (shares_gram) layer.gram.noalias() = layer.X * layer.X.transpose();
@@ -655,7 +663,7 @@ std::vector<HeadMetrics> measure_layer(LayerInputs& layer, int layer_index, cons
   std::vector<HeadMetrics> measured(heads.size());
   streams::parallel_for(static_cast<Index>(heads.size()), head_threads, [&](Index k) {
     measured[static_cast<std::size_t>(k)] =
-        measure_head(layer, layer_index, heads[static_cast<std::size_t>(k)], cross_norm, row_threads);
+        measure_head(layer, layer_index, heads[static_cast<std::size_t>(k)], cross_norm, row_threads, what_if);
     if (head_done) head_done();
   });
   // Grouped keys: a key head's derivative sums over the query heads that share it, once all are measured.

@@ -86,8 +86,19 @@ def _check_activation(activation):
         raise ValueError(f"activation '{activation}' is not one of {', '.join(ACTIVATIONS)}")
 
 
+def _what_if_list(what_if):
+    """The what-if expressions as a list of strings (one string is one expression)."""
+    if isinstance(what_if, str):
+        return [what_if]
+    what_if = list(what_if or ())
+    for text in what_if:
+        if not isinstance(text, str):
+            raise ValueError(f"what_if holds {text!r}, not an expression such as 'x^3/sqrt(N)'")
+    return what_if
+
+
 def _measure(x, w_q, w_k, b_q, b_k, heads, causal, mask, scale, layer, kv_heads=None, rotary=None,
-             rotary_layout="half", query_norm=None, key_norm=None, logit_softcap=0.0):
+             rotary_layout="half", query_norm=None, key_norm=None, logit_softcap=0.0, what_if=()):
     """The per-head measurements as _core._Head objects (for the recorder, which also writes them as log lines)."""
     x = _as_array(x, "x")
     arrays = [_as_array(w_q, "w_q"), _as_array(w_k, "w_k"),
@@ -113,12 +124,13 @@ def _measure(x, w_q, w_k, b_q, b_k, heads, causal, mask, scale, layer, kv_heads=
                          causal=bool(causal), mask=mask, scale=None if scale is None else float(scale),
                          layer=int(layer), rotary=rotary, rotary_layout=str(rotary_layout),
                          query_norm=gains.get("query_norm"), key_norm=gains.get("key_norm"),
-                         norm_eps=eps[0] if eps else 1e-6, logit_softcap=float(logit_softcap or 0.0))
+                         norm_eps=eps[0] if eps else 1e-6, logit_softcap=float(logit_softcap or 0.0),
+                         what_if=_what_if_list(what_if))
 
 
 def attention_norms(x, w_q, w_k, b_q=None, b_k=None, heads=1, activation="softmax", causal=False, mask=None,
                     scale=None, *, kv_heads=None, rotary=None, rotary_layout="half", query_norm=None, key_norm=None,
-                    logit_softcap=0.0):
+                    logit_softcap=0.0, what_if=()):
     """Per head, what `attncheck probe` measures on one sequence: the attention map's Frobenius norm against the
     bounds, its Jacobians in the scores and in the weights, score statistics and the alternative activations on
     the same scores, all in closed form (no Jacobian is formed; O(N^2 d) per head).
@@ -143,11 +155,13 @@ def attention_norms(x, w_q, w_k, b_q=None, b_k=None, heads=1, activation="softma
     statistics over the attended entries, the same norms for S/sqrt(N), S^3/sqrt(N) (poly3_scaled_*), S^3
     (poly3_*) and relu(S)/N (relu_n_*), the i.i.d. Gaussian model's exact root mean squares (iid_*) with the
     measured sigma_x and sigma_t, and activation: the one the model uses (one of ACTIVATIONS), which names the
-    model's own columns among these.
+    model's own columns among these. what_if: expressions in x (the score), N and d, as `attncheck mc --phi` and
+    `attncheck probe --what-if` take them ("x^3/sqrt(N)", "sigmoid(x - log(N))"), applied elementwise to the same
+    scores: each head's "what_if" lists their phi and fro, grad_fro, dWq_fro, dWk_fro.
     """
     _check_activation(activation)
     heads_measured = _measure(x, w_q, w_k, b_q, b_k, heads, causal, mask, scale, 0, kv_heads, rotary, rotary_layout,
-                              query_norm, key_norm, logit_softcap)
+                              query_norm, key_norm, logit_softcap, what_if)
     return [dict(head.as_dict(), activation=activation) for head in heads_measured]
 
 

@@ -33,7 +33,7 @@ import warnings
 import numpy as np
 import torch
 
-from . import ACTIVATIONS, _core, _measure, _transformers
+from . import ACTIVATIONS, _core, _measure, _transformers, _what_if_list
 
 __all__ = ["AttentionRecorder", "probe", "summary_scalars"]
 
@@ -233,10 +233,12 @@ class AttentionRecorder:
     tensorboard: a log folder or a torch.utils.tensorboard.SummaryWriter (needs the tensorboard package): every
     recorded step adds the summary scalars under "attncheck/" and, per layer and head, ||A||_F / sqrt(N) and
     ||grad softmax||_F / (sqrt(N)/2) under "attncheck/layer L/head H/" (both at most 1 by Theorem 4.1).
+    what_if: expressions in x (the score), N and d ("x^3/sqrt(N)", "sigmoid(x - log(N))"), measured elementwise on
+    each head's own scores beside softmax, as `attncheck probe --what-if` does: each row's "what_if" in the log.
     """
 
     def __init__(self, model, every=10, out="attncheck-probe.jsonl", *, sample=0, activation="softmax",
-                 training_only=True, count="auto", callback=None, tensorboard=None):
+                 training_only=True, count="auto", callback=None, tensorboard=None, what_if=()):
         if not isinstance(model, torch.nn.Module):
             raise ValueError(f"model is a {type(model).__name__}, not a torch.nn.Module")
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
@@ -250,6 +252,7 @@ class AttentionRecorder:
         if callback is not None and not callable(callback):
             raise ValueError("callback must be callable as callback(record)")
         self.callback = callback
+        self.what_if = _what_if_list(what_if)
         if out is not None:
             out = _log_path(out)  # before the TensorBoard writer, which creates its folder
         self._tensorboard, self._owns_tensorboard = _summary_writer(tensorboard)
@@ -476,7 +479,7 @@ class AttentionRecorder:
         w_q, w_k, b_q, b_k = (_numpy(t) if isinstance(t, torch.Tensor) else t for t in tensors)
         heads = _measure(x, w_q, w_k, b_q, b_k, spec.get("heads", 1), causal, mask, spec.get("scale"), layer.index,
                          spec.get("kv_heads"), rotary, "half", spec.get("query_norm"), spec.get("key_norm"),
-                         spec.get("softcap", 0.0))
+                         spec.get("softcap", 0.0), self.what_if)
         return heads, activation
 
     def _flush(self):
@@ -506,7 +509,7 @@ class AttentionRecorder:
             self.callback(record)
 
 
-def probe(model, inputs, **forward_kwargs):
+def probe(model, inputs, *, what_if=(), **forward_kwargs):
     """What `attncheck probe --json` reports under "heads", measured on a model in memory: one forward pass of
     `model` (in evaluation mode, without gradients; its mode is restored) on `inputs`, and per attention layer and
     head the row the command line prints (same fields, same numbers for the same checkpoint and input), with
@@ -518,11 +521,14 @@ def probe(model, inputs, **forward_kwargs):
     an AttentionRecorder for modules that need an adapter). Padding is left out: a padded sequence gives the rows
     of the sequence without it.
 
+    what_if: expressions in x, N and d ("x^3/sqrt(N)", "relu(x)/N") measured elementwise on each head's own
+    scores beside softmax, as `attncheck probe --what-if` does: each row's "what_if".
+
     Returns the rows of one sequence (for 1-D ids or a batch of one), else one list of rows per sequence.
     """
     if not isinstance(model, torch.nn.Module):
         raise ValueError(f"model is a {type(model).__name__}, not a torch.nn.Module")
-    recorder = AttentionRecorder(model, every=1, out=None, training_only=False, count="forwards")
+    recorder = AttentionRecorder(model, every=1, out=None, training_only=False, count="forwards", what_if=what_if)
     recorder._samples = "all"
     if isinstance(inputs, torch.Tensor) and inputs.dim() == 1 and not inputs.is_floating_point():
         inputs = inputs[None]

@@ -12,6 +12,7 @@
 #include "attncheck/records/memory_budget.hpp"
 #include "attncheck/records/probe_record.hpp"
 #include "attncheck/reports/report.hpp"
+#include "attncheck/theory/expression.hpp"
 #include "attncheck/theory/softmax.hpp"
 
 #include <fmt/format.h>
@@ -406,7 +407,9 @@ std::vector<probes::HeadMetrics> measure(const py::array& x_array, const py::arr
                                          const std::optional<py::array>& rotary_array, const std::string& rotary_layout,
                                          const std::optional<py::array>& query_norm_array,
                                          const std::optional<py::array>& key_norm_array, double norm_eps,
-                                         double logit_softcap) {
+                                         double logit_softcap, const std::vector<std::string>& what_if_texts) {
+  std::vector<theory::PhiExpression> what_if;
+  for (const std::string& text : what_if_texts) what_if.push_back(theory::PhiExpression::parse(text, "what_if"));
   const RealArray x = real_array(x_array, "x", 2), w_q = real_array(w_q_array, "w_q", 2),
                   w_k = real_array(w_k_array, "w_k", 2);
   std::optional<RealArray> b_q, b_k, rotary_frequencies;
@@ -441,7 +444,7 @@ std::vector<probes::HeadMetrics> measure(const py::array& x_array, const py::arr
   std::vector<probes::HeadMetrics> out;
   for (int head = 0; head < heads; ++head) {
     poll.check();
-    out.push_back(probes::measure_head(inputs, layer, head));
+    out.push_back(probes::measure_head(inputs, layer, head, false, 1, what_if));
   }
   poll.check();
   probes::set_group_key_derivatives(inputs, out);
@@ -541,7 +544,8 @@ PYBIND11_MODULE(_core, m) {
         py::arg("b_k") = py::none(), py::arg("heads") = 1, py::arg("kv_heads") = 0, py::arg("causal") = false,
         py::arg("mask") = py::none(), py::arg("scale") = py::none(), py::arg("layer") = 0,
         py::arg("rotary") = py::none(), py::arg("rotary_layout") = "half", py::arg("query_norm") = py::none(),
-        py::arg("key_norm") = py::none(), py::arg("norm_eps") = 1e-6, py::arg("logit_softcap") = 0.0);
+        py::arg("key_norm") = py::none(), py::arg("norm_eps") = 1e-6, py::arg("logit_softcap") = 0.0,
+        py::arg("what_if") = std::vector<std::string>{});
   m.def("measure_scores", &measure_scores, py::arg("scores"), py::arg("causal") = false, py::arg("mask") = py::none(),
         py::arg("layer") = 0);
   m.def("append_log_lines", [](const std::string& path, const std::string& lines) {

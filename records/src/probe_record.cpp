@@ -3,6 +3,7 @@
 #include "attncheck/records/input_file.hpp"
 #include "attncheck/records/json_fields.hpp"
 #include "attncheck/records/json_output.hpp"
+#include "attncheck/theory/expression.hpp"
 
 #include <fmt/format.h>
 
@@ -173,6 +174,18 @@ json to_json(const ProbeHeadRecord& r) {
       case FieldKind::number: out[field.key] = number_or_null(field.get(r)); break;
     }
   }
+  if (!r.what_if.empty()) {
+    json list = json::array();
+    for (const ProbeWhatIf& w : r.what_if) {
+      json item{{"phi", w.phi}, {"fro", number_or_null(w.norms.value)}, {"grad_fro", number_or_null(w.norms.grad)}};
+      if (!r.from_scores) {
+        item["dWq_fro"] = number_or_null(w.norms.dWq);
+        item["dWk_fro"] = number_or_null(w.norms.dWk);
+      }
+      list.push_back(std::move(item));
+    }
+    out["what_if"] = std::move(list);
+  }
   if (r.cross_norm) {
     out[kValueDimension] = r.cross_norm->d_v;
     out[kOutputBound] = number_or_null(r.cross_norm->output_bound);
@@ -256,6 +269,29 @@ ProbeHeadRecord head_from(const JsonFields& fields) {
     if (x < 0) fields.fail(fmt::format("\"{}\" = {} is negative, but it is a norm", q.key, x));
   }
   if (fields.has(kValueDimension)) r.cross_norm = cross_norm_from(fields);
+  if (fields.has("what_if")) {
+    const auto& list = fields.array("what_if");
+    for (std::size_t k = 0; k < list.size(); ++k) {
+      const JsonFields item(list[k], fmt::format("\"what_if\"[{}]", k));
+      ProbeWhatIf w;
+      w.phi = item.text("phi");
+      // Read back as an expression: only the tool's own text reaches a report.
+      try {
+        w.phi = theory::PhiExpression::parse(w.phi, "\"phi\"").text();
+      } catch (const theory::InputError& e) {
+        item.fail(e.what());
+      }
+      const auto optional_norm = [&](const char* key) {
+        return item.has(key) ? item.number_or_nan(key) : std::numeric_limits<double>::quiet_NaN();
+      };
+      w.norms = {item.number_or_nan("fro"), item.number_or_nan("grad_fro"), optional_norm("dWq_fro"),
+                 optional_norm("dWk_fro")};
+      for (const double x : {w.norms.value, w.norms.grad, w.norms.dWq, w.norms.dWk}) {
+        if (x < 0) item.fail(fmt::format("a norm of '{}' is negative: {}", w.phi, x));
+      }
+      r.what_if.push_back(std::move(w));
+    }
+  }
   return r;
 }
 

@@ -70,6 +70,16 @@ schema="$(dirname "$0")/../../docs/probe-output.schema.json"
 "$attncheck" probe "$tiny/tiny-bert" --text "the cats sat" --json --attention-out "$work/attention.st" \
   >"$work/out.json" || fail "--json exited $?"
 "$attncheck" probe "$tiny/tiny-gpt2" --random --length 7 --seed 11 --json >"$work/random.json" || fail "--random --json exited $?"
+# --what-if adds each expression's norms to every row, within the schema.
+"$attncheck" probe "$tiny/tiny-gpt2" --random --length 7 --seed 11 --json --what-if 'tanh(x)' \
+  --what-if 'x^3/sqrt(N)' >"$work/what-if.json" || fail "--what-if --json exited $?"
+/usr/bin/python3 - "$schema" "$work/what-if.json" <<'PY' || fail "--what-if JSON"
+import json, sys
+import jsonschema
+schema, doc = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+jsonschema.validate(doc, schema, cls=jsonschema.Draft202012Validator)
+assert all([w["phi"] for w in h["what_if"]] == ["tanh(x)", "x^3/sqrt(N)"] for h in doc["heads"]), doc["heads"][0]
+PY
 printf '2 4 5 9 6 3\n' >"$work/ids.txt"
 "$attncheck" probe "$tiny/tiny-bert" --tokens "$work/ids.txt" --json --layers 1 >"$work/tokens.json" || fail "--tokens --json exited $?"
 /usr/bin/python3 - "$schema" "$work" "$tiny" <<'PY' || fail "JSON output"

@@ -419,3 +419,36 @@ def test_padding_is_left_out_of_the_masks_eager_and_sdpa_attention_give():
     window = np.tril(np.ones((n, n), dtype=bool)) & ~np.tril(np.ones((n, n), dtype=bool), -3)  # sliding window 3
     kept, kept_mask, is_causal, _ = _without_padding(x, window, True, None)
     assert (kept == x).all() and (kept_mask == window).all()
+
+
+def test_what_if_expressions_on_the_heads_own_scores():
+    # what_if in probe(), the recorder and attention_norms: the expressions' norms on the same scores, equal to the
+    # built-in columns they can also write, and to NumPy's on the scores themselves.
+    torch.manual_seed(3)
+    layer = torch.nn.MultiheadAttention(8, 2, batch_first=True).double()
+    x = torch.randn(1, 12, 8, dtype=torch.float64)
+    w_q, w_k = layer.in_proj_weight[:8].detach().numpy().T, layer.in_proj_weight[8:16].detach().numpy().T
+    b_q, b_k = layer.in_proj_bias[:8].detach().numpy(), layer.in_proj_bias[8:16].detach().numpy()
+    xs = x[0].numpy()
+    heads = attncheck.attention_norms(xs, w_q, w_k, b_q, b_k, heads=2, what_if=["x^3/sqrt(N)", "tanh(x)"])
+    for h, row in enumerate(heads):
+        got = {w["phi"]: w for w in row["what_if"]}
+        for key in ("fro", "grad_fro", "dWq_fro", "dWk_fro"):
+            assert got["x^3/sqrt(N)"][key] == pytest.approx(row[f"poly3_scaled_{key}"], rel=1e-12)
+        q, k = xs @ w_q + b_q, xs @ w_k + b_k
+        s = q[:, 4 * h:4 * h + 4] @ k[:, 4 * h:4 * h + 4].T / 2
+        assert got["tanh(x)"]["fro"] == pytest.approx(np.linalg.norm(np.tanh(s)), rel=1e-12)
+        assert got["tanh(x)"]["grad_fro"] == pytest.approx(np.linalg.norm(1 - np.tanh(s) ** 2), rel=1e-12)
+    with pytest.raises(ValueError, match="at character 3"):
+        attncheck.attention_norms(xs, w_q, w_k, heads=2, what_if="x^")
+
+    class SelfAttention(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attention = layer
+
+        def forward(self, inputs):
+            return self.attention(inputs, inputs, inputs)[0]
+
+    rows = attncheck.torch.probe(SelfAttention(), x, what_if=["x^3/sqrt(N)", "tanh(x)"])
+    assert [r["what_if"] for r in rows] == [r["what_if"] for r in heads]

@@ -334,7 +334,33 @@ RowTerms row_terms(const AttentionMap& map, std::span<const double> s, std::span
     return terms;
   }
   if (map.activation.kind == ActivationKind::expression) {
-    throw InputError("an expression activation's norms are measured by attncheck mc, not on a model's attention");
+    const PhiExpression& e = *map.activation.expression;
+    if (map.activation.normalize_rows) {
+      throw InputError(
+          fmt::format("'{}' normalized by rows: measured by attncheck mc, not yet on a model's heads", e.text()));
+    }
+    if (e.uses_sizes()) throw std::logic_error("row_terms: an expression's N and d are bound by the caller");
+    // One program per thread and expression: a head's rows share it.
+    thread_local std::string compiled_text;
+    thread_local std::optional<PhiProgram> program;
+    thread_local std::vector<double> f, g, work;
+    if (!program || compiled_text != e.text()) {
+      program = e.compile(0, 0);
+      compiled_text = e.text();
+    }
+    f.resize(s.size());
+    g.resize(s.size());
+    program->evaluate(s.data(), static_cast<Index>(s.size()), f.data(), g.data(), work);
+    for (std::size_t j = 0; j < s.size(); ++j) {
+      if (!std::isfinite(f[j]) || !std::isfinite(g[j])) {
+        throw InputError(fmt::format("'{}' at the score {:.17g} (row {}, 0-based): phi = {}, phi' = {}, not finite",
+                                     e.text(), s[j], row, f[j], g[j]));
+      }
+      terms.value_sq += f[j] * f[j];
+      weights[j] = g[j] * g[j];
+      terms.dS_sq += g[j] * g[j];
+    }
+    return terms;
   }
   if (map.activation.kind != ActivationKind::softmax) {
     throw InputError("the matrix-power reading needs Q and K themselves: use attention_norms");
@@ -361,7 +387,7 @@ void add_row(const AttentionMap& map, Index i, const Eigen::Ref<const Matrix>& U
                                    {w_row.data(), static_cast<std::size_t>(visible)}, i);
   sums.value_sq += terms.value_sq;
   sums.dS_sq += terms.dS_sq;
-  if (map.activation.kind == ActivationKind::pointwise) {
+  if (map.activation.kind != ActivationKind::softmax) {  // elementwise: built-in or an expression
     for (Index j = 0; j < visible; ++j) {
       sums.dQ_sq += w_row[j] * x_sq_i * u_sq_att[j];
       sums.dK_sq += w_row[j] * x_sq_att[j] * v_sq_i;

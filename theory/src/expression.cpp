@@ -905,6 +905,17 @@ PhiProgram PhiExpression::compile(double N, double d) const {
   return program;
 }
 
+PhiExpression PhiExpression::bind(double N, double d) const {
+  auto graph = std::make_shared<ExpressionGraph>();
+  std::map<int, int> memo;
+  PhiExpression e;
+  e.value_root_ = graph->bind(*graph_, value_root_, N, d, memo);
+  e.derivative_root_ = graph->bind(*graph_, derivative_root_, N, d, memo);
+  e.text_ = text_of(*graph, e.value_root_);
+  e.graph_ = std::move(graph);
+  return e;
+}
+
 std::optional<PhiProgram> PhiExpression::compile_exponent(double N, double d) const {
   ExpressionGraph bound;
   std::map<int, int> memo;

@@ -60,6 +60,8 @@ struct HeadMetrics {
   // N rows. One entry per mix in kCrossNormMixes; d_v = 0 and the list empty otherwise.
   std::int64_t d_v = 0;
   std::vector<CrossNormWhatIf> cross_norm;
+  // The user's --what-if expressions on this head's scores, each with N (the head's rows) and d bound, as written.
+  std::vector<std::pair<std::string, NormSet>> what_if;
   double cross_norm_output_bound = 0;       // sqrt(N d_v): sup ||A softmax_col(V)||_F, tight
   double cross_norm_grad_values_bound = 0;  // sqrt(N d_v / 8): sup ||dO/dV||_F at mix 1, tight
   // Measured from the scores alone: the weights are unknown, so are the norms in W_Q, W_K, D, d, lambda and
@@ -73,8 +75,10 @@ struct HeadMetrics {
 // finite: the checkpoint's scores overflow, and no bound can be checked on them.
 // With `cross_norm`, also the cross-normalization what-if (InputError when the head has no values). The head's rows
 // are measured on `threads` threads (0: every core), with the same result on any number.
+// With `what_if`, also each of those elementwise expressions' norms on the head's scores (outer scale 1: write
+// any scale into the expression, x^3/sqrt(N)).
 HeadMetrics measure_head(const LayerInputs& layer, int layer_index, int head_index, bool cross_norm = false,
-                         int threads = 1);
+                         int threads = 1, std::span<const theory::PhiExpression> what_if = {});
 void set_group_key_derivatives(const LayerInputs& layer, std::span<HeadMetrics> heads, int threads = 1);
 // The heads `heads` of one layer (in that order) on `threads` threads (0: every core): the heads in parallel, or when
 // there are fewer heads than threads, each head's rows. With the grouped keys' derivatives; `head_done`, when set, is
@@ -82,7 +86,8 @@ void set_group_key_derivatives(const LayerInputs& layer, std::span<HeadMetrics> 
 // head's softmax dA/dW_K reads, is computed once into layer.gram and released.
 std::vector<HeadMetrics> measure_layer(LayerInputs& layer, int layer_index, const std::vector<int>& heads,
                                        bool cross_norm = false, int threads = 1,
-                                       const std::function<void()>& head_done = {});
+                                       const std::function<void()>& head_done = {},
+                                       std::span<const theory::PhiExpression> what_if = {});
 
 // Theorem 4.1 on this head: ||softmax(S)||_F <= sqrt(N) and ||grad softmax(S)||_F <= sqrt(N)/2 (the tight bound;
 // the papers' 2 sqrt(N) is weaker). Both are deterministic, so a value above them, beyond rounding, is a violation.
@@ -175,7 +180,8 @@ std::vector<std::string> token_strings_for_model(const std::filesystem::path& mo
 using ProbeProgress = std::function<void(std::int64_t heads_done, std::int64_t heads_total)>;
 ProbeResult probe_model(const std::filesystem::path& model, const ProbeInput& input, const std::vector<int>& layers,
                         const std::vector<int>& heads, bool keep_layers = false, bool cross_norm = false,
-                        const ProbeProgress& progress = {}, int threads = 1, bool float32_products = false);
+                        const ProbeProgress& progress = {}, int threads = 1, bool float32_products = false,
+                        std::span<const theory::PhiExpression> what_if = {});
 
 // How far `mixed`'s numbers (the probe with float32_products) fall from `exact`'s, the same probe in double precision
 // (the same model, input, layers and heads), with the float32 kernels `mixed` ran on.

@@ -59,6 +59,14 @@ struct ProbeNorms {
   double value = 0, grad = 0, dWq = 0, dWk = 0;
 };
 
+// An activation the probe was asked about (`--what-if 'EXPR'`), elementwise on the head's own scores: phi as its
+// canonical text (theory/expression.hpp, N and d as written), its norms as ProbeNorms (the weight Jacobians 0 where
+// the record has no weights).
+struct ProbeWhatIf {
+  std::string phi;
+  ProbeNorms norms;
+};
+
 // ||O||_F and ||dO/dV||_F of O = A P_mix for one mix alpha of the cross-normalization what-if (claim C9).
 struct ProbeCrossNormMix {
   double mix = 0, output_fro = 0, grad_values_fro = 0;
@@ -92,6 +100,7 @@ struct ProbeHeadRecord {
   // The other activations on the same scores; linear_scaled and relu_n record no weight Jacobians.
   ProbeNorms linear_scaled, poly3_scaled, poly3, relu_n;
   std::optional<ProbeCrossNorm> cross_norm;
+  std::vector<ProbeWhatIf> what_if;  // "what_if" in JSON, absent when none was asked; not in the CSV columns
 
   // The norm `quantity` names, none when not recorded or not finite.
   std::optional<double> value(ProbeQuantity quantity) const;

@@ -50,6 +50,9 @@ class PhiExpression {
 
   // phi and phi' at this N and d.
   PhiProgram compile(double N, double d) const;
+  // The same expression with N and d replaced by these numbers (its text names them): what a model's head, whose
+  // N and d are known, measures (theory::attention_norms_from_projections takes bound expressions only).
+  PhiExpression bind(double N, double d) const;
   // For --normalize rows: phi(x) = exp(u(x)) where the expression's outermost operation is exp, so rows may be
   // rescaled by exp(-max u) without changing the normalized weights (softmax's trick, for exp(x / T) and the
   // like); the program then computes u and u' instead of phi and phi'. None for other expressions.
