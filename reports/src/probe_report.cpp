@@ -278,6 +278,45 @@ void add_own_activation_figures(const std::vector<Model>& models, bool with_plot
 }
 
 // One model: every activation on its scores, its first and last layer x head maps, and its checkpoints' table.
+// The --what-if expressions recorded for this model (AttentionRecorder(what_if=...), probe --what-if), one curve
+// each: the mean over layers and heads of ||phi(S)||_F (or ||dphi/dS||_F) per checkpoint, a later line for a head
+// replacing an earlier one as everywhere in the log.
+std::vector<Curve> what_if_curves(const Model& entry, const std::vector<ProbeRecord>& records, bool gradient) {
+  std::vector<std::string> order;
+  std::map<std::string, Curve> curves;
+  for (const ProbeStep& step : entry.series.steps) {
+    std::map<std::pair<long long, long long>, const records::ProbeHeadRecord*> latest;
+    for (const ProbeRecord& r : records) {
+      if (r.checkpoint == step.checkpoint && r.activation.value_or("unknown") == entry.series.activation) {
+        latest[{r.metrics.layer, r.metrics.head}] = &r.metrics;
+      }
+    }
+    std::map<std::string, std::pair<double, int>> sums;
+    for (const auto& [key, head] : latest) {
+      for (const records::ProbeWhatIf& w : head->what_if) {
+        const double value = gradient ? w.norms.grad : w.norms.value;
+        if (!std::isfinite(value)) continue;
+        if (std::find(order.begin(), order.end(), w.phi) == order.end()) order.push_back(w.phi);
+        sums[w.phi].first += value;
+        ++sums[w.phi].second;
+      }
+    }
+    for (const auto& [phi, sum] : sums) {
+      Curve& curve =
+          curves.try_emplace(phi, Curve{fmt::format("what-if phi = {}", phi), CurveStyle::line, {}, {}, {}, {}})
+              .first->second;
+      curve.x.push_back(step.position);
+      curve.y.push_back(sum.first / sum.second);
+    }
+  }
+  std::vector<Curve> out;
+  for (std::size_t k = 0; k < order.size(); ++k) {
+    out.push_back(curves.at(order[k]));
+    out.back().colour = 4 + static_cast<int>(k % 3);  // past the four activations' colours
+  }
+  return out;
+}
+
 void add_model(const Model& entry, std::size_t m, const std::vector<ProbeRecord>& records, bool with_plots,
                Document& document, PendingFigures& pending) {
   auto& blocks = document.blocks;
@@ -302,13 +341,16 @@ void add_model(const Model& entry, std::size_t m, const std::vector<ProbeRecord>
                                        own == q ? CurveStyle::line_with_points : CurveStyle::dashed_line));
       plot.curves.back().colour = activation_colour(probe_activation(q));
     }
+    for (Curve& curve : what_if_curves(entry, records, gradient)) plot.curves.push_back(std::move(curve));
     if (with_plots)
       pending.add_drawable(
           plot,
-          gradient ? "Jacobian norms in the scores of every activation on this model's scores (solid: its own, "
-                     "with the band from its min to its max over layers and heads)."
-                   : "||A||_F of every activation evaluated on this model's scores (solid: its own activation, "
-                     "with the band from its min to its max over layers and heads).",
+          gradient ? "Jacobian norms in the scores of every activation on this model's scores (solid with points: its "
+                     "own, with the band from its min to its max over layers and heads; plain lines: the what-if "
+                     "expressions recorded, if any)."
+                   : "||A||_F of every activation evaluated on this model's scores (solid with points: its own "
+                     "activation, with the band from its min to its max over layers and heads; plain lines: the "
+                     "what-if expressions recorded, if any).",
           blocks);
   }
   add_layer_curves(entry, m, records, with_plots, blocks, pending);

@@ -205,3 +205,36 @@ TEST_CASE("per layer, the largest head's ratios to the bounds are drawn over tra
   const std::string html = read_text(options.out / "index.html");
   CHECK_THAT(html, Contains("layer 1") && Contains("bound: sqrt(N) (ratio 1)"));
 }
+
+TEST_CASE("the what-if expressions a log records are drawn beside the activations, one line each", "[probes][report]") {
+  TempDir dir;
+  const fs::path log = dir.path() / kProbeLogName;
+  std::vector<json> objects;
+  for (const long long step : {0LL, 100LL}) {
+    for (const int head : {0, 1}) {
+      json line = probe_line("softmax", step, 0, head, 4, 1);
+      // tanh(x): 2 and 4 at step 0 (mean 3), 5 and 7 at step 100 (mean 6); its gradient 1 throughout
+      const double fro = (step == 0 ? 2.0 : 5.0) + 2 * head;
+      line["what_if"] = json::array({{{"phi", "tanh( x )"}, {"fro", fro}, {"grad_fro", 1.0}},
+                                     {{"phi", "x^3/sqrt(N)"}, {"fro", 40.0}, {"grad_fro", nullptr}}});
+      objects.push_back(std::move(line));
+    }
+  }
+  write_text(log, lines(objects));
+  ReportOptions options;
+  options.input = log;
+  options.out = dir.path() / "report";
+  write_report(options);
+  const std::string script = read_text(options.out / "plots" / "plots.gp");
+  const auto figure = script.find("trained with softmax: ||A||_F of each activation on its scores");
+  REQUIRE(figure != std::string::npos);
+  const std::string figure_script = script.substr(figure, script.find("unset output", figure) - figure);
+  // The expression as its canonical text, never the file's spelling, and the mean over the heads per checkpoint.
+  CHECK_THAT(figure_script, Contains("'what-if phi = tanh(x)'") && Contains("0 3\n100 6\nEOD"));
+  CHECK_THAT(figure_script, Contains("'what-if phi = x^3/sqrt(N)'") && Contains("0 40\n100 40\nEOD"));
+  // A line whose expression does not parse is refused, naming it.
+  objects.front()["what_if"] = json::array({{{"phi", "system('ls')"}, {"fro", 1.0}, {"grad_fro", 1.0}}});
+  write_text(log, lines(objects));
+  options.out = dir.path() / "report-2";
+  CHECK_THROWS_WITH(write_report(options), Contains("unknown name 'system'"));
+}
