@@ -234,17 +234,30 @@ PointSpec make_point(const SeriesSpec& series, Index N, Index D, Index d, double
   // The seed follows from the key, which names the point's fields: set once they are.
   ps.point = make_sweep_point({N, D, d, sigma_x, sigma_t}, map, 0, series.scores, series.mix, dv);
   SweepPoint& pt = ps.point;
-  ps.key =
-      fmt::format("phi={};p={};inner={:.17g};outer={:.17g}*N^-{:.17g};N={};D={};d={};sigma_x={:.17g};sigma_t={:.17g}",
-                  theory::phi_identity(series.activation), series.activation.p, pt.map.inner, pt.map.outer.factor,
-                  pt.map.outer.n_exponent, N, D, d, sigma_x, sigma_t);
-  // The papers' model keeps the key (and the seed) it always had.
-  if (series.scores != theory::ScoreModel::projected)
-    ps.key += fmt::format(";scores={}", theory::term_of(series.scores).word);
-  if (series.mix) {
-    ps.key += fmt::format(";cross-norm;mix={:.17g};dv={}", *pt.mix, pt.dv);
+  const auto key_of = [&](const std::string& phi, int p) {
+    std::string key =
+        fmt::format("phi={};p={};inner={:.17g};outer={:.17g}*N^-{:.17g};N={};D={};d={};sigma_x={:.17g};sigma_t={:.17g}",
+                    phi, p, pt.map.inner, pt.map.outer.factor, pt.map.outer.n_exponent, N, D, d, sigma_x, sigma_t);
+    // The papers' model keeps the key (and the seed) it always had.
+    if (series.scores != theory::ScoreModel::projected)
+      key += fmt::format(";scores={}", theory::term_of(series.scores).word);
+    if (series.mix) key += fmt::format(";cross-norm;mix={:.17g};dv={}", *pt.mix, pt.dv);
+    return key;
+  };
+  ps.key = key_of(theory::phi_identity(series.activation), series.activation.p);
+  // An expression that is x^k itself draws x^k's samples (its key stays its own, so --resume never mixes the two):
+  // --phi 'x^3' and --phi poly --p 3 then give the same estimates for the same --seed.
+  std::string seed_key = ps.key;
+  if (series.activation.kind == theory::ActivationKind::expression && !series.activation.normalize_rows) {
+    const auto law = series.activation.expression->power_law();
+    if (law && law->coefficient == 1 && law->n_exponent == 0 && law->d_exponent == 0) {
+      seed_key =
+          key_of(std::string(
+                     theory::term_of(theory::Activation{ActivationKind::pointwise, Pointwise::poly, law->power}).word),
+                 law->power);
+    }
   }
-  pt.seed = point_seed(run_seed, ps.key);
+  pt.seed = point_seed(run_seed, seed_key);
   return ps;
 }
 
