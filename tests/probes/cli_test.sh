@@ -42,6 +42,11 @@ for h in "|A|_F/sqrt(N)" "|dA/dS|_F/(sqrt(N)/2)" "|dA/dS|_F/(2sqrt(N))" "|S^3|_F
   grep -qF -- "  $h: " "$work/table.txt" || fail "no line explains $h"
 done
 grep -qF "bound sqrt(N): at most 1" "$work/table.txt" || fail "no line says what |A|_F/sqrt(N) is against"
+# ... and ends with the answer: the largest ratios and where, heads at a bound, the verdict.
+grep -Eq "^summary over 1 heads: largest \|A\|_F/sqrt\(N\) [0-9.]+ \(layer 0, head 2\); largest \|dA/dS\|_F/\(sqrt\(N\)/2\) [0-9.]+ \(layer 0, head 2\); [01] heads? within 0.1% of a bound$" \
+  "$work/table.txt" || fail "no closing summary: $(tail -3 "$work/table.txt")"
+[ "$(tail -1 "$work/table.txt")" = "verdict: Theorem 4.1's bounds hold on every head measured (exit 0)" ] ||
+  fail "the table does not end with its verdict: $(tail -1 "$work/table.txt")"
 grep -q "x3\|/rtN" <<<"$header" && fail "an abbreviated header is left: $header"
 all=$("$attncheck" probe "$tiny/tiny-bert" --random --length 6 --layers 0 --heads 2 --columns all | grep "^layer")
 [ "$(wc -w <<<"$all")" -eq 18 ] || fail "--columns all header has $(wc -w <<<"$all") words: $all"
