@@ -290,21 +290,29 @@ NormSums<double> softmax_block(const Shared& sh, Index i0, bool need_pass2, bool
   return block;
 }
 
+void add_sums(double& total, double part) { total += part; }
+void add_sums(NormSums<double>& total, const NormSums<double>& part) {
+  total.value_sq += part.value_sq;
+  total.dS_sq += part.dS_sq;
+  total.dQ_sq += part.dQ_sq;
+  total.dK_sq += part.dK_sq;
+}
+
+// The blocks of `tile` rows of n, block_sums(first row) each, on `threads` threads; their sums added in block
+// order, so that the total is the same for any thread count.
+template <class Sums, class Block>
+Sums sum_row_blocks(Index n, Index tile, int threads, const Block& block_sums) {
+  const Index blocks = (n + tile - 1) / tile;
+  std::vector<Sums> partial(static_cast<std::size_t>(blocks));
+  parallel_for(blocks, threads, [&](Index b) { partial[static_cast<std::size_t>(b)] = block_sums(b * tile); });
+  Sums total{};
+  for (const Sums& p : partial) add_sums(total, p);
+  return total;
+}
+
 template <class Terms>
 NormSums<double> tiled_sums(const Shared& sh, const EvaluationOptions& options, Terms&& block_sums) {
-  const Index n = sh.X.rows();
-  const Index blocks = (n + sh.tile - 1) / sh.tile;
-  std::vector<NormSums<double>> partial(static_cast<std::size_t>(blocks));
-  parallel_for(blocks, options.threads,
-               [&](Index b) { partial[static_cast<std::size_t>(b)] = block_sums(b * sh.tile); });
-  NormSums<double> total;  // summed in block order: the same for any thread count
-  for (const auto& p : partial) {
-    total.value_sq += p.value_sq;
-    total.dS_sq += p.dS_sq;
-    total.dQ_sq += p.dQ_sq;
-    total.dK_sq += p.dK_sq;
-  }
-  return total;
+  return sum_row_blocks<NormSums<double>>(sh.X.rows(), sh.tile, options.threads, block_sums);
 }
 
 // ---- Expression activations (theory/expression.hpp) ---------------------------------------------------------------
@@ -328,9 +336,8 @@ struct ExpressionRow {
       g.resize(static_cast<std::size_t>(n));
     }
     program.evaluate(s, n, f.data(), g.data(), work);
-    double check = 0;
-    for (Index j = 0; j < n; ++j) check += f[j] * 0 + g[j] * 0;
-    if (std::isnan(check)) {
+    if (!theory::all_finite(Eigen::Map<const Vector>(f.data(), n)) ||
+        !theory::all_finite(Eigen::Map<const Vector>(g.data(), n))) {
       for (Index j = 0; j < n; ++j) {
         if (!std::isfinite(f[j]) || !std::isfinite(g[j])) {
           throw InputError(fmt::format(
@@ -380,6 +387,10 @@ struct NormalizedSums {
   NormSums<double> norms;
   double rows_with_mass = 0;  // rows whose sum is not 0: each then sums to 1 (the row sums' total)
 };
+void add_sums(NormalizedSums& total, const NormalizedSums& part) {
+  add_sums(total.norms, part.norms);
+  total.rows_with_mass += part.rows_with_mass;
+}
 
 // One row block of F_ij = phi(s_ij) / Z_i, Z_i = sum_k phi(s_ik) (docs/THEORY.md "Expression activations"). With
 // a = phi / Z and b = phi' / Z on a row, its Jacobian in the scores is b_k (delta_jk - a_j), so
@@ -538,22 +549,9 @@ NormalizedSums normalized_block(const Shared& sh, Index i0, const theory::PhiPro
 NormalizedSums normalized_tiles(const Shared& sh, const EvaluationOptions& options, const theory::PhiProgram& program,
                                 const theory::Activation& activation, bool exponent, bool need_pass2, bool need_q,
                                 bool need_k) {
-  const Index n = sh.X.rows();
-  const Index blocks = (n + sh.tile - 1) / sh.tile;
-  std::vector<NormalizedSums> partial(static_cast<std::size_t>(blocks));
-  parallel_for(blocks, options.threads, [&](Index b) {
-    partial[static_cast<std::size_t>(b)] =
-        normalized_block(sh, b * sh.tile, program, activation, exponent, need_pass2, need_q, need_k);
+  return sum_row_blocks<NormalizedSums>(sh.X.rows(), sh.tile, options.threads, [&](Index i0) {
+    return normalized_block(sh, i0, program, activation, exponent, need_pass2, need_q, need_k);
   });
-  NormalizedSums total;  // in block order: the same for any thread count
-  for (const auto& p : partial) {
-    total.norms.value_sq += p.norms.value_sq;
-    total.norms.dS_sq += p.norms.dS_sq;
-    total.norms.dQ_sq += p.norms.dQ_sq;
-    total.norms.dK_sq += p.norms.dK_sq;
-    total.rows_with_mass += p.rows_with_mass;
-  }
-  return total;
 }
 
 // sum_ij phi(s_ij) of an elementwise map, tile by tile; block totals summed in block order. row_total(s, n) is
@@ -561,10 +559,8 @@ NormalizedSums normalized_tiles(const Shared& sh, const EvaluationOptions& optio
 template <class RowTotal>
 double pointwise_entry_total(const Shared& sh, const EvaluationOptions& options, const RowTotal& row_total) {
   const Index n = sh.V.rows();
-  const Index blocks = (n + sh.tile - 1) / sh.tile;
-  std::vector<double> partial(static_cast<std::size_t>(blocks), 0.0);
-  parallel_for(blocks, options.threads, [&](Index b) {
-    const Index i0 = b * sh.tile, ni = std::min(sh.tile, n - i0);
+  return sum_row_blocks<double>(n, sh.tile, options.threads, [&](Index i0) {
+    const Index ni = std::min(sh.tile, n - i0);
     Matrix S(ni, sh.tile);
     double total = 0;
     for (Index j0 = 0; j0 < n; j0 += sh.tile) {
@@ -576,11 +572,8 @@ double pointwise_entry_total(const Shared& sh, const EvaluationOptions& options,
         total += row;
       }
     }
-    partial[static_cast<std::size_t>(b)] = total;
+    return total;
   });
-  double total = 0;
-  for (double t : partial) total += t;
-  return total;
 }
 
 template <int P>
@@ -1091,25 +1084,23 @@ SampleValues evaluate_inputs(const theory::AttentionMap& map, const Matrix& X, c
     layer_normalize_rows(U);
   }
   SampleTotals totals;
+  if (request.score_var || (request.linear && request.value)) totals.gram_dot = gram_frobenius_sq(Vraw, U, 1.0);
+  if (request.score_var) totals.diagonal_sq = Vraw.cwiseProduct(U).rowwise().sum().squaredNorm();
+  // The rows' squared norms of X, U and the unscaled V, kept in the thread's scratch.
+  const auto row_norms = [&] {
+    scratch.x_sq = X.rowwise().squaredNorm();
+    scratch.u_sq = U.rowwise().squaredNorm();
+    scratch.v_sq = Vraw.rowwise().squaredNorm();
+  };
   if (act.kind == ActivationKind::expression) {
     // N and d as the expression reads them: this sample's rows and head dimension.
     const double n_value = static_cast<double>(n), d_value = static_cast<double>(Q.cols());
     const std::optional<theory::PhiProgram> exponent =
         act.normalize_rows ? act.expression->compile_exponent(n_value, d_value) : std::nullopt;
     const theory::PhiProgram program = exponent ? *exponent : act.expression->compile(n_value, d_value);
-    Vector& x_sq = scratch.x_sq;
-    Vector& u_sq = scratch.u_sq;
-    Vector& v_sq = scratch.v_sq;
-    x_sq = X.rowwise().squaredNorm();
-    u_sq = U.rowwise().squaredNorm();
-    v_sq = Vraw.rowwise().squaredNorm();
-    Matrix& V = scratch.V;
-    V = lambda * Vraw;
-    const Shared sh{X, V, U, x_sq, u_sq, v_sq, std::min(options.tile, n)};
-    if (request.score_var) {
-      totals.gram_dot = gram_frobenius_sq(Vraw, U, 1.0);
-      totals.diagonal_sq = Vraw.cwiseProduct(U).rowwise().sum().squaredNorm();
-    }
+    row_norms();
+    scratch.V = lambda * Vraw;
+    const Shared sh{X, scratch.V, U, scratch.x_sq, scratch.u_sq, scratch.v_sq, std::min(options.tile, n)};
     if (act.normalize_rows) {
       const NormalizedSums sums = normalized_tiles(sh, options, program, act, exponent.has_value(),
                                                    request.dS || request.dQ || request.dK, request.dQ, request.dK);
@@ -1145,17 +1136,13 @@ SampleValues evaluate_inputs(const theory::AttentionMap& map, const Matrix& X, c
           });
     }
   }
-  if (request.score_var || (request.linear && request.value)) totals.gram_dot = gram_frobenius_sq(Vraw, U, 1.0);
-  if (request.score_var) totals.diagonal_sq = Vraw.cwiseProduct(U).rowwise().sum().squaredNorm();
   if (request.any_norm() && request.matpow) {
     totals.matpow_sq = matrix_power_fro_sq(Vraw, U, 1.0, act.p);
   } else if (request.any_norm()) {
-    Vector& x_sq = scratch.x_sq;
-    Vector& u_sq = scratch.u_sq;
-    Vector& v_sq = scratch.v_sq;
-    x_sq = X.rowwise().squaredNorm();
-    u_sq = U.rowwise().squaredNorm();
-    v_sq = Vraw.rowwise().squaredNorm();
+    row_norms();
+    const Vector& x_sq = scratch.x_sq;
+    const Vector& u_sq = scratch.u_sq;
+    const Vector& v_sq = scratch.v_sq;
     if (request.linear) {
       totals.x_sq = x_sq.sum();
       totals.u_sq = u_sq.sum();

@@ -891,18 +891,22 @@ bool PhiExpression::uses_sizes() const {
                      [](const ExpressionNode& n) { return n.op == Op::N || n.op == Op::d; });
 }
 
-PhiProgram PhiExpression::compile(double N, double d) const {
-  ExpressionGraph bound;
-  std::map<int, int> memo;
-  const int value = bound.bind(*graph_, value_root_, N, d, memo);
-  const int derivative = bound.bind(*graph_, derivative_root_, N, d, memo);
-  ProgramBuilder builder{bound, {}, {}, 0};
+// The program that computes nodes `value` and `derivative` of `graph` into its two outputs.
+PhiProgram PhiExpression::program_of(const ExpressionGraph& graph, int value, int derivative) {
+  ProgramBuilder builder{graph, {}, {}, 0};
   PhiProgram program;
   program.value_register_ = builder.root(value);
   program.derivative_register_ = builder.root(derivative);
   program.registers_ = builder.count;
   program.code_ = std::make_shared<const std::vector<PhiProgram::Instruction>>(std::move(builder.code));
   return program;
+}
+
+PhiProgram PhiExpression::compile(double N, double d) const {
+  ExpressionGraph bound;
+  std::map<int, int> memo;
+  const int value = bound.bind(*graph_, value_root_, N, d, memo);
+  return program_of(bound, value, bound.bind(*graph_, derivative_root_, N, d, memo));
 }
 
 PhiExpression PhiExpression::bind(double N, double d) const {
@@ -924,46 +928,7 @@ std::optional<PhiProgram> PhiExpression::compile_exponent(double N, double d) co
   const int exponent = bound.nodes[value].a;
   std::map<int, int> derivatives;
   const int slope = bound.derive(exponent, derivatives);
-  ProgramBuilder builder{bound, {}, {}, 0};
-  PhiProgram program;
-  program.value_register_ = builder.root(exponent);
-  program.derivative_register_ = builder.root(slope);
-  program.registers_ = builder.count;
-  program.code_ = std::make_shared<const std::vector<PhiProgram::Instruction>>(std::move(builder.code));
-  return program;
-}
-
-std::optional<PhiExpression::Monomial> PhiExpression::monomial(double N, double d) const {
-  ExpressionGraph bound;
-  std::map<int, int> memo;
-  int id = bound.bind(*graph_, value_root_, N, d, memo);
-  Monomial m;
-  // c*u, u/c and -u around the power, in any nesting
-  while (true) {
-    const ExpressionNode& n = bound.nodes[id];
-    if (n.op == Op::mul && bound.constant(n.a)) {
-      m.coefficient *= bound.nodes[n.a].c;
-      id = n.b;
-    } else if (n.op == Op::div && bound.constant(n.b)) {
-      m.coefficient /= bound.nodes[n.b].c;
-      id = n.a;
-    } else if (n.op == Op::neg) {
-      m.coefficient = -m.coefficient;
-      id = n.a;
-    } else {
-      break;
-    }
-  }
-  const ExpressionNode& n = bound.nodes[id];
-  if (n.op == Op::x) {
-    m.power = 1;
-  } else if (n.op == Op::powi && n.k >= 1 && bound.nodes[n.a].op == Op::x) {
-    m.power = n.k;
-  } else {
-    return std::nullopt;
-  }
-  if (!std::isfinite(m.coefficient) || m.coefficient == 0) return std::nullopt;
-  return m;
+  return program_of(bound, exponent, slope);
 }
 
 namespace {
@@ -1042,6 +1007,15 @@ std::optional<PhiExpression::PowerLaw> PhiExpression::power_law() const {
     return std::nullopt;
   }
   return law;
+}
+
+std::optional<PhiExpression::Monomial> PhiExpression::monomial(double N, double d) const {
+  // The power law of the bound graph: N and d are numbers there, so it is c x^k or nothing.
+  ExpressionGraph bound;
+  std::map<int, int> memo;
+  const auto law = power_law_of(bound, bound.bind(*graph_, value_root_, N, d, memo));
+  if (!law || !std::isfinite(law->coefficient) || law->coefficient == 0) return std::nullopt;
+  return Monomial{law->coefficient, law->power};
 }
 
 std::optional<double> PhiExpression::value_sup() const { return sup_of(interval_of(*graph_, value_root_)); }

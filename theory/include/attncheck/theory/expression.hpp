@@ -89,6 +89,7 @@ class PhiExpression {
   bool operator==(const PhiExpression& other) const { return text_ == other.text_; }
 
  private:
+  static PhiProgram program_of(const ExpressionGraph& graph, int value, int derivative);
   std::shared_ptr<const ExpressionGraph> graph_;
   int value_root_ = -1, derivative_root_ = -1;
   std::string text_;
