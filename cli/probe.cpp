@@ -132,6 +132,8 @@ const std::vector<TableColumn>& all_table_columns() {
       {"dWk", "|dA/dWk|_F", "{:.4g}", [](const M& m) { return m.softmax.dWk; },
        "||dA/dW_K||_F, the Jacobian in the key weights (no bound to compare with)"},
       {"max_S", "max|S|", "{:.3f}", [](const M& m) { return m.score_max_abs; }, "largest scaled score"},
+      {"H", "H(A)", "{:.3f}", [](const M& m) { return m.softmax_entropy; },
+       "the softmax attention's entropy in nats, mean over rows: 0 for one-hot rows, log N for uniform ones"},
       {"S", "|S|_F", "{:.4g}", [](const M& m) { return m.scores_fro; }, "||S||_F of the scaled scores"},
       {"iid_S", "iid |S|_F", "{:.4g}", [](const M& m) { return m.iid_scores_fro; },
        "sqrt(E||S||_F^2) of the i.i.d. Gaussian model with this layer's sigma_x, sigma_t"},

@@ -174,15 +174,21 @@ AttentionMap softmax_map(double inner) {
   return AttentionMap{{ActivationKind::softmax, Pointwise::identity, 1}, inner, {}};
 }
 
-// Softmax on the head's scores whatever the trained activation: the what-if changes only what A multiplies.
-Matrix softmax_attention(const LayerInputs& layer, const HeadInputs& head) {
+// The softmax's logits with what the head does not attend to at -inf: the softmax of these is the head's softmax
+// attention, whatever activation it was trained with.
+Matrix masked_softmax_logits(const LayerInputs& layer, const HeadInputs& head) {
   Matrix scores = softmax_logits(layer, head);
   for (Index i = 0; i < scores.rows(); ++i) {
     for (Index j = 0; j < scores.cols(); ++j) {
       if (!is_attended(i, j, layer.causal, layer.attended)) scores(i, j) = -std::numeric_limits<double>::infinity();
     }
   }
-  return theory::row_softmax(scores);
+  return scores;
+}
+
+// Softmax on the head's scores whatever the trained activation: the what-if changes only what A multiplies.
+Matrix softmax_attention(const LayerInputs& layer, const HeadInputs& head) {
+  return theory::row_softmax(masked_softmax_logits(layer, head));
 }
 
 void set_cross_norm(HeadMetrics& m, const LayerInputs& layer, const HeadInputs& head) {
@@ -303,6 +309,7 @@ HeadMetrics measure_head(const LayerInputs& layer, int layer_index, int head_ind
   m.softmax = norms_of(softmax_map(lambda), layer, head, threads);
   set_bounds(m);
   set_score_statistics(m, head_score_statistics(layer, head));
+  m.softmax_entropy = theory::mean_softmax_row_entropy(masked_softmax_logits(layer, head));
 
   m.linear_scaled = norms_of(linear_scaled_map(lambda), layer, head, threads);
   m.poly3_scaled = norms_of(poly3_scaled_map(lambda), layer, head, threads);
@@ -361,6 +368,13 @@ HeadMetrics measure_scores(const Matrix& scores, int layer_index, int head_index
   m.softmax = norms(softmax_map(1));
   set_bounds(m);
   set_score_statistics(m, score_statistics(scores, causal, attended));
+  Matrix logits = scores;
+  for (Index i = 0; i < logits.rows(); ++i) {
+    for (Index j = 0; j < logits.cols(); ++j) {
+      if (mask_or_all && !(*mask_or_all)(i, j)) logits(i, j) = -std::numeric_limits<double>::infinity();
+    }
+  }
+  m.softmax_entropy = theory::mean_softmax_row_entropy(logits);
   m.linear_scaled = norms(linear_scaled_map(1));
   m.poly3_scaled = norms(poly3_scaled_map(1));
   m.poly3 = norms(poly3_map(1));
@@ -471,6 +485,7 @@ records::ProbeHeadRecord head_record(const HeadMetrics& m) {
   r.score_mean = m.score_mean;
   r.score_std = m.score_std;
   r.score_max_abs = m.score_max_abs;
+  r.softmax_entropy = m.softmax_entropy;
   r.scores_fro = m.scores_fro;
   r.linear_scaled = norms(m.linear_scaled);
   r.poly3_scaled = norms(m.poly3_scaled);

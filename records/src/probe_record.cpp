@@ -46,6 +46,8 @@ constexpr QuantityInfo kQuantities[] = {
     ATTNCHECK_QUANTITY(relu_n_grad, "relu_n_grad_fro", "||dA/dS||_F, relu/N", "relu_n", true, relu_n.grad),
     ATTNCHECK_QUANTITY(dWq, "dWq_fro", "||dA/dW_Q||_F, softmax", "", false, softmax.dWq),
     ATTNCHECK_QUANTITY(dWk, "dWk_fro", "||dA/dW_K||_F, softmax", "", false, softmax.dWk),
+    ATTNCHECK_QUANTITY(entropy, "softmax_entropy", "entropy of A (nats), softmax", "", false, softmax_entropy),
+    ATTNCHECK_QUANTITY(max_logit, "score_max_abs", "max |S|, the largest logit", "", false, score_max_abs),
 };
 #undef ATTNCHECK_QUANTITY
 static_assert(std::size(kQuantities) == kProbeQuantityCount);
@@ -100,6 +102,7 @@ const Field kFields[] = {
     ATTNCHECK_NUMBER("score_std", score_std, false, false),
     ATTNCHECK_NUMBER("score_max_abs", score_max_abs, false, false),
     ATTNCHECK_NUMBER("scores_fro", scores_fro, false, false),
+    ATTNCHECK_NUMBER("softmax_entropy", softmax_entropy, false, false),
     ATTNCHECK_NUMBER("linear_scaled_fro", linear_scaled.value, false, false),
     ATTNCHECK_NUMBER("linear_scaled_grad_fro", linear_scaled.grad, false, false),
     ATTNCHECK_NUMBER("poly3_scaled_fro", poly3_scaled.value, false, false),

@@ -317,6 +317,41 @@ std::vector<Curve> what_if_curves(const Model& entry, const std::vector<ProbeRec
   return out;
 }
 
+// What training-stability studies watch: the softmax attention's entropy (mean and band over heads) and the largest
+// logit (the largest over heads), per checkpoint. Nothing for logs written before they were recorded.
+void add_stability_curves(const Model& model, std::size_t index, bool with_plots, std::vector<Block>& blocks,
+                          PendingFigures& pending) {
+  const ProbeSeries& series = model.series;
+  Curve largest_logit{"max |S| over layers and heads", CurveStyle::line_with_points, {}, {}, {}, {}, 0};
+  for (const ProbeStep& step : series.steps) {
+    if (const auto& s = step.summary(ProbeQuantity::max_logit)) {
+      largest_logit.x.push_back(step.position);
+      largest_logit.y.push_back(s->max);
+    }
+  }
+  Curve entropy =
+      mean_curve(series, ProbeQuantity::entropy, "mean over layers and heads", CurveStyle::line_with_points);
+  if (!with_plots || (entropy.x.empty() && largest_logit.x.empty())) return;
+  entropy.colour = 0;
+  PlotSpec figure;
+  figure.name = fmt::format("probe-model{}-stability", index + 1);
+  figure.title = fmt::format("{}: attention entropy and largest logit", model.label);
+  figure.columns = 2;
+  PlotSpec left{"", "softmax attention entropy", x_label(series), "entropy (nats, mean over rows)", false, false, {}};
+  left.curves = {min_max_band(series, ProbeQuantity::entropy, 0), std::move(entropy)};
+  left.curves.front().title = "[min, max] over layers and heads";
+  PlotSpec right{"", "largest logit", x_label(series), "max |S| (scaled score)", false, false, {}};
+  right.curves = {std::move(largest_logit)};
+  figure.panels = {std::move(left), std::move(right)};
+  pending.add(std::move(figure),
+              fmt::format("{}: the Shannon entropy of each head's softmax attention (left; mean over its rows, 0 for "
+                          "one-hot rows, log of the attended count for uniform ones) and the largest |score| of any "
+                          "head (right). A falling entropy with a growing largest logit is the entropy collapse that "
+                          "precedes divergence in training.",
+                          model.label),
+              blocks);
+}
+
 void add_model(const Model& entry, std::size_t m, const std::vector<ProbeRecord>& records, bool with_plots,
                Document& document, PendingFigures& pending) {
   auto& blocks = document.blocks;
@@ -354,6 +389,7 @@ void add_model(const Model& entry, std::size_t m, const std::vector<ProbeRecord>
           blocks);
   }
   add_layer_curves(entry, m, records, with_plots, blocks, pending);
+  add_stability_curves(entry, m, with_plots, blocks, pending);
   add_checkpoint_maps(entry, records, m, with_plots, document, pending);
 
   Table table;

@@ -49,7 +49,7 @@ grep -Eq "^summary over 1 heads: largest \|A\|_F/sqrt\(N\) [0-9.]+ \(layer 0, he
   fail "the table does not end with its verdict: $(tail -1 "$work/table.txt")"
 grep -q "x3\|/rtN" <<<"$header" && fail "an abbreviated header is left: $header"
 all=$("$attncheck" probe "$tiny/tiny-bert" --random --length 6 --layers 0 --heads 2 --columns all | grep "^layer")
-[ "$(wc -w <<<"$all")" -eq 18 ] || fail "--columns all header has $(wc -w <<<"$all") words: $all"
+[ "$(wc -w <<<"$all")" -eq 19 ] || fail "--columns all header has $(wc -w <<<"$all") words: $all"
 picked=$("$attncheck" probe "$tiny/tiny-bert" --random --length 6 --layers 0 --heads 2 --columns dWq,A | grep -A1 "^layer")
 grep -Eq "^layer +head +N +\|dA/dWq\|_F +\|A\|_F$" <<<"$picked" || fail "--columns dWq,A: $picked"
 # The |A|_F column is the JSON's softmax_fro, printed to 4 decimals.

@@ -6,6 +6,7 @@
 #include "attncheck/probes/watch.hpp"
 #include "attncheck/records/probe_record.hpp"
 #include "attncheck/theory/moments.hpp"
+#include "attncheck/theory/softmax.hpp"
 #include "records/memory_limit.hpp"
 #include "run_command.hpp"
 #include "tiny_models.hpp"
@@ -17,6 +18,7 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <numeric>
 #include <tuple>
 #include <thread>
@@ -725,14 +727,25 @@ TEST_CASE("a head measured from its scores alone has the score norms of the full
   const HeadMetrics from_scores =
       measure_scores(layer.inner * head.queries * head.keys.transpose(), 0, 1, false, layer.attended);
   const auto scores_only = to_json(from_scores);
-  for (const char* key : {"softmax_fro", "grad_fro", "poly3_scaled_fro", "poly3_scaled_grad_fro", "poly3_fro",
-                          "relu_n_fro", "score_mean", "score_std", "score_max_abs", "scores_fro", "sqrt_N"}) {
+  for (const char* key :
+       {"softmax_fro", "grad_fro", "poly3_scaled_fro", "poly3_scaled_grad_fro", "poly3_fro", "relu_n_fro", "score_mean",
+        "score_std", "score_max_abs", "scores_fro", "sqrt_N", "softmax_entropy"}) {
     INFO(key);
     CHECK(scores_only[key].get<double>() == Approx(full[key].get<double>()).epsilon(1e-13));
   }
   for (const char* key : {"dWq_fro", "dWk_fro", "poly3_dWq_fro", "D", "d", "inner", "sigma_x", "iid_scores_fro"}) {
     CHECK_FALSE(scores_only.contains(key));
   }
+  // The entropy is -sum a log a of the attention rows, the padded key left out.
+  Matrix logits = layer.inner * head.queries * head.keys.transpose();
+  logits.col(5).setConstant(-std::numeric_limits<double>::infinity());
+  const Matrix attention = attncheck::theory::row_softmax(logits);
+  double entropy = 0;
+  for (Index i = 0; i < 6; ++i) {
+    for (Index j = 0; j < 5; ++j) entropy -= attention(i, j) * std::log(attention(i, j)) / 6;
+  }
+  CHECK(from_scores.softmax_entropy == Approx(entropy).epsilon(1e-13));
+  CHECK(full["softmax_entropy"].get<double>() <= std::log(5.0));
   // The padded key really is out: with it, softmax's norm differs.
   CHECK(measure_scores(layer.inner * head.queries * head.keys.transpose(), 0, 1, false).softmax.value !=
         Approx(from_scores.softmax.value).epsilon(1e-6));

@@ -238,3 +238,41 @@ TEST_CASE("the what-if expressions a log records are drawn beside the activation
   options.out = dir.path() / "report-2";
   CHECK_THROWS_WITH(write_report(options), Contains("unknown name 'system'"));
 }
+
+TEST_CASE("the attention entropy and the largest logit are drawn over training, when the log records them",
+          "[probes][report]") {
+  TempDir dir;
+  const fs::path log = dir.path() / kProbeLogName;
+  std::vector<json> objects;
+  for (const long long step : {0LL, 100LL}) {
+    for (const int head : {0, 1}) {
+      json line = probe_line("softmax", step, 0, head, 4, 1);
+      // Entropy 3 and 1 at step 0 (mean 2), 1 and 0.5 at step 100; the largest logit 5 then 40.
+      line["softmax_entropy"] = step == 0 ? (head == 0 ? 3.0 : 1.0) : (head == 0 ? 1.0 : 0.5);
+      line["score_max_abs"] = (step == 0 ? 5.0 : 40.0) - head;
+      objects.push_back(std::move(line));
+    }
+  }
+  write_text(log, lines(objects));
+  ReportOptions options;
+  options.input = log;
+  options.out = dir.path() / "report";
+  write_report(options);
+  const std::string script = read_text(options.out / "plots" / "plots.gp");
+  const auto figure = script.find("trained with softmax: attention entropy and largest logit");
+  REQUIRE(figure != std::string::npos);
+  const std::string figure_script = script.substr(figure, script.find("unset multiplot", figure) - figure);
+  CHECK_THAT(figure_script, Contains("0 2\n100 0.75\nEOD"));  // the mean entropy
+  CHECK_THAT(figure_script, Contains("0 5\n100 40\nEOD"));    // the largest logit over the heads
+  CHECK_THAT(read_text(options.out / "report.md"), Contains("entropy of A (nats), softmax mean [min, max]"));
+
+  // A log written before the entropy was recorded has no such figure.
+  for (json& line : objects) {
+    line.erase("softmax_entropy");
+    line.erase("score_max_abs");
+  }
+  write_text(log, lines(objects));
+  options.out = dir.path() / "report-old";
+  write_report(options);
+  CHECK(read_text(options.out / "plots" / "plots.gp").find("attention entropy and largest logit") == std::string::npos);
+}

@@ -176,3 +176,31 @@ TEST_CASE("near one-hot rows keep relative accuracy where the textbook expressio
   const double exact = 4 * eps * eps * (1 - eps) * (1 - eps);
   CHECK(testing::relative_difference(theory::row_softmax_norms(row).jacobian_sq, exact) < 1e-13);
 }
+
+TEST_CASE("softmax row entropy: -sum a log a, log n for uniform rows, digits kept near one-hot") {
+  rc::prop("equals the textbook sum and lies in [0, log n]", [] {
+    const Case c = *cases(40);
+    const Matrix logits = testing::random_matrix(1, c.cols, std::min(c.scale, 5.0), c.seed);
+    const Matrix a = theory::row_softmax(logits);
+    double textbook = 0;
+    for (Index j = 0; j < c.cols; ++j) textbook -= a(0, j) > 0 ? a(0, j) * std::log(a(0, j)) : 0.0;
+    const double entropy = theory::softmax_row_entropy({logits.data(), static_cast<std::size_t>(c.cols)});
+    RC_ASSERT(std::abs(entropy - textbook) <= 1e-13);
+    RC_ASSERT(entropy >= 0);
+    RC_ASSERT(entropy <= std::log(static_cast<double>(c.cols)) + 1e-14);
+  });
+  const std::vector<double> uniform(7, 3.5);
+  CHECK(theory::softmax_row_entropy(uniform) == Approx(std::log(7.0)).epsilon(1e-15));
+  // -inf logits (masked keys) carry no mass: two equal finite logits are one bit.
+  CHECK(theory::softmax_row_entropy(std::vector<double>{1, -kInf, 1}) == Approx(std::log(2.0)).epsilon(1e-15));
+  // {0, -40}: H = log(1 + e) + 40 e / (1 + e) with e = exp(-40), about 41 e. The textbook sum rounds the top
+  // probability to 1 and returns 40 e, 2.4% low.
+  const double e = std::exp(-40.0);
+  const double exact = std::log1p(e) + 40 * e / (1 + e);
+  CHECK(theory::softmax_row_entropy(std::vector<double>{0, -40}) == Approx(exact).epsilon(1e-14));
+  Matrix rows(2, 2);
+  rows << 0, 0, 5, 5;
+  CHECK(theory::mean_softmax_row_entropy(rows) == Approx(std::log(2.0)).epsilon(1e-15));
+  rows(1, 0) = std::nan("");
+  CHECK_THROWS_WITH(theory::mean_softmax_row_entropy(rows), Catch::Contains("row 1, column 0"));
+}

@@ -35,6 +35,32 @@ void softmax_row(std::span<const double> logits, std::span<double> probabilities
   for (double& p : probabilities) p /= total;
 }
 
+double softmax_row_entropy(std::span<const double> logits, Index row_for_errors) {
+  std::vector<double> probabilities(logits.size());
+  softmax_row(logits, probabilities, row_for_errors);
+  std::size_t top = 0;
+  for (std::size_t j = 1; j < logits.size(); ++j) {
+    if (logits[j] > logits[top]) top = j;
+  }
+  // With Z = sum_j exp(s_j - top), -log a_j = log Z + (top - s_j); log Z = log1p(rest) from the rest's mass
+  // directly, as 1 + rest rounds it away on near one-hot rows.
+  double rest = 0, spread = 0;
+  for (std::size_t j = 0; j < logits.size(); ++j) {
+    if (j == top || probabilities[j] == 0) continue;
+    rest += std::exp(logits[j] - logits[top]);
+    spread += probabilities[j] * (logits[top] - logits[j]);
+  }
+  return std::log1p(rest) + spread;
+}
+
+double mean_softmax_row_entropy(const Matrix& logits) {
+  double total = 0;
+  for (Index i = 0; i < logits.rows(); ++i) {
+    total += softmax_row_entropy({logits.row(i).data(), static_cast<std::size_t>(logits.cols())}, i);
+  }
+  return total / static_cast<double>(logits.rows());
+}
+
 Matrix row_softmax(const Matrix& logits) {
   Matrix out(logits.rows(), logits.cols());
   for (Index i = 0; i < logits.rows(); ++i) {

@@ -46,6 +46,9 @@ struct HeadMetrics {
   double sqrt_n = 0, grad_paper_bound = 0, grad_tight_bound = 0;  // sqrt(N), 2 sqrt(N), sqrt(N)/2
   // Score statistics over the attended entries.
   double score_mean = 0, score_std = 0, score_max_abs = 0, scores_fro = 0;
+  // The softmax attention's Shannon entropy in nats, mean over rows (each row from 0, one-hot, to log of its
+  // attended count, uniform): what entropy-collapse studies watch beside score_max_abs, the largest logit.
+  double softmax_entropy = 0;
   NormSet linear_scaled;  // S / sqrt(N)
   NormSet poly3_scaled;   // S^3 / sqrt(N), entrywise
   NormSet poly3;          // S^3

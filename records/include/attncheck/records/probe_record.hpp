@@ -21,7 +21,8 @@ namespace attncheck::records {
 inline constexpr int kProbeFormatVersion = 2;
 
 // The norms a probe log line may carry: ||A||_F of the attention map under each activation evaluated on the same
-// scores, the norm of its Jacobian in the scores (grad_fro is softmax's), and softmax's Jacobians in W_Q, W_K.
+// scores, the norm of its Jacobian in the scores (grad_fro is softmax's), and softmax's Jacobians in W_Q, W_K;
+// and the two training-stability signals, the softmax attention's entropy and the largest logit.
 enum class ProbeQuantity {
   softmax,
   poly3_scaled,
@@ -33,8 +34,10 @@ enum class ProbeQuantity {
   relu_n_grad,
   dWq,
   dWk,
+  entropy,
+  max_logit,
 };
-inline constexpr int kProbeQuantityCount = 10;
+inline constexpr int kProbeQuantityCount = 12;
 inline constexpr ProbeQuantity kAttentionQuantities[] = {ProbeQuantity::softmax, ProbeQuantity::poly3_scaled,
                                                          ProbeQuantity::poly3, ProbeQuantity::relu_n};
 inline constexpr ProbeQuantity kScoreGradientQuantities[] = {ProbeQuantity::grad, ProbeQuantity::poly3_scaled_grad,
@@ -97,6 +100,7 @@ struct ProbeHeadRecord {
   ProbeNorms softmax;
   double sqrt_n = 0, softmax_over_sqrt_n = 0, grad_over_2sqrt_n = 0, grad_over_half_sqrt_n = 0;
   double score_mean = 0, score_std = 0, score_max_abs = 0, scores_fro = 0;
+  double softmax_entropy = 0;  // nats, mean over rows of the softmax attention's Shannon entropy
   // The other activations on the same scores; linear_scaled and relu_n record no weight Jacobians.
   ProbeNorms linear_scaled, poly3_scaled, poly3, relu_n;
   std::optional<ProbeCrossNorm> cross_norm;

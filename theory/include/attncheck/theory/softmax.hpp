@@ -25,6 +25,14 @@ struct SoftmaxNorms {
 void softmax_row(std::span<const double> logits, std::span<double> probabilities, Index row_for_errors = 0);
 Matrix row_softmax(const Matrix& logits);
 
+// The Shannon entropy in nats, -sum_j a_j log a_j, of a = softmax(logits) (0 log 0 = 0, so -inf logits add nothing):
+// from 0 (one-hot) to log(count of finite logits) (uniform). Formed as log Z + sum_j a_j (top - s_j) around the top
+// logit, every term >= 0, so near one-hot rows keep their digits where -sum a log a loses them. Errors as
+// softmax_row.
+double softmax_row_entropy(std::span<const double> logits, Index row_for_errors = 0);
+// Its mean over the rows of a matrix of logits.
+double mean_softmax_row_entropy(const Matrix& logits);
+
 // Closed form of fact 1 for one row of logits, O(length). Terms are summed so that none cancels: exact to a few
 // ulps even for near one-hot rows, where the textbook expression loses every digit.
 RowSoftmaxNorms row_softmax_norms(std::span<const double> logits, Index row_for_errors = 0);
