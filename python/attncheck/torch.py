@@ -235,10 +235,19 @@ class AttentionRecorder:
     ||grad softmax||_F / (sqrt(N)/2) under "attncheck/layer L/head H/" (both at most 1 by Theorem 4.1).
     what_if: expressions in x (the score), N and d ("x^3/sqrt(N)", "sigmoid(x - log(N))"), measured elementwise on
     each head's own scores beside softmax, as `attncheck probe --what-if` does: each row's "what_if" in the log.
+
+    Training-stability warnings, once per head and kind (a RuntimeWarning naming layer, head and step), and counted
+    per step in the summary scalars (so on TensorBoard too):
+    collapse_threshold: a head whose ||A||_F / sqrt(N) exceeds this nears entropy collapse (1: every row one-hot;
+    (||A||_F / sqrt(N))^2 is the mean over rows of exp(-H2), H2 a row's Renyi-2 entropy). None: no warning.
+    max_logit: a head whose largest |score| (score_max_abs, after the scale) exceeds this is warned: past a gap of
+    50 the runner-up key's weight is below exp(-50) = 2e-22, so its row is one-hot in any precision and its
+    gradient vanishes. None: no warning.
     """
 
     def __init__(self, model, every=10, out="attncheck-probe.jsonl", *, sample=0, activation="softmax",
-                 training_only=True, count="auto", callback=None, tensorboard=None, what_if=()):
+                 training_only=True, count="auto", callback=None, tensorboard=None, what_if=(),
+                 collapse_threshold=0.95, max_logit=50.0):
         if not isinstance(model, torch.nn.Module):
             raise ValueError(f"model is a {type(model).__name__}, not a torch.nn.Module")
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
@@ -251,8 +260,14 @@ class AttentionRecorder:
             raise ValueError(f"count '{count}' is not one of auto, forwards, steps")
         if callback is not None and not callable(callback):
             raise ValueError("callback must be callable as callback(record)")
+        for name, value in (("collapse_threshold", collapse_threshold), ("max_logit", max_logit)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not math.isfinite(value) or value <= 0):
+                raise ValueError(f"{name} = {value!r} must be a positive number, or None for no warning")
         self.callback = callback
         self.what_if = _what_if_list(what_if)
+        self.collapse_threshold, self.max_logit = collapse_threshold, max_logit
+        self._warned_heads = set()  # (kind, layer, head) already warned about
         if out is not None:
             out = _log_path(out)  # before the TensorBoard writer, which creates its folder
         self._tensorboard, self._owns_tensorboard = _summary_writer(tensorboard)
@@ -491,19 +506,46 @@ class AttentionRecorder:
             if self.out is not None:
                 _core.append_log_lines(self.out, "".join(lines for _, lines, _ in pending))
             heads = [head for _, _, step_heads in pending for head in step_heads]
-            self._publish(self._recorded_step if self._recorded_step is not None else self.current_step, heads)
+            step = self._recorded_step if self._recorded_step is not None else self.current_step
+            self._warn_instability(step, heads)
+            self._publish(step, heads)
+
+    def _warn_instability(self, step, heads):
+        for head in heads:
+            for kind, key, threshold in (("collapse", "softmax_over_sqrt_N", self.collapse_threshold),
+                                         ("logit", "score_max_abs", self.max_logit)):
+                value = head.get(key)
+                place = (kind, head["layer"], head["head"])
+                if threshold is None or value is None or not value > threshold or place in self._warned_heads:
+                    continue
+                self._warned_heads.add(place)
+                where = f"attncheck: layer {head['layer']} head {head['head']} at step {step}"
+                if kind == "collapse":
+                    entropy = head.get("softmax_entropy")
+                    entropy = "unknown" if entropy is None else f"{entropy:.3g} nats"
+                    warnings.warn(f"{where} nears entropy collapse: ||A||_F/sqrt(N) = {value:.4f} > "
+                                  f"collapse_threshold {threshold:g} (mean row entropy {entropy}, uniform rows "
+                                  f"log N = {math.log(head['N']):.3g}); its rows are close to one-hot",
+                                  RuntimeWarning, stacklevel=4)
+                else:
+                    warnings.warn(f"{where}: its largest logit |S| = {value:.4g} > max_logit {threshold:g}; growing "
+                                  "logits precede attention entropy collapse and divergence", RuntimeWarning,
+                                  stacklevel=4)
 
     def _publish(self, step, heads):
         if self.callback is None and self._tensorboard is None:
             return
-        record = {"step": step, "heads": heads, "summary": summary_scalars(heads)}
+        record = {"step": step, "heads": heads,
+                  "summary": summary_scalars(heads, collapse_threshold=self.collapse_threshold,
+                                             max_logit=self.max_logit)}
         if self._tensorboard is not None:
             for name, value in record["summary"].items():
                 self._tensorboard.add_scalar(f"attncheck/{name}", value, step)
             for head in heads:
                 prefix = f"attncheck/layer {head['layer']}/head {head['head']}"
-                self._tensorboard.add_scalar(f"{prefix}/softmax_over_sqrt_N", head["softmax_over_sqrt_N"], step)
-                self._tensorboard.add_scalar(f"{prefix}/grad_over_half_sqrt_N", head["grad_over_half_sqrt_N"], step)
+                for key in ("softmax_over_sqrt_N", "grad_over_half_sqrt_N", "softmax_entropy", "score_max_abs"):
+                    if head.get(key) is not None:
+                        self._tensorboard.add_scalar(f"{prefix}/{key}", head[key], step)
             self._tensorboard.flush()
         if self.callback is not None:
             self.callback(record)
@@ -555,16 +597,27 @@ def probe(model, inputs, *, what_if=(), **forward_kwargs):
     return per_sequence[0] if batch == 1 else per_sequence
 
 
-def summary_scalars(heads):
+def summary_scalars(heads, *, collapse_threshold=0.95, max_logit=50.0):
     """The scalars a dashboard plots per step from the heads' rows: the largest and the mean over the heads of
-    ||A||_F / sqrt(N) and ||grad softmax||_F / (sqrt(N)/2) (Theorem 4.1 bounds both by 1), and the number of
-    heads. Non-finite values are left out of the means and maxima."""
+    ||A||_F / sqrt(N) and ||grad softmax||_F / (sqrt(N)/2) (Theorem 4.1 bounds both by 1), the smallest and the
+    mean of the attention entropy (nats), the largest logit, the number of heads, and (unless the threshold is
+    None) how many heads are past collapse_threshold (heads_near_collapse) and max_logit (heads_past_max_logit),
+    as AttentionRecorder warns. Non-finite values are left out of the means, minima and maxima."""
+    def finite(key):
+        return [h[key] for h in heads if h.get(key) is not None and math.isfinite(h[key])]
+
     summary = {"heads": float(len(heads))}
-    for key in ("softmax_over_sqrt_N", "grad_over_half_sqrt_N"):
-        values = [h[key] for h in heads if h.get(key) is not None and math.isfinite(h[key])]
+    for key in ("softmax_over_sqrt_N", "grad_over_half_sqrt_N", "softmax_entropy", "score_max_abs"):
+        values = finite(key)
         if values:
-            summary[f"{key}/max"] = max(values)
-            summary[f"{key}/mean"] = sum(values) / len(values)
+            summary[f"{key}/min" if key == "softmax_entropy" else f"{key}/max"] = (
+                min(values) if key == "softmax_entropy" else max(values))
+            if key != "score_max_abs":
+                summary[f"{key}/mean"] = sum(values) / len(values)
+    for name, key, threshold in (("heads_near_collapse", "softmax_over_sqrt_N", collapse_threshold),
+                                 ("heads_past_max_logit", "score_max_abs", max_logit)):
+        if threshold is not None:
+            summary[name] = float(sum(value > threshold for value in finite(key)))
     return summary
 
 

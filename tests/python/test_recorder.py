@@ -91,6 +91,11 @@ def test_the_lines_are_attention_norms_of_the_layer_and_match_pytorchs_own_atten
         _, weights = mha(x, x, x, key_padding_mask=padding, need_weights=True, average_attn_weights=False)
     for line in lines:
         assert line["softmax_fro"] == pytest.approx(weights[0, line["head"], :5].double().norm().item(), rel=1e-6)
+        # The entropy against NumPy on PyTorch's rows (float32 probabilities; the padded keys' weights are 0).
+        rows = weights[0, line["head"], :5, :5].double().numpy()
+        entropy = -np.mean(np.sum(rows * np.log(rows), axis=1))
+        assert line["softmax_entropy"] == pytest.approx(entropy, rel=1e-5)
+        assert 0 < line["softmax_entropy"] <= math.log(5)
 
 
 def test_steps_count_training_forwards_or_step_calls(tmp_path):
@@ -376,6 +381,8 @@ def test_tensorboard_gets_the_summary_and_every_heads_ratios(tmp_path):
     tags = events.Tags()["scalars"]
     assert "attncheck/grad_over_half_sqrt_N/max" in tags
     assert "attncheck/layer 1/head 3/softmax_over_sqrt_N" in tags
+    assert {"attncheck/layer 1/head 3/softmax_entropy", "attncheck/layer 1/head 3/score_max_abs",
+            "attncheck/heads_near_collapse", "attncheck/heads_past_max_logit", "attncheck/softmax_entropy/min"} <= set(tags)
     scalars = events.Scalars("attncheck/grad_over_half_sqrt_N/max")
     assert [s.step for s in scalars] == [0, 5, 10]
     # TensorBoard keeps float32.
@@ -452,3 +459,52 @@ def test_what_if_expressions_on_the_heads_own_scores():
 
     rows = attncheck.torch.probe(SelfAttention(), x, what_if=["x^3/sqrt(N)", "tanh(x)"])
     assert [r["what_if"] for r in rows] == [r["what_if"] for r in heads]
+
+
+def test_a_run_whose_logits_grow_warns_once_per_head_at_the_step_it_crosses_each_threshold(tmp_path):
+    """A constructed run: the query weights double every step, so the logits grow and the heads' attention
+    collapses towards one-hot rows. Each head is warned once per kind, at the first recorded step past the
+    threshold, and the summary counts the heads past it at every step."""
+    model = encoder(layers=1, heads=2, dropout=0.0)
+    mha = model.layers[0].self_attn
+    torch.manual_seed(SEED + 2)
+    x = torch.randn(1, 12, 16)
+    records = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with AttentionRecorder(model, every=1, out=tmp_path / "run", count="forwards", callback=records.append,
+                               collapse_threshold=0.9, max_logit=30.0):
+            for _ in range(12):
+                model(x)
+                with torch.no_grad():
+                    mha.in_proj_weight[:16] *= 2
+    lines = read_log(tmp_path / "run" / "attncheck-probe.jsonl")
+    messages = [str(w.message) for w in caught if "attncheck: layer" in str(w.message)]
+    for head in (0, 1):
+        of_head = sorted((line for line in lines if line["head"] == head), key=lambda line: line["step"])
+        for kind, key, threshold in (("nears entropy collapse", "softmax_over_sqrt_N", 0.9),
+                                     ("largest logit", "score_max_abs", 30.0)):
+            first = next(line["step"] for line in of_head if line[key] > threshold)
+            warned = [m for m in messages if f"layer 0 head {head} " in m and kind in m]
+            assert len(warned) == 1, (kind, head, messages)
+            assert f"at step {first}" in warned[0]
+    # The entropy falls as the logits grow.
+    entropies = [line["softmax_entropy"] for line in lines if line["head"] == 0]
+    assert entropies[-1] < 0.2 * entropies[0]
+    for record in records:
+        heads = record["heads"]
+        assert record["summary"]["heads_near_collapse"] == sum(h["softmax_over_sqrt_N"] > 0.9 for h in heads)
+        assert record["summary"]["heads_past_max_logit"] == sum(h["score_max_abs"] > 30.0 for h in heads)
+        assert record["summary"]["softmax_entropy/min"] == min(h["softmax_entropy"] for h in heads)
+    assert records[0]["summary"]["heads_near_collapse"] == 0 and records[-1]["summary"]["heads_near_collapse"] == 2
+
+    # None turns a warning off; a threshold must be a positive number.
+    with warnings.catch_warnings(record=True) as quiet:
+        warnings.simplefilter("always")
+        with AttentionRecorder(model, every=1, out=None, count="forwards", collapse_threshold=None,
+                               max_logit=None):
+            model(x)
+    assert not [w for w in quiet if "attncheck: layer" in str(w.message)]
+    for bad in (0, -1.0, float("nan"), True, "0.9"):
+        with pytest.raises(ValueError, match="collapse_threshold = .* must be a positive number"):
+            AttentionRecorder(model, out=None, collapse_threshold=bad)

@@ -204,3 +204,19 @@ TEST_CASE("softmax row entropy: -sum a log a, log n for uniform rows, digits kep
   rows(1, 0) = std::nan("");
   CHECK_THROWS_WITH(theory::mean_softmax_row_entropy(rows), Catch::Contains("row 1, column 0"));
 }
+
+TEST_CASE("fact 13: ||A||_F / sqrt(N) is at least exp(-mean row entropy / 2)") {
+  rc::prop("on rows from flat to near one-hot", [] {
+    const Case c = *cases(30);
+    const Matrix logits = testing::random_matrix(c.rows, c.cols, c.scale, c.seed);
+    const double ratio = theory::softmax_norms(logits).softmax_fro / std::sqrt(static_cast<double>(c.rows));
+    const double entropy = theory::mean_softmax_row_entropy(logits);
+    RC_ASSERT(ratio >= std::exp(-entropy / 2) * (1 - 1e-14));
+  });
+  // Half the rows one-hot, half uniform over n: ratio sqrt((1 + 1/n) / 2), mean entropy log(n) / 2.
+  const Index n = 64;
+  Matrix logits = Matrix::Zero(2, n);
+  logits(0, 0) = 1e6;
+  CHECK(theory::mean_softmax_row_entropy(logits) == Approx(std::log(64.0) / 2).epsilon(1e-14));
+  CHECK(theory::softmax_norms(logits).softmax_fro / std::sqrt(2.0) == Approx(std::sqrt((1 + 1.0 / n) / 2)));
+}
