@@ -1,10 +1,13 @@
-"""Attention modules recognised by their structure, as Hugging Face transformers builds them.
+"""Attention modules recognised by their structure, as Hugging Face transformers builds them, and timm's.
 
 A recogniser keys on a module's submodules (its query and key projections, or one fused query_key_value) and reads
 the rest from the module's attributes and its config: heads, key/value heads, head size, scale, rotary frequencies
 and how many coordinates they turn, q/k norms, soft-capping. What a layer does beyond what is read (ALiBi biases,
 LayerNorms on queries and keys, ...) is refused, not measured as something else. nanoGPT's CausalSelfAttention,
-which no package defines, is recognised by its structure and then checked against nanoGPT's definition.
+which no package defines, is recognised by its structure and then checked against nanoGPT's definition. timm's
+attention classes are recognised by their qualified names instead: timm names one fused `qkv` projection alike in
+classes that compute different maps (relative position biases, 2-D rotary positions), so structure does not tell
+them apart.
 Class names are never required, so renamed classes, their eager/SDPA/flash variants and changed forward signatures
 are recognised alike; what the call itself carries (the hidden states, the mask, the positions) is read by argument
 name through the forward's signature.
@@ -281,9 +284,24 @@ def _from_transformers(module):
     return any(getattr(cls, "__module__", "").startswith("transformers.") for cls in type(module).__mro__)
 
 
+# timm's attention classes by qualified name: those measured, and those refused with their reason (each call is
+# then skipped with one warning per layer, as any call the recorder cannot measure).
+_TIMM_MEASURED = {"timm.layers.attention.Attention", "timm.models.vision_transformer.Attention",
+                  "timm.models.eva.EvaAttention"}
+_TIMM_REFUSED = {
+    "timm.models.beit.Attention": "BEiT's relative position bias adds to the scores: not the maps measured",
+    "timm.layers.attention.AttentionRope": "2-D rotary positions over image patches are not measured",
+}
+
+
+def _timm_class(module):
+    cls = type(module)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 def recognise(module):
     """Whether this module is an attention layer the recorder measures without an adapter."""
-    if _is_nanogpt_attention(module):
+    if _is_nanogpt_attention(module) or _timm_class(module) in _TIMM_MEASURED or _timm_class(module) in _TIMM_REFUSED:
         return True
     return _from_transformers(module) and (_projection_pairs(module) is not None or _is_gpt2_attention(module)
                                            or _linear(module, "query_key_value") is not None)
@@ -309,6 +327,10 @@ def describe_call(module, root, forward, args, kwargs):
         raise Unmeasurable("a call with cached keys (generation) is not measured: its queries are not its keys")
     if _is_nanogpt_attention(module):
         return _nanogpt(module, call)
+    if _timm_class(module) in _TIMM_REFUSED:
+        raise Unmeasurable(_TIMM_REFUSED[_timm_class(module)])
+    if _timm_class(module) in _TIMM_MEASURED:
+        return _timm(module, call)
     if _is_gpt2_attention(module):
         return _gpt2(module, call)
     pair = _projection_pairs(module)
@@ -499,6 +521,51 @@ def _nanogpt_difference(module, x):
         return (f"{what}: its output differs from nanoGPT's causal softmax attention by {difference:.1e} relative "
                 "(rotary positions, another scale or mask?); measure it with register()")
     return None
+
+
+def _timm(module, call):
+    """timm's Attention (ViT, DeiT, ...) and EvaAttention: one fused qkv projection (q | k | v, each heads x d) or
+    EVA's separate q_proj/k_proj, EVA's q_bias/k_bias beside a bias-free qkv, scores q k^T * scale after the optional
+    per-head q/k norms, under the call's attn_mask and is_causal. EVA's rope (2-D rotary positions over the image
+    patches, after its prefix tokens) is refused: the engine rotates by 1-D positions."""
+    x = _hidden_states(call, "x")
+    n = x.shape[1]
+    heads, d = int(module.num_heads), int(module.head_dim)
+    if call.get("rope") is not None:
+        raise Unmeasurable("EVA's 2-D rotary positions over image patches (rope) are not measured: the engine rotates "
+                           "by 1-D positions")
+    width = heads * d
+    qkv = _linear(module, "qkv")
+    if qkv is not None:
+        if qkv.out_features != 3 * width:
+            raise Unmeasurable(f"qkv has {qkv.out_features} outputs, not 3 x {heads} heads x {d}")
+        w_q, w_k = qkv.weight[:width].T, qkv.weight[width:2 * width].T
+        b_q = b_k = None
+        if qkv.bias is not None:
+            b_q, b_k = qkv.bias[:width], qkv.bias[width:2 * width]
+        if getattr(module, "q_bias", None) is not None:
+            if qkv.bias is not None and not getattr(module, "qkv_bias_separate", False):
+                raise Unmeasurable("qkv has a bias and q_bias replaces it: an unexpected EVA layout")
+            b_q = module.q_bias if b_q is None else b_q + module.q_bias
+            b_k = module.k_bias if b_k is None else b_k + module.k_bias
+    elif _linear(module, "q_proj") is not None and _linear(module, "k_proj") is not None:
+        w_q, w_k, b_q, b_k = module.q_proj.weight.T, module.k_proj.weight.T, module.q_proj.bias, module.k_proj.bias
+    else:
+        raise Unmeasurable("neither a qkv projection nor q_proj and k_proj")
+    norms = []
+    for name in ("q_norm", "k_norm"):
+        norm = getattr(module, name, None)
+        norms.append(None if norm is None or isinstance(norm, torch.nn.Identity) else _rms_norm(norm, d))
+    allowed = None
+    mask = call.get("attn_mask")
+    if isinstance(mask, torch.Tensor):
+        if mask.dim() == 2 and tuple(mask.shape) == (n, n):
+            mask = mask[None, None]  # timm's (N, N) mask, shared by the batch
+        if mask.dtype == torch.bool:
+            mask = mask.expand(x.shape[0], *mask.shape[1:])
+        allowed = _allowed_from_additive(mask, n, "attn_mask")
+    return _spec(x, w_q, w_k, b_q, b_k, heads, heads, float(module.scale), bool(call.get("is_causal", False)), allowed,
+                 query_norm=norms[0], key_norm=norms[1])
 
 
 def _gpt2(module, call):

@@ -1,0 +1,155 @@
+"""attncheck.torch on timm's vision transformers (timm 1.0.29, scripts/pyenv's "timm" set): ViT and DeiT (timm's
+Attention: one fused qkv, a class token, DeiT's distillation token too, RMSNorm q/k norms), EVA (EvaAttention: fused qkv with q_bias and
+v_bias, or separate q_proj/k_proj), and what is refused with its reason (BEiT's relative position bias, EVA's 2-D
+rotary positions, LayerNorms on the queries and keys).
+
+The reference is the model itself: tiny random float64 models built by timm, their own attention probabilities
+(the tensor each layer hands its attn_drop, in timm's non-fused path) for ||A||_F and ||grad softmax||_F, and
+autograd Jacobians of those probabilities through the attention module's own forward (functional_call) in its own
+projection weights for ||dA/dW_Q||_F and ||dA/dW_K||_F. Every head of every layer agrees to 1e-10 relative.
+"""
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+timm = pytest.importorskip("timm")
+
+import attncheck.torch  # noqa: E402
+from timm.layers import RmsNorm  # noqa: E402
+from timm.models.beit import Beit  # noqa: E402
+from timm.models.eva import Eva  # noqa: E402
+from timm.models.vision_transformer import VisionTransformer  # noqa: E402
+from timm.models.deit import VisionTransformerDistilled  # noqa: E402
+
+torch.set_num_threads(1)
+RELATIVE = 1e-10
+SMALL = dict(img_size=16, patch_size=4, embed_dim=24, depth=2, num_heads=3, num_classes=5)
+
+MODELS = {
+    "vit": lambda: VisionTransformer(**SMALL, qkv_bias=True),
+    "vit-no-class-token": lambda: VisionTransformer(**SMALL, class_token=False, global_pool="avg"),
+    "vit-rms-qk-norm": lambda: VisionTransformer(**SMALL, qk_norm=True, norm_layer=RmsNorm),
+    "deit-distilled": lambda: VisionTransformerDistilled(**SMALL, qkv_bias=True),
+    "eva": lambda: Eva(**SMALL, qkv_bias=True, use_rot_pos_emb=False),
+    "eva-separate-projections": lambda: Eva(**SMALL, qkv_fused=False, use_rot_pos_emb=False),
+}
+
+
+def _model(name):
+    torch.manual_seed(0)
+    model = MODELS[name]().double().eval()
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():  # weights of order one: attention far from uniform
+        for parameter_name, parameter in model.named_parameters():
+            if "attn." in parameter_name:
+                # q/k norm gains larger: the normalized queries and keys would give near uniform rows.
+                scale = 4.0 if "_norm." in parameter_name else 0.4
+                parameter.copy_(torch.randn(parameter.shape, generator=generator, dtype=torch.float64) * scale)
+    for module in model.modules():
+        if hasattr(module, "fused_attn"):
+            module.fused_attn = False  # the path that hands A to attn_drop
+    return model
+
+
+def _projection_rows(module, h):
+    """(name, rows) of head h's query and key weights in the module's parameters."""
+    d, width = module.head_dim, module.num_heads * module.head_dim
+    rows = torch.arange(h * d, (h + 1) * d)
+    if getattr(module, "qkv", None) is not None:
+        return ("qkv.weight", rows), ("qkv.weight", rows + width)
+    return ("q_proj.weight", rows), ("k_proj.weight", rows)
+
+
+def _expected(model, pixels):
+    layers = [block.attn for block in model.blocks]
+    calls = []
+    for module in layers:
+        def capture(*args, _module=module, _forward=module.forward, **kwargs):
+            calls.append((_module, args, kwargs))
+            return _forward(*args, **kwargs)
+        module.forward = capture
+    try:
+        with torch.no_grad():
+            model(pixels)
+    finally:
+        for module in layers:
+            del module.forward
+    expected = []
+    for layer, (module, args, kwargs) in enumerate(calls):
+        names = sorted({name for h in range(module.num_heads) for name, _ in _projection_rows(module, h)})
+        weights = tuple(dict(module.named_parameters())[name].detach().clone() for name in names)
+        seen = []
+        hook = module.attn_drop.register_forward_hook(lambda _m, inputs, _out: seen.append(inputs[0]))
+
+        def attention(*ws):
+            seen.clear()
+            torch.nn.utils.stateless.functional_call(module, dict(zip(names, ws)), args, kwargs)
+            return seen[-1][0]  # the first image's (heads, N, N)
+
+        try:
+            jacobians = dict(zip(names, torch.autograd.functional.jacobian(attention, weights)))
+            with torch.no_grad():
+                a = attention(*weights)
+        finally:
+            hook.remove()
+        for h in range(module.num_heads):
+            (q_name, q_rows), (k_name, k_rows) = _projection_rows(module, h)
+            softmax_jacobian = torch.autograd.functional.jacobian(lambda s: torch.softmax(s, dim=-1), a[h].log())
+            expected.append({"layer": layer, "head": h, "N": a.shape[-1], "softmax_fro": float(a[h].norm()),
+                             "grad_fro": float(softmax_jacobian.norm()),
+                             "dWq_fro": float(jacobians[q_name][h][..., q_rows, :].norm()),
+                             "dWk_fro": float(jacobians[k_name][h][..., k_rows, :].norm())})
+    return expected
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_every_head_equals_the_models_own_attention_and_autograd(name):
+    model = _model(name)
+    pixels = torch.randn(2, 3, 16, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # every layer recognised and measured: not one skipped
+        rows = attncheck.torch.probe(model, pixels)[0]
+    expected = _expected(model, pixels)
+    assert [(row["layer"], row["head"]) for row in rows] == [(l, h) for l in range(2) for h in range(3)]
+    worst = 0.0
+    for row, reference in zip(rows, expected):
+        for key, value in reference.items():
+            if key in ("layer", "head", "N"):
+                assert row[key] == value, (key, row[key], value)
+                continue
+            worst = max(worst, abs(row[key] - value) / abs(value))
+            assert row[key] == pytest.approx(value, rel=RELATIVE), (row["layer"], row["head"], key, row[key], value)
+    # Not uniform attention, where every norm is trivially 1: the weights make the rows differ.
+    assert min(row["softmax_over_sqrt_N"] for row in rows) > 1.2 / rows[0]["N"] ** 0.5
+    print(f"{name}: {len(rows)} heads, N = {rows[0]['N']}, largest relative difference {worst:.2e}")
+
+
+def test_the_recorder_in_training_gives_the_rows_probe_gives(tmp_path):
+    model = _model("vit")
+    pixels = torch.randn(2, 3, 16, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    expected = attncheck.torch.probe(model, pixels)[0]
+    model.train()
+    records = []
+    with attncheck.torch.AttentionRecorder(model, every=1, out=None, count="forwards", callback=records.append):
+        model(pixels)
+    assert [(h["layer"], h["head"]) for h in records[0]["heads"]] == [(r["layer"], r["head"]) for r in expected]
+    for head, row in zip(records[0]["heads"], expected):
+        assert head["softmax_fro"] == pytest.approx(row["softmax_fro"], rel=1e-12)
+        assert head["dWk_fro"] == pytest.approx(row["dWk_fro"], rel=1e-12)
+
+
+@pytest.mark.parametrize("build, reason", [
+    (lambda: Beit(**SMALL, use_rel_pos_bias=True), "relative position bias"),
+    (lambda: Eva(**SMALL, use_rot_pos_emb=True), "2-D rotary positions"),
+    (lambda: VisionTransformer(**SMALL, qk_norm=True), "not an RMSNorm"),
+])
+def test_what_cannot_be_measured_exactly_is_refused_with_its_reason(build, reason):
+    torch.manual_seed(0)
+    model = build().double()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rows = attncheck.torch.probe(model, torch.randn(1, 3, 16, 16, dtype=torch.float64))
+    assert rows == []
+    messages = [str(w.message) for w in caught]
+    assert sum(reason in m for m in messages) == 2, messages  # one warning per layer, naming why
