@@ -344,7 +344,8 @@ HeadMetrics measure_head(const LayerInputs& layer, int layer_index, int head_ind
 }
 
 HeadMetrics measure_scores(const Matrix& scores, int layer_index, int head_index, bool causal,
-                           const std::optional<theory::AttendedMask>& attended) {
+                           const std::optional<theory::AttendedMask>& attended,
+                           std::span<const theory::PhiExpression> what_if, std::int64_t d) {
   if (scores.rows() != scores.cols()) {
     throw InputError(
         fmt::format("the scores are {}x{}: self-attention scores are N x N", scores.rows(), scores.cols()));
@@ -379,6 +380,14 @@ HeadMetrics measure_scores(const Matrix& scores, int layer_index, int head_index
   m.poly3_scaled = norms(poly3_scaled_map(1));
   m.poly3 = norms(poly3_map(1));
   m.relu_n = norms(relu_n_map(1));
+  for (const theory::PhiExpression& e : what_if) {
+    if (d == 0 && e.uses_head_size()) {
+      throw InputError(fmt::format("what-if '{}' uses d, the head size, which the scores alone do not give", e.text()));
+    }
+    const AttentionMap map{
+        theory::expression_activation(e.bind(static_cast<double>(m.N), static_cast<double>(d)), false), 1, {}};
+    m.what_if.emplace_back(e.text(), norms(map));
+  }
   return m;
 }
 

@@ -146,12 +146,89 @@ def _without_padding(x, mask, causal, positions):
     return x, mask, causal, positions
 
 
+def _sdpa_scores(query, key, attn_mask, is_causal, scale, sample=None):
+    """The description attncheck.torch measures of one scaled_dot_product_attention call, from its own arguments:
+    scores q k^T * scale ((batch, heads, N, N), or (heads, N, N) of sequence `sample` alone), its boolean mask (True
+    where a query attends to a key), its causal flag and the head size d. Calls the theory's maps are not
+    (cross-attention, cached keys, additive position biases) raise _Skip."""
+    if not isinstance(query, torch.Tensor) or not isinstance(key, torch.Tensor):
+        raise _Skip("query and key are not tensors")
+    if query.dim() == 3:  # (batch, N, d): one head
+        query, key = query[:, None], key[:, None]
+        if isinstance(attn_mask, torch.Tensor) and attn_mask.dim() == 3:
+            attn_mask = attn_mask[:, None]
+    if query.dim() != 4 or key.dim() != 4:
+        raise _Skip(f"query of shape {tuple(query.shape)}: not (batch, heads, N, d)")
+    n, d = query.shape[-2], query.shape[-1]
+    if key.shape[-2] != n:
+        raise _Skip(f"{key.shape[-2]} keys for {n} queries: cross-attention or cached keys, not self-attention")
+    heads, kv_heads = query.shape[1], key.shape[1]
+    if kv_heads != heads:
+        if kv_heads == 0 or heads % kv_heads:
+            raise _Skip(f"{kv_heads} key heads do not divide {heads} query heads")
+        key = key.repeat_interleave(heads // kv_heads, dim=1)  # grouped keys, as enable_gqa reads them
+    batch = query.shape[0]
+    if sample is not None:
+        if sample >= batch:
+            raise _Skip(f"sample = {sample} is past the call's batch of {batch}")
+        query, key = query[sample:sample + 1], key[sample:sample + 1]
+    scale = d ** -0.5 if scale is None else float(scale)
+    q, k = query.detach().double(), key.detach().double()
+    scores = (q @ k.transpose(-1, -2)) * scale
+    allowed = None
+    if isinstance(attn_mask, torch.Tensor):
+        mask = attn_mask.detach()
+        while mask.dim() < 4:
+            mask = mask[None]
+        mask = mask.expand(batch, heads, n, n)
+        if sample is not None:
+            mask = mask[sample:sample + 1]
+        if not bool((mask == mask[:, :1]).all()):
+            raise _Skip("an attn_mask that differs between heads is not measured")
+        mask = mask[:, 0].cpu()
+        if mask.dtype == torch.bool:
+            allowed = mask
+        else:
+            kept, dropped = mask == 0, mask.double() <= -1e4
+            if not bool((kept | dropped).all()):
+                raise _Skip("a float attn_mask with values other than 0 and a mask value adds to the scores (a "
+                            "position bias?): not the maps measured")
+            allowed = kept
+    elif attn_mask is not None:
+        raise _Skip(f"attn_mask of type {type(attn_mask).__name__}")
+    if sample is not None:
+        scores, allowed = scores[0], None if allowed is None else allowed[0]
+    return dict(scores=scores, mask=allowed, causal=bool(is_causal), d=d, activation="softmax")
+
+
+class _SdpaCapture:
+    """torch.nn.functional.scaled_dot_product_attention while a recorder is open: the function it replaced, then,
+    when the recorder arms it (a recorded forward of its model) and the call is not inside a measured layer, the
+    recorder's measurement of the call's own scores. Closed, or replaced by another after it, it only passes the
+    call on."""
+
+    def __init__(self, recorder, original):
+        self.recorder, self.original = recorder, original
+
+    def __call__(self, query, key, value, *args, **kwargs):
+        output = self.original(query, key, value, *args, **kwargs)
+        recorder = self.recorder
+        if recorder is not None and recorder._sdpa_armed and recorder._layer_depth == 0:
+            named = dict(zip(("attn_mask", "dropout_p", "is_causal", "scale"), args))
+            named.update(kwargs)
+            recorder._measure_sdpa_call(query, key, named.get("attn_mask"), named.get("is_causal", False),
+                                        named.get("scale"))
+        return output
+
+
 class _Layer:
     def __init__(self, index, name, module, adapter, with_sample):
         self.index, self.name, self.module, self.adapter, self.with_sample = index, name, module, adapter, with_sample
         self.warned = False
         self.recognised = False  # attached by recognition (register() may replace its adapter)
-        self.own_forward = module.__dict__.get("forward")  # an instance attribute that was there before ours
+        self.from_sdpa = False  # a scaled_dot_product_attention call measured on its scores
+        # An instance attribute that was there before ours (an SDPA call has no module).
+        self.own_forward = None if module is None else module.__dict__.get("forward")
         self.wrapper = None
 
 
@@ -187,7 +264,11 @@ class _RecordedForward:
         self.original = layer.module.forward
 
     def __call__(self, *args, **kwargs):
-        output = self.original(*args, **kwargs)
+        self.recorder._layer_depth += 1  # the SDPA calls inside a measured layer are that layer's
+        try:
+            output = self.original(*args, **kwargs)
+        finally:
+            self.recorder._layer_depth -= 1
         if self.layer.wrapper is self and self.recorder._recording:
             self.recorder._measure(self.layer, args, kwargs, output)
         return output
@@ -235,6 +316,13 @@ class AttentionRecorder:
     ||grad softmax||_F / (sqrt(N)/2) under "attncheck/layer L/head H/" (both at most 1 by Theorem 4.1).
     what_if: expressions in x (the score), N and d ("x^3/sqrt(N)", "sigmoid(x - log(N))"), measured elementwise on
     each head's own scores beside softmax, as `attncheck probe --what-if` does: each row's "what_if" in the log.
+    capture_sdpa: while the recorder is open, every torch.nn.functional.scaled_dot_product_attention call of a
+    recorded forward that is not inside a measured layer is measured on its own scores (q k^T * scale under its
+    mask and causal flag): a layer of any architecture, as layer "scaled_dot_product_attention call K" (the K-th
+    such call of the forward, numbered after the measured layers). From scores alone the norms in W_Q and W_K are
+    not known: those rows leave them out, and carry "measured_from": "scaled_dot_product_attention". Calls the
+    theory's maps are not (cross-attention, cached keys, additive position biases) are skipped with one warning
+    each. Code that imported the function by name before the recorder opened is not seen.
 
     Training-stability warnings, once per head and kind (a RuntimeWarning naming layer, head and step), and counted
     per step in the summary scalars (so on TensorBoard too):
@@ -247,7 +335,7 @@ class AttentionRecorder:
 
     def __init__(self, model, every=10, out="attncheck-probe.jsonl", *, sample=0, activation="softmax",
                  training_only=True, count="auto", callback=None, tensorboard=None, what_if=(),
-                 collapse_threshold=0.95, max_logit=50.0):
+                 collapse_threshold=0.95, max_logit=50.0, capture_sdpa=True):
         if not isinstance(model, torch.nn.Module):
             raise ValueError(f"model is a {type(model).__name__}, not a torch.nn.Module")
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
@@ -300,6 +388,15 @@ class AttentionRecorder:
         # after only the first says once why nothing is recorded (a pretrained model tried as it is loaded).
         self._evaluation_forwards = self._counted_forwards = 0
         self._warned_evaluation = False
+        self._layer_depth = 0  # measured layers' forwards under way
+        self._sdpa_armed = False  # a recorded forward of the model is under way
+        self._sdpa_layers = []  # the pseudo-layers of the SDPA calls, by their place in a forward
+        self._sdpa_calls = 0  # SDPA calls of the forward under way
+        self._sdpa = None
+        functional = torch.nn.functional
+        if capture_sdpa and callable(getattr(functional, "scaled_dot_product_attention", None)):
+            self._sdpa = _SdpaCapture(self, functional.scaled_dot_product_attention)
+            functional.scaled_dot_product_attention = self._sdpa
 
     @property
     def layers(self):
@@ -368,7 +465,15 @@ class AttentionRecorder:
         for handle in self._handles:
             handle.remove()
         self._handles = []
+        if self._sdpa is not None:
+            if torch.nn.functional.scaled_dot_product_attention is self._sdpa:
+                torch.nn.functional.scaled_dot_product_attention = self._sdpa.original
+            self._sdpa.recorder = None  # wrapped by a later recorder, it passes calls on from now on
+            self._sdpa = None
+        self._sdpa_armed = False
         for layer in self._layers:
+            if layer.module is None:
+                continue
             if layer.module.__dict__.get("forward") is layer.wrapper:
                 if layer.own_forward is None:
                     del layer.module.forward
@@ -396,8 +501,10 @@ class AttentionRecorder:
         counts = model.training or not self.training_only
         self._recording = (counts and self.current_step % self.every == 0
                            and not (self._counting_steps and self._recorded_step == self.current_step))
+        self._sdpa_armed, self._sdpa_calls = self._recording and self._sdpa is not None, 0
 
     def _after_model(self, model, args, output):
+        self._sdpa_armed = False
         if self._recording and not self._layers and not self._warned_empty:
             self._warned_empty = True
             found = (f"it saw {', '.join(self._unrecognised)}, whose query and key projections it does not "
@@ -435,9 +542,33 @@ class AttentionRecorder:
             return
         checkpoint = f"step-{self.current_step:06d}"
         for sample, (heads, activation) in measured:
+            rows = [dict(head.as_dict(), activation=activation) for head in heads]
+            if layer.from_sdpa:
+                for row in rows:
+                    row["measured_from"] = "scaled_dot_product_attention"
             self._pending.append((sample, "".join(head.log_line(checkpoint, self.current_step, activation)
-                                                  for head in heads),
-                                  [dict(head.as_dict(), activation=activation) for head in heads]))
+                                                  for head in heads), rows))
+
+    def _measure_sdpa_call(self, query, key, attn_mask, is_causal, scale):
+        place = self._sdpa_calls
+        self._sdpa_calls += 1
+        if place == len(self._sdpa_layers):
+            layer = _Layer(len(self._layers), f"scaled_dot_product_attention call {place}", None,
+                           lambda _module, args, _kwargs, _output: args[0], with_sample=False)
+            layer.from_sdpa = True
+            self._layers.append(layer)
+            self._sdpa_layers.append(layer)
+        layer = self._sdpa_layers[place]
+        try:
+            spec = _sdpa_scores(query, key, attn_mask, is_causal, scale,
+                                None if self._samples == "all" else self.sample)
+        except _Skip as reason:
+            if not layer.warned:
+                layer.warned = True
+                warnings.warn(f"attncheck: layer {layer.index} ({layer.name}) not recorded at step "
+                              f"{self.current_step}: {reason}", RuntimeWarning, stacklevel=4)
+            return
+        self._measure(layer, (spec,), {}, None)
 
     def _sample_indices(self, module, args, kwargs):
         """The sequences measured: `sample`, or every one of the batch for probe()."""
@@ -474,7 +605,8 @@ class AttentionRecorder:
                 scores = scores[None]
             if isinstance(mask, torch.Tensor):
                 mask = _pick(mask, sample, 3).detach().cpu().numpy()
-            heads = _core.measure_scores(scores, causal=bool(spec.get("causal", False)), mask=mask, layer=layer.index)
+            heads = _core.measure_scores(scores, causal=bool(spec.get("causal", False)), mask=mask, layer=layer.index,
+                                         what_if=self.what_if, d=int(spec.get("d", 0)))
             return heads, activation
         x = spec["x"]
         if isinstance(x, torch.Tensor):

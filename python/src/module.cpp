@@ -452,7 +452,11 @@ std::vector<probes::HeadMetrics> measure(const py::array& x_array, const py::arr
 }
 
 std::vector<probes::HeadMetrics> measure_scores(const py::array& scores_array, bool causal,
-                                                const std::optional<py::array>& mask_array, int layer) {
+                                                const std::optional<py::array>& mask_array, int layer,
+                                                const std::vector<std::string>& what_if_texts, std::int64_t d) {
+  std::vector<theory::PhiExpression> what_if;
+  for (const std::string& text : what_if_texts) what_if.push_back(theory::PhiExpression::parse(text, "what_if"));
+  if (d < 0) throw InputError(fmt::format("d = {} must be >= 0 (0: unknown)", d));
   const RealArray scores = real_array(scores_array, "scores", 3);
   // One head's N x N scores copied at a time, with the mask and its causal copy (bytes), and every head's
   // results.
@@ -470,7 +474,7 @@ std::vector<probes::HeadMetrics> measure_scores(const py::array& scores_array, b
   std::vector<probes::HeadMetrics> out;
   for (py::ssize_t head = 0; head < scores.shape(0); ++head) {
     out.push_back(probes::measure_scores(scores.matrix(poll, head * scores.stride(0)), layer, static_cast<int>(head),
-                                         causal, attended));
+                                         causal, attended, what_if, d));
   }
   return out;
 }
@@ -547,7 +551,7 @@ PYBIND11_MODULE(_core, m) {
         py::arg("key_norm") = py::none(), py::arg("norm_eps") = 1e-6, py::arg("logit_softcap") = 0.0,
         py::arg("what_if") = std::vector<std::string>{});
   m.def("measure_scores", &measure_scores, py::arg("scores"), py::arg("causal") = false, py::arg("mask") = py::none(),
-        py::arg("layer") = 0);
+        py::arg("layer") = 0, py::arg("what_if") = std::vector<std::string>{}, py::arg("d") = 0);
   m.def("append_log_lines", [](const std::string& path, const std::string& lines) {
     py::gil_scoped_release release;
     records::append_to_file(path, lines);

@@ -886,6 +886,10 @@ PhiExpression PhiExpression::parse(std::string_view text, std::string_view optio
 
 std::string PhiExpression::derivative_text() const { return text_of(*graph_, derivative_root_); }
 
+bool PhiExpression::uses_head_size() const {
+  return std::any_of(graph_->nodes.begin(), graph_->nodes.end(), [](const ExpressionNode& n) { return n.op == Op::d; });
+}
+
 bool PhiExpression::uses_sizes() const {
   return std::any_of(graph_->nodes.begin(), graph_->nodes.end(),
                      [](const ExpressionNode& n) { return n.op == Op::N || n.op == Op::d; });

@@ -101,9 +101,11 @@ bool within_cross_norm_bounds(const HeadMetrics& metrics);
 
 // One head from its N x N scores S (lambda already applied): the norms of every activation and of their
 // Jacobians in S, and the score statistics. `attended` masks as in LayerInputs; with `causal`, its entries j > i
-// are masked too.
+// are masked too. With `what_if`, each expression's norms too, with N and the head size `d` bound (d = 0: not
+// known from the scores, and an expression that uses d is an InputError).
 HeadMetrics measure_scores(const Matrix& scores, int layer_index, int head_index, bool causal,
-                           const std::optional<theory::AttendedMask>& attended = std::nullopt);
+                           const std::optional<theory::AttendedMask>& attended = std::nullopt,
+                           std::span<const theory::PhiExpression> what_if = {}, std::int64_t d = 0);
 
 // What a layer applies beyond splitting its weights into heads: grouped keys, rotary positions, a mask that is
 // neither "all" nor causal.

@@ -46,7 +46,8 @@ class PhiExpression {
   // seed follows from the first, so that spacing and redundant parentheses do not change a sweep's draws.
   const std::string& text() const { return text_; }
   std::string derivative_text() const;
-  bool uses_sizes() const;  // whether N or d appears
+  bool uses_sizes() const;      // whether N or d appears
+  bool uses_head_size() const;  // whether d appears
 
   // phi and phi' at this N and d.
   PhiProgram compile(double N, double d) const;
