@@ -750,6 +750,24 @@ TEST_CASE("a head measured from its scores alone has the score norms of the full
   CHECK(measure_scores(layer.inner * head.queries * head.keys.transpose(), 0, 1, false).softmax.value !=
         Approx(from_scores.softmax.value).epsilon(1e-6));
   CHECK_THROWS_WITH(measure_scores(Matrix::Ones(2, 3), 0, 0, false), Catch::Contains("the scores are 2x3"));
+
+  // What-ifs on the scores alone: N from the scores, d given by the caller; without d, an expression using it is
+  // refused, not evaluated with a made-up d.
+  const std::vector<attncheck::theory::PhiExpression> what_if{
+      attncheck::theory::PhiExpression::parse("x^3/sqrt(N)", "what_if"),
+      attncheck::theory::PhiExpression::parse("tanh(x)/d", "what_if")};
+  const auto with_weights = measure_head(layer, 0, 1, false, 1, what_if);
+  const auto scores_what_if = measure_scores(layer.inner * head.queries * head.keys.transpose(), 0, 1, false,
+                                             layer.attended, what_if, head.queries.cols());
+  REQUIRE(scores_what_if.what_if.size() == 2);
+  for (std::size_t k = 0; k < 2; ++k) {
+    CHECK(scores_what_if.what_if[k].first == with_weights.what_if[k].first);
+    CHECK(scores_what_if.what_if[k].second.value == Approx(with_weights.what_if[k].second.value).epsilon(1e-13));
+    CHECK(scores_what_if.what_if[k].second.grad == Approx(with_weights.what_if[k].second.grad).epsilon(1e-13));
+  }
+  CHECK_THROWS_WITH(measure_scores(layer.inner * head.queries * head.keys.transpose(), 0, 1, false, layer.attended,
+                                   what_if),
+                    Catch::Contains("what-if 'tanh(x)/d' uses d, the head size"));
 }
 
 TEST_CASE("the cross-normalization what-if reads the forward pass's values, with split heads and masks alike",
