@@ -753,9 +753,10 @@ TEST_CASE("a head measured from its scores alone has the score norms of the full
 
   // What-ifs on the scores alone: N from the scores, d given by the caller; without d, an expression using it is
   // refused, not evaluated with a made-up d.
-  const std::vector<attncheck::theory::PhiExpression> what_if{
-      attncheck::theory::PhiExpression::parse("x^3/sqrt(N)", "what_if"),
-      attncheck::theory::PhiExpression::parse("tanh(x)/d", "what_if")};
+  const std::vector<attncheck::theory::PhiExpression> what_if{attncheck::theory::PhiExpression::parse("x^3/sqrt(N)",
+                                                                                                      "what_if"),
+                                                              attncheck::theory::PhiExpression::parse("tanh(x)/d",
+                                                                                                      "what_if")};
   const auto with_weights = measure_head(layer, 0, 1, false, 1, what_if);
   const auto scores_what_if = measure_scores(layer.inner * head.queries * head.keys.transpose(), 0, 1, false,
                                              layer.attended, what_if, head.queries.cols());
@@ -1117,4 +1118,37 @@ TEST_CASE("mixed precision: float32 products give every norm within float32's ro
     CHECK(mixed.float_kernels == float_kernels::instruction_set());
     CHECK(exact.float_kernels.empty());
   }
+}
+
+TEST_CASE("GPT-NeoX checkpoints are read, and what its adapter does not compute is refused naming the key", "[model]") {
+  TempDir dir;
+  write_tiny_gptneox(dir.path);
+  const auto model = TransformerModel::load(dir.path);
+  CHECK(model.config().rotary_dims == 2);  // half of heads of 4
+  CHECK(model.config().parallel_residual);
+  const auto layers = model.forward(std::vector<std::int64_t>{1, 4, 9, 2, 7});
+  REQUIRE(layers.size() == 2);
+  CHECK(layers[0].causal);
+  REQUIRE(layers[0].rotary.has_value());
+  CHECK(layers[0].rotary->frequency.size() == 1);
+  CHECK(describe_family(model.config()).find("rotary positions on the first 2 of each head's 4") != std::string::npos);
+
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(dir.path / "config.json"));
+  const auto refused = [&](const nlohmann::json& changed, const std::string& message) {
+    write_config(dir.path, changed);
+    CHECK_THROWS_WITH(TransformerModel::load(dir.path), Catch::Contains("config.json") && Catch::Contains(message));
+  };
+  auto scaled = config;
+  scaled["rope_scaling"] = {{"type", "linear"}, {"factor", 2}};
+  refused(scaled, "\"rope_scaling\" is {\"factor\":2,\"type\":\"linear\"}: GPT-NeoX's scaled rotary positions");
+  auto odd = config;
+  odd["rotary_pct"] = 0.25;  // one coordinate of 4
+  refused(odd, "\"rotary_pct\" 0.25 of heads of 4 rotates 1 coordinates, not an even number");
+  auto disagree = config;
+  disagree["rope_theta"] = 500;
+  disagree["rotary_emb_base"] = 1000;
+  refused(disagree, "\"rotary_emb_base\" is 1000 and \"rope_theta\" is 500: they must agree");
+  auto wide = config;
+  wide["intermediate_size"] = 64;
+  refused(wide, "intermediate_size");
 }

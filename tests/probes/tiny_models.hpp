@@ -90,6 +90,38 @@ inline void write_tiny_gpt2(const fs::path& file, const TinyShape& s = {}, std::
   write_config(file.parent_path(), config);
 }
 
+// GPT-NeoX layout (gpt_neox. prefix): fused query_key_value, rotary on half of each head, parallel residual.
+inline void write_tiny_gptneox(const fs::path& folder, const TinyShape& s = {}, std::uint64_t seed = 7) {
+  const int D = s.hidden, I = 4 * s.hidden;
+  fs::create_directories(folder);
+  WeightWriter w(seed);
+  w.add("gpt_neox.embed_in.weight", {s.vocab, D}, 0.5);
+  for (int l = 0; l < s.layers; ++l) {
+    const std::string p = fmt::format("gpt_neox.layers.{}.", l);
+    for (const char* norm : {"input_layernorm", "post_attention_layernorm"}) {
+      w.add(p + norm + ".weight", {D}, 0.1, 1);
+      w.add(p + norm + ".bias", {D}, 0.1);
+    }
+    w.add(p + "attention.query_key_value.weight", {3 * D, D}, 0.6);
+    w.add(p + "attention.query_key_value.bias", {3 * D}, 0.2);
+    w.add(p + "attention.dense.weight", {D, D}, 0.4);
+    w.add(p + "attention.dense.bias", {D}, 0.1);
+    w.add(p + "mlp.dense_h_to_4h.weight", {I, D}, 0.4);
+    w.add(p + "mlp.dense_h_to_4h.bias", {I}, 0.1);
+    w.add(p + "mlp.dense_4h_to_h.weight", {D, I}, 0.3);
+    w.add(p + "mlp.dense_4h_to_h.bias", {D}, 0.1);
+  }
+  write_safetensors(folder / "model.safetensors", w.tensors());
+  write_config(folder, {{"model_type", "gpt_neox"},
+                        {"hidden_size", D},
+                        {"num_attention_heads", s.heads},
+                        {"num_hidden_layers", s.layers},
+                        {"intermediate_size", I},
+                        {"vocab_size", s.vocab},
+                        {"max_position_embeddings", s.positions},
+                        {"rotary_pct", 0.5}});
+}
+
 // One encoder layer under the prefix `p`: the four attention projections, the two layer norms and the MLP's two
 // linear layers by the names given (the MLP's default is BERT's and ViT's, intermediate.dense and output.dense).
 inline void add_encoder_layer(WeightWriter& w, const std::string& p, std::initializer_list<const char*> attention,

@@ -23,6 +23,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import attncheck.torch  # noqa: E402
+from conftest import run_program  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "probes"))
 # hf_decoder_reference also makes float64 the default dtype, in which 4.38.2 builds its causal masks.
@@ -41,6 +42,9 @@ CONFIGS = {
     # Heads of 16 with rotary_pct 0.25: 4 coordinates of each head rotated (2 pairs), 12 not.
     "gpt-neox": lambda: transformers.GPTNeoXConfig(**COMMON, hidden_size=48, intermediate_size=64,
                                                    num_attention_heads=3, rotary_pct=0.25, rotary_emb_base=1000),
+    "gpt-neox-sequential": lambda: transformers.GPTNeoXConfig(**COMMON, hidden_size=48, intermediate_size=64,
+                                                              num_attention_heads=3, rotary_pct=0.5,
+                                                              rotary_emb_base=1000, use_parallel_residual=False),
     "phi-dynamic": lambda: transformers.PhiConfig(**COMMON, hidden_size=32, intermediate_size=48,
                                                   num_attention_heads=4, partial_rotary_factor=0.5, rope_theta=1000.0,
                                                   rope_scaling={"type": "dynamic", "factor": 2.0}),
@@ -224,6 +228,29 @@ def test_the_recorder_in_training_and_a_padded_batch_give_the_same_rows(family, 
     _check(padded, [{key: row[key] for key in ("layer", "head", "softmax_fro", "dWq_fro", "dWk_fro")}
                     for row in attncheck.torch.probe(model, torch.tensor(short))])
     _check(full, [{key: row[key] for key in ("layer", "head", "softmax_fro", "dWq_fro", "dWk_fro")} for row in alone])
+
+
+@pytest.mark.parametrize("family", ("gpt-neox", "gpt-neox-sequential"))
+def test_the_command_line_on_the_saved_checkpoint_equals_probe_in_memory(family, monkeypatch, tmp_path):
+    """`attncheck probe` reads the checkpoint save_pretrained writes (GPT-NeoX: its fused query_key_value, partial
+    rotary, parallel or sequential residual) and runs its own forward pass in float64: every field of every head
+    equals what probe() measures on the model in memory (itself checked against the model's own attention above)."""
+    model = _model(family, monkeypatch)
+    model.save_pretrained(tmp_path, safe_serialization=True)
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text(" ".join(map(str, TOKENS)) + "\n")
+    cli = json.loads(run_program("probe", tmp_path, "--tokens", tokens, "--json").stdout)["heads"]
+    rows = attncheck.torch.probe(model, torch.tensor(TOKENS))
+    assert [(row["layer"], row["head"]) for row in cli] == [(row["layer"], row["head"]) for row in rows]
+    worst = 0.0
+    for ours, theirs in zip(cli, rows):
+        for key, value in ours.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                assert theirs[key] == value, key
+                continue
+            worst = max(worst, abs(value - theirs[key]) / max(abs(theirs[key]), 1e-300))
+            assert value == pytest.approx(theirs[key], rel=RELATIVE, abs=1e-13), (ours["layer"], ours["head"], key)
+    print(f"{family}: the command line on the checkpoint, largest relative difference {worst:.2e}")
 
 
 REFUSED = {

@@ -142,6 +142,10 @@ Rotary Rotary::interleaved(Index d, double base) { return with_frequencies(d, fr
 
 Rotary Rotary::half_split(Index d, double base) { return with_frequencies(d, frequencies_of(d, base), false); }
 
+Rotary Rotary::partial_half_split(Index d, Index rotated, double base) {
+  return with_frequencies(d, frequencies_of(rotated, base), false);
+}
+
 void apply_rotary(const Rotary& rotary, Matrix& rows, double first_position) {
   if (rows.cols() != rotary.dimension) {
     throw InputError(

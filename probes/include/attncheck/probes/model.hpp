@@ -47,9 +47,12 @@ struct ModelConfig {
   // padding_idx + 1. -1: positions 0 .. N-1.
   std::int64_t padding_idx = -1;
   // Llama: the query heads share kv_heads key/value heads (query head h uses kv head h / (heads / kv_heads)).
-  std::int64_t kv_heads = 0;      // 0: as many as the query heads
-  std::int64_t head_size = 0;     // 0: hidden / heads
-  double rope_theta = 10000;      // rotary frequencies rope_theta^(-2p/d)
+  std::int64_t kv_heads = 0;     // 0: as many as the query heads
+  std::int64_t head_size = 0;    // 0: hidden / heads
+  double rope_theta = 10000;     // rotary frequencies rope_theta^(-2p/d)
+  std::int64_t rotary_dims = 0;  // GPT-NeoX: the rotated coordinates of each head, the first ones (0: all d)
+  // GPT-NeoX: the attention and the MLP read the same hidden states, their outputs added together.
+  bool parallel_residual = false;
   bool rope_interleaved = false;  // pairs (2p, 2p+1) as in Llama's GGUF files; else (p, p + d/2)
   bool gguf = false;              // tensor names as llama.cpp writes them
   // CLIP mmproj GGUF files of llama.cpp's older converter name the MLP's first projection ffn_down and its second

@@ -76,6 +76,9 @@ struct Rotary {
   static Rotary interleaved(Index d, double base);
   // Hugging Face's rotate_half (and GPT-NeoX's): pairs (p, p + d/2).
   static Rotary half_split(Index d, double base);
+  // GPT-NeoX's partial rotary: the first `rotated` coordinates (even) in pairs (p, p + rotated/2) at frequencies
+  // base^(-2p/rotated), the others not rotated.
+  static Rotary partial_half_split(Index d, Index rotated, double base);
   // Given frequencies (a model's own inv_freq), P of them for P <= d/2 pairs: (2p, 2p + 1) when `interleaved`, else
   // (p, p + P); coordinates from 2P on are not rotated (partial rotary).
   static Rotary with_frequencies(Index d, std::vector<double> frequency, bool interleaved);
