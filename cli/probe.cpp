@@ -571,7 +571,7 @@ int run(const ProbeOptions& o) {
 const bool registered = register_subcommand(
     "probe",
     "live per-layer, per-head attention norms of a checkpoint (BERT, RoBERTa, DistilBERT, GPT-2, Llama, Mistral, "
-    "Qwen2, Qwen3, Gemma, Gemma 2, Gemma 3, GPT-NeoX (Pythia), ViT, DINOv2, CLIP's vision and text towers; "
+    "Qwen2, Qwen3, Gemma, Gemma 2, Gemma 3, Phi-3, GPT-NeoX (Pythia), ViT, DINOv2, CLIP's vision and text towers; "
     "safetensors, or GGUF for "
     "BERT, RoBERTa, DistilBERT, Llama, Mistral, Qwen2, Qwen3, Gemma, Gemma 2, Gemma 3 and CLIP's vision tower) "
     "against the theory",

@@ -30,13 +30,13 @@ ModelConfig config_from_json(const nlohmann::json& config, const fs::path& file,
   const auto one_of = [&](const char* first, const char* second, double fallback) {
     const double a = value_or<double>(config, first, NAN, file), b = value_or<double>(config, second, NAN, file);
     if (!std::isnan(a) && !std::isnan(b) && a != b) {
-      throw InputError(fmt::format("{}: \"{}\" is {:g} and \"{}\" is {:g}: they must agree", file.string(), first, a,
-                                   second, b));
+      throw InputError(
+          fmt::format("{}: \"{}\" is {:g} and \"{}\" is {:g}: they must agree", file.string(), first, a, second, b));
     }
     return !std::isnan(a) ? a : !std::isnan(b) ? b : fallback;
   };
-  c.rope_theta = checked_number(one_of("rotary_emb_base", "rope_theta", 10000), 0, true, file.string(),
-                                "rotary_emb_base");
+  c.rope_theta =
+      checked_number(one_of("rotary_emb_base", "rope_theta", 10000), 0, true, file.string(), "rotary_emb_base");
   const double fraction =
       checked_number(one_of("rotary_pct", "partial_rotary_factor", 0.25), 0, false, file.string(), "rotary_pct");
   if (fraction > 1) throw InputError(fmt::format("{}: \"rotary_pct\" is {:g}, above 1", file.string(), fraction));
@@ -51,14 +51,14 @@ ModelConfig config_from_json(const nlohmann::json& config, const fs::path& file,
   for (const char* prefix : {"", "gpt_neox."}) {
     if (checkpoint.contains(std::string(prefix) + "embed_in.weight")) c.tensor_prefix = prefix;
   }
-  require_declared_sizes(
-      checkpoint, file.string(), "num_hidden_layers", c.layers, c.tensor_prefix + "layers.",
-      {{declared_value("hidden_size", c.hidden), c.hidden, c.tensor_prefix + "embed_in.weight", 1},
-       {declared_value("vocab_size", c.vocab), c.vocab, c.tensor_prefix + "embed_in.weight", 0, false},
-       {declared_value("intermediate_size", c.intermediate), c.intermediate,
-        c.tensor_prefix + "layers.0.mlp.dense_h_to_4h.weight", 0},
-       {declared_value("hidden_size", c.hidden) + ", 3 x hidden_size", 3 * c.hidden,
-        c.tensor_prefix + "layers.0.attention.query_key_value.weight", 0}});
+  require_declared_sizes(checkpoint, file.string(), "num_hidden_layers", c.layers, c.tensor_prefix + "layers.",
+                         {{declared_value("hidden_size", c.hidden), c.hidden, c.tensor_prefix + "embed_in.weight", 1},
+                          {declared_value("vocab_size", c.vocab), c.vocab, c.tensor_prefix + "embed_in.weight", 0,
+                           false},
+                          {declared_value("intermediate_size", c.intermediate), c.intermediate,
+                           c.tensor_prefix + "layers.0.mlp.dense_h_to_4h.weight", 0},
+                          {declared_value("hidden_size", c.hidden) + ", 3 x hidden_size", 3 * c.hidden,
+                           c.tensor_prefix + "layers.0.attention.query_key_value.weight", 0}});
   return c;
 }
 
@@ -74,8 +74,8 @@ AttentionWeights split_fused(const Matrix& fused, const Vector& bias, std::int64
   AttentionWeights w{Matrix(D, heads * d), Matrix(D, heads * d), Matrix(D, heads * d),
                      Vector(heads * d),    Vector(heads * d),    Vector(heads * d)};
   for (std::int64_t h = 0; h < heads; ++h) {
-    for (auto [part, weight, b] : {std::tuple{0, &w.W_Q, &w.b_Q}, std::tuple{1, &w.W_K, &w.b_K},
-                                   std::tuple{2, &w.W_V, &w.b_V}}) {
+    for (auto [part, weight, b] :
+         {std::tuple{0, &w.W_Q, &w.b_Q}, std::tuple{1, &w.W_K, &w.b_K}, std::tuple{2, &w.W_V, &w.b_V}}) {
       weight->middleCols(h * d, d) = fused.middleRows((3 * h + part) * d, d).transpose();
       b->segment(h * d, d) = bias.segment((3 * h + part) * d, d);
     }
@@ -103,11 +103,11 @@ void forward(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h, std::
     if (c.rotary_dims > 0) layer.rotary = theory::Rotary::partial_half_split(d, c.rotary_dims, c.rope_theta);
     layer.X = norm(h, p + "input_layernorm");
     const std::string fused = tensor(p + "attention.query_key_value");
-    const Vector bias = checkpoint.contains(fused + ".bias") ? checkpoint.vector(fused + ".bias", 3 * D)
-                                                             : Vector::Zero(3 * D).eval();
+    const Vector bias =
+        checkpoint.contains(fused + ".bias") ? checkpoint.vector(fused + ".bias", 3 * D) : Vector::Zero(3 * D).eval();
     const AttentionWeights weights = split_fused(checkpoint.matrix(fused + ".weight", 3 * D, D), bias, H, d);
-    const Matrix attended = project(checkpoint, fill_heads(layer, weights, H, &map, l, sink),
-                                    tensor(p + "attention.dense"), D, sink);
+    const Matrix attended =
+        project(checkpoint, fill_heads(layer, weights, H, &map, l, sink), tensor(p + "attention.dense"), D, sink);
     const auto mlp = [&](const Matrix& x) {
       Matrix inter = project(checkpoint, x, tensor(p + "mlp.dense_h_to_4h"), I, sink);
       apply_hidden_activation(inter, c.hidden_act, sink.float32_products);
@@ -125,10 +125,11 @@ void forward(const Checkpoint& checkpoint, const ModelConfig& c, Matrix h, std::
 }
 
 std::string describe(const ModelConfig& c) {
-  return fmt::format("rotary positions on the first {} of each head's {} coordinates (base {:g}, pairs (p, p+{})); "
-                     "{} residual\n",
-                     c.rotary_dims, c.head_dim(), c.rope_theta, c.rotary_dims / 2,
-                     c.parallel_residual ? "parallel (attention and MLP read the same states)" : "sequential");
+  return fmt::format(
+      "rotary positions on the first {} of each head's {} coordinates (base {:g}, pairs (p, p+{})); "
+      "{} residual\n",
+      c.rotary_dims, c.head_dim(), c.rope_theta, c.rotary_dims / 2,
+      c.parallel_residual ? "parallel (attention and MLP read the same states)" : "sequential");
 }
 
 }  // namespace

@@ -35,6 +35,7 @@ void check_shape(const ModelConfig& c, const std::string& source) {
 // Tensor names of one layer's parts, in the checkpoint's own naming.
 struct Names {
   std::string attention_norm, q, k, v, o, mlp_norm, gate, up, down;
+  std::string qkv, gate_up;  // Phi-3's fused projections
   // The head norms and Gemma 2's sandwich norms (used when the family has them).
   std::string q_norm, k_norm, attention_out_norm, mlp_out_norm;
 };
@@ -42,9 +43,13 @@ struct Names {
 Names layer_names(const ModelConfig& c, std::int64_t layer) {
   if (c.gguf) {
     const std::string p = fmt::format("blk.{}.", layer);
-    return {p + "attn_norm",    p + "attn_q",      p + "attn_k",      p + "attn_v",
-            p + "attn_output",  p + "ffn_norm",    p + "ffn_gate",    p + "ffn_up",
-            p + "ffn_down",     p + "attn_q_norm", p + "attn_k_norm", p + "post_attention_norm",
+    return {p + "attn_norm",    p + "attn_q",
+            p + "attn_k",       p + "attn_v",
+            p + "attn_output",  p + "ffn_norm",
+            p + "ffn_gate",     p + "ffn_up",
+            p + "ffn_down",     p + "attn_qkv",
+            p + "ffn_up",       p + "attn_q_norm",
+            p + "attn_k_norm",  p + "post_attention_norm",
             p + "post_ffw_norm"};
   }
   const std::string p = fmt::format("{}layers.{}.", c.tensor_prefix, layer);
@@ -57,6 +62,8 @@ Names layer_names(const ModelConfig& c, std::int64_t layer) {
           p + "mlp.gate_proj",
           p + "mlp.up_proj",
           p + "mlp.down_proj",
+          p + "self_attn.qkv_proj",
+          p + "mlp.gate_up_proj",
           p + "self_attn.q_norm",
           p + "self_attn.k_norm",
           p + "post_attention_layernorm",
@@ -76,7 +83,7 @@ const DecoderTraits llama_traits{.family = "Llama", .gguf_interleaved_rope = tru
 // The sizes as config.json names them (GGUF: under `gguf_prefix`, llama.cpp's names), checked against the
 // embeddings and layer 0's projections: the query heads against the query projection's rows, and so on.
 void require_decoder_sizes(const ModelConfig& c, const Checkpoint& checkpoint, const std::string& source,
-                           const std::optional<std::string>& gguf_prefix, const Names& layer0) {
+                           const std::optional<std::string>& gguf_prefix, const Names& layer0, bool fused) {
   const auto key = [&](const char* json, const char* gguf) {
     return gguf_prefix ? *gguf_prefix + gguf : std::string(json);
   };
@@ -84,16 +91,39 @@ void require_decoder_sizes(const ModelConfig& c, const Checkpoint& checkpoint, c
   const std::string kv_heads = key("num_key_value_heads", "attention.head_count_kv");
   const std::string head_dim = key("head_dim", "attention.key_length");
   const std::int64_t d = c.head_dim();
+  const std::string intermediate = key("intermediate_size", "feed_forward_length");
+  std::vector<DeclaredExtent> extents{{declared_value(key("hidden_size", "embedding_length"), c.hidden), c.hidden,
+                                       embeddings, 1},
+                                      {declared_value(key("vocab_size", "vocab_size"), c.vocab), c.vocab, embeddings, 0,
+                                       false}};
+  if (fused) {
+    extents.push_back({fmt::format("(\"{}\" {} + 2 x \"{}\" {}) x \"{}\" {}", heads, c.heads, kv_heads,
+                                   c.key_value_heads(), head_dim, d),
+                       (c.heads + 2 * c.key_value_heads()) * d, layer0.qkv + ".weight", 0});
+    extents.push_back({fmt::format("2 x \"{}\" {}", intermediate, c.intermediate), 2 * c.intermediate,
+                       layer0.gate_up + ".weight", 0});
+  } else {
+    extents.push_back(
+        {fmt::format("\"{}\" {} x \"{}\" {}", heads, c.heads, head_dim, d), c.heads * d, layer0.q + ".weight", 0});
+    extents.push_back({fmt::format("\"{}\" {} x \"{}\" {}", kv_heads, c.key_value_heads(), head_dim, d),
+                       c.key_value_heads() * d, layer0.k + ".weight", 0});
+    extents.push_back({declared_value(intermediate, c.intermediate), c.intermediate, layer0.up + ".weight", 0});
+  }
   require_declared_sizes(checkpoint, source, key("num_hidden_layers", "block_count"), c.layers,
-                         c.gguf ? "blk." : c.tensor_prefix + "layers.",
-                         {{declared_value(key("hidden_size", "embedding_length"), c.hidden), c.hidden, embeddings, 1},
-                          {declared_value(key("vocab_size", "vocab_size"), c.vocab), c.vocab, embeddings, 0, false},
-                          {fmt::format("\"{}\" {} x \"{}\" {}", heads, c.heads, head_dim, d), c.heads * d,
-                           layer0.q + ".weight", 0},
-                          {fmt::format("\"{}\" {} x \"{}\" {}", kv_heads, c.key_value_heads(), head_dim, d),
-                           c.key_value_heads() * d, layer0.k + ".weight", 0},
-                          {declared_value(key("intermediate_size", "feed_forward_length"), c.intermediate),
-                           c.intermediate, layer0.up + ".weight", 0}});
+                         c.gguf ? "blk." : c.tensor_prefix + "layers.", extents);
+}
+
+// Phi-3's qkv_proj (rows: the queries, then the keys, then the values; no biases) as the maps of rows of
+// AttentionWeights.
+AttentionWeights fused_attention_weights(const Checkpoint& checkpoint, const std::string& name, std::int64_t hidden,
+                                         std::int64_t query_width, std::int64_t key_value_width) {
+  const Matrix fused = checkpoint.matrix(name + ".weight", query_width + 2 * key_value_width, hidden);
+  return {fused.topRows(query_width).transpose(),
+          fused.middleRows(query_width, key_value_width).transpose(),
+          fused.bottomRows(key_value_width).transpose(),
+          Vector::Zero(query_width),
+          Vector::Zero(key_value_width),
+          Vector()};
 }
 
 // Positions i attend to keys j with i - window < j <= i (transformers' sliding-window causal mask).
@@ -142,7 +172,7 @@ ModelConfig llama_like_config(const nlohmann::json& config, const fs::path& file
     if (checkpoint.contains(std::string(prefix) + "embed_tokens.weight")) c.tensor_prefix = prefix;
   }
   check_shape(c, file.string());
-  require_decoder_sizes(c, checkpoint, file.string(), std::nullopt, layer_names(c, 0));
+  require_decoder_sizes(c, checkpoint, file.string(), std::nullopt, layer_names(c, 0), traits.fused_projections);
   return c;
 }
 
@@ -185,7 +215,7 @@ ModelConfig llama_like_config_from_gguf(const GgufHeader& header, const Checkpoi
   const auto& embedding = checkpoint.info("token_embd.weight");
   c.vocab = meta.size_or("vocab_size", embedding.shape.empty() ? 0 : embedding.shape.front());
   check_shape(c, header.source);
-  require_decoder_sizes(c, checkpoint, header.source, meta.prefix, layer_names(c, 0));
+  require_decoder_sizes(c, checkpoint, header.source, meta.prefix, layer_names(c, 0), traits.fused_projections);
   return c;
 }
 
@@ -241,14 +271,22 @@ void llama_like_forward(const Checkpoint& checkpoint, const ModelConfig& c, Matr
       layer.key_norm = HeadNorm{gain_of(names.k_norm, d), c.layer_norm_eps};
     }
     layer.X = norm(h, names.attention_norm);
-    const AttentionWeights weights = linear_attention_weights(checkpoint, names.q, names.k, names.v, D, H * d, G * d);
+    const AttentionWeights weights =
+        traits.fused_projections ? fused_attention_weights(checkpoint, names.qkv, D, H * d, G * d)
+                                 : linear_attention_weights(checkpoint, names.q, names.k, names.v, D, H * d, G * d);
     Matrix attended = project(checkpoint, fill_heads(layer, weights, H, &map, l, sink), names.o, D, sink);
     if (traits.sandwich_norms) attended = norm(attended, names.attention_out_norm);
     h += attended;
     const Matrix m = norm(h, names.mlp_norm);
-    Matrix gate = project(checkpoint, m, names.gate, I, sink);
+    Matrix gate, up;
+    if (traits.fused_projections) {
+      const Matrix gate_up = project(checkpoint, m, names.gate_up, 2 * I, sink);
+      gate = gate_up.leftCols(I), up = gate_up.rightCols(I);
+    } else {
+      gate = project(checkpoint, m, names.gate, I, sink), up = project(checkpoint, m, names.up, I, sink);
+    }
     apply_hidden_activation(gate, c.hidden_act, sink.float32_products);
-    Matrix mlp = project(checkpoint, gate.cwiseProduct(project(checkpoint, m, names.up, I, sink)), names.down, D, sink);
+    Matrix mlp = project(checkpoint, gate.cwiseProduct(up), names.down, D, sink);
     if (traits.sandwich_norms) mlp = norm(mlp, names.mlp_out_norm);
     h += mlp;
     require_finite_hidden_states(h, l);

@@ -22,6 +22,9 @@ struct DecoderTraits {
   // Llama: llama.cpp's converter permutes the query and key rows so that ggml rotates pairs (2p, 2p+1); the other
   // families' GGUF files keep Hugging Face's rows, which ggml rotates in pairs (p, p + d/2).
   bool gguf_interleaved_rope = false;
+  // Phi-3: the query, key and value projections fused into self_attn.qkv_proj (rows q | k | v) and the MLP's gate
+  // and up projections into mlp.gate_up_proj (rows gate | up).
+  bool fused_projections = false;
   // Where config.json's checkpoints keep the decoder: the last of these the embeddings are found under.
   std::vector<const char*> tensor_prefixes{"", "model."};
 };

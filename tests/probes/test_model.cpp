@@ -1152,3 +1152,84 @@ TEST_CASE("GPT-NeoX checkpoints are read, and what its adapter does not compute 
   wide["intermediate_size"] = 64;
   refused(wide, "intermediate_size");
 }
+
+TEST_CASE("a Phi-3 checkpoint, its projections fused, gives Mistral's numbers on the same weights", "[model]") {
+  TempDir dir;
+  const fs::path mistral = dir.path / "mistral", phi3 = dir.path / "phi3";
+  write_tiny_llama(mistral, "mistral", 2, 4);
+  const auto reference = TransformerModel::load(mistral);
+  const Checkpoint& weights = reference.checkpoint();
+  constexpr std::int64_t D = 16, H = 4, G = 2, d = 6, I = 24;
+  std::vector<NamedTensor> tensors;
+  const auto add = [&](const std::string& name, std::vector<Matrix> parts, std::int64_t cols) {
+    std::vector<double> values;
+    std::int64_t rows = 0;
+    for (const Matrix& part : parts) {
+      rows += part.rows();
+      for (Index i = 0; i < part.rows(); ++i)
+        values.insert(values.end(), part.row(i).data(), part.row(i).data() + cols);
+    }
+    tensors.push_back({name, rows == 1 ? std::vector<std::int64_t>{cols} : std::vector<std::int64_t>{rows, cols},
+                       std::move(values), DType::F32});
+  };
+  const auto matrix = [&](const std::string& name, std::int64_t rows, std::int64_t cols) {
+    return weights.matrix(name, rows, cols);
+  };
+  const auto vector = [&](const std::string& name, std::int64_t n) {
+    return Matrix(weights.vector(name, n).transpose());
+  };
+  add("model.embed_tokens.weight", {matrix("model.embed_tokens.weight", 40, D)}, D);
+  add("model.norm.weight", {vector("model.norm.weight", D)}, D);
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = fmt::format("model.layers.{}.", l);
+    for (const char* norm : {"input_layernorm.weight", "post_attention_layernorm.weight"}) {
+      add(p + norm, {vector(p + norm, D)}, D);
+    }
+    add(p + "self_attn.qkv_proj.weight",
+        {matrix(p + "self_attn.q_proj.weight", H * d, D), matrix(p + "self_attn.k_proj.weight", G * d, D),
+         matrix(p + "self_attn.v_proj.weight", G * d, D)},
+        D);
+    add(p + "self_attn.o_proj.weight", {matrix(p + "self_attn.o_proj.weight", D, H * d)}, H * d);
+    add(p + "mlp.gate_up_proj.weight",
+        {matrix(p + "mlp.gate_proj.weight", I, D), matrix(p + "mlp.up_proj.weight", I, D)}, D);
+    add(p + "mlp.down_proj.weight", {matrix(p + "mlp.down_proj.weight", D, I)}, I);
+  }
+  fs::create_directories(phi3);
+  write_safetensors(phi3 / "model.safetensors", tensors);
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(mistral / "config.json"));
+  config["model_type"] = "phi3";
+  write_config(phi3, config);
+
+  const auto model = TransformerModel::load(phi3);
+  CHECK(architecture_name(model.config()) == "Phi-3");
+  CHECK(model.config().sliding_window == 4);
+  const std::vector<std::int64_t> ids{3, 9, 1, 30, 7, 12, 5, 22};
+  auto expected = reference.forward(ids), got = model.forward(ids);
+  REQUIRE(got.size() == expected.size());
+  for (std::size_t l = 0; l < got.size(); ++l) {
+    CHECK((got[l].X - expected[l].X).cwiseAbs().maxCoeff() <= 1e-13 * expected[l].X.cwiseAbs().maxCoeff());
+    REQUIRE(got[l].attended.has_value());  // the window of 4 over 8 positions
+    CHECK((*got[l].attended == *expected[l].attended).all());
+    for (int head = 0; head < H; ++head) {
+      const auto a = measure_head(got[l], static_cast<int>(l), head),
+                 b = measure_head(expected[l], static_cast<int>(l), head);
+      CHECK(a.softmax.value == Approx(b.softmax.value).epsilon(1e-12));
+      CHECK(a.softmax.dWq == Approx(b.softmax.dWq).epsilon(1e-12));
+      CHECK(a.softmax.dWk == Approx(b.softmax.dWk).epsilon(1e-12));
+    }
+  }
+
+  const auto refused = [&](nlohmann::json changed, const std::string& message) {
+    write_config(phi3, changed);
+    CHECK_THROWS_WITH(TransformerModel::load(phi3), Catch::Contains("config.json") && Catch::Contains(message));
+  };
+  auto partial = config;
+  partial["partial_rotary_factor"] = 0.75;
+  refused(partial, "\"partial_rotary_factor\" is 0.75: Phi-3's partial rotary is not supported");
+  auto longrope = config;
+  longrope["rope_scaling"] = {{"type", "longrope"}};
+  refused(longrope, "rope_scaling");
+  auto wide = config;
+  wide["num_key_value_heads"] = 4;
+  refused(wide, "(\"num_attention_heads\" 4 + 2 x \"num_key_value_heads\" 4) x \"head_dim\" 6");
+}
