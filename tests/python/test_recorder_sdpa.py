@@ -1,8 +1,8 @@
 """attncheck.torch's capture of torch.nn.functional.scaled_dot_product_attention: a model of any architecture is
-measured on the scores of its own SDPA calls. Debian's torch 1.13 has no SDPA, so these tests put in a stand-in of
-its signature and semantics (torch 2.5's: attn_mask boolean or additive, is_causal, scale, enable_gqa); the rows
-must equal the score-side fields of the recognised path (attncheck.attention_norms on the same weights) to 1e-12.
-With torch >= 2 the real function is wrapped the same way (docs/python.md records that run)."""
+measured on the scores of its own SDPA calls. Debian's torch 1.13 has no SDPA, so there these tests put in a stand-in
+of its signature and semantics (torch 2.5's: attn_mask boolean or additive, is_causal, scale, enable_gqa); under
+torch >= 2.5 they run on the real function (docs/python.md records that run). The rows must equal the score-side
+fields of the recognised path (attncheck.attention_norms on the same weights) to 1e-12."""
 import json
 import math
 import warnings
@@ -35,9 +35,15 @@ def stand_in_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fa
     return torch.softmax(scores, dim=-1) @ value
 
 
+REAL_SDPA = callable(getattr(torch.nn.functional, "scaled_dot_product_attention", None))
+
+
 @pytest.fixture(autouse=True)
 def sdpa(monkeypatch):
-    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", stand_in_sdpa, raising=False)
+    """The function the models call: torch's own where it has one, else the stand-in."""
+    if not REAL_SDPA:
+        monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", stand_in_sdpa, raising=False)
+    return torch.nn.functional.scaled_dot_product_attention
 
 
 class Attention(torch.nn.Module):
@@ -96,7 +102,7 @@ def check(rows, expected, layer):
 
 @pytest.mark.parametrize("options", [{}, {"causal": True}, {"kv_heads": 2}, {"scale": 0.7}],
                          ids=["bidirectional", "causal", "grouped-keys", "explicit-scale"])
-def test_each_sdpa_call_is_a_layer_measured_on_its_own_scores(options):
+def test_each_sdpa_call_is_a_layer_measured_on_its_own_scores(options, sdpa):
     model = model_of(**options)
     x = torch.randn(3, 10, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(1)) * 2
     with warnings.catch_warnings():
@@ -105,7 +111,7 @@ def test_each_sdpa_call_is_a_layer_measured_on_its_own_scores(options):
     assert len(rows) == 3  # per sequence of the batch
     for layer, index in ((0, 0), (1, 2)):
         check([row for row in rows[0] if row["layer"] == layer], expected_rows(model, x, index), layer)
-    assert torch.nn.functional.scaled_dot_product_attention is stand_in_sdpa  # restored when probe() is done
+    assert torch.nn.functional.scaled_dot_product_attention is sdpa  # restored when probe() is done
 
 
 def test_masks_and_what_ifs_with_the_head_size_from_the_call():
@@ -125,7 +131,7 @@ def test_masks_and_what_ifs_with_the_head_size_from_the_call():
                 assert ours["grad_fro"] == pytest.approx(theirs["grad_fro"], rel=1e-12)
 
 
-def test_the_recorder_logs_sdpa_layers_each_step_and_the_report_reads_them(tmp_path):
+def test_the_recorder_logs_sdpa_layers_each_step(tmp_path, sdpa):
     model = model_of(causal=True).train()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     x = torch.randn(4, 8, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
@@ -141,7 +147,7 @@ def test_the_recorder_logs_sdpa_layers_each_step_and_the_report_reads_them(tmp_p
     lines = [json.loads(line) for line in open(tmp_path / "run" / "attncheck-probe.jsonl")]
     assert sorted({line["step"] for line in lines}) == [0, 2, 4]
     assert len(lines) == 3 * 2 * 4 and all(line["causal"] and line["N"] == 8 for line in lines)
-    assert torch.nn.functional.scaled_dot_product_attention is stand_in_sdpa
+    assert torch.nn.functional.scaled_dot_product_attention is sdpa
 
 
 def test_calls_inside_measured_layers_are_not_measured_twice_and_others_are_skipped_with_a_reason():
@@ -168,16 +174,16 @@ def test_calls_inside_measured_layers_are_not_measured_twice_and_others_are_skip
         assert sum(reason in str(w.message) for w in caught) == 2, [str(w.message) for w in caught]
 
 
-def test_capture_sdpa_false_and_a_closed_recorder_leave_the_function_alone():
+def test_capture_sdpa_false_and_a_closed_recorder_leave_the_function_alone(sdpa):
     model = model_of()
     with AttentionRecorder(model, out=None, capture_sdpa=False):
-        assert torch.nn.functional.scaled_dot_product_attention is stand_in_sdpa
+        assert torch.nn.functional.scaled_dot_product_attention is sdpa
     first = AttentionRecorder(model, out=None, training_only=False, every=1, count="forwards")
     second = AttentionRecorder(model, out=None, training_only=False, every=1, count="forwards")
     first.close()  # closed out of order: the second's wrapper stays installed, the first's passes calls on
     second.close()
     q = torch.randn(1, 2, 3, 4, generator=torch.Generator().manual_seed(4))
-    assert torch.equal(torch.nn.functional.scaled_dot_product_attention(q, q, q), stand_in_sdpa(q, q, q))
+    assert torch.equal(torch.nn.functional.scaled_dot_product_attention(q, q, q), sdpa(q, q, q))
     records = []
     with AttentionRecorder(model, out=None, training_only=False, every=1, count="forwards", callback=records.append):
         model(torch.randn(1, 4, 16, dtype=torch.float64))
