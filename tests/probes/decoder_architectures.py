@@ -91,7 +91,7 @@ def has_head_norms(config):
 
 def tensor_prefix(family):
     return {"qwen2": "model.", "qwen3": "model.", "gemma": "model.", "gemma2": "", "gemma3_text": "model.",
-            "gemma3": "language_model.model."}[family]
+            "gemma3": "language_model.model.", "phi3": "model."}[family]
 
 
 def random_weights(config, family):

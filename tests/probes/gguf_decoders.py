@@ -14,7 +14,8 @@
 
 Families (GGUF architecture in parentheses): qwen2 (qwen2: biased q/k/v), qwen3 (qwen3: q/k norms), gemma (gemma),
 gemma2 (gemma2: logit cap, window on the even layers, sandwich norms), gemma3 (gemma3: q/k norms, window on all
-layers but every sixth, two rotary bases, linear scaling). Their configurations stay within what GGUF metadata says:
+layers but every sixth, two rotary bases, linear scaling), phi3 (phi3: fused qkv_proj and gate_up_proj, the window
+on every layer). Their configurations stay within what GGUF metadata says:
 llama.cpp takes Gemma's and Gemma 2's rotary base as 10000, the scale as head_dim^-1/2 (query_pre_attn_scalar =
 head_dim), Gemma 3's window pattern as 6 and its sliding layers' base as 10000.
 
@@ -42,13 +43,16 @@ from decoder_architectures import TOKENS, family_config, random_weights  # noqa:
 from torch_reference import read_safetensors, write_safetensors  # noqa: E402
 
 ARCHITECTURES = {"qwen2": gguf.MODEL_ARCH.QWEN2, "qwen3": gguf.MODEL_ARCH.QWEN3, "gemma": gguf.MODEL_ARCH.GEMMA,
-                 "gemma2": gguf.MODEL_ARCH.GEMMA2, "gemma3": gguf.MODEL_ARCH.GEMMA3}
+                 "gemma2": gguf.MODEL_ARCH.GEMMA2, "gemma3": gguf.MODEL_ARCH.GEMMA3, "phi3": gguf.MODEL_ARCH.PHI3}
 
 
 def config_for(family):
     """config.json of the family's tiny model (with head_dim for drawing the weights; Qwen2 saves it without)."""
     if family == "qwen3":
         return family_config("qwen3")
+    if family == "phi3":
+        return dict(family_config("qwen3"), model_type="phi3", architectures=["Phi3ForCausalLM"], head_dim=8,
+                    sliding_window=5, use_sliding_window=None)
     if family == "qwen2":
         return dict(family_config("qwen3"), model_type="qwen2", architectures=["Qwen2ForCausalLM"], head_dim=8,
                     attention_bias=True)
@@ -75,7 +79,19 @@ def float32_weights(config, family):
             if not np.all((value.astype(np.float64) + 1).astype(np.float32) == value.astype(np.float64) + 1):
                 raise SystemExit(f"{name}: 1 + weight is not a float32")
         weights[name] = value
-    return weights
+    return fused_for_phi3(weights, config) if family == "phi3" else weights
+
+
+def fused_for_phi3(weights, config):
+    """Phi-3's checkpoint of the same weights: q, k, v rows stacked into qkv_proj, gate and up into gate_up_proj."""
+    fused = dict(weights)
+    for l in range(config["num_hidden_layers"]):
+        p = f"model.layers.{l}."
+        fused[p + "self_attn.qkv_proj.weight"] = np.concatenate(
+            [fused.pop(p + f"self_attn.{x}_proj.weight") for x in "qkv"])
+        fused[p + "mlp.gate_up_proj.weight"] = np.concatenate(
+            [fused.pop(p + "mlp.gate_proj.weight"), fused.pop(p + "mlp.up_proj.weight")])
+    return fused
 
 
 def write_gguf(path, family, config, weights, q8_0=False):
@@ -93,8 +109,11 @@ def write_gguf(path, family, config, weights, q8_0=False):
     writer.add_head_count_kv(c["num_key_value_heads"])
     writer.add_layer_norm_rms_eps(c["rms_norm_eps"])
     # Gemma's and Gemma 2's converters write no rotary base (llama.cpp's default, 10000, applies).
-    if family in ("qwen2", "qwen3", "gemma3"):
+    if family in ("qwen2", "qwen3", "gemma3", "phi3"):
         writer.add_rope_freq_base(c["rope_theta"])
+    if family == "phi3":
+        writer.add_rope_dimension_count(c["hidden_size"] // c["num_attention_heads"])
+        writer.add_sliding_window(c["sliding_window"])
     if "head_dim" in c and family != "qwen2":
         writer.add_key_length(c["head_dim"])
         writer.add_value_length(c["head_dim"])
