@@ -573,7 +573,8 @@ const bool registered = register_subcommand(
     "live per-layer, per-head attention norms of a checkpoint (BERT, RoBERTa, DistilBERT, GPT-2, Llama, Mistral, "
     "Qwen2, Qwen3, Gemma, Gemma 2, Gemma 3, Phi-3, GPT-NeoX (Pythia), ViT, DINOv2, CLIP's vision and text towers; "
     "safetensors, or GGUF for "
-    "BERT, RoBERTa, DistilBERT, Llama, Mistral, Qwen2, Qwen3, Gemma, Gemma 2, Gemma 3, Phi-3 and CLIP's vision tower) "
+    "BERT, RoBERTa, DistilBERT, Llama, Mistral, Qwen2, Qwen3, Gemma, Gemma 2, Gemma 3, Phi-3, GPT-NeoX and CLIP's "
+    "vision tower) "
     "against the theory",
     [](CLI::App& command) -> std::function<int()> {
       auto o = std::make_shared<ProbeOptions>();

@@ -15,7 +15,9 @@
 Families (GGUF architecture in parentheses): qwen2 (qwen2: biased q/k/v), qwen3 (qwen3: q/k norms), gemma (gemma),
 gemma2 (gemma2: logit cap, window on the even layers, sandwich norms), gemma3 (gemma3: q/k norms, window on all
 layers but every sixth, two rotary bases, linear scaling), phi3 (phi3: fused qkv_proj and gate_up_proj, the window
-on every layer). Their configurations stay within what GGUF metadata says:
+on every layer), gptneox (gptneox: not Llama's block; LayerNorms, a fused query_key_value laid out head by head,
+which llama.cpp's converter regroups into every query, every key, every value; half of each head rotated, parallel
+residual). Their configurations stay within what GGUF metadata says:
 llama.cpp takes Gemma's and Gemma 2's rotary base as 10000, the scale as head_dim^-1/2 (query_pre_attn_scalar =
 head_dim), Gemma 3's window pattern as 6 and its sliding layers' base as 10000.
 
@@ -43,13 +45,19 @@ from decoder_architectures import TOKENS, family_config, random_weights  # noqa:
 from torch_reference import read_safetensors, write_safetensors  # noqa: E402
 
 ARCHITECTURES = {"qwen2": gguf.MODEL_ARCH.QWEN2, "qwen3": gguf.MODEL_ARCH.QWEN3, "gemma": gguf.MODEL_ARCH.GEMMA,
-                 "gemma2": gguf.MODEL_ARCH.GEMMA2, "gemma3": gguf.MODEL_ARCH.GEMMA3, "phi3": gguf.MODEL_ARCH.PHI3}
+                 "gemma2": gguf.MODEL_ARCH.GEMMA2, "gemma3": gguf.MODEL_ARCH.GEMMA3, "phi3": gguf.MODEL_ARCH.PHI3,
+                 "gptneox": gguf.MODEL_ARCH.GPTNEOX}
 
 
 def config_for(family):
     """config.json of the family's tiny model (with head_dim for drawing the weights; Qwen2 saves it without)."""
     if family == "qwen3":
         return family_config("qwen3")
+    if family == "gptneox":
+        return dict(model_type="gpt_neox", architectures=["GPTNeoXForCausalLM"], vocab_size=50, hidden_size=32,
+                    intermediate_size=48, num_hidden_layers=3, num_attention_heads=4, max_position_embeddings=64,
+                    rotary_pct=0.5, rotary_emb_base=10000, layer_norm_eps=1e-5, hidden_act="gelu",
+                    use_parallel_residual=True)
     if family == "phi3":
         return dict(family_config("qwen3"), model_type="phi3", architectures=["Phi3ForCausalLM"], head_dim=8,
                     sliding_window=5, use_sliding_window=None)
@@ -66,9 +74,40 @@ def config_for(family):
                 rope_local_base_freq=10000.0, query_pre_attn_scalar=12)
 
 
+def gptneox_weights(config):
+    """GPT-NeoX's tensors under Hugging Face's names, float32, large enough that attention is far from uniform."""
+    rng = np.random.default_rng(20261129)
+    D, I, V = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
+    randn = lambda *shape, scale=0.35: (scale * rng.standard_normal(shape)).astype(np.float32)
+    w = {"gpt_neox.embed_in.weight": randn(V, D, scale=1.0), "gpt_neox.final_layer_norm.weight": 1 + randn(D),
+         "gpt_neox.final_layer_norm.bias": randn(D)}
+    for l in range(config["num_hidden_layers"]):
+        p = f"gpt_neox.layers.{l}."
+        for norm in ("input_layernorm", "post_attention_layernorm"):
+            w[p + norm + ".weight"], w[p + norm + ".bias"] = 1 + randn(D, scale=0.2), randn(D, scale=0.2)
+        w[p + "attention.query_key_value.weight"], w[p + "attention.query_key_value.bias"] = randn(3 * D, D), randn(3 * D)
+        w[p + "attention.dense.weight"], w[p + "attention.dense.bias"] = randn(D, D), randn(D)
+        w[p + "mlp.dense_h_to_4h.weight"], w[p + "mlp.dense_h_to_4h.bias"] = randn(I, D), randn(I)
+        w[p + "mlp.dense_4h_to_h.weight"], w[p + "mlp.dense_4h_to_h.bias"] = randn(D, I), randn(D)
+    return w
+
+
+def gptneox_regrouped(name, value, heads, inverse=False):
+    """What llama.cpp's converter writes for a GPT-NeoX query_key_value tensor: the rows of every head's query, then
+    of every key, then of every value (its modify_tensors), instead of head by head; `inverse`: back again."""
+    if ".attention.query_key_value." not in name:
+        return value
+    rest = value.shape[1:]
+    if inverse:
+        return value.reshape((3, heads, -1) + rest).swapaxes(0, 1).reshape(value.shape)
+    return value.reshape((heads, 3, -1) + rest).swapaxes(0, 1).reshape(value.shape)
+
+
 def float32_weights(config, family):
     """random_weights as float32; Gemma's gains w chosen so that 1 + w is a float32 too (llama.cpp's converter
     stores 1 + w, which float32 would otherwise round)."""
+    if family == "gptneox":
+        return gptneox_weights(config)
     weights = {}
     for name, tensor in random_weights(config, "gemma3_text" if family == "gemma3" else family).items():
         value = tensor.numpy().astype(np.float32)
@@ -101,6 +140,8 @@ def write_gguf(path, family, config, weights, q8_0=False):
     arch = ARCHITECTURES[family]
     c = config
     writer = gguf.GGUFWriter(path + ".tmp", gguf.MODEL_ARCH_NAMES[arch])
+    if family == "gptneox":
+        return write_gptneox_gguf(writer, path, c, weights, q8_0)
     writer.add_context_length(c["max_position_embeddings"])
     writer.add_embedding_length(c["hidden_size"])
     writer.add_block_count(c["num_hidden_layers"])
@@ -139,6 +180,33 @@ def write_gguf(path, family, config, weights, q8_0=False):
         stored = add_weight(writer, mapped, value, q8_0)
         if stored is not value:  # quantized (Gemma's gains stay as the safetensors twin holds them)
             held[name] = stored
+    finish(writer, path)
+    return held
+
+
+def write_gptneox_gguf(writer, path, c, weights, q8_0):
+    """llama.cpp's GPTNeoXModel: its metadata (no rotary base: llama.cpp's 10000), the tensors under the gguf
+    package's names, query_key_value regrouped. Returns the weights as the file holds them, under Hugging Face's
+    names and layout."""
+    heads = c["num_attention_heads"]
+    writer.add_context_length(c["max_position_embeddings"])
+    writer.add_embedding_length(c["hidden_size"])
+    writer.add_block_count(c["num_hidden_layers"])
+    writer.add_feed_forward_length(c["intermediate_size"])
+    writer.add_rope_dimension_count(int(c["rotary_pct"] * (c["hidden_size"] // heads)))
+    writer.add_head_count(heads)
+    writer.add_parallel_residual(c["use_parallel_residual"])
+    writer.add_layer_norm_eps(c["layer_norm_eps"])
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GPTNEOX, c["num_hidden_layers"])
+    held = dict(weights)
+    for name, value in weights.items():
+        mapped = names.get_name(name, try_suffixes=(".weight", ".bias"))
+        if mapped is None:
+            raise SystemExit(f"{name}: no GGUF name for gptneox")
+        regrouped = gptneox_regrouped(name, value, heads)
+        stored = add_weight(writer, mapped, regrouped, q8_0)
+        if stored is not regrouped:  # quantized: the twin holds the dequantized rows, head by head again
+            held[name] = gptneox_regrouped(name, stored, heads, inverse=True)
     finish(writer, path)
     return held
 
