@@ -304,7 +304,8 @@ def recognise(module):
     if _is_nanogpt_attention(module) or _timm_class(module) in _TIMM_MEASURED or _timm_class(module) in _TIMM_REFUSED:
         return True
     return _from_transformers(module) and (_projection_pairs(module) is not None or _is_gpt2_attention(module)
-                                           or _linear(module, "query_key_value") is not None)
+                                           or _linear(module, "query_key_value") is not None
+                                           or _linear(module, "qkv_proj") is not None)
 
 
 def looks_like_attention(module):
@@ -349,6 +350,8 @@ def describe_call(module, root, forward, args, kwargs):
     for name in ("q_layernorm", "k_layernorm"):
         if getattr(module, name, None) is not None:
             raise Unmeasurable(f"a LayerNorm on the queries or keys ({name}, qk_layernorm) is not measured")
+    if _attribute(module, "clip_qkv") is not None:
+        raise Unmeasurable("clip_qkv clamps the queries and keys (OLMo): not the maps measured")
     if _attribute(module, "rotary_dim") is not None:
         raise Unmeasurable("rotary positions over rotary_dim coordinates, turned in adjacent pairs (GPT-J's "
                            "layout, without inv_freq), are not measured")
@@ -369,6 +372,8 @@ def describe_call(module, root, forward, args, kwargs):
             raise Unmeasurable(f"q projection of {query.out_features} outputs for {heads} heads of {head_dim}")
         kv_heads = key.out_features // head_dim
         w_q, w_k, b_q, b_k = query.weight.T, key.weight.T, query.bias, key.bias
+    elif _linear(module, "qkv_proj") is not None:
+        w_q, w_k, b_q, b_k, head_dim, kv_heads = _qkv_proj(module, heads)
     else:
         if not isinstance(getattr(module, "is_causal", None), bool):
             raise Unmeasurable("the layer does not say whether it is causal (is_causal): its mask is not known")
@@ -436,6 +441,19 @@ def _fused_projections(module, heads):
     bias = fused.bias
     return (fused.weight[query_rows].T, fused.weight[key_rows].T, None if bias is None else bias[query_rows],
             None if bias is None else bias[key_rows], d, len(key_starts))
+
+
+def _qkv_proj(module, heads):
+    """Phi-3's fused qkv_proj: rows of every query head, then of every key head, then of every value head."""
+    fused = _linear(module, "qkv_proj")
+    d = int(_attribute(module, "head_dim", default=fused.in_features // heads))
+    kv_heads = int(_attribute(module, "num_key_value_heads", default=heads))
+    if fused.out_features != (heads + 2 * kv_heads) * d:
+        raise Unmeasurable(f"qkv_proj has {fused.out_features} outputs, not ({heads} + 2 x {kv_heads}) heads of {d}")
+    bias = fused.bias
+    width, key_width = heads * d, kv_heads * d
+    return (fused.weight[:width].T, fused.weight[width:width + key_width].T, None if bias is None else bias[:width],
+            None if bias is None else bias[width:width + key_width], d, kv_heads)
 
 
 def _keys_cached_before(module, call):

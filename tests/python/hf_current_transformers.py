@@ -1,11 +1,14 @@
-"""attncheck.torch.probe on the current transformers (5.x, which needs PyTorch >= 2.6: not the suite's 4.38.2 on
-Debian's torch 1.13) against `attncheck probe --json` on the checkpoint save_pretrained wrote, for Llama, Qwen2,
-Qwen3, Gemma 2, Gemma 3 (text), Mistral, GPT-2 and BERT, with eager and SDPA attention (Gemma 2: eager only, as
+"""attncheck.torch.probe on the current transformers (5.x, which needs PyTorch >= 2.6, or 4.57 on PyTorch 2.5: not the
+suite's 4.38.2 on Debian's torch 1.13) against `attncheck probe --json` on the checkpoint save_pretrained wrote, for
+Llama, Qwen2, Qwen3, Gemma 2, Gemma 3 (text), Mistral, Phi-3, GPT-NeoX, GPT-2 and BERT, with eager and SDPA attention (Gemma 2: eager only, as
 transformers allows), and a right-padded batch against the sequence alone. Run by hand, in a virtual environment
 of its own (about 6 GB):
 
   /usr/bin/python3 -m venv VENV && VENV/bin/pip install torch transformers numpy
   VENV/bin/python tests/python/hf_current_transformers.py BUILD_DIR WORK_DIR
+
+(A venv over Debian's Python whose torchvision is Debian's, built for torch 1.13, must hide it: run the script through
+`python -c "import sys, runpy; sys.modules['torchvision'] = None; sys.argv = [...]; runpy.run_path(...)"`.)
 
 transformers computes in float32 inside a float64 model (softmax, RMSNorm, the rotary frequencies): those are
 lifted to float64 here, so both sides are double precision. Prints, per family and attention implementation, the
@@ -40,6 +43,11 @@ def configs():
                                               attn_logit_softcapping=6.0, final_logit_softcapping=None)
     yield "gemma3", transformers.Gemma3TextConfig(**common, head_dim=12, sliding_window=5, query_pre_attn_scalar=10)
     yield "mistral", transformers.MistralConfig(**common, sliding_window=5, rope_theta=1000.0)
+    yield "phi3", transformers.Phi3Config(**common, sliding_window=5, rope_theta=1000.0, pad_token_id=0)
+    yield "gpt_neox", transformers.GPTNeoXConfig(vocab_size=50, hidden_size=32, intermediate_size=48,
+                                                 num_hidden_layers=3, num_attention_heads=4,
+                                                 max_position_embeddings=64, rotary_pct=0.5, rotary_emb_base=1000,
+                                                 tie_word_embeddings=False)
     yield "gpt2", transformers.GPT2Config(vocab_size=50, n_embd=32, n_layer=2, n_head=4, n_positions=32)
     yield "bert", transformers.BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                                           intermediate_size=64, max_position_embeddings=32)
@@ -90,3 +98,28 @@ for family, config in configs():
         alone = attncheck.torch.probe(m, torch.tensor(ids[:8]))
         worst_pad = max(abs(a[k] - b[k]) / max(abs(b[k]), 1e-300) for a, b in zip(padded, alone) for k in b if isinstance(b[k], float))
         print(f"{family} {impl}: {len(rows)} heads, max relative difference to the CLI {worst:.2e}; padded vs alone {worst_pad:.2e}; warnings {len(caught)}")
+
+# Families the command line does not read, measured in memory only: every head's ||A||_F against the model's own
+# attention probabilities (output_attentions, eager); OLMo with clip_qkv and OLMo 2 (RMSNorms over all the heads'
+# queries and keys together) must be refused with their reason.
+olmo = dict(common, rope_theta=1000.0, pad_token_id=0)
+for family, config, refused in (("olmo", transformers.OlmoConfig(**olmo), None),
+                                ("olmo-clip", transformers.OlmoConfig(**olmo, clip_qkv=0.5), "clip_qkv"),
+                                ("olmo2", transformers.Olmo2Config(**olmo), "not an RMSNorm over the head's")):
+    torch.manual_seed(0)
+    m = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").double().eval()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.mul_(10)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rows = attncheck.torch.probe(m, torch.tensor(ids))
+    if refused is not None:
+        said = [str(w.message) for w in caught if refused in str(w.message)]
+        print(f"{family}: {len(rows)} rows, refused with its reason on {len(said)} layers: {said[:1]}")
+        continue
+    with torch.no_grad():
+        attentions = m(torch.tensor(ids)[None], output_attentions=True).attentions
+    worst = max(abs(r["softmax_fro"] - float(attentions[r["layer"]][0, r["head"]].norm())) / r["softmax_fro"]
+                for r in rows)
+    print(f"{family}: {len(rows)} heads, ||A||_F against the model's own attention: max relative difference {worst:.2e}")
