@@ -56,9 +56,13 @@ int run(const SelftestOptions& o) {
   return report.passed() ? kExitHolds : kExitViolated;
 }
 
+// A build without CUDA lists the command too (scripts and CI call it everywhere), and says there what it will do.
 const bool registered = register_subcommand(
     "gpu-selftest",
-    "Check the CUDA backend against the CPU backend: Philox words bit for bit, normals, every estimand and phi",
+    gpu::built_with_cuda()
+        ? "Check the CUDA backend against the CPU backend: Philox words bit for bit, normals, every estimand and phi"
+        : "Check the CUDA backend against the CPU backend (not in this build, which has no CUDA backend: it says "
+          "so and exits 2; configure with -DATTNCHECK_CUDA=ON on a machine with nvcc)",
     [](CLI::App& command) -> std::function<int()> {
       auto options = std::make_shared<SelftestOptions>();
       command.footer(

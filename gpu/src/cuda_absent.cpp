@@ -16,6 +16,8 @@ const bool registered = monte_carlo::register_backend(
 
 }  // namespace
 
+bool built_with_cuda() { return false; }
+
 int cuda_device_count() { return 0; }
 
 std::string cuda_unavailable_reason() { return kReason; }

@@ -569,6 +569,8 @@ int cuda_device_count() {
   return count;
 }
 
+bool built_with_cuda() { return true; }
+
 std::string cuda_unavailable_reason() {
   return cuda_device_count() > 0 ? std::string() : std::string("no CUDA device answers (no GPU, or no driver)");
 }

@@ -73,6 +73,16 @@ TEST_CASE("without a device, --backend cuda exits 2 naming the reason and auto s
   CHECK_FALSE(mentions(small.err, "CUDA"));
 }
 
+TEST_CASE("the command list says whether gpu-selftest can test anything in this build") {
+  const auto help = run_attncheck("--help");
+  CHECK(help.exit_code == 0);
+#ifdef ATTNCHECK_HAVE_CUDA
+  CHECK_FALSE(mentions(help.out, "not in this build"));
+#else
+  CHECK(mentions(help.out, "not in this build, which has no CUDA backend"));
+#endif
+}
+
 TEST_CASE("gpu-selftest rejects unknown options with exit 2") {
   const auto result = run_attncheck("gpu-selftest --no-such-option");
   CHECK(result.exit_code == 2);

@@ -20,6 +20,9 @@ class CudaError : public records::DeviceError {
   using records::DeviceError::DeviceError;
 };
 
+// Whether this attncheck was built with the CUDA backend (a device may still be absent).
+bool built_with_cuda();
+
 // Devices that answer. 0, not an error, when there is no driver, no GPU, or a driver older than the runtime,
 // or when this attncheck was built without CUDA.
 int cuda_device_count();
