@@ -215,6 +215,8 @@ void print_series(const std::vector<records::Series>& series) {
       fmt::print("    consistent with the claim up to {} = {} - not a proof: the claim is not settled\n", s.x_variable,
                  s.x.empty() ? 0 : s.x.back());
     }
+    // What would settle an inconclusive claim first, in one line; the evidence, long, after it.
+    if (s.verdict == records::Verdict::inconclusive && s.to_settle) fmt::print("    to settle it: {}\n", *s.to_settle);
     if (s.verdict_reason) fmt::print("    evidence: {}\n", *s.verdict_reason);
     if (s.finding) fmt::print("    finding: {}\n", *s.finding);
     print_exact_checks(s);
@@ -266,7 +268,8 @@ void print_series_notes(const std::vector<records::Series>& series) {
                         ? std::string()
                         : fmt::format(" {}", theory::term_of(s.key.scores).word));
     if (s.counts_for_exit && s.verdict == records::Verdict::inconclusive) {
-      fmt::print(stderr, "attncheck mc: not settled (inconclusive): {}: {}\n", name, s.verdict_reason.value_or("-"));
+      fmt::print(stderr, "attncheck mc: not settled (inconclusive): {}: {}\n", name,
+                 s.to_settle ? *s.to_settle + " (the evidence is under Verdicts)" : s.verdict_reason.value_or("-"));
     }
     if (s.counts_for_exit && s.verdict == records::Verdict::consistent) {
       fmt::print(stderr,

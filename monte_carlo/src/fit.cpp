@@ -507,6 +507,7 @@ Verdict decide_by_fit(const std::vector<EvidencePoint>& points, const std::vecto
     if (v.primary.missing.empty() && v.primary.lo > boundary)
       return decided(std::move(v), rules::fit_violated, evidence);
     v.extend_to = next_x;
+    v.to_settle = fmt::format("extend {} to {:g} and see whether the local exponent settles", xn, next_x);
     return decided(std::move(v), rules::fit_inconclusive,
                    evidence + fmt::format(": the mean grew faster than {}^(a + tolerance) over this range, but the "
                                           "local exponent's interval, widened by how much it still moves, reaches "
@@ -518,6 +519,7 @@ Verdict decide_by_fit(const std::vector<EvidencePoint>& points, const std::vecto
   const LocalExponent& c = v.cross_check;
   const auto inconclusive = [&](const std::string& why, bool more_n) {
     if (more_n && next_x > 0) v.extend_to = next_x;
+    v.to_settle = why;
     return decided(v, rules::fit_inconclusive, evidence + ": " + why);
   };
   if (!e.missing.empty()) {

@@ -432,6 +432,7 @@ void add_verdict(records::Series& s, const Verdict& v, bool cross_check) {
   if (v.rule) s.verdict_rule = std::string(v.rule->definition);
   if (!v.reason.empty()) s.verdict_reason = v.reason;
   s.extend_to = v.extend_to;
+  if (!v.to_settle.empty()) s.to_settle = v.to_settle;
   s.local_exponent = local_exponent_record(v.primary);
   if (cross_check) s.cross_check = local_exponent_record(v.cross_check);
   s.decided_by = v.decided_by;

@@ -318,6 +318,7 @@ Series read_series(const JsonFields& fields) {
   s.verdict_rule = fields.text_or_null("verdict_rule");
   s.verdict_reason = fields.text_or_null("verdict_reason");
   s.extend_to = fields.number_or_null("extend_to");
+  s.to_settle = fields.text_or_null("to_settle");
   if (!fields.is_null("se_reliable")) s.se_reliable = fields.boolean("se_reliable");
   s.finding = fields.text_or_null("finding");
   s.claims_value = fields.word_or_null("claim_form", {"exponent", "equality"}).value_or("exponent") == "equality";
@@ -859,6 +860,7 @@ void to_json(nlohmann::json& out, const Series& s) {
   out["verdict_rule"] = value_or_null(s.verdict_rule);
   out["verdict_reason"] = value_or_null(s.verdict_reason);
   out["extend_to"] = number_or_null(s.extend_to);
+  out["to_settle"] = value_or_null(s.to_settle);
   out["local_exponent"] = value_or_null(s.local_exponent);
   out["cross_check"] = value_or_null(s.cross_check);
   out["exact"] = value_or_null(s.exact);

@@ -223,6 +223,19 @@ assert s["basis"] == "asymptotic-fit" and s["verdict"] in ("consistent", "inconc
 assert out["exit_code"] == 5
 PY
 
+# An inconclusive verdict says first, in one short line, what would settle it, and the long evidence after; stderr
+# gives that line alone (here: 200 samples at D = d = 1 leave softmax's dS at N = 128 and 256 unreliable).
+"$bin" mc --phi softmax --D 1 --d 1 --estimand dS --claimed-exponent 0 --N 16:256:x2 --samples 200 \
+  >"$work/settle.txt" 2>"$work/settle.err"
+[ $? -eq 5 ] || fail "softmax dS at D = d = 1 claimed 0 with 200 samples: want exit 5 (inconclusive)"
+settle=$(grep -A1 " inconclusive asymptotic-fit" "$work/settle.txt" | sed -n 2p)
+grep -Eq "^    to settle it: .*would settle it" <<<"$settle" || fail "no settle-first line: $settle"
+[ "${#settle}" -lt 200 ] || fail "the settle line is not short (${#settle} characters): $settle"
+grep -A2 " inconclusive asymptotic-fit" "$work/settle.txt" | sed -n 3p | grep -q "^    evidence: " || fail "no evidence after it"
+line=$(grep "not settled (inconclusive)" "$work/settle.err")
+[ -n "$line" ] && [ "${#line}" -lt 300 ] || fail "stderr's line is missing or long: $line"
+grep -q "the evidence is under Verdicts" <<<"$line" || fail "stderr does not point to the evidence: $line"
+
 # The case the finite-N fit got wrong: C4 at p = 3, D = 8, d = 1 fits a slope of 0.62 [0.56, 0.68] over N = 8..256
 # (the Jensen ratio still climbing), yet sqrt(E||F||^2) = O(sqrt N) exactly and B6 bounds it below alike: tight,
 # exit 0. A false claim 0.2 lower (0.3) is violated by B6: exit 1. About 2.5 s each.

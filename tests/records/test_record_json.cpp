@@ -348,6 +348,7 @@ records::Series any_series() {
     s.verdict_reason = any_text();
   }
   s.extend_to = maybe_finite();
+  s.to_settle = maybe_text();
   s.finding = maybe_text();
   s.claims_value = *rc::gen::arbitrary<bool>();
   s.counts_for_exit = *rc::gen::arbitrary<bool>();
@@ -428,6 +429,7 @@ void check_same_series(const records::Series& a, const records::Series& b) {
   RC_ASSERT(a.verdict_rule == b.verdict_rule);
   RC_ASSERT(a.verdict_reason == b.verdict_reason);
   RC_ASSERT(same(a.extend_to, b.extend_to));
+  RC_ASSERT(a.to_settle == b.to_settle);
   RC_ASSERT(a.finding == b.finding);
   RC_ASSERT(a.claims_value == b.claims_value);
   RC_ASSERT(a.counts_for_exit == b.counts_for_exit);

@@ -201,6 +201,7 @@ struct Verdict {
   const VerdictRule* rule = nullptr;
   std::string reason;               // the rule with this series' numbers
   std::optional<double> extend_to;  // inconclusive: the x that would settle it
+  std::string to_settle;            // inconclusive: what would settle it, one short sentence (also in `reason`)
   std::optional<records::ProvedBound> decided_by;
   LocalExponent primary, cross_check;
   std::optional<ViolationTest> violation;

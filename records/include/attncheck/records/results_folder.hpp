@@ -268,9 +268,10 @@ struct Series {
   std::optional<Basis> basis;
   std::optional<std::string> verdict_rule;
   std::optional<std::string> verdict_reason;
-  std::optional<double> extend_to;     // inconclusive: the x that would settle it
-  std::optional<std::string> finding;  // C8: what each model is
-  bool claims_value = false;           // "claim_form": "equality" (C8's Var(q . k) = d_k), not an exponent
+  std::optional<double> extend_to;       // inconclusive: the x that would settle it
+  std::optional<std::string> to_settle;  // inconclusive: what would settle it, in one short sentence
+  std::optional<std::string> finding;    // C8: what each model is
+  bool claims_value = false;             // "claim_form": "equality" (C8's Var(q . k) = d_k), not an exponent
   bool counts_for_exit = true;
   bool se_reliable = true;  // every point's standard error is
   // The global fit (slope, slope_ci) is the finite-N diagnostic; beside it the Jensen ratio
