@@ -384,6 +384,8 @@ class AttentionRecorder:
                 seen.add(type(module).__name__)
         self._unrecognised = sorted(seen)  # named in the warning when nothing is recorded
         self._warned_empty = False
+        self._warned_silent = False  # a recorded forward that ran none of the measured layers
+        self._measured_in_forward = False
         # Forward passes since the last step() left out for being in evaluation mode, and those counted: a step()
         # after only the first says once why nothing is recorded (a pretrained model tried as it is loaded).
         self._evaluation_forwards = self._counted_forwards = 0
@@ -502,6 +504,7 @@ class AttentionRecorder:
         self._recording = (counts and self.current_step % self.every == 0
                            and not (self._counting_steps and self._recorded_step == self.current_step))
         self._sdpa_armed, self._sdpa_calls = self._recording and self._sdpa is not None, 0
+        self._measured_in_forward = False
 
     def _after_model(self, model, args, output):
         self._sdpa_armed = False
@@ -512,6 +515,14 @@ class AttentionRecorder:
             warnings.warn(f"attncheck: no attention layer of {type(model).__name__} is recorded: {found}. Measure "
                           "one with recorder.register(module, adapter) (see AttentionRecorder.register).",
                           RuntimeWarning, stacklevel=2)
+        if self._recording and self._layers and not self._measured_in_forward and not self._warned_silent:
+            self._warned_silent = True
+            warnings.warn(f"attncheck: a recorded forward pass of {type(model).__name__} ran none of its "
+                          f"{len(self._layers)} measured layers' forwards, so nothing was recorded at step "
+                          f"{self.current_step}. PyTorch's nn.TransformerEncoderLayer does this in evaluation mode "
+                          "without gradients (its fused fast path bypasses MultiheadAttention.forward): record "
+                          "training-mode passes, or run this one with gradients enabled.", RuntimeWarning,
+                          stacklevel=2)
         if self._recording:
             self._recorded_step = self.current_step
             self._flush()
@@ -525,6 +536,7 @@ class AttentionRecorder:
             self._evaluation_forwards += 1
 
     def _measure(self, layer, args, kwargs, output):
+        self._measured_in_forward = True
         try:
             with torch.no_grad():
                 if layer.with_sample:
@@ -683,7 +695,7 @@ class AttentionRecorder:
             self.callback(record)
 
 
-def probe(model, inputs, *, what_if=(), **forward_kwargs):
+def probe(model, inputs, *, what_if=(), as_frame=False, **forward_kwargs):
     """What `attncheck probe --json` reports under "heads", measured on a model in memory: one forward pass of
     `model` (in evaluation mode, without gradients; its mode is restored) on `inputs`, and per attention layer and
     head the row the command line prints (same fields, same numbers for the same checkpoint and input), with
@@ -698,8 +710,15 @@ def probe(model, inputs, *, what_if=(), **forward_kwargs):
     what_if: expressions in x, N and d ("x^3/sqrt(N)", "relu(x)/N") measured elementwise on each head's own
     scores beside softmax, as `attncheck probe --what-if` does: each row's "what_if".
 
-    Returns the rows of one sequence (for 1-D ids or a batch of one), else one list of rows per sequence.
+    Returns the rows of one sequence (for 1-D ids or a batch of one), else one list of rows per sequence. With
+    as_frame=True, one pandas DataFrame instead (needs pandas): a row per head, and per sequence with a column
+    "sequence" for a batch; each what-if's numbers as columns "what_if[PHI].fro", ".grad_fro", ... .
     """
+    if as_frame:
+        try:
+            import pandas
+        except ImportError as error:
+            raise ValueError(f"as_frame=True needs pandas (pip install pandas): {error}") from None
     if not isinstance(model, torch.nn.Module):
         raise ValueError(f"model is a {type(model).__name__}, not a torch.nn.Module")
     recorder = AttentionRecorder(model, every=1, out=None, training_only=False, count="forwards", what_if=what_if)
@@ -709,9 +728,13 @@ def probe(model, inputs, *, what_if=(), **forward_kwargs):
     was_training = model.training
     try:
         model.eval()
+        # Without gradients PyTorch's nn.TransformerEncoderLayer runs a fused fast path in evaluation mode that never
+        # calls its MultiheadAttention's forward: with one in the model the pass keeps gradients on (and discards
+        # them), so that every layer is measured.
+        fast_path = any(isinstance(m, torch.nn.MultiheadAttention) for m in model.modules())
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            with torch.no_grad():
+            with torch.set_grad_enabled(fast_path):
                 if isinstance(inputs, dict) or hasattr(inputs, "keys"):
                     model(**inputs, **forward_kwargs)
                 else:
@@ -726,7 +749,22 @@ def probe(model, inputs, *, what_if=(), **forward_kwargs):
     per_sequence = [[] for _ in range(batch)]
     for sample, _, rows in recorder._collected:
         per_sequence[sample].extend(rows)
+    if as_frame:
+        return pandas.DataFrame([_flat_row(row, sequence if batch > 1 else None)
+                                 for sequence, rows in enumerate(per_sequence) for row in rows])
     return per_sequence[0] if batch == 1 else per_sequence
+
+
+def _flat_row(row, sequence):
+    """A probe row with its what-ifs as columns what_if[PHI].KEY (a table has no nested lists)."""
+    flat = {} if sequence is None else {"sequence": sequence}
+    for key, value in row.items():
+        if key == "what_if":
+            for item in value:
+                flat.update({f"what_if[{item['phi']}].{k}": v for k, v in item.items() if k != "phi"})
+        else:
+            flat[key] = value
+    return flat
 
 
 def summary_scalars(heads, *, collapse_threshold=0.95, max_logit=50.0):

@@ -508,3 +508,40 @@ def test_a_run_whose_logits_grow_warns_once_per_head_at_the_step_it_crosses_each
     for bad in (0, -1.0, float("nan"), True, "0.9"):
         with pytest.raises(ValueError, match="collapse_threshold = .* must be a positive number"):
             AttentionRecorder(model, out=None, collapse_threshold=bad)
+
+
+def test_probe_rows_as_a_pandas_data_frame():
+    pandas = pytest.importorskip("pandas")
+    model = encoder(layers=2, dropout=0.0).eval()
+    x = torch.randn(2, 6, 16)
+    rows = attncheck.torch.probe(model, x, what_if=["x^3/sqrt(N)"])
+    frame = attncheck.torch.probe(model, x, what_if=["x^3/sqrt(N)"], as_frame=True)
+    assert isinstance(frame, pandas.DataFrame) and len(frame) == 2 * 2 * 4  # sequences x layers x heads
+    assert list(frame["sequence"]) == [0] * 8 + [1] * 8
+    for (_, line), row in zip(frame.iterrows(), rows[0] + rows[1]):
+        assert (line["layer"], line["head"], line["softmax_fro"]) == (row["layer"], row["head"], row["softmax_fro"])
+        assert line["what_if[x^3/sqrt(N)].fro"] == row["what_if"][0]["fro"]
+    one = attncheck.torch.probe(model, x[:1], as_frame=True)
+    assert "sequence" not in one.columns and len(one) == 8
+
+
+def test_a_forward_that_bypasses_the_measured_layers_warns_and_probe_avoids_it():
+    """nn.TransformerEncoderLayer in evaluation mode without gradients runs a fused kernel that never calls its
+    MultiheadAttention's forward: the recorder says so once instead of recording nothing silently, and probe()
+    keeps gradients on for such models, so that their rows are there."""
+    model = encoder(layers=2, dropout=0.0).eval()
+    x = torch.randn(1, 6, 16)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with AttentionRecorder(model, every=1, out=None, training_only=False, count="forwards"):
+            with torch.no_grad():
+                model(x)
+                model(x)
+    said = [str(w.message) for w in caught if "ran none of its 2 measured layers' forwards" in str(w.message)]
+    assert len(said) == 1, [str(w.message) for w in caught]
+    rows = attncheck.torch.probe(model, x)
+    mha = model.layers[0].self_attn
+    expected = attncheck.attention_norms(x[0], *_weights(mha), heads=4)
+    assert len(rows) == 8
+    for row, reference in zip(rows[:4], expected):
+        assert row["softmax_fro"] == pytest.approx(reference["softmax_fro"], rel=1e-12)
