@@ -33,7 +33,8 @@ std::function<int()> setup(CLI::App& command) {
                   "(examples/vit_digits.py); or a probe log or training curves (.jsonl) on their own; or the "
                   "output of `attncheck probe --json` (.json: layer x head maps). Several runs of one kind are "
                   "compared in one report: probe logs (or run folders holding one), probe --json outputs, or mc "
-                  "results folders")
+                  "results folders; a folder that holds no run itself but runs in its subfolders stands for those "
+                  "runs, in the order of their names")
       ->required()
       ->type_name("INPUT");
   command.add_option("--out", arguments->out, "report folder: index.html, report.md, plots/")->required();

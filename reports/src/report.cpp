@@ -48,6 +48,26 @@ struct Inputs {
   }
 };
 
+// Whether a folder holds a run of its own: mc results, a probe log, training curves or ViT results.
+bool holds_a_run(const fs::path& folder) {
+  std::error_code error;
+  return fs::exists(folder / "fits.json", error) || fs::exists(folder / kProbeLogName, error) ||
+         fs::exists(folder / kTrainingCurvesName, error) || fs::exists(folder / kVitResultsName, error);
+}
+
+// A folder that holds no run itself but runs in its subfolders (runs/a, runs/b, ...) stands for those runs, in the
+// order of their names; anything else stands for itself.
+std::vector<fs::path> runs_of(const fs::path& input) {
+  std::error_code error;
+  if (!fs::is_directory(input, error) || holds_a_run(input)) return {input};
+  std::vector<fs::path> runs;
+  for (fs::directory_iterator it(input, error), end; !error && it != end; it.increment(error)) {
+    if (it->is_directory(error) && holds_a_run(it->path())) runs.push_back(it->path());
+  }
+  std::sort(runs.begin(), runs.end());
+  return runs.empty() ? std::vector<fs::path>{input} : runs;
+}
+
 Inputs find_inputs(const fs::path& input) {
   std::error_code error;
   if (!fs::exists(input, error)) throw InputError(fmt::format("{} does not exist", input.string()));
@@ -78,7 +98,7 @@ Inputs find_inputs(const fs::path& input) {
     throw InputError(
         fmt::format("{} is missing, and so are {}, {} and {}: the folder holds neither the results of "
                     "`attncheck mc --out`, nor the log of `attncheck probe --watch`, nor training "
-                    "curves, nor the results of examples/vit_digits.py",
+                    "curves, nor the results of examples/vit_digits.py, and none of its subfolders does",
                     (input / "fits.json").string(), (input / kProbeLogName).string(),
                     (input / kTrainingCurvesName).string(), (input / kVitResultsName).string()));
   }
@@ -259,8 +279,10 @@ ReportSummary write_document(const ReportOptions& options, Document& document, P
 }  // namespace
 
 ReportSummary write_report(const ReportOptions& options) {
-  std::vector<fs::path> paths{options.input};
-  paths.insert(paths.end(), options.compare_with.begin(), options.compare_with.end());
+  std::vector<fs::path> paths = runs_of(options.input);
+  for (const fs::path& given : options.compare_with) {
+    for (fs::path& run : runs_of(given)) paths.push_back(std::move(run));
+  }
   std::vector<Inputs> all;
   for (const fs::path& path : paths) all.push_back(find_inputs(path));
   if (paths.size() > 1) return write_comparison(options, paths, all);

@@ -381,3 +381,29 @@ TEST_CASE("results folders of attncheck mc are compared run after run, their plo
   const std::string markdown = read_text(options.out / "report.md");
   CHECK(markdown.find("# Run 1: ") < markdown.find("# Run 2: "));
 }
+
+TEST_CASE("a folder of runs is read as those runs compared, in the order of their names", "[probes][compare]") {
+  TempDir dir;
+  const fs::path runs = dir.path() / "runs";
+  write_log(runs / "b-cubic" / kProbeLogName,
+            {probe_line("poly3_scaled", 10, 0, 0, 4, 1), probe_line("poly3_scaled", 20, 0, 0, 3, 1)});
+  write_log(runs / "a-softmax" / kProbeLogName,
+            {probe_line("softmax", 10, 0, 0, 2, 1), probe_line("softmax", 20, 0, 0, 3, 1)});
+  fs::create_directories(runs / "notes");  // a subfolder without a run is not one
+  ReportOptions options;
+  options.input = runs;
+  options.out = dir.path() / "report";
+  options.plots = false;
+  const ReportSummary summary = write_report(options);
+  CHECK(summary.probe_records == 4);
+  const std::string markdown = read_text(options.out / "report.md");
+  CHECK_THAT(markdown, Catch::Contains("runs compared"));
+  const auto a = markdown.find("a-softmax"), b = markdown.find("b-cubic");
+  REQUIRE(a != std::string::npos);
+  REQUIRE(b != std::string::npos);
+  CHECK(a < b);
+  // A folder with neither a run nor a subfolder holding one is refused, naming what is missing.
+  options.input = runs / "notes";
+  options.out = dir.path() / "report-2";
+  CHECK_THROWS_WITH(write_report(options), Catch::Contains("and none of its subfolders does"));
+}
