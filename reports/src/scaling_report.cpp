@@ -85,6 +85,12 @@ std::string slope_text(const records::Series& s) {
   return fmt::format("{} {}", format_number(*s.slope), format_interval(s.slope_ci->first, s.slope_ci->second));
 }
 
+// C in the finite-N fit C x^slope, beside the slope: the constants the papers' comparisons turn on.
+std::string fitted_constant_text(const records::Series& s) {
+  if (!s.slope || !s.intercept) return "-";
+  return format_number(std::exp(*s.intercept));
+}
+
 std::string claimed_text(const records::Series& s) {
   if (s.claims_value) return "the value itself: Var(q . k) = d_k";
   if (!s.claimed_exponent) return "none stated";
@@ -883,6 +889,7 @@ void add_summary(const records::ResultsFolder& results, std::vector<Block>& bloc
                     "basis",
                     "counted",
                     "finite-N fit (diagnostic): slope [95% CI]",
+                    "fitted constant C (C x^slope)",
                     "Jensen ratio drift"};
   for (std::size_t i = 0; i < series.size(); ++i) {
     const records::Series& s = series[i];
@@ -895,8 +902,19 @@ void add_summary(const records::ResultsFolder& results, std::vector<Block>& bloc
          std::string(theory::term_of(s.key.estimand).word),
          s.x_variable == "d" ? fmt::format("{}, swept", s.key.D) : fmt::format("{}, {}", s.key.D, s.key.d),
          claimed_text(s), verdict_word(s), basis_text(s), s.counts_for_exit ? "yes" : "no (reported only)",
-         slope_text(s), jensen_drift_text(s)});
+         slope_text(s), fitted_constant_text(s), jensen_drift_text(s)});
     summary.row_anchors.push_back(series_anchor(i));
+  }
+  // Softmax whose largest sample reaches its bound sqrt(N): at this sigma_x the rows are one-hot, and the series
+  // shows the bound rather than how it is approached.
+  std::vector<std::string> saturated;
+  for (std::size_t i = 0; i < series.size(); ++i) {
+    const records::Series& s = series[i];
+    if (s.key.activation.kind == theory::ActivationKind::softmax && s.key.estimand == theory::Estimand::value &&
+        s.exact && s.exact->max_sample_over_bound && *s.exact->max_sample_over_bound >= 0.999) {
+      saturated.push_back(fmt::format("{} (sigma_x = {:g}, largest sample {} of sqrt(N))", i + 1, s.key.sigma_x,
+                                      format_number(*s.exact->max_sample_over_bound)));
+    }
   }
   if (series.empty()) {
     blocks.push_back(Notice{fmt::format("{} lists no series.", (results.folder / "fits.json").string())});
@@ -909,6 +927,13 @@ void add_summary(const records::ResultsFolder& results, std::vector<Block>& bloc
       tally += fmt::format(", {} not checked (no claimed exponent)", counts["not checked"]);
     blocks.push_back(Paragraph{tally + "."});
     blocks.push_back(std::move(summary));
+    if (!saturated.empty()) {
+      blocks.push_back(Notice{fmt::format(
+          "Softmax saturates in series {}: at these scores its rows are near one-hot, so ||A||_F sits at its bound "
+          "sqrt(N) and the series shows the bound, not how it is approached; a smaller --sigma-x (0.3, say) shows "
+          "the rows leaving uniform.",
+          fmt::join(saturated, ", "))});
+    }
   }
 }
 

@@ -510,3 +510,36 @@ TEST_CASE("equal readings at p = 1 are drawn apart, so that neither hides the ot
              Contains("yerrorbars pointtype 7 pointsize 0.8") && Contains("yerrorbars pointtype 6 pointsize 1.3"));
   CHECK_THAT(report.markdown, Contains("elementwise (filled) at N / 1.057, matrix power (hollow) at N x 1.057"));
 }
+
+TEST_CASE("the summary gives the fitted constant beside the slope, and says where softmax saturates its bound",
+          "[report]") {
+  TempDir dir;
+  FixtureSeries softmax;
+  softmax.claim = "custom";
+  softmax.reading = std::nullopt;
+  softmax.phi = "softmax";
+  softmax.formula = "F = softmax(T/sqrt(4)) (row-wise)";
+  softmax.mean = {3.99, 5.65, 7.99};
+  softmax.exact_sq = {std::nullopt, std::nullopt, std::nullopt};
+  softmax.slope = 0.5, softmax.intercept = std::log(1.0), softmax.claimed = 0.5;
+  json fits = json::parse(fits_text({softmax}));
+  fits["series"][0]["exact"] = {{"bound_checked_points", 3},
+                                {"max_sample_over_bound", 0.9996},
+                                {"judged_points", 0},
+                                {"unjudged_points", 0},
+                                {"disagrees_at", json::array()},
+                                {"bound_exceeded_at", json::array()},
+                                {"lower_bound_undercut_at", json::array()},
+                                {"confirmed", true}};
+  std::string points;
+  for (const json& point : point_jsons(softmax)) points += point.dump() + "\n";
+  const std::string markdown = write_report_of(dir, fits, points).markdown;
+  CHECK_THAT(markdown, Contains("| fitted constant C (C x^slope) |"));
+  CHECK_THAT(markdown, Contains("| 0.5 [0.985, 1.007] | 1 |"));  // exp(intercept 0) = 1
+  CHECK_THAT(markdown, Contains("Softmax saturates in series 1 (sigma_x = 1, largest sample 0.9996 of sqrt(N))"));
+
+  // Below 0.999 of the bound, no such note.
+  fits["series"][0]["exact"]["max_sample_over_bound"] = 0.97;
+  TempDir other;
+  CHECK_FALSE(Catch::Contains("Softmax saturates").match(write_report_of(other, fits, points).markdown));
+}
