@@ -579,9 +579,8 @@ def _timm(module, call):
     if isinstance(mask, torch.Tensor):
         if mask.dim() == 2 and tuple(mask.shape) == (n, n):
             mask = mask[None, None]  # timm's (N, N) mask, shared by the batch
-        if mask.dtype == torch.bool:
-            mask = mask.expand(x.shape[0], *mask.shape[1:])
         allowed = _allowed_from_additive(mask, n, "attn_mask")
+        allowed = allowed.expand(x.shape[0], n, n)  # a mask shared by the batch, as every sequence reads it
     return _spec(x, w_q, w_k, b_q, b_k, heads, heads, float(module.scale), bool(call.get("is_causal", False)), allowed,
                  query_norm=norms[0], key_norm=norms[1])
 

@@ -61,18 +61,31 @@ def lightning_callback(every=10, out="attncheck-probe.jsonl", **options):
 
     class AttentionRecorderCallback(Callback):
         recorder = None
+        optimizer_steps = 0  # trainer.global_step as the recorder last counted it
 
-        def on_fit_start(self, trainer, pl_module):
+        def on_train_start(self, trainer, pl_module):
+            # Here, not at on_fit_start: a resumed fit has restored global_step by now.
             if trainer.is_global_zero:
                 self.recorder = AttentionRecorder(pl_module, **settings)
-                self.recorder.current_step = trainer.global_step
+                self.recorder.current_step = self.optimizer_steps = trainer.global_step
+
+        # training_step need not call the module itself (self.encoder(x) is common): the batch is the recorded
+        # forward, armed and ended here as the module's own forward would.
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            if self.recorder is not None:
+                self.recorder._before_model(pl_module, ())
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-            # With gradient accumulation a batch may end without an optimizer step: the step ends with the step.
-            if self.recorder is not None and trainer.global_step > self.recorder.current_step:
+            if self.recorder is None:
+                return
+            self.recorder._after_model(pl_module, (), None)
+            # With gradient accumulation a batch may end without an optimizer step; with manual optimization one
+            # batch may take several: one recorder step per optimizer step.
+            while self.optimizer_steps < trainer.global_step:
                 self.recorder.step()
+                self.optimizer_steps += 1
 
-        def on_fit_end(self, trainer, pl_module):
+        def on_train_end(self, trainer, pl_module):
             if self.recorder is not None:
                 self.recorder.close()
 

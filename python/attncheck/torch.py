@@ -173,11 +173,12 @@ def _sdpa_scores(query, key, attn_mask, is_causal, scale, sample=None):
             raise _Skip(f"sample = {sample} is past the call's batch of {batch}")
         query, key = query[sample:sample + 1], key[sample:sample + 1]
     scale = d ** -0.5 if scale is None else float(scale)
-    q, k = query.detach().double(), key.detach().double()
+    # On the CPU in float64, never on the model's device: MPS has no float64, and a GPU's memory is the model's.
+    q, k = (t.detach().to(device="cpu", dtype=torch.float64) for t in (query, key))
     scores = (q @ k.transpose(-1, -2)) * scale
     allowed = None
     if isinstance(attn_mask, torch.Tensor):
-        mask = attn_mask.detach()
+        mask = attn_mask.detach().cpu()
         while mask.dim() < 4:
             mask = mask[None]
         mask = mask.expand(batch, heads, n, n)
@@ -185,7 +186,7 @@ def _sdpa_scores(query, key, attn_mask, is_causal, scale, sample=None):
             mask = mask[sample:sample + 1]
         if not bool((mask == mask[:, :1]).all()):
             raise _Skip("an attn_mask that differs between heads is not measured")
-        mask = mask[:, 0].cpu()
+        mask = mask[:, 0]
         if mask.dtype == torch.bool:
             allowed = mask
         else:
@@ -399,6 +400,12 @@ class AttentionRecorder:
         if capture_sdpa and callable(getattr(functional, "scaled_dot_product_attention", None)):
             self._sdpa = _SdpaCapture(self, functional.scaled_dot_product_attention)
             functional.scaled_dot_product_attention = self._sdpa
+            # A forward that raises never reaches _after_model: this hook disarms the capture all the same, so that
+            # later SDPA calls of other code are not measured under a stale step.
+            try:
+                self._handles.append(model.register_forward_hook(_Hook(self._disarm_sdpa), always_call=True))
+            except TypeError:  # torch without always_call (before 2.0) has no SDPA to capture either
+                pass
 
     @property
     def layers(self):
@@ -469,7 +476,10 @@ class AttentionRecorder:
         self._handles = []
         if self._sdpa is not None:
             if torch.nn.functional.scaled_dot_product_attention is self._sdpa:
-                torch.nn.functional.scaled_dot_product_attention = self._sdpa.original
+                original = self._sdpa.original
+                while isinstance(original, _SdpaCapture) and original.recorder is None:
+                    original = original.original  # a recorder closed before this one: its wrapper is dropped too
+                torch.nn.functional.scaled_dot_product_attention = original
             self._sdpa.recorder = None  # wrapped by a later recorder, it passes calls on from now on
             self._sdpa = None
         self._sdpa_armed = False
@@ -520,8 +530,9 @@ class AttentionRecorder:
             warnings.warn(f"attncheck: a recorded forward pass of {type(model).__name__} ran none of its "
                           f"{len(self._layers)} measured layers' forwards, so nothing was recorded at step "
                           f"{self.current_step}. PyTorch's nn.TransformerEncoderLayer does this in evaluation mode "
-                          "without gradients (its fused fast path bypasses MultiheadAttention.forward): record "
-                          "training-mode passes, or run this one with gradients enabled.", RuntimeWarning,
+                          "when no gradient is needed (its fused fast path bypasses MultiheadAttention.forward): "
+                          "record training-mode passes, or run this one with gradients enabled and trainable "
+                          "weights or input.", RuntimeWarning,
                           stacklevel=2)
         if self._recording:
             self._recorded_step = self.current_step
@@ -561,7 +572,11 @@ class AttentionRecorder:
             self._pending.append((sample, "".join(head.log_line(checkpoint, self.current_step, activation)
                                                   for head in heads), rows))
 
+    def _disarm_sdpa(self, *args):
+        self._sdpa_armed = False
+
     def _measure_sdpa_call(self, query, key, attn_mask, is_causal, scale):
+        self._measured_in_forward = True
         place = self._sdpa_calls
         self._sdpa_calls += 1
         if place == len(self._sdpa_layers):
@@ -574,7 +589,7 @@ class AttentionRecorder:
         try:
             spec = _sdpa_scores(query, key, attn_mask, is_causal, scale,
                                 None if self._samples == "all" else self.sample)
-        except _Skip as reason:
+        except Exception as reason:  # noqa: BLE001 - a capture that fails (memory, a device) skips, training goes on
             if not layer.warned:
                 layer.warned = True
                 warnings.warn(f"attncheck: layer {layer.index} ({layer.name}) not recorded at step "
@@ -617,7 +632,12 @@ class AttentionRecorder:
                 scores = scores[None]
             if isinstance(mask, torch.Tensor):
                 mask = _pick(mask, sample, 3).detach().cpu().numpy()
-            heads = _core.measure_scores(scores, causal=bool(spec.get("causal", False)), mask=mask, layer=layer.index,
+            causal = bool(spec.get("causal", False))
+            # Padding is left out as from the weights: the positions the mask leaves no query attending to.
+            kept, mask, causal, _ = _without_padding(np.arange(scores.shape[-1]), mask, causal, None)
+            if len(kept) < scores.shape[-1]:
+                scores = scores[:, kept][:, :, kept]
+            heads = _core.measure_scores(np.ascontiguousarray(scores), causal=causal, mask=mask, layer=layer.index,
                                          what_if=self.what_if, d=int(spec.get("d", 0)))
             return heads, activation
         x = spec["x"]
@@ -660,6 +680,8 @@ class AttentionRecorder:
                                          ("logit", "score_max_abs", self.max_logit)):
                 value = head.get(key)
                 place = (kind, head["layer"], head["head"])
+                if kind == "collapse" and head.get("N", 2) < 2:
+                    continue  # one position: its row is one-hot whatever the scores
                 if threshold is None or value is None or not value > threshold or place in self._warned_heads:
                     continue
                 self._warned_heads.add(place)
@@ -732,6 +754,8 @@ def probe(model, inputs, *, what_if=(), as_frame=False, **forward_kwargs):
         # calls its MultiheadAttention's forward: with one in the model the pass keeps gradients on (and discards
         # them), so that every layer is measured.
         fast_path = any(isinstance(m, torch.nn.MultiheadAttention) for m in model.modules())
+        if fast_path and isinstance(inputs, torch.Tensor) and inputs.is_floating_point():
+            inputs = inputs.detach().requires_grad_(True)  # the fast path is also off when the input needs grad
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             with torch.set_grad_enabled(fast_path):
@@ -787,7 +811,10 @@ def summary_scalars(heads, *, collapse_threshold=0.95, max_logit=50.0):
     for name, key, threshold in (("heads_near_collapse", "softmax_over_sqrt_N", collapse_threshold),
                                  ("heads_past_max_logit", "score_max_abs", max_logit)):
         if threshold is not None:
-            summary[name] = float(sum(value > threshold for value in finite(key)))
+            # One position is one-hot whatever the scores: not a collapse.
+            counted = [h for h in heads if key != "softmax_over_sqrt_N" or h.get("N", 2) >= 2]
+            summary[name] = float(sum(h[key] > threshold for h in counted
+                                      if h.get(key) is not None and math.isfinite(h[key])))
     return summary
 
 

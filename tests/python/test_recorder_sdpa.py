@@ -180,11 +180,36 @@ def test_capture_sdpa_false_and_a_closed_recorder_leave_the_function_alone(sdpa)
         assert torch.nn.functional.scaled_dot_product_attention is sdpa
     first = AttentionRecorder(model, out=None, training_only=False, every=1, count="forwards")
     second = AttentionRecorder(model, out=None, training_only=False, every=1, count="forwards")
-    first.close()  # closed out of order: the second's wrapper stays installed, the first's passes calls on
+    first.close()  # closed out of order: the second's wrapper stays installed until it closes
     second.close()
-    q = torch.randn(1, 2, 3, 4, generator=torch.Generator().manual_seed(4))
-    assert torch.equal(torch.nn.functional.scaled_dot_product_attention(q, q, q), sdpa(q, q, q))
+    assert torch.nn.functional.scaled_dot_product_attention is sdpa  # both wrappers gone
     records = []
     with AttentionRecorder(model, out=None, training_only=False, every=1, count="forwards", callback=records.append):
         model(torch.randn(1, 4, 16, dtype=torch.float64))
     assert len(records[0]["heads"]) == 8  # a new recorder sees the calls through the inert wrapper
+
+
+def test_padding_is_left_out_and_a_failing_capture_never_stops_training(monkeypatch):
+    model = model_of()
+    x = torch.randn(2, 8, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    # Sequence 0's last three keys are padding (a (batch, 1, 1, N) mask, as SDPA broadcasts it).
+    padding = torch.ones(2, 1, 1, 8, dtype=torch.bool)
+    padding[0, ..., 5:] = False
+    model[0].mask = model[2].mask = padding
+    rows = probe(model, x)
+    assert {row["N"] for row in rows[0]} == {5} and {row["N"] for row in rows[1]} == {8}
+    model_alone = model_of()
+    check([row for row in rows[0] if row["layer"] == 0],
+          [dict(row, N=5) for row in expected_rows(model_alone, x[:, :5], 0)], 0)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(attncheck.torch, "_sdpa_scores", broken)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with AttentionRecorder(model, every=1, out=None, count="forwards") as recorder:
+            out = model(x)
+    assert out.shape == x.shape  # the forward went on
+    assert sum("out of memory" in str(w.message) for w in caught) == 2  # one warning per layer
+    assert recorder.layers == []
