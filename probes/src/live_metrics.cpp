@@ -174,21 +174,30 @@ AttentionMap softmax_map(double inner) {
   return AttentionMap{{ActivationKind::softmax, Pointwise::identity, 1}, inner, {}};
 }
 
-// The softmax's logits with what the head does not attend to at -inf: the softmax of these is the head's softmax
-// attention, whatever activation it was trained with.
-Matrix masked_softmax_logits(const LayerInputs& layer, const HeadInputs& head) {
-  Matrix scores = softmax_logits(layer, head);
-  for (Index i = 0; i < scores.rows(); ++i) {
-    for (Index j = 0; j < scores.cols(); ++j) {
-      if (!is_attended(i, j, layer.causal, layer.attended)) scores(i, j) = -std::numeric_limits<double>::infinity();
+// Logits with the entries not attended (is_attended) at -inf: their softmax is the softmax attention under the mask.
+Matrix masked_logits(Matrix logits, bool causal, const std::optional<theory::AttendedMask>& attended) {
+  for (Index i = 0; i < logits.rows(); ++i) {
+    for (Index j = 0; j < logits.cols(); ++j) {
+      if (!is_attended(i, j, causal, attended)) logits(i, j) = -std::numeric_limits<double>::infinity();
     }
   }
-  return scores;
+  return logits;
+}
+
+// The softmax's logits masked as the head masks them: the softmax of these is the head's softmax attention, whatever
+// activation it was trained with.
+Matrix masked_softmax_logits(const LayerInputs& layer, const HeadInputs& head) {
+  return masked_logits(softmax_logits(layer, head), layer.causal, layer.attended);
 }
 
 // Softmax on the head's scores whatever the trained activation: the what-if changes only what A multiplies.
 Matrix softmax_attention(const LayerInputs& layer, const HeadInputs& head) {
   return theory::row_softmax(masked_softmax_logits(layer, head));
+}
+
+// The map of a what-if expression on a head of N rows and head size d, its scores scaled by `inner`.
+AttentionMap what_if_map(const theory::PhiExpression& e, std::int64_t N, std::int64_t d, double inner) {
+  return {theory::expression_activation(e.bind(static_cast<double>(N), static_cast<double>(d)), false), inner, {}};
 }
 
 void set_cross_norm(HeadMetrics& m, const LayerInputs& layer, const HeadInputs& head) {
@@ -316,9 +325,7 @@ HeadMetrics measure_head(const LayerInputs& layer, int layer_index, int head_ind
   m.poly3 = norms_of(poly3_map(lambda), layer, head, threads);
   m.relu_n = norms_of(relu_n_map(lambda), layer, head, threads);
   for (const theory::PhiExpression& e : what_if) {
-    const AttentionMap map{
-        theory::expression_activation(e.bind(static_cast<double>(m.N), static_cast<double>(m.d)), false), lambda, {}};
-    m.what_if.emplace_back(e.text(), norms_of(map, layer, head, threads));
+    m.what_if.emplace_back(e.text(), norms_of(what_if_map(e, m.N, m.d, lambda), layer, head, threads));
   }
 
   m.sigma_x = std::sqrt(layer.X.squaredNorm() / static_cast<double>(layer.X.size()));
@@ -369,13 +376,7 @@ HeadMetrics measure_scores(const Matrix& scores, int layer_index, int head_index
   m.softmax = norms(softmax_map(1));
   set_bounds(m);
   set_score_statistics(m, score_statistics(scores, causal, attended));
-  Matrix logits = scores;
-  for (Index i = 0; i < logits.rows(); ++i) {
-    for (Index j = 0; j < logits.cols(); ++j) {
-      if (mask_or_all && !(*mask_or_all)(i, j)) logits(i, j) = -std::numeric_limits<double>::infinity();
-    }
-  }
-  m.softmax_entropy = theory::mean_softmax_row_entropy(logits);
+  m.softmax_entropy = theory::mean_softmax_row_entropy(masked_logits(scores, false, mask));  // causal in the mask
   m.linear_scaled = norms(linear_scaled_map(1));
   m.poly3_scaled = norms(poly3_scaled_map(1));
   m.poly3 = norms(poly3_map(1));
@@ -384,9 +385,7 @@ HeadMetrics measure_scores(const Matrix& scores, int layer_index, int head_index
     if (d == 0 && e.uses_head_size()) {
       throw InputError(fmt::format("what-if '{}' uses d, the head size, which the scores alone do not give", e.text()));
     }
-    const AttentionMap map{
-        theory::expression_activation(e.bind(static_cast<double>(m.N), static_cast<double>(d)), false), 1, {}};
-    m.what_if.emplace_back(e.text(), norms(map));
+    m.what_if.emplace_back(e.text(), norms(what_if_map(e, m.N, d, 1)));
   }
   return m;
 }

@@ -184,17 +184,9 @@ def _sdpa_scores(query, key, attn_mask, is_causal, scale, sample=None):
         mask = mask.expand(batch, heads, n, n)
         if sample is not None:
             mask = mask[sample:sample + 1]
-        if not bool((mask == mask[:, :1]).all()):
-            raise _Skip("an attn_mask that differs between heads is not measured")
-        mask = mask[:, 0]
-        if mask.dtype == torch.bool:
-            allowed = mask
-        else:
-            kept, dropped = mask == 0, mask.double() <= -1e4
-            if not bool((kept | dropped).all()):
-                raise _Skip("a float attn_mask with values other than 0 and a mask value adds to the scores (a "
-                            "position bias?): not the maps measured")
-            allowed = kept
+        # Now (batch, heads, N, N): read as the Hugging Face layers' masks are (boolean, or additive 0 and a mask
+        # value; the same for every head).
+        allowed = _transformers._allowed_from_additive(mask, n, "attn_mask")
     elif attn_mask is not None:
         raise _Skip(f"attn_mask of type {type(attn_mask).__name__}")
     if sample is not None:
@@ -680,9 +672,7 @@ class AttentionRecorder:
                                          ("logit", "score_max_abs", self.max_logit)):
                 value = head.get(key)
                 place = (kind, head["layer"], head["head"])
-                if kind == "collapse" and head.get("N", 2) < 2:
-                    continue  # one position: its row is one-hot whatever the scores
-                if threshold is None or value is None or not value > threshold or place in self._warned_heads:
+                if not _past_threshold(head, key, threshold) or place in self._warned_heads:
                     continue
                 self._warned_heads.add(place)
                 where = f"attncheck: layer {head['layer']} head {head['head']} at step {step}"
@@ -811,11 +801,19 @@ def summary_scalars(heads, *, collapse_threshold=0.95, max_logit=50.0):
     for name, key, threshold in (("heads_near_collapse", "softmax_over_sqrt_N", collapse_threshold),
                                  ("heads_past_max_logit", "score_max_abs", max_logit)):
         if threshold is not None:
-            # One position is one-hot whatever the scores: not a collapse.
-            counted = [h for h in heads if key != "softmax_over_sqrt_N" or h.get("N", 2) >= 2]
-            summary[name] = float(sum(h[key] > threshold for h in counted
-                                      if h.get(key) is not None and math.isfinite(h[key])))
+            summary[name] = float(sum(_past_threshold(h, key, threshold) for h in heads))
     return summary
+
+
+def _past_threshold(head, key, threshold):
+    """Whether a head's `key` is past the recorder's threshold for it (None: never): what the recorder warns about
+    and the summary counts. A head of one position is one-hot whatever its scores: never a collapse."""
+    value = head.get(key)
+    if threshold is None or value is None or not math.isfinite(value):
+        return False
+    if key == "softmax_over_sqrt_N" and head.get("N", 2) < 2:
+        return False
+    return value > threshold
 
 
 # The first line of a probe log is a few kilobytes; more than this is not one.
