@@ -4,6 +4,8 @@
 #include "progress.hpp"
 #include "subcommand.hpp"
 
+#include "attncheck/monte_carlo/fit.hpp"
+#include "attncheck/monte_carlo/mc_options.hpp"
 #include "attncheck/probes/live_metrics.hpp"
 #include "attncheck/probes/probe_document.hpp"
 #include "attncheck/theory/accumulator.hpp"
@@ -14,10 +16,13 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <atomic>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -40,6 +45,8 @@ struct ProbeOptions {
   bool random = false;
   std::int64_t length = 128;
   bool length_given = false;
+  std::string length_text;  // as given: one length, or a grid (32:8192:x2, 32,64,128) that sets `lengths`
+  std::vector<std::int64_t> lengths;
   std::uint64_t seed = 0;
   std::vector<int> layers, heads;
   bool json = false, csv = false;
@@ -54,6 +61,25 @@ struct ProbeOptions {
   int threads = 0;
   std::string precision = "double";
 };
+
+// One length (any positive 64-bit count: the model refuses what exceeds its positions, naming both), or a grid of
+// them in increasing order.
+std::vector<std::int64_t> parse_lengths(const std::string& text) {
+  if (text.find_first_of(":,") != std::string::npos) {
+    std::vector<std::int64_t> lengths;
+    for (theory::Index n : monte_carlo::parse_index_grid(text, "--length")) lengths.push_back(n);
+    std::sort(lengths.begin(), lengths.end());
+    lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
+    return lengths;
+  }
+  std::int64_t length = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), length);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size() || length < 1) {
+    throw UsageError(fmt::format("--length: '{}' is not a positive integer nor a grid (32:8192:x2, 32,64,128)",
+                                 text.size() > 40 ? text.substr(0, 40) + "..." : text));
+  }
+  return {length};
+}
 
 probes::ProbeInput make_input(const ProbeOptions& o) {
   if (o.text_given && o.text.empty()) {
@@ -442,6 +468,144 @@ probes::ProbeProgress terminal_progress(std::string what) {
   };
 }
 
+// The least-squares slope of log y on log N, or NaN where a value is not positive (a head whose norm is 0).
+double growth_exponent(const std::vector<double>& lengths, const std::vector<double>& values) {
+  if (std::any_of(values.begin(), values.end(), [](double v) { return !(v > 0) || !std::isfinite(v); })) return NAN;
+  // Equal relative errors: the weighted fit is then the ordinary one; a measurement has no standard error.
+  const auto fit = monte_carlo::fit_log_log(lengths, values, values);
+  return fit ? fit->slope : NAN;
+}
+
+struct HeadGrowth {
+  int layer = 0, head = 0;
+  double value_exponent = NAN, grad_exponent = NAN;
+};
+
+// Median and extremes of the heads' exponents, in words.
+std::string growth_text(const std::vector<HeadGrowth>& growth, bool gradient) {
+  std::vector<std::pair<double, const HeadGrowth*>> exponents;
+  for (const HeadGrowth& g : growth) {
+    const double e = gradient ? g.grad_exponent : g.value_exponent;
+    if (std::isfinite(e)) exponents.emplace_back(e, &g);
+  }
+  if (exponents.empty()) return "no head with a positive norm at every length";
+  std::sort(exponents.begin(), exponents.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  const std::size_t n = exponents.size();
+  const double median = n % 2 ? exponents[n / 2].first : (exponents[n / 2 - 1].first + exponents[n / 2].first) / 2;
+  return fmt::format("median {:.3f}, from {:.3f} (layer {}, head {}) to {:.3f} (layer {}, head {}) over {} heads",
+                     median, exponents.front().first, exponents.front().second->layer, exponents.front().second->head,
+                     exponents.back().first, exponents.back().second->layer, exponents.back().second->head, n);
+}
+
+// --length as a grid: the model measured at each length on the same input (the first N tokens of the text, or N
+// Gaussian positions), one forward pass each, and each head's growth in N: the least-squares slope of its
+// log ||A||_F and log ||dA/dS||_F on log N. Every length must fit the input, as one --length must.
+int run_length_grid(const ProbeOptions& o, const std::vector<theory::PhiExpression>& what_if) {
+  if (o.precision != "double") throw UsageError("--precision mixed or compare takes one --length, not a grid");
+  if (!o.attention_out.empty()) throw UsageError("--attention-out takes one --length, not a grid");
+  std::vector<probes::ProbeResult> results;
+  std::vector<probes::ProbeInput> inputs;
+  std::vector<double> measured;
+  for (std::int64_t requested : o.lengths) {
+    ProbeOptions at = o;
+    at.length = requested;
+    inputs.push_back(make_input(at));
+    auto result =
+        probes::probe_model(o.model, inputs.back(), o.layers, o.heads, false, o.cross_norm,
+                            terminal_progress(fmt::format("attncheck probe {} at N = {}", o.model, requested)),
+                            o.threads, false, what_if);
+    if (result.heads.empty()) throw UsageError("--layers/--heads select no head of the model");
+    const auto n = static_cast<double>(result.heads.front().N);
+    if (!measured.empty() && n <= measured.back()) {
+      throw UsageError(
+          fmt::format("--length {}: the model attends to {} positions there, no more than at the length "
+                      "before; a grid needs inputs whose positions grow with it",
+                      requested, result.heads.front().N));
+    }
+    measured.push_back(n);
+    results.push_back(std::move(result));
+  }
+  std::vector<HeadGrowth> growth;
+  for (std::size_t h = 0; h < results.front().heads.size(); ++h) {
+    std::vector<double> values, gradients;
+    for (const auto& result : results) {
+      const auto& m = result.heads[h];
+      values.push_back(m.softmax.value);
+      gradients.push_back(m.softmax.grad);
+    }
+    const auto& first = results.front().heads[h];
+    growth.push_back(
+        {first.layer, first.head, growth_exponent(measured, values), growth_exponent(measured, gradients)});
+  }
+  bool hold = true;
+  for (const auto& result : results) hold = hold && bounds_hold(result);
+  if (o.json) {
+    nlohmann::json document = nlohmann::json::object();
+    document["lengths"] = measured;
+    document["probes"] = nlohmann::json::array();
+    for (std::size_t k = 0; k < results.size(); ++k) {
+      document["probes"].push_back(
+          records::to_json(probes::probe_document(o.model, inputs[k], results[k], o.cross_norm)));
+    }
+    document["growth"] = nlohmann::json::array();
+    for (const HeadGrowth& g : growth) {
+      const auto number = [](double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); };
+      document["growth"].push_back({{"layer", g.layer},
+                                    {"head", g.head},
+                                    {"softmax_fro_exponent", number(g.value_exponent)},
+                                    {"grad_fro_exponent", number(g.grad_exponent)}});
+    }
+    std::cout << records::json_text(document, 1) << "\n";
+    return hold ? kExitHolds : kExitViolated;
+  }
+  if (o.csv) {
+    fmt::print("{}\n", fmt::join(probes::csv_columns(o.cross_norm), ","));
+    int non_finite = 0;
+    for (const auto& result : results) {
+      for (const auto& m : result.heads) {
+        std::vector<std::string> cells;
+        for (double v : probes::csv_values(m)) {
+          non_finite += std::isfinite(v) ? 0 : 1;
+          cells.push_back(std::isfinite(v) ? fmt::format("{}", v) : std::string());
+        }
+        fmt::print("{}\n", fmt::join(cells, ","));
+      }
+    }
+    note_non_finite(non_finite, "left empty");
+    return hold ? kExitHolds : kExitViolated;
+  }
+  const auto& c = results.front().config;
+  fmt::print("{} model: {} layers, {} heads of dimension {}, D = {}; trained attention: {}; {} attention\n",
+             probes::architecture_name(c), c.layers, c.heads, c.head_dim(), c.hidden, c.attention_activation,
+             c.causal ? "causal" : "bidirectional");
+  fmt::print("input: {}, measured at N = {} (one forward pass each)\n",
+             inputs.front().kind == probes::ProbeInput::Kind::random
+                 ? fmt::format("Gaussian embeddings, seed {}", inputs.front().seed)
+                 : std::string("the first N tokens of the same input"),
+             fmt::join(measured, ", "));
+  std::vector<std::vector<std::string>> cells;
+  for (std::size_t h = 0; h < growth.size(); ++h) {
+    const auto& first = results.front().heads[h];
+    const auto& last = results.back().heads[h];
+    cells.push_back({fmt::format("{}", growth[h].layer), fmt::format("{}", growth[h].head),
+                     fmt::format("{:.4f}", first.softmax.value / first.sqrt_n),
+                     fmt::format("{:.4f}", last.softmax.value / last.sqrt_n),
+                     fmt::format("{:.3f}", growth[h].value_exponent), fmt::format("{:.3f}", growth[h].grad_exponent)});
+  }
+  print_columns({"layer", "head", fmt::format("|A|_F/sqrt(N) at {}", measured.front()),
+                 fmt::format("at {}", measured.back()), "growth |A|_F", "growth |dA/dS|_F"},
+                cells);
+  fmt::print(
+      "  growth: the least-squares slope of log norm on log N over the lengths measured: how the head's norm grew "
+      "on this input, a measurement, not a verdict (softmax's bounds sqrt(N) and sqrt(N)/2 grow with exponent 1/2, "
+      "and a fit never proves an exponent)\n");
+  fmt::print("summary: growth of ||A||_F in N: {}\n", growth_text(growth, false));
+  fmt::print("         growth of ||dA/dS||_F in N: {}\n", growth_text(growth, true));
+  fmt::print("verdict: {}\n", hold ? "Theorem 4.1's bounds hold on every head at every length (exit 0)"
+                                   : "a bound is exceeded at some length (exit 1)");
+  return hold ? kExitHolds : kExitViolated;
+}
+
 std::atomic<bool> stop_requested{false};
 
 int run(const ProbeOptions& o) {
@@ -464,6 +628,7 @@ int run(const ProbeOptions& o) {
     if (!o.model.empty()) throw UsageError("--watch DIR takes the folder instead of MODEL; give one of them");
     if (!o.text_file.empty())
       throw UsageError("--watch takes one input: --text, --tokens, --image, --pixels or --random");
+    if (o.lengths.size() > 1) throw UsageError("--watch takes one --length, not a grid");
     if (o.json || o.csv || !o.attention_out.empty() || o.cross_norm) {
       throw UsageError(
           "--json, --csv, --attention-out and --cross-norm describe one MODEL; --watch writes JSON "
@@ -497,12 +662,14 @@ int run(const ProbeOptions& o) {
           "--text-file prints the table or --json of means over its sentences; --csv and "
           "--attention-out take one input");
     }
+    if (o.lengths.size() > 1) throw UsageError("--text-file takes one --length, not a grid");
     return run_text_file(o, terminal_progress("attncheck probe " + o.model));
   }
   if (o.model.empty()) throw UsageError("give MODEL (a folder, a .safetensors or a .gguf file) or --watch DIR");
   std::vector<theory::PhiExpression> what_if;
   for (const std::string& text : o.what_if) what_if.push_back(theory::PhiExpression::parse(text, "--what-if"));
   if (!what_if.empty() && o.csv) throw UsageError("--what-if: its norms are in the table and in --json, not in --csv");
+  if (o.lengths.size() > 1) return run_length_grid(o, what_if);
   const auto timed_probe = [&](bool mixed, bool keep_layers, std::string what, double& seconds) {
     const auto start = std::chrono::steady_clock::now();
     auto result = probes::probe_model(o.model, input, o.layers, o.heads, keep_layers, o.cross_norm,
@@ -602,11 +769,12 @@ const bool registered = register_subcommand(
                        "DINOv2, CLIP's vision tower: of its position embeddings)");
       command
           .add_option(
-              "--length", o->length,
-              "number of positions for --random (at most the model's; the default is shortened to them); with --text, "
-              "--text-file or --tokens, keep the first LENGTH tokens")
-          ->capture_default_str()
-          ->check(integer_in(1, INT64_MAX))
+              "--length", o->length_text,
+              "number of positions for --random (at most the model's; default 128, shortened to them); with --text, "
+              "--text-file or --tokens, keep the first LENGTH tokens. A grid (32:8192:x2, or 32,64,128) measures the "
+              "model at each length on the same input and gives each head's growth in N (the slope of log ||A||_F "
+              "and log ||dA/dS||_F on log N); every length must fit the text and the model")
+          ->type_name("LENGTH|GRID")
           ->each([o](const std::string&) { o->length_given = true; });
       command.add_option("--seed", o->seed, "seed of the random input")
           ->capture_default_str()
@@ -674,6 +842,8 @@ const bool registered = register_subcommand(
       command.add_option("--out", o->out, "JSON-lines file for --watch (default DIR/attncheck-probe.jsonl)");
       return [o, text_option] {
         o->text_given = text_option->count() > 0;
+        if (o->length_given) o->lengths = parse_lengths(o->length_text);
+        if (!o->lengths.empty()) o->length = o->lengths.front();
         return run(*o);
       };
     });

@@ -27,14 +27,15 @@ struct ReportArguments {
 std::function<int()> setup(CLI::App& command) {
   auto arguments = std::make_shared<ReportArguments>();
   command
-      .add_option("input", arguments->inputs,
-                  "results folder written by `attncheck mc --out` (fits.json, points.jsonl) and/or holding "
-                  "attncheck-probe.jsonl, attncheck-curves.jsonl (training curves) and/or vit-results.json "
-                  "(examples/vit_digits.py); or a probe log or training curves (.jsonl) on their own; or the "
-                  "output of `attncheck probe --json` (.json: layer x head maps). Several runs of one kind are "
-                  "compared in one report: probe logs (or run folders holding one), probe --json outputs, or mc "
-                  "results folders; a folder that holds no run itself but runs in its subfolders stands for those "
-                  "runs, in the order of their names")
+      .add_option(
+          "input", arguments->inputs,
+          "results folder written by `attncheck mc --out` (fits.json, points.jsonl) and/or holding "
+          "attncheck-probe.jsonl, attncheck-curves.jsonl (training curves) and/or vit-results.json "
+          "(examples/vit_digits.py); or a probe log or training curves (.jsonl) on their own; or the "
+          "output of `attncheck probe --json` (.json) or `--csv` (.csv): layer x head maps. Several runs of one kind "
+          "are compared in one report: probe logs (or run folders holding one), probe outputs, or mc "
+          "results folders; a folder that holds no run itself but runs in its subfolders stands for those "
+          "runs, in the order of their names")
       ->required()
       ->type_name("INPUT");
   command.add_option("--out", arguments->out, "report folder: index.html, report.md, plots/")->required();
@@ -78,8 +79,7 @@ std::function<int()> setup(CLI::App& command) {
     if (summary.probe_records > 0) fmt::print("{} probe records\n", summary.probe_records);
     if (summary.curve_points > 0) fmt::print("{} training-curve points\n", summary.curve_points);
     if (summary.vit_runs > 0) fmt::print("{} ViT training runs\n", summary.vit_runs);
-    if (summary.probe_outputs > 0)
-      fmt::print("{} probe --json outputs drawn as layer x head maps\n", summary.probe_outputs);
+    if (summary.probe_outputs > 0) fmt::print("{} probe outputs drawn as layer x head maps\n", summary.probe_outputs);
     return attncheck::cli::kExitHolds;
   };
 }

@@ -5,13 +5,16 @@
 #include "attncheck/reports/numbers.hpp"
 #include "attncheck/reports/report.hpp"
 #include "attncheck/records/sha256.hpp"
+#include "attncheck/theory/bound_check.hpp"
 #include "attncheck/theory/common.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <map>
+#include <optional>
 
 namespace attncheck::reports {
 
@@ -163,7 +166,93 @@ ProbeOutput parse_probe_output(const std::string& text, const std::string& name)
   return out;
 }
 
+ProbeOutput parse_probe_csv(const std::string& text, const std::string& name) {
+  std::vector<std::vector<std::string>> rows;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string_view line(text.data() + start, end - start);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    std::vector<std::string> cells;
+    for (std::size_t from = 0;;) {
+      const std::size_t comma = line.find(',', from);
+      cells.emplace_back(line.substr(from, comma == std::string_view::npos ? std::string_view::npos : comma - from));
+      if (comma == std::string_view::npos) break;
+      from = comma + 1;
+    }
+    if (!line.empty()) rows.push_back(std::move(cells));
+    start = end + 1;
+  }
+  if (rows.empty()) throw InputError(fmt::format("{}: empty: no header line of `attncheck probe --csv`", name));
+  const std::vector<std::string>& header = rows.front();
+  const auto column = [&](std::string_view key) -> std::optional<std::size_t> {
+    const auto at = std::find(header.begin(), header.end(), key);
+    if (at == header.end()) return std::nullopt;
+    return static_cast<std::size_t>(at - header.begin());
+  };
+  const auto required = [&](std::string_view key) {
+    const auto at = column(key);
+    if (!at) {
+      throw InputError(
+          fmt::format("{}: the header line has no column \"{}\": not the output of `attncheck probe --csv` "
+                      "(its header starts layer,head,N,...)",
+                      name, key));
+    }
+    return *at;
+  };
+  const std::size_t layer = required("layer"), head = required("head"), length = required("N"),
+                    softmax = required("softmax_fro"), grad = required("grad_fro");
+  ProbeOutput out;
+  out.file = name;
+  out.file_sha256 = sha256_hex(text);
+  const std::string unknown = "not in a probe --csv output";
+  out.model_path = fmt::format("the model of {}", name);
+  out.architecture = out.attention_activation = out.tool_version = unknown;
+  out.config_file = out.config_sha256 = unknown;
+  out.input.emplace_back("input", unknown);
+  out.holds = true;
+  out.statement =
+      "every head of the CSV within Theorem 4.1's deterministic bounds: ||A||_F <= sqrt(N) and ||grad softmax(S)||_F "
+      "<= sqrt(N)/2 (the tight form of the papers' 2 sqrt(N))";
+  for (std::size_t r = 1; r < rows.size(); ++r) {
+    const std::vector<std::string>& cells = rows[r];
+    const auto fail = [&](const std::string& why) {
+      throw InputError(fmt::format("{} line {}: {}", name, r + 1, why));
+    };
+    if (cells.size() != header.size()) {
+      fail(fmt::format("{} cells, but the header line has {}", cells.size(), header.size()));
+    }
+    const auto number = [&](std::size_t c) {
+      const std::string& cell = cells[c];
+      double value = 0;
+      const auto [end, error] = std::from_chars(cell.data(), cell.data() + cell.size(), value);
+      if (cell.empty() || error != std::errc() || end != cell.data() + cell.size() || !std::isfinite(value)) {
+        fail(fmt::format("\"{}\" is {}: not a finite number", header[c],
+                         cell.empty() ? "empty" : "'" + shortened(cell, 40) + "'"));
+      }
+      return value;
+    };
+    const auto integer = [&](std::size_t c, double least) {
+      const double value = number(c);
+      if (value != std::floor(value) || value < least || value > 1e15) {
+        fail(fmt::format("\"{}\" is {}: not an integer >= {}", header[c], shortened(cells[c], 40), least));
+      }
+      return static_cast<long long>(value);
+    };
+    const long long n = integer(length, 1);
+    const double sqrt_n = std::sqrt(static_cast<double>(n)), norm = number(softmax), jacobian = number(grad);
+    if (norm < 0 || jacobian < 0) fail("a norm is negative");
+    out.heads.push_back(HeadRatios{integer(layer, 0), integer(head, 0), norm / sqrt_n, jacobian / (sqrt_n / 2)});
+    out.holds = out.holds && theory::within(norm, sqrt_n) && theory::within(jacobian, sqrt_n / 2);
+  }
+  if (out.heads.empty()) throw InputError(fmt::format("{}: a header line and no head: nothing was measured", name));
+  head_maps(out.heads, name);  // refuses a head that comes twice before anything is drawn
+  return out;
+}
+
 ProbeOutput read_probe_output(const std::filesystem::path& path) {
+  if (path.extension() == ".csv") return parse_probe_csv(read_text_file(path), path.string());
   return parse_probe_output(read_text_file(path), path.string());
 }
 

@@ -170,6 +170,16 @@ std::vector<Model> models_of(const std::vector<ProbeLog>& logs) {
   return models;
 }
 
+// How a model is told apart in the figures of all models: by its activation's colour (and, across runs of one
+// activation, its dash), or, where runs are compared, by its run's colour (and its activation's place in the run).
+std::pair<int, int> model_colour(const std::vector<Model>& models, const Model& model) {
+  const bool runs_compared = std::any_of(models.begin(), models.end(), [](const Model& m) { return m.log != 0; });
+  if (!runs_compared) return {activation_colour(model.series.activation), model.variant};
+  const auto place_in_run =
+      std::count_if(models.begin(), models.end(), [&](const Model& m) { return m.log == model.log && &m < &model; });
+  return {static_cast<int>(model.log), static_cast<int>(place_in_run)};
+}
+
 // What each log holds. Returns the number of records over all logs.
 std::size_t add_log_facts(const std::vector<ProbeLog>& logs, const std::vector<Model>& models,
                           std::vector<Block>& blocks) {
@@ -243,14 +253,14 @@ void add_own_activation_figures(const std::vector<Model>& models, bool with_plot
                     true,
                     {}};
   for (const Model& model : models) {
-    const int colour = activation_colour(model.series.activation);
+    const auto [colour, variant] = model_colour(models, model);
     for (auto [plot, own] : {std::pair{&own_norm, own_attention_quantity(model.series.activation)},
                              std::pair{&own_grad, own_gradient_quantity(model.series.activation)}}) {
       if (!own) continue;
       plot->curves.push_back(min_max_band(model.series, *own, colour));
       plot->curves.push_back(mean_curve(model.series, *own, model.label, CurveStyle::line_with_points));
       plot->curves.back().colour = colour;
-      plot->curves.back().variant = model.variant;
+      plot->curves.back().variant = variant;
     }
   }
   blocks.push_back(Heading{3, "All models: attention norm and gradient norm against training", "probes-all"});
@@ -275,6 +285,77 @@ void add_own_activation_figures(const std::vector<Model>& models, bool with_plot
           "Fig. 3: the line is the mean over layers and heads, the shaded band their min to max.",
           blocks);
   }
+}
+
+// Softmax's norms on every model's scores over training as ratios to their bounds, ||A||_F / sqrt(N) and
+// ||dA/dS||_F / (sqrt(N)/2), the bound a dashed line at 1: the models (and runs) on one scale whatever their N,
+// which the raw norms above are not. Line: the mean over layers and heads; band: their min to max.
+void add_bound_ratio_figure(const std::vector<Model>& models, const std::vector<ProbeLog>& logs, bool with_plots,
+                            std::vector<Block>& blocks, PendingFigures& pending) {
+  if (!with_plots || models.empty()) return;
+  PlotSpec figure;
+  figure.name = "probe-ratios";
+  figure.title = "Softmax on every model's scores: ratio to its bound (1: at the bound)";
+  figure.columns = 2;
+  double largest = 1, first_position = INFINITY, last_position = -INFINITY;
+  for (const bool gradient : {false, true}) {
+    PlotSpec panel;
+    panel.title = gradient ? "||dA/dS||_F / (sqrt(N)/2)" : "||A||_F / sqrt(N)";
+    panel.x_label = models.front().series.steps_known ? "training step" : "checkpoint (in the order of the log)";
+    panel.y_label = "ratio to the bound (mean over layers and heads)";
+    panel.log_x = false;
+    panel.log_y = false;
+    for (const Model& model : models) {
+      const auto [colour, variant] = model_colour(models, model);
+      Curve band{"", CurveStyle::band, {}, {}, {}, {}, colour};
+      Curve mean{model.label, CurveStyle::line_with_points, {}, {}, {}, {}, colour, variant};
+      for (const ProbeStep& step : model.series.steps) {
+        const auto heads = checkpoint_ratios(logs[model.log].records, model.series.activation, step.checkpoint);
+        double sum = 0, low = INFINITY, high = -INFINITY;
+        std::size_t count = 0;
+        for (const HeadRatios& head : heads) {
+          const double ratio = gradient ? head.gradient : head.attention;
+          if (!std::isfinite(ratio)) continue;
+          sum += ratio;
+          low = std::min(low, ratio);
+          high = std::max(high, ratio);
+          ++count;
+        }
+        if (count == 0) continue;
+        mean.x.push_back(step.position);
+        mean.y.push_back(sum / static_cast<double>(count));
+        band.x.push_back(step.position);
+        band.y.push_back(mean.y.back());
+        band.y_lo.push_back(low);
+        band.y_hi.push_back(high);
+        largest = std::max(largest, high);
+        first_position = std::min(first_position, step.position);
+        last_position = std::max(last_position, step.position);
+      }
+      if (mean.x.empty()) continue;
+      panel.curves.push_back(std::move(band));
+      panel.curves.push_back(std::move(mean));
+    }
+    figure.panels.push_back(std::move(panel));
+  }
+  if (!(first_position <= last_position)) return;
+  for (std::size_t gradient = 0; gradient < 2; ++gradient) {
+    PlotSpec& panel = figure.panels[gradient];
+    panel.y_range = std::pair{0.0, 1.05 * largest};
+    panel.curves.push_back(Curve{gradient ? "bound: sqrt(N)/2 (ratio 1)" : "bound: sqrt(N) (ratio 1)",
+                                 CurveStyle::dashed_line,
+                                 {first_position, last_position},
+                                 {1, 1},
+                                 {},
+                                 {},
+                                 activation_colour("")});  // black: the colour of no activation
+  }
+  pending.add(std::move(figure),
+              "Softmax evaluated on each model's own scores, every model on one linear scale: ||A||_F / sqrt(N) "
+              "(left) and ||dA/dS||_F / (sqrt(N)/2) (right) against training, the line the mean over layers and "
+              "heads, the shaded band their min to max; the dashed black line at 1 is the bound (Theorem 4.1's "
+              "sqrt(N), and sqrt(N)/2, the exact sup of ||dA/dS||_F).",
+              blocks);
 }
 
 // One model: every activation on its scores, its first and last layer x head maps, and its checkpoints' table.
@@ -431,9 +512,11 @@ void add_probe_section(const std::vector<ProbeLog>& logs, bool with_plots, Docum
       "them (the shaded band in the plots); these are measurements of the given checkpoints, not estimates, so "
       "they carry no standard error. The ||A||_F columns evaluate each activation on the same scores of the "
       "model; the model's own activation is the one it was trained with. Each activation has one colour in "
-      "every plot of this report."});
+      "every plot of this report, except where runs are compared: there the figures of all models give each run "
+      "its own colour."});
   if (logs.size() > 1) add_run_ends(logs, models, blocks);
   add_own_activation_figures(models, with_plots, blocks, pending);
+  add_bound_ratio_figure(models, logs, with_plots, blocks, pending);
   for (std::size_t m = 0; m < models.size(); ++m) {
     add_model(models[m], m, logs[models[m].log].records, with_plots, document, pending);
   }

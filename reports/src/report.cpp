@@ -31,7 +31,7 @@ struct Inputs {
 
   // What a comparison of runs can hold: probe logs (alone or in run folders), or probe --json outputs.
   std::string kind() const {
-    if (probe_output) return "a probe --json output";
+    if (probe_output) return "a probe --json or --csv output";
     if (results_folder) return "results of `attncheck mc`";
     if (vit_results) return "results of examples/vit_digits.py";
     if (training_curves && !probe_log) return "training curves";
@@ -73,14 +73,14 @@ Inputs find_inputs(const fs::path& input) {
   if (!fs::exists(input, error)) throw InputError(fmt::format("{} does not exist", input.string()));
   Inputs inputs;
   if (!fs::is_directory(input, error)) {
-    if (input.extension() == ".json" && input.filename() != kVitResultsName) {
+    if ((input.extension() == ".json" && input.filename() != kVitResultsName) || input.extension() == ".csv") {
       inputs.probe_output = input;
       return inputs;
     }
     if (input.extension() != ".jsonl") {
       throw InputError(
           fmt::format("{} is neither a results folder nor a probe log or training curves (*.jsonl) nor "
-                      "the output of `attncheck probe --json` (*.json)",
+                      "the output of `attncheck probe --json` (*.json) or `--csv` (*.csv)",
                       input.string()));
     }
     if (input.filename() == kTrainingCurvesName) {

@@ -696,6 +696,49 @@ std::optional<PlotSpec> claim_overlay(const std::vector<records::Series>& series
   return overlay;
 }
 
+// Every series of the folder that fits E||F|| in N, one figure per estimand: the estimates themselves on
+// log-log axes with their 95% bands, so that activations of different claims (softmax, x^3/sqrt(N), relu/N, an
+// expression) compare in size as well as in slope, which the per-claim overlays, each divided by its own x^a,
+// do not show. The value figure carries softmax's bound sqrt(N). None for an estimand with fewer than two
+// configurations.
+std::vector<std::pair<theory::Estimand, PlotSpec>> estimand_overlays(const std::vector<records::Series>& series) {
+  std::vector<std::pair<theory::Estimand, PlotSpec>> overlays;
+  for (const theory::EstimandTerm& term : theory::all_estimands()) {
+    PlotSpec overlay;
+    overlay.name = fmt::format("estimand{:02}", overlays.size() + 1);
+    overlay.title = fmt::format("{}: every activation of the folder", term.symbol);
+    overlay.x_label = "N (sequence length)";
+    overlay.y_label = std::string(term.symbol);
+    std::set<std::string> activations;  // configurations apart from the claim: C6 and a custom run may agree
+    std::pair<double, double> n_range{INFINITY, 0};
+    int drawn = 0;
+    for (std::size_t i = 0; i < series.size(); ++i) {
+      const records::Series& s = series[i];
+      if (s.key.estimand != term.value || s.x_variable != "N" || s.fit_of != "mean" || s.x.size() < 2) continue;
+      add_compensated(overlay, s, 0, s.mean, s.se, fmt::format("{}: {} ({})", i + 1, s.key.label(), verdict_word(s)),
+                      drawn);
+      overlay.curves.back().variant = drawn++ / 7;  // past the palette's seven colours, another point type and dash
+      records::SeriesKey configuration = s.key;
+      configuration.claim.clear();
+      activations.insert(configuration.label());
+      n_range = {std::min(n_range.first, static_cast<double>(s.x.front())),
+                 std::max(n_range.second, static_cast<double>(s.x.back()))};
+    }
+    if (activations.size() < 2) continue;
+    if (term.value == theory::Estimand::value) {
+      overlay.curves.push_back(Curve{"sqrt(N): the softmax bound",
+                                     CurveStyle::dashed_line,
+                                     {n_range.first, n_range.second},
+                                     {std::sqrt(n_range.first), std::sqrt(n_range.second)},
+                                     {},
+                                     {},
+                                     activation_colour("")});  // black: the colour of no activation
+    }
+    overlays.emplace_back(term.value, std::move(overlay));
+  }
+  return overlays;
+}
+
 // How far, as a factor, the stored line exp(intercept) x^slope lies from the estimates at their log-log
 // centroid. A least-squares line passes through it (a weighted one near it); a large factor means the
 // intercept is not what the report takes it for (a natural logarithm), so the drawn fit would mislead.
@@ -1075,6 +1118,22 @@ void add_scaling_section(const records::ResultsFolder& results, bool with_plots,
   }
   add_provenance(results, blocks);
   if (bounds) add_exact_bounds(*bounds, blocks);
+  if (with_plots) {
+    auto overlays = estimand_overlays(series);
+    if (!overlays.empty()) {
+      blocks.push_back(Heading{2, "All activations, one figure per estimand", "estimands"});
+      for (auto& [estimand, overlay] : overlays) {
+        pending.add_drawable(
+            std::move(overlay),
+            fmt::format("{} of every series of the folder that has it, against N on log-log axes, with its 95% band: "
+                        "sizes and slopes side by side (a parallel line grows at the same rate); the legend numbers "
+                        "the series as below and gives its verdict{}",
+                        theory::term_of(estimand).symbol,
+                        estimand == theory::Estimand::value ? "; dashed, softmax's bound sqrt(N)" : ""),
+            blocks);
+      }
+    }
+  }
   // Series in file order within a claim.
   std::size_t claim_figures = 0, claim_overlays = 0;
   for (const std::string& claim : claims_in_order(series)) {

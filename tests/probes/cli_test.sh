@@ -28,7 +28,7 @@ expect 0 "24 Gaussian embeddings" -- "$attncheck" probe "$tiny/tiny-bert" --rand
 expect 2 "--text is empty" -- "$attncheck" probe "$tiny/tiny-bert" --text ''
 # --help names the positional argument, not the help library's type placeholder.
 expect 0 "^  MODEL +model folder" -- "$attncheck" probe --help
-expect 2 "--length: -5 is out of range" -- "$attncheck" probe "$tiny/tiny-bert" --random --length -5
+expect 2 "--length: '-5' is not a positive integer" -- "$attncheck" probe "$tiny/tiny-bert" --random --length -5
 expect 2 "--layers: -1 is out of range" -- "$attncheck" probe "$tiny/tiny-bert" --layers -1
 expect 2 "--interval: 'nan'" -- "$attncheck" probe --watch "$tiny" --interval nan
 expect 2 "--until-idle: -1 is out of range" -- "$attncheck" probe --watch "$tiny" --until-idle -1
@@ -339,6 +339,62 @@ assert text == "the \ufffd\ufffd cat\ufffd", repr(text)
 sentences = json.loads(open(sys.argv[2], "rb").read().decode("utf-8"))["input"]["sentences"]
 assert sentences[1]["text"] == "the \ufffd dog", sentences
 PY
+
+# --length as a grid: the same input at each length, one probe document per length, and each head's growth: the
+# least-squares slope of log ||A||_F (and log ||dA/dS||_F) on log N, here checked against NumPy's polyfit of the
+# documents' own norms (a slope is ordinary least squares however it is computed: 1e-12).
+"$attncheck" probe "$tiny/tiny-bert" --random --length 4:24:x2 --layers 0,1 --json >"$work/grid.json" ||
+  fail "--length 4:24:x2 --json exited $?"
+/usr/bin/python3 - "$work/grid.json" <<'PY' || fail "the --length grid's JSON"
+import json, sys
+import numpy as np
+grid = json.load(open(sys.argv[1]))
+assert grid["lengths"] == [4, 8, 16], grid["lengths"]
+assert [p["heads"][0]["N"] for p in grid["probes"]] == [4, 8, 16]
+heads = len(grid["probes"][0]["heads"])
+assert heads > 1 and len(grid["growth"]) == heads
+for h, growth in enumerate(grid["growth"]):
+    for key, column in (("softmax_fro_exponent", "softmax_fro"), ("grad_fro_exponent", "grad_fro")):
+        norms = [p["heads"][h][column] for p in grid["probes"]]
+        slope = np.polyfit(np.log(grid["lengths"]), np.log(norms), 1)[0]
+        assert abs(growth[key] - slope) < 1e-12, (h, key, growth[key], slope)
+        assert growth["layer"] == grid["probes"][0]["heads"][h]["layer"]
+PY
+"$attncheck" probe "$tiny/tiny-bert" --random --length 4,16,8 --layers 0 --heads 1 >"$work/grid.txt" ||
+  fail "--length 4,16,8 table exited $?"
+grep -q "measured at N = 4, 8, 16" "$work/grid.txt" || fail "the grid's table does not say its lengths: $(cat "$work/grid.txt")"
+grep -Eq "^summary: growth of \|\|A\|\|_F in N: median -?[0-9.]+, from" "$work/grid.txt" ||
+  fail "the grid's table has no growth summary: $(cat "$work/grid.txt")"
+[ "$(tail -1 "$work/grid.txt")" = "verdict: Theorem 4.1's bounds hold on every head at every length (exit 0)" ] ||
+  fail "the grid's table does not end with its verdict: $(tail -1 "$work/grid.txt")"
+rows=$("$attncheck" probe "$tiny/tiny-bert" --random --length 4:16:x2 --layers 0 --csv | wc -l)
+heads=$("$attncheck" probe "$tiny/tiny-bert" --random --length 4 --layers 0 --csv | wc -l)
+[ "$rows" -eq $(( 3 * (heads - 1) + 1 )) ] || fail "--length 4:16:x2 --csv has $rows lines, not 3 x $((heads - 1)) heads + header"
+# A text: its first N tokens at each length; a length past the text is refused as one --length is, naming both.
+expect 0 "measured at N = 2, 4, 8" -- "$attncheck" probe "$tiny/tiny-bert" --text "the cats sat on the mat." --length 2:8:x2 --layers 0
+expect 2 "the input has 10 tokens, fewer than the 20 asked for with --length" -- \
+  "$attncheck" probe "$tiny/tiny-bert" --text "the cats sat on the mat." --length 2,4,20 --layers 0
+expect 2 "--length: 0 in '0:8:x2' must be >= 1" -- "$attncheck" probe "$tiny/tiny-bert" --random --length 0:8:x2
+expect 2 "--length: 'abc' is not a positive integer" -- "$attncheck" probe "$tiny/tiny-bert" --random --length abc
+expect 2 "--precision mixed or compare takes one --length" -- \
+  "$attncheck" probe "$tiny/tiny-bert" --random --length 4,8 --precision mixed
+expect 2 "--watch takes one --length" -- "$attncheck" probe --watch "$tiny" --length 4,8 --until-idle 0
+
+# `attncheck report` reads a probe's --csv as it reads its --json: the same per-head ratios.
+"$attncheck" probe "$tiny/tiny-bert" --random --length 6 --csv >"$work/probe.csv" || fail "probe --csv exited $?"
+"$attncheck" probe "$tiny/tiny-bert" --random --length 6 --json >"$work/probe.json" || fail "probe --json exited $?"
+"$attncheck" report "$work/probe.csv" --out "$work/csv-report" --no-plots >/dev/null || fail "report of a probe CSV exited $?"
+"$attncheck" report "$work/probe.json" --out "$work/json-report" --no-plots >/dev/null || fail "report of probe JSON exited $?"
+diff <(sed -n '/per layer (rows) and head (columns)/,$p' "$work/csv-report/report.md") \
+  <(sed -n '/per layer (rows) and head (columns)/,$p' "$work/json-report/report.md") >/dev/null ||
+  fail "the report of the CSV and of the JSON differ in their ratio tables"
+grep -q "not in a probe --csv output" "$work/csv-report/report.md" || fail "the CSV's report does not say what the CSV lacks"
+head -1 "$work/probe.csv" >"$work/header-only.csv"
+expect 2 "header-only.csv: a header line and no head" -- "$attncheck" report "$work/header-only.csv" --out "$work/r1"
+printf 'layer,head,N,softmax_fro,grad_fro\n0,0,4,1.5,x\n' >"$work/bad.csv"
+expect 2 "bad.csv line 2: \"grad_fro\" is 'x': not a finite number" -- "$attncheck" report "$work/bad.csv" --out "$work/r2"
+printf 'layer,head,softmax_fro\n' >"$work/columns.csv"
+expect 2 "no column \"N\"" -- "$attncheck" report "$work/columns.csv" --out "$work/r3"
 
 if [ "$failures" -gt 0 ]; then
   echo "$failures failures"

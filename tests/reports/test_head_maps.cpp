@@ -262,8 +262,10 @@ TEST_CASE("a probe log's first and last checkpoints are drawn as layer x head ma
   CHECK(gradient[0] == std::vector<double>{0.1, 0.8});
 }
 
-TEST_CASE("runs compared: one colour per activation in every plot, and the band is the min and max over heads",
-          "[head_maps][probes][compare]") {
+TEST_CASE(
+    "runs compared: each run one colour in the figures of all models, each activation one colour elsewhere, "
+    "and the band is the min and max over heads",
+    "[head_maps][probes][compare]") {
   TempDir dir;
   const fs::path a = dir.path() / "softmax-run" / kProbeLogName, b = dir.path() / "cubic-run" / kProbeLogName,
                  c = dir.path() / "softmax-again" / kProbeLogName;
@@ -282,31 +284,52 @@ TEST_CASE("runs compared: one colour per activation in every plot, and the band 
   CHECK(summary.probe_records == 12);
   const std::string script = read_text(options.out / "plots" / "plots.gp");
 
-  // Every legend entry naming an activation, in every plot, with the colour it was drawn in.
-  std::map<std::string, std::set<std::string>> colours;  // activation -> colours seen
+  // Every legend entry with the colour it was drawn in: a run's model ("RUN: trained with ...", the figures of all
+  // models) or an activation evaluated on a model's scores (each model's own figures).
+  std::map<std::string, std::set<std::string>> run_colours, activation_colours;
+  std::map<std::string, int> run_entries;
   const std::regex clause("linecolor rgb '(#[0-9a-f]{6})' title '([^']*)'");
   for (auto it = std::sregex_iterator(script.begin(), script.end(), clause); it != std::sregex_iterator(); ++it) {
     const std::string title = (*it)[2];
+    if (const auto colon = title.find(": trained with "); colon != std::string::npos) {
+      run_colours[title.substr(0, colon)].insert((*it)[1]);
+      ++run_entries[title.substr(0, colon)];
+      continue;
+    }
     const std::string activation =
         title.find("poly3_scaled") != std::string::npos || title.find("x^3/sqrt(N)") != std::string::npos
             ? "poly3_scaled"
         : title.find("softmax") != std::string::npos ? "softmax"
                                                      : "";
-    if (!activation.empty()) colours[activation].insert((*it)[1]);
+    if (!activation.empty()) activation_colours[activation].insert((*it)[1]);
   }
-  REQUIRE(colours.count("softmax"));
-  REQUIRE(colours.count("poly3_scaled"));
-  CHECK(colours["softmax"].size() == 1);
-  CHECK(colours["poly3_scaled"].size() == 1);
-  CHECK(*colours["softmax"].begin() != *colours["poly3_scaled"].begin());
-  // The runs are named, and two runs of one activation differ by their markers, not their colour.
+  REQUIRE(activation_colours.count("softmax"));
+  REQUIRE(activation_colours.count("poly3_scaled"));
+  CHECK(activation_colours["softmax"].size() == 1);
+  CHECK(activation_colours["poly3_scaled"].size() == 1);
+  CHECK(*activation_colours["softmax"].begin() != *activation_colours["poly3_scaled"].begin());
+  // Each run in one colour in all of the figures of all models (own norm, own gradient, both ratio panels), and
+  // no two runs in the same one.
+  std::set<std::string> distinct;
+  for (const std::string run : {"softmax-run", "cubic-run", "softmax-again"}) {
+    REQUIRE(run_colours.count(run));
+    CHECK(run_colours[run].size() == 1);
+    CHECK(run_entries[run] >= 3);
+    distinct.insert(*run_colours[run].begin());
+  }
+  CHECK(distinct.size() == 3);
   CHECK_THAT(script, Contains("title 'softmax-run: trained with softmax'") &&
                          Contains("title 'softmax-again: trained with softmax'") &&
                          Contains("title 'cubic-run: trained with poly3_scaled'"));
-  CHECK_THAT(script, Contains("pointtype 7 pointsize 0.6 linewidth 1.5 dashtype 1 linecolor rgb '" +
-                              *colours["softmax"].begin() + "' title 'softmax-run"));
-  CHECK_THAT(script, Contains("pointtype 5 pointsize 0.6 linewidth 1.5 dashtype 2 linecolor rgb '" +
-                              *colours["softmax"].begin() + "' title 'softmax-again"));
+  // The figure of every model against the bounds: ratios on a linear axis, the bound a dashed line at 1.
+  const auto ratios = script.find("# Softmax on every model's scores: ratio to its bound");
+  REQUIRE(ratios != std::string::npos);
+  const std::string ratio_figure = script.substr(ratios, script.find("\n# ", ratios + 1) - ratios);
+  CHECK_THAT(ratio_figure, Contains("title 'bound: sqrt(N) (ratio 1)'") &&
+                               Contains("title 'bound: sqrt(N)/2 (ratio 1)'") && Contains("unset logscale y"));
+  // softmax-run at step 10: ||A||_F 1, 7, 3, 5 over its heads at N = 64 (probe_line), so ratios 1/8 to 7/8 around
+  // their mean 1/2: the band of its first curve.
+  CHECK(data_block(ratio_figure, "$plot2_panel0_curve0").front() == std::vector<double>{10, 0.5, 0.125, 0.875});
 
   // The runs' last checkpoints side by side: softmax-run at step 20 has ||A||_F 2, 2, 2, 6 over its heads.
   const std::string markdown = read_text(options.out / "report.md");
@@ -344,7 +367,7 @@ TEST_CASE("runs that cannot be compared are refused naming the odd one out", "[h
                     Contains("cannot compare " + results.string() + " (results of `attncheck mc`)"));
   options.compare_with = {probe_json};
   CHECK_THROWS_WITH(write_report(options),
-                    Contains("cannot compare " + probe_json.string() + " (a probe --json output)"));
+                    Contains("cannot compare " + probe_json.string() + " (a probe --json or --csv output)"));
   options.compare_with = {log.parent_path()};
   CHECK_THROWS_WITH(write_report(options), Contains("are both named run"));
   CHECK_FALSE(fs::exists(options.out));

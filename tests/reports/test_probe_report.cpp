@@ -121,11 +121,11 @@ TEST_CASE("a probe log alone gives the training plots, one SVG each, and exact t
     const ReportSummary summary = write_report(options);
     CHECK(summary.probe_records == 4);
     CHECK(summary.series == 0);
-    // Two plots over all models (Figs. 2-3), two per model and one of its layers, and the layer x head maps of the
-    // first and last checkpoints (softmax: two checkpoints, poly3_scaled: one).
-    CHECK(summary.plots == 2 + 2 * 2 + 2 + 2 + 1);
+    // Three plots over all models (Figs. 2-3 and the ratios to the bounds), two per model and one of its layers,
+    // and the layer x head maps of the first and last checkpoints (softmax: two checkpoints, poly3_scaled: one).
+    CHECK(summary.plots == 3 + 2 * 2 + 2 + 2 + 1);
     const std::string html = read_text(options.out / "index.html");
-    CHECK(count_occurrences(html, "<svg") == 11);
+    CHECK(count_occurrences(html, "<svg") == 12);
     CHECK_THAT(html, !Contains("http://") && !Contains("https://"));
     const std::string markdown = read_text(options.out / "report.md");
     CHECK_THAT(markdown, Contains("## Probes during training"));
@@ -162,7 +162,8 @@ TEST_CASE("a results folder with a probe log gives both parts", "[probes][report
   CHECK(summary.probe_records == 1);
   const std::string html = read_text(options.out / "index.html");
   CHECK(count_occurrences(html, "<svg") ==
-        series.size() + 3 + 4 + 1 + 1);  // series, readings, a claim's ps and overlay, probes, per layer, the head maps
+        series.size() + 4 + 5 + 1 + 1);  // series, readings, a claim's ps and overlay, the estimand figure, probes
+                                         // (with the ratios to the bounds), per layer, the head maps
   const std::string markdown = read_text(options.out / "report.md");
   CHECK(markdown.find("## Summary") < markdown.find("## Probes during training"));
 }

@@ -4,7 +4,9 @@
 #include "records/fixtures.hpp"
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <regex>
 #include <sstream>
@@ -57,12 +59,13 @@ TEST_CASE("the HTML report stands alone: no external resource, one inline SVG pe
   const auto series = standard_series();
   const WrittenReport report = write_standard_report(dir, true, series);
   // One plot per series, one for the pair of readings of p = 2, one for C3's elementwise p = 1 and 2 side
-  // by side, and C3's overlay of every series.
-  CHECK(report.summary.plots == series.size() + 3);
-  CHECK(count_occurrences(report.html, "<svg") == series.size() + 3);
-  CHECK(count_occurrences(report.html, "</svg>") == series.size() + 3);
+  // by side, C3's overlay of every series, and the value estimand's figure of every configuration.
+  CHECK(report.summary.plots == series.size() + 4);
+  CHECK(count_occurrences(report.html, "<svg") == series.size() + 4);
+  CHECK(count_occurrences(report.html, "</svg>") == series.size() + 4);
+  CHECK_THAT(report.markdown, Contains("](plots/estimand01.svg)"));
   CHECK_THAT(report.markdown, Contains("](plots/overlay01.svg)"));
-  CHECK_THAT(report.markdown, Contains("](plots/readings02.svg)"));
+  CHECK_THAT(report.markdown, Contains("](plots/readings03.svg)"));
   CHECK_THAT(report.markdown, Contains("](plots/claim01.svg)"));
   // The claim's figure: rows compensated, local slope, log-log; one column per p; the verdicts on it.
   const std::string script = read_text(dir.path() / "report" / "plots" / "plots.gp");
@@ -79,7 +82,7 @@ TEST_CASE("the HTML report stands alone: no external resource, one inline SVG pe
   CHECK_THAT(report.html, !Contains("@import") && !Contains("url(http"));
   // The only links leave to the PNG copies of the plots, beside the page.
   const std::regex outside_link(R"(href=["'](?!#|plots/[a-z0-9]+\.png["']))");
-  CHECK(count_occurrences(report.html, ".png\">PNG</a>") == series.size() + 3);
+  CHECK(count_occurrences(report.html, ".png\">PNG</a>") == series.size() + 4);
   CHECK_FALSE(std::regex_search(report.html, outside_link));
   // The Markdown shows the same plots as files beside it.
   for (std::size_t i = 1; i <= series.size(); ++i) {
@@ -87,6 +90,39 @@ TEST_CASE("the HTML report stands alone: no external resource, one inline SVG pe
     CHECK_THAT(report.markdown, Contains("](" + name + ")"));
     CHECK(fs::exists(dir.path() / "report" / name));
   }
+}
+
+TEST_CASE("every configuration of the folder on one figure per estimand: the estimates themselves, and sqrt(N)",
+          "[report]") {
+  TempDir dir;
+  const auto series = standard_series();
+  const WrittenReport report = write_standard_report(dir, true, series);
+  const std::string script = read_text(dir.path() / "report" / "plots" / "plots.gp");
+  const auto figure = script.find("# E||F||_F: every activation of the folder");
+  REQUIRE(figure != std::string::npos);
+  const std::string section = script.substr(figure, script.find("\n# ", figure + 1) - figure);
+  // Each series of the four (C3's three and C4, all of the value estimand) by its number and verdict, drawn as
+  // its estimates at each N, not divided by anything: series 4 (C4) at N = 16 is its mean 24.0.
+  for (std::size_t i = 0; i < series.size(); ++i) {
+    CHECK_THAT(section, Contains(fmt::format("title '{}: {} ", i + 1, series[i].claim)));
+  }
+  CHECK_THAT(section, Contains("title 'sqrt(N): the softmax bound'"));
+  CHECK_THAT(section, Contains("set logscale y 10") && Contains("set logscale x 2"));
+  std::vector<double> drawn;
+  std::istringstream lines(section);
+  for (std::string line; std::getline(lines, line);) {
+    double x = 0, y = 0;
+    if (std::istringstream(line) >> x >> y && x == series[3].N.front()) drawn.push_back(y);
+  }
+  CHECK(std::find(drawn.begin(), drawn.end(), series[3].mean.front()) != drawn.end());
+  CHECK_THAT(report.markdown, Contains("All activations, one figure per estimand"));
+}
+
+TEST_CASE("a folder of one configuration per estimand gets no figure of every activation", "[report]") {
+  TempDir dir;
+  const WrittenReport report = write_standard_report(dir, true, {standard_series().front()});
+  CHECK_THAT(report.markdown, !Contains("one figure per estimand"));
+  CHECK_FALSE(fs::exists(dir.path() / "report" / "plots" / "estimand01.svg"));
 }
 
 TEST_CASE("report.md carries every series' verdict and slope with its confidence interval", "[report]") {

@@ -50,7 +50,7 @@ TEST_CASE("attncheck report writes both documents from the kept example folder a
   CHECK(run.exit_code == 0);
   CHECK_THAT(run.out, Contains("4 series: 1 holds, 2 tight, 1 violated, 0 consistent (not a proof), 0 inconclusive"));
   CHECK(count_occurrences(read_text(report / "index.html"), "<svg") ==
-        4 + 3);  // 4 series, 1 pair of readings, 1 claim side by side, 1 claim's overlay
+        4 + 4);  // 4 series, 1 pair of readings, 1 claim side by side, 1 claim's overlay, 1 estimand's figure
   CHECK_THAT(read_text(report / "report.md"), Contains("## Summary"));
 }
 

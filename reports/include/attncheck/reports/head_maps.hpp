@@ -46,6 +46,9 @@ struct ProbeOutput {
 
 // Throws theory::InputError naming `name` and the key when the text is not such a document.
 ProbeOutput parse_probe_output(const std::string& text, const std::string& name);
+// `attncheck probe --csv` output: the heads' norms without the model's provenance, which the CSV does not hold.
+ProbeOutput parse_probe_csv(const std::string& text, const std::string& name);
+// By its extension: a .csv file is read as probe --csv output, anything else as probe --json output.
 ProbeOutput read_probe_output(const std::filesystem::path& path);
 
 // The ratios of one checkpoint of a probe log, for the model trained with `activation`.
