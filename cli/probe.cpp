@@ -541,7 +541,8 @@ int run_length_grid(const ProbeOptions& o, const std::vector<theory::PhiExpressi
   for (const auto& result : results) hold = hold && bounds_hold(result);
   if (o.json) {
     nlohmann::json document = nlohmann::json::object();
-    document["lengths"] = measured;
+    document["lengths"] = nlohmann::json::array();
+    for (double n : measured) document["lengths"].push_back(static_cast<std::int64_t>(n));
     document["probes"] = nlohmann::json::array();
     for (std::size_t k = 0; k < results.size(); ++k) {
       document["probes"].push_back(

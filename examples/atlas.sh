@@ -6,7 +6,8 @@
 # 14 k pixels a side (N = 1 + k^2 patches). Then the table (Markdown, OUT_DIR/atlas.md and stdout) and the figure
 # (OUT_DIR/atlas.svg, gnuplot): per model, the spread over heads of ||A||_F / sqrt(N) and
 # ||grad softmax||_F / (sqrt(N)/2), and what x^3/sqrt(N) and relu(S)/N give on the same scores.
-# A finished (model, N) is not measured again; N = 1024 of SmolLM2 takes several minutes on 2 cores.
+# Text models are measured over their grid of N in one `probe --length GRID` each; a finished model (or, for
+# DINOv2, a finished N) is not measured again. N = 1024 of SmolLM2 takes several minutes on 2 cores.
 # Usage: examples/atlas.sh [OUT_DIR]   (default: atlas)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -15,6 +16,20 @@ attncheck=${ATTNCHECK:-$here/../build/cli/attncheck}
 [ -x "$attncheck" ] || attncheck=$(command -v attncheck)
 mkdir -p "$out"
 text=$(cat "$here/context_paragraph.txt")
+
+# NAME GRID PROBE-ARGUMENTS...: every length of GRID in one command (probe --length GRID), into NAME-grid.json.
+measure_grid() {
+  local name=$1 grid=$2
+  shift 2
+  local file="$out/$name-grid.json"
+  [ -s "$file" ] && return 0
+  local start code=0
+  start=$(date +%s)
+  "$attncheck" probe "$@" --length "$grid" --json >"$file.tmp" || code=$?
+  [ "$code" -le 1 ] || exit "$code"
+  mv "$file.tmp" "$file"
+  echo "$name N = $grid: $(( $(date +%s) - start )) s" >&2
+}
 
 measure() {  # NAME N PROBE-ARGUMENTS...
   local name=$1 n=$2
@@ -35,18 +50,12 @@ bert_tiny=$("$here/../scripts/fetch-bert-tiny")
 smollm2=$("$here/../scripts/fetch-smollm2")
 gemma3=$("$here/../scripts/fetch-gemma3-270m")
 dinov2=$("$here/../scripts/fetch-dinov2-small")
-for n in 32 64 128 256 512; do
-  measure minilm "$n" "$minilm" --text "$text" --length "$n"
-  measure bert-tiny "$n" "$bert_tiny" --text "$text" --length "$n"
-done
-for n in 32 64 128 256 512 1024; do
-  measure smollm2 "$n" "$smollm2" --text "$text" --length "$n"
-done
+measure_grid minilm 32:512:x2 "$minilm" --text "$text"
+measure_grid bert-tiny 32:512:x2 "$bert_tiny" --text "$text"
+measure_grid smollm2 32:1024:x2 "$smollm2" --text "$text"
 gemma3_ids="$out/gemma3-270m-tokens.txt"
 [ -s "$gemma3_ids" ] || /usr/bin/python3 "$here/atlas_summary.py" tokens "$gemma3" "$text" "$gemma3_ids"
-for n in 32 64 128 256 512 1024; do
-  measure gemma3-270m "$n" "$gemma3" --tokens "$gemma3_ids" --length "$n"
-done
+measure_grid gemma3-270m 32:1024:x2 "$gemma3" --tokens "$gemma3_ids"
 for k in 6 8 11 16 23 32; do
   n=$(( 1 + k * k ))
   pixels="$out/china-$(( 14 * k )).npy"

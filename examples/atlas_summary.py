@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Table and figure of examples/atlas.sh, and the pixels it gives DINOv2.
 
-  /usr/bin/python3 examples/atlas_summary.py summary OUT_DIR     reads OUT_DIR/MODEL-N-*.json; the Markdown table
+  /usr/bin/python3 examples/atlas_summary.py summary OUT_DIR     reads OUT_DIR/MODEL-grid.json (probe --length
+                                                                 GRID --json) and MODEL-N-*.json; the Markdown table
                                                                  on stdout, the figure in OUT_DIR/atlas.svg
   /usr/bin/python3 examples/atlas_summary.py pixels SIDE FILE    scikit-learn's china.jpg, center-cropped square,
                                                                  resized (bicubic) to SIDE x SIDE, normalized with
@@ -42,6 +43,14 @@ COLORS = {"bert-tiny": "#8e44ad", "minilm": "#2a9d4b", "smollm2": "#1f5fa8", "ge
 
 def read_runs(folder):
     runs = {}
+    # One `probe --length GRID --json` per text model: its lengths and a probe document for each.
+    for path in glob.glob(os.path.join(folder, "*-grid.json")):
+        match = re.search(r"([a-z0-9-]+)-grid\.json$", os.path.basename(path))
+        if match:
+            with open(path) as f:
+                grid = json.load(f)
+            for n, probe in zip(grid["lengths"], grid["probes"]):
+                runs.setdefault(match.group(1), {})[int(n)] = probe["heads"]
     for path in glob.glob(os.path.join(folder, "*-N-*.json")):
         match = re.search(r"([a-z0-9-]+)-N-(\d+)\.json$", os.path.basename(path))
         with open(path) as f:

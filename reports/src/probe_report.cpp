@@ -461,12 +461,12 @@ void add_model(const Model& entry, std::size_t m, const std::vector<ProbeRecord>
     if (with_plots)
       pending.add_drawable(
           plot,
-          gradient ? "Jacobian norms in the scores of every activation on this model's scores (solid with points: its "
-                     "own, with the band from its min to its max over layers and heads; plain lines: the what-if "
-                     "expressions recorded, if any)."
-                   : "||A||_F of every activation evaluated on this model's scores (solid with points: its own "
-                     "activation, with the band from its min to its max over layers and heads; plain lines: the "
-                     "what-if expressions recorded, if any).",
+          gradient ? "Jacobian norms in the scores of every activation on this model's scores against training (log y "
+                     "axis; solid with points: its own, with the band from its min to its max over layers and heads; "
+                     "plain lines: the what-if expressions recorded, if any)."
+                   : "||A||_F of every activation evaluated on this model's scores against training (log y axis; solid "
+                     "with points: its own activation, with the band from its min to its max over layers and heads; "
+                     "plain lines: the what-if expressions recorded, if any).",
           blocks);
   }
   add_layer_curves(entry, m, records, with_plots, blocks, pending);

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# `pip wheel` of the source tree, then `pip install` of that wheel into a fresh virtual environment on Debian's
-# python3 (no system site packages), and the installed package used from outside the source and build folders:
-# the `attncheck` command (bounds, mc, report) and `import attncheck`. NumPy comes from PyPI as the package's only
-# dependency, and attncheck.torch is unavailable without PyTorch. The shared libraries the wheel's program and
-# module load must come from the wheel itself or from glibc and GCC's runtime (ldd).
+# scripts/wheel (`pip wheel` of the source tree, then `auditwheel repair`), then `pip install` of that wheel into a
+# fresh virtual environment on Debian's python3 (no system site packages), timed, and the installed package used
+# from outside the source and build folders: the `attncheck` command (bounds, mc, report) and `import attncheck`.
+# NumPy comes from PyPI as the package's only dependency, and attncheck.torch is unavailable without PyTorch. The
+# wheel is tagged manylinux, and the shared libraries its program and module load come from the wheel itself or
+# from glibc and GCC's runtime (ldd).
 # Exit 77 (skipped) when PyPI cannot be reached. The compiler is CXX, the one of the build the test belongs to
 # (pip's environment would name x86_64-linux-gnu-g++, another ccache key for the same compiler), through ccache when
-# there is one; two compile jobs (CMAKE_BUILD_PARALLEL_LEVEL), as the suite's other tests share the cores; the
-# CMake build folder WORK_DIR/cmake-build is kept between runs, so a second run rebuilds only what changed.
-# With WERROR, the build's ATTNCHECK_WERROR: the wheel's objects are then compiled with the build's very flags, and
-# ccache gives them back instead of compiling the sources a second time.
+# there is one (CMake finds it); two compile jobs (CMAKE_BUILD_PARALLEL_LEVEL), as the suite's other tests share the
+# cores; the CMake build folder WORK_DIR/cmake-build is kept between runs, so a second run rebuilds only what
+# changed. With WERROR, the build's ATTNCHECK_WERROR: the wheel's quick build (pyproject.toml) then has no warning.
 # Usage: pip_install_test.sh SOURCE_ROOT WORK_DIR CXX WERROR
 set -euo pipefail
 root=$1
@@ -28,13 +28,23 @@ if ! "${pip[@]}" download --quiet --no-deps --dest "$work/probe" "$build_require
 fi
 settings=(--config-settings=build-dir="$work/cmake-build" --config-settings=cmake.define.CMAKE_CXX_COMPILER="$cxx"
           --config-settings=cmake.define.ATTNCHECK_WERROR="$werror")
-if command -v ccache >/dev/null; then settings+=(--config-settings=cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 started=$SECONDS
-"${pip[@]}" wheel --quiet --no-deps "${settings[@]}" --wheel-dir "$work/wheel" "$root"
-echo "pip wheel: $((SECONDS - started)) s"
-wheels=("$work"/wheel/attncheck-*.whl)
-[ "${#wheels[@]}" -eq 1 ] || { echo "expected one wheel in $work/wheel, found: ${wheels[*]}" >&2; exit 1; }
-"${pip[@]}" install --quiet "${wheels[0]}"
+wheel=$("$root/scripts/wheel" "$work/wheel" "${settings[@]}")
+echo "scripts/wheel: $((SECONDS - started)) s"
+case "$(basename "$wheel")" in
+  attncheck-*-manylinux_2_*_x86_64.whl) ;;
+  *) echo "scripts/wheel wrote $wheel, not a manylinux wheel" >&2; exit 1 ;;
+esac
+[ "$(find "$work/wheel" -type f | wc -l)" -eq 1 ] || { echo "$work/wheel holds more than the wheel:" >&2; ls -a "$work/wheel" >&2; exit 1; }
+# Another wheel of the same name is not replaced: exit 2, and the file is as it was.
+cp "$wheel" "$work/before.whl"
+code=0
+"$root/scripts/wheel" "$work/wheel" "${settings[@]}" >/dev/null 2>"$work/again.txt" || code=$?
+[ "$code" -eq 2 ] && grep -q "exists already" "$work/again.txt" && cmp -s "$wheel" "$work/before.whl" ||
+  { echo "scripts/wheel over an existing wheel: exit $code, $(cat "$work/again.txt")" >&2; exit 1; }
+started=$SECONDS
+"${pip[@]}" install --quiet "$wheel"
+echo "pip install of the wheel (NumPy from PyPI included): $((SECONDS - started)) s"
 
 mkdir -p "$work/run"
 cd "$work/run"
@@ -43,7 +53,8 @@ package=$("$work/venv/bin/python" -c 'import attncheck, os; print(os.path.dirnam
 case "$package" in "$work/venv/"*) ;; *) echo "attncheck imported from $package, not the environment" >&2; exit 1 ;; esac
 [ "$(command -v attncheck)" = "$work/venv/bin/attncheck" ] || { echo "attncheck on PATH: $(command -v attncheck)" >&2; exit 1; }
 
-# Every library the program and the module load is the wheel's own (attncheck/lib), or glibc's or GCC's runtime.
+# Every library the program and the module load is the wheel's own (attncheck/lib, or attncheck.libs where
+# auditwheel puts what it adds), or glibc's or GCC's runtime.
 for binary in "$package/bin/attncheck" "$package"/_core*.so; do
   ldd "$binary" >"$work/ldd.txt"
   if grep -q "not found" "$work/ldd.txt"; then
@@ -54,7 +65,7 @@ for binary in "$package/bin/attncheck" "$package"/_core*.so; do
   while read -r name _ path _; do
     case "$name" in linux-vdso.so.* | /*ld-linux* | ld-linux* | libc.so.* | libm.so.* | libmvec.so.* | libdl.so.* | \
       libpthread.so.* | librt.so.* | libutil.so.* | libresolv.so.* | libstdc++.so.* | libgcc_s.so.*) continue ;; esac
-    case "$(readlink -f "$path")" in "$(readlink -f "$package/lib")/"*) ;; *)
+    case "$(readlink -f "$path")" in "$(readlink -f "$package/lib")/"* | "$(readlink -f "$package.libs")/"*) ;; *)
       echo "$binary loads $name from $path, not from the wheel ($package/lib)" >&2
       exit 1
       ;;

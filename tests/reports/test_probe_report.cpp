@@ -4,6 +4,8 @@
 
 #include "records/fixtures.hpp"
 
+#include "caption_axes.hpp"
+
 #include <catch2/catch.hpp>
 
 using namespace attncheck::reports;
@@ -146,6 +148,8 @@ TEST_CASE("a probe log alone gives the training plots, one SVG each, and exact t
     const std::string fig3_script = script.substr(fig3, script.find("unset output", fig3) - fig3);
     CHECK_THAT(fig3_script, Contains("0 2\n100 0.5\nEOD") && Contains("0 14\nEOD"));
     CHECK_THAT(fig3_script, Contains("'trained with softmax'") && Contains("'trained with poly3_scaled'"));
+    // Figs. 2-3 and both figures of each model say "log y axis" and are drawn on one.
+    CHECK(attncheck::reports::testing::check_captions_match_axes(options.out) == 2 + 2 * 2);
   }
 }
 

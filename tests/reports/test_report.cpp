@@ -3,6 +3,8 @@
 
 #include "records/fixtures.hpp"
 
+#include "caption_axes.hpp"
+
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
@@ -116,6 +118,7 @@ TEST_CASE("every configuration of the folder on one figure per estimand: the est
   }
   CHECK(std::find(drawn.begin(), drawn.end(), series[3].mean.front()) != drawn.end());
   CHECK_THAT(report.markdown, Contains("All activations, one figure per estimand"));
+  CHECK(attncheck::reports::testing::check_captions_match_axes(dir.path() / "report") >= 1);
 }
 
 TEST_CASE("a folder of one configuration per estimand gets no figure of every activation", "[report]") {
