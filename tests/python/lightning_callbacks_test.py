@@ -2,9 +2,12 @@
 are recorded with gradient accumulation, the lines of step 0 are what probe() measures before training, and the
 recorder is closed when fitting ends.
 
-Run by hand, not in CTest: Lightning reads Debian's torch version "1.13.0a0" as older than 1.13 and fails on import,
-so it needs a PyPI torch (checked on 2026-11-29 with pytorch-lightning 2.1.4 on PyTorch 2.5.1, in a venv over
-Debian's Python):
+Run by hand, not in CTest: no Lightning imports on Debian's torch 1.13 under Python 3.11. Lightning 2.x reads its
+version "1.13.0a0" as older than 1.13; the last 1.x, pytorch-lightning 1.9.5 with torchmetrics 0.11.4 (which keep
+Debian's torch), imports torch.distributed._shard, whose dataclass torch 1.13 wrote with a mutable default that
+Python 3.11 refuses (ValueError: mutable default ... for field tensor_properties; tried 2026-11-29). PyPI's torch
+2.x brings CUDA's packages (gigabytes), too heavy for CI; so it is checked by hand (2026-11-29: pytorch-lightning
+2.1.4 on PyTorch 2.5.1, in a venv over Debian's Python):
 
   VENV/bin/pip install torch==2.5.1 torchvision==0.20.1 pytorch-lightning==2.1.4
   PYTHONPATH=BUILD/python VENV/bin/python -m pytest -q tests/python/lightning_callbacks_test.py
