@@ -68,6 +68,13 @@ void softmax_bounds(const GrowthCase& g, std::vector<ProvedBound>& out) {
                                  "has norm at most 1/2)",
                                  g),
                           "B2"));
+      if (g.scores == ScoreModel::projected) {
+        out.push_back(bound(ProvedBound::Side::lower, 0.5 - a, false, true,
+                            scaled("E||dA/dS||_F >= c sqrt(N) exp(-M sqrt(log N)) under the Gaussian model: rows whose "
+                                   "scale puts their top probabilities in (0, 1) have Jacobians of order 1",
+                                   g),
+                            "B9"));
+      }
       break;
     case Estimand::dQ:
     case Estimand::dK:

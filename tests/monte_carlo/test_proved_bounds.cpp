@@ -11,7 +11,10 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <random>
+#include <vector>
 
 using namespace attncheck;
 using namespace attncheck::monte_carlo;
@@ -163,7 +166,9 @@ TEST_CASE("bounded maps: sigmoid's value is decided by its bound above and B6 be
   }
 }
 
-TEST_CASE("softmax's value: tight at 1/2 by B1 and B3, violated below by B3, whatever the fit sees") {
+TEST_CASE(
+    "softmax's value: tight at 1/2 by B1 and B3, violated below by B3, whatever the fit sees, and dS tight by B2 and "
+    "B9") {
   for (const double claimed : {0.15, 0.3, 0.45}) {
     McRequest request = custom("softmax", "value", claimed);
     request.D = "1";
@@ -181,7 +186,8 @@ TEST_CASE("softmax's value: tight at 1/2 by B1 and B3, violated below by B3, wha
   for (const records::Series& s : outcome.series) {
     INFO(theory::term_of(s.key.estimand).word << ": " << s.verdict_reason.value_or("-"));
     if (s.key.estimand == theory::Estimand::value) CHECK(s.verdict == records::Verdict::tight);
-    if (s.key.estimand == theory::Estimand::dS) CHECK(s.verdict == records::Verdict::holds);
+    // dS at exactly 1/2: B2 above for every input, B9 below in expectation, as B1 and B3 for the value.
+    if (s.key.estimand == theory::Estimand::dS) CHECK(s.verdict == records::Verdict::tight);
     // dQ, dK at exactly 1/2: both bounds carry a sub-polynomial factor, so only the data speak, and never prove.
     if (s.key.estimand == theory::Estimand::dQ || s.key.estimand == theory::Estimand::dK) {
       CHECK(s.basis == records::Basis::asymptotic_fit);
@@ -190,4 +196,64 @@ TEST_CASE("softmax's value: tight at 1/2 by B1 and B3, violated below by B3, wha
     }
   }
   CHECK(outcome.exit_code == 5);
+}
+
+TEST_CASE("B9 step 2: a softmax row's Jacobian bounds its derivative along the scale, ||J l|| <= 2 max|l| ||J||_F") {
+  // On logit vectors from flat to nearly one-hot, of lengths 2 to 512: the inequality B9's lower bound rests on,
+  // against the operator-norm bound ||J||_F ||l||, which would lose a factor sqrt(N).
+  std::mt19937_64 engine(20261129);
+  std::normal_distribution<double> normal;
+  double closest = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    const std::size_t n = std::size_t{2} << (trial % 9);
+    const double scale = std::exp(4.0 * (static_cast<double>(trial % 17) / 16.0) - 2.0);  // e^-2 ... e^2
+    std::vector<double> l(n), a(n);
+    double top = -INFINITY, largest = 0;
+    for (double& x : l) {
+      x = normal(engine) * (1 + static_cast<double>(trial % 5));
+      top = std::max(top, scale * x);
+      largest = std::max(largest, std::abs(x));
+    }
+    double total = 0;
+    for (std::size_t j = 0; j < n; ++j) total += a[j] = std::exp(scale * l[j] - top);
+    double jacobian_sq = 0;
+    for (std::size_t j = 0; j < n; ++j) a[j] /= total;
+    double along_sq = 0;
+    for (std::size_t j = 0; j < n; ++j) {
+      // (J l)_j = a_j (l_j - abar) = a_j sum_k a_k (l_j - l_k), and J's entries a_j (1 - a_j) = a_j sum_{k != j} a_k
+      // and -a_j a_k: sums of positive terms, exact near one-hot rows where 1 - a_j would cancel.
+      double difference = 0, others = 0;
+      for (std::size_t k = 0; k < n; ++k) {
+        difference += a[k] * (l[j] - l[k]);
+        if (k != j) {
+          others += a[k];
+          jacobian_sq += a[j] * a[j] * a[k] * a[k];
+        }
+      }
+      along_sq += a[j] * a[j] * difference * difference;
+      jacobian_sq += a[j] * a[j] * others * others;
+    }
+    const double bound = 2 * largest * std::sqrt(std::max(jacobian_sq, 0.0));
+    INFO("n = " << n << ", scale " << scale << ": ||J l|| = " << std::sqrt(along_sq) << ", bound " << bound);
+    CHECK(std::sqrt(along_sq) <= bound * (1 + 1e-9) + 1e-300);
+    if (bound > 0) closest = std::max(closest, std::sqrt(along_sq) / bound);
+  }
+  CHECK(closest > 0.3);  // not vacuous: some vectors come within a factor of about 3 of it
+}
+
+TEST_CASE("softmax's Jacobian in the scores: violated below 1/2 by B9, whatever the fit sees") {
+  // The claim of the verdict check: exponent 0 at D = d = 1, where the measured local exponent is about 0.1.
+  for (const double claimed : {0.0, 0.3}) {
+    McRequest request = custom("softmax", "dS", claimed);
+    request.D = "1";
+    request.d = "1";
+    const McOutcome outcome = run_mc(request, {});
+    const records::Series& s = outcome.series[0];
+    INFO(claimed << ": " << s.verdict_reason.value_or("-"));
+    CHECK(s.verdict == records::Verdict::violated);
+    CHECK(s.basis == records::Basis::exact);
+    REQUIRE(s.decided_by);
+    CHECK(s.decided_by->proof.find("B9") != std::string::npos);
+    CHECK(outcome.exit_code == 1);
+  }
 }
