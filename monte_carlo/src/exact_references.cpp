@@ -19,11 +19,17 @@ namespace {
 theory::GaussianModel model_of(const SweepPoint& pt) { return {pt.D, pt.d, pt.sigma_x, pt.sigma_t, pt.map.inner}; }
 
 // The off-diagonal and diagonal expectations of one entry; for the matrix power they exist at p = 1 only,
-// where it is the identity.
+// where it is the identity; for an expression, where it is a polynomial in x at this N and d.
 std::pair<theory::EntryExpectations, theory::EntryExpectations> entry_pair(const SweepPoint& pt) {
   theory::Activation a = pt.map.activation;
   if (a.kind == ActivationKind::matpow && a.p == 1) a = {ActivationKind::pointwise, Pointwise::identity, 1};
   const theory::GaussianModel model = model_of(pt);
+  if (a.kind == ActivationKind::expression && !a.normalize_rows) {
+    const auto coefficients = a.expression->polynomial(static_cast<double>(pt.N), static_cast<double>(pt.d));
+    if (!coefficients) return {};
+    return {theory::polynomial_entry_expectations(*coefficients, model, pt.scores, false),
+            theory::polynomial_entry_expectations(*coefficients, model, pt.scores, true)};
+  }
   return {theory::entry_expectations(a, model, pt.scores, false),
           theory::entry_expectations(a, model, pt.scores, true)};
 }

@@ -1013,6 +1013,86 @@ std::optional<PhiExpression::PowerLaw> PhiExpression::power_law() const {
   return law;
 }
 
+namespace {
+
+using Coefficients = std::vector<double>;
+
+Coefficients polynomial_product(const Coefficients& a, const Coefficients& b) {
+  Coefficients out(a.size() + b.size() - 1, 0.0);
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    for (std::size_t j = 0; j < b.size(); ++j) out[i + j] += a[i] * b[j];
+  }
+  return out;
+}
+
+// The coefficients of node `id` of a graph whose N and d are bound (numbers), or none where it is not a polynomial
+// in x of degree at most kMaxPolynomialDegree.
+std::optional<Coefficients> polynomial_of(const ExpressionGraph& g, int id, std::map<int, std::optional<Coefficients>>& memo) {
+  if (const auto it = memo.find(id); it != memo.end()) return it->second;
+  const ExpressionNode& n = g.nodes[id];
+  std::optional<Coefficients> out;
+  const auto child = [&](int c) { return polynomial_of(g, c, memo); };
+  switch (n.op) {
+    case Op::constant: out = Coefficients{n.c}; break;
+    case Op::x: out = Coefficients{0.0, 1.0}; break;
+    case Op::neg:
+      if ((out = child(n.a))) {
+        for (double& c : *out) c = -c;
+      }
+      break;
+    case Op::add:
+    case Op::sub: {
+      const auto a = child(n.a), b = child(n.b);
+      if (!a || !b) break;
+      out = Coefficients(std::max(a->size(), b->size()), 0.0);
+      for (std::size_t i = 0; i < a->size(); ++i) (*out)[i] += (*a)[i];
+      for (std::size_t i = 0; i < b->size(); ++i) (*out)[i] += n.op == Op::add ? (*b)[i] : -(*b)[i];
+      break;
+    }
+    case Op::mul: {
+      const auto a = child(n.a), b = child(n.b);
+      if (a && b && a->size() + b->size() - 2 <= PhiExpression::kMaxPolynomialDegree) out = polynomial_product(*a, *b);
+      break;
+    }
+    case Op::div:  // by a number only
+      if (g.constant(n.b) && g.nodes[n.b].c != 0 && (out = child(n.a))) {
+        for (double& c : *out) c /= g.nodes[n.b].c;
+      }
+      break;
+    case Op::powi:
+    case Op::pow: {
+      int k = n.k;
+      if (n.op == Op::pow) {
+        if (!g.constant(n.b) || g.nodes[n.b].c != std::floor(g.nodes[n.b].c)) break;
+        k = static_cast<int>(std::clamp(g.nodes[n.b].c, -1.0, 1.0 + PhiExpression::kMaxPolynomialDegree));
+      }
+      const auto base = child(n.a);
+      if (!base || k < 0 || static_cast<long long>(base->size() - 1) * k > PhiExpression::kMaxPolynomialDegree) break;
+      Coefficients power{1.0};
+      for (int i = 0; i < k; ++i) power = polynomial_product(power, *base);
+      out = std::move(power);
+      break;
+    }
+    default: break;
+  }
+  if (out) {
+    while (out->size() > 1 && out->back() == 0) out->pop_back();
+    if (!std::all_of(out->begin(), out->end(), [](double c) { return std::isfinite(c); })) out.reset();
+  }
+  memo[id] = out;
+  return out;
+}
+
+}  // namespace
+
+std::optional<std::vector<double>> PhiExpression::polynomial(double N, double d) const {
+  ExpressionGraph bound;
+  std::map<int, int> memo;
+  const int root = bound.bind(*graph_, value_root_, N, d, memo);
+  std::map<int, std::optional<Coefficients>> coefficients;
+  return polynomial_of(bound, root, coefficients);
+}
+
 std::optional<PhiExpression::Monomial> PhiExpression::monomial(double N, double d) const {
   // The power law of the bound graph: N and d are numbers there, so it is c x^k or nothing.
   ExpressionGraph bound;

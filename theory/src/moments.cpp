@@ -4,9 +4,11 @@
 #include <boost/math/special_functions/gamma.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numbers>
+#include <vector>
 
 namespace attncheck::theory {
 
@@ -152,6 +154,63 @@ double expected_poly_parameter_jacobian_fro_sq(const GaussianModel& m, Index n, 
   return outer * outer * entry_sum(n, *off, *diag);
 }
 
+namespace {
+
+std::vector<double> product(const std::vector<double>& a, const std::vector<double>& b) {
+  std::vector<double> out(a.size() + b.size() - 1, 0.0);
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    for (std::size_t j = 0; j < b.size(); ++j) out[i + j] += a[i] * b[j];
+  }
+  return out;
+}
+
+}  // namespace
+
+EntryExpectations polynomial_entry_expectations(const std::vector<double>& coefficients, const GaussianModel& model,
+                                                ScoreModel scores, bool diagonal) {
+  EntryExpectations e;
+  if (coefficients.empty()) return e;
+  if (scores != ScoreModel::projected && scores != ScoreModel::projected_layernorm) return e;  // no N x N matrix
+  const bool layernorm = scores == ScoreModel::projected_layernorm;
+  // E[P(s)] and E[P(s) ||x_i||^(2b) ||u_j||^(2b)]: the even powers' moments, lambda^{2a} E[|t|^{2a} ...] = E|s|^{2a} ...
+  const auto expectation = [&](const std::vector<double>& poly) {
+    double sum = 0;
+    for (std::size_t k = 0; k < poly.size(); k += 2) {
+      if (poly[k] == 0) continue;
+      const double moment = k == 0 ? 1.0
+                            : layernorm ? layernorm_score_abs_moment(model, static_cast<double>(k))
+                            : diagonal  ? diagonal_abs_moment(model, static_cast<double>(k))
+                                        : offdiagonal_abs_moment(model, static_cast<double>(k));
+      sum += poly[k] * moment;
+    }
+    return sum;
+  };
+  const auto weighted = [&](const std::vector<double>& poly, double b) -> std::optional<double> {
+    if (layernorm) return std::nullopt;  // LayerNorm's own Jacobian is not part of fact 7
+    double sum = 0;
+    for (std::size_t k = 0; k < poly.size(); k += 2) {
+      if (poly[k] == 0) continue;
+      const double a = static_cast<double>(k) / 2;
+      sum += poly[k] * exp_or_infinity(2 * a * log_abs(model.inner) + log_projection_moment(model, diagonal, a, b));
+    }
+    return sum;
+  };
+  std::vector<double> derivative(std::max<std::size_t>(coefficients.size(), 2) - 1, 0.0);
+  for (std::size_t k = 1; k < coefficients.size(); ++k) derivative[k - 1] = static_cast<double>(k) * coefficients[k];
+  const std::vector<double> square = product(coefficients, coefficients);
+  const std::vector<double> derivative_square = product(derivative, derivative);
+  const std::vector<double> derivative_fourth = product(derivative_square, derivative_square);
+  const double lambda_sq = model.inner * model.inner;
+  e.value = expectation(coefficients);
+  e.value_sq = expectation(square);
+  e.value_4 = expectation(product(square, square));
+  e.deriv_sq = expectation(derivative_square);
+  e.deriv_4 = expectation(derivative_fourth);
+  if (const auto w = weighted(derivative_square, 1)) e.q_weight = lambda_sq * *w;
+  if (const auto w = weighted(derivative_fourth, 2)) e.q_weight_sq = lambda_sq * lambda_sq * *w;
+  return e;
+}
+
 EntryExpectations entry_expectations(const Activation& activation, const GaussianModel& model, ScoreModel scores,
                                      bool diagonal) {
   EntryExpectations e;
@@ -177,15 +236,9 @@ EntryExpectations entry_expectations(const Activation& activation, const Gaussia
     case Pointwise::poly: {
       const int p = activation.h == Pointwise::identity ? 1 : activation.p;
       if (p < 1) return e;
-      const double pp = static_cast<double>(p) * p;
-      e.value = p % 2 == 1 ? 0.0 : abs_moment(p);  // s is symmetric: odd moments vanish
-      e.value_sq = abs_moment(2.0 * p);
-      e.value_4 = abs_moment(4.0 * p);
-      e.deriv_sq = pp * abs_moment(2.0 * p - 2);
-      e.deriv_4 = pp * pp * abs_moment(4.0 * p - 4);
-      e.q_weight = scaled(weight(p - 1, 1), pp * lambda_sq);
-      e.q_weight_sq = scaled(weight(2.0 * p - 2, 2), pp * pp * lambda_sq * lambda_sq);
-      return e;
+      std::vector<double> monomial(static_cast<std::size_t>(p) + 1, 0.0);
+      monomial.back() = 1;
+      return polynomial_entry_expectations(monomial, model, scores, diagonal);
     }
     case Pointwise::relu:
       e.value = abs_moment(1) / 2;

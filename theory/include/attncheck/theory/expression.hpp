@@ -67,6 +67,12 @@ class PhiExpression {
   };
   std::optional<Monomial> monomial(double N, double d) const;
 
+  // phi as a polynomial in x at this N and d: its coefficients from x^0 up (x^3/6 + x: {0, 1, 0, 1/6}), of degree at
+  // most kMaxPolynomialDegree; none for any other expression. The exact moments of a polynomial are sums of the
+  // score's own (monte_carlo/exact_references.cpp).
+  static constexpr int kMaxPolynomialDegree = 32;
+  std::optional<std::vector<double>> polynomial(double N, double d) const;
+
   // phi = coefficient * N^n_exponent * d^d_exponent * x^power for every N and d, read from the expression's form
   // (products and quotients of numbers, N, d and their powers and square roots, around x or x^k): x^3/sqrt(N) is
   // the built-in x^3 with c(N) = N^-1/2, so the built-in's proofs and closed forms apply to it. None otherwise.

@@ -120,5 +120,10 @@ struct EntryExpectations {
 };
 EntryExpectations entry_expectations(const Activation& activation, const GaussianModel& model, ScoreModel scores,
                                      bool diagonal);
+// The same for phi = sum_k coefficients[k] s^k: every term a sum of E[s^k] (and E[s^k ||x_i||^2 ||u_j||^2]) over
+// the coefficients of phi^2, phi^4, phi'^2, phi'^4, the odd powers vanishing by the symmetry Q -> -Q (which flips
+// every score, diagonal and qk-layernorm ones included, and keeps the weights). x^p is the one-term case.
+EntryExpectations polynomial_entry_expectations(const std::vector<double>& coefficients, const GaussianModel& model,
+                                                ScoreModel scores, bool diagonal);
 
 }  // namespace attncheck::theory
