@@ -149,6 +149,11 @@ std::optional<ExactLaw> exact_law(const PointSpec& ps, Estimand estimand) {
     law.constant = factor;
     return law;
   }
+  // A law in N from one point's entries needs them free of N: a polynomial such as x N + x^2 has the exact moments
+  // of its point, not their growth (c N^n x^k, the one exception, went to its built-in form above).
+  if (pt.map.activation.kind == ActivationKind::expression && pt.map.activation.expression->uses_length()) {
+    return std::nullopt;
+  }
   const auto [off, diag] = entry_pair(pt);
   if (estimand == Estimand::row_sum || estimand == Estimand::row_mean) {
     if (!off.value || !diag.value) return std::nullopt;

@@ -334,3 +334,72 @@ TEST_CASE("verdicts for expressions: proofs where the intervals give them and fi
   CHECK(decide_by_proof(bounds_of("relu(x)^2", Estimand::value, "rows"), 0.5)->rule->word == records::Verdict::holds);
   CHECK_FALSE(decide_by_proof(bounds_of("x^3", Estimand::value, "rows"), 0.5));
 }
+
+TEST_CASE("a polynomial expression's coefficients at N and d, and none for anything else") {
+  using Coefficients = std::vector<double>;
+  CHECK(theory::PhiExpression::parse("x^3/6 + x").polynomial(100, 8) == Coefficients{0, 1, 0, 1.0 / 6});
+  CHECK(theory::PhiExpression::parse("(x + 1)^2").polynomial(100, 8) == Coefficients{1, 2, 1});
+  CHECK(theory::PhiExpression::parse("x^3/sqrt(N) - x/N + d").polynomial(100, 8) == Coefficients{8, -0.01, 0, 0.1});
+  CHECK(theory::PhiExpression::parse("x*x*x").polynomial(4, 4) == Coefficients{0, 0, 0, 1});
+  CHECK(theory::PhiExpression::parse("x^d").polynomial(4, 3) == Coefficients{0, 0, 0, 1});
+  CHECK(theory::PhiExpression::parse("2").polynomial(4, 4) == Coefficients{2});
+  for (const char* other : {"exp(x)", "1/x", "x^-1", "relu(x)", "x^0.5", "abs(x)^2", "x^40", "sqrt(x^2)", "x/(1+x)"}) {
+    INFO(other);
+    CHECK_FALSE(theory::PhiExpression::parse(other).polynomial(100, 8));
+  }
+}
+
+TEST_CASE("a polynomial expression's exact second moments agree with the Monte Carlo estimates") {
+  // phi = (x - 4)^2 / 2, whose square and whose derivative's square mix every power with comparable weights:
+  // E||F||^2, E||dF/dS||^2 and E||dF/dQ||^2 from the score's moments, and E[row sum], against 4000 samples a point
+  // (relative standard errors 1-5%); |z| < 4.5 for each of the 12 (two-sided, a false alarm about 7e-6 each).
+  // Without its term -4x, E||F||^2 at N = 16 would be 240256, not 307840 (7 standard errors away), and
+  // E||dF/dS||^2 4224, not 8320.
+  McRequest request;
+  request.phi = "(x - 4)^2/2";
+  request.estimand = "value,dS,dQ,row-sum";
+  request.N = "8,16,32";
+  request.D = "4";
+  request.d = "4";
+  request.samples = "4000";
+  request.threads = 2;
+  const McOutcome outcome = run_mc(request, {});
+  int compared = 0;
+  for (const records::PointRecord& r : outcome.records) {
+    INFO(theory::term_of(r.key.estimand).word << " at N = " << r.N);
+    const auto& z = r.key.estimand == theory::Estimand::row_sum ? r.z_exact_mean : r.z_exact_sq;
+    REQUIRE(z);
+    CHECK(std::abs(*z) < 4.5);
+    ++compared;
+  }
+  CHECK(compared == 12);
+}
+
+TEST_CASE("a polynomial free of N has a law in N from its exact moments, one with N in it has none") {
+  SweepRequest free_of_n, with_n;
+  free_of_n.phi = "x^3/6 + x";
+  with_n.phi = "x*N + x^2";  // E||F||^2 grows like N^4: exponent 2, which one point's entries cannot tell
+  const PointSpec a = make_point(build_series(free_of_n).front(), 64, 4, 4, 1, 1, 1);
+  const PointSpec b = make_point(build_series(with_n).front(), 64, 4, 4, 1, 1, 1);
+  for (const Estimand est : {Estimand::value, Estimand::dS, Estimand::dQ}) {
+    INFO(theory::term_of(est).word);
+    REQUIRE(exact_law(a, est));
+    CHECK(exact_law(a, est)->exponent == 1.0);
+    CHECK(exact_moments(b, est).second);  // the point's own moments are exact
+    CHECK_FALSE(exact_law(b, est));
+  }
+  // And so its claim of exponent 1, false, is not decided by a law that is not there.
+  McRequest request;
+  request.phi = "x*N + x^2";
+  request.estimand = "value";
+  request.claimed_exponent = 1;
+  request.N = "16:128:x2";
+  request.D = "4";
+  request.d = "4";
+  request.samples = "100";
+  request.threads = 2;
+  const McOutcome outcome = run_mc(request, {});
+  REQUIRE(outcome.series.size() == 1);
+  CHECK(outcome.series[0].verdict != records::Verdict::holds);
+  CHECK(outcome.series[0].verdict != records::Verdict::tight);
+}

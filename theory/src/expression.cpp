@@ -890,6 +890,10 @@ bool PhiExpression::uses_head_size() const {
   return std::any_of(graph_->nodes.begin(), graph_->nodes.end(), [](const ExpressionNode& n) { return n.op == Op::d; });
 }
 
+bool PhiExpression::uses_length() const {
+  return std::any_of(graph_->nodes.begin(), graph_->nodes.end(), [](const ExpressionNode& n) { return n.op == Op::N; });
+}
+
 bool PhiExpression::uses_sizes() const {
   return std::any_of(graph_->nodes.begin(), graph_->nodes.end(),
                      [](const ExpressionNode& n) { return n.op == Op::N || n.op == Op::d; });
@@ -1027,7 +1031,8 @@ Coefficients polynomial_product(const Coefficients& a, const Coefficients& b) {
 
 // The coefficients of node `id` of a graph whose N and d are bound (numbers), or none where it is not a polynomial
 // in x of degree at most kMaxPolynomialDegree.
-std::optional<Coefficients> polynomial_of(const ExpressionGraph& g, int id, std::map<int, std::optional<Coefficients>>& memo) {
+std::optional<Coefficients> polynomial_of(const ExpressionGraph& g, int id,
+                                          std::map<int, std::optional<Coefficients>>& memo) {
   if (const auto it = memo.find(id); it != memo.end()) return it->second;
   const ExpressionNode& n = g.nodes[id];
   std::optional<Coefficients> out;

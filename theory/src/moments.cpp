@@ -172,12 +172,13 @@ EntryExpectations polynomial_entry_expectations(const std::vector<double>& coeff
   if (coefficients.empty()) return e;
   if (scores != ScoreModel::projected && scores != ScoreModel::projected_layernorm) return e;  // no N x N matrix
   const bool layernorm = scores == ScoreModel::projected_layernorm;
-  // E[P(s)] and E[P(s) ||x_i||^(2b) ||u_j||^(2b)]: the even powers' moments, lambda^{2a} E[|t|^{2a} ...] = E|s|^{2a} ...
+  // E[P(s)] and E[P(s) ||x_i||^(2b) ||u_j||^(2b)]: the even powers' moments, lambda^{2a} E[|t|^{2a} ...] = E|s|^{2a}
+  // ...
   const auto expectation = [&](const std::vector<double>& poly) {
     double sum = 0;
     for (std::size_t k = 0; k < poly.size(); k += 2) {
       if (poly[k] == 0) continue;
-      const double moment = k == 0 ? 1.0
+      const double moment = k == 0      ? 1.0
                             : layernorm ? layernorm_score_abs_moment(model, static_cast<double>(k))
                             : diagonal  ? diagonal_abs_moment(model, static_cast<double>(k))
                                         : offdiagonal_abs_moment(model, static_cast<double>(k));

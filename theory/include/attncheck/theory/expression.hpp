@@ -48,6 +48,7 @@ class PhiExpression {
   std::string derivative_text() const;
   bool uses_sizes() const;      // whether N or d appears
   bool uses_head_size() const;  // whether d appears
+  bool uses_length() const;     // whether N appears
 
   // phi and phi' at this N and d.
   PhiProgram compile(double N, double d) const;
