@@ -7,7 +7,7 @@ LayerNorms on queries and keys, ...) is refused, not measured as something else.
 which no package defines, is recognised by its structure and then checked against nanoGPT's definition. timm's
 attention classes are recognised by their qualified names instead: timm names one fused `qkv` projection alike in
 classes that compute different maps (relative position biases, 2-D rotary positions), so structure does not tell
-them apart.
+them apart; TransformerLens's Attention and GroupedQueryAttention likewise.
 Class names are never required, so renamed classes, their eager/SDPA/flash variants and changed forward signatures
 are recognised alike; what the call itself carries (the hidden states, the mask, the positions) is read by argument
 name through the forward's signature.
@@ -15,7 +15,8 @@ name through the forward's signature.
 Each recogniser returns the batched description of one call that attncheck.torch measures: x (batch, N, D) as the
 projections see it, w_q (D, heads d) and w_k (D, kv_heads d) as maps of rows, biases, heads, kv_heads, scale,
 causal, mask ((batch, N, N) booleans, True where query i attends to key j, or None), positions ((batch, N) or None),
-rotary (frequencies, radians per position, or None), query_norm and key_norm ((gain, eps) or None) and softcap.
+rotary (frequencies, radians per position, or None), query_norm and key_norm ((gain, eps) or None) and softcap;
+and rotary_layout where the pairs are not Hugging Face's halves ("interleaved": GPT-J's adjacent pairs).
 """
 
 import inspect
@@ -299,9 +300,17 @@ def _timm_class(module):
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+# TransformerLens's attention blocks by qualified name (HookedTransformer: W_Q, W_K as [heads, d_model, d_head]
+# parameters), as timm's: the classes, not a structure, say what they compute.
+_TRANSFORMER_LENS = {"transformer_lens.components.Attention", "transformer_lens.components.GroupedQueryAttention",
+                     "transformer_lens.components.attention.Attention",
+                     "transformer_lens.components.grouped_query_attention.GroupedQueryAttention"}
+
+
 def recognise(module):
     """Whether this module is an attention layer the recorder measures without an adapter."""
-    if _is_nanogpt_attention(module) or _timm_class(module) in _TIMM_MEASURED or _timm_class(module) in _TIMM_REFUSED:
+    if (_is_nanogpt_attention(module) or _timm_class(module) in _TIMM_MEASURED or _timm_class(module) in _TIMM_REFUSED
+            or _timm_class(module) in _TRANSFORMER_LENS):
         return True
     return _from_transformers(module) and (_projection_pairs(module) is not None or _is_gpt2_attention(module)
                                            or _linear(module, "query_key_value") is not None
@@ -332,6 +341,8 @@ def describe_call(module, root, forward, args, kwargs):
         raise Unmeasurable(_TIMM_REFUSED[_timm_class(module)])
     if _timm_class(module) in _TIMM_MEASURED:
         return _timm(module, call)
+    if _timm_class(module) in _TRANSFORMER_LENS:
+        return _transformer_lens(module, call)
     if _is_gpt2_attention(module):
         return _gpt2(module, call)
     pair = _projection_pairs(module)
@@ -583,6 +594,65 @@ def _timm(module, call):
         allowed = allowed.expand(x.shape[0], n, n)  # a mask shared by the batch, as every sequence reads it
     return _spec(x, w_q, w_k, b_q, b_k, heads, heads, float(module.scale), bool(call.get("is_causal", False)), allowed,
                  query_norm=norms[0], key_norm=norms[1])
+
+
+def _transformer_lens(module, call):
+    """TransformerLens's Attention and GroupedQueryAttention: q = x W_Q[h] + b_Q[h] per head (W_Q [heads, d_model,
+    d_head]; grouped keys in _W_K [kv_heads, d_model, d_head], query head h reading key head h // (heads / kv_heads)),
+    scores q k^T / attn_scale, under the block's mask buffer (causal, or GPT-Neo's local band) where attention_dir is
+    causal, the padding of attention_mask and an additive_attention_mask; rotary positions over the first rotary_dim
+    coordinates, in GPT-NeoX's halves or GPT-J's adjacent pairs. ALiBi, shortformer positions, per-head inputs
+    (use_split_qkv_input, use_attn_in), 4-bit weights and cached keys are refused."""
+    cfg = module.cfg
+    if call.get("past_kv_cache_entry") is not None:
+        raise Unmeasurable("a call with cached keys (generation) is not measured: its queries are not its keys")
+    if getattr(cfg, "load_in_4bit", False):
+        raise Unmeasurable("4-bit weights (load_in_4bit) are not measured")
+    if getattr(cfg, "use_split_qkv_input", False) or getattr(cfg, "use_attn_in", False):
+        raise Unmeasurable("per-head query and key inputs (use_split_qkv_input, use_attn_in) are not one x: not "
+                           "measured")
+    kind = cfg.positional_embedding_type
+    if kind not in ("standard", "rotary"):
+        raise Unmeasurable(f"positional_embedding_type '{kind}' changes the scores or the queries' input beyond x: "
+                           "not measured")
+    x = _hidden_states(call, "query_input")
+    key_input = call.get("key_input")
+    # The block normalizes query_input and key_input apart: equal tensors, not one object.
+    if not (isinstance(key_input, torch.Tensor) and key_input.shape == x.shape and torch.equal(key_input, x)):
+        raise Unmeasurable("cross-attention (key_input is not query_input) is not measured")
+    if x.dim() != 3:
+        raise Unmeasurable(f"query_input of shape {tuple(x.shape)}: not (batch, N, d_model)")
+    n = x.shape[1]
+    heads, d = int(cfg.n_heads), int(cfg.d_head)
+    w_q, b_q = module.W_Q, module.b_Q
+    w_k, b_k = (module._W_K, module._b_K) if hasattr(module, "_W_K") else (module.W_K, module.b_K)
+    kv_heads = int(w_k.shape[0])
+    # [heads, d_model, d_head] -> (d_model, heads d): head h's columns h d .. (h + 1) d, as the engine reads them.
+    w_q, w_k = (w.permute(1, 0, 2).reshape(w.shape[1], -1) for w in (w_q, w_k))
+    b_q, b_k = b_q.reshape(-1), b_k.reshape(-1)
+    allowed = None
+    if cfg.attention_dir == "causal":
+        allowed = module.mask[:n, :n].bool().expand(x.shape[0], n, n)  # causal, or the local band
+    padding = call.get("attention_mask")
+    if isinstance(padding, torch.Tensor):
+        if kind == "rotary":
+            raise Unmeasurable("rotary positions offset by the padding of attention_mask are not measured")
+        keys = padding.bool()[:, None, -n:].expand(x.shape[0], n, n)
+        allowed = keys if allowed is None else allowed & keys
+    additive = call.get("additive_attention_mask")
+    if isinstance(additive, torch.Tensor):
+        allowed = _combine(allowed, _allowed_from_additive(additive, n, "additive_attention_mask"))
+    rotary, layout = None, "half"
+    if kind == "rotary":
+        rotated = int(cfg.rotary_dim)
+        if rotated <= 0 or rotated > d or rotated % 2:
+            raise Unmeasurable(f"rotary_dim {rotated} of a head of {d}: not an even number in 2 .. {d}")
+        rotary = np.power(float(cfg.rotary_base), -2.0 * np.arange(rotated // 2) / rotated)
+        layout = "interleaved" if getattr(cfg, "rotary_adjacent_pairs", False) else "half"
+    spec = _spec(x, w_q, w_k, b_q, b_k, heads, kv_heads, 1.0 / float(module.attn_scale), cfg.attention_dir == "causal",
+                 allowed, None, rotary)
+    spec["rotary_layout"] = layout
+    return spec
 
 
 def _gpt2(module, call):

@@ -15,8 +15,9 @@ and `attncheck report runs/x` plots every layer's norms over the training steps.
 The recorder attaches to every torch.nn.MultiheadAttention used as self-attention, to the attention layers of
 Hugging Face transformers models (recognised by their query and key projections and their config, not by class
 name: BERT, RoBERTa, DistilBERT, GPT-2, Llama, Mistral, Qwen2, Gemma, Phi, GPT-NeoX, Persimmon, Falcon, ViT, DINOv2,
-CLIP and their descendants, eager or SDPA), to nanoGPT's CausalSelfAttention (checked against nanoGPT's definition
-at its first call), and to any module given to register() with an adapter. It measures on a copy of one sequence
+CLIP and their descendants, eager or SDPA), to timm's and TransformerLens's attention classes (by qualified name), to
+nanoGPT's CausalSelfAttention (checked against nanoGPT's definition at its first call), and to any module given to
+register() with an adapter. It measures on a copy of one sequence
 of the batch (`sample`), in float64, after the module has run, under torch.no_grad(): the model's outputs and
 gradients are those it computes without the recorder, bit for bit. It measures what `attncheck probe` measures:
 grouped keys, rotary positions (dA/dW_Q and dA/dW_K included) and the model's own masks (causal, sliding window,
@@ -649,8 +650,8 @@ class AttentionRecorder:
         tensors = [spec["w_q"], spec["w_k"], spec.get("b_q"), spec.get("b_k")]
         w_q, w_k, b_q, b_k = (_numpy(t) if isinstance(t, torch.Tensor) else t for t in tensors)
         heads = _measure(x, w_q, w_k, b_q, b_k, spec.get("heads", 1), causal, mask, spec.get("scale"), layer.index,
-                         spec.get("kv_heads"), rotary, "half", spec.get("query_norm"), spec.get("key_norm"),
-                         spec.get("softcap", 0.0), self.what_if)
+                         spec.get("kv_heads"), rotary, spec.get("rotary_layout", "half"), spec.get("query_norm"),
+                         spec.get("key_norm"), spec.get("softcap", 0.0), self.what_if)
         return heads, activation
 
     def _flush(self):
