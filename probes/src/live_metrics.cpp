@@ -439,6 +439,10 @@ LayerInputs split_heads(Matrix X, const Matrix& W_Q, const Matrix& W_K, const Ve
     if (*norm && (*norm)->gain.size() != d)
       throw InputError(fmt::format("{} has {} gains, the heads d = {}", name, (*norm)->gain.size(), d));
     if (*norm && !((*norm)->eps >= 0)) throw InputError(fmt::format("{} eps = {} is negative", name, (*norm)->eps));
+    if (*norm && (*norm)->bias.size() != 0 && ((*norm)->bias.size() != d || !(*norm)->centred)) {
+      throw InputError(fmt::format("{} has a bias of {} entries: only a LayerNorm over the head's d = {} has one", name,
+                                   (*norm)->bias.size(), d));
+    }
   }
   if (!(split.logit_softcap >= 0) || !std::isfinite(split.logit_softcap))
     throw InputError(fmt::format("logit_softcap = {} is not a finite cap >= 0", split.logit_softcap));

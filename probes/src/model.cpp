@@ -344,7 +344,7 @@ Matrix detail::fill_heads(LayerInputs& layer, const AttentionWeights& weights, s
   }
   // Normalized, then rotated, as the models do.
   const auto head_rows = [&](Matrix rows, const std::optional<HeadNorm>& norm) {
-    if (norm) rows = theory::rms_normalized(rows, norm->gain, norm->eps);
+    if (norm) rows = theory::head_normalized(rows, *norm);
     if (layer.rotary) theory::apply_rotary(*layer.rotary, rows);
     return rows;
   };

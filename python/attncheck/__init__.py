@@ -111,21 +111,27 @@ def _measure(x, w_q, w_k, b_q, b_k, heads, causal, mask, scale, layer, kv_heads=
             raise ValueError(f"{name} = {value!r} is not an integer")
     if rotary is not None:
         rotary = np.ascontiguousarray(_as_array(rotary, "rotary"), dtype=np.float64)
-    gains, eps = {}, []
+    gains, biases, eps, kinds = {}, {}, [], set()
     for name, norm in (("query_norm", query_norm), ("key_norm", key_norm)):
         if norm is not None:
-            if not (isinstance(norm, tuple) and len(norm) == 2):
-                raise ValueError(f"{name} must be a pair (gain, eps)")
+            if not (isinstance(norm, tuple) and len(norm) in (2, 3)):
+                raise ValueError(f"{name} must be (gain, eps) for an RMSNorm or (gain, eps, bias) for a LayerNorm")
             gains[name] = np.ascontiguousarray(_as_array(norm[0], name), dtype=np.float64)
             eps.append(float(norm[1]))
+            kinds.add(len(norm))
+            if len(norm) == 3 and norm[2] is not None:
+                biases[name] = np.ascontiguousarray(_as_array(norm[2], name + " bias"), dtype=np.float64)
     if len(set(eps)) > 1:
         raise ValueError(f"query_norm and key_norm have different eps ({eps[0]} and {eps[1]})")
+    if len(kinds) > 1:
+        raise ValueError("query_norm and key_norm are of different kinds (an RMSNorm and a LayerNorm)")
     return _core.measure(x, *arrays, heads=int(heads), kv_heads=0 if kv_heads is None else int(kv_heads),
                          causal=bool(causal), mask=mask, scale=None if scale is None else float(scale),
                          layer=int(layer), rotary=rotary, rotary_layout=str(rotary_layout),
                          query_norm=gains.get("query_norm"), key_norm=gains.get("key_norm"),
                          norm_eps=eps[0] if eps else 1e-6, logit_softcap=float(logit_softcap or 0.0),
-                         what_if=_what_if_list(what_if))
+                         what_if=_what_if_list(what_if), norm_centred=kinds == {3},
+                         query_norm_bias=biases.get("query_norm"), key_norm_bias=biases.get("key_norm"))
 
 
 def attention_norms(x, w_q, w_k, b_q=None, b_k=None, heads=1, activation="softmax", causal=False, mask=None,
@@ -146,8 +152,9 @@ def attention_norms(x, w_q, w_k, b_q=None, b_k=None, heads=1, activation="softma
     rotated by t * frequency; pair p rotates coordinates (p, p + len(rotary)) (rotary_layout "half", Hugging
     Face's) or (2p, 2p + 1) ("interleaved", ggml's); coordinates past 2 * len(rotary) are not rotated.
     query_norm, key_norm: (gain, eps) of an RMSNorm applied to each head's queries or keys before the rotation,
-    q / sqrt(mean(q^2) + eps) * gain (Qwen3, Gemma 3); logit_softcap: the softmax takes cap * tanh(S / cap) (Gemma
-    2). The derivatives in W_Q and W_K go through both; grad_fro stays the softmax's Jacobian in its logits.
+    q / sqrt(mean(q^2) + eps) * gain (Qwen3, Gemma 3), or (gain, eps, bias) of a LayerNorm, c / sqrt(mean(c^2) +
+    eps) * gain + bias with c = q - mean(q) (Persimmon, timm's qk_norm; bias None without one); logit_softcap: the
+    softmax takes cap * tanh(S / cap) (Gemma 2). The derivatives in W_Q and W_K go through both; grad_fro stays the softmax's Jacobian in its logits.
 
     Returns one dict per head, keyed like the rows under `heads` of `attncheck probe --json`: layer (0), head,
     N, D, d, causal, inner (the scale), softmax_fro (||A||_F), grad_fro (||dA/dS||_F), dWq_fro and dWk_fro (||dA/dW_Q||_F, ||dA/dW_K||_F,

@@ -2,8 +2,9 @@
 
 A recogniser keys on a module's submodules (its query and key projections, or one fused query_key_value) and reads
 the rest from the module's attributes and its config: heads, key/value heads, head size, scale, rotary frequencies
-and how many coordinates they turn, q/k norms, soft-capping. What a layer does beyond what is read (ALiBi biases,
-LayerNorms on queries and keys, ...) is refused, not measured as something else. nanoGPT's CausalSelfAttention,
+and how many coordinates they turn, q/k norms (RMSNorms or LayerNorms over each head), soft-capping. What a layer
+does beyond what is read (ALiBi biases, norms over all the heads together, ...) is refused, not measured as
+something else. nanoGPT's CausalSelfAttention,
 which no package defines, is recognised by its structure and then checked against nanoGPT's definition. timm's
 attention classes are recognised by their qualified names instead: timm names one fused `qkv` projection alike in
 classes that compute different maps (relative position biases, 2-D rotary positions), so structure does not tell
@@ -113,27 +114,41 @@ def _combine(first, second):
     return first & second
 
 
-def _rms_norm(norm, d):
-    """(gain, eps) of a module that applies RMSNorm over d coordinates: learned from the module itself (its weight
-    may be the gain or gain - 1, as Gemma stores it), then checked on a random vector."""
+def _head_norm(norm, d):
+    """What a q/k norm module over d coordinates computes, learned from the module itself and then checked on random
+    vectors: (gain, eps) for an RMSNorm, x / sqrt(mean(x^2) + eps) * gain (its weight may be the gain or gain - 1, as
+    Gemma stores it); (gain, eps, bias) for a LayerNorm, c / sqrt(mean(c^2) + eps) * gain + bias with c = x - mean(x)
+    (bias None without one). Anything else is refused."""
     if norm is None:
         return None
     eps = _attribute(norm, "variance_epsilon", "eps", "epsilon")
     if eps is None:
         raise Unmeasurable(f"the q/k norm {type(norm).__name__} has no eps")
-    probe = [p.detach().cpu().double() for p in norm.parameters()]
-    if len(probe) != 1 or probe[0].shape != (d,):
-        raise Unmeasurable(f"the q/k norm {type(norm).__name__} is not an RMSNorm over the head's {d} coordinates")
+    shapes = [tuple(p.shape) for p in norm.parameters()]
+    if any(shape != (d,) for shape in shapes) or len(shapes) > 2:
+        raise Unmeasurable(f"the q/k norm {type(norm).__name__} is not a norm over the head's {d} coordinates")
     twin = _double_copy(norm)
     eps = float(eps)
+    trial = torch.randn(3, d, dtype=torch.float64, generator=torch.Generator().manual_seed(20261126))
     with torch.no_grad():
+        output = twin(trial)
         gain = twin(torch.ones(1, d, dtype=torch.float64))[0] * math.sqrt(1 + eps)
-        generator = torch.Generator().manual_seed(20261126)
-        trial = torch.randn(3, d, dtype=torch.float64, generator=generator)
-        expected = trial / torch.sqrt(trial.pow(2).mean(-1, keepdim=True) + eps) * gain
-        if not torch.allclose(twin(trial), expected, rtol=1e-10, atol=1e-12):
-            raise Unmeasurable(f"the q/k norm {type(norm).__name__} is not x / sqrt(mean(x^2) + eps) * gain")
-    return gain.numpy(), eps
+        if torch.allclose(output, trial / torch.sqrt(trial.pow(2).mean(-1, keepdim=True) + eps) * gain, rtol=1e-10,
+                          atol=1e-12):
+            return gain.numpy(), eps
+        if d % 2 == 0:
+            # A LayerNorm sends 0 to its bias, and the alternating signs (mean 0, mean square 1) to
+            # signs * gain / sqrt(1 + eps) + bias.
+            signs = torch.ones(1, d, dtype=torch.float64)
+            signs[0, 1::2] = -1
+            bias = twin(torch.zeros(1, d, dtype=torch.float64))[0]
+            gain = (twin(signs)[0] - bias) * signs[0] * math.sqrt(1 + eps)
+            c = trial - trial.mean(-1, keepdim=True)
+            if torch.allclose(output, c / torch.sqrt(c.pow(2).mean(-1, keepdim=True) + eps) * gain + bias, rtol=1e-10,
+                              atol=1e-12):
+                return gain.numpy(), eps, (None if float(bias.abs().max()) == 0 else bias.numpy())
+    raise Unmeasurable(f"the q/k norm {type(norm).__name__} is neither an RMSNorm nor a LayerNorm over the head's "
+                       f"{d} coordinates")
 
 
 def _double_copy(module):
@@ -358,9 +373,6 @@ def describe_call(module, root, forward, args, kwargs):
         return _linear_spec(query, key, x, heads, heads, None, False, allowed, None, None, None, None, 0.0)
     if call.get("alibi") is not None:
         raise Unmeasurable("ALiBi position biases (alibi) add to the scores: not the maps measured")
-    for name in ("q_layernorm", "k_layernorm"):
-        if getattr(module, name, None) is not None:
-            raise Unmeasurable(f"a LayerNorm on the queries or keys ({name}, qk_layernorm) is not measured")
     if _attribute(module, "clip_qkv") is not None:
         raise Unmeasurable("clip_qkv clamps the queries and keys (OLMo): not the maps measured")
     if _attribute(module, "rotary_dim") is not None:
@@ -416,8 +428,8 @@ def describe_call(module, root, forward, args, kwargs):
             band = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - window)
             allowed = band.expand(x.shape[0], n, n)
     softcap = _attribute(module, "attn_logit_softcapping", "softcap", default=0.0) or 0.0
-    query_norm = _rms_norm(getattr(module, "q_norm", None), head_dim)
-    key_norm = _rms_norm(getattr(module, "k_norm", None), head_dim)
+    query_norm = _head_norm(getattr(module, "q_norm", getattr(module, "q_layernorm", None)), head_dim)
+    key_norm = _head_norm(getattr(module, "k_norm", getattr(module, "k_layernorm", None)), head_dim)
     return _spec(x, w_q, w_k, b_q, b_k, heads, kv_heads, scale, causal, allowed, _positions(call, n), rotary,
                  query_norm, key_norm, float(softcap))
 
@@ -584,7 +596,7 @@ def _timm(module, call):
     norms = []
     for name in ("q_norm", "k_norm"):
         norm = getattr(module, name, None)
-        norms.append(None if norm is None or isinstance(norm, torch.nn.Identity) else _rms_norm(norm, d))
+        norms.append(None if norm is None or isinstance(norm, torch.nn.Identity) else _head_norm(norm, d))
     allowed = None
     mask = call.get("attn_mask")
     if isinstance(mask, torch.Tensor):

@@ -399,15 +399,14 @@ void require_memory_to_measure(const py::array& x, const py::array& w_q, const p
       "; give fewer positions or smaller weights");
 }
 
-std::vector<probes::HeadMetrics> measure(const py::array& x_array, const py::array& w_q_array,
-                                         const py::array& w_k_array, const std::optional<py::array>& b_q_array,
-                                         const std::optional<py::array>& b_k_array, int heads, int kv_heads,
-                                         bool causal, const std::optional<py::array>& mask_array,
-                                         std::optional<double> scale, int layer,
-                                         const std::optional<py::array>& rotary_array, const std::string& rotary_layout,
-                                         const std::optional<py::array>& query_norm_array,
-                                         const std::optional<py::array>& key_norm_array, double norm_eps,
-                                         double logit_softcap, const std::vector<std::string>& what_if_texts) {
+std::vector<probes::HeadMetrics> measure(
+    const py::array& x_array, const py::array& w_q_array, const py::array& w_k_array,
+    const std::optional<py::array>& b_q_array, const std::optional<py::array>& b_k_array, int heads, int kv_heads,
+    bool causal, const std::optional<py::array>& mask_array, std::optional<double> scale, int layer,
+    const std::optional<py::array>& rotary_array, const std::string& rotary_layout,
+    const std::optional<py::array>& query_norm_array, const std::optional<py::array>& key_norm_array, double norm_eps,
+    double logit_softcap, const std::vector<std::string>& what_if_texts, bool norm_centred,
+    const std::optional<py::array>& query_norm_bias_array, const std::optional<py::array>& key_norm_bias_array) {
   std::vector<theory::PhiExpression> what_if;
   for (const std::string& text : what_if_texts) what_if.push_back(theory::PhiExpression::parse(text, "what_if"));
   const RealArray x = real_array(x_array, "x", 2), w_q = real_array(w_q_array, "w_q", 2),
@@ -419,6 +418,9 @@ std::vector<probes::HeadMetrics> measure(const py::array& x_array, const py::arr
   std::optional<RealArray> query_gain, key_gain;
   if (query_norm_array) query_gain.emplace(real_array(*query_norm_array, "query_norm", 1));
   if (key_norm_array) key_gain.emplace(real_array(*key_norm_array, "key_norm", 1));
+  std::optional<RealArray> query_bias, key_bias;
+  if (query_norm_bias_array) query_bias.emplace(real_array(*query_norm_bias_array, "query_norm_bias", 1));
+  if (key_norm_bias_array) key_bias.emplace(real_array(*key_norm_bias_array, "key_norm_bias", 1));
   if (heads < 1) throw InputError(fmt::format("heads = {} must be >= 1", heads));
   if (scale && !std::isfinite(*scale)) throw InputError(fmt::format("scale = {} is not finite", *scale));
   require_memory_to_measure(x_array, w_q_array, w_k_array, heads, mask_array.has_value(), rotary_array.has_value(),
@@ -434,8 +436,14 @@ std::vector<probes::HeadMetrics> measure(const py::array& x_array, const py::arr
     throw InputError(fmt::format("x of shape ({}, {}) is empty", x.shape(0), x.shape(1)));
   const Index d = W_Q.cols() % heads == 0 ? W_Q.cols() / heads : 1;
   if (rotary_frequencies) split.rotary = rotary_of(*rotary_frequencies, rotary_layout, d);
-  if (query_gain) split.query_norm = probes::HeadNorm{query_gain->vector(), norm_eps};
-  if (key_gain) split.key_norm = probes::HeadNorm{key_gain->vector(), norm_eps};
+  if (query_gain) {
+    split.query_norm =
+        probes::HeadNorm{query_gain->vector(), norm_eps, norm_centred, query_bias ? query_bias->vector() : Vector()};
+  }
+  if (key_gain) {
+    split.key_norm =
+        probes::HeadNorm{key_gain->vector(), norm_eps, norm_centred, key_bias ? key_bias->vector() : Vector()};
+  }
   split.logit_softcap = logit_softcap;
   probes::LayerInputs inputs =
       probes::split_heads(x.matrix(poll), W_Q, W_K, B_Q, B_K, heads,
@@ -549,7 +557,8 @@ PYBIND11_MODULE(_core, m) {
         py::arg("mask") = py::none(), py::arg("scale") = py::none(), py::arg("layer") = 0,
         py::arg("rotary") = py::none(), py::arg("rotary_layout") = "half", py::arg("query_norm") = py::none(),
         py::arg("key_norm") = py::none(), py::arg("norm_eps") = 1e-6, py::arg("logit_softcap") = 0.0,
-        py::arg("what_if") = std::vector<std::string>{});
+        py::arg("what_if") = std::vector<std::string>{}, py::arg("norm_centred") = false,
+        py::arg("query_norm_bias") = py::none(), py::arg("key_norm_bias") = py::none());
   m.def("measure_scores", &measure_scores, py::arg("scores"), py::arg("causal") = false, py::arg("mask") = py::none(),
         py::arg("layer") = 0, py::arg("what_if") = std::vector<std::string>{}, py::arg("d") = 0);
   m.def("append_log_lines", [](const std::string& path, const std::string& lines) {

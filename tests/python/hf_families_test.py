@@ -1,7 +1,7 @@
 """attncheck.torch on the transformers families whose queries and keys come fused or partly rotated (4.38.2,
 scripts/pyenv's "transformers" set): Phi (q_proj/k_proj, half of each head rotated, also under dynamic rotary
 scaling), GPT-NeoX (one query_key_value laid out head by head, rotary_pct of each head rotated), Persimmon (the same
-layout, partial_rotary_factor) and Falcon in its three layouts (head by head, multi-query, the new decoder
+layout, partial_rotary_factor, and its LayerNorms on queries and keys) and Falcon in its three layouts (head by head, multi-query, the new decoder
 architecture's key groups). What these families can do that is not measured is refused with its reason.
 
 The reference is the model itself: tiny random float64 models built by transformers from their config classes,
@@ -51,6 +51,10 @@ CONFIGS = {
     "persimmon": lambda: transformers.PersimmonConfig(**COMMON, hidden_size=32, intermediate_size=48,
                                                       num_attention_heads=4, partial_rotary_factor=0.5,
                                                       rope_theta=1000.0, qk_layernorm=False),
+    # Its LayerNorms over each head's queries and keys (q_layernorm, k_layernorm: centred, with a bias).
+    "persimmon-qk-layernorm": lambda: transformers.PersimmonConfig(**COMMON, hidden_size=32, intermediate_size=48,
+                                                                   num_attention_heads=4, partial_rotary_factor=0.5,
+                                                                   rope_theta=1000.0, qk_layernorm=True),
     "falcon": lambda: transformers.FalconConfig(**COMMON, hidden_size=32, num_attention_heads=4, bias=True,
                                                 multi_query=False, new_decoder_architecture=False, rope_theta=1000.0),
     "falcon-multi-query": lambda: transformers.FalconConfig(**COMMON, hidden_size=32, num_attention_heads=4,
@@ -256,9 +260,6 @@ def test_the_command_line_on_the_saved_checkpoint_equals_probe_in_memory(family,
 REFUSED = {
     "falcon-alibi": (lambda: transformers.FalconConfig(**COMMON, hidden_size=32, num_attention_heads=4, alibi=True),
                      "ALiBi position biases"),
-    "persimmon-qk-layernorm": (lambda: transformers.PersimmonConfig(
-        **COMMON, hidden_size=32, intermediate_size=48, num_attention_heads=4, qk_layernorm=True),
-        r"a LayerNorm on the queries or keys \(q_layernorm"),
     "gpt-j": (lambda: transformers.GPTJConfig(vocab_size=50, n_positions=64, n_embd=32, n_layer=2, n_head=4,
                                               rotary_dim=4), "rotary_dim coordinates, turned in adjacent pairs"),
     "gpt-neo": (lambda: transformers.GPTNeoConfig(vocab_size=50, max_position_embeddings=64, hidden_size=32,
@@ -275,7 +276,7 @@ REFUSED = {
 def test_what_cannot_be_measured_exactly_is_refused_with_its_reason(family):
     """Each of these has the projections of a measured family but computes other maps (GPT-J and GPT-Neo were
     measured as Llama's and BERT's before, ||A||_F off by 45% and 19%): each layer is refused with one warning
-    naming why, and nothing is recorded. ALiBi biases, LayerNorms on queries and keys, GPT-J's partial rotary in
+    naming why, and nothing is recorded. ALiBi biases, GPT-J's partial rotary in
     adjacent pairs without inv_freq, GPT-Neo's unscaled scores and local windows, a fused layer that does not
     declare itself causal."""
     config, reason = REFUSED[family]

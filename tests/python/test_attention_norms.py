@@ -180,19 +180,23 @@ def test_rotary_positions_and_grouped_keys_equal_autograd():
         attncheck.attention_norms(x, w_q, w_k, heads=heads, kv_heads=kv_heads, rotary=np.ones(4))
 
 
-@pytest.mark.parametrize("softcap", [0.0, 1.5])
-def test_query_and_key_norms_and_soft_capped_logits_equal_autograd(softcap):
-    """Qwen3's and Gemma 3's per-head RMSNorms of queries and keys (before the rotation) and Gemma 2's soft-capped
-    logits: the derivatives in W_Q and W_K go through them; grad_fro is the softmax's Jacobian in its logits."""
+@pytest.mark.parametrize("softcap, layer_norm", [(0.0, False), (1.5, False), (0.0, True), (1.5, True)])
+def test_query_and_key_norms_and_soft_capped_logits_equal_autograd(softcap, layer_norm):
+    """Qwen3's and Gemma 3's per-head RMSNorms of queries and keys (before the rotation), or LayerNorms (Persimmon's,
+    timm's qk_norm: centred, the query's with a bias, the key's without), and Gemma 2's soft-capped logits: the
+    derivatives in W_Q and W_K go through them; grad_fro is the softmax's Jacobian in its logits."""
     torch = pytest.importorskip("torch")
-    rng = np.random.default_rng(RNG_SEED + 12 + int(softcap))
+    rng = np.random.default_rng(RNG_SEED + 12 + int(softcap) + 2 * layer_norm)
     n, D, heads, kv_heads, d, eps = 7, 5, 2, 1, 4, 1e-6
     x = rng.standard_normal((n, D))
     w_q, w_k = 0.8 * rng.standard_normal((D, heads * d)), 0.8 * rng.standard_normal((D, kv_heads * d))
     gain_q, gain_k = 1 + 0.3 * rng.standard_normal(d), 1 + 0.3 * rng.standard_normal(d)
+    bias_q = 0.5 * rng.standard_normal(d)
     frequencies = np.array([1.0, 0.1])
+    query_norm, key_norm = ((gain_q, eps, bias_q), (gain_k, eps, None)) if layer_norm else ((gain_q, eps),
+                                                                                             (gain_k, eps))
     ours = attncheck.attention_norms(x, w_q, w_k, heads=heads, causal=True, kv_heads=kv_heads, rotary=frequencies,
-                                     query_norm=(gain_q, eps), key_norm=(gain_k, eps), logit_softcap=softcap)
+                                     query_norm=query_norm, key_norm=key_norm, logit_softcap=softcap)
     t = lambda a: torch.tensor(a, dtype=torch.float64)  # noqa: E731
     angles = torch.arange(n, dtype=torch.float64)[:, None] * t(frequencies)[None, :]
     cos, sin = torch.cos(angles), torch.sin(angles)
@@ -201,8 +205,11 @@ def test_query_and_key_norms_and_soft_capped_logits_equal_autograd(softcap):
         first, second = rows[:, :2], rows[:, 2:]
         return torch.cat([first * cos - second * sin, first * sin + second * cos], dim=1)
 
-    def norm(rows, gain):
-        return rows / torch.sqrt(rows.pow(2).mean(-1, keepdim=True) + eps) * t(gain)
+    def norm(rows, gain, bias=None):
+        if layer_norm:
+            rows = rows - rows.mean(-1, keepdim=True)
+        out = rows / torch.sqrt(rows.pow(2).mean(-1, keepdim=True) + eps) * t(gain)
+        return out + t(bias) if layer_norm and bias is not None else out
 
     keep = torch.ones(n, n, dtype=torch.bool).tril()
     jacobian = torch.autograd.functional.jacobian
@@ -211,7 +218,7 @@ def test_query_and_key_norms_and_soft_capped_logits_equal_autograd(softcap):
         wq = t(w_q[:, h * d:(h + 1) * d])
 
         def logits(wq_, wk_):
-            s = rotate(norm(xs @ wq_, gain_q)) @ rotate(norm(xs @ wk_, gain_k)).T / math.sqrt(d)
+            s = rotate(norm(xs @ wq_, gain_q, bias_q)) @ rotate(norm(xs @ wk_, gain_k)).T / math.sqrt(d)
             return softcap * torch.tanh(s / softcap) if softcap else s
 
         def attention(wq_, wk_):
@@ -224,3 +231,9 @@ def test_query_and_key_norms_and_soft_capped_logits_equal_autograd(softcap):
         assert ours[h]["dWk_fro"] == pytest.approx(jacobian(lambda w: attention(wq, w), wk).norm().item(), rel=1e-10)
     with pytest.raises(ValueError, match="query_norm has 3 gains, the heads d = 4"):
         attncheck.attention_norms(x, w_q, w_k, heads=heads, kv_heads=kv_heads, query_norm=(np.ones(3), eps))
+    with pytest.raises(ValueError, match="different kinds"):
+        attncheck.attention_norms(x, w_q, w_k, heads=heads, kv_heads=kv_heads, query_norm=(gain_q, eps),
+                                  key_norm=(gain_k, eps, None))
+    with pytest.raises(ValueError, match="query_norm has a bias of 3 entries"):
+        attncheck.attention_norms(x, w_q, w_k, heads=heads, kv_heads=kv_heads, query_norm=(gain_q, eps, np.ones(3)),
+                                  key_norm=(gain_k, eps, None))

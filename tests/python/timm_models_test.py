@@ -1,7 +1,7 @@
 """attncheck.torch on timm's vision transformers (timm 1.0.29, scripts/pyenv's "timm" set): ViT and DeiT (timm's
-Attention: one fused qkv, a class token, DeiT's distillation token too, RMSNorm q/k norms), EVA (EvaAttention: fused qkv with q_bias and
+Attention: one fused qkv, a class token, DeiT's distillation token too, RMSNorm or LayerNorm q/k norms), EVA (EvaAttention: fused qkv with q_bias and
 v_bias, or separate q_proj/k_proj), and what is refused with its reason (BEiT's relative position bias, EVA's 2-D
-rotary positions, LayerNorms on the queries and keys).
+rotary positions).
 
 The reference is the model itself: tiny random float64 models built by timm, their own attention probabilities
 (the tensor each layer hands its attn_drop, in timm's non-fused path) for ||A||_F and ||grad softmax||_F, and
@@ -30,6 +30,7 @@ MODELS = {
     "vit": lambda: VisionTransformer(**SMALL, qkv_bias=True),
     "vit-no-class-token": lambda: VisionTransformer(**SMALL, class_token=False, global_pool="avg"),
     "vit-rms-qk-norm": lambda: VisionTransformer(**SMALL, qk_norm=True, norm_layer=RmsNorm),
+    "vit-layernorm-qk-norm": lambda: VisionTransformer(**SMALL, qk_norm=True),  # timm's LayerNorm, with a bias
     "deit-distilled": lambda: VisionTransformerDistilled(**SMALL, qkv_bias=True),
     "eva": lambda: Eva(**SMALL, qkv_bias=True, use_rot_pos_emb=False),
     "eva-separate-projections": lambda: Eva(**SMALL, qkv_fused=False, use_rot_pos_emb=False),
@@ -142,7 +143,6 @@ def test_the_recorder_in_training_gives_the_rows_probe_gives(tmp_path):
 @pytest.mark.parametrize("build, reason", [
     (lambda: Beit(**SMALL, use_rel_pos_bias=True), "relative position bias"),
     (lambda: Eva(**SMALL, use_rot_pos_emb=True), "2-D rotary positions"),
-    (lambda: VisionTransformer(**SMALL, qk_norm=True), "not an RMSNorm"),
 ])
 def test_what_cannot_be_measured_exactly_is_refused_with_its_reason(build, reason):
     torch.manual_seed(0)

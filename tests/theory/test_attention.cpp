@@ -540,12 +540,23 @@ struct NormedCase {
   double cap = 0;
 };
 
+// The rows a norm reads: p itself for an RMSNorm, c = p - mean(p) for a LayerNorm.
+Matrix norm_inputs(const Matrix& P, const std::optional<theory::HeadNorm>& norm) {
+  Matrix c = P;
+  if (norm && norm->centred) c.colwise() -= P.rowwise().mean();
+  return c;
+}
+
 Matrix normalized_rows(const Matrix& P, const std::optional<theory::HeadNorm>& norm) {
   if (!norm) return P;
+  const Matrix c = norm_inputs(P, norm);
   Matrix out = P;
   for (Index i = 0; i < P.rows(); ++i) {
-    const double mean_square = P.row(i).squaredNorm() / static_cast<double>(P.cols());
-    for (Index b = 0; b < P.cols(); ++b) out(i, b) = norm->gain[b] * P(i, b) / std::sqrt(mean_square + norm->eps);
+    const double mean_square = c.row(i).squaredNorm() / static_cast<double>(P.cols());
+    for (Index b = 0; b < P.cols(); ++b) {
+      out(i, b) =
+          norm->gain[b] * c(i, b) / std::sqrt(mean_square + norm->eps) + (norm->bias.size() != 0 ? norm->bias[b] : 0.0);
+    }
   }
   return out;
 }
@@ -562,7 +573,7 @@ void set_rows(NormedCase& c) {
 }
 
 NormedCase normed_case(Index n, Index D, Index d, double sd, std::uint64_t seed, bool query_norm, bool key_norm,
-                       bool rotary, double cap) {
+                       bool rotary, double cap, bool layer_norms = false) {
   NormedCase c;
   c.X = testing::random_matrix(n, D, sd, seed, 0);
   c.Q = testing::random_matrix(D, d, 1.0, seed, 1);
@@ -570,8 +581,15 @@ NormedCase normed_case(Index n, Index D, Index d, double sd, std::uint64_t seed,
   c.bq = testing::random_matrix(1, d, 0.5, seed, 3).row(0);
   c.bk = testing::random_matrix(1, d, 0.5, seed, 4).row(0);
   const Matrix gains = testing::random_matrix(2, d, 0.5, seed, 5).array() + 1.0;
+  const Matrix biases = testing::random_matrix(2, d, 0.7, seed, 6);
   if (query_norm) c.query_norm = theory::HeadNorm{gains.row(0).transpose(), 1e-6};
   if (key_norm) c.key_norm = theory::HeadNorm{gains.row(1).transpose(), 0.3};
+  if (layer_norms) {
+    for (auto* norm : {&c.query_norm, &c.key_norm}) {
+      if (*norm) (*norm)->centred = true;
+    }
+    if (c.query_norm) c.query_norm->bias = biases.row(0).transpose();  // the key norm's LayerNorm without a bias
+  }
   if (rotary) c.rotary = theory::Rotary::half_split(d, 100);
   c.cap = cap;
   set_rows(c);
@@ -587,15 +605,20 @@ theory::ScoreMaps maps_of(const NormedCase& c) {
           c.cap};
 }
 
-// d(position t's row)/d(its raw projection), d x d, entry by entry: R(t) (diag(g)/r - g_a p_a p_b / (d r^3)).
+// d(position t's row)/d(its raw projection), d x d, entry by entry: R(t) (diag(g)/r - g_a p_a p_b / (d r^3)) for an
+// RMSNorm; for a LayerNorm, with c = p - mean(p) (so dc_a/dp_b = delta_ab - 1/d and dr/dp_b = c_b / (d r)),
+// g_a ((delta_ab - 1/d) / r - c_a c_b / (d r^3)).
 Matrix row_map(const NormedCase& c, const std::optional<theory::HeadNorm>& norm, const Matrix& P, Index t) {
   const Index d = P.cols();
   Matrix N = Matrix::Identity(d, d);
   if (norm) {
-    const double r = std::sqrt(P.row(t).squaredNorm() / static_cast<double>(d) + norm->eps);
+    const Matrix centred = norm_inputs(P, norm);
+    const double r = std::sqrt(centred.row(t).squaredNorm() / static_cast<double>(d) + norm->eps);
+    const double shift = norm->centred ? 1.0 / static_cast<double>(d) : 0.0;
     for (Index a = 0; a < d; ++a) {
       for (Index b = 0; b < d; ++b) {
-        N(a, b) = norm->gain[a] * ((a == b ? 1 / r : 0.0) - P(t, a) * P(t, b) / (static_cast<double>(d) * r * r * r));
+        N(a, b) = norm->gain[a] * (((a == b ? 1.0 : 0.0) - shift) / r -
+                                   centred(t, a) * centred(t, b) / (static_cast<double>(d) * r * r * r));
       }
     }
   }
@@ -663,39 +686,43 @@ double normed_chain_rule_norm(const AttentionMap& map, const NormedCase& c, cons
 }  // namespace
 
 TEST_CASE("with query/key norms and soft-capped logits the closed forms equal the chain-rule Jacobians to 1e-10") {
-  rc::prop("softmax and elementwise maps; each norm, rotary, cap on or off; causal, sliding window or random mask", [] {
-    const auto n = *rc::gen::inRange<Index>(1, 7);
-    const auto D = *rc::gen::inRange<Index>(1, 5);
-    const auto d = *rc::gen::inRange<Index>(2, 6);
-    const double sd = *rc::gen::inRange(3, 30) / 10.0;
-    const bool query_norm = *rc::gen::arbitrary<bool>(), key_norm = *rc::gen::arbitrary<bool>();
-    const bool rotary = *rc::gen::arbitrary<bool>();
-    const double cap = *rc::gen::element(0.0, 0.7, 5.0);
-    const NormedCase c =
-        normed_case(n, D, d, sd, *rc::gen::arbitrary<std::uint64_t>(), query_norm, key_norm, rotary, cap);
-    const int mask_kind = *rc::gen::inRange(0, 3);  // 0 causal, 1 window, 2 random with the diagonal
-    const auto w = *rc::gen::inRange<Index>(1, n + 1);
-    theory::AttendedMask mask(n, n);
-    for (Index i = 0; i < n; ++i) {
-      for (Index j = 0; j < n; ++j) {
-        mask(i, j) = mask_kind == 0   ? j <= i
-                     : mask_kind == 1 ? (j <= i && j > i - w)
-                                      : (i == j || *rc::gen::arbitrary<bool>());
-      }
-    }
-    for (const AttentionMap& map : every_differentiable_map(d)) {
-      const auto norms = mask_kind == 0
-                             ? theory::attention_norms_from_projections(map, c.X, c.V, c.U, true, maps_of(c))
-                             : theory::attention_norms_from_projections(map, c.X, c.V, c.U, mask, maps_of(c));
-      const AttentionMap scores_only{{ActivationKind::pointwise, Pointwise::identity, 1}, map.inner, map.outer};
-      for (const auto parameter : {theory::Parameter::Q, theory::Parameter::K}) {
-        const double expected = normed_chain_rule_norm(map, c, mask, parameter);
-        const double floor = 1e-14 * normed_chain_rule_norm(scores_only, c, mask, parameter);
-        RC_ASSERT(std::abs(*(parameter == theory::Parameter::Q ? norms.dQ_fro : norms.dK_fro) - expected) <=
-                  1e-10 * expected + floor);
-      }
-    }
-  });
+  rc::prop(
+      "softmax and elementwise maps; each norm (RMSNorm or LayerNorm), rotary, cap on or off; causal, sliding "
+      "window or random mask",
+      [] {
+        const auto n = *rc::gen::inRange<Index>(1, 7);
+        const auto D = *rc::gen::inRange<Index>(1, 5);
+        const auto d = *rc::gen::inRange<Index>(2, 6);
+        const double sd = *rc::gen::inRange(3, 30) / 10.0;
+        const bool query_norm = *rc::gen::arbitrary<bool>(), key_norm = *rc::gen::arbitrary<bool>();
+        // A LayerNorm over d = 2 coordinates leaves only +-(1, -1): its Jacobian is of eps's order, all cancellation.
+        const bool rotary = *rc::gen::arbitrary<bool>(), layer_norms = *rc::gen::arbitrary<bool>() && d >= 3;
+        const double cap = *rc::gen::element(0.0, 0.7, 5.0);
+        const NormedCase c = normed_case(n, D, d, sd, *rc::gen::arbitrary<std::uint64_t>(), query_norm, key_norm,
+                                         rotary, cap, layer_norms);
+        const int mask_kind = *rc::gen::inRange(0, 3);  // 0 causal, 1 window, 2 random with the diagonal
+        const auto w = *rc::gen::inRange<Index>(1, n + 1);
+        theory::AttendedMask mask(n, n);
+        for (Index i = 0; i < n; ++i) {
+          for (Index j = 0; j < n; ++j) {
+            mask(i, j) = mask_kind == 0   ? j <= i
+                         : mask_kind == 1 ? (j <= i && j > i - w)
+                                          : (i == j || *rc::gen::arbitrary<bool>());
+          }
+        }
+        for (const AttentionMap& map : every_differentiable_map(d)) {
+          const auto norms = mask_kind == 0
+                                 ? theory::attention_norms_from_projections(map, c.X, c.V, c.U, true, maps_of(c))
+                                 : theory::attention_norms_from_projections(map, c.X, c.V, c.U, mask, maps_of(c));
+          const AttentionMap scores_only{{ActivationKind::pointwise, Pointwise::identity, 1}, map.inner, map.outer};
+          for (const auto parameter : {theory::Parameter::Q, theory::Parameter::K}) {
+            const double expected = normed_chain_rule_norm(map, c, mask, parameter);
+            const double floor = 1e-14 * normed_chain_rule_norm(scores_only, c, mask, parameter);
+            RC_ASSERT(std::abs(*(parameter == theory::Parameter::Q ? norms.dQ_fro : norms.dK_fro) - expected) <=
+                      1e-10 * expected + floor);
+          }
+        }
+      });
 }
 
 TEST_CASE("norms, rotation and cap: closed forms agree with finite differences of the whole head") {
@@ -764,4 +791,15 @@ TEST_CASE("norms and caps that cannot apply are refused, naming what is wrong") 
   CHECK_THROWS_WITH(theory::attention_norms_from_projections(map, c.X, c.V, c.U, true, maps),
                     Catch::Contains("gain of 3"));
   CHECK_THROWS_WITH(theory::rms_normalized(c.P_Q, short_gain.gain, 1e-6), Catch::Contains("gain of 3 entries"));
+}
+
+TEST_CASE("a head's LayerNorm centres, scales and adds its bias, an RMSNorm only scales") {
+  for (const bool layer_norm : {false, true}) {
+    const NormedCase c = normed_case(5, 3, 4, 1.5, 20261129, true, true, false, 0.0, layer_norm);
+    INFO((layer_norm ? "LayerNorm" : "RMSNorm"));
+    CHECK((theory::head_normalized(c.P_Q, *c.query_norm) - c.V).cwiseAbs().maxCoeff() < 1e-14);
+    CHECK((theory::head_normalized(c.P_K, *c.key_norm) - c.U).cwiseAbs().maxCoeff() < 1e-14);
+  }
+  theory::HeadNorm wrong{theory::Vector::Ones(4), 1e-6, true, theory::Vector::Ones(3)};
+  CHECK_THROWS_WITH(theory::head_normalized(Matrix::Ones(2, 4), wrong), Catch::Contains("bias of 3 entries"));
 }

@@ -554,15 +554,28 @@ Matrix rms_normalized(const Matrix& rows, const Vector& gain, double eps) {
   return out;
 }
 
+Matrix head_normalized(const Matrix& rows, const HeadNorm& norm) {
+  if (!norm.centred) return rms_normalized(rows, norm.gain, norm.eps);
+  if (norm.bias.size() != 0 && norm.bias.size() != rows.cols()) {
+    throw InputError(fmt::format("a LayerNorm bias of {} entries for rows of {}", norm.bias.size(), rows.cols()));
+  }
+  Matrix centred = rows;
+  centred.colwise() -= rows.rowwise().mean();
+  Matrix out = rms_normalized(centred, norm.gain, norm.eps);
+  if (norm.bias.size() != 0) out.rowwise() += norm.bias.transpose();
+  return out;
+}
+
 namespace {
 
 using RowVector = Eigen::RowVectorXd;
 
-// A head norm's Jacobian at each row p of P: diag(g) (I - w w^T) / r with r = sqrt(mean(p^2) + eps) and
-// w = p / (sqrt(d) r). Its transpose sends y to ((g . y) - w (w . (g . y))) / r, O(d).
+// A head norm's Jacobian at each row p of P: diag(g) (C - w w^T) / r with r = sqrt(mean(c^2) + eps),
+// w = c / (sqrt(d) r), c = C p, and C = I for an RMSNorm, I - 1 1^T / d for a LayerNorm (C w = w, so w w^T = C w w^T
+// C). Its transpose sends y to (C (g . y) - w (w . (g . y))) / r, O(d); the bias does not enter.
 struct NormJacobians {
   NormJacobians(const HeadNorm& norm, const Matrix* raw, const Matrix& normalized, const char* which)
-      : gain(norm.gain.transpose()) {
+      : gain(norm.gain.transpose()), centred(norm.centred) {
     if (!raw) throw InputError(fmt::format("the {} norm needs the {} projections before it", which, which));
     if (raw->rows() != normalized.rows() || raw->cols() != normalized.cols() || gain.size() != raw->cols()) {
       throw InputError(fmt::format("the {} projections are {}x{} before the norm (gain of {}), {}x{} after it", which,
@@ -575,18 +588,22 @@ struct NormJacobians {
     directions.resize(raw->rows(), raw->cols());
     inverse_rms.resize(raw->rows());
     for (Index i = 0; i < raw->rows(); ++i) {
-      const double rms = std::sqrt(raw->row(i).squaredNorm() / d + norm.eps);
+      RowVector c = raw->row(i);
+      if (centred) c.array() -= c.mean();
+      const double rms = std::sqrt(c.squaredNorm() / d + norm.eps);
       inverse_rms[i] = 1 / rms;
-      directions.row(i) = raw->row(i) / (std::sqrt(d) * rms);
+      directions.row(i) = c / (std::sqrt(d) * rms);
     }
   }
   void transpose_times(Index i, Eigen::Ref<RowVector> y) const {
     y.array() *= gain.array();
     const double along = directions.row(i).dot(y);
     y -= along * directions.row(i);
+    if (centred) y.array() -= y.mean();  // w has mean 0: C (z - w (w . z)) = z - mean(z) - w (w . z)
     y *= inverse_rms[i];
   }
   RowVector gain;
+  bool centred = false;
   Matrix directions;
   Vector inverse_rms;
 };

@@ -127,15 +127,21 @@ struct RowRange {
 // ranges that start at multiples of it sum the same blocks as the whole head.
 inline constexpr Index kRotaryKeyBlockRows = 8;
 
-// An RMSNorm over one head's d coordinates (Qwen3's and Gemma 3's query and key norms): each row p becomes
-// p / sqrt(mean(p^2) + eps) * gain, the gain (d entries, Gemma's 1 + weight already added) shared by every head.
+// A norm over one head's d coordinates, shared by every head: an RMSNorm (Qwen3's and Gemma 3's query and key norms),
+// each row p becoming p / sqrt(mean(p^2) + eps) * gain (Gemma's 1 + weight already added); or, centred, a LayerNorm
+// (Persimmon's, timm's qk_norm), c / sqrt(mean(c^2) + eps) * gain + bias with c = p - mean(p), the bias empty when
+// it has none.
 struct HeadNorm {
   Vector gain;
   double eps = 1e-6;
+  bool centred = false;
+  Vector bias;
 };
 
-// Each row of `rows` normalized as above: x / sqrt(mean(x^2) + eps) * gain.
+// Each row of `rows` normalized by an RMSNorm: x / sqrt(mean(x^2) + eps) * gain.
 Matrix rms_normalized(const Matrix& rows, const Vector& gain, double eps);
+// Each row of `rows` normalized by `norm`, an RMSNorm or a LayerNorm.
+Matrix head_normalized(const Matrix& rows, const HeadNorm& norm);
 
 // What a head applies between its projections P_Q = X W_Q + b_Q, P_K = X W_K + b_K and its attention, beyond the
 // map's own scale: v_i = R(i) norm_Q(p_i), u_j = R(j) norm_K(p_j), S = lambda V U^T, and for softmax the logits
