@@ -224,10 +224,11 @@ assert out["exit_code"] == 5
 PY
 
 # An inconclusive verdict says first, in one short line, what would settle it, and the long evidence after; stderr
-# gives that line alone (here: 200 samples at D = d = 1 leave softmax's dS at N = 128 and 256 unreliable).
-"$bin" mc --phi softmax --D 1 --d 1 --estimand dS --claimed-exponent 0 --N 16:256:x2 --samples 200 \
+# gives that line alone (here: 200 samples at D = d = 1 leave x^3/6 + |x|, unbounded and no polynomial, so decided
+# by no proof at its true exponent 1, unreliable at N = 64 .. 256).
+"$bin" mc --phi 'x^3/6 + abs(x)' --D 1 --d 1 --estimand value --claimed-exponent 1 --N 16:256:x2 --samples 200 \
   >"$work/settle.txt" 2>"$work/settle.err"
-[ $? -eq 5 ] || fail "softmax dS at D = d = 1 claimed 0 with 200 samples: want exit 5 (inconclusive)"
+[ $? -eq 5 ] || fail "x^3/6 + |x| at D = d = 1 claimed 1 with 200 samples: want exit 5 (inconclusive)"
 settle=$(grep -A1 " inconclusive asymptotic-fit" "$work/settle.txt" | sed -n 2p)
 grep -Eq "^    to settle it: .*would settle it" <<<"$settle" || fail "no settle-first line: $settle"
 [ "${#settle}" -lt 200 ] || fail "the settle line is not short (${#settle} characters): $settle"
@@ -530,12 +531,21 @@ expect_exit 2 "at character 7" -- mc --phi 'relu(x' --N 8 --D 2 --d 2 --samples 
 expect_exit 2 "nor an expression in x" -- mc --phi reluu --N 8 --D 2 --d 2 --samples 4
 expect_exit 2 "--normalize" -- mc --claim C3 --normalize rows --N 8 --samples 4
 expect_exit 2 "not finite" -- mc --phi 'exp(x^2)' --N 64 --D 16 --d 16 --sigma-x 3 --samples 4
-"$bin" mc --phi 'x^3/6 + x' --claimed-exponent 1 --N 16,32 --D 8 --d 8 --samples 30 --json >"$work/unbounded.json" \
-  2>/dev/null
+# Unbounded and no polynomial (|x|): no proof reaches its exponent, so the fits speak, never holds or tight. A
+# polynomial free of N (x^3/6 + x) has its law from its exact moments: tight, basis exact.
+"$bin" mc --phi 'x^3/6 + abs(x)' --claimed-exponent 1 --N 16,32 --D 8 --d 8 --samples 30 --json \
+  >"$work/unbounded.json" 2>/dev/null
 $py - "$work/unbounded.json" <<'PY' || fail "an unbounded expression's verdict did not come from the fits"
 import json, sys
 series = json.load(open(sys.argv[1]))["series"]
 assert series and all(s["basis"] == "asymptotic-fit" and s["verdict"] not in ("holds", "tight") for s in series), series
+PY
+"$bin" mc --phi 'x^3/6 + x' --claimed-exponent 1 --N 16,32 --D 8 --d 8 --samples 30 --json >"$work/polynomial.json" \
+  2>/dev/null
+$py - "$work/polynomial.json" <<'PY' || fail "a polynomial expression's claim of 1 is not tight by its exact law"
+import json, sys
+series = json.load(open(sys.argv[1]))["series"]
+assert series and all(s["basis"] == "exact" and s["verdict"] == "tight" for s in series), series
 PY
 
 if [ "$failures" -ne 0 ]; then

@@ -70,7 +70,7 @@ class PhiExpression {
 
   // phi as a polynomial in x at this N and d: its coefficients from x^0 up (x^3/6 + x: {0, 1, 0, 1/6}), of degree at
   // most kMaxPolynomialDegree; none for any other expression. The exact moments of a polynomial are sums of the
-  // score's own (monte_carlo/exact_references.cpp).
+  // score's own (monte_carlo/src/exact_references.cpp).
   static constexpr int kMaxPolynomialDegree = 32;
   std::optional<std::vector<double>> polynomial(double N, double d) const;
 
