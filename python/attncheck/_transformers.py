@@ -623,6 +623,17 @@ def _transformer_lens(module, call):
     if getattr(cfg, "use_split_qkv_input", False) or getattr(cfg, "use_attn_in", False):
         raise Unmeasurable("per-head query and key inputs (use_split_qkv_input, use_attn_in) are not one x: not "
                            "measured")
+    # What later releases (checked against 1.19.0 only) add to the scores: refused rather than left out.
+    for name, off in (("attn_scores_soft_cap", -1.0), ("use_NTK_by_parts_rope", False), ("use_qk_norm", False)):
+        value = getattr(cfg, name, off)
+        if value not in (off, None, 0, 0.0, False):
+            raise Unmeasurable(f"{name} = {value} changes the scores: not measured")
+    # Hooks (run_with_hooks, activation patching, run_with_cache) may replace the queries, keys, scores or pattern.
+    for name in ("hook_q", "hook_k", "hook_rot_q", "hook_rot_k", "hook_attn_scores", "hook_pattern"):
+        point = getattr(module, name, None)
+        if point is not None and (point._forward_hooks or point._forward_pre_hooks):
+            raise Unmeasurable(f"{name} has hooks, which may change the scores or the pattern: measure the model "
+                               "without them")
     kind = cfg.positional_embedding_type
     if kind not in ("standard", "rotary"):
         raise Unmeasurable(f"positional_embedding_type '{kind}' changes the scores or the queries' input beyond x: "

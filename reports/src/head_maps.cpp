@@ -24,6 +24,8 @@ using theory::InputError;
 
 namespace {
 
+constexpr std::size_t kMaxMapCells = 1 << 20;
+
 // Position of `value` in the ascending `axis`.
 std::size_t index_in(const std::vector<long long>& axis, long long value) {
   return static_cast<std::size_t>(std::lower_bound(axis.begin(), axis.end(), value) - axis.begin());
@@ -107,6 +109,11 @@ HeadMaps head_maps(const std::vector<HeadRatios>& heads, const std::string& sour
     axis->erase(std::unique(axis->begin(), axis->end()), axis->end());
   }
   const std::size_t cells = maps.layers.size() * maps.heads.size();
+  // Every model has a few hundred heads at most; a file naming thousands of layers and heads is no probe's.
+  if (cells > kMaxMapCells) {
+    throw InputError(fmt::format("{}: {} layers x {} heads: a map of more than {} cells is no model's", source,
+                                 maps.layers.size(), maps.heads.size(), kMaxMapCells));
+  }
   maps.attention.assign(cells, std::nan(""));
   maps.gradient.assign(cells, std::nan(""));
   for (const HeadRatios& h : heads) {
@@ -168,8 +175,10 @@ ProbeOutput parse_probe_output(const std::string& text, const std::string& name)
 
 ProbeOutput parse_probe_csv(const std::string& text, const std::string& name) {
   std::vector<std::vector<std::string>> rows;
-  std::size_t start = 0;
+  std::vector<std::size_t> line_of;  // each row's line in the file, blank lines counted
+  std::size_t start = 0, line_number = 0;
   while (start < text.size()) {
+    ++line_number;
     std::size_t end = text.find('\n', start);
     if (end == std::string::npos) end = text.size();
     std::string_view line(text.data() + start, end - start);
@@ -181,7 +190,10 @@ ProbeOutput parse_probe_csv(const std::string& text, const std::string& name) {
       if (comma == std::string_view::npos) break;
       from = comma + 1;
     }
-    if (!line.empty()) rows.push_back(std::move(cells));
+    if (!line.empty()) {
+      rows.push_back(std::move(cells));
+      line_of.push_back(line_number);
+    }
     start = end + 1;
   }
   if (rows.empty()) throw InputError(fmt::format("{}: empty: no header line of `attncheck probe --csv`", name));
@@ -218,7 +230,7 @@ ProbeOutput parse_probe_csv(const std::string& text, const std::string& name) {
   for (std::size_t r = 1; r < rows.size(); ++r) {
     const std::vector<std::string>& cells = rows[r];
     const auto fail = [&](const std::string& why) {
-      throw InputError(fmt::format("{} line {}: {}", name, r + 1, why));
+      throw InputError(fmt::format("{} line {}: {}", name, line_of[r], why));
     };
     if (cells.size() != header.size()) {
       fail(fmt::format("{} cells, but the header line has {}", cells.size(), header.size()));

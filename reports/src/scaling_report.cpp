@@ -704,6 +704,8 @@ std::optional<PlotSpec> claim_overlay(const std::vector<records::Series>& series
 std::vector<std::pair<theory::Estimand, PlotSpec>> estimand_overlays(const std::vector<records::Series>& series) {
   std::vector<std::pair<theory::Estimand, PlotSpec>> overlays;
   for (const theory::EstimandTerm& term : theory::all_estimands()) {
+    // Norms only: a row sum or a score variance may be 0 or negative (x^3's mean is 0), which log axes would drop.
+    if (!term.norm) continue;
     PlotSpec overlay;
     overlay.name = fmt::format("estimand{:02}", overlays.size() + 1);
     overlay.title = fmt::format("{}: every activation of the folder", term.symbol);

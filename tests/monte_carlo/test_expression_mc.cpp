@@ -343,6 +343,10 @@ TEST_CASE("a polynomial expression's coefficients at N and d, and none for anyth
   CHECK(theory::PhiExpression::parse("x*x*x").polynomial(4, 4) == Coefficients{0, 0, 0, 1});
   CHECK(theory::PhiExpression::parse("x^d").polynomial(4, 3) == Coefficients{0, 0, 0, 1});
   CHECK(theory::PhiExpression::parse("2").polynomial(4, 4) == Coefficients{2});
+  // A number the graph does not fold, to a power past the degree cap: still that number's power.
+  const auto unfolded = theory::PhiExpression::parse("((x + 0.5) - x)^100 * x^2").polynomial(4, 4);
+  REQUIRE(unfolded);
+  CHECK(*unfolded == Coefficients{0, 0, std::pow(0.5, 100)});
   for (const char* other : {"exp(x)", "1/x", "x^-1", "relu(x)", "x^0.5", "abs(x)^2", "x^40", "sqrt(x^2)", "x/(1+x)"}) {
     INFO(other);
     CHECK_FALSE(theory::PhiExpression::parse(other).polynomial(100, 8));

@@ -393,6 +393,8 @@ head -1 "$work/probe.csv" >"$work/header-only.csv"
 expect 2 "header-only.csv: a header line and no head" -- "$attncheck" report "$work/header-only.csv" --out "$work/r1"
 printf 'layer,head,N,softmax_fro,grad_fro\n0,0,4,1.5,x\n' >"$work/bad.csv"
 expect 2 "bad.csv line 2: \"grad_fro\" is 'x': not a finite number" -- "$attncheck" report "$work/bad.csv" --out "$work/r2"
+printf 'layer,head,N,softmax_fro,grad_fro\n\n0,0,4,1.5,1\n0,1,4,1.5,\n' >"$work/blank.csv"  # a blank line is counted
+expect 2 "blank.csv line 4: \"grad_fro\" is empty" -- "$attncheck" report "$work/blank.csv" --out "$work/r4"
 printf 'layer,head,softmax_fro\n' >"$work/columns.csv"
 expect 2 "no column \"N\"" -- "$attncheck" report "$work/columns.csv" --out "$work/r3"
 

@@ -183,3 +183,13 @@ def test_what_cannot_be_measured_exactly_is_refused_with_its_reason(config, reas
     assert rows == []
     messages = [str(w.message) for w in caught]
     assert sum(reason in m for m in messages) == 2, messages  # one warning per layer, naming why
+
+
+def test_hooks_that_may_change_the_scores_are_refused():
+    model = _model("gpt2-like")
+    model.blocks[1].attn.hook_attn_scores.add_hook(lambda scores, hook: scores * 2)  # activation patching
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rows = attncheck.torch.probe(model, torch.randint(0, 30, (1, 6)))
+    assert {row["layer"] for row in rows} == {0}  # layer 1 refused, layer 0 measured
+    assert any("hook_attn_scores has hooks" in str(w.message) for w in caught), [str(w.message) for w in caught]

@@ -1066,15 +1066,21 @@ std::optional<Coefficients> polynomial_of(const ExpressionGraph& g, int id,
       break;
     case Op::powi:
     case Op::pow: {
-      int k = n.k;
-      if (n.op == Op::pow) {
-        if (!g.constant(n.b) || g.nodes[n.b].c != std::floor(g.nodes[n.b].c)) break;
-        k = static_cast<int>(std::clamp(g.nodes[n.b].c, -1.0, 1.0 + PhiExpression::kMaxPolynomialDegree));
-      }
+      if (n.op == Op::pow && !g.constant(n.b)) break;
+      const double exponent = n.op == Op::powi ? static_cast<double>(n.k) : g.nodes[n.b].c;
       const auto base = child(n.a);
-      if (!base || k < 0 || static_cast<long long>(base->size() - 1) * k > PhiExpression::kMaxPolynomialDegree) break;
+      if (!base) break;
+      if (base->size() == 1) {  // a number that was not folded, ((x + 1/2) - x)^100: any power of it is a number
+        out = Coefficients{std::pow(base->front(), exponent)};
+        break;
+      }
+      // A polynomial's power is one for whole exponents 0 .. the degree cap only.
+      if (exponent != std::floor(exponent) || exponent < 0 ||
+          static_cast<double>(base->size() - 1) * exponent > PhiExpression::kMaxPolynomialDegree) {
+        break;
+      }
       Coefficients power{1.0};
-      for (int i = 0; i < k; ++i) power = polynomial_product(power, *base);
+      for (int i = 0; i < static_cast<int>(exponent); ++i) power = polynomial_product(power, *base);
       out = std::move(power);
       break;
     }
