@@ -211,6 +211,30 @@ void note_non_finite(int count, const char* how) {
              count, how);
 }
 
+// The heads of these results as CSV rows under one header line (`--csv`); a non-finite value is an empty cell,
+// which CSV readers take as missing, never a plain "inf".
+void print_csv(const std::vector<const probes::ProbeResult*>& results, bool cross_norm) {
+  fmt::print("{}\n", fmt::join(probes::csv_columns(cross_norm), ","));
+  int non_finite = 0;
+  for (const probes::ProbeResult* result : results) {
+    for (const auto& m : result->heads) {
+      std::vector<std::string> cells;
+      for (double v : probes::csv_values(m)) {
+        non_finite += std::isfinite(v) ? 0 : 1;
+        cells.push_back(std::isfinite(v) ? fmt::format("{}", v) : std::string());
+      }
+      fmt::print("{}\n", fmt::join(cells, ","));
+    }
+  }
+  note_non_finite(non_finite, "left empty");
+}
+
+void print_model_line(const probes::ModelConfig& c) {
+  fmt::print("{} model: {} layers, {} heads of dimension {}, D = {}; trained attention: {}; {} attention\n",
+             probes::architecture_name(c), c.layers, c.heads, c.head_dim(), c.hidden, c.attention_activation,
+             c.causal ? "causal" : "bidirectional");
+}
+
 // Right-aligned columns as wide as their widest cell or header.
 void print_columns(const std::vector<std::string>& headers, const std::vector<std::vector<std::string>>& cells) {
   std::vector<std::size_t> widths;
@@ -263,9 +287,7 @@ void print_table(const probes::ProbeResult& result, const probes::ProbeInput& in
                  const std::vector<std::string>& columns, bool cross_norm) {
   const auto& c = result.config;
   const bool vision = probes::is_vision(c);
-  fmt::print("{} model: {} layers, {} heads of dimension {}, D = {}; trained attention: {}; {} attention\n",
-             probes::architecture_name(c), c.layers, c.heads, c.head_dim(), c.hidden, c.attention_activation,
-             c.causal ? "causal" : "bidirectional");
+  print_model_line(c);
   fmt::print("{}", probes::describe_family(c));
   if (result.float32_products) {
     fmt::print(
@@ -567,25 +589,12 @@ int run_length_grid(const ProbeOptions& o, const std::vector<theory::PhiExpressi
     return hold ? kExitHolds : kExitViolated;
   }
   if (o.csv) {
-    fmt::print("{}\n", fmt::join(probes::csv_columns(o.cross_norm), ","));
-    int non_finite = 0;
-    for (const auto& result : results) {
-      for (const auto& m : result.heads) {
-        std::vector<std::string> cells;
-        for (double v : probes::csv_values(m)) {
-          non_finite += std::isfinite(v) ? 0 : 1;
-          cells.push_back(std::isfinite(v) ? fmt::format("{}", v) : std::string());
-        }
-        fmt::print("{}\n", fmt::join(cells, ","));
-      }
-    }
-    note_non_finite(non_finite, "left empty");
+    std::vector<const probes::ProbeResult*> each;
+    for (const auto& result : results) each.push_back(&result);
+    print_csv(each, o.cross_norm);
     return hold ? kExitHolds : kExitViolated;
   }
-  const auto& c = results.front().config;
-  fmt::print("{} model: {} layers, {} heads of dimension {}, D = {}; trained attention: {}; {} attention\n",
-             probes::architecture_name(c), c.layers, c.heads, c.head_dim(), c.hidden, c.attention_activation,
-             c.causal ? "causal" : "bidirectional");
+  print_model_line(results.front().config);
   fmt::print("input: {}, measured at N = {} (one forward pass each)\n",
              inputs.front().kind == probes::ProbeInput::Kind::random
                  ? fmt::format("Gaussian embeddings, seed {}", inputs.front().seed)
@@ -722,18 +731,7 @@ int run(const ProbeOptions& o) {
           "attncheck probe: --precision mixed: the forward pass ran in float32 where its time goes ({} kernels)\n",
           result.float_kernels);
     }
-    fmt::print("{}\n", fmt::join(probes::csv_columns(o.cross_norm), ","));
-    int non_finite = 0;
-    for (const auto& m : result.heads) {
-      std::vector<std::string> cells;
-      for (double v : probes::csv_values(m)) {
-        // An empty cell, which CSV readers take as missing, never a plain "inf".
-        non_finite += std::isfinite(v) ? 0 : 1;
-        cells.push_back(std::isfinite(v) ? fmt::format("{}", v) : std::string());
-      }
-      fmt::print("{}\n", fmt::join(cells, ","));
-    }
-    note_non_finite(non_finite, "left empty");
+    print_csv({&result}, o.cross_norm);
   } else {
     print_table(result, input, table_columns(o.columns), o.cross_norm);
     print_what_if(result);

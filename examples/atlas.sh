@@ -17,24 +17,12 @@ attncheck=${ATTNCHECK:-$here/../build/cli/attncheck}
 mkdir -p "$out"
 text=$(cat "$here/context_paragraph.txt")
 
-# NAME GRID PROBE-ARGUMENTS...: every length of GRID in one command (probe --length GRID), into NAME-grid.json.
-measure_grid() {
-  local name=$1 grid=$2
+# NAME WHAT PROBE-ARGUMENTS...: one `probe --json` into NAME-WHAT.json, unless it is there already; WHAT says which
+# lengths ("grid" for a --length grid, N-257 for one image).
+measure() {
+  local name=$1 what=$2
   shift 2
-  local file="$out/$name-grid.json"
-  [ -s "$file" ] && return 0
-  local start code=0
-  start=$(date +%s)
-  "$attncheck" probe "$@" --length "$grid" --json >"$file.tmp" || code=$?
-  [ "$code" -le 1 ] || exit "$code"
-  mv "$file.tmp" "$file"
-  echo "$name N = $grid: $(( $(date +%s) - start )) s" >&2
-}
-
-measure() {  # NAME N PROBE-ARGUMENTS...
-  local name=$1 n=$2
-  shift 2
-  local file="$out/$name-N-$n.json"
+  local file="$out/$name-$what.json"
   [ -s "$file" ] && return 0
   local start code=0
   start=$(date +%s)
@@ -42,7 +30,7 @@ measure() {  # NAME N PROBE-ARGUMENTS...
   "$attncheck" probe "$@" --json >"$file.tmp" || code=$?
   [ "$code" -le 1 ] || exit "$code"
   mv "$file.tmp" "$file"
-  echo "$name N = $n: $(( $(date +%s) - start )) s" >&2
+  echo "$name $what: $(( $(date +%s) - start )) s" >&2
 }
 
 minilm=$("$here/../scripts/fetch-minilm")
@@ -50,17 +38,17 @@ bert_tiny=$("$here/../scripts/fetch-bert-tiny")
 smollm2=$("$here/../scripts/fetch-smollm2")
 gemma3=$("$here/../scripts/fetch-gemma3-270m")
 dinov2=$("$here/../scripts/fetch-dinov2-small")
-measure_grid minilm 32:512:x2 "$minilm" --text "$text"
-measure_grid bert-tiny 32:512:x2 "$bert_tiny" --text "$text"
-measure_grid smollm2 32:1024:x2 "$smollm2" --text "$text"
+measure minilm grid "$minilm" --text "$text" --length 32:512:x2
+measure bert-tiny grid "$bert_tiny" --text "$text" --length 32:512:x2
+measure smollm2 grid "$smollm2" --text "$text" --length 32:1024:x2
 gemma3_ids="$out/gemma3-270m-tokens.txt"
 [ -s "$gemma3_ids" ] || /usr/bin/python3 "$here/atlas_summary.py" tokens "$gemma3" "$text" "$gemma3_ids"
-measure_grid gemma3-270m 32:1024:x2 "$gemma3" --tokens "$gemma3_ids"
+measure gemma3-270m grid "$gemma3" --tokens "$gemma3_ids" --length 32:1024:x2
 for k in 6 8 11 16 23 32; do
   n=$(( 1 + k * k ))
   pixels="$out/china-$(( 14 * k )).npy"
   [ -s "$pixels" ] || /usr/bin/python3 "$here/atlas_summary.py" pixels "$(( 14 * k ))" "$pixels"
-  measure dinov2-small "$n" "$dinov2" --pixels "$pixels"
+  measure dinov2-small "N-$n" "$dinov2" --pixels "$pixels"
 done
 /usr/bin/python3 "$here/atlas_summary.py" summary "$out" | tee "$out/atlas.md.tmp"
 mv "$out/atlas.md.tmp" "$out/atlas.md"

@@ -9,6 +9,41 @@ import pytest
 PROGRAM = os.environ.get("ATTNCHECK_PROGRAM", "")
 
 
+def calls_of(modules, run):
+    """The (module, args, kwargs) of every call of these modules while run() runs, without gradients, in order: the
+    calls the references then repeat through each module's own forward."""
+    import torch
+
+    calls = []
+    for module in modules:
+        def capture(*args, _module=module, _forward=module.forward, **kwargs):
+            calls.append((_module, args, kwargs))
+            return _forward(*args, **kwargs)
+        module.forward = capture
+    try:
+        with torch.no_grad():
+            run()
+    finally:
+        for module in modules:
+            del module.forward
+    return calls
+
+
+def assert_rows_match(rows, expected, relative):
+    """The measured rows against the references, head by head: layer, head (and N where given) equal, every other key
+    to `relative`. Returns the largest relative difference."""
+    assert rows and [(r["layer"], r["head"]) for r in rows] == [(e["layer"], e["head"]) for e in expected]
+    worst = 0.0
+    for row, reference in zip(rows, expected):
+        for key, value in reference.items():
+            if key in ("layer", "head", "N"):
+                assert row[key] == value, (key, row[key], value)
+                continue
+            worst = max(worst, abs(row[key] - value) / abs(value))
+            assert row[key] == pytest.approx(value, rel=relative), (row["layer"], row["head"], key, row[key], value)
+    return worst
+
+
 def run_program(*args, check=True):
     """Runs the built `attncheck` with these arguments; the CompletedProcess (text output)."""
     if not PROGRAM:

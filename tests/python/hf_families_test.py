@@ -23,7 +23,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import attncheck.torch  # noqa: E402
-from conftest import run_program  # noqa: E402
+from conftest import assert_rows_match, calls_of, run_program  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "probes"))
 # hf_decoder_reference also makes float64 the default dtype, in which 4.38.2 builds its causal masks.
@@ -124,18 +124,7 @@ def _attention_layers(model):
 def _own_attention_and_jacobians(model, layers, ids):
     """Per layer: the model's own attention probabilities (heads, N, N) and their Jacobians (heads, N, N, rows, D)
     in every projection weight of the layer, through the module's own forward at the call the model made."""
-    calls = []
-    for module in layers:
-        def capture(*args, _module=module, _forward=module.forward, **kwargs):
-            calls.append((_module, args, kwargs))
-            return _forward(*args, **kwargs)
-        module.forward = capture
-    try:
-        with torch.no_grad():
-            model(ids[None], output_attentions=True, use_cache=False)
-    finally:
-        for module in layers:
-            del module.forward
+    calls = calls_of(layers, lambda: model(ids[None], output_attentions=True, use_cache=False))
     results = []
     for module, args, kwargs in calls:
         names = [name for name in ("q_proj.weight", "k_proj.weight", "query_key_value.weight")
@@ -157,19 +146,6 @@ def _softmax_jacobian_norm(a):
     shift-invariant; masked entries are -inf and contribute nothing)."""
     jacobian = torch.autograd.functional.jacobian(lambda s: torch.softmax(s, dim=-1), a.log())
     return float(torch.nan_to_num(jacobian).norm())
-
-
-def _check(rows, expected):
-    worst = 0.0
-    assert len(rows) == len(expected) and rows
-    for row, reference in zip(rows, expected):
-        assert (row["layer"], row["head"]) == (reference["layer"], reference["head"])
-        for key, value in reference.items():
-            if key in ("layer", "head"):
-                continue
-            worst = max(worst, abs(row[key] - value) / abs(value))
-            assert row[key] == pytest.approx(value, rel=RELATIVE), (row["layer"], row["head"], key, row[key], value)
-    return worst
 
 
 def _expected(model, ids):
@@ -201,7 +177,7 @@ def test_every_head_equals_the_models_own_attention_and_autograd(family, monkeyp
         warnings.simplefilter("error")  # every layer recognised and measured: not one skipped
         rows = attncheck.torch.probe(model, ids)
     expected = _expected(model, ids)
-    worst = _check(rows, expected)
+    worst = assert_rows_match(rows, expected, RELATIVE)
     heads = model.config.num_attention_heads
     assert [(row["layer"], row["head"]) for row in rows] == [(l, h) for l in range(2) for h in range(heads)]
     print(f"{family}: {len(rows)} heads, largest relative difference {worst:.2e}")
@@ -222,16 +198,17 @@ def test_the_recorder_in_training_and_a_padded_batch_give_the_same_rows(family, 
             model(input_ids=ids[None], labels=ids[None]).loss.backward()
             recorder.step()
     lines = [json.loads(line) for line in open(log)]
-    _check(lines, [{key: row[key] for key in ("layer", "head", "softmax_fro", "grad_fro", "dWq_fro", "dWk_fro")}
-                   for row in alone])
+    keys = ("layer", "head", "softmax_fro", "grad_fro", "dWq_fro", "dWk_fro")
+    assert_rows_match(lines, [{key: row[key] for key in keys} for row in alone], RELATIVE)
     short = TOKENS[:7]
     batch = {"input_ids": torch.tensor([short + [0] * (len(TOKENS) - len(short)), TOKENS]),
              "attention_mask": torch.tensor([[1] * len(short) + [0] * (len(TOKENS) - len(short)), [1] * len(TOKENS)])}
     padded, full = attncheck.torch.probe(model.eval(), batch)
     assert {row["N"] for row in padded} == {len(short)}
-    _check(padded, [{key: row[key] for key in ("layer", "head", "softmax_fro", "dWq_fro", "dWk_fro")}
-                    for row in attncheck.torch.probe(model, torch.tensor(short))])
-    _check(full, [{key: row[key] for key in ("layer", "head", "softmax_fro", "dWq_fro", "dWk_fro")} for row in alone])
+    keys = ("layer", "head", "softmax_fro", "dWq_fro", "dWk_fro")
+    short_alone = attncheck.torch.probe(model, torch.tensor(short))
+    assert_rows_match(padded, [{key: row[key] for key in keys} for row in short_alone], RELATIVE)
+    assert_rows_match(full, [{key: row[key] for key in keys} for row in alone], RELATIVE)
 
 
 @pytest.mark.parametrize("family", ("gpt-neox", "gpt-neox-sequential"))

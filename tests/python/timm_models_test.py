@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch")
 timm = pytest.importorskip("timm")
 
 import attncheck.torch  # noqa: E402
+from conftest import assert_rows_match, calls_of  # noqa: E402
 from timm.layers import RmsNorm  # noqa: E402
 from timm.models.beit import Beit  # noqa: E402
 from timm.models.eva import Eva  # noqa: E402
@@ -63,19 +64,7 @@ def _projection_rows(module, h):
 
 
 def _expected(model, pixels):
-    layers = [block.attn for block in model.blocks]
-    calls = []
-    for module in layers:
-        def capture(*args, _module=module, _forward=module.forward, **kwargs):
-            calls.append((_module, args, kwargs))
-            return _forward(*args, **kwargs)
-        module.forward = capture
-    try:
-        with torch.no_grad():
-            model(pixels)
-    finally:
-        for module in layers:
-            del module.forward
+    calls = calls_of([block.attn for block in model.blocks], lambda: model(pixels))
     expected = []
     for layer, (module, args, kwargs) in enumerate(calls):
         names = sorted({name for h in range(module.num_heads) for name, _ in _projection_rows(module, h)})
@@ -113,14 +102,7 @@ def test_every_head_equals_the_models_own_attention_and_autograd(name):
         rows = attncheck.torch.probe(model, pixels)[0]
     expected = _expected(model, pixels)
     assert [(row["layer"], row["head"]) for row in rows] == [(l, h) for l in range(2) for h in range(3)]
-    worst = 0.0
-    for row, reference in zip(rows, expected):
-        for key, value in reference.items():
-            if key in ("layer", "head", "N"):
-                assert row[key] == value, (key, row[key], value)
-                continue
-            worst = max(worst, abs(row[key] - value) / abs(value))
-            assert row[key] == pytest.approx(value, rel=RELATIVE), (row["layer"], row["head"], key, row[key], value)
+    worst = assert_rows_match(rows, expected, RELATIVE)
     # Not uniform attention, where every norm is trivially 1: the weights make the rows differ.
     assert min(row["softmax_over_sqrt_N"] for row in rows) > 1.2 / rows[0]["N"] ** 0.5
     print(f"{name}: {len(rows)} heads, N = {rows[0]['N']}, largest relative difference {worst:.2e}")

@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch")
 transformer_lens = pytest.importorskip("transformer_lens")
 
 import attncheck.torch  # noqa: E402
+from conftest import assert_rows_match, calls_of  # noqa: E402
 from transformer_lens import HookedTransformer, HookedTransformerConfig  # noqa: E402
 
 torch.set_num_threads(1)
@@ -49,20 +50,8 @@ def _key_name(module):
     return "_W_K" if hasattr(module, "_W_K") else "W_K"
 
 
-def _expected(model, tokens, attention_mask=None):
-    calls = []
-    layers = [block.attn for block in model.blocks]
-    for module in layers:
-        def capture(*args, _module=module, _forward=module.forward, **kwargs):
-            calls.append((_module, args, kwargs))
-            return _forward(*args, **kwargs)
-        module.forward = capture
-    try:
-        with torch.no_grad():
-            model(tokens, attention_mask=attention_mask) if attention_mask is not None else model(tokens)
-    finally:
-        for module in layers:
-            del module.forward
+def _expected(model, tokens):
+    calls = calls_of([block.attn for block in model.blocks], lambda: model(tokens))
     expected = []
     for layer, (module, args, kwargs) in enumerate(calls):
         names = ["W_Q", _key_name(module)]
@@ -84,9 +73,6 @@ def _expected(model, tokens, attention_mask=None):
         group = module.cfg.n_heads // weights[1].shape[0]
         for h in range(module.cfg.n_heads):
             rows = a[h]
-            if attention_mask is not None:  # the measured rows and keys: the sequence's own tokens
-                kept = attention_mask[0].bool()
-                rows = rows[kept][:, kept]
             softmax_jacobian = torch.autograd.functional.jacobian(lambda s: torch.softmax(s, dim=-1),
                                                                   rows.clamp_min(1e-300).log())
             expected.append({"layer": layer, "head": h, "N": rows.shape[-1], "softmax_fro": float(rows.norm()),
@@ -97,19 +83,6 @@ def _expected(model, tokens, attention_mask=None):
     return expected
 
 
-def _compare(rows, expected):
-    assert [(row["layer"], row["head"]) for row in rows] == [(e["layer"], e["head"]) for e in expected]
-    worst = 0.0
-    for row, reference in zip(rows, expected):
-        for key, value in reference.items():
-            if key in ("layer", "head", "N"):
-                assert row[key] == value, (key, row[key], value)
-                continue
-            worst = max(worst, abs(row[key] - value) / abs(value))
-            assert row[key] == pytest.approx(value, rel=RELATIVE), (row["layer"], row["head"], key, row[key], value)
-    return worst
-
-
 @pytest.mark.parametrize("name", CONFIGS)
 def test_every_head_equals_the_models_own_pattern_and_autograd(name):
     model = _model(name)
@@ -117,7 +90,7 @@ def test_every_head_equals_the_models_own_pattern_and_autograd(name):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # every layer recognised and measured: not one skipped
         rows = attncheck.torch.probe(model, tokens)[0]
-    worst = _compare(rows, _expected(model, tokens))
+    worst = assert_rows_match(rows, _expected(model, tokens), RELATIVE)
     # Not uniform attention, where every norm is trivially 1: the weights make the rows differ.
     assert max(row["softmax_over_sqrt_N"] for row in rows) > 1.5 / rows[0]["N"] ** 0.5
     print(f"{name}: {len(rows)} heads, N = {rows[0]['N']}, largest relative difference {worst:.2e}")
