@@ -150,7 +150,9 @@ def attention_norms(x, w_q, w_k, b_q=None, b_k=None, heads=1, activation="softma
     h // (heads // kv_heads); dWk_group is then the derivative in the key head's weights shared by its group.
     rotary: the frequencies (radians per position) of rotary position embeddings, queries and keys of row t
     rotated by t * frequency; pair p rotates coordinates (p, p + len(rotary)) (rotary_layout "half", Hugging
-    Face's) or (2p, 2p + 1) ("interleaved", ggml's); coordinates past 2 * len(rotary) are not rotated.
+    Face's) or (2p, 2p + 1) ("interleaved", ggml's); coordinates past 2 * len(rotary) are not rotated. Or a 2-D
+    (N, P) array of angles per position: row t's pair p turns by rotary[t, p] (EVA's 2-D rotary over image
+    patches, its prefix tokens at 0), in the same layouts with P pairs; softmax's dWk_fro is then O(N^3 d) per head.
     query_norm, key_norm: (gain, eps) of an RMSNorm applied to each head's queries or keys before the rotation,
     q / sqrt(mean(q^2) + eps) * gain (Qwen3, Gemma 3), or (gain, eps, bias) of a LayerNorm, c / sqrt(mean(c^2) +
     eps) * gain + bias with c = q - mean(q) (Persimmon, timm's qk_norm; bias None without one); logit_softcap: the

@@ -16,8 +16,9 @@ name through the forward's signature.
 Each recogniser returns the batched description of one call that attncheck.torch measures: x (batch, N, D) as the
 projections see it, w_q (D, heads d) and w_k (D, kv_heads d) as maps of rows, biases, heads, kv_heads, scale,
 causal, mask ((batch, N, N) booleans, True where query i attends to key j, or None), positions ((batch, N) or None),
-rotary (frequencies, radians per position, or None), query_norm and key_norm ((gain, eps) or None) and softcap;
-and rotary_layout where the pairs are not Hugging Face's halves ("interleaved": GPT-J's adjacent pairs).
+rotary (frequencies, radians per position; or angles per position, (N, pairs), for timm's 2-D rope; or None),
+query_norm and key_norm ((gain, eps) or None) and softcap;
+and rotary_layout where the pairs are not Hugging Face's halves ("interleaved": GPT-J's and EVA's adjacent pairs).
 """
 
 import inspect
@@ -303,10 +304,9 @@ def _from_transformers(module):
 # timm's attention classes by qualified name: those measured, and those refused with their reason (each call is
 # then skipped with one warning per layer, as any call the recorder cannot measure).
 _TIMM_MEASURED = {"timm.layers.attention.Attention", "timm.models.vision_transformer.Attention",
-                  "timm.models.eva.EvaAttention"}
+                  "timm.models.eva.EvaAttention", "timm.layers.attention.AttentionRope"}
 _TIMM_REFUSED = {
     "timm.models.beit.Attention": "BEiT's relative position bias adds to the scores: not the maps measured",
-    "timm.layers.attention.AttentionRope": "2-D rotary positions over image patches are not measured",
 }
 
 
@@ -564,17 +564,48 @@ def _nanogpt_difference(module, x):
     return None
 
 
+def _rope_angles(module, rope, n):
+    """The angles per position (N, d/2) and the pairs' layout of the rope that EvaAttention and AttentionRope hand
+    apply_rot_embed_cat: sines | cosines of each coordinate of a head, one row per patch after the
+    num_prefix_tokens prefix tokens, which are not turned (angle 0); pairs (2p, 2p + 1), or (p, p + d/2) under
+    rotate_half. Refused where it is not one rotation per pair shared by the batch and the heads (timm's "mixed"
+    rotary learns angles per head)."""
+    d = int(module.head_dim)
+    half = bool(getattr(module, "rotate_half", False))
+    prefix = int(getattr(module, "num_prefix_tokens", 0) or 0)
+    if not isinstance(rope, torch.Tensor) or rope.dim() < 2 or rope.shape[-1] != 2 * d or d % 2:
+        raise Unmeasurable(f"rope of shape {tuple(getattr(rope, 'shape', ()))} is not the sines and cosines of "
+                           f"{d} coordinates per patch: not measured")
+    table = rope.detach().to(device="cpu", dtype=torch.float64).reshape(-1, rope.shape[-2], 2 * d)
+    if not bool((table == table[:1]).all()):
+        raise Unmeasurable("rope differs across the batch or the heads (timm's mixed rotary learns angles per head): "
+                           "not measured")
+    sines, cosines = table[0].chunk(2, dim=-1)
+    if sines.shape[0] != n - prefix:
+        raise Unmeasurable(f"rope has {sines.shape[0]} rows for {n} positions after {prefix} prefix tokens")
+    pairs = d // 2
+    first = torch.arange(pairs) if half else 2 * torch.arange(pairs)
+    second = first + pairs if half else first + 1
+    if not (torch.equal(sines[:, first], sines[:, second]) and torch.equal(cosines[:, first], cosines[:, second])):
+        raise Unmeasurable("rope turns the two coordinates of a pair by different angles: not a rotation per pair")
+    # A float32 rope's sines and cosines are each rounded, so their squares sum to 1 within a few float32 ulps.
+    off_circle = float((sines[:, first] ** 2 + cosines[:, first] ** 2 - 1).abs().amax()) if len(sines) else 0.0
+    if off_circle > 1e-6:
+        raise Unmeasurable(f"rope's sines and cosines are {off_circle:.1e} off the unit circle: not rotations")
+    angles = torch.zeros(n, pairs, dtype=torch.float64)
+    angles[prefix:] = torch.atan2(sines[:, first], cosines[:, first])
+    return angles.numpy(), "half" if half else "interleaved"
+
+
 def _timm(module, call):
-    """timm's Attention (ViT, DeiT, ...) and EvaAttention: one fused qkv projection (q | k | v, each heads x d) or
-    EVA's separate q_proj/k_proj, EVA's q_bias/k_bias beside a bias-free qkv, scores q k^T * scale after the optional
-    per-head q/k norms, under the call's attn_mask and is_causal. EVA's rope (2-D rotary positions over the image
-    patches, after its prefix tokens) is refused: the engine rotates by 1-D positions."""
+    """timm's Attention (ViT, DeiT, ...), EvaAttention and AttentionRope: one fused qkv projection (q | k | v, each
+    heads x d) or separate q_proj/k_proj, EVA's q_bias/k_bias beside a bias-free qkv, scores q k^T * scale after the
+    optional per-head q/k norms and the rope (2-D rotary positions over the image patches, angles per position:
+    _rope_angles), under the call's attn_mask and is_causal."""
     x = _hidden_states(call, "x")
     n = x.shape[1]
     heads, d = int(module.num_heads), int(module.head_dim)
-    if call.get("rope") is not None:
-        raise Unmeasurable("EVA's 2-D rotary positions over image patches (rope) are not measured: the engine rotates "
-                           "by 1-D positions")
+    rotary, layout = _rope_angles(module, call["rope"], n) if call.get("rope") is not None else (None, "half")
     width = heads * d
     qkv = _linear(module, "qkv")
     if qkv is not None:
@@ -604,8 +635,10 @@ def _timm(module, call):
             mask = mask[None, None]  # timm's (N, N) mask, shared by the batch
         allowed = _allowed_from_additive(mask, n, "attn_mask")
         allowed = allowed.expand(x.shape[0], n, n)  # a mask shared by the batch, as every sequence reads it
-    return _spec(x, w_q, w_k, b_q, b_k, heads, heads, float(module.scale), bool(call.get("is_causal", False)), allowed,
-                 query_norm=norms[0], key_norm=norms[1])
+    spec = _spec(x, w_q, w_k, b_q, b_k, heads, heads, float(module.scale), bool(call.get("is_causal", False)), allowed,
+                 rotary=rotary, query_norm=norms[0], key_norm=norms[1])
+    spec["rotary_layout"] = layout
+    return spec
 
 
 def _transformer_lens(module, call):

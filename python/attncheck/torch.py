@@ -642,11 +642,15 @@ class AttentionRecorder:
         if isinstance(positions, torch.Tensor):
             positions = _pick(positions, sample, 2).numpy() if positions.shape[0] > 1 else positions[0].numpy()
         causal = bool(spec.get("causal", False))
-        x, mask, causal, positions = _without_padding(np.asarray(x), mask, causal, positions)
         rotary = spec.get("rotary")
-        if rotary is not None and positions is not None and np.any(np.diff(positions) != 1):
-            raise _Skip("the positions of the measured sequence are not consecutive (packed sequences?): its rotary "
-                        "angles are not those of positions 0 .. N-1")
+        if rotary is not None and np.ndim(rotary) == 2:  # angles per position: the kept positions' rows
+            x, mask, causal, kept = _without_padding(np.asarray(x), mask, causal, np.arange(len(x)))
+            rotary = np.asarray(rotary)[kept]
+        else:
+            x, mask, causal, positions = _without_padding(np.asarray(x), mask, causal, positions)
+            if rotary is not None and positions is not None and np.any(np.diff(positions) != 1):
+                raise _Skip("the positions of the measured sequence are not consecutive (packed sequences?): its "
+                            "rotary angles are not those of positions 0 .. N-1")
         tensors = [spec["w_q"], spec["w_k"], spec.get("b_q"), spec.get("b_k")]
         w_q, w_k, b_q, b_k = (_numpy(t) if isinstance(t, torch.Tensor) else t for t in tensors)
         heads = _measure(x, w_q, w_k, b_q, b_k, spec.get("heads", 1), causal, mask, spec.get("scale"), layer.index,

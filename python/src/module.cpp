@@ -354,16 +354,25 @@ py::dict softmax_norms(const py::array& logits_array, const std::optional<py::ar
 }
 
 // Rotary positions from the frequencies a model uses (its inv_freq, in double where the configuration gives them),
-// in Hugging Face's layout ("half") or ggml's ("interleaved"): theory::Rotary::with_frequencies, checked first.
-theory::Rotary rotary_of(const RealArray& frequencies, const std::string& layout, Index d) {
-  const Index pairs = frequencies.shape(0);
+// 1-D, or from its angles per position (positions x pairs: EVA's 2-D rotary over image patches), 2-D, in Hugging
+// Face's layout ("half") or ggml's ("interleaved"): theory::Rotary::with_frequencies or with_angles, checked first.
+theory::Rotary rotary_of(const RealArray& rotary, const std::string& layout, Index d, Index n, SignalPoll& poll) {
+  const bool table = rotary.ndim() == 2;
+  const Index pairs = rotary.shape(rotary.ndim() - 1);
   if (pairs < 1 || 2 * pairs > d) {
-    throw InputError(fmt::format("rotary has {} frequencies: need 1 .. d/2 = {}", pairs, d / 2));
+    throw InputError(
+        fmt::format("rotary has {} {}: need 1 .. d/2 = {}", pairs, table ? "pairs of angles" : "frequencies", d / 2));
   }
   if (layout != "half" && layout != "interleaved") {
     throw InputError(fmt::format("rotary_layout '{}' is not half or interleaved", layout));
   }
-  const Vector f = frequencies.vector();
+  if (table) {
+    if (rotary.shape(0) != n) {
+      throw InputError(fmt::format("rotary angles for {} positions, x has {}", rotary.shape(0), n));
+    }
+    return theory::Rotary::with_angles(d, rotary.matrix(poll), layout == "interleaved");
+  }
+  const Vector f = rotary.vector();
   for (Index p = 0; p < pairs; ++p) {
     if (!std::isfinite(f(p))) throw InputError(fmt::format("rotary frequency {} is {}", p, f(p)));
   }
@@ -411,10 +420,16 @@ std::vector<probes::HeadMetrics> measure(
   for (const std::string& text : what_if_texts) what_if.push_back(theory::PhiExpression::parse(text, "what_if"));
   const RealArray x = real_array(x_array, "x", 2), w_q = real_array(w_q_array, "w_q", 2),
                   w_k = real_array(w_k_array, "w_k", 2);
-  std::optional<RealArray> b_q, b_k, rotary_frequencies;
+  std::optional<RealArray> b_q, b_k, rotary_angles_or_frequencies;
   if (b_q_array) b_q.emplace(real_array(*b_q_array, "b_q", 1));
   if (b_k_array) b_k.emplace(real_array(*b_k_array, "b_k", 1));
-  if (rotary_array) rotary_frequencies.emplace(real_array(*rotary_array, "rotary", 1));
+  if (rotary_array) {
+    if (rotary_array->ndim() != 1 && rotary_array->ndim() != 2) {
+      throw InputError(fmt::format("rotary must be 1-D (frequencies) or 2-D (angles per position): got shape {}",
+                                   shape_text(*rotary_array)));
+    }
+    rotary_angles_or_frequencies.emplace(RealArray(*rotary_array, "rotary"));
+  }
   std::optional<RealArray> query_gain, key_gain;
   if (query_norm_array) query_gain.emplace(real_array(*query_norm_array, "query_norm", 1));
   if (key_norm_array) key_gain.emplace(real_array(*key_norm_array, "key_norm", 1));
@@ -424,7 +439,8 @@ std::vector<probes::HeadMetrics> measure(
   if (heads < 1) throw InputError(fmt::format("heads = {} must be >= 1", heads));
   if (scale && !std::isfinite(*scale)) throw InputError(fmt::format("scale = {} is not finite", *scale));
   require_memory_to_measure(x_array, w_q_array, w_k_array, heads, mask_array.has_value(), rotary_array.has_value(),
-                            query_norm_array || key_norm_array || logit_softcap > 0);
+                            query_norm_array || key_norm_array || logit_softcap > 0 ||
+                                (rotary_array && rotary_array->ndim() == 2));
   probes::HeadSplit split;
   split.kv_heads = kv_heads;
   if (mask_array) split.attended = attended_mask(*mask_array, x.shape(0), x.shape(0));
@@ -435,7 +451,8 @@ std::vector<probes::HeadMetrics> measure(
   if (x.shape(0) == 0 || x.shape(1) == 0)
     throw InputError(fmt::format("x of shape ({}, {}) is empty", x.shape(0), x.shape(1)));
   const Index d = W_Q.cols() % heads == 0 ? W_Q.cols() / heads : 1;
-  if (rotary_frequencies) split.rotary = rotary_of(*rotary_frequencies, rotary_layout, d);
+  if (rotary_angles_or_frequencies)
+    split.rotary = rotary_of(*rotary_angles_or_frequencies, rotary_layout, d, x.shape(0), poll);
   if (query_gain) {
     split.query_norm =
         probes::HeadNorm{query_gain->vector(), norm_eps, norm_centred, query_bias ? query_bias->vector() : Vector()};

@@ -131,10 +131,12 @@ def test_bad_input_is_a_value_error_naming_it():
         attncheck.attention_norms(x, w_q, w_k, heads=0)
 
 
-def test_rotary_positions_and_grouped_keys_equal_autograd():
+@pytest.mark.parametrize("angles_per_position", [False, True])
+def test_rotary_positions_and_grouped_keys_equal_autograd(angles_per_position):
     """kv_heads and rotary: four query heads on two key heads, queries and keys rotated to their positions in
     Hugging Face's half layout with the last two coordinates left unrotated (partial rotary), causal; the
-    derivatives in a key head's weights summed over its group (dWk_group_fro) too."""
+    derivatives in a key head's weights summed over its group (dWk_group_fro) too. By frequencies (t * f), or by
+    an (N, pairs) table of angles per position (EVA's 2-D rotary is one), random here."""
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(RNG_SEED + 11)
     n, D, heads, kv_heads, d = 8, 6, 4, 2, 6
@@ -142,12 +144,12 @@ def test_rotary_positions_and_grouped_keys_equal_autograd():
     w_q, w_k = 0.6 * rng.standard_normal((D, heads * d)), 0.6 * rng.standard_normal((D, kv_heads * d))
     b_q, b_k = 0.3 * rng.standard_normal(heads * d), 0.3 * rng.standard_normal(kv_heads * d)
     frequencies = np.array([1.0, 0.3])  # pairs (0, 2) and (1, 3); coordinates 4 and 5 unrotated
+    angles = rng.uniform(-3, 3, (n, 2)) if angles_per_position else np.arange(n)[:, None] * frequencies[None, :]
     ours = attncheck.attention_norms(x, w_q, w_k, b_q, b_k, heads=heads, causal=True, kv_heads=kv_heads,
-                                     rotary=frequencies)
+                                     rotary=angles if angles_per_position else frequencies)
 
     t = lambda a: torch.tensor(a, dtype=torch.float64)  # noqa: E731
-    positions = torch.arange(n, dtype=torch.float64)[:, None] * t(frequencies)[None, :]
-    cos, sin = torch.cos(positions), torch.sin(positions)
+    cos, sin = torch.cos(t(angles)), torch.sin(t(angles))
 
     def rotate(rows):
         first, second, rest = rows[:, :2], rows[:, 2:4], rows[:, 4:]
@@ -178,6 +180,13 @@ def test_rotary_positions_and_grouped_keys_equal_autograd():
         attncheck.attention_norms(x, w_q, w_k, heads=heads, kv_heads=3)
     with pytest.raises(ValueError, match="rotary has 4 frequencies: need 1 .. d/2 = 3"):
         attncheck.attention_norms(x, w_q, w_k, heads=heads, kv_heads=kv_heads, rotary=np.ones(4))
+    with pytest.raises(ValueError, match="rotary angles for 7 positions, x has 8"):
+        attncheck.attention_norms(x, w_q, w_k, heads=heads, kv_heads=kv_heads, rotary=np.ones((7, 2)))
+    with pytest.raises(ValueError, match="rotary has 4 pairs of angles: need 1 .. d/2 = 3"):
+        attncheck.attention_norms(x, w_q, w_k, heads=heads, kv_heads=kv_heads, rotary=np.ones((8, 4)))
+    with pytest.raises(ValueError, match=r"rotary must be 1-D \(frequencies\) or 2-D \(angles per position\): "
+                                         r"got shape \(8, 2, 1\)"):
+        attncheck.attention_norms(x, w_q, w_k, heads=heads, kv_heads=kv_heads, rotary=np.ones((8, 2, 1)))
 
 
 @pytest.mark.parametrize("softcap, layer_norm", [(0.0, False), (1.5, False), (0.0, True), (1.5, True)])

@@ -1,7 +1,9 @@
 """attncheck.torch on timm's vision transformers (timm 1.0.29, scripts/pyenv's "timm" set): ViT and DeiT (timm's
-Attention: one fused qkv, a class token, DeiT's distillation token too, RMSNorm or LayerNorm q/k norms), EVA (EvaAttention: fused qkv with q_bias and
-v_bias, or separate q_proj/k_proj), and what is refused with its reason (BEiT's relative position bias, EVA's 2-D
-rotary positions).
+Attention: one fused qkv, a class token, DeiT's distillation token too, RMSNorm or LayerNorm q/k norms), EVA
+(EvaAttention: fused qkv with q_bias and v_bias, or separate q_proj/k_proj; 2-D rotary positions over the patches,
+EVA-02's interleaved pairs or DINOv3's halves, prefix and register tokens unturned), timm's AttentionRope, and what
+is refused with its reason (BEiT's relative position bias, timm's mixed rotary with angles per head, a rope whose
+pairs turn by two angles).
 
 The reference is the model itself: tiny random float64 models built by timm, their own attention probabilities
 (the tensor each layer hands its attn_drop, in timm's non-fused path) for ||A||_F and ||grad softmax||_F, and
@@ -35,12 +37,36 @@ MODELS = {
     "deit-distilled": lambda: VisionTransformerDistilled(**SMALL, qkv_bias=True),
     "eva": lambda: Eva(**SMALL, qkv_bias=True, use_rot_pos_emb=False),
     "eva-separate-projections": lambda: Eva(**SMALL, qkv_fused=False, use_rot_pos_emb=False),
+    "eva02-rope": lambda: Eva(**SMALL, use_rot_pos_emb=True),
+    "eva-rope-register-separate-projections": lambda: Eva(**SMALL, use_rot_pos_emb=True, num_reg_tokens=1,
+                                                          qkv_fused=False),
+    "eva-dinov3-rope-half": lambda: Eva(**SMALL, use_rot_pos_emb=True, rope_type="dinov3", rope_rotate_half=True),
+    "vit-attention-rope": lambda: Eva(**SMALL, attn_type="rope", use_rot_pos_emb=True, class_token=False,
+                                      num_reg_tokens=1),
 }
 
 
-def _model(name):
+def _rope_in_float64(model):
+    """timm computes the rotary sines and cosines in float32 whatever the model's dtype, and a rounded sine and
+    cosine are not exactly a rotation: the cached ones replaced by the float64 sines and cosines of the angles they
+    name, so that the reference rotates to double precision (the float32 rope as timm leaves it is
+    test_a_float32_rope_agrees_to_its_own_rounding's)."""
+    for module in model.modules():
+        if not type(module).__name__.startswith("RotaryEmbedding"):
+            continue
+        for name in ("pos_embed", "pos_embed_cached"):
+            embed = getattr(module, name, None)
+            if isinstance(embed, torch.Tensor):
+                sines, cosines = embed.chunk(2, dim=-1)
+                angles = torch.atan2(sines, cosines)
+                setattr(module, name, torch.cat([angles.sin(), angles.cos()], dim=-1))
+
+
+def _model(name, rope_in_float64=True):
     torch.manual_seed(0)
     model = MODELS[name]().double().eval()
+    if rope_in_float64:
+        _rope_in_float64(model)
     generator = torch.Generator().manual_seed(1)
     with torch.no_grad():  # weights of order one: attention far from uniform
         for parameter_name, parameter in model.named_parameters():
@@ -108,6 +134,20 @@ def test_every_head_equals_the_models_own_attention_and_autograd(name):
     print(f"{name}: {len(rows)} heads, N = {rows[0]['N']}, largest relative difference {worst:.2e}")
 
 
+def test_a_float32_rope_agrees_to_its_own_rounding():
+    # EVA-02's rope as timm leaves it in a float64 model: float32 sines and cosines, whose squares sum to 1 within
+    # ~1.2e-7, so the model turns each pair by a rotation scaled by 1 + O(1e-7). attncheck measures the rotation
+    # they name (atan2): agreement to 1e-6 relative, not to double precision.
+    model = _model("eva02-rope", rope_in_float64=False)
+    pixels = torch.randn(2, 3, 16, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rows = attncheck.torch.probe(model, pixels)[0]
+    worst = assert_rows_match(rows, _expected(model, pixels), 1e-6)
+    assert worst > 1e-12  # the rounding is there to see: the case differs from the float64 rope's
+    print(f"float32 rope: largest relative difference {worst:.2e}")
+
+
 def test_the_recorder_in_training_gives_the_rows_probe_gives(tmp_path):
     model = _model("vit")
     pixels = torch.randn(2, 3, 16, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
@@ -122,16 +162,19 @@ def test_the_recorder_in_training_gives_the_rows_probe_gives(tmp_path):
         assert head["dWk_fro"] == pytest.approx(row["dWk_fro"], rel=1e-12)
 
 
-@pytest.mark.parametrize("build, reason", [
-    (lambda: Beit(**SMALL, use_rel_pos_bias=True), "relative position bias"),
-    (lambda: Eva(**SMALL, use_rot_pos_emb=True), "2-D rotary positions"),
+@pytest.mark.parametrize("build, dtype, reason", [
+    (lambda: Beit(**SMALL, use_rel_pos_bias=True), torch.float64, "relative position bias"),
+    # timm 1.0.29's mixed rotary does not run in float64 (its frequencies meet float32 positions).
+    (lambda: Eva(**SMALL, use_rot_pos_emb=True, rope_type="mixed"), torch.float32, "learns angles per head"),
+    # EVA-02's interleaved sines and cosines read in halves: coordinates p and p + d/2 turn by different angles.
+    (lambda: Eva(**SMALL, use_rot_pos_emb=True, rope_rotate_half=True), torch.float64, "by different angles"),
 ])
-def test_what_cannot_be_measured_exactly_is_refused_with_its_reason(build, reason):
+def test_what_cannot_be_measured_exactly_is_refused_with_its_reason(build, dtype, reason):
     torch.manual_seed(0)
-    model = build().double()
+    model = build().to(dtype)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        rows = attncheck.torch.probe(model, torch.randn(1, 3, 16, 16, dtype=torch.float64))
+        rows = attncheck.torch.probe(model, torch.randn(1, 3, 16, 16, dtype=dtype))
     assert rows == []
     messages = [str(w.message) for w in caught]
     assert sum(reason in m for m in messages) == 2, messages  # one warning per layer, naming why

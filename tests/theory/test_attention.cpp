@@ -572,8 +572,10 @@ void set_rows(NormedCase& c) {
   }
 }
 
+// With `angle_table`, the rotary angles are random per position and pair (EVA's 2-D rotary is one such table)
+// rather than t * frequency.
 NormedCase normed_case(Index n, Index D, Index d, double sd, std::uint64_t seed, bool query_norm, bool key_norm,
-                       bool rotary, double cap, bool layer_norms = false) {
+                       bool rotary, double cap, bool layer_norms = false, bool angle_table = false) {
   NormedCase c;
   c.X = testing::random_matrix(n, D, sd, seed, 0);
   c.Q = testing::random_matrix(D, d, 1.0, seed, 1);
@@ -590,7 +592,11 @@ NormedCase normed_case(Index n, Index D, Index d, double sd, std::uint64_t seed,
     }
     if (c.query_norm) c.query_norm->bias = biases.row(0).transpose();  // the key norm's LayerNorm without a bias
   }
-  if (rotary) c.rotary = theory::Rotary::half_split(d, 100);
+  if (rotary) {
+    c.rotary = angle_table
+                   ? theory::Rotary::with_angles(d, testing::random_matrix(n, d / 2, 2.0, seed, 7), seed % 2 == 0)
+                   : theory::Rotary::half_split(d, 100);
+  }
   c.cap = cap;
   set_rows(c);
   return c;
@@ -687,8 +693,8 @@ double normed_chain_rule_norm(const AttentionMap& map, const NormedCase& c, cons
 
 TEST_CASE("with query/key norms and soft-capped logits the closed forms equal the chain-rule Jacobians to 1e-10") {
   rc::prop(
-      "softmax and elementwise maps; each norm (RMSNorm or LayerNorm), rotary, cap on or off; causal, sliding "
-      "window or random mask",
+      "softmax and elementwise maps; each norm (RMSNorm or LayerNorm), rotary (by frequencies or angles per "
+      "position), cap on or off; causal, sliding window or random mask",
       [] {
         const auto n = *rc::gen::inRange<Index>(1, 7);
         const auto D = *rc::gen::inRange<Index>(1, 5);
@@ -697,9 +703,10 @@ TEST_CASE("with query/key norms and soft-capped logits the closed forms equal th
         const bool query_norm = *rc::gen::arbitrary<bool>(), key_norm = *rc::gen::arbitrary<bool>();
         // A LayerNorm over d = 2 coordinates leaves only +-(1, -1): its Jacobian is of eps's order, all cancellation.
         const bool rotary = *rc::gen::arbitrary<bool>(), layer_norms = *rc::gen::arbitrary<bool>() && d >= 3;
+        const bool angle_table = *rc::gen::arbitrary<bool>();
         const double cap = *rc::gen::element(0.0, 0.7, 5.0);
         const NormedCase c = normed_case(n, D, d, sd, *rc::gen::arbitrary<std::uint64_t>(), query_norm, key_norm,
-                                         rotary, cap, layer_norms);
+                                         rotary, cap, layer_norms, angle_table);
         const int mask_kind = *rc::gen::inRange(0, 3);  // 0 causal, 1 window, 2 random with the diagonal
         const auto w = *rc::gen::inRange<Index>(1, n + 1);
         theory::AttendedMask mask(n, n);
@@ -755,6 +762,52 @@ TEST_CASE("norms, rotation and cap: closed forms agree with finite differences o
   CHECK(testing::relative_difference(*without.dQ_fro, fd_q) > 1e-3);
   // The cap leaves dF/dS the softmax's Jacobian in its (capped) logits.
   CHECK(*norms.dS_fro <= std::sqrt(static_cast<double>(n)) / 2);
+}
+
+TEST_CASE("rotary angles per position: a table of t * frequency gives what the frequencies give") {
+  // The table goes through each position's rotation (the general rows), the frequencies through the Toeplitz
+  // kernel C_i(t_k - t_l): two routes to the same numbers.
+  const Index n = 9, D = 3, d = 6;
+  for (const bool interleaved : {false, true}) {
+    const std::vector<double> frequency{1.0, 0.3, 0.05};
+    const theory::Rotary by_frequency = theory::Rotary::with_frequencies(d, frequency, interleaved);
+    Matrix angles(n, 3);
+    for (Index t = 0; t < n; ++t)
+      for (Index p = 0; p < 3; ++p) angles(t, p) = static_cast<double>(t) * frequency[static_cast<std::size_t>(p)];
+    const theory::Rotary by_angle = theory::Rotary::with_angles(d, angles, interleaved);
+    const Matrix X = testing::random_matrix(n, D, 1.0, 3, 0);
+    Matrix V = X * testing::random_matrix(D, d, 1.0, 3, 1), U = X * testing::random_matrix(D, d, 1.0, 3, 2);
+    Matrix V_table = V, U_table = U;
+    theory::apply_rotary(by_frequency, V);
+    theory::apply_rotary(by_frequency, U);
+    theory::apply_rotary(by_angle, V_table);
+    theory::apply_rotary(by_angle, U_table);
+    CHECK((V - V_table).cwiseAbs().maxCoeff() < 1e-14);
+    for (const bool causal : {false, true}) {
+      const AttentionMap map{{ActivationKind::softmax}, 0.7, {}};
+      const auto expected = theory::attention_norms_from_projections(map, X, V, U, causal, &by_frequency);
+      const auto table = theory::attention_norms_from_projections(map, X, V_table, U_table, causal, &by_angle);
+      CHECK(testing::relative_difference(table.value_fro, expected.value_fro) < 1e-13);
+      CHECK(testing::relative_difference(*table.dQ_fro, *expected.dQ_fro) < 1e-12);
+      CHECK(testing::relative_difference(*table.dK_fro, *expected.dK_fro) < 1e-12);
+    }
+  }
+}
+
+TEST_CASE("rotary angles per position: rows outside the table are refused, a zero row leaves its token unturned") {
+  Matrix angles = Matrix::Zero(3, 1);
+  angles(1, 0) = std::acos(-1.0) / 2;
+  const theory::Rotary rotary = theory::Rotary::with_angles(2, angles, true);
+  Matrix rows = Matrix::Identity(2, 2);
+  theory::apply_rotary(rotary, rows);  // position 0 (a prefix token: angle 0), then position 1 (a quarter turn)
+  CHECK((rows.row(0) - Eigen::RowVector2d(1, 0)).norm() < 1e-15);
+  CHECK((rows.row(1) - Eigen::RowVector2d(-1, 0)).norm() < 1e-15);
+  Matrix four(4, 2);
+  CHECK_THROWS_WITH(theory::apply_rotary(rotary, four), Catch::Contains("positions 0 .. 3 for rotary angles of 3"));
+  Matrix one(1, 2);
+  CHECK_THROWS_WITH(theory::apply_rotary(rotary, one, 0.5), Catch::Contains("positions 0.5"));
+  angles(2, 0) = std::numeric_limits<double>::quiet_NaN();
+  CHECK_THROWS_WITH(theory::Rotary::with_angles(2, angles, true), Catch::Contains("not finite"));
 }
 
 TEST_CASE("soft-capped softmax dA/dW_K keeps its relative accuracy on near one-hot rows") {

@@ -12,6 +12,7 @@
 #include <numeric>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <vector>
 
 namespace attncheck::theory {
@@ -138,6 +139,13 @@ Rotary Rotary::with_frequencies(Index d, std::vector<double> frequency, bool int
   return out;
 }
 
+Rotary Rotary::with_angles(Index d, Matrix angles, bool interleaved) {
+  if (!angles.allFinite()) throw InputError("a rotary angle is not finite");
+  Rotary out = with_frequencies(d, std::vector<double>(static_cast<std::size_t>(angles.cols()), 0.0), interleaved);
+  out.angles = std::move(angles);
+  return out;
+}
+
 Rotary Rotary::interleaved(Index d, double base) { return with_frequencies(d, frequencies_of(d, base), true); }
 
 Rotary Rotary::half_split(Index d, double base) { return with_frequencies(d, frequencies_of(d, base), false); }
@@ -151,10 +159,17 @@ void apply_rotary(const Rotary& rotary, Matrix& rows, double first_position) {
     throw InputError(
         fmt::format("rotary embedding of dimension {} applied to rows of {}", rotary.dimension, rows.cols()));
   }
+  const bool table = rotary.angles.size() != 0;
+  const auto first_row = static_cast<Index>(first_position);
+  if (table && (static_cast<double>(first_row) != first_position || first_row < 0 ||
+                first_row + rows.rows() > rotary.angles.rows())) {
+    throw InputError(fmt::format("rows at positions {} .. {} for rotary angles of {} positions", first_position,
+                                 first_position + static_cast<double>(rows.rows()) - 1, rotary.angles.rows()));
+  }
   for (Index k = 0; k < rows.rows(); ++k) {
     const double position = first_position + static_cast<double>(k);
-    for (std::size_t p = 0; p < rotary.frequency.size(); ++p) {
-      const double angle = position * rotary.frequency[p];
+    for (std::size_t p = 0; p < rotary.pairs(); ++p) {
+      const double angle = table ? rotary.angle(first_row + k, p) : position * rotary.frequency[p];
       const double c = std::cos(angle), s = std::sin(angle);
       const double a = rows(k, rotary.first[p]), b = rows(k, rotary.second[p]);
       rows(k, rotary.first[p]) = c * a - s * b;
@@ -248,6 +263,7 @@ struct RotaryKeys {
       throw InputError(
           fmt::format("rotary embedding of dimension {} for heads of dimension {}", rotary.dimension, head_dimension));
     }
+    if (rotary.angles.size() != 0) throw std::logic_error("angles per position reached the Toeplitz rotary kernel");
     const Index n = X.rows();
     cosines.resize(n, static_cast<Index>(rotary.frequency.size()));
     for (Index m = 0; m < n; ++m) {
@@ -534,13 +550,13 @@ AttentionSquaredSums plain_row_sums(const AttentionMap& map, const Matrix& X, co
 AttentionNorms attention_norms_from_projections(const AttentionMap& map, const Matrix& X, const Matrix& V,
                                                 const Matrix& U, bool causal, const Rotary* rotary,
                                                 const Matrix* gram) {
-  return attention_norms_from_sums(map, X.rows(), plain_row_sums(map, X, V, U, causal, rotary, gram, {}));
+  return attention_norms_from_projections(map, X, V, U, causal, ScoreMaps{.rotary = rotary, .gram = gram});
 }
 
 AttentionNorms attention_norms_from_projections(const AttentionMap& map, const Matrix& X, const Matrix& V,
                                                 const Matrix& U, const AttendedMask& attended, const Rotary* rotary,
                                                 const Matrix* gram) {
-  return attention_norms_from_sums(map, X.rows(), plain_row_sums(map, X, V, U, attended, rotary, gram, {}));
+  return attention_norms_from_projections(map, X, V, U, attended, ScoreMaps{.rotary = rotary, .gram = gram});
 }
 
 Matrix rms_normalized(const Matrix& rows, const Vector& gain, double eps) {
@@ -614,13 +630,16 @@ struct RotationsBack {
     if (rotary.dimension != d) {
       throw InputError(fmt::format("rotary embedding of dimension {} for heads of dimension {}", rotary.dimension, d));
     }
-    const auto pairs = static_cast<Index>(rotary.frequency.size());
+    if (rotary.angles.size() != 0 && rotary.angles.rows() != n) {
+      throw InputError(fmt::format("rotary angles of {} positions for {} rows", rotary.angles.rows(), n));
+    }
+    const auto pairs = static_cast<Index>(rotary.pairs());
     cosines.resize(n, pairs);
     sines.resize(n, pairs);
     for (Index t = 0; t < n; ++t) {
       for (Index p = 0; p < pairs; ++p) {
-        cosines(t, p) = std::cos(static_cast<double>(t) * rotary.frequency[static_cast<std::size_t>(p)]);
-        sines(t, p) = std::sin(static_cast<double>(t) * rotary.frequency[static_cast<std::size_t>(p)]);
+        cosines(t, p) = std::cos(rotary.angle(t, static_cast<std::size_t>(p)));
+        sines(t, p) = std::sin(rotary.angle(t, static_cast<std::size_t>(p)));
       }
     }
   }
@@ -717,9 +736,12 @@ void add_general_row(const AttentionMap& map, Index i, std::span<const Index> ke
   sums.dK_sq += row.term([&](Index k, Index l) { return B(k, l); }, dense_forms(B, row));
 }
 
+// Angles per position break the Toeplitz kernel of plain_row_sums' rotary keys (C_i(t_k - t_l)): softmax's key
+// term then goes through each position's rotation as the norms' maps do.
 bool needs_general_rows(const AttentionMap& map, const ScoreMaps& maps) {
-  return maps.query_norm || maps.key_norm ||
-         (maps.logit_softcap != 0 && map.activation.kind == ActivationKind::softmax);
+  const bool softmax = map.activation.kind == ActivationKind::softmax;
+  return maps.query_norm || maps.key_norm || (maps.logit_softcap != 0 && softmax) ||
+         (maps.rotary && maps.rotary->angles.size() != 0 && softmax);
 }
 
 }  // namespace

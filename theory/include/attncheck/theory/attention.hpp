@@ -82,9 +82,21 @@ struct Rotary {
   // Given frequencies (a model's own inv_freq), P of them for P <= d/2 pairs: (2p, 2p + 1) when `interleaved`, else
   // (p, p + P); coordinates from 2P on are not rotated (partial rotary).
   static Rotary with_frequencies(Index d, std::vector<double> frequency, bool interleaved);
+  // Angles given per position rather than t * frequency[p]: row t of `angles` (positions x pairs, P = its columns)
+  // turns position t's pairs, laid out as with_frequencies lays them. EVA's 2-D rotary over image patches turns
+  // some pairs by a patch's row and the others by its column, and leaves the prefix tokens unturned (rows of 0).
+  // The scores then depend on both positions, not on their difference alone (docs/THEORY.md, "Angles per
+  // position").
+  static Rotary with_angles(Index d, Matrix angles, bool interleaved);
+  Matrix angles;  // empty: t * frequency[p]
+  double angle(Index t, std::size_t p) const {
+    return angles.size() != 0 ? angles(t, static_cast<Index>(p)) : static_cast<double>(t) * frequency[p];
+  }
+  std::size_t pairs() const { return first.size(); }
 };
 
-// Row k of `rows` (a query or key of one head) rotated to position first_position + k.
+// Row k of `rows` (a query or key of one head) rotated to position first_position + k; with an angle table,
+// first_position + k must be one of its rows.
 void apply_rotary(const Rotary& rotary, Matrix& rows, double first_position = 0);
 
 // Which entries (i, j) of the N x N scores take part (true) and which are masked (false), for masks that are
