@@ -102,6 +102,14 @@ T value_or(const nlohmann::json& object, const char* key, T fallback, const std:
   return value.get<T>();
 }
 
+// A rotary setting (a base, a fraction of coordinates turned) that config.json may give under any of `keys`: top-level
+// keys of older transformers releases (rotary_emb_base, rope_theta, rotary_pct, partial_rotary_factor), or
+// "rope_parameters.NAME" inside the one object transformers 5 writes instead. `fallback` when none is given; two that
+// disagree are refused rather than one of them believed, and so is a rope_parameters whose rope_type is not
+// "default" (scaled rotary positions no reader applies).
+double rope_setting(const nlohmann::json& config, const std::filesystem::path& file,
+                    std::initializer_list<std::string_view> keys, double fallback);
+
 // The model's MLP activation, in place: "gelu" (erf), "gelu_new"/"gelu_pytorch_tanh", "quick_gelu"
 // (x sigmoid(1.702 x)), "relu", "silu". With `float32` (the mixed-precision forward) "gelu" runs in float32, as the
 // products around it do.

@@ -27,20 +27,16 @@ ModelConfig config_from_json(const nlohmann::json& config, const fs::path& file,
     throw InputError(fmt::format("{}: \"rope_scaling\" is {}: GPT-NeoX's scaled rotary positions are not supported",
                                  file.string(), records::json_excerpt(config["rope_scaling"])));
   }
-  // transformers names the base rotary_emb_base, newer releases rope_theta; the fraction rotary_pct, newer releases
-  // partial_rotary_factor. Two keys that disagree are refused rather than one of them believed.
-  const auto one_of = [&](const char* first, const char* second, double fallback) {
-    const double a = value_or<double>(config, first, NAN, file), b = value_or<double>(config, second, NAN, file);
-    if (!std::isnan(a) && !std::isnan(b) && a != b) {
-      throw InputError(
-          fmt::format("{}: \"{}\" is {:g} and \"{}\" is {:g}: they must agree", file.string(), first, a, second, b));
-    }
-    return !std::isnan(a) ? a : !std::isnan(b) ? b : fallback;
-  };
+  // transformers names the base rotary_emb_base, newer releases rope_theta, transformers 5 rope_parameters.rope_theta;
+  // the fraction rotary_pct, then partial_rotary_factor.
   c.rope_theta =
-      checked_number(one_of("rotary_emb_base", "rope_theta", 10000), 0, true, file.string(), "rotary_emb_base");
+      checked_number(rope_setting(config, file, {"rotary_emb_base", "rope_theta", "rope_parameters.rope_theta"}, 10000),
+                     0, true, file.string(), "rotary_emb_base");
   const double fraction =
-      checked_number(one_of("rotary_pct", "partial_rotary_factor", 0.25), 0, false, file.string(), "rotary_pct");
+      checked_number(rope_setting(config, file,
+                                  {"rotary_pct", "partial_rotary_factor", "rope_parameters.partial_rotary_factor"},
+                                  0.25),
+                     0, false, file.string(), "rotary_pct");
   if (fraction > 1) throw InputError(fmt::format("{}: \"rotary_pct\" is {:g}, above 1", file.string(), fraction));
   if (c.hidden % c.heads == 0) {
     // transformers: int(head_size * rotary_pct), the first coordinates of each head.

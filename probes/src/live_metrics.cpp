@@ -46,8 +46,9 @@ constexpr double kParallelWork = 1 << 24;
 
 // The parts are always the same rows and are added in order, so the norms have the same bits on any number of threads.
 NormSet norms_of(const AttentionMap& map, const LayerInputs& layer, const HeadInputs& head, int threads) {
-  Matrix raw_queries, raw_keys, own_gram;
-  theory::ScoreMaps maps = score_maps(layer, head, raw_queries, raw_keys);
+  Matrix own_gram;
+  HeadMapStorage storage;
+  theory::ScoreMaps maps = score_maps(layer, head, storage, map.activation.kind == ActivationKind::softmax);
   if (layer.gram.size() != 0) {
     maps.gram = &layer.gram;
   } else if (theory::key_term_reads_gram(map, maps)) {
@@ -434,10 +435,17 @@ LayerInputs split_heads(Matrix X, const Matrix& W_Q, const Matrix& W_K, const Ve
   layer.X = std::move(X);
   layer.inner = inner;
   layer.causal = causal;
-  for (const auto& [norm, name] :
-       {std::pair{&split.query_norm, "query_norm"}, std::pair{&split.key_norm, "key_norm"}}) {
-    if (*norm && (*norm)->gain.size() != d)
-      throw InputError(fmt::format("{} has {} gains, the heads d = {}", name, (*norm)->gain.size(), d));
+  // A gain of every head's coordinates is a norm over all the heads together (OLMo 2): RMSNorms only.
+  for (const auto& [norm, name, width] : {std::tuple{&split.query_norm, "query_norm", heads * d},
+                                          std::tuple{&split.key_norm, "key_norm", kv_heads * d}}) {
+    if (*norm && (*norm)->gain.size() != d && (*norm)->gain.size() != width) {
+      throw InputError(fmt::format("{} has {} gains: need d = {} (one head's) or {} (every head's)", name,
+                                   (*norm)->gain.size(), d, width));
+    }
+    if (*norm && (*norm)->gain.size() != d && (*norm)->centred) {
+      throw InputError(
+          fmt::format("{} is a LayerNorm over all the heads: only an RMSNorm over them is measured", name));
+    }
     if (*norm && !((*norm)->eps >= 0)) throw InputError(fmt::format("{} eps = {} is negative", name, (*norm)->eps));
     if (*norm && (*norm)->bias.size() != 0 && ((*norm)->bias.size() != d || !(*norm)->centred)) {
       throw InputError(fmt::format("{} has a bias of {} entries: only a LayerNorm over the head's d = {} has one", name,

@@ -156,18 +156,20 @@ ModelConfig llama_like_config(const nlohmann::json& config, const fs::path& file
     throw InputError(fmt::format("{}: mlp_bias is not supported", file.string()));
   }
   // Older configs give rope_theta and rope_scaling; newer ones one rope_parameters object.
-  c.rope_theta = value_or<double>(config, "rope_theta", 10000.0, file);
   if (config.contains("rope_scaling") && !config["rope_scaling"].is_null()) {
     throw InputError(fmt::format("{}: rope_scaling {} is not supported", file.string(),
                                  records::json_excerpt(config["rope_scaling"])));
   }
-  if (config.contains("rope_parameters") && config["rope_parameters"].is_object()) {
-    const auto& rope = config["rope_parameters"];
-    const std::string type = value_or<std::string>(rope, "rope_type", "default", file, "rope_parameters");
-    if (type != "default") throw InputError(fmt::format("{}: rope_type '{}' is not supported", file.string(), type));
-    c.rope_theta = value_or<double>(rope, "rope_theta", c.rope_theta, file, "rope_parameters");
-  }
+  c.rope_theta = rope_setting(config, file, {"rope_theta", "rope_parameters.rope_theta"}, 10000.0);
   checked_number(c.rope_theta, 0, true, file.string(), "rope_theta");
+  // The decoders read here turn every coordinate: a partial rotary (transformers 5 writes it in rope_parameters)
+  // would be measured as a full one.
+  const double rotated =
+      rope_setting(config, file, {"partial_rotary_factor", "rope_parameters.partial_rotary_factor"}, 1.0);
+  if (rotated != 1.0) {
+    throw InputError(fmt::format("{}: \"partial_rotary_factor\" is {:g}: a partial rotary is not supported for {}",
+                                 file.string(), rotated, traits.family));
+  }
   for (const char* prefix : traits.tensor_prefixes) {
     if (checkpoint.contains(std::string(prefix) + "embed_tokens.weight")) c.tensor_prefix = prefix;
   }

@@ -142,6 +142,43 @@ double detail::checked_number(double value, double min, bool above, const std::s
   return value;
 }
 
+double detail::rope_setting(const nlohmann::json& config, const std::filesystem::path& file,
+                            std::initializer_list<std::string_view> keys, double fallback) {
+  constexpr std::string_view nested = "rope_parameters.";
+  const nlohmann::json* parameters = nullptr;
+  if (config.contains("rope_parameters") && !config["rope_parameters"].is_null()) {
+    parameters = &config["rope_parameters"];
+    if (!parameters->is_object()) {
+      throw InputError(fmt::format("{}: \"rope_parameters\" is {}, not an object", file.string(),
+                                   records::json_excerpt(*parameters)));
+    }
+    const auto type = value_or<std::string>(*parameters, "rope_type", "default", file, "rope_parameters");
+    if (type != "default") {
+      throw InputError(
+          fmt::format("{}: \"rope_parameters.rope_type\" is '{}': scaled rotary positions are not "
+                      "supported (default only)",
+                      file.string(), type));
+    }
+  }
+  std::optional<double> agreed;
+  std::string agreed_key;
+  for (const std::string_view key : keys) {
+    const bool inside = key.starts_with(nested);
+    const nlohmann::json* object = inside ? parameters : &config;
+    if (!object) continue;
+    const std::string name(inside ? key.substr(nested.size()) : key);
+    const double value = value_or<double>(*object, name.c_str(), NAN, file, inside ? "rope_parameters" : "");
+    if (std::isnan(value)) continue;
+    if (agreed && *agreed != value) {
+      throw InputError(fmt::format("{}: \"{}\" is {:g} and \"{}\" is {:g}: they must agree", file.string(), agreed_key,
+                                   *agreed, key, value));
+    }
+    agreed = value;
+    agreed_key = std::string(key);
+  }
+  return agreed.value_or(fallback);
+}
+
 detail::GgufMetadata::GgufMetadata(const GgufHeader& gguf)
     : header(gguf), prefix(gguf.string("general.architecture") + ".") {}
 
@@ -342,21 +379,35 @@ Matrix detail::fill_heads(LayerInputs& layer, const AttentionWeights& weights, s
   if (map && layer.logit_softcap > 0 && map->activation.kind != theory::ActivationKind::softmax) {
     throw InputError("soft-capped logits are a softmax's: the trained activation is not softmax");
   }
-  // Normalized, then rotated, as the models do.
-  const auto head_rows = [&](Matrix rows, const std::optional<HeadNorm>& norm) {
-    if (norm) rows = theory::head_normalized(rows, *norm);
+  if (layer.query_norm && spans_all_heads(*layer.query_norm, d))
+    layer.all_query_squares = queries.rowwise().squaredNorm();
+  if (layer.key_norm && spans_all_heads(*layer.key_norm, d)) {
+    layer.all_key_squares = keys.rowwise().squaredNorm();
+    layer.all_key_gram.noalias() = keys * keys.transpose();
+  }
+  // Normalized, then rotated, as the models do; head `index`'s coordinates of a norm over all the heads.
+  const auto head_rows = [&](const Matrix& all, Index index, const std::optional<HeadNorm>& norm,
+                             const Vector& all_squares) {
+    Matrix rows = all.middleCols(index * d, d);
+    if (norm && spans_all_heads(*norm, d)) {
+      const theory::OtherHeads others{all.cols() - d, all_squares - rows.rowwise().squaredNorm(), {}};
+      rows = theory::head_normalized(rows, HeadNorm{norm->gain.segment(index * d, d), norm->eps}, &others);
+    } else if (norm) {
+      rows = theory::head_normalized(rows, *norm);
+    }
     if (layer.rotary) theory::apply_rotary(*layer.rotary, rows);
     return rows;
   };
   // Once for all the query heads that share them.
   std::vector<Matrix> head_keys;
-  for (Index g = 0; g < kv_heads; ++g) head_keys.push_back(head_rows(keys.middleCols(g * d, d), layer.key_norm));
+  for (Index g = 0; g < kv_heads; ++g) head_keys.push_back(head_rows(keys, g, layer.key_norm, layer.all_key_squares));
   Matrix context = map ? Matrix(n, heads * d_v) : Matrix();
   for (Index head = 0; head < heads; ++head) {
     const Index g = head / (heads / kv_heads);
     HeadInputs inputs;
+    inputs.head = head;
     inputs.kv_head = g;
-    inputs.queries = head_rows(queries.middleCols(head * d, d), layer.query_norm);
+    inputs.queries = head_rows(queries, head, layer.query_norm, layer.all_query_squares);
     inputs.keys = head_keys[static_cast<std::size_t>(g)];
     inputs.W_Q = weights.W_Q.middleCols(head * d, d);
     inputs.W_K = weights.W_K.middleCols(g * d, d);
@@ -424,20 +475,44 @@ Matrix softmax_logits(const LayerInputs& layer, const HeadInputs& head, Index fi
   return scores;
 }
 
-theory::ScoreMaps score_maps(const LayerInputs& layer, const HeadInputs& head, Matrix& raw_queries, Matrix& raw_keys) {
+bool spans_all_heads(const HeadNorm& norm, Index d) { return norm.gain.size() != d; }
+
+theory::ScoreMaps score_maps(const LayerInputs& layer, const HeadInputs& head, HeadMapStorage& storage, bool key_gram) {
   const auto raw = [&](const Matrix& W, const Vector& b) {
     Matrix y = layer.X * W;
     if (b.size() != 0) y.rowwise() += b.transpose();
     return y;
   };
-  if (layer.query_norm) raw_queries = raw(head.W_Q, head.b_Q);
-  if (layer.key_norm) raw_keys = raw(head.W_K, head.b_K);
-  return {layer.rotary ? &*layer.rotary : nullptr,
-          layer.query_norm ? &*layer.query_norm : nullptr,
-          layer.key_norm ? &*layer.key_norm : nullptr,
-          &raw_queries,
-          &raw_keys,
-          layer.logit_softcap};
+  const Index d = head.W_Q.cols();
+  if (layer.query_norm) storage.raw_queries = raw(head.W_Q, head.b_Q);
+  if (layer.key_norm) storage.raw_keys = raw(head.W_K, head.b_K);
+  theory::ScoreMaps maps{layer.rotary ? &*layer.rotary : nullptr,
+                         layer.query_norm ? &*layer.query_norm : nullptr,
+                         layer.key_norm ? &*layer.key_norm : nullptr,
+                         &storage.raw_queries,
+                         &storage.raw_keys,
+                         layer.logit_softcap};
+  if (layer.query_norm && spans_all_heads(*layer.query_norm, d)) {
+    storage.query_slice = HeadNorm{layer.query_norm->gain.segment(head.head * d, d), layer.query_norm->eps};
+    storage.query_others = {layer.query_norm->gain.size() - d,
+                            layer.all_query_squares - storage.raw_queries.rowwise().squaredNorm(),
+                            {}};
+    maps.query_norm = &storage.query_slice;
+    maps.query_others = &storage.query_others;
+  }
+  if (layer.key_norm && spans_all_heads(*layer.key_norm, d)) {
+    storage.key_slice = HeadNorm{layer.key_norm->gain.segment(head.kv_head * d, d), layer.key_norm->eps};
+    storage.key_others = {layer.key_norm->gain.size() - d,
+                          layer.all_key_squares - storage.raw_keys.rowwise().squaredNorm(),
+                          {}};
+    if (key_gram) {
+      storage.key_others.gram = layer.all_key_gram;
+      storage.key_others.gram.noalias() -= storage.raw_keys * storage.raw_keys.transpose();
+    }
+    maps.key_norm = &storage.key_slice;
+    maps.key_others = &storage.key_others;
+  }
+  return maps;
 }
 
 namespace {

@@ -15,11 +15,6 @@ const DecoderTraits phi3_traits{.family = "Phi-3", .fused_projections = true};
 
 ModelConfig config_from_json(const nlohmann::json& config, const std::filesystem::path& file,
                              const Checkpoint& checkpoint) {
-  const double rotated = value_or<double>(config, "partial_rotary_factor", 1.0, file);
-  if (rotated != 1.0) {
-    throw InputError(fmt::format("{}: \"partial_rotary_factor\" is {:g}: Phi-3's partial rotary is not supported",
-                                 file.string(), rotated));
-  }
   ModelConfig c = llama_like_config(config, file, checkpoint, phi3_traits);
   c.sliding_window = positive_int_or(config, "sliding_window", 0, file);
   const std::string bias = c.tensor_prefix + "layers.0.self_attn.qkv_proj.bias";

@@ -157,6 +157,9 @@ def attention_norms(x, w_q, w_k, b_q=None, b_k=None, heads=1, activation="softma
     q / sqrt(mean(q^2) + eps) * gain (Qwen3, Gemma 3), or (gain, eps, bias) of a LayerNorm, c / sqrt(mean(c^2) +
     eps) * gain + bias with c = q - mean(q) (Persimmon, timm's qk_norm; bias None without one); logit_softcap: the
     softmax takes cap * tanh(S / cap) (Gemma 2). The derivatives in W_Q and W_K go through both; grad_fro stays the softmax's Jacobian in its logits.
+    A gain of heads * d_head entries (kv_heads * d_head for key_norm) is one RMSNorm over all the heads' queries (keys)
+    together (OLMo 2): a head's map then moves with every head's weights, and dWq_fro, dWk_fro are its Jacobians in
+    the whole w_q and w_k.
 
     Returns one dict per head, keyed like the rows under `heads` of `attncheck probe --json`: layer (0), head,
     N, D, d, causal, inner (the scale), softmax_fro (||A||_F), grad_fro (||dA/dS||_F), dWq_fro and dWk_fro (||dA/dW_Q||_F, ||dA/dW_K||_F,

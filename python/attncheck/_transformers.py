@@ -2,8 +2,9 @@
 
 A recogniser keys on a module's submodules (its query and key projections, or one fused query_key_value) and reads
 the rest from the module's attributes and its config: heads, key/value heads, head size, scale, rotary frequencies
-and how many coordinates they turn, q/k norms (RMSNorms or LayerNorms over each head), soft-capping. What a layer
-does beyond what is read (ALiBi biases, norms over all the heads together, ...) is refused, not measured as
+and how many coordinates they turn, q/k norms (RMSNorms or LayerNorms over each head, or OLMo 2's RMSNorms over all
+the heads together), soft-capping. What a layer
+does beyond what is read (ALiBi biases, clamped queries and keys, ...) is refused, not measured as
 something else. nanoGPT's CausalSelfAttention,
 which no package defines, is recognised by its structure and then checked against nanoGPT's definition. timm's
 attention classes are recognised by their qualified names instead: timm names one fused `qkv` projection alike in
@@ -150,6 +151,19 @@ def _head_norm(norm, d):
                 return gain.numpy(), eps, (None if float(bias.abs().max()) == 0 else bias.numpy())
     raise Unmeasurable(f"the q/k norm {type(norm).__name__} is neither an RMSNorm nor a LayerNorm over the head's "
                        f"{d} coordinates")
+
+
+def _projection_norm(norm, d, heads):
+    """A q/k norm over one head's d coordinates (_head_norm), or OLMo 2's: one RMSNorm over all `heads` heads'
+    coordinates at once, applied before the heads are split (a gain of heads x d, which a norm over d cannot have).
+    A LayerNorm over all the heads is refused."""
+    if norm is not None and heads > 1 and [tuple(p.shape) for p in norm.parameters()] == [(heads * d,)]:
+        measured = _head_norm(norm, heads * d)
+        if len(measured) == 3:
+            raise Unmeasurable(f"the q/k norm {type(norm).__name__} is a LayerNorm over all the heads' coordinates: "
+                               "not measured")
+        return measured
+    return _head_norm(norm, d)
 
 
 def _double_copy(module):
@@ -428,8 +442,8 @@ def describe_call(module, root, forward, args, kwargs):
             band = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - window)
             allowed = band.expand(x.shape[0], n, n)
     softcap = _attribute(module, "attn_logit_softcapping", "softcap", default=0.0) or 0.0
-    query_norm = _head_norm(getattr(module, "q_norm", getattr(module, "q_layernorm", None)), head_dim)
-    key_norm = _head_norm(getattr(module, "k_norm", getattr(module, "k_layernorm", None)), head_dim)
+    query_norm = _projection_norm(getattr(module, "q_norm", getattr(module, "q_layernorm", None)), head_dim, heads)
+    key_norm = _projection_norm(getattr(module, "k_norm", getattr(module, "k_layernorm", None)), head_dim, kv_heads)
     return _spec(x, w_q, w_k, b_q, b_k, heads, kv_heads, scale, causal, allowed, _positions(call, n), rotary,
                  query_norm, key_norm, float(softcap))
 

@@ -383,9 +383,10 @@ theory::Rotary rotary_of(const RealArray& rotary, const std::string& layout, Ind
 // scratch would not fit: x and the weights in doubles, each head's projections and weight slices, and the scratch
 // of the head being measured, counted as TransformerModel::require_memory_for counts a layer measured on one thread
 // (a block of score rows and the attended keys' rows; N x N kernels under query/key norms or a logit cap; the rows'
-// Gram matrix under rotary keys), the mask in bytes. The arrays' shapes are those already checked to be 2-D.
+// Gram matrix under rotary keys; the keys' Gram matrices of a norm over all the heads), the mask in bytes. The
+// arrays' shapes are those already checked to be 2-D.
 void require_memory_to_measure(const py::array& x, const py::array& w_q, const py::array& w_k, int heads, bool mask,
-                               bool rotary, bool general_rows) {
+                               bool rotary, bool general_rows, bool norms_over_all_heads) {
   using records::saturating_product;
   using records::saturating_sum;
   const std::uint64_t n = unsigned_size(x.shape(0)), D = unsigned_size(x.shape(1)), q = unsigned_size(w_q.shape(1)),
@@ -398,7 +399,8 @@ void require_memory_to_measure(const py::array& x, const py::array& w_q, const p
       saturating_sum({saturating_product({2, n, d}), saturating_product({2, D, d}), saturating_product({2, d})});
   const std::uint64_t scratch =
       saturating_sum({saturating_product({3, block, n}), saturating_product({n, saturating_sum({D, 4 * d, 8})}),
-                      general_rows ? saturating_product({2, n, n}) : 0, rotary ? saturating_product({n, n}) : 0});
+                      general_rows ? saturating_product({2, n, n}) : 0, rotary ? saturating_product({n, n}) : 0,
+                      norms_over_all_heads ? saturating_product({2, n, n}) : 0});
   records::require_memory(
       saturating_sum(
           {saturating_product({sizeof(double), saturating_sum({copies, saturating_product({H, per_head}), scratch})}),
@@ -440,7 +442,9 @@ std::vector<probes::HeadMetrics> measure(
   if (scale && !std::isfinite(*scale)) throw InputError(fmt::format("scale = {} is not finite", *scale));
   require_memory_to_measure(x_array, w_q_array, w_k_array, heads, mask_array.has_value(), rotary_array.has_value(),
                             query_norm_array || key_norm_array || logit_softcap > 0 ||
-                                (rotary_array && rotary_array->ndim() == 2));
+                                (rotary_array && rotary_array->ndim() == 2),
+                            (query_gain && query_gain->shape(0) != w_q_array.shape(1) / std::max(heads, 1)) ||
+                                (key_gain && key_gain->shape(0) != w_q_array.shape(1) / std::max(heads, 1)));
   probes::HeadSplit split;
   split.kv_heads = kv_heads;
   if (mask_array) split.attended = attended_mask(*mask_array, x.shape(0), x.shape(0));

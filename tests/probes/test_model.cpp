@@ -1151,6 +1151,33 @@ TEST_CASE("GPT-NeoX checkpoints are read, and what its adapter does not compute 
   auto wide = config;
   wide["intermediate_size"] = 64;
   refused(wide, "intermediate_size");
+
+  // transformers 5 writes the rotary settings into one rope_parameters object: the same layers as the older keys.
+  auto newer = config;
+  newer.erase("rotary_pct");
+  newer.erase("rotary_emb_base");
+  newer["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 500.0}, {"partial_rotary_factor", 0.5}};
+  auto older = config;
+  older["rotary_emb_base"] = 500.0;
+  write_config(dir.path, older);
+  const auto expected = TransformerModel::load(dir.path).forward(std::vector<std::int64_t>{1, 4, 9, 2, 7});
+  write_config(dir.path, newer);
+  const auto read = TransformerModel::load(dir.path);
+  CHECK(read.config().rotary_dims == 2);
+  CHECK(read.config().rope_theta == 500.0);
+  const auto got = read.forward(std::vector<std::int64_t>{1, 4, 9, 2, 7});
+  REQUIRE(got.size() == expected.size());
+  for (std::size_t l = 0; l < got.size(); ++l) {
+    const auto a = measure_head(got[l], static_cast<int>(l), 0), b = measure_head(expected[l], static_cast<int>(l), 0);
+    CHECK(a.softmax.value == Approx(b.softmax.value).epsilon(1e-14));
+    CHECK(a.softmax.dWk == Approx(b.softmax.dWk).epsilon(1e-14));
+  }
+  auto both = newer;
+  both["rotary_pct"] = 0.25;
+  refused(both, "\"rotary_pct\" is 0.25 and \"rope_parameters.partial_rotary_factor\" is 0.5: they must agree");
+  auto scaled_newer = newer;
+  scaled_newer["rope_parameters"]["rope_type"] = "linear";
+  refused(scaled_newer, "\"rope_parameters.rope_type\" is 'linear': scaled rotary positions are not supported");
 }
 
 TEST_CASE("a Phi-3 checkpoint, its projections fused, gives Mistral's numbers on the same weights", "[model]") {
@@ -1225,7 +1252,10 @@ TEST_CASE("a Phi-3 checkpoint, its projections fused, gives Mistral's numbers on
   };
   auto partial = config;
   partial["partial_rotary_factor"] = 0.75;
-  refused(partial, "\"partial_rotary_factor\" is 0.75: Phi-3's partial rotary is not supported");
+  refused(partial, "\"partial_rotary_factor\" is 0.75: a partial rotary is not supported for Phi-3");
+  auto partial_newer = config;  // as transformers 5 writes Phi-4-mini's
+  partial_newer["rope_parameters"] = {{"rope_type", "default"}, {"partial_rotary_factor", 0.75}};
+  refused(partial_newer, "\"partial_rotary_factor\" is 0.75: a partial rotary is not supported for Phi-3");
   auto longrope = config;
   longrope["rope_scaling"] = {{"type", "longrope"}};
   refused(longrope, "rope_scaling");

@@ -1,7 +1,8 @@
 """attncheck.torch.probe on the current transformers (5.x, which needs PyTorch >= 2.6, or 4.57 on PyTorch 2.5: not the
 suite's 4.38.2 on Debian's torch 1.13) against `attncheck probe --json` on the checkpoint save_pretrained wrote, for
 Llama, Qwen2, Qwen3, Gemma 2, Gemma 3 (text), Mistral, Phi-3, GPT-NeoX, GPT-2 and BERT, with eager and SDPA attention (Gemma 2: eager only, as
-transformers allows), and a right-padded batch against the sequence alone. Run by hand, in a virtual environment
+transformers allows), and a right-padded batch against the sequence alone; OLMo, OLMo 2 and OLMo 3 in memory against
+their own attention and autograd. Run by hand, in a virtual environment
 of its own (about 6 GB):
 
   /usr/bin/python3 -m venv VENV && VENV/bin/pip install torch transformers numpy
@@ -51,6 +52,16 @@ def configs():
     yield "gpt2", transformers.GPT2Config(vocab_size=50, n_embd=32, n_layer=2, n_head=4, n_positions=32)
     yield "bert", transformers.BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                                           intermediate_size=64, max_position_embeddings=32)
+def exact_rotary_frequencies(model):
+    """transformers keeps the rotary frequencies in float32: each replaced by the float64 value it rounds."""
+    for module in model.modules():
+        for name, buffer in list(module.named_buffers(recurse=False)):
+            if "inv_freq" in name:
+                dd = 2 * buffer.shape[0]
+                cands = [1.0 / (b ** (torch.arange(0, dd, 2, dtype=torch.float64) / dd)) for b in (1000.0, 10000.0, 500000.0, 1000000.0)]
+                exact = [e for e in cands if torch.allclose(e, buffer.double(), rtol=1e-6, atol=0)]
+                if exact:
+                    setattr(module, name, exact[0])
 ids = [3, 5, 17, 33, 8, 21, 9, 38, 12, 30, 2, 7]
 for family, config in configs():
     torch.manual_seed(0)
@@ -72,16 +83,7 @@ for family, config in configs():
     cli = json.loads(run.stdout)["heads"]
     for impl in (("eager",) if family == "gemma2" else ("eager", "sdpa")):
         m = auto.from_pretrained(folder, torch_dtype=torch.float64, attn_implementation=impl).eval()
-        # transformers keeps the rotary frequencies in float32: each replaced by the float64 value it rounds.
-        d = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads if hasattr(config, "num_attention_heads") else 0
-        for module in m.modules():
-            for name, buffer in list(module.named_buffers(recurse=False)):
-                if "inv_freq" in name:
-                    dd = 2 * buffer.shape[0]
-                    cands = [1.0 / (b ** (torch.arange(0, dd, 2, dtype=torch.float64) / dd)) for b in (1000.0, 10000.0, 1000000.0)]
-                    exact = [e for e in cands if torch.allclose(e, buffer.double(), rtol=1e-6, atol=0)]
-                    if exact:
-                        setattr(module, name, exact[0])
+        exact_rotary_frequencies(m)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             rows = attncheck.torch.probe(m, torch.tensor(ids))
@@ -99,15 +101,20 @@ for family, config in configs():
         worst_pad = max(abs(a[k] - b[k]) / max(abs(b[k]), 1e-300) for a, b in zip(padded, alone) for k in b if isinstance(b[k], float))
         print(f"{family} {impl}: {len(rows)} heads, max relative difference to the CLI {worst:.2e}; padded vs alone {worst_pad:.2e}; warnings {len(caught)}")
 
-# Families the command line does not read, measured in memory only: every head's ||A||_F against the model's own
-# attention probabilities (output_attentions, eager); OLMo with clip_qkv and OLMo 2 (RMSNorms over all the heads'
-# queries and keys together) must be refused with their reason.
+# Families the command line does not read, measured in memory only: every head's ||A||_F, ||dA/dW_Q||_F and
+# ||dA/dW_K||_F against the model's own attention probabilities (eager) and autograd through each layer's own attention
+# module in its whole q_proj and k_proj weights (OLMo 2 and 3 normalize all the heads' queries and keys together, so
+# every head's map moves with every head's weights); OLMo with clip_qkv must be refused with its reason.
 olmo = dict(common, rope_theta=1000.0, pad_token_id=0)
-for family, config, refused in (("olmo", transformers.OlmoConfig(**olmo), None),
-                                ("olmo-clip", transformers.OlmoConfig(**olmo, clip_qkv=0.5), "clip_qkv"),
-                                ("olmo2", transformers.Olmo2Config(**olmo), "not an RMSNorm over the head's")):
+families = [("olmo", transformers.OlmoConfig(**olmo), None),
+            ("olmo-clip", transformers.OlmoConfig(**olmo, clip_qkv=0.5), "clip_qkv"),
+            ("olmo2", transformers.Olmo2Config(**olmo), None)]
+if hasattr(transformers, "Olmo3Config"):
+    families.append(("olmo3", transformers.Olmo3Config(**olmo, sliding_window=5), None))
+for family, config, refused in families:
     torch.manual_seed(0)
     m = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").double().eval()
+    exact_rotary_frequencies(m)
     with torch.no_grad():
         for p in m.parameters():
             p.mul_(10)
@@ -118,8 +125,30 @@ for family, config, refused in (("olmo", transformers.OlmoConfig(**olmo), None),
         said = [str(w.message) for w in caught if refused in str(w.message)]
         print(f"{family}: {len(rows)} rows, refused with its reason on {len(said)} layers: {said[:1]}")
         continue
+    calls = []
+    hooks = [layer.self_attn.register_forward_pre_hook(lambda module, args, kwargs: calls.append((module, args, kwargs)),
+                                                       with_kwargs=True) for layer in m.model.layers]
     with torch.no_grad():
-        attentions = m(torch.tensor(ids)[None], output_attentions=True).attentions
-    worst = max(abs(r["softmax_fro"] - float(attentions[r["layer"]][0, r["head"]].norm())) / r["softmax_fro"]
-                for r in rows)
-    print(f"{family}: {len(rows)} heads, ||A||_F against the model's own attention: max relative difference {worst:.2e}")
+        m(torch.tensor(ids)[None], use_cache=False)  # a cache would grow with every call below
+    for hook in hooks:
+        hook.remove()
+    worst, where, heads = 0.0, "", config.num_attention_heads
+    for layer, (module, args, kwargs) in enumerate(calls):
+        weights = (module.q_proj.weight.detach(), module.k_proj.weight.detach())
+
+        def attention(w_q, w_k):
+            return torch.func.functional_call(module, {"q_proj.weight": w_q, "k_proj.weight": w_k}, args, kwargs)[1][0]
+
+        jacobian_q, jacobian_k = torch.autograd.functional.jacobian(attention, weights)
+        with torch.no_grad():
+            a = attention(*weights)
+        for h in range(heads):
+            row = rows[layer * heads + h]
+            assert (row["layer"], row["head"]) == (layer, h)
+            for key, value in (("softmax_fro", a[h].norm()), ("dWq_fro", jacobian_q[h].norm()),
+                               ("dWk_fro", jacobian_k[h].norm())):
+                if abs(row[key] - float(value)) / float(value) > worst:
+                    worst = abs(row[key] - float(value)) / float(value)
+                    where = f"layer {layer} head {h} {key}: {row[key]:.10g} against {float(value):.10g}"
+    print(f"{family}: {len(rows)} heads, ||A||_F, ||dA/dW_Q||_F and ||dA/dW_K||_F against the model's own attention "
+          f"and autograd: max relative difference {worst:.2e} ({where}); warnings {len(caught)}")

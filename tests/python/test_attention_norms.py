@@ -189,6 +189,56 @@ def test_rotary_positions_and_grouped_keys_equal_autograd(angles_per_position):
         attncheck.attention_norms(x, w_q, w_k, heads=heads, kv_heads=kv_heads, rotary=np.ones((8, 2, 1)))
 
 
+@pytest.mark.parametrize("angles_per_position", [False, True])
+def test_norms_over_all_the_heads_equal_autograd_in_the_whole_weights(angles_per_position):
+    """OLMo 2's q_norm and k_norm: one RMSNorm over every head's coordinates (gains of heads d and kv_heads d), then
+    rotary; head h's map moves with every head's weights through the shared mean square, so dWq_fro and dWk_fro are
+    the Jacobians in the whole W_Q and W_K, and dWk_group_fro that of the group's maps in the whole W_K."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(RNG_SEED + 21 + angles_per_position)
+    n, D, heads, kv_heads, d, eps = 7, 5, 4, 2, 4, 1e-3
+    x = rng.standard_normal((n, D))
+    w_q, w_k = 0.8 * rng.standard_normal((D, heads * d)), 0.8 * rng.standard_normal((D, kv_heads * d))
+    b_q = 0.3 * rng.standard_normal(heads * d)
+    gain_q, gain_k = 1 + 0.3 * rng.standard_normal(heads * d), 1 + 0.3 * rng.standard_normal(kv_heads * d)
+    angles = rng.uniform(-3, 3, (n, 2)) if angles_per_position else np.arange(n)[:, None] * np.array([[1.0, 0.1]])
+    ours = attncheck.attention_norms(x, w_q, w_k, b_q, heads=heads, causal=True, kv_heads=kv_heads,
+                                     rotary=angles if angles_per_position else np.array([1.0, 0.1]),
+                                     query_norm=(gain_q, eps), key_norm=(gain_k, eps))
+    t = lambda a: torch.tensor(a, dtype=torch.float64)  # noqa: E731
+    cos, sin = torch.cos(t(angles)), torch.sin(t(angles))
+
+    def rotate(rows):
+        first, second = rows[:, :2], rows[:, 2:]
+        return torch.cat([first * cos - second * sin, first * sin + second * cos], dim=1)
+
+    def normalized(rows, gain):  # over all the heads' coordinates at once, as OLMo 2's RMSNorm
+        return rows / torch.sqrt(rows.pow(2).mean(-1, keepdim=True) + eps) * t(gain)
+
+    keep = torch.ones(n, n, dtype=torch.bool).tril()
+    jacobian = torch.autograd.functional.jacobian
+    xs, wq, wk = t(x), t(w_q), t(w_k)
+    group_sq = [0.0] * kv_heads
+    for h in range(heads):
+        g = h // (heads // kv_heads)
+
+        def attention(wq_, wk_):
+            q = rotate(normalized(xs @ wq_ + t(b_q), gain_q)[:, h * d:(h + 1) * d])
+            k = rotate(normalized(xs @ wk_, gain_k)[:, g * d:(g + 1) * d])
+            return torch.softmax((q @ k.T / math.sqrt(d)).masked_fill(~keep, -math.inf), dim=-1)
+
+        dWk = jacobian(lambda w: attention(wq, w), wk).norm().item()
+        group_sq[g] += dWk ** 2
+        assert ours[h]["softmax_fro"] == pytest.approx(attention(wq, wk).norm().item(), rel=1e-12)
+        assert ours[h]["dWq_fro"] == pytest.approx(jacobian(lambda w: attention(w, wk), wq).norm().item(), rel=1e-10)
+        assert ours[h]["dWk_fro"] == pytest.approx(dWk, rel=1e-10)
+    for h in range(heads):
+        assert ours[h]["dWk_group_fro"] == pytest.approx(math.sqrt(group_sq[h // 2]), rel=1e-10)
+    with pytest.raises(ValueError, match="query_norm is a LayerNorm over all the heads"):
+        attncheck.attention_norms(x, w_q, w_k, heads=heads, kv_heads=kv_heads, query_norm=(gain_q, eps, None),
+                                  key_norm=(gain_k, eps, None))
+
+
 @pytest.mark.parametrize("softcap, layer_norm", [(0.0, False), (1.5, False), (0.0, True), (1.5, True)])
 def test_query_and_key_norms_and_soft_capped_logits_equal_autograd(softcap, layer_norm):
     """Qwen3's and Gemma 3's per-head RMSNorms of queries and keys (before the rotation), or LayerNorms (Persimmon's,
@@ -238,7 +288,7 @@ def test_query_and_key_norms_and_soft_capped_logits_equal_autograd(softcap, laye
         assert ours[h]["grad_fro"] == pytest.approx(jacobian(softmax_of, logits(wq, wk)).norm().item(), rel=1e-10)
         assert ours[h]["dWq_fro"] == pytest.approx(jacobian(lambda w: attention(w, wk), wq).norm().item(), rel=1e-10)
         assert ours[h]["dWk_fro"] == pytest.approx(jacobian(lambda w: attention(wq, w), wk).norm().item(), rel=1e-10)
-    with pytest.raises(ValueError, match="query_norm has 3 gains, the heads d = 4"):
+    with pytest.raises(ValueError, match=r"query_norm has 3 gains: need d = 4 \(one head's\) or 8 \(every head's\)"):
         attncheck.attention_norms(x, w_q, w_k, heads=heads, kv_heads=kv_heads, query_norm=(np.ones(3), eps))
     with pytest.raises(ValueError, match="different kinds"):
         attncheck.attention_norms(x, w_q, w_k, heads=heads, kv_heads=kv_heads, query_norm=(gain_q, eps),

@@ -810,6 +810,83 @@ TEST_CASE("rotary angles per position: rows outside the table are refused, a zer
   CHECK_THROWS_WITH(theory::Rotary::with_angles(2, angles, true), Catch::Contains("not finite"));
 }
 
+TEST_CASE("a norm over all the heads: closed forms agree with finite differences in the whole W_Q and W_K") {
+  // OLMo 2: one RMSNorm over both heads' 2 d query coordinates (and the keys'), then rotary; head 0's map moves
+  // with head 1's weights through the shared mean square.
+  const Index n = 5, D = 3, d = 4, width = 2 * d;
+  const Matrix X = testing::random_matrix(n, D, 1.0, 23, 0);
+  const Matrix W_Q = testing::random_matrix(D, width, 0.8, 23, 1), W_K = testing::random_matrix(D, width, 0.8, 23, 2);
+  const Eigen::RowVectorXd b_Q = testing::random_matrix(1, width, 0.3, 23, 3).row(0);
+  const Eigen::RowVectorXd b_K = testing::random_matrix(1, width, 0.3, 23, 4).row(0);
+  const Eigen::VectorXd gain = testing::random_matrix(width, 1, 0.4, 23, 5).array() + 1.0;
+  const double eps = 0.05;
+  for (const bool angle_table : {false, true}) {
+    const theory::Rotary rotary =
+        angle_table ? theory::Rotary::with_angles(d, testing::random_matrix(n, d / 2, 2.0, 23, 6), true)
+                    : theory::Rotary::half_split(d, 100);
+    // Head 0's rows from the whole layer's weights, by the definition.
+    const auto head_rows = [&](const Matrix& W, const Eigen::RowVectorXd& b) {
+      const Matrix P = (X * W).rowwise() + b;
+      Matrix rows(n, d);
+      for (Index t = 0; t < n; ++t) {
+        const double rms = std::sqrt(P.row(t).squaredNorm() / static_cast<double>(width) + eps);
+        rows.row(t) = P.row(t).head(d).cwiseProduct(gain.head(d).transpose()) / rms;
+      }
+      theory::apply_rotary(rotary, rows);
+      return rows;
+    };
+    const Matrix P_Q = (X * W_Q).rowwise() + b_Q, P_K = (X * W_K).rowwise() + b_K;
+    const Matrix raw_queries = P_Q.leftCols(d), raw_keys = P_K.leftCols(d);
+    const theory::OtherHeads query_others{d, P_Q.rightCols(d).rowwise().squaredNorm(), Matrix()};
+    const theory::OtherHeads key_others{d, P_K.rightCols(d).rowwise().squaredNorm(),
+                                        P_K.rightCols(d) * P_K.rightCols(d).transpose()};
+    const theory::HeadNorm head_gain{gain.head(d), eps};
+    Matrix V = theory::head_normalized(raw_queries, head_gain, &query_others);
+    Matrix U = theory::head_normalized(raw_keys, head_gain, &key_others);
+    theory::apply_rotary(rotary, V);
+    theory::apply_rotary(rotary, U);
+    CHECK((V - head_rows(W_Q, b_Q)).cwiseAbs().maxCoeff() < 1e-14);
+    theory::ScoreMaps maps{&rotary, &head_gain, &head_gain, &raw_queries, &raw_keys, 0.8};
+    maps.query_others = &query_others;
+    maps.key_others = &key_others;
+    const double inner = 1 / std::sqrt(static_cast<double>(d));
+    for (const bool softmax : {true, false}) {
+      INFO((angle_table ? "angles per position, " : "frequencies, ") << (softmax ? "softmax" : "x^3 / 2"));
+      const AttentionMap map = softmax ? AttentionMap{{ActivationKind::softmax}, inner, {}}
+                                       : AttentionMap{{ActivationKind::pointwise, Pointwise::poly, 3}, inner, {1, 0}};
+      // The softmax causal and capped (0.8 tanh(S / 0.8)); x^3 over every key, its outer scale 1/2 on the map.
+      const auto attention = [&](const Matrix& Wq, const Matrix& Wk) -> Matrix {
+        const Matrix S = inner * head_rows(Wq, b_Q) * head_rows(Wk, b_K).transpose();
+        if (!softmax) return 0.5 * S.array().cube().matrix();
+        Matrix L = S.unaryExpr([](double s) { return 0.8 * std::tanh(s / 0.8); });
+        for (Index i = 0; i < n; ++i)
+          for (Index j = i + 1; j < n; ++j) L(i, j) = -std::numeric_limits<double>::infinity();
+        return theory::row_softmax(L);
+      };
+      AttentionMap scaled = map;
+      if (!softmax) scaled.outer = {0.5, 0};
+      theory::ScoreMaps these = maps;
+      if (!softmax) these.logit_softcap = 0;
+      const auto norms = softmax ? theory::attention_norms_from_projections(scaled, X, V, U, true, these)
+                                 : theory::attention_norms_from_projections(scaled, X, V, U, false, these);
+      CHECK(testing::relative_difference(norms.value_fro, attention(W_Q, W_K).norm()) < 1e-13);
+      const Matrix fd_q = testing::finite_difference_jacobian([&](const Matrix& w) { return attention(w, W_K); }, W_Q);
+      const Matrix fd_k = testing::finite_difference_jacobian([&](const Matrix& w) { return attention(W_Q, w); }, W_K);
+      CHECK(testing::relative_difference(*norms.dQ_fro, fd_q.norm()) < 1e-7);
+      CHECK(testing::relative_difference(*norms.dK_fro, fd_k.norm()) < 1e-7);
+      // Head 1's columns of W (entries r width + d .. r width + 2 d - 1 of the row-major vec) move head 0's map:
+      // the whole W is what counts (a few percent of it here, far above the differences' 1e-7).
+      const auto head_1_part = [&](const Matrix& jacobian) {
+        double sum = 0;
+        for (Index r = 0; r < D; ++r) sum += jacobian.middleCols(r * width + d, d).squaredNorm();
+        return std::sqrt(sum);
+      };
+      CHECK(head_1_part(fd_q) > 0.01 * fd_q.norm());
+      CHECK(head_1_part(fd_k) > 0.01 * fd_k.norm());
+    }
+  }
+}
+
 TEST_CASE("soft-capped softmax dA/dW_K keeps its relative accuracy on near one-hot rows") {
   // Normalized rows bound the scores, so it takes a larger scale than without the norms to make the rows one-hot.
   NormedCase c = normed_case(6, 3, 4, 1.0, 41, true, true, true, 2000);

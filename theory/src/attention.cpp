@@ -570,7 +570,32 @@ Matrix rms_normalized(const Matrix& rows, const Vector& gain, double eps) {
   return out;
 }
 
-Matrix head_normalized(const Matrix& rows, const HeadNorm& norm) {
+namespace {
+
+void check_other_heads(const OtherHeads& others, const Matrix& rows, const HeadNorm& norm, const char* which) {
+  if (norm.centred) throw InputError(fmt::format("a {} LayerNorm over all the heads is not measured", which));
+  if (others.coordinates < 0 || others.squares.size() != rows.rows()) {
+    throw InputError(fmt::format("the {} norm's other heads have {} squares ({} coordinates) for {} rows", which,
+                                 others.squares.size(), others.coordinates, rows.rows()));
+  }
+}
+
+}  // namespace
+
+Matrix head_normalized(const Matrix& rows, const HeadNorm& norm, const OtherHeads* others) {
+  if (others) {
+    check_other_heads(*others, rows, norm, "head");
+    if (norm.gain.size() != rows.cols()) {
+      throw InputError(fmt::format("an RMSNorm gain of {} entries for rows of {}", norm.gain.size(), rows.cols()));
+    }
+    const double width = static_cast<double>(rows.cols() + others->coordinates);
+    Matrix out(rows.rows(), rows.cols());
+    for (Index i = 0; i < rows.rows(); ++i) {
+      const double rms = std::sqrt((rows.row(i).squaredNorm() + others->squares[i]) / width + norm.eps);
+      out.row(i) = rows.row(i).cwiseProduct(norm.gain.transpose()) / rms;
+    }
+    return out;
+  }
   if (!norm.centred) return rms_normalized(rows, norm.gain, norm.eps);
   if (norm.bias.size() != 0 && norm.bias.size() != rows.cols()) {
     throw InputError(fmt::format("a LayerNorm bias of {} entries for rows of {}", norm.bias.size(), rows.cols()));
@@ -589,8 +614,14 @@ using RowVector = Eigen::RowVectorXd;
 // A head norm's Jacobian at each row p of P: diag(g) (C - w w^T) / r with r = sqrt(mean(c^2) + eps),
 // w = c / (sqrt(d) r), c = C p, and C = I for an RMSNorm, I - 1 1^T / d for a LayerNorm (C w = w, so w w^T = C w w^T
 // C). Its transpose sends y to (C (g . y) - w (w . (g . y))) / r, O(d); the bias does not enter.
+//
+// Over all the heads (`others`), with r over the width W = d + the others' coordinates and w = p / (sqrt(W) r) on the
+// head's own coordinates, the map from all W raw coordinates to the head's d has the transpose
+// y -> ((g . y) - w (w . (g . y))) / r on the head's coordinates and -(w . (g . y)) p' / (sqrt(W) r^2) on the others'
+// raw coordinates p': transpose_times returns that multiple of p'.
 struct NormJacobians {
-  NormJacobians(const HeadNorm& norm, const Matrix* raw, const Matrix& normalized, const char* which)
+  NormJacobians(const HeadNorm& norm, const Matrix* raw, const Matrix& normalized, const char* which,
+                const OtherHeads* others)
       : gain(norm.gain.transpose()), centred(norm.centred) {
     if (!raw) throw InputError(fmt::format("the {} norm needs the {} projections before it", which, which));
     if (raw->rows() != normalized.rows() || raw->cols() != normalized.cols() || gain.size() != raw->cols()) {
@@ -600,28 +631,32 @@ struct NormJacobians {
     if (!std::isfinite(norm.eps) || norm.eps < 0) {
       throw InputError(fmt::format("the {} norm's epsilon {} is not a finite number >= 0", which, norm.eps));
     }
-    const double d = static_cast<double>(raw->cols());
+    if (others) check_other_heads(*others, *raw, norm, which);
+    const double width = static_cast<double>(raw->cols() + (others ? others->coordinates : 0));
     directions.resize(raw->rows(), raw->cols());
     inverse_rms.resize(raw->rows());
     for (Index i = 0; i < raw->rows(); ++i) {
       RowVector c = raw->row(i);
       if (centred) c.array() -= c.mean();
-      const double rms = std::sqrt(c.squaredNorm() / d + norm.eps);
+      const double rms = std::sqrt((c.squaredNorm() + (others ? others->squares[i] : 0.0)) / width + norm.eps);
       inverse_rms[i] = 1 / rms;
-      directions.row(i) = c / (std::sqrt(d) * rms);
+      directions.row(i) = c / (std::sqrt(width) * rms);
     }
+    root_width = std::sqrt(width);
   }
-  void transpose_times(Index i, Eigen::Ref<RowVector> y) const {
+  double transpose_times(Index i, Eigen::Ref<RowVector> y) const {
     y.array() *= gain.array();
     const double along = directions.row(i).dot(y);
     y -= along * directions.row(i);
     if (centred) y.array() -= y.mean();  // w has mean 0: C (z - w (w . z)) = z - mean(z) - w (w . z)
     y *= inverse_rms[i];
+    return -along * inverse_rms[i] * inverse_rms[i] / root_width;
   }
   RowVector gain;
   bool centred = false;
   Matrix directions;
   Vector inverse_rms;
+  double root_width = 1;
 };
 
 // R(t)^T y for positions t = 0 .. N-1 from a table of the angles' cosines and sines.
@@ -662,8 +697,18 @@ struct PreparedMaps {
     if (!std::isfinite(cap) || cap < 0) {
       throw InputError(fmt::format("logit soft-cap {} is not a finite number >= 0 (0: none)", cap));
     }
-    if (maps.query_norm) query_norm.emplace(*maps.query_norm, maps.raw_queries, V, "query");
-    if (maps.key_norm) key_norm.emplace(*maps.key_norm, maps.raw_keys, U, "key");
+    if ((maps.query_others && !maps.query_norm) || (maps.key_others && !maps.key_norm)) {
+      throw InputError("the other heads' coordinates are given without a norm over all the heads");
+    }
+    if (maps.query_norm) query_norm.emplace(*maps.query_norm, maps.raw_queries, V, "query", maps.query_others);
+    if (maps.key_norm) key_norm.emplace(*maps.key_norm, maps.raw_keys, U, "key", maps.key_others);
+    query_others = maps.query_others;
+    key_others = maps.key_others;
+    if (key_others && map.activation.kind == ActivationKind::softmax &&
+        (key_others->gram.rows() != X.rows() || key_others->gram.cols() != X.rows())) {
+      throw InputError(fmt::format("the other heads' key Gram matrix is {}x{} for {} rows", key_others->gram.rows(),
+                                   key_others->gram.cols(), X.rows()));
+    }
     if (maps.rotary) rotations.emplace(*maps.rotary, X.rows(), V.cols());
     // Only softmax's key term reads the Gram matrix.
     if (map.activation.kind == ActivationKind::softmax && !maps.gram) own_gram = X * X.transpose();
@@ -672,13 +717,16 @@ struct PreparedMaps {
       throw InputError(fmt::format("the Gram matrix is {}x{} for {} rows", gram->rows(), gram->cols(), X.rows()));
     }
   }
-  // M^T y for the map M from a raw projection at position t to the row the scores read: R(t) norm(.).
-  void back(const std::optional<NormJacobians>& norm, Index t, Eigen::Ref<RowVector> y) const {
+  // M^T y for the map M from a raw projection at position t to the row the scores read: R(t) norm(.). Under a norm
+  // over all the heads, the part on the other heads' raw coordinates is the returned multiple of them.
+  double back(const std::optional<NormJacobians>& norm, Index t, Eigen::Ref<RowVector> y) const {
     if (rotations) rotations->apply(t, y);
-    if (norm) norm->transpose_times(t, y);
+    return norm ? norm->transpose_times(t, y) : 0.0;
   }
   double cap;
   std::optional<NormJacobians> query_norm, key_norm;
+  const OtherHeads* query_others = nullptr;
+  const OtherHeads* key_others = nullptr;
   std::optional<RotationsBack> rotations;
   Matrix own_gram;
   const Matrix* gram = nullptr;
@@ -716,22 +764,35 @@ void add_general_row(const AttentionMap& map, Index i, std::span<const Index> ke
     const RowVector y_bar = w.transpose() * Y;
     for (Index l = 0; l < visible; ++l) Y.row(l) = w[l] * (Y.row(l) - y_bar);
   }
+  // Under a norm over all the heads each M^T y also has a multiple of the other heads' raw coordinates, whose
+  // squared length (queries) or Gram matrix (keys) adds to the head's own part.
+  Vector y_sq = Vector::Zero(visible);
   if (prepared.query_norm) {
-    for (Index l = 0; l < visible; ++l) prepared.back(prepared.query_norm, i, Y.row(l));
+    for (Index l = 0; l < visible; ++l) {
+      const double others = prepared.back(prepared.query_norm, i, Y.row(l));
+      if (prepared.query_others) y_sq[l] = others * others * prepared.query_others->squares[i];
+    }
   }
-  const Vector y_sq = Y.rowwise().squaredNorm();
+  y_sq += Y.rowwise().squaredNorm();
   sums.dQ_sq += x_sq[i] * (softmax ? y_sq.sum() : w.dot(y_sq));
   // Keys: z_j = c_j M'_j^T v_i, the key j's gradient direction in W_K (times x_j).
   Matrix Z = V.row(i).replicate(visible, 1);
+  Vector z_others = Vector::Zero(visible);
   for (Index j = 0; j < visible; ++j) {
-    prepared.back(prepared.key_norm, key(j), Z.row(j));
+    z_others[j] = c[j] * prepared.back(prepared.key_norm, key(j), Z.row(j));
     Z.row(j) *= c[j];
   }
   if (!softmax) {
-    for (Index j = 0; j < visible; ++j) sums.dK_sq += w[j] * x_sq[key(j)] * Z.row(j).squaredNorm();
+    for (Index j = 0; j < visible; ++j) {
+      const double others = prepared.key_others ? z_others[j] * z_others[j] * prepared.key_others->squares[key(j)] : 0;
+      sums.dK_sq += w[j] * x_sq[key(j)] * (Z.row(j).squaredNorm() + others);
+    }
     return;
   }
-  const Matrix B = (*prepared.gram)(keys, keys).cwiseProduct(Z * Z.transpose());
+  Matrix directions = Z * Z.transpose();
+  if (prepared.key_others)
+    directions += (z_others * z_others.transpose()).cwiseProduct(prepared.key_others->gram(keys, keys));
+  const Matrix B = (*prepared.gram)(keys, keys).cwiseProduct(directions);
   const CenteredRow row({w.data(), static_cast<std::size_t>(visible)});
   sums.dK_sq += row.term([&](Index k, Index l) { return B(k, l); }, dense_forms(B, row));
 }

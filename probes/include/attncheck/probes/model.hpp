@@ -104,6 +104,7 @@ struct HeadInputs {
   // N x d_v: the value projections X W_V + b_V this head's attention multiplies (its key/value head's under
   // grouped queries); empty when the weights were given without them.
   Matrix values;
+  std::int64_t head = 0;     // this query head's place in the layer
   std::int64_t kv_head = 0;  // the key/value head this query head reads (itself without grouped queries)
 };
 
@@ -116,8 +117,14 @@ struct LayerInputs {
   double inner = 1;
   bool causal = false;
   // Qwen3, Gemma 3: the norms applied to each head's queries and keys (X W + b) before the rotation. fill_heads
-  // applies them, so they are set before it runs: the measures take the heads' rows as already normalized.
+  // applies them, so they are set before it runs: the measures take the heads' rows as already normalized. A gain
+  // of every head's coordinates (H d for the queries, kv_heads d for the keys) rather than d is OLMo 2's RMSNorm
+  // over all the heads together.
   std::optional<HeadNorm> query_norm, key_norm;
+  // Under norms over all the heads (fill_heads sets them): per position the squared length of the raw queries and
+  // keys of every head, and the raw keys' Gram matrix over positions, of which each head takes the other heads' part.
+  Vector all_query_squares, all_key_squares;
+  Matrix all_key_gram;
   // Gemma 2: the softmax's logits are logit_softcap tanh(S / logit_softcap), S = inner queries keys^T (0: S).
   double logit_softcap = 0;
   std::optional<theory::Rotary> rotary;  // positions 0 .. N-1
@@ -302,9 +309,18 @@ Matrix rms_norm(const Matrix& x, const Vector& gain, double eps);
 // first_row .. first_row + rows - 1 of them (rows < 0: to the last).
 Matrix softmax_logits(const LayerInputs& layer, const HeadInputs& head, theory::Index first_row = 0,
                       theory::Index rows = -1, bool float32_products = false);
-// The theory's maps of the layer for one head: rotary, the norms with the head's projections before them (which
-// `raw_queries` and `raw_keys` are filled with), the cap.
-theory::ScoreMaps score_maps(const LayerInputs& layer, const HeadInputs& head, Matrix& raw_queries, Matrix& raw_keys);
+// What score_maps points into, owned by its caller: the head's raw projections and, under norms over all the heads,
+// the head's slice of the gains and the other heads' coordinates.
+struct HeadMapStorage {
+  Matrix raw_queries, raw_keys;
+  HeadNorm query_slice, key_slice;
+  theory::OtherHeads query_others, key_others;
+};
+// The theory's maps of the layer for one head: rotary, the norms with the head's projections before them, the cap.
+// `key_gram`: the other heads' key Gram matrix too, which only softmax's dA/dW_K reads.
+theory::ScoreMaps score_maps(const LayerInputs& layer, const HeadInputs& head, HeadMapStorage& storage, bool key_gram);
+// Whether the norm spans every head's coordinates (OLMo 2) rather than one head's d.
+bool spans_all_heads(const HeadNorm& norm, theory::Index d);
 
 // The map applied to one head's scores; masked entries (causal, j > i, or outside `attended` when given) are 0.
 // Scores that are not finite are an InputError naming `where` (the layer and head) and the cause: activations that

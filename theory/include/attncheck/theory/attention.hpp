@@ -150,10 +150,20 @@ struct HeadNorm {
   Vector bias;
 };
 
+// An RMSNorm over all the layer's heads together (OLMo 2's q_norm and k_norm over H d coordinates), seen from one
+// head: the other heads' raw coordinates enter its mean square, r_t = sqrt((|p_t|^2 + squares[t]) / (d +
+// coordinates) + eps), and through r_t the head's map depends on the other heads' weights too.
+struct OtherHeads {
+  Index coordinates = 0;  // the other heads' coordinates the mean runs over
+  Vector squares;         // per position, the sum of their squares (N)
+  Matrix gram;            // their Gram matrix over positions (N x N): for the keys, which softmax's dF/dW_K reads
+};
+
 // Each row of `rows` normalized by an RMSNorm: x / sqrt(mean(x^2) + eps) * gain.
 Matrix rms_normalized(const Matrix& rows, const Vector& gain, double eps);
-// Each row of `rows` normalized by `norm`, an RMSNorm or a LayerNorm.
-Matrix head_normalized(const Matrix& rows, const HeadNorm& norm);
+// Each row of `rows` normalized by `norm`, an RMSNorm or a LayerNorm; with `others`, an RMSNorm over all the heads
+// (`norm.gain` then this head's slice of the gains).
+Matrix head_normalized(const Matrix& rows, const HeadNorm& norm, const OtherHeads* others = nullptr);
 
 // What a head applies between its projections P_Q = X W_Q + b_Q, P_K = X W_K + b_K and its attention, beyond the
 // map's own scale: v_i = R(i) norm_Q(p_i), u_j = R(j) norm_K(p_j), S = lambda V U^T, and for softmax the logits
@@ -168,6 +178,11 @@ struct ScoreMaps {
   double logit_softcap = 0;  // 0: none
   // X X^T, when the caller has it (see the rotary overloads above); softmax's dF/dW_K reads it.
   const Matrix* gram = nullptr;
+  // With norms over all the heads together: the other heads' coordinates (the keys' with their Gram matrix under
+  // softmax). dF/dW_Q and dF/dW_K are then in the whole W_Q and W_K, every head's columns, which all move this
+  // head's map (docs/THEORY.md, "Norms over all the heads").
+  const OtherHeads* query_others = nullptr;
+  const OtherHeads* key_others = nullptr;
 };
 
 // The closed forms with every map of `maps`: V and U are the final rows (normalized, rotated), and dF/dW_Q,
