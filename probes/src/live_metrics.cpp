@@ -427,6 +427,21 @@ LayerInputs split_heads(Matrix X, const Matrix& W_Q, const Matrix& W_K, const Ve
     throw InputError(
         fmt::format("the rotary embedding rotates {} coordinates, the heads have d = {}", split.rotary->dimension, d));
   }
+  if (!split.head_rotary.empty()) {
+    if (split.rotary) throw InputError("both one rotary embedding for the layer and one per head");
+    if (std::ssize(split.head_rotary) != heads || kv_heads != heads) {
+      throw InputError(
+          fmt::format("{} rotary embeddings for {} heads and {} key heads: need one per head, each head "
+                      "its own keys",
+                      split.head_rotary.size(), heads, kv_heads));
+    }
+    for (const theory::Rotary& rotary : split.head_rotary) {
+      if (rotary.dimension != d) {
+        throw InputError(
+            fmt::format("the rotary embedding rotates {} coordinates, the heads have d = {}", rotary.dimension, d));
+      }
+    }
+  }
   if (split.attended && (split.attended->rows() != X.rows() || split.attended->cols() != X.rows())) {
     throw InputError(fmt::format("the mask is {}x{}, the layer has N = {} positions", split.attended->rows(),
                                  split.attended->cols(), X.rows()));
@@ -455,6 +470,7 @@ LayerInputs split_heads(Matrix X, const Matrix& W_Q, const Matrix& W_K, const Ve
   if (!(split.logit_softcap >= 0) || !std::isfinite(split.logit_softcap))
     throw InputError(fmt::format("logit_softcap = {} is not a finite cap >= 0", split.logit_softcap));
   layer.rotary = std::move(split.rotary);
+  layer.head_rotary = std::move(split.head_rotary);
   layer.query_norm = std::move(split.query_norm);
   layer.key_norm = std::move(split.key_norm);
   layer.logit_softcap = split.logit_softcap;
@@ -681,7 +697,7 @@ std::vector<HeadMetrics> measure_layer(LayerInputs& layer, int layer_index, cons
                                        bool cross_norm, int threads, const std::function<void()>& head_done,
                                        std::span<const theory::PhiExpression> what_if) {
   // Softmax's dA/dW_K under rotary keys reads X X^T: once for the layer rather than once per head.
-  const bool shares_gram = layer.rotary && layer.gram.size() == 0;
+  const bool shares_gram = (layer.rotary || !layer.head_rotary.empty()) && layer.gram.size() == 0;
   if (shares_gram) layer.gram.noalias() = layer.X * layer.X.transpose();
   // The heads in parallel, or one head at a time with its parts of rows in parallel where there are more of those
   // (`--heads 0` on every core); never more threads than heads or parts. A layer with less work than kParallelWork

@@ -152,6 +152,15 @@ double detail::rope_setting(const nlohmann::json& config, const std::filesystem:
       throw InputError(fmt::format("{}: \"rope_parameters\" is {}, not an object", file.string(),
                                    records::json_excerpt(*parameters)));
     }
+    // One object per kind of layer (Gemma 3's reader flattens its own): read as one, its base would be the fallback.
+    for (const char* kind : {"full_attention", "sliding_attention"}) {
+      if (parameters->contains(kind)) {
+        throw InputError(
+            fmt::format("{}: \"rope_parameters\" has one object per kind of layer (\"{}\"): this "
+                        "family's reader takes one for all its layers",
+                        file.string(), kind));
+      }
+    }
     const auto type = value_or<std::string>(*parameters, "rope_type", "default", file, "rope_parameters");
     if (type != "default") {
       throw InputError(
@@ -388,6 +397,10 @@ Matrix detail::fill_heads(LayerInputs& layer, const AttentionWeights& weights, s
   // Normalized, then rotated, as the models do; head `index`'s coordinates of a norm over all the heads.
   const auto head_rows = [&](const Matrix& all, Index index, const std::optional<HeadNorm>& norm,
                              const Vector& all_squares) {
+    if (norm && norm->gain.size() != d && norm->gain.size() != all.cols()) {
+      throw InputError(fmt::format("a q/k norm of {} gains for heads of {} and {} coordinates in all",
+                                   norm->gain.size(), d, all.cols()));
+    }
     Matrix rows = all.middleCols(index * d, d);
     if (norm && spans_all_heads(*norm, d)) {
       const theory::OtherHeads others{all.cols() - d, all_squares - rows.rowwise().squaredNorm(), {}};
@@ -395,7 +408,7 @@ Matrix detail::fill_heads(LayerInputs& layer, const AttentionWeights& weights, s
     } else if (norm) {
       rows = theory::head_normalized(rows, *norm);
     }
-    if (layer.rotary) theory::apply_rotary(*layer.rotary, rows);
+    if (const theory::Rotary* rotary = rotary_of(layer, index)) theory::apply_rotary(*rotary, rows);
     return rows;
   };
   // Once for all the query heads that share them.
@@ -475,6 +488,11 @@ Matrix softmax_logits(const LayerInputs& layer, const HeadInputs& head, Index fi
   return scores;
 }
 
+const theory::Rotary* rotary_of(const LayerInputs& layer, Index head) {
+  if (!layer.head_rotary.empty()) return &layer.head_rotary.at(static_cast<std::size_t>(head));
+  return layer.rotary ? &*layer.rotary : nullptr;
+}
+
 bool spans_all_heads(const HeadNorm& norm, Index d) { return norm.gain.size() != d; }
 
 theory::ScoreMaps score_maps(const LayerInputs& layer, const HeadInputs& head, HeadMapStorage& storage, bool key_gram) {
@@ -486,7 +504,7 @@ theory::ScoreMaps score_maps(const LayerInputs& layer, const HeadInputs& head, H
   const Index d = head.W_Q.cols();
   if (layer.query_norm) storage.raw_queries = raw(head.W_Q, head.b_Q);
   if (layer.key_norm) storage.raw_keys = raw(head.W_K, head.b_K);
-  theory::ScoreMaps maps{layer.rotary ? &*layer.rotary : nullptr,
+  theory::ScoreMaps maps{rotary_of(layer, head.head),
                          layer.query_norm ? &*layer.query_norm : nullptr,
                          layer.key_norm ? &*layer.key_norm : nullptr,
                          &storage.raw_queries,

@@ -153,13 +153,15 @@ def attention_norms(x, w_q, w_k, b_q=None, b_k=None, heads=1, activation="softma
     Face's) or (2p, 2p + 1) ("interleaved", ggml's); coordinates past 2 * len(rotary) are not rotated. Or a 2-D
     (N, P) array of angles per position: row t's pair p turns by rotary[t, p] (EVA's 2-D rotary over image
     patches, its prefix tokens at 0), in the same layouts with P pairs; softmax's dWk_fro is then O(N^3 d) per head.
+    Or a 3-D (heads, N, P) array, head h's queries and keys turned by rotary[h] (timm's mixed rotary learns angles
+    per head; kv_heads must then equal heads).
     query_norm, key_norm: (gain, eps) of an RMSNorm applied to each head's queries or keys before the rotation,
     q / sqrt(mean(q^2) + eps) * gain (Qwen3, Gemma 3), or (gain, eps, bias) of a LayerNorm, c / sqrt(mean(c^2) +
     eps) * gain + bias with c = q - mean(q) (Persimmon, timm's qk_norm; bias None without one); logit_softcap: the
     softmax takes cap * tanh(S / cap) (Gemma 2). The derivatives in W_Q and W_K go through both; grad_fro stays the softmax's Jacobian in its logits.
     A gain of heads * d_head entries (kv_heads * d_head for key_norm) is one RMSNorm over all the heads' queries (keys)
     together (OLMo 2): a head's map then moves with every head's weights, and dWq_fro, dWk_fro are its Jacobians in
-    the whole w_q and w_k.
+    the whole w_q and w_k (dWk_group_fro that of its group's maps in the whole w_k).
 
     Returns one dict per head, keyed like the rows under `heads` of `attncheck probe --json`: layer (0), head,
     N, D, d, causal, inner (the scale), softmax_fro (||A||_F), grad_fro (||dA/dS||_F), dWq_fro and dWk_fro (||dA/dW_Q||_F, ||dA/dW_K||_F,

@@ -116,11 +116,18 @@ def _combine(first, second):
     return first & second
 
 
+# A norm computed in float32 inside a float64 model (transformers' RMSNorms cast to float32 whatever the input's
+# dtype) agrees with its definition to a few float32 ulps; a norm that computes something else differs at order one.
+_NORM_AGREEMENT = 1e-5
+
+
 def _head_norm(norm, d):
     """What a q/k norm module over d coordinates computes, learned from the module itself and then checked on random
-    vectors: (gain, eps) for an RMSNorm, x / sqrt(mean(x^2) + eps) * gain (its weight may be the gain or gain - 1, as
-    Gemma stores it); (gain, eps, bias) for a LayerNorm, c / sqrt(mean(c^2) + eps) * gain + bias with c = x - mean(x)
-    (bias None without one). Anything else is refused."""
+    vectors (one of them so small that eps matters): (gain, eps) for an RMSNorm, x / sqrt(mean(x^2) + eps) * gain
+    (its weight may be the gain or gain - 1, as Gemma stores it); (gain, eps, bias) for a LayerNorm,
+    c / sqrt(mean(c^2) + eps) * gain + bias with c = x - mean(x) (bias None without one). The gain and bias are then
+    the module's own parameters in double precision where they are what the probes found, so that a norm computed in
+    float32 (transformers' RMSNorms) is measured as its definition. Anything else is refused."""
     if norm is None:
         return None
     eps = _attribute(norm, "variance_epsilon", "eps", "epsilon")
@@ -128,36 +135,56 @@ def _head_norm(norm, d):
         raise Unmeasurable(f"the q/k norm {type(norm).__name__} has no eps")
     shapes = [tuple(p.shape) for p in norm.parameters()]
     if any(shape != (d,) for shape in shapes) or len(shapes) > 2:
-        raise Unmeasurable(f"the q/k norm {type(norm).__name__} is not a norm over the head's {d} coordinates")
+        raise Unmeasurable(f"the q/k norm {type(norm).__name__} is not a norm over {d} coordinates")
     twin = _double_copy(norm)
     eps = float(eps)
     trial = torch.randn(3, d, dtype=torch.float64, generator=torch.Generator().manual_seed(20261126))
-    with torch.no_grad():
-        output = twin(trial)
-        gain = twin(torch.ones(1, d, dtype=torch.float64))[0] * math.sqrt(1 + eps)
-        if torch.allclose(output, trial / torch.sqrt(trial.pow(2).mean(-1, keepdim=True) + eps) * gain, rtol=1e-10,
-                          atol=1e-12):
-            return gain.numpy(), eps
-        if d % 2 == 0:
-            # A LayerNorm sends 0 to its bias, and the alternating signs (mean 0, mean square 1) to
-            # signs * gain / sqrt(1 + eps) + bias.
-            signs = torch.ones(1, d, dtype=torch.float64)
-            signs[0, 1::2] = -1
-            bias = twin(torch.zeros(1, d, dtype=torch.float64))[0]
-            gain = (twin(signs)[0] - bias) * signs[0] * math.sqrt(1 + eps)
-            c = trial - trial.mean(-1, keepdim=True)
-            if torch.allclose(output, c / torch.sqrt(c.pow(2).mean(-1, keepdim=True) + eps) * gain + bias, rtol=1e-10,
-                              atol=1e-12):
-                return gain.numpy(), eps, (None if float(bias.abs().max()) == 0 else bias.numpy())
-    raise Unmeasurable(f"the q/k norm {type(norm).__name__} is neither an RMSNorm nor a LayerNorm over the head's "
-                       f"{d} coordinates")
+    trial[2] *= math.sqrt(eps)  # mean square of order eps: a wrong eps shows
+    # Zeros stand for what a norm without parameters has: no bias (0) and a gain of 1.
+    parameters = [p.detach().to(device="cpu", dtype=torch.float64) for p in twin.parameters()]
+    parameters.append(torch.zeros(d, dtype=torch.float64))
+
+    def own(estimate):
+        for value in parameters:
+            for candidate in (value, 1 + value):
+                if torch.allclose(estimate, candidate, rtol=_NORM_AGREEMENT, atol=_NORM_AGREEMENT * 1e-2):
+                    return candidate
+        return estimate
+
+    def agrees(output, expected):
+        return torch.allclose(output, expected, rtol=_NORM_AGREEMENT, atol=_NORM_AGREEMENT * 1e-2)
+
+    try:
+        with torch.no_grad():
+            output = twin(trial)
+            gain = own(twin(torch.ones(1, d, dtype=torch.float64))[0] * math.sqrt(1 + eps))
+            if agrees(output, trial / torch.sqrt(trial.pow(2).mean(-1, keepdim=True) + eps) * gain):
+                return gain.numpy(), eps
+            if d % 2 == 0:
+                # A LayerNorm sends 0 to its bias, and the alternating signs (mean 0, mean square 1) to
+                # signs * gain / sqrt(1 + eps) + bias.
+                signs = torch.ones(1, d, dtype=torch.float64)
+                signs[0, 1::2] = -1
+                bias = own(twin(torch.zeros(1, d, dtype=torch.float64))[0])
+                gain = own((twin(signs)[0] - bias) * signs[0] * math.sqrt(1 + eps))
+                c = trial - trial.mean(-1, keepdim=True)
+                if agrees(output, c / torch.sqrt(c.pow(2).mean(-1, keepdim=True) + eps) * gain + bias):
+                    return gain.numpy(), eps, (None if float(bias.abs().max()) == 0 else bias.numpy())
+    except (RuntimeError, TypeError, ValueError) as error:  # the module's own forward refuses rows of d
+        raise Unmeasurable(f"the q/k norm {type(norm).__name__} does not take rows of {d} coordinates "
+                           f"({type(error).__name__}: {error})") from None
+    raise Unmeasurable(f"the q/k norm {type(norm).__name__} is neither an RMSNorm nor a LayerNorm over {d} coordinates")
 
 
 def _projection_norm(norm, d, heads):
     """A q/k norm over one head's d coordinates (_head_norm), or OLMo 2's: one RMSNorm over all `heads` heads'
-    coordinates at once, applied before the heads are split (a gain of heads x d, which a norm over d cannot have).
-    A LayerNorm over all the heads is refused."""
-    if norm is not None and heads > 1 and [tuple(p.shape) for p in norm.parameters()] == [(heads * d,)]:
+    coordinates at once, applied before the heads are split (parameters of heads x d, which a norm over d cannot
+    have, or a normalized_shape of heads x d). A LayerNorm over all the heads is refused."""
+    if norm is None:
+        return None
+    shapes = [tuple(p.shape) for p in norm.parameters()]
+    width = tuple(getattr(norm, "normalized_shape", ()) or ())
+    if heads > 1 and ((shapes and all(shape == (heads * d,) for shape in shapes)) or width == (heads * d,)):
         measured = _head_norm(norm, heads * d)
         if len(measured) == 3:
             raise Unmeasurable(f"the q/k norm {type(norm).__name__} is a LayerNorm over all the heads' coordinates: "
@@ -579,36 +606,40 @@ def _nanogpt_difference(module, x):
 
 
 def _rope_angles(module, rope, n):
-    """The angles per position (N, d/2) and the pairs' layout of the rope that EvaAttention and AttentionRope hand
-    apply_rot_embed_cat: sines | cosines of each coordinate of a head, one row per patch after the
-    num_prefix_tokens prefix tokens, which are not turned (angle 0); pairs (2p, 2p + 1), or (p, p + d/2) under
-    rotate_half. Refused where it is not one rotation per pair shared by the batch and the heads (timm's "mixed"
-    rotary learns angles per head)."""
-    d = int(module.head_dim)
+    """The angles per position (N, d/2), or per head and position (heads, N, d/2) for timm's mixed rotary, and the
+    pairs' layout, of the rope that EvaAttention and AttentionRope hand apply_rot_embed_cat: sines | cosines of each
+    coordinate of a head, one row per patch after the num_prefix_tokens prefix tokens, which are not turned (angle
+    0); pairs (2p, 2p + 1), or (p, p + d/2) under rotate_half. Refused where it is not one rotation per pair, or
+    differs across the batch."""
+    d, heads = int(module.head_dim), int(module.num_heads)
     half = bool(getattr(module, "rotate_half", False))
     prefix = int(getattr(module, "num_prefix_tokens", 0) or 0)
     if not isinstance(rope, torch.Tensor) or rope.dim() < 2 or rope.shape[-1] != 2 * d or d % 2:
         raise Unmeasurable(f"rope of shape {tuple(getattr(rope, 'shape', ()))} is not the sines and cosines of "
                            f"{d} coordinates per patch: not measured")
-    table = rope.detach().to(device="cpu", dtype=torch.float64).reshape(-1, rope.shape[-2], 2 * d)
+    table = rope.detach().to(device="cpu", dtype=torch.float64)
+    per_head = rope.dim() >= 3 and rope.shape[-3] == heads and not bool((table == table[..., :1, :, :]).all())
+    # One table for the layer, or one per head (the last axis but two), the same for every image of the batch.
+    table = table.reshape(-1, heads if per_head else 1, rope.shape[-2], 2 * d)
     if not bool((table == table[:1]).all()):
-        raise Unmeasurable("rope differs across the batch or the heads (timm's mixed rotary learns angles per head): "
-                           "not measured")
+        raise Unmeasurable("rope differs across the images of the batch: not measured")
     sines, cosines = table[0].chunk(2, dim=-1)
-    if sines.shape[0] != n - prefix:
-        raise Unmeasurable(f"rope has {sines.shape[0]} rows for {n} positions after {prefix} prefix tokens")
+    if sines.shape[-2] != n - prefix:
+        raise Unmeasurable(f"rope has {sines.shape[-2]} rows for {n} positions after {prefix} prefix tokens")
     pairs = d // 2
     first = torch.arange(pairs) if half else 2 * torch.arange(pairs)
     second = first + pairs if half else first + 1
-    if not (torch.equal(sines[:, first], sines[:, second]) and torch.equal(cosines[:, first], cosines[:, second])):
+    if not (torch.equal(sines[..., first], sines[..., second]) and
+            torch.equal(cosines[..., first], cosines[..., second])):
         raise Unmeasurable("rope turns the two coordinates of a pair by different angles: not a rotation per pair")
-    # A float32 rope's sines and cosines are each rounded, so their squares sum to 1 within a few float32 ulps.
-    off_circle = float((sines[:, first] ** 2 + cosines[:, first] ** 2 - 1).abs().amax()) if len(sines) else 0.0
-    if off_circle > 1e-6:
+    # Rounded sines and cosines (float32 whatever the model's dtype, bfloat16 in a bfloat16 model) have squares that
+    # sum to 1 within a few ulps of their dtype; a map that is not a rotation misses by far more.
+    off_circle = float((sines[..., first] ** 2 + cosines[..., first] ** 2 - 1).abs().amax()) if sines.numel() else 0.0
+    if off_circle > 16 * max(torch.finfo(rope.dtype).eps, torch.finfo(torch.float32).eps):
         raise Unmeasurable(f"rope's sines and cosines are {off_circle:.1e} off the unit circle: not rotations")
-    angles = torch.zeros(n, pairs, dtype=torch.float64)
-    angles[prefix:] = torch.atan2(sines[:, first], cosines[:, first])
-    return angles.numpy(), "half" if half else "interleaved"
+    angles = torch.zeros(len(sines), n, pairs, dtype=torch.float64)
+    angles[:, prefix:] = torch.atan2(sines[..., first], cosines[..., first])
+    return (angles if per_head else angles[0]).numpy(), "half" if half else "interleaved"
 
 
 def _timm(module, call):

@@ -643,9 +643,9 @@ class AttentionRecorder:
             positions = _pick(positions, sample, 2).numpy() if positions.shape[0] > 1 else positions[0].numpy()
         causal = bool(spec.get("causal", False))
         rotary = spec.get("rotary")
-        if rotary is not None and np.ndim(rotary) == 2:  # angles per position: the kept positions' rows
+        if rotary is not None and np.ndim(rotary) >= 2:  # angles per (head and) position: the kept positions'
             x, mask, causal, kept = _without_padding(np.asarray(x), mask, causal, np.arange(len(x)))
-            rotary = np.asarray(rotary)[kept]
+            rotary = np.asarray(rotary)[..., kept, :]
         else:
             x, mask, causal, positions = _without_padding(np.asarray(x), mask, causal, positions)
             if rotary is not None and positions is not None and np.any(np.diff(positions) != 1):

@@ -356,8 +356,10 @@ py::dict softmax_norms(const py::array& logits_array, const std::optional<py::ar
 // Rotary positions from the frequencies a model uses (its inv_freq, in double where the configuration gives them),
 // 1-D, or from its angles per position (positions x pairs: EVA's 2-D rotary over image patches), 2-D, in Hugging
 // Face's layout ("half") or ggml's ("interleaved"): theory::Rotary::with_frequencies or with_angles, checked first.
-theory::Rotary rotary_of(const RealArray& rotary, const std::string& layout, Index d, Index n, SignalPoll& poll) {
-  const bool table = rotary.ndim() == 2;
+// With `offset`, the table of a 3-D array's head at that byte offset (rotaries_per_head).
+theory::Rotary rotary_of(const RealArray& rotary, const std::string& layout, Index d, Index n, SignalPoll& poll,
+                         py::ssize_t offset = 0) {
+  const bool table = rotary.ndim() >= 2;
   const Index pairs = rotary.shape(rotary.ndim() - 1);
   if (pairs < 1 || 2 * pairs > d) {
     throw InputError(
@@ -367,16 +369,25 @@ theory::Rotary rotary_of(const RealArray& rotary, const std::string& layout, Ind
     throw InputError(fmt::format("rotary_layout '{}' is not half or interleaved", layout));
   }
   if (table) {
-    if (rotary.shape(0) != n) {
-      throw InputError(fmt::format("rotary angles for {} positions, x has {}", rotary.shape(0), n));
+    if (rotary.shape(rotary.ndim() - 2) != n) {
+      throw InputError(fmt::format("rotary angles for {} positions, x has {}", rotary.shape(rotary.ndim() - 2), n));
     }
-    return theory::Rotary::with_angles(d, rotary.matrix(poll), layout == "interleaved");
+    return theory::Rotary::with_angles(d, rotary.matrix(poll, offset), layout == "interleaved");
   }
   const Vector f = rotary.vector();
   for (Index p = 0; p < pairs; ++p) {
     if (!std::isfinite(f(p))) throw InputError(fmt::format("rotary frequency {} is {}", p, f(p)));
   }
   return theory::Rotary::with_frequencies(d, std::vector<double>(f.data(), f.data() + pairs), layout == "interleaved");
+}
+
+// One rotation per head from angles (heads x positions x pairs): timm's mixed rotary learns them per head.
+std::vector<theory::Rotary> rotaries_per_head(const RealArray& rotary, const std::string& layout, Index d, Index n,
+                                              SignalPoll& poll) {
+  std::vector<theory::Rotary> out;
+  for (py::ssize_t head = 0; head < rotary.shape(0); ++head)
+    out.push_back(rotary_of(rotary, layout, d, n, poll, head * rotary.stride(0)));
+  return out;
 }
 
 // Refuses, as the command line's probe refuses a sequence too long for the memory, a measurement whose copies and
@@ -426,9 +437,11 @@ std::vector<probes::HeadMetrics> measure(
   if (b_q_array) b_q.emplace(real_array(*b_q_array, "b_q", 1));
   if (b_k_array) b_k.emplace(real_array(*b_k_array, "b_k", 1));
   if (rotary_array) {
-    if (rotary_array->ndim() != 1 && rotary_array->ndim() != 2) {
-      throw InputError(fmt::format("rotary must be 1-D (frequencies) or 2-D (angles per position): got shape {}",
-                                   shape_text(*rotary_array)));
+    if (rotary_array->ndim() < 1 || rotary_array->ndim() > 3) {
+      throw InputError(
+          fmt::format("rotary must be 1-D (frequencies), 2-D (angles per position) or 3-D (angles per "
+                      "head and position): got shape {}",
+                      shape_text(*rotary_array)));
     }
     rotary_angles_or_frequencies.emplace(RealArray(*rotary_array, "rotary"));
   }
@@ -442,7 +455,7 @@ std::vector<probes::HeadMetrics> measure(
   if (scale && !std::isfinite(*scale)) throw InputError(fmt::format("scale = {} is not finite", *scale));
   require_memory_to_measure(x_array, w_q_array, w_k_array, heads, mask_array.has_value(), rotary_array.has_value(),
                             query_norm_array || key_norm_array || logit_softcap > 0 ||
-                                (rotary_array && rotary_array->ndim() == 2),
+                                (rotary_array && rotary_array->ndim() >= 2),
                             (query_gain && query_gain->shape(0) != w_q_array.shape(1) / std::max(heads, 1)) ||
                                 (key_gain && key_gain->shape(0) != w_q_array.shape(1) / std::max(heads, 1)));
   probes::HeadSplit split;
@@ -455,8 +468,11 @@ std::vector<probes::HeadMetrics> measure(
   if (x.shape(0) == 0 || x.shape(1) == 0)
     throw InputError(fmt::format("x of shape ({}, {}) is empty", x.shape(0), x.shape(1)));
   const Index d = W_Q.cols() % heads == 0 ? W_Q.cols() / heads : 1;
-  if (rotary_angles_or_frequencies)
+  if (rotary_angles_or_frequencies && rotary_angles_or_frequencies->ndim() == 3) {
+    split.head_rotary = rotaries_per_head(*rotary_angles_or_frequencies, rotary_layout, d, x.shape(0), poll);
+  } else if (rotary_angles_or_frequencies) {
     split.rotary = rotary_of(*rotary_angles_or_frequencies, rotary_layout, d, x.shape(0), poll);
+  }
   if (query_gain) {
     split.query_norm =
         probes::HeadNorm{query_gain->vector(), norm_eps, norm_centred, query_bias ? query_bias->vector() : Vector()};

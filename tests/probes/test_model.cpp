@@ -1175,6 +1175,9 @@ TEST_CASE("GPT-NeoX checkpoints are read, and what its adapter does not compute 
   auto both = newer;
   both["rotary_pct"] = 0.25;
   refused(both, "\"rotary_pct\" is 0.25 and \"rope_parameters.partial_rotary_factor\" is 0.5: they must agree");
+  auto per_kind = newer;
+  per_kind["rope_parameters"] = {{"full_attention", newer["rope_parameters"]}};
+  refused(per_kind, "\"rope_parameters\" has one object per kind of layer (\"full_attention\")");
   auto scaled_newer = newer;
   scaled_newer["rope_parameters"]["rope_type"] = "linear";
   refused(scaled_newer, "\"rope_parameters.rope_type\" is 'linear': scaled rotary positions are not supported");

@@ -27,7 +27,7 @@ from conftest import assert_rows_match, calls_of, run_program  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "probes"))
 # hf_decoder_reference also makes float64 the default dtype, in which 4.38.2 builds its causal masks.
-from hf_decoder_reference import float64_softmax  # noqa: E402
+from hf_decoder_reference import decoder_float64, float64_softmax  # noqa: E402
 from hf_reference import encoder_randomize  # noqa: E402
 
 transformers.logging.set_verbosity_error()
@@ -232,6 +232,58 @@ def test_the_command_line_on_the_saved_checkpoint_equals_probe_in_memory(family,
             worst = max(worst, abs(value - theirs[key]) / max(abs(theirs[key]), 1e-300))
             assert value == pytest.approx(theirs[key], rel=RELATIVE, abs=1e-13), (ours["layer"], ours["head"], key)
     print(f"{family}: the command line on the checkpoint, largest relative difference {worst:.2e}")
+
+
+@pytest.mark.parametrize("lifted", [True, False])
+def test_norms_over_all_the_heads_olmo2_style_equal_the_models_own_attention_and_autograd(lifted):
+    """OLMo 2's layout, which transformers 4.38.2 lacks (its own classes are checked by hand under transformers 5.24,
+    tests/python/hf_current_transformers.py): Llama's attention whose q_proj and k_proj outputs pass through one
+    LlamaRMSNorm over all the heads' coordinates before the heads are split, as OLMo 2 applies
+    q_norm(q_proj(x)). Every head's map moves with every head's weights, so dWq_fro and dWk_fro are the Jacobians
+    in the whole q_proj and k_proj weights. LlamaRMSNorm computes in float32 whatever the model's dtype: recognised
+    all the same, and measured as its definition, which the model's float32 norm meets to ~1e-7 (1e-6 here); with
+    its float32 lifted to float64 (`lifted`), to 1e-10."""
+    config = transformers.LlamaConfig(**COMMON, hidden_size=32, intermediate_size=48, num_attention_heads=4,
+                                      num_key_value_heads=2, rope_theta=1000.0)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").double()
+    model = encoder_randomize(model, 3)
+    decoder_float64(model, "llama")  # the model's own RMSNorms and rotary frequencies in float64
+    generator = torch.Generator().manual_seed(5)
+    layers = [layer.self_attn for layer in model.model.layers]
+    for attention in layers:
+        for name, projection in (("q_norm", attention.q_proj), ("k_norm", attention.k_proj)):
+            norm = transformers.models.llama.modeling_llama.LlamaRMSNorm(projection.out_features, eps=1e-6).double()
+            with torch.no_grad():
+                norm.weight.copy_(1 + 0.3 * torch.randn(projection.out_features, generator=generator,
+                                                        dtype=torch.float64))
+            if lifted:
+                norm.forward = lambda x, m=norm: m.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True)
+                                                                            + m.variance_epsilon))
+            setattr(attention, name, norm)
+            projection.register_forward_hook(lambda _module, _inputs, output, norm=norm: norm(output))
+    model.eval()
+    ids = torch.tensor(TOKENS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rows = attncheck.torch.probe(model, ids)
+    expected = []
+    for l, (a, jacobians) in enumerate(_own_attention_and_jacobians(model, layers, ids)):
+        heads = [{"layer": l, "head": h, "N": len(TOKENS), "softmax_fro": float(a[h].norm()),
+                  "grad_fro": _softmax_jacobian_norm(a[h]), "dWq_fro": float(jacobians["q_proj.weight"][h].norm()),
+                  "dWk_fro": float(jacobians["k_proj.weight"][h].norm())} for h in range(4)]
+        for h, row in enumerate(heads):  # query heads 2g and 2g + 1 read key head g
+            row["dWk_group_fro"] = (heads[h - h % 2]["dWk_fro"] ** 2 + heads[h - h % 2 + 1]["dWk_fro"] ** 2) ** 0.5
+        # Another head's query columns move this head's map: the norm over all the heads couples them.
+        d = 8
+        other = jacobians["q_proj.weight"][0][..., d:, :].norm()
+        assert float(other) > 0.01 * heads[0]["dWq_fro"]
+        expected.extend(heads)
+    worst = assert_rows_match(rows, expected, RELATIVE if lifted else 1e-6)
+    if not lifted:
+        assert worst > 1e-12  # the model's float32 norm is there to see
+    print(f"norms over all the heads ({'lifted' if lifted else 'float32 inside'}): largest relative difference "
+          f"{worst:.2e}")
 
 
 REFUSED = {

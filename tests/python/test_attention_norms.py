@@ -184,9 +184,44 @@ def test_rotary_positions_and_grouped_keys_equal_autograd(angles_per_position):
         attncheck.attention_norms(x, w_q, w_k, heads=heads, kv_heads=kv_heads, rotary=np.ones((7, 2)))
     with pytest.raises(ValueError, match="rotary has 4 pairs of angles: need 1 .. d/2 = 3"):
         attncheck.attention_norms(x, w_q, w_k, heads=heads, kv_heads=kv_heads, rotary=np.ones((8, 4)))
-    with pytest.raises(ValueError, match=r"rotary must be 1-D \(frequencies\) or 2-D \(angles per position\): "
-                                         r"got shape \(8, 2, 1\)"):
-        attncheck.attention_norms(x, w_q, w_k, heads=heads, kv_heads=kv_heads, rotary=np.ones((8, 2, 1)))
+    with pytest.raises(ValueError, match=r"rotary must be 1-D \(frequencies\), 2-D \(angles per position\) or 3-D "
+                                         r"\(angles per head and position\): got shape \(4, 8, 2, 1\)"):
+        attncheck.attention_norms(x, w_q, w_k, heads=heads, kv_heads=kv_heads, rotary=np.ones((4, 8, 2, 1)))
+
+
+def test_angles_per_head_equal_autograd():
+    """A 3-D rotary (heads, N, pairs): each head turns its queries and keys by its own angles (timm's mixed
+    rotary), interleaved pairs; with grouped keys it is refused, a key head then being turned two ways."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(RNG_SEED + 31)
+    n, D, heads, d = 6, 5, 3, 4
+    x = rng.standard_normal((n, D))
+    w_q, w_k = 0.8 * rng.standard_normal((D, heads * d)), 0.8 * rng.standard_normal((D, heads * d))
+    angles = rng.uniform(-3, 3, (heads, n, 2))
+    ours = attncheck.attention_norms(x, w_q, w_k, heads=heads, rotary=angles, rotary_layout="interleaved")
+    t = lambda a: torch.tensor(a, dtype=torch.float64)  # noqa: E731
+    jacobian = torch.autograd.functional.jacobian
+    softmax = dense_maps(torch)["softmax"]
+    keep = torch.ones(n, n, dtype=torch.bool)
+    for h in range(heads):
+        cos, sin = torch.cos(t(angles[h])), torch.sin(t(angles[h]))
+
+        def rotate(rows):
+            even, odd = rows[:, 0::2], rows[:, 1::2]
+            return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).reshape(n, d)
+
+        wq, wk = t(w_q[:, h * d:(h + 1) * d]), t(w_k[:, h * d:(h + 1) * d])
+
+        def attention(wq_, wk_):
+            return softmax(rotate(t(x) @ wq_) @ rotate(t(x) @ wk_).T / math.sqrt(d), keep, n)
+
+        assert ours[h]["softmax_fro"] == pytest.approx(attention(wq, wk).norm().item(), rel=1e-12)
+        assert ours[h]["dWq_fro"] == pytest.approx(jacobian(lambda w: attention(w, wk), wq).norm().item(), rel=1e-10)
+        assert ours[h]["dWk_fro"] == pytest.approx(jacobian(lambda w: attention(wq, w), wk).norm().item(), rel=1e-10)
+    with pytest.raises(ValueError, match="3 rotary embeddings for 3 heads and 1 key heads: need one per head"):
+        attncheck.attention_norms(x, w_q, w_k[:, :d], heads=heads, kv_heads=1, rotary=angles)
+    with pytest.raises(ValueError, match="2 rotary embeddings for 3 heads"):
+        attncheck.attention_norms(x, w_q, w_k, heads=heads, rotary=angles[:2])
 
 
 @pytest.mark.parametrize("angles_per_position", [False, True])

@@ -1,9 +1,9 @@
 """attncheck.torch on timm's vision transformers (timm 1.0.29, scripts/pyenv's "timm" set): ViT and DeiT (timm's
 Attention: one fused qkv, a class token, DeiT's distillation token too, RMSNorm or LayerNorm q/k norms), EVA
 (EvaAttention: fused qkv with q_bias and v_bias, or separate q_proj/k_proj; 2-D rotary positions over the patches,
-EVA-02's interleaved pairs or DINOv3's halves, prefix and register tokens unturned), timm's AttentionRope, and what
-is refused with its reason (BEiT's relative position bias, timm's mixed rotary with angles per head, a rope whose
-pairs turn by two angles).
+EVA-02's interleaved pairs, DINOv3's halves or RoPE-Mixed's angles per head, prefix and register tokens unturned),
+timm's AttentionRope, and what is refused with its reason (BEiT's relative position bias, a rope whose pairs turn by
+two angles).
 
 The reference is the model itself: tiny random float64 models built by timm, their own attention probabilities
 (the tensor each layer hands its attn_drop, in timm's non-fused path) for ||A||_F and ||grad softmax||_F, and
@@ -134,6 +134,35 @@ def test_every_head_equals_the_models_own_attention_and_autograd(name):
     print(f"{name}: {len(rows)} heads, N = {rows[0]['N']}, largest relative difference {worst:.2e}")
 
 
+def _mixed_angles_in_float64(freqs, t_x, t_y):
+    """timm 1.0.29's get_mixed_freqs without its float32 cast (which also keeps it from running in a float64 model):
+    the same angles, x times the x frequencies plus y times the y frequencies of each head, their sines and cosines
+    in float64."""
+    angles = (t_x.double().unsqueeze(-1) @ freqs[0].double().unsqueeze(-2)
+              + t_y.double().unsqueeze(-1) @ freqs[1].double().unsqueeze(-2))
+    return torch.cat([angles.sin().repeat_interleave(2, -1), angles.cos().repeat_interleave(2, -1)], dim=-1)
+
+
+def test_mixed_rotary_angles_per_head_equal_the_models_own_attention_and_autograd(monkeypatch):
+    # RoPE-Mixed: every head turns its pairs by angles of its own, learned frequencies over the patch's row and column.
+    import timm.layers.pos_embed_sincos
+    monkeypatch.setattr(timm.layers.pos_embed_sincos, "get_mixed_freqs", _mixed_angles_in_float64)
+    torch.manual_seed(0)
+    model = Eva(**SMALL, use_rot_pos_emb=True, rope_type="mixed").double().eval()
+    with torch.no_grad():
+        model.rope.freqs.mul_(3)  # learned frequencies far from their start: the heads' angles differ visibly
+    assert (model.rope.freqs[:, 0] - model.rope.freqs[:, 1]).abs().max() > 0.1
+    for module in model.modules():
+        if hasattr(module, "fused_attn"):
+            module.fused_attn = False
+    pixels = torch.randn(2, 3, 16, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rows = attncheck.torch.probe(model, pixels)[0]
+    worst = assert_rows_match(rows, _expected(model, pixels), RELATIVE)
+    print(f"mixed rotary: {len(rows)} heads, largest relative difference {worst:.2e}")
+
+
 def test_a_float32_rope_agrees_to_its_own_rounding():
     # EVA-02's rope as timm leaves it in a float64 model: float32 sines and cosines, whose squares sum to 1 within
     # ~1.2e-7, so the model turns each pair by a rotation scaled by 1 + O(1e-7). attncheck measures the rotation
@@ -164,8 +193,6 @@ def test_the_recorder_in_training_gives_the_rows_probe_gives(tmp_path):
 
 @pytest.mark.parametrize("build, dtype, reason", [
     (lambda: Beit(**SMALL, use_rel_pos_bias=True), torch.float64, "relative position bias"),
-    # timm 1.0.29's mixed rotary does not run in float64 (its frequencies meet float32 positions).
-    (lambda: Eva(**SMALL, use_rot_pos_emb=True, rope_type="mixed"), torch.float32, "learns angles per head"),
     # EVA-02's interleaved sines and cosines read in halves: coordinates p and p + d/2 turn by different angles.
     (lambda: Eva(**SMALL, use_rot_pos_emb=True, rope_rotate_half=True), torch.float64, "by different angles"),
 ])

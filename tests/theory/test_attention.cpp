@@ -808,6 +808,9 @@ TEST_CASE("rotary angles per position: rows outside the table are refused, a zer
   CHECK_THROWS_WITH(theory::apply_rotary(rotary, one, 0.5), Catch::Contains("positions 0.5"));
   angles(2, 0) = std::numeric_limits<double>::quiet_NaN();
   CHECK_THROWS_WITH(theory::Rotary::with_angles(2, angles, true), Catch::Contains("not finite"));
+  CHECK_THROWS_WITH(theory::Rotary::with_angles(2, Matrix::Zero(3, 2), true),
+                    Catch::Contains("2 pairs for heads of 2 coordinates"));
+  CHECK_THROWS_WITH(theory::Rotary::with_angles(2, Matrix(0, 1), true), Catch::Contains("for no position"));
 }
 
 TEST_CASE("a norm over all the heads: closed forms agree with finite differences in the whole W_Q and W_K") {

@@ -129,6 +129,10 @@ std::vector<double> frequencies_of(Index d, double base) {
 
 Rotary Rotary::with_frequencies(Index d, std::vector<double> frequency, bool interleaved) {
   const auto pairs = static_cast<Index>(frequency.size());
+  if (pairs < 1 || 2 * pairs > d) {
+    throw InputError(
+        fmt::format("a rotary embedding of {} pairs for heads of {} coordinates: need 1 .. d/2", pairs, d));
+  }
   Rotary out;
   out.dimension = d;
   for (Index p = 0; p < pairs; ++p) {
@@ -140,6 +144,7 @@ Rotary Rotary::with_frequencies(Index d, std::vector<double> frequency, bool int
 }
 
 Rotary Rotary::with_angles(Index d, Matrix angles, bool interleaved) {
+  if (angles.rows() == 0) throw InputError("rotary angles for no position");
   if (!angles.allFinite()) throw InputError("a rotary angle is not finite");
   Rotary out = with_frequencies(d, std::vector<double>(static_cast<std::size_t>(angles.cols()), 0.0), interleaved);
   out.angles = std::move(angles);

@@ -112,6 +112,7 @@ HeadMetrics measure_scores(const Matrix& scores, int layer_index, int head_index
 struct HeadSplit {
   int kv_heads = 0;  // key/value heads, each read by heads / kv_heads query heads; 0: one per query head
   std::optional<theory::Rotary> rotary;          // queries and keys rotated to positions 0 .. N-1
+  std::vector<theory::Rotary> head_rotary;       // or one rotation per head (LayerInputs::head_rotary)
   std::optional<theory::AttendedMask> attended;  // N x N, true where query i attends to key j (with causal: both)
   std::optional<HeadNorm> query_norm, key_norm;  // RMSNorms over each head's queries and keys, before the rotation
   double logit_softcap = 0;                      // the softmax's logits cap tanh(S / cap); 0: S

@@ -128,6 +128,9 @@ struct LayerInputs {
   // Gemma 2: the softmax's logits are logit_softcap tanh(S / logit_softcap), S = inner queries keys^T (0: S).
   double logit_softcap = 0;
   std::optional<theory::Rotary> rotary;  // positions 0 .. N-1
+  // Angles learned per head (timm's mixed rotary): head h's queries and keys turn by head_rotary[h], one key head
+  // per query head. Empty: `rotary`, if any, turns every head.
+  std::vector<theory::Rotary> head_rotary;
   // Entries attended when the mask is neither "all" nor causal (padding, a sliding window): then it is the whole
   // mask, with any causal part already in it.
   std::optional<theory::AttendedMask> attended;
@@ -319,6 +322,8 @@ struct HeadMapStorage {
 // The theory's maps of the layer for one head: rotary, the norms with the head's projections before them, the cap.
 // `key_gram`: the other heads' key Gram matrix too, which only softmax's dA/dW_K reads.
 theory::ScoreMaps score_maps(const LayerInputs& layer, const HeadInputs& head, HeadMapStorage& storage, bool key_gram);
+// The rotation of query head `head` (and of its key head): its own under angles per head, else the layer's, or none.
+const theory::Rotary* rotary_of(const LayerInputs& layer, theory::Index head);
 // Whether the norm spans every head's coordinates (OLMo 2) rather than one head's d.
 bool spans_all_heads(const HeadNorm& norm, theory::Index d);
 

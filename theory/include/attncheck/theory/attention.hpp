@@ -66,8 +66,8 @@ AttentionNorms attention_norms(const AttentionMap& map, const Matrix& X, const M
 // Rotary position embeddings (RoPE): the query and key of position t are rotated, pair p of coordinates
 // (first[p], second[p]) by the angle t * frequency[p] (R(t) = [[cos, -sin], [sin, cos]] on the pair);
 // coordinates in no pair are left as they are. Then s_ij = v_i . u_j depends on the positions through t_j - t_i
-// only. The two layouts in use differ only in which coordinates pair up, with frequency base^(-2p/d) for
-// pair p = 0 .. d/2 - 1 in both:
+// only (not so with angles given per position: with_angles). The two layouts in use differ only in which
+// coordinates pair up, with frequency base^(-2p/d) for pair p = 0 .. d/2 - 1 in both:
 struct Rotary {
   std::vector<Index> first, second;
   std::vector<double> frequency;
