@@ -19,7 +19,8 @@ projections see it, w_q (D, heads d) and w_k (D, kv_heads d) as maps of rows, bi
 causal, mask ((batch, N, N) booleans, True where query i attends to key j, or None), positions ((batch, N) or None),
 rotary (frequencies, radians per position; or angles per position, (N, pairs), for timm's 2-D rope; or None),
 query_norm and key_norm ((gain, eps) or None) and softcap;
-and rotary_layout where the pairs are not Hugging Face's halves ("interleaved": GPT-J's and EVA's adjacent pairs).
+and rotary_layout where the pairs are not Hugging Face's halves ("interleaved": GPT-J's and EVA's adjacent pairs);
+rotary_per_image where the angles come one table per image of the batch (timm's patch dropout).
 """
 
 import inspect
@@ -605,25 +606,28 @@ def _nanogpt_difference(module, x):
     return None
 
 
-def _rope_angles(module, rope, n):
+def _rope_angles(module, rope, n, batch):
     """The angles per position (N, d/2), or per head and position (heads, N, d/2) for timm's mixed rotary, and the
     pairs' layout, of the rope that EvaAttention and AttentionRope hand apply_rot_embed_cat: sines | cosines of each
     coordinate of a head, one row per patch after the num_prefix_tokens prefix tokens, which are not turned (angle
-    0); pairs (2p, 2p + 1), or (p, p + d/2) under rotate_half. Refused where it is not one rotation per pair, or
-    differs across the batch."""
+    0); pairs (2p, 2p + 1), or (p, p + d/2) under rotate_half. Under patch dropout in training timm hands each image
+    the rope of the patches it kept, (batch, 1 or heads, patches, 2 d): then one table per image, on a leading axis,
+    and the third value returned is True. Refused where it is not one rotation per pair."""
     d, heads = int(module.head_dim), int(module.num_heads)
     half = bool(getattr(module, "rotate_half", False))
     prefix = int(getattr(module, "num_prefix_tokens", 0) or 0)
-    if not isinstance(rope, torch.Tensor) or rope.dim() < 2 or rope.shape[-1] != 2 * d or d % 2:
+    if not isinstance(rope, torch.Tensor) or not 2 <= rope.dim() <= 4 or rope.shape[-1] != 2 * d or d % 2:
         raise Unmeasurable(f"rope of shape {tuple(getattr(rope, 'shape', ()))} is not the sines and cosines of "
                            f"{d} coordinates per patch: not measured")
     table = rope.detach().to(device="cpu", dtype=torch.float64)
     per_head = rope.dim() >= 3 and rope.shape[-3] == heads and not bool((table == table[..., :1, :, :]).all())
-    # One table for the layer, or one per head (the last axis but two), the same for every image of the batch.
+    # (images, 1 or heads, patches, 2 d): one table for the layer or one per head, and one per image where they differ.
     table = table.reshape(-1, heads if per_head else 1, rope.shape[-2], 2 * d)
-    if not bool((table == table[:1]).all()):
-        raise Unmeasurable("rope differs across the images of the batch: not measured")
-    sines, cosines = table[0].chunk(2, dim=-1)
+    per_image = not bool((table == table[:1]).all())
+    if per_image and (rope.dim() != 4 or rope.shape[0] != batch):
+        raise Unmeasurable(f"rope of shape {tuple(rope.shape)} differs along an axis that is not the batch's: not "
+                           "measured")
+    sines, cosines = (table if per_image else table[:1]).chunk(2, dim=-1)
     if sines.shape[-2] != n - prefix:
         raise Unmeasurable(f"rope has {sines.shape[-2]} rows for {n} positions after {prefix} prefix tokens")
     pairs = d // 2
@@ -637,9 +641,10 @@ def _rope_angles(module, rope, n):
     off_circle = float((sines[..., first] ** 2 + cosines[..., first] ** 2 - 1).abs().amax()) if sines.numel() else 0.0
     if off_circle > 16 * max(torch.finfo(rope.dtype).eps, torch.finfo(torch.float32).eps):
         raise Unmeasurable(f"rope's sines and cosines are {off_circle:.1e} off the unit circle: not rotations")
-    angles = torch.zeros(len(sines), n, pairs, dtype=torch.float64)
-    angles[:, prefix:] = torch.atan2(sines[..., first], cosines[..., first])
-    return (angles if per_head else angles[0]).numpy(), "half" if half else "interleaved"
+    angles = torch.zeros(*sines.shape[:2], n, pairs, dtype=torch.float64)
+    angles[..., prefix:, :] = torch.atan2(sines[..., first], cosines[..., first])
+    angles = angles if per_head else angles[:, 0]
+    return (angles if per_image else angles[0]).numpy(), "half" if half else "interleaved", per_image
 
 
 def _timm(module, call):
@@ -650,7 +655,8 @@ def _timm(module, call):
     x = _hidden_states(call, "x")
     n = x.shape[1]
     heads, d = int(module.num_heads), int(module.head_dim)
-    rotary, layout = _rope_angles(module, call["rope"], n) if call.get("rope") is not None else (None, "half")
+    rotary, layout, per_image = (_rope_angles(module, call["rope"], n, x.shape[0]) if call.get("rope") is not None
+                                 else (None, "half", False))
     width = heads * d
     qkv = _linear(module, "qkv")
     if qkv is not None:
@@ -683,6 +689,7 @@ def _timm(module, call):
     spec = _spec(x, w_q, w_k, b_q, b_k, heads, heads, float(module.scale), bool(call.get("is_causal", False)), allowed,
                  rotary=rotary, query_norm=norms[0], key_norm=norms[1])
     spec["rotary_layout"] = layout
+    spec["rotary_per_image"] = per_image
     return spec
 
 
@@ -753,6 +760,7 @@ def _transformer_lens(module, call):
     spec = _spec(x, w_q, w_k, b_q, b_k, heads, kv_heads, 1.0 / float(module.attn_scale), cfg.attention_dir == "causal",
                  allowed, None, rotary)
     spec["rotary_layout"] = layout
+    spec["rotary_per_image"] = per_image
     return spec
 
 

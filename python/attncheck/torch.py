@@ -643,6 +643,8 @@ class AttentionRecorder:
             positions = _pick(positions, sample, 2).numpy() if positions.shape[0] > 1 else positions[0].numpy()
         causal = bool(spec.get("causal", False))
         rotary = spec.get("rotary")
+        if rotary is not None and spec.get("rotary_per_image"):  # timm's patch dropout: each image its patches'
+            rotary = rotary[sample]
         if rotary is not None and np.ndim(rotary) >= 2:  # angles per (head and) position: the kept positions'
             x, mask, causal, kept = _without_padding(np.asarray(x), mask, causal, np.arange(len(x)))
             rotary = np.asarray(rotary)[..., kept, :]

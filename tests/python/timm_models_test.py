@@ -177,6 +177,45 @@ def test_a_float32_rope_agrees_to_its_own_rounding():
     print(f"float32 rope: largest relative difference {worst:.2e}")
 
 
+@pytest.mark.parametrize("mixed", [False, True])
+def test_patch_dropout_in_training_each_image_its_own_rope(mixed, monkeypatch):
+    # In training, timm's patch dropout keeps other patches in each image and hands each its patches' rope: the
+    # recorder measures every image with its own angles, against the layer's own attention on that image.
+    import timm.layers.pos_embed_sincos
+    monkeypatch.setattr(timm.layers.pos_embed_sincos, "get_mixed_freqs", _mixed_angles_in_float64)
+    torch.manual_seed(0)
+    model = Eva(**SMALL, use_rot_pos_emb=True, patch_drop_rate=0.5, rope_type="mixed" if mixed else "cat").double()
+    _rope_in_float64(model)
+    for module in model.modules():
+        if hasattr(module, "fused_attn"):
+            module.fused_attn = False
+    model.train()
+    pixels = torch.randn(3, 3, 16, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    calls = calls_of([block.attn for block in model.blocks], lambda: (torch.manual_seed(7), model(pixels)))
+    assert not torch.equal(calls[0][2]["rope"][0], calls[0][2]["rope"][1])  # the images kept other patches
+    for image in range(3):
+        records = []
+        torch.manual_seed(7)  # the patches kept, as in the reference's pass above
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with attncheck.torch.AttentionRecorder(model, every=1, out=None, count="forwards", sample=image,
+                                                   callback=records.append):
+                model(pixels)
+        rows = records[0]["heads"]
+        expected = []
+        for layer, (module, args, kwargs) in enumerate(calls):
+            seen = []
+            hook = module.attn_drop.register_forward_hook(lambda _m, inputs, _out: seen.append(inputs[0]))
+            try:
+                with torch.no_grad():
+                    module(*args, **kwargs)
+            finally:
+                hook.remove()
+            a = seen[-1][image]
+            expected.extend({"layer": layer, "head": h, "softmax_fro": float(a[h].norm())} for h in range(3))
+        assert_rows_match(rows, expected, RELATIVE)
+
+
 def test_the_recorder_in_training_gives_the_rows_probe_gives(tmp_path):
     model = _model("vit")
     pixels = torch.randn(2, 3, 16, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
