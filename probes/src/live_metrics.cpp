@@ -423,23 +423,16 @@ LayerInputs split_heads(Matrix X, const Matrix& W_Q, const Matrix& W_K, const Ve
     throw InputError(fmt::format("b_v has {} entries, w_v {} columns", b_V.size(), W_V.cols()));
   }
   const Index d = W_Q.cols() / heads;
-  if (split.rotary && split.rotary->dimension != d) {
-    throw InputError(
-        fmt::format("the rotary embedding rotates {} coordinates, the heads have d = {}", split.rotary->dimension, d));
+  if (split.rotary && !split.head_rotary.empty()) {
+    throw InputError("both one rotary embedding for the layer and one per head");
   }
-  if (!split.head_rotary.empty()) {
-    if (split.rotary) throw InputError("both one rotary embedding for the layer and one per head");
-    if (std::ssize(split.head_rotary) != heads || kv_heads != heads) {
+  std::vector<const theory::Rotary*> rotations;
+  if (split.rotary) rotations.push_back(&*split.rotary);
+  for (const theory::Rotary& rotary : split.head_rotary) rotations.push_back(&rotary);
+  for (const theory::Rotary* rotary : rotations) {
+    if (rotary->dimension != d) {
       throw InputError(
-          fmt::format("{} rotary embeddings for {} heads and {} key heads: need one per head, each head "
-                      "its own keys",
-                      split.head_rotary.size(), heads, kv_heads));
-    }
-    for (const theory::Rotary& rotary : split.head_rotary) {
-      if (rotary.dimension != d) {
-        throw InputError(
-            fmt::format("the rotary embedding rotates {} coordinates, the heads have d = {}", rotary.dimension, d));
-      }
+          fmt::format("the rotary embedding rotates {} coordinates, the heads have d = {}", rotary->dimension, d));
     }
   }
   if (split.attended && (split.attended->rows() != X.rows() || split.attended->cols() != X.rows())) {

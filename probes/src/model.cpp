@@ -394,6 +394,12 @@ Matrix detail::fill_heads(LayerInputs& layer, const AttentionWeights& weights, s
     layer.all_key_squares = keys.rowwise().squaredNorm();
     layer.all_key_gram.noalias() = keys * keys.transpose();
   }
+  if (!layer.head_rotary.empty() && (std::ssize(layer.head_rotary) != heads || kv_heads != heads)) {
+    throw InputError(
+        fmt::format("{} rotary embeddings for {} heads and {} key heads: need one per head, each head "
+                    "its own keys",
+                    layer.head_rotary.size(), heads, kv_heads));
+  }
   // Normalized, then rotated, as the models do; head `index`'s coordinates of a norm over all the heads.
   const auto head_rows = [&](const Matrix& all, Index index, const std::optional<HeadNorm>& norm,
                              const Vector& all_squares) {

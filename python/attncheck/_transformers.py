@@ -17,7 +17,8 @@ name through the forward's signature.
 Each recogniser returns the batched description of one call that attncheck.torch measures: x (batch, N, D) as the
 projections see it, w_q (D, heads d) and w_k (D, kv_heads d) as maps of rows, biases, heads, kv_heads, scale,
 causal, mask ((batch, N, N) booleans, True where query i attends to key j, or None), positions ((batch, N) or None),
-rotary (frequencies, radians per position; or angles per position, (N, pairs), for timm's 2-D rope; or None),
+rotary (frequencies, radians per position; or angles per position, (N, pairs), for timm's 2-D rope, (heads, N,
+pairs) for its RoPE-Mixed, with a leading axis of images under rotary_per_image; or None),
 query_norm and key_norm ((gain, eps) or None) and softcap;
 and rotary_layout where the pairs are not Hugging Face's halves ("interleaved": GPT-J's and EVA's adjacent pairs);
 rotary_per_image where the angles come one table per image of the batch (timm's patch dropout).
@@ -118,17 +119,19 @@ def _combine(first, second):
 
 
 # A norm computed in float32 inside a float64 model (transformers' RMSNorms cast to float32 whatever the input's
-# dtype) agrees with its definition to a few float32 ulps; a norm that computes something else differs at order one.
-_NORM_AGREEMENT = 1e-5
+# dtype) meets its definition to ~1e-7 and its gains, probed through it, their parameters to a few float32 ulps; a
+# norm that computes something else misses by far more.
+_FLOAT32_NORM_AGREEMENT, _FLOAT32_GAIN_AGREEMENT = 1e-5, 1e-6
 
 
 def _head_norm(norm, d):
     """What a q/k norm module over d coordinates computes, learned from the module itself and then checked on random
     vectors (one of them so small that eps matters): (gain, eps) for an RMSNorm, x / sqrt(mean(x^2) + eps) * gain
     (its weight may be the gain or gain - 1, as Gemma stores it); (gain, eps, bias) for a LayerNorm,
-    c / sqrt(mean(c^2) + eps) * gain + bias with c = x - mean(x) (bias None without one). The gain and bias are then
-    the module's own parameters in double precision where they are what the probes found, so that a norm computed in
-    float32 (transformers' RMSNorms) is measured as its definition. Anything else is refused."""
+    c / sqrt(mean(c^2) + eps) * gain + bias with c = x - mean(x) (bias None without one). A norm computed in double
+    precision must meet the definition to 1e-10. One computed in float32 (transformers' RMSNorms), to 1e-5: its
+    gain and bias are then the module's own parameters (or 1 and 0 without them) in double precision, which its
+    float32 probes meet to 1e-6, and it is measured as its definition. Anything else is refused."""
     if norm is None:
         return None
     eps = _attribute(norm, "variance_epsilon", "eps", "epsilon")
@@ -137,54 +140,80 @@ def _head_norm(norm, d):
     shapes = [tuple(p.shape) for p in norm.parameters()]
     if any(shape != (d,) for shape in shapes) or len(shapes) > 2:
         raise Unmeasurable(f"the q/k norm {type(norm).__name__} is not a norm over {d} coordinates")
-    twin = _double_copy(norm)
     eps = float(eps)
+    if not eps >= 0:
+        raise Unmeasurable(f"the q/k norm {type(norm).__name__} has eps = {eps}")
     trial = torch.randn(3, d, dtype=torch.float64, generator=torch.Generator().manual_seed(20261126))
-    trial[2] *= math.sqrt(eps)  # mean square of order eps: a wrong eps shows
-    # Zeros stand for what a norm without parameters has: no bias (0) and a gain of 1.
-    parameters = [p.detach().to(device="cpu", dtype=torch.float64) for p in twin.parameters()]
-    parameters.append(torch.zeros(d, dtype=torch.float64))
+    trial[2] *= math.sqrt(max(eps, 1e-12))  # mean square of order eps: a wrong eps shows
+    name = type(norm).__name__
 
-    def own(estimate):
-        for value in parameters:
-            for candidate in (value, 1 + value):
-                if torch.allclose(estimate, candidate, rtol=_NORM_AGREEMENT, atol=_NORM_AGREEMENT * 1e-2):
-                    return candidate
-        return estimate
+    def rms(gain):
+        return trial / torch.sqrt(trial.pow(2).mean(-1, keepdim=True) + eps) * gain
 
-    def agrees(output, expected):
-        return torch.allclose(output, expected, rtol=_NORM_AGREEMENT, atol=_NORM_AGREEMENT * 1e-2)
+    def layer(gain, bias):
+        c = trial - trial.mean(-1, keepdim=True)
+        return c / torch.sqrt(c.pow(2).mean(-1, keepdim=True) + eps) * gain + bias
 
     try:
+        twin = _double_copy(norm)
+        parameters = [p.detach().to(device="cpu", dtype=torch.float64) for p in twin.parameters()]
+        parameters.append(torch.zeros(d, dtype=torch.float64))  # a norm without parameters: no bias, a gain of 1
+
+        def run(x):
+            return twin(x).to(dtype=torch.float64)
+
+        def own(estimate):
+            for value in parameters:
+                for candidate in (value, 1 + value):
+                    if torch.allclose(estimate, candidate, rtol=_FLOAT32_GAIN_AGREEMENT,
+                                      atol=_FLOAT32_GAIN_AGREEMENT * 1e-2):
+                        return candidate
+            return None
+
         with torch.no_grad():
-            output = twin(trial)
-            gain = own(twin(torch.ones(1, d, dtype=torch.float64))[0] * math.sqrt(1 + eps))
-            if agrees(output, trial / torch.sqrt(trial.pow(2).mean(-1, keepdim=True) + eps) * gain):
+            output = run(trial)
+            gain = run(torch.ones(1, d, dtype=torch.float64))[0] * math.sqrt(1 + eps)
+            if torch.allclose(output, rms(gain), rtol=1e-10, atol=1e-12):
                 return gain.numpy(), eps
+            own_gain = own(gain)
+            if own_gain is not None and torch.allclose(output, rms(own_gain), rtol=_FLOAT32_NORM_AGREEMENT,
+                                                       atol=_FLOAT32_NORM_AGREEMENT * 1e-2):
+                return own_gain.numpy(), eps
             if d % 2 == 0:
                 # A LayerNorm sends 0 to its bias, and the alternating signs (mean 0, mean square 1) to
                 # signs * gain / sqrt(1 + eps) + bias.
                 signs = torch.ones(1, d, dtype=torch.float64)
                 signs[0, 1::2] = -1
-                bias = own(twin(torch.zeros(1, d, dtype=torch.float64))[0])
-                gain = own((twin(signs)[0] - bias) * signs[0] * math.sqrt(1 + eps))
-                c = trial - trial.mean(-1, keepdim=True)
-                if agrees(output, c / torch.sqrt(c.pow(2).mean(-1, keepdim=True) + eps) * gain + bias):
-                    return gain.numpy(), eps, (None if float(bias.abs().max()) == 0 else bias.numpy())
+                bias = run(torch.zeros(1, d, dtype=torch.float64))[0]
+                gain = (run(signs)[0] - bias) * signs[0] * math.sqrt(1 + eps)
+                found = None
+                if torch.allclose(output, layer(gain, bias), rtol=1e-10, atol=1e-12):
+                    found = gain, bias
+                elif own(gain) is not None and own(bias) is not None and torch.allclose(
+                        output, layer(own(gain), own(bias)), rtol=_FLOAT32_NORM_AGREEMENT,
+                        atol=_FLOAT32_NORM_AGREEMENT * 1e-2):
+                    found = own(gain), own(bias)
+                if found is not None:
+                    return found[0].numpy(), eps, (None if float(found[1].abs().max()) == 0 else found[1].numpy())
     except (RuntimeError, TypeError, ValueError) as error:  # the module's own forward refuses rows of d
-        raise Unmeasurable(f"the q/k norm {type(norm).__name__} does not take rows of {d} coordinates "
-                           f"({type(error).__name__}: {error})") from None
-    raise Unmeasurable(f"the q/k norm {type(norm).__name__} is neither an RMSNorm nor a LayerNorm over {d} coordinates")
+        raise Unmeasurable(f"the q/k norm {name} fails on rows of {d} coordinates ({type(error).__name__}: "
+                           f"{error})") from None
+    raise Unmeasurable(f"the q/k norm {name} is neither an RMSNorm nor a LayerNorm over {d} coordinates")
 
 
 def _projection_norm(norm, d, heads):
     """A q/k norm over one head's d coordinates (_head_norm), or OLMo 2's: one RMSNorm over all `heads` heads'
     coordinates at once, applied before the heads are split (parameters of heads x d, which a norm over d cannot
-    have, or a normalized_shape of heads x d). A LayerNorm over all the heads is refused."""
+    have, or a normalized_shape of heads x d). A LayerNorm over all the heads is refused, and so is a norm with
+    neither parameters nor a normalized_shape, which would not say over how many coordinates it normalizes."""
     if norm is None:
         return None
     shapes = [tuple(p.shape) for p in norm.parameters()]
-    width = tuple(getattr(norm, "normalized_shape", ()) or ())
+    width = getattr(norm, "normalized_shape", None)
+    width = (width,) if isinstance(width, int) else tuple(width) if isinstance(width, (tuple, list, torch.Size)) else ()
+    if not shapes and not width:
+        raise Unmeasurable(f"the q/k norm {type(norm).__name__} has neither parameters nor a normalized_shape: over "
+                           "one head's coordinates or all the heads', it does not say")
     if heads > 1 and ((shapes and all(shape == (heads * d,) for shape in shapes)) or width == (heads * d,)):
         measured = _head_norm(norm, heads * d)
         if len(measured) == 3:
@@ -619,10 +648,15 @@ def _rope_angles(module, rope, n, batch):
     if not isinstance(rope, torch.Tensor) or not 2 <= rope.dim() <= 4 or rope.shape[-1] != 2 * d or d % 2:
         raise Unmeasurable(f"rope of shape {tuple(getattr(rope, 'shape', ()))} is not the sines and cosines of "
                            f"{d} coordinates per patch: not measured")
-    table = rope.detach().to(device="cpu", dtype=torch.float64)
-    per_head = rope.dim() >= 3 and rope.shape[-3] == heads and not bool((table == table[..., :1, :, :]).all())
     # (images, 1 or heads, patches, 2 d): one table for the layer or one per head, and one per image where they differ.
-    table = table.reshape(-1, heads if per_head else 1, rope.shape[-2], 2 * d)
+    tables = rope.shape[-3] if rope.dim() >= 3 else 1
+    if tables not in (1, heads):
+        raise Unmeasurable(f"rope of shape {tuple(rope.shape)} has {tables} tables for {heads} heads: not measured")
+    table = rope.detach().to(device="cpu", dtype=torch.float64).reshape(-1, tables, rope.shape[-2], 2 * d)
+    if not bool((table == table[:, :1]).all()):
+        per_head = True
+    else:
+        per_head, table = False, table[:, :1]
     per_image = not bool((table == table[:1]).all())
     if per_image and (rope.dim() != 4 or rope.shape[0] != batch):
         raise Unmeasurable(f"rope of shape {tuple(rope.shape)} differs along an axis that is not the batch's: not "
@@ -637,9 +671,9 @@ def _rope_angles(module, rope, n, batch):
             torch.equal(cosines[..., first], cosines[..., second])):
         raise Unmeasurable("rope turns the two coordinates of a pair by different angles: not a rotation per pair")
     # Rounded sines and cosines (float32 whatever the model's dtype, bfloat16 in a bfloat16 model) have squares that
-    # sum to 1 within a few ulps of their dtype; a map that is not a rotation misses by far more.
+    # sum to 1 within about one ulp of their dtype; a map that is not a rotation misses by far more.
     off_circle = float((sines[..., first] ** 2 + cosines[..., first] ** 2 - 1).abs().amax()) if sines.numel() else 0.0
-    if off_circle > 16 * max(torch.finfo(rope.dtype).eps, torch.finfo(torch.float32).eps):
+    if off_circle > 4 * max(torch.finfo(rope.dtype).eps, torch.finfo(torch.float32).eps):
         raise Unmeasurable(f"rope's sines and cosines are {off_circle:.1e} off the unit circle: not rotations")
     angles = torch.zeros(*sines.shape[:2], n, pairs, dtype=torch.float64)
     angles[..., prefix:, :] = torch.atan2(sines[..., first], cosines[..., first])
@@ -760,7 +794,6 @@ def _transformer_lens(module, call):
     spec = _spec(x, w_q, w_k, b_q, b_k, heads, kv_heads, 1.0 / float(module.attn_scale), cfg.attention_dir == "causal",
                  allowed, None, rotary)
     spec["rotary_layout"] = layout
-    spec["rotary_per_image"] = per_image
     return spec
 
 

@@ -550,7 +550,9 @@ class AttentionRecorder:
                     spec = layer.adapter(layer.module, args, kwargs, output)
                     specs = [(sample, spec) for sample in self._sample_indices_of(spec)]
                 measured = [(sample, self._heads(layer, spec, sample)) for sample, spec in specs if spec is not None]
-        except (_Skip, ValueError, IndexError) as reason:
+        except Exception as error:  # noqa: BLE001 - a layer the recorder cannot measure must not stop the training
+            reason = error if isinstance(error, (_Skip, ValueError, IndexError)) else (
+                f"the measurement failed ({type(error).__name__}: {error}); please report it")
             if not layer.warned:
                 layer.warned = True
                 warnings.warn(f"attncheck: layer {layer.index} ({layer.name}) not recorded at step "

@@ -384,6 +384,7 @@ theory::Rotary rotary_of(const RealArray& rotary, const std::string& layout, Ind
 // One rotation per head from angles (heads x positions x pairs): timm's mixed rotary learns them per head.
 std::vector<theory::Rotary> rotaries_per_head(const RealArray& rotary, const std::string& layout, Index d, Index n,
                                               SignalPoll& poll) {
+  if (rotary.shape(0) == 0) throw InputError("rotary angles for no head");
   std::vector<theory::Rotary> out;
   for (py::ssize_t head = 0; head < rotary.shape(0); ++head)
     out.push_back(rotary_of(rotary, layout, d, n, poll, head * rotary.stride(0)));

@@ -286,6 +286,44 @@ def test_norms_over_all_the_heads_olmo2_style_equal_the_models_own_attention_and
           f"{worst:.2e}")
 
 
+def test_q_k_norms_computed_in_float32_are_measured_with_their_own_parameters():
+    """transformers' RMSNorms compute in float32 inside a float64 model: recognised, with the module's own gain in
+    double precision (Llama's weight; Gemma's 1 + weight), not the float32 rounding its probes carry. A norm computed
+    in double precision keeps what its probes find, even 5e-6 from its parameters; what is not such a norm is
+    refused naming why."""
+    from attncheck._transformers import Unmeasurable, _head_norm, _projection_norm
+    llama = transformers.models.llama.modeling_llama.LlamaRMSNorm(8, eps=1e-6).double()
+    gemma = transformers.models.gemma.modeling_gemma.GemmaRMSNorm(8, eps=1e-6).double()
+    generator = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        llama.weight.copy_(1 + 0.3 * torch.randn(8, generator=generator, dtype=torch.float64))
+        gemma.weight.copy_(0.3 * torch.randn(8, generator=generator, dtype=torch.float64))
+    assert torch.equal(torch.tensor(_head_norm(llama, 8)[0]), llama.weight.detach())
+    assert torch.equal(torch.tensor(_head_norm(gemma, 8)[0]), 1 + gemma.weight.detach())
+
+    class Scaled(torch.nn.Module):  # an RMSNorm in double precision whose gain is its weight times 1 + 5e-6
+        def __init__(self, eps):
+            super().__init__()
+            self.weight, self.eps = torch.nn.Parameter(llama.weight.detach().clone()), eps
+
+        def forward(self, x):
+            return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight * (1 + 5e-6)
+
+    gain = torch.tensor(_head_norm(Scaled(1e-6), 8)[0])
+    assert torch.allclose(gain, llama.weight.detach() * (1 + 5e-6), rtol=1e-13, atol=0)
+    assert _head_norm(Scaled(0.0), 8)[1] == 0.0  # eps = 0 is a norm too
+    not_a_norm = Scaled(1e-6)
+    not_a_norm.forward = lambda x: x * not_a_norm.weight  # a gain without the normalization
+    with pytest.raises(Unmeasurable, match="is neither an RMSNorm nor a LayerNorm over 8 coordinates"):
+        _head_norm(not_a_norm, 8)
+    failing = Scaled(1e-6)
+    failing.forward = lambda x: x.view(-1, 3)  # rows of 8 do not split in threes
+    with pytest.raises(Unmeasurable, match="fails on rows of 8 coordinates"):
+        _head_norm(failing, 8)
+    with pytest.raises(Unmeasurable, match="has neither parameters nor a normalized_shape"):
+        _projection_norm(torch.nn.Softmax(dim=-1), 8, 4)
+
+
 REFUSED = {
     "falcon-alibi": (lambda: transformers.FalconConfig(**COMMON, hidden_size=32, num_attention_heads=4, alibi=True),
                      "ALiBi position biases"),

@@ -89,8 +89,9 @@ def _projection_rows(module, h):
     return ("q_proj.weight", rows), ("k_proj.weight", rows)
 
 
-def _expected(model, pixels):
-    calls = calls_of([block.attn for block in model.blocks], lambda: model(pixels))
+def _expected(model, pixels, image=0, calls=None):
+    """Every head's norms on image `image` of the batch, from the layers' calls in model(pixels) or those given."""
+    calls = calls or calls_of([block.attn for block in model.blocks], lambda: model(pixels))
     expected = []
     for layer, (module, args, kwargs) in enumerate(calls):
         names = sorted({name for h in range(module.num_heads) for name, _ in _projection_rows(module, h)})
@@ -101,7 +102,7 @@ def _expected(model, pixels):
         def attention(*ws):
             seen.clear()
             torch.nn.utils.stateless.functional_call(module, dict(zip(names, ws)), args, kwargs)
-            return seen[-1][0]  # the first image's (heads, N, N)
+            return seen[-1][image]  # that image's (heads, N, N)
 
         try:
             jacobians = dict(zip(names, torch.autograd.functional.jacobian(attention, weights)))
@@ -180,7 +181,8 @@ def test_a_float32_rope_agrees_to_its_own_rounding():
 @pytest.mark.parametrize("mixed", [False, True])
 def test_patch_dropout_in_training_each_image_its_own_rope(mixed, monkeypatch):
     # In training, timm's patch dropout keeps other patches in each image and hands each its patches' rope: the
-    # recorder measures every image with its own angles, against the layer's own attention on that image.
+    # recorder measures every image with its own angles, against the layer's own attention and autograd on that
+    # image.
     import timm.layers.pos_embed_sincos
     monkeypatch.setattr(timm.layers.pos_embed_sincos, "get_mixed_freqs", _mixed_angles_in_float64)
     torch.manual_seed(0)
@@ -201,19 +203,24 @@ def test_patch_dropout_in_training_each_image_its_own_rope(mixed, monkeypatch):
             with attncheck.torch.AttentionRecorder(model, every=1, out=None, count="forwards", sample=image,
                                                    callback=records.append):
                 model(pixels)
-        rows = records[0]["heads"]
-        expected = []
-        for layer, (module, args, kwargs) in enumerate(calls):
-            seen = []
-            hook = module.attn_drop.register_forward_hook(lambda _m, inputs, _out: seen.append(inputs[0]))
-            try:
-                with torch.no_grad():
-                    module(*args, **kwargs)
-            finally:
-                hook.remove()
-            a = seen[-1][image]
-            expected.extend({"layer": layer, "head": h, "softmax_fro": float(a[h].norm())} for h in range(3))
-        assert_rows_match(rows, expected, RELATIVE)
+        assert_rows_match(records[0]["heads"], _expected(model, pixels, image, calls), RELATIVE)
+
+
+def test_a_rope_that_is_not_one_rotation_per_pair_is_refused_naming_why():
+    from attncheck._transformers import Unmeasurable, _rope_angles
+    torch.manual_seed(0)
+    attention = Eva(**SMALL, use_rot_pos_emb=True).blocks[0].attn  # heads of 8, a class token
+    angles = torch.rand(16, 4, dtype=torch.float64)
+    rope = torch.cat([angles.sin().repeat_interleave(2, -1), angles.cos().repeat_interleave(2, -1)], dim=-1)
+    table, layout, per_image = _rope_angles(attention, rope, 17, 2)
+    assert (layout, per_image, table.shape) == ("interleaved", False, (17, 4))
+    assert abs(table[1:] - angles.numpy()).max() < 1e-15 and not table[0].any()  # the class token unturned
+    for bad, reason in ((rope * 1.01, "off the unit circle: not rotations"),  # a scaled rotation
+                        (rope[None].expand(2, 16, 16), "has 2 tables for 3 heads"),
+                        (torch.stack([rope, rope.flip(0)])[:, None], "differs along an axis that is not the batch's"),
+                        (rope[:15], "has 15 rows for 17 positions after 1 prefix tokens")):
+        with pytest.raises(Unmeasurable, match=reason):
+            _rope_angles(attention, bad, 17, 3)
 
 
 def test_the_recorder_in_training_gives_the_rows_probe_gives(tmp_path):
