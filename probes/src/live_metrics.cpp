@@ -443,23 +443,6 @@ LayerInputs split_heads(Matrix X, const Matrix& W_Q, const Matrix& W_K, const Ve
   layer.X = std::move(X);
   layer.inner = inner;
   layer.causal = causal;
-  // A gain of every head's coordinates is a norm over all the heads together (OLMo 2): RMSNorms only.
-  for (const auto& [norm, name, width] : {std::tuple{&split.query_norm, "query_norm", heads * d},
-                                          std::tuple{&split.key_norm, "key_norm", kv_heads * d}}) {
-    if (*norm && (*norm)->gain.size() != d && (*norm)->gain.size() != width) {
-      throw InputError(fmt::format("{} has {} gains: need d = {} (one head's) or {} (every head's)", name,
-                                   (*norm)->gain.size(), d, width));
-    }
-    if (*norm && (*norm)->gain.size() != d && (*norm)->centred) {
-      throw InputError(
-          fmt::format("{} is a LayerNorm over all the heads: only an RMSNorm over them is measured", name));
-    }
-    if (*norm && !((*norm)->eps >= 0)) throw InputError(fmt::format("{} eps = {} is negative", name, (*norm)->eps));
-    if (*norm && (*norm)->bias.size() != 0 && ((*norm)->bias.size() != d || !(*norm)->centred)) {
-      throw InputError(fmt::format("{} has a bias of {} entries: only a LayerNorm over the head's d = {} has one", name,
-                                   (*norm)->bias.size(), d));
-    }
-  }
   if (!(split.logit_softcap >= 0) || !std::isfinite(split.logit_softcap))
     throw InputError(fmt::format("logit_softcap = {} is not a finite cap >= 0", split.logit_softcap));
   layer.rotary = std::move(split.rotary);

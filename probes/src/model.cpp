@@ -314,6 +314,14 @@ Matrix apply_attention(const theory::AttentionMap& map, const Matrix& scores, bo
 }
 
 namespace {
+// Head `index`'s view of `norm` over all the heads: its d gains, and the other heads' squares as the layer's
+// `all_squares` less those of the head's own raw rows `raw`.
+HeadNormSlice slice_of(const HeadNorm& norm, Index index, const Matrix& raw, const Vector& all_squares) {
+  const Index d = raw.cols();
+  return {HeadNorm{norm.gain.segment(index * d, d), norm.eps},
+          theory::OtherHeads{norm.gain.size() - d, all_squares - raw.rowwise().squaredNorm(), {}}};
+}
+
 // Said where the cause is known: the softmax would only see a NaN logit.
 void require_finite_scores(const Matrix& scores, std::string_view where) {
   if (!theory::all_finite(scores)) {
@@ -388,6 +396,25 @@ Matrix detail::fill_heads(LayerInputs& layer, const AttentionWeights& weights, s
   if (map && layer.logit_softcap > 0 && map->activation.kind != theory::ActivationKind::softmax) {
     throw InputError("soft-capped logits are a softmax's: the trained activation is not softmax");
   }
+  // A gain of every head's coordinates is a norm over all the heads together (OLMo 2): RMSNorms only.
+  for (const auto& [norm, name, width] : {std::tuple{&layer.query_norm, "query_norm", queries.cols()},
+                                          std::tuple{&layer.key_norm, "key_norm", keys.cols()}}) {
+    if (!*norm) continue;
+    const bool all_heads = (*norm)->gain.size() != d;
+    if (all_heads && (*norm)->gain.size() != width) {
+      throw InputError(fmt::format("{} has {} gains: need d = {} (one head's) or {} (every head's)", name,
+                                   (*norm)->gain.size(), d, width));
+    }
+    if (all_heads && (*norm)->centred) {
+      throw InputError(
+          fmt::format("{} is a LayerNorm over all the heads: only an RMSNorm over them is measured", name));
+    }
+    if (!((*norm)->eps >= 0)) throw InputError(fmt::format("{} eps = {} is negative", name, (*norm)->eps));
+    if ((*norm)->bias.size() != 0 && ((*norm)->bias.size() != d || !(*norm)->centred)) {
+      throw InputError(fmt::format("{} has a bias of {} entries: only a LayerNorm over the head's d = {} has one", name,
+                                   (*norm)->bias.size(), d));
+    }
+  }
   if (layer.query_norm && spans_all_heads(*layer.query_norm, d))
     layer.all_query_squares = queries.rowwise().squaredNorm();
   if (layer.key_norm && spans_all_heads(*layer.key_norm, d)) {
@@ -403,14 +430,10 @@ Matrix detail::fill_heads(LayerInputs& layer, const AttentionWeights& weights, s
   // Normalized, then rotated, as the models do; head `index`'s coordinates of a norm over all the heads.
   const auto head_rows = [&](const Matrix& all, Index index, const std::optional<HeadNorm>& norm,
                              const Vector& all_squares) {
-    if (norm && norm->gain.size() != d && norm->gain.size() != all.cols()) {
-      throw InputError(fmt::format("a q/k norm of {} gains for heads of {} and {} coordinates in all",
-                                   norm->gain.size(), d, all.cols()));
-    }
     Matrix rows = all.middleCols(index * d, d);
     if (norm && spans_all_heads(*norm, d)) {
-      const theory::OtherHeads others{all.cols() - d, all_squares - rows.rowwise().squaredNorm(), {}};
-      rows = theory::head_normalized(rows, HeadNorm{norm->gain.segment(index * d, d), norm->eps}, &others);
+      const HeadNormSlice slice = slice_of(*norm, index, rows, all_squares);
+      rows = theory::head_normalized(rows, slice.norm, &slice.others);
     } else if (norm) {
       rows = theory::head_normalized(rows, *norm);
     }
@@ -517,24 +540,18 @@ theory::ScoreMaps score_maps(const LayerInputs& layer, const HeadInputs& head, H
                          &storage.raw_keys,
                          layer.logit_softcap};
   if (layer.query_norm && spans_all_heads(*layer.query_norm, d)) {
-    storage.query_slice = HeadNorm{layer.query_norm->gain.segment(head.head * d, d), layer.query_norm->eps};
-    storage.query_others = {layer.query_norm->gain.size() - d,
-                            layer.all_query_squares - storage.raw_queries.rowwise().squaredNorm(),
-                            {}};
-    maps.query_norm = &storage.query_slice;
-    maps.query_others = &storage.query_others;
+    storage.query_slice = slice_of(*layer.query_norm, head.head, storage.raw_queries, layer.all_query_squares);
+    maps.query_norm = &storage.query_slice.norm;
+    maps.query_others = &storage.query_slice.others;
   }
   if (layer.key_norm && spans_all_heads(*layer.key_norm, d)) {
-    storage.key_slice = HeadNorm{layer.key_norm->gain.segment(head.kv_head * d, d), layer.key_norm->eps};
-    storage.key_others = {layer.key_norm->gain.size() - d,
-                          layer.all_key_squares - storage.raw_keys.rowwise().squaredNorm(),
-                          {}};
+    storage.key_slice = slice_of(*layer.key_norm, head.kv_head, storage.raw_keys, layer.all_key_squares);
     if (key_gram) {
-      storage.key_others.gram = layer.all_key_gram;
-      storage.key_others.gram.noalias() -= storage.raw_keys * storage.raw_keys.transpose();
+      storage.key_slice.others.gram = layer.all_key_gram;
+      storage.key_slice.others.gram.noalias() -= storage.raw_keys * storage.raw_keys.transpose();
     }
-    maps.key_norm = &storage.key_slice;
-    maps.key_others = &storage.key_others;
+    maps.key_norm = &storage.key_slice.norm;
+    maps.key_others = &storage.key_slice.others;
   }
   return maps;
 }

@@ -44,6 +44,23 @@ def assert_rows_match(rows, expected, relative):
     return worst
 
 
+def assert_recorder_gives_probes_rows(model, inputs, **recorder):
+    """One training-mode pass under AttentionRecorder (options `recorder`) records, head by head, the rows probe()
+    measures on the same inputs in evaluation mode: ||A||_F and ||dA/dW_K||_F to 1e-12."""
+    import attncheck.torch
+
+    expected = attncheck.torch.probe(model, inputs)[0]
+    model.train()
+    records = []
+    with attncheck.torch.AttentionRecorder(model, every=1, out=None, count="forwards", callback=records.append,
+                                           **recorder):
+        model(inputs)
+    assert [(h["layer"], h["head"]) for h in records[0]["heads"]] == [(r["layer"], r["head"]) for r in expected]
+    for head, row in zip(records[0]["heads"], expected):
+        assert head["softmax_fro"] == pytest.approx(row["softmax_fro"], rel=1e-12)
+        assert head["dWk_fro"] == pytest.approx(row["dWk_fro"], rel=1e-12)
+
+
 def run_program(*args, check=True):
     """Runs the built `attncheck` with these arguments; the CompletedProcess (text output)."""
     if not PROGRAM:

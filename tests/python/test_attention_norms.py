@@ -131,6 +131,27 @@ def test_bad_input_is_a_value_error_naming_it():
         attncheck.attention_norms(x, w_q, w_k, heads=0)
 
 
+def _assert_grouped_heads_equal_autograd(ours, heads, kv_heads, head_attention):
+    """Each head's row against autograd: head_attention(h, g) gives the map of query head h (reading key head g) as a
+    function of the weights (w_q, w_k) its derivatives are taken in, and those weights. ||A||_F to 1e-12,
+    dWq_fro, dWk_fro and the group's dWk_group_fro (the key head's derivative summed over its query heads) to 1e-10."""
+    import torch
+
+    jacobian = torch.autograd.functional.jacobian
+    group_sq = [0.0] * kv_heads
+    for h in range(heads):
+        g = h // (heads // kv_heads)
+        attention, wq, wk = head_attention(h, g)
+        dWk = jacobian(lambda w: attention(wq, w), wk).norm().item()
+        group_sq[g] += dWk ** 2
+        assert ours[h]["kv_head"] == g
+        assert ours[h]["softmax_fro"] == pytest.approx(attention(wq, wk).norm().item(), rel=1e-12)
+        assert ours[h]["dWq_fro"] == pytest.approx(jacobian(lambda w: attention(w, wk), wq).norm().item(), rel=1e-10)
+        assert ours[h]["dWk_fro"] == pytest.approx(dWk, rel=1e-10)
+    for h in range(heads):
+        assert ours[h]["dWk_group_fro"] == pytest.approx(math.sqrt(group_sq[h // (heads // kv_heads)]), rel=1e-10)
+
+
 @pytest.mark.parametrize("angles_per_position", [False, True])
 def test_rotary_positions_and_grouped_keys_equal_autograd(angles_per_position):
     """kv_heads and rotary: four query heads on two key heads, queries and keys rotated to their positions in
@@ -157,25 +178,18 @@ def test_rotary_positions_and_grouped_keys_equal_autograd(angles_per_position):
 
     keep = torch.ones(n, n, dtype=torch.bool).tril()
     softmax = dense_maps(torch)["softmax"]
-    jacobian = torch.autograd.functional.jacobian
     xs = t(x)
-    group_sq = [0.0] * kv_heads
-    for h in range(heads):
-        g = h // (heads // kv_heads)
+
+    def head_attention(h, g):
         wq, bq = t(w_q[:, h * d:(h + 1) * d]), t(b_q[h * d:(h + 1) * d])
         wk, bk = t(w_k[:, g * d:(g + 1) * d]), t(b_k[g * d:(g + 1) * d])
 
         def attention(wq_, wk_):
             return softmax(rotate(xs @ wq_ + bq) @ rotate(xs @ wk_ + bk).T / math.sqrt(d), keep, n)
 
-        dWk = jacobian(lambda w: attention(wq, w), wk).norm().item()
-        group_sq[g] += dWk ** 2
-        assert ours[h]["kv_head"] == g
-        assert ours[h]["softmax_fro"] == pytest.approx(attention(wq, wk).norm().item(), rel=1e-12)
-        assert ours[h]["dWq_fro"] == pytest.approx(jacobian(lambda w: attention(w, wk), wq).norm().item(), rel=1e-10)
-        assert ours[h]["dWk_fro"] == pytest.approx(dWk, rel=1e-10)
-    for h in range(heads):
-        assert ours[h]["dWk_group_fro"] == pytest.approx(math.sqrt(group_sq[h // 2]), rel=1e-10)
+        return attention, wq, wk
+
+    _assert_grouped_heads_equal_autograd(ours, heads, kv_heads, head_attention)
     with pytest.raises(ValueError, match="kv_heads = 3 does not divide heads = 4"):
         attncheck.attention_norms(x, w_q, w_k, heads=heads, kv_heads=3)
     with pytest.raises(ValueError, match="rotary has 4 frequencies: need 1 .. d/2 = 3"):
@@ -251,24 +265,17 @@ def test_norms_over_all_the_heads_equal_autograd_in_the_whole_weights(angles_per
         return rows / torch.sqrt(rows.pow(2).mean(-1, keepdim=True) + eps) * t(gain)
 
     keep = torch.ones(n, n, dtype=torch.bool).tril()
-    jacobian = torch.autograd.functional.jacobian
-    xs, wq, wk = t(x), t(w_q), t(w_k)
-    group_sq = [0.0] * kv_heads
-    for h in range(heads):
-        g = h // (heads // kv_heads)
+    xs = t(x)
 
+    def head_attention(h, g):  # in the whole weights: every head's columns move head h's map
         def attention(wq_, wk_):
             q = rotate(normalized(xs @ wq_ + t(b_q), gain_q)[:, h * d:(h + 1) * d])
             k = rotate(normalized(xs @ wk_, gain_k)[:, g * d:(g + 1) * d])
             return torch.softmax((q @ k.T / math.sqrt(d)).masked_fill(~keep, -math.inf), dim=-1)
 
-        dWk = jacobian(lambda w: attention(wq, w), wk).norm().item()
-        group_sq[g] += dWk ** 2
-        assert ours[h]["softmax_fro"] == pytest.approx(attention(wq, wk).norm().item(), rel=1e-12)
-        assert ours[h]["dWq_fro"] == pytest.approx(jacobian(lambda w: attention(w, wk), wq).norm().item(), rel=1e-10)
-        assert ours[h]["dWk_fro"] == pytest.approx(dWk, rel=1e-10)
-    for h in range(heads):
-        assert ours[h]["dWk_group_fro"] == pytest.approx(math.sqrt(group_sq[h // 2]), rel=1e-10)
+        return attention, t(w_q), t(w_k)
+
+    _assert_grouped_heads_equal_autograd(ours, heads, kv_heads, head_attention)
     with pytest.raises(ValueError, match="query_norm is a LayerNorm over all the heads"):
         attncheck.attention_norms(x, w_q, w_k, heads=heads, kv_heads=kv_heads, query_norm=(gain_q, eps, None),
                                   key_norm=(gain_k, eps, None))

@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 timm = pytest.importorskip("timm")
 
 import attncheck.torch  # noqa: E402
-from conftest import assert_rows_match, calls_of  # noqa: E402
+from conftest import assert_recorder_gives_probes_rows, assert_rows_match, calls_of  # noqa: E402
 from timm.layers import RmsNorm  # noqa: E402
 from timm.models.beit import Beit  # noqa: E402
 from timm.models.eva import Eva  # noqa: E402
@@ -226,15 +226,7 @@ def test_a_rope_that_is_not_one_rotation_per_pair_is_refused_naming_why():
 def test_the_recorder_in_training_gives_the_rows_probe_gives(tmp_path):
     model = _model("vit")
     pixels = torch.randn(2, 3, 16, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
-    expected = attncheck.torch.probe(model, pixels)[0]
-    model.train()
-    records = []
-    with attncheck.torch.AttentionRecorder(model, every=1, out=None, count="forwards", callback=records.append):
-        model(pixels)
-    assert [(h["layer"], h["head"]) for h in records[0]["heads"]] == [(r["layer"], r["head"]) for r in expected]
-    for head, row in zip(records[0]["heads"], expected):
-        assert head["softmax_fro"] == pytest.approx(row["softmax_fro"], rel=1e-12)
-        assert head["dWk_fro"] == pytest.approx(row["dWk_fro"], rel=1e-12)
+    assert_recorder_gives_probes_rows(model, pixels)
 
 
 @pytest.mark.parametrize("build, dtype, reason", [

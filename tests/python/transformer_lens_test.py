@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 transformer_lens = pytest.importorskip("transformer_lens")
 
 import attncheck.torch  # noqa: E402
-from conftest import assert_rows_match, calls_of  # noqa: E402
+from conftest import assert_recorder_gives_probes_rows, assert_rows_match, calls_of  # noqa: E402
 from transformer_lens import HookedTransformer, HookedTransformerConfig  # noqa: E402
 
 torch.set_num_threads(1)
@@ -132,16 +132,7 @@ def test_padding_leaves_the_padded_keys_out():
 def test_the_recorder_in_training_gives_the_rows_probe_gives():
     model = _model("rotary-neox")
     tokens = torch.randint(0, 30, (2, 10), generator=torch.Generator().manual_seed(4))
-    expected = attncheck.torch.probe(model, tokens)[0]
-    model.train()
-    records = []
-    with attncheck.torch.AttentionRecorder(model, every=1, out=None, count="forwards", callback=records.append,
-                                           collapse_threshold=None):
-        model(tokens)
-    assert [(h["layer"], h["head"]) for h in records[0]["heads"]] == [(r["layer"], r["head"]) for r in expected]
-    for head, row in zip(records[0]["heads"], expected):
-        assert head["softmax_fro"] == pytest.approx(row["softmax_fro"], rel=1e-12)
-        assert head["dWk_fro"] == pytest.approx(row["dWk_fro"], rel=1e-12)
+    assert_recorder_gives_probes_rows(model, tokens, collapse_threshold=None)
 
 
 @pytest.mark.parametrize("config, reason", [

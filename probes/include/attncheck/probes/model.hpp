@@ -312,12 +312,16 @@ Matrix rms_norm(const Matrix& x, const Vector& gain, double eps);
 // first_row .. first_row + rows - 1 of them (rows < 0: to the last).
 Matrix softmax_logits(const LayerInputs& layer, const HeadInputs& head, theory::Index first_row = 0,
                       theory::Index rows = -1, bool float32_products = false);
+// One head's view of a norm over all the heads: its slice of the gains and the other heads' coordinates.
+struct HeadNormSlice {
+  HeadNorm norm;
+  theory::OtherHeads others;
+};
 // What score_maps points into, owned by its caller: the head's raw projections and, under norms over all the heads,
-// the head's slice of the gains and the other heads' coordinates.
+// its views of them.
 struct HeadMapStorage {
   Matrix raw_queries, raw_keys;
-  HeadNorm query_slice, key_slice;
-  theory::OtherHeads query_others, key_others;
+  HeadNormSlice query_slice, key_slice;
 };
 // The theory's maps of the layer for one head: rotary, the norms with the head's projections before them, the cap.
 // `key_gram`: the other heads' key Gram matrix too, which only softmax's dA/dW_K reads.
