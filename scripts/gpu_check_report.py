@@ -141,6 +141,8 @@ def markdown(report):
     lines = ["# attncheck gpu-check", ""]
     lines.append(f"Status: **{report['status']}** (exit {report['exit_code']}), {report['seconds']} s.")
     lines.append("")
+    if report.get("timed_out"):
+        lines += [f"Stopped for time (no result): {', '.join(report['timed_out'])}.", ""]
     device = report.get("device")
     if device:
         lines += ["| device | driver | memory | SM clock (now / max) | memory clock |", "|---|---|---|---|---|",
@@ -210,12 +212,18 @@ def main():
         "sweeps": sweeps(parts),
         "bench": read_json(parts, "bench.json"),
         "bench_exit_code": read_int(parts, "bench.exit"),
+        # gpu-check stops a step that outlives its limit and leaves NAME.timeout: a hung kernel, or a slow machine.
+        "timed_out": sorted(f[:-len(".timeout")] for f in os.listdir(parts) if f.endswith(".timeout")),
     }
     checks = [report["selftest"] and report["selftest"]["exit_code"] == 0,
               report["device_tests"] and report["device_tests"]["exit_code"] == 0,
               bool(report["sweeps"]) and all(s["agree"] for s in report["sweeps"]),
               report["bench_exit_code"] == 0]
-    report["checks_agree"] = all(bool(c) for c in checks)
+    report["checks_agree"] = all(bool(c) for c in checks) and not report["timed_out"]
+    if report["exit_code"] == 0 and not report["checks_agree"]:
+        # gpu-check judged the programs' exit codes; the sweeps' comparison is judged here alone, and gpu-check
+        # turns its exit code to 1 on this script's: the report must say the same.
+        report["exit_code"], report["status"] = 1, "a check disagrees (gpu-check.md)"
     for path, text in ((json_path, json.dumps(without_infinities(report), indent=1, allow_nan=False) + "\n"),
                        (md_path, markdown(report) + "\n")):
         with open(path + ".tmp", "w", encoding="utf-8") as f:

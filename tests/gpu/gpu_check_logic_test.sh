@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# scripts/gpu-check and scripts/gpu-session judged on a stand-in device: a bundle whose programs are scripts that
+# answer as a GPU machine's would (the self-test's lines, the two backends' sweeps, the benchmark's JSON), so that
+# what only a device run could otherwise show is tested here: every check agreeing gives exit 0; a CUDA estimate
+# 1e-5 away from the CPU's, or a step that hangs past its limit, gives exit 1 naming it; OUT holds the four files
+# gpu-check hands back (a device call returns at most eight, two folders deep), and gpu-session's seven.
+# Usage: gpu_check_logic_test.sh SOURCE_DIR WORK_DIR
+set -uo pipefail
+root=$1
+work=$2
+failures=0
+fail() {
+  echo "FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+rm -rf "$work"
+mkdir -p "$work/bundle/bin"
+bundle=$work/bundle
+cp "$root/scripts/gpu-check" "$root/scripts/gpu_check_report.py" "$bundle/"
+
+# The stand-in programs; STANDIN_CUDA_MEAN and STANDIN_HANG say how they misbehave.
+cat >"$bundle/bin/attncheck" <<'SH'
+#!/usr/bin/env bash
+case "$1" in
+  --version) echo "attncheck stand-in" ;;
+  gpu-selftest)
+    echo "ok   philox words: 1024 of 1024 bit for bit"
+    echo "ok   x^3 value N = 64: relative difference 3e-15"
+    echo "throughput, x^3, N = 4096, D = d = 64 [value]: 1.5e+04 samples/s, score phase 3.2e+01 TFLOP/s" ;;
+  mc)
+    mean=1.25
+    for a in "$@"; do [ "$a" = cuda ] && mean=${STANDIN_CUDA_MEAN:-1.25}; done
+    echo "{\"points\": [{\"key\": \"N=16 value\", \"N\": 16, \"estimand\": \"value\", \"mean\": $mean}]}" ;;
+  *) exit 2 ;;
+esac
+SH
+cat >"$bundle/bin/gpu_device_tests" <<'SH'
+#!/usr/bin/env bash
+[ "${STANDIN_HANG:-}" = device_tests ] && sleep 60
+echo "All tests passed (12 assertions in 3 test cases)"
+SH
+cat >"$bundle/bin/bench_gpu" <<'SH'
+#!/usr/bin/env bash
+echo '{"engine": [{"name": "x3_n4096_value", "samples_per_second": 15000.0, "score_tflops": 32.0,
+  "fraction_of_dgemm": 0.6}], "dgemm": {"8192^3": {"tflops": 53.0}}, "cpu": {"points": []}}'
+SH
+chmod +x "$bundle"/bin/*
+
+check() {  # NAME EXPECTED_EXIT PYTHON_ASSERTIONS [ENV...]: runs gpu-check into WORK/NAME and checks its report
+  local name=$1 expected=$2 assertions=$3 code
+  shift 3
+  env "$@" ATTNCHECK_GPU_CHECK_STEP_SECONDS=3 "$bundle/gpu-check" "$work/$name" >"$work/$name.txt" 2>&1
+  code=$?
+  [ "$code" -eq "$expected" ] || fail "$name: gpu-check exited $code, expected $expected: $(cat "$work/$name.txt")"
+  local files
+  files=$(cd "$work/$name" && find . -type f | sort | tr '\n' ' ')
+  [ "$files" = "./gpu-check-parts.tar.gz ./gpu-check.json ./gpu-check.log ./gpu-check.md " ] ||
+    fail "$name: OUT holds $files, not gpu-check's four files"
+  tar -tzf "$work/$name/gpu-check-parts.tar.gz" | grep -q 'selftest.txt' || fail "$name: the parts lack selftest.txt"
+  /usr/bin/python3 - "$work/$name/gpu-check.json" "$work/$name/gpu-check.md" <<PY || fail "$name: the report"
+import json, sys
+report = json.load(open(sys.argv[1]))
+markdown = open(sys.argv[2]).read()
+$assertions
+PY
+}
+
+check agree 0 '
+assert report["checks_agree"] is True and report["timed_out"] == [], report
+assert report["status"] == "every check agrees", report["status"]
+assert [c["passed"] for c in report["selftest"]["checks"]] == [True, True]
+assert report["selftest"]["throughput"][0]["samples_per_second"] == 15000.0
+assert [s["agree"] for s in report["sweeps"]] == [True, True], report["sweeps"]'
+
+check disagree 1 '
+assert report["checks_agree"] is False and report["status"].startswith("a check disagrees"), report["status"]
+assert [s["agree"] for s in report["sweeps"]] == [False, False], report["sweeps"]
+difference = report["sweeps"][0]["max_relative_difference"]
+assert abs(difference - 1e-5 / 1.25001) < 1e-12, difference
+assert "DISAGREE" in markdown' STANDIN_CUDA_MEAN=1.25001
+
+started=$(date +%s)
+check hang 1 '
+assert report["timed_out"] == ["device_tests"], report["timed_out"]
+assert report["checks_agree"] is False and "ran out of time: device_tests" in report["status"], report["status"]
+assert report["device_tests"]["exit_code"] == 124, report["device_tests"]
+assert "Stopped for time (no result): device_tests" in markdown' STANDIN_HANG=device_tests
+[ $(($(date +%s) - started)) -lt 30 ] || fail "the hung step was not stopped at its 3 s limit"
+
+# gpu-session: the check, then the ViT plan (which, where PyTorch sees no GPU, says so and exits 1); its summary.
+session_out=$work/session
+(cd "$root" && scripts/gpu-session "$bundle" "$session_out") >"$work/session.txt" 2>&1
+code=$?
+# 1: vit_digits.py finds no CUDA device; 2: vit_papers.sh finds no python3 with PyTorch and scikit-learn.
+[ "$code" -eq 1 ] || [ "$code" -eq 2 ] || fail "gpu-session, every check agreeing, no GPU for PyTorch: exit $code"
+files=$(cd "$session_out" && find . -type f | sort | tr '\n' ' ')
+[ "$(wc -w <<<"$files")" -le 8 ] || fail "gpu-session wrote more than a device call hands back: $files"
+for f in ./session.md ./vit.log ./gpu/gpu-check.json; do grep -q -- "$f " <<<"$files " || fail "gpu-session wrote no $f"; done
+if [ -f "$session_out/session.md" ]; then
+  grep -q '^| gpu-check | 0 |.*every check agrees' "$session_out/session.md" || fail "session.md: $(cat "$session_out/session.md")"
+  grep -q '^| ViT plan | [12] |' "$session_out/session.md" || fail "session.md has no ViT row: $(cat "$session_out/session.md")"
+  tail -n 12 "$work/session.txt" | grep -q '^| step |' || fail "gpu-session does not print session.md last"
+fi
+# Too little time left for one N = 256 run: the ViT plan is not started, and said so.
+(cd "$root" && scripts/gpu-session "$bundle" "$work/short" 60) >"$work/short.txt" 2>&1
+code=$?
+[ "$code" -eq 0 ] || fail "gpu-session with 60 s: exit $code"
+grep -q 'ViT plan | - | 0 | not started' "$work/short/session.md" 2>/dev/null || fail "60 s: $(cat "$work/short.txt")"
+for bad in "x" "59" "3601"; do
+  (cd "$root" && scripts/gpu-session "$bundle" "$work/bad" "$bad") >"$work/bad.txt" 2>&1
+  code=$?
+  if [ "$code" -ne 2 ] || ! grep -q "SECONDS '$bad'" "$work/bad.txt"; then fail "SECONDS $bad: exit $code: $(cat "$work/bad.txt")"; fi
+done
+(cd "$root" && scripts/gpu-session "$work/nowhere" "$work/bad") >"$work/bad.txt" 2>&1
+code=$?
+if [ "$code" -ne 2 ] || ! grep -q "holds no gpu-check" "$work/bad.txt"; then fail "a missing bundle: exit $code"; fi
+
+if [ "$failures" -gt 0 ]; then
+  echo "$failures failures"
+  exit 1
+fi
+echo "gpu-check and gpu-session judged a stand-in device rightly"
