@@ -150,6 +150,8 @@ def markdown(report):
                   f"{device.get('clock_sm')} / {device.get('clock_sm_max')} | {device.get('clock_memory')} |", ""]
     else:
         lines += ["No nvidia-smi output.", ""]
+    if report.get("glibc"):
+        lines += [f"C library: {report['glibc']}", ""]
     lines += ["| library | found in |", "|---|---|"]
     lines += [f"| {name} | {where} |" for name, where in report["libraries"]["found"].items()]
     lines.append("")
@@ -203,6 +205,7 @@ def main():
         "exit_code": read_int(parts, "exit_code"),
         "seconds": read_int(parts, "seconds"),
         "bundle": read(parts, "bundle.txt"),
+        "glibc": (read(parts, "glibc.txt") or "").strip() or None,
         "attncheck_version": (read(parts, "version.txt") or "").strip() or None,
         "device": device_info(parts),
         "libraries": libraries(parts),

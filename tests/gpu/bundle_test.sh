@@ -44,6 +44,9 @@ for program in attncheck gpu_device_tests bench_gpu; do
   readelf -d "$unpacked/bin/$program" | grep -q 'RPATH.*\[\$ORIGIN/../lib\]' || fail "$program: RPATH is not \$ORIGIN/../lib"
 done
 ls "$unpacked/lib" | grep -q '^libopenblas' || fail "OpenBLAS is not in the bundle: $(ls "$unpacked/lib")"
+# BUNDLE.txt names the oldest C library and C++ runtime that can run it, as the binaries' symbol versions ask.
+newest_glibc=$(objdump -T "$unpacked"/bin/* "$unpacked"/lib/* | grep -o 'GLIBC_2\.[0-9]*' | sort -Vu | tail -1)
+grep -q "^at least: $newest_glibc, GLIBCXX_3" "$bundle/BUNDLE.txt" || fail "BUNDLE.txt does not say $newest_glibc: $(cat "$bundle/BUNDLE.txt")"
 
 LD_LIBRARY_PATH=$cuda_lib "$unpacked/bin/attncheck" --version >"$work/version.txt" 2>&1 ||
   fail "attncheck --version from the bundle exited $?: $(cat "$work/version.txt")"

@@ -67,6 +67,7 @@ PY
 
 check agree 0 '
 assert report["checks_agree"] is True and report["timed_out"] == [], report
+assert "GLIBC" in report["glibc"].upper(), report["glibc"]
 assert report["status"] == "every check agrees", report["status"]
 assert [c["passed"] for c in report["selftest"]["checks"]] == [True, True]
 assert report["selftest"]["throughput"][0]["samples_per_second"] == 15000.0
