@@ -56,7 +56,7 @@ check() {  # NAME EXPECTED_EXIT PYTHON_ASSERTIONS [ENV...]: runs gpu-check into 
   files=$(cd "$work/$name" && find . -type f | sort | tr '\n' ' ')
   [ "$files" = "./gpu-check-parts.tar.gz ./gpu-check.json ./gpu-check.log ./gpu-check.md " ] ||
     fail "$name: OUT holds $files, not gpu-check's four files"
-  tar -tzf "$work/$name/gpu-check-parts.tar.gz" | grep -q 'selftest.txt' || fail "$name: the parts lack selftest.txt"
+  grep -q 'selftest.txt' <<<"$(tar -tzf "$work/$name/gpu-check-parts.tar.gz")" || fail "$name: the parts lack selftest.txt"
   /usr/bin/python3 - "$work/$name/gpu-check.json" "$work/$name/gpu-check.md" <<PY || fail "$name: the report"
 import json, sys
 report = json.load(open(sys.argv[1]))
@@ -100,18 +100,45 @@ for f in ./session.md ./vit.log ./gpu/gpu-check.json; do grep -q -- "$f " <<<"$f
 if [ -f "$session_out/session.md" ]; then
   grep -q '^| gpu-check | 0 |.*every check agrees' "$session_out/session.md" || fail "session.md: $(cat "$session_out/session.md")"
   grep -q '^| ViT plan | [12] |' "$session_out/session.md" || fail "session.md has no ViT row: $(cat "$session_out/session.md")"
-  tail -n 12 "$work/session.txt" | grep -q '^| step |' || fail "gpu-session does not print session.md last"
+  grep -q '^| step |' <<<"$(tail -n 12 "$work/session.txt")" || fail "gpu-session does not print session.md last"
 fi
 # Too little time left for one N = 256 run: the ViT plan is not started, and said so.
-(cd "$root" && scripts/gpu-session "$bundle" "$work/short" 60) >"$work/short.txt" 2>&1
+(cd "$root" && scripts/gpu-session "$bundle" "$work/short" --seconds 60) >"$work/short.txt" 2>&1
 code=$?
 [ "$code" -eq 0 ] || fail "gpu-session with 60 s: exit $code"
 grep -q 'ViT plan | - | 0 | not started' "$work/short/session.md" 2>/dev/null || fail "60 s: $(cat "$work/short.txt")"
 for bad in "x" "59" "3601"; do
-  (cd "$root" && scripts/gpu-session "$bundle" "$work/bad" "$bad") >"$work/bad.txt" 2>&1
+  (cd "$root" && scripts/gpu-session "$bundle" "$work/bad" --seconds "$bad") >"$work/bad.txt" 2>&1
   code=$?
-  if [ "$code" -ne 2 ] || ! grep -q "SECONDS '$bad'" "$work/bad.txt"; then fail "SECONDS $bad: exit $code: $(cat "$work/bad.txt")"; fi
+  if [ "$code" -ne 2 ] || ! grep -q -- "--seconds '$bad'" "$work/bad.txt"; then fail "--seconds $bad: exit $code: $(cat "$work/bad.txt")"; fi
 done
+for bad in "60" "--seconds" "--sources $work/nowhere"; do
+  # shellcheck disable=SC2086 # the arguments are words
+  (cd "$root" && scripts/gpu-session "$bundle" "$work/bad" $bad) >"$work/bad.txt" 2>&1
+  code=$?
+  [ "$code" -eq 2 ] || fail "gpu-session BUNDLE OUT $bad: exit $code, expected 2: $(cat "$work/bad.txt")"
+done
+
+# The second route: where the bundle cannot run (gpu-check's exit 3, here a program missing from it), the check is
+# made again from a build there (SOURCES/build-there OUT/gpu, a stand-in that says it built and runs the check).
+broken=$work/broken
+mkdir -p "$broken/bin" "$work/sources"
+cp "$bundle/gpu-check" "$bundle/gpu_check_report.py" "$broken/"
+cp "$bundle/bin/attncheck" "$bundle/bin/bench_gpu" "$broken/bin/"
+cat >"$work/sources/build-there" <<SH
+#!/usr/bin/env bash
+echo "built there" >"\$1/build-there.log"
+ATTNCHECK_GPU_CHECK_STEP_SECONDS=3 "$bundle/gpu-check" "\$1"
+SH
+chmod +x "$work/sources/build-there"
+(cd "$root" && scripts/gpu-session "$broken" "$work/fallback" --seconds 200 --sources "$work/sources") \
+  >"$work/fallback.txt" 2>&1
+grep -q '^| gpu-check | 3 |.*the bundle cannot run here' "$work/fallback/session.md" 2>/dev/null ||
+  fail "the broken bundle's row: $(cat "$work/fallback.txt")"
+grep -q '^| gpu-check, built there | 0 |.*every check agrees' "$work/fallback/session.md" 2>/dev/null ||
+  fail "the second route's row: $(cat "$work/fallback.txt")"
+files=$(cd "$work/fallback" && find . -type f | wc -l)
+[ "$files" -le 8 ] || fail "gpu-session with the second route wrote $files files, more than eight"
 (cd "$root" && scripts/gpu-session "$work/nowhere" "$work/bad") >"$work/bad.txt" 2>&1
 code=$?
 if [ "$code" -ne 2 ] || ! grep -q "holds no gpu-check" "$work/bad.txt"; then fail "a missing bundle: exit $code"; fi
