@@ -65,6 +65,16 @@ else
 fi
 [ "$code" -eq 0 ] || [ "$code" -eq 2 ] || { cat "$work/there.txt"; tail -n 40 "$work/out/build-there.log" 2>/dev/null; }
 
+# build-there unpacks by Python's tarfile; dpkg-deb, the packages' own tool, is the oracle: the same paths, types,
+# sizes and link targets.
+mkdir -p "$work/dpkg"
+for deb in "$work"/sources/debs/*.deb; do dpkg-deb -x "$deb" "$work/dpkg" || fail "dpkg-deb cannot unpack $deb"; done
+listing() { (cd "$1" && find . -printf '%p %y %s %l\n' | sort); }
+if [ -d "$work/there/sysroot" ]; then
+  diff <(listing "$work/dpkg") <(listing "$work/there/sysroot") >"$work/unpacked.diff" ||
+    fail "build-there's unpacking differs from dpkg-deb's: $(head -5 "$work/unpacked.diff")"
+fi
+
 # Every package CMake found lies in the unpacked folder.
 cache=$work/there/build/CMakeCache.txt
 sysroot=$work/there/sysroot
