@@ -102,6 +102,20 @@ if [ -f "$session_out/session.md" ]; then
   grep -q '^| ViT plan | [12] |' "$session_out/session.md" || fail "session.md has no ViT row: $(cat "$session_out/session.md")"
   grep -q '^| step |' <<<"$(tail -n 12 "$work/session.txt")" || fail "gpu-session does not print session.md last"
 fi
+# The ViT leg run to its end, shrunk to the CPU by --vit (the CPU smoke test of docs/usage.md): 9 runs written.
+(cd "$root" && scripts/gpu-session "$bundle" "$work/vit" --seconds 300 --vit "--device cpu --steps 2 --batch 2 \
+  --record 1 --curve-every 1 --seeds 0 --sweep-seeds 0 --scales 0.0625 --eval-limit 8") >"$work/vit.txt" 2>&1
+code=$?
+if [ "$code" -eq 0 ]; then
+  grep -q '^| ViT plan | 0 | [0-9]* | 9 of 9 runs on cpu' "$work/vit/session.md" || fail "the ViT row: $(cat "$work/vit/session.md")"
+  grep -q -- '--max-seconds 2[0-9][0-9] --device cpu' <<<"$(head -c 2000 "$work/vit/vit/vit-results.json")" ||
+    fail "the ViT plan's command lacks the session's --max-seconds before --vit's options"
+elif [ "$code" -eq 2 ] && grep -q "no python3 here imports torch and sklearn" "$work/vit/vit.log"; then
+  echo "the ViT leg not run: no python3 with PyTorch and scikit-learn"
+else
+  fail "gpu-session with --vit for the CPU: exit $code: $(cat "$work/vit.txt")"
+fi
+
 # Too little time left for one N = 256 run: the ViT plan is not started, and said so.
 (cd "$root" && scripts/gpu-session "$bundle" "$work/short" --seconds 60) >"$work/short.txt" 2>&1
 code=$?
