@@ -143,6 +143,8 @@ def markdown(report):
     lines.append("")
     if report.get("timed_out"):
         lines += [f"Stopped for time (no result): {', '.join(report['timed_out'])}.", ""]
+    if report.get("skipped"):
+        lines += ["Not run: " + "; ".join(f"{name} ({why})" for name, why in report["skipped"].items()) + ".", ""]
     device = report.get("device")
     if device:
         lines += ["| device | driver | memory | SM clock (now / max) | memory clock |", "|---|---|---|---|---|",
@@ -217,12 +219,15 @@ def main():
         "bench_exit_code": read_int(parts, "bench.exit"),
         # gpu-check stops a step that outlives its limit and leaves NAME.timeout: a hung kernel, or a slow machine.
         "timed_out": sorted(f[:-len(".timeout")] for f in os.listdir(parts) if f.endswith(".timeout")),
+        # ... and skips the steps after a hung one, past its deadline, or in progress when it was stopped.
+        "skipped": {f[:-len(".skipped")]: (read(parts, f) or "").strip()
+                    for f in sorted(os.listdir(parts)) if f.endswith(".skipped")},
     }
     checks = [report["selftest"] and report["selftest"]["exit_code"] == 0,
               report["device_tests"] and report["device_tests"]["exit_code"] == 0,
               bool(report["sweeps"]) and all(s["agree"] for s in report["sweeps"]),
               report["bench_exit_code"] == 0]
-    report["checks_agree"] = all(bool(c) for c in checks) and not report["timed_out"]
+    report["checks_agree"] = all(bool(c) for c in checks) and not report["timed_out"] and not report["skipped"]
     if report["exit_code"] == 0 and not report["checks_agree"]:
         # gpu-check judged the programs' exit codes; the sweeps' comparison is judged here alone, and gpu-check
         # turns its exit code to 1 on this script's: the report must say the same.

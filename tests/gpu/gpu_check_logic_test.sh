@@ -24,6 +24,7 @@ cat >"$bundle/bin/attncheck" <<'SH'
 case "$1" in
   --version) echo "attncheck stand-in" ;;
   gpu-selftest)
+    [ -n "${STANDIN_SELFTEST_SECONDS:-}" ] && sleep "$STANDIN_SELFTEST_SECONDS"
     echo "ok   philox words: 1024 of 1024 bit for bit"
     echo "ok   x^3 value N = 64: relative difference 3e-15"
     echo "throughput, x^3, N = 4096, D = d = 64 [value]: 1.5e+04 samples/s, score phase 3.2e+01 TFLOP/s" ;;
@@ -36,7 +37,10 @@ esac
 SH
 cat >"$bundle/bin/gpu_device_tests" <<'SH'
 #!/usr/bin/env bash
-[ "${STANDIN_HANG:-}" = device_tests ] && sleep 60
+if [ "${STANDIN_HANG:-}" = device_tests ]; then
+  echo $$ >"$STANDIN_PID"
+  sleep 61
+fi
 echo "All tests passed (12 assertions in 3 test cases)"
 SH
 cat >"$bundle/bin/bench_gpu" <<'SH'
@@ -46,10 +50,11 @@ echo '{"engine": [{"name": "x3_n4096_value", "samples_per_second": 15000.0, "sco
 SH
 chmod +x "$bundle"/bin/*
 
+export STANDIN_PID=$work/standin.pid
 check() {  # NAME EXPECTED_EXIT PYTHON_ASSERTIONS [ENV...]: runs gpu-check into WORK/NAME and checks its report
   local name=$1 expected=$2 assertions=$3 code
   shift 3
-  env "$@" ATTNCHECK_GPU_CHECK_STEP_SECONDS=3 "$bundle/gpu-check" "$work/$name" >"$work/$name.txt" 2>&1
+  env ATTNCHECK_GPU_CHECK_STEP_SECONDS=3 "$@" "$bundle/gpu-check" "$work/$name" >"$work/$name.txt" 2>&1
   code=$?
   [ "$code" -eq "$expected" ] || fail "$name: gpu-check exited $code, expected $expected: $(cat "$work/$name.txt")"
   local files
@@ -80,26 +85,55 @@ difference = report["sweeps"][0]["max_relative_difference"]
 assert abs(difference - 1e-5 / 1.25001) < 1e-12, difference
 assert "DISAGREE" in markdown' STANDIN_CUDA_MEAN=1.25001
 
+# A step that hangs is stopped at its limit, and the steps after it, which would hang on such a device too, are
+# skipped.
 started=$(date +%s)
 check hang 1 '
 assert report["timed_out"] == ["device_tests"], report["timed_out"]
-assert report["checks_agree"] is False and "ran out of time: device_tests" in report["status"], report["status"]
+after = ["bench", "sweep-poly-cpu", "sweep-poly-cuda", "sweep-softmax-cpu", "sweep-softmax-cuda"]
+assert sorted(report["skipped"]) == after, report["skipped"]
+assert all(why == "skipped: device_tests hung before it" for why in report["skipped"].values()), report["skipped"]
+assert report["checks_agree"] is False and "ran out of time or was skipped: device_tests" in report["status"]
 assert report["device_tests"]["exit_code"] == 124, report["device_tests"]
 assert "Stopped for time (no result): device_tests" in markdown' STANDIN_HANG=device_tests
 [ $(($(date +%s) - started)) -lt 30 ] || fail "the hung step was not stopped at its 3 s limit"
+
+# The deadline: a self-test that takes 6 s of an 8 s deadline leaves too little for the next step, skipped so.
+check deadline 1 '
+assert report["selftest"]["exit_code"] == 0 and report["timed_out"] == [], report
+assert report["skipped"]["device_tests"] == "skipped: the deadline had come", report["skipped"]
+assert report["checks_agree"] is False' ATTNCHECK_GPU_CHECK_STEP_SECONDS=60 STANDIN_SELFTEST_SECONDS=6 \
+  ATTNCHECK_GPU_CHECK_DEADLINE=$(($(date +%s) + 8))
+env ATTNCHECK_GPU_CHECK_DEADLINE=soon "$bundle/gpu-check" "$work/bad-deadline" >"$work/bad-deadline.txt" 2>&1
+code=$?
+if [ "$code" -ne 2 ] || ! grep -q "DEADLINE 'soon'" "$work/bad-deadline.txt"; then fail "a bad deadline: exit $code"; fi
+
+# Stopped from outside mid-step (a device call's time running out; 124 is the stopping timeout's own code): the step
+# is stopped with it, nothing of it runs on, and the report is still written, naming the step.
+rm -f "$STANDIN_PID"
+check stopped 124 '
+assert report["status"] == "stopped from outside before it ended (during device_tests)", report["status"]
+assert report["skipped"] == {"device_tests": "stopped from outside"}, report["skipped"]' \
+  STANDIN_HANG=device_tests ATTNCHECK_GPU_CHECK_STEP_SECONDS=60 timeout 4
+sleep 1
+if [ -s "$STANDIN_PID" ] && kill -0 "$(cat "$STANDIN_PID")" 2>/dev/null; then
+  fail "the stopped step's program runs on"
+  kill "$(cat "$STANDIN_PID")"
+fi
 
 # gpu-session: the check, then the ViT plan (which, where PyTorch sees no GPU, says so and exits 1); its summary.
 session_out=$work/session
 (cd "$root" && scripts/gpu-session "$bundle" "$session_out") >"$work/session.txt" 2>&1
 code=$?
-# 1: vit_digits.py finds no CUDA device; 2: vit_papers.sh finds no python3 with PyTorch and scikit-learn.
-[ "$code" -eq 1 ] || [ "$code" -eq 2 ] || fail "gpu-session, every check agreeing, no GPU for PyTorch: exit $code"
+# 5: the ViT plan wrote no run (vit_digits.py finds no CUDA device, or vit_papers.sh no python3 with PyTorch).
+[ "$code" -eq 5 ] || fail "gpu-session, every check agreeing, no GPU for PyTorch: exit $code, expected 5"
 files=$(cd "$session_out" && find . -type f | sort | tr '\n' ' ')
 [ "$(wc -w <<<"$files")" -le 8 ] || fail "gpu-session wrote more than a device call hands back: $files"
 for f in ./session.md ./vit.log ./gpu/gpu-check.json; do grep -q -- "$f " <<<"$files " || fail "gpu-session wrote no $f"; done
 if [ -f "$session_out/session.md" ]; then
   grep -q '^| gpu-check | 0 |.*every check agrees' "$session_out/session.md" || fail "session.md: $(cat "$session_out/session.md")"
-  grep -q '^| ViT plan | [12] |' "$session_out/session.md" || fail "session.md has no ViT row: $(cat "$session_out/session.md")"
+  grep -q '^| ViT plan | [12] | .* no vit-results.json' "$session_out/session.md" ||
+    fail "session.md has no ViT row: $(cat "$session_out/session.md")"
   grep -q '^| step |' <<<"$(tail -n 12 "$work/session.txt")" || fail "gpu-session does not print session.md last"
 fi
 # The ViT leg run to its end, shrunk to the CPU by --vit (the CPU smoke test of docs/usage.md): 9 runs written.
@@ -119,7 +153,7 @@ fi
 # Too little time left for one N = 256 run: the ViT plan is not started, and said so.
 (cd "$root" && scripts/gpu-session "$bundle" "$work/short" --seconds 60) >"$work/short.txt" 2>&1
 code=$?
-[ "$code" -eq 0 ] || fail "gpu-session with 60 s: exit $code"
+[ "$code" -eq 5 ] || fail "gpu-session with 60 s: exit $code, expected 5 (no ViT run)"
 grep -q 'ViT plan | - | 0 | not started' "$work/short/session.md" 2>/dev/null || fail "60 s: $(cat "$work/short.txt")"
 for bad in "x" "59" "3601"; do
   (cd "$root" && scripts/gpu-session "$bundle" "$work/bad" --seconds "$bad") >"$work/bad.txt" 2>&1
@@ -153,6 +187,18 @@ grep -q '^| gpu-check, built there | 0 |.*every check agrees' "$work/fallback/se
   fail "the second route's row: $(cat "$work/fallback.txt")"
 files=$(cd "$work/fallback" && find . -type f | wc -l)
 [ "$files" -le 8 ] || fail "gpu-session with the second route wrote $files files, more than eight"
+# A build there that fails: its row says so from build-there.log, not from the bundle's earlier report.
+cat >"$work/sources/build-there" <<'SH'
+#!/usr/bin/env bash
+echo "build-there: the build failed (the end of build-there.log:)" >"$1/build-there.log"
+exit 4
+SH
+(cd "$root" && scripts/gpu-session "$broken" "$work/fallback" --seconds 200 --sources "$work/sources") \
+  >"$work/fallback.txt" 2>&1
+code=$?
+[ "$code" -eq 4 ] || fail "gpu-session whose build there fails: exit $code, expected 4"
+grep -q '^| gpu-check, built there | 4 |.*no report written: build-there: the build failed' "$work/fallback/session.md" ||
+  fail "the failed build's row: $(cat "$work/fallback/session.md")"
 (cd "$root" && scripts/gpu-session "$work/nowhere" "$work/bad") >"$work/bad.txt" 2>&1
 code=$?
 if [ "$code" -ne 2 ] || ! grep -q "holds no gpu-check" "$work/bad.txt"; then fail "a missing bundle: exit $code"; fi
