@@ -24,7 +24,9 @@ cat >"$bundle/bin/attncheck" <<'SH'
 case "$1" in
   --version) echo "attncheck stand-in" ;;
   gpu-selftest)
-    [ -n "${STANDIN_SELFTEST_SECONDS:-}" ] && sleep "$STANDIN_SELFTEST_SECONDS"
+    # Until 3 s before gpu-check's deadline: the step ends inside its own limit (what was left at its start), and
+    # too little is left for the next one, however long gpu-check took to start.
+    [ -n "${STANDIN_SELFTEST_UNTIL_DEADLINE:-}" ] && sleep $((ATTNCHECK_GPU_CHECK_DEADLINE - $(date +%s) - 3))
     echo "ok   philox words: 1024 of 1024 bit for bit"
     echo "ok   x^3 value N = 64: relative difference 3e-15"
     echo "throughput, x^3, N = 4096, D = d = 64 [value]: 1.5e+04 samples/s, score phase 3.2e+01 TFLOP/s" ;;
@@ -98,23 +100,32 @@ assert report["device_tests"]["exit_code"] == 124, report["device_tests"]
 assert "Stopped for time (no result): device_tests" in markdown' STANDIN_HANG=device_tests
 [ $(($(date +%s) - started)) -lt 30 ] || fail "the hung step was not stopped at its 3 s limit"
 
-# The deadline: a self-test that takes 6 s of an 8 s deadline leaves too little for the next step, skipped so.
+# The deadline: a self-test that ends 3 s before it leaves too little for the next step, skipped so.
 check deadline 1 '
 assert report["selftest"]["exit_code"] == 0 and report["timed_out"] == [], report
 assert report["skipped"]["device_tests"] == "skipped: the deadline had come", report["skipped"]
-assert report["checks_agree"] is False' ATTNCHECK_GPU_CHECK_STEP_SECONDS=60 STANDIN_SELFTEST_SECONDS=6 \
-  ATTNCHECK_GPU_CHECK_DEADLINE=$(($(date +%s) + 8))
+assert report["checks_agree"] is False' ATTNCHECK_GPU_CHECK_STEP_SECONDS=60 STANDIN_SELFTEST_UNTIL_DEADLINE=1 \
+  ATTNCHECK_GPU_CHECK_DEADLINE=$(($(date +%s) + 12))
 env ATTNCHECK_GPU_CHECK_DEADLINE=soon "$bundle/gpu-check" "$work/bad-deadline" >"$work/bad-deadline.txt" 2>&1
 code=$?
 if [ "$code" -ne 2 ] || ! grep -q "DEADLINE 'soon'" "$work/bad-deadline.txt"; then fail "a bad deadline: exit $code"; fi
 
-# Stopped from outside mid-step (a device call's time running out; 124 is the stopping timeout's own code): the step
-# is stopped with it, nothing of it runs on, and the report is still written, naming the step.
+# Stopped from outside mid-step (a device call's time running out), once the hanging step has started: the step is
+# stopped with it, nothing of it runs on, and the report is still written, naming the step.
 rm -f "$STANDIN_PID"
-check stopped 124 '
+cat >"$work/stop-when-started" <<'SH'
+#!/usr/bin/env bash
+"$@" &
+for _ in $(seq 600); do [ -s "$STANDIN_PID" ] && break; sleep 0.1; done
+kill -TERM $!
+wait $!
+SH
+chmod +x "$work/stop-when-started"
+check stopped 1 '
 assert report["status"] == "stopped from outside before it ended (during device_tests)", report["status"]
 assert report["skipped"] == {"device_tests": "stopped from outside"}, report["skipped"]' \
-  STANDIN_HANG=device_tests ATTNCHECK_GPU_CHECK_STEP_SECONDS=60 timeout 4
+  STANDIN_HANG=device_tests ATTNCHECK_GPU_CHECK_STEP_SECONDS=60 "$work/stop-when-started"
+[ -s "$STANDIN_PID" ] || fail "the stand-in's hanging step never started"
 sleep 1
 if [ -s "$STANDIN_PID" ] && kill -0 "$(cat "$STANDIN_PID")" 2>/dev/null; then
   fail "the stopped step's program runs on"
