@@ -41,7 +41,7 @@ cat >"$bundle/bin/gpu_device_tests" <<'SH'
 #!/usr/bin/env bash
 if [ "${STANDIN_HANG:-}" = device_tests ]; then
   echo $$ >"$STANDIN_PID"
-  sleep 61
+  exec sleep 61
 fi
 echo "All tests passed (12 assertions in 3 test cases)"
 SH
@@ -53,6 +53,8 @@ SH
 chmod +x "$bundle"/bin/*
 
 export STANDIN_PID=$work/standin.pid
+# The sessions' ViT plan sees no GPU even on a machine with one (it would train for minutes).
+export CUDA_VISIBLE_DEVICES=
 check() {  # NAME EXPECTED_EXIT PYTHON_ASSERTIONS [ENV...]: runs gpu-check into WORK/NAME and checks its report
   local name=$1 expected=$2 assertions=$3 code
   shift 3
@@ -117,6 +119,9 @@ cat >"$work/stop-when-started" <<'SH'
 #!/usr/bin/env bash
 "$@" &
 for _ in $(seq 600); do [ -s "$STANDIN_PID" ] && break; sleep 0.1; done
+# Twice, as coreutils' timeout does (its command, then the command's group).
+kill -TERM $!
+sleep 0.05
 kill -TERM $!
 wait $!
 SH
@@ -153,12 +158,29 @@ fi
 code=$?
 if [ "$code" -eq 0 ]; then
   grep -q '^| ViT plan | 0 | [0-9]* | 9 of 9 runs on cpu' "$work/vit/session.md" || fail "the ViT row: $(cat "$work/vit/session.md")"
-  grep -q -- '--max-seconds 2[0-9][0-9] --device cpu' <<<"$(head -c 2000 "$work/vit/vit/vit-results.json")" ||
+  grep -qE -- '--max-seconds [0-9]+ --device cpu' <<<"$(head -c 2000 "$work/vit/vit/vit-results.json")" ||
     fail "the ViT plan's command lacks the session's --max-seconds before --vit's options"
 elif [ "$code" -eq 2 ] && grep -q "no python3 here imports torch and sklearn" "$work/vit/vit.log"; then
   echo "the ViT leg not run: no python3 with PyTorch and scikit-learn"
 else
   fail "gpu-session with --vit for the CPU: exit $code: $(cat "$work/vit.txt")"
+fi
+
+# gpu-session stopped from outside while the check's step hangs: the step is stopped, nothing of it runs on,
+# gpu-check's report and OUT/session.md are written, and the session exits 1.
+rm -f "$STANDIN_PID"
+(cd "$root" && ATTNCHECK_GPU_CHECK_STEP_SECONDS=60 STANDIN_HANG=device_tests \
+  "$work/stop-when-started" scripts/gpu-session "$bundle" "$work/session-stopped") >"$work/session-stopped.txt" 2>&1
+code=$?
+[ "$code" -eq 1 ] || fail "gpu-session stopped from outside: exit $code, expected 1"
+grep -q '^| (stopped from outside) |' "$work/session-stopped/session.md" 2>/dev/null ||
+  fail "gpu-session stopped from outside wrote no session.md saying so: $(cat "$work/session-stopped.txt")"
+grep -q '"status": "stopped from outside before it ended (during device_tests)"' \
+  "$work/session-stopped/gpu/gpu-check.json" 2>/dev/null || fail "gpu-session stopped: gpu-check's report"
+sleep 1
+if [ -s "$STANDIN_PID" ] && kill -0 "$(cat "$STANDIN_PID")" 2>/dev/null; then
+  fail "the stopped session's step runs on"
+  kill "$(cat "$STANDIN_PID")"
 fi
 
 # Too little time left for one N = 256 run: the ViT plan is not started, and said so.
