@@ -30,6 +30,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <string_view>
 #include <utility>
 
 namespace attncheck::gpu {
@@ -43,9 +44,14 @@ using theory::InputError;
 
 namespace {
 
+CudaError cuda_error(cudaError_t status, std::string_view what) {
+  return CudaError(
+      fmt::format("CUDA error in {}: {} ({})", what, cudaGetErrorString(status), cudaGetErrorName(status)));
+}
+
 void check(cudaError_t status, const char* what) {
   if (status == cudaSuccess) return;
-  throw CudaError(fmt::format("CUDA error in {}: {} ({})", what, cudaGetErrorString(status), cudaGetErrorName(status)));
+  throw cuda_error(status, what);
 }
 
 void check(cublasStatus_t status, const char* what) {
@@ -558,6 +564,14 @@ class CudaBackend final : public monte_carlo::Backend {
 };
 
 }  // namespace
+
+namespace detail {
+
+void launch_failed(cudaError_t status, const char* kernel) {
+  throw cuda_error(status, fmt::format("the launch of {} (or the work queued before it)", kernel));
+}
+
+}  // namespace detail
 
 int cuda_device_count() {
   int count = 0;

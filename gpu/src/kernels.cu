@@ -394,6 +394,13 @@ __global__ void philox_offset_kernel(std::uint64_t seed, std::uint64_t first, in
   o[3] = w.w;
 }
 
+// A launch that failed (a bad configuration, no kernel image for this device), or work queued before it that did,
+// is reported here, naming the kernel, before a later CUDA or cuBLAS call could take the error for its own.
+void launched(const char* kernel) {
+  const cudaError_t status = cudaGetLastError();
+  if (status != cudaSuccess) launch_failed(status, kernel);
+}
+
 // Rows of up to 2048 columns get a warp each (eight rows per block, 64 entries per lane at most); longer rows
 // get a whole block, so that a strip of a few hundred long rows still fills the device.
 constexpr int64_t kWarpRowLimit = 2048;
@@ -407,6 +414,7 @@ void pointwise_with(const StripArgs& a, Terms terms, cudaStream_t stream) {
   } else {
     pointwise_strip_kernel<kBlock><<<static_cast<int>(rows), kBlock, 0, stream>>>(a, terms);
   }
+  launched("pointwise_strip_kernel");
 }
 
 }  // namespace
@@ -417,14 +425,17 @@ void draw_samples(std::uint64_t seed, std::uint64_t first, int batch, const Norm
   const int64_t threads = static_cast<int64_t>(batch) * chunks;
   const int grid = std::min(blocks_for(threads), 1 << 16);  // grid-stride beyond that
   draw_kernel<<<grid, kBlock, 0, stream>>>(seed, first, batch, layout, sigma_x, sigma_t, X, Q, K, W_V);
+  launched("draw_kernel");
 }
 
 void row_norms(const RowNormArgs& args, cudaStream_t stream) {
   row_norms_kernel<<<blocks_for(static_cast<int64_t>(args.batch) * args.n), kBlock, 0, stream>>>(args);
+  launched("row_norms_kernel");
 }
 
 void scale(double* data, std::int64_t count, double factor, cudaStream_t stream) {
   scale_kernel<<<blocks_for(count), kBlock, 0, stream>>>(data, count, factor);
+  launched("scale_kernel");
 }
 
 void pointwise_strip(const StripArgs& args, theory::Pointwise h, int p, cudaStream_t stream) {
@@ -450,6 +461,7 @@ void softmax_probabilities(const StripArgs& args, std::int64_t* top, cudaStream_
   } else {
     softmax_probabilities_kernel<kBlock><<<static_cast<int>(rows), kBlock, 0, stream>>>(args, top);
   }
+  launched("softmax_probabilities_kernel");
 }
 
 void softmax_strip(const StripArgs& args, const std::int64_t* top, const double* u_bar, const double* x_bar,
@@ -462,25 +474,30 @@ void softmax_strip(const StripArgs& args, const std::int64_t* top, const double*
   } else {
     softmax_strip_kernel<kBlock><<<static_cast<int>(rows), kBlock, 0, stream>>>(args, top, u_bar, x_bar);
   }
+  launched("softmax_strip_kernel");
 }
 
 void cross_norm_values(int batch, std::int64_t n, std::int64_t dv, double mix, const double* values,
                        double* probabilities, double* mixed, unsigned long long* bad, cudaStream_t stream) {
   cross_norm_values_kernel<<<dim3(static_cast<unsigned>(batch), static_cast<unsigned>(dv)), kBlock, 0, stream>>>(
       n, dv, mix, values, probabilities, mixed, bad);
+  launched("cross_norm_values_kernel");
 }
 
 void cross_norm_rows(const CrossNormRowArgs& args, cudaStream_t stream) {
   cross_norm_rows_kernel<<<static_cast<unsigned>(static_cast<int64_t>(args.batch) * args.n), kBlock, 0, stream>>>(args);
+  launched("cross_norm_rows_kernel");
 }
 
 void sum_rows(int batch, std::int64_t n, int width, const double* in, double* out, cudaStream_t stream) {
   sum_rows_kernel<<<dim3(static_cast<unsigned>(batch), static_cast<unsigned>(width)), kBlock, 0, stream>>>(n, width, in,
                                                                                                            out);
+  launched("sum_rows_kernel");
 }
 
 void batched_dot(int batch, std::int64_t len, const double* a, const double* c, double* out, cudaStream_t stream) {
   batched_dot_kernel<<<static_cast<unsigned>(batch), kBlock, 0, stream>>>(len, a, c, out);
+  launched("batched_dot_kernel");
 }
 
 void philox_words(std::uint64_t seed, std::uint64_t first, int subsequences, int blocks, bool sequential,
@@ -492,6 +509,7 @@ void philox_words(std::uint64_t seed, std::uint64_t first, int subsequences, int
                                                                                                          subsequences,
                                                                                                          blocks, out);
   }
+  launched("the Philox word kernel");
 }
 
 }  // namespace attncheck::gpu::detail

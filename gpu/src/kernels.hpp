@@ -1,7 +1,7 @@
 #pragma once
 // Launchers of the CUDA kernels in plain types (device pointers, sizes, scalars), so that the backend's C++
 // side, compiled by the host compiler together with Eigen, never includes device code. Every launcher
-// enqueues on `stream` and returns at once; launch errors are reported by the next checked CUDA call.
+// enqueues on `stream` and returns at once, having checked its launch (launch_failed).
 
 #include "attncheck/gpu/normal_layout.hpp"
 #include "attncheck/theory/pointwise.hpp"
@@ -14,6 +14,10 @@ namespace attncheck::gpu::detail {
 
 // The value of the non-finite flag while no row has a non-finite score or per-entry term.
 inline constexpr unsigned long long kNoBadRow = ~0ULL;
+
+// Throws CudaError naming the kernel whose launch found `status` (cuda_backend.cpp: the host side, where the error
+// types and messages live).
+[[noreturn]] void launch_failed(cudaError_t status, const char* kernel);
 
 // Per-row totals are four doubles, in the order of monte_carlo::NormSums: value_sq, dS_sq, dQ_sq, dK_sq.
 inline constexpr int kRowSumWidth = 4;

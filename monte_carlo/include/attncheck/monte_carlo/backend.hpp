@@ -1,7 +1,7 @@
 #pragma once
 // The one interface every Monte Carlo backend (CPU, CUDA) implements: a sweep point and a range of sample
-// indices in, one row of per-sample estimand values out, in sample order. Sample k always uses the random
-// stream (point seed, subsequence k), so results do not depend on the backend's threads or batching.
+// indices in, one row of per-sample estimand values out, in sample order. Sample k always draws from the stream
+// (point seed, subsequence k): its inputs never depend on threads or batching (CUDA's last bits may: docs/gpu.md).
 
 #include "attncheck/theory/attention.hpp"
 #include "attncheck/theory/moments.hpp"
