@@ -626,7 +626,6 @@ std::vector<std::uint32_t> device_philox_words(int device, std::uint64_t seed, s
   const std::int64_t count = static_cast<std::int64_t>(subsequences) * blocks * 4;
   std::uint32_t* data = words.reserve(count);
   detail::philox_words(seed, first, subsequences, blocks, sequential, data, nullptr);
-  check(cudaGetLastError(), "the Philox word kernel");
   return copy_back(data, static_cast<std::size_t>(count));
 }
 
@@ -640,7 +639,6 @@ DrawnSample device_draw_sample(int device, const SweepPoint& point, std::uint64_
   double* kk = K.reserve(layout.k_count);
   double* w = W.reserve(layout.w_count);
   detail::draw_samples(point.seed, k, 1, layout, point.sigma_x, point.sigma_t, x, q, kk, w, nullptr);
-  check(cudaGetLastError(), "the sampling kernel");
   DrawnSample drawn;
   drawn.X = copy_back(x, static_cast<std::size_t>(layout.x_count));
   drawn.Q = copy_back(q, static_cast<std::size_t>(layout.q_count));
