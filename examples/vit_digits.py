@@ -35,7 +35,8 @@ enlargement of 8 x 8 pixels (results' "dataset" says so).
 float32). --norms: "maps" measures the model's own float32 maps (cast to float64); "float64" recomputes each
 measured layer's scores and map in float64 from its input and weights (needed under --amp; the default there).
 --curve-every K records the training loss and batch accuracy every K steps. --eval-limit K tests on the first K
-of the 360 test digits. --max-seconds S starts no run after S seconds (provenance says how many were skipped).
+of the 360 test digits. --max-seconds S starts no run after S seconds of this command (provenance says how many
+were skipped).
 
 --plan papers is the papers' experiment in one command (meant for a GPU; every option above still overrides it):
 --model vit-tiny --image-size 64 --patch 4 (N = 256), the five activations, seeds 0,1, 400 steps, norms of all 12
@@ -52,7 +53,8 @@ bf16 matrix peak: the width 192 and the explicit attention maps keep it far belo
 first, and --max-seconds ends the command well inside a 10-minute limit if the GPU is slower than that.
 
 writes RUN/vit-results.json (docs/results-format.md; rewritten atomically after every run, so an interrupted
-sweep keeps what it finished; --append adds to it), which `attncheck report RUN` renders on any machine; no
+sweep keeps what it finished; --append adds to it, running none of the runs already there, so the same command
+with --append finishes a plan that --max-seconds cut short), which `attncheck report RUN` renders on any machine; no
 attncheck module is needed to train (the example measures the norms itself). --recorder also measures the seed-0
 runs of softmax, poly3_scaled and poly3 with attncheck's AttentionRecorder into RUN/attncheck-probe.jsonl (needs
 the attncheck package: build/python on PYTHONPATH or pip install .). --heatmaps writes, for each activation's seed-0
@@ -190,6 +192,12 @@ def parse_patch(text):
         raise SystemExit(f"vit_digits.py: patch '{text}' is not a positive integer P or HxW")
     return sides
 
+
+
+def run_identity(experiment, activation, scale, patch, image_side, seed, steps):
+    """What makes two runs the same run; patch is P, (H, W) or [H, W]."""
+    return experiment, activation, scale, tuple(patch) if isinstance(patch, (tuple, list)) else (patch, patch), \
+        image_side, seed, steps
 
 class VisionTransformer(torch.nn.Module):
     def __init__(self, activation, scale, patch, side=8, hidden=32, heads=4, layers=2, mlp=64, classes=10,
@@ -494,9 +502,10 @@ def main():
     parser.add_argument("--upsample", action="store_true", help="16 x 16 images (N = 256 at patch 1)")
     parser.add_argument("--device", help="cpu or cuda")
     parser.add_argument("--amp", choices=("bf16", "none"), help="autocast (default: bf16 on cuda, none on cpu)")
-    parser.add_argument("--max-seconds", type=float, help="start no run after this many seconds")
+    parser.add_argument("--max-seconds", type=float, help="start no run after this many seconds of this command")
     parser.add_argument("--append", action="store_true",
-                        help="add the runs to RUN's results (e.g. N = 256 runs to an 8 x 8 sweep) instead of replacing them")
+                        help="add the runs to RUN's results (e.g. N = 256 runs to an 8 x 8 sweep) instead of replacing "
+                             "them; runs already there are not run again")
     parser.add_argument("--heatmaps", action="store_true")
     parser.add_argument("--recorder", action="store_true")
     args = parser.parse_args()
@@ -523,7 +532,7 @@ def main():
     log = os.path.join(args.run, "attncheck-probe.jsonl")
     if args.recorder and os.path.exists(log):
         os.remove(log)  # the recorder appends; a rerun starts a fresh log
-    started = time.time()
+    started = call_started = time.time()
     config = args.config
     results = {"format": "attncheck-vit-digits", "format_version": 1,
                "provenance": {"command": " ".join(sys.argv), "date": datetime.datetime.now(datetime.timezone.utc)
@@ -553,7 +562,9 @@ def main():
             raise SystemExit(f"vit_digits.py: {results_path} holds runs of the {earlier['model'].get('name', 'small')}"
                              f" model, not {args.model}: --append adds runs of the same model only")
         results["runs"] = earlier["runs"]
-        results["model"] = dict(earlier["model"], image_side=sorted({earlier["model"]["image_side"], side}))
+        earlier_sides = earlier["model"]["image_side"]
+        sides = set(earlier_sides if isinstance(earlier_sides, list) else [earlier_sides]) | {side}
+        results["model"] = dict(earlier["model"], image_side=side if sides == {side} else sorted(sides))
         results["provenance"]["command"] = earlier["provenance"]["command"] + " && " + results["provenance"]["command"]
         started -= earlier["provenance"]["wall_seconds"]
 
@@ -583,9 +594,19 @@ def main():
             for c in scales:
                 sweep_args = argparse.Namespace(**dict(vars(args), record=0))
                 jobs.append(("scale-sweep", ("poly3", c, square(shape), seed, sweep_args)))
-    results["provenance"]["runs_planned"] = len(jobs)
+    # A plan cut short by --max-seconds (a GPU lease running out) continues with --append: the runs already in the
+    # results are not run again, and what was planned counts them, so runs = planned - skipped still holds.
+    there = {run_identity(run["experiment"], run["activation"], run["scale"], run.get("patch_shape", run["patch"]),
+                          run.get("image_side"), run["seed"], run["steps"]) for run in results["runs"]}
+    fresh = [(experiment, job) for experiment, job in jobs
+             if run_identity(experiment, *job[:3], side, job[3], args.steps) not in there]
+    if len(fresh) < len(jobs):
+        print(f"--append: {len(jobs) - len(fresh)} of the {len(jobs)} runs planned are already in {results_path}: "
+              f"not run again", flush=True)
+    jobs = fresh
+    results["provenance"]["runs_planned"] = len(results["runs"]) + len(jobs)
     for done, (experiment, job) in enumerate(jobs):
-        if args.max_seconds is not None and time.time() - started > args.max_seconds:
+        if args.max_seconds is not None and time.time() - call_started > args.max_seconds:
             results["provenance"]["runs_skipped"] = len(jobs) - done
             save()
             print(f"--max-seconds {args.max_seconds:g}: stopped before {len(jobs) - done} of {len(jobs)} runs",

@@ -7,7 +7,9 @@
   2 images) writes a folder that matches docs/results-format.md's vit-results.json, and `attncheck report`
   renders it (exit 0, Table 1 and Fig. 1 rows of its runs, a panel per layer);
 - bfloat16 autocast (--amp bf16, on the CPU here) records its dtype and keeps the norms float64; --max-seconds
-  skips runs and says so; contradictory options are refused with a message."""
+  skips runs and says so; contradictory options are refused with a message;
+- --append finishes a plan cut short: the runs already there are kept as they were and not run again, and
+  --max-seconds counts that command's own time."""
 import json
 import math
 import os
@@ -240,6 +242,37 @@ def test_bf16_autocast_trains_and_measures_in_float64(tmp_path):
     header_size = int.from_bytes(open(out / "attention-softmax.safetensors", "rb").read(8), "little")
     header = json.loads(open(out / "attention-softmax.safetensors", "rb").read(8 + header_size)[8:])
     assert header["layer.1"]["shape"] == [3, 257, 257] and header["layer.1"]["dtype"] == "F64"
+
+
+def test_append_finishes_a_plan_cut_short_without_running_a_run_twice(tmp_path):
+    out = tmp_path / "continued"
+    plan = ("--plan", "papers", "--device", "cpu", "--layers", "1", "--steps", "1", "--batch", "2", "--record", "1",
+            "--activations", "softmax,poly3", "--scales", "0.25", "--scale-patches", "16", "--eval-limit", "8")
+    first = run_example(out, *plan, "--seeds", "0", "--sweep-seeds", "0")
+    assert first.returncode == 0, first.stderr
+    before = json.load(open(out / "vit-results.json"))
+    assert [(r["experiment"], r["seed"]) for r in before["runs"]] == \
+        [("activations", 0), ("activations", 0), ("scale-sweep", 0)]
+    # As if the first command had taken long: --max-seconds counts this command's time, not the folder's.
+    before["provenance"]["wall_seconds"] = 1e6
+    (out / "vit-results.json").write_text(json.dumps(before))
+    second = run_example(out, *plan, "--seeds", "0,1", "--sweep-seeds", "0,1", "--append", "--max-seconds", "600")
+    assert second.returncode == 0, second.stderr
+    assert "3 of the 6 runs planned are already in" in second.stdout
+    after = json.load(open(out / "vit-results.json"))
+    assert after["runs"][:3] == before["runs"]  # as they were, wall_seconds included: not run again
+    assert sorted((r["experiment"], r["activation"], r["N"], r["seed"]) for r in after["runs"][3:]) == \
+        [("activations", "poly3", 256, 1), ("activations", "softmax", 256, 1), ("scale-sweep", "poly3", 16, 1)]
+    provenance = after["provenance"]
+    assert (provenance["runs_planned"], provenance["runs_skipped"]) == (6, 0) and check_schema(after) == []
+    assert provenance["wall_seconds"] > 1e6 and provenance["command"].count(" && ") == 1
+    # Appended again with everything there: nothing runs, and the image side stays one number.
+    third = run_example(out, *plan, "--seeds", "0,1", "--sweep-seeds", "0,1", "--append", "--max-seconds", "0")
+    assert third.returncode == 0, third.stderr
+    assert "6 of the 6 runs planned are already in" in third.stdout and "stopped before" not in third.stdout
+    again = json.load(open(out / "vit-results.json"))
+    assert again["runs"] == after["runs"] and check_schema(again) == [] and again["model"]["image_side"] == 64
+    assert (again["provenance"]["runs_planned"], again["provenance"]["runs_skipped"]) == (6, 0)
 
 
 def refusal(monkeypatch, tmp_path, *options):
