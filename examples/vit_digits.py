@@ -193,11 +193,11 @@ def parse_patch(text):
     return sides
 
 
-
 def run_identity(experiment, activation, scale, patch, image_side, seed, steps):
     """What makes two runs the same run; patch is P, (H, W) or [H, W]."""
     return experiment, activation, scale, tuple(patch) if isinstance(patch, (tuple, list)) else (patch, patch), \
         image_side, seed, steps
+
 
 class VisionTransformer(torch.nn.Module):
     def __init__(self, activation, scale, patch, side=8, hidden=32, heads=4, layers=2, mlp=64, classes=10,
